@@ -1,0 +1,1 @@
+//! The load tool behind `strata bench`. Arrives with the bench issue.

@@ -1,0 +1,1 @@
+//! Rust producer, consumer and admin client. Arrives with the single-node issue.

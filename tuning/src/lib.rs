@@ -1,0 +1,1 @@
+//! Host checks and disk-aware tuning (`strata tune`, `strata iotune`). Arrives with the tuning issue.

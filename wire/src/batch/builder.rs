@@ -1,0 +1,207 @@
+//! Building batches: records go straight into the output buffer as they arrive.
+
+use bytes::Bytes;
+use rkyv::util::AlignedVec;
+
+use super::body::{BodyParts, HeaderEntry, NULL_LEN, RecordEntry};
+use super::layout::{self, BATCH_LEN_MAX, FORMAT_VERSION, HEADER_LEN, padded_len};
+
+/// Size of one archived record entry and header entry, for size estimates.
+const RECORD_ENTRY_LEN: usize = 40;
+const HEADER_ENTRY_LEN: usize = 16;
+/// The archived root: three (relative pointer, length) pairs.
+const ROOT_LEN: usize = 24;
+
+/// Appends records into one growing buffer and seals them into a batch.
+///
+/// After warm-up (once the entry vectors have grown to the usual batch size) appending a record
+/// allocates nothing: its bytes are copied once into the output buffer and a fixed-size entry is
+/// pushed. [`BatchBuilder::finish`] writes the entry arrays and the rkyv root after the payload,
+/// fills in the header and hands the buffer out as `Bytes` without copying it.
+pub struct BatchBuilder {
+    /// Header placeholder followed by the payload written so far.
+    buf: AlignedVec<16>,
+    records: Vec<RecordEntry>,
+    headers: Vec<HeaderEntry>,
+    first_timestamp_ms: i64,
+    max_timestamp_ms: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    attributes: u16,
+    capacity_bytes: usize,
+}
+
+impl Default for BatchBuilder {
+    fn default() -> Self {
+        BatchBuilder::with_capacity(16 * 1024)
+    }
+}
+
+impl BatchBuilder {
+    /// A builder whose buffers start with room for `capacity_bytes` of batch.
+    pub fn with_capacity(capacity_bytes: usize) -> BatchBuilder {
+        let mut builder = BatchBuilder {
+            buf: AlignedVec::new(),
+            records: Vec::new(),
+            headers: Vec::new(),
+            first_timestamp_ms: 0,
+            max_timestamp_ms: i64::MIN,
+            producer_id: layout::NO_PRODUCER_ID,
+            producer_epoch: layout::NO_PRODUCER_EPOCH,
+            base_sequence: layout::NO_SEQUENCE,
+            attributes: 0,
+            capacity_bytes: capacity_bytes.max(HEADER_LEN),
+        };
+        builder.reset_buffer();
+        builder
+    }
+
+    /// Marks the batch as coming from an idempotent producer.
+    pub fn set_producer(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        self.producer_id = producer_id;
+        self.producer_epoch = producer_epoch;
+        self.base_sequence = base_sequence;
+    }
+
+    pub fn set_attributes(&mut self, attributes: u16) {
+        assert_eq!(
+            attributes & !layout::attributes::KNOWN,
+            0,
+            "unknown attribute bits"
+        );
+        self.attributes = attributes;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The size the batch would have if sealed now (what `batch.size` limits are compared to).
+    pub fn estimated_len(&self) -> usize {
+        padded_len(
+            self.buf.len()
+                + 8
+                + self.records.len() * RECORD_ENTRY_LEN
+                + 8
+                + self.headers.len() * HEADER_ENTRY_LEN
+                + ROOT_LEN,
+        )
+    }
+
+    /// Appends a record with no headers.
+    pub fn push(&mut self, timestamp_ms: i64, key: Option<&[u8]>, value: &[u8]) {
+        self.push_with_headers(timestamp_ms, key, value, std::iter::empty());
+    }
+
+    /// Appends a record. Panics if the batch would exceed [`BATCH_LEN_MAX`]: callers seal batches
+    /// at their configured size long before that.
+    pub fn push_with_headers<'h>(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    ) {
+        if self.records.is_empty() {
+            self.first_timestamp_ms = timestamp_ms;
+        }
+        let offset_delta = u32::try_from(self.records.len()).expect("record count fits u32");
+        let (key_start, key_len) = match key {
+            Some(key) => (self.append_payload(key), key.len() as u32),
+            None => (self.payload_len(), NULL_LEN),
+        };
+        let value_start = self.append_payload(value);
+        let headers_start = self.headers.len() as u32;
+        for (header_key, header_value) in headers {
+            let entry = HeaderEntry {
+                key_start: self.append_payload(header_key),
+                key_len: header_key.len() as u32,
+                value_start: self.append_payload(header_value),
+                value_len: header_value.len() as u32,
+            };
+            self.headers.push(entry);
+        }
+        self.records.push(RecordEntry {
+            timestamp_delta_ms: timestamp_ms.wrapping_sub(self.first_timestamp_ms),
+            offset_delta,
+            key_start,
+            key_len,
+            value_start,
+            value_len: value.len() as u32,
+            headers_start,
+            headers_count: self.headers.len() as u32 - headers_start,
+        });
+        self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
+        assert!(
+            self.estimated_len() <= BATCH_LEN_MAX,
+            "batch exceeds the format limit of {BATCH_LEN_MAX} bytes"
+        );
+    }
+
+    /// Seals the records pushed so far into a batch (base offset 0, epoch 0: the leader stamps
+    /// both) and leaves the builder empty for the next batch. Panics if no record was pushed.
+    pub fn finish(&mut self) -> Bytes {
+        assert!(!self.records.is_empty(), "finish needs at least one record");
+        let payload_len = self.buf.len() - HEADER_LEN;
+        let parts = BodyParts {
+            payload_pos: HEADER_LEN,
+            payload_len,
+            records: &self.records,
+            headers: &self.headers,
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(&parts, buf)
+            .expect("serializing into memory cannot fail");
+        let body_len = buf.len() - HEADER_LEN;
+        let batch_len = padded_len(buf.len());
+        buf.resize(batch_len, 0);
+
+        let header = &mut buf[..HEADER_LEN];
+        header[layout::AT_BATCH_LEN..][..4].copy_from_slice(&(batch_len as u32).to_le_bytes());
+        header[layout::AT_BODY_LEN..][..4].copy_from_slice(&(body_len as u32).to_le_bytes());
+        header[layout::AT_VERSION] = FORMAT_VERSION;
+        header[layout::AT_ATTRIBUTES..][..2].copy_from_slice(&self.attributes.to_le_bytes());
+        header[layout::AT_RECORD_COUNT..][..4]
+            .copy_from_slice(&(self.records.len() as u32).to_le_bytes());
+        header[layout::AT_FIRST_TIMESTAMP..][..8]
+            .copy_from_slice(&self.first_timestamp_ms.to_le_bytes());
+        header[layout::AT_MAX_TIMESTAMP..][..8]
+            .copy_from_slice(&self.max_timestamp_ms.to_le_bytes());
+        header[layout::AT_PRODUCER_ID..][..8].copy_from_slice(&self.producer_id.to_le_bytes());
+        header[layout::AT_BASE_SEQUENCE..][..4].copy_from_slice(&self.base_sequence.to_le_bytes());
+        header[layout::AT_PRODUCER_EPOCH..][..2]
+            .copy_from_slice(&self.producer_epoch.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[layout::CRC_START..HEADER_LEN + body_len]);
+        buf[layout::AT_CRC..][..4].copy_from_slice(&crc.to_le_bytes());
+
+        self.records.clear();
+        self.headers.clear();
+        self.max_timestamp_ms = i64::MIN;
+        self.producer_id = layout::NO_PRODUCER_ID;
+        self.producer_epoch = layout::NO_PRODUCER_EPOCH;
+        self.base_sequence = layout::NO_SEQUENCE;
+        self.attributes = 0;
+        self.reset_buffer();
+        Bytes::from_owner(buf)
+    }
+
+    fn reset_buffer(&mut self) {
+        self.buf = AlignedVec::with_capacity(self.capacity_bytes);
+        self.buf.resize(HEADER_LEN, 0);
+    }
+
+    fn payload_len(&self) -> u32 {
+        (self.buf.len() - HEADER_LEN) as u32
+    }
+
+    fn append_payload(&mut self, bytes: &[u8]) -> u32 {
+        let start = self.payload_len();
+        self.buf.extend_from_slice(bytes);
+        start
+    }
+}

@@ -1,0 +1,202 @@
+//! The fixed batch header: byte positions, constants, and a parsed copy.
+//!
+//! Every field is little-endian. Byte layout (see `docs/format.md` for the full story):
+//!
+//! | at | size | field                 | notes                                                        |
+//! |----|------|-----------------------|--------------------------------------------------------------|
+//! |  0 |  8   | base_offset           | stamped by the leader; not covered by the CRC                 |
+//! |  8 |  4   | leader_epoch          | stamped by the leader; not covered by the CRC                 |
+//! | 12 |  4   | crc32c                | CRC32C of bytes `[16, 64 + body_len)`                         |
+//! | 16 |  4   | batch_len             | whole batch incl. header and zero padding; multiple of 8      |
+//! | 20 |  4   | body_len              | exact length of the rkyv archive (its root sits at the end)   |
+//! | 24 |  1   | version               | [`FORMAT_VERSION`]                                            |
+//! | 25 |  1   | reserved              | zero                                                          |
+//! | 26 |  2   | attributes            | bits 0-2 codec, bit 4 transactional, bit 5 control            |
+//! | 28 |  4   | record_count          | records carry offset deltas `0..record_count`                 |
+//! | 32 |  8   | first_timestamp_ms    | timestamp of record 0; records store deltas to it             |
+//! | 40 |  8   | max_timestamp_ms      | largest record timestamp (time index, retention)              |
+//! | 48 |  8   | producer_id           | -1 when not idempotent                                        |
+//! | 56 |  4   | base_sequence         | -1 when not idempotent                                        |
+//! | 60 |  2   | producer_epoch        | -1 when not idempotent                                        |
+//! | 62 |  2   | reserved              | zero                                                          |
+//! | 64 |  ..  | body                  | rkyv archive of [`super::body::ArchivedBody`]                 |
+
+use super::BatchError;
+
+/// Length of the fixed header that precedes every body.
+pub const HEADER_LEN: usize = 64;
+/// Every batch starts (in memory and in a segment file) at a multiple of this, so the rkyv body,
+/// whose widest field is an `i64`, can be accessed in place.
+pub const BATCH_ALIGN: usize = 8;
+/// The only format version this build reads and writes.
+pub const FORMAT_VERSION: u8 = 1;
+/// The largest batch this format can describe; brokers and clients configure far smaller limits.
+pub const BATCH_LEN_MAX: usize = 1 << 30;
+
+/// Offsets are below this (Kafka's offsets are non-negative `i64`s).
+pub const OFFSET_MAX: u64 = i64::MAX as u64;
+
+pub const NO_PRODUCER_ID: i64 = -1;
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+pub const NO_SEQUENCE: i32 = -1;
+
+pub(crate) const AT_BASE_OFFSET: usize = 0;
+pub(crate) const AT_LEADER_EPOCH: usize = 8;
+pub(crate) const AT_CRC: usize = 12;
+pub(crate) const AT_BATCH_LEN: usize = 16;
+pub(crate) const AT_BODY_LEN: usize = 20;
+pub(crate) const AT_VERSION: usize = 24;
+pub(crate) const AT_RESERVED_A: usize = 25;
+pub(crate) const AT_ATTRIBUTES: usize = 26;
+pub(crate) const AT_RECORD_COUNT: usize = 28;
+pub(crate) const AT_FIRST_TIMESTAMP: usize = 32;
+pub(crate) const AT_MAX_TIMESTAMP: usize = 40;
+pub(crate) const AT_PRODUCER_ID: usize = 48;
+pub(crate) const AT_BASE_SEQUENCE: usize = 56;
+pub(crate) const AT_PRODUCER_EPOCH: usize = 60;
+pub(crate) const AT_RESERVED_B: usize = 62;
+/// The CRC covers everything from here to the end of the body: all but the stamped fields and itself.
+pub(crate) const CRC_START: usize = 16;
+
+const _: () = assert!(AT_RESERVED_B + 2 == HEADER_LEN);
+const _: () = assert!(HEADER_LEN % BATCH_ALIGN == 0);
+const _: () = assert!(BATCH_LEN_MAX % BATCH_ALIGN == 0 && BATCH_LEN_MAX <= u32::MAX as usize);
+
+/// Compression codec of the body (attribute bits 0-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None = 0,
+    Lz4 = 1,
+    Zstd = 2,
+}
+
+/// Attribute bits.
+pub mod attributes {
+    pub const CODEC_MASK: u16 = 0b111;
+    pub const TRANSACTIONAL: u16 = 1 << 4;
+    pub const CONTROL: u16 = 1 << 5;
+    /// Bits this version knows; any other bit set is an error, so a newer writer cannot be misread.
+    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL;
+}
+
+/// Rounds `len` up to the next multiple of [`BATCH_ALIGN`].
+pub const fn padded_len(len: usize) -> usize {
+    (len + BATCH_ALIGN - 1) & !(BATCH_ALIGN - 1)
+}
+
+/// A parsed copy of a batch header. Parsing checks the fields that decide how many bytes the batch
+/// spans, so a caller can skip to the next batch without trusting garbage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: u64,
+    pub leader_epoch: u32,
+    pub crc: u32,
+    pub batch_len: u32,
+    pub body_len: u32,
+    pub version: u8,
+    pub attributes: u16,
+    pub record_count: u32,
+    pub first_timestamp_ms: i64,
+    pub max_timestamp_ms: i64,
+    pub producer_id: i64,
+    pub base_sequence: i32,
+    pub producer_epoch: i16,
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `bytes`. Checks version, reserved bits and that the
+    /// lengths agree with each other; does not check the CRC or that `bytes` holds the whole batch.
+    pub fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(BatchError::TooShort {
+                needed: HEADER_LEN,
+                available: bytes.len(),
+            });
+        }
+        let header = BatchHeader {
+            base_offset: read_u64(bytes, AT_BASE_OFFSET),
+            leader_epoch: read_u32(bytes, AT_LEADER_EPOCH),
+            crc: read_u32(bytes, AT_CRC),
+            batch_len: read_u32(bytes, AT_BATCH_LEN),
+            body_len: read_u32(bytes, AT_BODY_LEN),
+            version: bytes[AT_VERSION],
+            attributes: u16::from_le_bytes([bytes[AT_ATTRIBUTES], bytes[AT_ATTRIBUTES + 1]]),
+            record_count: read_u32(bytes, AT_RECORD_COUNT),
+            first_timestamp_ms: read_u64(bytes, AT_FIRST_TIMESTAMP) as i64,
+            max_timestamp_ms: read_u64(bytes, AT_MAX_TIMESTAMP) as i64,
+            producer_id: read_u64(bytes, AT_PRODUCER_ID) as i64,
+            base_sequence: read_u32(bytes, AT_BASE_SEQUENCE) as i32,
+            producer_epoch: u16::from_le_bytes([
+                bytes[AT_PRODUCER_EPOCH],
+                bytes[AT_PRODUCER_EPOCH + 1],
+            ]) as i16,
+        };
+        if header.version != FORMAT_VERSION {
+            return Err(BatchError::UnknownVersion(header.version));
+        }
+        if bytes[AT_RESERVED_A] != 0 || bytes[AT_RESERVED_B] != 0 || bytes[AT_RESERVED_B + 1] != 0 {
+            return Err(BatchError::ReservedBitsSet);
+        }
+        if header.attributes & !attributes::KNOWN != 0 {
+            return Err(BatchError::ReservedBitsSet);
+        }
+        let batch_len = header.batch_len as usize;
+        let expected = padded_len(HEADER_LEN + header.body_len as usize);
+        if batch_len > BATCH_LEN_MAX || batch_len != expected {
+            return Err(BatchError::BadLength {
+                batch_len: header.batch_len,
+                body_len: header.body_len,
+            });
+        }
+        if header.record_count == 0 {
+            return Err(BatchError::NoRecords);
+        }
+        // Offsets stay within i64 (as Kafka's do), so `last_offset` and record offsets never wrap.
+        if header.base_offset > OFFSET_MAX - u64::from(header.record_count) {
+            return Err(BatchError::OffsetOverflow(header.base_offset));
+        }
+        Ok(header)
+    }
+
+    /// Offset of the last record: batches hold dense offsets.
+    pub fn last_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count) - 1
+    }
+
+    /// The offset after this batch.
+    pub fn next_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count)
+    }
+
+    pub fn codec(&self) -> Result<Codec, BatchError> {
+        match self.attributes & attributes::CODEC_MASK {
+            0 => Ok(Codec::None),
+            1 => Ok(Codec::Lz4),
+            2 => Ok(Codec::Zstd),
+            other => Err(BatchError::UnsupportedCodec(other as u8)),
+        }
+    }
+
+    pub fn is_idempotent(&self) -> bool {
+        self.producer_id != NO_PRODUCER_ID
+    }
+}
+
+/// Writes the fields the leader owns. They sit outside the CRC, so a stamped batch stays valid.
+///
+/// Panics if `batch` is shorter than a header: callers stamp batches they have validated.
+pub fn stamp(batch: &mut [u8], base_offset: u64, leader_epoch: u32) {
+    assert!(batch.len() >= HEADER_LEN, "stamp needs a whole header");
+    batch[AT_BASE_OFFSET..AT_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
+    batch[AT_LEADER_EPOCH..AT_LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_le_bytes());
+}
+
+pub(crate) fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+pub(crate) fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(raw)
+}

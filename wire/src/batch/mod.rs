@@ -1,0 +1,359 @@
+//! Record batches: the unit a producer sends, the broker stores and a consumer fetches, byte for byte.
+//!
+//! A batch is a fixed 64-byte header ([`layout`]) followed by an rkyv archive ([`body`]) and zero
+//! padding up to a multiple of [`BATCH_ALIGN`]. The leader stamps `base_offset` and `leader_epoch`
+//! in place; everything else is covered by a CRC32C, so stamping never invalidates a batch.
+//!
+//! Invariants:
+//! - [`Batch::validate`] is the only way to get a [`Batch`]; after it, iteration cannot fail and
+//!   never copies: records borrow from the batch's `Bytes`.
+//! - Decoding any byte string returns an error or a batch. It never panics and never reads out of
+//!   bounds (the fuzz target in `wire/fuzz` and the mutation test hold this).
+//! - A batch is only ever accessed at an address that is a multiple of [`BATCH_ALIGN`]; input at
+//!   another address is copied once into aligned memory (our own IO paths never need that).
+
+mod body;
+mod builder;
+mod layout;
+
+pub use body::{ArchivedBody, HeaderEntry, NULL_LEN, RecordEntry};
+pub use builder::BatchBuilder;
+pub use layout::{
+    BATCH_ALIGN, BATCH_LEN_MAX, BatchHeader, Codec, FORMAT_VERSION, HEADER_LEN, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, OFFSET_MAX, attributes, padded_len, stamp,
+};
+
+use bytes::Bytes;
+use rkyv::util::AlignedVec;
+
+/// Why bytes are not a valid batch. Every variant is a property of the input, never of the reader.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// Fewer bytes than the header or the header's `batch_len` needs.
+    #[error("batch truncated: need {needed} bytes, have {available}")]
+    TooShort { needed: usize, available: usize },
+    /// A format version this build does not know.
+    #[error("unknown batch format version {0}")]
+    UnknownVersion(u8),
+    /// Reserved header bytes or unknown attribute bits are set.
+    #[error("reserved header bits are set")]
+    ReservedBitsSet,
+    /// `batch_len` does not equal the padded header + body length, or exceeds the format limit.
+    #[error("inconsistent lengths: batch_len {batch_len}, body_len {body_len}")]
+    BadLength { batch_len: u32, body_len: u32 },
+    /// The stamped base offset leaves no room for the batch's records.
+    #[error("base offset {0} overflows the offset range")]
+    OffsetOverflow(u64),
+    /// A batch must carry at least one record.
+    #[error("batch has no records")]
+    NoRecords,
+    /// The checksum does not match: the bytes were damaged after the producer wrote them.
+    #[error("CRC mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
+    CrcMismatch { expected: u32, actual: u32 },
+    /// The body is compressed with a codec this build cannot read.
+    #[error("unsupported compression codec {0}")]
+    UnsupportedCodec(u8),
+    /// rkyv's structural check failed.
+    #[error("malformed body: {0}")]
+    MalformedBody(String),
+    /// The record array disagrees with the header (count, offsets, timestamps).
+    #[error("record {index} is inconsistent with the header: {what}")]
+    InconsistentRecord { index: u32, what: &'static str },
+    /// A record points outside the payload or the header array.
+    #[error("record {index} points outside the body")]
+    OutOfBounds { index: u32 },
+}
+
+/// A validated batch. Cheap to clone (it shares its `Bytes`).
+#[derive(Clone)]
+pub struct Batch {
+    bytes: Bytes,
+    header: BatchHeader,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+impl Batch {
+    /// Validates the batch at the start of `bytes` and keeps exactly `batch_len` bytes of it.
+    ///
+    /// Checks, in order: header fields, length, CRC32C, rkyv structure, and every record's ranges,
+    /// offset deltas and timestamps against the header. Costs one pass over the bytes (the CRC)
+    /// plus one over the record entries.
+    pub fn validate(bytes: Bytes) -> Result<Batch, BatchError> {
+        let header = BatchHeader::parse(&bytes)?;
+        let batch_len = header.batch_len as usize;
+        if bytes.len() < batch_len {
+            return Err(BatchError::TooShort {
+                needed: batch_len,
+                available: bytes.len(),
+            });
+        }
+        let body_end = HEADER_LEN + header.body_len as usize;
+        let actual = crc32c::crc32c(&bytes[layout::CRC_START..body_end]);
+        if actual != header.crc {
+            return Err(BatchError::CrcMismatch {
+                expected: header.crc,
+                actual,
+            });
+        }
+        if header.codec()? != Codec::None {
+            return Err(BatchError::UnsupportedCodec(header.codec()? as u8));
+        }
+        let bytes = aligned(bytes.slice(..batch_len));
+        let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(
+            &bytes[HEADER_LEN..body_end],
+        )
+        .map_err(|error| BatchError::MalformedBody(error.to_string()))?;
+        check_records(&header, body)?;
+        Ok(Batch { bytes, header })
+    }
+
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The stored bytes of the whole batch, padding included: what goes to disk and on the wire.
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    pub fn base_offset(&self) -> u64 {
+        self.header.base_offset
+    }
+
+    pub fn last_offset(&self) -> u64 {
+        self.header.last_offset()
+    }
+
+    pub fn record_count(&self) -> u32 {
+        self.header.record_count
+    }
+
+    /// The records, in offset order, borrowed from the batch.
+    pub fn records(&self) -> Records<'_> {
+        let body = self.body();
+        Records {
+            body,
+            payload: body.payload.as_slice(),
+            header: &self.header,
+            next: 0,
+        }
+    }
+
+    /// A zero-copy `Bytes` for a key, value or header slice obtained from this batch's records.
+    ///
+    /// Panics if `part` does not point into this batch (a programmer error).
+    pub fn slice_ref(&self, part: &[u8]) -> Bytes {
+        if part.is_empty() {
+            return Bytes::new();
+        }
+        self.bytes.slice_ref(part)
+    }
+
+    fn body(&self) -> &ArchivedBody {
+        let body_end = HEADER_LEN + self.header.body_len as usize;
+        // SAFETY: `validate` checked these exact bytes with bytecheck and the batch is immutable
+        // (a `Bytes` never changes, and `aligned` gave it an address rkyv can read in place).
+        unsafe { rkyv::api::access_unchecked::<ArchivedBody>(&self.bytes[HEADER_LEN..body_end]) }
+    }
+}
+
+/// Copies `bytes` into aligned memory if it does not start at a [`BATCH_ALIGN`] boundary.
+fn aligned(bytes: Bytes) -> Bytes {
+    if (bytes.as_ptr() as usize).is_multiple_of(BATCH_ALIGN) {
+        return bytes;
+    }
+    let mut copy = AlignedVec::<16>::with_capacity(bytes.len());
+    copy.extend_from_slice(&bytes);
+    Bytes::from_owner(copy)
+}
+
+fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchError> {
+    let records = body.records.as_slice();
+    let headers = body.headers.as_slice();
+    let payload_len = body.payload.len() as u64;
+    if records.len() != header.record_count as usize {
+        return Err(BatchError::InconsistentRecord {
+            index: 0,
+            what: "record count differs from the header",
+        });
+    }
+    let in_payload = |start: u32, len: u32| u64::from(start) + u64::from(len) <= payload_len;
+    let mut max_timestamp_ms = i64::MIN;
+    for (index, entry) in records.iter().enumerate() {
+        let index = index as u32;
+        if entry.offset_delta.to_native() != index {
+            return Err(BatchError::InconsistentRecord {
+                index,
+                what: "offset deltas are not dense",
+            });
+        }
+        let key_len = entry.key_len.to_native();
+        if key_len != NULL_LEN && !in_payload(entry.key_start.to_native(), key_len) {
+            return Err(BatchError::OutOfBounds { index });
+        }
+        if !in_payload(entry.value_start.to_native(), entry.value_len.to_native()) {
+            return Err(BatchError::OutOfBounds { index });
+        }
+        let headers_start = entry.headers_start.to_native() as usize;
+        let headers_end = headers_start + entry.headers_count.to_native() as usize;
+        let Some(own_headers) = headers.get(headers_start..headers_end) else {
+            return Err(BatchError::OutOfBounds { index });
+        };
+        for record_header in own_headers {
+            if !in_payload(
+                record_header.key_start.to_native(),
+                record_header.key_len.to_native(),
+            ) || !in_payload(
+                record_header.value_start.to_native(),
+                record_header.value_len.to_native(),
+            ) {
+                return Err(BatchError::OutOfBounds { index });
+            }
+        }
+        let Some(timestamp_ms) = header
+            .first_timestamp_ms
+            .checked_add(entry.timestamp_delta_ms.to_native())
+        else {
+            return Err(BatchError::InconsistentRecord {
+                index,
+                what: "timestamp overflows",
+            });
+        };
+        if index == 0 && timestamp_ms != header.first_timestamp_ms {
+            return Err(BatchError::InconsistentRecord {
+                index,
+                what: "first record's timestamp delta is not zero",
+            });
+        }
+        max_timestamp_ms = max_timestamp_ms.max(timestamp_ms);
+    }
+    if max_timestamp_ms != header.max_timestamp_ms {
+        return Err(BatchError::InconsistentRecord {
+            index: 0,
+            what: "max timestamp differs from the header",
+        });
+    }
+    Ok(())
+}
+
+/// One record, borrowed from its batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    headers: &'a [ArchivedHeaderEntry],
+    payload: &'a [u8],
+}
+
+use body::ArchivedHeaderEntry;
+
+impl<'a> Record<'a> {
+    /// The record's headers as (key, value) byte slices.
+    pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let payload = self.payload;
+        self.headers.iter().map(move |entry| {
+            (
+                slice(
+                    payload,
+                    entry.key_start.to_native(),
+                    entry.key_len.to_native(),
+                ),
+                slice(
+                    payload,
+                    entry.value_start.to_native(),
+                    entry.value_len.to_native(),
+                ),
+            )
+        })
+    }
+}
+
+/// Iterator over a validated batch's records.
+pub struct Records<'a> {
+    body: &'a ArchivedBody,
+    payload: &'a [u8],
+    header: &'a BatchHeader,
+    next: usize,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        let entry = self.body.records.as_slice().get(self.next)?;
+        self.next += 1;
+        let key_len = entry.key_len.to_native();
+        let key = (key_len != NULL_LEN)
+            .then(|| slice(self.payload, entry.key_start.to_native(), key_len));
+        let headers_start = entry.headers_start.to_native() as usize;
+        let headers_end = headers_start + entry.headers_count.to_native() as usize;
+        Some(Record {
+            offset: self.header.base_offset + u64::from(entry.offset_delta.to_native()),
+            timestamp_ms: self.header.first_timestamp_ms + entry.timestamp_delta_ms.to_native(),
+            key,
+            value: slice(
+                self.payload,
+                entry.value_start.to_native(),
+                entry.value_len.to_native(),
+            ),
+            headers: &self.body.headers.as_slice()[headers_start..headers_end],
+            payload: self.payload,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.body.records.len() - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Records<'_> {}
+
+/// Ranges were checked by `validate`, so slicing cannot go out of bounds here.
+fn slice(payload: &[u8], start: u32, len: u32) -> &[u8] {
+    let start = start as usize;
+    &payload[start..start + len as usize]
+}
+
+/// Splits a buffer of back-to-back batches (a produce request, a fetch response, a segment read)
+/// into validated batches. Stops at the first invalid batch and reports it.
+pub fn split_batches(bytes: Bytes) -> SplitBatches {
+    SplitBatches { rest: bytes }
+}
+
+pub struct SplitBatches {
+    rest: Bytes,
+}
+
+impl Iterator for SplitBatches {
+    type Item = Result<Batch, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match Batch::validate(self.rest.clone()) {
+            Ok(batch) => {
+                let _ = self.rest.split_to(batch.header.batch_len as usize);
+                Some(Ok(batch))
+            }
+            Err(error) => {
+                self.rest.clear();
+                Some(Err(error))
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! `strata-wire`: everything Strata puts on a socket or on disk, as bytes.
+//!
+//! Architecture invariant: this crate does no IO, spawns nothing and knows no runtime. Decoders
+//! take byte slices or `Bytes` and return values or typed errors; they never panic on any input.
+
+pub mod batch;
+
+pub use batch::{Batch, BatchBuilder, BatchError, BatchHeader, Record};

@@ -1,0 +1,397 @@
+use bytes::Bytes;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use strata_wire::batch::{
+    BATCH_ALIGN, Batch, BatchBuilder, BatchError, BatchHeader, HEADER_LEN, split_batches, stamp,
+};
+
+#[derive(Debug, Clone, PartialEq)]
+struct OwnedRecord {
+    timestamp_ms: i64,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+fn build(records: &[OwnedRecord]) -> Bytes {
+    let mut builder = BatchBuilder::default();
+    for record in records {
+        builder.push_with_headers(
+            record.timestamp_ms,
+            record.key.as_deref(),
+            &record.value,
+            record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice())),
+        );
+    }
+    builder.finish()
+}
+
+fn read_back(batch: &Batch) -> Vec<OwnedRecord> {
+    batch
+        .records()
+        .map(|record| OwnedRecord {
+            timestamp_ms: record.timestamp_ms,
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.to_vec(),
+            headers: record
+                .headers()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect(),
+        })
+        .collect()
+}
+
+fn sample() -> Vec<OwnedRecord> {
+    vec![
+        OwnedRecord {
+            timestamp_ms: 1_700_000_000_000,
+            key: Some(b"k1".to_vec()),
+            value: b"hello".to_vec(),
+            headers: vec![(b"trace".to_vec(), b"abc".to_vec())],
+        },
+        OwnedRecord {
+            timestamp_ms: 1_700_000_000_005,
+            key: None,
+            value: b"".to_vec(),
+            headers: vec![],
+        },
+        OwnedRecord {
+            timestamp_ms: 1_699_999_999_990,
+            key: Some(b"".to_vec()),
+            value: b"world".to_vec(),
+            headers: vec![],
+        },
+    ]
+}
+
+#[test]
+fn round_trip_keeps_every_field() {
+    let records = sample();
+    let bytes = build(&records);
+    assert_eq!(bytes.len() % BATCH_ALIGN, 0);
+    let batch = Batch::validate(bytes).unwrap();
+    assert_eq!(read_back(&batch), records);
+    let header = batch.header();
+    assert_eq!(header.record_count, 3);
+    assert_eq!(header.first_timestamp_ms, 1_700_000_000_000);
+    assert_eq!(header.max_timestamp_ms, 1_700_000_000_005);
+    assert!(!header.is_idempotent());
+    let offsets: Vec<u64> = batch.records().map(|r| r.offset).collect();
+    assert_eq!(offsets, vec![0, 1, 2]);
+}
+
+#[test]
+fn stamping_keeps_the_crc_valid_and_shifts_offsets() {
+    let bytes = build(&sample());
+    let mut owned = bytes.to_vec();
+    stamp(&mut owned, 1000, 7);
+    let batch = Batch::validate(Bytes::from(owned)).unwrap();
+    assert_eq!(batch.header().base_offset, 1000);
+    assert_eq!(batch.header().leader_epoch, 7);
+    assert_eq!(batch.last_offset(), 1002);
+    let offsets: Vec<u64> = batch.records().map(|r| r.offset).collect();
+    assert_eq!(offsets, vec![1000, 1001, 1002]);
+}
+
+#[test]
+fn every_single_bit_flip_in_the_covered_range_is_caught() {
+    let bytes = build(&sample());
+    let header = BatchHeader::parse(&bytes).unwrap();
+    let body_end = HEADER_LEN + header.body_len as usize;
+    for at in 12..body_end {
+        for bit in 0..8 {
+            let mut damaged = bytes.to_vec();
+            damaged[at] ^= 1 << bit;
+            assert!(
+                Batch::validate(Bytes::from(damaged)).is_err(),
+                "flip of bit {bit} at byte {at} went unnoticed"
+            );
+        }
+    }
+}
+
+/// rkyv finds its root at the end of the slice; if the reader handed it the padded batch, a valid
+/// archive followed by zeros would read as an empty body. The exact body length prevents that.
+#[test]
+fn padding_is_never_mistaken_for_the_archive() {
+    let records = sample();
+    let bytes = build(&records);
+    let header = BatchHeader::parse(&bytes).unwrap();
+    // Append more zero bytes after the batch: it still reads as itself.
+    let mut longer = bytes.to_vec();
+    longer.extend_from_slice(&[0u8; 64]);
+    let batch = Batch::validate(Bytes::from(longer)).unwrap();
+    assert_eq!(batch.as_bytes().len(), header.batch_len as usize);
+    assert_eq!(read_back(&batch), records);
+}
+
+#[test]
+fn misaligned_input_is_copied_not_rejected() {
+    let bytes = build(&sample());
+    let mut shifted = vec![0u8; 1];
+    shifted.extend_from_slice(&bytes);
+    let shifted = Bytes::from(shifted).slice(1..);
+    let batch = Batch::validate(shifted).unwrap();
+    assert_eq!(read_back(&batch), sample());
+}
+
+#[test]
+fn zero_copy_slices_point_into_the_batch() {
+    let bytes = build(&sample());
+    let batch = Batch::validate(bytes.clone()).unwrap();
+    let record = batch.records().next().unwrap();
+    let value = batch.slice_ref(record.value);
+    assert_eq!(&value[..], b"hello");
+    let range = bytes.as_ptr() as usize..bytes.as_ptr() as usize + bytes.len();
+    assert!(
+        range.contains(&(value.as_ptr() as usize)),
+        "value was copied"
+    );
+}
+
+#[test]
+fn truncated_batches_are_rejected_at_every_length() {
+    let bytes = build(&sample());
+    for len in 0..bytes.len() {
+        let result = Batch::validate(bytes.slice(..len));
+        assert!(result.is_err(), "a {len}-byte prefix validated");
+    }
+}
+
+#[test]
+fn split_reads_back_to_back_batches_and_stops_at_damage() {
+    let mut all = Vec::new();
+    for i in 0..3u64 {
+        let mut one = build(&sample()).to_vec();
+        stamp(&mut one, i * 3, 1);
+        all.extend_from_slice(&one);
+    }
+    let batches: Vec<_> = split_batches(Bytes::from(all.clone())).collect();
+    assert_eq!(batches.len(), 3);
+    assert!(batches.iter().all(Result::is_ok));
+    let last = all.len() - 10;
+    all[last] ^= 0xff;
+    let batches: Vec<_> = split_batches(Bytes::from(all)).collect();
+    assert_eq!(batches.len(), 3);
+    assert!(batches[2].is_err());
+}
+
+#[test]
+fn producer_fields_round_trip() {
+    let mut builder = BatchBuilder::default();
+    builder.set_producer(42, 3, 100);
+    builder.push(5, None, b"v");
+    let batch = Batch::validate(builder.finish()).unwrap();
+    let header = batch.header();
+    assert_eq!(
+        (
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence
+        ),
+        (42, 3, 100)
+    );
+    // The builder resets producer fields for the next batch.
+    builder.push(6, None, b"w");
+    let batch = Batch::validate(builder.finish()).unwrap();
+    assert!(!batch.header().is_idempotent());
+}
+
+#[test]
+fn unknown_version_and_codec_are_typed_errors() {
+    let bytes = build(&sample());
+    let mut other_version = bytes.to_vec();
+    other_version[24] = 9;
+    assert_eq!(
+        Batch::validate(Bytes::from(other_version)).unwrap_err(),
+        BatchError::UnknownVersion(9)
+    );
+}
+
+/// The on-disk format, byte for byte. If this fails, the format changed: bump FORMAT_VERSION and
+/// teach the reader the old version instead of editing the expected bytes.
+#[test]
+fn golden_bytes() {
+    let mut builder = BatchBuilder::default();
+    builder.push_with_headers(
+        1_000,
+        Some(b"key"),
+        b"value",
+        [(b"h".as_slice(), b"v".as_slice())],
+    );
+    builder.push(1_002, None, b"xy");
+    let mut bytes = builder.finish().to_vec();
+    stamp(&mut bytes, 0x0102_0304_0506_0708, 0x0a0b_0c0d);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let batch = Batch::validate(Bytes::from(bytes.clone())).unwrap();
+    assert_eq!(batch.record_count(), 2);
+    assert_eq!(hex, GOLDEN, "the batch format changed");
+}
+
+const GOLDEN: &str = concat!(
+    // base offset (stamped), leader epoch (stamped), crc32c
+    "0807060504030201",
+    "0d0c0b0a",
+    "467ece60",
+    // batch_len 200, body_len 136, version 1, reserved, attributes, record_count 2
+    "c8000000",
+    "88000000",
+    "01",
+    "00",
+    "0000",
+    "02000000",
+    // first timestamp 1000, max timestamp 1002
+    "e803000000000000",
+    "ea03000000000000",
+    // producer id -1, base sequence -1, producer epoch -1, reserved
+    "ffffffffffffffff",
+    "ffffffff",
+    "ffff",
+    "0000",
+    // body at 64: payload "key" "value" "h" "v" "xy", padded to 8 for the record array
+    "6b657976616c756568767879",
+    "00000000",
+    // record 0: timestamp delta 0, offset delta 0, key 0+3, value 3+5, headers 0+1, padding
+    "0000000000000000",
+    "00000000",
+    "00000000",
+    "03000000",
+    "03000000",
+    "05000000",
+    "00000000",
+    "01000000",
+    "00000000",
+    // record 1: timestamp delta 2, offset delta 1, null key, value 10+2, headers 1+0, padding
+    "0200000000000000",
+    "01000000",
+    "0a000000",
+    "ffffffff",
+    "0a000000",
+    "02000000",
+    "01000000",
+    "00000000",
+    "00000000",
+    // header 0: key 8+1, value 9+1
+    "08000000",
+    "01000000",
+    "09000000",
+    "01000000",
+    // root (last 24 bytes): payload, records, headers as (relative pointer, length)
+    "90ffffff",
+    "0c000000",
+    "98ffffff",
+    "02000000",
+    "e0ffffff",
+    "01000000",
+);
+
+fn arb_record() -> impl Strategy<Value = OwnedRecord> {
+    (
+        0i64..4_000_000_000_000,
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+        proptest::collection::vec(any::<u8>(), 0..300),
+        proptest::collection::vec(
+            (
+                proptest::collection::vec(any::<u8>(), 0..10),
+                proptest::collection::vec(any::<u8>(), 0..10),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(timestamp_ms, key, value, headers)| OwnedRecord {
+            timestamp_ms,
+            key,
+            value,
+            headers,
+        })
+}
+
+proptest! {
+    #[test]
+    fn random_batches_round_trip(records in proptest::collection::vec(arb_record(), 1..60),
+                                 base_offset in 0u64..(1 << 50), epoch: u32) {
+        let mut bytes = build(&records).to_vec();
+        stamp(&mut bytes, base_offset, epoch);
+        let batch = Batch::validate(Bytes::from(bytes)).unwrap();
+        prop_assert_eq!(read_back(&batch), records.clone());
+        prop_assert_eq!(batch.base_offset(), base_offset);
+        prop_assert_eq!(batch.last_offset(), base_offset + records.len() as u64 - 1);
+        let max = records.iter().map(|r| r.timestamp_ms).max().unwrap();
+        prop_assert_eq!(batch.header().max_timestamp_ms, max);
+    }
+}
+
+/// Thousands of random and mutated buffers through the decoder: it must return, never panic, and
+/// a batch it accepts must iterate cleanly. The fuzz target in `wire/fuzz` does the same for longer.
+#[test]
+fn decoder_survives_random_and_mutated_input() {
+    let mut rng = StdRng::seed_from_u64(0x5742_4154);
+    let seeds: Vec<Vec<u8>> = (0..8)
+        .map(|n| {
+            let records: Vec<OwnedRecord> = (0..=n)
+                .map(|i| OwnedRecord {
+                    timestamp_ms: 1000 + i as i64,
+                    key: (i % 2 == 0).then(|| vec![i as u8; i]),
+                    value: vec![7; i * 13],
+                    headers: vec![(vec![1], vec![2, 3])],
+                })
+                .collect();
+            build(&records).to_vec()
+        })
+        .collect();
+    let mut accepted = 0;
+    for round in 0..6000 {
+        let input: Vec<u8> = if round % 5 == 0 {
+            let len = rng.random_range(0..400);
+            (0..len).map(|_| rng.random()).collect()
+        } else {
+            let mut input = seeds[round % seeds.len()].clone();
+            let mutations = rng.random_range(1..6);
+            for _ in 0..mutations {
+                match rng.random_range(0..4) {
+                    0 => {
+                        let at = rng.random_range(0..input.len());
+                        input[at] = rng.random();
+                    }
+                    1 => {
+                        let len = rng.random_range(0..input.len());
+                        input.truncate(len);
+                    }
+                    2 => input.extend((0..rng.random_range(1..32)).map(|_| rng.random::<u8>())),
+                    _ => {
+                        // Damage a length or count field, then fix the CRC so rkyv and the
+                        // range checks see the damage.
+                        if input.len() >= HEADER_LEN {
+                            let at = [16, 20, 28, 32, 40][rng.random_range(0..5)];
+                            input[at] = rng.random();
+                        }
+                    }
+                }
+                if input.is_empty() {
+                    break;
+                }
+            }
+            if rng.random_bool(0.5) && input.len() >= HEADER_LEN {
+                if let Ok(header) = BatchHeader::parse(&input) {
+                    let end = (HEADER_LEN + header.body_len as usize).min(input.len());
+                    let crc = crc32c::crc32c(&input[16..end]);
+                    input[12..16].copy_from_slice(&crc.to_le_bytes());
+                }
+            }
+            input
+        };
+        if let Ok(batch) = Batch::validate(Bytes::from(input)) {
+            accepted += 1;
+            for record in batch.records() {
+                std::hint::black_box((record.key, record.value, record.headers().count()));
+            }
+        }
+    }
+    assert!(
+        accepted > 0,
+        "the mutator never produced a valid batch: it tests nothing"
+    );
+}
