@@ -1,1 +1,4 @@
+//! `strata-node`: the broker. So far: the IO seam and the partition log.
 
+pub mod io;
+pub mod log;

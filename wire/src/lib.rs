@@ -6,3 +6,6 @@
 pub mod batch;
 
 pub use batch::{Batch, BatchBuilder, BatchError, BatchHeader, Record};
+
+/// 16-byte aligned growable buffer: batches built or read into it can be accessed in place.
+pub use rkyv::util::AlignedVec;

@@ -374,12 +374,13 @@ fn decoder_survives_random_and_mutated_input() {
                     break;
                 }
             }
-            if rng.random_bool(0.5) && input.len() >= HEADER_LEN {
-                if let Ok(header) = BatchHeader::parse(&input) {
-                    let end = (HEADER_LEN + header.body_len as usize).min(input.len());
-                    let crc = crc32c::crc32c(&input[16..end]);
-                    input[12..16].copy_from_slice(&crc.to_le_bytes());
-                }
+            if rng.random_bool(0.5)
+                && input.len() >= HEADER_LEN
+                && let Ok(header) = BatchHeader::parse(&input)
+            {
+                let end = (HEADER_LEN + header.body_len as usize).min(input.len());
+                let crc = crc32c::crc32c(&input[16..end]);
+                input[12..16].copy_from_slice(&crc.to_le_bytes());
             }
             input
         };

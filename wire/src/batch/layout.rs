@@ -59,8 +59,9 @@ pub(crate) const AT_RESERVED_B: usize = 62;
 pub(crate) const CRC_START: usize = 16;
 
 const _: () = assert!(AT_RESERVED_B + 2 == HEADER_LEN);
-const _: () = assert!(HEADER_LEN % BATCH_ALIGN == 0);
-const _: () = assert!(BATCH_LEN_MAX % BATCH_ALIGN == 0 && BATCH_LEN_MAX <= u32::MAX as usize);
+const _: () = assert!(HEADER_LEN.is_multiple_of(BATCH_ALIGN));
+const _: () =
+    assert!(BATCH_LEN_MAX.is_multiple_of(BATCH_ALIGN) && BATCH_LEN_MAX <= u32::MAX as usize);
 
 /// Compression codec of the body (attribute bits 0-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -86,31 +86,9 @@ impl Batch {
     /// offset deltas and timestamps against the header. Costs one pass over the bytes (the CRC)
     /// plus one over the record entries.
     pub fn validate(bytes: Bytes) -> Result<Batch, BatchError> {
-        let header = BatchHeader::parse(&bytes)?;
-        let batch_len = header.batch_len as usize;
-        if bytes.len() < batch_len {
-            return Err(BatchError::TooShort {
-                needed: batch_len,
-                available: bytes.len(),
-            });
-        }
-        let body_end = HEADER_LEN + header.body_len as usize;
-        let actual = crc32c::crc32c(&bytes[layout::CRC_START..body_end]);
-        if actual != header.crc {
-            return Err(BatchError::CrcMismatch {
-                expected: header.crc,
-                actual,
-            });
-        }
-        if header.codec()? != Codec::None {
-            return Err(BatchError::UnsupportedCodec(header.codec()? as u8));
-        }
-        let bytes = aligned(bytes.slice(..batch_len));
-        let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(
-            &bytes[HEADER_LEN..body_end],
-        )
-        .map_err(|error| BatchError::MalformedBody(error.to_string()))?;
-        check_records(&header, body)?;
+        let bytes = aligned(bytes);
+        let header = check(&bytes)?;
+        let bytes = bytes.slice(..header.batch_len as usize);
         Ok(Batch { bytes, header })
     }
 
@@ -166,6 +144,47 @@ impl Batch {
         // (a `Bytes` never changes, and `aligned` gave it an address rkyv can read in place).
         unsafe { rkyv::api::access_unchecked::<ArchivedBody>(&self.bytes[HEADER_LEN..body_end]) }
     }
+}
+
+/// Validates the batch at the start of `bytes` without taking ownership: the broker checks batches
+/// in the request buffer it is about to stamp and write. Same checks as [`Batch::validate`].
+///
+/// If `bytes` does not start at a [`BATCH_ALIGN`] boundary, the body is copied once into aligned
+/// scratch memory for the structural check (our own buffers are always aligned).
+pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(bytes)?;
+    let batch_len = header.batch_len as usize;
+    if bytes.len() < batch_len {
+        return Err(BatchError::TooShort {
+            needed: batch_len,
+            available: bytes.len(),
+        });
+    }
+    let body_end = HEADER_LEN + header.body_len as usize;
+    let actual = crc32c::crc32c(&bytes[layout::CRC_START..body_end]);
+    if actual != header.crc {
+        return Err(BatchError::CrcMismatch {
+            expected: header.crc,
+            actual,
+        });
+    }
+    let codec = header.codec()?;
+    if codec != Codec::None {
+        return Err(BatchError::UnsupportedCodec(codec as u8));
+    }
+    let check_body = |body: &[u8]| -> Result<(), BatchError> {
+        let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(body)
+            .map_err(|error| BatchError::MalformedBody(error.to_string()))?;
+        check_records(&header, body)
+    };
+    if (bytes.as_ptr() as usize).is_multiple_of(BATCH_ALIGN) {
+        check_body(&bytes[HEADER_LEN..body_end])?;
+    } else {
+        let mut copy = AlignedVec::<16>::with_capacity(body_end - HEADER_LEN);
+        copy.extend_from_slice(&bytes[HEADER_LEN..body_end]);
+        check_body(&copy)?;
+    }
+    Ok(header)
 }
 
 /// Copies `bytes` into aligned memory if it does not start at a [`BATCH_ALIGN`] boundary.

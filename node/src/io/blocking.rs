@@ -1,0 +1,113 @@
+//! Fallback backend for hosts without io_uring: positional syscalls on the shard thread.
+//!
+//! It blocks the shard while the kernel copies, which io_uring avoids; it exists so that a node
+//! on such a host runs (slower) instead of failing. [`super::Backend::detect`] says why it was chosen.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::uring::{fd_len, list_dir_blocking, sync_dir_blocking};
+use super::{ReadBuf, Storage, StorageFile};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BlockingStorage;
+
+pub struct BlockingFile {
+    file: File,
+}
+
+impl StorageFile for BlockingFile {
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        self.file.write_all_at(&bytes, pos)
+    }
+
+    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        buf.clear();
+        let capacity = buf.capacity();
+        let mut filled = 0;
+        while filled < capacity {
+            // SAFETY: the range [filled, capacity) lies inside the buffer's allocation, and the
+            // kernel writes at most `capacity - filled` bytes into it.
+            let spare = unsafe {
+                std::slice::from_raw_parts_mut(buf.spare_mut_ptr().add(filled), capacity - filled)
+            };
+            match self.file.read_at(spare, pos + filled as u64) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return (Err(error), buf),
+            }
+        }
+        // SAFETY: the reads above initialised exactly `filled` bytes.
+        unsafe { buf.set_len(filled) };
+        (Ok(()), buf)
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    async fn allocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        // SAFETY: plain syscall on an fd we own.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                pos as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    async fn file_len(&self) -> io::Result<u64> {
+        fd_len(self.file.as_raw_fd())
+    }
+}
+
+impl Storage for BlockingStorage {
+    type File = BlockingFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<BlockingFile> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(BlockingFile { file })
+    }
+
+    async fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+
+    async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        sync_dir_blocking(dir)
+    }
+
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        list_dir_blocking(dir)
+    }
+}

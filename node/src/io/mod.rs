@@ -1,0 +1,147 @@
+//! The storage seam: the only place the partition log touches the operating system.
+//!
+//! Five file operations (write at, read at, sync, truncate, allocate) plus the directory calls a
+//! log needs when it opens, rolls and deletes segments. Three backends:
+//! - [`uring::UringStorage`]: io_uring through tokio-uring; the production backend.
+//! - [`blocking::BlockingStorage`]: positional `pread`/`pwrite` syscalls, for hosts where io_uring
+//!   cannot be set up (old kernel, `kernel.io_uring_disabled`, a seccomp profile).
+//! - [`sim::SimStorage`]: in memory, for tests: injects IO errors, tears writes and drops unflushed
+//!   data on a simulated crash, deterministically from a seed.
+//!
+//! Media assumptions (see `docs/format.md`): after `sync_data` returns Ok, the bytes written
+//! before it survive power loss; bytes written after the last successful sync may be lost, or
+//! survive as a prefix of the writes with the last one torn. A failed sync means the written data
+//! may be lost even though reads still return it, so callers must treat it as fatal for the file.
+
+// The shards are single-threaded (thread per core), so the futures here are deliberately not
+// `Send`; the lint that asks public async trait methods to promise `Send` does not apply.
+#![allow(async_fn_in_trait)]
+
+pub mod blocking;
+pub mod sim;
+pub mod uring;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use strata_wire::AlignedVec;
+
+/// A read buffer whose start is 16-byte aligned, so batches read into it at a batch boundary can
+/// be validated and accessed in place. Converts into `Bytes` without copying.
+pub struct ReadBuf(AlignedVec<16>);
+
+impl ReadBuf {
+    pub fn with_capacity(capacity: usize) -> ReadBuf {
+        ReadBuf(AlignedVec::with_capacity(capacity))
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        Bytes::from_owner(self.0)
+    }
+
+    /// Marks the first `len` bytes as written by the kernel.
+    ///
+    /// # Safety
+    /// The caller guarantees the first `len` bytes were initialised (by a completed read).
+    pub(crate) unsafe fn set_len(&mut self, len: usize) {
+        assert!(len <= self.0.capacity());
+        // SAFETY: the caller guarantees initialisation; the bound is asserted above.
+        unsafe { self.0.set_len(len) }
+    }
+
+    pub(crate) fn spare_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+}
+
+/// One open file. Every method is positional: a file has no cursor.
+pub trait StorageFile: 'static {
+    /// Writes all of `bytes` at `pos`.
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()>;
+    /// Reads up to `buf.capacity()` bytes at `pos`, replacing the buffer's contents. A short read
+    /// happens only at the end of the file.
+    async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf);
+    /// `fdatasync`: makes every completed write durable.
+    async fn sync_data(&self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (recovery and replication truncation; not the data path).
+    async fn truncate(&self, len: u64) -> io::Result<()>;
+    /// Reserves disk blocks for `[pos, pos + len)` without changing the file's length.
+    async fn allocate(&self, pos: u64, len: u64) -> io::Result<()>;
+    /// The file's current length.
+    async fn file_len(&self) -> io::Result<u64>;
+}
+
+/// A shard's view of a file system.
+pub trait Storage: Clone + 'static {
+    type File: StorageFile;
+
+    /// Opens `path` for reading and writing, creating it when `create` is set.
+    async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+    async fn remove_file(&self, path: &Path) -> io::Result<()>;
+    async fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    async fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Makes the creation and removal of entries in `dir` durable.
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// The entries of `dir` (file names only), in no particular order.
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+}
+
+/// Which backend a shard runs on, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    IoUring,
+    /// io_uring could not be set up; the reason is what the kernel said.
+    Blocking {
+        reason: String,
+    },
+}
+
+impl Backend {
+    /// Probes whether this process may create an io_uring instance.
+    pub fn detect() -> Backend {
+        match uring::probe() {
+            Ok(()) => Backend::IoUring,
+            Err(error) => {
+                let reason = match error.raw_os_error() {
+                    Some(libc::ENOSYS) => format!("the kernel has no io_uring ({error})"),
+                    Some(libc::EPERM) => format!(
+                        "io_uring is disabled (kernel.io_uring_disabled or a seccomp profile: {error})"
+                    ),
+                    Some(libc::ENOMEM) => {
+                        format!("io_uring could not lock memory (raise RLIMIT_MEMLOCK: {error})")
+                    }
+                    _ => format!("io_uring setup failed: {error}"),
+                };
+                tracing::warn!(
+                    "io_uring unavailable, using the blocking pread/pwrite backend: {reason}"
+                );
+                Backend::Blocking { reason }
+            }
+        }
+    }
+}

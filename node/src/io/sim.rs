@@ -1,0 +1,308 @@
+//! In-memory storage with a crash model and injected faults, for deterministic tests.
+//!
+//! Each file keeps its durable contents (as of its last successful sync) and the operations since.
+//! [`SimStorage::crash`] replaces every file by its durable contents plus a random prefix of the
+//! operations that followed, the last write of that prefix torn at a random byte: the page cache
+//! lost, in order, whatever had not been synced. Faults make the next matching operation fail with
+//! `EIO`; a failed sync leaves the file's unsynced operations undecided, as Linux does.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::{ReadBuf, Storage, StorageFile};
+
+/// Which operation a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultOp {
+    Write,
+    Read,
+    Sync,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { pos: u64, bytes: Bytes },
+    Truncate { len: u64 },
+}
+
+#[derive(Default)]
+struct Inode {
+    data: Vec<u8>,
+    durable: Vec<u8>,
+    unsynced: Vec<Op>,
+}
+
+impl Inode {
+    fn apply(data: &mut Vec<u8>, op: &Op) {
+        match op {
+            Op::Write { pos, bytes } => {
+                let end = *pos as usize + bytes.len();
+                if data.len() < end {
+                    data.resize(end, 0);
+                }
+                data[*pos as usize..end].copy_from_slice(bytes);
+            }
+            Op::Truncate { len } => data.resize(*len as usize, 0),
+        }
+    }
+}
+
+struct SimFs {
+    inodes: HashMap<u64, Inode>,
+    names: BTreeMap<PathBuf, u64>,
+    dirs: BTreeSet<PathBuf>,
+    next_inode: u64,
+    /// Fail the operation after this many more of its kind succeed.
+    faults: HashMap<FaultOp, u32>,
+    rng: StdRng,
+    syncs: u64,
+}
+
+/// A simulated file system. Clones share it.
+#[derive(Clone)]
+pub struct SimStorage {
+    fs: Rc<RefCell<SimFs>>,
+}
+
+pub struct SimFile {
+    inode: u64,
+    fs: Rc<RefCell<SimFs>>,
+}
+
+impl SimStorage {
+    pub fn new(seed: u64) -> SimStorage {
+        SimStorage {
+            fs: Rc::new(RefCell::new(SimFs {
+                inodes: HashMap::new(),
+                names: BTreeMap::new(),
+                dirs: BTreeSet::new(),
+                next_inode: 1,
+                faults: HashMap::new(),
+                rng: StdRng::seed_from_u64(seed),
+                syncs: 0,
+            })),
+        }
+    }
+
+    /// Makes the operation of kind `op` fail with EIO after `after` more succeed.
+    pub fn fail(&self, op: FaultOp, after: u32) {
+        self.fs.borrow_mut().faults.insert(op, after);
+    }
+
+    /// Simulates power loss: every file keeps its synced contents plus a random prefix of the
+    /// operations since, the last write torn. Open handles keep working on the new contents
+    /// (tests drop them and reopen, as a restarted process would).
+    pub fn crash(&self) {
+        let mut fs = self.fs.borrow_mut();
+        let SimFs { inodes, rng, .. } = &mut *fs;
+        for inode in inodes.values_mut() {
+            let mut data = inode.durable.clone();
+            let kept = rng.random_range(0..=inode.unsynced.len());
+            for (index, op) in inode.unsynced[..kept].iter().enumerate() {
+                let torn = match op {
+                    Op::Write { pos, bytes } if index + 1 == kept && !bytes.is_empty() => {
+                        let torn_len = rng.random_range(0..=bytes.len());
+                        Op::Write {
+                            pos: *pos,
+                            bytes: bytes.slice(..torn_len),
+                        }
+                    }
+                    op => op.clone(),
+                };
+                Inode::apply(&mut data, &torn);
+            }
+            inode.durable = data.clone();
+            inode.data = data;
+            inode.unsynced.clear();
+        }
+        fs.faults.clear();
+    }
+
+    /// Number of successful `sync_data` calls so far (group commit tests count them).
+    pub fn sync_count(&self) -> u64 {
+        self.fs.borrow().syncs
+    }
+
+    /// Current contents of a file (tests inspect and damage files through this).
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let fs = self.fs.borrow();
+        let inode = fs.names.get(path)?;
+        Some(fs.inodes[inode].data.clone())
+    }
+
+    /// Replaces a file's contents durably (tests use it to garble segment tails).
+    pub fn set_contents(&self, path: &Path, data: Vec<u8>) {
+        let mut fs = self.fs.borrow_mut();
+        let inode = *fs.names.get(path).expect("file exists");
+        let inode = fs.inodes.get_mut(&inode).expect("inode exists");
+        inode.durable = data.clone();
+        inode.data = data;
+        inode.unsynced.clear();
+    }
+}
+
+impl SimFs {
+    fn check_fault(&mut self, op: FaultOp) -> io::Result<()> {
+        match self.faults.get_mut(&op) {
+            Some(0) => {
+                self.faults.remove(&op);
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            Some(left) => {
+                *left -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn inode(&mut self, inode: u64) -> &mut Inode {
+        self.inodes
+            .get_mut(&inode)
+            .expect("open files keep their inode")
+    }
+}
+
+impl StorageFile for SimFile {
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        if let Err(error) = fs.check_fault(FaultOp::Write) {
+            // A failed write may still have reached the page cache in part.
+            let torn = fs.rng.random_range(0..=bytes.len());
+            let op = Op::Write {
+                pos,
+                bytes: bytes.slice(..torn),
+            };
+            let inode = fs.inode(self.inode);
+            Inode::apply(&mut inode.data, &op);
+            inode.unsynced.push(op);
+            return Err(error);
+        }
+        let op = Op::Write { pos, bytes };
+        let inode = fs.inode(self.inode);
+        Inode::apply(&mut inode.data, &op);
+        inode.unsynced.push(op);
+        Ok(())
+    }
+
+    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        let mut fs = self.fs.borrow_mut();
+        buf.clear();
+        if let Err(error) = fs.check_fault(FaultOp::Read) {
+            return (Err(error), buf);
+        }
+        let data = &fs.inode(self.inode).data;
+        let start = (pos as usize).min(data.len());
+        let end = (start + buf.capacity()).min(data.len());
+        buf.extend_from_slice(&data[start..end]);
+        (Ok(()), buf)
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        fs.check_fault(FaultOp::Sync)?;
+        fs.syncs += 1;
+        let inode = fs.inode(self.inode);
+        inode.durable = inode.data.clone();
+        inode.unsynced.clear();
+        Ok(())
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        let op = Op::Truncate { len };
+        let inode = fs.inode(self.inode);
+        Inode::apply(&mut inode.data, &op);
+        inode.unsynced.push(op);
+        Ok(())
+    }
+
+    async fn allocate(&self, _pos: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn file_len(&self) -> io::Result<u64> {
+        let mut fs = self.fs.borrow_mut();
+        Ok(fs.inode(self.inode).data.len() as u64)
+    }
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found", path.display()),
+    )
+}
+
+impl Storage for SimStorage {
+    type File = SimFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
+        let mut fs = self.fs.borrow_mut();
+        let parent = path.parent().unwrap_or(Path::new(""));
+        if !fs.dirs.contains(parent) {
+            return Err(not_found(parent));
+        }
+        let inode = match fs.names.get(path) {
+            Some(inode) => *inode,
+            None if create => {
+                let inode = fs.next_inode;
+                fs.next_inode += 1;
+                fs.inodes.insert(inode, Inode::default());
+                fs.names.insert(path.to_path_buf(), inode);
+                inode
+            }
+            None => return Err(not_found(path)),
+        };
+        Ok(SimFile {
+            inode,
+            fs: self.fs.clone(),
+        })
+    }
+
+    async fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        fs.names
+            .remove(path)
+            .map(drop)
+            .ok_or_else(|| not_found(path))
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        for ancestor in path.ancestors() {
+            fs.dirs.insert(ancestor.to_path_buf());
+        }
+        Ok(())
+    }
+
+    async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        fs.names.retain(|name, _| !name.starts_with(path));
+        fs.dirs.retain(|dir| !dir.starts_with(path));
+        Ok(())
+    }
+
+    async fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let fs = self.fs.borrow();
+        if !fs.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        let files = fs.names.keys().filter(|name| name.parent() == Some(dir));
+        let subdirs = fs.dirs.iter().filter(|name| name.parent() == Some(dir));
+        Ok(files
+            .chain(subdirs)
+            .filter_map(|name| name.file_name().map(PathBuf::from))
+            .collect())
+    }
+}

@@ -1,0 +1,165 @@
+//! io_uring backend (tokio-uring). Must run inside a tokio-uring runtime (one per shard).
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tokio_uring::buf::{IoBuf, IoBufMut};
+
+use super::{ReadBuf, Storage, StorageFile};
+
+/// Checks that this process may set up an io_uring instance.
+pub fn probe() -> io::Result<()> {
+    tokio_uring::uring_builder().build(8).map(drop)
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UringStorage;
+
+pub struct UringFile {
+    file: tokio_uring::fs::File,
+}
+
+// SAFETY: the pointer is the start of the AlignedVec's heap allocation, which does not move while
+// the buffer is owned by an in-flight operation; init and total mirror its length and capacity.
+unsafe impl IoBuf for ReadBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_slice().as_ptr()
+    }
+
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+
+    fn bytes_total(&self) -> usize {
+        self.capacity()
+    }
+}
+
+// SAFETY: as above; `set_init` is only called by tokio-uring after the kernel filled that many bytes.
+unsafe impl IoBufMut for ReadBuf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.spare_mut_ptr()
+    }
+
+    unsafe fn set_init(&mut self, pos: usize) {
+        if self.len() < pos {
+            // SAFETY: tokio-uring guarantees the kernel initialised `pos` bytes.
+            unsafe { self.set_len(pos) }
+        }
+    }
+}
+
+impl StorageFile for UringFile {
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        let (result, _) = self.file.write_all_at(bytes, pos).await;
+        result
+    }
+
+    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        buf.clear();
+        // A read may return fewer bytes than asked before the end of the file (a signal, a
+        // page-cache boundary); keep reading until the buffer is full or the file ends.
+        let mut filled = 0;
+        loop {
+            let want = buf.capacity() - filled;
+            if want == 0 {
+                return (Ok(()), buf);
+            }
+            let slice = tokio_uring::buf::BoundedBuf::slice(buf, filled..);
+            let (result, slice) = self.file.read_at(slice, pos + filled as u64).await;
+            buf = slice.into_inner();
+            match result {
+                Ok(0) => return (Ok(()), buf),
+                Ok(read) => filled += read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return (Err(error), buf),
+            }
+        }
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data().await
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        // tokio-uring 0.5 has no ftruncate opcode; truncation is rare (recovery, replica
+        // divergence), so a direct syscall is fine here.
+        // SAFETY: the fd is open for as long as `self.file` lives.
+        let rc = unsafe { libc::ftruncate(self.file.as_raw_fd(), len as libc::off_t) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    async fn allocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        self.file
+            .fallocate(pos, len, libc::FALLOC_FL_KEEP_SIZE)
+            .await
+    }
+
+    async fn file_len(&self) -> io::Result<u64> {
+        fd_len(self.file.as_raw_fd())
+    }
+}
+
+pub(crate) fn fd_len(fd: std::os::fd::RawFd) -> io::Result<u64> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `stat` is a valid out-pointer; the fd belongs to an open file.
+    let rc = unsafe { libc::fstat(fd, stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat returned 0, so it filled the struct.
+    Ok(unsafe { stat.assume_init() }.st_size as u64)
+}
+
+impl Storage for UringStorage {
+    type File = UringFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<UringFile> {
+        let file = tokio_uring::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(path)
+            .await?;
+        Ok(UringFile { file })
+    }
+
+    async fn remove_file(&self, path: &Path) -> io::Result<()> {
+        tokio_uring::fs::remove_file(path).await
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        tokio_uring::fs::create_dir_all(path).await
+    }
+
+    async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        sync_dir_blocking(dir)
+    }
+
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        list_dir_blocking(dir)
+    }
+}
+
+/// Directory fsync and listing have no io_uring opcode; they run on open, roll and delete only.
+pub(crate) fn sync_dir_blocking(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+pub(crate) fn list_dir_blocking(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        names.push(PathBuf::from(entry?.file_name()));
+    }
+    Ok(names)
+}

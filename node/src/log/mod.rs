@@ -1,0 +1,981 @@
+//! The partition log: one folder of segments, owned by exactly one shard.
+//!
+//! Invariants:
+//! - Single owner: every method takes `&mut self`; there are no locks, and no other task touches
+//!   the files. Concurrency (group commit) is layered on top by [`writer`].
+//! - Offsets are dense and contiguous: segment `k + 1` starts where segment `k` ends, and every
+//!   batch's base offset is the previous batch's next offset. Asserted on every append.
+//! - The `.log` files are the truth; index files are a cache, rebuilt on open where they disagree.
+//! - Time is an argument (`now_ms`), never read from a clock here, so tests control it.
+//! - Fail-stop: once a write or sync fails, the log refuses appends and flushes until reopened,
+//!   because after a failed `fdatasync` the kernel may have dropped data that reads still return.
+
+pub mod index;
+mod segment;
+pub mod writer;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
+
+use crate::io::{Storage, StorageFile};
+use index::{IndexCadence, SegmentIndex};
+use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset};
+
+/// When appended data is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// `fdatasync` before acknowledging; concurrent appends share one sync (group commit).
+    Always,
+    /// `fdatasync` at most every `interval_ms`.
+    Interval { interval_ms: u64 },
+    /// Never sync explicitly; rely on replication and the kernel's writeback.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Roll to a new segment before one would grow past this (a single larger batch still fits).
+    pub segment_bytes: u64,
+    /// Roll a non-empty segment this long after it was opened.
+    pub segment_ms: Option<i64>,
+    /// One index entry per this many bytes of batches.
+    pub index_interval_bytes: u32,
+    /// Delete closed segments whose newest record is older than this.
+    pub retention_ms: Option<i64>,
+    /// Delete the oldest closed segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+    pub flush: FlushPolicy,
+    /// Reserve a new segment's blocks up front (fewer extent allocations, less fragmentation).
+    pub preallocate: bool,
+}
+
+/// The largest segment a `u32` file position can address.
+pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: Some(7 * 24 * 3600 * 1000),
+            index_interval_bytes: 4096,
+            retention_ms: Some(7 * 24 * 3600 * 1000),
+            retention_bytes: None,
+            flush: FlushPolicy::Interval { interval_ms: 1000 },
+            preallocate: false,
+        }
+    }
+}
+
+/// Operating errors of the log. Programmer errors are assertions instead.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Batch `index` of an append failed validation; nothing of that append was written.
+    #[error("batch {index} of the append is invalid: {source}")]
+    CorruptBatch { index: usize, source: BatchError },
+    /// A replicated batch does not continue the log.
+    #[error("replicated batch starts at offset {got}, the log ends at {expected}")]
+    NotContiguous { expected: u64, got: u64 },
+    #[error("offset {requested} is outside the log [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: u64,
+        log_start: u64,
+        log_end: u64,
+    },
+    /// A write or sync failed earlier; the log accepts no more writes until it is reopened.
+    #[error("log {dir} stopped after an IO failure: {reason}")]
+    Failed { dir: PathBuf, reason: String },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("invalid log configuration: {0}")]
+    Config(String),
+}
+
+/// What an append wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub max_timestamp_ms: i64,
+    pub bytes: u64,
+}
+
+/// What opening found and repaired.
+#[derive(Debug, Default, Clone)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    /// Bytes cut from torn or corrupt tails.
+    pub truncated_bytes: u64,
+    /// Segments deleted because they followed a damaged one.
+    pub dropped_segments: usize,
+    pub rebuilt_index_entries: usize,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+}
+
+pub struct PartitionLog<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    config: LogConfig,
+    /// Sorted by base offset, contiguous; the last is the active segment. Never empty.
+    segments: Vec<Segment<S::File>>,
+    /// Every offset below this has been synced.
+    durable_offset: u64,
+    last_flush_ms: i64,
+    failed: Option<String>,
+    /// Reused per append so validating a request allocates nothing after warm-up.
+    headers: Vec<BatchHeader>,
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Opens (creating if needed) the log in `dir` and repairs what a crash left behind.
+    pub async fn open(
+        storage: S,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<(PartitionLog<S>, RecoveryReport), LogError> {
+        let dir = dir.into();
+        if config.segment_bytes == 0 || config.segment_bytes > SEGMENT_BYTES_MAX {
+            return Err(LogError::Config(format!(
+                "segment_bytes must be in 1..={SEGMENT_BYTES_MAX}"
+            )));
+        }
+        if config.index_interval_bytes == 0 {
+            return Err(LogError::Config("index_interval_bytes must be > 0".into()));
+        }
+        let io_error = |what, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LogError::Io { what, path, source }
+        };
+        storage
+            .create_dir_all(&dir)
+            .await
+            .map_err(io_error("create", &dir))?;
+        let mut bases: Vec<u64> = storage
+            .list_dir(&dir)
+            .await
+            .map_err(io_error("list", &dir))?
+            .iter()
+            .filter_map(|name| parse_base_offset(name, "log"))
+            .collect();
+        bases.sort_unstable();
+
+        let mut log = PartitionLog {
+            storage,
+            dir,
+            config,
+            segments: Vec::new(),
+            durable_offset: 0,
+            last_flush_ms: now_ms,
+            failed: None,
+            headers: Vec::new(),
+        };
+        let mut report = RecoveryReport::default();
+        let count = bases.len();
+        for (at, &base) in bases.iter().enumerate() {
+            let active = at + 1 == count;
+            if let Some(previous) = log.segments.last()
+                && previous.next_offset != base
+            {
+                tracing::error!(
+                    dir = %log.dir.display(),
+                    "segment {base} does not continue the log (previous ends at {}); dropping it and every later segment",
+                    previous.next_offset
+                );
+                for &drop_base in &bases[at..] {
+                    log.remove_segment_files(drop_base).await?;
+                    report.dropped_segments += 1;
+                }
+                break;
+            }
+            let (segment, damaged) = log
+                .recover_segment(base, active, now_ms, &mut report)
+                .await?;
+            log.segments.push(segment);
+            if damaged && !active {
+                for &drop_base in &bases[at + 1..] {
+                    log.remove_segment_files(drop_base).await?;
+                    report.dropped_segments += 1;
+                }
+                break;
+            }
+        }
+        if log.segments.is_empty() {
+            let segment = log.create_segment(0, now_ms).await?;
+            log.segments.push(segment);
+        }
+        report.segments = log.segments.len();
+        log.durable_offset = log.log_end_offset();
+        tracing::info!(
+            dir = %log.dir.display(),
+            segments = report.segments,
+            log_start = log.log_start_offset(),
+            log_end = log.log_end_offset(),
+            truncated_bytes = report.truncated_bytes,
+            "partition log opened"
+        );
+        Ok((log, report))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn log_start_offset(&self) -> u64 {
+        self.segments[0].base_offset
+    }
+
+    /// The offset the next appended record gets.
+    pub fn log_end_offset(&self) -> u64 {
+        self.active().next_offset
+    }
+
+    /// Every offset below this has been made durable by a sync.
+    pub fn durable_offset(&self) -> u64 {
+        self.durable_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|segment| segment.size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<u64> {
+        self.segments
+            .iter()
+            .map(|segment| segment.base_offset)
+            .collect()
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Index entries held in memory across all segments (memory is bounded by log size / interval).
+    pub fn index_entries(&self) -> usize {
+        self.segments.iter().map(|s| s.index.entries().len()).sum()
+    }
+
+    /// Validates `batches` (one or more whole batches, back to back, as a producer sent them),
+    /// stamps consecutive base offsets and `leader_epoch` into them in place, and writes them
+    /// with one IO. Nothing is written if any batch is invalid. Does not sync: see [`Self::flush`].
+    pub async fn append(
+        &mut self,
+        mut batches: BytesMut,
+        leader_epoch: u32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_writable()?;
+        self.headers.clear();
+        let mut next_offset = self.log_end_offset();
+        let mut at = 0;
+        while at < batches.len() {
+            let index = self.headers.len();
+            let mut header = batch::check(&batches[at..])
+                .map_err(|source| LogError::CorruptBatch { index, source })?;
+            let batch_len = header.batch_len as usize;
+            batch::stamp(&mut batches[at..at + batch_len], next_offset, leader_epoch);
+            header.base_offset = next_offset;
+            header.leader_epoch = leader_epoch;
+            next_offset = header.next_offset();
+            self.headers.push(header);
+            at += batch_len;
+        }
+        if self.headers.is_empty() {
+            return Err(LogError::CorruptBatch {
+                index: 0,
+                source: BatchError::TooShort {
+                    needed: batch::HEADER_LEN,
+                    available: 0,
+                },
+            });
+        }
+        self.write_batches(batches.freeze(), now_ms).await
+    }
+
+    /// Appends batches a leader already stamped (the follower path), verbatim.
+    pub async fn append_replicated(
+        &mut self,
+        batches: Bytes,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_writable()?;
+        self.headers.clear();
+        let mut expected = self.log_end_offset();
+        let mut at = 0;
+        while at < batches.len() {
+            let index = self.headers.len();
+            let header = batch::check(&batches[at..])
+                .map_err(|source| LogError::CorruptBatch { index, source })?;
+            if header.base_offset != expected {
+                return Err(LogError::NotContiguous {
+                    expected,
+                    got: header.base_offset,
+                });
+            }
+            expected = header.next_offset();
+            at += header.batch_len as usize;
+            self.headers.push(header);
+        }
+        if self.headers.is_empty() {
+            return Err(LogError::CorruptBatch {
+                index: 0,
+                source: BatchError::TooShort {
+                    needed: batch::HEADER_LEN,
+                    available: 0,
+                },
+            });
+        }
+        self.write_batches(batches, now_ms).await
+    }
+
+    /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log.
+    async fn write_batches(&mut self, bytes: Bytes, now_ms: i64) -> Result<AppendInfo, LogError> {
+        let first = self.headers[0];
+        let last = *self.headers.last().expect("at least one batch");
+        let total = bytes.len() as u64;
+        debug_assert_eq!(
+            total,
+            self.headers
+                .iter()
+                .map(|h| u64::from(h.batch_len))
+                .sum::<u64>()
+        );
+        if self.should_roll(total, last.last_offset(), now_ms) {
+            self.roll(now_ms).await?;
+        }
+        let position = self.active().size;
+        let path = self.segment_path(self.active().base_offset, "log");
+        if let Err(error) = self.active().log.write_all_at(bytes, position).await {
+            return Err(self.fail(format!("write to {} failed: {error}", path.display())));
+        }
+        let mut max_timestamp_ms = i64::MIN;
+        let mut batch_position = position;
+        let headers = std::mem::take(&mut self.headers);
+        let active = self.active_mut();
+        for header in &headers {
+            active.on_batch(header, batch_position);
+            batch_position += u64::from(header.batch_len);
+            max_timestamp_ms = max_timestamp_ms.max(header.max_timestamp_ms);
+        }
+        active.size += total;
+        active.dirty = true;
+        self.headers = headers;
+        Ok(AppendInfo {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset(),
+            max_timestamp_ms,
+            bytes: total,
+        })
+    }
+
+    fn should_roll(&self, incoming_bytes: u64, incoming_last_offset: u64, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.is_empty() {
+            return false;
+        }
+        let too_big = active.size + incoming_bytes > self.config.segment_bytes;
+        let too_old = self
+            .config
+            .segment_ms
+            .is_some_and(|segment_ms| now_ms - active.opened_at_ms >= segment_ms);
+        let offsets_overflow = incoming_last_offset - active.base_offset > u64::from(u32::MAX);
+        too_big || too_old || offsets_overflow
+    }
+
+    /// True when the interval policy says a sync is due.
+    pub fn flush_due(&self, now_ms: i64) -> bool {
+        match self.config.flush {
+            FlushPolicy::Always => self.durable_offset < self.log_end_offset(),
+            FlushPolicy::Interval { interval_ms } => {
+                self.durable_offset < self.log_end_offset()
+                    && now_ms - self.last_flush_ms >= interval_ms as i64
+            }
+            FlushPolicy::Never => false,
+        }
+    }
+
+    /// Syncs every segment written since the last sync and persists pending index entries.
+    /// Returns the new durable offset. One call covers every append before it (group commit).
+    pub async fn flush(&mut self, now_ms: i64) -> Result<u64, LogError> {
+        self.check_writable()?;
+        let target = self.log_end_offset();
+        for at in 0..self.segments.len() {
+            if !self.segments[at].dirty {
+                continue;
+            }
+            let base = self.segments[at].base_offset;
+            if let Err(error) = self.segments[at].log.sync_data().await {
+                let path = self.segment_path(base, "log");
+                return Err(self.fail(format!("fdatasync of {} failed: {error}", path.display())));
+            }
+            self.segments[at].dirty = false;
+            if let Err(error) = self.segments[at].persist_index().await {
+                // The index is a cache: losing it costs a rebuild on the next open, not data.
+                tracing::warn!(dir = %self.dir.display(), "writing index of segment {base} failed: {error}");
+            }
+        }
+        self.durable_offset = target;
+        self.last_flush_ms = now_ms;
+        Ok(target)
+    }
+
+    /// Reads whole stored batches starting with the one holding `offset`, up to `max_bytes`
+    /// (at least one batch, so a consumer always progresses), only batches that end at or
+    /// before `max_offset` (exclusive; the high watermark or durable offset), from one segment.
+    /// Returns empty bytes at the end of the log.
+    pub async fn read(
+        &mut self,
+        offset: u64,
+        max_bytes: usize,
+        max_offset: u64,
+    ) -> Result<Bytes, LogError> {
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < log_start || offset > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: offset,
+                log_start,
+                log_end,
+            });
+        }
+        let max_offset = max_offset.min(log_end);
+        if offset >= max_offset {
+            return Ok(Bytes::new());
+        }
+        let at = self.segment_holding(offset);
+        let segment = &self.segments[at];
+        let relative = (offset - segment.base_offset) as u32;
+        let start = segment
+            .index
+            .floor_by_offset(relative)
+            .map_or(0, |entry| u64::from(entry.position));
+        let window = max_bytes.max(batch::HEADER_LEN) + self.config.index_interval_bytes as usize;
+        let path = || self.segment_path(segment.base_offset, "log");
+        let mut chunk = segment
+            .read(start, window)
+            .await
+            .map_err(|source| LogError::Io {
+                what: "read",
+                path: path(),
+                source,
+            })?;
+        let mut chunk_position = start;
+        let mut first: Option<usize> = None;
+        let mut at_byte = 0usize;
+        loop {
+            let rest = &chunk[at_byte..];
+            let Ok(header) = BatchHeader::parse(rest) else {
+                break;
+            };
+            let batch_len = header.batch_len as usize;
+            if header.next_offset() > max_offset {
+                break;
+            }
+            if header.next_offset() <= offset {
+                at_byte += batch_len;
+                continue;
+            }
+            let taken = first.map_or(0, |first| at_byte - first);
+            if first.is_some() && taken + batch_len > max_bytes {
+                break;
+            }
+            if batch_len > rest.len() {
+                if first.is_some() {
+                    break;
+                }
+                // The first wanted batch is larger than the window: read it whole.
+                let position = chunk_position + at_byte as u64;
+                chunk = segment
+                    .read(position, batch_len.max(max_bytes))
+                    .await
+                    .map_err(|source| LogError::Io {
+                        what: "read",
+                        path: path(),
+                        source,
+                    })?;
+                chunk_position = position;
+                at_byte = 0;
+                continue;
+            }
+            first.get_or_insert(at_byte);
+            at_byte += batch_len;
+        }
+        Ok(match first {
+            Some(first) => chunk.slice(first..at_byte),
+            None => Bytes::new(),
+        })
+    }
+
+    /// The first record whose timestamp is at or after `timestamp_ms`, as (offset, timestamp).
+    /// Agrees with a linear scan of the log, even with out-of-order timestamps.
+    pub async fn offset_for_timestamp(
+        &mut self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, LogError> {
+        // Every record in a segment before the first whose max reaches the target is older.
+        let Some(at) = self
+            .segments
+            .iter()
+            .position(|segment| segment.max_timestamp_ms >= timestamp_ms)
+        else {
+            return Ok(None);
+        };
+        let segment = &self.segments[at];
+        let start = segment
+            .index
+            .floor_by_timestamp(timestamp_ms)
+            .map_or(0, |entry| u64::from(entry.position));
+        let mut position = start;
+        while position < segment.size {
+            let chunk = segment
+                .read(position, SCAN_CHUNK_BYTES)
+                .await
+                .map_err(|source| LogError::Io {
+                    what: "read",
+                    path: self.segment_path(segment.base_offset, "log"),
+                    source,
+                })?;
+            let mut at_byte = 0usize;
+            while let Ok(header) = BatchHeader::parse(&chunk[at_byte..]) {
+                let batch_len = header.batch_len as usize;
+                if batch_len > chunk.len() - at_byte {
+                    break;
+                }
+                if header.max_timestamp_ms >= timestamp_ms {
+                    let batch = Batch::validate(chunk.slice(at_byte..at_byte + batch_len))
+                        .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
+                    let found = batch
+                        .records()
+                        .find(|record| record.timestamp_ms >= timestamp_ms)
+                        .expect("a batch whose max reaches the target has such a record");
+                    return Ok(Some((found.offset, found.timestamp_ms)));
+                }
+                at_byte += batch_len;
+            }
+            if at_byte == 0 {
+                // One batch larger than the chunk: read exactly it next time.
+                let header = BatchHeader::parse(&chunk)
+                    .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
+                let batch = segment
+                    .read(position, header.batch_len as usize)
+                    .await
+                    .map_err(|source| LogError::Io {
+                        what: "read",
+                        path: self.segment_path(segment.base_offset, "log"),
+                        source,
+                    })?;
+                if header.max_timestamp_ms >= timestamp_ms {
+                    let batch = Batch::validate(batch)
+                        .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
+                    let found = batch
+                        .records()
+                        .find(|record| record.timestamp_ms >= timestamp_ms)
+                        .expect("a batch whose max reaches the target has such a record");
+                    return Ok(Some((found.offset, found.timestamp_ms)));
+                }
+                at_byte = header.batch_len as usize;
+            }
+            position += at_byte as u64;
+        }
+        unreachable!(
+            "segment max timestamp {} not found in its batches",
+            segment.max_timestamp_ms
+        )
+    }
+
+    /// Removes every batch with an offset at or above `offset`. Truncation happens at batch
+    /// boundaries: if `offset` falls inside a batch, that whole batch goes. Returns the new log end.
+    pub async fn truncate_to(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
+        self.check_writable()?;
+        let log_start = self.log_start_offset();
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        if offset <= log_start {
+            // Everything goes: start over, empty, at the old log start.
+            let bases = self.segment_bases();
+            self.segments.clear();
+            for base in bases {
+                self.remove_segment_files(base).await?;
+            }
+            let segment = self.create_segment(log_start, now_ms).await?;
+            self.segments.push(segment);
+            self.durable_offset = self.durable_offset.min(log_start);
+            return Ok(log_start);
+        }
+        while self.active().base_offset >= offset {
+            let segment = self.segments.pop().expect("the cut is above log start");
+            let base = segment.base_offset;
+            drop(segment);
+            self.remove_segment_files(base).await?;
+        }
+        let interval_bytes = self.config.index_interval_bytes;
+        let path = self.segment_path(self.active().base_offset, "log");
+        let active = self.active_mut();
+        let from = active
+            .index
+            .floor_by_offset((offset - active.base_offset) as u32)
+            .copied();
+        let size = active.size;
+        let end = active
+            .replay(from, size, false, offset, interval_bytes)
+            .await
+            .map_err(|source| LogError::Io {
+                what: "scan",
+                path: path.clone(),
+                source,
+            })?;
+        assert!(
+            end.damage.is_none(),
+            "written batches walk cleanly: {:?}",
+            end.damage
+        );
+        let persisted = active.index.persisted() as u64;
+        let results = [
+            active.log.truncate(end.valid_len).await,
+            active
+                .offset_index
+                .truncate(persisted * index::OFFSET_ENTRY_LEN as u64)
+                .await,
+            active
+                .time_index
+                .truncate(persisted * index::TIME_ENTRY_LEN as u64)
+                .await,
+            active.log.sync_data().await,
+        ];
+        for result in results {
+            if let Err(error) = result {
+                return Err(self.fail(format!("truncating {} failed: {error}", path.display())));
+            }
+        }
+        self.durable_offset = self.durable_offset.min(end.next_offset);
+        Ok(end.next_offset)
+    }
+
+    /// Deletes closed segments past the time and size limits. The active segment is rolled first
+    /// when it alone is past the time limit, so an idle topic's data still expires.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionReport, LogError> {
+        let mut report = RetentionReport::default();
+        let expired = |segment: &Segment<S::File>, retention_ms: Option<i64>| {
+            retention_ms.is_some_and(|retention_ms| {
+                !segment.is_empty() && segment.max_timestamp_ms < now_ms - retention_ms
+            })
+        };
+        if expired(self.active(), self.config.retention_ms) {
+            self.check_writable()?;
+            self.roll(now_ms).await?;
+        }
+        while self.segments.len() > 1 {
+            let oldest = &self.segments[0];
+            let over_size = self
+                .config
+                .retention_bytes
+                .is_some_and(|retention_bytes| self.size_bytes() - oldest.size >= retention_bytes);
+            if !(expired(oldest, self.config.retention_ms) || over_size) {
+                break;
+            }
+            let segment = self.segments.remove(0);
+            report.deleted_segments += 1;
+            report.deleted_bytes += segment.size;
+            let base = segment.base_offset;
+            drop(segment);
+            self.remove_segment_files(base).await?;
+            tracing::info!(dir = %self.dir.display(), "retention deleted segment {base}");
+        }
+        if report.deleted_segments > 0 {
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|source| LogError::Io {
+                    what: "sync",
+                    path: self.dir.clone(),
+                    source,
+                })?;
+        }
+        Ok(report)
+    }
+
+    /// Flushes (whatever the policy) and persists indexes: a clean shutdown.
+    pub async fn close(mut self, now_ms: i64) -> Result<(), LogError> {
+        if self.failed.is_none() {
+            self.flush(now_ms).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the log end.
+    async fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let base = self.log_end_offset();
+        let previous = self.active_mut();
+        if let Err(error) = previous.persist_index().await {
+            tracing::warn!(
+                "writing index of segment {} failed: {error}",
+                previous.base_offset
+            );
+        }
+        let segment = self.create_segment(base, now_ms).await?;
+        self.segments.push(segment);
+        tracing::debug!(dir = %self.dir.display(), "rolled to segment {base}");
+        Ok(())
+    }
+
+    async fn create_segment(
+        &mut self,
+        base_offset: u64,
+        now_ms: i64,
+    ) -> Result<Segment<S::File>, LogError> {
+        let open = |extension| {
+            let path = self.segment_path(base_offset, extension);
+            let storage = self.storage.clone();
+            async move {
+                storage
+                    .open(&path, true)
+                    .await
+                    .map_err(|source| LogError::Io {
+                        what: "create",
+                        path,
+                        source,
+                    })
+            }
+        };
+        let log = open("log").await?;
+        let offset_index = open("index").await?;
+        let time_index = open("timeindex").await?;
+        // A segment left over from a crash at the same base would confuse recovery: start clean.
+        for file in [&log, &offset_index, &time_index] {
+            file.truncate(0).await.map_err(|source| LogError::Io {
+                what: "truncate",
+                path: self.segment_path(base_offset, "log"),
+                source,
+            })?;
+        }
+        if self.config.preallocate
+            && let Err(error) = log.allocate(0, self.config.segment_bytes).await
+        {
+            tracing::warn!("preallocating segment {base_offset} failed: {error}");
+        }
+        self.storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|source| LogError::Io {
+                what: "sync",
+                path: self.dir.clone(),
+                source,
+            })?;
+        Ok(Segment {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp_ms: i64::MIN,
+            opened_at_ms: now_ms,
+            dirty: false,
+            index: SegmentIndex::default(),
+            cadence: IndexCadence::new(self.config.index_interval_bytes),
+            log,
+            offset_index,
+            time_index,
+        })
+    }
+
+    /// Opens one segment found on disk, checks its index against its log, and (for the active
+    /// segment, or any that looks damaged) validates every batch after the last index entry and
+    /// cuts a torn or corrupt tail. Returns the segment and whether it was damaged.
+    async fn recover_segment(
+        &mut self,
+        base_offset: u64,
+        active: bool,
+        now_ms: i64,
+        report: &mut RecoveryReport,
+    ) -> Result<(Segment<S::File>, bool), LogError> {
+        let path = self.segment_path(base_offset, "log");
+        let io_error = |what| {
+            let path = path.clone();
+            move |source| LogError::Io { what, path, source }
+        };
+        let open = |extension| {
+            let path = self.segment_path(base_offset, extension);
+            let storage = self.storage.clone();
+            async move {
+                storage
+                    .open(&path, true)
+                    .await
+                    .map_err(|source| LogError::Io {
+                        what: "open",
+                        path,
+                        source,
+                    })
+            }
+        };
+        let log = open("log").await?;
+        let offset_index = open("index").await?;
+        let time_index = open("timeindex").await?;
+        let file_len = log.file_len().await.map_err(io_error("stat"))?;
+        let offsets = read_whole(&offset_index)
+            .await
+            .map_err(io_error("read index"))?;
+        let times = read_whole(&time_index)
+            .await
+            .map_err(io_error("read index"))?;
+        let index = SegmentIndex::decode(offsets.as_slice(), times.as_slice(), file_len);
+        let loaded_entries = index.entries().len();
+        let from = index.last().copied();
+        let interval_bytes = self.config.index_interval_bytes;
+        let mut segment = Segment {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp_ms: i64::MIN,
+            opened_at_ms: now_ms,
+            dirty: false,
+            index,
+            cadence: IndexCadence::new(interval_bytes),
+            log,
+            offset_index,
+            time_index,
+        };
+        // Closed segments were complete when rolled: walking the headers after the last index
+        // entry is enough. The active one, or any that does not walk cleanly, is fully validated.
+        let mut end = segment
+            .replay(from, file_len, active, u64::MAX, interval_bytes)
+            .await
+            .map_err(io_error("scan"))?;
+        if end.damage.is_some() && !active {
+            end = segment
+                .replay(from, file_len, true, u64::MAX, interval_bytes)
+                .await
+                .map_err(io_error("scan"))?;
+        }
+        report.rebuilt_index_entries += segment
+            .index
+            .entries()
+            .len()
+            .saturating_sub(loaded_entries - usize::from(from.is_some()));
+        let damaged = end.damage.is_some();
+        if let Some(damage) = &end.damage {
+            let cut = file_len - end.valid_len;
+            report.truncated_bytes += cut;
+            tracing::warn!(
+                path = %path.display(),
+                "recovery cut {cut} bytes at offset {} (position {}): {damage}",
+                end.next_offset,
+                end.valid_len
+            );
+        }
+        if end.valid_len < file_len {
+            segment
+                .log
+                .truncate(end.valid_len)
+                .await
+                .map_err(io_error("truncate"))?;
+            segment.log.sync_data().await.map_err(io_error("sync"))?;
+        }
+        // Index files: cut to the entries that were kept, then append the rebuilt ones.
+        let persisted = segment.index.persisted() as u64;
+        segment
+            .offset_index
+            .truncate(persisted * index::OFFSET_ENTRY_LEN as u64)
+            .await
+            .map_err(io_error("truncate index"))?;
+        segment
+            .time_index
+            .truncate(persisted * index::TIME_ENTRY_LEN as u64)
+            .await
+            .map_err(io_error("truncate index"))?;
+        segment
+            .persist_index()
+            .await
+            .map_err(io_error("write index"))?;
+        Ok((segment, damaged))
+    }
+
+    async fn remove_segment_files(&mut self, base_offset: u64) -> Result<(), LogError> {
+        for extension in ["log", "index", "timeindex"] {
+            let path = self.segment_path(base_offset, extension);
+            match self.storage.remove_file(&path).await {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(LogError::Io {
+                        what: "remove",
+                        path,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn segment_holding(&self, offset: u64) -> usize {
+        let after = self
+            .segments
+            .partition_point(|segment| segment.base_offset <= offset);
+        let mut at = after - 1;
+        // An offset equal to a segment's end lives in the next one (if any).
+        while at + 1 < self.segments.len() && self.segments[at].next_offset <= offset {
+            at += 1;
+        }
+        at
+    }
+
+    fn segment_path(&self, base_offset: u64, extension: &str) -> PathBuf {
+        self.dir.join(file_name(base_offset, extension))
+    }
+
+    fn active(&self) -> &Segment<S::File> {
+        self.segments.last().expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment<S::File> {
+        self.segments
+            .last_mut()
+            .expect("a log always has a segment")
+    }
+
+    fn check_writable(&self) -> Result<(), LogError> {
+        match &self.failed {
+            Some(reason) => Err(LogError::Failed {
+                dir: self.dir.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Enters fail-stop and returns the error to report.
+    fn fail(&mut self, reason: String) -> LogError {
+        tracing::error!(dir = %self.dir.display(), "partition log stops accepting writes: {reason}");
+        self.failed = Some(reason.clone());
+        LogError::Failed {
+            dir: self.dir.clone(),
+            reason,
+        }
+    }
+}
+
+async fn read_whole<F: StorageFile>(file: &F) -> io::Result<crate::io::ReadBuf> {
+    let len = file.file_len().await?;
+    let (result, buf) = file
+        .read_at(crate::io::ReadBuf::with_capacity(len as usize), 0)
+        .await;
+    result.map(|()| buf)
+}

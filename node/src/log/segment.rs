@@ -1,0 +1,286 @@
+//! One segment: a `.log` file of back-to-back batches plus its sparse index files.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use strata_wire::batch::{self, BatchHeader, HEADER_LEN};
+
+use super::index::{IndexCadence, IndexEntry, OFFSET_ENTRY_LEN, SegmentIndex, TIME_ENTRY_LEN};
+use crate::io::{ReadBuf, StorageFile};
+
+/// How much a recovery or lookup scan reads per IO.
+pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+pub(crate) fn file_name(base_offset: u64, extension: &str) -> PathBuf {
+    PathBuf::from(format!("{base_offset:020}.{extension}"))
+}
+
+/// Parses `00000000000000001234.log` into 1234.
+pub(crate) fn parse_base_offset(name: &Path, extension: &str) -> Option<u64> {
+    let name = name.to_str()?;
+    let stem = name.strip_suffix(extension)?.strip_suffix('.')?;
+    (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| stem.parse().ok())
+        .flatten()
+}
+
+pub(crate) struct Segment<F> {
+    pub base_offset: u64,
+    /// Offset after the last batch in the segment.
+    pub next_offset: u64,
+    /// Bytes of whole batches in the `.log` file.
+    pub size: u64,
+    /// Largest record timestamp in the segment; `i64::MIN` while empty.
+    pub max_timestamp_ms: i64,
+    /// When this process created or opened the segment (age-based rolling).
+    pub opened_at_ms: i64,
+    /// Written since the last successful sync.
+    pub dirty: bool,
+    pub index: SegmentIndex,
+    pub cadence: IndexCadence,
+    pub log: F,
+    pub offset_index: F,
+    pub time_index: F,
+}
+
+/// Where a scan over a segment stopped.
+#[derive(Debug)]
+pub(crate) struct ScanEnd {
+    /// Length of the valid prefix of the file.
+    pub valid_len: u64,
+    pub next_offset: u64,
+    /// Why the scan stopped before the end of the file, if it did.
+    pub damage: Option<String>,
+}
+
+impl<F: StorageFile> Segment<F> {
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Records a batch written at `position`: offsets, timestamps, index.
+    pub fn on_batch(&mut self, header: &BatchHeader, position: u64) {
+        apply_batch(
+            self.base_offset,
+            &mut self.next_offset,
+            &mut self.max_timestamp_ms,
+            &mut self.index,
+            &mut self.cadence,
+            header,
+            position,
+        );
+    }
+
+    /// Forgets everything from `from` (an index entry; `None` = the segment start) on and replays
+    /// the file from there: rebuilds offsets, timestamps and index entries, stopping at damage, at
+    /// the end of the file, or before the first batch that ends above `keep_below`. Sets `size`
+    /// to the end of the last replayed batch. Used by recovery (with `verify`) and truncation.
+    pub async fn replay(
+        &mut self,
+        from: Option<IndexEntry>,
+        file_len: u64,
+        verify: bool,
+        keep_below: u64,
+        interval_bytes: u32,
+    ) -> io::Result<ScanEnd> {
+        let (position, relative_offset, max_before) = from.map_or((0, 0, i64::MIN), |entry| {
+            (
+                u64::from(entry.position),
+                entry.relative_offset,
+                entry.max_timestamp_before_ms,
+            )
+        });
+        self.index.truncate_to_position(position as u32);
+        self.cadence = IndexCadence::resume(interval_bytes, max_before);
+        self.next_offset = self.base_offset + u64::from(relative_offset);
+        self.max_timestamp_ms = max_before;
+        let Segment {
+            base_offset,
+            next_offset,
+            max_timestamp_ms,
+            index,
+            cadence,
+            log,
+            ..
+        } = self;
+        let end = Self::scan(
+            log,
+            file_len,
+            position,
+            *next_offset,
+            verify,
+            |header, at| {
+                if header.next_offset() > keep_below {
+                    return false;
+                }
+                apply_batch(
+                    *base_offset,
+                    next_offset,
+                    max_timestamp_ms,
+                    index,
+                    cadence,
+                    header,
+                    at,
+                );
+                true
+            },
+        )
+        .await?;
+        assert_eq!(end.next_offset, self.next_offset);
+        self.size = end.valid_len;
+        Ok(end)
+    }
+
+    /// Appends index entries not yet in the index files. Not synced: the files are a cache that
+    /// recovery checks against the log.
+    pub async fn persist_index(&mut self) -> io::Result<()> {
+        let (mut offsets, mut times) = (Vec::new(), Vec::new());
+        let first = self.index.take_unpersisted(&mut offsets, &mut times);
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let offsets_at = (first * OFFSET_ENTRY_LEN) as u64;
+        let times_at = (first * TIME_ENTRY_LEN) as u64;
+        self.offset_index
+            .write_all_at(Bytes::from(offsets), offsets_at)
+            .await?;
+        self.time_index
+            .write_all_at(Bytes::from(times), times_at)
+            .await
+    }
+
+    /// Reads `[position, position + len)` of the log file, never past the segment's data.
+    pub async fn read(&self, position: u64, len: usize) -> io::Result<Bytes> {
+        let len = len.min((self.size.saturating_sub(position)) as usize);
+        let (result, buf) = self
+            .log
+            .read_at(ReadBuf::with_capacity(len), position)
+            .await;
+        result?;
+        Ok(buf.into_bytes())
+    }
+
+    /// Walks batches from `position` (a batch start holding `offset`) to the end of the file.
+    /// With `verify`, every batch is fully validated (CRC, structure); without, only headers and
+    /// offset continuity are checked. Calls `on_batch` for each good batch in order; when it
+    /// returns false the scan stops before that batch (not damage).
+    pub async fn scan(
+        log: &F,
+        file_len: u64,
+        mut position: u64,
+        mut offset: u64,
+        verify: bool,
+        mut on_batch: impl FnMut(&BatchHeader, u64) -> bool,
+    ) -> io::Result<ScanEnd> {
+        let mut want = SCAN_CHUNK_BYTES;
+        loop {
+            if position == file_len {
+                return Ok(ScanEnd {
+                    valid_len: position,
+                    next_offset: offset,
+                    damage: None,
+                });
+            }
+            let len = want.min((file_len - position) as usize);
+            let (result, buf) = log.read_at(ReadBuf::with_capacity(len), position).await;
+            result?;
+            let chunk = buf.as_slice();
+            let mut at = 0usize;
+            let damage = loop {
+                let rest = &chunk[at..];
+                if rest.is_empty() && position + at as u64 == file_len {
+                    return Ok(ScanEnd {
+                        valid_len: file_len,
+                        next_offset: offset,
+                        damage: None,
+                    });
+                }
+                if rest.len() < HEADER_LEN && position + (at + rest.len()) as u64 == file_len {
+                    break Some(format!(
+                        "{} trailing bytes are not a whole header",
+                        rest.len()
+                    ));
+                }
+                if rest.len() < HEADER_LEN {
+                    break None;
+                }
+                let header = match BatchHeader::parse(rest) {
+                    Ok(header) => header,
+                    Err(error) => break Some(format!("bad header: {error}")),
+                };
+                let batch_len = header.batch_len as usize;
+                if position + (at + batch_len) as u64 > file_len {
+                    break Some(format!(
+                        "batch at offset {} needs {batch_len} bytes, the file ends first",
+                        header.base_offset
+                    ));
+                }
+                if batch_len > rest.len() {
+                    break None;
+                }
+                if header.base_offset != offset {
+                    break Some(format!(
+                        "expected a batch at offset {offset}, found offset {}",
+                        header.base_offset
+                    ));
+                }
+                if verify && let Err(error) = batch::check(&rest[..batch_len]) {
+                    break Some(format!("batch at offset {offset}: {error}"));
+                }
+                if !on_batch(&header, position + at as u64) {
+                    return Ok(ScanEnd {
+                        valid_len: position + at as u64,
+                        next_offset: offset,
+                        damage: None,
+                    });
+                }
+                offset = header.next_offset();
+                at += batch_len;
+            };
+            if let Some(damage) = damage {
+                return Ok(ScanEnd {
+                    valid_len: position + at as u64,
+                    next_offset: offset,
+                    damage: Some(damage),
+                });
+            }
+            // Need more bytes: either the next chunk, or one large batch that did not fit.
+            let rest = &chunk[at..];
+            want = if rest.len() >= HEADER_LEN {
+                BatchHeader::parse(rest)
+                    .map(|header| header.batch_len as usize)
+                    .unwrap_or(SCAN_CHUNK_BYTES)
+                    .max(SCAN_CHUNK_BYTES)
+            } else {
+                SCAN_CHUNK_BYTES
+            };
+            position += at as u64;
+        }
+    }
+}
+
+fn apply_batch(
+    base_offset: u64,
+    next_offset: &mut u64,
+    max_timestamp_ms: &mut i64,
+    index: &mut SegmentIndex,
+    cadence: &mut IndexCadence,
+    header: &BatchHeader,
+    position: u64,
+) {
+    assert_eq!(header.base_offset, *next_offset, "batches are contiguous");
+    assert!(position <= u64::from(u32::MAX), "segment positions fit u32");
+    let relative_offset =
+        u32::try_from(header.base_offset - base_offset).expect("relative offsets fit u32");
+    if let Some(entry) = cadence.on_batch(
+        relative_offset,
+        position as u32,
+        header.batch_len,
+        header.max_timestamp_ms,
+    ) {
+        index.push(entry);
+    }
+    *max_timestamp_ms = (*max_timestamp_ms).max(header.max_timestamp_ms);
+    *next_offset = header.next_offset();
+}

@@ -1,0 +1,73 @@
+#![allow(dead_code)]
+
+use bytes::{Bytes, BytesMut};
+use strata_node::log::{FlushPolicy, LogConfig};
+use strata_wire::batch::{BatchBuilder, split_batches};
+
+/// A record as the tests model it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rec {
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+}
+
+/// One batch of `count` records whose values name `tag` and their index.
+pub fn batch_of(tag: u64, count: usize, value_len: usize, timestamp_ms: i64) -> BytesMut {
+    let mut builder = BatchBuilder::with_capacity(count * (value_len + 64) + 256);
+    for i in 0..count {
+        let mut value = format!("{tag}:{i}:").into_bytes();
+        value.resize(value_len.max(value.len()), b'x');
+        let key = format!("k{}", i % 7);
+        builder.push(timestamp_ms + i as i64, Some(key.as_bytes()), &value);
+    }
+    BytesMut::from(&builder.finish()[..])
+}
+
+/// Builds a batch from explicit records (offsets ignored: the log assigns them).
+pub fn batch_from(records: &[Rec]) -> BytesMut {
+    let mut builder = BatchBuilder::default();
+    for record in records {
+        builder.push(record.timestamp_ms, record.key.as_deref(), &record.value);
+    }
+    BytesMut::from(&builder.finish()[..])
+}
+
+/// Decodes every record in `bytes` (whole batches back to back).
+pub fn records_in(bytes: Bytes) -> Vec<Rec> {
+    let mut out = Vec::new();
+    for batch in split_batches(bytes) {
+        let batch = batch.expect("the log returns valid batches");
+        for record in batch.records() {
+            out.push(Rec {
+                offset: record.offset,
+                timestamp_ms: record.timestamp_ms,
+                key: record.key.map(<[u8]>::to_vec),
+                value: record.value.to_vec(),
+            });
+        }
+    }
+    out
+}
+
+pub fn small_config(segment_bytes: u64, flush: FlushPolicy) -> LogConfig {
+    LogConfig {
+        segment_bytes,
+        segment_ms: None,
+        index_interval_bytes: 256,
+        retention_ms: None,
+        retention_bytes: None,
+        flush,
+        preallocate: false,
+    }
+}
+
+/// Runs a future on a current-thread runtime with a LocalSet (what a shard provides).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    tokio::task::LocalSet::new().block_on(&runtime, future)
+}

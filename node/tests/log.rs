@@ -1,0 +1,651 @@
+//! The partition log against the simulated (fault-injecting) storage and against real files
+//! through io_uring.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use bytes::BytesMut;
+use common::*;
+use proptest::prelude::*;
+use strata_node::io::sim::{FaultOp, SimStorage};
+use strata_node::io::uring::UringStorage;
+use strata_node::io::{Backend, Storage};
+use strata_node::log::{FlushPolicy, LogConfig, LogError, PartitionLog, writer};
+
+fn sim_dir() -> PathBuf {
+    PathBuf::from("/data/orders-0")
+}
+
+async fn open<S: Storage>(storage: &S, dir: &Path, config: &LogConfig) -> PartitionLog<S> {
+    PartitionLog::open(storage.clone(), dir, config.clone(), 0)
+        .await
+        .expect("open")
+        .0
+}
+
+/// Reads every record from `from` to the log end, in small fetches.
+async fn read_all<S: Storage>(
+    log: &mut PartitionLog<S>,
+    from: u64,
+    fetch_bytes: usize,
+) -> Vec<Rec> {
+    let mut out = Vec::new();
+    let mut next = from;
+    loop {
+        let bytes = log.read(next, fetch_bytes, u64::MAX).await.expect("read");
+        if bytes.is_empty() {
+            return out;
+        }
+        let records = records_in(bytes);
+        assert!(
+            records.first().unwrap().offset <= next,
+            "read starts at the batch holding the offset"
+        );
+        for record in records {
+            if record.offset >= next {
+                assert_eq!(record.offset, next, "offsets are dense");
+                next += 1;
+                out.push(record);
+            }
+        }
+    }
+}
+
+/// Appends `batches` batches of 1..=5 records each and returns the model of what was written.
+async fn append_many<S: Storage>(
+    log: &mut PartitionLog<S>,
+    batches: u64,
+    value_len: usize,
+    timestamp_ms: i64,
+) -> Vec<Rec> {
+    let mut written = Vec::new();
+    for tag in 0..batches {
+        let count = 1 + (tag % 5) as usize;
+        let batch = batch_of(tag, count, value_len, timestamp_ms + tag as i64 * 10);
+        let expected = records_in(batch.clone().freeze());
+        let info = log.append(batch, 3, 0).await.expect("append");
+        assert_eq!(info.last_offset - info.base_offset + 1, count as u64);
+        written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
+            record.offset = info.base_offset + i as u64;
+            record
+        }));
+    }
+    written
+}
+
+#[test]
+fn append_read_roll_and_reopen_on_sim() {
+    block_on(async {
+        let storage = SimStorage::new(1);
+        let config = small_config(2048, FlushPolicy::Never);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 200, 100, 1_000).await;
+        assert!(log.segment_count() > 10, "small segments roll");
+        assert_eq!(read_all(&mut log, 0, 300).await, written);
+        assert_eq!(read_all(&mut log, 123, 10_000).await, written[123..]);
+        log.close(0).await.unwrap();
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(log.log_end_offset(), written.len() as u64);
+        assert_eq!(read_all(&mut log, 0, 1000).await, written);
+    });
+}
+
+#[test]
+fn append_read_and_reopen_through_io_uring() {
+    assert_eq!(
+        Backend::detect(),
+        Backend::IoUring,
+        "this host has io_uring"
+    );
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("orders-0");
+    tokio_uring::start(async {
+        let config = small_config(64 * 1024, FlushPolicy::Always);
+        let mut log = open(&UringStorage, &dir, &config).await;
+        let written = append_many(&mut log, 300, 500, 1_000).await;
+        log.flush(0).await.unwrap();
+        assert!(log.segment_count() > 1);
+        assert_eq!(read_all(&mut log, 0, 4096).await, written);
+        drop(log); // no close: reopen must recover from the files alone
+        let mut log = open(&UringStorage, &dir, &config).await;
+        assert_eq!(read_all(&mut log, 0, 100_000).await, written);
+    });
+    // The files are where DESIGN §4 says.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains(&"00000000000000000000.log".to_string()));
+    assert!(names.contains(&"00000000000000000000.index".to_string()));
+    assert!(names.contains(&"00000000000000000000.timeindex".to_string()));
+}
+
+#[test]
+fn reads_respect_max_offset_max_bytes_and_range() {
+    block_on(async {
+        let storage = SimStorage::new(2);
+        let mut log = open(
+            &storage,
+            &sim_dir(),
+            &small_config(1 << 20, FlushPolicy::Never),
+        )
+        .await;
+        let written = append_many(&mut log, 20, 50, 0).await;
+        // A bound in the middle of the log: nothing at or past it comes back.
+        let bound = 17;
+        let got = records_in(log.read(0, 1 << 20, bound).await.unwrap());
+        assert!(got.iter().all(|record| record.offset < bound));
+        assert!(
+            got.len() as u64 >= bound - 5,
+            "all whole batches below the bound"
+        );
+        // max_bytes smaller than one batch still returns that one batch.
+        let one = records_in(log.read(0, 1, u64::MAX).await.unwrap());
+        assert_eq!(one, written[..1]);
+        // Reading at the end is empty; past it or before the start is an error.
+        let end = log.log_end_offset();
+        assert!(log.read(end, 100, u64::MAX).await.unwrap().is_empty());
+        assert!(matches!(
+            log.read(end + 1, 100, u64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+    });
+}
+
+#[test]
+fn a_corrupt_batch_rejects_the_whole_append() {
+    block_on(async {
+        let storage = SimStorage::new(3);
+        let mut log = open(
+            &storage,
+            &sim_dir(),
+            &small_config(1 << 20, FlushPolicy::Never),
+        )
+        .await;
+        let mut two = batch_of(1, 3, 10, 0);
+        let mut damaged = batch_of(2, 3, 10, 0);
+        let last = damaged.len() - 30;
+        damaged[last] ^= 0x40;
+        two.extend_from_slice(&damaged);
+        let error = log.append(two, 0, 0).await.unwrap_err();
+        assert!(
+            matches!(error, LogError::CorruptBatch { index: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(log.size_bytes(), 0);
+        assert!(matches!(
+            log.append(BytesMut::new(), 0, 0).await,
+            Err(LogError::CorruptBatch { .. })
+        ));
+    });
+}
+
+#[test]
+fn replicated_batches_must_continue_the_log() {
+    block_on(async {
+        let storage = SimStorage::new(4);
+        let mut leader = open(
+            &storage,
+            Path::new("/leader/t-0"),
+            &small_config(4096, FlushPolicy::Never),
+        )
+        .await;
+        let mut follower = open(
+            &storage,
+            Path::new("/follower/t-0"),
+            &small_config(4096, FlushPolicy::Never),
+        )
+        .await;
+        let written = append_many(&mut leader, 30, 40, 0).await;
+        let mut next = 0;
+        while next < leader.log_end_offset() {
+            let bytes = leader.read(next, 500, u64::MAX).await.unwrap();
+            follower.append_replicated(bytes, 0).await.unwrap();
+            next = follower.log_end_offset();
+        }
+        assert_eq!(read_all(&mut follower, 0, 700).await, written);
+        let again = leader.read(0, 500, u64::MAX).await.unwrap();
+        assert!(matches!(
+            follower.append_replicated(again, 0).await,
+            Err(LogError::NotContiguous { .. })
+        ));
+    });
+}
+
+#[test]
+fn truncation_cuts_at_batch_boundaries() {
+    block_on(async {
+        let storage = SimStorage::new(5);
+        let config = small_config(1024, FlushPolicy::Never);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 60, 60, 0).await;
+        let segments_before = log.segment_count();
+        // Offsets of batch starts, to cut at boundaries and inside batches.
+        let starts: Vec<u64> = {
+            let mut starts = vec![0];
+            for tag in 0..60u64 {
+                starts.push(starts.last().unwrap() + 1 + tag % 5);
+            }
+            starts
+        };
+        let boundary = starts[40];
+        assert_eq!(log.truncate_to(boundary, 0).await.unwrap(), boundary);
+        assert!(log.segment_count() < segments_before);
+        assert_eq!(
+            read_all(&mut log, 0, 500).await,
+            written[..boundary as usize]
+        );
+        // Inside a batch: the whole batch goes.
+        assert_eq!(starts[35] - starts[34], 5, "batch 34 holds five records");
+        let inside = starts[34] + 2;
+        assert_eq!(log.truncate_to(inside, 0).await.unwrap(), starts[34]);
+        // Appending after truncation continues at the new end, and survives a reopen.
+        let more = append_many(&mut log, 5, 60, 0).await;
+        assert_eq!(more[0].offset, starts[34]);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let got = read_all(&mut log, 0, 500).await;
+        assert_eq!(got[..starts[34] as usize], written[..starts[34] as usize]);
+        assert_eq!(got[starts[34] as usize..], more[..]);
+        // Truncating to the log start empties the log.
+        assert_eq!(log.truncate_to(0, 0).await.unwrap(), 0);
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(log.segment_count(), 1);
+    });
+}
+
+#[test]
+fn retention_by_size_and_time() {
+    block_on(async {
+        let storage = SimStorage::new(6);
+        let mut config = small_config(2048, FlushPolicy::Never);
+        config.retention_bytes = Some(8 * 1024);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 200, 100, 1_000).await;
+        let before = log.size_bytes();
+        let report = log.enforce_retention(10_000).await.unwrap();
+        assert!(report.deleted_segments > 0);
+        assert!(log.size_bytes() < before);
+        // Kafka's rule: delete while what remains without the oldest segment still meets the limit.
+        assert!(log.size_bytes() >= 8 * 1024);
+        assert!(log.size_bytes() - 2048 < 8 * 1024);
+        let start = log.log_start_offset();
+        assert!(start > 0);
+        assert_eq!(
+            read_all(&mut log, start, 1000).await,
+            written[start as usize..]
+        );
+        assert!(matches!(
+            log.read(0, 10, u64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+
+        // Time: every record has a timestamp below 1_000 + 2000 + 5; a clock far ahead expires all.
+        let mut config = small_config(2048, FlushPolicy::Never);
+        config.retention_ms = Some(60_000);
+        let mut log = open(&storage, Path::new("/data/time-0"), &config).await;
+        let _ = append_many(&mut log, 100, 100, 1_000).await;
+        let report = log.enforce_retention(30_000).await.unwrap();
+        assert_eq!(report.deleted_segments, 0, "nothing is old enough yet");
+        let end = log.log_end_offset();
+        let report = log.enforce_retention(1_000_000).await.unwrap();
+        assert!(report.deleted_segments > 0);
+        assert_eq!(
+            log.log_start_offset(),
+            end,
+            "everything expired, the active segment too"
+        );
+        assert_eq!(log.log_end_offset(), end, "offsets never go back");
+    });
+}
+
+#[test]
+fn segments_roll_by_age() {
+    block_on(async {
+        let storage = SimStorage::new(7);
+        let mut config = small_config(1 << 20, FlushPolicy::Never);
+        config.segment_ms = Some(1000);
+        let mut log = PartitionLog::open(storage, sim_dir(), config, 0)
+            .await
+            .unwrap()
+            .0;
+        log.append(batch_of(0, 2, 10, 0), 0, 100).await.unwrap();
+        log.append(batch_of(1, 2, 10, 0), 0, 900).await.unwrap();
+        assert_eq!(log.segment_count(), 1);
+        log.append(batch_of(2, 2, 10, 0), 0, 1_000).await.unwrap();
+        assert_eq!(log.segment_bases(), vec![0, 4]);
+    });
+}
+
+#[test]
+fn a_failed_fsync_stops_the_log() {
+    block_on(async {
+        let storage = SimStorage::new(8);
+        let mut log = open(
+            &storage,
+            &sim_dir(),
+            &small_config(1 << 20, FlushPolicy::Always),
+        )
+        .await;
+        log.append(batch_of(0, 2, 10, 0), 0, 0).await.unwrap();
+        log.flush(0).await.unwrap();
+        log.append(batch_of(1, 2, 10, 0), 0, 0).await.unwrap();
+        storage.fail(FaultOp::Sync, 0);
+        assert!(matches!(log.flush(0).await, Err(LogError::Failed { .. })));
+        assert!(log.is_failed());
+        // No more acks from this log, even though the next sync would work.
+        assert!(matches!(
+            log.append(batch_of(2, 1, 10, 0), 0, 0).await,
+            Err(LogError::Failed { .. })
+        ));
+        assert!(matches!(log.flush(0).await, Err(LogError::Failed { .. })));
+        assert_eq!(log.durable_offset(), 2);
+    });
+}
+
+#[test]
+fn a_failed_write_stops_the_log_and_recovery_cuts_the_partial_batch() {
+    block_on(async {
+        let storage = SimStorage::new(9);
+        let config = small_config(1 << 20, FlushPolicy::Always);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        log.append(batch_of(0, 2, 100, 0), 0, 0).await.unwrap();
+        log.flush(0).await.unwrap();
+        storage.fail(FaultOp::Write, 0);
+        assert!(matches!(
+            log.append(batch_of(1, 2, 100, 0), 0, 0).await,
+            Err(LogError::Failed { .. })
+        ));
+        drop(log);
+        let (mut log, _report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+            .await
+            .unwrap();
+        assert_eq!(log.log_end_offset(), 2);
+        assert_eq!(read_all(&mut log, 0, 1000).await.len(), 2);
+    });
+}
+
+/// Garbles or cuts the tail of the active segment in many ways; recovery keeps exactly the
+/// batches before the damage and the log keeps working.
+#[test]
+fn torn_and_corrupt_tails_are_cut_on_recovery() {
+    for (case, damage) in [
+        "cut mid-batch",
+        "cut mid-header",
+        "flip a payload byte",
+        "zero tail",
+        "garbage appended",
+        "index lost",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        block_on(async {
+            let storage = SimStorage::new(10 + case as u64);
+            let config = small_config(1 << 20, FlushPolicy::Always);
+            let mut log = open(&storage, &sim_dir(), &config).await;
+            let written = append_many(&mut log, 40, 80, 0).await;
+            log.flush(0).await.unwrap();
+            let last_batch_start = log
+                .read(written.last().unwrap().offset, 1, u64::MAX)
+                .await
+                .unwrap();
+            let last_len = last_batch_start.len();
+            let last_count = records_in(last_batch_start).len();
+            drop(log);
+            let segment = sim_dir().join("00000000000000000000.log");
+            let mut bytes = storage.contents(&segment).unwrap();
+            let full = bytes.len();
+            let mut keep = written.len() - last_count;
+            match damage {
+                "cut mid-batch" => bytes.truncate(full - last_len / 2),
+                "cut mid-header" => bytes.truncate(full - last_len + 10),
+                "flip a payload byte" => bytes[full - 20] ^= 1,
+                "zero tail" => bytes[full - last_len..].fill(0),
+                "garbage appended" => {
+                    bytes.extend_from_slice(&[0xAB; 100]);
+                    keep = written.len();
+                }
+                "index lost" => {
+                    storage.set_contents(&sim_dir().join("00000000000000000000.index"), Vec::new());
+                    keep = written.len();
+                }
+                _ => unreachable!(),
+            }
+            storage.set_contents(&segment, bytes);
+            let (mut log, report) =
+                PartitionLog::open(storage.clone(), sim_dir(), config.clone(), 0)
+                    .await
+                    .unwrap();
+            assert_eq!(log.log_end_offset(), keep as u64, "{damage}");
+            assert_eq!(
+                read_all(&mut log, 0, 700).await,
+                written[..keep],
+                "{damage}"
+            );
+            if damage == "index lost" {
+                assert!(report.rebuilt_index_entries > 0);
+                assert!(log.index_entries() > 1);
+            } else {
+                assert!(report.truncated_bytes > 0, "{damage}");
+            }
+            // And it appends and recovers cleanly afterwards.
+            log.append(batch_of(99, 2, 10, 0), 0, 0).await.unwrap();
+            log.flush(0).await.unwrap();
+            drop(log);
+            let (log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+                .await
+                .unwrap();
+            assert_eq!(log.log_end_offset(), keep as u64 + 2);
+            assert_eq!(report.truncated_bytes, 0);
+        });
+    }
+}
+
+/// The crash model: power loss keeps synced data and a random prefix of what followed, torn.
+/// Every batch acknowledged after a sync must survive; nothing torn may be readable.
+#[test]
+fn simulated_crashes_keep_every_synced_batch() {
+    for seed in 0..300u64 {
+        block_on(async {
+            let storage = SimStorage::new(seed);
+            let config = small_config(4096, FlushPolicy::Always);
+            let mut log = open(&storage, &sim_dir(), &config).await;
+            let mut acknowledged = Vec::new();
+            let batches = 5 + seed % 40;
+            for tag in 0..batches {
+                let batch = batch_of(tag, 1 + (tag % 3) as usize, 50 + (seed as usize % 200), 0);
+                let info = log.append(batch, 0, 0).await.unwrap();
+                // Some appends are synced (acknowledged), the last few are not.
+                if tag + 3 < batches || seed % 2 == 0 {
+                    log.flush(0).await.unwrap();
+                    acknowledged.push(info);
+                }
+            }
+            drop(log);
+            storage.crash();
+            let mut log = open(&storage, &sim_dir(), &config).await;
+            let acked_end = acknowledged.last().map_or(0, |info| info.last_offset + 1);
+            assert!(
+                log.log_end_offset() >= acked_end,
+                "seed {seed}: lost acknowledged data"
+            );
+            let records = read_all(&mut log, 0, 1000).await;
+            assert_eq!(records.len() as u64, log.log_end_offset(), "seed {seed}");
+            for (offset, record) in records.iter().enumerate() {
+                assert_eq!(record.offset, offset as u64);
+            }
+        });
+    }
+}
+
+#[test]
+fn group_commit_shares_one_sync_among_concurrent_appenders() {
+    block_on(async {
+        let storage = SimStorage::new(11);
+        let log = open(
+            &storage,
+            &sim_dir(),
+            &small_config(1 << 20, FlushPolicy::Always),
+        )
+        .await;
+        let handle = writer::spawn(log, || 0);
+        let syncs_before = storage.sync_count();
+        let mut tasks = Vec::new();
+        for producer in 0..8u64 {
+            let handle = handle.clone();
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut offsets = Vec::new();
+                for round in 0..10 {
+                    let info = handle
+                        .append(batch_of(producer * 100 + round, 4, 100, 0), 1)
+                        .await
+                        .unwrap();
+                    offsets.push(info.base_offset);
+                }
+                offsets
+            }));
+        }
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..80).map(|i| i * 4).collect::<Vec<_>>());
+        let syncs = storage.sync_count() - syncs_before;
+        assert!(
+            syncs <= 20,
+            "80 appends by 8 producers took {syncs} syncs: no group commit"
+        );
+        let offsets = handle.offsets().await.unwrap();
+        assert_eq!(offsets.durable, 320, "acknowledged means synced");
+        handle.close().await.unwrap();
+    });
+}
+
+#[test]
+fn interval_and_never_policies() {
+    block_on(async {
+        let storage = SimStorage::new(12);
+        let config = small_config(1 << 20, FlushPolicy::Interval { interval_ms: 20 });
+        let now = writer::system_clock_ms();
+        let log = PartitionLog::open(storage.clone(), sim_dir(), config, now)
+            .await
+            .unwrap()
+            .0;
+        let handle = writer::spawn(log, writer::system_clock_ms);
+        handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
+        assert_eq!(
+            handle.offsets().await.unwrap().durable,
+            0,
+            "acked before the interval sync"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        assert_eq!(
+            handle.offsets().await.unwrap().durable,
+            3,
+            "the interval sync ran"
+        );
+
+        let config = small_config(1 << 20, FlushPolicy::Never);
+        let handle = writer::spawn(
+            open(&storage, Path::new("/data/never-0"), &config).await,
+            || 0,
+        );
+        let syncs = storage.sync_count();
+        for round in 0..5 {
+            handle.append(batch_of(round, 3, 10, 0), 0).await.unwrap();
+        }
+        assert_eq!(storage.sync_count(), syncs, "never means never");
+        let bytes = handle.read(0, 1 << 20, u64::MAX).await.unwrap();
+        assert_eq!(records_in(bytes).len(), 15);
+    });
+}
+
+fn arb_ops() -> impl Strategy<Value = Vec<(u8, u16, i64)>> {
+    // (records in the batch, value length, timestamp jitter)
+    proptest::collection::vec((1u8..8, 0u16..400, -50i64..50), 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random appends, then reads at random offsets with random budgets, across rolls and a
+    /// reopen, return exactly the records appended.
+    #[test]
+    fn random_appends_read_back_exactly(
+        ops in arb_ops(),
+        segment_bytes in 512u64..8192,
+        reads in proptest::collection::vec((any::<prop::sample::Index>(), 1usize..5000), 1..30),
+    ) {
+        block_on(async {
+            let storage = SimStorage::new(segment_bytes);
+            let config = small_config(segment_bytes, FlushPolicy::Never);
+            let mut log = open(&storage, &sim_dir(), &config).await;
+            let mut written = Vec::new();
+            let mut clock = 10_000i64;
+            for (at, (count, value_len, jitter)) in ops.iter().enumerate() {
+                clock += 5;
+                let records: Vec<Rec> = (0..*count)
+                    .map(|i| Rec {
+                        offset: 0,
+                        timestamp_ms: clock + jitter + i64::from(i),
+                        key: (i % 2 == 0).then(|| vec![i; 3]),
+                        value: vec![at as u8; *value_len as usize],
+                    })
+                    .collect();
+                let info = log.append(batch_from(&records), 0, 0).await.unwrap();
+                for (i, mut record) in records.into_iter().enumerate() {
+                    record.offset = info.base_offset + i as u64;
+                    written.push(record);
+                }
+                if at == ops.len() / 2 {
+                    log.close(0).await.unwrap();
+                    log = open(&storage, &sim_dir(), &config).await;
+                }
+            }
+            for (index, budget) in &reads {
+                let offset = index.index(written.len());
+                let bytes = log.read(offset as u64, *budget, u64::MAX).await.unwrap();
+                let got = records_in(bytes);
+                let first = got.iter().position(|r| r.offset == offset as u64).expect("holds the offset");
+                let tail = &got[first..];
+                assert_eq!(tail, &written[offset..offset + tail.len()]);
+            }
+            assert_eq!(read_all(&mut log, 0, 1024).await, written);
+        });
+    }
+
+    /// Timestamp lookups agree with a linear scan, including out-of-order timestamps.
+    #[test]
+    fn timestamp_lookup_agrees_with_linear_scan(
+        ops in arb_ops(),
+        targets in proptest::collection::vec(9_000i64..12_000, 1..20),
+    ) {
+        block_on(async {
+            let storage = SimStorage::new(77);
+            let mut log = open(&storage, &sim_dir(), &small_config(1024, FlushPolicy::Never)).await;
+            let mut written = Vec::new();
+            let mut clock = 10_000i64;
+            for (count, value_len, jitter) in &ops {
+                clock += 3;
+                let records: Vec<Rec> = (0..*count)
+                    .map(|i| Rec { offset: 0, timestamp_ms: clock + jitter * i64::from(i % 3), key: None, value: vec![1; *value_len as usize / 4] })
+                    .collect();
+                let info = log.append(batch_from(&records), 0, 0).await.unwrap();
+                for (i, mut record) in records.into_iter().enumerate() {
+                    record.offset = info.base_offset + i as u64;
+                    written.push(record);
+                }
+            }
+            for target in targets {
+                let expected = written
+                    .iter()
+                    .find(|record| record.timestamp_ms >= target)
+                    .map(|record| (record.offset, record.timestamp_ms));
+                assert_eq!(log.offset_for_timestamp(target).await.unwrap(), expected, "target {target}");
+            }
+        });
+    }
+}
