@@ -1,1 +1,213 @@
-fn main() {}
+//! The `strata` command line. Subcommands arrive with their issues (serve, topic, produce,
+//! consume, bench, tune); for now it carries the partition log's operator tools.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, bail};
+use bytes::BytesMut;
+use clap::{Parser, Subcommand, ValueEnum};
+use strata_node::io::uring::UringStorage;
+use strata_node::log::{FlushPolicy, LogConfig, PartitionLog, writer};
+use strata_wire::batch::{BatchBuilder, split_batches};
+
+#[derive(Parser)]
+#[command(name = "strata", version, about = "Strata: a distributed commit log")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect and exercise partition logs on disk.
+    Log {
+        #[command(subcommand)]
+        command: LogCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Print every batch of a partition folder (after recovery), like kafka-dump-log.
+    Dump {
+        /// The partition folder, e.g. DATA_DIR/orders-0.
+        dir: PathBuf,
+        /// Print each record too.
+        #[arg(long)]
+        records: bool,
+    },
+    /// Append batches from several concurrent producers until killed, printing `ACK <last
+    /// offset>` after each acknowledged append. Crash tests SIGKILL it and check the log.
+    Stress {
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = Flush::Always)]
+        flush: Flush,
+        #[arg(long, default_value_t = 4)]
+        producers: u32,
+        #[arg(long, default_value_t = 16)]
+        records_per_batch: usize,
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+        #[arg(long, default_value_t = 64 * 1024)]
+        segment_bytes: u64,
+        /// Stop after this many appends (0 = run until killed).
+        #[arg(long, default_value_t = 0)]
+        appends: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Flush {
+    Always,
+    Interval,
+    Never,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Err(error) = run(cli) {
+        eprintln!("strata: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Log { command } => match command {
+            LogCommand::Dump { dir, records } => tokio_uring::start(dump(dir, records)),
+            LogCommand::Stress {
+                dir,
+                flush,
+                producers,
+                records_per_batch,
+                value_bytes,
+                segment_bytes,
+                appends,
+            } => {
+                let config = LogConfig {
+                    segment_bytes,
+                    flush: match flush {
+                        Flush::Always => FlushPolicy::Always,
+                        Flush::Interval => FlushPolicy::Interval { interval_ms: 5 },
+                        Flush::Never => FlushPolicy::Never,
+                    },
+                    ..LogConfig::default()
+                };
+                tokio_uring::start(stress(
+                    dir,
+                    config,
+                    producers,
+                    records_per_batch,
+                    value_bytes,
+                    appends,
+                ))
+            }
+        },
+    }
+}
+
+async fn dump(dir: PathBuf, print_records: bool) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        bail!("{} is not a partition folder", dir.display());
+    }
+    let now = writer::system_clock_ms();
+    let (mut log, report) = PartitionLog::open(UringStorage, &dir, LogConfig::default(), now)
+        .await
+        .with_context(|| format!("opening {}", dir.display()))?;
+    println!(
+        "log_start={} log_end={} segments={} bytes={} recovery={report:?}",
+        log.log_start_offset(),
+        log.log_end_offset(),
+        log.segment_count(),
+        log.size_bytes()
+    );
+    let mut offset = log.log_start_offset();
+    let mut stdout = std::io::stdout().lock();
+    while offset < log.log_end_offset() {
+        let bytes = log.read(offset, 1 << 20, u64::MAX).await?;
+        for batch in split_batches(bytes) {
+            let batch = batch?;
+            let header = batch.header();
+            writeln!(
+                stdout,
+                "batch base={} last={} records={} bytes={} epoch={} max_ts={} producer={}",
+                header.base_offset,
+                header.last_offset(),
+                header.record_count,
+                header.batch_len,
+                header.leader_epoch,
+                header.max_timestamp_ms,
+                header.producer_id
+            )?;
+            if print_records {
+                for record in batch.records() {
+                    writeln!(
+                        stdout,
+                        "  offset={} ts={} key={:?} value={:?}",
+                        record.offset,
+                        record.timestamp_ms,
+                        record.key.map(String::from_utf8_lossy),
+                        String::from_utf8_lossy(record.value)
+                    )?;
+                }
+            }
+            offset = header.next_offset();
+        }
+    }
+    Ok(())
+}
+
+async fn stress(
+    dir: PathBuf,
+    config: LogConfig,
+    producers: u32,
+    records_per_batch: usize,
+    value_bytes: usize,
+    appends: u64,
+) -> anyhow::Result<()> {
+    let now = writer::system_clock_ms();
+    let (log, _) = PartitionLog::open(UringStorage, &dir, config, now).await?;
+    let handle = writer::spawn(log, writer::system_clock_ms);
+    let started = Rc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for producer in 0..producers {
+        let handle = handle.clone();
+        let started = started.clone();
+        tasks.push(tokio_uring::spawn(async move {
+            let mut builder = BatchBuilder::with_capacity(records_per_batch * (value_bytes + 64));
+            loop {
+                let sequence = started.fetch_add(1, Ordering::Relaxed);
+                if appends != 0 && sequence >= appends {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                for i in 0..records_per_batch {
+                    // Each value names its producer, append and index, so a checker can tell a
+                    // record that was written from one that was made up or torn.
+                    let mut value = format!("p{producer}:a{sequence}:r{i}:").into_bytes();
+                    value.resize(value_bytes.max(value.len()), b'.');
+                    builder.push(writer::system_clock_ms(), Some(b"stress"), &value);
+                }
+                let batch = BytesMut::from(&builder.finish()[..]);
+                let info = handle.append(batch, 0).await?;
+                let mut stdout = std::io::stdout().lock();
+                writeln!(stdout, "ACK {} {}", info.base_offset, info.last_offset)?;
+                stdout.flush()?;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    handle.close().await?;
+    Ok(())
+}
