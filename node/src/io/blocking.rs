@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::uring::{fd_len, list_dir_blocking, sync_dir_blocking};
+use super::uring::{fd_len, list_dir_blocking, start_writeback, sync_dir_blocking};
 use super::{ReadBuf, Storage, StorageFile};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,6 +46,10 @@ impl StorageFile for BlockingFile {
         // SAFETY: the reads above initialised exactly `filled` bytes.
         unsafe { buf.set_len(filled) };
         (Ok(()), buf)
+    }
+
+    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        start_writeback(self.file.as_raw_fd(), pos, len)
     }
 
     async fn sync_data(&self) -> io::Result<()> {

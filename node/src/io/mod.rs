@@ -86,6 +86,11 @@ pub trait StorageFile: 'static {
     /// Reads up to `buf.capacity()` bytes at `pos`, replacing the buffer's contents. A short read
     /// happens only at the end of the file.
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf);
+    /// Asks the kernel to start writing `[pos, pos + len)` back to the disk now, without waiting,
+    /// so a later `sync_data` finds most of it already written (`sync_file_range(WRITE)`).
+    async fn start_writeback(&self, _pos: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// `fdatasync`: makes every completed write durable.
     async fn sync_data(&self) -> io::Result<()>;
     /// Cuts the file to `len` bytes (recovery and replication truncation; not the data path).

@@ -79,6 +79,10 @@ impl StorageFile for UringFile {
         }
     }
 
+    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        start_writeback(self.file.as_raw_fd(), pos, len)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data().await
     }
@@ -103,6 +107,25 @@ impl StorageFile for UringFile {
 
     async fn file_len(&self) -> io::Result<u64> {
         fd_len(self.file.as_raw_fd())
+    }
+}
+
+/// tokio-uring 0.5 has no sync_file_range opcode; with only WRITE set the call queues IO and
+/// returns without waiting for it.
+pub(crate) fn start_writeback(fd: std::os::fd::RawFd, pos: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on an open fd; no memory is passed.
+    let rc = unsafe {
+        libc::sync_file_range(
+            fd,
+            pos as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

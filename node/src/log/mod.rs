@@ -16,6 +16,7 @@ pub mod writer;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
@@ -104,6 +105,40 @@ pub struct AppendInfo {
     pub last_offset: u64,
     pub max_timestamp_ms: i64,
     pub bytes: u64,
+}
+
+/// A sync in progress: the files written since the last one, and the offset they make durable.
+pub struct FlushJob<F> {
+    target_offset: u64,
+    files: Vec<(u64, Rc<F>)>,
+}
+
+/// How a [`FlushJob`] ended; hand it back to [`PartitionLog::complete_flush`].
+pub struct FlushOutcome {
+    target_offset: u64,
+    /// The segment whose sync failed, and why.
+    failure: Option<(u64, io::Error)>,
+}
+
+impl<F: StorageFile> FlushJob<F> {
+    pub fn target_offset(&self) -> u64 {
+        self.target_offset
+    }
+
+    pub async fn run(self) -> FlushOutcome {
+        for (base, file) in &self.files {
+            if let Err(error) = file.sync_data().await {
+                return FlushOutcome {
+                    target_offset: self.target_offset,
+                    failure: Some((*base, error)),
+                };
+            }
+        }
+        FlushOutcome {
+            target_offset: self.target_offset,
+            failure: None,
+        }
+    }
 }
 
 /// What opening found and repaired.
@@ -368,6 +403,11 @@ impl<S: Storage> PartitionLog<S> {
         if let Err(error) = self.active().log.write_all_at(bytes, position).await {
             return Err(self.fail(format!("write to {} failed: {error}", path.display())));
         }
+        if self.config.flush != FlushPolicy::Never
+            && let Err(error) = self.active().log.start_writeback(position, total).await
+        {
+            tracing::debug!("sync_file_range hint failed: {error}");
+        }
         let mut max_timestamp_ms = i64::MIN;
         let mut batch_position = position;
         let headers = std::mem::take(&mut self.headers);
@@ -417,26 +457,52 @@ impl<S: Storage> PartitionLog<S> {
     /// Syncs every segment written since the last sync and persists pending index entries.
     /// Returns the new durable offset. One call covers every append before it (group commit).
     pub async fn flush(&mut self, now_ms: i64) -> Result<u64, LogError> {
+        let job = self.begin_flush()?;
+        let outcome = job.run().await;
+        self.complete_flush(outcome, now_ms).await
+    }
+
+    /// Starts a sync of everything written so far, without borrowing the log while it runs: the
+    /// writer keeps appending the next group while the disk syncs this one. Every write completed
+    /// before this call is covered; later writes wait for the next job.
+    pub fn begin_flush(&mut self) -> Result<FlushJob<S::File>, LogError> {
         self.check_writable()?;
-        let target = self.log_end_offset();
-        for at in 0..self.segments.len() {
-            if !self.segments[at].dirty {
-                continue;
-            }
-            let base = self.segments[at].base_offset;
-            if let Err(error) = self.segments[at].log.sync_data().await {
-                let path = self.segment_path(base, "log");
-                return Err(self.fail(format!("fdatasync of {} failed: {error}", path.display())));
-            }
-            self.segments[at].dirty = false;
-            if let Err(error) = self.segments[at].persist_index().await {
+        let files = self
+            .segments
+            .iter_mut()
+            .filter(|segment| segment.dirty)
+            .map(|segment| {
+                segment.dirty = false;
+                (segment.base_offset, segment.log.clone())
+            })
+            .collect();
+        Ok(FlushJob {
+            target_offset: self.log_end_offset(),
+            files,
+        })
+    }
+
+    /// Applies the outcome of a [`FlushJob`]: advances the durable offset, or enters fail-stop.
+    pub async fn complete_flush(
+        &mut self,
+        outcome: FlushOutcome,
+        now_ms: i64,
+    ) -> Result<u64, LogError> {
+        if let Some((base, error)) = outcome.failure {
+            let path = self.segment_path(base, "log");
+            return Err(self.fail(format!("fdatasync of {} failed: {error}", path.display())));
+        }
+        self.check_writable()?;
+        assert!(outcome.target_offset >= self.durable_offset.min(outcome.target_offset));
+        self.durable_offset = self.durable_offset.max(outcome.target_offset);
+        self.last_flush_ms = now_ms;
+        for segment in &mut self.segments {
+            if let Err(error) = segment.persist_index().await {
                 // The index is a cache: losing it costs a rebuild on the next open, not data.
-                tracing::warn!(dir = %self.dir.display(), "writing index of segment {base} failed: {error}");
+                tracing::warn!(dir = %self.dir.display(), "writing index of segment {} failed: {error}", segment.base_offset);
             }
         }
-        self.durable_offset = target;
-        self.last_flush_ms = now_ms;
-        Ok(target)
+        Ok(self.durable_offset)
     }
 
     /// Reads whole stored batches starting with the one holding `offset`, up to `max_bytes`
@@ -757,7 +823,7 @@ impl<S: Storage> PartitionLog<S> {
                     })
             }
         };
-        let log = open("log").await?;
+        let log = Rc::new(open("log").await?);
         let offset_index = open("index").await?;
         let time_index = open("timeindex").await?;
         // A segment left over from a crash at the same base would confuse recovery: start clean.
@@ -825,7 +891,7 @@ impl<S: Storage> PartitionLog<S> {
                     })
             }
         };
-        let log = open("log").await?;
+        let log = Rc::new(open("log").await?);
         let offset_index = open("index").await?;
         let time_index = open("timeindex").await?;
         let file_len = log.file_len().await.map_err(io_error("stat"))?;

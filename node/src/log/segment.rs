@@ -2,6 +2,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use strata_wire::batch::{self, BatchHeader, HEADER_LEN};
@@ -39,7 +40,8 @@ pub(crate) struct Segment<F> {
     pub dirty: bool,
     pub index: SegmentIndex,
     pub cadence: IndexCadence,
-    pub log: F,
+    /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on.
+    pub log: Rc<F>,
     pub offset_index: F,
     pub time_index: F,
 }

@@ -1,9 +1,11 @@
 //! Group commit: one task owns a [`PartitionLog`]; appends arrive as messages and share syncs.
 //!
-//! The task takes every command that is waiting, writes all the appends among them, then (with
-//! `flush = always`) issues ONE `fdatasync` for all of them before answering. While that sync
-//! runs, new appends queue up and form the next group, so the number of syncs per second stays
-//! at what the disk can do while throughput grows with the number of concurrent producers.
+//! The task takes every command that is waiting and writes all the appends among them. With
+//! `flush = always` it then starts ONE `fdatasync` for all of them and answers them when it
+//! completes. The sync runs without borrowing the log, so while the disk works the task keeps
+//! writing the next group, which the next sync covers: one sync in flight, one group filling.
+//! The number of syncs per second stays at what the disk can do while throughput grows with
+//! the number of concurrent producers.
 //! With `interval`, appends are answered once written and a sync runs when the interval is due;
 //! with `never`, once written.
 //!
@@ -12,7 +14,10 @@
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AppendInfo, FlushPolicy, LogError, PartitionLog, RetentionReport};
+use std::future::Future;
+use std::pin::Pin;
+
+use super::{AppendInfo, FlushOutcome, FlushPolicy, LogError, PartitionLog, RetentionReport};
 use crate::io::Storage;
 
 /// Milliseconds since the Unix epoch; a parameter so tests can run on virtual time.
@@ -140,106 +145,168 @@ pub fn spawn<S: Storage>(log: PartitionLog<S>, clock: Clock) -> LogHandle {
     LogHandle { commands }
 }
 
+type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
+
+/// A sync running on the disk and the appends waiting for it.
+struct SyncInFlight {
+    outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
+    waiters: Vec<(AppendReply, AppendInfo)>,
+}
+
 async fn run<S: Storage>(
     mut log: PartitionLog<S>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     clock: Clock,
 ) {
     let mut group = Vec::with_capacity(64);
-    let mut waiting_for_sync: Vec<(oneshot::Sender<Result<AppendInfo, LogError>>, AppendInfo)> =
-        Vec::with_capacity(64);
+    // Written, acknowledged only once a sync that started after the write completes.
+    let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
+    let mut in_flight: Option<SyncInFlight> = None;
     loop {
-        let first = match log.config().flush {
+        // At most one sync runs; the appends written meanwhile form the next group.
+        let interval_due = log.flush_due(clock()) && log.config().flush != FlushPolicy::Always;
+        if in_flight.is_none() && (!unsynced.is_empty() || interval_due) {
+            match log.begin_flush() {
+                Ok(job) => {
+                    tracing::debug!(
+                        appends = unsynced.len(),
+                        target = job.target_offset(),
+                        "sync starts"
+                    );
+                    in_flight = Some(SyncInFlight {
+                        outcome: Box::pin(job.run()),
+                        waiters: std::mem::take(&mut unsynced),
+                    });
+                }
+                Err(error) => answer_failed(&mut unsynced, &error),
+            }
+        }
+        let idle_flush_wait = match log.config().flush {
             FlushPolicy::Interval { interval_ms }
                 if log.durable_offset() < log.log_end_offset() =>
             {
-                let wait = std::time::Duration::from_millis(interval_ms);
-                match tokio::time::timeout(wait, commands.recv()).await {
-                    Ok(command) => command,
-                    Err(_elapsed) => {
-                        if let Err(error) = log.flush(clock()).await {
-                            tracing::error!("interval flush failed: {error}");
+                Some(std::time::Duration::from_millis(interval_ms))
+            }
+            _ => None,
+        };
+        tokio::select! {
+            outcome = async {
+                match in_flight.as_mut() {
+                    Some(sync) => sync.outcome.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let sync = in_flight.take().expect("the branch ran on a sync");
+                tracing::debug!(appends = sync.waiters.len(), "sync done");
+                let result = log.complete_flush(outcome, clock()).await;
+                let mut waiters = sync.waiters;
+                match result {
+                    Ok(_) => {
+                        for (reply, info) in waiters.drain(..) {
+                            let _ = reply.send(Ok(info));
                         }
-                        continue;
+                    }
+                    Err(error) => answer_failed(&mut waiters, &error),
+                }
+            }
+            _ = async {
+                match idle_flush_wait {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            command = commands.recv() => {
+                let Some(first) = command else {
+                    // Every handle is gone: finish the sync in flight and shut down cleanly.
+                    finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                    let _ = log.close(clock()).await;
+                    return;
+                };
+                group.push(first);
+                while group.len() < GROUP_COMMANDS_MAX {
+                    match commands.try_recv() {
+                        Ok(command) => group.push(command),
+                        Err(_) => break,
                     }
                 }
-            }
-            _ => commands.recv().await,
-        };
-        let Some(first) = first else {
-            // Every handle is gone: shut down cleanly.
-            let _ = log.close(clock()).await;
-            return;
-        };
-        group.push(first);
-        while group.len() < GROUP_COMMANDS_MAX {
-            match commands.try_recv() {
-                Ok(command) => group.push(command),
-                Err(_) => break,
-            }
-        }
-        let mut close = None;
-        for command in group.drain(..) {
-            match command {
-                Command::Append {
-                    batches,
-                    leader_epoch,
-                    reply,
-                } => match log.append(batches, leader_epoch, clock()).await {
-                    Ok(info) if log.config().flush == FlushPolicy::Always => {
-                        waiting_for_sync.push((reply, info));
+                let mut close = None;
+                for command in group.drain(..) {
+                    match command {
+                        Command::Append { batches, leader_epoch, reply } => {
+                            match log.append(batches, leader_epoch, clock()).await {
+                                Ok(info) if log.config().flush == FlushPolicy::Always => {
+                                    unsynced.push((reply, info));
+                                }
+                                result => {
+                                    let _ = reply.send(result);
+                                }
+                            }
+                        }
+                        Command::Read { offset, max_bytes, max_offset, reply } => {
+                            let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
+                        }
+                        Command::Retention { reply } => {
+                            let _ = reply.send(log.enforce_retention(clock()).await);
+                        }
+                        Command::Offsets { reply } => {
+                            let _ = reply.send(LogOffsets {
+                                log_start: log.log_start_offset(),
+                                log_end: log.log_end_offset(),
+                                durable: log.durable_offset(),
+                            });
+                        }
+                        Command::Close { reply } => close = Some(reply),
                     }
-                    result => {
-                        let _ = reply.send(result);
+                }
+                if let Some(reply) = close {
+                    finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                    let _ = reply.send(log.close(clock()).await);
+                    // Answer whatever raced in after the close.
+                    commands.close();
+                    while let Some(command) = commands.recv().await {
+                        if let Command::Append { reply, .. } = command {
+                            let _ = reply.send(Err(stopped()));
+                        }
                     }
-                },
-                Command::Read {
-                    offset,
-                    max_bytes,
-                    max_offset,
-                    reply,
-                } => {
-                    let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
-                }
-                Command::Retention { reply } => {
-                    let _ = reply.send(log.enforce_retention(clock()).await);
-                }
-                Command::Offsets { reply } => {
-                    let _ = reply.send(LogOffsets {
-                        log_start: log.log_start_offset(),
-                        log_end: log.log_end_offset(),
-                        durable: log.durable_offset(),
-                    });
-                }
-                Command::Close { reply } => close = Some(reply),
-            }
-        }
-        if !waiting_for_sync.is_empty() {
-            let synced = log.flush(clock()).await;
-            for (reply, info) in waiting_for_sync.drain(..) {
-                let _ = reply.send(match &synced {
-                    Ok(_) => Ok(info),
-                    Err(error) => Err(LogError::Failed {
-                        dir: log.dir().to_path_buf(),
-                        reason: error.to_string(),
-                    }),
-                });
-            }
-        } else if log.flush_due(clock())
-            && let Err(error) = log.flush(clock()).await
-        {
-            tracing::error!("flush failed: {error}");
-        }
-        if let Some(reply) = close {
-            let _ = reply.send(log.close(clock()).await);
-            // Answer whatever raced in after the close.
-            commands.close();
-            while let Some(command) = commands.recv().await {
-                if let Command::Append { reply, .. } = command {
-                    let _ = reply.send(Err(stopped()));
+                    return;
                 }
             }
-            return;
         }
+    }
+}
+
+/// Completes the sync in flight and syncs what is left, answering every waiter.
+async fn finish<S: Storage>(
+    log: &mut PartitionLog<S>,
+    in_flight: &mut Option<SyncInFlight>,
+    unsynced: &mut Vec<(AppendReply, AppendInfo)>,
+    clock: Clock,
+) {
+    if let Some(sync) = in_flight.take() {
+        let outcome = sync.outcome.await;
+        let mut waiters = sync.waiters;
+        match log.complete_flush(outcome, clock()).await {
+            Ok(_) => waiters.drain(..).for_each(|(reply, info)| {
+                let _ = reply.send(Ok(info));
+            }),
+            Err(error) => answer_failed(&mut waiters, &error),
+        }
+    }
+    if !unsynced.is_empty() {
+        match log.flush(clock()).await {
+            Ok(_) => unsynced.drain(..).for_each(|(reply, info)| {
+                let _ = reply.send(Ok(info));
+            }),
+            Err(error) => answer_failed(unsynced, &error),
+        }
+    }
+}
+
+fn answer_failed(waiters: &mut Vec<(AppendReply, AppendInfo)>, error: &LogError) {
+    for (reply, _) in waiters.drain(..) {
+        let _ = reply.send(Err(LogError::Failed {
+            dir: Default::default(),
+            reason: error.to_string(),
+        }));
     }
 }
