@@ -99,10 +99,42 @@ impl SimStorage {
     /// operations since, the last write torn. Open handles keep working on the new contents
     /// (tests drop them and reopen, as a restarted process would).
     pub fn crash(&self) {
+        self.crash_with(false);
+    }
+
+    /// Simulates power loss on a disk that persists unsynced writes in any order: every file
+    /// keeps its synced contents plus a random subset of the operations since, one of them torn.
+    /// Holes appear in the middle of unsynced data, and an index file may keep entries for data
+    /// that was lost.
+    pub fn crash_reordered(&self) {
+        self.crash_with(true);
+    }
+
+    fn crash_with(&self, reordered: bool) {
         let mut fs = self.fs.borrow_mut();
         let SimFs { inodes, rng, .. } = &mut *fs;
         for inode in inodes.values_mut() {
             let mut data = inode.durable.clone();
+            if reordered {
+                let mut survivors: Vec<Op> = inode
+                    .unsynced
+                    .iter()
+                    .filter(|_| rng.random_bool(0.5))
+                    .cloned()
+                    .collect();
+                if let Some(Op::Write { pos, bytes }) = survivors.last_mut() {
+                    let torn_len = rng.random_range(0..=bytes.len());
+                    *bytes = bytes.slice(..torn_len);
+                    let _ = pos;
+                }
+                for op in &survivors {
+                    Inode::apply(&mut data, op);
+                }
+                inode.durable = data.clone();
+                inode.data = data;
+                inode.unsynced.clear();
+                continue;
+            }
             let kept = rng.random_range(0..=inode.unsynced.len());
             for (index, op) in inode.unsynced[..kept].iter().enumerate() {
                 let torn = match op {

@@ -10,6 +10,7 @@
 //! - Fail-stop: once a write or sync fails, the log refuses appends and flushes until reopened,
 //!   because after a failed `fdatasync` the kernel may have dropped data that reads still return.
 
+pub mod checkpoint;
 pub mod index;
 mod segment;
 pub mod writer;
@@ -22,8 +23,9 @@ use bytes::{Bytes, BytesMut};
 use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
 
 use crate::io::{Storage, StorageFile};
+use checkpoint::{RecoveryPoint, Trust};
 use index::{IndexCadence, SegmentIndex};
-use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset};
+use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
 
 /// When appended data is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,12 +112,14 @@ pub struct AppendInfo {
 /// A sync in progress: the files written since the last one, and the offset they make durable.
 pub struct FlushJob<F> {
     target_offset: u64,
+    point: RecoveryPoint,
     files: Vec<(u64, Rc<F>)>,
 }
 
 /// How a [`FlushJob`] ended; hand it back to [`PartitionLog::complete_flush`].
 pub struct FlushOutcome {
     target_offset: u64,
+    point: RecoveryPoint,
     /// The segment whose sync failed, and why.
     failure: Option<(u64, io::Error)>,
 }
@@ -130,12 +134,14 @@ impl<F: StorageFile> FlushJob<F> {
             if let Err(error) = file.sync_data().await {
                 return FlushOutcome {
                     target_offset: self.target_offset,
+                    point: self.point,
                     failure: Some((*base, error)),
                 };
             }
         }
         FlushOutcome {
             target_offset: self.target_offset,
+            point: self.point,
             failure: None,
         }
     }
@@ -170,6 +176,48 @@ pub struct PartitionLog<S: Storage> {
     failed: Option<String>,
     /// Reused per append so validating a request allocates nothing after warm-up.
     headers: Vec<BatchHeader>,
+    index_cache: IndexCache,
+    recovery_file: S::File,
+    recovery_point: Option<RecoveryPoint>,
+}
+
+/// How many closed segments' indexes stay loaded.
+pub const INDEX_CACHE_SEGMENTS: usize = 4;
+
+/// Closed segments' indexes, most recently used last.
+#[derive(Default)]
+struct IndexCache {
+    loaded: Vec<(u64, Rc<SegmentIndex>)>,
+}
+
+impl IndexCache {
+    fn get(&mut self, base_offset: u64) -> Option<Rc<SegmentIndex>> {
+        let at = self
+            .loaded
+            .iter()
+            .position(|(base, _)| *base == base_offset)?;
+        let hit = self.loaded.remove(at);
+        self.loaded.push(hit.clone());
+        Some(hit.1)
+    }
+
+    fn insert(&mut self, base_offset: u64, index: Rc<SegmentIndex>) {
+        if self.loaded.len() == INDEX_CACHE_SEGMENTS {
+            self.loaded.remove(0);
+        }
+        self.loaded.push((base_offset, index));
+    }
+
+    fn remove(&mut self, base_offset: u64) {
+        self.loaded.retain(|(base, _)| *base != base_offset);
+    }
+
+    fn entries(&self) -> usize {
+        self.loaded
+            .iter()
+            .map(|(_, index)| index.entries().len())
+            .sum()
+    }
 }
 
 impl<S: Storage> PartitionLog<S> {
@@ -206,7 +254,18 @@ impl<S: Storage> PartitionLog<S> {
             .collect();
         bases.sort_unstable();
 
+        let recovery_path = dir.join(checkpoint::FILE_NAME);
+        let recovery_file = storage
+            .open(&recovery_path, true)
+            .await
+            .map_err(io_error("open", &recovery_path))?;
+        let recovery_point = read_whole(&recovery_file)
+            .await
+            .ok()
+            .and_then(|bytes| RecoveryPoint::decode(bytes.as_slice()));
         let mut log = PartitionLog {
+            recovery_file,
+            recovery_point,
             storage,
             dir,
             config,
@@ -215,11 +274,15 @@ impl<S: Storage> PartitionLog<S> {
             last_flush_ms: now_ms,
             failed: None,
             headers: Vec::new(),
+            index_cache: IndexCache::default(),
         };
         let mut report = RecoveryReport::default();
         let count = bases.len();
+        let mut validated_any = false;
         for (at, &base) in bases.iter().enumerate() {
             let active = at + 1 == count;
+            let trust = checkpoint::trust(base, recovery_point);
+            validated_any |= trust != Trust::Whole;
             if let Some(previous) = log.segments.last()
                 && previous.next_offset != base
             {
@@ -235,10 +298,11 @@ impl<S: Storage> PartitionLog<S> {
                 break;
             }
             let (segment, damaged) = log
-                .recover_segment(base, active, now_ms, &mut report)
+                .recover_segment(base, trust, now_ms, &mut report)
                 .await?;
             log.segments.push(segment);
             if damaged && !active {
+                // Later segments would follow a hole: they go.
                 for &drop_base in &bases[at + 1..] {
                     log.remove_segment_files(drop_base).await?;
                     report.dropped_segments += 1;
@@ -249,8 +313,22 @@ impl<S: Storage> PartitionLog<S> {
         if log.segments.is_empty() {
             let segment = log.create_segment(0, now_ms).await?;
             log.segments.push(segment);
+            validated_any = true;
+        }
+        // Closed segments keep no index in memory (see `index_entry`).
+        let closed = log.segments.len() - 1;
+        for segment in &mut log.segments[..closed] {
+            segment.index = SegmentIndex::default();
         }
         report.segments = log.segments.len();
+        if validated_any {
+            // What recovery validated may still sit in the page cache only (the process, not the
+            // machine, crashed): sync it, then move the recovery point past it.
+            for segment in &mut log.segments {
+                segment.dirty = true;
+            }
+            log.flush(now_ms).await?;
+        }
         log.durable_offset = log.log_end_offset();
         tracing::info!(
             dir = %log.dir.display(),
@@ -305,9 +383,39 @@ impl<S: Storage> PartitionLog<S> {
         self.failed.is_some()
     }
 
-    /// Index entries held in memory across all segments (memory is bounded by log size / interval).
+    /// Index entries held in memory: the active segment's plus the cached closed segments'.
+    /// Bounded by `(1 + INDEX_CACHE_SEGMENTS) * segment_bytes / index_interval_bytes`, whatever
+    /// the size of the log.
     pub fn index_entries(&self) -> usize {
-        self.segments.iter().map(|s| s.index.entries().len()).sum()
+        self.active().index.entries().len() + self.index_cache.entries()
+    }
+
+    /// Looks something up in segment `at`'s index: the active segment's lives in memory; a closed
+    /// segment's is read from its index files into a small cache, so memory does not grow with
+    /// the number of segments.
+    async fn index_entry(
+        &mut self,
+        at: usize,
+        find: impl Fn(&SegmentIndex) -> Option<index::IndexEntry>,
+    ) -> Result<Option<index::IndexEntry>, LogError> {
+        if at + 1 == self.segments.len() {
+            return Ok(find(&self.segments[at].index));
+        }
+        let base = self.segments[at].base_offset;
+        if let Some(index) = self.index_cache.get(base) {
+            return Ok(find(&index));
+        }
+        let index = self.segments[at]
+            .load_index()
+            .await
+            .map_err(|source| LogError::Io {
+                what: "read index",
+                path: self.segment_path(base, "index"),
+                source,
+            })?;
+        let found = find(&index);
+        self.index_cache.insert(base, Rc::new(index));
+        Ok(found)
     }
 
     /// Validates `batches` (one or more whole batches, back to back, as a producer sent them),
@@ -476,8 +584,14 @@ impl<S: Storage> PartitionLog<S> {
                 (segment.base_offset, segment.log.clone())
             })
             .collect();
+        let active = self.active();
         Ok(FlushJob {
             target_offset: self.log_end_offset(),
+            point: RecoveryPoint {
+                offset: active.next_offset,
+                segment_base: active.base_offset,
+                position: active.size,
+            },
             files,
         })
     }
@@ -496,6 +610,12 @@ impl<S: Storage> PartitionLog<S> {
         assert!(outcome.target_offset >= self.durable_offset.min(outcome.target_offset));
         self.durable_offset = self.durable_offset.max(outcome.target_offset);
         self.last_flush_ms = now_ms;
+        if self
+            .recovery_point
+            .is_none_or(|point| point < outcome.point)
+        {
+            self.write_recovery_point(outcome.point).await;
+        }
         for segment in &mut self.segments {
             if let Err(error) = segment.persist_index().await {
                 // The index is a cache: losing it costs a rebuild on the next open, not data.
@@ -528,65 +648,78 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(Bytes::new());
         }
         let at = self.segment_holding(offset);
-        let segment = &self.segments[at];
-        let relative = (offset - segment.base_offset) as u32;
-        let start = segment
-            .index
-            .floor_by_offset(relative)
+        let relative = (offset - self.segments[at].base_offset) as u32;
+        let start = self
+            .index_entry(at, |index| index.floor_by_offset(relative).copied())
+            .await?
             .map_or(0, |entry| u64::from(entry.position));
+        let segment = &self.segments[at];
         let window = max_bytes.max(batch::HEADER_LEN) + self.config.index_interval_bytes as usize;
-        let path = || self.segment_path(segment.base_offset, "log");
-        let mut chunk = segment
-            .read(start, window)
-            .await
-            .map_err(|source| LogError::Io {
-                what: "read",
-                path: path(),
-                source,
-            })?;
+        let path = self.segment_path(segment.base_offset, "log");
+        let dir = &self.dir;
+        let read_at = |position: u64, len: usize| {
+            let path = &path;
+            async move {
+                segment
+                    .read(position, len)
+                    .await
+                    .map_err(|source| LogError::Io {
+                        what: "read",
+                        path: path.clone(),
+                        source,
+                    })
+            }
+        };
+        // Walk batch headers from the index entry: skip batches below `offset` (their bytes need
+        // not be in the chunk), then take whole batches while the budget allows.
+        let mut chunk = read_at(start, window).await?;
         let mut chunk_position = start;
+        let mut position = start;
         let mut first: Option<usize> = None;
-        let mut at_byte = 0usize;
-        loop {
-            let rest = &chunk[at_byte..];
-            let Ok(header) = BatchHeader::parse(rest) else {
-                break;
+        while position < segment.size {
+            let at = (position - chunk_position) as usize;
+            let rest = chunk.get(at..).unwrap_or_default();
+            let header = match BatchHeader::parse(rest) {
+                Ok(header) => header,
+                Err(_) if first.is_none() && rest.len() < batch::HEADER_LEN => {
+                    chunk = read_at(position, window).await?;
+                    chunk_position = position;
+                    continue;
+                }
+                Err(error) => {
+                    // Batches were validated before they were written; a bad header here means
+                    // the file changed underneath us.
+                    tracing::error!(dir = %dir.display(), "unreadable batch header at position {position}: {error}");
+                    break;
+                }
             };
             let batch_len = header.batch_len as usize;
             if header.next_offset() > max_offset {
                 break;
             }
             if header.next_offset() <= offset {
-                at_byte += batch_len;
+                position += batch_len as u64;
                 continue;
             }
-            let taken = first.map_or(0, |first| at_byte - first);
-            if first.is_some() && taken + batch_len > max_bytes {
+            if let Some(first) = first
+                && at - first + batch_len > max_bytes
+            {
                 break;
             }
             if batch_len > rest.len() {
                 if first.is_some() {
                     break;
                 }
-                // The first wanted batch is larger than the window: read it whole.
-                let position = chunk_position + at_byte as u64;
-                chunk = segment
-                    .read(position, batch_len.max(max_bytes))
-                    .await
-                    .map_err(|source| LogError::Io {
-                        what: "read",
-                        path: path(),
-                        source,
-                    })?;
+                // The first wanted batch does not fit the window: read exactly it and the budget.
+                chunk = read_at(position, batch_len.max(max_bytes)).await?;
                 chunk_position = position;
-                at_byte = 0;
                 continue;
             }
-            first.get_or_insert(at_byte);
-            at_byte += batch_len;
+            first.get_or_insert(at);
+            position += batch_len as u64;
         }
         Ok(match first {
-            Some(first) => chunk.slice(first..at_byte),
+            Some(first) => chunk.slice(first..(position - chunk_position) as usize),
             None => Bytes::new(),
         })
     }
@@ -605,11 +738,11 @@ impl<S: Storage> PartitionLog<S> {
         else {
             return Ok(None);
         };
-        let segment = &self.segments[at];
-        let start = segment
-            .index
-            .floor_by_timestamp(timestamp_ms)
+        let start = self
+            .index_entry(at, |index| index.floor_by_timestamp(timestamp_ms).copied())
+            .await?
             .map_or(0, |entry| u64::from(entry.position));
+        let segment = &self.segments[at];
         let mut position = start;
         while position < segment.size {
             let chunk = segment
@@ -680,19 +813,43 @@ impl<S: Storage> PartitionLog<S> {
             // Everything goes: start over, empty, at the old log start.
             let bases = self.segment_bases();
             self.segments.clear();
+            self.index_cache = IndexCache::default();
             for base in bases {
                 self.remove_segment_files(base).await?;
             }
             let segment = self.create_segment(log_start, now_ms).await?;
             self.segments.push(segment);
             self.durable_offset = self.durable_offset.min(log_start);
+            self.write_recovery_point(RecoveryPoint {
+                offset: log_start,
+                segment_base: log_start,
+                position: 0,
+            })
+            .await;
             return Ok(log_start);
         }
+        let active_before = self.active().base_offset;
         while self.active().base_offset >= offset {
             let segment = self.segments.pop().expect("the cut is above log start");
             let base = segment.base_offset;
             drop(segment);
+            self.index_cache.remove(base);
             self.remove_segment_files(base).await?;
+        }
+        if self.active().base_offset != active_before {
+            // A closed segment becomes active again: its index lives in memory from now on.
+            let base = self.active().base_offset;
+            self.index_cache.remove(base);
+            let index = self
+                .active()
+                .load_index()
+                .await
+                .map_err(|source| LogError::Io {
+                    what: "read index",
+                    path: self.segment_path(base, "index"),
+                    source,
+                })?;
+            self.active_mut().index = index;
         }
         let interval_bytes = self.config.index_interval_bytes;
         let path = self.segment_path(self.active().base_offset, "log");
@@ -734,6 +891,16 @@ impl<S: Storage> PartitionLog<S> {
             }
         }
         self.durable_offset = self.durable_offset.min(end.next_offset);
+        // Sync what older segments still hold unsynced; with the active segment synced above,
+        // everything up to the cut is durable. The recovery point moves to the cut, down from
+        // wherever it was: it must not vouch for positions that new appends will overwrite.
+        self.flush(now_ms).await?;
+        let point = RecoveryPoint {
+            offset: end.next_offset,
+            segment_base: self.active().base_offset,
+            position: end.valid_len,
+        };
+        self.write_recovery_point(point).await;
         Ok(end.next_offset)
     }
 
@@ -764,6 +931,7 @@ impl<S: Storage> PartitionLog<S> {
             report.deleted_bytes += segment.size;
             let base = segment.base_offset;
             drop(segment);
+            self.index_cache.remove(base);
             self.remove_segment_files(base).await?;
             tracing::info!(dir = %self.dir.display(), "retention deleted segment {base}");
         }
@@ -798,6 +966,8 @@ impl<S: Storage> PartitionLog<S> {
                 previous.base_offset
             );
         }
+        // Closed segments keep no index in memory (see `index_entry`).
+        previous.index = SegmentIndex::default();
         let segment = self.create_segment(base, now_ms).await?;
         self.segments.push(segment);
         tracing::debug!(dir = %self.dir.display(), "rolled to segment {base}");
@@ -868,7 +1038,7 @@ impl<S: Storage> PartitionLog<S> {
     async fn recover_segment(
         &mut self,
         base_offset: u64,
-        active: bool,
+        trust: Trust,
         now_ms: i64,
         report: &mut RecoveryReport,
     ) -> Result<(Segment<S::File>, bool), LogError> {
@@ -901,7 +1071,19 @@ impl<S: Storage> PartitionLog<S> {
         let times = read_whole(&time_index)
             .await
             .map_err(io_error("read index"))?;
-        let index = SegmentIndex::decode(offsets.as_slice(), times.as_slice(), file_len);
+        let mut index = SegmentIndex::decode(offsets.as_slice(), times.as_slice(), file_len);
+        // Index entries past the recovery point may have outlived the data before them.
+        match trust {
+            Trust::Whole => {}
+            Trust::UpTo(position) => {
+                index.truncate_to_position(
+                    position.saturating_add(1).min(u64::from(u32::MAX)) as u32
+                );
+            }
+            Trust::Nothing => {
+                index.truncate_to_position(0);
+            }
+        }
         let loaded_entries = index.entries().len();
         let from = index.last().copied();
         let interval_bytes = self.config.index_interval_bytes;
@@ -918,13 +1100,15 @@ impl<S: Storage> PartitionLog<S> {
             offset_index,
             time_index,
         };
-        // Closed segments were complete when rolled: walking the headers after the last index
-        // entry is enough. The active one, or any that does not walk cleanly, is fully validated.
+        // A segment wholly before the recovery point was durable: walking the headers after its
+        // last index entry is enough. Anything after the point, or a segment that does not walk
+        // cleanly, is validated batch by batch.
+        let verify = trust != Trust::Whole;
         let mut end = segment
-            .replay(from, file_len, active, u64::MAX, interval_bytes)
+            .replay(from, file_len, verify, u64::MAX, interval_bytes)
             .await
             .map_err(io_error("scan"))?;
-        if end.damage.is_some() && !active {
+        if end.damage.is_some() && !verify {
             end = segment
                 .replay(from, file_len, true, u64::MAX, interval_bytes)
                 .await
@@ -971,6 +1155,15 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(io_error("write index"))?;
         Ok((segment, damaged))
+    }
+
+    /// Records how far the log is durable. Not synced: see [`checkpoint`].
+    async fn write_recovery_point(&mut self, point: RecoveryPoint) {
+        self.recovery_point = Some(point);
+        let bytes = Bytes::copy_from_slice(&point.encode());
+        if let Err(error) = self.recovery_file.write_all_at(bytes, 0).await {
+            tracing::warn!(dir = %self.dir.display(), "writing the recovery point failed: {error}");
+        }
     }
 
     async fn remove_segment_files(&mut self, base_offset: u64) -> Result<(), LogError> {
@@ -1036,12 +1229,4 @@ impl<S: Storage> PartitionLog<S> {
             reason,
         }
     }
-}
-
-async fn read_whole<F: StorageFile>(file: &F) -> io::Result<crate::io::ReadBuf> {
-    let len = file.file_len().await?;
-    let (result, buf) = file
-        .read_at(crate::io::ReadBuf::with_capacity(len as usize), 0)
-        .await;
-    result.map(|()| buf)
 }

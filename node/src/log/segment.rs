@@ -152,6 +152,17 @@ impl<F: StorageFile> Segment<F> {
             .await
     }
 
+    /// Reads the index files back (a closed segment's index is not kept in memory).
+    pub async fn load_index(&self) -> io::Result<SegmentIndex> {
+        let offsets = read_whole(&self.offset_index).await?;
+        let times = read_whole(&self.time_index).await?;
+        Ok(SegmentIndex::decode(
+            offsets.as_slice(),
+            times.as_slice(),
+            self.size,
+        ))
+    }
+
     /// Reads `[position, position + len)` of the log file, never past the segment's data.
     pub async fn read(&self, position: u64, len: usize) -> io::Result<Bytes> {
         let len = len.min((self.size.saturating_sub(position)) as usize);
@@ -285,4 +296,10 @@ fn apply_batch(
     }
     *max_timestamp_ms = (*max_timestamp_ms).max(header.max_timestamp_ms);
     *next_offset = header.next_offset();
+}
+
+pub(crate) async fn read_whole<F: StorageFile>(file: &F) -> io::Result<ReadBuf> {
+    let len = file.file_len().await?;
+    let (result, buf) = file.read_at(ReadBuf::with_capacity(len as usize), 0).await;
+    result.map(|()| buf)
 }

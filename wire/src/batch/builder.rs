@@ -126,8 +126,12 @@ impl BatchBuilder {
             };
             self.headers.push(entry);
         }
+        let timestamp_delta_ms = timestamp_ms
+            .checked_sub(self.first_timestamp_ms)
+            .filter(|delta| self.first_timestamp_ms.checked_add(*delta).is_some())
+            .expect("timestamps in one batch must differ by less than the i64 range");
         self.records.push(RecordEntry {
-            timestamp_delta_ms: timestamp_ms.wrapping_sub(self.first_timestamp_ms),
+            timestamp_delta_ms,
             offset_delta,
             key_start,
             key_len,

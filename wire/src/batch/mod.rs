@@ -53,9 +53,10 @@ pub enum BatchError {
     /// The body is compressed with a codec this build cannot read.
     #[error("unsupported compression codec {0}")]
     UnsupportedCodec(u8),
-    /// rkyv's structural check failed.
-    #[error("malformed body: {0}")]
-    MalformedBody(String),
+    /// rkyv's structural check failed. Carries no detail: rkyv's messages quote memory
+    /// addresses, which must not reach clients and would make errors unrepeatable.
+    #[error("malformed body: the archive's structure check failed")]
+    MalformedBody,
     /// The record array disagrees with the header (count, offsets, timestamps).
     #[error("record {index} is inconsistent with the header: {what}")]
     InconsistentRecord { index: u32, what: &'static str },
@@ -174,7 +175,7 @@ pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     }
     let check_body = |body: &[u8]| -> Result<(), BatchError> {
         let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(body)
-            .map_err(|error| BatchError::MalformedBody(error.to_string()))?;
+            .map_err(|_| BatchError::MalformedBody)?;
         check_records(&header, body)
     };
     if (bytes.as_ptr() as usize).is_multiple_of(BATCH_ALIGN) {
