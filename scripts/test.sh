@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what it needs when
+# missing, so it works on a fresh Debian machine with Rust.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build outside the clone so repeated runs (and fresh clones in CI) build incrementally.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# Debian packages the tests use, as "command:package" (none yet: the etcd and cluster tests
+# will add etcd-server, protobuf-compiler and iptables here).
+required=()
+need_apt=()
+for pair in "${required[@]}"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
+done
+if [ "${#need_apt[@]}" -gt 0 ]; then
+    echo "installing: ${need_apt[*]}"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "installing cargo-nextest"
+    cargo install --locked cargo-nextest
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== tests"
+cargo nextest run --workspace --locked --no-fail-fast
