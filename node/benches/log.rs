@@ -46,104 +46,116 @@ fn main() {
 
     validate_and_iterate(&batch);
 
-    // Each figure is measured `ROUNDS` times, ours and fio's interleaved, every run starting with
-    // no dirty pages; reported: the median of each and the median of the per-round ratios.
+    // This VM's disk is fast until the host's write cache fills, then slow until it drains, so
+    // the same command swings by 5x within a minute. Each of our figures is therefore paired
+    // with the fio run it is compared with, back to back, the order alternating per round, after
+    // a sync and a pause; reported: the medians and the median of the per-pair ratios.
     const ROUNDS: usize = 3;
-    let sync_mib = mib.min(512);
-    let mut rows: Vec<Row> = Vec::new();
-    let mut never = Vec::new();
-    let mut never_blocking = Vec::new();
-    let mut buffered = Vec::new();
-    let mut always: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
-    let mut fdatasync = Vec::new();
-    let mut direct = Vec::new();
+    let pairs: [(&str, Workload, &str, &[&str]); 5] = [
+        (
+            "append, flush=never",
+            Workload::Never(Backend::Uring),
+            "fio buffered 1 MiB writes",
+            &[],
+        ),
+        (
+            "append, flush=never, blocking backend",
+            Workload::Never(Backend::Blocking),
+            "fio buffered 1 MiB writes",
+            &[],
+        ),
+        (
+            "append, flush=always, 1 appender",
+            Workload::Always(1),
+            "fio 1 MiB writes + fdatasync",
+            &["--fdatasync=1"],
+        ),
+        (
+            "append, flush=always, 8 appenders",
+            Workload::Always(8),
+            "fio 1 MiB writes + fdatasync",
+            &["--fdatasync=1"],
+        ),
+        (
+            "append, flush=always, 8 appenders",
+            Workload::Always(8),
+            "fio O_DIRECT 1 MiB writes",
+            &["--direct=1"],
+        ),
+    ];
+    let mut ours = vec![Vec::new(); pairs.len()];
+    let mut theirs = vec![Vec::new(); pairs.len()];
     for round in 0..ROUNDS {
-        let run_dir = dir.join(format!("round{round}"));
-        std::fs::create_dir_all(&run_dir).unwrap();
-        settle();
-        buffered.push(fio(&run_dir, mib, &[]));
-        settle();
-        never.push(tokio_uring::start(append_never(
-            UringStorage,
-            &run_dir.join("never-0"),
-            &batch,
-            mib,
-        )));
-        settle();
-        never_blocking.push(tokio_uring::start(append_never(
-            BlockingStorage,
-            &run_dir.join("blocking-0"),
-            &batch,
-            mib,
-        )));
-        settle();
-        fdatasync.push(fio(&run_dir, sync_mib, &["--fdatasync=1"]));
-        for (slot, appenders) in [1, 8].into_iter().enumerate() {
-            settle();
-            let log_dir = run_dir.join(format!("always{appenders}-0"));
-            always[slot].push(tokio_uring::start(append_always(
-                UringStorage,
-                &log_dir,
-                &batch,
-                sync_mib,
-                appenders,
-            )));
-        }
-        settle();
-        direct.push(fio(&run_dir, mib, &["--direct=1"]));
-        if round + 1 < ROUNDS {
+        for (at, (_, workload, _, fio_args)) in pairs.iter().enumerate() {
+            let run_dir = dir.join(format!("run-{round}-{at}"));
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let measure_ours = || {
+                settle();
+                tokio_uring::start(workload.run(&run_dir.join("p-0"), &batch, mib))
+            };
+            let measure_fio = || {
+                settle();
+                fio(&run_dir, mib, fio_args)
+            };
+            if round % 2 == 0 {
+                theirs[at].push(measure_fio());
+                ours[at].push(measure_ours());
+            } else {
+                ours[at].push(measure_ours());
+                theirs[at].push(measure_fio());
+            }
             let _ = std::fs::remove_dir_all(&run_dir);
         }
     }
-    rows.push((
-        "append, flush=never".into(),
-        never,
-        "fio buffered 1 MiB writes",
-        buffered.clone(),
-    ));
-    rows.push((
-        "append, flush=never, blocking backend".into(),
-        never_blocking,
-        "fio buffered 1 MiB writes",
-        buffered,
-    ));
-    for (slot, appenders) in [1, 8].into_iter().enumerate() {
-        let label = format!("append, flush=always, {appenders} appender(s)");
-        rows.push((
-            label.clone(),
-            always[slot].clone(),
-            "fio 1 MiB writes + fdatasync",
-            fdatasync.clone(),
-        ));
-        rows.push((
-            label,
-            always[slot].clone(),
-            "fio O_DIRECT 1 MiB writes",
-            direct.clone(),
-        ));
-    }
     println!(
         "{:44} {:>10}   {:32} {:>10}   {:>14}",
-        "strata (median of rounds)", "MB/s", "fio (same rounds)", "MB/s", "ratio (median)"
+        "strata (median of rounds)", "MB/s", "fio, paired runs", "MB/s", "ratio (median)"
     );
-    for (label, ours, against, theirs) in rows {
-        report_ratio(&label, &ours, against, &theirs);
+    for (at, (label, _, against, _)) in pairs.iter().enumerate() {
+        report_ratio(label, &ours[at], against, &theirs[at]);
     }
 
-    let last_round = dir.join(format!("round{}", ROUNDS - 1));
-    let (warm, cold) = tokio_uring::start(read_back(&last_round.join("never-0")));
+    let read_dir = dir.join("read-0");
+    settle();
+    tokio_uring::start(Workload::Never(Backend::Uring).run(&read_dir, &batch, mib));
+    let (warm, cold) = tokio_uring::start(read_back(&read_dir));
     println!("read 1 MiB fetches, warm page cache:          {warm:8.0} MB/s");
     println!("read 1 MiB fetches, cold (fadvise DONTNEED):  {cold:8.0} MB/s");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A figure of ours, the fio figure it is compared with, per round.
-type Row = (String, Vec<f64>, &'static str, Vec<Option<f64>>);
+#[derive(Clone, Copy)]
+enum Backend {
+    Uring,
+    Blocking,
+}
 
-/// Writes back every dirty page so one measurement does not pay for the previous one.
+#[derive(Clone, Copy)]
+enum Workload {
+    Never(Backend),
+    Always(usize),
+}
+
+impl Workload {
+    async fn run(self, dir: &Path, batch: &Bytes, mib: usize) -> f64 {
+        match self {
+            Workload::Never(Backend::Uring) => append_never(UringStorage, dir, batch, mib).await,
+            Workload::Never(Backend::Blocking) => {
+                append_never(BlockingStorage, dir, batch, mib).await
+            }
+            Workload::Always(appenders) => {
+                append_always(UringStorage, dir, batch, mib, appenders).await
+            }
+        }
+    }
+}
+
+/// Writes back every dirty page and gives the host a moment, so one measurement does not pay
+/// for the previous one.
 fn settle() {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_secs(2));
 }
 
 fn median(values: &mut [f64]) -> f64 {

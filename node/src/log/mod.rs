@@ -935,16 +935,6 @@ impl<S: Storage> PartitionLog<S> {
             self.remove_segment_files(base).await?;
             tracing::info!(dir = %self.dir.display(), "retention deleted segment {base}");
         }
-        if report.deleted_segments > 0 {
-            self.storage
-                .sync_dir(&self.dir)
-                .await
-                .map_err(|source| LogError::Io {
-                    what: "sync",
-                    path: self.dir.clone(),
-                    source,
-                })?;
-        }
         Ok(report)
     }
 
@@ -1181,6 +1171,14 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
         }
+        self.storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|source| LogError::Io {
+                what: "sync",
+                path: self.dir.clone(),
+                source,
+            })?;
         Ok(())
     }
 
