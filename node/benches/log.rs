@@ -51,10 +51,16 @@ fn main() {
     // with the fio run it is compared with, back to back, the order alternating per round, after
     // a sync and a pause; reported: the medians and the median of the per-pair ratios.
     const ROUNDS: usize = 3;
-    let pairs: [(&str, Workload, &str, &[&str]); 5] = [
+    let pairs: [(&str, Workload, &str, &[&str]); 6] = [
         (
             "append, flush=never",
             Workload::Never(Backend::Uring),
+            "fio buffered 1 MiB writes",
+            &[],
+        ),
+        (
+            "append, flush=never, 8 appenders",
+            Workload::NeverGrouped(8),
             "fio buffered 1 MiB writes",
             &[],
         ),
@@ -132,7 +138,10 @@ enum Backend {
 
 #[derive(Clone, Copy)]
 enum Workload {
+    /// One appender calling the log directly.
     Never(Backend),
+    /// Appenders through the log task, whose groups go out as one vectored write.
+    NeverGrouped(usize),
     Always(usize),
 }
 
@@ -143,8 +152,11 @@ impl Workload {
             Workload::Never(Backend::Blocking) => {
                 append_never(BlockingStorage, dir, batch, mib).await
             }
+            Workload::NeverGrouped(appenders) => {
+                through_writer(FlushPolicy::Never, dir, batch, mib, appenders).await
+            }
             Workload::Always(appenders) => {
-                append_always(UringStorage, dir, batch, mib, appenders).await
+                through_writer(FlushPolicy::Always, dir, batch, mib, appenders).await
             }
         }
     }
@@ -261,14 +273,14 @@ async fn append_never<S: Storage>(storage: S, dir: &Path, batch: &Bytes, mib: us
     rate
 }
 
-async fn append_always<S: Storage>(
-    storage: S,
+async fn through_writer(
+    flush: FlushPolicy,
     dir: &Path,
     batch: &Bytes,
     mib: usize,
     appenders: usize,
 ) -> f64 {
-    let (log, _) = PartitionLog::open(storage, dir, config(FlushPolicy::Always), 0)
+    let (log, _) = PartitionLog::open(UringStorage, dir, config(flush), 0)
         .await
         .unwrap();
     let handle = writer::spawn(log, || 0);

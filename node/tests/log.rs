@@ -85,7 +85,14 @@ fn append_read_roll_and_reopen_on_sim() {
         assert_eq!(read_all(&mut log, 0, 300).await, written);
         assert_eq!(read_all(&mut log, 123, 10_000).await, written[123..]);
         log.close(0).await.unwrap();
-        let mut log = open(&storage, &sim_dir(), &config).await;
+        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config.clone(), 0)
+            .await
+            .unwrap();
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(
+            report.rebuilt_index_entries, 0,
+            "a clean close leaves nothing to rebuild"
+        );
         assert_eq!(log.log_end_offset(), written.len() as u64);
         assert_eq!(read_all(&mut log, 0, 1000).await, written);
     });
@@ -520,6 +527,14 @@ fn group_commit_shares_one_sync_among_concurrent_appenders() {
                 offsets
             }));
         }
+        // A corrupt request among them fails alone.
+        let mut damaged = batch_of(999, 2, 100, 0);
+        let at = damaged.len() - 20;
+        damaged[at] ^= 1;
+        assert!(matches!(
+            handle.append(damaged, 1).await,
+            Err(LogError::CorruptBatch { .. })
+        ));
         let mut all = Vec::new();
         for task in tasks {
             all.extend(task.await.unwrap());
@@ -687,5 +702,38 @@ fn index_memory_is_bounded_by_segment_size_not_log_size() {
             log.index_entries(),
             log.segment_count()
         );
+    });
+}
+
+/// A group of requests goes to disk in one vectored write; a bad request fails alone.
+#[test]
+fn append_group_writes_good_requests_and_rejects_bad_ones_alone() {
+    block_on(async {
+        let storage = SimStorage::new(22);
+        let config = small_config(1 << 20, FlushPolicy::Never);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let mut damaged = batch_of(1, 2, 50, 0);
+        let at = damaged.len() - 20;
+        damaged[at] ^= 1;
+        let requests = vec![
+            (batch_of(0, 3, 50, 0), 7),
+            (damaged, 7),
+            (batch_of(2, 4, 50, 0), 7),
+        ];
+        let results = log.append_group(requests, 0).await;
+        assert_eq!(results[0].as_ref().unwrap().base_offset, 0);
+        assert_eq!(results[0].as_ref().unwrap().last_offset, 2);
+        assert!(matches!(results[1], Err(LogError::CorruptBatch { .. })));
+        assert_eq!(results[2].as_ref().unwrap().base_offset, 3);
+        assert_eq!(results[2].as_ref().unwrap().last_offset, 6);
+        let records = read_all(&mut log, 0, 1 << 20).await;
+        assert_eq!(records.len(), 7);
+        assert!(
+            records[3].value.starts_with(b"2:0:"),
+            "request 2 follows request 0 directly"
+        );
+        drop(log);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(read_all(&mut log, 0, 1 << 20).await, records);
     });
 }

@@ -76,6 +76,14 @@ fn main() {
         .init();
     let cli = Cli::parse();
     if let Err(error) = run(cli) {
+        // A closed stdout (`strata log dump | head`) is the reader's choice, not an error.
+        let broken_pipe = error
+            .chain()
+            .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+            .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+        if broken_pipe {
+            return;
+        }
         eprintln!("strata: {error:#}");
         std::process::exit(1);
     }

@@ -83,6 +83,17 @@ impl ReadBuf {
 pub trait StorageFile: 'static {
     /// Writes all of `bytes` at `pos`.
     async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()>;
+    /// Writes `buffers` back to back starting at `pos`, with one vectored write where the
+    /// backend has one (at most 1024 buffers: IOV_MAX).
+    async fn write_all_vectored_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
+        let mut at = pos;
+        for bytes in buffers {
+            let len = bytes.len() as u64;
+            self.write_all_at(bytes, at).await?;
+            at += len;
+        }
+        Ok(())
+    }
     /// Reads up to `buf.capacity()` bytes at `pos`, replacing the buffer's contents. A short read
     /// happens only at the end of the file.
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf);

@@ -147,6 +147,74 @@ impl<F: StorageFile> FlushJob<F> {
     }
 }
 
+impl AppendInfo {
+    /// Summarises the stamped headers of one request.
+    fn of(headers: &[BatchHeader]) -> AppendInfo {
+        let first = headers.first().expect("a request has a batch");
+        let last = headers.last().expect("a request has a batch");
+        AppendInfo {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset(),
+            max_timestamp_ms: headers
+                .iter()
+                .map(|h| h.max_timestamp_ms)
+                .max()
+                .unwrap_or(i64::MIN),
+            bytes: headers.iter().map(|h| u64::from(h.batch_len)).sum(),
+        }
+    }
+}
+
+/// What one write puts on disk: one request's bytes, or a group's.
+enum Buffers {
+    One(Bytes),
+    Many(Vec<Bytes>),
+}
+
+impl Buffers {
+    fn len(&self) -> u64 {
+        match self {
+            Buffers::One(bytes) => bytes.len() as u64,
+            Buffers::Many(buffers) => buffers.iter().map(|b| b.len() as u64).sum(),
+        }
+    }
+}
+
+impl LogError {
+    /// A copy for each of several waiters (io::Error is not Clone; its kind and text are kept).
+    pub fn duplicate(&self) -> LogError {
+        match self {
+            LogError::CorruptBatch { index, source } => LogError::CorruptBatch {
+                index: *index,
+                source: source.clone(),
+            },
+            LogError::NotContiguous { expected, got } => LogError::NotContiguous {
+                expected: *expected,
+                got: *got,
+            },
+            LogError::OffsetOutOfRange {
+                requested,
+                log_start,
+                log_end,
+            } => LogError::OffsetOutOfRange {
+                requested: *requested,
+                log_start: *log_start,
+                log_end: *log_end,
+            },
+            LogError::Failed { dir, reason } => LogError::Failed {
+                dir: dir.clone(),
+                reason: reason.clone(),
+            },
+            LogError::Io { what, path, source } => LogError::Io {
+                what,
+                path: path.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            LogError::Config(text) => LogError::Config(text.clone()),
+        }
+    }
+}
+
 /// What opening found and repaired.
 #[derive(Debug, Default, Clone)]
 pub struct RecoveryReport {
@@ -429,10 +497,75 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<AppendInfo, LogError> {
         self.check_writable()?;
         self.headers.clear();
+        self.stamp_request(&mut batches, leader_epoch, self.log_end_offset())?;
+        self.write_batches(Buffers::One(batches.freeze()), now_ms)
+            .await?;
+        Ok(AppendInfo::of(&self.headers))
+    }
+
+    /// Appends several producers' requests with ONE vectored write (one syscall or io_uring
+    /// submission for the whole group). Each request is validated on its own: a bad one fails
+    /// alone and the others are written. Results come back in request order.
+    pub async fn append_group(
+        &mut self,
+        requests: Vec<(BytesMut, u32)>,
+        now_ms: i64,
+    ) -> Vec<Result<AppendInfo, LogError>> {
+        let mut results: Vec<Option<Result<AppendInfo, LogError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        if let Err(error) = self.check_writable() {
+            return results.iter().map(|_| Err(error.duplicate())).collect();
+        }
+        self.headers.clear();
+        let mut buffers = Vec::with_capacity(requests.len());
+        let mut spans = Vec::with_capacity(requests.len());
         let mut next_offset = self.log_end_offset();
+        for (at, (mut batches, leader_epoch)) in requests.into_iter().enumerate() {
+            let first_header = self.headers.len();
+            match self.stamp_request(&mut batches, leader_epoch, next_offset) {
+                Ok(next) => {
+                    next_offset = next;
+                    buffers.push(batches.freeze());
+                    spans.push((at, first_header..self.headers.len()));
+                }
+                Err(error) => {
+                    self.headers.truncate(first_header);
+                    results[at] = Some(Err(error));
+                }
+            }
+        }
+        if !buffers.is_empty() {
+            match self.write_batches(Buffers::Many(buffers), now_ms).await {
+                Ok(()) => {
+                    for (at, headers) in spans {
+                        results[at] = Some(Ok(AppendInfo::of(&self.headers[headers])));
+                    }
+                }
+                Err(error) => {
+                    for (at, _) in spans {
+                        results[at] = Some(Err(error.duplicate()));
+                    }
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| result.expect("every request has a result"))
+            .collect()
+    }
+
+    /// Validates every batch of one request, stamps consecutive offsets from `next_offset` and
+    /// the epoch in place, and appends the headers to `self.headers`. Returns the next offset.
+    fn stamp_request(
+        &mut self,
+        batches: &mut BytesMut,
+        leader_epoch: u32,
+        mut next_offset: u64,
+    ) -> Result<u64, LogError> {
+        let first_header = self.headers.len();
         let mut at = 0;
         while at < batches.len() {
-            let index = self.headers.len();
+            let index = self.headers.len() - first_header;
             let mut header = batch::check(&batches[at..])
                 .map_err(|source| LogError::CorruptBatch { index, source })?;
             let batch_len = header.batch_len as usize;
@@ -443,7 +576,7 @@ impl<S: Storage> PartitionLog<S> {
             self.headers.push(header);
             at += batch_len;
         }
-        if self.headers.is_empty() {
+        if self.headers.len() == first_header {
             return Err(LogError::CorruptBatch {
                 index: 0,
                 source: BatchError::TooShort {
@@ -452,7 +585,7 @@ impl<S: Storage> PartitionLog<S> {
                 },
             });
         }
-        self.write_batches(batches.freeze(), now_ms).await
+        Ok(next_offset)
     }
 
     /// Appends batches a leader already stamped (the follower path), verbatim.
@@ -488,14 +621,14 @@ impl<S: Storage> PartitionLog<S> {
                 },
             });
         }
-        self.write_batches(batches, now_ms).await
+        self.write_batches(Buffers::One(batches), now_ms).await?;
+        Ok(AppendInfo::of(&self.headers))
     }
 
     /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log.
-    async fn write_batches(&mut self, bytes: Bytes, now_ms: i64) -> Result<AppendInfo, LogError> {
-        let first = self.headers[0];
+    async fn write_batches(&mut self, buffers: Buffers, now_ms: i64) -> Result<(), LogError> {
         let last = *self.headers.last().expect("at least one batch");
-        let total = bytes.len() as u64;
+        let total = buffers.len();
         debug_assert_eq!(
             total,
             self.headers
@@ -508,7 +641,12 @@ impl<S: Storage> PartitionLog<S> {
         }
         let position = self.active().size;
         let path = self.segment_path(self.active().base_offset, "log");
-        if let Err(error) = self.active().log.write_all_at(bytes, position).await {
+        let file = &self.active().log;
+        let written = match buffers {
+            Buffers::One(bytes) => file.write_all_at(bytes, position).await,
+            Buffers::Many(buffers) => file.write_all_vectored_at(buffers, position).await,
+        };
+        if let Err(error) = written {
             return Err(self.fail(format!("write to {} failed: {error}", path.display())));
         }
         if self.config.flush != FlushPolicy::Never
@@ -516,24 +654,17 @@ impl<S: Storage> PartitionLog<S> {
         {
             tracing::debug!("sync_file_range hint failed: {error}");
         }
-        let mut max_timestamp_ms = i64::MIN;
         let mut batch_position = position;
         let headers = std::mem::take(&mut self.headers);
         let active = self.active_mut();
         for header in &headers {
             active.on_batch(header, batch_position);
             batch_position += u64::from(header.batch_len);
-            max_timestamp_ms = max_timestamp_ms.max(header.max_timestamp_ms);
         }
         active.size += total;
         active.dirty = true;
         self.headers = headers;
-        Ok(AppendInfo {
-            base_offset: first.base_offset,
-            last_offset: last.last_offset(),
-            max_timestamp_ms,
-            bytes: total,
-        })
+        Ok(())
     }
 
     fn should_roll(&self, incoming_bytes: u64, incoming_last_offset: u64, now_ms: i64) -> bool {
@@ -1104,11 +1235,8 @@ impl<S: Storage> PartitionLog<S> {
                 .await
                 .map_err(io_error("scan"))?;
         }
-        report.rebuilt_index_entries += segment
-            .index
-            .entries()
-            .len()
-            .saturating_sub(loaded_entries - usize::from(from.is_some()));
+        report.rebuilt_index_entries +=
+            segment.index.entries().len().saturating_sub(loaded_entries);
         let damaged = end.damage.is_some();
         if let Some(damage) = &end.damage {
             let cut = file_len - end.valid_len;

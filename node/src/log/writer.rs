@@ -159,6 +159,9 @@ async fn run<S: Storage>(
     clock: Clock,
 ) {
     let mut group = Vec::with_capacity(64);
+    let mut appends = Vec::with_capacity(64);
+    let mut append_replies = Vec::with_capacity(64);
+    let mut others = Vec::with_capacity(64);
     // Written, acknowledged only once a sync that started after the write completes.
     let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
     let mut in_flight: Option<SyncInFlight> = None;
@@ -230,18 +233,32 @@ async fn run<S: Storage>(
                     }
                 }
                 let mut close = None;
+                // All appends of the group go to disk in one vectored write.
                 for command in group.drain(..) {
                     match command {
                         Command::Append { batches, leader_epoch, reply } => {
-                            match log.append(batches, leader_epoch, clock()).await {
-                                Ok(info) if log.config().flush == FlushPolicy::Always => {
-                                    unsynced.push((reply, info));
-                                }
-                                result => {
-                                    let _ = reply.send(result);
-                                }
+                            appends.push((batches, leader_epoch));
+                            append_replies.push(reply);
+                        }
+                        other => others.push(other),
+                    }
+                }
+                if !appends.is_empty() {
+                    let results = log.append_group(std::mem::take(&mut appends), clock()).await;
+                    for (reply, result) in append_replies.drain(..).zip(results) {
+                        match result {
+                            Ok(info) if log.config().flush == FlushPolicy::Always => {
+                                unsynced.push((reply, info));
+                            }
+                            result => {
+                                let _ = reply.send(result);
                             }
                         }
+                    }
+                }
+                for command in others.drain(..) {
+                    match command {
+                        Command::Append { .. } => unreachable!("appends were taken above"),
                         Command::Read { offset, max_bytes, max_offset, reply } => {
                             let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
                         }
