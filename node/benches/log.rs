@@ -140,7 +140,8 @@ enum Backend {
 enum Workload {
     /// One appender calling the log directly.
     Never(Backend),
-    /// Appenders through the log task, whose groups go out as one vectored write.
+    /// Concurrent appenders through the log task, which validates a group and writes it back
+    /// to back.
     NeverGrouped(usize),
     Always(usize),
 }

@@ -57,15 +57,6 @@ impl StorageFile for UringFile {
         result
     }
 
-    async fn write_all_vectored_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
-        assert!(
-            buffers.len() <= 1024,
-            "at most IOV_MAX buffers per vectored write"
-        );
-        let (result, _) = self.file.writev_at_all(buffers, Some(pos)).await;
-        result.map(drop)
-    }
-
     async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
         buf.clear();
         // A read may return fewer bytes than asked before the end of the file (a signal, a

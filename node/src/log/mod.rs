@@ -503,9 +503,10 @@ impl<S: Storage> PartitionLog<S> {
         Ok(AppendInfo::of(&self.headers))
     }
 
-    /// Appends several producers' requests with ONE vectored write (one syscall or io_uring
-    /// submission for the whole group). Each request is validated on its own: a bad one fails
-    /// alone and the others are written. Results come back in request order.
+    /// Appends several producers' requests back to back: all are validated and stamped first,
+    /// then written in order (see `StorageFile::write_all_vectored_at`). Each request is
+    /// validated on its own: a bad one fails alone and the others are written. Results come
+    /// back in request order.
     pub async fn append_group(
         &mut self,
         requests: Vec<(BytesMut, u32)>,

@@ -233,7 +233,7 @@ async fn run<S: Storage>(
                     }
                 }
                 let mut close = None;
-                // All appends of the group go to disk in one vectored write.
+                // The group's appends are validated together and written back to back.
                 for command in group.drain(..) {
                     match command {
                         Command::Append { batches, leader_epoch, reply } => {
