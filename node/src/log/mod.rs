@@ -875,20 +875,31 @@ impl<S: Storage> PartitionLog<S> {
             .await?
             .map_or(0, |entry| u64::from(entry.position));
         let segment = &self.segments[at];
+        let io_error = |source| LogError::Io {
+            what: "read",
+            path: self.segment_path(segment.base_offset, "log"),
+            source,
+        };
+        // Walk batch headers from the index entry; decode only the first batch that reaches
+        // the target (the segment's max timestamp guarantees there is one).
         let mut position = start;
+        let mut want = SCAN_CHUNK_BYTES;
         while position < segment.size {
-            let chunk = segment
-                .read(position, SCAN_CHUNK_BYTES)
-                .await
-                .map_err(|source| LogError::Io {
-                    what: "read",
-                    path: self.segment_path(segment.base_offset, "log"),
-                    source,
-                })?;
+            let chunk = segment.read(position, want).await.map_err(io_error)?;
             let mut at_byte = 0usize;
-            while let Ok(header) = BatchHeader::parse(&chunk[at_byte..]) {
+            want = SCAN_CHUNK_BYTES;
+            while at_byte < chunk.len() {
+                let rest = &chunk[at_byte..];
+                let header = match BatchHeader::parse(rest) {
+                    Ok(header) => header,
+                    // A header cut by the chunk's end: read on from it.
+                    Err(_) if rest.len() < batch::HEADER_LEN && at_byte > 0 => break,
+                    Err(source) => return Err(LogError::CorruptBatch { index: 0, source }),
+                };
                 let batch_len = header.batch_len as usize;
-                if batch_len > chunk.len() - at_byte {
+                if batch_len > rest.len() {
+                    // Read this batch whole next time round.
+                    want = want.max(batch_len);
                     break;
                 }
                 if header.max_timestamp_ms >= timestamp_ms {
@@ -902,34 +913,11 @@ impl<S: Storage> PartitionLog<S> {
                 }
                 at_byte += batch_len;
             }
-            if at_byte == 0 {
-                // One batch larger than the chunk: read exactly it next time.
-                let header = BatchHeader::parse(&chunk)
-                    .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
-                let batch = segment
-                    .read(position, header.batch_len as usize)
-                    .await
-                    .map_err(|source| LogError::Io {
-                        what: "read",
-                        path: self.segment_path(segment.base_offset, "log"),
-                        source,
-                    })?;
-                if header.max_timestamp_ms >= timestamp_ms {
-                    let batch = Batch::validate(batch)
-                        .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
-                    let found = batch
-                        .records()
-                        .find(|record| record.timestamp_ms >= timestamp_ms)
-                        .expect("a batch whose max reaches the target has such a record");
-                    return Ok(Some((found.offset, found.timestamp_ms)));
-                }
-                at_byte = header.batch_len as usize;
-            }
             position += at_byte as u64;
         }
         unreachable!(
-            "segment max timestamp {} not found in its batches",
-            segment.max_timestamp_ms
+            "segment {} claims max timestamp {} but no batch reaches {timestamp_ms}",
+            segment.base_offset, segment.max_timestamp_ms
         )
     }
 
