@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, bail};
 use bytes::BytesMut;
 use clap::{Parser, Subcommand, ValueEnum};
-use strata_node::io::uring::UringStorage;
+use strata_node::io::{self, AnyStorage, Backend};
 use strata_node::log::{FlushPolicy, LogConfig, PartitionLog, writer};
 use strata_wire::batch::{BatchBuilder, split_batches};
 
@@ -92,7 +92,9 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Log { command } => match command {
-            LogCommand::Dump { dir, records } => tokio_uring::start(dump(dir, records)),
+            LogCommand::Dump { dir, records } => {
+                io::run_on(&Backend::detect(), |storage| dump(storage, dir, records))
+            }
             LogCommand::Stress {
                 dir,
                 flush,
@@ -111,25 +113,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     },
                     ..LogConfig::default()
                 };
-                tokio_uring::start(stress(
-                    dir,
-                    config,
-                    producers,
-                    records_per_batch,
-                    value_bytes,
-                    appends,
-                ))
+                io::run_on(&Backend::detect(), |storage| {
+                    stress(
+                        storage,
+                        dir,
+                        config,
+                        producers,
+                        records_per_batch,
+                        value_bytes,
+                        appends,
+                    )
+                })
             }
         },
     }
 }
 
-async fn dump(dir: PathBuf, print_records: bool) -> anyhow::Result<()> {
+async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> anyhow::Result<()> {
     if !dir.is_dir() {
         bail!("{} is not a partition folder", dir.display());
     }
     let now = writer::system_clock_ms();
-    let (mut log, report) = PartitionLog::open(UringStorage, &dir, LogConfig::default(), now)
+    let (mut log, report) = PartitionLog::open(storage, &dir, LogConfig::default(), now)
         .await
         .with_context(|| format!("opening {}", dir.display()))?;
     println!(
@@ -176,6 +181,7 @@ async fn dump(dir: PathBuf, print_records: bool) -> anyhow::Result<()> {
 }
 
 async fn stress(
+    storage: AnyStorage,
     dir: PathBuf,
     config: LogConfig,
     producers: u32,
@@ -184,14 +190,14 @@ async fn stress(
     appends: u64,
 ) -> anyhow::Result<()> {
     let now = writer::system_clock_ms();
-    let (log, _) = PartitionLog::open(UringStorage, &dir, config, now).await?;
+    let (log, _) = PartitionLog::open(storage, &dir, config, now).await?;
     let handle = writer::spawn(log, writer::system_clock_ms);
     let started = Rc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for producer in 0..producers {
         let handle = handle.clone();
         let started = started.clone();
-        tasks.push(tokio_uring::spawn(async move {
+        tasks.push(tokio::task::spawn_local(async move {
             let mut builder = BatchBuilder::with_capacity(records_per_batch * (value_bytes + 64));
             loop {
                 let sequence = started.fetch_add(1, Ordering::Relaxed);

@@ -17,6 +17,7 @@
 // `Send`; the lint that asks public async trait methods to promise `Send` does not apply.
 #![allow(async_fn_in_trait)]
 
+pub mod any;
 pub mod blocking;
 pub mod sim;
 pub mod uring;
@@ -26,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use strata_wire::AlignedVec;
+
+pub use any::{AnyFile, AnyStorage};
 
 /// A read buffer whose start is 16-byte aligned, so batches read into it at a batch boundary can
 /// be validated and accessed in place. Converts into `Bytes` without copying.
@@ -129,6 +132,27 @@ pub trait Storage: Clone + 'static {
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
 
+/// Runs `work` on a single-threaded runtime for `backend`: tokio-uring for io_uring, a plain
+/// current-thread tokio runtime (with a LocalSet, as shards use) for the blocking fallback.
+pub fn run_on<F, T>(backend: &Backend, work: impl FnOnce(AnyStorage) -> F) -> T
+where
+    F: std::future::Future<Output = T>,
+{
+    match backend {
+        Backend::IoUring => tokio_uring::start(work(AnyStorage::Uring(uring::UringStorage))),
+        Backend::Blocking { .. } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime builds");
+            tokio::task::LocalSet::new().block_on(
+                &runtime,
+                work(AnyStorage::Blocking(blocking::BlockingStorage)),
+            )
+        }
+    }
+}
+
 /// Which backend a shard runs on, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
@@ -140,8 +164,14 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Probes whether this process may create an io_uring instance.
+    /// Probes whether this process may create an io_uring instance. `STRATA_IO_BACKEND=blocking`
+    /// forces the fallback (to test it, or to work around a broken io_uring).
     pub fn detect() -> Backend {
+        if std::env::var("STRATA_IO_BACKEND").is_ok_and(|value| value == "blocking") {
+            let reason = "STRATA_IO_BACKEND=blocking".to_string();
+            tracing::warn!("using the blocking pread/pwrite backend: {reason}");
+            return Backend::Blocking { reason };
+        }
         match uring::probe() {
             Ok(()) => Backend::IoUring,
             Err(error) => {

@@ -1,0 +1,66 @@
+//! The `strata` binary's log tools, including the fallback IO backend.
+
+use std::process::Command;
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+#[test]
+fn the_blocking_fallback_writes_a_log_that_io_uring_reads_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("fallback-0");
+    let output = strata()
+        .args(["log", "stress"])
+        .arg(&dir)
+        .args([
+            "--appends",
+            "50",
+            "--records-per-batch",
+            "4",
+            "--producers",
+            "3",
+        ])
+        .env("STRATA_IO_BACKEND", "blocking")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("using the blocking pread/pwrite backend"),
+        "the fallback says so in one line: {stderr}"
+    );
+    let acks = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with("ACK"))
+        .count();
+    assert_eq!(acks, 50);
+
+    let output = strata().args(["log", "dump"]).arg(&dir).output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("log_start=0 log_end=200 "), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("batch ")).count(),
+        50
+    );
+}
+
+#[test]
+fn errors_exit_1_with_one_line_and_usage_errors_exit_2() {
+    let output = strata()
+        .args(["log", "dump", "/nonexistent/strata"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("strata: "), "{stderr}");
+
+    let output = strata().args(["log", "frobnicate"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
