@@ -4,6 +4,7 @@
 //! take byte slices or `Bytes` and return values or typed errors; they never panic on any input.
 
 pub mod batch;
+pub mod protocol;
 
 pub use batch::{Batch, BatchBuilder, BatchError, BatchHeader, Record};
 

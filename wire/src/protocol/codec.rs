@@ -1,0 +1,291 @@
+//! Field encoding of the native protocol: little-endian integers, `u16`-length strings,
+//! `u32`-count arrays, and record blobs aligned to 8 bytes within the frame body.
+//!
+//! Record blobs are never copied: encoding appends them as separate chunks (sent with one
+//! vectored write); decoding splits them off the frame buffer, still mutable, so the broker can
+//! stamp offsets into the producer's bytes in place.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::batch::BATCH_ALIGN;
+
+/// Why a frame could not be decoded. Never a panic: every read is checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame ends early: needed {needed} more bytes at byte {at}")]
+    Truncated { at: usize, needed: usize },
+    #[error("string at byte {at} is not UTF-8")]
+    InvalidUtf8 { at: usize },
+    #[error("array at byte {at} claims {count} elements, more than the frame can hold")]
+    TooManyElements { at: usize, count: u32 },
+    #[error("{remaining} unexpected bytes after the message")]
+    TrailingBytes { remaining: usize },
+    #[error("invalid value {value} for {field}")]
+    InvalidValue { field: &'static str, value: i64 },
+}
+
+/// Records as they travel inside a message: mutable straight after decoding (the broker stamps
+/// them in place), shared once frozen (a fetch serving stored bytes).
+#[derive(Debug, Clone)]
+pub enum Records {
+    Mutable(BytesMut),
+    Shared(Bytes),
+}
+
+impl Records {
+    pub fn empty() -> Records {
+        Records::Shared(Bytes::new())
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Records::Mutable(bytes) => bytes,
+            Records::Shared(bytes) => bytes,
+        }
+    }
+
+    pub fn freeze(self) -> Bytes {
+        match self {
+            Records::Mutable(bytes) => bytes.freeze(),
+            Records::Shared(bytes) => bytes,
+        }
+    }
+
+    /// Mutable bytes; copies only if shared bytes are referenced elsewhere.
+    pub fn into_mut(self) -> BytesMut {
+        match self {
+            Records::Mutable(bytes) => bytes,
+            Records::Shared(bytes) => bytes
+                .try_into_mut()
+                .unwrap_or_else(|shared| BytesMut::from(&shared[..])),
+        }
+    }
+}
+
+impl From<Bytes> for Records {
+    fn from(bytes: Bytes) -> Records {
+        Records::Shared(bytes)
+    }
+}
+
+/// Builds one frame body (everything after the length prefix) as a list of chunks.
+#[derive(Default)]
+pub struct Encoder {
+    current: BytesMut,
+    chunks: Vec<Bytes>,
+    /// Bytes in `chunks`.
+    flushed: usize,
+}
+
+impl Encoder {
+    pub fn new() -> Encoder {
+        Encoder::default()
+    }
+
+    /// Bytes encoded so far.
+    pub fn len(&self) -> usize {
+        self.flushed + self.current.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn put_u8(&mut self, value: u8) {
+        self.current.put_u8(value);
+    }
+    pub fn put_i8(&mut self, value: i8) {
+        self.current.put_i8(value);
+    }
+    pub fn put_u16(&mut self, value: u16) {
+        self.current.put_u16_le(value);
+    }
+    pub fn put_u32(&mut self, value: u32) {
+        self.current.put_u32_le(value);
+    }
+    pub fn put_i32(&mut self, value: i32) {
+        self.current.put_i32_le(value);
+    }
+    pub fn put_u64(&mut self, value: u64) {
+        self.current.put_u64_le(value);
+    }
+    pub fn put_i64(&mut self, value: i64) {
+        self.current.put_i64_le(value);
+    }
+    pub fn put_bool(&mut self, value: bool) {
+        self.current.put_u8(u8::from(value));
+    }
+
+    /// Panics on a string over 64 KiB: names and messages are short by construction.
+    pub fn put_str(&mut self, value: &str) {
+        let len = u16::try_from(value.len()).expect("protocol strings are below 64 KiB");
+        self.put_u16(len);
+        self.current.put_slice(value.as_bytes());
+    }
+
+    pub fn put_count(&mut self, count: usize) {
+        self.put_u32(u32::try_from(count).expect("arrays hold fewer than 2^32 elements"));
+    }
+
+    /// Length, zero padding to an 8-byte boundary of the frame body, then the bytes as their own
+    /// chunk (no copy).
+    pub fn put_records(&mut self, records: Records) {
+        let bytes = records.freeze();
+        self.put_u32(u32::try_from(bytes.len()).expect("records below 4 GiB"));
+        let padding = (BATCH_ALIGN - self.len() % BATCH_ALIGN) % BATCH_ALIGN;
+        self.current.put_bytes(0, padding);
+        if bytes.is_empty() {
+            return;
+        }
+        let current = self.current.split().freeze();
+        self.flushed += current.len() + bytes.len();
+        if !current.is_empty() {
+            self.chunks.push(current);
+        }
+        self.chunks.push(bytes);
+    }
+
+    /// The frame: a `u32` length prefix, then the body, as chunks for a vectored write.
+    pub fn finish_frame(mut self) -> Vec<Bytes> {
+        let body_len = u32::try_from(self.len()).expect("frames below 4 GiB");
+        let mut prefix = BytesMut::with_capacity(4 + self.current.len());
+        prefix.put_u32_le(body_len);
+        // Small frames go out as one chunk.
+        if self.chunks.is_empty() {
+            prefix.extend_from_slice(&self.current);
+            return vec![prefix.freeze()];
+        }
+        let mut chunks = Vec::with_capacity(self.chunks.len() + 2);
+        chunks.push(prefix.freeze());
+        chunks.append(&mut self.chunks);
+        if !self.current.is_empty() {
+            chunks.push(self.current.freeze());
+        }
+        chunks
+    }
+}
+
+/// Reads one frame body. Every read checks the remaining length first.
+pub struct Decoder {
+    buf: BytesMut,
+    consumed: usize,
+}
+
+impl Decoder {
+    pub fn new(body: BytesMut) -> Decoder {
+        Decoder {
+            buf: body,
+            consumed: 0,
+        }
+    }
+
+    fn need(&self, needed: usize) -> Result<(), DecodeError> {
+        if self.buf.len() < needed {
+            return Err(DecodeError::Truncated {
+                at: self.consumed,
+                needed: needed - self.buf.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, len: usize) {
+        self.consumed += len;
+    }
+
+    pub fn get_u8(&mut self) -> Result<u8, DecodeError> {
+        self.need(1)?;
+        self.advance(1);
+        Ok(self.buf.get_u8())
+    }
+    pub fn get_i8(&mut self) -> Result<i8, DecodeError> {
+        self.need(1)?;
+        self.advance(1);
+        Ok(self.buf.get_i8())
+    }
+    pub fn get_u16(&mut self) -> Result<u16, DecodeError> {
+        self.need(2)?;
+        self.advance(2);
+        Ok(self.buf.get_u16_le())
+    }
+    pub fn get_u32(&mut self) -> Result<u32, DecodeError> {
+        self.need(4)?;
+        self.advance(4);
+        Ok(self.buf.get_u32_le())
+    }
+    pub fn get_i32(&mut self) -> Result<i32, DecodeError> {
+        self.need(4)?;
+        self.advance(4);
+        Ok(self.buf.get_i32_le())
+    }
+    pub fn get_u64(&mut self) -> Result<u64, DecodeError> {
+        self.need(8)?;
+        self.advance(8);
+        Ok(self.buf.get_u64_le())
+    }
+    pub fn get_i64(&mut self) -> Result<i64, DecodeError> {
+        self.need(8)?;
+        self.advance(8);
+        Ok(self.buf.get_i64_le())
+    }
+    pub fn get_bool(&mut self) -> Result<bool, DecodeError> {
+        match self.get_u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(DecodeError::InvalidValue {
+                field: "bool",
+                value: i64::from(other),
+            }),
+        }
+    }
+
+    pub fn get_str(&mut self) -> Result<String, DecodeError> {
+        let len = usize::from(self.get_u16()?);
+        self.need(len)?;
+        let at = self.consumed;
+        let bytes = self.buf.split_to(len);
+        self.advance(len);
+        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::InvalidUtf8 { at })
+    }
+
+    /// An array count, checked against what the frame can hold (each element takes at least
+    /// `min_element_len` bytes), so a lying count cannot make the reader allocate.
+    pub fn get_count(&mut self, min_element_len: usize) -> Result<usize, DecodeError> {
+        let at = self.consumed;
+        let count = self.get_u32()?;
+        if (count as usize).saturating_mul(min_element_len.max(1)) > self.buf.len() {
+            return Err(DecodeError::TooManyElements { at, count });
+        }
+        Ok(count as usize)
+    }
+
+    pub fn get_records(&mut self) -> Result<Records, DecodeError> {
+        let len = self.get_u32()? as usize;
+        let padding = (BATCH_ALIGN - self.consumed % BATCH_ALIGN) % BATCH_ALIGN;
+        self.need(padding + len)?;
+        self.buf.advance(padding);
+        self.advance(padding);
+        let records = self.buf.split_to(len);
+        self.advance(len);
+        Ok(Records::Mutable(records))
+    }
+
+    /// Ends decoding; leftover bytes mean the peer and we disagree on the message.
+    pub fn finish(self) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes {
+                remaining: self.buf.len(),
+            })
+        }
+    }
+}

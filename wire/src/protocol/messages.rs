@@ -1,0 +1,318 @@
+//! The messages, field by field in declaration order (see [`super::codec`] for field encodings).
+
+use super::ErrorCode;
+use super::codec::{DecodeError, Decoder, Encoder, Records};
+
+/// A value with a wire encoding. `MIN_LEN` is the fewest bytes an encoded value takes; array
+/// decoding checks counts against it.
+pub trait Wire: Sized {
+    const MIN_LEN: usize;
+    fn encode(self, encoder: &mut Encoder);
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError>;
+}
+
+macro_rules! primitive {
+    ($($ty:ty: $len:literal, $put:ident, $get:ident;)*) => {$(
+        impl Wire for $ty {
+            const MIN_LEN: usize = $len;
+            fn encode(self, encoder: &mut Encoder) {
+                encoder.$put(self);
+            }
+            fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+                decoder.$get()
+            }
+        }
+    )*};
+}
+
+primitive! {
+    u8: 1, put_u8, get_u8;
+    i8: 1, put_i8, get_i8;
+    u16: 2, put_u16, get_u16;
+    u32: 4, put_u32, get_u32;
+    i32: 4, put_i32, get_i32;
+    u64: 8, put_u64, get_u64;
+    i64: 8, put_i64, get_i64;
+    bool: 1, put_bool, get_bool;
+}
+
+impl Wire for String {
+    const MIN_LEN: usize = 2;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_str(&self);
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        decoder.get_str()
+    }
+}
+
+impl Wire for Records {
+    const MIN_LEN: usize = 4;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_records(self);
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        decoder.get_records()
+    }
+}
+
+impl Wire for ErrorCode {
+    const MIN_LEN: usize = 2;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_u16(self as u16);
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        let value = decoder.get_u16()?;
+        ErrorCode::from_u16(value).ok_or(DecodeError::InvalidValue {
+            field: "error_code",
+            value: i64::from(value),
+        })
+    }
+}
+
+impl<T: Wire> Wire for Vec<T> {
+    const MIN_LEN: usize = 4;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_count(self.len());
+        for item in self {
+            item.encode(encoder);
+        }
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        let count = decoder.get_count(T::MIN_LEN)?;
+        let mut items = Vec::with_capacity(count);
+        for _ in 0..count {
+            items.push(T::decode(decoder)?);
+        }
+        Ok(items)
+    }
+}
+
+impl<T: Wire> Wire for Option<T> {
+    const MIN_LEN: usize = 1;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_bool(self.is_some());
+        if let Some(value) = self {
+            value.encode(encoder);
+        }
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        Ok(if decoder.get_bool()? {
+            Some(T::decode(decoder)?)
+        } else {
+            None
+        })
+    }
+}
+
+macro_rules! messages {
+    ($($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)* })*) => {$(
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl Wire for $name {
+            const MIN_LEN: usize = 0 $(+ <$ty as Wire>::MIN_LEN)*;
+            #[allow(unused_variables, reason = "messages without fields")]
+            fn encode(self, encoder: &mut Encoder) {
+                $(self.$field.encode(encoder);)*
+            }
+            #[allow(unused_variables, reason = "messages without fields")]
+            fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+                Ok($name { $($field: <$ty as Wire>::decode(decoder)?,)* })
+            }
+        }
+    )*};
+}
+
+/// `ListOffsets` timestamps with special meaning.
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const LATEST_TIMESTAMP: i64 = -1;
+
+/// `ProduceRequest::acks` values.
+pub const ACKS_NONE: i8 = 0;
+pub const ACKS_LEADER: i8 = 1;
+pub const ACKS_ALL: i8 = -1;
+
+messages! {
+    pub struct ApiVersionsRequest {}
+
+    pub struct ApiVersionRange {
+        pub api_key: u16,
+        pub min_version: u16,
+        pub max_version: u16,
+    }
+
+    pub struct ApiVersionsResponse {
+        pub apis: Vec<ApiVersionRange>,
+    }
+
+    pub struct MetadataRequest {
+        /// `None`: every topic.
+        pub topics: Option<Vec<String>>,
+    }
+
+    pub struct BrokerMetadata {
+        pub node_id: i32,
+        pub host: String,
+        /// The shared client port (any shard answers and forwards).
+        pub port: u16,
+        /// Shard `i` also listens on `shard_ports[i]`; shard-aware clients go straight there.
+        pub shard_ports: Vec<u16>,
+    }
+
+    pub struct PartitionMetadata {
+        pub partition: u32,
+        pub error: ErrorCode,
+        pub leader: i32,
+        pub leader_epoch: u32,
+        /// The shard of the leader that owns the partition.
+        pub shard: u16,
+        pub replicas: Vec<i32>,
+        pub isr: Vec<i32>,
+    }
+
+    pub struct TopicMetadata {
+        pub name: String,
+        pub error: ErrorCode,
+        pub partitions: Vec<PartitionMetadata>,
+    }
+
+    pub struct MetadataResponse {
+        pub cluster: String,
+        pub controller: i32,
+        pub brokers: Vec<BrokerMetadata>,
+        pub topics: Vec<TopicMetadata>,
+    }
+
+    pub struct ConfigEntry {
+        pub key: String,
+        pub value: String,
+    }
+
+    pub struct CreateTopicRequest {
+        pub name: String,
+        pub partitions: u32,
+        pub replication_factor: u16,
+        pub configs: Vec<ConfigEntry>,
+    }
+
+    pub struct CreateTopicResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+    }
+
+    pub struct DeleteTopicRequest {
+        pub name: String,
+    }
+
+    pub struct DeleteTopicResponse {
+        pub error: ErrorCode,
+    }
+
+    pub struct ProducePartition {
+        pub partition: u32,
+        pub records: Records,
+    }
+
+    pub struct ProduceTopic {
+        pub name: String,
+        pub partitions: Vec<ProducePartition>,
+    }
+
+    pub struct ProduceRequest {
+        /// [`ACKS_NONE`], [`ACKS_LEADER`] or [`ACKS_ALL`]. With no acks the broker sends no
+        /// response at all.
+        pub acks: i8,
+        pub timeout_ms: u32,
+        pub topics: Vec<ProduceTopic>,
+    }
+
+    pub struct ProducePartitionResponse {
+        pub partition: u32,
+        pub error: ErrorCode,
+        pub base_offset: u64,
+        pub log_start_offset: u64,
+    }
+
+    pub struct ProduceTopicResponse {
+        pub name: String,
+        pub partitions: Vec<ProducePartitionResponse>,
+    }
+
+    pub struct ProduceResponse {
+        pub topics: Vec<ProduceTopicResponse>,
+    }
+
+    pub struct FetchPartition {
+        pub partition: u32,
+        pub fetch_offset: u64,
+        pub max_bytes: u32,
+    }
+
+    pub struct FetchTopic {
+        pub name: String,
+        pub partitions: Vec<FetchPartition>,
+    }
+
+    pub struct FetchRequest {
+        /// Long-poll: wait up to this long for `min_bytes` to be available.
+        pub max_wait_ms: u32,
+        pub min_bytes: u32,
+        pub max_bytes: u32,
+        pub topics: Vec<FetchTopic>,
+    }
+
+    pub struct FetchPartitionResponse {
+        pub partition: u32,
+        pub error: ErrorCode,
+        pub high_watermark: u64,
+        pub log_start_offset: u64,
+        /// Whole stored batches, verbatim.
+        pub records: Records,
+    }
+
+    pub struct FetchTopicResponse {
+        pub name: String,
+        pub partitions: Vec<FetchPartitionResponse>,
+    }
+
+    pub struct FetchResponse {
+        pub topics: Vec<FetchTopicResponse>,
+    }
+
+    pub struct ListOffsetsPartition {
+        pub partition: u32,
+        /// [`EARLIEST_TIMESTAMP`], [`LATEST_TIMESTAMP`], or a time in ms.
+        pub timestamp: i64,
+    }
+
+    pub struct ListOffsetsTopic {
+        pub name: String,
+        pub partitions: Vec<ListOffsetsPartition>,
+    }
+
+    pub struct ListOffsetsRequest {
+        pub topics: Vec<ListOffsetsTopic>,
+    }
+
+    pub struct ListOffsetsPartitionResponse {
+        pub partition: u32,
+        pub error: ErrorCode,
+        /// -1 when no record is at or after the timestamp.
+        pub offset: i64,
+        pub timestamp: i64,
+    }
+
+    pub struct ListOffsetsTopicResponse {
+        pub name: String,
+        pub partitions: Vec<ListOffsetsPartitionResponse>,
+    }
+
+    pub struct ListOffsetsResponse {
+        pub topics: Vec<ListOffsetsTopicResponse>,
+    }
+}

@@ -1,0 +1,270 @@
+//! The native protocol: length-prefixed frames carrying typed requests and responses.
+//!
+//! ```text
+//! frame    = u32 body_len, body
+//! request  = u16 api_key, u16 api_version, u32 correlation_id, message
+//! response = u32 correlation_id, u16 error_code, message (absent unless error_code = NONE)
+//! ```
+//!
+//! Requests on one connection are pipelined; responses carry the request's correlation id and
+//! may come back in any order. A response-level error code answers requests the broker could not
+//! take at all (unknown api, unsupported version, malformed message); per-partition errors live
+//! inside the messages. Error codes are typed ([`ErrorCode`]), never strings to parse.
+//!
+//! Invariant: decoding any bytes returns a value or a [`DecodeError`]; it never panics and never
+//! allocates more than the frame can justify (array counts are checked against remaining bytes).
+
+mod codec;
+mod messages;
+
+pub use codec::{DecodeError, Decoder, Encoder, Records};
+pub use messages::*;
+
+use bytes::{Bytes, BytesMut};
+
+/// Request and response header lengths, for budgeting.
+pub const REQUEST_HEADER_LEN: usize = 8;
+pub const FRAME_PREFIX_LEN: usize = 4;
+
+/// API keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ApiKey {
+    ApiVersions = 0,
+    Metadata = 1,
+    CreateTopic = 2,
+    DeleteTopic = 3,
+    Produce = 4,
+    Fetch = 5,
+    ListOffsets = 6,
+}
+
+impl ApiKey {
+    pub const ALL: [ApiKey; 7] = [
+        ApiKey::ApiVersions,
+        ApiKey::Metadata,
+        ApiKey::CreateTopic,
+        ApiKey::DeleteTopic,
+        ApiKey::Produce,
+        ApiKey::Fetch,
+        ApiKey::ListOffsets,
+    ];
+
+    pub fn from_u16(value: u16) -> Option<ApiKey> {
+        ApiKey::ALL.into_iter().find(|key| *key as u16 == value)
+    }
+
+    /// The versions this build speaks: (min, max).
+    pub fn versions(self) -> (u16, u16) {
+        (0, 0)
+    }
+}
+
+macro_rules! error_codes {
+    ($($(#[$meta:meta])* $name:ident = $value:literal, retriable = $retriable:literal;)*) => {
+        /// Typed error codes: what went wrong, as a number both sides agree on.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum ErrorCode {
+            $($(#[$meta])* $name = $value,)*
+        }
+
+        impl ErrorCode {
+            pub fn from_u16(value: u16) -> Option<ErrorCode> {
+                match value {
+                    $($value => Some(ErrorCode::$name),)*
+                    _ => None,
+                }
+            }
+
+            /// A client may retry a request that failed with a retriable code (after refreshing
+            /// metadata where the code says the cluster changed).
+            pub fn is_retriable(self) -> bool {
+                match self {
+                    $(ErrorCode::$name => $retriable,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    None = 0, retriable = false;
+    /// The request's api key is not one this broker knows.
+    UnknownApi = 1, retriable = false;
+    /// The broker does not speak this version of the api.
+    UnsupportedVersion = 2, retriable = false;
+    /// The request could not be decoded.
+    InvalidRequest = 3, retriable = false;
+    UnknownTopic = 4, retriable = false;
+    UnknownPartition = 5, retriable = false;
+    /// The fetch offset is outside [log start, log end].
+    OffsetOutOfRange = 6, retriable = false;
+    /// A record batch failed its CRC or structure check.
+    CorruptBatch = 7, retriable = false;
+    /// A batch or request is larger than the broker accepts.
+    MessageTooLarge = 8, retriable = false;
+    /// This broker does not lead the partition; refresh metadata and retry.
+    NotLeader = 9, retriable = true;
+    TopicAlreadyExists = 10, retriable = false;
+    /// Partition count, replication factor or a config value is invalid.
+    InvalidConfig = 11, retriable = false;
+    /// The partition's storage failed (fail-stop); another replica may serve it.
+    StorageError = 12, retriable = true;
+    NotEnoughReplicas = 13, retriable = true;
+    RequestTimedOut = 14, retriable = true;
+    /// The broker is starting up or shutting down.
+    NotReady = 15, retriable = true;
+    InvalidTopicName = 16, retriable = false;
+    /// Unexpected broker failure; the broker's log has the details.
+    Internal = 17, retriable = false;
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: u16,
+    pub api_version: u16,
+    pub correlation_id: u32,
+}
+
+/// A request the broker could not take, with what it could read of its header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRequest {
+    pub header: Option<RequestHeader>,
+    pub code: ErrorCode,
+    pub reason: String,
+}
+
+macro_rules! requests {
+    ($($api:ident($request:ident, $response:ident)),* $(,)?) => {
+        #[derive(Debug, Clone)]
+        pub enum Request {
+            $($api($request),)*
+        }
+
+        #[derive(Debug, Clone)]
+        pub enum Response {
+            $($api($response),)*
+        }
+
+        impl Request {
+            pub fn api_key(&self) -> ApiKey {
+                match self {
+                    $(Request::$api(_) => ApiKey::$api,)*
+                }
+            }
+
+            /// The whole frame (length prefix included) as chunks for one vectored write.
+            pub fn encode(self, correlation_id: u32) -> Vec<Bytes> {
+                let mut encoder = Encoder::new();
+                encoder.put_u16(self.api_key() as u16);
+                encoder.put_u16(0);
+                encoder.put_u32(correlation_id);
+                match self {
+                    $(Request::$api(message) => message.encode(&mut encoder),)*
+                }
+                encoder.finish_frame()
+            }
+
+            /// Decodes a frame body (after the length prefix).
+            pub fn decode(body: BytesMut) -> Result<(RequestHeader, Request), RejectedRequest> {
+                let mut decoder = Decoder::new(body);
+                let header = (|| {
+                    Ok::<_, DecodeError>(RequestHeader {
+                        api_key: decoder.get_u16()?,
+                        api_version: decoder.get_u16()?,
+                        correlation_id: decoder.get_u32()?,
+                    })
+                })()
+                .map_err(|error| RejectedRequest {
+                    header: None,
+                    code: ErrorCode::InvalidRequest,
+                    reason: error.to_string(),
+                })?;
+                let reject = |code, reason: String| RejectedRequest { header: Some(header), code, reason };
+                let Some(api) = ApiKey::from_u16(header.api_key) else {
+                    return Err(reject(ErrorCode::UnknownApi, format!("unknown api key {}", header.api_key)));
+                };
+                let (min, max) = api.versions();
+                if header.api_version < min || header.api_version > max {
+                    return Err(reject(
+                        ErrorCode::UnsupportedVersion,
+                        format!("{api:?} version {} (this broker speaks {min}..={max})", header.api_version),
+                    ));
+                }
+                let request = match api {
+                    $(ApiKey::$api => $request::decode(&mut decoder).map(Request::$api),)*
+                };
+                let request = request
+                    .and_then(|request| decoder.finish().map(|()| request))
+                    .map_err(|error| reject(ErrorCode::InvalidRequest, format!("{api:?}: {error}")))?;
+                Ok((header, request))
+            }
+        }
+
+        impl Response {
+            pub fn api_key(&self) -> ApiKey {
+                match self {
+                    $(Response::$api(_) => ApiKey::$api,)*
+                }
+            }
+
+            pub fn encode(self, correlation_id: u32) -> Vec<Bytes> {
+                let mut encoder = Encoder::new();
+                encoder.put_u32(correlation_id);
+                encoder.put_u16(ErrorCode::None as u16);
+                match self {
+                    $(Response::$api(message) => message.encode(&mut encoder),)*
+                }
+                encoder.finish_frame()
+            }
+
+            /// A response-level error: the request was not taken at all.
+            pub fn encode_error(correlation_id: u32, code: ErrorCode) -> Vec<Bytes> {
+                let mut encoder = Encoder::new();
+                encoder.put_u32(correlation_id);
+                encoder.put_u16(code as u16);
+                encoder.finish_frame()
+            }
+
+            /// Reads the correlation id of a response frame body, to find the request it answers.
+            pub fn peek_correlation_id(body: &[u8]) -> Option<u32> {
+                body.get(..4).map(|id| u32::from_le_bytes(id.try_into().expect("4 bytes")))
+            }
+
+            /// Decodes a response body to a request of `api`. The outer error is a broken frame;
+            /// the inner one a response-level error code.
+            pub fn decode(api: ApiKey, body: BytesMut) -> Result<(u32, Result<Response, ErrorCode>), DecodeError> {
+                let mut decoder = Decoder::new(body);
+                let correlation_id = decoder.get_u32()?;
+                let code = decoder.get_u16()?;
+                let code = ErrorCode::from_u16(code).ok_or(DecodeError::InvalidValue { field: "error_code", value: i64::from(code) })?;
+                if code != ErrorCode::None {
+                    decoder.finish()?;
+                    return Ok((correlation_id, Err(code)));
+                }
+                let response = match api {
+                    $(ApiKey::$api => Response::$api($response::decode(&mut decoder)?),)*
+                };
+                decoder.finish()?;
+                Ok((correlation_id, Ok(response)))
+            }
+        }
+    };
+}
+
+requests! {
+    ApiVersions(ApiVersionsRequest, ApiVersionsResponse),
+    Metadata(MetadataRequest, MetadataResponse),
+    CreateTopic(CreateTopicRequest, CreateTopicResponse),
+    DeleteTopic(DeleteTopicRequest, DeleteTopicResponse),
+    Produce(ProduceRequest, ProduceResponse),
+    Fetch(FetchRequest, FetchResponse),
+    ListOffsets(ListOffsetsRequest, ListOffsetsResponse),
+}

@@ -1,0 +1,247 @@
+use bytes::{Bytes, BytesMut};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use strata_wire::batch::{Batch, BatchBuilder};
+use strata_wire::protocol::*;
+
+/// Joins a frame's chunks and strips the length prefix, checking it.
+fn body_of(chunks: Vec<Bytes>) -> BytesMut {
+    let mut frame = BytesMut::new();
+    for chunk in chunks {
+        frame.extend_from_slice(&chunk);
+    }
+    let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+    assert_eq!(len, frame.len() - 4, "length prefix");
+    // A fresh, allocator-aligned buffer, as the broker reads a frame body into.
+    let mut body = BytesMut::with_capacity(len);
+    body.extend_from_slice(&frame[4..]);
+    body
+}
+
+fn a_batch(values: &[&str]) -> Bytes {
+    let mut builder = BatchBuilder::default();
+    for value in values {
+        builder.push(1000, Some(b"k"), value.as_bytes());
+    }
+    builder.finish()
+}
+
+fn produce(records: Bytes) -> Request {
+    Request::Produce(ProduceRequest {
+        acks: ACKS_LEADER,
+        timeout_ms: 30_000,
+        topics: vec![ProduceTopic {
+            name: "orders".into(),
+            partitions: vec![
+                ProducePartition {
+                    partition: 3,
+                    records: Records::from(records),
+                },
+                ProducePartition {
+                    partition: 4,
+                    records: Records::empty(),
+                },
+            ],
+        }],
+    })
+}
+
+#[test]
+fn produce_round_trips_with_records_aligned_and_mutable() {
+    let batch = a_batch(&["a", "bb", "ccc"]);
+    let body = body_of(produce(batch.clone()).encode(77));
+    let base = body.as_ptr() as usize;
+    let (header, request) = Request::decode(body).unwrap();
+    assert_eq!(header.correlation_id, 77);
+    assert_eq!(header.api_key, ApiKey::Produce as u16);
+    let Request::Produce(request) = request else {
+        panic!("not a produce")
+    };
+    assert_eq!(request.acks, ACKS_LEADER);
+    let partition = &request.topics[0].partitions[0];
+    assert_eq!(partition.partition, 3);
+    let Records::Mutable(records) = &partition.records else {
+        panic!("decoded records are mutable, for stamping in place")
+    };
+    assert_eq!(&records[..], &batch[..]);
+    assert_eq!(
+        (records.as_ptr() as usize - base) % 8,
+        0,
+        "records start 8-aligned in the body"
+    );
+    assert!(request.topics[0].partitions[1].records.is_empty());
+    let batch = Batch::validate(partition.records.clone().freeze()).unwrap();
+    assert_eq!(batch.record_count(), 3);
+}
+
+#[test]
+fn every_request_round_trips() {
+    let requests = vec![
+        Request::ApiVersions(ApiVersionsRequest {}),
+        Request::Metadata(MetadataRequest { topics: None }),
+        Request::Metadata(MetadataRequest {
+            topics: Some(vec!["a".into(), "b".into()]),
+        }),
+        Request::CreateTopic(CreateTopicRequest {
+            name: "t".into(),
+            partitions: 8,
+            replication_factor: 1,
+            configs: vec![ConfigEntry {
+                key: "flush".into(),
+                value: "always".into(),
+            }],
+        }),
+        Request::DeleteTopic(DeleteTopicRequest { name: "t".into() }),
+        produce(a_batch(&["x"])),
+        Request::Fetch(FetchRequest {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            topics: vec![FetchTopic {
+                name: "t".into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    fetch_offset: 42,
+                    max_bytes: 4096,
+                }],
+            }],
+        }),
+        Request::ListOffsets(ListOffsetsRequest {
+            topics: vec![ListOffsetsTopic {
+                name: "t".into(),
+                partitions: vec![ListOffsetsPartition {
+                    partition: 1,
+                    timestamp: EARLIEST_TIMESTAMP,
+                }],
+            }],
+        }),
+    ];
+    for (id, request) in requests.into_iter().enumerate() {
+        let expected = format!("{request:?}").replace("Shared", "Mutable");
+        let (header, decoded) = Request::decode(body_of(request.encode(id as u32))).unwrap();
+        assert_eq!(header.correlation_id, id as u32);
+        // Records print as bytes either way; compare everything through Debug.
+        let got = format!("{decoded:?}");
+        assert_eq!(normalise(&got), normalise(&expected));
+    }
+}
+
+/// Debug output of records differs between Bytes and BytesMut only in type names.
+fn normalise(debug: &str) -> String {
+    debug.replace("Mutable(", "R(").replace("Shared(", "R(")
+}
+
+#[test]
+fn fetch_response_round_trips_and_keeps_records_zero_copy_on_encode() {
+    let stored = a_batch(&["one", "two"]);
+    let response = Response::Fetch(FetchResponse {
+        topics: vec![FetchTopicResponse {
+            name: "t".into(),
+            partitions: vec![FetchPartitionResponse {
+                partition: 0,
+                error: ErrorCode::None,
+                high_watermark: 2,
+                log_start_offset: 0,
+                records: Records::from(stored.clone()),
+            }],
+        }],
+    });
+    let chunks = response.encode(9);
+    assert!(
+        chunks.iter().any(|chunk| chunk.as_ptr() == stored.as_ptr()),
+        "the stored bytes are sent as their own chunk, not copied"
+    );
+    let (id, decoded) = Response::decode(ApiKey::Fetch, body_of(chunks)).unwrap();
+    assert_eq!(id, 9);
+    let Ok(Response::Fetch(fetch)) = decoded else {
+        panic!("not a fetch response")
+    };
+    let records = fetch.topics[0].partitions[0].records.clone().freeze();
+    assert_eq!(records, stored);
+}
+
+#[test]
+fn response_level_errors() {
+    let body = body_of(Response::encode_error(5, ErrorCode::UnsupportedVersion));
+    assert_eq!(Response::peek_correlation_id(&body), Some(5));
+    let (id, result) = Response::decode(ApiKey::Metadata, body).unwrap();
+    assert_eq!(
+        (id, result.unwrap_err()),
+        (5, ErrorCode::UnsupportedVersion)
+    );
+}
+
+#[test]
+fn unknown_api_and_unsupported_version_are_typed_rejections() {
+    let mut body = body_of(Request::ApiVersions(ApiVersionsRequest {}).encode(1));
+    body[0] = 99;
+    let rejected = Request::decode(body).unwrap_err();
+    assert_eq!(rejected.code, ErrorCode::UnknownApi);
+    assert_eq!(rejected.header.unwrap().correlation_id, 1);
+
+    let mut body = body_of(Request::ApiVersions(ApiVersionsRequest {}).encode(2));
+    body[2] = 7;
+    let rejected = Request::decode(body).unwrap_err();
+    assert_eq!(rejected.code, ErrorCode::UnsupportedVersion);
+
+    let mut body = body_of(Request::ApiVersions(ApiVersionsRequest {}).encode(3));
+    body.extend_from_slice(b"junk");
+    assert_eq!(
+        Request::decode(body).unwrap_err().code,
+        ErrorCode::InvalidRequest
+    );
+}
+
+#[test]
+fn a_lying_array_count_is_rejected_before_allocating() {
+    let mut body = BytesMut::new();
+    body.extend_from_slice(&(ApiKey::Metadata as u16).to_le_bytes());
+    body.extend_from_slice(&0u16.to_le_bytes());
+    body.extend_from_slice(&1u32.to_le_bytes());
+    body.extend_from_slice(&[1]); // Some(
+    body.extend_from_slice(&u32::MAX.to_le_bytes()); // 4 billion topic names
+    let rejected = Request::decode(body).unwrap_err();
+    assert_eq!(rejected.code, ErrorCode::InvalidRequest);
+    assert!(rejected.reason.contains("claims"), "{}", rejected.reason);
+}
+
+/// Every prefix of every request, and thousands of random mutations, decode to a value or an
+/// error: never a panic.
+#[test]
+fn decoding_never_panics() {
+    let mut rng = StdRng::seed_from_u64(0x70_72_6f_74);
+    let frames: Vec<BytesMut> = vec![
+        body_of(produce(a_batch(&["a", "b"])).encode(1)),
+        body_of(
+            Request::CreateTopic(CreateTopicRequest {
+                name: "t".into(),
+                partitions: 3,
+                replication_factor: 1,
+                configs: vec![],
+            })
+            .encode(2),
+        ),
+        body_of(
+            Request::Metadata(MetadataRequest {
+                topics: Some(vec!["x".into()]),
+            })
+            .encode(3),
+        ),
+    ];
+    for frame in &frames {
+        for len in 0..frame.len() {
+            let _ = Request::decode(BytesMut::from(&frame[..len]));
+            for api in ApiKey::ALL {
+                let _ = Response::decode(api, BytesMut::from(&frame[..len]));
+            }
+        }
+    }
+    for round in 0..20_000 {
+        let mut frame = frames[round % frames.len()].to_vec();
+        for _ in 0..rng.random_range(1..4) {
+            let at = rng.random_range(0..frame.len());
+            frame[at] = rng.random();
+        }
+        let _ = Request::decode(BytesMut::from(&frame[..]));
+        let _ = Response::decode(ApiKey::ALL[round % 7], BytesMut::from(&frame[..]));
+    }
+}
