@@ -1,1 +1,133 @@
-//! The control plane behind one trait (etcd and embedded). Arrives with the single-node and etcd issues.
+//! `strata-coordinator`: the control plane behind one trait.
+//!
+//! [`Coordinator`] is what a node asks about the cluster: which brokers exist, which topics, who
+//! leads each partition. [`LocalCoordinator`] implements it for a single node with its state in
+//! the data directory; the etcd implementation (leases, elections, fenced transactions) arrives
+//! with the control-plane issue behind the same trait, so node code does not know which it has.
+//!
+//! Placement and leader choice are pure functions ([`placement`]) over cluster state.
+
+#![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
+
+mod local;
+pub mod placement;
+
+pub use local::LocalCoordinator;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A broker as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    /// Shared client port.
+    pub port: u16,
+    /// Shard `i` listens on `shard_ports[i]`.
+    pub shard_ports: Vec<u16>,
+}
+
+/// One partition's replication state (DESIGN §6: `partitions/<topic>/<p>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub partition: u32,
+    pub replicas: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: u32,
+    pub isr: Vec<i32>,
+    pub partition_epoch: u64,
+}
+
+/// A topic: its partitions and its configuration overrides (`flush`, `retention.ms`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicState {
+    pub name: String,
+    pub replication_factor: u16,
+    pub config: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionState>,
+}
+
+/// What a client asks for when it creates a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: u32,
+    pub replication_factor: u16,
+    pub config: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    #[error("invalid topic name {name:?}: {why}")]
+    InvalidTopicName { name: String, why: &'static str },
+    #[error("invalid topic: {0}")]
+    Invalid(String),
+    #[error("cluster state {path}: {source}")]
+    Storage {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cluster state {path} is unreadable: {reason}")]
+    Corrupt {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+/// The control plane as a node sees it.
+pub trait Coordinator {
+    fn cluster_name(&self) -> &str;
+    /// The broker currently acting as controller.
+    fn controller(&self) -> i32;
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError>;
+    /// Announces this broker (addresses may change across restarts).
+    async fn register_broker(&self, broker: BrokerInfo) -> Result<(), CoordinatorError>;
+    async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError>;
+    /// Creates a topic, placing its replicas; durable when this returns.
+    async fn create_topic(&self, spec: TopicSpec) -> Result<TopicState, CoordinatorError>;
+    async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError>;
+}
+
+/// Kafka's rule: 1 to 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), CoordinatorError> {
+    let invalid = |why| {
+        Err(CoordinatorError::InvalidTopicName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.is_empty() || name.len() > 249 {
+        return invalid("must be 1 to 249 characters");
+    }
+    if name == "." || name == ".." {
+        return invalid("must not be . or ..");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return invalid("may contain only ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        for good in ["orders", "a.b_c-d", "X1", &"t".repeat(249)] {
+            assert!(validate_topic_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "a b", "a/b", "ü", &"t".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+}

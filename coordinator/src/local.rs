@@ -1,0 +1,243 @@
+//! The embedded coordinator: one node, no etcd, state in `<data-dir>/__cluster/state.json`.
+//!
+//! Every change is written to a temporary file, synced, renamed over the old state and the
+//! directory synced, so a crash leaves either the old or the new state, never a torn one.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    BrokerInfo, Coordinator, CoordinatorError, TopicSpec, TopicState, placement,
+    validate_topic_name,
+};
+
+const STATE_FILE: &str = "state.json";
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct State {
+    brokers: Vec<BrokerInfo>,
+    topics: Vec<TopicState>,
+}
+
+pub struct LocalCoordinator {
+    dir: PathBuf,
+    cluster: String,
+    node_id: i32,
+    state: RefCell<State>,
+}
+
+impl LocalCoordinator {
+    /// Opens (or creates) the state in `dir` (conventionally `<data-dir>/__cluster`).
+    pub fn open(
+        dir: impl Into<PathBuf>,
+        cluster: impl Into<String>,
+        node_id: i32,
+    ) -> Result<LocalCoordinator, CoordinatorError> {
+        let dir = dir.into();
+        let storage = |source| CoordinatorError::Storage {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(storage)?;
+        let path = dir.join(STATE_FILE);
+        let state = match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|error| CoordinatorError::Corrupt {
+                    path: path.clone(),
+                    reason: error.to_string(),
+                })?
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(source) => return Err(CoordinatorError::Storage { path, source }),
+        };
+        Ok(LocalCoordinator {
+            dir,
+            cluster: cluster.into(),
+            node_id,
+            state: RefCell::new(state),
+        })
+    }
+
+    fn persist(&self, state: &State) -> Result<(), CoordinatorError> {
+        let path = self.dir.join(STATE_FILE);
+        let temporary = self.dir.join(format!("{STATE_FILE}.tmp"));
+        let storage = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CoordinatorError::Storage { path, source }
+        };
+        let bytes = serde_json::to_vec_pretty(state).expect("cluster state serializes");
+        let mut file = std::fs::File::create(&temporary).map_err(storage(&temporary))?;
+        file.write_all(&bytes).map_err(storage(&temporary))?;
+        file.sync_all().map_err(storage(&temporary))?;
+        std::fs::rename(&temporary, &path).map_err(storage(&path))?;
+        std::fs::File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(storage(&self.dir))?;
+        Ok(())
+    }
+
+    /// Applies `change` to a copy of the state, persists it, then makes it current.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut State) -> Result<T, CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
+        let mut next = self.state.borrow().clone();
+        let result = change(&mut next)?;
+        self.persist(&next)?;
+        *self.state.borrow_mut() = next;
+        Ok(result)
+    }
+}
+
+impl Coordinator for LocalCoordinator {
+    fn cluster_name(&self) -> &str {
+        &self.cluster
+    }
+
+    fn controller(&self) -> i32 {
+        self.node_id
+    }
+
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError> {
+        Ok(self.state.borrow().brokers.clone())
+    }
+
+    async fn register_broker(&self, broker: BrokerInfo) -> Result<(), CoordinatorError> {
+        if self.state.borrow().brokers == [broker.clone()] {
+            return Ok(());
+        }
+        self.update(|state| {
+            state.brokers = vec![broker];
+            Ok(())
+        })
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError> {
+        Ok(self.state.borrow().topics.clone())
+    }
+
+    async fn create_topic(&self, spec: TopicSpec) -> Result<TopicState, CoordinatorError> {
+        validate_topic_name(&spec.name)?;
+        self.update(|state| {
+            if state.topics.iter().any(|topic| topic.name == spec.name) {
+                return Err(CoordinatorError::TopicExists(spec.name.clone()));
+            }
+            let partitions = placement::place(
+                &state.brokers,
+                spec.partitions,
+                spec.replication_factor,
+                state.topics.len(),
+            )
+            .map_err(CoordinatorError::Invalid)?;
+            let topic = TopicState {
+                name: spec.name.clone(),
+                replication_factor: spec.replication_factor,
+                config: spec.config.clone(),
+                partitions,
+            };
+            state.topics.push(topic.clone());
+            Ok(topic)
+        })
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {
+        self.update(|state| {
+            let at = state
+                .topics
+                .iter()
+                .position(|topic| topic.name == name)
+                .ok_or_else(|| CoordinatorError::UnknownTopic(name.to_string()))?;
+            Ok(state.topics.remove(at))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        // The local coordinator's futures never wait on anything: poll once.
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(value) => value,
+            std::task::Poll::Pending => unreachable!("local coordinator futures are ready"),
+        }
+    }
+
+    fn spec(name: &str, partitions: u32) -> TopicSpec {
+        TopicSpec {
+            name: name.into(),
+            partitions,
+            replication_factor: 1,
+            config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
+        }
+    }
+
+    #[test]
+    fn topics_survive_a_restart_and_errors_are_typed() {
+        let temp = tempfile::tempdir().unwrap();
+        let broker = BrokerInfo {
+            id: 1,
+            host: "127.0.0.1".into(),
+            port: 7300,
+            shard_ports: vec![7310, 7311],
+        };
+        {
+            let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+            block_on(coordinator.register_broker(broker.clone())).unwrap();
+            let topic = block_on(coordinator.create_topic(spec("orders", 8))).unwrap();
+            assert_eq!(topic.partitions.len(), 8);
+            assert!(
+                topic
+                    .partitions
+                    .iter()
+                    .all(|p| p.leader == 1 && p.replicas == [1])
+            );
+            assert!(matches!(
+                block_on(coordinator.create_topic(spec("orders", 1))),
+                Err(CoordinatorError::TopicExists(_))
+            ));
+            assert!(matches!(
+                block_on(coordinator.create_topic(spec("bad/name", 1))),
+                Err(CoordinatorError::InvalidTopicName { .. })
+            ));
+            block_on(coordinator.create_topic(spec("gone", 2))).unwrap();
+            block_on(coordinator.delete_topic("gone")).unwrap();
+            assert!(matches!(
+                block_on(coordinator.delete_topic("gone")),
+                Err(CoordinatorError::UnknownTopic(_))
+            ));
+        }
+        let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        let topics = block_on(coordinator.topics()).unwrap();
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].name, "orders");
+        assert_eq!(topics[0].config["flush"], "always");
+        assert_eq!(block_on(coordinator.brokers()).unwrap(), vec![broker]);
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing() {
+        let temp = tempfile::tempdir().unwrap();
+        let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        block_on(coordinator.register_broker(BrokerInfo {
+            id: 1,
+            host: "h".into(),
+            port: 1,
+            shard_ports: vec![],
+        }))
+        .unwrap();
+        // Replication factor 2 cannot be placed on one broker: nothing is stored.
+        let mut two = spec("t", 1);
+        two.replication_factor = 2;
+        assert!(block_on(coordinator.create_topic(two)).is_err());
+        assert!(block_on(coordinator.topics()).unwrap().is_empty());
+    }
+}
