@@ -51,6 +51,14 @@ enum Command {
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
     },
+    WaitForData {
+        offset: u64,
+        reply: oneshot::Sender<()>,
+    },
+    OffsetForTimestamp {
+        timestamp_ms: i64,
+        reply: oneshot::Sender<Result<Option<(u64, i64)>, LogError>>,
+    },
     Close {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
@@ -128,6 +136,30 @@ impl LogHandle {
         answer.await.map_err(|_| stopped())
     }
 
+    /// Resolves once the log holds a record at `offset` (the log end has passed it): a fetch at
+    /// the end of the log long-polls on this. Dropping the future withdraws the wait.
+    pub async fn wait_for_data(&self, offset: u64) -> Result<(), LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::WaitForData { offset, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
+    pub async fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::OffsetForTimestamp {
+                timestamp_ms,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
     /// Flushes and closes the log; later calls fail.
     pub async fn close(&self) -> Result<(), LogError> {
         let (reply, answer) = oneshot::channel();
@@ -162,6 +194,7 @@ async fn run<S: Storage>(
     let mut appends = Vec::with_capacity(64);
     let mut append_replies = Vec::with_capacity(64);
     let mut others = Vec::with_capacity(64);
+    let mut waiting_for_data: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
     // Written, acknowledged only once a sync that started after the write completes.
     let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
     let mut in_flight: Option<SyncInFlight> = None;
@@ -272,9 +305,32 @@ async fn run<S: Storage>(
                                 durable: log.durable_offset(),
                             });
                         }
+                        Command::WaitForData { offset, reply } => {
+                            if offset < log.log_end_offset() {
+                                let _ = reply.send(());
+                            } else {
+                                waiting_for_data.push((offset, reply));
+                            }
+                        }
+                        Command::OffsetForTimestamp { timestamp_ms, reply } => {
+                            let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
+                        }
                         Command::Close { reply } => close = Some(reply),
                     }
                 }
+                // Wake long-polling fetches the appends satisfied; forget withdrawn ones.
+                let log_end = log.log_end_offset();
+                waiting_for_data.retain_mut(|(offset, reply)| {
+                    if reply.is_closed() {
+                        return false;
+                    }
+                    if *offset < log_end {
+                        let (done, _) = oneshot::channel();
+                        let _ = std::mem::replace(reply, done).send(());
+                        return false;
+                    }
+                    true
+                });
                 if let Some(reply) = close {
                     finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
                     let _ = reply.send(log.close(clock()).await);

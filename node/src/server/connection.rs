@@ -1,0 +1,174 @@
+//! Listeners and connections: frames in, requests dispatched concurrently, responses out.
+//!
+//! A connection reads frames one after another and starts each request as its own task, so
+//! requests are pipelined and responses go out as they complete (matched by correlation id).
+//! A bounded number of requests per connection are in flight; past it, the reader waits.
+//!
+//! Bad input never takes the node down: an oversized frame gets MESSAGE_TOO_LARGE and the
+//! connection is closed (its body is never read, never allocated); an undecodable request gets
+//! a typed error response; a broken socket ends that connection only. Each is logged with why.
+
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use strata_wire::protocol::{ErrorCode, FRAME_PREFIX_LEN, REQUEST_HEADER_LEN, Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+
+use super::shard::Shard;
+
+/// Requests one connection may have in flight before the reader stops reading.
+const IN_FLIGHT_PER_CONNECTION: usize = 256;
+
+/// Binds the shared client port (SO_REUSEPORT, every shard) and this shard's own port, and
+/// starts accepting on both.
+pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let config = &shard.context.config;
+    let shared = bind(config.listen, true)?;
+    let own_address = SocketAddr::new(config.listen.ip(), config.shard_port(shard.context.index));
+    let own = bind(own_address, false)?;
+    Ok(vec![
+        accept(shard.clone(), shared),
+        accept(shard.clone(), own),
+    ])
+}
+
+fn bind(address: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into()).map_err(|error| {
+        std::io::Error::new(error.kind(), format!("binding {address}: {error}"))
+    })?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+fn accept(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
+    tokio::task::spawn_local(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::task::spawn_local(serve(shard.clone(), stream, peer));
+                }
+                Err(error) => {
+                    tracing::warn!(shard = shard.context.index, "accept failed: {error}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    })
+}
+
+async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    let (mut reader, mut writer) = stream.into_split();
+    let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<Bytes>>();
+    let writing = tokio::task::spawn_local(async move {
+        while let Some(chunks) = outgoing.recv().await {
+            if let Err(error) = write_all_chunks(&mut writer, chunks).await {
+                tracing::debug!(%peer, "connection write failed: {error}");
+                return;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
+    let max_frame_bytes = shard.context.config.max_frame_bytes;
+    loop {
+        let mut prefix = [0u8; FRAME_PREFIX_LEN];
+        match reader.read_exact(&mut prefix).await {
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(error) => {
+                tracing::debug!(%peer, "connection read failed: {error}");
+                break;
+            }
+        }
+        let len = u32::from_le_bytes(prefix) as usize;
+        if len > max_frame_bytes || len < REQUEST_HEADER_LEN {
+            // Answer with the correlation id if the header is there, then hang up: the body is
+            // never read, so a huge length costs nothing.
+            let mut header = [0u8; REQUEST_HEADER_LEN];
+            let readable =
+                len >= REQUEST_HEADER_LEN && reader.read_exact(&mut header).await.is_ok();
+            let code = if len > max_frame_bytes {
+                ErrorCode::MessageTooLarge
+            } else {
+                ErrorCode::InvalidRequest
+            };
+            if readable {
+                let correlation_id = (&header[4..8]).get_u32_le();
+                let _ = responses.send(Response::encode_error(correlation_id, code));
+            }
+            tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing connection: frame of {len} bytes ({code})");
+            break;
+        }
+        let mut body = BytesMut::zeroed(len);
+        if let Err(error) = reader.read_exact(&mut body).await {
+            tracing::debug!(%peer, "connection closed mid-frame: {error}");
+            break;
+        }
+        let (header, request) = match Request::decode(body) {
+            Ok(decoded) => decoded,
+            Err(rejected) => {
+                tracing::warn!(%peer, code = %rejected.code, "rejected request: {}", rejected.reason);
+                match rejected.header {
+                    Some(header) => {
+                        let _ = responses
+                            .send(Response::encode_error(header.correlation_id, rejected.code));
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+        };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let shard = shard.clone();
+        let responses = responses.clone();
+        tokio::task::spawn_local(async move {
+            if let Some(response) = shard.handle(request).await {
+                let _ = responses.send(response.encode(header.correlation_id));
+            }
+            drop(permit);
+        });
+    }
+    drop(responses);
+    let _ = writing.await;
+}
+
+/// Writes a frame's chunks with vectored writes, handling short writes.
+async fn write_all_chunks(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut chunks: Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<IoSlice<'_>> = chunks[first..].iter().map(|c| IoSlice::new(c)).collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while first < chunks.len() && written >= chunks[first].len() {
+            written -= chunks[first].len();
+            first += 1;
+        }
+        if written > 0 {
+            chunks[first].advance(written);
+        }
+    }
+    Ok(())
+}

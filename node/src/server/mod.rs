@@ -1,0 +1,184 @@
+//! The broker runtime: thread-per-core shards serving the native protocol.
+//!
+//! ```text
+//!            ┌──────── control thread: the Coordinator (topics, brokers) ───────┐
+//!            │  CreateTopic/DeleteTopic → persist → TopicsChanged to every shard │
+//!            └───────────────────────────────────────────────────────────────────┘
+//!  shard 0 (core 0)                      shard 1 (core 1)              ...
+//!  listens on the client port            listens on the client port (SO_REUSEPORT)
+//!  and on port + 10 + 0                  and on port + 10 + 1
+//!  owns partitions p with                owns partitions p with
+//!  shard_of(topic, p) == 0               shard_of(topic, p) == 1
+//!  one log task per owned partition      ...
+//! ```
+//!
+//! Invariants: only the owning shard touches a partition's files and state; shards share no
+//! locks, they exchange [`shard::ShardMessage`]s over channels (counted as cross-shard hops).
+//! Requests for another shard's partition are forwarded and answered there.
+
+mod connection;
+mod control;
+mod shard;
+pub mod topic_config;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use strata_coordinator::{BrokerInfo, Coordinator, LocalCoordinator};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::io::Backend;
+pub use shard::shard_of;
+
+/// Everything `strata serve` needs (after config file, env and flags are merged).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub data_dir: PathBuf,
+    pub node_id: i32,
+    pub cluster: String,
+    /// The shared client port; shard `i` also listens on port + 10 + i.
+    pub listen: SocketAddr,
+    /// The host clients are told to connect to.
+    pub advertised_host: String,
+    pub shards: usize,
+    /// Larger request frames get MESSAGE_TOO_LARGE and the connection is closed.
+    pub max_frame_bytes: usize,
+    /// Pin shard threads to cores.
+    pub pin_cores: bool,
+}
+
+impl NodeConfig {
+    pub fn shard_port(&self, shard: usize) -> u16 {
+        self.listen.port() + 10 + shard as u16
+    }
+
+    pub fn broker_info(&self) -> BrokerInfo {
+        BrokerInfo {
+            id: self.node_id,
+            host: self.advertised_host.clone(),
+            port: self.listen.port(),
+            shard_ports: (0..self.shards).map(|i| self.shard_port(i)).collect(),
+        }
+    }
+}
+
+/// A running node; `shutdown` stops it cleanly (in-flight appends finish and are flushed).
+pub struct Node {
+    shards: Vec<std::thread::JoinHandle<()>>,
+    control: std::thread::JoinHandle<()>,
+    mailboxes: Arc<Vec<mpsc::UnboundedSender<shard::ShardMessage>>>,
+    control_mailbox: mpsc::UnboundedSender<control::ControlMessage>,
+}
+
+impl Node {
+    /// Opens the data directory, starts the control thread and the shards, and returns once
+    /// every shard has opened its partitions and is listening.
+    pub fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        anyhow::ensure!(config.shards >= 1, "--shards must be at least 1");
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+        let backend = Backend::detect();
+        let config = Arc::new(config);
+        let coordinator = LocalCoordinator::open(
+            config.data_dir.join("__cluster"),
+            config.cluster.clone(),
+            config.node_id,
+        )?;
+        let topics = block_on_local(async {
+            coordinator.register_broker(config.broker_info()).await?;
+            coordinator.topics().await
+        })?;
+        let topics = Arc::new(topics);
+
+        let mut senders = Vec::new();
+        let mut receivers = Vec::new();
+        for _ in 0..config.shards {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            senders.push(sender);
+            receivers.push(receiver);
+        }
+        let mailboxes = Arc::new(senders);
+        let (control_mailbox, control_receiver) = mpsc::unbounded_channel();
+
+        let mut shards = Vec::new();
+        let mut ready = Vec::new();
+        for (index, receiver) in receivers.into_iter().enumerate() {
+            let (ready_sender, ready_receiver) = oneshot::channel();
+            ready.push(ready_receiver);
+            let context = shard::ShardContext {
+                index,
+                config: config.clone(),
+                peers: mailboxes.clone(),
+                control: control_mailbox.clone(),
+                backend: backend.clone(),
+            };
+            let topics = topics.clone();
+            shards.push(
+                std::thread::Builder::new()
+                    .name(format!("strata-shard-{index}"))
+                    .spawn(move || shard::run(context, topics, receiver, ready_sender))?,
+            );
+        }
+        let control = {
+            let mailboxes = mailboxes.clone();
+            let config = config.clone();
+            std::thread::Builder::new()
+                .name("strata-control".into())
+                .spawn(move || control::run(config, coordinator, mailboxes, control_receiver))?
+        };
+        for (index, ready) in ready.into_iter().enumerate() {
+            match ready.blocking_recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => anyhow::bail!("shard {index} failed to start: {error}"),
+                Err(_) => anyhow::bail!("shard {index} stopped while starting"),
+            }
+        }
+        tracing::info!(
+            node = config.node_id,
+            listen = %config.listen,
+            shards = config.shards,
+            data_dir = %config.data_dir.display(),
+            "strata node ready"
+        );
+        Ok(Node {
+            shards,
+            control,
+            mailboxes,
+            control_mailbox,
+        })
+    }
+
+    /// Stops accepting, lets in-flight appends finish, flushes and closes every log.
+    pub fn shutdown(self) {
+        let mut acks = Vec::new();
+        for mailbox in self.mailboxes.iter() {
+            let (reply, ack) = oneshot::channel();
+            if mailbox
+                .send(shard::ShardMessage::Shutdown { reply })
+                .is_ok()
+            {
+                acks.push(ack);
+            }
+        }
+        for ack in acks {
+            let _ = ack.blocking_recv();
+        }
+        drop(self.control_mailbox);
+        drop(self.mailboxes);
+        for shard in self.shards {
+            let _ = shard.join();
+        }
+        let _ = self.control.join();
+        tracing::info!("strata node stopped");
+    }
+}
+
+/// Runs a future that never waits on IO (the local coordinator) to completion.
+fn block_on_local<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime builds")
+        .block_on(future)
+}

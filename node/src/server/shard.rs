@@ -1,0 +1,724 @@
+//! One shard: a thread, its runtime, the partitions it owns, and its listeners.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use strata_coordinator::TopicState;
+use strata_wire::protocol::{
+    ApiKey, ApiVersionRange, ApiVersionsResponse, BrokerMetadata, EARLIEST_TIMESTAMP, ErrorCode,
+    FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
+    LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest,
+    ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest, MetadataResponse,
+    PartitionMetadata, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ProduceTopicResponse, Records, Request, Response, TopicMetadata,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::NodeConfig;
+use super::connection;
+use super::control::ControlMessage;
+use super::topic_config::TopicConfig;
+use crate::io::{self, AnyStorage, Backend, Storage};
+use crate::log::{LogError, PartitionLog, writer};
+
+/// What shards ask each other. Everything in it is `Send`; nothing is shared.
+pub enum ShardMessage {
+    Produce {
+        topic: String,
+        partition: u32,
+        records: BytesMut,
+        reply: oneshot::Sender<ProducePartitionResponse>,
+    },
+    Fetch {
+        topic: String,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+        reply: oneshot::Sender<FetchPartitionResponse>,
+    },
+    ListOffset {
+        topic: String,
+        partition: ListOffsetsPartition,
+        reply: oneshot::Sender<ListOffsetsPartitionResponse>,
+    },
+    /// The topic table changed: open and close partitions to match, then reply.
+    TopicsChanged {
+        topics: Arc<Vec<TopicState>>,
+        reply: oneshot::Sender<()>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+pub struct ShardContext {
+    pub index: usize,
+    pub config: Arc<NodeConfig>,
+    pub peers: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    pub control: mpsc::UnboundedSender<ControlMessage>,
+    pub backend: Backend,
+}
+
+/// The shard that owns `partition` of `topic`: partitions of one topic spread round-robin over
+/// the shards from a per-topic starting point.
+pub fn shard_of(topic: &str, partition: u32, shards: usize) -> usize {
+    ((u64::from(crc32c::crc32c(topic.as_bytes())) + u64::from(partition)) % shards as u64) as usize
+}
+
+struct Partition {
+    log: writer::LogHandle,
+    leader_epoch: u32,
+    max_message_bytes: usize,
+}
+
+pub(super) struct Shard {
+    pub context: ShardContext,
+    storage: AnyStorage,
+    topics: RefCell<Arc<Vec<TopicState>>>,
+    partitions: RefCell<HashMap<(String, u32), Partition>>,
+    /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
+    pub cross_shard_hops: Cell<u64>,
+}
+
+pub fn run(
+    context: ShardContext,
+    topics: Arc<Vec<TopicState>>,
+    mut mailbox: mpsc::UnboundedReceiver<ShardMessage>,
+    ready: oneshot::Sender<Result<(), String>>,
+) {
+    if context.config.pin_cores {
+        pin_to_core(context.index);
+    }
+    let backend = context.backend.clone();
+    io::run_on(&backend, move |storage| async move {
+        let shard = Rc::new(Shard {
+            context,
+            storage,
+            topics: RefCell::new(Arc::new(Vec::new())),
+            partitions: RefCell::new(HashMap::new()),
+            cross_shard_hops: Cell::new(0),
+        });
+        if let Err(error) = shard.apply_topics(topics).await {
+            let _ = ready.send(Err(error));
+            return;
+        }
+        let listeners = match connection::listen(&shard) {
+            Ok(listeners) => listeners,
+            Err(error) => {
+                let _ = ready.send(Err(error.to_string()));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(()));
+        while let Some(message) = mailbox.recv().await {
+            match message {
+                ShardMessage::Produce {
+                    topic,
+                    partition,
+                    records,
+                    reply,
+                } => {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let response = shard.produce_local(&topic, partition, records).await;
+                        let _ = reply.send(response);
+                    });
+                }
+                ShardMessage::Fetch {
+                    topic,
+                    partition,
+                    deadline,
+                    reply,
+                } => {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let response = shard.fetch_local(&topic, partition, deadline).await;
+                        let _ = reply.send(response);
+                    });
+                }
+                ShardMessage::ListOffset {
+                    topic,
+                    partition,
+                    reply,
+                } => {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(shard.list_offset_local(&topic, partition).await);
+                    });
+                }
+                ShardMessage::TopicsChanged { topics, reply } => {
+                    if let Err(error) = shard.apply_topics(topics).await {
+                        tracing::error!(shard = shard.context.index, "applying topics: {error}");
+                    }
+                    let _ = reply.send(());
+                }
+                ShardMessage::Shutdown { reply } => {
+                    for listener in &listeners {
+                        listener.abort();
+                    }
+                    shard.close_all().await;
+                    let _ = reply.send(());
+                    break;
+                }
+            }
+        }
+    });
+}
+
+fn pin_to_core(index: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call affects this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(index % cores, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(
+                "pinning shard {index} to a core failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+fn log_error_code(error: &LogError) -> ErrorCode {
+    match error {
+        LogError::CorruptBatch { .. } => ErrorCode::CorruptBatch,
+        LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+        LogError::Failed { .. } | LogError::Io { .. } => ErrorCode::StorageError,
+        LogError::Config(_) => ErrorCode::InvalidConfig,
+        LogError::NotContiguous { .. } => ErrorCode::Internal,
+    }
+}
+
+impl Shard {
+    fn owns(&self, topic: &str, partition: u32) -> bool {
+        shard_of(topic, partition, self.context.config.shards) == self.context.index
+    }
+
+    /// Opens the partitions this shard should own and closes those it no longer should.
+    async fn apply_topics(&self, topics: Arc<Vec<TopicState>>) -> Result<(), String> {
+        let config = &self.context.config;
+        let mut wanted = HashMap::new();
+        for topic in topics.iter() {
+            for partition in &topic.partitions {
+                if partition.leader == config.node_id && self.owns(&topic.name, partition.partition)
+                {
+                    wanted.insert(
+                        (topic.name.clone(), partition.partition),
+                        (topic, partition),
+                    );
+                }
+            }
+        }
+        let gone: Vec<(String, u32)> = self
+            .partitions
+            .borrow()
+            .keys()
+            .filter(|key| !wanted.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            let partition = self.partitions.borrow_mut().remove(&key);
+            if let Some(partition) = partition {
+                let _ = partition.log.close().await;
+            }
+            let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
+            if let Err(error) = self.storage.remove_dir_all(&dir).await {
+                tracing::warn!("removing {}: {error}", dir.display());
+            }
+        }
+        for (key, (topic, partition)) in wanted {
+            if self.partitions.borrow().contains_key(&key) {
+                continue;
+            }
+            let topic_config = TopicConfig::parse(&topic.config)
+                .map_err(|error| format!("topic {}: {error}", topic.name))?;
+            let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
+            let now = writer::system_clock_ms();
+            let (log, _report) = PartitionLog::open(self.storage, &dir, topic_config.log, now)
+                .await
+                .map_err(|error| error.to_string())?;
+            let handle = writer::spawn(log, writer::system_clock_ms);
+            self.partitions.borrow_mut().insert(
+                key,
+                Partition {
+                    log: handle,
+                    leader_epoch: partition.leader_epoch,
+                    max_message_bytes: topic_config.max_message_bytes,
+                },
+            );
+        }
+        *self.topics.borrow_mut() = topics;
+        Ok(())
+    }
+
+    async fn close_all(&self) {
+        let partitions: Vec<_> = self.partitions.borrow_mut().drain().collect();
+        for ((topic, partition), state) in partitions {
+            if let Err(error) = state.log.close().await {
+                tracing::error!(%topic, partition, "closing log: {error}");
+            }
+        }
+    }
+
+    /// Which shard serves `partition` of `topic`, or why none does.
+    fn route(&self, topic: &str, partition: u32) -> Result<usize, ErrorCode> {
+        let topics = self.topics.borrow();
+        let Some(state) = topics.iter().find(|t| t.name == topic) else {
+            return Err(ErrorCode::UnknownTopic);
+        };
+        let Some(partition_state) = state.partitions.get(partition as usize) else {
+            return Err(ErrorCode::UnknownPartition);
+        };
+        if partition_state.leader != self.context.config.node_id {
+            return Err(ErrorCode::NotLeader);
+        }
+        Ok(shard_of(topic, partition, self.context.config.shards))
+    }
+
+    fn forward(&self, owner: usize, message: ShardMessage) -> bool {
+        self.cross_shard_hops.set(self.cross_shard_hops.get() + 1);
+        self.context.peers[owner].send(message).is_ok()
+    }
+
+    fn log_of(&self, topic: &str, partition: u32) -> Option<(writer::LogHandle, u32, usize)> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .map(|p| (p.log.clone(), p.leader_epoch, p.max_message_bytes))
+    }
+
+    pub async fn handle(self: &Rc<Self>, request: Request) -> Option<Response> {
+        Some(match request {
+            Request::ApiVersions(_) => Response::ApiVersions(ApiVersionsResponse {
+                apis: ApiKey::ALL
+                    .into_iter()
+                    .map(|api| {
+                        let (min_version, max_version) = api.versions();
+                        ApiVersionRange {
+                            api_key: api as u16,
+                            min_version,
+                            max_version,
+                        }
+                    })
+                    .collect(),
+            }),
+            Request::Metadata(request) => Response::Metadata(self.metadata(request)),
+            Request::CreateTopic(request) => {
+                let (reply, answer) = oneshot::channel();
+                let _ = self
+                    .context
+                    .control
+                    .send(ControlMessage::CreateTopic { request, reply });
+                Response::CreateTopic(answer.await.unwrap_or_else(|_| {
+                    strata_wire::protocol::CreateTopicResponse {
+                        error: ErrorCode::NotReady,
+                        message: "the control thread is stopping".into(),
+                    }
+                }))
+            }
+            Request::DeleteTopic(request) => {
+                let (reply, answer) = oneshot::channel();
+                let _ = self
+                    .context
+                    .control
+                    .send(ControlMessage::DeleteTopic { request, reply });
+                Response::DeleteTopic(answer.await.unwrap_or(
+                    strata_wire::protocol::DeleteTopicResponse {
+                        error: ErrorCode::NotReady,
+                    },
+                ))
+            }
+            Request::Produce(request) => {
+                let acks = request.acks;
+                let response = self.produce(request).await;
+                if acks == strata_wire::protocol::ACKS_NONE {
+                    return None;
+                }
+                Response::Produce(response)
+            }
+            Request::Fetch(request) => Response::Fetch(self.fetch(request).await),
+            Request::ListOffsets(request) => {
+                Response::ListOffsets(self.list_offsets(request).await)
+            }
+        })
+    }
+
+    fn metadata(&self, request: MetadataRequest) -> MetadataResponse {
+        let config = &self.context.config;
+        let broker = config.broker_info();
+        let topics = self.topics.borrow();
+        let describe = |topic: &TopicState| TopicMetadata {
+            name: topic.name.clone(),
+            error: ErrorCode::None,
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|partition| PartitionMetadata {
+                    partition: partition.partition,
+                    error: ErrorCode::None,
+                    leader: partition.leader,
+                    leader_epoch: partition.leader_epoch,
+                    shard: shard_of(&topic.name, partition.partition, config.shards) as u16,
+                    replicas: partition.replicas.clone(),
+                    isr: partition.isr.clone(),
+                })
+                .collect(),
+        };
+        let topics = match request.topics {
+            None => topics.iter().map(describe).collect(),
+            Some(names) => names
+                .into_iter()
+                .map(|name| match topics.iter().find(|t| t.name == name) {
+                    Some(topic) => describe(topic),
+                    None => TopicMetadata {
+                        name,
+                        error: ErrorCode::UnknownTopic,
+                        partitions: Vec::new(),
+                    },
+                })
+                .collect(),
+        };
+        MetadataResponse {
+            cluster: config.cluster.clone(),
+            controller: config.node_id,
+            brokers: vec![BrokerMetadata {
+                node_id: broker.id,
+                host: broker.host,
+                port: broker.port,
+                shard_ports: broker.shard_ports,
+            }],
+            topics,
+        }
+    }
+
+    async fn produce(self: &Rc<Self>, request: ProduceRequest) -> ProduceResponse {
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let name = topic.name;
+            let work = topic.partitions.into_iter().map(|partition| {
+                let shard = self.clone();
+                let name = name.clone();
+                async move {
+                    let index = partition.partition;
+                    let records = partition.records.into_mut();
+                    match shard.route(&name, index) {
+                        Err(error) => produce_error(index, error),
+                        Ok(owner) if owner == shard.context.index => {
+                            shard.produce_local(&name, index, records).await
+                        }
+                        Ok(owner) => {
+                            let (reply, answer) = oneshot::channel();
+                            let message = ShardMessage::Produce {
+                                topic: name,
+                                partition: index,
+                                records,
+                                reply,
+                            };
+                            if !shard.forward(owner, message) {
+                                return produce_error(index, ErrorCode::NotReady);
+                            }
+                            answer
+                                .await
+                                .unwrap_or_else(|_| produce_error(index, ErrorCode::NotReady))
+                        }
+                    }
+                }
+            });
+            let partitions = futures_util::future::join_all(work).await;
+            topics.push(ProduceTopicResponse { name, partitions });
+        }
+        ProduceResponse { topics }
+    }
+
+    async fn produce_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: BytesMut,
+    ) -> ProducePartitionResponse {
+        let Some((log, leader_epoch, max_message_bytes)) = self.log_of(topic, partition) else {
+            return produce_error(partition, ErrorCode::NotReady);
+        };
+        if records.len() > max_message_bytes {
+            return produce_error(partition, ErrorCode::MessageTooLarge);
+        }
+        match log.append(records, leader_epoch).await {
+            Ok(info) => ProducePartitionResponse {
+                partition,
+                error: ErrorCode::None,
+                base_offset: info.base_offset,
+                log_start_offset: 0,
+            },
+            Err(error) => {
+                if !matches!(error, LogError::CorruptBatch { .. }) {
+                    tracing::warn!(%topic, partition, "produce failed: {error}");
+                }
+                produce_error(partition, log_error_code(&error))
+            }
+        }
+    }
+
+    async fn fetch(self: &Rc<Self>, request: FetchRequest) -> FetchResponse {
+        let deadline =
+            Instant::now() + std::time::Duration::from_millis(u64::from(request.max_wait_ms));
+        let min_bytes = request.min_bytes as usize;
+        // One pass that does not wait; if it found less than min_bytes, wait on every empty
+        // partition until the first one has data or the deadline passes.
+        let first = self.fetch_all(&request, None).await;
+        let found: usize = first
+            .iter()
+            .flat_map(|(_, partitions)| partitions.iter().map(|p| p.records.len()))
+            .sum();
+        if found >= min_bytes.max(1) || request.max_wait_ms == 0 {
+            return assemble(first);
+        }
+        let waited = self.fetch_all(&request, Some(deadline)).await;
+        assemble(waited)
+    }
+
+    /// Fetches every partition of the request. With a deadline, returns as soon as any
+    /// partition has data (the others answer empty).
+    async fn fetch_all(
+        self: &Rc<Self>,
+        request: &FetchRequest,
+        deadline: Option<Instant>,
+    ) -> Vec<(String, Vec<FetchPartitionResponse>)> {
+        let mut slots: Vec<(String, Vec<FetchPartitionResponse>)> = Vec::new();
+        let mut work = Vec::new();
+        for topic in &request.topics {
+            let mut partitions = Vec::new();
+            for partition in &topic.partitions {
+                partitions.push(fetch_error(partition.partition, ErrorCode::None, 0, 0));
+                let at = (slots.len(), partitions.len() - 1);
+                let shard = self.clone();
+                let name = topic.name.clone();
+                let partition = FetchPartition {
+                    partition: partition.partition,
+                    fetch_offset: partition.fetch_offset,
+                    max_bytes: partition.max_bytes.min(request.max_bytes),
+                };
+                work.push(Box::pin(async move {
+                    (at, shard.fetch_partition(name, partition, deadline).await)
+                }));
+            }
+            slots.push((topic.name.clone(), partitions));
+        }
+        if deadline.is_none() {
+            for ((topic, partition), response) in futures_util::future::join_all(work).await {
+                slots[topic].1[partition] = response;
+            }
+            return slots;
+        }
+        while !work.is_empty() {
+            let (((topic, partition), response), _, rest) =
+                futures_util::future::select_all(work).await;
+            let has_data = !response.records.is_empty() || response.error != ErrorCode::None;
+            slots[topic].1[partition] = response;
+            if has_data {
+                break;
+            }
+            work = rest;
+        }
+        slots
+    }
+
+    async fn fetch_partition(
+        self: &Rc<Self>,
+        topic: String,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+    ) -> FetchPartitionResponse {
+        let index = partition.partition;
+        match self.route(&topic, index) {
+            Err(error) => fetch_error(index, error, 0, 0),
+            Ok(owner) if owner == self.context.index => {
+                self.fetch_local(&topic, partition, deadline).await
+            }
+            Ok(owner) => {
+                let (reply, answer) = oneshot::channel();
+                let message = ShardMessage::Fetch {
+                    topic,
+                    partition,
+                    deadline,
+                    reply,
+                };
+                if !self.forward(owner, message) {
+                    return fetch_error(index, ErrorCode::NotReady, 0, 0);
+                }
+                answer
+                    .await
+                    .unwrap_or_else(|_| fetch_error(index, ErrorCode::NotReady, 0, 0))
+            }
+        }
+    }
+
+    async fn fetch_local(
+        &self,
+        topic: &str,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+    ) -> FetchPartitionResponse {
+        let index = partition.partition;
+        let Some((log, _, _)) = self.log_of(topic, index) else {
+            return fetch_error(index, ErrorCode::NotReady, 0, 0);
+        };
+        let Ok(offsets) = log.offsets().await else {
+            return fetch_error(index, ErrorCode::StorageError, 0, 0);
+        };
+        let offset = partition.fetch_offset;
+        if offset < offsets.log_start || offset > offsets.log_end {
+            return fetch_error(
+                index,
+                ErrorCode::OffsetOutOfRange,
+                offsets.log_end,
+                offsets.log_start,
+            );
+        }
+        if offset == offsets.log_end
+            && let Some(deadline) = deadline
+        {
+            let _ = tokio::time::timeout_at(deadline.into(), log.wait_for_data(offset)).await;
+        }
+        match log
+            .read(offset, partition.max_bytes as usize, u64::MAX)
+            .await
+        {
+            Ok(bytes) => {
+                let offsets = log.offsets().await.unwrap_or(offsets);
+                FetchPartitionResponse {
+                    partition: index,
+                    error: ErrorCode::None,
+                    high_watermark: offsets.log_end,
+                    log_start_offset: offsets.log_start,
+                    records: Records::Shared(bytes),
+                }
+            }
+            Err(error) => fetch_error(
+                index,
+                log_error_code(&error),
+                offsets.log_end,
+                offsets.log_start,
+            ),
+        }
+    }
+
+    async fn list_offsets(self: &Rc<Self>, request: ListOffsetsRequest) -> ListOffsetsResponse {
+        let mut topics = Vec::new();
+        for topic in request.topics {
+            let mut partitions = Vec::new();
+            for partition in topic.partitions {
+                let index = partition.partition;
+                let response = match self.route(&topic.name, index) {
+                    Err(error) => list_error(index, error),
+                    Ok(owner) if owner == self.context.index => {
+                        self.list_offset_local(&topic.name, partition).await
+                    }
+                    Ok(owner) => {
+                        let (reply, answer) = oneshot::channel();
+                        let message = ShardMessage::ListOffset {
+                            topic: topic.name.clone(),
+                            partition,
+                            reply,
+                        };
+                        if self.forward(owner, message) {
+                            answer
+                                .await
+                                .unwrap_or_else(|_| list_error(index, ErrorCode::NotReady))
+                        } else {
+                            list_error(index, ErrorCode::NotReady)
+                        }
+                    }
+                };
+                partitions.push(response);
+            }
+            topics.push(ListOffsetsTopicResponse {
+                name: topic.name,
+                partitions,
+            });
+        }
+        ListOffsetsResponse { topics }
+    }
+
+    async fn list_offset_local(
+        &self,
+        topic: &str,
+        partition: ListOffsetsPartition,
+    ) -> ListOffsetsPartitionResponse {
+        let index = partition.partition;
+        let Some((log, _, _)) = self.log_of(topic, index) else {
+            return list_error(index, ErrorCode::NotReady);
+        };
+        let found = match partition.timestamp {
+            EARLIEST_TIMESTAMP => log
+                .offsets()
+                .await
+                .map(|offsets| Some((offsets.log_start, -1))),
+            LATEST_TIMESTAMP => log
+                .offsets()
+                .await
+                .map(|offsets| Some((offsets.log_end, -1))),
+            timestamp => log.offset_for_timestamp(timestamp).await,
+        };
+        match found {
+            Ok(Some((offset, timestamp))) => ListOffsetsPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                offset: offset as i64,
+                timestamp,
+            },
+            Ok(None) => ListOffsetsPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                offset: -1,
+                timestamp: -1,
+            },
+            Err(error) => list_error(index, log_error_code(&error)),
+        }
+    }
+}
+
+fn produce_error(partition: u32, error: ErrorCode) -> ProducePartitionResponse {
+    ProducePartitionResponse {
+        partition,
+        error,
+        base_offset: 0,
+        log_start_offset: 0,
+    }
+}
+
+fn fetch_error(
+    partition: u32,
+    error: ErrorCode,
+    high_watermark: u64,
+    log_start_offset: u64,
+) -> FetchPartitionResponse {
+    FetchPartitionResponse {
+        partition,
+        error,
+        high_watermark,
+        log_start_offset,
+        records: Records::empty(),
+    }
+}
+
+fn list_error(partition: u32, error: ErrorCode) -> ListOffsetsPartitionResponse {
+    ListOffsetsPartitionResponse {
+        partition,
+        error,
+        offset: -1,
+        timestamp: -1,
+    }
+}
+
+fn assemble(slots: Vec<(String, Vec<FetchPartitionResponse>)>) -> FetchResponse {
+    FetchResponse {
+        topics: slots
+            .into_iter()
+            .map(|(name, partitions)| FetchTopicResponse { name, partitions })
+            .collect(),
+    }
+}
