@@ -1,1 +1,92 @@
-//! Rust producer, consumer and admin client. Arrives with the single-node issue.
+//! `strata-client`: the Rust client for Strata.
+//!
+//! - [`Client`]: bootstrap, metadata, admin calls (create/delete topics, list offsets).
+//! - [`Producer`]: batches records per partition (`linger`, `batch_bytes`), key-hash partitioner,
+//!   acks 0/1/all, retries with backoff on retriable errors, a future per record that resolves to
+//!   (partition, offset). Order per partition is kept: one request in flight per partition.
+//! - [`Consumer`]: assign mode, seek to beginning/end/offset/timestamp, fetch with long-poll, and
+//!   zero-copy records borrowed from the fetched batches.
+//!
+//! Shard-aware: requests for a partition go to the shard port that owns it, so the broker never
+//! forwards them across cores.
+
+mod connection;
+mod consumer;
+mod metadata;
+mod producer;
+
+pub use connection::{Connection, write_all_chunks};
+pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
+pub use metadata::{Client, ClientConfig, ClusterMetadata};
+pub use producer::{Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use strata_wire::protocol::ErrorCode;
+
+use std::net::SocketAddr;
+
+/// Everything a client call can fail with. Cloneable, so one failure can answer many waiters.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {address}: {reason}")]
+    Connect { address: SocketAddr, reason: String },
+    #[error("no broker reachable (bootstrap: {0})")]
+    NoBrokers(String),
+    #[error("connection lost: {0}")]
+    Disconnected(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The broker refused the whole request.
+    #[error("broker error: {0}")]
+    Broker(ErrorCode),
+    /// The broker refused one partition's part of a request.
+    #[error("{topic}-{partition}: {code}")]
+    Partition {
+        topic: String,
+        partition: u32,
+        code: ErrorCode,
+    },
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("the producer is closed")]
+    Closed,
+}
+
+impl ClientError {
+    /// Whether retrying (after a metadata refresh) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. }
+            | ClientError::Disconnected(_)
+            | ClientError::Timeout(_) => true,
+            ClientError::Broker(code) | ClientError::Partition { code, .. } => code.is_retriable(),
+            _ => false,
+        }
+    }
+
+    /// The broker's code, if this is a broker error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Broker(code) | ClientError::Partition { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for ClientError {
+    fn from(error: std::io::Error) -> ClientError {
+        ClientError::Disconnected(error.to_string())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}

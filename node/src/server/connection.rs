@@ -8,7 +8,6 @@
 //! connection is closed (its body is never read, never allocated); an undecodable request gets
 //! a typed error response; a broken socket ends that connection only. Each is logged with why.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -77,7 +76,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<Bytes>>();
     let writing = tokio::task::spawn_local(async move {
         while let Some(chunks) = outgoing.recv().await {
-            if let Err(error) = write_all_chunks(&mut writer, chunks).await {
+            if let Err(error) = strata_client::write_all_chunks(&mut writer, chunks).await {
                 tracing::debug!(%peer, "connection write failed: {error}");
                 return;
             }
@@ -148,27 +147,4 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     }
     drop(responses);
     let _ = writing.await;
-}
-
-/// Writes a frame's chunks with vectored writes, handling short writes.
-async fn write_all_chunks(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
-    mut chunks: Vec<Bytes>,
-) -> std::io::Result<()> {
-    let mut first = 0;
-    while first < chunks.len() {
-        let slices: Vec<IoSlice<'_>> = chunks[first..].iter().map(|c| IoSlice::new(c)).collect();
-        let mut written = writer.write_vectored(&slices).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while first < chunks.len() && written >= chunks[first].len() {
-            written -= chunks[first].len();
-            first += 1;
-        }
-        if written > 0 {
-            chunks[first].advance(written);
-        }
-    }
-    Ok(())
 }

@@ -1,0 +1,160 @@
+//! One pipelined connection to a broker port.
+//!
+//! Requests are written as soon as they are made; a reader task matches responses to requests
+//! by correlation id, so many requests share the connection and complete in any order.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes, BytesMut};
+use strata_wire::protocol::{ApiKey, FRAME_PREFIX_LEN, Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::oneshot;
+
+use crate::ClientError;
+
+type Pending = Arc<Mutex<HashMap<u32, (ApiKey, oneshot::Sender<Result<Response, ClientError>>)>>>;
+
+/// The largest response frame a client accepts.
+const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
+pub struct Connection {
+    address: SocketAddr,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    pending: Pending,
+    next_correlation_id: AtomicU32,
+}
+
+impl Connection {
+    pub async fn connect(address: SocketAddr) -> Result<Arc<Connection>, ClientError> {
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(|error| ClientError::Connect {
+                address,
+                reason: error.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (mut reader, writer) = stream.into_split();
+        let pending: Pending = Arc::default();
+        let connection = Arc::new(Connection {
+            address,
+            writer: tokio::sync::Mutex::new(writer),
+            pending: pending.clone(),
+            next_correlation_id: AtomicU32::new(1),
+        });
+        tokio::spawn(async move {
+            let failure = loop {
+                let mut prefix = [0u8; FRAME_PREFIX_LEN];
+                if let Err(error) = reader.read_exact(&mut prefix).await {
+                    break ClientError::Disconnected(error.to_string());
+                }
+                let len = u32::from_le_bytes(prefix) as usize;
+                if len > MAX_RESPONSE_BYTES {
+                    break ClientError::Protocol(format!("response frame of {len} bytes"));
+                }
+                let mut body = BytesMut::zeroed(len);
+                if let Err(error) = reader.read_exact(&mut body).await {
+                    break ClientError::Disconnected(error.to_string());
+                }
+                let Some(correlation_id) = Response::peek_correlation_id(&body) else {
+                    break ClientError::Protocol("response without a correlation id".into());
+                };
+                let Some((api, reply)) = pending.lock().expect("pending").remove(&correlation_id)
+                else {
+                    break ClientError::Protocol(format!(
+                        "unexpected correlation id {correlation_id}"
+                    ));
+                };
+                let result = match Response::decode(api, body) {
+                    Ok((_, Ok(response))) => Ok(response),
+                    Ok((_, Err(code))) => Err(ClientError::Broker(code)),
+                    Err(error) => Err(ClientError::Protocol(error.to_string())),
+                };
+                let _ = reply.send(result);
+            };
+            // Fail everything still waiting.
+            for (_, (_, reply)) in pending.lock().expect("pending").drain() {
+                let _ = reply.send(Err(failure.clone()));
+            }
+        });
+        Ok(connection)
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Sends a request and waits for its response.
+    pub async fn request(&self, request: Request) -> Result<Response, ClientError> {
+        let answer = self.send(request, true).await?;
+        answer
+            .expect("a response was asked for")
+            .await
+            .map_err(|_| ClientError::Disconnected("connection closed".into()))?
+    }
+
+    /// Sends a request that gets no response (produce with acks=0).
+    pub async fn send_without_response(&self, request: Request) -> Result<(), ClientError> {
+        self.send(request, false).await.map(drop)
+    }
+
+    async fn send(
+        &self,
+        request: Request,
+        expect_response: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<Response, ClientError>>>, ClientError> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let api = request.api_key();
+        let answer = expect_response.then(|| {
+            let (reply, answer) = oneshot::channel();
+            self.pending
+                .lock()
+                .expect("pending")
+                .insert(correlation_id, (api, reply));
+            answer
+        });
+        let chunks = request.encode(correlation_id);
+        let mut writer = self.writer.lock().await;
+        if let Err(error) = write_all_chunks(&mut *writer, chunks).await {
+            self.pending
+                .lock()
+                .expect("pending")
+                .remove(&correlation_id);
+            return Err(ClientError::Disconnected(error.to_string()));
+        }
+        Ok(answer)
+    }
+
+    /// True once the reader has seen the connection end.
+    pub fn is_closed(&self) -> bool {
+        Arc::strong_count(&self.pending) == 1
+    }
+}
+
+/// Writes a frame's chunks with vectored writes, handling short writes.
+pub async fn write_all_chunks<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    mut chunks: Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<IoSlice<'_>> = chunks[first..].iter().map(|c| IoSlice::new(c)).collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while first < chunks.len() && written >= chunks[first].len() {
+            written -= chunks[first].len();
+            first += 1;
+        }
+        if written > 0 {
+            chunks[first].advance(written);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! The consumer in assign mode: positions per partition, fetches with long-poll.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_wire::batch::{Batch, Record, split_batches};
+use strata_wire::protocol::{
+    EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic, LATEST_TIMESTAMP,
+    Request, Response,
+};
+
+use crate::{Client, ClientError};
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Long-poll: how long a fetch waits at the end of the log.
+    pub max_wait: Duration,
+    pub min_bytes: u32,
+    pub max_bytes: u32,
+    pub partition_max_bytes: u32,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            max_wait: Duration::from_millis(500),
+            min_bytes: 1,
+            max_bytes: 50 << 20,
+            partition_max_bytes: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTo {
+    Beginning,
+    End,
+    Offset(u64),
+    /// The first record at or after this time (the end if there is none).
+    Timestamp(i64),
+}
+
+/// A fetched batch and where the consumer's position was when it was fetched: records below
+/// `from_offset` were consumed before and are skipped by [`ConsumedBatch::records`].
+#[derive(Debug, Clone)]
+pub struct ConsumedBatch {
+    pub topic: String,
+    pub partition: u32,
+    pub from_offset: u64,
+    pub batch: Batch,
+}
+
+impl ConsumedBatch {
+    /// The new records, borrowed from the batch (no copies).
+    pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
+        let from = self.from_offset;
+        self.batch
+            .records()
+            .filter(move |record| record.offset >= from)
+    }
+}
+
+pub struct Consumer {
+    client: Arc<Client>,
+    config: ConsumerConfig,
+    /// (topic, partition) → next offset to fetch.
+    positions: HashMap<(String, u32), u64>,
+}
+
+impl Consumer {
+    pub fn new(client: Arc<Client>, config: ConsumerConfig) -> Consumer {
+        Consumer {
+            client,
+            config,
+            positions: HashMap::new(),
+        }
+    }
+
+    /// Takes `partitions` of `topic` (all of them if empty), each starting at `start`.
+    pub async fn assign(
+        &mut self,
+        topic: &str,
+        partitions: &[u32],
+        start: SeekTo,
+    ) -> Result<(), ClientError> {
+        let metadata = self.client.metadata_for(topic).await?;
+        let count = metadata.partition_count(topic)?;
+        let partitions: Vec<u32> = if partitions.is_empty() {
+            (0..count).collect()
+        } else {
+            partitions.to_vec()
+        };
+        for partition in partitions {
+            if partition >= count {
+                return Err(ClientError::UnknownPartition {
+                    topic: topic.to_string(),
+                    partition,
+                });
+            }
+            self.seek(topic, partition, start).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn seek(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        to: SeekTo,
+    ) -> Result<(), ClientError> {
+        let offset = match to {
+            SeekTo::Offset(offset) => offset,
+            SeekTo::Beginning => self.list(topic, partition, EARLIEST_TIMESTAMP).await?,
+            SeekTo::End => self.list(topic, partition, LATEST_TIMESTAMP).await?,
+            SeekTo::Timestamp(timestamp) => {
+                match self.client.list_offset(topic, partition, timestamp).await? {
+                    Some(offset) => offset,
+                    None => self.list(topic, partition, LATEST_TIMESTAMP).await?,
+                }
+            }
+        };
+        self.positions
+            .insert((topic.to_string(), partition), offset);
+        Ok(())
+    }
+
+    async fn list(&self, topic: &str, partition: u32, timestamp: i64) -> Result<u64, ClientError> {
+        self.client
+            .list_offset(topic, partition, timestamp)
+            .await?
+            .ok_or_else(|| ClientError::Protocol("no offset for earliest/latest".into()))
+    }
+
+    pub fn position(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.positions.get(&(topic.to_string(), partition)).copied()
+    }
+
+    /// One round of fetches (one request per broker shard, concurrently). Returns what arrived
+    /// (possibly nothing, after the long-poll wait) and advances positions past it.
+    pub async fn poll(&mut self) -> Result<Vec<ConsumedBatch>, ClientError> {
+        let metadata = self.client.metadata().await?;
+        let shard_aware = self.client.config().shard_aware;
+        let mut by_address: HashMap<String, Vec<(String, u32, u64)>> = HashMap::new();
+        for ((topic, partition), offset) in &self.positions {
+            let address = metadata.leader_address(topic, *partition, shard_aware)?;
+            by_address
+                .entry(address)
+                .or_default()
+                .push((topic.clone(), *partition, *offset));
+        }
+        let mut fetches = Vec::new();
+        for (address, partitions) in by_address {
+            let mut topics: Vec<FetchTopic> = Vec::new();
+            for (topic, partition, offset) in partitions {
+                let fetch = FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    max_bytes: self.config.partition_max_bytes,
+                };
+                match topics.iter_mut().find(|t| t.name == topic) {
+                    Some(entry) => entry.partitions.push(fetch),
+                    None => topics.push(FetchTopic {
+                        name: topic,
+                        partitions: vec![fetch],
+                    }),
+                }
+            }
+            let request = Request::Fetch(FetchRequest {
+                max_wait_ms: self.config.max_wait.as_millis() as u32,
+                min_bytes: self.config.min_bytes,
+                max_bytes: self.config.max_bytes,
+                topics,
+            });
+            let client = self.client.clone();
+            fetches.push(tokio::spawn(async move {
+                client.request(&address, request).await
+            }));
+        }
+        let mut consumed = Vec::new();
+        let mut refresh = false;
+        for fetch in fetches {
+            let response = fetch
+                .await
+                .map_err(|error| ClientError::Protocol(error.to_string()))?;
+            let response = match response {
+                Ok(Response::Fetch(response)) => response,
+                Ok(_) => {
+                    return Err(ClientError::Protocol(
+                        "fetch answered with another api".into(),
+                    ));
+                }
+                Err(error) if error.is_retriable() => {
+                    refresh = true;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            for topic in response.topics {
+                for partition in topic.partitions {
+                    let key = (topic.name.clone(), partition.partition);
+                    if partition.error != ErrorCode::None {
+                        if partition.error.is_retriable() {
+                            refresh = true;
+                            continue;
+                        }
+                        return Err(ClientError::Partition {
+                            topic: topic.name.clone(),
+                            partition: partition.partition,
+                            code: partition.error,
+                        });
+                    }
+                    let Some(position) = self.positions.get_mut(&key) else {
+                        continue;
+                    };
+                    for batch in split_batches(partition.records.freeze()) {
+                        let batch = batch.map_err(|error| {
+                            ClientError::Protocol(format!(
+                                "{}-{}: corrupt batch from the broker: {error}",
+                                topic.name, partition.partition
+                            ))
+                        })?;
+                        if batch.last_offset() < *position {
+                            continue;
+                        }
+                        let from_offset = *position;
+                        *position = batch.last_offset() + 1;
+                        consumed.push(ConsumedBatch {
+                            topic: topic.name.clone(),
+                            partition: partition.partition,
+                            from_offset,
+                            batch,
+                        });
+                    }
+                }
+            }
+        }
+        if refresh {
+            let _ = self.client.refresh_metadata().await;
+        }
+        Ok(consumed)
+    }
+}

@@ -1,0 +1,304 @@
+//! Bootstrap, metadata and admin calls.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use strata_wire::protocol::{
+    BrokerMetadata, ConfigEntry, CreateTopicRequest, DeleteTopicRequest, ErrorCode,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, MetadataResponse,
+    Request, Response, TopicMetadata,
+};
+
+use crate::{ClientError, Connection};
+
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `host:port` of one or more brokers.
+    pub bootstrap: Vec<String>,
+    pub request_timeout: Duration,
+    /// Send partition requests to the owning shard's port (otherwise to the shared port).
+    pub shard_aware: bool,
+}
+
+impl ClientConfig {
+    pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            bootstrap: bootstrap
+                .into()
+                .split(',')
+                .map(|address| address.trim().to_string())
+                .filter(|address| !address.is_empty())
+                .collect(),
+            request_timeout: Duration::from_secs(30),
+            shard_aware: true,
+        }
+    }
+}
+
+/// What the cluster looked like at the last metadata refresh.
+#[derive(Debug, Clone)]
+pub struct ClusterMetadata {
+    pub cluster: String,
+    pub controller: i32,
+    pub brokers: HashMap<i32, BrokerMetadata>,
+    pub topics: HashMap<String, TopicMetadata>,
+}
+
+impl ClusterMetadata {
+    fn from_response(response: MetadataResponse) -> ClusterMetadata {
+        ClusterMetadata {
+            cluster: response.cluster,
+            controller: response.controller,
+            brokers: response
+                .brokers
+                .into_iter()
+                .map(|broker| (broker.node_id, broker))
+                .collect(),
+            topics: response
+                .topics
+                .into_iter()
+                .filter(|topic| topic.error == ErrorCode::None)
+                .map(|topic| (topic.name.clone(), topic))
+                .collect(),
+        }
+    }
+
+    pub fn partition_count(&self, topic: &str) -> Result<u32, ClientError> {
+        self.topics
+            .get(topic)
+            .map(|metadata| metadata.partitions.len() as u32)
+            .ok_or_else(|| ClientError::UnknownTopic(topic.to_string()))
+    }
+
+    /// `host:port` of the leader of `partition`: its owning shard's port when shard-aware.
+    pub fn leader_address(
+        &self,
+        topic: &str,
+        partition: u32,
+        shard_aware: bool,
+    ) -> Result<String, ClientError> {
+        let metadata = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| ClientError::UnknownTopic(topic.to_string()))?;
+        let state = metadata
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+            .ok_or_else(|| ClientError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            })?;
+        let broker = self
+            .brokers
+            .get(&state.leader)
+            .ok_or(ClientError::Partition {
+                topic: topic.to_string(),
+                partition,
+                code: ErrorCode::NotLeader,
+            })?;
+        let port = match broker.shard_ports.get(usize::from(state.shard)) {
+            Some(port) if shard_aware => *port,
+            _ => broker.port,
+        };
+        Ok(format!("{}:{port}", broker.host))
+    }
+}
+
+/// Connections and metadata shared by producers, consumers and admin calls.
+pub struct Client {
+    config: ClientConfig,
+    connections: Mutex<HashMap<String, Arc<Connection>>>,
+    metadata: Mutex<Option<Arc<ClusterMetadata>>>,
+}
+
+impl Client {
+    /// Connects to the first reachable bootstrap broker and loads metadata.
+    pub async fn connect(config: ClientConfig) -> Result<Arc<Client>, ClientError> {
+        if config.bootstrap.is_empty() {
+            return Err(ClientError::InvalidArgument("no bootstrap address".into()));
+        }
+        let client = Arc::new(Client {
+            config,
+            connections: Mutex::default(),
+            metadata: Mutex::default(),
+        });
+        client.refresh_metadata().await?;
+        Ok(client)
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// A connection to `address` (`host:port`), reused while it lives.
+    pub async fn connection(&self, address: &str) -> Result<Arc<Connection>, ClientError> {
+        if let Some(connection) = self.connections.lock().expect("connections").get(address)
+            && !connection.is_closed()
+        {
+            return Ok(connection.clone());
+        }
+        let resolved: SocketAddr = tokio::net::lookup_host(address)
+            .await
+            .map_err(|error| ClientError::InvalidArgument(format!("{address}: {error}")))?
+            .next()
+            .ok_or_else(|| ClientError::InvalidArgument(format!("{address}: no address")))?;
+        let connection = Connection::connect(resolved).await?;
+        self.connections
+            .lock()
+            .expect("connections")
+            .insert(address.to_string(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Sends `request` to `address` with the request timeout.
+    pub async fn request(&self, address: &str, request: Request) -> Result<Response, ClientError> {
+        let connection = self.connection(address).await?;
+        let timeout = self.config.request_timeout;
+        tokio::time::timeout(timeout, connection.request(request))
+            .await
+            .map_err(|_| ClientError::Timeout(timeout))?
+    }
+
+    /// Sends `request` to the first bootstrap broker that answers.
+    pub async fn any_broker(&self, request: Request) -> Result<Response, ClientError> {
+        let mut last = None;
+        for address in &self.config.bootstrap {
+            match self.request(address, request.clone()).await {
+                Ok(response) => return Ok(response),
+                Err(error) if error.is_retriable() => last = Some(error),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::NoBrokers(self.config.bootstrap.join(","))))
+    }
+
+    pub async fn refresh_metadata(&self) -> Result<Arc<ClusterMetadata>, ClientError> {
+        let response = self
+            .any_broker(Request::Metadata(MetadataRequest { topics: None }))
+            .await?;
+        let Response::Metadata(response) = response else {
+            return Err(ClientError::Protocol(
+                "metadata answered with another api".into(),
+            ));
+        };
+        let metadata = Arc::new(ClusterMetadata::from_response(response));
+        *self.metadata.lock().expect("metadata") = Some(metadata.clone());
+        Ok(metadata)
+    }
+
+    /// The cached metadata (refreshed when missing).
+    pub async fn metadata(&self) -> Result<Arc<ClusterMetadata>, ClientError> {
+        let cached = self.metadata.lock().expect("metadata").clone();
+        match cached {
+            Some(metadata) => Ok(metadata),
+            None => self.refresh_metadata().await,
+        }
+    }
+
+    /// Metadata that knows `topic`, refreshing once if the cache does not.
+    pub async fn metadata_for(&self, topic: &str) -> Result<Arc<ClusterMetadata>, ClientError> {
+        let metadata = self.metadata().await?;
+        if metadata.topics.contains_key(topic) {
+            return Ok(metadata);
+        }
+        let metadata = self.refresh_metadata().await?;
+        if metadata.topics.contains_key(topic) {
+            Ok(metadata)
+        } else {
+            Err(ClientError::UnknownTopic(topic.to_string()))
+        }
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u16,
+        configs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        let request = Request::CreateTopic(CreateTopicRequest {
+            name: name.to_string(),
+            partitions,
+            replication_factor,
+            configs: configs
+                .iter()
+                .map(|(key, value)| ConfigEntry {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        });
+        let Response::CreateTopic(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "create topic answered with another api".into(),
+            ));
+        };
+        if response.error != ErrorCode::None {
+            return Err(if response.message.is_empty() {
+                ClientError::Broker(response.error)
+            } else {
+                ClientError::InvalidArgument(format!("{}: {}", response.error, response.message))
+            });
+        }
+        self.refresh_metadata().await?;
+        Ok(())
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
+        let request = Request::DeleteTopic(DeleteTopicRequest {
+            name: name.to_string(),
+        });
+        let Response::DeleteTopic(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "delete topic answered with another api".into(),
+            ));
+        };
+        if response.error != ErrorCode::None {
+            return Err(ClientError::Broker(response.error));
+        }
+        self.refresh_metadata().await?;
+        Ok(())
+    }
+
+    /// The offset for `timestamp` (or the `EARLIEST`/`LATEST` sentinels); `None` when no record
+    /// is at or after the timestamp.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<u64>, ClientError> {
+        let metadata = self.metadata_for(topic).await?;
+        let address = metadata.leader_address(topic, partition, self.config.shard_aware)?;
+        let request = Request::ListOffsets(ListOffsetsRequest {
+            topics: vec![ListOffsetsTopic {
+                name: topic.to_string(),
+                partitions: vec![ListOffsetsPartition {
+                    partition,
+                    timestamp,
+                }],
+            }],
+        });
+        let Response::ListOffsets(response) = self.request(&address, request).await? else {
+            return Err(ClientError::Protocol(
+                "list offsets answered with another api".into(),
+            ));
+        };
+        let answer = response
+            .topics
+            .first()
+            .and_then(|topic| topic.partitions.first())
+            .ok_or_else(|| ClientError::Protocol("empty list offsets response".into()))?;
+        if answer.error != ErrorCode::None {
+            return Err(ClientError::Partition {
+                topic: topic.to_string(),
+                partition,
+                code: answer.error,
+            });
+        }
+        Ok(u64::try_from(answer.offset).ok())
+    }
+}

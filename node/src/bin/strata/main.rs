@@ -1,0 +1,188 @@
+//! The `strata` command line (DESIGN §9): the broker (`serve`), client commands (`topic`,
+//! `produce`, `consume`, `cluster`) and the partition log's operator tools (`log`).
+//!
+//! Exit codes: 0 success, 1 error with a one-line reason on stderr, 2 usage.
+
+mod client_cmd;
+mod log_tools;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use strata_node::io::{self, Backend};
+use strata_node::log::{FlushPolicy, LogConfig};
+
+#[derive(Parser)]
+#[command(name = "strata", version, about = "Strata: a distributed commit log")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker.
+    Serve(serve::ServeArgs),
+    /// Create, list, describe and delete topics.
+    Topic {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: client_cmd::TopicCommand,
+    },
+    /// Produce records read from stdin, one per line.
+    Produce {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: client_cmd::ProduceArgs,
+    },
+    /// Consume records and print them.
+    Consume {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: client_cmd::ConsumeArgs,
+    },
+    /// Cluster-wide information.
+    Cluster {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: client_cmd::ClusterCommand,
+    },
+    /// Inspect and exercise partition logs on disk.
+    Log {
+        #[command(subcommand)]
+        command: LogCommand,
+    },
+}
+
+/// Where client commands connect.
+#[derive(Args, Clone)]
+pub struct Connection {
+    /// Brokers to bootstrap from.
+    #[arg(
+        long,
+        global = true,
+        env = "STRATA_BOOTSTRAP",
+        default_value = "127.0.0.1:7300"
+    )]
+    pub bootstrap: String,
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Print every batch of a partition folder (after recovery), like kafka-dump-log.
+    Dump {
+        /// The partition folder, e.g. DATA_DIR/orders-0.
+        dir: PathBuf,
+        /// Print each record too.
+        #[arg(long)]
+        records: bool,
+    },
+    /// Append batches from several concurrent producers until killed, printing `ACK <base>
+    /// <last>` after each acknowledged append. Crash tests SIGKILL it and check the log.
+    Stress {
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = Flush::Always)]
+        flush: Flush,
+        #[arg(long, default_value_t = 4)]
+        producers: u32,
+        #[arg(long, default_value_t = 16)]
+        records_per_batch: usize,
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+        #[arg(long, default_value_t = 64 * 1024)]
+        segment_bytes: u64,
+        /// Stop after this many appends (0 = run until killed).
+        #[arg(long, default_value_t = 0)]
+        appends: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Flush {
+    Always,
+    Interval,
+    Never,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Err(error) = run(cli) {
+        // A closed stdout (`strata log dump | head`) is the reader's choice, not an error.
+        let broken_pipe = error
+            .chain()
+            .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+            .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+        if broken_pipe {
+            return;
+        }
+        eprintln!("strata: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Topic {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(client_cmd::topic(connection, command)),
+        Command::Produce { connection, args } => {
+            client_cmd::runtime()?.block_on(client_cmd::produce(connection, args))
+        }
+        Command::Consume { connection, args } => {
+            client_cmd::runtime()?.block_on(client_cmd::consume(connection, args))
+        }
+        Command::Cluster {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(client_cmd::cluster(connection, command)),
+        Command::Log { command } => match command {
+            LogCommand::Dump { dir, records } => io::run_on(&Backend::detect(), |storage| {
+                log_tools::dump(storage, dir, records)
+            }),
+            LogCommand::Stress {
+                dir,
+                flush,
+                producers,
+                records_per_batch,
+                value_bytes,
+                segment_bytes,
+                appends,
+            } => {
+                let config = LogConfig {
+                    segment_bytes,
+                    flush: match flush {
+                        Flush::Always => FlushPolicy::Always,
+                        Flush::Interval => FlushPolicy::Interval { interval_ms: 5 },
+                        Flush::Never => FlushPolicy::Never,
+                    },
+                    ..LogConfig::default()
+                };
+                io::run_on(&Backend::detect(), |storage| {
+                    log_tools::stress(
+                        storage,
+                        dir,
+                        config,
+                        producers,
+                        records_per_batch,
+                        value_bytes,
+                        appends,
+                    )
+                })
+            }
+        },
+    }
+}

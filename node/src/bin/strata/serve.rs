@@ -1,0 +1,147 @@
+//! `strata serve`: flags, `STRATA_*` environment variables and a TOML config file, flags
+//! winning over the environment, the environment over the file, the file over defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+use strata_node::server::{Node, NodeConfig};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below (snake_case keys, e.g. `data_dir`).
+    #[arg(long, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    #[arg(long, env = "STRATA_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, env = "STRATA_NODE_ID")]
+    node_id: Option<i32>,
+    /// Client port; shard i also listens on this port + 10 + i.
+    #[arg(long, env = "STRATA_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Replication (QUIC) address; used once replication lands.
+    #[arg(long, env = "STRATA_REPLICATION")]
+    replication: Option<SocketAddr>,
+    /// Admin/metrics HTTP address; served once the metrics issue lands.
+    #[arg(long, env = "STRATA_ADMIN")]
+    admin: Option<SocketAddr>,
+    /// etcd endpoints for a cluster; without it the node runs on its embedded coordinator.
+    #[arg(long, env = "STRATA_ETCD")]
+    etcd: Option<String>,
+    #[arg(long, env = "STRATA_CLUSTER")]
+    cluster: Option<String>,
+    /// Shards (threads, each pinned to a core). Default: the number of cores.
+    #[arg(long, env = "STRATA_SHARDS")]
+    shards: Option<usize>,
+    /// Host to advertise to clients (default: the listen address, or 127.0.0.1 for 0.0.0.0).
+    #[arg(long, env = "STRATA_ADVERTISED_HOST")]
+    advertised_host: Option<String>,
+    /// Largest request frame accepted.
+    #[arg(long, env = "STRATA_MAX_FRAME_BYTES")]
+    max_frame_bytes: Option<usize>,
+}
+
+/// The same settings as a config file.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    node_id: Option<i32>,
+    listen: Option<SocketAddr>,
+    replication: Option<SocketAddr>,
+    admin: Option<SocketAddr>,
+    etcd: Option<String>,
+    cluster: Option<String>,
+    shards: Option<usize>,
+    advertised_host: Option<String>,
+    max_frame_bytes: Option<usize>,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let file: FileConfig = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    if args.etcd.or(file.etcd).is_some() {
+        anyhow::bail!(
+            "--etcd: clusters on etcd arrive with the control-plane milestone; run without it for a single node"
+        );
+    }
+    let _ = (
+        args.replication.or(file.replication),
+        args.admin.or(file.admin),
+    );
+    let listen = args
+        .listen
+        .or(file.listen)
+        .unwrap_or_else(|| "127.0.0.1:7300".parse().expect("a valid address"));
+    let advertised_host = args
+        .advertised_host
+        .or(file.advertised_host)
+        .unwrap_or_else(|| {
+            if listen.ip().is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                listen.ip().to_string()
+            }
+        });
+    let shards = args
+        .shards
+        .or(file.shards)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let config = NodeConfig {
+        data_dir: args
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("./strata-data")),
+        node_id: args.node_id.or(file.node_id).unwrap_or(1),
+        cluster: args
+            .cluster
+            .or(file.cluster)
+            .unwrap_or_else(|| "strata".to_string()),
+        listen,
+        advertised_host,
+        shards,
+        max_frame_bytes: args
+            .max_frame_bytes
+            .or(file.max_frame_bytes)
+            .unwrap_or(64 << 20),
+        pin_cores: true,
+    };
+    let node = Node::start(config.clone())?;
+    eprintln!(
+        "strata: node {} serving on {} (shards {}, ports {}..{}), data in {}",
+        config.node_id,
+        config.listen,
+        config.shards,
+        config.shard_port(0),
+        config.shard_port(config.shards - 1),
+        config.data_dir.display()
+    );
+    wait_for_signal()?;
+    eprintln!("strata: shutting down");
+    node.shutdown();
+    Ok(())
+}
+
+fn wait_for_signal() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        Ok::<(), std::io::Error>(())
+    })?;
+    Ok(())
+}
