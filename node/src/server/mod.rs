@@ -30,7 +30,7 @@ use strata_coordinator::{BrokerInfo, Coordinator, LocalCoordinator};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::io::Backend;
-pub use shard::shard_of;
+pub use shard::{ShardStats, shard_of};
 
 /// Everything `strata serve` needs (after config file, env and flags are merged).
 #[derive(Debug, Clone)]
@@ -148,6 +148,21 @@ impl Node {
             mailboxes,
             control_mailbox,
         })
+    }
+
+    /// Each shard's partitions and forwarding count.
+    pub fn stats(&self) -> Vec<ShardStats> {
+        let mut answers = Vec::new();
+        for mailbox in self.mailboxes.iter() {
+            let (reply, answer) = oneshot::channel();
+            if mailbox.send(shard::ShardMessage::Stats { reply }).is_ok() {
+                answers.push(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .filter_map(|answer| answer.blocking_recv().ok())
+            .collect()
     }
 
     /// Stops accepting, lets in-flight appends finish, flushes and closes every log.

@@ -52,6 +52,19 @@ pub enum ShardMessage {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    /// What this shard owns and how often it forwarded, for tests and metrics.
+    Stats {
+        reply: oneshot::Sender<ShardStats>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStats {
+    pub shard: usize,
+    /// (topic, partition) this shard has open, sorted.
+    pub partitions: Vec<(String, u32)>,
+    /// Requests this shard forwarded to the owning shard.
+    pub cross_shard_hops: u64,
 }
 
 pub struct ShardContext {
@@ -154,6 +167,16 @@ pub fn run(
                         tracing::error!(shard = shard.context.index, "applying topics: {error}");
                     }
                     let _ = reply.send(());
+                }
+                ShardMessage::Stats { reply } => {
+                    let mut partitions: Vec<_> =
+                        shard.partitions.borrow().keys().cloned().collect();
+                    partitions.sort();
+                    let _ = reply.send(ShardStats {
+                        shard: shard.context.index,
+                        partitions,
+                        cross_shard_hops: shard.cross_shard_hops.get(),
+                    });
                 }
                 ShardMessage::Shutdown { reply } => {
                     for listener in &listeners {

@@ -1,0 +1,296 @@
+//! End to end against real `strata serve` processes: CLI and client crate, restarts, shards,
+//! long-poll.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_client::{
+    Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
+    SeekTo,
+};
+use support::{TestNode, runtime};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Consumed {
+    partition: u32,
+    offset: u64,
+    key: Option<String>,
+    value: String,
+}
+
+async fn consume_all(client: Arc<Client>, topic: &str, expected: usize) -> Vec<Consumed> {
+    let mut consumer = Consumer::new(
+        client,
+        ConsumerConfig {
+            max_wait: Duration::from_millis(200),
+            ..ConsumerConfig::default()
+        },
+    );
+    consumer
+        .assign(topic, &[], SeekTo::Beginning)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < expected && Instant::now() < deadline {
+        for batch in consumer.poll().await.unwrap() {
+            for record in batch.records() {
+                out.push(Consumed {
+                    partition: batch.partition,
+                    offset: record.offset,
+                    key: record.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
+                    value: String::from_utf8(record.value.to_vec()).unwrap(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// 100,000 keyed records into 8 partitions, half through the CLI and half through the client
+/// crate; everything comes back with dense offsets, per-key order and the acknowledged offsets.
+#[test]
+fn hundred_thousand_keyed_records_through_cli_and_client_round_trip() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    node.cli(&["topic", "create", "orders", "--partitions", "8"], None);
+    const PER_SOURCE: usize = 50_000;
+
+    // CLI: "key:value" lines, offsets printed in input order.
+    let input: String = (0..PER_SOURCE)
+        .map(|i| format!("key-{}:cli-{i}\n", i % 100))
+        .collect();
+    let printed = node.cli(
+        &[
+            "produce",
+            "orders",
+            "--key-separator",
+            ":",
+            "--print-offsets",
+        ],
+        Some(input.as_bytes()),
+    );
+    let cli_acks: Vec<(u32, u64)> = printed
+        .lines()
+        .map(|line| {
+            let (partition, offset) = line.split_once(' ').unwrap();
+            (partition.parse().unwrap(), offset.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(cli_acks.len(), PER_SOURCE);
+
+    let runtime = runtime();
+    let (client_acks, consumed) = runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let acks: Vec<_> = (0..PER_SOURCE)
+            .map(|i| {
+                let key = Bytes::from(format!("key-{}", i % 100));
+                producer.send(ProducerRecord::new(
+                    "orders",
+                    Some(key),
+                    format!("client-{i}"),
+                ))
+            })
+            .collect();
+        let mut client_acks = Vec::new();
+        for ack in acks {
+            let metadata = ack.await.unwrap();
+            client_acks.push((metadata.partition, metadata.offset as u64));
+        }
+        let consumed = consume_all(client, "orders", 2 * PER_SOURCE).await;
+        (client_acks, consumed)
+    });
+    assert_eq!(consumed.len(), 2 * PER_SOURCE);
+
+    let by_position: HashMap<(u32, u64), &Consumed> = consumed
+        .iter()
+        .map(|c| ((c.partition, c.offset), c))
+        .collect();
+    assert_eq!(by_position.len(), consumed.len(), "no record twice");
+    for (source, acks) in [("cli", &cli_acks), ("client", &client_acks)] {
+        for (i, position) in acks.iter().enumerate() {
+            let record = by_position[position];
+            assert_eq!(
+                record.value,
+                format!("{source}-{i}"),
+                "acked offset holds the record"
+            );
+            assert_eq!(
+                record.key.as_deref(),
+                Some(format!("key-{}", i % 100).as_str())
+            );
+        }
+    }
+    // Dense offsets per partition; all 8 partitions used; each key on one partition, in order.
+    let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let mut per_key: HashMap<String, Vec<&Consumed>> = HashMap::new();
+    let mut sorted = consumed.clone();
+    sorted.sort();
+    for record in &sorted {
+        per_partition
+            .entry(record.partition)
+            .or_default()
+            .push(record.offset);
+        per_key
+            .entry(record.key.clone().unwrap())
+            .or_default()
+            .push(record);
+    }
+    assert_eq!(per_partition.len(), 8);
+    for offsets in per_partition.values() {
+        assert!(
+            offsets.iter().copied().eq(0..offsets.len() as u64),
+            "dense offsets"
+        );
+    }
+    for (key, records) in per_key {
+        assert!(
+            records.iter().all(|r| r.partition == records[0].partition),
+            "{key} on one partition"
+        );
+        for source in ["cli-", "client-"] {
+            let sequence: Vec<usize> = records
+                .iter()
+                .filter_map(|r| r.value.strip_prefix(source))
+                .map(|n| n.parse().unwrap())
+                .collect();
+            assert!(
+                sequence.windows(2).all(|w| w[0] < w[1]),
+                "{key}: per-key order kept"
+            );
+        }
+    }
+
+    // The CLI consumer prints the same records as JSON.
+    let lines = node.cli(
+        &[
+            "consume",
+            "orders",
+            "--partition",
+            "3",
+            "--from-beginning",
+            "--max-messages",
+            "5",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert_eq!(first["partition"], 3);
+    assert_eq!(first["offset"], 0);
+    assert_eq!(first["value"], by_position[&(3, 0)].value.as_str());
+    assert_eq!(lines.lines().count(), 5);
+}
+
+/// flush=always, kill -9, restart: every acknowledged record is readable at its offset.
+#[test]
+fn acknowledged_records_survive_kill_9_and_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(temp.path(), 2);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "durable",
+            "--partitions",
+            "3",
+            "--config",
+            "flush=always",
+        ],
+        None,
+    );
+    let runtime = runtime();
+    let acked = runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(client, ProducerConfig::default());
+        let acks: Vec<_> = (0..5_000)
+            .map(|i| producer.send(ProducerRecord::new("durable", None, format!("value-{i}"))))
+            .collect();
+        let mut acked = Vec::new();
+        for (i, ack) in acks.into_iter().enumerate() {
+            let metadata = ack.await.unwrap();
+            acked.push((
+                metadata.partition,
+                metadata.offset as u64,
+                format!("value-{i}"),
+            ));
+        }
+        acked
+    });
+    node.kill();
+    node.restart();
+    let consumed = runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        consume_all(client, "durable", acked.len()).await
+    });
+    let by_position: HashMap<(u32, u64), &Consumed> = consumed
+        .iter()
+        .map(|c| ((c.partition, c.offset), c))
+        .collect();
+    for (partition, offset, value) in &acked {
+        assert_eq!(&by_position[&(*partition, *offset)].value, value);
+    }
+    // The topic survived too.
+    assert_eq!(node.cli(&["topic", "list"], None).trim(), "durable");
+}
+
+/// A consumer long-polling an empty partition sees a new record within 50 ms of its ack.
+#[test]
+fn long_poll_returns_as_soon_as_data_arrives() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    node.cli(&["topic", "create", "poll", "--partitions", "1"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                linger: Duration::ZERO,
+                ..ProducerConfig::default()
+            },
+        );
+        let mut best = Duration::MAX;
+        for round in 0..5 {
+            let mut consumer = Consumer::new(
+                client.clone(),
+                ConsumerConfig {
+                    max_wait: Duration::from_secs(10),
+                    ..ConsumerConfig::default()
+                },
+            );
+            consumer.assign("poll", &[0], SeekTo::End).await.unwrap();
+            let waiting = tokio::spawn(async move {
+                let batches = consumer.poll().await.unwrap();
+                (Instant::now(), batches.len())
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            producer
+                .send(ProducerRecord::new("poll", None, format!("r{round}")))
+                .await
+                .unwrap();
+            let acked = Instant::now();
+            let (seen, batches) = waiting.await.unwrap();
+            assert_eq!(batches, 1, "the long poll returned the new record");
+            best = best.min(seen.saturating_duration_since(acked));
+        }
+        assert!(
+            best < Duration::from_millis(50),
+            "long poll took {best:?} (max wait 10 s)"
+        );
+    });
+}

@@ -1,0 +1,162 @@
+//! Real `strata serve` processes for tests: free ports, a temp data dir, readiness, kill.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TestNode {
+    pub port: u16,
+    pub shards: usize,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+/// A base port whose client port and shard ports (port + 10 + i) are all free now.
+pub fn free_base_port(shards: usize) -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (rand::random::<u16>() % 40_000);
+        let ports = std::iter::once(base).chain((0..shards).map(|i| base + 10 + i as u16));
+        let free = ports
+            .map(|port| TcpListener::bind(("127.0.0.1", port)))
+            .collect::<Result<Vec<_>, _>>()
+            .is_ok();
+        if free {
+            return base;
+        }
+    }
+    panic!("no free port range found");
+}
+
+pub fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+impl TestNode {
+    pub fn start(data_dir: &Path, shards: usize) -> TestNode {
+        let port = free_base_port(shards);
+        let mut node = TestNode {
+            port,
+            shards,
+            data_dir: data_dir.to_path_buf(),
+            child: None,
+            args: vec![
+                "serve".into(),
+                "--data-dir".into(),
+                data_dir.display().to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--shards".into(),
+                shards.to_string(),
+            ],
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let child = strata()
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn strata serve");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let ports = std::iter::once(self.port)
+                .chain((0..self.shards).map(|i| self.port + 10 + i as u16));
+            if ports
+                .map(|port| std::net::TcpStream::connect(("127.0.0.1", port)))
+                .all(|connection| connection.is_ok())
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("strata serve did not start listening on {}", self.port);
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn shard_port(&self, shard: usize) -> u16 {
+        self.port + 10 + shard as u16
+    }
+
+    /// SIGKILL: no clean shutdown, no flush.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait: a clean shutdown.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let status = child.wait().expect("wait");
+            assert!(status.success(), "clean shutdown exits 0, got {status}");
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Runs a client CLI command against this node; returns stdout, panics on failure.
+    pub fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let output = self.cli_output(args, stdin);
+        assert!(
+            output.status.success(),
+            "strata {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("utf8 output")
+    }
+
+    pub fn cli_output(&self, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+        let mut child = strata()
+            .args(args)
+            .env("STRATA_BOOTSTRAP", self.bootstrap())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn strata");
+        let input = stdin.map(<[u8]>::to_vec).unwrap_or_default();
+        let mut pipe = child.stdin.take().expect("stdin");
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = pipe.write_all(&input);
+        });
+        let output = child.wait_with_output().expect("wait");
+        writer.join().expect("stdin writer");
+        output
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
