@@ -18,7 +18,9 @@ mod producer;
 pub use connection::{Connection, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};
-pub use producer::{Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use producer::{
+    Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,
+};
 pub use strata_wire::protocol::ErrorCode;
 
 use std::net::SocketAddr;

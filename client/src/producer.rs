@@ -1,17 +1,23 @@
-//! The producer: per-partition batching, one request in flight per partition, retries.
+//! The producer: records are appended to per-partition batches by the caller, sealed by size or
+//! linger, and sent by one task per partition with a bounded number of requests in flight.
+//!
+//! Per record: one copy of key and value into the batch and no allocation (the record's future
+//! shares its batch's outcome). Memory is bounded: `send` waits while `buffer_bytes` are queued.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
+use futures_util::future::Shared;
 use strata_wire::batch::BatchBuilder;
 use strata_wire::protocol::{
     ACKS_NONE, ErrorCode, ProducePartition, ProduceRequest, ProduceTopic, Records, Request,
     Response,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::{Client, ClientError, now_ms};
@@ -24,11 +30,14 @@ pub struct ProducerConfig {
     pub batch_bytes: usize,
     /// 0, 1 or -1 (all).
     pub acks: i8,
+    /// Requests in flight per partition. Above 1, a retried batch can land after a later one
+    /// (as in Kafka without idempotence); set 1 to keep order across retries.
+    pub max_in_flight: usize,
     /// Retries of a batch after a retriable error.
     pub retries: u32,
     pub retry_backoff: Duration,
-    /// Batches queued per partition before `send` waits (backpressure).
-    pub max_queued_batches: usize,
+    /// Bytes of records queued but not yet acknowledged before `send` waits (backpressure).
+    pub buffer_bytes: usize,
 }
 
 impl Default for ProducerConfig {
@@ -37,9 +46,10 @@ impl Default for ProducerConfig {
             linger: Duration::from_millis(5),
             batch_bytes: 256 * 1024,
             acks: 1,
+            max_in_flight: 5,
             retries: 10,
             retry_backoff: Duration::from_millis(100),
-            max_queued_batches: 8,
+            buffer_bytes: 64 << 20,
         }
     }
 }
@@ -48,7 +58,7 @@ impl Default for ProducerConfig {
 /// for records without a key).
 #[derive(Debug, Clone)]
 pub struct ProducerRecord {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: Option<u32>,
     pub key: Option<Bytes>,
     pub value: Bytes,
@@ -56,7 +66,7 @@ pub struct ProducerRecord {
 }
 
 impl ProducerRecord {
-    pub fn new(topic: impl Into<String>, key: Option<Bytes>, value: impl Into<Bytes>) -> Self {
+    pub fn new(topic: impl Into<Arc<str>>, key: Option<Bytes>, value: impl Into<Bytes>) -> Self {
         ProducerRecord {
             topic: topic.into(),
             partition: None,
@@ -74,186 +84,242 @@ pub struct RecordMetadata {
     pub offset: i64,
 }
 
-type RecordReply = oneshot::Sender<Result<RecordMetadata, ClientError>>;
+/// A batch's outcome, shared by the futures of all its records: the base offset, or why not.
+type BatchOutcome = Shared<futures_util::future::BoxFuture<'static, Result<i64, ClientError>>>;
 
-enum Command {
-    Send {
-        record: ProducerRecord,
-        reply: RecordReply,
-    },
-    Flush {
-        reply: oneshot::Sender<()>,
-    },
+/// Resolves when the record's batch is acknowledged.
+pub struct RecordFuture {
+    outcome: BatchOutcome,
+    partition: u32,
+    index: u32,
 }
 
-/// Cheap to clone; every clone feeds the same batches.
-#[derive(Clone)]
-pub struct Producer {
-    commands: mpsc::UnboundedSender<Command>,
-}
+impl Future for RecordFuture {
+    type Output = Result<RecordMetadata, ClientError>;
 
-impl Producer {
-    pub fn new(client: Arc<Client>, config: ProducerConfig) -> Producer {
-        let (commands, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, config, receiver));
-        Producer { commands }
-    }
-
-    /// Queues a record. The returned future resolves when the broker acknowledged it (per
-    /// `acks`) or it failed for good.
-    pub fn send(
-        &self,
-        record: ProducerRecord,
-    ) -> impl Future<Output = Result<RecordMetadata, ClientError>> + Send + 'static {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.commands.send(Command::Send { record, reply });
-        async move {
-            sent.map_err(|_| ClientError::Closed)?;
-            answer.await.map_err(|_| ClientError::Closed)?
-        }
-    }
-
-    /// Sends every batch now and waits until all records sent before have been answered.
-    pub async fn flush(&self) -> Result<(), ClientError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Flush { reply })
-            .map_err(|_| ClientError::Closed)?;
-        answer.await.map_err(|_| ClientError::Closed)
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let (partition, index) = (self.partition, self.index);
+        self.outcome.poll_unpin(context).map(|result| {
+            result.map(|base_offset| RecordMetadata {
+                partition,
+                offset: if base_offset < 0 {
+                    -1
+                } else {
+                    base_offset + i64::from(index)
+                },
+            })
+        })
     }
 }
 
 /// Records collecting for one partition.
 struct Accumulator {
     builder: BatchBuilder,
-    replies: Vec<RecordReply>,
     opened: Instant,
+    outcome: BatchOutcome,
+    reply: oneshot::Sender<Result<i64, ClientError>>,
+    bytes: usize,
 }
 
 /// A sealed batch on its way.
 struct Sealed {
     batch: Bytes,
-    replies: Vec<RecordReply>,
-    /// Answered (with nothing) once this batch is done: how `flush` waits.
-    done: Option<oneshot::Sender<()>>,
+    reply: oneshot::Sender<Result<i64, ClientError>>,
+    /// Buffer space to give back once answered.
+    bytes: usize,
 }
 
-async fn run(
+#[derive(Default)]
+struct PartitionState {
+    open: Option<Accumulator>,
+    sender: Option<mpsc::UnboundedSender<Sealed>>,
+    /// The most recently sealed batch: `flush` waits for it (batches complete in order).
+    last_sealed: Option<BatchOutcome>,
+}
+
+struct Inner {
     client: Arc<Client>,
     config: ProducerConfig,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let mut accumulators: HashMap<(String, u32), Accumulator> = HashMap::new();
-    let mut senders: HashMap<(String, u32), mpsc::Sender<Sealed>> = HashMap::new();
-    let round_robin = AtomicU32::new(0);
-    loop {
-        let next_deadline = accumulators
-            .values()
-            .map(|accumulator| accumulator.opened + config.linger)
-            .min();
-        let command = tokio::select! {
-            command = commands.recv() => command,
-            _ = sleep_until(next_deadline) => {
-                let now = Instant::now();
-                let expired: Vec<_> = accumulators
-                    .iter()
-                    .filter(|(_, accumulator)| accumulator.opened + config.linger <= now)
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                for key in expired {
-                    let accumulator = accumulators.remove(&key).expect("listed above");
-                    dispatch(&client, &config, &mut senders, key, accumulator, None).await;
-                }
-                continue;
-            }
-        };
-        match command {
-            None => {
-                // Every handle is gone: send what is left, then stop.
-                for (key, accumulator) in accumulators.drain() {
-                    dispatch(&client, &config, &mut senders, key, accumulator, None).await;
-                }
-                return;
-            }
-            Some(Command::Flush { reply }) => {
-                let mut waits = Vec::new();
-                for (key, accumulator) in accumulators.drain() {
-                    let (done, wait) = oneshot::channel();
-                    dispatch(&client, &config, &mut senders, key, accumulator, Some(done)).await;
-                    waits.push(wait);
-                }
-                // Also wait for batches already in flight: queue a marker behind them.
-                for sender in senders.values() {
-                    let (done, wait) = oneshot::channel();
-                    let marker = Sealed {
-                        batch: Bytes::new(),
-                        replies: Vec::new(),
-                        done: Some(done),
-                    };
-                    if sender.send(marker).await.is_ok() {
-                        waits.push(wait);
-                    }
-                }
-                tokio::spawn(async move {
-                    for wait in waits {
-                        let _ = wait.await;
-                    }
-                    let _ = reply.send(());
+    partitions: Mutex<HashMap<(Arc<str>, u32), PartitionState>>,
+    buffer: Arc<Semaphore>,
+    round_robin: AtomicU32,
+    /// Wakes the linger task when a new batch opens.
+    opened: Arc<Notify>,
+}
+
+/// What a partition's sender task needs: not the producer itself, so dropping every producer
+/// handle closes the queues and ends the tasks once they drain.
+#[derive(Clone)]
+struct SenderContext {
+    client: Arc<Client>,
+    config: ProducerConfig,
+    buffer: Arc<Semaphore>,
+}
+
+/// Cheap to clone; every clone feeds the same batches.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl Producer {
+    pub fn new(client: Arc<Client>, config: ProducerConfig) -> Producer {
+        let buffer = Arc::new(Semaphore::new(config.buffer_bytes));
+        let inner = Arc::new(Inner {
+            client,
+            config,
+            partitions: Mutex::default(),
+            buffer,
+            round_robin: AtomicU32::new(0),
+            opened: Arc::new(Notify::new()),
+        });
+        tokio::spawn(linger(Arc::downgrade(&inner), inner.opened.clone()));
+        Producer { inner }
+    }
+
+    /// Appends a record to its partition's batch. Waits only for metadata of a new topic or for
+    /// buffer space; the returned future resolves when the broker acknowledged the record (per
+    /// `acks`) or it failed for good. Records sent one after another keep their order within
+    /// a partition.
+    pub async fn send(&self, record: ProducerRecord) -> Result<RecordFuture, ClientError> {
+        let inner = &self.inner;
+        let metadata = inner.client.metadata_for(&record.topic).await?;
+        let count = metadata.partition_count(&record.topic)?;
+        let partition = match (record.partition, &record.key) {
+            (Some(partition), _) if partition < count => partition,
+            (Some(partition), _) => {
+                return Err(ClientError::UnknownPartition {
+                    topic: record.topic.to_string(),
+                    partition,
                 });
             }
-            Some(Command::Send { record, reply }) => {
-                let partition = match choose_partition(&client, &record, &round_robin).await {
-                    Ok(partition) => partition,
-                    Err(error) => {
-                        let _ = reply.send(Err(error));
-                        continue;
-                    }
+            (None, Some(key)) => partition_for_key(key, count),
+            (None, None) => inner.round_robin.fetch_add(1, Ordering::Relaxed) % count,
+        };
+        let size = record.value.len() + record.key.as_ref().map_or(0, Bytes::len) + 48;
+        let permits = u32::try_from(size.min(inner.config.buffer_bytes)).unwrap_or(u32::MAX);
+        inner
+            .buffer
+            .acquire_many(permits)
+            .await
+            .map_err(|_| ClientError::Closed)?
+            .forget();
+        let mut partitions = inner.partitions.lock().expect("producer state");
+        let state = partitions
+            .entry((record.topic.clone(), partition))
+            .or_default();
+        if state.open.is_none() {
+            let (reply, receiver) = oneshot::channel();
+            let outcome = receiver
+                .map(|answer| answer.unwrap_or(Err(ClientError::Closed)))
+                .boxed()
+                .shared();
+            state.open = Some(Accumulator {
+                builder: BatchBuilder::with_capacity(inner.config.batch_bytes.min(1 << 20)),
+                opened: Instant::now(),
+                outcome,
+                reply,
+                bytes: 0,
+            });
+            inner.opened.notify_one();
+        }
+        let accumulator = state.open.as_mut().expect("opened above");
+        let index = accumulator.builder.record_count() as u32;
+        accumulator.builder.push(
+            record.timestamp_ms.unwrap_or_else(now_ms),
+            record.key.as_deref(),
+            &record.value,
+        );
+        accumulator.bytes += permits as usize;
+        let future = RecordFuture {
+            outcome: accumulator.outcome.clone(),
+            partition,
+            index,
+        };
+        if accumulator.builder.estimated_len() >= inner.config.batch_bytes {
+            seal(inner, &record.topic, partition, state);
+        }
+        Ok(future)
+    }
+
+    /// Sends every open batch now and waits until everything sent before is answered.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        let waits: Vec<BatchOutcome> = {
+            let mut partitions = self.inner.partitions.lock().expect("producer state");
+            partitions
+                .iter_mut()
+                .filter_map(|((topic, partition), state)| {
+                    seal(&self.inner, topic, *partition, state);
+                    state.last_sealed.clone()
+                })
+                .collect()
+        };
+        for wait in waits {
+            let _ = wait.await;
+        }
+        Ok(())
+    }
+}
+
+/// Seals the open batch of `state` (if any) and queues it on the partition's sender task.
+fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut PartitionState) {
+    let Some(mut accumulator) = state.open.take() else {
+        return;
+    };
+    let sealed = Sealed {
+        batch: accumulator.builder.finish(),
+        reply: accumulator.reply,
+        bytes: accumulator.bytes,
+    };
+    state.last_sealed = Some(accumulator.outcome);
+    let sender = state.sender.get_or_insert_with(|| {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let context = SenderContext {
+            client: inner.client.clone(),
+            config: inner.config.clone(),
+            buffer: inner.buffer.clone(),
+        };
+        tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
+        sender
+    });
+    let _ = sender.send(sealed);
+}
+
+/// Seals batches whose linger has expired.
+async fn linger(inner: std::sync::Weak<Inner>, opened_signal: Arc<Notify>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let linger = strong.config.linger;
+        let next = {
+            let mut partitions = strong.partitions.lock().expect("producer state");
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            for ((topic, partition), state) in partitions.iter_mut() {
+                let Some(opened) = state.open.as_ref().map(|a| a.opened) else {
+                    continue;
                 };
-                let key = (record.topic.clone(), partition);
-                let accumulator = accumulators
-                    .entry(key.clone())
-                    .or_insert_with(|| Accumulator {
-                        builder: BatchBuilder::with_capacity(config.batch_bytes.min(1 << 20)),
-                        replies: Vec::new(),
-                        opened: Instant::now(),
-                    });
-                accumulator.builder.push(
-                    record.timestamp_ms.unwrap_or_else(now_ms),
-                    record.key.as_deref(),
-                    &record.value,
-                );
-                accumulator.replies.push(reply);
-                if accumulator.builder.estimated_len() >= config.batch_bytes {
-                    let accumulator = accumulators.remove(&key).expect("just used");
-                    dispatch(&client, &config, &mut senders, key, accumulator, None).await;
+                if opened + linger <= now {
+                    seal(&strong, topic, *partition, state);
+                } else {
+                    next = Some(next.map_or(opened + linger, |n| n.min(opened + linger)));
                 }
             }
+            next
+        };
+        drop(strong);
+        let opened = opened_signal.notified();
+        match next {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => {
+                // Wake when a batch opens, or now and then to notice the producer is gone.
+                let _ = tokio::time::timeout(Duration::from_millis(200), opened).await;
+            }
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn choose_partition(
-    client: &Client,
-    record: &ProducerRecord,
-    round_robin: &AtomicU32,
-) -> Result<u32, ClientError> {
-    let metadata = client.metadata_for(&record.topic).await?;
-    let count = metadata.partition_count(&record.topic)?;
-    match (record.partition, &record.key) {
-        (Some(partition), _) if partition < count => Ok(partition),
-        (Some(partition), _) => Err(ClientError::UnknownPartition {
-            topic: record.topic.clone(),
-            partition,
-        }),
-        (None, Some(key)) => Ok(partition_for_key(key, count)),
-        (None, None) => Ok(round_robin.fetch_add(1, Ordering::Relaxed) % count),
     }
 }
 
@@ -262,81 +328,55 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     crc32c::crc32c(key) % partitions
 }
 
-/// Seals an accumulator and queues it on its partition's sender task.
-async fn dispatch(
-    client: &Arc<Client>,
-    config: &ProducerConfig,
-    senders: &mut HashMap<(String, u32), mpsc::Sender<Sealed>>,
-    key: (String, u32),
-    mut accumulator: Accumulator,
-    done: Option<oneshot::Sender<()>>,
-) {
-    let sealed = Sealed {
-        batch: accumulator.builder.finish(),
-        replies: accumulator.replies,
-        done,
-    };
-    let sender = senders.entry(key.clone()).or_insert_with(|| {
-        let (sender, receiver) = mpsc::channel(config.max_queued_batches);
-        tokio::spawn(send_partition(
-            client.clone(),
-            config.clone(),
-            key,
-            receiver,
-        ));
-        sender
-    });
-    // Waiting here is the backpressure: a slow partition slows `send`.
-    let _ = sender.send(sealed).await;
-}
-
-/// Sends one partition's batches in order, one request at a time, retrying retriable errors.
+/// Sends one partition's batches with up to `max_in_flight` requests outstanding (pipelined
+/// on one connection, which the broker applies in order), answering them in order.
 async fn send_partition(
-    client: Arc<Client>,
-    config: ProducerConfig,
-    (topic, partition): (String, u32),
-    mut batches: mpsc::Receiver<Sealed>,
+    inner: SenderContext,
+    topic: Arc<str>,
+    partition: u32,
+    mut batches: mpsc::UnboundedReceiver<Sealed>,
 ) {
-    while let Some(sealed) = batches.recv().await {
-        if sealed.batch.is_empty() {
-            if let Some(done) = sealed.done {
-                let _ = done.send(());
+    use futures_util::StreamExt;
+    let mut in_flight = futures_util::stream::FuturesOrdered::new();
+    let mut closed = false;
+    loop {
+        let room = in_flight.len() < inner.config.max_in_flight.max(1);
+        tokio::select! {
+            batch = batches.recv(), if room && !closed => match batch {
+                Some(sealed) => {
+                    let context = inner.clone();
+                    let topic = topic.clone();
+                    in_flight.push_back(async move {
+                        let result = send_with_retries(&context, &topic, partition, sealed.batch).await;
+                        (result, sealed.reply, sealed.bytes)
+                    });
+                }
+                None => closed = true,
+            },
+            Some((result, reply, bytes)) = in_flight.next(), if !in_flight.is_empty() => {
+                let _ = reply.send(result);
+                inner.buffer.add_permits(bytes);
             }
-            continue;
-        }
-        let result = send_with_retries(&client, &config, &topic, partition, sealed.batch).await;
-        for (index, reply) in sealed.replies.into_iter().enumerate() {
-            let _ = reply.send(result.clone().map(|base_offset| RecordMetadata {
-                partition,
-                offset: if base_offset < 0 {
-                    -1
-                } else {
-                    base_offset + index as i64
-                },
-            }));
-        }
-        if let Some(done) = sealed.done {
-            let _ = done.send(());
+            else => return,
         }
     }
 }
 
 async fn send_with_retries(
-    client: &Client,
-    config: &ProducerConfig,
+    inner: &SenderContext,
     topic: &str,
     partition: u32,
     batch: Bytes,
 ) -> Result<i64, ClientError> {
     let mut attempt = 0;
     loop {
-        let result = send_once(client, config, topic, partition, batch.clone()).await;
+        let result = send_once(inner, topic, partition, batch.clone()).await;
         match result {
-            Err(error) if error.is_retriable() && attempt < config.retries => {
+            Err(error) if error.is_retriable() && attempt < inner.config.retries => {
                 attempt += 1;
                 tracing::debug!(%topic, partition, attempt, "retrying produce: {error}");
-                tokio::time::sleep(config.retry_backoff * attempt.min(10)).await;
-                let _ = client.refresh_metadata().await;
+                tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
+                let _ = inner.client.refresh_metadata().await;
             }
             result => return result,
         }
@@ -344,16 +384,16 @@ async fn send_with_retries(
 }
 
 async fn send_once(
-    client: &Client,
-    config: &ProducerConfig,
+    inner: &SenderContext,
     topic: &str,
     partition: u32,
     batch: Bytes,
 ) -> Result<i64, ClientError> {
+    let client = &inner.client;
     let metadata = client.metadata_for(topic).await?;
     let address = metadata.leader_address(topic, partition, client.config().shard_aware)?;
     let request = Request::Produce(ProduceRequest {
-        acks: config.acks,
+        acks: inner.config.acks,
         timeout_ms: client.config().request_timeout.as_millis() as u32,
         topics: vec![ProduceTopic {
             name: topic.to_string(),
@@ -363,7 +403,7 @@ async fn send_once(
             }],
         }],
     });
-    if config.acks == ACKS_NONE {
+    if inner.config.acks == ACKS_NONE {
         client
             .connection(&address)
             .await?

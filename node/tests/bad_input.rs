@@ -181,6 +181,8 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         let metadata = producer
             .send(ProducerRecord::new("t", None, "after"))
             .await
+            .unwrap()
+            .await
             .unwrap();
         assert!(metadata.offset >= 0);
         assert_eq!(

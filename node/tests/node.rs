@@ -89,16 +89,12 @@ fn hundred_thousand_keyed_records_through_cli_and_client_round_trip() {
             .await
             .unwrap();
         let producer = Producer::new(client.clone(), ProducerConfig::default());
-        let acks: Vec<_> = (0..PER_SOURCE)
-            .map(|i| {
-                let key = Bytes::from(format!("key-{}", i % 100));
-                producer.send(ProducerRecord::new(
-                    "orders",
-                    Some(key),
-                    format!("client-{i}"),
-                ))
-            })
-            .collect();
+        let mut acks = Vec::new();
+        for i in 0..PER_SOURCE {
+            let key = Bytes::from(format!("key-{}", i % 100));
+            let record = ProducerRecord::new("orders", Some(key), format!("client-{i}"));
+            acks.push(producer.send(record).await.unwrap());
+        }
         let mut client_acks = Vec::new();
         for ack in acks {
             let metadata = ack.await.unwrap();
@@ -213,9 +209,11 @@ fn acknowledged_records_survive_kill_9_and_restart() {
             .await
             .unwrap();
         let producer = Producer::new(client, ProducerConfig::default());
-        let acks: Vec<_> = (0..5_000)
-            .map(|i| producer.send(ProducerRecord::new("durable", None, format!("value-{i}"))))
-            .collect();
+        let mut acks = Vec::new();
+        for i in 0..5_000 {
+            let record = ProducerRecord::new("durable", None, format!("value-{i}"));
+            acks.push(producer.send(record).await.unwrap());
+        }
         let mut acked = Vec::new();
         for (i, ack) in acks.into_iter().enumerate() {
             let metadata = ack.await.unwrap();
@@ -281,6 +279,8 @@ fn long_poll_returns_as_soon_as_data_arrives() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             producer
                 .send(ProducerRecord::new("poll", None, format!("r{round}")))
+                .await
+                .unwrap()
                 .await
                 .unwrap();
             let acked = Instant::now();

@@ -127,7 +127,7 @@ async fn produce_each_partition(bootstrap: &str, shard_aware: bool, tag: &str) {
     for partition in 0..8 {
         let mut record = ProducerRecord::new("sharded", None, format!("{tag}-{partition}"));
         record.partition = Some(partition);
-        let metadata = producer.send(record).await.unwrap();
+        let metadata = producer.send(record).await.unwrap().await.unwrap();
         assert_eq!(metadata.partition, partition);
     }
 }

@@ -201,17 +201,15 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
         },
     );
     // Acks are awaited in input order by one task, printed as they arrive.
-    let (pending, mut ordered) = tokio::sync::mpsc::channel(65_536);
+    let (pending, mut ordered) = tokio::sync::mpsc::channel::<strata_client::RecordFuture>(65_536);
     let print_offsets = args.print_offsets;
     let printer = tokio::spawn(async move {
         let mut stdout = std::io::stdout();
         let mut failures = 0u64;
         let mut first_error = None;
         while let Some(ack) = ordered.recv().await {
-            let ack: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = ack;
             match ack.await {
                 Ok(metadata) => {
-                    let metadata: strata_client::RecordMetadata = metadata;
                     if print_offsets {
                         writeln!(stdout, "{} {}", metadata.partition, metadata.offset)?;
                     }
@@ -228,6 +226,7 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
             None => Ok(()),
         }
     });
+    let topic: Arc<str> = args.topic.as_str().into();
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let (key, value) = match args.key_separator {
@@ -237,10 +236,10 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
             },
             None => (None, line),
         };
-        let mut record = ProducerRecord::new(args.topic.clone(), key, value);
+        let mut record = ProducerRecord::new(topic.clone(), key, value);
         record.partition = args.partition;
-        let ack = producer.send(record);
-        if pending.send(Box::pin(ack)).await.is_err() {
+        let ack = producer.send(record).await?;
+        if pending.send(ack).await.is_err() {
             break;
         }
     }

@@ -1,0 +1,257 @@
+//! One node over loopback, next to a plain TCP socket pair measured in the same run.
+//!
+//! `cargo bench -p strata-node --bench node -- [--seconds N] [--shards N]`
+//!
+//! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
+//! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
+//! produced, and produce-ack latency at half the max rate (open loop: latency counts from the
+//! intended send time, so a stalled broker cannot hide behind a waiting client).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use strata_client::{
+    Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
+    SeekTo,
+};
+
+const RECORD_BYTES: usize = 1024;
+const PARTITIONS: u32 = 4;
+const TOPIC: &str = "bench";
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut seconds = 5u64;
+    let mut shards = 2usize;
+    let mut batch_bytes = 1usize << 20;
+    let mut linger_ms = 2u64;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seconds" => seconds = args.next().unwrap().parse().unwrap(),
+            "--shards" => shards = args.next().unwrap().parse().unwrap(),
+            "--batch-bytes" => batch_bytes = args.next().unwrap().parse().unwrap(),
+            "--linger-ms" => linger_ms = args.next().unwrap().parse().unwrap(),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let duration = Duration::from_secs(seconds);
+    println!(
+        "# 1 node, --shards {shards}, {PARTITIONS} partitions, flush=never, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms"
+    );
+
+    let loopback = tcp_loopback(duration);
+    println!("plain TCP socket pair over loopback: {loopback:8.0} MB/s");
+
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port(shards);
+    let mut node = start_node(data.path(), port, shards);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bootstrap = format!("127.0.0.1:{port}");
+    runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(&bootstrap)).await.unwrap();
+        client
+            .create_topic(TOPIC, PARTITIONS, 1, &[("flush".into(), "never".into())])
+            .await
+            .unwrap();
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                batch_bytes,
+                linger: Duration::from_millis(linger_ms),
+                ..ProducerConfig::default()
+            },
+        );
+
+        let (records, elapsed) = produce_max(&producer, duration).await;
+        let produce_mb = records as f64 * RECORD_BYTES as f64 / elapsed.as_secs_f64() / 1e6;
+        let produce_rate = records as f64 / elapsed.as_secs_f64();
+        println!(
+            "produce, max:                       {produce_mb:8.0} MB/s  {:8.0} records/s   = {:3.0}% of loopback",
+            produce_rate,
+            100.0 * produce_mb / loopback
+        );
+
+        let (consumed, elapsed) = consume_all(client.clone(), records).await;
+        let consume_mb = consumed as f64 * RECORD_BYTES as f64 / elapsed.as_secs_f64() / 1e6;
+        println!(
+            "consume (from the start):           {consume_mb:8.0} MB/s  {:8.0} records/s   = {:3.0}% of loopback",
+            consumed as f64 / elapsed.as_secs_f64(),
+            100.0 * consume_mb / loopback
+        );
+
+        let half = produce_rate / 2.0;
+        let histogram = produce_at_rate(&producer, half, duration).await;
+        println!(
+            "produce-ack latency at {:.0} records/s (50% of max): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+            half,
+            histogram.value_at_quantile(0.50) as f64 / 1000.0,
+            histogram.value_at_quantile(0.99) as f64 / 1000.0,
+            histogram.value_at_quantile(0.999) as f64 / 1000.0,
+            histogram.max() as f64 / 1000.0,
+        );
+    });
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
+fn value() -> Bytes {
+    Bytes::from(vec![b'x'; RECORD_BYTES])
+}
+
+/// Sends as fast as the client allows, with a bounded window of unacknowledged records.
+async fn produce_max(producer: &Producer, duration: Duration) -> (u64, Duration) {
+    let value = value();
+    let topic: Arc<str> = TOPIC.into();
+    let start = Instant::now();
+    let mut window = std::collections::VecDeque::new();
+    let mut sent = 0u64;
+    while start.elapsed() < duration {
+        for _ in 0..1000 {
+            let mut record = ProducerRecord::new(topic.clone(), None, value.clone());
+            record.partition = Some((sent % u64::from(PARTITIONS)) as u32);
+            window.push_back(producer.send(record).await.unwrap());
+            sent += 1;
+        }
+        while window.len() > 200_000 {
+            window.pop_front().unwrap().await.unwrap();
+        }
+    }
+    for ack in window {
+        ack.await.unwrap();
+    }
+    (sent, start.elapsed())
+}
+
+async fn consume_all(client: Arc<Client>, records: u64) -> (u64, Duration) {
+    let mut consumer = Consumer::new(
+        client,
+        ConsumerConfig {
+            partition_max_bytes: 4 << 20,
+            ..ConsumerConfig::default()
+        },
+    );
+    consumer
+        .assign(TOPIC, &[], SeekTo::Beginning)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut consumed = 0u64;
+    while consumed < records {
+        for batch in consumer.poll().await.unwrap() {
+            consumed += batch.records().count() as u64;
+        }
+    }
+    (consumed, start.elapsed())
+}
+
+/// Open loop at `rate` records/s: each record has an intended send time; its latency is ack
+/// time minus intended time (coordinated-omission corrected).
+async fn produce_at_rate(producer: &Producer, rate: f64, duration: Duration) -> Histogram<u64> {
+    let value = value();
+    let topic: Arc<str> = TOPIC.into();
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now();
+    // One collector awaits acks in send order (acks of one partition complete in order), so the
+    // measurement costs no task per record.
+    let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel::<(Instant, _)>();
+    let collector = tokio::spawn(async move {
+        let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        while let Some((intended, ack)) = acks.recv().await {
+            let ack: strata_client::RecordFuture = ack;
+            ack.await.unwrap();
+            histogram
+                .record(intended.elapsed().as_micros().max(1) as u64)
+                .unwrap();
+        }
+        histogram
+    });
+    let mut sent = 0u64;
+    while start.elapsed() < duration {
+        let intended = start + interval.mul_f64(sent as f64);
+        if intended > Instant::now() {
+            tokio::time::sleep_until(intended.into()).await;
+        }
+        // Send everything that is due (the timer is coarser than the interval).
+        let due = ((Instant::now() - start).as_secs_f64() * rate) as u64;
+        while sent <= due {
+            let intended = start + interval.mul_f64(sent as f64);
+            let mut record = ProducerRecord::new(topic.clone(), None, value.clone());
+            record.partition = Some((sent % u64::from(PARTITIONS)) as u32);
+            let ack = producer.send(record).await.unwrap();
+            let _ = pending.send((intended, ack));
+            sent += 1;
+        }
+    }
+    drop(pending);
+    collector.await.unwrap()
+}
+
+/// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on this machine now.
+fn tcp_loopback(duration: Duration) -> f64 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return total,
+                Ok(read) => total += read as u64,
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(address).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        stream.write_all(&chunk).unwrap();
+    }
+    drop(stream);
+    let total = reader.join().unwrap();
+    total as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn free_port(shards: usize) -> u16 {
+    loop {
+        let base = 20_000 + rand::random::<u16>() % 40_000;
+        let ports: Vec<u16> = std::iter::once(base)
+            .chain((0..shards).map(|i| base + 10 + i as u16))
+            .collect();
+        if ports
+            .iter()
+            .all(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+fn start_node(data_dir: &std::path::Path, port: u16, shards: usize) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--data-dir"])
+        .arg(data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--shards", &shards.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("node did not start");
+}
