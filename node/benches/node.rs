@@ -238,7 +238,7 @@ fn free_port(shards: usize) -> u16 {
 }
 
 fn start_node(data_dir: &std::path::Path, port: u16, shards: usize) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["serve", "--data-dir"])
         .arg(data_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -253,5 +253,7 @@ fn start_node(data_dir: &std::path::Path, port: u16, shards: usize) -> Child {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("node did not start");
 }
