@@ -30,12 +30,14 @@ fn main() {
     let mut shards = 2usize;
     let mut batch_bytes = 1usize << 20;
     let mut linger_ms = 2u64;
+    let mut load = 0.5f64;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => seconds = args.next().unwrap().parse().unwrap(),
             "--shards" => shards = args.next().unwrap().parse().unwrap(),
             "--batch-bytes" => batch_bytes = args.next().unwrap().parse().unwrap(),
             "--linger-ms" => linger_ms = args.next().unwrap().parse().unwrap(),
+            "--load" => load = args.next().unwrap().parse().unwrap(),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -89,11 +91,12 @@ fn main() {
             100.0 * consume_mb / loopback
         );
 
-        let half = produce_rate / 2.0;
+        let half = produce_rate * load;
         let histogram = produce_at_rate(&producer, half, duration).await;
         println!(
-            "produce-ack latency at {:.0} records/s (50% of max): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+            "produce-ack latency at {:.0} records/s ({:.0}% of max): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
             half,
+            load * 100.0,
             histogram.value_at_quantile(0.50) as f64 / 1000.0,
             histogram.value_at_quantile(0.99) as f64 / 1000.0,
             histogram.value_at_quantile(0.999) as f64 / 1000.0,

@@ -302,7 +302,15 @@ fn sigterm_shuts_down_cleanly_and_loses_nothing() {
     let temp = tempfile::tempdir().unwrap();
     let mut node = TestNode::start(temp.path(), 2);
     node.cli(
-        &["topic", "create", "calm", "--partitions", "2", "--config", "flush=never"],
+        &[
+            "topic",
+            "create",
+            "calm",
+            "--partitions",
+            "2",
+            "--config",
+            "flush=never",
+        ],
         None,
     );
     let runtime = runtime();
@@ -334,7 +342,10 @@ fn sigterm_shuts_down_cleanly_and_loses_nothing() {
         let summary = String::from_utf8_lossy(&output.stdout);
         let first = summary.lines().next().unwrap();
         assert!(first.contains("truncated_bytes: 0"), "{first}");
-        assert!(first.contains("rebuilt_index_entries: 0"), "clean close: {first}");
+        assert!(
+            first.contains("rebuilt_index_entries: 0"),
+            "clean close: {first}"
+        );
     }
     node.restart();
     let consumed = runtime.block_on(async {

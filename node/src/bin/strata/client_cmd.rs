@@ -375,7 +375,9 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
         for broker in &brokers {
             println!(
                 "  broker {} at {} shard ports {}",
-                broker["id"], broker["addr"], broker["shard_ports"]
+                broker["id"],
+                broker["addr"].as_str().unwrap_or_default(),
+                broker["shard_ports"]
             );
         }
     }
