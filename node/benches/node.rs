@@ -9,7 +9,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,9 @@ use strata_client::{
     Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     SeekTo,
 };
+
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 const RECORD_BYTES: usize = 1024;
 const PARTITIONS: u32 = 4;
@@ -51,14 +53,13 @@ fn main() {
     println!("plain TCP socket pair over loopback: {loopback:8.0} MB/s");
 
     let data = tempfile::tempdir().unwrap();
-    let port = free_port(shards);
-    let mut node = start_node(data.path(), port, shards);
+    let node = support::TestNode::start(data.path(), shards);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let bootstrap = format!("127.0.0.1:{port}");
+    let bootstrap = node.bootstrap();
     runtime.block_on(async {
         let client = Client::connect(ClientConfig::new(&bootstrap)).await.unwrap();
         client
@@ -103,8 +104,7 @@ fn main() {
             histogram.max() as f64 / 1000.0,
         );
     });
-    node.kill().unwrap();
-    node.wait().unwrap();
+    drop(node);
 }
 
 fn value() -> Bytes {
@@ -223,40 +223,4 @@ fn tcp_loopback(duration: Duration) -> f64 {
     drop(stream);
     let total = reader.join().unwrap();
     total as f64 / start.elapsed().as_secs_f64() / 1e6
-}
-
-fn free_port(shards: usize) -> u16 {
-    loop {
-        let base = 20_000 + rand::random::<u16>() % 40_000;
-        let ports: Vec<u16> = std::iter::once(base)
-            .chain((0..shards).map(|i| base + 10 + i as u16))
-            .collect();
-        if ports
-            .iter()
-            .all(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        {
-            return base;
-        }
-    }
-}
-
-fn start_node(data_dir: &std::path::Path, port: u16, shards: usize) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["serve", "--data-dir"])
-        .arg(data_dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--shards", &shards.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..500 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("node did not start");
 }

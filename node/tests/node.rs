@@ -51,6 +51,27 @@ async fn consume_all(client: Arc<Client>, topic: &str, expected: usize) -> Vec<C
     out
 }
 
+/// Produces `count` records valued `value-{i}` and returns where each was acknowledged.
+async fn produce_numbered(bootstrap: &str, topic: &str, count: usize) -> Vec<(u32, u64, String)> {
+    let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
+    let producer = Producer::new(client, ProducerConfig::default());
+    let mut acks = Vec::new();
+    for i in 0..count {
+        let record = ProducerRecord::new(topic, None, format!("value-{i}"));
+        acks.push(producer.send(record).await.unwrap());
+    }
+    let mut acked = Vec::new();
+    for (i, ack) in acks.into_iter().enumerate() {
+        let metadata = ack.await.unwrap();
+        acked.push((
+            metadata.partition,
+            metadata.offset as u64,
+            format!("value-{i}"),
+        ));
+    }
+    acked
+}
+
 /// 100,000 keyed records into 8 partitions, half through the CLI and half through the client
 /// crate; everything comes back with dense offsets, per-key order and the acknowledged offsets.
 #[test]
@@ -204,27 +225,7 @@ fn acknowledged_records_survive_kill_9_and_restart() {
         None,
     );
     let runtime = runtime();
-    let acked = runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
-        let producer = Producer::new(client, ProducerConfig::default());
-        let mut acks = Vec::new();
-        for i in 0..5_000 {
-            let record = ProducerRecord::new("durable", None, format!("value-{i}"));
-            acks.push(producer.send(record).await.unwrap());
-        }
-        let mut acked = Vec::new();
-        for (i, ack) in acks.into_iter().enumerate() {
-            let metadata = ack.await.unwrap();
-            acked.push((
-                metadata.partition,
-                metadata.offset as u64,
-                format!("value-{i}"),
-            ));
-        }
-        acked
-    });
+    let acked = runtime.block_on(produce_numbered(&node.bootstrap(), "durable", 5_000));
     node.kill();
     node.restart();
     let consumed = runtime.block_on(async {
@@ -314,23 +315,9 @@ fn sigterm_shuts_down_cleanly_and_loses_nothing() {
         None,
     );
     let runtime = runtime();
-    let acked = runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
-        let producer = Producer::new(client, ProducerConfig::default());
-        let mut acks = Vec::new();
-        for i in 0..20_000 {
-            let record = ProducerRecord::new("calm", None, format!("calm-{i}"));
-            acks.push(producer.send(record).await.unwrap());
-        }
-        let mut acked = 0;
-        for ack in acks {
-            ack.await.unwrap();
-            acked += 1;
-        }
-        acked
-    });
+    let acked = runtime
+        .block_on(produce_numbered(&node.bootstrap(), "calm", 20_000))
+        .len();
     node.stop();
     for partition in 0..2 {
         let dir = temp.path().join(format!("calm-{partition}"));

@@ -10,22 +10,12 @@ use strata_client::{
 };
 use strata_node::server::{Node, NodeConfig, shard_of};
 
-fn free_port() -> u16 {
-    loop {
-        let base = 20_000 + rand::random::<u16>() % 40_000;
-        if [base, base + 10, base + 11]
-            .iter()
-            .all(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        {
-            return base;
-        }
-    }
-}
+mod support;
 
 #[test]
 fn each_partition_has_one_owner_and_both_ports_work() {
     let temp = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = support::free_base_port(2);
     let config = NodeConfig {
         data_dir: temp.path().to_path_buf(),
         node_id: 1,

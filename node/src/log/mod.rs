@@ -1084,11 +1084,11 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
-    async fn create_segment(
-        &mut self,
+    /// Opens (creating where missing) a segment's log, offset index and time index files.
+    async fn open_segment_files(
+        &self,
         base_offset: u64,
-        now_ms: i64,
-    ) -> Result<Segment<S::File>, LogError> {
+    ) -> Result<(Rc<S::File>, S::File, S::File), LogError> {
         let open = |extension| {
             let path = self.segment_path(base_offset, extension);
             let storage = self.storage.clone();
@@ -1097,15 +1097,25 @@ impl<S: Storage> PartitionLog<S> {
                     .open(&path, true)
                     .await
                     .map_err(|source| LogError::Io {
-                        what: "create",
+                        what: "open",
                         path,
                         source,
                     })
             }
         };
-        let log = Rc::new(open("log").await?);
-        let offset_index = open("index").await?;
-        let time_index = open("timeindex").await?;
+        Ok((
+            Rc::new(open("log").await?),
+            open("index").await?,
+            open("timeindex").await?,
+        ))
+    }
+
+    async fn create_segment(
+        &mut self,
+        base_offset: u64,
+        now_ms: i64,
+    ) -> Result<Segment<S::File>, LogError> {
+        let (log, offset_index, time_index) = self.open_segment_files(base_offset).await?;
         // A segment left over from a crash at the same base would confuse recovery: start clean.
         for file in [&log, &offset_index, &time_index] {
             file.truncate(0).await.map_err(|source| LogError::Io {
@@ -1157,23 +1167,7 @@ impl<S: Storage> PartitionLog<S> {
             let path = path.clone();
             move |source| LogError::Io { what, path, source }
         };
-        let open = |extension| {
-            let path = self.segment_path(base_offset, extension);
-            let storage = self.storage.clone();
-            async move {
-                storage
-                    .open(&path, true)
-                    .await
-                    .map_err(|source| LogError::Io {
-                        what: "open",
-                        path,
-                        source,
-                    })
-            }
-        };
-        let log = Rc::new(open("log").await?);
-        let offset_index = open("index").await?;
-        let time_index = open("timeindex").await?;
+        let (log, offset_index, time_index) = self.open_segment_files(base_offset).await?;
         let file_len = log.file_len().await.map_err(io_error("stat"))?;
         let offsets = read_whole(&offset_index)
             .await
