@@ -2,16 +2,19 @@
 //!
 //! [`Coordinator`] is what a node asks about the cluster: which brokers exist, which topics, who
 //! leads each partition. [`LocalCoordinator`] implements it for a single node with its state in
-//! the data directory; the etcd implementation (leases, elections, fenced transactions) arrives
-//! with the control-plane issue behind the same trait, so node code does not know which it has.
+//! the data directory; [`EtcdCoordinator`] keeps it in etcd (leases, compare-first transactions),
+//! behind the same trait, so node code does not know which it has.
 //!
 //! Placement and leader choice are pure functions ([`placement`]) over cluster state.
 
 #![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
 
+mod etcd;
 mod local;
 pub mod placement;
+pub mod testing;
 
+pub use etcd::{DEFAULT_LEASE_TTL, EtcdCoordinator};
 pub use local::LocalCoordinator;
 
 use std::collections::BTreeMap;
@@ -68,6 +71,12 @@ pub enum CoordinatorError {
     InvalidTopicName { name: String, why: &'static str },
     #[error("invalid topic: {0}")]
     Invalid(String),
+    /// Another live process holds this broker id.
+    #[error("broker id {0} is already registered by a live process")]
+    BrokerIdTaken(i32),
+    /// The coordinator (etcd) could not be reached or refused the call.
+    #[error("coordinator unavailable: {0}")]
+    Unavailable(String),
     #[error("cluster state {path}: {source}")]
     Storage {
         path: std::path::PathBuf,

@@ -1,0 +1,304 @@
+//! The etcd coordinator: cluster state in etcd under `/strata/<cluster>/` (DESIGN §6).
+//!
+//! ```text
+//! brokers/<id>             BrokerInfo (JSON), on this node's lease: gone when the node dies
+//! controller               etcd election; its leader value is the controller's node id
+//! topics/<topic>           TopicRecord (JSON): replication factor, config
+//! partitions/<topic>/<p>   PartitionState (JSON)
+//! ```
+//!
+//! Every write that must not clobber newer state is a transaction that compares first: a broker
+//! id is taken only if its key does not exist, a topic is created only if absent (with all its
+//! partitions in the same transaction), and deleted only if still present.
+//!
+//! The etcd client is bound to the runtime it was created on; this type lives on the node's
+//! control thread. Calls are made on clones of the client (cheap handles to one connection).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    BrokerInfo, Coordinator, CoordinatorError, PartitionState, TopicSpec, TopicState, placement,
+    validate_topic_name,
+};
+
+/// Broker liveness lease, unless configured otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TopicRecord {
+    name: String,
+    replication_factor: u16,
+    config: BTreeMap<String, String>,
+}
+
+pub struct EtcdCoordinator {
+    client: Client,
+    cluster: String,
+    node_id: i32,
+    prefix: String,
+    lease_id: i64,
+    lease_ttl: Duration,
+    keep_alive: tokio::task::JoinHandle<()>,
+}
+
+fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
+    CoordinatorError::Unavailable(error.to_string())
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, CoordinatorError> {
+    serde_json::from_slice(value).map_err(|error| CoordinatorError::Corrupt {
+        path: String::from_utf8_lossy(key).into_owned().into(),
+        reason: error.to_string(),
+    })
+}
+
+impl EtcdCoordinator {
+    /// Connects to etcd and takes a lease for this node (kept alive in the background).
+    pub async fn connect(
+        endpoints: &[String],
+        cluster: &str,
+        node_id: i32,
+        lease_ttl: Duration,
+    ) -> Result<EtcdCoordinator, CoordinatorError> {
+        // No request timeout on the options: it would also cut a blocking election campaign.
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5));
+        let mut client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(etcd_error)?;
+        let ttl = lease_ttl.as_secs().max(1) as i64;
+        let lease = client.lease_grant(ttl, None).await.map_err(etcd_error)?;
+        let lease_id = lease.id();
+        let (mut keeper, mut responses) = client
+            .lease_keep_alive(lease_id)
+            .await
+            .map_err(etcd_error)?;
+        let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+        let keep_alive = tokio::spawn(async move {
+            loop {
+                if let Err(error) = keeper.keep_alive().await {
+                    tracing::error!("etcd lease keep-alive failed: {error}");
+                    return;
+                }
+                match responses.message().await {
+                    Ok(Some(response)) if response.ttl() > 0 => {}
+                    Ok(_) => {
+                        tracing::error!(
+                            "etcd lease {lease_id} expired: this node lost its registration"
+                        );
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::error!("etcd lease keep-alive stream failed: {error}");
+                        return;
+                    }
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+        Ok(EtcdCoordinator {
+            client,
+            cluster: cluster.to_string(),
+            node_id,
+            prefix: format!("/strata/{cluster}/"),
+            lease_id,
+            lease_ttl,
+            keep_alive,
+        })
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
+    /// Stops keeping the lease alive and revokes it: this node's registration disappears now
+    /// instead of after the TTL (a clean shutdown).
+    pub async fn resign(self) -> Result<(), CoordinatorError> {
+        self.keep_alive.abort();
+        let mut client = self.client.clone();
+        client
+            .lease_revoke(self.lease_id)
+            .await
+            .map(drop)
+            .map_err(etcd_error)
+    }
+
+    /// Stops the keep-alive without revoking, as a crashed node would: the registration lasts
+    /// until the lease TTL runs out. For tests of failure detection.
+    pub fn abandon(self) {
+        self.keep_alive.abort();
+    }
+
+    async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
+        let mut client = self.client.clone();
+        let response = client
+            .get(
+                self.key(&format!("partitions/{topic}/")),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(etcd_error)?;
+        let mut partitions: Vec<PartitionState> = response
+            .kvs()
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        partitions.sort_by_key(|partition| partition.partition);
+        Ok(partitions)
+    }
+}
+
+impl Coordinator for EtcdCoordinator {
+    fn cluster_name(&self) -> &str {
+        &self.cluster
+    }
+
+    fn controller(&self) -> i32 {
+        // Controller election lands with the controller itself (issue: etcd control plane).
+        self.node_id
+    }
+
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError> {
+        let mut client = self.client.clone();
+        let response = client
+            .get(self.key("brokers/"), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_error)?;
+        let mut brokers: Vec<BrokerInfo> = response
+            .kvs()
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        brokers.sort_by_key(|broker| broker.id);
+        Ok(brokers)
+    }
+
+    /// Takes `brokers/<id>` on this node's lease, unless a live process already holds it.
+    async fn register_broker(&self, broker: BrokerInfo) -> Result<(), CoordinatorError> {
+        let key = self.key(&format!("brokers/{}", broker.id));
+        let value = serde_json::to_vec(&broker).expect("broker info serializes");
+        let mut client = self.client.clone();
+        let ours = PutOptions::new().with_lease(self.lease_id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), value.clone(), Some(ours.clone()))]);
+        let response = client.txn(txn).await.map_err(etcd_error)?;
+        if response.succeeded() {
+            return Ok(());
+        }
+        // Taken: by us (re-registration with new addresses) or by another live process.
+        let existing = client.get(key.clone(), None).await.map_err(etcd_error)?;
+        match existing.kvs().first() {
+            Some(kv) if kv.lease() == self.lease_id => client
+                .put(key, value, Some(ours))
+                .await
+                .map(drop)
+                .map_err(etcd_error),
+            Some(_) => Err(CoordinatorError::BrokerIdTaken(broker.id)),
+            // It expired between the two calls: try once more.
+            None => Box::pin(self.register_broker(broker)).await,
+        }
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError> {
+        let mut client = self.client.clone();
+        let response = client
+            .get(self.key("topics/"), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_error)?;
+        let mut topics = Vec::new();
+        for kv in response.kvs() {
+            let record: TopicRecord = decode(kv.key(), kv.value())?;
+            let partitions = self.partitions_of(&record.name).await?;
+            topics.push(TopicState {
+                name: record.name,
+                replication_factor: record.replication_factor,
+                config: record.config,
+                partitions,
+            });
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    /// Creates the topic and all its partitions in one transaction that first checks the topic
+    /// does not exist: two racing creators cannot both succeed or interleave.
+    async fn create_topic(&self, spec: TopicSpec) -> Result<TopicState, CoordinatorError> {
+        validate_topic_name(&spec.name)?;
+        let brokers = self.brokers().await?;
+        let existing = self.topics().await?.len();
+        let partitions =
+            placement::place(&brokers, spec.partitions, spec.replication_factor, existing)
+                .map_err(CoordinatorError::Invalid)?;
+        let topic_key = self.key(&format!("topics/{}", spec.name));
+        let record = TopicRecord {
+            name: spec.name.clone(),
+            replication_factor: spec.replication_factor,
+            config: spec.config.clone(),
+        };
+        let mut puts = vec![TxnOp::put(
+            topic_key.clone(),
+            serde_json::to_vec(&record).expect("topic serializes"),
+            None,
+        )];
+        for partition in &partitions {
+            puts.push(TxnOp::put(
+                self.key(&format!("partitions/{}/{}", spec.name, partition.partition)),
+                serde_json::to_vec(partition).expect("partition serializes"),
+                None,
+            ));
+        }
+        let txn = Txn::new()
+            .when([Compare::create_revision(topic_key, CompareOp::Equal, 0)])
+            .and_then(puts);
+        let mut client = self.client.clone();
+        let response = client.txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Err(CoordinatorError::TopicExists(spec.name));
+        }
+        Ok(TopicState {
+            name: spec.name,
+            replication_factor: spec.replication_factor,
+            config: spec.config,
+            partitions,
+        })
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {
+        let state = self
+            .topics()
+            .await?
+            .into_iter()
+            .find(|topic| topic.name == name)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(name.to_string()))?;
+        let topic_key = self.key(&format!("topics/{name}"));
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                topic_key.clone(),
+                CompareOp::Greater,
+                0,
+            )])
+            .and_then([
+                TxnOp::delete(topic_key, None),
+                TxnOp::delete(
+                    self.key(&format!("partitions/{name}/")),
+                    Some(DeleteOptions::new().with_prefix()),
+                ),
+            ]);
+        let mut client = self.client.clone();
+        let response = client.txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Err(CoordinatorError::UnknownTopic(name.to_string()));
+        }
+        Ok(state)
+    }
+}

@@ -1,0 +1,82 @@
+//! A real etcd for tests: started on free loopback ports with a temporary data dir, stopped (and
+//! its data removed) on drop. Needs the `etcd` binary (Debian `etcd-server`).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct EtcdServer {
+    child: Child,
+    pub endpoint: String,
+    _data: tempfile::TempDir,
+}
+
+/// A port free now, from a range picked by process id and a counter, so concurrent test
+/// processes (nextest runs each test in its own) do not hand the same port to two etcds.
+fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let base = 42_000 + (std::process::id() % 900) as u16 * 20;
+    loop {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 20;
+        let port = base + offset;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl EtcdServer {
+    pub fn start() -> EtcdServer {
+        let data = tempfile::tempdir().expect("temp dir");
+        let (client, peer) = (free_port(), free_port());
+        let child = Command::new("etcd")
+            .args(["--name", "strata-test"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args([
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("strata-test=http://127.0.0.1:{peer}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (Debian package etcd-server)");
+        let server = EtcdServer {
+            child,
+            endpoint: format!("http://127.0.0.1:{client}"),
+            _data: data,
+        };
+        let mut server = server;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start");
+            assert!(
+                matches!(server.child.try_wait(), Ok(None)),
+                "etcd exited while starting (port {client} or {peer} taken?)"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(matches!(server.child.try_wait(), Ok(None)), "etcd exited");
+        server
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,156 @@
+//! The etcd coordinator against a real etcd (started per test on free loopback ports).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use strata_coordinator::testing::EtcdServer;
+use strata_coordinator::{BrokerInfo, Coordinator, CoordinatorError, EtcdCoordinator, TopicSpec};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn broker(id: i32) -> BrokerInfo {
+    BrokerInfo {
+        id,
+        host: "127.0.0.1".into(),
+        port: 7300 + 100 * id as u16,
+        shard_ports: vec![7310 + 100 * id as u16],
+    }
+}
+
+fn spec(name: &str, partitions: u32, replication_factor: u16) -> TopicSpec {
+    TopicSpec {
+        name: name.into(),
+        partitions,
+        replication_factor,
+        config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
+    }
+}
+
+async fn connect(etcd: &EtcdServer, node: i32, ttl: Duration) -> EtcdCoordinator {
+    EtcdCoordinator::connect(&[etcd.endpoint.clone()], "test", node, ttl)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn brokers_register_once_and_vanish_with_their_lease() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let one = connect(&etcd, 1, Duration::from_secs(2)).await;
+        one.register_broker(broker(1)).await.unwrap();
+        // The same process may re-register (new addresses); another process may not take id 1.
+        let mut moved = broker(1);
+        moved.port = 9999;
+        one.register_broker(moved.clone()).await.unwrap();
+        let imposter = connect(&etcd, 1, Duration::from_secs(2)).await;
+        assert!(matches!(
+            imposter.register_broker(broker(1)).await,
+            Err(CoordinatorError::BrokerIdTaken(1))
+        ));
+        assert_eq!(one.brokers().await.unwrap(), vec![moved]);
+
+        // A clean resign removes the registration at once.
+        let two = connect(&etcd, 2, Duration::from_secs(2)).await;
+        two.register_broker(broker(2)).await.unwrap();
+        assert_eq!(one.brokers().await.unwrap().len(), 2);
+        two.resign().await.unwrap();
+        assert_eq!(one.brokers().await.unwrap().len(), 1);
+
+        // A crashed node (no keep-alive) disappears within its TTL plus a second.
+        let started = Instant::now();
+        one.abandon();
+        let watcher = connect(&etcd, 3, Duration::from_secs(2)).await;
+        while !watcher.brokers().await.unwrap().is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "lease did not expire"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // And then the id is free again.
+        imposter.register_broker(broker(1)).await.unwrap();
+    });
+}
+
+#[test]
+fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let nodes = [
+            connect(&etcd, 1, Duration::from_secs(5)).await,
+            connect(&etcd, 2, Duration::from_secs(5)).await,
+            connect(&etcd, 3, Duration::from_secs(5)).await,
+        ];
+        for (at, node) in nodes.iter().enumerate() {
+            node.register_broker(broker(at as i32 + 1)).await.unwrap();
+        }
+        let topic = nodes[0].create_topic(spec("orders", 6, 3)).await.unwrap();
+        assert_eq!(topic.partitions.len(), 6);
+        let mut leaders = [0; 3];
+        for partition in &topic.partitions {
+            let mut replicas = partition.replicas.clone();
+            replicas.sort_unstable();
+            assert_eq!(replicas, vec![1, 2, 3]);
+            leaders[partition.leader as usize - 1] += 1;
+        }
+        assert_eq!(leaders, [2, 2, 2], "leadership balanced");
+
+        // Every node sees the same state, read back from etcd.
+        for node in &nodes {
+            let topics = node.topics().await.unwrap();
+            assert_eq!(topics.len(), 1);
+            assert_eq!(topics[0], topic);
+        }
+        assert!(matches!(
+            nodes[1].create_topic(spec("orders", 1, 1)).await,
+            Err(CoordinatorError::TopicExists(_))
+        ));
+        assert!(matches!(
+            nodes[1].create_topic(spec("too-wide", 1, 4)).await,
+            Err(CoordinatorError::Invalid(_))
+        ));
+
+        // Racing creators: the compare-first transaction lets exactly one win.
+        let (a, b) = tokio::join!(
+            nodes[0].create_topic(spec("race", 3, 1)),
+            nodes[1].create_topic(spec("race", 5, 1))
+        );
+        assert!(
+            a.is_ok() != b.is_ok(),
+            "exactly one creator wins: {a:?} {b:?}"
+        );
+        let race = nodes[2]
+            .topics()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == "race")
+            .unwrap();
+        let winner = if a.is_ok() { 3 } else { 5 };
+        assert_eq!(
+            race.partitions.len(),
+            winner,
+            "no mix of the two placements"
+        );
+
+        nodes[2].delete_topic("race").await.unwrap();
+        assert!(matches!(
+            nodes[0].delete_topic("race").await,
+            Err(CoordinatorError::UnknownTopic(_))
+        ));
+        assert_eq!(nodes[0].topics().await.unwrap().len(), 1);
+    });
+    // A new process after everything above still finds the topic: the state lives in etcd.
+    runtime().block_on(async {
+        let later = connect(&etcd, 9, Duration::from_secs(5)).await;
+        let topics = later.topics().await.unwrap();
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].name, "orders");
+        assert_eq!(topics[0].config["flush"], "always");
+    });
+}
