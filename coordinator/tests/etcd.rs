@@ -32,7 +32,7 @@ fn spec(name: &str, partitions: u32, replication_factor: u16) -> TopicSpec {
 }
 
 async fn connect(etcd: &EtcdServer, node: i32, ttl: Duration) -> EtcdCoordinator {
-    EtcdCoordinator::connect(&[etcd.endpoint.clone()], "test", node, ttl)
+    EtcdCoordinator::connect(std::slice::from_ref(&etcd.endpoint), "test", node, ttl)
         .await
         .unwrap()
 }
