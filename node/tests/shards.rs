@@ -25,6 +25,8 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         shards: 2,
         max_frame_bytes: 64 << 20,
         pin_cores: false,
+        etcd: None,
+        lease_ttl: std::time::Duration::from_secs(5),
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

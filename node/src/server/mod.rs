@@ -26,11 +26,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use strata_coordinator::{BrokerInfo, Coordinator, LocalCoordinator};
+use strata_coordinator::BrokerInfo;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::io::Backend;
-pub use shard::{ShardStats, shard_of};
+pub use shard::{ClusterView, ShardStats, shard_of};
 
 /// Everything `strata serve` needs (after config file, env and flags are merged).
 #[derive(Debug, Clone)]
@@ -47,6 +47,10 @@ pub struct NodeConfig {
     pub max_frame_bytes: usize,
     /// Pin shard threads to cores.
     pub pin_cores: bool,
+    /// etcd endpoints; `None` runs on the embedded coordinator.
+    pub etcd: Option<Vec<String>>,
+    /// How long a broker's registration outlives its last keep-alive (etcd only).
+    pub lease_ttl: std::time::Duration,
 }
 
 impl NodeConfig {
@@ -81,16 +85,6 @@ impl Node {
             .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
         let backend = Backend::detect();
         let config = Arc::new(config);
-        let coordinator = LocalCoordinator::open(
-            config.data_dir.join("__cluster"),
-            config.cluster.clone(),
-            config.node_id,
-        )?;
-        let topics = block_on_local(async {
-            coordinator.register_broker(config.broker_info()).await?;
-            coordinator.topics().await
-        })?;
-        let topics = Arc::new(topics);
 
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
@@ -101,6 +95,9 @@ impl Node {
         }
         let mailboxes = Arc::new(senders);
         let (control_mailbox, control_receiver) = mpsc::unbounded_channel();
+        // The control thread opens the coordinator (on its own runtime) and registers this
+        // broker; the shards start from the cluster state it read.
+        let (control, view) = control::start(config.clone(), mailboxes.clone(), control_receiver)?;
 
         let mut shards = Vec::new();
         let mut ready = Vec::new();
@@ -114,20 +111,13 @@ impl Node {
                 control: control_mailbox.clone(),
                 backend: backend.clone(),
             };
-            let topics = topics.clone();
+            let view = view.clone();
             shards.push(
                 std::thread::Builder::new()
                     .name(format!("strata-shard-{index}"))
-                    .spawn(move || shard::run(context, topics, receiver, ready_sender))?,
+                    .spawn(move || shard::run(context, view, receiver, ready_sender))?,
             );
         }
-        let control = {
-            let mailboxes = mailboxes.clone();
-            let config = config.clone();
-            std::thread::Builder::new()
-                .name("strata-control".into())
-                .spawn(move || control::run(config, coordinator, mailboxes, control_receiver))?
-        };
         for (index, ready) in ready.into_iter().enumerate() {
             match ready.blocking_recv() {
                 Ok(Ok(())) => {}
@@ -180,6 +170,14 @@ impl Node {
         for ack in acks {
             let _ = ack.blocking_recv();
         }
+        let (reply, resigned) = oneshot::channel();
+        if self
+            .control_mailbox
+            .send(control::ControlMessage::Shutdown { reply })
+            .is_ok()
+        {
+            let _ = resigned.blocking_recv();
+        }
         drop(self.control_mailbox);
         drop(self.mailboxes);
         for shard in self.shards {
@@ -188,12 +186,4 @@ impl Node {
         let _ = self.control.join();
         tracing::info!("strata node stopped");
     }
-}
-
-/// Runs a future that never waits on IO (the local coordinator) to completion.
-fn block_on_local<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a current-thread runtime builds")
-        .block_on(future)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use strata_coordinator::TopicState;
+use strata_coordinator::{BrokerInfo, TopicState};
 use strata_wire::protocol::{
     ApiKey, ApiVersionRange, ApiVersionsResponse, BrokerMetadata, EARLIEST_TIMESTAMP, ErrorCode,
     FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
@@ -44,9 +44,9 @@ pub enum ShardMessage {
         partition: ListOffsetsPartition,
         reply: oneshot::Sender<ListOffsetsPartitionResponse>,
     },
-    /// The topic table changed: open and close partitions to match, then reply.
-    TopicsChanged {
-        topics: Arc<Vec<TopicState>>,
+    /// The cluster changed: open and close partitions to match, then reply.
+    ClusterChanged {
+        view: ClusterView,
         reply: oneshot::Sender<()>,
     },
     Shutdown {
@@ -65,6 +65,14 @@ pub struct ShardStats {
     pub partitions: Vec<(String, u32)>,
     /// Requests this shard forwarded to the owning shard.
     pub cross_shard_hops: u64,
+}
+
+/// The cluster as the control thread last read it: shared, immutable snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterView {
+    pub topics: Arc<Vec<TopicState>>,
+    pub brokers: Arc<Vec<BrokerInfo>>,
+    pub controller: i32,
 }
 
 pub struct ShardContext {
@@ -90,7 +98,7 @@ struct Partition {
 pub(super) struct Shard {
     pub context: ShardContext,
     storage: AnyStorage,
-    topics: RefCell<Arc<Vec<TopicState>>>,
+    view: RefCell<ClusterView>,
     partitions: RefCell<HashMap<(String, u32), Partition>>,
     /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
     pub cross_shard_hops: Cell<u64>,
@@ -98,7 +106,7 @@ pub(super) struct Shard {
 
 pub fn run(
     context: ShardContext,
-    topics: Arc<Vec<TopicState>>,
+    view: ClusterView,
     mut mailbox: mpsc::UnboundedReceiver<ShardMessage>,
     ready: oneshot::Sender<Result<(), String>>,
 ) {
@@ -110,11 +118,15 @@ pub fn run(
         let shard = Rc::new(Shard {
             context,
             storage,
-            topics: RefCell::new(Arc::new(Vec::new())),
+            view: RefCell::new(ClusterView {
+                topics: Arc::new(Vec::new()),
+                brokers: Arc::new(Vec::new()),
+                controller: -1,
+            }),
             partitions: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
         });
-        if let Err(error) = shard.apply_topics(topics).await {
+        if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
             return;
         }
@@ -162,8 +174,8 @@ pub fn run(
                         let _ = reply.send(shard.list_offset_local(&topic, partition).await);
                     });
                 }
-                ShardMessage::TopicsChanged { topics, reply } => {
-                    if let Err(error) = shard.apply_topics(topics).await {
+                ShardMessage::ClusterChanged { view, reply } => {
+                    if let Err(error) = shard.apply_view(view).await {
                         tracing::error!(shard = shard.context.index, "applying topics: {error}");
                     }
                     let _ = reply.send(());
@@ -222,7 +234,8 @@ impl Shard {
     }
 
     /// Opens the partitions this shard should own and closes those it no longer should.
-    async fn apply_topics(&self, topics: Arc<Vec<TopicState>>) -> Result<(), String> {
+    async fn apply_view(&self, view: ClusterView) -> Result<(), String> {
+        let topics = view.topics.clone();
         let config = &self.context.config;
         let mut wanted = HashMap::new();
         for topic in topics.iter() {
@@ -274,7 +287,7 @@ impl Shard {
                 },
             );
         }
-        *self.topics.borrow_mut() = topics;
+        *self.view.borrow_mut() = view;
         Ok(())
     }
 
@@ -289,8 +302,8 @@ impl Shard {
 
     /// Which shard serves `partition` of `topic`, or why none does.
     fn route(&self, topic: &str, partition: u32) -> Result<usize, ErrorCode> {
-        let topics = self.topics.borrow();
-        let Some(state) = topics.iter().find(|t| t.name == topic) else {
+        let view = self.view.borrow();
+        let Some(state) = view.topics.iter().find(|t| t.name == topic) else {
             return Err(ErrorCode::UnknownTopic);
         };
         let Some(partition_state) = state.partitions.get(partition as usize) else {
@@ -372,8 +385,8 @@ impl Shard {
 
     fn metadata(&self, request: MetadataRequest) -> MetadataResponse {
         let config = &self.context.config;
-        let broker = config.broker_info();
-        let topics = self.topics.borrow();
+        let view = self.view.borrow();
+        let topics = &view.topics;
         let describe = |topic: &TopicState| TopicMetadata {
             name: topic.name.clone(),
             error: ErrorCode::None,
@@ -385,7 +398,15 @@ impl Shard {
                     error: ErrorCode::None,
                     leader: partition.leader,
                     leader_epoch: partition.leader_epoch,
-                    shard: shard_of(&topic.name, partition.partition, config.shards) as u16,
+                    // The owning shard on the leader, which may run a different shard count.
+                    shard: shard_of(
+                        &topic.name,
+                        partition.partition,
+                        view.brokers
+                            .iter()
+                            .find(|broker| broker.id == partition.leader)
+                            .map_or(config.shards, |broker| broker.shard_ports.len().max(1)),
+                    ) as u16,
                     replicas: partition.replicas.clone(),
                     isr: partition.isr.clone(),
                 })
@@ -407,13 +428,17 @@ impl Shard {
         };
         MetadataResponse {
             cluster: config.cluster.clone(),
-            controller: config.node_id,
-            brokers: vec![BrokerMetadata {
-                node_id: broker.id,
-                host: broker.host,
-                port: broker.port,
-                shard_ports: broker.shard_ports,
-            }],
+            controller: view.controller,
+            brokers: view
+                .brokers
+                .iter()
+                .map(|broker| BrokerMetadata {
+                    node_id: broker.id,
+                    host: broker.host.clone(),
+                    port: broker.port,
+                    shard_ports: broker.shard_ports.clone(),
+                })
+                .collect(),
             topics,
         }
     }

@@ -37,6 +37,11 @@ pub fn strata() -> Command {
 
 impl TestNode {
     pub fn start(data_dir: &Path, shards: usize) -> TestNode {
+        TestNode::start_with(data_dir, shards, &[])
+    }
+
+    /// A node with extra `serve` flags (e.g. `--etcd`, `--node-id`).
+    pub fn start_with(data_dir: &Path, shards: usize, extra: &[&str]) -> TestNode {
         let port = free_base_port(shards);
         let mut node = TestNode {
             port,
@@ -51,7 +56,10 @@ impl TestNode {
                 format!("127.0.0.1:{port}"),
                 "--shards".into(),
                 shards.to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(extra.iter().map(|arg| arg.to_string()))
+            .collect(),
         };
         node.spawn();
         node
@@ -124,6 +132,11 @@ impl TestNode {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8(output.stdout).expect("utf8 output")
+    }
+
+    /// The `serve` arguments this node runs with.
+    pub fn args(&self) -> &[String] {
+        &self.args
     }
 
     pub fn cli_output(&self, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {

@@ -27,9 +27,13 @@ pub struct ServeArgs {
     /// Admin/metrics HTTP address; served once the metrics issue lands.
     #[arg(long, env = "STRATA_ADMIN")]
     admin: Option<SocketAddr>,
-    /// etcd endpoints for a cluster; without it the node runs on its embedded coordinator.
+    /// etcd endpoints (comma-separated) for a cluster; without it the node runs on its
+    /// embedded coordinator.
     #[arg(long, env = "STRATA_ETCD")]
     etcd: Option<String>,
+    /// How long this broker's registration outlives it in etcd.
+    #[arg(long, env = "STRATA_LEASE_TTL_MS")]
+    lease_ttl_ms: Option<u64>,
     #[arg(long, env = "STRATA_CLUSTER")]
     cluster: Option<String>,
     /// Shards (threads, each pinned to a core). Default: the number of cores.
@@ -53,6 +57,7 @@ struct FileConfig {
     replication: Option<SocketAddr>,
     admin: Option<SocketAddr>,
     etcd: Option<String>,
+    lease_ttl_ms: Option<u64>,
     cluster: Option<String>,
     shards: Option<usize>,
     advertised_host: Option<String>,
@@ -68,11 +73,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => FileConfig::default(),
     };
-    if args.etcd.or(file.etcd).is_some() {
-        anyhow::bail!(
-            "--etcd: clusters on etcd arrive with the control-plane milestone; run without it for a single node"
-        );
-    }
+    let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
+        endpoints
+            .split(',')
+            .map(|endpoint| {
+                let endpoint = endpoint.trim();
+                if endpoint.contains("://") {
+                    endpoint.to_string()
+                } else {
+                    format!("http://{endpoint}")
+                }
+            })
+            .collect()
+    });
+    let lease_ttl_ms = args.lease_ttl_ms.or(file.lease_ttl_ms).unwrap_or(5_000);
     let _ = (
         args.replication.or(file.replication),
         args.admin.or(file.admin),
@@ -113,6 +127,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .or(file.max_frame_bytes)
             .unwrap_or(64 << 20),
         pin_cores: true,
+        etcd,
+        lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
     };
     let node = Node::start(config.clone())?;
     eprintln!(
