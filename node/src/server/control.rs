@@ -38,7 +38,7 @@ pub enum ControlMessage {
 /// Which coordinator the node runs on.
 enum AnyCoordinator {
     Local(LocalCoordinator),
-    Etcd(EtcdCoordinator),
+    Etcd(Box<EtcdCoordinator>),
 }
 
 macro_rules! each {
@@ -58,7 +58,7 @@ impl AnyCoordinator {
                 config.cluster.clone(),
                 config.node_id,
             )?),
-            Some(endpoints) => AnyCoordinator::Etcd(
+            Some(endpoints) => AnyCoordinator::Etcd(Box::new(
                 EtcdCoordinator::connect(
                     endpoints,
                     &config.cluster,
@@ -66,7 +66,7 @@ impl AnyCoordinator {
                     config.lease_ttl,
                 )
                 .await?,
-            ),
+            )),
         })
     }
 
@@ -162,10 +162,10 @@ fn run(
                             let _ = reply.send(DeleteTopicResponse { error });
                         }
                         ControlMessage::Shutdown { reply } => {
-                            if let AnyCoordinator::Etcd(etcd) = coordinator {
-                                if let Err(error) = etcd.resign().await {
-                                    tracing::warn!("resigning from etcd: {error}");
-                                }
+                            if let AnyCoordinator::Etcd(etcd) = coordinator
+                                && let Err(error) = etcd.resign().await
+                            {
+                                tracing::warn!("resigning from etcd: {error}");
                             }
                             let _ = reply.send(());
                             return;
