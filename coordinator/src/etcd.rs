@@ -45,7 +45,14 @@ pub struct EtcdCoordinator {
     lease_id: i64,
     lease_ttl: Duration,
     keep_alive: tokio::task::JoinHandle<()>,
+    /// The controller as last read (`controller()` is synchronous).
+    controller: std::cell::Cell<i32>,
 }
+
+/// Proof of being the controller: our key in the election. Fenced writes require it to still
+/// exist, so a controller whose lease expired (paused, partitioned) can write nothing.
+#[derive(Debug, Clone)]
+pub struct ControllerKey(Vec<u8>);
 
 fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
     CoordinatorError::Unavailable(error.to_string())
@@ -109,7 +116,98 @@ impl EtcdCoordinator {
             lease_id,
             lease_ttl,
             keep_alive,
+            controller: std::cell::Cell::new(-1),
         })
+    }
+
+    fn election(&self) -> String {
+        self.key("controller")
+    }
+
+    /// Campaigns to become the controller; resolves once elected (possibly never). Run it in
+    /// its own task, on a client clone.
+    pub fn campaign(
+        &self,
+    ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static {
+        let mut client = self.client.clone();
+        let (name, value, lease) = (self.election(), self.node_id.to_string(), self.lease_id);
+        async move {
+            let response = client
+                .campaign(name, value, lease)
+                .await
+                .map_err(etcd_error)?;
+            let key = response.leader().ok_or_else(|| {
+                CoordinatorError::Unavailable("campaign returned no leader key".into())
+            })?;
+            Ok(ControllerKey(key.key().to_vec()))
+        }
+    }
+
+    /// Reads who the controller is now (-1: none) and remembers it for `controller()`.
+    pub async fn refresh_controller(&self) -> Result<i32, CoordinatorError> {
+        let mut client = self.client.clone();
+        let controller = match client.leader(self.election()).await {
+            Ok(response) => response
+                .kv()
+                .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
+                .unwrap_or(-1),
+            // No leader yet is an error in etcd's election API.
+            Err(_) => -1,
+        };
+        self.controller.set(controller);
+        Ok(controller)
+    }
+
+    /// Every partition with the mod revision its state was read at.
+    pub async fn partitions_with_revisions(
+        &self,
+    ) -> Result<Vec<(String, PartitionState, i64)>, CoordinatorError> {
+        let mut client = self.client.clone();
+        let prefix = self.key("partitions/");
+        let response = client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_error)?;
+        let mut out = Vec::new();
+        for kv in response.kvs() {
+            let state: PartitionState = decode(kv.key(), kv.value())?;
+            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let topic = rest
+                .rsplit_once('/')
+                .map_or(rest.clone(), |(topic, _)| topic.to_string());
+            out.push((topic, state, kv.mod_revision()));
+        }
+        Ok(out)
+    }
+
+    /// Writes a partition's new state only if it is unchanged since `read_revision` and `proof`
+    /// is still the controller's key: a stale controller or a lost race writes nothing.
+    /// Returns whether the write happened.
+    pub async fn write_partition_fenced(
+        &self,
+        topic: &str,
+        state: &PartitionState,
+        read_revision: i64,
+        proof: &ControllerKey,
+    ) -> Result<bool, CoordinatorError> {
+        let key = self.key(&format!("partitions/{topic}/{}", state.partition));
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(key.clone(), CompareOp::Equal, read_revision),
+                Compare::create_revision(proof.0.clone(), CompareOp::Greater, 0),
+            ])
+            .and_then([TxnOp::put(
+                key,
+                serde_json::to_vec(state).expect("partition serializes"),
+                None,
+            )]);
+        let mut client = self.client.clone();
+        let response = client.txn(txn).await.map_err(etcd_error)?;
+        Ok(response.succeeded())
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
     }
 
     pub fn lease_ttl(&self) -> Duration {
@@ -163,8 +261,7 @@ impl Coordinator for EtcdCoordinator {
     }
 
     fn controller(&self) -> i32 {
-        // Controller election lands with the controller itself (issue: etcd control plane).
-        self.node_id
+        self.controller.get()
     }
 
     async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError> {

@@ -14,7 +14,7 @@ mod local;
 pub mod placement;
 pub mod testing;
 
-pub use etcd::{DEFAULT_LEASE_TTL, EtcdCoordinator};
+pub use etcd::{ControllerKey, DEFAULT_LEASE_TTL, EtcdCoordinator};
 pub use local::LocalCoordinator;
 
 use std::collections::BTreeMap;

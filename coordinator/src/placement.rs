@@ -1,6 +1,53 @@
 //! Replica placement and leader choice: pure functions over cluster state, no IO.
 
+use std::collections::BTreeSet;
+
 use crate::{BrokerInfo, PartitionState};
+
+/// The leader value of a partition that has none (every in-sync replica is down).
+pub const NO_LEADER: i32 = -1;
+
+/// Leader changes after brokers die or return: for each partition whose leader is not live,
+/// the first live in-sync replica takes over (leader epoch + 1). With none live, the partition
+/// has no leader (it is unavailable rather than silently moved), unless `unclean` allows a live
+/// replica outside the ISR. A leaderless partition gets a leader back as soon as an in-sync
+/// replica is live again. Returns only the partitions that change.
+pub fn failover(
+    partitions: &[PartitionState],
+    live: &BTreeSet<i32>,
+    unclean: bool,
+) -> Vec<PartitionState> {
+    let mut changes = Vec::new();
+    for partition in partitions {
+        if live.contains(&partition.leader) {
+            continue;
+        }
+        let in_sync = partition.isr.iter().copied().find(|r| live.contains(r));
+        let any = partition
+            .replicas
+            .iter()
+            .copied()
+            .find(|r| live.contains(r));
+        let leader = match (in_sync, any) {
+            (Some(leader), _) => leader,
+            (None, Some(leader)) if unclean => leader,
+            _ => NO_LEADER,
+        };
+        if leader == partition.leader {
+            continue;
+        }
+        let mut next = partition.clone();
+        next.leader = leader;
+        next.leader_epoch += 1;
+        next.partition_epoch += 1;
+        if leader != NO_LEADER && !next.isr.contains(&leader) {
+            // An unclean election: the new leader's log defines the ISR from now on.
+            next.isr = vec![leader];
+        }
+        changes.push(next);
+    }
+    changes
+}
 
 /// Places `partitions` partitions with `replication_factor` replicas each over `brokers`:
 /// replicas of one partition on distinct brokers, and the preferred leader (first replica)
@@ -80,6 +127,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Randomised: after failover every leader is live and in sync (or there is none because
+    /// no in-sync replica is live), epochs only grow, and live leaders are left alone.
+    #[test]
+    fn failover_invariants() {
+        let mut seed = 0x5eed_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let broker_count = 1 + (next() % 5) as i32;
+            let brokers = brokers(broker_count);
+            let rf = 1 + (next() % broker_count as u64) as u16;
+            let partitions =
+                place(&brokers, 1 + (next() % 12) as u32, rf, next() as usize).unwrap();
+            let live: BTreeSet<i32> = (0..broker_count).filter(|_| next() % 3 != 0).collect();
+            let unclean = next() % 4 == 0;
+            let changes = failover(&partitions, &live, unclean);
+            for change in &changes {
+                let before = &partitions[change.partition as usize];
+                assert!(!live.contains(&before.leader), "only dead leaders move");
+                assert_eq!(change.leader_epoch, before.leader_epoch + 1);
+                if change.leader == NO_LEADER {
+                    assert!(before.isr.iter().all(|r| !live.contains(r)));
+                } else {
+                    assert!(live.contains(&change.leader));
+                    assert!(change.isr.contains(&change.leader));
+                    assert!(unclean || before.isr.contains(&change.leader));
+                }
+            }
+            // Applying the changes and failing over again changes nothing.
+            let mut after = partitions.clone();
+            for change in changes {
+                let at = change.partition as usize;
+                after[at] = change;
+            }
+            assert!(failover(&after, &live, unclean).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_leaderless_partition_recovers_when_a_replica_returns() {
+        let partitions = place(&brokers(3), 1, 2, 0).unwrap();
+        let leader = partitions[0].leader;
+        let other = partitions[0].replicas[1];
+        let none = failover(&partitions, &BTreeSet::from([99]), false);
+        assert_eq!(none[0].leader, NO_LEADER);
+        let back = failover(&none, &BTreeSet::from([other]), false);
+        assert_eq!(back[0].leader, other);
+        assert_eq!(back[0].leader_epoch, 2);
+        assert_ne!(leader, other);
     }
 
     #[test]

@@ -124,3 +124,103 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
         info["brokers"].as_array().unwrap().len() == 1
     });
 }
+
+fn cluster_info(node: &TestNode) -> serde_json::Value {
+    serde_json::from_str(&node.cli(&["cluster", "info", "--format", "json"], None)).unwrap()
+}
+
+fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["topic", "describe", topic, "--format", "json"], None))
+            .unwrap();
+    described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["leader"].as_i64().unwrap())
+        .collect()
+}
+
+/// Three brokers: one controller; killing a leader moves its partitions to live replicas, and
+/// killing the controller elects another, which can create topics.
+#[test]
+fn failover_of_leaders_and_of_the_controller() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<TestNode> = (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &id))
+        })
+        .collect();
+    wait_for("three brokers and a controller", || {
+        let info = cluster_info(&nodes[0]);
+        info["brokers"].as_array().unwrap().len() == 3 && info["controller"].as_i64() > Some(0)
+    });
+    let controller = cluster_info(&nodes[0])["controller"].as_i64().unwrap();
+    for node in &nodes {
+        assert_eq!(
+            cluster_info(node)["controller"].as_i64(),
+            Some(controller),
+            "one controller"
+        );
+    }
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "ha",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    wait_for("every node to see the topic", || {
+        nodes
+            .iter()
+            .all(|node| node.cli(&["topic", "list"], None).trim() == "ha")
+    });
+    let before = leaders(&nodes[0], "ha");
+    let mut per_broker = [0; 3];
+    for leader in &before {
+        per_broker[*leader as usize - 1] += 1;
+    }
+    assert_eq!(per_broker, [2, 2, 2], "placement balanced");
+
+    // Kill -9 a broker that leads partitions but is not the controller.
+    let victim = (1..=3).find(|id| *id != controller).unwrap();
+    let survivor = (1..=3)
+        .find(|id| *id != controller && *id != victim)
+        .unwrap();
+    let killed_at = Instant::now();
+    nodes[victim as usize - 1].kill();
+    let observer = &nodes[survivor as usize - 1];
+    wait_for("leadership to leave the dead broker", || {
+        leaders(observer, "ha")
+            .iter()
+            .all(|leader| *leader != victim && *leader > 0)
+    });
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_millis(2000 + 2000),
+        "failover took {took:?} (TTL 2 s)"
+    );
+    // The CLI keeps working against a survivor, and the new leaders accept writes.
+    let printed = observer.cli(
+        &["produce", "ha", "--print-offsets"],
+        Some(b"after-failover-1\nafter-failover-2\n"),
+    );
+    assert_eq!(printed.lines().count(), 2);
+
+    // Kill -9 the controller: a live broker takes over and can create topics.
+    nodes[controller as usize - 1].kill();
+    let observer = &nodes[survivor as usize - 1];
+    wait_for("a new controller", || {
+        cluster_info(observer)["controller"].as_i64() == Some(survivor)
+    });
+    observer.cli(&["topic", "create", "after", "--partitions", "2"], None);
+    assert!(observer.cli(&["topic", "list"], None).contains("after"));
+    drop(nodes);
+}

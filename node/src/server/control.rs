@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_coordinator::{
-    Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator, TopicSpec,
+    ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator, TopicSpec,
+    placement,
 };
 use strata_wire::protocol::{
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
@@ -133,11 +134,13 @@ fn run(
                 return;
             }
         }
-        // With etcd, other brokers change the cluster too: poll for changes.
+        // With etcd, other brokers change the cluster too: poll for changes, and take part in
+        // the controller election.
         let mut changes = tokio::time::interval(Duration::from_millis(match &coordinator {
             AnyCoordinator::Etcd(_) => 250,
             AnyCoordinator::Local(_) => 3_600_000,
         }));
+        let mut controller = Controller::default();
         let mut last = coordinator.view().await.ok();
         loop {
             tokio::select! {
@@ -173,6 +176,9 @@ fn run(
                     }
                 }
                 _ = changes.tick() => {
+                    if let AnyCoordinator::Etcd(etcd) = &coordinator {
+                        controller.tick(etcd, config.node_id).await;
+                    }
                     match coordinator.view().await {
                         Ok(view) if Some(&view) != last.as_ref() => {
                             tracing::info!(
@@ -190,6 +196,95 @@ fn run(
             }
         }
     });
+}
+
+/// This node's part in the controller election, and the controller's job once elected:
+/// moving leadership off dead brokers with fenced writes.
+#[derive(Default)]
+struct Controller {
+    campaign: Option<tokio::task::JoinHandle<Result<ControllerKey, CoordinatorError>>>,
+    key: Option<ControllerKey>,
+}
+
+impl Controller {
+    async fn tick(&mut self, etcd: &EtcdCoordinator, node_id: i32) {
+        if self.key.is_none() {
+            match &self.campaign {
+                None => self.campaign = Some(tokio::spawn(etcd.campaign())),
+                Some(task) if task.is_finished() => {
+                    let task = self.campaign.take().expect("checked above");
+                    match task.await {
+                        Ok(Ok(key)) => {
+                            tracing::info!(node = node_id, "elected controller");
+                            self.key = Some(key);
+                        }
+                        Ok(Err(error)) => tracing::warn!("controller campaign failed: {error}"),
+                        Err(error) => tracing::warn!("controller campaign task failed: {error}"),
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let current = etcd.refresh_controller().await.unwrap_or(-1);
+        if self.key.is_some() && current != node_id {
+            tracing::warn!(node = node_id, current, "no longer the controller");
+            self.key = None;
+        }
+        if let Some(key) = self.key.clone() {
+            if let Err(error) = self.fail_over(etcd, &key).await {
+                tracing::warn!("controller failover pass failed: {error}");
+            }
+        }
+    }
+
+    /// Moves leadership of partitions whose leader is not a live broker (DESIGN §6).
+    async fn fail_over(
+        &mut self,
+        etcd: &EtcdCoordinator,
+        key: &ControllerKey,
+    ) -> Result<(), CoordinatorError> {
+        let live: std::collections::BTreeSet<i32> = etcd
+            .brokers()
+            .await?
+            .iter()
+            .map(|broker| broker.id)
+            .collect();
+        let topics = etcd.topics().await?;
+        for (topic, state, revision) in etcd.partitions_with_revisions().await? {
+            let unclean = topics
+                .iter()
+                .find(|t| t.name == topic)
+                .and_then(|t| t.config.get("unclean.leader.election"))
+                .is_some_and(|value| value == "true");
+            let Some(change) =
+                placement::failover(std::slice::from_ref(&state), &live, unclean).pop()
+            else {
+                continue;
+            };
+            if etcd
+                .write_partition_fenced(&topic, &change, revision, key)
+                .await?
+            {
+                if unclean && !state.isr.contains(&change.leader) {
+                    tracing::error!(%topic, partition = state.partition, leader = change.leader,
+                        "UNCLEAN leader election: records the old leader had may be lost");
+                }
+                tracing::info!(
+                    %topic,
+                    partition = state.partition,
+                    from = state.leader,
+                    to = change.leader,
+                    epoch = change.leader_epoch,
+                    "controller moved partition leadership"
+                );
+            } else if etcd.refresh_controller().await.unwrap_or(-1) != etcd.node_id() {
+                // The fence held: someone else controls the cluster now.
+                self.key = None;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
 }
 
 async fn create_topic(

@@ -261,6 +261,15 @@ impl Shard {
             if let Some(partition) = partition {
                 let _ = partition.log.close().await;
             }
+            // Leadership moving elsewhere keeps the data; only a deleted topic (or partition)
+            // removes it.
+            let still_exists = topics.iter().any(|topic| {
+                topic.name == key.0 && topic.partitions.iter().any(|p| p.partition == key.1)
+            });
+            if still_exists {
+                tracing::info!(topic = %key.0, partition = key.1, "no longer leading this partition here");
+                continue;
+            }
             let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
             if let Err(error) = self.storage.remove_dir_all(&dir).await {
                 tracing::warn!("removing {}: {error}", dir.display());

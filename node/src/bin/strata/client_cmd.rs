@@ -116,8 +116,18 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             let mut partitions = Vec::new();
             for partition in &topic.partitions {
                 let index = partition.partition;
-                let start = client.list_offset(&name, index, EARLIEST_TIMESTAMP).await?;
-                let end = client.list_offset(&name, index, LATEST_TIMESTAMP).await?;
+                // A leader that cannot be reached leaves its offsets unknown (null), not the
+                // whole description.
+                let start = client
+                    .list_offset(&name, index, EARLIEST_TIMESTAMP)
+                    .await
+                    .ok()
+                    .flatten();
+                let end = client
+                    .list_offset(&name, index, LATEST_TIMESTAMP)
+                    .await
+                    .ok()
+                    .flatten();
                 partitions.push(json!({
                     "partition": index,
                     "leader": partition.leader,
