@@ -230,10 +230,10 @@ impl Controller {
             tracing::warn!(node = node_id, current, "no longer the controller");
             self.key = None;
         }
-        if let Some(key) = self.key.clone() {
-            if let Err(error) = self.fail_over(etcd, &key).await {
-                tracing::warn!("controller failover pass failed: {error}");
-            }
+        if let Some(key) = self.key.clone()
+            && let Err(error) = self.fail_over(etcd, &key).await
+        {
+            tracing::warn!("controller failover pass failed: {error}");
         }
     }
 
