@@ -15,7 +15,8 @@
 //! control thread. Calls are made on clones of the client (cheap handles to one connection).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
@@ -47,6 +48,8 @@ pub struct EtcdCoordinator {
     keep_alive: tokio::task::JoinHandle<()>,
     /// The controller as last read (`controller()` is synchronous).
     controller: std::cell::Cell<i32>,
+    /// When the lease may expire, as of the last keep-alive answer.
+    lease_deadline: Arc<Mutex<Instant>>,
 }
 
 /// Proof of being the controller: our key in the election. Fenced writes require it to still
@@ -86,14 +89,22 @@ impl EtcdCoordinator {
             .await
             .map_err(etcd_error)?;
         let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+        // The lease is valid until `granted + ttl` at the latest; every keep-alive answer moves
+        // that deadline. Measured from before the request, so it never overestimates.
+        let lease_deadline = Arc::new(Mutex::new(Instant::now() + lease_ttl));
+        let deadline = lease_deadline.clone();
         let keep_alive = tokio::spawn(async move {
             loop {
+                let asked = Instant::now();
                 if let Err(error) = keeper.keep_alive().await {
                     tracing::error!("etcd lease keep-alive failed: {error}");
                     return;
                 }
                 match responses.message().await {
-                    Ok(Some(response)) if response.ttl() > 0 => {}
+                    Ok(Some(response)) if response.ttl() > 0 => {
+                        *deadline.lock().expect("lease deadline") =
+                            asked + Duration::from_secs(response.ttl() as u64);
+                    }
                     Ok(_) => {
                         tracing::error!(
                             "etcd lease {lease_id} expired: this node lost its registration"
@@ -117,7 +128,14 @@ impl EtcdCoordinator {
             lease_ttl,
             keep_alive,
             controller: std::cell::Cell::new(-1),
+            lease_deadline,
         })
+    }
+
+    /// Whether this node's lease may still be valid. Once it may not, another broker can have
+    /// taken over what this node led: stop acting on it (fail safe, not split brain).
+    pub fn lease_valid(&self) -> bool {
+        Instant::now() < *self.lease_deadline.lock().expect("lease deadline")
     }
 
     fn election(&self) -> String {

@@ -224,3 +224,88 @@ fn failover_of_leaders_and_of_the_controller() {
     assert!(observer.cli(&["topic", "list"], None).contains("after"));
     drop(nodes);
 }
+
+/// A controller paused past its lease (SIGSTOP) is replaced; when it wakes (SIGCONT) it cannot
+/// overwrite the partition state its successor wrote: the etcd contents stay as they were.
+#[test]
+fn a_paused_controller_is_fenced_after_it_wakes() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<TestNode> = (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &id))
+        })
+        .collect();
+    wait_for("a controller", || {
+        cluster_info(&nodes[0])["controller"].as_i64() > Some(0)
+    });
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "fenced",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let old = cluster_info(&nodes[0])["controller"].as_i64().unwrap();
+    let survivor = &nodes[(1..=3).find(|id| *id != old).unwrap() as usize - 1];
+
+    nodes[old as usize - 1].signal(libc::SIGSTOP);
+    wait_for(
+        "a successor controller that moved leadership off the paused one",
+        || {
+            let controller = cluster_info(survivor)["controller"].as_i64();
+            controller.is_some_and(|c| c > 0 && c != old)
+                && leaders(survivor, "fenced")
+                    .iter()
+                    .all(|leader| *leader != old)
+        },
+    );
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read_state = || {
+        runtime.block_on(async {
+            let reader = strata_coordinator::EtcdCoordinator::connect(
+                std::slice::from_ref(&etcd.endpoint),
+                "itest",
+                99,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+            let mut state = reader.partitions_with_revisions().await.unwrap();
+            state.sort_by_key(|(topic, partition, _)| (topic.clone(), partition.partition));
+            reader.resign().await.unwrap();
+            state
+        })
+    };
+    let before = read_state();
+    nodes[old as usize - 1].signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    let after = read_state();
+    assert_eq!(before, after, "the woken controller wrote nothing");
+    assert!(
+        after
+            .iter()
+            .all(|(_, partition, _)| i64::from(partition.leader) != old)
+    );
+    // The woken node does not come back as a broker on its expired lease.
+    let info = cluster_info(survivor);
+    assert!(
+        info["brokers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["id"].as_i64() != Some(old)),
+        "{info}"
+    );
+    drop(nodes);
+}

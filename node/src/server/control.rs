@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use strata_coordinator::{
     ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator, TopicSpec,
-    placement,
+    TopicState, placement,
 };
 use strata_wire::protocol::{
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
@@ -71,13 +71,36 @@ impl AnyCoordinator {
         })
     }
 
-    async fn view(&self) -> Result<ClusterView, CoordinatorError> {
-        let (topics, brokers) = each!(self, c => (c.topics().await?, c.brokers().await?));
+    async fn view(&self, node_id: i32) -> Result<ClusterView, CoordinatorError> {
+        if let AnyCoordinator::Etcd(etcd) = self
+            && !etcd.lease_valid()
+        {
+            return Err(CoordinatorError::Unavailable(
+                "this node's etcd lease may have expired".into(),
+            ));
+        }
+        let (mut topics, brokers) = each!(self, c => (c.topics().await?, c.brokers().await?));
+        // Leadership of a node that is not registered (its lease expired while it was paused
+        // or cut off) is not ours to act on, whatever the partition state still says.
+        if !brokers.iter().any(|broker| broker.id == node_id) {
+            demote(&mut topics, node_id);
+        }
         Ok(ClusterView {
             topics: Arc::new(topics),
             brokers: Arc::new(brokers),
             controller: each!(self, c => c.controller()),
         })
+    }
+}
+
+/// Marks every partition `node_id` leads as leaderless (in this node's view only).
+fn demote(topics: &mut [TopicState], node_id: i32) {
+    for topic in topics {
+        for partition in &mut topic.partitions {
+            if partition.leader == node_id {
+                partition.leader = placement::NO_LEADER;
+            }
+        }
     }
 }
 
@@ -125,7 +148,7 @@ fn run(
             let _ = ready.send(Err(format!("registering broker {}: {error}", config.node_id)));
             return;
         }
-        match coordinator.view().await {
+        match coordinator.view(config.node_id).await {
             Ok(view) => {
                 let _ = ready.send(Ok(view));
             }
@@ -141,7 +164,7 @@ fn run(
             AnyCoordinator::Local(_) => 3_600_000,
         }));
         let mut controller = Controller::default();
-        let mut last = coordinator.view().await.ok();
+        let mut last = coordinator.view(config.node_id).await.ok();
         loop {
             tokio::select! {
                 message = mailbox.recv() => {
@@ -149,7 +172,7 @@ fn run(
                     match message {
                         ControlMessage::CreateTopic { request, reply } => {
                             let response = create_topic(&config, &coordinator, request).await;
-                            last = announce(&coordinator, &shards).await.or(last);
+                            last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(response);
                         }
                         ControlMessage::DeleteTopic { request, reply } => {
@@ -161,7 +184,7 @@ fn run(
                                 }
                                 Err(error) => error_code(&error),
                             };
-                            last = announce(&coordinator, &shards).await.or(last);
+                            last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(DeleteTopicResponse { error });
                         }
                         ControlMessage::Shutdown { reply } => {
@@ -179,7 +202,7 @@ fn run(
                     if let AnyCoordinator::Etcd(etcd) = &coordinator {
                         controller.tick(etcd, config.node_id).await;
                     }
-                    match coordinator.view().await {
+                    match coordinator.view(config.node_id).await {
                         Ok(view) if Some(&view) != last.as_ref() => {
                             tracing::info!(
                                 topics = view.topics.len(),
@@ -190,7 +213,27 @@ fn run(
                             last = Some(view);
                         }
                         Ok(_) => {}
-                        Err(error) => tracing::warn!("reading cluster state: {error}"),
+                        Err(error) => {
+                            tracing::warn!("reading cluster state: {error}");
+                            // Cannot confirm leadership: stop writing (fail safe, not split
+                            // brain) until the cluster can be read again.
+                            if let Some(view) = last.as_mut()
+                                && let AnyCoordinator::Etcd(etcd) = &coordinator
+                                && !etcd.lease_valid()
+                                && view.topics.iter().any(|t| {
+                                    t.partitions.iter().any(|p| p.leader == config.node_id)
+                                })
+                            {
+                                tracing::error!(
+                                    node = config.node_id,
+                                    "etcd lease may have expired: no longer accepting writes for partitions led here"
+                                );
+                                let mut topics = view.topics.as_ref().clone();
+                                demote(&mut topics, config.node_id);
+                                view.topics = Arc::new(topics);
+                                send_view(&shards, view.clone()).await;
+                            }
+                        }
                     }
                 }
             }
@@ -335,8 +378,9 @@ async fn create_topic(
 async fn announce(
     coordinator: &AnyCoordinator,
     shards: &[mpsc::UnboundedSender<ShardMessage>],
+    node_id: i32,
 ) -> Option<ClusterView> {
-    match coordinator.view().await {
+    match coordinator.view(node_id).await {
         Ok(view) => {
             send_view(shards, view.clone()).await;
             Some(view)

@@ -108,6 +108,13 @@ impl TestNode {
         }
     }
 
+    /// Sends a signal (SIGSTOP, SIGCONT, ...) to the node process.
+    pub fn signal(&self, signal: i32) {
+        let child = self.child.as_ref().expect("the node runs");
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, signal) };
+    }
+
     /// SIGTERM and wait: a clean shutdown.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
