@@ -114,7 +114,11 @@ impl Consumer {
             SeekTo::Beginning => self.list(topic, partition, EARLIEST_TIMESTAMP).await?,
             SeekTo::End => self.list(topic, partition, LATEST_TIMESTAMP).await?,
             SeekTo::Timestamp(timestamp) => {
-                match self.client.list_offset(topic, partition, timestamp).await? {
+                match self
+                    .client
+                    .list_offset_retrying(topic, partition, timestamp)
+                    .await?
+                {
                     Some(offset) => offset,
                     None => self.list(topic, partition, LATEST_TIMESTAMP).await?,
                 }
@@ -127,7 +131,7 @@ impl Consumer {
 
     async fn list(&self, topic: &str, partition: u32, timestamp: i64) -> Result<u64, ClientError> {
         self.client
-            .list_offset(topic, partition, timestamp)
+            .list_offset_retrying(topic, partition, timestamp)
             .await?
             .ok_or_else(|| ClientError::Protocol("no offset for earliest/latest".into()))
     }

@@ -263,6 +263,26 @@ impl Client {
         Ok(())
     }
 
+    /// [`Client::list_offset`], retrying retriable errors (a leader moving, a broker
+    /// restarting) with a metadata refresh, for up to the request timeout.
+    pub async fn list_offset_retrying(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<u64>, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        loop {
+            match self.list_offset(topic, partition, timestamp).await {
+                Err(error) if error.is_retriable() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = self.refresh_metadata().await;
+                }
+                result => return result,
+            }
+        }
+    }
+
     /// The offset for `timestamp` (or the `EARLIEST`/`LATEST` sentinels); `None` when no record
     /// is at or after the timestamp.
     pub async fn list_offset(

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 pub struct EtcdServer {
     child: Child,
     pub endpoint: String,
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
+    ports: (u16, u16),
 }
 
 /// A port free now, from a range picked by process id and a counter, so concurrent test
@@ -29,37 +30,30 @@ impl EtcdServer {
     pub fn start() -> EtcdServer {
         let data = tempfile::tempdir().expect("temp dir");
         let (client, peer) = (free_port(), free_port());
-        let child = Command::new("etcd")
-            .args(["--name", "strata-test"])
-            .arg("--data-dir")
-            .arg(data.path())
-            .args([
-                "--listen-client-urls",
-                &format!("http://127.0.0.1:{client}"),
-            ])
-            .args([
-                "--advertise-client-urls",
-                &format!("http://127.0.0.1:{client}"),
-            ])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args([
-                "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{peer}"),
-            ])
-            .args([
-                "--initial-cluster",
-                &format!("strata-test=http://127.0.0.1:{peer}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd (Debian package etcd-server)");
+        let child = spawn(data.path(), client, peer);
         let server = EtcdServer {
             child,
             endpoint: format!("http://127.0.0.1:{client}"),
-            _data: data,
+            data,
+            ports: (client, peer),
         };
-        let mut server = server;
+        server.wait_ready()
+    }
+
+    /// Kills etcd and starts it again on the same ports and data: a restart of the control
+    /// plane that keeps its state.
+    pub fn restart(self) -> EtcdServer {
+        let mut this = self;
+        let _ = this.child.kill();
+        let _ = this.child.wait();
+        let (client, peer) = this.ports;
+        this.child = spawn(this.data.path(), client, peer);
+        this.wait_ready()
+    }
+
+    fn wait_ready(self) -> EtcdServer {
+        let (client, peer) = self.ports;
+        let mut server = self;
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
             assert!(Instant::now() < deadline, "etcd did not start");
@@ -72,6 +66,34 @@ impl EtcdServer {
         assert!(matches!(server.child.try_wait(), Ok(None)), "etcd exited");
         server
     }
+}
+
+fn spawn(data: &std::path::Path, client: u16, peer: u16) -> Child {
+    Command::new("etcd")
+        .args(["--name", "strata-test"])
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+        ])
+        .args([
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+        ])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("strata-test=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start etcd (Debian package etcd-server)")
 }
 
 impl Drop for EtcdServer {

@@ -143,7 +143,21 @@ fn run(
                 return;
             }
         };
-        let registered = each!(&coordinator, c => c.register_broker(config.broker_info()).await);
+        // A crashed predecessor's registration lives until its lease runs out: wait that long
+        // before deciding the id belongs to another live process.
+        let patience = config.lease_ttl + Duration::from_secs(2);
+        let started = std::time::Instant::now();
+        let registered = loop {
+            match each!(&coordinator, c => c.register_broker(config.broker_info()).await) {
+                Err(CoordinatorError::BrokerIdTaken(id)) if started.elapsed() < patience => {
+                    tracing::info!(
+                        "broker id {id} is still registered (a previous run's lease?); waiting for it to expire"
+                    );
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                result => break result,
+            }
+        };
         if let Err(error) = registered {
             let _ = ready.send(Err(format!("registering broker {}: {error}", config.node_id)));
             return;
