@@ -176,6 +176,34 @@ impl EtcdCoordinator {
         Ok(controller)
     }
 
+    /// Watches every key of the cluster and sends `()` on `changed` after each batch of events:
+    /// the control thread re-reads the state then, instead of polling. Runs until the watch
+    /// fails (the caller then falls back to its periodic re-read and may watch again).
+    pub fn watch_changes(
+        &self,
+        changed: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static {
+        let mut client = self.client.clone();
+        let prefix = self.prefix.clone();
+        async move {
+            let mut stream = client
+                .watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix()))
+                .await
+                .map_err(etcd_error)?;
+            while let Some(response) = stream.message().await.map_err(etcd_error)? {
+                if response.canceled() {
+                    return Err(CoordinatorError::Unavailable(
+                        "the etcd watch was cancelled".into(),
+                    ));
+                }
+                if !response.events().is_empty() && changed.send(()).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// Every partition with the mod revision its state was read at.
     pub async fn partitions_with_revisions(
         &self,

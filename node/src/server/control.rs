@@ -171,12 +171,15 @@ fn run(
                 return;
             }
         }
-        // With etcd, other brokers change the cluster too: poll for changes, and take part in
-        // the controller election.
+        // With etcd, other brokers change the cluster too: a watch on the cluster's keys wakes
+        // this loop on every change; a slower tick re-reads anyway (a lost watch, lease checks)
+        // and runs the controller's duties.
         let mut changes = tokio::time::interval(Duration::from_millis(match &coordinator {
-            AnyCoordinator::Etcd(_) => 250,
+            AnyCoordinator::Etcd(_) => 1000,
             AnyCoordinator::Local(_) => 3_600_000,
         }));
+        let (watch_sender, mut watched) = mpsc::unbounded_channel::<()>();
+        let mut watch: Option<tokio::task::JoinHandle<Result<(), CoordinatorError>>> = None;
         let mut controller = Controller::default();
         let mut last = coordinator.view(config.node_id).await.ok();
         loop {
@@ -212,8 +215,20 @@ fn run(
                         }
                     }
                 }
-                _ = changes.tick() => {
+                _ = async {
+                    tokio::select! {
+                        _ = changes.tick() => {}
+                        Some(()) = watched.recv() => {
+                            // Coalesce a burst of events into one re-read.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            while watched.try_recv().is_ok() {}
+                        }
+                    }
+                } => {
                     if let AnyCoordinator::Etcd(etcd) = &coordinator {
+                        if watch.as_ref().is_none_or(|task| task.is_finished()) {
+                            watch = Some(tokio::spawn(etcd.watch_changes(watch_sender.clone())));
+                        }
                         controller.tick(etcd, config.node_id).await;
                     }
                     match coordinator.view(config.node_id).await {
