@@ -204,11 +204,19 @@ impl Client {
         if metadata.topics.contains_key(topic) {
             return Ok(metadata);
         }
-        let metadata = self.refresh_metadata().await?;
-        if metadata.topics.contains_key(topic) {
-            Ok(metadata)
-        } else {
-            Err(ClientError::UnknownTopic(topic.to_string()))
+        // A topic just created through another broker may take a moment to reach this one:
+        // ask again for a little while before calling it unknown (as Kafka clients wait for
+        // metadata).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let metadata = self.refresh_metadata().await?;
+            if metadata.topics.contains_key(topic) {
+                return Ok(metadata);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::UnknownTopic(topic.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -136,11 +136,21 @@ fn run(
         .build()
         .expect("a current-thread runtime builds");
     runtime.block_on(async move {
-        let coordinator = match AnyCoordinator::open(&config).await {
-            Ok(coordinator) => coordinator,
-            Err(error) => {
-                let _ = ready.send(Err(format!("opening the coordinator: {error}")));
-                return;
+        // etcd may be starting too: keep trying for a while, saying so.
+        let opened = std::time::Instant::now();
+        let coordinator = loop {
+            match AnyCoordinator::open(&config).await {
+                Ok(coordinator) => break coordinator,
+                Err(CoordinatorError::Unavailable(error))
+                    if opened.elapsed() < Duration::from_secs(30) =>
+                {
+                    tracing::warn!("the coordinator is not reachable yet ({error}); retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(error) => {
+                    let _ = ready.send(Err(format!("opening the coordinator: {error}")));
+                    return;
+                }
             }
         };
         // A crashed predecessor's registration lives until its lease runs out: wait that long

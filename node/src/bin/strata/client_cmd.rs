@@ -109,7 +109,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             }
         }
         TopicCommand::Describe { name, format } => {
-            let metadata = client.refresh_metadata().await?;
+            let metadata = client.metadata_for(&name).await?;
             let Some(topic) = metadata.topics.get(&name) else {
                 bail!("unknown topic {name}");
             };
