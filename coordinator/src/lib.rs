@@ -30,6 +30,9 @@ pub struct BrokerInfo {
     pub port: u16,
     /// Shard `i` listens on `shard_ports[i]`.
     pub shard_ports: Vec<u16>,
+    /// Failure domain (`--rack`): replicas of a partition go to different racks first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// One partition's replication state (DESIGN §6: `partitions/<topic>/<p>`).

@@ -188,6 +188,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 7300,
             shard_ports: vec![7310, 7311],
+            rack: None,
         };
         {
             let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
@@ -232,6 +233,7 @@ mod tests {
             host: "h".into(),
             port: 1,
             shard_ports: vec![],
+            rack: None,
         }))
         .unwrap();
         // Replication factor 2 cannot be placed on one broker: nothing is stored.

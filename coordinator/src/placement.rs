@@ -49,6 +49,36 @@ pub fn failover(
     changes
 }
 
+/// Broker ids ordered so that consecutive ids are on different racks where possible (Kafka's
+/// rack-aware order): racks in name order, each rack's brokers by id, taken round robin. Any
+/// window of consecutive ids then spans as many racks as it can, so the placement below, which
+/// takes `replication_factor` consecutive ids, spreads each partition over racks.
+fn rack_alternating(brokers: &[BrokerInfo]) -> Vec<i32> {
+    let mut racks: std::collections::BTreeMap<Option<&str>, Vec<i32>> = Default::default();
+    for broker in brokers {
+        racks
+            .entry(broker.rack.as_deref())
+            .or_default()
+            .push(broker.id);
+    }
+    for ids in racks.values_mut() {
+        ids.sort_unstable();
+    }
+    let mut ordered = Vec::with_capacity(brokers.len());
+    for round in 0.. {
+        let before = ordered.len();
+        for ids in racks.values() {
+            if let Some(id) = ids.get(round) {
+                ordered.push(*id);
+            }
+        }
+        if ordered.len() == before {
+            break;
+        }
+    }
+    ordered
+}
+
 /// Places `partitions` partitions with `replication_factor` replicas each over `brokers`:
 /// replicas of one partition on distinct brokers, and the preferred leader (first replica)
 /// rotating so leadership spreads evenly. `start` offsets the rotation (e.g. by topic count) so
@@ -72,8 +102,7 @@ pub fn place(
             brokers.len()
         ));
     }
-    let mut ids: Vec<i32> = brokers.iter().map(|broker| broker.id).collect();
-    ids.sort_unstable();
+    let ids = rack_alternating(brokers);
     Ok((0..partitions)
         .map(|partition| {
             let first = (start + partition as usize) % ids.len();
@@ -103,6 +132,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 7300,
                 shard_ports: vec![],
+                rack: None,
             })
             .collect()
     }
@@ -182,6 +212,42 @@ mod tests {
         assert_eq!(back[0].leader, other);
         assert_eq!(back[0].leader_epoch, 2);
         assert_ne!(leader, other);
+    }
+
+    #[test]
+    fn replicas_spread_over_racks() {
+        let mut brokers = brokers(6);
+        for broker in &mut brokers {
+            broker.rack = Some(["a", "b", "c"][broker.id as usize % 3].to_string());
+        }
+        for rf in 1..=3u16 {
+            for partition in place(&brokers, 12, rf, 0).unwrap() {
+                let racks: std::collections::BTreeSet<_> = partition
+                    .replicas
+                    .iter()
+                    .map(|id| brokers[*id as usize].rack.clone())
+                    .collect();
+                assert_eq!(racks.len(), usize::from(rf), "{partition:?}");
+            }
+        }
+        // Uneven racks: as many racks as possible per partition, leaders still balanced.
+        let mut uneven = brokers.clone();
+        for broker in &mut uneven {
+            broker.rack = Some(if broker.id < 4 { "big" } else { "small" }.to_string());
+        }
+        let placed = place(&uneven, 6, 2, 0).unwrap();
+        let mixed = placed
+            .iter()
+            .filter(|p| {
+                let racks: std::collections::BTreeSet<_> = p
+                    .replicas
+                    .iter()
+                    .map(|id| uneven[*id as usize].rack.clone())
+                    .collect();
+                racks.len() == 2
+            })
+            .count();
+        assert!(mixed >= 4, "{placed:?}");
     }
 
     #[test]

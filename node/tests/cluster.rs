@@ -188,6 +188,22 @@ fn failover_of_leaders_and_of_the_controller() {
         per_broker[*leader as usize - 1] += 1;
     }
     assert_eq!(per_broker, [2, 2, 2], "placement balanced");
+    // Produce and consume through any broker.
+    for (at, node) in nodes.iter().enumerate() {
+        let lines: String = (0..4).map(|i| format!("via-{at}-{i}\n")).collect();
+        let printed = node.cli(
+            &["produce", "ha", "--print-offsets"],
+            Some(lines.as_bytes()),
+        );
+        assert_eq!(printed.lines().count(), 4);
+    }
+    for node in &nodes {
+        let consumed = node.cli(
+            &["consume", "ha", "--from-beginning", "--max-messages", "12"],
+            None,
+        );
+        assert_eq!(consumed.lines().count(), 12);
+    }
 
     // Kill -9 a broker that leads partitions but is not the controller.
     let victim = (1..=3).find(|id| *id != controller).unwrap();
@@ -382,4 +398,34 @@ fn the_whole_cluster_restarts_with_topics_placement_and_data() {
     let mut expected: Vec<String> = (0..300).map(|i| format!("kept-{i}")).collect();
     expected.sort();
     assert_eq!(consumed, expected);
+}
+
+/// etcd goes away: the node keeps serving while its lease could still be valid, then stops
+/// accepting writes for what it can no longer confirm leading (fail safe, not split brain).
+#[test]
+fn losing_etcd_stops_writes_after_the_lease_could_have_expired() {
+    let etcd = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with(dir.path(), 1, &etcd_args(&etcd, "1"));
+    node.cli(&["topic", "create", "outage", "--partitions", "1"], None);
+    node.cli(&["produce", "outage"], Some(b"before\n"));
+
+    drop(etcd);
+    let lost_at = Instant::now();
+    // Within the lease TTL (2 s) writes still go through.
+    node.cli(&["produce", "outage"], Some(b"during\n"));
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(2),
+        "the write above was in time"
+    );
+
+    std::thread::sleep(Duration::from_millis(3500));
+    let output = node.cli_output(&["produce", "outage", "--acks", "1"], Some(b"after\n"));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "writes are refused once the lease may be gone"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("NotLeader"), "{stderr}");
 }

@@ -51,6 +51,8 @@ pub struct NodeConfig {
     pub etcd: Option<Vec<String>>,
     /// How long a broker's registration outlives its last keep-alive (etcd only).
     pub lease_ttl: std::time::Duration,
+    /// This broker's rack, for rack-aware replica placement.
+    pub rack: Option<String>,
 }
 
 impl NodeConfig {
@@ -64,6 +66,7 @@ impl NodeConfig {
             host: self.advertised_host.clone(),
             port: self.listen.port(),
             shard_ports: (0..self.shards).map(|i| self.shard_port(i)).collect(),
+            rack: self.rack.clone(),
         }
     }
 }

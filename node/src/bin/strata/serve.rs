@@ -36,6 +36,9 @@ pub struct ServeArgs {
     lease_ttl_ms: Option<u64>,
     #[arg(long, env = "STRATA_CLUSTER")]
     cluster: Option<String>,
+    /// This broker's rack (failure domain): replicas spread over racks first.
+    #[arg(long, env = "STRATA_RACK")]
+    rack: Option<String>,
     /// Shards (threads, each pinned to a core). Default: the number of cores.
     #[arg(long, env = "STRATA_SHARDS")]
     shards: Option<usize>,
@@ -59,6 +62,7 @@ struct FileConfig {
     etcd: Option<String>,
     lease_ttl_ms: Option<u64>,
     cluster: Option<String>,
+    rack: Option<String>,
     shards: Option<usize>,
     advertised_host: Option<String>,
     max_frame_bytes: Option<usize>,
@@ -129,6 +133,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         pin_cores: true,
         etcd,
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
+        rack: args.rack.or(file.rack),
     };
     let node = Node::start(config.clone())?;
     eprintln!(
