@@ -231,11 +231,18 @@ fn failover_of_leaders_and_of_the_controller() {
     assert_eq!(printed.lines().count(), 2);
 
     // Kill -9 the controller: a live broker takes over and can create topics.
+    let killed_at = Instant::now();
     nodes[controller as usize - 1].kill();
     let observer = &nodes[survivor as usize - 1];
     wait_for("a new controller", || {
         cluster_info(observer)["controller"].as_i64() == Some(survivor)
     });
+    let took = killed_at.elapsed();
+    println!("controller takeover took {took:?} (lease TTL 2 s)");
+    assert!(
+        took < Duration::from_millis(2000 + 2000),
+        "takeover took {took:?}"
+    );
     observer.cli(&["topic", "create", "after", "--partitions", "2"], None);
     assert!(observer.cli(&["topic", "list"], None).contains("after"));
     drop(nodes);
