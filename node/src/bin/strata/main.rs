@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 success, 1 error with a one-line reason on stderr, 2 usage.
 
+mod bench_cmd;
 mod client_cmd;
 mod log_tools;
 mod serve;
@@ -44,6 +45,13 @@ enum Command {
         connection: Connection,
         #[command(flatten)]
         args: client_cmd::ConsumeArgs,
+    },
+    /// Load a cluster and measure throughput and latency (HDR histograms, open loop).
+    Bench {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: bench_cmd::BenchArgs,
     },
     /// Cluster-wide information.
     Cluster {
@@ -149,6 +157,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => client_cmd::runtime()?.block_on(client_cmd::cluster(connection, command)),
+        Command::Bench { connection, args } => {
+            client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
+        }
         Command::Log { command } => match command {
             LogCommand::Dump { dir, records } => io::run_on(&Backend::detect(), |storage| {
                 log_tools::dump(storage, dir, records)

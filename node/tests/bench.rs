@@ -1,0 +1,93 @@
+//! `strata bench` against a real node.
+
+mod support;
+
+use support::TestNode;
+
+fn report(node: &TestNode, args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    let mut all: Vec<&str> = args.to_vec();
+    let path_text = path.display().to_string();
+    all.extend(["--json", &path_text]);
+    node.cli(&all, None);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn assert_monotonic(percentiles: &serde_json::Value) {
+    let keys = ["p50", "p90", "p99", "p999", "p9999", "max"];
+    let values: Vec<u64> = keys
+        .iter()
+        .map(|k| percentiles[k].as_u64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] <= w[1]), "{percentiles}");
+    assert!(values[0] > 0);
+}
+
+#[test]
+fn bench_counts_match_the_broker_and_rates_are_kept() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+
+    // A fixed number of records: the JSON count is what the broker stored.
+    let produced = report(
+        &node,
+        &["bench", "produce", "--topic", "b1", "--records", "20000"],
+    );
+    assert_eq!(produced["workload"], "produce");
+    assert_eq!(produced["records"], 20000);
+    assert_eq!(produced["bytes"], 20000 * 1024);
+    assert_monotonic(&produced["ack_latency_us"]);
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["topic", "describe", "b1", "--format", "json"], None))
+            .unwrap();
+    let stored: u64 = described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["high_watermark"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stored, 20000);
+
+    // A rate-limited run hits its rate within 5%.
+    let limited = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "b2",
+            "--rate",
+            "4000",
+            "--duration",
+            "2",
+        ],
+    );
+    let rate = limited["records_per_s"].as_f64().unwrap();
+    assert!((rate - 4000.0).abs() / 4000.0 < 0.05, "rate {rate}");
+
+    // End to end: every record produced is consumed and timed.
+    let e2e = report(
+        &node,
+        &[
+            "bench",
+            "e2e",
+            "--topic",
+            "b3",
+            "--records",
+            "3000",
+            "--rate",
+            "3000",
+        ],
+    );
+    assert_eq!(e2e["records"], 3000);
+    assert_eq!(e2e["e2e_latency_us"]["count"], 3000);
+    assert_monotonic(&e2e["e2e_latency_us"]);
+
+    // Consume reads back what the first run stored.
+    let consumed = report(
+        &node,
+        &["bench", "consume", "--topic", "b1", "--records", "20000"],
+    );
+    assert_eq!(consumed["records"], 20000);
+}
