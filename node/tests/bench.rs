@@ -91,3 +91,45 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     );
     assert_eq!(consumed["records"], 20000);
 }
+
+/// Coordinated omission: a broker paused for 1 s during a fixed-rate run shows the pause in the
+/// tail (latency counts from the intended send time, so the stall cannot hide).
+#[test]
+fn a_paused_broker_shows_in_the_tail() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "co", "--partitions", "1"], None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    let mut bench = support::strata()
+        .args([
+            "bench",
+            "produce",
+            "--topic",
+            "co",
+            "--rate",
+            "2000",
+            "--duration",
+            "4",
+        ])
+        .arg("--json")
+        .arg(&path)
+        .env("STRATA_BOOTSTRAP", node.bootstrap())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    node.signal(libc::SIGSTOP);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    node.signal(libc::SIGCONT);
+    assert!(bench.wait().unwrap().success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let tail = report["ack_latency_us"]["p999"].as_u64().unwrap();
+    let median = report["ack_latency_us"]["p50"].as_u64().unwrap();
+    assert!(tail >= 800_000, "the 1 s pause is in p99.9: {tail} µs");
+    assert!(
+        median < 800_000,
+        "most records were not delayed: p50 {median} µs"
+    );
+}
