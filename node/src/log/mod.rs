@@ -1129,14 +1129,7 @@ impl<S: Storage> PartitionLog<S> {
         {
             tracing::warn!("preallocating segment {base_offset} failed: {error}");
         }
-        self.storage
-            .sync_dir(&self.dir)
-            .await
-            .map_err(|source| LogError::Io {
-                what: "sync",
-                path: self.dir.clone(),
-                source,
-            })?;
+        self.sync_dir().await?;
         Ok(Segment {
             base_offset,
             next_offset: base_offset,
@@ -1258,6 +1251,18 @@ impl<S: Storage> PartitionLog<S> {
         Ok((segment, damaged))
     }
 
+    /// Makes creations and removals in the partition folder durable.
+    async fn sync_dir(&self) -> Result<(), LogError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|source| LogError::Io {
+                what: "sync",
+                path: self.dir.clone(),
+                source,
+            })
+    }
+
     /// Records how far the log is durable. Not synced: see [`checkpoint`].
     async fn write_recovery_point(&mut self, point: RecoveryPoint) {
         self.recovery_point = Some(point);
@@ -1282,14 +1287,7 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
         }
-        self.storage
-            .sync_dir(&self.dir)
-            .await
-            .map_err(|source| LogError::Io {
-                what: "sync",
-                path: self.dir.clone(),
-                source,
-            })?;
+        self.sync_dir().await?;
         Ok(())
     }
 
