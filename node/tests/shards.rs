@@ -28,6 +28,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         etcd: None,
         lease_ttl: std::time::Duration::from_secs(5),
         rack: None,
+        admin: None,
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

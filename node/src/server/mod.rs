@@ -16,8 +16,10 @@
 //! locks, they exchange [`shard::ShardMessage`]s over channels (counted as cross-shard hops).
 //! Requests for another shard's partition are forwarded and answered there.
 
+mod admin;
 mod connection;
 mod control;
+mod metrics;
 mod shard;
 pub mod topic_config;
 
@@ -53,6 +55,8 @@ pub struct NodeConfig {
     pub lease_ttl: std::time::Duration,
     /// This broker's rack, for rack-aware replica placement.
     pub rack: Option<String>,
+    /// The admin HTTP endpoint (`/metrics`, `/health`, `/v1/cluster`); `None`: off.
+    pub admin: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -126,6 +130,13 @@ impl Node {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => anyhow::bail!("shard {index} failed to start: {error}"),
                 Err(_) => anyhow::bail!("shard {index} stopped while starting"),
+            }
+        }
+        if let Some(address) = config.admin {
+            // A taken admin port must not stop the broker: say so and serve without it.
+            match admin::start(config.clone(), mailboxes.clone(), address) {
+                Ok(bound) => tracing::info!("admin endpoint on http://{bound}"),
+                Err(error) => tracing::warn!("no admin endpoint: {error}"),
             }
         }
         tracing::info!(

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::NodeConfig;
 use super::connection;
 use super::control::ControlMessage;
+use super::metrics;
 use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::{LogError, PartitionLog, writer};
@@ -55,6 +56,14 @@ pub enum ShardMessage {
     /// What this shard owns and how often it forwarded, for tests and metrics.
     Stats {
         reply: oneshot::Sender<ShardStats>,
+    },
+    /// A copy of this shard's metrics, for a scrape.
+    Metrics {
+        reply: oneshot::Sender<metrics::Snapshot>,
+    },
+    /// The cluster as this shard sees it.
+    View {
+        reply: oneshot::Sender<ClusterView>,
     },
 }
 
@@ -102,6 +111,7 @@ pub(super) struct Shard {
     partitions: RefCell<HashMap<(String, u32), Partition>>,
     /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
     pub cross_shard_hops: Cell<u64>,
+    metrics: metrics::ShardMetrics,
 }
 
 pub fn run(
@@ -125,6 +135,7 @@ pub fn run(
             }),
             partitions: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
+            metrics: metrics::ShardMetrics::default(),
         });
         if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
@@ -189,6 +200,17 @@ pub fn run(
                         partitions,
                         cross_shard_hops: shard.cross_shard_hops.get(),
                     });
+                }
+                ShardMessage::Metrics { reply } => {
+                    let partitions = shard.partitions.borrow().len() as u64;
+                    let _ = reply.send(
+                        shard
+                            .metrics
+                            .snapshot(shard.cross_shard_hops.get(), partitions),
+                    );
+                }
+                ShardMessage::View { reply } => {
+                    let _ = reply.send(shard.view.borrow().clone());
                 }
                 ShardMessage::Shutdown { reply } => {
                     for listener in &listeners {
@@ -501,16 +523,27 @@ impl Shard {
             return produce_error(partition, ErrorCode::NotReady);
         };
         if records.len() > max_message_bytes {
+            self.metrics.produce_failed(topic);
             return produce_error(partition, ErrorCode::MessageTooLarge);
         }
+        let started = Instant::now();
         match log.append(records, leader_epoch).await {
-            Ok(info) => ProducePartitionResponse {
-                partition,
-                error: ErrorCode::None,
-                base_offset: info.base_offset,
-                log_start_offset: 0,
-            },
+            Ok(info) => {
+                self.metrics.produced(
+                    topic,
+                    info.last_offset - info.base_offset + 1,
+                    info.bytes,
+                    started.elapsed().as_micros() as u64,
+                );
+                ProducePartitionResponse {
+                    partition,
+                    error: ErrorCode::None,
+                    base_offset: info.base_offset,
+                    log_start_offset: 0,
+                }
+            }
             Err(error) => {
+                self.metrics.produce_failed(topic);
                 if !matches!(error, LogError::CorruptBatch { .. }) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
                 }
@@ -620,6 +653,7 @@ impl Shard {
         deadline: Option<Instant>,
     ) -> FetchPartitionResponse {
         let index = partition.partition;
+        let started = Instant::now();
         let Some((log, _, _)) = self.log_of(topic, index) else {
             return fetch_error(index, ErrorCode::NotReady, 0, 0);
         };
@@ -645,6 +679,11 @@ impl Shard {
             .await
         {
             Ok(bytes) => {
+                self.metrics.fetched(
+                    topic,
+                    bytes.len() as u64,
+                    started.elapsed().as_micros() as u64,
+                );
                 let offsets = log.offsets().await.unwrap_or(offsets);
                 FetchPartitionResponse {
                     partition: index,

@@ -24,7 +24,7 @@ pub struct ServeArgs {
     /// Replication (QUIC) address; used once replication lands.
     #[arg(long, env = "STRATA_REPLICATION")]
     replication: Option<SocketAddr>,
-    /// Admin/metrics HTTP address; served once the metrics issue lands.
+    /// Admin HTTP address: /metrics (Prometheus), /health, /v1/cluster. Default 127.0.0.1:7380.
     #[arg(long, env = "STRATA_ADMIN")]
     admin: Option<SocketAddr>,
     /// etcd endpoints (comma-separated) for a cluster; without it the node runs on its
@@ -91,10 +91,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .collect()
     });
     let lease_ttl_ms = args.lease_ttl_ms.or(file.lease_ttl_ms).unwrap_or(5_000);
-    let _ = (
-        args.replication.or(file.replication),
-        args.admin.or(file.admin),
-    );
+    let _ = args.replication.or(file.replication);
+    let admin = args
+        .admin
+        .or(file.admin)
+        .unwrap_or_else(|| "127.0.0.1:7380".parse().expect("a valid address"));
     let listen = args
         .listen
         .or(file.listen)
@@ -134,6 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         etcd,
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
+        admin: Some(admin),
     };
     let node = Node::start(config.clone())?;
     eprintln!(

@@ -1,0 +1,122 @@
+//! The admin HTTP endpoint (`--admin`, default 127.0.0.1:7380): `/metrics` (Prometheus text),
+//! `/health`, `/v1/cluster` (JSON). Runs on its own thread; gathers per-shard snapshots over the
+//! shards' mailboxes, so recording a metric never takes a lock shared between shards.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::NodeConfig;
+use super::metrics;
+use super::shard::ShardMessage;
+
+pub fn start(
+    config: Arc<NodeConfig>,
+    shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    address: SocketAddr,
+) -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind(address)
+        .map_err(|error| anyhow::anyhow!("admin endpoint {address}: {error}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("strata-admin".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime builds");
+            runtime.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (config, shards) = (config.clone(), shards.clone());
+                    tokio::spawn(async move {
+                        let _ = serve(stream, &config, &shards).await;
+                    });
+                }
+            });
+        })?;
+    Ok(bound)
+}
+
+async fn serve(
+    mut stream: tokio::net::TcpStream,
+    config: &NodeConfig,
+    shards: &[mpsc::UnboundedSender<ShardMessage>],
+) -> std::io::Result<()> {
+    let mut request = Vec::with_capacity(1024);
+    let mut buffer = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
+            break;
+        }
+        request.extend_from_slice(&buffer[..read]);
+    }
+    let text = String::from_utf8_lossy(&request);
+    let path = text.split_whitespace().nth(1).unwrap_or("/");
+    let (status, content_type, body) = match path {
+        "/metrics" => {
+            let mut snapshots = Vec::new();
+            for shard in shards {
+                let (reply, answer) = oneshot::channel();
+                if shard.send(ShardMessage::Metrics { reply }).is_ok()
+                    && let Ok(snapshot) = answer.await
+                {
+                    snapshots.push(snapshot);
+                }
+            }
+            (
+                "200 OK",
+                "text/plain; version=0.0.4",
+                metrics::render(config.node_id, &snapshots),
+            )
+        }
+        "/health" => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/v1/cluster" => {
+            let (reply, answer) = oneshot::channel();
+            let view = match shards.first() {
+                Some(shard) if shard.send(ShardMessage::View { reply }).is_ok() => {
+                    answer.await.ok()
+                }
+                _ => None,
+            };
+            match view {
+                Some(view) => (
+                    "200 OK",
+                    "application/json",
+                    serde_json::json!({
+                        "cluster": config.cluster,
+                        "node": config.node_id,
+                        "controller": view.controller,
+                        "brokers": view.brokers.iter().map(|broker| serde_json::json!({
+                            "id": broker.id,
+                            "addr": format!("{}:{}", broker.host, broker.port),
+                            "alive": true,
+                            "shard_ports": broker.shard_ports,
+                            "rack": broker.rack,
+                        })).collect::<Vec<_>>(),
+                        "topics": view.topics.as_ref(),
+                        "shards": config.shards,
+                        "data_dir": config.data_dir,
+                    })
+                    .to_string(),
+                ),
+                None => ("503 Service Unavailable", "text/plain", "starting\n".into()),
+            }
+        }
+        _ => ("404 Not Found", "text/plain", "not found\n".into()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}

@@ -1,0 +1,195 @@
+//! Metrics: each shard records into its own [`ShardMetrics`] (plain cells, no lock shared with
+//! anyone); a scrape asks every shard for a snapshot over its mailbox and merges them.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use hdrhistogram::Histogram;
+
+/// Upper bounds (µs) of the Prometheus histogram buckets rendered from the HDR histograms.
+const BUCKETS_US: [u64; 14] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct TopicCounters {
+    pub records_in: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub produce_errors: u64,
+}
+
+/// One shard's metrics; only that shard's thread touches it.
+#[derive(Default)]
+pub struct ShardMetrics {
+    inner: RefCell<Snapshot>,
+}
+
+/// What a shard hands to a scrape.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub topics: BTreeMap<String, TopicCounters>,
+    /// Time to append (and, with flush=always, sync) a produce's records, µs.
+    pub produce_latency_us: Histogram<u64>,
+    pub fetch_latency_us: Histogram<u64>,
+    pub cross_shard_hops: u64,
+    pub partitions: u64,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid bounds");
+        Snapshot {
+            topics: BTreeMap::new(),
+            produce_latency_us: histogram(),
+            fetch_latency_us: histogram(),
+            cross_shard_hops: 0,
+            partitions: 0,
+        }
+    }
+}
+
+impl ShardMetrics {
+    pub fn produced(&self, topic: &str, records: u64, bytes: u64, latency_us: u64) {
+        let mut inner = self.inner.borrow_mut();
+        let counters = inner.topics.entry(topic.to_string()).or_default();
+        counters.records_in += records;
+        counters.bytes_in += bytes;
+        let _ = inner.produce_latency_us.record(latency_us.max(1));
+    }
+
+    pub fn produce_failed(&self, topic: &str) {
+        let mut inner = self.inner.borrow_mut();
+        inner
+            .topics
+            .entry(topic.to_string())
+            .or_default()
+            .produce_errors += 1;
+    }
+
+    pub fn fetched(&self, topic: &str, bytes: u64, latency_us: u64) {
+        let mut inner = self.inner.borrow_mut();
+        inner.topics.entry(topic.to_string()).or_default().bytes_out += bytes;
+        let _ = inner.fetch_latency_us.record(latency_us.max(1));
+    }
+
+    pub fn snapshot(&self, cross_shard_hops: u64, partitions: u64) -> Snapshot {
+        let mut snapshot = self.inner.borrow().clone();
+        snapshot.cross_shard_hops = cross_shard_hops;
+        snapshot.partitions = partitions;
+        snapshot
+    }
+}
+
+/// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
+pub fn render(node_id: i32, snapshots: &[Snapshot]) -> String {
+    let mut out = String::new();
+    let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
+    for snapshot in snapshots {
+        for (topic, counters) in &snapshot.topics {
+            let total = topics.entry(topic).or_default();
+            total.records_in += counters.records_in;
+            total.bytes_in += counters.bytes_in;
+            total.bytes_out += counters.bytes_out;
+            total.produce_errors += counters.produce_errors;
+        }
+    }
+    let counter =
+        |out: &mut String, name: &str, help: &str, value: &dyn Fn(&TopicCounters) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (topic, counters) in &topics {
+                let _ = writeln!(
+                    out,
+                    "{name}{{node=\"{node_id}\",topic=\"{topic}\"}} {}",
+                    value(counters)
+                );
+            }
+        };
+    counter(
+        &mut out,
+        "strata_records_in_total",
+        "Records appended.",
+        &|c| c.records_in,
+    );
+    counter(
+        &mut out,
+        "strata_bytes_in_total",
+        "Bytes of record batches appended.",
+        &|c| c.bytes_in,
+    );
+    counter(
+        &mut out,
+        "strata_bytes_out_total",
+        "Bytes of record batches fetched.",
+        &|c| c.bytes_out,
+    );
+    counter(
+        &mut out,
+        "strata_produce_errors_total",
+        "Produce requests that failed.",
+        &|c| c.produce_errors,
+    );
+
+    let _ = writeln!(
+        out,
+        "# HELP strata_cross_shard_hops_total Requests forwarded to the owning shard.\n# TYPE strata_cross_shard_hops_total counter"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "strata_cross_shard_hops_total{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.cross_shard_hops
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_partitions Partitions this shard leads.\n# TYPE strata_partitions gauge"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "strata_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.partitions
+        );
+    }
+    for (name, help, pick) in [
+        (
+            "strata_produce_latency_seconds",
+            "Time to append a produce's records (with flush=always, including the sync).",
+            (|s: &Snapshot| &s.produce_latency_us) as fn(&Snapshot) -> &Histogram<u64>,
+        ),
+        (
+            "strata_fetch_latency_seconds",
+            "Time to serve a fetch from the partition (including any long-poll wait).",
+            |s: &Snapshot| &s.fetch_latency_us,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut merged = Snapshot::default().produce_latency_us;
+        for snapshot in snapshots {
+            let _ = merged.add(pick(snapshot));
+        }
+        for bound in BUCKETS_US {
+            let count = merged.count_between(0, bound);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{node=\"{node_id}\",le=\"{}\"}} {count}",
+                bound as f64 / 1e6
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{node=\"{node_id}\",le=\"+Inf\"}} {}",
+            merged.len()
+        );
+        let sum_us: f64 = merged
+            .iter_recorded()
+            .map(|value| value.value_iterated_to() as f64 * value.count_at_value() as f64)
+            .sum();
+        let _ = writeln!(out, "{name}_sum{{node=\"{node_id}\"}} {}", sum_us / 1e6);
+        let _ = writeln!(out, "{name}_count{{node=\"{node_id}\"}} {}", merged.len());
+    }
+    out
+}

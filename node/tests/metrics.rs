@@ -1,0 +1,116 @@
+//! The admin endpoint: Prometheus text that parses and counts what was sent.
+
+mod support;
+
+use std::io::{Read, Write};
+
+use support::TestNode;
+
+fn get(port: u16, path: &str) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// Parses Prometheus text exposition: `# HELP`/`# TYPE` comments and `name{labels} value`
+/// samples; panics on anything else.
+fn parse(text: &str) -> Vec<(String, String, f64)> {
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") || line.is_empty() {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => {
+                assert!(labels.ends_with('}'), "unclosed labels: {line}");
+                (name, labels.trim_end_matches('}'))
+            }
+            None => (series, ""),
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name: {line}"
+        );
+        for label in labels.split(',').filter(|l| !l.is_empty()) {
+            let (key, quoted) = label
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad label: {line}"));
+            assert!(
+                !key.is_empty() && quoted.starts_with('"') && quoted.ends_with('"'),
+                "{line}"
+            );
+        }
+        samples.push((name.to_string(), labels.to_string(), value));
+    }
+    samples
+}
+
+fn sample(samples: &[(String, String, f64)], name: &str, label: &str) -> f64 {
+    samples
+        .iter()
+        .find(|(n, labels, _)| n == name && labels.contains(label))
+        .unwrap_or_else(|| panic!("no {name} with {label}"))
+        .2
+}
+
+#[test]
+fn metrics_parse_and_count_the_traffic() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(&["topic", "create", "m", "--partitions", "2"], None);
+    let input: String = (0..500).map(|i| format!("value-{i:04}\n")).collect();
+    node.cli(&["produce", "m"], Some(input.as_bytes()));
+    node.cli(
+        &["consume", "m", "--from-beginning", "--max-messages", "500"],
+        None,
+    );
+
+    let (status, body) = get(admin, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    let samples = parse(&body);
+    assert_eq!(
+        sample(&samples, "strata_records_in_total", "topic=\"m\""),
+        500.0
+    );
+    assert!(sample(&samples, "strata_bytes_in_total", "topic=\"m\"") >= 500.0 * 10.0);
+    assert!(sample(&samples, "strata_bytes_out_total", "topic=\"m\"") >= 500.0 * 10.0);
+    let produce_count = sample(
+        &samples,
+        "strata_produce_latency_seconds_count",
+        "node=\"1\"",
+    );
+    assert!(produce_count >= 1.0);
+    let infinite = sample(
+        &samples,
+        "strata_produce_latency_seconds_bucket",
+        "le=\"+Inf\"",
+    );
+    assert_eq!(infinite, produce_count, "buckets end at the count");
+    let partitions: f64 = samples
+        .iter()
+        .filter(|(name, _, _)| name == "strata_partitions")
+        .map(|(_, _, value)| value)
+        .sum();
+    assert_eq!(partitions, 2.0);
+
+    let (status, body) = get(admin, "/health");
+    assert!(status.contains("200") && body.trim() == "ok");
+    let (status, body) = get(admin, "/v1/cluster");
+    assert!(status.contains("200"));
+    let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cluster["brokers"].as_array().unwrap().len(), 1);
+    assert_eq!(cluster["topics"][0]["name"], "m");
+    let (status, _) = get(admin, "/nope");
+    assert!(status.contains("404"));
+}
