@@ -133,3 +133,56 @@ fn a_paused_broker_shows_in_the_tail() {
         "most records were not delayed: p50 {median} µs"
     );
 }
+
+/// Workload files drive runs (flags win over them); --compare puts two reports side by side.
+#[test]
+fn workload_files_and_compare() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    let smoke = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/workloads/smoke.toml");
+    let first = report(&node, &["bench", "--workload", smoke, "--duration", "1"]);
+    assert_eq!(first["workload"], "e2e");
+    assert_eq!(first["topic"], "smoke");
+    let rate = first["records_per_s"].as_f64().unwrap();
+    assert!(
+        (rate - 2000.0).abs() / 2000.0 < 0.1,
+        "the file's rate applies: {rate}"
+    );
+    let second = report(
+        &node,
+        &[
+            "bench",
+            "--workload",
+            smoke,
+            "--duration",
+            "1",
+            "--rate",
+            "1000",
+        ],
+    );
+    let rate = second["records_per_s"].as_f64().unwrap();
+    assert!(
+        (rate - 1000.0).abs() / 1000.0 < 0.1,
+        "the flag wins: {rate}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    std::fs::write(&a, first.to_string()).unwrap();
+    std::fs::write(&b, second.to_string()).unwrap();
+    let table = node.cli(
+        &[
+            "bench",
+            "--compare",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        None,
+    );
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("records_per_s"))
+        .unwrap();
+    let ratio: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
+    assert!((ratio - 0.5).abs() < 0.1, "{line}");
+}

@@ -25,43 +25,55 @@ pub enum Keys {
 
 #[derive(Args)]
 pub struct BenchArgs {
+    /// produce, consume or e2e (or `workload` in the --workload file).
     #[arg(value_enum)]
-    workload: WorkloadArg,
-    #[arg(long, default_value = "strata-bench")]
-    topic: String,
-    /// Partitions of the topic when the bench creates it.
-    #[arg(long, default_value_t = 4)]
-    partitions: u32,
-    #[arg(long, default_value_t = 2)]
-    producers: usize,
-    #[arg(long, default_value_t = 1)]
-    consumers: usize,
-    #[arg(long, default_value_t = 1024)]
-    record_size: usize,
-    /// Producer batch size in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    batch_size: usize,
-    #[arg(long, default_value_t = 2)]
-    linger_ms: u64,
-    /// 0, 1 or all.
-    #[arg(long, default_value = "1")]
-    acks: String,
+    workload: Option<WorkloadArg>,
+    /// A TOML workload file with any of the settings below (snake_case); flags win over it.
+    #[arg(long = "workload", value_name = "FILE")]
+    workload_file: Option<PathBuf>,
+    /// Print two JSON reports side by side with ratios (B / A) and exit.
+    #[arg(long, num_args = 2, value_names = ["A.json", "B.json"])]
+    compare: Option<Vec<PathBuf>>,
+    #[arg(long)]
+    topic: Option<String>,
+    /// Partitions of the topic when the bench creates it. Default 4.
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Default 2.
+    #[arg(long)]
+    producers: Option<usize>,
+    /// Default 1.
+    #[arg(long)]
+    consumers: Option<usize>,
+    /// Default 1024.
+    #[arg(long)]
+    record_size: Option<usize>,
+    /// Producer batch size in bytes. Default 1 MiB.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Default 2.
+    #[arg(long)]
+    linger_ms: Option<u64>,
+    /// 0, 1 or all. Default 1.
+    #[arg(long)]
+    acks: Option<String>,
     /// Records per second over all producers (open loop); default: as fast as acks allow.
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds to run (after the warmup).
+    /// Seconds to run (after the warmup). Default 10 unless --records is given.
     #[arg(long)]
     duration: Option<f64>,
     /// Records to send (produce, e2e) or to read (consume).
     #[arg(long)]
     records: Option<u64>,
-    /// Seconds not measured at the start.
-    #[arg(long, default_value_t = 0.0)]
-    warmup: f64,
-    #[arg(long, value_enum, default_value_t = Keys::None)]
-    key_distribution: Keys,
-    #[arg(long, default_value_t = 1000)]
-    keys: u64,
+    /// Seconds not measured at the start. Default 0.
+    #[arg(long)]
+    warmup: Option<f64>,
+    #[arg(long, value_enum)]
+    key_distribution: Option<Keys>,
+    /// Default 1000.
+    #[arg(long)]
+    keys: Option<u64>,
     /// Write the report as JSON (field names are stable; see docs/benchmarks.md).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -70,44 +82,107 @@ pub struct BenchArgs {
     hdr_log: Option<PathBuf>,
 }
 
+/// A workload file: the same settings as the flags.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct WorkloadFile {
+    workload: Option<String>,
+    topic: Option<String>,
+    partitions: Option<u32>,
+    producers: Option<usize>,
+    consumers: Option<usize>,
+    record_size: Option<usize>,
+    batch_size: Option<usize>,
+    linger_ms: Option<u64>,
+    acks: Option<String>,
+    rate: Option<f64>,
+    duration: Option<f64>,
+    records: Option<u64>,
+    warmup: Option<f64>,
+    key_distribution: Option<String>,
+    keys: Option<u64>,
+}
+
 pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(paths) = &args.compare {
+        return compare(&paths[0], &paths[1]);
+    }
+    let file: WorkloadFile = match &args.workload_file {
+        Some(path) => toml::from_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?,
+        None => WorkloadFile::default(),
+    };
+    let workload = match (args.workload, file.workload.as_deref()) {
+        (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,
+        (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Workload::Consume,
+        (Some(WorkloadArg::E2e), _) | (None, Some("e2e")) => Workload::E2e,
+        (None, Some(other)) => {
+            anyhow::bail!("workload {other:?}: expected produce, consume or e2e")
+        }
+        (None, None) => {
+            anyhow::bail!("name a workload (produce, consume, e2e) or give --workload FILE")
+        }
+    };
+    let defaults = BenchConfig::default();
+    let records = args.records.or(file.records);
     let config = BenchConfig {
-        workload: match args.workload {
-            WorkloadArg::Produce => Workload::Produce,
-            WorkloadArg::Consume => Workload::Consume,
-            WorkloadArg::E2e => Workload::E2e,
-        },
+        workload,
         bootstrap: connection.bootstrap.clone(),
-        topic: args.topic,
-        partitions: args.partitions,
-        producers: args.producers,
-        consumers: args.consumers,
-        record_size: args.record_size,
-        batch_bytes: args.batch_size,
-        linger: Duration::from_millis(args.linger_ms),
-        acks: match args.acks.as_str() {
+        topic: args.topic.or(file.topic).unwrap_or(defaults.topic),
+        partitions: args
+            .partitions
+            .or(file.partitions)
+            .unwrap_or(defaults.partitions),
+        producers: args
+            .producers
+            .or(file.producers)
+            .unwrap_or(defaults.producers),
+        consumers: args
+            .consumers
+            .or(file.consumers)
+            .unwrap_or(defaults.consumers),
+        record_size: args
+            .record_size
+            .or(file.record_size)
+            .unwrap_or(defaults.record_size),
+        batch_bytes: args
+            .batch_size
+            .or(file.batch_size)
+            .unwrap_or(defaults.batch_bytes),
+        linger: args
+            .linger_ms
+            .or(file.linger_ms)
+            .map_or(defaults.linger, Duration::from_millis),
+        acks: match args.acks.or(file.acks).as_deref().unwrap_or("1") {
             "0" => 0,
             "1" => 1,
             "all" | "-1" => -1,
             other => anyhow::bail!("--acks {other}: expected 0, 1 or all"),
         },
-        rate: args.rate,
+        rate: args.rate.or(file.rate),
         duration: args
             .duration
+            .or(file.duration)
             .map(Duration::from_secs_f64)
-            .or(if args.records.is_none() {
-                Some(Duration::from_secs(10))
+            .or(if records.is_none() {
+                defaults.duration
             } else {
                 None
             }),
-        records: args.records,
-        warmup: Duration::from_secs_f64(args.warmup),
-        key_distribution: match args.key_distribution {
-            Keys::None => KeyDistribution::None,
-            Keys::Uniform => KeyDistribution::Uniform,
-            Keys::Zipf => KeyDistribution::Zipf,
+        records,
+        warmup: Duration::from_secs_f64(args.warmup.or(file.warmup).unwrap_or(0.0)),
+        key_distribution: match (args.key_distribution, file.key_distribution.as_deref()) {
+            (Some(Keys::None), _) | (None, None | Some("none")) => KeyDistribution::None,
+            (Some(Keys::Uniform), _) | (None, Some("uniform")) => KeyDistribution::Uniform,
+            (Some(Keys::Zipf), _) | (None, Some("zipf")) => KeyDistribution::Zipf,
+            (None, Some(other)) => {
+                anyhow::bail!("key_distribution {other:?}: expected none, uniform or zipf")
+            }
         },
-        keys: args.keys,
+        keys: args.keys.or(file.keys).unwrap_or(defaults.keys),
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     println!("{}", strata_bench::summary(&report));
@@ -118,6 +193,56 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     if let Some(path) = &args.hdr_log {
         write_hdr_log(path, &report, &histograms)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Two reports side by side: each number of A, of B, and B / A.
+fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
+    let read = |path: &std::path::Path| -> anyhow::Result<serde_json::Value> {
+        serde_json::from_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))
+    };
+    let (left, right) = (read(a)?, read(b)?);
+    println!(
+        "{:28} {:>16} {:>16} {:>8}",
+        "",
+        a.display(),
+        b.display(),
+        "B / A"
+    );
+    let mut rows: Vec<(String, Option<f64>, Option<f64>)> = Vec::new();
+    for key in [
+        "records",
+        "bytes",
+        "duration_s",
+        "records_per_s",
+        "mb_per_s",
+    ] {
+        rows.push((key.into(), left[key].as_f64(), right[key].as_f64()));
+    }
+    for histogram in ["ack_latency_us", "e2e_latency_us"] {
+        for percentile in ["p50", "p90", "p99", "p999", "p9999", "max"] {
+            rows.push((
+                format!("{histogram}.{percentile}"),
+                left[histogram][percentile].as_f64(),
+                right[histogram][percentile].as_f64(),
+            ));
+        }
+    }
+    for (name, x, y) in rows {
+        if x.is_none() && y.is_none() {
+            continue;
+        }
+        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let ratio = match (x, y) {
+            (Some(x), Some(y)) if x != 0.0 => format!("{:.2}", y / x),
+            _ => "-".into(),
+        };
+        println!("{name:28} {:>16} {:>16} {ratio:>8}", show(x), show(y));
     }
     Ok(())
 }
