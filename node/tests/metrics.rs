@@ -114,3 +114,64 @@ fn metrics_parse_and_count_the_traffic() {
     let (status, _) = get(admin, "/nope");
     assert!(status.contains("404"));
 }
+
+/// The live dashboard loads in headless Chromium against a running node and draws its charts
+/// from real scrapes (each chart records how many points it drew).
+#[test]
+fn the_dashboard_draws_charts_in_headless_chromium() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    // Traffic while the page watches.
+    let mut bench = support::strata()
+        .args([
+            "bench",
+            "e2e",
+            "--topic",
+            "dash",
+            "--rate",
+            "2000",
+            "--duration",
+            "8",
+        ])
+        .env("STRATA_BOOTSTRAP", node.bootstrap())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let profile = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--virtual-time-budget=6000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("http://127.0.0.1:{admin}/dashboard"))
+        .output()
+        .expect("chromium (Debian package chromium)");
+    let _ = bench.wait();
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(dom.contains("updated "), "the page scraped /metrics: {dom}");
+    for chart in ["produce", "fetch", "throughput", "records"] {
+        let marker = format!("id=\"{chart}\"");
+        let tag = dom
+            .split("<canvas")
+            .find(|tag| tag.contains(&marker))
+            .unwrap_or_else(|| panic!("no {chart} chart"));
+        let points: usize = tag
+            .split("data-points=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(points >= 2, "{chart} drew {points} points");
+    }
+}

@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint (`--admin`, default 127.0.0.1:7380): `/metrics` (Prometheus text),
-//! `/health`, `/v1/cluster` (JSON). Runs on its own thread; gathers per-shard snapshots over the
+//! `/health`, `/v1/cluster` (JSON), and `/dashboard`, a self-contained live latency page (plain
+//! HTML and JS polling `/metrics`; no build step, no CDN). Runs on its own thread; gathers per-shard snapshots over the
 //! shards' mailboxes, so recording a metric never takes a lock shared between shards.
 
 use std::net::SocketAddr;
@@ -79,6 +80,11 @@ async fn serve(
             )
         }
         "/health" => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/dashboard" | "/" => (
+            "200 OK",
+            "text/html; charset=utf-8",
+            include_str!("dashboard.html").to_string(),
+        ),
         "/v1/cluster" => {
             let (reply, answer) = oneshot::channel();
             let view = match shards.first() {
