@@ -138,7 +138,22 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // Open the page once traffic flows.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, body) = get(admin, "/metrics");
+        let flowing = parse(&body)
+            .iter()
+            .any(|(name, _, value)| name == "strata_records_in_total" && *value > 0.0);
+        if flowing {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no traffic reached the node"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let profile = tempfile::tempdir().unwrap();
     let output = std::process::Command::new("chromium")
         .args([
@@ -173,5 +188,12 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(points >= 2, "{chart} drew {points} points");
+        let max: f64 = tag
+            .split("data-max=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        assert!(max > 0.0, "{chart} shows data (max {max})");
     }
 }

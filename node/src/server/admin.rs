@@ -32,13 +32,14 @@ pub fn start(
             runtime.block_on(async move {
                 let listener =
                     tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+                let started = std::time::Instant::now();
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
                     let (config, shards) = (config.clone(), shards.clone());
                     tokio::spawn(async move {
-                        let _ = serve(stream, &config, &shards).await;
+                        let _ = serve(stream, &config, &shards, started).await;
                     });
                 }
             });
@@ -50,6 +51,7 @@ async fn serve(
     mut stream: tokio::net::TcpStream,
     config: &NodeConfig,
     shards: &[mpsc::UnboundedSender<ShardMessage>],
+    started: std::time::Instant,
 ) -> std::io::Result<()> {
     let mut request = Vec::with_capacity(1024);
     let mut buffer = [0u8; 1024];
@@ -76,7 +78,7 @@ async fn serve(
             (
                 "200 OK",
                 "text/plain; version=0.0.4",
-                metrics::render(config.node_id, &snapshots),
+                metrics::render(config.node_id, started.elapsed(), &snapshots),
             )
         }
         "/health" => ("200 OK", "text/plain", "ok\n".to_string()),

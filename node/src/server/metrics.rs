@@ -84,8 +84,13 @@ impl ShardMetrics {
 }
 
 /// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
-pub fn render(node_id: i32, snapshots: &[Snapshot]) -> String {
+pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
+        uptime.as_secs_f64()
+    );
     let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
     for snapshot in snapshots {
         for (topic, counters) in &snapshot.topics {
