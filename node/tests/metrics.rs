@@ -197,3 +197,39 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
         assert!(max > 0.0, "{chart} shows data (max {max})");
     }
 }
+
+/// The shipped Grafana dashboard only queries metrics the node exports.
+#[test]
+fn the_grafana_dashboard_queries_exported_metrics() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(&["topic", "create", "g", "--partitions", "1"], None);
+    node.cli(&["produce", "g"], Some(b"one\n"));
+    let (_, body) = get(admin, "/metrics");
+    let exported: std::collections::BTreeSet<String> =
+        parse(&body).into_iter().map(|(name, _, _)| name).collect();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tuning/dashboards/grafana.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut checked = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("strata_") {
+                    assert!(
+                        exported.contains(word),
+                        "{word} is not exported (panel {})",
+                        panel["title"]
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 8);
+}
