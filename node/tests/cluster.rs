@@ -100,6 +100,36 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
     );
     assert_eq!(consumed.lines().count(), 1000);
 
+    // A broker that does not lead a partition answers NOT_LEADER naming the leader.
+    let led_by_one = leaders
+        .iter()
+        .position(|leader| *leader == 1)
+        .expect("node 1 leads a partition") as u32;
+    runtime.block_on(async {
+        use strata_wire::protocol::*;
+        let mut builder = strata_wire::batch::BatchBuilder::default();
+        builder.push(1, None, b"misrouted");
+        let request = Request::Produce(ProduceRequest {
+            acks: 1,
+            timeout_ms: 1000,
+            topics: vec![ProduceTopic {
+                name: "spread".into(),
+                partitions: vec![ProducePartition {
+                    partition: led_by_one,
+                    records: Records::from(builder.finish()),
+                }],
+            }],
+        });
+        let address: std::net::SocketAddr = two.bootstrap().parse().unwrap();
+        let connection = strata_client::Connection::connect(address).await.unwrap();
+        let Response::Produce(response) = connection.request(request).await.unwrap() else {
+            panic!("a produce response")
+        };
+        let answer = &response.topics[0].partitions[0];
+        assert_eq!(answer.error, ErrorCode::NotLeader);
+        assert_eq!(answer.leader_hint, 1);
+    });
+
     // A second process with a taken node id is refused with a clear error.
     let output = strata()
         .args(["serve", "--data-dir"])

@@ -141,6 +141,7 @@ fn fetch_response_round_trips_and_keeps_records_zero_copy_on_encode() {
                 error: ErrorCode::None,
                 high_watermark: 2,
                 log_start_offset: 0,
+                leader_hint: -1,
                 records: Records::from(stored.clone()),
             }],
         }],

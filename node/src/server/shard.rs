@@ -346,6 +346,19 @@ impl Shard {
         Ok(shard_of(topic, partition, self.context.config.shards))
     }
 
+    /// With NOT_LEADER, who leads the partition as far as this broker knows.
+    fn leader_hint(&self, topic: &str, partition: u32, error: ErrorCode) -> i32 {
+        if error != ErrorCode::NotLeader {
+            return -1;
+        }
+        let view = self.view.borrow();
+        view.topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| t.partitions.get(partition as usize))
+            .map_or(-1, |p| p.leader)
+    }
+
     fn forward(&self, owner: usize, message: ShardMessage) -> bool {
         self.cross_shard_hops.set(self.cross_shard_hops.get() + 1);
         self.context.peers[owner].send(message).is_ok()
@@ -485,7 +498,10 @@ impl Shard {
                     let index = partition.partition;
                     let records = partition.records.into_mut();
                     match shard.route(&name, index) {
-                        Err(error) => produce_error(index, error),
+                        Err(error) => ProducePartitionResponse {
+                            leader_hint: shard.leader_hint(&name, index, error),
+                            ..produce_error(index, error)
+                        },
                         Ok(owner) if owner == shard.context.index => {
                             shard.produce_local(&name, index, records).await
                         }
@@ -540,6 +556,7 @@ impl Shard {
                     error: ErrorCode::None,
                     base_offset: info.base_offset,
                     log_start_offset: 0,
+                    leader_hint: -1,
                 }
             }
             Err(error) => {
@@ -624,7 +641,10 @@ impl Shard {
     ) -> FetchPartitionResponse {
         let index = partition.partition;
         match self.route(&topic, index) {
-            Err(error) => fetch_error(index, error, 0, 0),
+            Err(error) => FetchPartitionResponse {
+                leader_hint: self.leader_hint(&topic, index, error),
+                ..fetch_error(index, error, 0, 0)
+            },
             Ok(owner) if owner == self.context.index => {
                 self.fetch_local(&topic, partition, deadline).await
             }
@@ -690,6 +710,7 @@ impl Shard {
                     error: ErrorCode::None,
                     high_watermark: offsets.log_end,
                     log_start_offset: offsets.log_start,
+                    leader_hint: -1,
                     records: Records::Shared(bytes),
                 }
             }
@@ -783,6 +804,7 @@ fn produce_error(partition: u32, error: ErrorCode) -> ProducePartitionResponse {
         error,
         base_offset: 0,
         log_start_offset: 0,
+        leader_hint: -1,
     }
 }
 
@@ -797,6 +819,7 @@ fn fetch_error(
         error,
         high_watermark,
         log_start_offset,
+        leader_hint: -1,
         records: Records::empty(),
     }
 }

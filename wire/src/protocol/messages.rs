@@ -236,6 +236,8 @@ messages! {
         pub error: ErrorCode,
         pub base_offset: u64,
         pub log_start_offset: u64,
+        /// With NOT_LEADER: the node this broker believes leads the partition (-1: none known).
+        pub leader_hint: i32,
     }
 
     pub struct ProduceTopicResponse {
@@ -271,6 +273,8 @@ messages! {
         pub error: ErrorCode,
         pub high_watermark: u64,
         pub log_start_offset: u64,
+        /// With NOT_LEADER: the node this broker believes leads the partition (-1: none known).
+        pub leader_hint: i32,
         /// Whole stored batches, verbatim.
         pub records: Records,
     }
