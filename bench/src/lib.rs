@@ -63,6 +63,8 @@ pub struct BenchConfig {
     pub warmup: Duration,
     pub key_distribution: KeyDistribution,
     pub keys: u64,
+    /// Print records/s and MB/s every second on stderr (the CLI turns it on for a terminal).
+    pub progress: bool,
 }
 
 impl Default for BenchConfig {
@@ -84,6 +86,7 @@ impl Default for BenchConfig {
             warmup: Duration::ZERO,
             key_distribution: KeyDistribution::None,
             keys: 1000,
+            progress: false,
         }
     }
 }
@@ -125,6 +128,9 @@ pub struct Report {
     /// MB = 10^6 bytes.
     pub mb_per_s: f64,
     pub target_rate: Option<f64>,
+    /// CPU the bench process itself used over the run, in % of one core (user + system), so a
+    /// reader can tell whether the tool or the broker was the limit.
+    pub bench_cpu_percent: f64,
     pub ack_latency_us: Option<Percentiles>,
     pub e2e_latency_us: Option<Percentiles>,
 }
@@ -165,6 +171,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             .with_context(|| format!("creating topic {}", config.topic))?;
     }
     let started = Instant::now();
+    let cpu_started = cpu_seconds();
     let measure_from = started + config.warmup;
     // Producers stop at the deadline; consumers only once they have caught up.
     let stop = Arc::new(AtomicBool::new(false));
@@ -175,6 +182,27 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     };
     let produced = Arc::new(AtomicU64::new(0));
     let consumed = Arc::new(AtomicU64::new(0));
+    let progress = config.progress.then(|| {
+        let (produced, consumed) = (produced.clone(), consumed.clone());
+        let record_size = config.record_size as f64;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            ticker.tick().await;
+            let (mut last_produced, mut last_consumed) = (0u64, 0u64);
+            loop {
+                ticker.tick().await;
+                let (p, c) = (produced.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed));
+                eprintln!(
+                    "  produced {:>9.0} records/s {:>8.1} MB/s   consumed {:>9.0} records/s {:>8.1} MB/s",
+                    (p - last_produced) as f64,
+                    (p - last_produced) as f64 * record_size / 1e6,
+                    (c - last_consumed) as f64,
+                    (c - last_consumed) as f64 * record_size / 1e6,
+                );
+                (last_produced, last_consumed) = (p, c);
+            }
+        })
+    });
 
     let mut consumer_tasks = Vec::new();
     if config.workload != Workload::Produce {
@@ -305,6 +333,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         consumed_bytes += bytes;
     }
     histograms.ack = ack;
+    if let Some(progress) = progress {
+        progress.abort();
+    }
     let (records, bytes) = match config.workload {
         Workload::Produce => (produced.load(Ordering::Relaxed), produced_bytes),
         Workload::Consume | Workload::E2e => (consumed.load(Ordering::Relaxed), consumed_bytes),
@@ -319,6 +350,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         records_per_s: records as f64 / seconds,
         mb_per_s: bytes as f64 / seconds / 1e6,
         target_rate: config.rate,
+        bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started)
+            / started.elapsed().as_secs_f64().max(1e-9),
         ack_latency_us: (config.workload != Workload::Consume)
             .then(|| Percentiles::of(&histograms.ack)),
         e2e_latency_us: (config.workload != Workload::Produce)
@@ -436,16 +469,31 @@ impl KeyChooser {
     }
 }
 
+/// CPU seconds (user + system) this process has used.
+fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        usage.assume_init()
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 /// The human summary.
 pub fn summary(report: &Report) -> String {
     let mut text = format!(
-        "{:?} on {}: {} records, {:.0} records/s, {:.1} MB/s over {:.2} s",
+        "{:?} on {}: {} records, {:.0} records/s, {:.1} MB/s over {:.2} s (bench CPU {:.0}% of a core)",
         report.workload,
         report.topic,
         report.records,
         report.records_per_s,
         report.mb_per_s,
-        report.duration_s
+        report.duration_s,
+        report.bench_cpu_percent
     );
     for (name, percentiles) in [
         ("ack latency", &report.ack_latency_us),

@@ -38,6 +38,11 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     assert_eq!(produced["records"], 20000);
     assert_eq!(produced["bytes"], 20000 * 1024);
     assert_monotonic(&produced["ack_latency_us"]);
+    let cpu = produced["bench_cpu_percent"].as_f64().unwrap();
+    assert!(
+        cpu > 0.0 && cpu < 400.0,
+        "the bench reports its own CPU use: {cpu}"
+    );
     let described: serde_json::Value =
         serde_json::from_str(&node.cli(&["topic", "describe", "b1", "--format", "json"], None))
             .unwrap();

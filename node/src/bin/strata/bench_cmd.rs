@@ -183,6 +183,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             }
         },
         keys: args.keys.or(file.keys).unwrap_or(defaults.keys),
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     println!("{}", strata_bench::summary(&report));
