@@ -65,6 +65,9 @@ pub struct BenchConfig {
     pub keys: u64,
     /// Print records/s and MB/s every second on stderr (the CLI turns it on for a terminal).
     pub progress: bool,
+    /// Generate and batch records exactly as producers would, then drop them: measures what
+    /// the tool itself can sustain, with no broker (produce workload only).
+    pub null_sink: bool,
 }
 
 impl Default for BenchConfig {
@@ -87,6 +90,7 @@ impl Default for BenchConfig {
             key_distribution: KeyDistribution::None,
             keys: 1000,
             progress: false,
+            null_sink: false,
         }
     }
 }
@@ -161,6 +165,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         config.duration.is_some() || config.records.is_some(),
         "give --duration or --records"
     );
+    if config.null_sink {
+        return null_sink(config).await;
+    }
     let client = Client::connect(ClientConfig::new(&config.bootstrap))
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
@@ -469,6 +476,75 @@ impl KeyChooser {
     }
 }
 
+/// The generator alone: each producer task builds batches as the producer does (value with a
+/// send timestamp, key, batch sealed at `batch_bytes`) and drops them.
+async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
+    anyhow::ensure!(
+        config.workload == Workload::Produce,
+        "--null-sink measures the produce side only"
+    );
+    let started = Instant::now();
+    let cpu_started = cpu_seconds();
+    let producers = config.producers.max(1);
+    let mut tasks = Vec::new();
+    for index in 0..producers {
+        let config = config.clone();
+        let quota = config.records.map(|total| {
+            total / producers as u64 + u64::from((index as u64) < total % producers as u64)
+        });
+        let deadline = config.duration.map(|duration| started + duration);
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let mut keys = KeyChooser::new(config.key_distribution, config.keys, index as u64);
+            let mut builder = strata_wire::batch::BatchBuilder::with_capacity(config.batch_bytes);
+            let mut value = vec![b'x'; config.record_size];
+            let mut generated = 0u64;
+            while quota.is_none_or(|quota| generated < quota)
+                && deadline.is_none_or(|deadline| {
+                    !generated.is_multiple_of(1024) || Instant::now() < deadline
+                })
+            {
+                value[..8].copy_from_slice(&now_us().to_le_bytes());
+                let key = keys.next();
+                builder.push(0, key.as_deref(), &value);
+                generated += 1;
+                if builder.estimated_len() >= config.batch_bytes {
+                    std::hint::black_box(builder.finish());
+                }
+            }
+            if !builder.is_empty() {
+                std::hint::black_box(builder.finish());
+            }
+            generated
+        }));
+    }
+    let mut records = 0u64;
+    for task in tasks {
+        records += task.await?;
+    }
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let bytes = records * config.record_size as u64;
+    let report = Report {
+        workload: Workload::Produce,
+        topic: "(null sink)".into(),
+        records,
+        bytes,
+        duration_s: seconds,
+        records_per_s: records as f64 / seconds,
+        mb_per_s: bytes as f64 / seconds / 1e6,
+        target_rate: None,
+        bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started) / seconds,
+        ack_latency_us: None,
+        e2e_latency_us: None,
+    };
+    Ok((
+        report,
+        Histograms {
+            ack: histogram(),
+            e2e: histogram(),
+        },
+    ))
+}
+
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
@@ -531,6 +607,27 @@ mod tests {
                 .next()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_null_sink_generates_what_it_is_asked_for() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = BenchConfig {
+            null_sink: true,
+            records: Some(100_000),
+            duration: None,
+            key_distribution: KeyDistribution::Zipf,
+            ..BenchConfig::default()
+        };
+        let (report, _) = runtime.block_on(run(&config)).unwrap();
+        assert_eq!(report.records, 100_000);
+        assert_eq!(report.bytes, 100_000 * 1024);
+        assert!(report.records_per_s > 0.0);
+        assert!(report.bench_cpu_percent > 0.0);
     }
 
     #[test]

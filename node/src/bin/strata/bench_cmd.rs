@@ -80,6 +80,9 @@ pub struct BenchArgs {
     /// Write the latency histograms as an HdrHistogram interval log.
     #[arg(long)]
     hdr_log: Option<PathBuf>,
+    /// Build batches as producers would and drop them: what the tool alone sustains.
+    #[arg(long)]
+    null_sink: bool,
 }
 
 /// A workload file: the same settings as the flags.
@@ -184,6 +187,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         },
         keys: args.keys.or(file.keys).unwrap_or(defaults.keys),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        null_sink: args.null_sink,
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     println!("{}", strata_bench::summary(&report));
