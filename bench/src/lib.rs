@@ -68,6 +68,10 @@ pub struct BenchConfig {
     /// Generate and batch records exactly as producers would, then drop them: measures what
     /// the tool itself can sustain, with no broker (produce workload only).
     pub null_sink: bool,
+    /// Mirror `iggy-bench pinned-producer`: producer `i` writes only partition `i`, batches hold
+    /// exactly `batch_records` records, and per-batch latency is reported beside per-record.
+    pub pinned: bool,
+    pub batch_records: Option<usize>,
 }
 
 impl Default for BenchConfig {
@@ -91,6 +95,8 @@ impl Default for BenchConfig {
             keys: 1000,
             progress: false,
             null_sink: false,
+            pinned: false,
+            batch_records: None,
         }
     }
 }
@@ -136,12 +142,16 @@ pub struct Report {
     /// reader can tell whether the tool or the broker was the limit.
     pub bench_cpu_percent: f64,
     pub ack_latency_us: Option<Percentiles>,
+    /// Per batch (pinned presets): from the batch's first record's send time to its last ack,
+    /// as iggy-bench reports it.
+    pub batch_latency_us: Option<Percentiles>,
     pub e2e_latency_us: Option<Percentiles>,
 }
 
 /// The measured histograms, for HDR interval logs and merging.
 pub struct Histograms {
     pub ack: Histogram<u64>,
+    pub batch: Histogram<u64>,
     pub e2e: Histogram<u64>,
 }
 
@@ -185,6 +195,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     let stop_consumers = Arc::new(AtomicBool::new(false));
     let mut histograms = Histograms {
         ack: histogram(),
+        batch: histogram(),
         e2e: histogram(),
     };
     let produced = Arc::new(AtomicU64::new(0));
@@ -275,6 +286,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     acks: config.acks,
                     batch_bytes: config.batch_bytes,
                     linger: config.linger,
+                    batch_records: config.batch_records,
                     ..ProducerConfig::default()
                 },
             );
@@ -317,8 +329,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             stop.store(true, Ordering::Relaxed);
         }
         for task in producer_tasks {
-            let (histogram, bytes) = task.await??;
+            let (histogram, batches, bytes) = task.await??;
             ack.add(&histogram)?;
+            histograms.batch.add(&batches)?;
             produced_bytes += bytes;
         }
         if config.workload == Workload::E2e {
@@ -359,6 +372,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         target_rate: config.rate,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started)
             / started.elapsed().as_secs_f64().max(1e-9),
+        batch_latency_us: (config.pinned && config.workload == Workload::Produce)
+            .then(|| Percentiles::of(&histograms.batch)),
         ack_latency_us: (config.workload != Workload::Consume)
             .then(|| Percentiles::of(&histograms.ack)),
         e2e_latency_us: (config.workload != Workload::Produce)
@@ -376,27 +391,46 @@ async fn produce(
     stop: Arc<AtomicBool>,
     produced: Arc<AtomicU64>,
     measure_from: Instant,
-) -> anyhow::Result<(Histogram<u64>, u64)> {
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
     let topic: Arc<str> = config.topic.as_str().into();
     let rate = config
         .rate
         .map(|rate| rate / config.producers.max(1) as f64);
     let mut keys = KeyChooser::new(config.key_distribution, config.keys, index);
     let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    // Pinned presets count fixed-size batches: a batch's latency runs from its first record's
+    // send time to its last record's ack (acks of one partition arrive in order).
+    let batch_records = config
+        .batch_records
+        .filter(|_| config.pinned)
+        .map(|n| n as u64);
     let collector = tokio::spawn(async move {
         let mut histogram = histogram();
+        let mut batches = self::histogram();
         let mut bytes = 0u64;
+        let mut sequence = 0u64;
+        let mut batch_started: Option<Instant> = None;
         while let Some((intended, size, ack)) = acks.recv().await {
             let ack: strata_client::RecordFuture = ack;
             ack.await?;
             let intended: Instant = intended;
+            if let Some(per_batch) = batch_records {
+                let started = *batch_started.get_or_insert(intended);
+                if sequence % per_batch == per_batch - 1 {
+                    if started >= measure_from {
+                        let _ = batches.record(started.elapsed().as_micros().max(1) as u64);
+                    }
+                    batch_started = None;
+                }
+            }
+            sequence += 1;
             if intended >= measure_from {
                 let _ = histogram.record(intended.elapsed().as_micros().max(1) as u64);
                 bytes += size as u64;
                 produced.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok::<_, anyhow::Error>((histogram, bytes))
+        Ok::<_, anyhow::Error>((histogram, batches, bytes))
     });
     let start = Instant::now();
     let mut sent = 0u64;
@@ -417,7 +451,10 @@ async fn produce(
         value.clear();
         value.put_u64_le(now_us().saturating_sub(lateness.as_micros() as u64));
         value.resize(config.record_size, b'x');
-        let record = ProducerRecord::new(topic.clone(), keys.next(), value.split().freeze());
+        let mut record = ProducerRecord::new(topic.clone(), keys.next(), value.split().freeze());
+        if config.pinned {
+            record.partition = Some(index as u32);
+        }
         let ack = producer.send(record).await?;
         if pending.send((intended, config.record_size, ack)).is_err() {
             break;
@@ -534,12 +571,14 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         target_rate: None,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started) / seconds,
         ack_latency_us: None,
+        batch_latency_us: None,
         e2e_latency_us: None,
     };
     Ok((
         report,
         Histograms {
             ack: histogram(),
+            batch: histogram(),
             e2e: histogram(),
         },
     ))
@@ -573,6 +612,7 @@ pub fn summary(report: &Report) -> String {
     );
     for (name, percentiles) in [
         ("ack latency", &report.ack_latency_us),
+        ("batch latency", &report.batch_latency_us),
         ("end-to-end latency", &report.e2e_latency_us),
     ] {
         if let Some(p) = percentiles {

@@ -38,6 +38,9 @@ pub struct ProducerConfig {
     pub retry_backoff: Duration,
     /// Bytes of records queued but not yet acknowledged before `send` waits (backpressure).
     pub buffer_bytes: usize,
+    /// Also seal a batch once it holds this many records (benchmarks that mirror fixed-count
+    /// batches); `None`: by size and linger only.
+    pub batch_records: Option<usize>,
 }
 
 impl Default for ProducerConfig {
@@ -47,6 +50,7 @@ impl Default for ProducerConfig {
             batch_bytes: 256 * 1024,
             acks: 1,
             max_in_flight: 5,
+            batch_records: None,
             retries: 10,
             retry_backoff: Duration::from_millis(100),
             buffer_bytes: 64 << 20,
@@ -239,7 +243,11 @@ impl Producer {
             partition,
             index,
         };
-        if accumulator.builder.estimated_len() >= inner.config.batch_bytes {
+        let full_by_count = inner
+            .config
+            .batch_records
+            .is_some_and(|records| accumulator.builder.record_count() >= records);
+        if full_by_count || accumulator.builder.estimated_len() >= inner.config.batch_bytes {
             seal(inner, &record.topic, partition, state);
         }
         Ok(future)

@@ -191,3 +191,51 @@ fn workload_files_and_compare() {
     let ratio: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
     assert!((ratio - 0.5).abs() < 0.1, "{line}");
 }
+
+/// The iggy-mirroring presets: producer i writes only partition i in batches of 1000 records,
+/// with per-batch latency beside per-record; the consumer preset reads the budget back.
+#[test]
+fn pinned_presets_mirror_iggy_bench() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    let produced = report(
+        &node,
+        &[
+            "bench",
+            "--preset",
+            "pinned-producer",
+            "--producers",
+            "2",
+            "--total-bytes",
+            "4096000",
+        ],
+    );
+    assert_eq!(produced["records"], 4000);
+    assert_eq!(
+        produced["batch_latency_us"]["count"], 4,
+        "2 producers x 2 batches of 1000"
+    );
+    assert_monotonic(&produced["batch_latency_us"]);
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["topic", "describe", "pinned", "--format", "json"], None))
+            .unwrap();
+    for partition in described["partitions"].as_array().unwrap() {
+        assert_eq!(
+            partition["high_watermark"], 2000,
+            "one producer per partition"
+        );
+    }
+    let consumed = report(
+        &node,
+        &[
+            "bench",
+            "--preset",
+            "pinned-consumer",
+            "--consumers",
+            "2",
+            "--total-bytes",
+            "4096000",
+        ],
+    );
+    assert_eq!(consumed["records"], 4000);
+}

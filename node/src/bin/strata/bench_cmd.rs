@@ -83,6 +83,19 @@ pub struct BenchArgs {
     /// Build batches as producers would and drop them: what the tool alone sustains.
     #[arg(long)]
     null_sink: bool,
+    /// Mirror iggy-bench: `pinned-producer` (producer i writes partition i, 1024 B records,
+    /// 1000 per batch, per-batch latency too) or `pinned-consumer` (consumer i reads partition i).
+    #[arg(long, value_enum)]
+    preset: Option<Preset>,
+    /// With a preset: the byte budget (records = budget / record size). Default 1 GB.
+    #[arg(long)]
+    total_bytes: Option<u64>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Preset {
+    PinnedProducer,
+    PinnedConsumer,
 }
 
 /// A workload file: the same settings as the flags.
@@ -110,7 +123,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     if let Some(paths) = &args.compare {
         return compare(&paths[0], &paths[1]);
     }
-    let file: WorkloadFile = match &args.workload_file {
+    let mut file: WorkloadFile = match &args.workload_file {
         Some(path) => toml::from_str(
             &std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?,
@@ -118,6 +131,26 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         .with_context(|| format!("parsing {}", path.display()))?,
         None => WorkloadFile::default(),
     };
+    if let Some(preset) = args.preset {
+        let streams = match preset {
+            Preset::PinnedProducer => args.producers.unwrap_or(2),
+            Preset::PinnedConsumer => args.consumers.unwrap_or(2),
+        };
+        let record_size = args.record_size.unwrap_or(1024);
+        let budget = args.total_bytes.unwrap_or(1_000_000_000);
+        file.workload.get_or_insert_with(|| match preset {
+            Preset::PinnedProducer => "produce".into(),
+            Preset::PinnedConsumer => "consume".into(),
+        });
+        file.topic.get_or_insert_with(|| "pinned".into());
+        file.partitions.get_or_insert(streams as u32);
+        file.producers.get_or_insert(streams);
+        file.consumers.get_or_insert(streams);
+        file.record_size.get_or_insert(record_size);
+        file.batch_size.get_or_insert(4 << 20);
+        file.linger_ms.get_or_insert(1);
+        file.records.get_or_insert(budget / record_size as u64);
+    }
     let workload = match (args.workload, file.workload.as_deref()) {
         (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,
         (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Workload::Consume,
@@ -188,6 +221,8 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         keys: args.keys.or(file.keys).unwrap_or(defaults.keys),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         null_sink: args.null_sink,
+        pinned: args.preset == Some(Preset::PinnedProducer),
+        batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     println!("{}", strata_bench::summary(&report));
