@@ -404,6 +404,10 @@ async fn produce(
         .batch_records
         .filter(|_| config.pinned)
         .map(|n| n as u64);
+    // Pinned presets are closed loop per producer, as iggy-bench: the next batch goes out once
+    // the previous one is acknowledged.
+    let acked = Arc::new((AtomicU64::new(0), tokio::sync::Notify::new()));
+    let collector_acked = acked.clone();
     let collector = tokio::spawn(async move {
         let mut histogram = histogram();
         let mut batches = self::histogram();
@@ -424,6 +428,8 @@ async fn produce(
                 }
             }
             sequence += 1;
+            collector_acked.0.store(sequence, Ordering::Release);
+            collector_acked.1.notify_one();
             if intended >= measure_from {
                 let _ = histogram.record(intended.elapsed().as_micros().max(1) as u64);
                 bytes += size as u64;
@@ -460,6 +466,13 @@ async fn produce(
             break;
         }
         sent += 1;
+        if let Some(per_batch) = batch_records
+            && sent.is_multiple_of(per_batch)
+        {
+            while acked.0.load(Ordering::Acquire) < sent {
+                acked.1.notified().await;
+            }
+        }
     }
     drop(pending);
     collector.await?
