@@ -473,14 +473,7 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(index) = self.index_cache.get(base) {
             return Ok(find(&index));
         }
-        let index = self.segments[at]
-            .load_index()
-            .await
-            .map_err(|source| LogError::Io {
-                what: "read index",
-                path: self.segment_path(base, "index"),
-                source,
-            })?;
+        let index = self.load_index_of(at).await?;
         let found = find(&index);
         self.index_cache.insert(base, Rc::new(index));
         Ok(found)
@@ -960,15 +953,7 @@ impl<S: Storage> PartitionLog<S> {
             // A closed segment becomes active again: its index lives in memory from now on.
             let base = self.active().base_offset;
             self.index_cache.remove(base);
-            let index = self
-                .active()
-                .load_index()
-                .await
-                .map_err(|source| LogError::Io {
-                    what: "read index",
-                    path: self.segment_path(base, "index"),
-                    source,
-                })?;
+            let index = self.load_index_of(self.segments.len() - 1).await?;
             self.active_mut().index = index;
         }
         let interval_bytes = self.config.index_interval_bytes;
@@ -1249,6 +1234,16 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(io_error("write index"))?;
         Ok((segment, damaged))
+    }
+
+    /// Reads segment `at`'s index back from its files.
+    async fn load_index_of(&self, at: usize) -> Result<SegmentIndex, LogError> {
+        let segment = &self.segments[at];
+        segment.load_index().await.map_err(|source| LogError::Io {
+            what: "read index",
+            path: self.segment_path(segment.base_offset, "index"),
+            source,
+        })
     }
 
     /// Makes creations and removals in the partition folder durable.
