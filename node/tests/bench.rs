@@ -71,7 +71,9 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     let rate = limited["records_per_s"].as_f64().unwrap();
     assert!((rate - 4000.0).abs() / 4000.0 < 0.05, "rate {rate}");
 
-    // End to end: every record produced is consumed and timed.
+    // End to end: every record produced is consumed and timed; --plot draws it.
+    let plot = temp.path().join("e2e.svg");
+    let plot_text = plot.display().to_string();
     let e2e = report(
         &node,
         &[
@@ -83,8 +85,17 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
             "3000",
             "--rate",
             "3000",
+            "--plot",
+            &plot_text,
         ],
     );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        svg.contains("e2e latency") && svg.matches("<polyline").count() >= 3,
+        "{svg}"
+    );
+    assert!(e2e["timeline"].as_array().is_some_and(|t| !t.is_empty()));
     assert_eq!(e2e["records"], 3000);
     assert_eq!(e2e["e2e_latency_us"]["count"], 3000);
     assert_monotonic(&e2e["e2e_latency_us"]);

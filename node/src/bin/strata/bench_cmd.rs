@@ -83,6 +83,9 @@ pub struct BenchArgs {
     /// Build batches as producers would and drop them: what the tool alone sustains.
     #[arg(long)]
     null_sink: bool,
+    /// Draw the latency percentile distribution and throughput over time as an SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Mirror iggy-bench: `pinned-producer` (producer i writes partition i, 1024 B records,
     /// 1000 per batch, per-batch latency too) or `pinned-consumer` (consumer i reads partition i).
     #[arg(long, value_enum)]
@@ -229,6 +232,10 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, strata_bench::plot_svg(&report, &histograms))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.hdr_log {
         write_hdr_log(path, &report, &histograms)
