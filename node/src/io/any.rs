@@ -35,8 +35,8 @@ impl StorageFile for AnyFile {
         each!(self, file => file.write_all_at(bytes, pos).await)
     }
 
-    async fn write_all_vectored_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
-        each!(self, file => file.write_all_vectored_at(buffers, pos).await)
+    async fn write_all_in_order_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
+        each!(self, file => file.write_all_in_order_at(buffers, pos).await)
     }
 
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {

@@ -24,7 +24,7 @@ use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
 
 use crate::io::{Storage, StorageFile};
 use checkpoint::{RecoveryPoint, Trust};
-use index::{IndexCadence, SegmentIndex};
+use index::SegmentIndex;
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
 
 /// When appended data is made durable.
@@ -497,7 +497,7 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Appends several producers' requests back to back: all are validated and stamped first,
-    /// then written in order (see `StorageFile::write_all_vectored_at`). Each request is
+    /// then written in order (see `StorageFile::write_all_in_order_at`). Each request is
     /// validated on its own: a bad one fails alone and the others are written. Results come
     /// back in request order.
     pub async fn append_group(
@@ -638,7 +638,7 @@ impl<S: Storage> PartitionLog<S> {
         let file = &self.active().log;
         let written = match buffers {
             Buffers::One(bytes) => file.write_all_at(bytes, position).await,
-            Buffers::Many(buffers) => file.write_all_vectored_at(buffers, position).await,
+            Buffers::Many(buffers) => file.write_all_in_order_at(buffers, position).await,
         };
         if let Err(error) = written {
             return Err(self.fail(format!("write to {} failed: {error}", path.display())));
@@ -1115,19 +1115,13 @@ impl<S: Storage> PartitionLog<S> {
             tracing::warn!("preallocating segment {base_offset} failed: {error}");
         }
         self.sync_dir().await?;
-        Ok(Segment {
+        Ok(Segment::new(
             base_offset,
-            next_offset: base_offset,
-            size: 0,
-            max_timestamp_ms: i64::MIN,
-            opened_at_ms: now_ms,
-            dirty: false,
-            index: SegmentIndex::default(),
-            cadence: IndexCadence::new(self.config.index_interval_bytes),
-            log,
-            offset_index,
-            time_index,
-        })
+            now_ms,
+            SegmentIndex::default(),
+            self.config.index_interval_bytes,
+            (log, offset_index, time_index),
+        ))
     }
 
     /// Opens one segment found on disk, checks its index against its log, and (for the active
@@ -1169,19 +1163,13 @@ impl<S: Storage> PartitionLog<S> {
         let loaded_entries = index.entries().len();
         let from = index.last().copied();
         let interval_bytes = self.config.index_interval_bytes;
-        let mut segment = Segment {
+        let mut segment = Segment::new(
             base_offset,
-            next_offset: base_offset,
-            size: 0,
-            max_timestamp_ms: i64::MIN,
-            opened_at_ms: now_ms,
-            dirty: false,
+            now_ms,
             index,
-            cadence: IndexCadence::new(interval_bytes),
-            log,
-            offset_index,
-            time_index,
-        };
+            interval_bytes,
+            (log, offset_index, time_index),
+        );
         // A segment wholly before the recovery point was durable: walking the headers after its
         // last index entry is enough. Anything after the point, or a segment that does not walk
         // cleanly, is validated batch by batch.

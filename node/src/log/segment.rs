@@ -57,6 +57,29 @@ pub(crate) struct ScanEnd {
 }
 
 impl<F: StorageFile> Segment<F> {
+    /// A segment with no batches accounted yet (new, or about to be replayed by recovery).
+    pub fn new(
+        base_offset: u64,
+        now_ms: i64,
+        index: SegmentIndex,
+        index_interval_bytes: u32,
+        (log, offset_index, time_index): (Rc<F>, F, F),
+    ) -> Segment<F> {
+        Segment {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp_ms: i64::MIN,
+            opened_at_ms: now_ms,
+            dirty: false,
+            index,
+            cadence: IndexCadence::new(index_interval_bytes),
+            log,
+            offset_index,
+            time_index,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.size == 0
     }

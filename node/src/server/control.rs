@@ -172,15 +172,16 @@ fn run(
             let _ = ready.send(Err(format!("registering broker {}: {error}", config.node_id)));
             return;
         }
-        match coordinator.view(config.node_id).await {
+        let mut last = match coordinator.view(config.node_id).await {
             Ok(view) => {
-                let _ = ready.send(Ok(view));
+                let _ = ready.send(Ok(view.clone()));
+                Some(view)
             }
             Err(error) => {
                 let _ = ready.send(Err(format!("reading cluster state: {error}")));
                 return;
             }
-        }
+        };
         // With etcd, other brokers change the cluster too: a watch on the cluster's keys wakes
         // this loop on every change; a slower tick re-reads anyway (a lost watch, lease checks)
         // and runs the controller's duties.
@@ -191,7 +192,6 @@ fn run(
         let (watch_sender, mut watched) = mpsc::unbounded_channel::<()>();
         let mut watch: Option<tokio::task::JoinHandle<Result<(), CoordinatorError>>> = None;
         let mut controller = Controller::default();
-        let mut last = coordinator.view(config.node_id).await.ok();
         loop {
             tokio::select! {
                 message = mailbox.recv() => {
