@@ -7,11 +7,14 @@ use crate::{BrokerInfo, PartitionState};
 /// The leader value of a partition that has none (every in-sync replica is down).
 pub const NO_LEADER: i32 = -1;
 
-/// Leader changes after brokers die or return: for each partition whose leader is not live,
-/// the first live in-sync replica takes over (leader epoch + 1). With none live, the partition
-/// has no leader (it is unavailable rather than silently moved), unless `unclean` allows a live
-/// replica outside the ISR. A leaderless partition gets a leader back as soon as an in-sync
-/// replica is live again. Returns only the partitions that change.
+/// Leader and ISR changes after brokers die or return. For each partition whose leader is not
+/// live, the first live in-sync replica takes over (leader epoch + 1). With none live, the
+/// partition has no leader (it is unavailable rather than silently moved), unless `unclean`
+/// allows a live replica outside the ISR. A leaderless partition gets a leader back as soon as an
+/// in-sync replica is live again. Dead brokers leave the ISR (as Kafka's controller does), so a
+/// live leader's high watermark stops waiting for them; a leaderless partition keeps its last
+/// ISR, so that only one of those replicas can lead it again. Returns only the partitions that
+/// change, each with `partition_epoch` + 1.
 pub fn failover(
     partitions: &[PartitionState],
     live: &BTreeSet<i32>,
@@ -19,17 +22,28 @@ pub fn failover(
 ) -> Vec<PartitionState> {
     let mut changes = Vec::new();
     for partition in partitions {
+        let live_isr: Vec<i32> = partition
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| live.contains(r))
+            .collect();
         if live.contains(&partition.leader) {
+            if live_isr.len() != partition.isr.len() {
+                let mut next = partition.clone();
+                next.isr = live_isr;
+                next.partition_epoch += 1;
+                changes.push(next);
+            }
             continue;
         }
-        let in_sync = partition.isr.iter().copied().find(|r| live.contains(r));
         let any = partition
             .replicas
             .iter()
             .copied()
             .find(|r| live.contains(r));
-        let leader = match (in_sync, any) {
-            (Some(leader), _) => leader,
+        let leader = match (live_isr.first(), any) {
+            (Some(&leader), _) => leader,
             (None, Some(leader)) if unclean => leader,
             _ => NO_LEADER,
         };
@@ -40,9 +54,13 @@ pub fn failover(
         next.leader = leader;
         next.leader_epoch += 1;
         next.partition_epoch += 1;
-        if leader != NO_LEADER && !next.isr.contains(&leader) {
+        if leader == NO_LEADER {
+            // Keep the last ISR: one of them must come back to lead.
+        } else if live_isr.is_empty() {
             // An unclean election: the new leader's log defines the ISR from now on.
             next.isr = vec![leader];
+        } else {
+            next.isr = live_isr;
         }
         changes.push(next);
     }
@@ -181,7 +199,19 @@ mod tests {
             let changes = failover(&partitions, &live, unclean);
             for change in &changes {
                 let before = &partitions[change.partition as usize];
-                assert!(!live.contains(&before.leader), "only dead leaders move");
+                assert_eq!(change.partition_epoch, before.partition_epoch + 1);
+                if change.leader != NO_LEADER {
+                    assert!(
+                        change.isr.iter().all(|r| live.contains(r)),
+                        "dead in the ISR"
+                    );
+                }
+                if live.contains(&before.leader) {
+                    assert_eq!(change.leader, before.leader, "live leaders stay");
+                    assert_eq!(change.leader_epoch, before.leader_epoch);
+                    assert!(change.isr.len() < before.isr.len());
+                    continue;
+                }
                 assert_eq!(change.leader_epoch, before.leader_epoch + 1);
                 if change.leader == NO_LEADER {
                     assert!(before.isr.iter().all(|r| !live.contains(r)));

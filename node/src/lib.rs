@@ -2,4 +2,5 @@
 
 pub mod io;
 pub mod log;
+pub mod replication;
 pub mod server;

@@ -1,0 +1,522 @@
+//! A partition leader's replication state: ISR, follower progress, high watermark, waiting acks.
+//!
+//! Call order: [`Leader::new`] when this replica becomes leader at an epoch; then, in any order,
+//! [`Leader::handle_appended`] after each local append is as durable as the flush policy says,
+//! [`Leader::handle_fetch`] for each follower fetch, [`Leader::handle_tick`] periodically, and
+//! the ISR outcome calls after a proposed change was written (or refused) by the coordinator.
+//! After each, [`Leader::poll_acks`] yields the `acks=all` requests that are now answered.
+
+use std::collections::VecDeque;
+
+/// Knobs of one partition's replication (topic config and broker settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderConfig {
+    /// A follower not caught up for longer than this leaves the ISR (`replica.lag.time.max.ms`).
+    pub lag_time_max_ms: i64,
+    /// `acks=all` needs at least this many in-sync replicas (`min.insync.replicas`).
+    pub min_insync_replicas: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Progress {
+    replica: i32,
+    /// The follower's log end offset (its last fetch offset); unknown until it fetches.
+    log_end: Option<u64>,
+    last_fetch_ms: i64,
+    /// The leader's log end at the follower's previous fetch.
+    leader_end_at_last_fetch: u64,
+    last_caught_up_ms: i64,
+}
+
+/// Why a follower's fetch is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaFetchError {
+    #[error("replica {0} is not assigned to this partition")]
+    NotAReplica(i32),
+    /// The follower follows an older leader epoch: it must learn the new state first.
+    #[error("the follower's leader epoch {follower} is older than {leader}")]
+    FencedLeaderEpoch { follower: u32, leader: u32 },
+    /// The follower knows a newer epoch than this leader: this leader is stale.
+    #[error("the follower's leader epoch {follower} is newer than {leader}")]
+    UnknownLeaderEpoch { follower: u32, leader: u32 },
+}
+
+/// Why an `acks=all` produce is refused or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AckError {
+    /// Before the append: the ISR is below `min.insync.replicas`, nothing was written.
+    #[error("{isr} in-sync replicas, {min} required")]
+    NotEnoughReplicas { isr: usize, min: usize },
+    /// The records were written and committed, but the ISR shrank below the minimum meanwhile.
+    #[error("written, but only {isr} in-sync replicas remain ({min} required)")]
+    NotEnoughReplicasAfterAppend { isr: usize, min: usize },
+    /// Leadership moved before the high watermark reached the records.
+    #[error("no longer the leader")]
+    NotLeader,
+}
+
+/// An ISR change the leader wants stored: `isr` replacing the state at `partition_epoch`. The
+/// coordinator stores it only if the partition is still at that epoch (fencing), and the answer
+/// names the proposal so that a late answer to an older one is told apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub isr: Vec<i32>,
+    pub partition_epoch: u64,
+}
+
+/// What a follower's fetch changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchProgress {
+    /// The high watermark to tell the follower.
+    pub high_watermark: u64,
+    /// An ISR expansion to write through the coordinator (then call `handle_isr_committed`).
+    pub propose_isr: Option<IsrProposal>,
+}
+
+pub struct Leader<W> {
+    id: i32,
+    epoch: u32,
+    partition_epoch: u64,
+    config: LeaderConfig,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    followers: Vec<Progress>,
+    /// The leader's own log end offset, as far as it is durable per the flush policy.
+    log_end: u64,
+    /// The log end when this epoch began: a follower must reach it to join the ISR, so that no
+    /// ISR member lacks records of the previous epochs that this leader kept.
+    epoch_start_offset: u64,
+    high_watermark: u64,
+    isr_change_in_flight: Option<IsrProposal>,
+    /// `acks=all` produces by the last offset they wrote, in offset order.
+    waiting: VecDeque<(u64, W)>,
+    answered: Vec<(W, Result<(), AckError>)>,
+}
+
+impl<W> Leader<W> {
+    /// Takes over at `epoch` with the ISR the coordinator holds and the log as it is.
+    /// `high_watermark` is the checkpointed one (clamped to the log); it advances once the ISR's
+    /// followers report their progress.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: i32,
+        epoch: u32,
+        partition_epoch: u64,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        log_end: u64,
+        high_watermark: u64,
+        config: LeaderConfig,
+        now_ms: i64,
+    ) -> Leader<W> {
+        assert!(
+            replicas.contains(&id),
+            "leader {id} is not a replica of {replicas:?}"
+        );
+        assert!(isr.contains(&id), "leader {id} is not in the ISR {isr:?}");
+        assert!(isr.iter().all(|member| replicas.contains(member)));
+        let followers = replicas
+            .iter()
+            .filter(|&&replica| replica != id)
+            .map(|&replica| Progress {
+                replica,
+                log_end: None,
+                last_fetch_ms: now_ms,
+                leader_end_at_last_fetch: log_end,
+                // A new leader gives every follower a full lag period to show up.
+                last_caught_up_ms: now_ms,
+            })
+            .collect();
+        let mut leader = Leader {
+            id,
+            epoch,
+            partition_epoch,
+            config,
+            replicas,
+            isr,
+            followers,
+            log_end,
+            epoch_start_offset: log_end,
+            high_watermark: high_watermark.min(log_end),
+            isr_change_in_flight: None,
+            waiting: VecDeque::new(),
+            answered: Vec::new(),
+        };
+        leader.advance_high_watermark();
+        leader
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    pub fn partition_epoch(&self) -> u64 {
+        self.partition_epoch
+    }
+
+    pub fn isr(&self) -> &[i32] {
+        &self.isr
+    }
+
+    pub fn replicas(&self) -> &[i32] {
+        &self.replicas
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark
+    }
+
+    pub fn log_end(&self) -> u64 {
+        self.log_end
+    }
+
+    /// Replicas assigned but out of the ISR.
+    pub fn under_replicated(&self) -> bool {
+        self.isr.len() < self.replicas.len()
+    }
+
+    /// Each follower's last reported log end (None before its first fetch).
+    pub fn follower_log_ends(&self) -> impl Iterator<Item = (i32, Option<u64>)> + '_ {
+        self.followers.iter().map(|p| (p.replica, p.log_end))
+    }
+
+    /// Whether an `acks=all` produce may be appended now.
+    pub fn check_acks_all(&self) -> Result<(), AckError> {
+        if self.isr.len() < self.config.min_insync_replicas {
+            return Err(AckError::NotEnoughReplicas {
+                isr: self.isr.len(),
+                min: self.config.min_insync_replicas,
+            });
+        }
+        Ok(())
+    }
+
+    /// A local append is durable up to `log_end` (exclusive).
+    pub fn handle_appended(&mut self, log_end: u64) {
+        assert!(
+            log_end >= self.log_end,
+            "leader log end went back: {} → {log_end}",
+            self.log_end
+        );
+        self.log_end = log_end;
+        self.advance_high_watermark();
+    }
+
+    /// Waits for the high watermark to pass `last_offset` (an `acks=all` produce). Call after
+    /// the append, in the order appends complete.
+    pub fn wait_for_commit(&mut self, last_offset: u64, waiter: W) {
+        if let Some((previous, _)) = self.waiting.back() {
+            assert!(*previous <= last_offset, "acks registered out of order");
+        }
+        self.waiting.push_back((last_offset, waiter));
+        self.answer_committed();
+    }
+
+    /// Whether `replica`, following `follower_epoch`, may fetch from this leader. Check it
+    /// before looking for a divergence.
+    pub fn validate_fetch(
+        &self,
+        replica: i32,
+        follower_epoch: u32,
+    ) -> Result<(), ReplicaFetchError> {
+        if follower_epoch < self.epoch {
+            return Err(ReplicaFetchError::FencedLeaderEpoch {
+                follower: follower_epoch,
+                leader: self.epoch,
+            });
+        }
+        if follower_epoch > self.epoch {
+            return Err(ReplicaFetchError::UnknownLeaderEpoch {
+                follower: follower_epoch,
+                leader: self.epoch,
+            });
+        }
+        if !self.followers.iter().any(|p| p.replica == replica) {
+            return Err(ReplicaFetchError::NotAReplica(replica));
+        }
+        Ok(())
+    }
+
+    /// A follower fetches at `fetch_offset` (its log end) following `follower_epoch`. Call after
+    /// [`crate::replication::diverging`] found no divergence.
+    pub fn handle_fetch(
+        &mut self,
+        now_ms: i64,
+        replica: i32,
+        follower_epoch: u32,
+        fetch_offset: u64,
+    ) -> Result<FetchProgress, ReplicaFetchError> {
+        self.validate_fetch(replica, follower_epoch)?;
+        let log_end = self.log_end;
+        let progress = self
+            .followers
+            .iter_mut()
+            .find(|p| p.replica == replica)
+            .expect("validated");
+        // A follower may be ahead of this leader's durable end (it read written, unsynced
+        // bytes); it has everything the leader has either way.
+        if fetch_offset >= log_end {
+            progress.last_caught_up_ms = now_ms;
+        } else if fetch_offset >= progress.leader_end_at_last_fetch {
+            // It now has what the leader had at its previous fetch: caught up as of then.
+            progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.last_fetch_ms);
+        }
+        progress.log_end = Some(fetch_offset);
+        progress.last_fetch_ms = now_ms;
+        progress.leader_end_at_last_fetch = log_end;
+        self.advance_high_watermark();
+        let joins = !self.isr.contains(&replica)
+            && fetch_offset >= self.high_watermark.max(self.epoch_start_offset);
+        let propose_isr = (joins && self.isr_change_in_flight.is_none()).then(|| {
+            let mut isr = self.isr.clone();
+            isr.push(replica);
+            isr.sort_unstable();
+            let proposal = IsrProposal {
+                isr,
+                partition_epoch: self.partition_epoch,
+            };
+            self.isr_change_in_flight = Some(proposal.clone());
+            proposal
+        });
+        Ok(FetchProgress {
+            high_watermark: self.high_watermark,
+            propose_isr,
+        })
+    }
+
+    /// Time passes: proposes removing followers that have not caught up within the lag time.
+    pub fn handle_tick(&mut self, now_ms: i64) -> Option<IsrProposal> {
+        if self.isr_change_in_flight.is_some() {
+            return None;
+        }
+        let lagging: Vec<i32> = self
+            .followers
+            .iter()
+            .filter(|p| self.isr.contains(&p.replica))
+            .filter(|p| now_ms - p.last_caught_up_ms > self.config.lag_time_max_ms)
+            .map(|p| p.replica)
+            .collect();
+        if lagging.is_empty() {
+            return None;
+        }
+        let isr: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|member| !lagging.contains(member))
+            .collect();
+        debug_assert!(isr.contains(&self.id));
+        let proposal = IsrProposal {
+            isr,
+            partition_epoch: self.partition_epoch,
+        };
+        self.isr_change_in_flight = Some(proposal.clone());
+        Some(proposal)
+    }
+
+    /// The coordinator stored `proposal`; the partition is now at `partition_epoch`.
+    pub fn handle_isr_committed(&mut self, proposal: &IsrProposal, partition_epoch: u64) {
+        if partition_epoch <= self.partition_epoch {
+            // The watch delivered the stored state first (`handle_state`).
+            return;
+        }
+        // Only the proposal in flight can be stored: any other was based on an older
+        // partition epoch, which the coordinator's compare refuses.
+        assert_eq!(
+            self.isr_change_in_flight.as_ref(),
+            Some(proposal),
+            "committed an ISR that was not proposed"
+        );
+        assert!(partition_epoch > proposal.partition_epoch);
+        self.isr_change_in_flight = None;
+        self.apply_isr(proposal.isr.clone(), partition_epoch);
+    }
+
+    /// The coordinator refused `proposal` (the partition changed meanwhile); the new state
+    /// arrives through [`Leader::handle_state`] or a new leadership.
+    pub fn handle_isr_refused(&mut self, proposal: &IsrProposal) {
+        if self.isr_change_in_flight.as_ref() == Some(proposal) {
+            self.isr_change_in_flight = None;
+        }
+    }
+
+    /// The coordinator's state for this partition changed at the same leader epoch (the
+    /// controller removed a dead broker from the ISR).
+    pub fn handle_state(&mut self, isr: Vec<i32>, partition_epoch: u64) {
+        if partition_epoch <= self.partition_epoch {
+            return;
+        }
+        // Whatever was proposed lost the race (or won it and this is its echo).
+        self.isr_change_in_flight = None;
+        self.apply_isr(isr, partition_epoch);
+    }
+
+    fn apply_isr(&mut self, isr: Vec<i32>, partition_epoch: u64) {
+        assert!(
+            isr.contains(&self.id),
+            "the ISR {isr:?} lost its leader {}",
+            self.id
+        );
+        assert!(partition_epoch >= self.partition_epoch);
+        self.partition_epoch = partition_epoch;
+        self.isr = isr;
+        self.advance_high_watermark();
+    }
+
+    /// Leadership ended: every waiting produce fails with NOT_LEADER.
+    pub fn resign(&mut self) {
+        while let Some((_, waiter)) = self.waiting.pop_front() {
+            self.answered.push((waiter, Err(AckError::NotLeader)));
+        }
+    }
+
+    /// The `acks=all` produces answered since the last call.
+    pub fn poll_acks(&mut self) -> std::vec::Drain<'_, (W, Result<(), AckError>)> {
+        self.answered.drain(..)
+    }
+
+    fn advance_high_watermark(&mut self) {
+        let mut candidate = self.log_end;
+        // While a change is being written, the high watermark waits for every replica in
+        // either the current or the proposed ISR (the "maximal ISR", as in Kafka's KIP-497):
+        // if an expansion is stored but its answer is lost, the new member may be elected, so
+        // it must already hold everything below the high watermark.
+        let proposed = self
+            .isr_change_in_flight
+            .as_ref()
+            .map_or(&[][..], |proposal| &proposal.isr[..]);
+        for member in self.isr.iter().chain(proposed) {
+            if *member == self.id {
+                continue;
+            }
+            let progress = self.followers.iter().find(|p| p.replica == *member);
+            match progress.and_then(|p| p.log_end) {
+                Some(end) => candidate = candidate.min(end),
+                // An ISR member that has not fetched since this leader took over holds the
+                // high watermark where it is.
+                None => candidate = candidate.min(self.high_watermark),
+            }
+        }
+        // The ISR only ever holds replicas that had reached the high watermark, so the minimum
+        // cannot fall below it; max() keeps a new leader's checkpointed value.
+        self.high_watermark = self.high_watermark.max(candidate);
+        debug_assert!(self.high_watermark <= self.log_end.max(self.high_watermark));
+        self.answer_committed();
+    }
+
+    fn answer_committed(&mut self) {
+        while let Some((last_offset, _)) = self.waiting.front() {
+            if *last_offset >= self.high_watermark {
+                break;
+            }
+            let (_, waiter) = self.waiting.pop_front().expect("front exists");
+            let result = if self.isr.len() >= self.config.min_insync_replicas {
+                Ok(())
+            } else {
+                Err(AckError::NotEnoughReplicasAfterAppend {
+                    isr: self.isr.len(),
+                    min: self.config.min_insync_replicas,
+                })
+            };
+            self.answered.push((waiter, result));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: LeaderConfig = LeaderConfig {
+        lag_time_max_ms: 100,
+        min_insync_replicas: 2,
+    };
+
+    fn leader() -> Leader<u32> {
+        Leader::new(1, 3, 10, vec![1, 2, 3], vec![1, 2, 3], 0, 0, CONFIG, 0)
+    }
+
+    #[test]
+    fn high_watermark_is_the_isr_minimum_and_acks_wait_for_it() {
+        let mut leader = leader();
+        leader.handle_appended(10);
+        leader.wait_for_commit(9, 7);
+        assert_eq!(leader.high_watermark(), 0);
+        leader.handle_fetch(1, 2, 3, 10).unwrap();
+        assert_eq!(leader.high_watermark(), 0, "replica 3 has not fetched");
+        assert_eq!(leader.poll_acks().count(), 0);
+        let progress = leader.handle_fetch(2, 3, 3, 6).unwrap();
+        assert_eq!(progress.high_watermark, 6);
+        assert_eq!(leader.poll_acks().count(), 0);
+        leader.handle_fetch(3, 3, 3, 10).unwrap();
+        assert_eq!(leader.high_watermark(), 10);
+        assert_eq!(leader.poll_acks().collect::<Vec<_>>(), vec![(7, Ok(()))]);
+    }
+
+    #[test]
+    fn a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up() {
+        let mut leader = leader();
+        leader.handle_appended(10);
+        leader.handle_fetch(50, 2, 3, 10).unwrap();
+        leader.handle_fetch(50, 3, 3, 4).unwrap();
+        assert_eq!(leader.handle_tick(100), None);
+        leader.handle_fetch(120, 2, 3, 10).unwrap();
+        let shrink = leader.handle_tick(150).expect("replica 3 lags");
+        assert_eq!(shrink.isr, vec![1, 2]);
+        assert_eq!(leader.handle_tick(160), None, "one change at a time");
+        leader.handle_isr_committed(&shrink, 11);
+        assert_eq!(leader.high_watermark(), 10);
+        assert_eq!(leader.check_acks_all(), Ok(()));
+        let progress = leader.handle_fetch(170, 3, 3, 10).unwrap();
+        let expand = progress.propose_isr.expect("caught up");
+        assert_eq!(expand.isr, vec![1, 2, 3]);
+        leader.handle_isr_committed(&expand, 12);
+        assert_eq!(leader.isr(), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn too_small_an_isr_refuses_and_fails_acks() {
+        let mut leader = leader();
+        leader.handle_appended(5);
+        leader.wait_for_commit(4, 1);
+        leader.handle_fetch(10, 2, 3, 5).unwrap();
+        let shrink = leader.handle_tick(500).unwrap();
+        assert_eq!(shrink.isr, vec![1]);
+        leader.handle_isr_committed(&shrink, 11);
+        assert_eq!(
+            leader.poll_acks().collect::<Vec<_>>(),
+            vec![(
+                1,
+                Err(AckError::NotEnoughReplicasAfterAppend { isr: 1, min: 2 })
+            )]
+        );
+        assert_eq!(
+            leader.check_acks_all(),
+            Err(AckError::NotEnoughReplicas { isr: 1, min: 2 })
+        );
+    }
+
+    #[test]
+    fn epochs_fence_fetches_and_resigning_fails_waiters() {
+        let mut leader = leader();
+        assert!(matches!(
+            leader.handle_fetch(0, 2, 2, 0),
+            Err(ReplicaFetchError::FencedLeaderEpoch { .. })
+        ));
+        assert!(matches!(
+            leader.handle_fetch(0, 2, 4, 0),
+            Err(ReplicaFetchError::UnknownLeaderEpoch { .. })
+        ));
+        assert!(matches!(
+            leader.handle_fetch(0, 9, 3, 0),
+            Err(ReplicaFetchError::NotAReplica(9))
+        ));
+        leader.handle_appended(3);
+        leader.wait_for_commit(2, 5);
+        leader.resign();
+        assert_eq!(
+            leader.poll_acks().collect::<Vec<_>>(),
+            vec![(5, Err(AckError::NotLeader))]
+        );
+    }
+}
