@@ -24,8 +24,8 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    BrokerInfo, Coordinator, CoordinatorError, PartitionState, TopicSpec, TopicState, placement,
-    validate_topic_name,
+    BrokerInfo, Coordinator, CoordinatorError, PartitionChange, PartitionState, TopicSpec,
+    TopicState, placement, validate_topic_name,
 };
 
 /// Broker liveness lease, unless configured otherwise.
@@ -443,5 +443,39 @@ impl Coordinator for EtcdCoordinator {
             return Err(CoordinatorError::UnknownTopic(name.to_string()));
         }
         Ok(state)
+    }
+
+    async fn update_partition(
+        &self,
+        topic: &str,
+        expected: &PartitionState,
+        change: PartitionChange,
+    ) -> Result<Option<PartitionState>, CoordinatorError> {
+        let key = self.key(&format!("partitions/{topic}/{}", expected.partition));
+        let broker_key = self.key(&format!("brokers/{}", self.node_id));
+        let mut client = self.client.clone();
+        let response = client.get(key.clone(), None).await.map_err(etcd_error)?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let current: PartitionState = decode(kv.key(), kv.value())?;
+        if &current != expected {
+            return Ok(None);
+        }
+        let next = change.apply(&current);
+        // Unchanged since read, and this broker's lease (its registration) still alive: a
+        // leader cut off from etcd past its lease can change nothing.
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                Compare::create_revision(broker_key, CompareOp::Greater, 0),
+            ])
+            .and_then([TxnOp::put(
+                key,
+                serde_json::to_vec(&next).expect("partition serializes"),
+                None,
+            )]);
+        let stored = client.txn(txn).await.map_err(etcd_error)?.succeeded();
+        Ok(stored.then_some(next))
     }
 }

@@ -30,6 +30,9 @@ pub struct BrokerInfo {
     pub port: u16,
     /// Shard `i` listens on `shard_ports[i]`.
     pub shard_ports: Vec<u16>,
+    /// Shard `i` takes replication (QUIC, UDP) on `replication_ports[i]`.
+    #[serde(default)]
+    pub replication_ports: Vec<u16>,
     /// Failure domain (`--rack`): replicas of a partition go to different racks first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
@@ -104,6 +107,43 @@ pub trait Coordinator {
     /// Creates a topic, placing its replicas; durable when this returns.
     async fn create_topic(&self, spec: TopicSpec) -> Result<TopicState, CoordinatorError>;
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError>;
+    /// A partition leader's own change (DESIGN §6: "leaders change their own ISR through the
+    /// same fenced transaction"): applied only if the partition is still exactly `expected`
+    /// (same leader, leader epoch and partition epoch) and this broker is still registered.
+    /// `change` gets the current state and returns the new one; `partition_epoch` is bumped
+    /// here. Returns the stored state, or `None` when the fence refused it.
+    async fn update_partition(
+        &self,
+        topic: &str,
+        expected: &PartitionState,
+        change: PartitionChange,
+    ) -> Result<Option<PartitionState>, CoordinatorError>;
+}
+
+/// What a leader may change about its own partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionChange {
+    /// The leader's ISR shrank or grew.
+    Isr(Vec<i32>),
+    /// A restarted broker that is still named leader takes the next leader epoch, so that
+    /// nothing it appends shares an epoch with records its earlier life may have lost.
+    NextLeaderEpoch,
+}
+
+impl PartitionChange {
+    /// The state after the change (partition epoch + 1).
+    pub fn apply(&self, current: &PartitionState) -> PartitionState {
+        let mut next = current.clone();
+        match self {
+            PartitionChange::Isr(isr) => {
+                assert!(isr.contains(&current.leader), "an ISR without its leader");
+                next.isr = isr.clone();
+            }
+            PartitionChange::NextLeaderEpoch => next.leader_epoch += 1,
+        }
+        next.partition_epoch += 1;
+        next
+    }
 }
 
 /// Kafka's rule: 1 to 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.

@@ -13,6 +13,7 @@ use crate::{
     BrokerInfo, Coordinator, CoordinatorError, TopicSpec, TopicState, placement,
     validate_topic_name,
 };
+use crate::{PartitionChange, PartitionState};
 
 const STATE_FILE: &str = "state.json";
 
@@ -153,6 +154,29 @@ impl Coordinator for LocalCoordinator {
             Ok(state.topics.remove(at))
         })
     }
+
+    async fn update_partition(
+        &self,
+        topic: &str,
+        expected: &PartitionState,
+        change: PartitionChange,
+    ) -> Result<Option<PartitionState>, CoordinatorError> {
+        self.update(|state| {
+            let Some(current) = state
+                .topics
+                .iter_mut()
+                .find(|t| t.name == topic)
+                .and_then(|t| t.partitions.get_mut(expected.partition as usize))
+            else {
+                return Ok(None);
+            };
+            if current != expected {
+                return Ok(None);
+            }
+            *current = change.apply(current);
+            Ok(Some(current.clone()))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +212,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 7300,
             shard_ports: vec![7310, 7311],
+            replication_ports: vec![],
             rack: None,
         };
         {
@@ -233,6 +258,7 @@ mod tests {
             host: "h".into(),
             port: 1,
             shard_ports: vec![],
+            replication_ports: vec![],
             rack: None,
         }))
         .unwrap();

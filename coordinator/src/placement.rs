@@ -150,6 +150,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 7300,
                 shard_ports: vec![],
+                replication_ports: vec![],
                 rack: None,
             })
             .collect()

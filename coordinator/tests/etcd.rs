@@ -19,6 +19,7 @@ fn broker(id: i32) -> BrokerInfo {
         host: "127.0.0.1".into(),
         port: 7300 + 100 * id as u16,
         shard_ports: vec![7310 + 100 * id as u16],
+        replication_ports: vec![],
         rack: None,
     }
 }

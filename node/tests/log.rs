@@ -438,7 +438,7 @@ fn torn_and_corrupt_tails_are_cut_on_recovery() {
                 assert!(report.truncated_bytes > 0, "{damage}");
             }
             // And it appends and recovers cleanly afterwards.
-            log.append(batch_of(99, 2, 10, 0), 0, 0).await.unwrap();
+            log.append(batch_of(99, 2, 10, 0), 3, 0).await.unwrap();
             log.flush(0).await.unwrap();
             drop(log);
             let (log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
@@ -581,8 +581,11 @@ fn interval_and_never_policies() {
             open(&storage, Path::new("/data/never-0"), &config).await,
             || 0,
         );
+        // The first batch of an epoch writes the leader-epoch checkpoint durably (once per
+        // epoch, whatever the policy); the records themselves are never synced.
+        handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
         let syncs = storage.sync_count();
-        for round in 0..5 {
+        for round in 1..5 {
             handle.append(batch_of(round, 3, 10, 0), 0).await.unwrap();
         }
         assert_eq!(storage.sync_count(), syncs, "never means never");
@@ -735,5 +738,58 @@ fn append_group_writes_good_requests_and_rejects_bad_ones_alone() {
         drop(log);
         let mut log = open(&storage, &sim_dir(), &config).await;
         assert_eq!(read_all(&mut log, 0, 1 << 20).await, records);
+    });
+}
+
+/// The leader-epoch cache lives with the log: written before the first batch of each epoch,
+/// cut with truncation, rebuilt from the batches when its file is lost, and stale epochs are
+/// refused.
+#[test]
+fn leader_epochs_are_recorded_truncated_and_rebuilt() {
+    block_on(async {
+        let storage = SimStorage::new(77);
+        let config = small_config(4096, FlushPolicy::Always);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        for (tag, epoch) in [(0, 1), (1, 1), (2, 3), (3, 3), (4, 7)] {
+            log.append(batch_of(tag, 2, 300, 0), epoch, 0)
+                .await
+                .unwrap();
+        }
+        log.flush(0).await.unwrap();
+        let expected = |log: &PartitionLog<SimStorage>| {
+            log.epochs()
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(expected(&log), vec![(1, 0), (3, 4), (7, 8)]);
+        assert!(matches!(
+            log.append(batch_of(9, 1, 10, 0), 5, 0).await,
+            Err(LogError::StaleEpoch {
+                epoch: 5,
+                latest: 7
+            })
+        ));
+        drop(log);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(expected(&log), vec![(1, 0), (3, 4), (7, 8)], "reopened");
+        log.truncate_to(6, 0).await.unwrap();
+        assert_eq!(expected(&log), vec![(1, 0), (3, 4)], "cut with the log");
+        drop(log);
+        storage.set_contents(&sim_dir().join("leader-epoch-checkpoint"), vec![1, 2, 3]);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(
+            expected(&log),
+            vec![(1, 0), (3, 4)],
+            "rebuilt from the batches"
+        );
+        log.restart_at(100, 0).await.unwrap();
+        assert_eq!(log.log_start_offset(), 100);
+        assert_eq!(log.log_end_offset(), 100);
+        assert!(log.epochs().entries().is_empty());
+        let info = log.append(batch_of(10, 1, 10, 0), 8, 0).await.unwrap();
+        assert_eq!(info.base_offset, 100);
+        assert_eq!(expected(&log), vec![(8, 100)]);
     });
 }

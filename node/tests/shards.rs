@@ -29,6 +29,9 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         lease_ttl: std::time::Duration::from_secs(5),
         rack: None,
         admin: None,
+        replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
+        replica_lag_time_max_ms: 10_000,
+        tls: None,
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -23,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
 
 use crate::io::{Storage, StorageFile};
+use crate::replication::EpochCache;
 use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
@@ -98,6 +99,10 @@ pub enum LogError {
     },
     #[error("invalid log configuration: {0}")]
     Config(String),
+    /// An append carries an older leader epoch than the log already holds: it comes from a
+    /// leader that has been replaced.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    StaleEpoch { epoch: u32, latest: u32 },
 }
 
 /// What an append wrote.
@@ -188,6 +193,10 @@ impl LogError {
                 index: *index,
                 source: source.clone(),
             },
+            LogError::StaleEpoch { epoch, latest } => LogError::StaleEpoch {
+                epoch: *epoch,
+                latest: *latest,
+            },
             LogError::NotContiguous { expected, got } => LogError::NotContiguous {
                 expected: *expected,
                 got: *got,
@@ -247,6 +256,32 @@ pub struct PartitionLog<S: Storage> {
     index_cache: IndexCache,
     recovery_file: S::File,
     recovery_point: Option<RecoveryPoint>,
+    /// Where each leader epoch begins; persisted in [`EPOCH_FILE_NAME`] before any batch of a
+    /// new epoch is written, so every batch on disk has its epoch in the file.
+    epochs: EpochCache,
+    epoch_file: S::File,
+    high_watermark_file: S::File,
+    high_watermark_checkpoint: u64,
+}
+
+/// The leader-epoch checkpoint inside the partition folder.
+pub const EPOCH_FILE_NAME: &str = "leader-epoch-checkpoint";
+/// The high watermark checkpoint inside the partition folder.
+pub const HIGH_WATERMARK_FILE_NAME: &str = "high-watermark";
+
+fn encode_high_watermark(high_watermark: u64) -> [u8; 12] {
+    let mut bytes = [0u8; 12];
+    bytes[..8].copy_from_slice(&high_watermark.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..8]);
+    bytes[8..].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+fn decode_high_watermark(bytes: &[u8]) -> Option<u64> {
+    let bytes: &[u8; 12] = bytes.get(..12)?.try_into().ok()?;
+    let crc = u32::from_le_bytes(bytes[8..].try_into().ok()?);
+    (crc32c::crc32c(&bytes[..8]) == crc)
+        .then(|| u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
 }
 
 /// How many closed segments' indexes stay loaded.
@@ -331,7 +366,31 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .ok()
             .and_then(|bytes| RecoveryPoint::decode(bytes.as_slice()));
+        let epoch_path = dir.join(EPOCH_FILE_NAME);
+        let epoch_file = storage
+            .open(&epoch_path, true)
+            .await
+            .map_err(io_error("open", &epoch_path))?;
+        let epochs = read_whole(&epoch_file)
+            .await
+            .ok()
+            .and_then(|bytes| EpochCache::decode(bytes.as_slice()));
+        let high_watermark_path = dir.join(HIGH_WATERMARK_FILE_NAME);
+        let high_watermark_file = storage
+            .open(&high_watermark_path, true)
+            .await
+            .map_err(io_error("open", &high_watermark_path))?;
+        let high_watermark_checkpoint = read_whole(&high_watermark_file)
+            .await
+            .ok()
+            .and_then(|bytes| decode_high_watermark(bytes.as_slice()))
+            .unwrap_or(0);
+        let epochs_trusted = epochs.is_some();
         let mut log = PartitionLog {
+            epochs: epochs.unwrap_or_default(),
+            epoch_file,
+            high_watermark_file,
+            high_watermark_checkpoint,
             recovery_file,
             recovery_point,
             storage,
@@ -398,6 +457,14 @@ impl<S: Storage> PartitionLog<S> {
             log.flush(now_ms).await?;
         }
         log.durable_offset = log.log_end_offset();
+        if !epochs_trusted && log.log_end_offset() > log.log_start_offset() {
+            log.rebuild_epochs().await?;
+        }
+        // Epochs whose batches did not survive the crash.
+        if log.epochs.truncate_from(log.log_end_offset()) {
+            log.persist_epochs().await?;
+        }
+        log.high_watermark_checkpoint = log.high_watermark_checkpoint.min(log.log_end_offset());
         tracing::info!(
             dir = %log.dir.display(),
             segments = report.segments,
@@ -411,6 +478,30 @@ impl<S: Storage> PartitionLog<S> {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where each leader epoch begins in this log.
+    pub fn epochs(&self) -> &EpochCache {
+        &self.epochs
+    }
+
+    /// The high watermark last checkpointed (never above the log end).
+    pub fn high_watermark_checkpoint(&self) -> u64 {
+        self.high_watermark_checkpoint
+    }
+
+    /// Records the high watermark so a restarted replica does not start from zero. Not synced:
+    /// a lost checkpoint only makes the new high watermark start lower.
+    pub async fn checkpoint_high_watermark(&mut self, high_watermark: u64) {
+        let high_watermark = high_watermark.min(self.log_end_offset());
+        if high_watermark == self.high_watermark_checkpoint {
+            return;
+        }
+        self.high_watermark_checkpoint = high_watermark;
+        let bytes = Bytes::copy_from_slice(&encode_high_watermark(high_watermark));
+        if let Err(error) = self.high_watermark_file.write_all_at(bytes, 0).await {
+            tracing::warn!(dir = %self.dir.display(), "writing the high watermark failed: {error}");
+        }
     }
 
     pub fn config(&self) -> &LogConfig {
@@ -556,6 +647,14 @@ impl<S: Storage> PartitionLog<S> {
         leader_epoch: u32,
         mut next_offset: u64,
     ) -> Result<u64, LogError> {
+        if let Some(latest) = self.epochs.latest_epoch()
+            && leader_epoch < latest
+        {
+            return Err(LogError::StaleEpoch {
+                epoch: leader_epoch,
+                latest,
+            });
+        }
         let first_header = self.headers.len();
         let mut at = 0;
         while at < batches.len() {
@@ -602,6 +701,19 @@ impl<S: Storage> PartitionLog<S> {
                     got: header.base_offset,
                 });
             }
+            let latest = self
+                .headers
+                .last()
+                .map(|h| h.leader_epoch)
+                .or(self.epochs.latest_epoch());
+            if let Some(latest) = latest
+                && header.leader_epoch < latest
+            {
+                return Err(LogError::StaleEpoch {
+                    epoch: header.leader_epoch,
+                    latest,
+                });
+            }
             expected = header.next_offset();
             at += header.batch_len as usize;
             self.headers.push(header);
@@ -622,6 +734,21 @@ impl<S: Storage> PartitionLog<S> {
     /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log.
     async fn write_batches(&mut self, buffers: Buffers, now_ms: i64) -> Result<(), LogError> {
         let last = *self.headers.last().expect("at least one batch");
+        let mut new_epoch = false;
+        for header in &self.headers {
+            if self
+                .epochs
+                .latest_epoch()
+                .is_none_or(|latest| header.leader_epoch > latest)
+            {
+                new_epoch |= self.epochs.assign(header.leader_epoch, header.base_offset);
+            }
+        }
+        if new_epoch {
+            // Before the batches: a batch on disk whose epoch the file lacks would give wrong
+            // answers to followers asking where an epoch ends.
+            self.persist_epochs().await?;
+        }
         let total = buffers.len();
         debug_assert_eq!(
             total,
@@ -914,6 +1041,34 @@ impl<S: Storage> PartitionLog<S> {
         )
     }
 
+    /// Removes every batch and starts over, empty, at `offset` (a follower whose leader no
+    /// longer holds the follower's log end: retention removed it). Returns `offset`.
+    pub async fn restart_at(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
+        self.check_writable()?;
+        let log_start = offset;
+        let bases = self.segment_bases();
+        self.segments.clear();
+        self.index_cache = IndexCache::default();
+        for base in bases {
+            self.remove_segment_files(base).await?;
+        }
+        let segment = self.create_segment(log_start, now_ms).await?;
+        self.segments.push(segment);
+        self.durable_offset = log_start;
+        self.write_recovery_point(RecoveryPoint {
+            offset: log_start,
+            segment_base: log_start,
+            position: 0,
+        })
+        .await;
+        if !self.epochs.entries().is_empty() {
+            self.epochs = EpochCache::default();
+            self.persist_epochs().await?;
+        }
+        self.high_watermark_checkpoint = self.high_watermark_checkpoint.min(log_start);
+        Ok(log_start)
+    }
+
     /// Removes every batch with an offset at or above `offset`. Truncation happens at batch
     /// boundaries: if `offset` falls inside a batch, that whole batch goes. Returns the new log end.
     pub async fn truncate_to(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
@@ -923,23 +1078,7 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(self.log_end_offset());
         }
         if offset <= log_start {
-            // Everything goes: start over, empty, at the old log start.
-            let bases = self.segment_bases();
-            self.segments.clear();
-            self.index_cache = IndexCache::default();
-            for base in bases {
-                self.remove_segment_files(base).await?;
-            }
-            let segment = self.create_segment(log_start, now_ms).await?;
-            self.segments.push(segment);
-            self.durable_offset = self.durable_offset.min(log_start);
-            self.write_recovery_point(RecoveryPoint {
-                offset: log_start,
-                segment_base: log_start,
-                position: 0,
-            })
-            .await;
-            return Ok(log_start);
+            return self.restart_at(log_start, now_ms).await;
         }
         let active_before = self.active().base_offset;
         while self.active().base_offset >= offset {
@@ -1006,6 +1145,12 @@ impl<S: Storage> PartitionLog<S> {
             position: end.valid_len,
         };
         self.write_recovery_point(point).await;
+        // After the data: an epoch entry beyond the log end is harmless (dropped on open), a
+        // batch without its entry is not.
+        if self.epochs.truncate_from(end.next_offset) {
+            self.persist_epochs().await?;
+        }
+        self.high_watermark_checkpoint = self.high_watermark_checkpoint.min(end.next_offset);
         Ok(end.next_offset)
     }
 
@@ -1244,6 +1389,54 @@ impl<S: Storage> PartitionLog<S> {
                 path: self.dir.clone(),
                 source,
             })
+    }
+
+    /// Writes the epoch cache durably (rare: once per leader epoch, and after truncations).
+    async fn persist_epochs(&mut self) -> Result<(), LogError> {
+        let bytes = self.epochs.encode();
+        let len = bytes.len() as u64;
+        let path = self.dir.join(EPOCH_FILE_NAME);
+        let written = async {
+            self.epoch_file.write_all_at(Bytes::from(bytes), 0).await?;
+            self.epoch_file.truncate(len).await?;
+            self.epoch_file.sync_data().await
+        }
+        .await;
+        written.map_err(|error| self.fail(format!("writing {} failed: {error}", path.display())))
+    }
+
+    /// Rebuilds the epoch cache from the batch headers (its file was missing or damaged).
+    async fn rebuild_epochs(&mut self) -> Result<(), LogError> {
+        let mut epochs = EpochCache::default();
+        for segment in &self.segments {
+            let mut position = 0u64;
+            while position < segment.size {
+                let (result, buf) = segment
+                    .log
+                    .read_at(
+                        crate::io::ReadBuf::with_capacity(batch::HEADER_LEN),
+                        position,
+                    )
+                    .await;
+                result.map_err(|source| LogError::Io {
+                    what: "read",
+                    path: self.dir.clone(),
+                    source,
+                })?;
+                let header = BatchHeader::parse(buf.as_slice())
+                    .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
+                if epochs
+                    .latest_epoch()
+                    .is_none_or(|latest| header.leader_epoch > latest)
+                {
+                    epochs.assign(header.leader_epoch, header.base_offset);
+                }
+                position += u64::from(header.batch_len);
+            }
+        }
+        tracing::info!(dir = %self.dir.display(), epochs = epochs.entries().len(), "rebuilt the leader-epoch checkpoint from the log");
+        self.epochs = epochs;
+        self.persist_epochs().await
     }
 
     /// Records how far the log is durable. Not synced: see [`checkpoint`].

@@ -19,6 +19,7 @@ use std::pin::Pin;
 
 use super::{AppendInfo, FlushOutcome, FlushPolicy, LogError, PartitionLog, RetentionReport};
 use crate::io::Storage;
+use crate::replication::{self, Divergence};
 
 /// Milliseconds since the Unix epoch; a parameter so tests can run on virtual time.
 pub type Clock = fn() -> i64;
@@ -38,6 +39,32 @@ enum Command {
         batches: BytesMut,
         leader_epoch: u32,
         reply: oneshot::Sender<Result<AppendInfo, LogError>>,
+    },
+    /// Batches a leader stamped (the follower path), appended verbatim.
+    AppendReplicated {
+        batches: Bytes,
+        reply: oneshot::Sender<Result<AppendInfo, LogError>>,
+    },
+    ReplicaInfo {
+        reply: oneshot::Sender<ReplicaInfo>,
+    },
+    /// The leader side of a follower fetch: does the follower's log diverge from this one?
+    Diverging {
+        fetch_offset: u64,
+        last_fetched_epoch: Option<u32>,
+        reply: oneshot::Sender<(Option<Divergence>, LogOffsets)>,
+    },
+    /// The follower side: cut the log where the leader said it diverges.
+    TruncateDiverged {
+        divergence: Divergence,
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
+    RestartAt {
+        offset: u64,
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
+    CheckpointHighWatermark {
+        high_watermark: u64,
     },
     Read {
         offset: u64,
@@ -62,6 +89,14 @@ enum Command {
     Close {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
+}
+
+/// What a replica needs to know about its log to fetch or to lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    pub offsets: LogOffsets,
+    pub latest_epoch: Option<u32>,
+    pub high_watermark_checkpoint: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +135,64 @@ impl LogHandle {
             })
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// Appends batches stamped by the leader, verbatim; resolves when they are as durable as the
+    /// flush policy promises.
+    pub async fn append_replicated(&self, batches: Bytes) -> Result<AppendInfo, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::AppendReplicated { batches, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    pub async fn replica_info(&self) -> Result<ReplicaInfo, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::ReplicaInfo { reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
+    pub async fn diverging(
+        &self,
+        fetch_offset: u64,
+        last_fetched_epoch: Option<u32>,
+    ) -> Result<(Option<Divergence>, LogOffsets), LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Diverging {
+                fetch_offset,
+                last_fetched_epoch,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
+    /// Truncates where the leader's answer says this log diverges; returns the new log end.
+    pub async fn truncate_diverged(&self, divergence: Divergence) -> Result<u64, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::TruncateDiverged { divergence, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Empties the log and starts it at `offset`.
+    pub async fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::RestartAt { offset, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    pub fn checkpoint_high_watermark(&self, high_watermark: u64) {
+        let _ = self
+            .commands
+            .send(Command::CheckpointHighWatermark { high_watermark });
     }
 
     pub async fn read(
@@ -292,6 +385,49 @@ async fn run<S: Storage>(
                 for command in others.drain(..) {
                     match command {
                         Command::Append { .. } => unreachable!("appends were taken above"),
+                        Command::AppendReplicated { batches, reply } => {
+                            match log.append_replicated(batches, clock()).await {
+                                Ok(info) if log.config().flush == FlushPolicy::Always => {
+                                    unsynced.push((reply, info));
+                                }
+                                result => {
+                                    let _ = reply.send(result);
+                                }
+                            }
+                        }
+                        Command::ReplicaInfo { reply } => {
+                            let _ = reply.send(ReplicaInfo {
+                                offsets: offsets_of(&log),
+                                latest_epoch: log.epochs().latest_epoch(),
+                                high_watermark_checkpoint: log.high_watermark_checkpoint(),
+                            });
+                        }
+                        Command::Diverging { fetch_offset, last_fetched_epoch, reply } => {
+                            let divergence = replication::diverging(
+                                log.epochs(),
+                                log.log_end_offset(),
+                                fetch_offset,
+                                last_fetched_epoch,
+                            );
+                            let _ = reply.send((divergence, offsets_of(&log)));
+                        }
+                        Command::TruncateDiverged { divergence, reply } => {
+                            let cut = replication::truncation_offset(
+                                log.epochs(),
+                                log.log_end_offset(),
+                                divergence,
+                            );
+                            // Nothing unsynced may be answered as durable past the cut.
+                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                            let _ = reply.send(log.truncate_to(cut, clock()).await);
+                        }
+                        Command::RestartAt { offset, reply } => {
+                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                            let _ = reply.send(log.restart_at(offset, clock()).await);
+                        }
+                        Command::CheckpointHighWatermark { high_watermark } => {
+                            log.checkpoint_high_watermark(high_watermark).await;
+                        }
                         Command::Read { offset, max_bytes, max_offset, reply } => {
                             let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
                         }
@@ -299,11 +435,7 @@ async fn run<S: Storage>(
                             let _ = reply.send(log.enforce_retention(clock()).await);
                         }
                         Command::Offsets { reply } => {
-                            let _ = reply.send(LogOffsets {
-                                log_start: log.log_start_offset(),
-                                log_end: log.log_end_offset(),
-                                durable: log.durable_offset(),
-                            });
+                            let _ = reply.send(offsets_of(&log));
                         }
                         Command::WaitForData { offset, reply } => {
                             if offset < log.log_end_offset() {
@@ -337,14 +469,26 @@ async fn run<S: Storage>(
                     // Answer whatever raced in after the close.
                     commands.close();
                     while let Some(command) = commands.recv().await {
-                        if let Command::Append { reply, .. } = command {
-                            let _ = reply.send(Err(stopped()));
+                        match command {
+                            Command::Append { reply, .. }
+                            | Command::AppendReplicated { reply, .. } => {
+                                let _ = reply.send(Err(stopped()));
+                            }
+                            _ => {}
                         }
                     }
                     return;
                 }
             }
         }
+    }
+}
+
+fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
+    LogOffsets {
+        log_start: log.log_start_offset(),
+        log_end: log.log_end_offset(),
+        durable: log.durable_offset(),
     }
 }
 

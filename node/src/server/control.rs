@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_coordinator::{
-    ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator, TopicSpec,
-    TopicState, placement,
+    ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator,
+    PartitionChange, PartitionState, TopicSpec, TopicState, placement,
 };
 use strata_wire::protocol::{
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
@@ -31,6 +31,13 @@ pub enum ControlMessage {
     DeleteTopic {
         request: DeleteTopicRequest,
         reply: oneshot::Sender<DeleteTopicResponse>,
+    },
+    /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
+    UpdatePartition {
+        topic: String,
+        expected: PartitionState,
+        change: PartitionChange,
+        reply: oneshot::Sender<Option<PartitionState>>,
     },
     /// Resign from the cluster (revoke the broker lease) and stop.
     Shutdown { reply: oneshot::Sender<()> },
@@ -91,6 +98,69 @@ impl AnyCoordinator {
             controller: each!(self, c => c.controller()),
         })
     }
+}
+
+/// A broker that starts and finds itself named leader must not lead at that epoch: its log may
+/// have lost unsynced records that followers hold under the same epoch, and new appends would
+/// then mix with them undetected. It takes the next epoch first (the replication simulator
+/// found this). A partition that moves meanwhile is the controller's to place.
+async fn take_next_epochs(etcd: &EtcdCoordinator, node_id: i32) {
+    let Ok(topics) = etcd.topics().await else {
+        return;
+    };
+    for topic in topics {
+        for partition in topic.partitions.iter().filter(|p| p.leader == node_id) {
+            match etcd
+                .update_partition(&topic.name, partition, PartitionChange::NextLeaderEpoch)
+                .await
+            {
+                Ok(Some(next)) => tracing::info!(
+                    topic = %topic.name,
+                    partition = partition.partition,
+                    epoch = next.leader_epoch,
+                    "restarted as leader: took the next leader epoch"
+                ),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(
+                    topic = %topic.name,
+                    partition = partition.partition,
+                    "taking the next leader epoch: {error}"
+                ),
+            }
+        }
+    }
+}
+
+/// Writes a leader's own partition change. When the answer is lost (etcd unreachable), reads
+/// the partition back until it can tell whether the change was stored: a leader must never
+/// believe an ISR expansion failed when it was in fact stored (the new member could then be
+/// elected without everything below the high watermark).
+async fn update_partition(
+    coordinator: &AnyCoordinator,
+    topic: &str,
+    expected: &PartitionState,
+    change: &PartitionChange,
+) -> Option<PartitionState> {
+    let first = each!(coordinator, c => c.update_partition(topic, expected, change.clone()).await);
+    let error = match first {
+        Ok(stored) => return stored,
+        Err(error) => error,
+    };
+    tracing::warn!(%topic, partition = expected.partition, "partition change unanswered: {error}");
+    let wanted = change.apply(expected);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let topics = match each!(coordinator, c => c.topics().await) {
+            Ok(topics) => topics,
+            Err(_) => continue,
+        };
+        let current = topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| t.partitions.get(expected.partition as usize));
+        return (current == Some(&wanted)).then_some(wanted);
+    }
+    None
 }
 
 /// Marks every partition `node_id` leads as leaderless (in this node's view only).
@@ -172,6 +242,9 @@ fn run(
             let _ = ready.send(Err(format!("registering broker {}: {error}", config.node_id)));
             return;
         }
+        if let AnyCoordinator::Etcd(etcd) = &coordinator {
+            take_next_epochs(etcd, config.node_id).await;
+        }
         let mut last = match coordinator.view(config.node_id).await {
             Ok(view) => {
                 let _ = ready.send(Ok(view.clone()));
@@ -213,6 +286,13 @@ fn run(
                             };
                             last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(DeleteTopicResponse { error });
+                        }
+                        ControlMessage::UpdatePartition { topic, expected, change, reply } => {
+                            let stored = update_partition(&coordinator, &topic, &expected, &change).await;
+                            if stored.is_some() {
+                                last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            }
+                            let _ = reply.send(stored);
                         }
                         ControlMessage::Shutdown { reply } => {
                             if let AnyCoordinator::Etcd(etcd) = coordinator
@@ -351,14 +431,24 @@ impl Controller {
                     tracing::error!(%topic, partition = state.partition, leader = change.leader,
                         "UNCLEAN leader election: records the old leader had may be lost");
                 }
-                tracing::info!(
-                    %topic,
-                    partition = state.partition,
-                    from = state.leader,
-                    to = change.leader,
-                    epoch = change.leader_epoch,
-                    "controller moved partition leadership"
-                );
+                if change.leader == state.leader {
+                    tracing::info!(
+                        %topic,
+                        partition = state.partition,
+                        isr = ?change.isr,
+                        "controller removed dead brokers from the ISR"
+                    );
+                } else {
+                    tracing::info!(
+                        %topic,
+                        partition = state.partition,
+                        from = state.leader,
+                        to = change.leader,
+                        epoch = change.leader_epoch,
+                        isr = ?change.isr,
+                        "controller moved partition leadership"
+                    );
+                }
             } else if etcd.refresh_controller().await.unwrap_or(-1) != etcd.node_id() {
                 // The fence held: someone else controls the cluster now.
                 self.key = None;

@@ -19,6 +19,10 @@ pub struct TopicCounters {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub produce_errors: u64,
+    /// Bytes this node appended as a follower.
+    pub bytes_replicated: u64,
+    /// ISR shrinks and expansions of partitions this node leads.
+    pub isr_changes: u64,
 }
 
 /// One shard's metrics; only that shard's thread touches it.
@@ -34,8 +38,14 @@ pub struct Snapshot {
     /// Time to append (and, with flush=always, sync) a produce's records, µs.
     pub produce_latency_us: Histogram<u64>,
     pub fetch_latency_us: Histogram<u64>,
+    /// Follower side: one replication fetch, from request to appended (µs).
+    pub replication_latency_us: Histogram<u64>,
+    /// Leader side: bytes served to followers.
+    pub replica_bytes_out: u64,
     pub cross_shard_hops: u64,
     pub partitions: u64,
+    /// Partitions this shard leads whose ISR is smaller than their replica set.
+    pub under_replicated: u64,
 }
 
 impl Default for Snapshot {
@@ -45,8 +55,11 @@ impl Default for Snapshot {
             topics: BTreeMap::new(),
             produce_latency_us: histogram(),
             fetch_latency_us: histogram(),
+            replication_latency_us: histogram(),
+            replica_bytes_out: 0,
             cross_shard_hops: 0,
             partitions: 0,
+            under_replicated: 0,
         }
     }
 }
@@ -75,10 +88,39 @@ impl ShardMetrics {
         let _ = inner.fetch_latency_us.record(latency_us.max(1));
     }
 
-    pub fn snapshot(&self, cross_shard_hops: u64, partitions: u64) -> Snapshot {
+    pub fn replicated(&self, topic: &str, bytes: u64, latency_us: u64) {
+        let mut inner = self.inner.borrow_mut();
+        inner
+            .topics
+            .entry(topic.to_string())
+            .or_default()
+            .bytes_replicated += bytes;
+        let _ = inner.replication_latency_us.record(latency_us.max(1));
+    }
+
+    pub fn replica_fetch_served(&self, bytes: u64, _latency_us: u64) {
+        self.inner.borrow_mut().replica_bytes_out += bytes;
+    }
+
+    pub fn isr_changed(&self, topic: &str) {
+        self.inner
+            .borrow_mut()
+            .topics
+            .entry(topic.to_string())
+            .or_default()
+            .isr_changes += 1;
+    }
+
+    pub fn snapshot(
+        &self,
+        cross_shard_hops: u64,
+        partitions: u64,
+        under_replicated: u64,
+    ) -> Snapshot {
         let mut snapshot = self.inner.borrow().clone();
         snapshot.cross_shard_hops = cross_shard_hops;
         snapshot.partitions = partitions;
+        snapshot.under_replicated = under_replicated;
         snapshot
     }
 }
@@ -99,6 +141,8 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             total.bytes_in += counters.bytes_in;
             total.bytes_out += counters.bytes_out;
             total.produce_errors += counters.produce_errors;
+            total.bytes_replicated += counters.bytes_replicated;
+            total.isr_changes += counters.isr_changes;
         }
     }
     let counter =
@@ -136,6 +180,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         "Produce requests that failed.",
         &|c| c.produce_errors,
     );
+    counter(
+        &mut out,
+        "strata_bytes_replicated_total",
+        "Bytes of record batches this node appended as a follower.",
+        &|c| c.bytes_replicated,
+    );
+    counter(
+        &mut out,
+        "strata_isr_changes_total",
+        "ISR shrinks and expansions of partitions this node leads.",
+        &|c| c.isr_changes,
+    );
 
     let _ = writeln!(
         out,
@@ -159,6 +215,28 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             snapshot.partitions
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP strata_under_replicated_partitions Led partitions whose ISR is smaller than their replica set.\n# TYPE strata_under_replicated_partitions gauge"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "strata_under_replicated_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.under_replicated
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_replica_bytes_out_total Bytes served to followers.\n# TYPE strata_replica_bytes_out_total counter"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "strata_replica_bytes_out_total{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.replica_bytes_out
+        );
+    }
     for (name, help, pick) in [
         (
             "strata_produce_latency_seconds",
@@ -169,6 +247,11 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "strata_fetch_latency_seconds",
             "Time to serve a fetch from the partition (including any long-poll wait).",
             |s: &Snapshot| &s.fetch_latency_us,
+        ),
+        (
+            "strata_replication_latency_seconds",
+            "Follower side: one replication fetch, from request to the records appended.",
+            |s: &Snapshot| &s.replication_latency_us,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");

@@ -20,6 +20,8 @@ mod admin;
 mod connection;
 mod control;
 mod metrics;
+pub mod quic;
+mod replica;
 mod shard;
 pub mod topic_config;
 
@@ -57,11 +59,24 @@ pub struct NodeConfig {
     pub rack: Option<String>,
     /// The admin HTTP endpoint (`/metrics`, `/health`, `/v1/cluster`); `None`: off.
     pub admin: Option<SocketAddr>,
+    /// Replication (QUIC over UDP): shard `i` binds this port + i.
+    pub replication: SocketAddr,
+    /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
+    /// Certificates for replication's TLS; `None`: a self-signed certificate per node.
+    pub tls: Option<quic::TlsFiles>,
 }
 
 impl NodeConfig {
     pub fn shard_port(&self, shard: usize) -> u16 {
         self.listen.port() + 10 + shard as u16
+    }
+
+    pub fn replication_addr(&self, shard: usize) -> SocketAddr {
+        SocketAddr::new(
+            self.replication.ip(),
+            self.replication.port() + shard as u16,
+        )
     }
 
     pub fn broker_info(&self) -> BrokerInfo {
@@ -70,6 +85,9 @@ impl NodeConfig {
             host: self.advertised_host.clone(),
             port: self.listen.port(),
             shard_ports: (0..self.shards).map(|i| self.shard_port(i)).collect(),
+            replication_ports: (0..self.shards)
+                .map(|i| self.replication_addr(i).port())
+                .collect(),
             rack: self.rack.clone(),
         }
     }

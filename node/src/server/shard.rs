@@ -9,12 +9,13 @@ use std::time::Instant;
 use bytes::BytesMut;
 use strata_coordinator::{BrokerInfo, TopicState};
 use strata_wire::protocol::{
-    ApiKey, ApiVersionRange, ApiVersionsResponse, BrokerMetadata, EARLIEST_TIMESTAMP, ErrorCode,
-    FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
-    LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProducePartitionResponse, ProduceRequest, ProduceResponse,
-    ProduceTopicResponse, Records, Request, Response, TopicMetadata,
+    ACKS_ALL, ApiKey, ApiVersionRange, ApiVersionsResponse, BrokerMetadata, EARLIEST_TIMESTAMP,
+    ErrorCode, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+    FetchTopicResponse, LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest,
+    MetadataResponse, PartitionMetadata, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ProduceTopicResponse, Records, ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
+    TopicMetadata,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,9 +23,12 @@ use super::NodeConfig;
 use super::connection;
 use super::control::ControlMessage;
 use super::metrics;
+use super::quic::QuicPeer;
+use super::replica::{self, Partition, Role};
 use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::{LogError, PartitionLog, writer};
+use crate::replication::LeaderConfig;
 
 /// What shards ask each other. Everything in it is `Send`; nothing is shared.
 pub enum ShardMessage {
@@ -32,7 +36,13 @@ pub enum ShardMessage {
         topic: String,
         partition: u32,
         records: BytesMut,
+        acks: i8,
+        timeout_ms: u32,
         reply: oneshot::Sender<ProducePartitionResponse>,
+    },
+    ReplicaFetch {
+        request: ReplicaFetchRequest,
+        reply: oneshot::Sender<ReplicaFetchResponse>,
     },
     Fetch {
         topic: String,
@@ -98,20 +108,17 @@ pub fn shard_of(topic: &str, partition: u32, shards: usize) -> usize {
     ((u64::from(crc32c::crc32c(topic.as_bytes())) + u64::from(partition)) % shards as u64) as usize
 }
 
-struct Partition {
-    log: writer::LogHandle,
-    leader_epoch: u32,
-    max_message_bytes: usize,
-}
-
 pub(super) struct Shard {
     pub context: ShardContext,
     storage: AnyStorage,
-    view: RefCell<ClusterView>,
-    partitions: RefCell<HashMap<(String, u32), Partition>>,
+    pub(super) view: RefCell<ClusterView>,
+    /// Every replica (leader or follower) of a partition this shard owns.
+    pub(super) partitions: RefCell<HashMap<(String, u32), Partition>>,
     /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
     pub cross_shard_hops: Cell<u64>,
-    metrics: metrics::ShardMetrics,
+    pub(super) metrics: metrics::ShardMetrics,
+    /// This shard's replication endpoint.
+    pub(super) quic: Option<QuicPeer>,
 }
 
 pub fn run(
@@ -125,7 +132,18 @@ pub fn run(
     }
     let backend = context.backend.clone();
     io::run_on(&backend, move |storage| async move {
+        let replication_addr = context.config.replication_addr(context.index);
+        let quic = match QuicPeer::bind(replication_addr, context.config.tls.as_ref()) {
+            Ok(quic) => quic,
+            Err(error) => {
+                let _ = ready.send(Err(format!(
+                    "binding replication (QUIC) on {replication_addr}: {error}"
+                )));
+                return;
+            }
+        };
         let shard = Rc::new(Shard {
+            quic: Some(quic),
             context,
             storage,
             view: RefCell::new(ClusterView {
@@ -148,6 +166,10 @@ pub fn run(
                 return;
             }
         };
+        let replication = [
+            tokio::task::spawn_local(shard.clone().serve_replication()),
+            tokio::task::spawn_local(shard.clone().replication_ticks()),
+        ];
         let _ = ready.send(Ok(()));
         while let Some(message) = mailbox.recv().await {
             match message {
@@ -155,12 +177,22 @@ pub fn run(
                     topic,
                     partition,
                     records,
+                    acks,
+                    timeout_ms,
                     reply,
                 } => {
                     let shard = shard.clone();
                     tokio::task::spawn_local(async move {
-                        let response = shard.produce_local(&topic, partition, records).await;
+                        let response = shard
+                            .produce_local(&topic, partition, records, acks, timeout_ms)
+                            .await;
                         let _ = reply.send(response);
+                    });
+                }
+                ShardMessage::ReplicaFetch { request, reply } => {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(shard.replica_fetch_local(request).await);
                     });
                 }
                 ShardMessage::Fetch {
@@ -202,12 +234,12 @@ pub fn run(
                     });
                 }
                 ShardMessage::Metrics { reply } => {
-                    let partitions = shard.partitions.borrow().len() as u64;
-                    let _ = reply.send(
-                        shard
-                            .metrics
-                            .snapshot(shard.cross_shard_hops.get(), partitions),
-                    );
+                    let (led, under_replicated) = shard.leadership_counts();
+                    let _ = reply.send(shard.metrics.snapshot(
+                        shard.cross_shard_hops.get(),
+                        led,
+                        under_replicated,
+                    ));
                 }
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
@@ -216,7 +248,13 @@ pub fn run(
                     for listener in &listeners {
                         listener.abort();
                     }
+                    for task in &replication {
+                        task.abort();
+                    }
                     shard.close_all().await;
+                    if let Some(quic) = &shard.quic {
+                        quic.close();
+                    }
                     let _ = reply.send(());
                     break;
                 }
@@ -247,6 +285,7 @@ fn log_error_code(error: &LogError) -> ErrorCode {
         LogError::Failed { .. } | LogError::Io { .. } => ErrorCode::StorageError,
         LogError::Config(_) => ErrorCode::InvalidConfig,
         LogError::NotContiguous { .. } => ErrorCode::Internal,
+        LogError::StaleEpoch { .. } => ErrorCode::NotLeader,
     }
 }
 
@@ -255,14 +294,32 @@ impl Shard {
         shard_of(topic, partition, self.context.config.shards) == self.context.index
     }
 
-    /// Opens the partitions this shard should own and closes those it no longer should.
-    async fn apply_view(&self, view: ClusterView) -> Result<(), String> {
+    /// Leaders and followers, per the partitions this shard owns (for metrics).
+    fn leadership_counts(&self) -> (u64, u64) {
+        let partitions = self.partitions.borrow();
+        let mut led = 0;
+        let mut under_replicated = 0;
+        for partition in partitions.values() {
+            if let Role::Leader(leader) = &partition.role {
+                led += 1;
+                under_replicated += u64::from(leader.under_replicated());
+            }
+        }
+        (led, under_replicated)
+    }
+
+    /// Opens a replica of every partition this node holds that this shard owns (leader or
+    /// follower), puts each into the role the cluster state says, and closes the rest.
+    async fn apply_view(self: &Rc<Self>, view: ClusterView) -> Result<(), String> {
         let topics = view.topics.clone();
         let config = &self.context.config;
+        // The view first: followers look up their leader's address in it.
+        *self.view.borrow_mut() = view;
         let mut wanted = HashMap::new();
         for topic in topics.iter() {
             for partition in &topic.partitions {
-                if partition.leader == config.node_id && self.owns(&topic.name, partition.partition)
+                if partition.replicas.contains(&config.node_id)
+                    && self.owns(&topic.name, partition.partition)
                 {
                     wanted.insert(
                         (topic.name.clone(), partition.partition),
@@ -280,16 +337,17 @@ impl Shard {
             .collect();
         for key in gone {
             let partition = self.partitions.borrow_mut().remove(&key);
-            if let Some(partition) = partition {
+            if let Some(mut partition) = partition {
+                partition.stop_role();
                 let _ = partition.log.close().await;
             }
-            // Leadership moving elsewhere keeps the data; only a deleted topic (or partition)
+            // A replica moving elsewhere keeps the data; only a deleted topic (or partition)
             // removes it.
             let still_exists = topics.iter().any(|topic| {
                 topic.name == key.0 && topic.partitions.iter().any(|p| p.partition == key.1)
             });
             if still_exists {
-                tracing::info!(topic = %key.0, partition = key.1, "no longer leading this partition here");
+                tracing::info!(topic = %key.0, partition = key.1, "no longer a replica here");
                 continue;
             }
             let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
@@ -297,34 +355,46 @@ impl Shard {
                 tracing::warn!("removing {}: {error}", dir.display());
             }
         }
-        for (key, (topic, partition)) in wanted {
-            if self.partitions.borrow().contains_key(&key) {
-                continue;
+        for (key, (topic, state)) in wanted {
+            if !self.partitions.borrow().contains_key(&key) {
+                let topic_config = TopicConfig::parse(&topic.config)
+                    .map_err(|error| format!("topic {}: {error}", topic.name))?;
+                let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
+                let now = writer::system_clock_ms();
+                let (log, _report) = PartitionLog::open(self.storage, &dir, topic_config.log, now)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                let high_watermark = log.high_watermark_checkpoint();
+                let handle = writer::spawn(log, writer::system_clock_ms);
+                // `assume_role` sees a change from this placeholder state.
+                let mut placeholder = state.clone();
+                placeholder.leader_epoch = u32::MAX;
+                self.partitions.borrow_mut().insert(
+                    key.clone(),
+                    Partition {
+                        log: handle,
+                        state: placeholder,
+                        max_message_bytes: topic_config.max_message_bytes,
+                        leader_config: LeaderConfig {
+                            lag_time_max_ms: config.replica_lag_time_max_ms as i64,
+                            min_insync_replicas: usize::from(topic_config.min_insync_replicas),
+                        },
+                        role: Role::Idle,
+                        committed: Rc::new(tokio::sync::Notify::new()),
+                        high_watermark_checkpointed: high_watermark,
+                        high_watermark_checkpointed_at: Instant::now(),
+                    },
+                );
             }
-            let topic_config = TopicConfig::parse(&topic.config)
-                .map_err(|error| format!("topic {}: {error}", topic.name))?;
-            let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
-            let now = writer::system_clock_ms();
-            let (log, _report) = PartitionLog::open(self.storage, &dir, topic_config.log, now)
-                .await
-                .map_err(|error| error.to_string())?;
-            let handle = writer::spawn(log, writer::system_clock_ms);
-            self.partitions.borrow_mut().insert(
-                key,
-                Partition {
-                    log: handle,
-                    leader_epoch: partition.leader_epoch,
-                    max_message_bytes: topic_config.max_message_bytes,
-                },
-            );
+            self.assume_role(&key, state).await;
         }
-        *self.view.borrow_mut() = view;
         Ok(())
     }
 
     async fn close_all(&self) {
         let partitions: Vec<_> = self.partitions.borrow_mut().drain().collect();
-        for ((topic, partition), state) in partitions {
+        for ((topic, partition), mut state) in partitions {
+            state.stop_role();
             if let Err(error) = state.log.close().await {
                 tracing::error!(%topic, partition, "closing log: {error}");
             }
@@ -359,16 +429,23 @@ impl Shard {
             .map_or(-1, |p| p.leader)
     }
 
-    fn forward(&self, owner: usize, message: ShardMessage) -> bool {
+    pub(super) fn forward(&self, owner: usize, message: ShardMessage) -> bool {
         self.cross_shard_hops.set(self.cross_shard_hops.get() + 1);
         self.context.peers[owner].send(message).is_ok()
     }
 
-    fn log_of(&self, topic: &str, partition: u32) -> Option<(writer::LogHandle, u32, usize)> {
-        self.partitions
-            .borrow()
-            .get(&(topic.to_string(), partition))
-            .map(|p| (p.log.clone(), p.leader_epoch, p.max_message_bytes))
+    /// The log of a partition this shard leads, with its epoch and size limit.
+    fn leader_log(&self, topic: &str, partition: u32) -> Option<(writer::LogHandle, u32, usize)> {
+        let partitions = self.partitions.borrow();
+        let partition = partitions.get(&(topic.to_string(), partition))?;
+        let Role::Leader(leader) = &partition.role else {
+            return None;
+        };
+        Some((
+            partition.log.clone(),
+            leader.epoch(),
+            partition.max_message_bytes,
+        ))
     }
 
     pub async fn handle(self: &Rc<Self>, request: Request) -> Option<Response> {
@@ -423,6 +500,10 @@ impl Shard {
             Request::Fetch(request) => Response::Fetch(self.fetch(request).await),
             Request::ListOffsets(request) => {
                 Response::ListOffsets(self.list_offsets(request).await)
+            }
+            // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
+            Request::ReplicaFetch(request) => {
+                Response::ReplicaFetch(self.replica_fetch(request).await)
             }
         })
     }
@@ -488,6 +569,8 @@ impl Shard {
     }
 
     async fn produce(self: &Rc<Self>, request: ProduceRequest) -> ProduceResponse {
+        let acks = request.acks;
+        let timeout_ms = request.timeout_ms;
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let name = topic.name;
@@ -503,7 +586,9 @@ impl Shard {
                             ..produce_error(index, error)
                         },
                         Ok(owner) if owner == shard.context.index => {
-                            shard.produce_local(&name, index, records).await
+                            shard
+                                .produce_local(&name, index, records, acks, timeout_ms)
+                                .await
                         }
                         Ok(owner) => {
                             let (reply, answer) = oneshot::channel();
@@ -511,6 +596,8 @@ impl Shard {
                                 topic: name,
                                 partition: index,
                                 records,
+                                acks,
+                                timeout_ms,
                                 reply,
                             };
                             if !shard.forward(owner, message) {
@@ -529,43 +616,101 @@ impl Shard {
         ProduceResponse { topics }
     }
 
+    /// Appends to a partition this shard leads and answers per `acks`: with 1 (or 0) once the
+    /// append is as durable as the flush policy says, with `all` once the high watermark
+    /// passes it (every in-sync replica has it) and the ISR is at least `min.insync.replicas`.
     async fn produce_local(
         &self,
         topic: &str,
         partition: u32,
         records: BytesMut,
+        acks: i8,
+        timeout_ms: u32,
     ) -> ProducePartitionResponse {
-        let Some((log, leader_epoch, max_message_bytes)) = self.log_of(topic, partition) else {
-            return produce_error(partition, ErrorCode::NotReady);
+        let key = (topic.to_string(), partition);
+        let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
+            return ProducePartitionResponse {
+                leader_hint: self.leader_hint(topic, partition, ErrorCode::NotLeader),
+                ..produce_error(partition, ErrorCode::NotLeader)
+            };
         };
         if records.len() > max_message_bytes {
             self.metrics.produce_failed(topic);
             return produce_error(partition, ErrorCode::MessageTooLarge);
         }
-        let started = Instant::now();
-        match log.append(records, leader_epoch).await {
-            Ok(info) => {
-                self.metrics.produced(
-                    topic,
-                    info.last_offset - info.base_offset + 1,
-                    info.bytes,
-                    started.elapsed().as_micros() as u64,
-                );
-                ProducePartitionResponse {
-                    partition,
-                    error: ErrorCode::None,
-                    base_offset: info.base_offset,
-                    log_start_offset: 0,
-                    leader_hint: -1,
-                }
+        if acks == ACKS_ALL {
+            let partitions = self.partitions.borrow();
+            if let Some(Role::Leader(leader)) = partitions.get(&key).map(|p| &p.role)
+                && let Err(error) = leader.check_acks_all()
+            {
+                drop(partitions);
+                self.metrics.produce_failed(topic);
+                return produce_error(partition, replica::ack_error_code(error));
             }
+        }
+        let started = Instant::now();
+        let info = match log.append(records, leader_epoch).await {
+            Ok(info) => info,
             Err(error) => {
                 self.metrics.produce_failed(topic);
-                if !matches!(error, LogError::CorruptBatch { .. }) {
+                if !matches!(
+                    error,
+                    LogError::CorruptBatch { .. } | LogError::StaleEpoch { .. }
+                ) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
                 }
-                produce_error(partition, log_error_code(&error))
+                return produce_error(partition, log_error_code(&error));
             }
+        };
+        // The leader's own progress (the high watermark counts it), and the commit to wait for.
+        let committed = {
+            let mut partitions = self.partitions.borrow_mut();
+            match partitions.get_mut(&key) {
+                Some(partition_state) if partition_state.is_leader_at(leader_epoch) => {
+                    let Role::Leader(leader) = &mut partition_state.role else {
+                        unreachable!("checked: leads at this epoch")
+                    };
+                    let before = leader.high_watermark();
+                    leader.handle_appended(leader.log_end().max(info.last_offset + 1));
+                    let waiter = (acks == ACKS_ALL).then(|| {
+                        let (waiter, answer) = oneshot::channel();
+                        leader.wait_for_commit(info.last_offset, waiter);
+                        answer
+                    });
+                    partition_state.settle(before);
+                    waiter
+                }
+                // Leadership moved while the append ran: acks=all cannot be promised.
+                _ if acks == ACKS_ALL => {
+                    return produce_error(partition, ErrorCode::NotLeader);
+                }
+                _ => None,
+            }
+        };
+        if let Some(answer) = committed {
+            let timeout = std::time::Duration::from_millis(u64::from(timeout_ms.max(1)));
+            let outcome = match tokio::time::timeout(timeout, answer).await {
+                Ok(Ok(outcome)) => outcome.map_err(replica::ack_error_code),
+                Ok(Err(_)) => Err(ErrorCode::NotLeader),
+                Err(_) => Err(ErrorCode::RequestTimedOut),
+            };
+            if let Err(error) = outcome {
+                self.metrics.produce_failed(topic);
+                return produce_error(partition, error);
+            }
+        }
+        self.metrics.produced(
+            topic,
+            info.last_offset - info.base_offset + 1,
+            info.bytes,
+            started.elapsed().as_micros() as u64,
+        );
+        ProducePartitionResponse {
+            partition,
+            error: ErrorCode::None,
+            base_offset: info.base_offset,
+            log_start_offset: 0,
+            leader_hint: -1,
         }
     }
 
@@ -666,6 +811,25 @@ impl Shard {
         }
     }
 
+    /// The committed state of a partition this shard leads: its log, high watermark and the
+    /// notifier that wakes on each advance.
+    fn leader_view(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Option<(writer::LogHandle, u64, Rc<tokio::sync::Notify>)> {
+        let partitions = self.partitions.borrow();
+        let partition = partitions.get(&(topic.to_string(), partition))?;
+        let high_watermark = partition.leader_high_watermark()?;
+        Some((
+            partition.log.clone(),
+            high_watermark,
+            partition.committed.clone(),
+        ))
+    }
+
+    /// Consumers see only committed records: below the high watermark. A fetch at the high
+    /// watermark long-polls until it moves.
     async fn fetch_local(
         &self,
         topic: &str,
@@ -674,8 +838,11 @@ impl Shard {
     ) -> FetchPartitionResponse {
         let index = partition.partition;
         let started = Instant::now();
-        let Some((log, _, _)) = self.log_of(topic, index) else {
-            return fetch_error(index, ErrorCode::NotReady, 0, 0);
+        let Some((log, mut high_watermark, committed)) = self.leader_view(topic, index) else {
+            return FetchPartitionResponse {
+                leader_hint: self.leader_hint(topic, index, ErrorCode::NotLeader),
+                ..fetch_error(index, ErrorCode::NotLeader, 0, 0)
+            };
         };
         let Ok(offsets) = log.offsets().await else {
             return fetch_error(index, ErrorCode::StorageError, 0, 0);
@@ -685,17 +852,31 @@ impl Shard {
             return fetch_error(
                 index,
                 ErrorCode::OffsetOutOfRange,
-                offsets.log_end,
+                high_watermark,
                 offsets.log_start,
             );
         }
-        if offset == offsets.log_end
-            && let Some(deadline) = deadline
-        {
-            let _ = tokio::time::timeout_at(deadline.into(), log.wait_for_data(offset)).await;
+        if let Some(deadline) = deadline {
+            // Single-threaded: nothing can advance the high watermark between the check and
+            // the wait's registration, so no wake-up is missed.
+            while offset >= high_watermark {
+                let wait = tokio::time::timeout_at(deadline.into(), committed.notified());
+                if wait.await.is_err() {
+                    break;
+                }
+                match self.leader_view(topic, index) {
+                    Some((_, now, _)) => high_watermark = now,
+                    None => {
+                        return fetch_error(index, ErrorCode::NotLeader, 0, 0);
+                    }
+                }
+            }
+        }
+        if offset >= high_watermark {
+            return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start);
         }
         match log
-            .read(offset, partition.max_bytes as usize, u64::MAX)
+            .read(offset, partition.max_bytes as usize, high_watermark)
             .await
         {
             Ok(bytes) => {
@@ -704,11 +885,10 @@ impl Shard {
                     bytes.len() as u64,
                     started.elapsed().as_micros() as u64,
                 );
-                let offsets = log.offsets().await.unwrap_or(offsets);
                 FetchPartitionResponse {
                     partition: index,
                     error: ErrorCode::None,
-                    high_watermark: offsets.log_end,
+                    high_watermark,
                     log_start_offset: offsets.log_start,
                     leader_hint: -1,
                     records: Records::Shared(bytes),
@@ -717,7 +897,7 @@ impl Shard {
             Err(error) => fetch_error(
                 index,
                 log_error_code(&error),
-                offsets.log_end,
+                high_watermark,
                 offsets.log_start,
             ),
         }
@@ -766,18 +946,16 @@ impl Shard {
         partition: ListOffsetsPartition,
     ) -> ListOffsetsPartitionResponse {
         let index = partition.partition;
-        let Some((log, _, _)) = self.log_of(topic, index) else {
-            return list_error(index, ErrorCode::NotReady);
+        let Some((log, high_watermark, _)) = self.leader_view(topic, index) else {
+            return list_error(index, ErrorCode::NotLeader);
         };
         let found = match partition.timestamp {
             EARLIEST_TIMESTAMP => log
                 .offsets()
                 .await
                 .map(|offsets| Some((offsets.log_start, -1))),
-            LATEST_TIMESTAMP => log
-                .offsets()
-                .await
-                .map(|offsets| Some((offsets.log_end, -1))),
+            // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
+            LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
             timestamp => log.offset_for_timestamp(timestamp).await,
         };
         match found {

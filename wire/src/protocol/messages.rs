@@ -319,4 +319,37 @@ messages! {
     pub struct ListOffsetsResponse {
         pub topics: Vec<ListOffsetsTopicResponse>,
     }
+
+    /// A follower asks the leader for the batches after its log end (DESIGN §7).
+    pub struct ReplicaFetchRequest {
+        pub replica_id: i32,
+        pub topic: String,
+        pub partition: u32,
+        /// The leader epoch the follower follows; the leader refuses any other.
+        pub leader_epoch: u32,
+        /// The follower's log end offset.
+        pub fetch_offset: u64,
+        /// The epoch of the follower's last batch; -1 when its log is empty.
+        pub last_fetched_epoch: i64,
+        pub max_bytes: u32,
+        /// Long-poll when the follower is caught up.
+        pub max_wait_ms: u32,
+    }
+
+    /// Where the follower's log left the leader's: truncate, then fetch again.
+    pub struct DivergingEpoch {
+        /// The leader's largest epoch not above the follower's last one; -1 when none.
+        pub epoch: i64,
+        /// Where that epoch ends in the leader's log.
+        pub end_offset: u64,
+    }
+
+    pub struct ReplicaFetchResponse {
+        pub error: ErrorCode,
+        pub high_watermark: u64,
+        pub log_start_offset: u64,
+        pub diverging: Option<DivergingEpoch>,
+        /// Whole stored batches, verbatim, starting at the fetch offset.
+        pub records: Records,
+    }
 }

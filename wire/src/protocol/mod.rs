@@ -37,10 +37,12 @@ pub enum ApiKey {
     Produce = 4,
     Fetch = 5,
     ListOffsets = 6,
+    /// Follower to leader, over QUIC between brokers (not a client api).
+    ReplicaFetch = 7,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 7] = [
+    pub const ALL: [ApiKey; 8] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -48,6 +50,7 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::ReplicaFetch,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -118,6 +121,16 @@ error_codes! {
     InvalidTopicName = 16, retriable = false;
     /// Unexpected broker failure; the broker's log has the details.
     Internal = 17, retriable = false;
+    /// A follower fetched with an older leader epoch than the leader's: it must catch up with
+    /// the partition state first.
+    FencedLeaderEpoch = 18, retriable = true;
+    /// The request names a newer leader epoch than this broker knows: this broker is stale.
+    UnknownLeaderEpoch = 19, retriable = true;
+    /// `acks=all`: the records were written, but the ISR fell below `min.insync.replicas` before
+    /// they were committed. They may be visible to consumers; a retry may duplicate them.
+    NotEnoughReplicasAfterAppend = 20, retriable = true;
+    /// The broker is not a replica of the partition.
+    NotReplica = 21, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -267,4 +280,5 @@ requests! {
     Produce(ProduceRequest, ProduceResponse),
     Fetch(FetchRequest, FetchResponse),
     ListOffsets(ListOffsetsRequest, ListOffsetsResponse),
+    ReplicaFetch(ReplicaFetchRequest, ReplicaFetchResponse),
 }

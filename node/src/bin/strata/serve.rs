@@ -21,9 +21,23 @@ pub struct ServeArgs {
     /// Client port; shard i also listens on this port + 10 + i.
     #[arg(long, env = "STRATA_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Replication (QUIC) address; used once replication lands.
+    /// Replication (QUIC over UDP) address; shard i binds this port + i. Default: the client
+    /// port + 1 on the listen address (7301).
     #[arg(long, env = "STRATA_REPLICATION")]
     replication: Option<SocketAddr>,
+    /// A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).
+    #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<u64>,
+    /// PEM certificate this node presents on replication links (with --tls-key and --tls-ca;
+    /// without them each node makes a self-signed one and links are encrypted, not verified).
+    #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "STRATA_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that peers' certificates must chain to (checked against their advertised host).
+    #[arg(long, env = "STRATA_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
     /// Admin HTTP address: /metrics (Prometheus), /health, /v1/cluster. Default 127.0.0.1:7380.
     #[arg(long, env = "STRATA_ADMIN")]
     admin: Option<SocketAddr>,
@@ -58,6 +72,10 @@ struct FileConfig {
     node_id: Option<i32>,
     listen: Option<SocketAddr>,
     replication: Option<SocketAddr>,
+    replica_lag_time_max_ms: Option<u64>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
     admin: Option<SocketAddr>,
     etcd: Option<String>,
     lease_ttl_ms: Option<u64>,
@@ -91,7 +109,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .collect()
     });
     let lease_ttl_ms = args.lease_ttl_ms.or(file.lease_ttl_ms).unwrap_or(5_000);
-    let _ = args.replication.or(file.replication);
     let admin = args
         .admin
         .or(file.admin)
@@ -110,6 +127,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 listen.ip().to_string()
             }
         });
+    let replication = args
+        .replication
+        .or(file.replication)
+        .unwrap_or_else(|| SocketAddr::new(listen.ip(), listen.port() + 1));
+    let tls = match (
+        args.tls_cert.or(file.tls_cert),
+        args.tls_key.or(file.tls_key),
+        args.tls_ca.or(file.tls_ca),
+    ) {
+        (Some(cert), Some(key), Some(ca)) => {
+            Some(strata_node::server::quic::TlsFiles { cert, key, ca })
+        }
+        (None, None, None) => None,
+        _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
+    };
     let shards = args
         .shards
         .or(file.shards)
@@ -136,6 +168,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
         admin: Some(admin),
+        replication,
+        replica_lag_time_max_ms: args
+            .replica_lag_time_max_ms
+            .or(file.replica_lag_time_max_ms)
+            .unwrap_or(10_000),
+        tls,
     };
     let node = Node::start(config.clone())?;
     eprintln!(

@@ -1,0 +1,348 @@
+//! QUIC between brokers: one quinn endpoint per shard, carrying replication fetches.
+//!
+//! Each request travels on its own bidirectional stream (one frame each way, then the stream
+//! ends), so partitions never wait behind each other: a slow partition's long-poll holds only
+//! its own stream. A shard keeps one connection per peer shard and opens streams on it.
+//!
+//! TLS: by default every node makes a self-signed certificate at start and peers accept any
+//! certificate (the link is encrypted but not authenticated, like a plaintext Kafka listener
+//! with encryption on top). With `--tls-cert/--tls-key/--tls-ca` a node presents that
+//! certificate and verifies its peers against the CA, by the peer's advertised host name.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use strata_wire::protocol::{
+    ApiKey, ErrorCode, FRAME_PREFIX_LEN, ReplicaFetchRequest, ReplicaFetchResponse, Request,
+    Response,
+};
+
+/// ALPN of the broker-to-broker protocol.
+const ALPN: &[u8] = b"strata-replication/0";
+/// UDP socket buffers: the defaults (about 200 KiB) drop packets at replication rates.
+const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+/// The largest response frame a follower accepts (a fetch's max bytes plus framing).
+const RESPONSE_BYTES_MAX: usize = 64 << 20;
+
+/// Certificate files for real TLS (all three, or none for the self-signed default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    #[error("connecting to {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("stream to {addr}: {reason}")]
+    Stream { addr: SocketAddr, reason: String },
+    #[error("malformed answer from {addr}: {reason}")]
+    Malformed { addr: SocketAddr, reason: String },
+    #[error("{addr} refused the request: {code}")]
+    Refused { addr: SocketAddr, code: ErrorCode },
+}
+
+/// The shard's endpoint: accepts peers' streams and opens its own.
+pub struct QuicPeer {
+    endpoint: quinn::Endpoint,
+    client_config: quinn::ClientConfig,
+    connections: RefCell<HashMap<SocketAddr, quinn::Connection>>,
+    verify_names: bool,
+}
+
+impl QuicPeer {
+    /// Binds `addr` (UDP) with large socket buffers. Call inside the shard's runtime.
+    pub fn bind(addr: SocketAddr, tls: Option<&TlsFiles>) -> anyhow::Result<QuicPeer> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (certs, key) = match tls {
+            Some(files) => (read_certs(&files.cert)?, read_key(&files.key)?),
+            None => {
+                let generated = rcgen::generate_simple_self_signed(vec!["strata-node".into()])?;
+                (
+                    vec![generated.cert.der().clone()],
+                    PrivateKeyDer::Pkcs8(generated.key_pair.serialize_der().into()),
+                )
+            }
+        };
+        let mut server_crypto = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        server_crypto.alpn_protocols = vec![ALPN.to_vec()];
+        let mut server_config =
+            quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(server_crypto)?));
+        server_config.transport_config(transport());
+
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?;
+        let mut client_crypto = match tls {
+            Some(files) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in read_certs(&files.ca)? {
+                    roots.add(cert)?;
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            None => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+        };
+        client_crypto.alpn_protocols = vec![ALPN.to_vec()];
+        let mut client_config =
+            quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(client_crypto)?));
+        client_config.transport_config(transport());
+
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        for (what, result) in [
+            (
+                "SO_RCVBUF",
+                socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES),
+            ),
+            (
+                "SO_SNDBUF",
+                socket.set_send_buffer_size(SOCKET_BUFFER_BYTES),
+            ),
+        ] {
+            if let Err(error) = result {
+                tracing::warn!("setting {what} on the replication socket: {error}");
+            }
+        }
+        socket.bind(&addr.into())?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(server_config),
+            socket.into(),
+            Arc::new(quinn::TokioRuntime),
+        )?;
+        Ok(QuicPeer {
+            endpoint,
+            client_config,
+            connections: RefCell::new(HashMap::new()),
+            verify_names: tls.is_some(),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    pub fn endpoint(&self) -> &quinn::Endpoint {
+        &self.endpoint
+    }
+
+    async fn connection(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+    ) -> Result<quinn::Connection, QuicError> {
+        if let Some(connection) = self.connections.borrow().get(&addr)
+            && connection.close_reason().is_none()
+        {
+            return Ok(connection.clone());
+        }
+        let connect_error = |reason: String| QuicError::Connect { addr, reason };
+        let name = if self.verify_names {
+            host
+        } else {
+            "strata-node"
+        };
+        let connecting = self
+            .endpoint
+            .connect_with(self.client_config.clone(), addr, name)
+            .map_err(|error| connect_error(error.to_string()))?;
+        let connection = connecting
+            .await
+            .map_err(|error| connect_error(error.to_string()))?;
+        self.connections
+            .borrow_mut()
+            .insert(addr, connection.clone());
+        Ok(connection)
+    }
+
+    /// Sends one replication fetch on a new stream and reads its answer.
+    pub async fn replica_fetch(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        request: ReplicaFetchRequest,
+    ) -> Result<ReplicaFetchResponse, QuicError> {
+        let connection = self.connection(addr, host).await?;
+        let stream_error = |reason: String| QuicError::Stream { addr, reason };
+        let result = async {
+            let (mut send, mut receive) = connection
+                .open_bi()
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            let mut chunks = Request::ReplicaFetch(request).encode(0);
+            send.write_all_chunks(&mut chunks)
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            send.finish()
+                .map_err(|error| stream_error(error.to_string()))?;
+            receive
+                .read_to_end(RESPONSE_BYTES_MAX)
+                .await
+                .map_err(|error| stream_error(error.to_string()))
+        }
+        .await;
+        let frame = match result {
+            Ok(frame) => frame,
+            Err(error) => {
+                // The next call reconnects.
+                self.connections.borrow_mut().remove(&addr);
+                return Err(error);
+            }
+        };
+        let malformed = |reason: String| QuicError::Malformed { addr, reason };
+        let body = frame_body(frame).map_err(malformed)?;
+        match Response::decode(ApiKey::ReplicaFetch, body) {
+            Ok((_, Ok(Response::ReplicaFetch(response)))) => Ok(response),
+            Ok((_, Ok(other))) => Err(malformed(format!("{:?} answer", other.api_key()))),
+            Ok((_, Err(code))) => Err(QuicError::Refused { addr, code }),
+            Err(error) => Err(malformed(error.to_string())),
+        }
+    }
+
+    pub fn close(&self) {
+        self.endpoint.close(0u32.into(), b"shutting down");
+    }
+}
+
+/// Reads one request frame from a peer's stream. `None` with a reason when the peer sent
+/// something that is not one whole frame.
+pub async fn read_request(
+    receive: &mut quinn::RecvStream,
+    max_frame_bytes: usize,
+) -> Result<(u32, Request), String> {
+    let frame = receive
+        .read_to_end(max_frame_bytes)
+        .await
+        .map_err(|error| error.to_string())?;
+    let body = frame_body(frame)?;
+    match Request::decode(body) {
+        Ok((header, request)) => Ok((header.correlation_id, request)),
+        Err(rejected) => Err(rejected.reason),
+    }
+}
+
+/// Writes a response frame and ends the stream.
+pub async fn write_response(send: &mut quinn::SendStream, mut chunks: Vec<Bytes>) {
+    if send.write_all_chunks(&mut chunks).await.is_ok() {
+        let _ = send.finish();
+    }
+}
+
+fn frame_body(frame: Vec<u8>) -> Result<BytesMut, String> {
+    if frame.len() < FRAME_PREFIX_LEN {
+        return Err(format!("{} bytes is not a frame", frame.len()));
+    }
+    let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+    if len != frame.len() - FRAME_PREFIX_LEN {
+        return Err(format!(
+            "frame says {len} bytes, the stream held {}",
+            frame.len() - FRAME_PREFIX_LEN
+        ));
+    }
+    // The frame's own allocation, without a copy.
+    let mut body = Bytes::from(frame)
+        .try_into_mut()
+        .expect("a fresh Vec is uniquely owned");
+    let _ = body.split_to(FRAME_PREFIX_LEN);
+    Ok(body)
+}
+
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(4096u32.into())
+        .stream_receive_window((16u32 << 20).into())
+        .receive_window((64u32 << 20).into())
+        .send_window(64 << 20)
+        .keep_alive_interval(Some(Duration::from_millis(500)))
+        .max_idle_timeout(Some(
+            Duration::from_secs(5)
+                .try_into()
+                .expect("5 s is a valid idle timeout"),
+        ));
+    Arc::new(transport)
+}
+
+fn read_certs(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let file = std::fs::File::open(path)
+        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+    let certs =
+        rustls_pemfile::certs(&mut std::io::BufReader::new(file)).collect::<Result<Vec<_>, _>>()?;
+    anyhow::ensure!(!certs.is_empty(), "{}: no certificate", path.display());
+    Ok(certs)
+}
+
+fn read_key(path: &PathBuf) -> anyhow::Result<PrivateKeyDer<'static>> {
+    let file = std::fs::File::open(path)
+        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+    rustls_pemfile::private_key(&mut std::io::BufReader::new(file))?
+        .ok_or_else(|| anyhow::anyhow!("{}: no private key", path.display()))
+}
+
+/// The default's verifier: any certificate, but the handshake signature is still checked, so
+/// the peer holds the key of the certificate it showed.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

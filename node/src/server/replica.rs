@@ -1,0 +1,674 @@
+//! The shard's side of replication: each replica partition's role, the follower's fetch loop
+//! over QUIC, the leader's answer to follower fetches, `acks=all`, ISR changes and ticks.
+//!
+//! The decisions are the sans-IO core's (`crate::replication`); this module moves bytes and
+//! messages: QUIC streams, log commands, coordinator writes through the control thread.
+//! Everything here runs on the partition's owning shard; a partition's state is borrowed only
+//! between awaits.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use strata_coordinator::{PartitionChange, PartitionState};
+use strata_wire::protocol::{
+    DivergingEpoch, ErrorCode, Records, ReplicaFetchRequest, ReplicaFetchResponse, Request,
+    Response,
+};
+use tokio::sync::{Notify, oneshot};
+
+use super::control::ControlMessage;
+use super::quic::{self, QuicError};
+use super::shard::{Shard, ShardMessage, shard_of};
+use crate::log::LogError;
+use crate::log::writer::{self, LogHandle};
+use crate::replication::{
+    AckError, Divergence, IsrProposal, Leader, LeaderConfig, ReplicaFetchError,
+};
+
+/// Answered when the high watermark passes an `acks=all` produce.
+pub(super) type AckWaiter = oneshot::Sender<Result<(), AckError>>;
+
+/// The most a follower asks for in one fetch.
+const REPLICA_FETCH_BYTES_MAX: u32 = 8 << 20;
+/// How long a caught-up follower's fetch waits at the leader for new records.
+const REPLICA_FETCH_WAIT_MS: u32 = 500;
+/// How often leaders look for lagging followers and checkpoint high watermarks.
+const TICK: Duration = Duration::from_millis(100);
+/// How often a changed high watermark is checkpointed.
+const HIGH_WATERMARK_CHECKPOINT_MS: u64 = 1_000;
+
+pub(super) enum Role {
+    Leader(Box<Leader<AckWaiter>>),
+    Follower {
+        task: tokio::task::JoinHandle<()>,
+        /// As the leader last said, bounded by this log's end.
+        high_watermark: Rc<Cell<u64>>,
+    },
+    /// No leader (every in-sync replica is down), or this replica is not yet set up.
+    Idle,
+}
+
+/// One replica of a partition on this shard.
+pub(super) struct Partition {
+    pub log: LogHandle,
+    /// The partition state this replica acts on (leader, epoch, ISR).
+    pub state: PartitionState,
+    pub max_message_bytes: usize,
+    pub leader_config: LeaderConfig,
+    pub role: Role,
+    /// Woken whenever the high watermark moves: long-polling consumers wait on it.
+    pub committed: Rc<Notify>,
+    pub high_watermark_checkpointed: u64,
+    pub high_watermark_checkpointed_at: Instant,
+}
+
+impl Partition {
+    /// The leader's high watermark; `None` unless this replica leads.
+    pub fn leader_high_watermark(&self) -> Option<u64> {
+        match &self.role {
+            Role::Leader(leader) => Some(leader.high_watermark()),
+            _ => None,
+        }
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        match &self.role {
+            Role::Leader(leader) => leader.high_watermark(),
+            Role::Follower { high_watermark, .. } => high_watermark.get(),
+            Role::Idle => self.high_watermark_checkpointed,
+        }
+    }
+
+    pub fn is_leader_at(&self, epoch: u32) -> bool {
+        matches!(&self.role, Role::Leader(leader) if leader.epoch() == epoch)
+    }
+
+    /// Hands out answered `acks=all` produces and wakes consumers if the high watermark moved.
+    pub fn settle(&mut self, high_watermark_before: u64) {
+        if let Role::Leader(leader) = &mut self.role {
+            for (waiter, result) in leader.poll_acks() {
+                let _ = waiter.send(result);
+            }
+            if leader.high_watermark() != high_watermark_before {
+                self.committed.notify_waiters();
+            }
+        }
+    }
+
+    /// Ends whatever role this replica had: waiting produces fail with NOT_LEADER, the
+    /// follower loop stops.
+    pub fn stop_role(&mut self) {
+        match std::mem::replace(&mut self.role, Role::Idle) {
+            Role::Leader(mut leader) => {
+                self.high_watermark_checkpointed = leader.high_watermark();
+                leader.resign();
+                for (waiter, result) in leader.poll_acks() {
+                    let _ = waiter.send(result);
+                }
+            }
+            Role::Follower {
+                task,
+                high_watermark,
+                ..
+            } => {
+                task.abort();
+                self.high_watermark_checkpointed = high_watermark.get();
+            }
+            Role::Idle => {}
+        }
+        self.committed.notify_waiters();
+    }
+}
+
+pub(super) fn ack_error_code(error: AckError) -> ErrorCode {
+    match error {
+        AckError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
+        AckError::NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
+        AckError::NotLeader => ErrorCode::NotLeader,
+    }
+}
+
+fn fetch_error_code(error: ReplicaFetchError) -> ErrorCode {
+    match error {
+        ReplicaFetchError::NotAReplica(_) => ErrorCode::NotReplica,
+        ReplicaFetchError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
+        ReplicaFetchError::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
+    }
+}
+
+fn replica_fetch_error(
+    error: ErrorCode,
+    high_watermark: u64,
+    log_start: u64,
+) -> ReplicaFetchResponse {
+    ReplicaFetchResponse {
+        error,
+        high_watermark,
+        log_start_offset: log_start,
+        diverging: None,
+        records: Records::empty(),
+    }
+}
+
+impl Shard {
+    /// Puts the replica of `key` into the role `state` asks for. The log is open.
+    pub(super) async fn assume_role(self: &Rc<Self>, key: &(String, u32), state: &PartitionState) {
+        let node_id = self.context.config.node_id;
+        let log = {
+            let mut partitions = self.partitions.borrow_mut();
+            let Some(partition) = partitions.get_mut(key) else {
+                return;
+            };
+            let previous = std::mem::replace(&mut partition.state, state.clone());
+            let same_leadership =
+                previous.leader == state.leader && previous.leader_epoch == state.leader_epoch;
+            match &mut partition.role {
+                Role::Leader(leader) if same_leadership && state.leader == node_id => {
+                    // The ISR changed at the same epoch (our own change echoed, or the
+                    // controller removed a dead broker).
+                    let before = leader.high_watermark();
+                    leader.handle_state(state.isr.clone(), state.partition_epoch);
+                    self.metrics.isr_changed(&key.0);
+                    partition.settle(before);
+                    return;
+                }
+                Role::Follower { .. } if same_leadership => return,
+                Role::Idle if same_leadership && state.leader == placement_none() => return,
+                _ => {}
+            }
+            partition.stop_role();
+            partition.log.clone()
+        };
+        if state.leader == placement_none() {
+            tracing::warn!(topic = %key.0, partition = key.1, "partition has no leader (no in-sync replica is live)");
+            return;
+        }
+        let Ok(info) = log.replica_info().await else {
+            return;
+        };
+        let now = writer::system_clock_ms();
+        let mut partitions = self.partitions.borrow_mut();
+        let Some(partition) = partitions.get_mut(key) else {
+            return;
+        };
+        if partition.state != *state || !matches!(partition.role, Role::Idle) {
+            // A newer state arrived while the log answered; it set the role.
+            return;
+        }
+        let high_watermark = partition
+            .high_watermark_checkpointed
+            .max(info.high_watermark_checkpoint)
+            .min(info.offsets.durable);
+        if state.leader == node_id {
+            let leader = Leader::new(
+                node_id,
+                state.leader_epoch,
+                state.partition_epoch,
+                state.replicas.clone(),
+                state.isr.clone(),
+                info.offsets.durable,
+                high_watermark,
+                partition.leader_config,
+                now,
+            );
+            tracing::info!(
+                topic = %key.0,
+                partition = key.1,
+                epoch = state.leader_epoch,
+                log_end = info.offsets.log_end,
+                high_watermark = leader.high_watermark(),
+                isr = ?state.isr,
+                "leading"
+            );
+            partition.role = Role::Leader(Box::new(leader));
+            partition.committed.notify_waiters();
+        } else {
+            let high_watermark = Rc::new(Cell::new(high_watermark));
+            let task = tokio::task::spawn_local(self.clone().follow(
+                key.clone(),
+                state.leader,
+                state.leader_epoch,
+                log.clone(),
+                high_watermark.clone(),
+            ));
+            tracing::info!(
+                topic = %key.0,
+                partition = key.1,
+                leader = state.leader,
+                epoch = state.leader_epoch,
+                log_end = info.offsets.log_end,
+                "following"
+            );
+            partition.role = Role::Follower {
+                task,
+                high_watermark,
+            };
+        }
+    }
+
+    /// Where the leader's owning shard takes replication fetches for this partition.
+    fn replication_target(
+        &self,
+        leader: i32,
+        topic: &str,
+        partition: u32,
+    ) -> Option<(SocketAddr, String)> {
+        let view = self.view.borrow();
+        let broker = view.brokers.iter().find(|broker| broker.id == leader)?;
+        let shard = shard_of(topic, partition, broker.replication_ports.len().max(1));
+        let port = *broker.replication_ports.get(shard)?;
+        let addr = format!("{}:{port}", broker.host).parse().ok().or_else(|| {
+            use std::net::ToSocketAddrs;
+            (broker.host.as_str(), port).to_socket_addrs().ok()?.next()
+        })?;
+        Some((addr, broker.host.clone()))
+    }
+
+    /// The follower's loop: fetch from the leader, truncate where the leader says the logs
+    /// diverge, append what it sends verbatim, repeat. Runs until its role ends (aborted).
+    async fn follow(
+        self: Rc<Self>,
+        key: (String, u32),
+        leader: i32,
+        epoch: u32,
+        log: LogHandle,
+        high_watermark: Rc<Cell<u64>>,
+    ) {
+        let (topic, partition) = key.clone();
+        let node_id = self.context.config.node_id;
+        let mut failures = 0u32;
+        let backoff = |failures: &mut u32| {
+            *failures += 1;
+            Duration::from_millis(50 * u64::from((*failures).min(10)))
+        };
+        loop {
+            let Some(quic) = self.quic.as_ref() else {
+                return;
+            };
+            let Some((addr, host)) = self.replication_target(leader, &topic, partition) else {
+                tokio::time::sleep(backoff(&mut failures)).await;
+                continue;
+            };
+            let info = match log.replica_info().await {
+                Ok(info) => info,
+                Err(error) => {
+                    tracing::error!(%topic, partition, "follower stops: {error}");
+                    return;
+                }
+            };
+            let request = ReplicaFetchRequest {
+                replica_id: node_id,
+                topic: topic.clone(),
+                partition,
+                leader_epoch: epoch,
+                fetch_offset: info.offsets.log_end,
+                last_fetched_epoch: info.latest_epoch.map_or(-1, i64::from),
+                max_bytes: REPLICA_FETCH_BYTES_MAX,
+                max_wait_ms: REPLICA_FETCH_WAIT_MS,
+            };
+            let started = Instant::now();
+            let response = match quic.replica_fetch(addr, &host, request).await {
+                Ok(response) => response,
+                Err(error) => {
+                    if failures.is_multiple_of(20) {
+                        tracing::warn!(%topic, partition, leader, "replication fetch failed: {error}");
+                    }
+                    if let QuicError::Malformed { .. } = error {
+                        tracing::error!(%topic, partition, "{error}");
+                    }
+                    tokio::time::sleep(backoff(&mut failures)).await;
+                    continue;
+                }
+            };
+            match response.error {
+                ErrorCode::None => {}
+                ErrorCode::OffsetOutOfRange if response.log_start_offset > info.offsets.log_end => {
+                    // The leader's retention removed what we would fetch next.
+                    tracing::warn!(%topic, partition, from = info.offsets.log_end, to = response.log_start_offset,
+                        "the leader no longer holds our log end: starting over at its log start");
+                    if let Err(error) = log.restart_at(response.log_start_offset).await {
+                        tracing::error!(%topic, partition, "follower stops: {error}");
+                        return;
+                    }
+                    continue;
+                }
+                error => {
+                    // Not (yet) the leader, or a different epoch: the state will change.
+                    if failures.is_multiple_of(20) {
+                        tracing::info!(%topic, partition, leader, epoch, "leader refused the fetch: {error}");
+                    }
+                    tokio::time::sleep(backoff(&mut failures)).await;
+                    continue;
+                }
+            }
+            failures = 0;
+            if let Some(diverging) = response.diverging {
+                let divergence = Divergence {
+                    epoch: u32::try_from(diverging.epoch).ok(),
+                    end_offset: diverging.end_offset,
+                };
+                match log.truncate_diverged(divergence).await {
+                    Ok(end) => {
+                        tracing::warn!(%topic, partition, from = info.offsets.log_end, to = end, ?divergence,
+                            "log diverged from the leader's: truncated");
+                        high_watermark.set(high_watermark.get().min(end));
+                    }
+                    Err(error) => {
+                        tracing::error!(%topic, partition, "follower stops: truncation failed: {error}");
+                        return;
+                    }
+                }
+                continue;
+            }
+            let mut log_end = info.offsets.log_end;
+            if !response.records.is_empty() {
+                let records = response.records.freeze();
+                let bytes = records.len() as u64;
+                match log.append_replicated(records).await {
+                    Ok(appended) => {
+                        log_end = appended.last_offset + 1;
+                        self.metrics.replicated(
+                            &topic,
+                            bytes,
+                            started.elapsed().as_micros() as u64,
+                        );
+                    }
+                    Err(LogError::NotContiguous { .. }) => continue,
+                    Err(error) => {
+                        tracing::error!(%topic, partition, "follower stops: append failed: {error}");
+                        return;
+                    }
+                }
+            }
+            let known = response.high_watermark.min(log_end);
+            if known > high_watermark.get() {
+                high_watermark.set(known);
+            }
+        }
+    }
+
+    /// A follower's fetch, on any shard: forwarded to the owner.
+    pub(super) async fn replica_fetch(
+        self: &Rc<Self>,
+        request: ReplicaFetchRequest,
+    ) -> ReplicaFetchResponse {
+        let owner = shard_of(
+            &request.topic,
+            request.partition,
+            self.context.config.shards,
+        );
+        if owner == self.context.index {
+            return self.replica_fetch_local(request).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        if !self.forward(owner, ShardMessage::ReplicaFetch { request, reply }) {
+            return replica_fetch_error(ErrorCode::NotReady, 0, 0);
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| replica_fetch_error(ErrorCode::NotReady, 0, 0))
+    }
+
+    pub(super) async fn replica_fetch_local(
+        self: &Rc<Self>,
+        request: ReplicaFetchRequest,
+    ) -> ReplicaFetchResponse {
+        let key = (request.topic.clone(), request.partition);
+        let started = Instant::now();
+        let log = {
+            let partitions = self.partitions.borrow();
+            let Some(partition) = partitions.get(&key) else {
+                return replica_fetch_error(ErrorCode::UnknownPartition, 0, 0);
+            };
+            let Role::Leader(leader) = &partition.role else {
+                let code = if request.leader_epoch > partition.state.leader_epoch {
+                    ErrorCode::UnknownLeaderEpoch
+                } else {
+                    ErrorCode::NotLeader
+                };
+                return replica_fetch_error(code, 0, 0);
+            };
+            if let Err(error) = leader.validate_fetch(request.replica_id, request.leader_epoch) {
+                return replica_fetch_error(fetch_error_code(error), leader.high_watermark(), 0);
+            }
+            partition.log.clone()
+        };
+        let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
+        let Ok((divergence, offsets)) = log
+            .diverging(request.fetch_offset, last_fetched_epoch)
+            .await
+        else {
+            return replica_fetch_error(ErrorCode::StorageError, 0, 0);
+        };
+        if let Some(divergence) = divergence {
+            let high_watermark = self
+                .leader_high_watermark(&key, request.leader_epoch)
+                .unwrap_or(0);
+            return ReplicaFetchResponse {
+                diverging: Some(DivergingEpoch {
+                    epoch: divergence.epoch.map_or(-1, i64::from),
+                    end_offset: divergence.end_offset,
+                }),
+                ..replica_fetch_error(ErrorCode::None, high_watermark, offsets.log_start)
+            };
+        }
+        if request.fetch_offset < offsets.log_start || request.fetch_offset > offsets.log_end {
+            let high_watermark = self
+                .leader_high_watermark(&key, request.leader_epoch)
+                .unwrap_or(0);
+            return replica_fetch_error(
+                ErrorCode::OffsetOutOfRange,
+                high_watermark,
+                offsets.log_start,
+            );
+        }
+        // The follower has everything below its fetch offset: record its progress.
+        {
+            let mut partitions = self.partitions.borrow_mut();
+            let Some(partition) = partitions.get_mut(&key) else {
+                return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
+            };
+            let Role::Leader(leader) = &mut partition.role else {
+                return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
+            };
+            let before = leader.high_watermark();
+            let now = writer::system_clock_ms();
+            match leader.handle_fetch(
+                now,
+                request.replica_id,
+                request.leader_epoch,
+                request.fetch_offset,
+            ) {
+                Ok(progress) => {
+                    if let Some(proposal) = progress.propose_isr {
+                        self.propose_isr(&key, proposal);
+                    }
+                }
+                Err(error) => return replica_fetch_error(fetch_error_code(error), before, 0),
+            }
+            let partition = partitions.get_mut(&key).expect("present above");
+            partition.settle(before);
+        }
+        if request.fetch_offset >= offsets.log_end && request.max_wait_ms > 0 {
+            let wait = Duration::from_millis(u64::from(request.max_wait_ms));
+            let _ = tokio::time::timeout(wait, log.wait_for_data(request.fetch_offset)).await;
+        }
+        let records = match log
+            .read(request.fetch_offset, request.max_bytes as usize, u64::MAX)
+            .await
+        {
+            Ok(records) => records,
+            Err(error) => {
+                let code = match error {
+                    LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+                    _ => ErrorCode::StorageError,
+                };
+                return replica_fetch_error(code, 0, offsets.log_start);
+            }
+        };
+        let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
+            return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
+        };
+        self.metrics
+            .replica_fetch_served(records.len() as u64, started.elapsed().as_micros() as u64);
+        ReplicaFetchResponse {
+            error: ErrorCode::None,
+            high_watermark,
+            log_start_offset: offsets.log_start,
+            diverging: None,
+            records: Records::Shared(records),
+        }
+    }
+
+    fn leader_high_watermark(&self, key: &(String, u32), epoch: u32) -> Option<u64> {
+        let partitions = self.partitions.borrow();
+        let partition = partitions.get(key)?;
+        if !partition.is_leader_at(epoch) {
+            return None;
+        }
+        partition.leader_high_watermark()
+    }
+
+    /// Writes an ISR change through the control thread, then tells the leader the outcome.
+    pub(super) fn propose_isr(self: &Rc<Self>, key: &(String, u32), proposal: IsrProposal) {
+        let expected = {
+            let partitions = self.partitions.borrow();
+            let Some(partition) = partitions.get(key) else {
+                return;
+            };
+            partition.state.clone()
+        };
+        let shard = self.clone();
+        let key = key.clone();
+        tokio::task::spawn_local(async move {
+            let stale = expected.partition_epoch != proposal.partition_epoch;
+            let stored = if stale {
+                None
+            } else {
+                let (reply, answer) = oneshot::channel();
+                let message = ControlMessage::UpdatePartition {
+                    topic: key.0.clone(),
+                    expected: expected.clone(),
+                    change: PartitionChange::Isr(proposal.isr.clone()),
+                    reply,
+                };
+                if shard.context.control.send(message).is_err() {
+                    None
+                } else {
+                    answer.await.ok().flatten()
+                }
+            };
+            let mut partitions = shard.partitions.borrow_mut();
+            let Some(partition) = partitions.get_mut(&key) else {
+                return;
+            };
+            let Role::Leader(leader) = &mut partition.role else {
+                return;
+            };
+            if leader.epoch() != expected.leader_epoch {
+                return;
+            }
+            let before = leader.high_watermark();
+            match stored {
+                Some(state) => {
+                    let shrank = state.isr.len() < expected.isr.len();
+                    tracing::info!(topic = %key.0, partition = key.1, from = ?expected.isr, to = ?state.isr,
+                        "{}", if shrank { "ISR shrank" } else { "ISR expanded" });
+                    leader.handle_isr_committed(&proposal, state.partition_epoch);
+                    if state.partition_epoch > partition.state.partition_epoch {
+                        partition.state = state;
+                    }
+                    shard.metrics.isr_changed(&key.0);
+                }
+                None => leader.handle_isr_refused(&proposal),
+            }
+            partition.settle(before);
+        });
+    }
+
+    /// Every shard's replication clock: lagging followers leave the ISR, high watermarks are
+    /// checkpointed.
+    pub(super) async fn replication_ticks(self: Rc<Self>) {
+        let mut interval = tokio::time::interval(TICK);
+        loop {
+            interval.tick().await;
+            let now = writer::system_clock_ms();
+            let mut proposals = Vec::new();
+            {
+                let mut partitions = self.partitions.borrow_mut();
+                for (key, partition) in partitions.iter_mut() {
+                    if let Role::Leader(leader) = &mut partition.role
+                        && let Some(proposal) = leader.handle_tick(now)
+                    {
+                        proposals.push((key.clone(), proposal));
+                    }
+                    let high_watermark = partition.high_watermark();
+                    if high_watermark != partition.high_watermark_checkpointed
+                        && partition.high_watermark_checkpointed_at.elapsed()
+                            >= Duration::from_millis(HIGH_WATERMARK_CHECKPOINT_MS)
+                    {
+                        partition.log.checkpoint_high_watermark(high_watermark);
+                        partition.high_watermark_checkpointed = high_watermark;
+                        partition.high_watermark_checkpointed_at = Instant::now();
+                    }
+                }
+            }
+            for (key, proposal) in proposals {
+                self.propose_isr(&key, proposal);
+            }
+        }
+    }
+
+    /// Accepts peers' QUIC connections and answers each stream's request.
+    pub(super) async fn serve_replication(self: Rc<Self>) {
+        let Some(quic) = self.quic.as_ref() else {
+            return;
+        };
+        let endpoint = quic.endpoint().clone();
+        while let Some(incoming) = endpoint.accept().await {
+            let shard = self.clone();
+            tokio::task::spawn_local(async move {
+                let connection = match incoming.await {
+                    Ok(connection) => connection,
+                    Err(error) => {
+                        tracing::debug!("replication handshake failed: {error}");
+                        return;
+                    }
+                };
+                let peer = connection.remote_address();
+                while let Ok((mut send, mut receive)) = connection.accept_bi().await {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let max = shard.context.config.max_frame_bytes;
+                        let (correlation_id, request) =
+                            match quic::read_request(&mut receive, max).await {
+                                Ok(request) => request,
+                                Err(reason) => {
+                                    tracing::warn!(%peer, "closing replication stream: {reason}");
+                                    let _ = send.reset(1u32.into());
+                                    return;
+                                }
+                            };
+                        let response = match request {
+                            Request::ReplicaFetch(request) => {
+                                Response::ReplicaFetch(shard.replica_fetch(request).await)
+                            }
+                            other => {
+                                tracing::warn!(%peer, api = ?other.api_key(), "closing replication stream: not a replication request");
+                                let _ = send.reset(1u32.into());
+                                return;
+                            }
+                        };
+                        quic::write_response(&mut send, response.encode(correlation_id)).await;
+                    });
+                }
+            });
+        }
+    }
+}
+
+fn placement_none() -> i32 {
+    strata_coordinator::placement::NO_LEADER
+}
