@@ -6,28 +6,7 @@ use std::time::{Duration, Instant};
 
 use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use strata_coordinator::testing::EtcdServer;
-use support::{TestNode, runtime, strata};
-
-fn etcd_args<'a>(etcd: &'a EtcdServer, node_id: &'a str) -> Vec<&'a str> {
-    vec![
-        "--etcd",
-        &etcd.endpoint,
-        "--cluster",
-        "itest",
-        "--node-id",
-        node_id,
-        "--lease-ttl-ms",
-        "2000",
-    ]
-}
-
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use support::{TestNode, cluster_info, etcd_args, leaders, runtime, strata, wait_for};
 
 #[test]
 fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
@@ -153,22 +132,6 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
             serde_json::from_str(&one.cli(&["cluster", "info", "--format", "json"], None)).unwrap();
         info["brokers"].as_array().unwrap().len() == 1
     });
-}
-
-fn cluster_info(node: &TestNode) -> serde_json::Value {
-    serde_json::from_str(&node.cli(&["cluster", "info", "--format", "json"], None)).unwrap()
-}
-
-fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
-    let described: serde_json::Value =
-        serde_json::from_str(&node.cli(&["topic", "describe", topic, "--format", "json"], None))
-            .unwrap();
-    described["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["leader"].as_i64().unwrap())
-        .collect()
 }
 
 /// Three brokers: one controller; killing a leader moves its partitions to live replicas, and

@@ -465,7 +465,7 @@ impl Shard {
             );
         }
         // The follower has everything below its fetch offset: record its progress.
-        {
+        let proposal = {
             let mut partitions = self.partitions.borrow_mut();
             let Some(partition) = partitions.get_mut(&key) else {
                 return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
@@ -475,21 +475,21 @@ impl Shard {
             };
             let before = leader.high_watermark();
             let now = writer::system_clock_ms();
-            match leader.handle_fetch(
+            let proposal = match leader.handle_fetch(
                 now,
                 request.replica_id,
                 request.leader_epoch,
                 request.fetch_offset,
             ) {
-                Ok(progress) => {
-                    if let Some(proposal) = progress.propose_isr {
-                        self.propose_isr(&key, proposal);
-                    }
-                }
+                Ok(progress) => progress.propose_isr,
                 Err(error) => return replica_fetch_error(fetch_error_code(error), before, 0),
-            }
-            let partition = partitions.get_mut(&key).expect("present above");
+            };
             partition.settle(before);
+            proposal
+        };
+        // Outside the borrow: proposing reads the partition too.
+        if let Some(proposal) = proposal {
+            self.propose_isr(&key, proposal);
         }
         if request.fetch_offset >= offsets.log_end && request.max_wait_ms > 0 {
             let wait = Duration::from_millis(u64::from(request.max_wait_ms));

@@ -180,3 +180,51 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// `serve` flags joining the cluster `itest` on `etcd` as `node_id`, with a 2 s lease.
+pub fn etcd_args<'a>(
+    etcd: &'a strata_coordinator::testing::EtcdServer,
+    node_id: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--etcd",
+        &etcd.endpoint,
+        "--cluster",
+        "itest",
+        "--node-id",
+        node_id,
+        "--lease-ttl-ms",
+        "2000",
+    ]
+}
+
+/// Polls `check` every 100 ms for up to 10 s.
+pub fn wait_for(what: &str, check: impl FnMut() -> bool) {
+    wait_for_at_most(what, Duration::from_secs(10), check);
+}
+
+pub fn wait_for_at_most(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn cluster_info(node: &TestNode) -> serde_json::Value {
+    serde_json::from_str(&node.cli(&["cluster", "info", "--format", "json"], None)).unwrap()
+}
+
+pub fn describe(node: &TestNode, topic: &str) -> serde_json::Value {
+    serde_json::from_str(&node.cli(&["topic", "describe", topic, "--format", "json"], None))
+        .unwrap()
+}
+
+pub fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
+    describe(node, topic)["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["leader"].as_i64().unwrap())
+        .collect()
+}

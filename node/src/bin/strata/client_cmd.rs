@@ -134,6 +134,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     "leader_epoch": partition.leader_epoch,
                     "replicas": partition.replicas,
                     "isr": partition.isr,
+                    "under_replicated": partition.isr.len() < partition.replicas.len(),
                     "log_start_offset": start,
                     "high_watermark": end,
                     "shard": partition.shard,
@@ -145,12 +146,17 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 println!("topic {name}: {} partitions", partitions.len());
                 for p in &partitions {
                     println!(
-                        "  partition {} leader {} epoch {} replicas {} isr {} offsets {}..{} shard {}",
+                        "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{} shard {}",
                         p["partition"],
                         p["leader"],
                         p["leader_epoch"],
                         p["replicas"],
                         p["isr"],
+                        if p["under_replicated"] == true {
+                            " (under-replicated)"
+                        } else {
+                            ""
+                        },
                         p["log_start_offset"],
                         p["high_watermark"],
                         p["shard"]
