@@ -163,11 +163,12 @@ async fn update_partition(
     None
 }
 
-/// Marks every partition `node_id` leads as leaderless (in this node's view only).
+/// Marks every partition `node_id` holds a replica of as leaderless (in this node's view only):
+/// a node out of the cluster neither leads nor follows.
 fn demote(topics: &mut [TopicState], node_id: i32) {
     for topic in topics {
         for partition in &mut topic.partitions {
-            if partition.leader == node_id {
+            if partition.replicas.contains(&node_id) {
                 partition.leader = placement::NO_LEADER;
             }
         }
@@ -340,12 +341,15 @@ fn run(
                                 && let AnyCoordinator::Etcd(etcd) = &coordinator
                                 && !etcd.lease_valid()
                                 && view.topics.iter().any(|t| {
-                                    t.partitions.iter().any(|p| p.leader == config.node_id)
+                                    t.partitions.iter().any(|p| {
+                                        p.replicas.contains(&config.node_id)
+                                            && p.leader != placement::NO_LEADER
+                                    })
                                 })
                             {
                                 tracing::error!(
                                     node = config.node_id,
-                                    "etcd lease may have expired: no longer accepting writes for partitions led here"
+                                    "etcd lease may have expired: no longer leading or following any partition here"
                                 );
                                 let mut topics = view.topics.as_ref().clone();
                                 demote(&mut topics, config.node_id);

@@ -489,7 +489,22 @@ impl Shard {
         };
         // Outside the borrow: proposing reads the partition too.
         if let Some(proposal) = proposal {
-            self.propose_isr(&key, proposal);
+            // Only registered brokers join the ISR: a node whose lease lapsed is out of the
+            // cluster (the controller would remove it again, and again).
+            let live = self
+                .view
+                .borrow()
+                .brokers
+                .iter()
+                .any(|broker| broker.id == request.replica_id);
+            if live {
+                self.propose_isr(&key, proposal);
+            } else {
+                let mut partitions = self.partitions.borrow_mut();
+                if let Some(Role::Leader(leader)) = partitions.get_mut(&key).map(|p| &mut p.role) {
+                    leader.handle_isr_refused(&proposal);
+                }
+            }
         }
         if request.fetch_offset >= offsets.log_end && request.max_wait_ms > 0 {
             let wait = Duration::from_millis(u64::from(request.max_wait_ms));
