@@ -386,6 +386,11 @@ async fn send_with_retries(
                 tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
                 let _ = inner.client.refresh_metadata().await;
             }
+            Err(error) if error.is_retriable() => {
+                // Out of retries, but the next batch should find the new leader.
+                let _ = inner.client.refresh_metadata().await;
+                return Err(error);
+            }
             result => return result,
         }
     }

@@ -18,12 +18,19 @@ pub struct TestNode {
 /// A base port whose client port and shard ports (port + 10 + i) are all free now.
 pub fn free_base_port(shards: usize) -> u16 {
     for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 40_000);
+        // Below the kernel's ephemeral range (32768 and up by default), so no outgoing
+        // connection takes a node's port while it restarts.
+        let base = 10_000 + (rand::random::<u16>() % 22_000);
         let ports = std::iter::once(base).chain((0..shards).map(|i| base + 10 + i as u16));
         let free = ports
             .map(|port| TcpListener::bind(("127.0.0.1", port)))
             .collect::<Result<Vec<_>, _>>()
-            .is_ok();
+            .is_ok()
+            // Replication (UDP): the client port + 1 + shard.
+            && (0..shards.max(1))
+                .map(|i| std::net::UdpSocket::bind(("127.0.0.1", base + 1 + i as u16)))
+                .collect::<Result<Vec<_>, _>>()
+                .is_ok();
         if free {
             return base;
         }
@@ -128,6 +135,16 @@ impl TestNode {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Starts the process again after `kill` (same flags and data).
+    pub fn respawn(&mut self) {
+        assert!(self.child.is_none(), "the node still runs");
+        self.spawn();
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Runs a client CLI command against this node; returns stdout, panics on failure.
