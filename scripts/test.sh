@@ -9,8 +9,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 # Debian packages the build and tests use, as "command:package": etcd-client's build needs
-# protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium.
-required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium")
+# protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium;
+# the network-partition test builds namespaces (ip) and cuts links (iptables).
+required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")

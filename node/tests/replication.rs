@@ -524,3 +524,128 @@ fn acknowledged_writes_survive_leader_kills() {
     );
     assert!(history.acked.len() > 1000, "the producer made progress");
 }
+
+/// A leader that appended records nobody else has (its followers were paused), then died,
+/// truncates them when it comes back as a follower of the new leader: afterwards its log is
+/// the new leader's, byte for byte.
+#[test]
+fn a_diverged_old_leader_truncates_when_it_rejoins() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<TestNode> = (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            let args = [
+                "--etcd",
+                &etcd.endpoint,
+                "--cluster",
+                "itest",
+                "--node-id",
+                &id,
+                "--lease-ttl-ms",
+                "3000",
+            ];
+            TestNode::start_with(dirs[i].path(), 1, &args)
+        })
+        .collect();
+    wait_for("three brokers", || {
+        support::cluster_info(&nodes[0])["brokers"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    });
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "split",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--min-insync",
+            "2",
+        ],
+        None,
+    );
+    wait_for("the topic everywhere", || {
+        nodes
+            .iter()
+            .all(|node| node.cli(&["topic", "list"], None).trim() == "split")
+    });
+    let old = describe(&nodes[0], "split")["partitions"][0]["leader"]
+        .as_i64()
+        .unwrap() as usize;
+    let followers: Vec<usize> = (1..=3).filter(|id| *id != old).collect();
+    let committed: String = (0..50).map(|i| format!("committed-{i}\n")).collect();
+    nodes[old - 1].cli(
+        &["produce", "split", "--acks", "all"],
+        Some(committed.as_bytes()),
+    );
+
+    // Followers paused (briefly: their leases outlive it): the leader appends alone.
+    for id in &followers {
+        nodes[id - 1].signal(libc::SIGSTOP);
+    }
+    // Past the followers' pending long-polls (500 ms): no fetch is waiting at the leader to
+    // carry the next records out.
+    std::thread::sleep(Duration::from_millis(800));
+    let lonely: String = (0..30).map(|i| format!("uncommitted-{i}\n")).collect();
+    nodes[old - 1].cli(
+        &["produce", "split", "--acks", "1"],
+        Some(lonely.as_bytes()),
+    );
+    nodes[old - 1].kill();
+    for id in &followers {
+        nodes[id - 1].signal(libc::SIGCONT);
+    }
+    let observer = followers[0] - 1;
+    wait_for("a new leader", || {
+        let leader = describe(&nodes[observer], "split")["partitions"][0]["leader"]
+            .as_i64()
+            .unwrap();
+        leader > 0 && leader as usize != old
+    });
+    let after: String = (0..40).map(|i| format!("new-epoch-{i}\n")).collect();
+    nodes[observer].cli(
+        &["produce", "split", "--acks", "all"],
+        Some(after.as_bytes()),
+    );
+
+    // The old leader comes back: it must drop its 30 lonely records and take the new ones.
+    nodes[old - 1].respawn();
+    wait_for_at_most(
+        "the old leader back in the ISR",
+        Duration::from_secs(20),
+        || isr(&nodes[observer], "split", 0).len() == 3,
+    );
+    let consumed = nodes[observer].cli(
+        &[
+            "consume",
+            "split",
+            "--from-beginning",
+            "--max-messages",
+            "90",
+        ],
+        None,
+    );
+    assert!(!consumed.contains("uncommitted"), "{consumed}");
+    assert_eq!(consumed.lines().count(), 90);
+    for node in &mut nodes {
+        node.stop();
+    }
+    let logs: Vec<Vec<u8>> = dirs
+        .iter()
+        .map(|dir| segment(dir.path(), "split", 0))
+        .collect();
+    assert!(
+        logs.iter().all(|log| *log == logs[0]),
+        "the replicas' logs differ"
+    );
+    let text = String::from_utf8_lossy(&logs[old - 1]);
+    assert!(
+        !text.contains("uncommitted"),
+        "the old leader kept its diverged records"
+    );
+}
