@@ -10,6 +10,8 @@ pub struct EtcdServer {
     pub endpoint: String,
     data: tempfile::TempDir,
     ports: (u16, u16),
+    /// Also serves clients on this address (a test network's bridge), if set.
+    also_on: Option<String>,
 }
 
 /// A port free now, from a range picked by process id and a counter, so concurrent test
@@ -28,14 +30,26 @@ fn free_port() -> u16 {
 
 impl EtcdServer {
     pub fn start() -> EtcdServer {
+        EtcdServer::start_with(None)
+    }
+
+    /// Serves clients on `ip` as well as loopback (for brokers in network namespaces behind a
+    /// bridge at `ip`); `endpoint` names `ip`.
+    pub fn start_also_on(ip: &str) -> EtcdServer {
+        EtcdServer::start_with(Some(ip.to_string()))
+    }
+
+    fn start_with(also_on: Option<String>) -> EtcdServer {
         let data = tempfile::tempdir().expect("temp dir");
         let (client, peer) = (free_port(), free_port());
-        let child = spawn(data.path(), client, peer);
+        let child = spawn(data.path(), client, peer, also_on.as_deref());
+        let host = also_on.clone().unwrap_or_else(|| "127.0.0.1".into());
         let server = EtcdServer {
             child,
-            endpoint: format!("http://127.0.0.1:{client}"),
+            endpoint: format!("http://{host}:{client}"),
             data,
             ports: (client, peer),
+            also_on,
         };
         server.wait_ready()
     }
@@ -47,7 +61,7 @@ impl EtcdServer {
         let _ = this.child.kill();
         let _ = this.child.wait();
         let (client, peer) = this.ports;
-        this.child = spawn(this.data.path(), client, peer);
+        this.child = spawn(this.data.path(), client, peer, this.also_on.as_deref());
         this.wait_ready()
     }
 
@@ -68,19 +82,19 @@ impl EtcdServer {
     }
 }
 
-fn spawn(data: &std::path::Path, client: u16, peer: u16) -> Child {
+fn spawn(data: &std::path::Path, client: u16, peer: u16, also_on: Option<&str>) -> Child {
+    let mut listen = format!("http://127.0.0.1:{client}");
+    let mut advertise = listen.clone();
+    if let Some(ip) = also_on {
+        listen.push_str(&format!(",http://{ip}:{client}"));
+        advertise = format!("http://{ip}:{client}");
+    }
     Command::new("etcd")
         .args(["--name", "strata-test"])
         .arg("--data-dir")
         .arg(data)
-        .args([
-            "--listen-client-urls",
-            &format!("http://127.0.0.1:{client}"),
-        ])
-        .args([
-            "--advertise-client-urls",
-            &format!("http://127.0.0.1:{client}"),
-        ])
+        .args(["--listen-client-urls", &listen])
+        .args(["--advertise-client-urls", &advertise])
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
         .args([
             "--initial-advertise-peer-urls",

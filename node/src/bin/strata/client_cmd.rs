@@ -118,16 +118,21 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 let index = partition.partition;
                 // A leader that cannot be reached leaves its offsets unknown (null), not the
                 // whole description.
-                let start = client
-                    .list_offset(&name, index, EARLIEST_TIMESTAMP)
-                    .await
-                    .ok()
-                    .flatten();
-                let end = client
-                    .list_offset(&name, index, LATEST_TIMESTAMP)
-                    .await
-                    .ok()
-                    .flatten();
+                // An unreachable leader (cut off, dead) costs at most a short wait.
+                let offset = |timestamp| {
+                    let client = client.clone();
+                    let name = name.clone();
+                    async move {
+                        let lookup = client.list_offset(&name, index, timestamp);
+                        tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                            .flatten()
+                    }
+                };
+                let start = offset(EARLIEST_TIMESTAMP).await;
+                let end = offset(LATEST_TIMESTAMP).await;
                 partitions.push(json!({
                     "partition": index,
                     "leader": partition.leader,
