@@ -255,6 +255,35 @@ impl Client {
         Ok(())
     }
 
+    /// Starts moving a partition to `replicas` (added replicas catch up and join the ISR, then
+    /// the others are dropped); returns once the move is recorded, not when it completes.
+    pub async fn reassign_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: &[i32],
+    ) -> Result<(), ClientError> {
+        let request = Request::ReassignPartition(strata_wire::protocol::ReassignPartitionRequest {
+            topic: topic.to_string(),
+            partition,
+            replicas: replicas.to_vec(),
+        });
+        let Response::ReassignPartition(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "reassign answered with another api".into(),
+            ));
+        };
+        if response.error != ErrorCode::None {
+            return Err(if response.message.is_empty() {
+                ClientError::Broker(response.error)
+            } else {
+                ClientError::InvalidArgument(format!("{}: {}", response.error, response.message))
+            });
+        }
+        self.refresh_metadata().await?;
+        Ok(())
+    }
+
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
         let request = Request::DeleteTopic(DeleteTopicRequest {
             name: name.to_string(),

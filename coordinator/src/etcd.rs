@@ -445,6 +445,43 @@ impl Coordinator for EtcdCoordinator {
         Ok(state)
     }
 
+    async fn reassign(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: Vec<i32>,
+    ) -> Result<PartitionState, CoordinatorError> {
+        let key = self.key(&format!("partitions/{topic}/{partition}"));
+        let brokers = self.brokers().await?.iter().map(|b| b.id).collect();
+        let mut client = self.client.clone();
+        let response = client.get(key.clone(), None).await.map_err(etcd_error)?;
+        let Some(kv) = response.kvs().first() else {
+            return Err(CoordinatorError::UnknownTopic(format!(
+                "{topic}-{partition}"
+            )));
+        };
+        let current: PartitionState = decode(kv.key(), kv.value())?;
+        let next = placement::start_reassignment(&current, &replicas, &brokers)
+            .map_err(CoordinatorError::Invalid)?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )])
+            .and_then([TxnOp::put(
+                key,
+                serde_json::to_vec(&next).expect("partition serializes"),
+                None,
+            )]);
+        if !client.txn(txn).await.map_err(etcd_error)?.succeeded() {
+            return Err(CoordinatorError::Unavailable(
+                "the partition changed meanwhile; try again".into(),
+            ));
+        }
+        Ok(next)
+    }
+
     async fn update_partition(
         &self,
         topic: &str,

@@ -47,6 +47,10 @@ pub struct PartitionState {
     pub leader_epoch: u32,
     pub isr: Vec<i32>,
     pub partition_epoch: u64,
+    /// A reassignment in progress: the replica set to end with. Until every one of them is in
+    /// the ISR, `replicas` holds the old and the new together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_replicas: Option<Vec<i32>>,
 }
 
 /// A topic: its partitions and its configuration overrides (`flush`, `retention.ms`, ...).
@@ -118,6 +122,13 @@ pub trait Coordinator {
         expected: &PartitionState,
         change: PartitionChange,
     ) -> Result<Option<PartitionState>, CoordinatorError>;
+    /// Starts moving `partition` of `topic` to `replicas` (see [`placement::start_reassignment`]).
+    async fn reassign(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: Vec<i32>,
+    ) -> Result<PartitionState, CoordinatorError>;
 }
 
 /// What a leader may change about its own partition.

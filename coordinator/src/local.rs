@@ -155,6 +155,30 @@ impl Coordinator for LocalCoordinator {
         })
     }
 
+    async fn reassign(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: Vec<i32>,
+    ) -> Result<PartitionState, CoordinatorError> {
+        self.update(|state| {
+            let brokers = state.brokers.iter().map(|b| b.id).collect();
+            let current = state
+                .topics
+                .iter_mut()
+                .find(|t| t.name == topic)
+                .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?
+                .partitions
+                .get_mut(partition as usize)
+                .ok_or_else(|| CoordinatorError::Invalid(format!("no partition {partition}")))?;
+            let started = placement::start_reassignment(current, &replicas, &brokers)
+                .map_err(CoordinatorError::Invalid)?;
+            // One broker, no followers to wait for: the reassignment completes at once.
+            *current = placement::complete_reassignment(&started).unwrap_or(started);
+            Ok(current.clone())
+        })
+    }
+
     async fn update_partition(
         &self,
         topic: &str,

@@ -67,6 +67,56 @@ pub fn failover(
     changes
 }
 
+/// The first step of a reassignment: validates `target` against the live brokers and returns
+/// the partition with the new replicas added to the old (`target_replicas` remembers the goal).
+/// New replicas catch up as followers and join the ISR like any lagging follower.
+pub fn start_reassignment(
+    current: &PartitionState,
+    target: &[i32],
+    brokers: &BTreeSet<i32>,
+) -> Result<PartitionState, String> {
+    if target.is_empty() {
+        return Err("a partition needs at least one replica".into());
+    }
+    let distinct: BTreeSet<i32> = target.iter().copied().collect();
+    if distinct.len() != target.len() {
+        return Err(format!("replicas {target:?} repeat a broker"));
+    }
+    if let Some(unknown) = target.iter().find(|id| !brokers.contains(id)) {
+        return Err(format!("broker {unknown} is not registered"));
+    }
+    let mut next = current.clone();
+    for id in target {
+        if !next.replicas.contains(id) {
+            next.replicas.push(*id);
+        }
+    }
+    next.target_replicas = Some(target.to_vec());
+    next.partition_epoch += 1;
+    Ok(next)
+}
+
+/// The last step of a reassignment, once every target replica is in the ISR: the replica set
+/// becomes the target; replicas outside it leave the ISR; if the leader is one of them,
+/// leadership moves to an in-sync target replica (epoch + 1). `None` while replicas are still
+/// catching up (or no reassignment runs).
+pub fn complete_reassignment(current: &PartitionState) -> Option<PartitionState> {
+    let target = current.target_replicas.as_ref()?;
+    if !target.iter().all(|id| current.isr.contains(id)) {
+        return None;
+    }
+    let mut next = current.clone();
+    next.replicas = target.clone();
+    next.isr.retain(|id| target.contains(id));
+    next.target_replicas = None;
+    next.partition_epoch += 1;
+    if !target.contains(&current.leader) {
+        next.leader = target[0];
+        next.leader_epoch += 1;
+    }
+    Some(next)
+}
+
 /// Broker ids ordered so that consecutive ids are on different racks where possible (Kafka's
 /// rack-aware order): racks in name order, each rack's brokers by id, taken round robin. Any
 /// window of consecutive ids then spans as many racks as it can, so the placement below, which
@@ -134,6 +184,7 @@ pub fn place(
                 isr: replicas.clone(),
                 replicas,
                 partition_epoch: 0,
+                target_replicas: None,
             }
         })
         .collect())

@@ -649,3 +649,88 @@ fn a_diverged_old_leader_truncates_when_it_rejoins() {
         "the old leader kept its diverged records"
     );
 }
+
+fn replicas(node: &TestNode, topic: &str, partition: usize) -> Vec<i64> {
+    describe(node, topic)["partitions"][partition]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_i64().unwrap())
+        .collect()
+}
+
+/// `topic reassign`: raising the replication factor from 1 to 3 (the new replicas catch up
+/// before they join the ISR), then moving the partition off its first broker (leadership moves
+/// with it, the data stays whole, the dropped replica's files go).
+#[test]
+fn reassignment_raises_the_replication_factor_and_moves_replicas() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = three_nodes(&etcd, &dirs, &[]);
+    wait_for("three brokers", || {
+        support::cluster_info(&nodes[0])["brokers"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    });
+    nodes[0].cli(&["topic", "create", "grow", "--partitions", "1"], None);
+    wait_for("the topic everywhere", || {
+        nodes
+            .iter()
+            .all(|node| node.cli(&["topic", "list"], None).trim() == "grow")
+    });
+    let first = replicas(&nodes[0], "grow", 0)[0];
+    let lines: String = (0..2_000).map(|i| format!("record-{i}\n")).collect();
+    nodes[0].cli(&["produce", "grow"], Some(lines.as_bytes()));
+
+    let others: Vec<i64> = (1..=3).filter(|id| *id != first).collect();
+    let all = format!("{first},{},{}", others[0], others[1]);
+    nodes[0].cli(&["topic", "reassign", "grow", "--replicas", &all], None);
+    wait_for_at_most("three in-sync replicas", Duration::from_secs(20), || {
+        replicas(&nodes[0], "grow", 0).len() == 3 && isr(&nodes[0], "grow", 0).len() == 3
+    });
+    assert_eq!(
+        describe(&nodes[0], "grow")["partitions"][0]["target_replicas"],
+        serde_json::Value::Null
+    );
+    // acks=all now waits for three copies.
+    nodes[0].cli(
+        &["produce", "grow", "--acks", "all"],
+        Some(b"after-growing\n"),
+    );
+
+    // Move off the first broker (it leads): leadership moves to an in-sync new replica.
+    let moved = format!("{},{}", others[0], others[1]);
+    nodes[0].cli(&["topic", "reassign", "grow", "--replicas", &moved], None);
+    wait_for_at_most(
+        "the first broker to be dropped",
+        Duration::from_secs(20),
+        || replicas(&nodes[0], "grow", 0) == others,
+    );
+    let leader = describe(&nodes[0], "grow")["partitions"][0]["leader"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        others.contains(&leader),
+        "leader {leader} is one of {others:?}"
+    );
+    wait_for(
+        "the new leader's high watermark to cover every record",
+        || describe(&nodes[0], "grow")["partitions"][0]["high_watermark"].as_u64() == Some(2001),
+    );
+    let consumed = nodes[0].cli(
+        &[
+            "consume",
+            "grow",
+            "--from-beginning",
+            "--max-messages",
+            "2001",
+        ],
+        None,
+    );
+    assert_eq!(consumed.lines().count(), 2001);
+    assert!(consumed.contains("after-growing"));
+    let dropped = dirs[first as usize - 1].path().join("grow-0");
+    wait_for("the dropped replica's files to go", || !dropped.exists());
+}

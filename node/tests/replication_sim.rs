@@ -266,6 +266,7 @@ impl Sim {
                 leader_epoch: 1,
                 isr: IDS.to_vec(),
                 partition_epoch: 1,
+                target_replicas: None,
             },
             live: IDS.iter().copied().collect(),
             committed: Vec::new(),
@@ -361,7 +362,12 @@ impl Sim {
         replica.known = Some(state.clone());
         if same_leadership {
             if let Role::Leader(leader) = &mut replica.role {
-                leader.handle_state(state.isr.clone(), state.partition_epoch);
+                leader.handle_state(
+                    state.replicas.clone(),
+                    state.isr.clone(),
+                    state.partition_epoch,
+                    now,
+                );
             }
             self.collect_acks(id);
             return;

@@ -66,6 +66,10 @@ enum Command {
     CheckpointHighWatermark {
         high_watermark: u64,
     },
+    /// Syncs everything written so far (whatever the policy); answers the durable end.
+    Sync {
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
     Read {
         offset: u64,
         max_bytes: usize,
@@ -185,6 +189,15 @@ impl LogHandle {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::RestartAt { offset, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Makes everything written so far durable; returns the durable end.
+    pub async fn sync(&self) -> Result<u64, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Sync { reply })
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -427,6 +440,10 @@ async fn run<S: Storage>(
                         }
                         Command::CheckpointHighWatermark { high_watermark } => {
                             log.checkpoint_high_watermark(high_watermark).await;
+                        }
+                        Command::Sync { reply } => {
+                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                            let _ = reply.send(log.flush(clock()).await);
                         }
                         Command::Read { offset, max_bytes, max_offset, reply } => {
                             let _ = reply.send(log.read(offset, max_bytes, max_offset).await);

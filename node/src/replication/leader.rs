@@ -340,12 +340,37 @@ impl<W> Leader<W> {
         }
     }
 
-    /// The coordinator's state for this partition changed at the same leader epoch (the
-    /// controller removed a dead broker from the ISR).
-    pub fn handle_state(&mut self, isr: Vec<i32>, partition_epoch: u64) {
+    /// The coordinator's state for this partition changed at the same leader epoch: the
+    /// controller removed a dead broker from the ISR, or a reassignment added or removed
+    /// replicas (a new one starts out of the ISR, with a full lag period to show up).
+    pub fn handle_state(
+        &mut self,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        partition_epoch: u64,
+        now_ms: i64,
+    ) {
         if partition_epoch <= self.partition_epoch {
             return;
         }
+        assert!(
+            replicas.contains(&self.id),
+            "the leader {} left the replicas",
+            self.id
+        );
+        self.followers.retain(|p| replicas.contains(&p.replica));
+        for replica in &replicas {
+            if *replica != self.id && !self.followers.iter().any(|p| p.replica == *replica) {
+                self.followers.push(Progress {
+                    replica: *replica,
+                    log_end: None,
+                    last_fetch_ms: now_ms,
+                    leader_end_at_last_fetch: self.log_end,
+                    last_caught_up_ms: now_ms,
+                });
+            }
+        }
+        self.replicas = replicas;
         // Whatever was proposed lost the race (or won it and this is its echo).
         self.isr_change_in_flight = None;
         self.apply_isr(isr, partition_epoch);

@@ -16,6 +16,7 @@ use strata_coordinator::{
 };
 use strata_wire::protocol::{
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
+    ReassignPartitionRequest, ReassignPartitionResponse,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -31,6 +32,10 @@ pub enum ControlMessage {
     DeleteTopic {
         request: DeleteTopicRequest,
         reply: oneshot::Sender<DeleteTopicResponse>,
+    },
+    Reassign {
+        request: ReassignPartitionRequest,
+        reply: oneshot::Sender<ReassignPartitionResponse>,
     },
     /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
     UpdatePartition {
@@ -288,6 +293,19 @@ fn run(
                             last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(DeleteTopicResponse { error });
                         }
+                        ControlMessage::Reassign { request, reply } => {
+                            let result = each!(&coordinator, c => c.reassign(&request.topic, request.partition, request.replicas.clone()).await);
+                            let response = match result {
+                                Ok(state) => {
+                                    tracing::info!(topic = %request.topic, partition = request.partition,
+                                        replicas = ?state.replicas, target = ?request.replicas, "reassignment started");
+                                    ReassignPartitionResponse { error: ErrorCode::None, message: String::new() }
+                                }
+                                Err(error) => ReassignPartitionResponse { error: error_code(&error), message: error.to_string() },
+                            };
+                            last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            let _ = reply.send(response);
+                        }
                         ControlMessage::UpdatePartition { topic, expected, change, reply } => {
                             let stored = update_partition(&coordinator, &topic, &expected, &change).await;
                             if stored.is_some() {
@@ -422,9 +440,8 @@ impl Controller {
                 .find(|t| t.name == topic)
                 .and_then(|t| t.config.get("unclean.leader.election"))
                 .is_some_and(|value| value == "true");
-            let Some(change) =
-                placement::failover(std::slice::from_ref(&state), &live, unclean).pop()
-            else {
+            let failover = placement::failover(std::slice::from_ref(&state), &live, unclean).pop();
+            let Some(change) = failover.or_else(|| placement::complete_reassignment(&state)) else {
                 continue;
             };
             if etcd
@@ -435,7 +452,15 @@ impl Controller {
                     tracing::error!(%topic, partition = state.partition, leader = change.leader,
                         "UNCLEAN leader election: records the old leader had may be lost");
                 }
-                if change.leader == state.leader {
+                if state.target_replicas.is_some() && change.target_replicas.is_none() {
+                    tracing::info!(
+                        %topic,
+                        partition = state.partition,
+                        replicas = ?change.replicas,
+                        leader = change.leader,
+                        "reassignment complete"
+                    );
+                } else if change.leader == state.leader {
                     tracing::info!(
                         %topic,
                         partition = state.partition,

@@ -57,6 +57,8 @@ pub(super) struct Partition {
     pub state: PartitionState,
     pub max_message_bytes: usize,
     pub leader_config: LeaderConfig,
+    /// `flush=always`: an append counts (for acks and the high watermark) once synced.
+    pub flush_always: bool,
     pub role: Role,
     /// Woken whenever the high watermark moves: long-polling consumers wait on it.
     pub committed: Rc<Notify>,
@@ -169,7 +171,12 @@ impl Shard {
                     // The ISR changed at the same epoch (our own change echoed, or the
                     // controller removed a dead broker).
                     let before = leader.high_watermark();
-                    leader.handle_state(state.isr.clone(), state.partition_epoch);
+                    leader.handle_state(
+                        state.replicas.clone(),
+                        state.isr.clone(),
+                        state.partition_epoch,
+                        writer::system_clock_ms(),
+                    );
                     self.metrics.isr_changed(&key.0);
                     partition.settle(before);
                     return;
@@ -200,16 +207,43 @@ impl Shard {
         let high_watermark = partition
             .high_watermark_checkpointed
             .max(info.high_watermark_checkpoint)
-            .min(info.offsets.durable);
+            .min(info.offsets.log_end);
         if state.leader == node_id {
+            // What this replica's own log holds as durably as the flush policy promises: with
+            // `always`, what is synced (the rest is synced just below); otherwise all of it.
+            let log_end = if partition.flush_always {
+                info.offsets.durable
+            } else {
+                info.offsets.log_end
+            };
+            if log_end < info.offsets.log_end {
+                let shard = self.clone();
+                let key = key.clone();
+                let epoch = state.leader_epoch;
+                let log = log.clone();
+                tokio::task::spawn_local(async move {
+                    let Ok(durable) = log.sync().await else {
+                        return;
+                    };
+                    let mut partitions = shard.partitions.borrow_mut();
+                    if let Some(partition) = partitions.get_mut(&key)
+                        && let Role::Leader(leader) = &mut partition.role
+                        && leader.epoch() == epoch
+                    {
+                        let before = leader.high_watermark();
+                        leader.handle_appended(leader.log_end().max(durable));
+                        partition.settle(before);
+                    }
+                });
+            }
             let leader = Leader::new(
                 node_id,
                 state.leader_epoch,
                 state.partition_epoch,
                 state.replicas.clone(),
                 state.isr.clone(),
-                info.offsets.durable,
-                high_watermark,
+                log_end,
+                high_watermark.min(log_end),
                 partition.leader_config,
                 now,
             );

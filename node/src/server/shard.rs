@@ -341,14 +341,13 @@ impl Shard {
                 partition.stop_role();
                 let _ = partition.log.close().await;
             }
-            // A replica moving elsewhere keeps the data; only a deleted topic (or partition)
-            // removes it.
+            // Not a replica here any more (reassigned away, or the topic was deleted): the
+            // data goes. Leadership moving elsewhere does not come here: followers stay open.
             let still_exists = topics.iter().any(|topic| {
                 topic.name == key.0 && topic.partitions.iter().any(|p| p.partition == key.1)
             });
             if still_exists {
-                tracing::info!(topic = %key.0, partition = key.1, "no longer a replica here");
-                continue;
+                tracing::info!(topic = %key.0, partition = key.1, "no longer a replica here: removing its data");
             }
             let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
             if let Err(error) = self.storage.remove_dir_all(&dir).await {
@@ -361,6 +360,7 @@ impl Shard {
                     .map_err(|error| format!("topic {}: {error}", topic.name))?;
                 let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
                 let now = writer::system_clock_ms();
+                let flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
                 let (log, _report) = PartitionLog::open(self.storage, &dir, topic_config.log, now)
                     .await
                     .map_err(|error| error.to_string())?;
@@ -379,6 +379,7 @@ impl Shard {
                             lag_time_max_ms: config.replica_lag_time_max_ms as i64,
                             min_insync_replicas: usize::from(topic_config.min_insync_replicas),
                         },
+                        flush_always,
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
@@ -500,6 +501,19 @@ impl Shard {
             Request::Fetch(request) => Response::Fetch(self.fetch(request).await),
             Request::ListOffsets(request) => {
                 Response::ListOffsets(self.list_offsets(request).await)
+            }
+            Request::ReassignPartition(request) => {
+                let (reply, answer) = oneshot::channel();
+                let _ = self
+                    .context
+                    .control
+                    .send(ControlMessage::Reassign { request, reply });
+                Response::ReassignPartition(answer.await.unwrap_or_else(|_| {
+                    strata_wire::protocol::ReassignPartitionResponse {
+                        error: ErrorCode::NotReady,
+                        message: "the node is shutting down".into(),
+                    }
+                }))
             }
             // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
             Request::ReplicaFetch(request) => {

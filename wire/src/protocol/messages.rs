@@ -352,4 +352,19 @@ messages! {
         /// Whole stored batches, verbatim, starting at the fetch offset.
         pub records: Records,
     }
+
+    /// Moves a partition to `replicas` (Kafka's reassignment): new replicas are added, catch
+    /// up and join the ISR; then the replicas not in the list are dropped (leadership moves
+    /// first if the leader is one of them).
+    pub struct ReassignPartitionRequest {
+        pub topic: String,
+        pub partition: u32,
+        pub replicas: Vec<i32>,
+    }
+
+    pub struct ReassignPartitionResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+    }
 }

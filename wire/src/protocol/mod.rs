@@ -39,10 +39,12 @@ pub enum ApiKey {
     ListOffsets = 6,
     /// Follower to leader, over QUIC between brokers (not a client api).
     ReplicaFetch = 7,
+    /// Moves a partition to a new replica set (`strata topic reassign`).
+    ReassignPartition = 8,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 8] = [
+    pub const ALL: [ApiKey; 9] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -51,6 +53,7 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::ReplicaFetch,
+        ApiKey::ReassignPartition,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -281,4 +284,5 @@ requests! {
     Fetch(FetchRequest, FetchResponse),
     ListOffsets(ListOffsetsRequest, ListOffsetsResponse),
     ReplicaFetch(ReplicaFetchRequest, ReplicaFetchResponse),
+    ReassignPartition(ReassignPartitionRequest, ReassignPartitionResponse),
 }

@@ -65,6 +65,18 @@ pub enum TopicCommand {
     },
     /// Delete a topic and its data.
     Delete { name: String },
+    /// Move partitions to a new replica set: a longer list raises the replication factor, a
+    /// different one moves replicas. New replicas catch up before they join the ISR; then the
+    /// old ones are dropped (leadership moves first if the leader is dropped).
+    Reassign {
+        name: String,
+        /// Broker ids, comma-separated; the first is the preferred leader.
+        #[arg(long, value_delimiter = ',', required = true)]
+        replicas: Vec<i32>,
+        /// Only this partition (default: every partition of the topic).
+        #[arg(long)]
+        partition: Option<u32>,
+    },
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -167,6 +179,26 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                         p["shard"]
                     );
                 }
+            }
+        }
+        TopicCommand::Reassign {
+            name,
+            replicas,
+            partition,
+        } => {
+            let metadata = client.metadata_for(&name).await?;
+            let Some(topic) = metadata.topics.get(&name) else {
+                bail!("unknown topic {name}");
+            };
+            let partitions: Vec<u32> = match partition {
+                Some(partition) => vec![partition],
+                None => topic.partitions.iter().map(|p| p.partition).collect(),
+            };
+            for partition in partitions {
+                client
+                    .reassign_partition(&name, partition, &replicas)
+                    .await?;
+                println!("reassigning {name}-{partition} to {replicas:?}");
             }
         }
         TopicCommand::Delete { name } => {
