@@ -49,6 +49,8 @@ pub struct BenchConfig {
     pub bootstrap: String,
     pub topic: String,
     pub partitions: u32,
+    pub replication_factor: u16,
+    pub min_insync: Option<u16>,
     pub producers: usize,
     pub consumers: usize,
     pub record_size: usize,
@@ -81,6 +83,8 @@ impl Default for BenchConfig {
             bootstrap: "127.0.0.1:7300".into(),
             topic: "strata-bench".into(),
             partitions: 4,
+            replication_factor: 1,
+            min_insync: None,
             producers: 2,
             consumers: 1,
             record_size: 1024,
@@ -191,8 +195,17 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
     if client.metadata_for(&config.topic).await.is_err() {
+        let configs: Vec<(String, String)> = config
+            .min_insync
+            .map(|min| vec![("min.insync.replicas".to_string(), min.to_string())])
+            .unwrap_or_default();
         client
-            .create_topic(&config.topic, config.partitions, 1, &[])
+            .create_topic(
+                &config.topic,
+                config.partitions,
+                config.replication_factor,
+                &configs,
+            )
             .await
             .with_context(|| format!("creating topic {}", config.topic))?;
     }

@@ -230,6 +230,21 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
     for i in 0..20 {
         produce(&format!("during-{i}"));
     }
+    // Pause the other follower too: one in-sync replica is below min.insync.replicas = 2, so
+    // acks=all is refused (NOT_ENOUGH_REPLICAS) and nothing of it is written.
+    let second = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
+    nodes[second as usize - 1].signal(libc::SIGSTOP);
+    wait_for("the ISR down to the leader", || {
+        isr(&nodes[0], "lag", 0).len() == 1
+    });
+    let refused = nodes[0].cli_output(
+        &["produce", "lag", "--acks", "all"],
+        Some(b"refused\n".as_slice()),
+    );
+    assert!(!refused.status.success());
+    let reason = String::from_utf8_lossy(&refused.stderr);
+    assert!(reason.contains("NotEnoughReplicas"), "{reason}");
+    nodes[second as usize - 1].signal(libc::SIGCONT);
     nodes[follower as usize - 1].signal(libc::SIGCONT);
     wait_for_at_most("the follower to rejoin", Duration::from_secs(20), || {
         isr(&nodes[0], "lag", 0).len() == 3
@@ -237,6 +252,11 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
     assert_eq!(
         describe(&nodes[0], "lag")["partitions"][0]["under_replicated"],
         false
+    );
+    assert_eq!(
+        describe(&nodes[0], "lag")["partitions"][0]["high_watermark"],
+        21,
+        "the refused record was not written"
     );
     let consumed = nodes[0].cli(
         &["consume", "lag", "--from-beginning", "--max-messages", "21"],
@@ -733,4 +753,102 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     assert!(consumed.contains("after-growing"));
     let dropped = dirs[first as usize - 1].path().join("grow-0");
     wait_for("the dropped replica's files to go", || !dropped.exists());
+}
+
+/// Writes a CA and a node certificate (for 127.0.0.1) signed by it into `dir`.
+fn write_tls(dir: &Path, ca: &(rcgen::Certificate, rcgen::KeyPair)) -> [String; 3] {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.signed_by(&key, &ca.0, &ca.1).unwrap();
+    let paths = [
+        dir.join("node.pem"),
+        dir.join("node.key"),
+        dir.join("ca.pem"),
+    ];
+    std::fs::write(&paths[0], cert.pem()).unwrap();
+    std::fs::write(&paths[1], key.serialize_pem()).unwrap();
+    std::fs::write(&paths[2], ca.0.pem()).unwrap();
+    paths.map(|path| path.display().to_string())
+}
+
+fn certificate_authority() -> (rcgen::Certificate, rcgen::KeyPair) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    (params.self_signed(&key).unwrap(), key)
+}
+
+/// `--tls-cert/--tls-key/--tls-ca`: mutual TLS on replication links. Two nodes with
+/// certificates from the cluster's CA replicate; a third with a certificate from another CA
+/// never gets a byte, so it never joins the ISR.
+#[test]
+fn replication_with_real_certificates_refuses_a_foreign_one() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let cluster_ca = certificate_authority();
+    let foreign_ca = certificate_authority();
+    let tls: Vec<[String; 3]> = (0..3)
+        .map(|i| {
+            write_tls(
+                dirs[i].path(),
+                if i < 2 { &cluster_ca } else { &foreign_ca },
+            )
+        })
+        .collect();
+    let nodes: Vec<TestNode> = (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            let mut args = etcd_args(&etcd, &id);
+            args.extend_from_slice(&[
+                "--tls-cert",
+                &tls[i][0],
+                "--tls-key",
+                &tls[i][1],
+                "--tls-ca",
+                &tls[i][2],
+            ]);
+            // Data under a subfolder: the certificates live in the temp dir's root.
+            TestNode::start_with(&dirs[i].path().join("data"), 1, &args)
+        })
+        .collect();
+    wait_for("three brokers", || {
+        support::cluster_info(&nodes[0])["brokers"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    });
+    nodes[0].cli(&["topic", "create", "secure", "--partitions", "1"], None);
+    wait_for("the topic everywhere", || {
+        nodes
+            .iter()
+            .all(|node| node.cli(&["topic", "list"], None).trim() == "secure")
+    });
+    // Put the partition on the two trusted brokers, then on all three.
+    nodes[0].cli(&["topic", "reassign", "secure", "--replicas", "1,2"], None);
+    wait_for_at_most(
+        "two in-sync replicas over mutual TLS",
+        Duration::from_secs(20),
+        || isr(&nodes[0], "secure", 0) == vec![1, 2],
+    );
+    nodes[0].cli(&["produce", "secure", "--acks", "all"], Some(b"sealed\n"));
+    nodes[0].cli(
+        &["topic", "reassign", "secure", "--replicas", "1,2,3"],
+        None,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        isr(&nodes[0], "secure", 0),
+        vec![1, 2],
+        "the foreign certificate was accepted"
+    );
+    assert!(
+        std::fs::read(
+            dirs[2]
+                .path()
+                .join("data/secure-0/00000000000000000000.log")
+        )
+        .map_or(true, |log| log.is_empty()),
+        "the foreign node received records"
+    );
 }

@@ -73,10 +73,34 @@ impl QuicPeer {
                 )
             }
         };
-        let mut server_crypto = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)?;
+        let roots = match tls {
+            Some(files) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in read_certs(&files.ca)? {
+                    roots.add(cert)?;
+                }
+                Some(Arc::new(roots))
+            }
+            None => None,
+        };
+        let server_builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?;
+        let mut server_crypto = match &roots {
+            // Mutual TLS: a follower must show a certificate from the same CA.
+            Some(roots) => {
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    roots.clone(),
+                    provider.clone(),
+                )
+                .build()?;
+                server_builder
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(certs.clone(), key.clone_key())?
+            }
+            None => server_builder
+                .with_no_client_auth()
+                .with_single_cert(certs.clone(), key.clone_key())?,
+        };
         server_crypto.alpn_protocols = vec![ALPN.to_vec()];
         let mut server_config =
             quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(server_crypto)?));
@@ -84,14 +108,10 @@ impl QuicPeer {
 
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?;
-        let mut client_crypto = match tls {
-            Some(files) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in read_certs(&files.ca)? {
-                    roots.add(cert)?;
-                }
-                builder.with_root_certificates(roots).with_no_client_auth()
-            }
+        let mut client_crypto = match &roots {
+            Some(roots) => builder
+                .with_root_certificates(roots.clone())
+                .with_client_auth_cert(certs, key)?,
             None => builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
@@ -142,6 +162,11 @@ impl QuicPeer {
 
     pub fn endpoint(&self) -> &quinn::Endpoint {
         &self.endpoint
+    }
+
+    /// The client side's settings (TLS, transport), for benchmarks that dial raw connections.
+    pub fn client_config(&self) -> &quinn::ClientConfig {
+        &self.client_config
     }
 
     async fn connection(

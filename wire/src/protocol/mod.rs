@@ -102,8 +102,9 @@ error_codes! {
     UnsupportedVersion = 2, retriable = false;
     /// The request could not be decoded.
     InvalidRequest = 3, retriable = false;
-    UnknownTopic = 4, retriable = false;
-    UnknownPartition = 5, retriable = false;
+    /// Retriable as in Kafka: a broker may not have learned of a new topic yet.
+    UnknownTopic = 4, retriable = true;
+    UnknownPartition = 5, retriable = true;
     /// The fetch offset is outside [log start, log end].
     OffsetOutOfRange = 6, retriable = false;
     /// A record batch failed its CRC or structure check.

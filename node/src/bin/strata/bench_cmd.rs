@@ -39,6 +39,12 @@ pub struct BenchArgs {
     /// Partitions of the topic when the bench creates it. Default 4.
     #[arg(long)]
     partitions: Option<u32>,
+    /// Replication factor of the topic when the bench creates it. Default 1.
+    #[arg(long)]
+    replication_factor: Option<u16>,
+    /// min.insync.replicas of the topic when the bench creates it.
+    #[arg(long)]
+    min_insync: Option<u16>,
     /// Default 2.
     #[arg(long)]
     producers: Option<usize>,
@@ -108,6 +114,8 @@ struct WorkloadFile {
     workload: Option<String>,
     topic: Option<String>,
     partitions: Option<u32>,
+    replication_factor: Option<u16>,
+    min_insync: Option<u16>,
     producers: Option<usize>,
     consumers: Option<usize>,
     record_size: Option<usize>,
@@ -175,6 +183,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .partitions
             .or(file.partitions)
             .unwrap_or(defaults.partitions),
+        replication_factor: args
+            .replication_factor
+            .or(file.replication_factor)
+            .unwrap_or(defaults.replication_factor),
+        min_insync: args.min_insync.or(file.min_insync),
         producers: args
             .producers
             .or(file.producers)
