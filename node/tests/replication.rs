@@ -20,6 +20,31 @@ fn three_nodes(etcd: &EtcdServer, dirs: &[tempfile::TempDir], extra: &[&str]) ->
         .collect()
 }
 
+/// Waits until the first node sees every node registered.
+fn wait_for_brokers(nodes: &[TestNode]) {
+    wait_for("every broker registered", || {
+        support::cluster_info(&nodes[0])["brokers"]
+            .as_array()
+            .unwrap()
+            .len()
+            == nodes.len()
+    });
+}
+
+/// Creates `topic` through the first node and waits until every node knows it.
+fn create_topic(nodes: &[TestNode], topic: &str, flags: &[&str]) {
+    let mut args = vec!["topic", "create", topic];
+    args.extend_from_slice(flags);
+    nodes[0].cli(&args, None);
+    wait_for("every node to see the topic", || {
+        nodes.iter().all(|node| {
+            node.cli(&["topic", "list"], None)
+                .lines()
+                .any(|t| t == topic)
+        })
+    });
+}
+
 fn isr(node: &TestNode, topic: &str, partition: usize) -> Vec<i64> {
     describe(node, topic)["partitions"][partition]["isr"]
         .as_array()
@@ -42,18 +67,11 @@ fn three_replicas_hold_identical_logs() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
-    nodes[0].cli(
+    wait_for_brokers(&nodes);
+    create_topic(
+        &nodes,
+        "copies",
         &[
-            "topic",
-            "create",
-            "copies",
             "--partitions",
             "3",
             "--replication-factor",
@@ -61,13 +79,7 @@ fn three_replicas_hold_identical_logs() {
             "--min-insync",
             "2",
         ],
-        None,
     );
-    wait_for("every node to see the topic", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "copies")
-    });
     let runtime = runtime();
     let records = 3_000;
     runtime.block_on(async {
@@ -167,19 +179,12 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
             TestNode::start_with(dirs[i].path(), 1, &args)
         })
         .collect();
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
+    wait_for_brokers(&nodes);
     // One partition led by node 1 (the first broker in placement order for topic index 0).
-    nodes[0].cli(
+    create_topic(
+        &nodes,
+        "lag",
         &[
-            "topic",
-            "create",
-            "lag",
             "--partitions",
             "1",
             "--replication-factor",
@@ -187,13 +192,7 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
             "--min-insync",
             "2",
         ],
-        None,
     );
-    wait_for("the topic everywhere", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "lag")
-    });
     let leader = describe(&nodes[0], "lag")["partitions"][0]["leader"]
         .as_i64()
         .unwrap();
@@ -297,18 +296,11 @@ fn acknowledged_writes_survive_leader_kills() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
-    nodes[0].cli(
+    wait_for_brokers(&nodes);
+    create_topic(
+        &nodes,
+        "chaos",
         &[
-            "topic",
-            "create",
-            "chaos",
             "--partitions",
             "3",
             "--replication-factor",
@@ -316,13 +308,7 @@ fn acknowledged_writes_survive_leader_kills() {
             "--min-insync",
             "2",
         ],
-        None,
     );
-    wait_for("the topic everywhere", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "chaos")
-    });
     let bootstrap: Vec<String> = nodes.iter().map(|node| node.bootstrap()).collect();
     let history = std::sync::Arc::new(std::sync::Mutex::new(History::default()));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -568,18 +554,11 @@ fn a_diverged_old_leader_truncates_when_it_rejoins() {
             TestNode::start_with(dirs[i].path(), 1, &args)
         })
         .collect();
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
-    nodes[0].cli(
+    wait_for_brokers(&nodes);
+    create_topic(
+        &nodes,
+        "split",
         &[
-            "topic",
-            "create",
-            "split",
             "--partitions",
             "1",
             "--replication-factor",
@@ -587,13 +566,7 @@ fn a_diverged_old_leader_truncates_when_it_rejoins() {
             "--min-insync",
             "2",
         ],
-        None,
     );
-    wait_for("the topic everywhere", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "split")
-    });
     let old = describe(&nodes[0], "split")["partitions"][0]["leader"]
         .as_i64()
         .unwrap() as usize;
@@ -687,19 +660,8 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
-    nodes[0].cli(&["topic", "create", "grow", "--partitions", "1"], None);
-    wait_for("the topic everywhere", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "grow")
-    });
+    wait_for_brokers(&nodes);
+    create_topic(&nodes, "grow", &["--partitions", "1"]);
     let first = replicas(&nodes[0], "grow", 0)[0];
     let lines: String = (0..2_000).map(|i| format!("record-{i}\n")).collect();
     nodes[0].cli(&["produce", "grow"], Some(lines.as_bytes()));
@@ -811,19 +773,8 @@ fn replication_with_real_certificates_refuses_a_foreign_one() {
             TestNode::start_with(&dirs[i].path().join("data"), 1, &args)
         })
         .collect();
-    wait_for("three brokers", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    });
-    nodes[0].cli(&["topic", "create", "secure", "--partitions", "1"], None);
-    wait_for("the topic everywhere", || {
-        nodes
-            .iter()
-            .all(|node| node.cli(&["topic", "list"], None).trim() == "secure")
-    });
+    wait_for_brokers(&nodes);
+    create_topic(&nodes, "secure", &["--partitions", "1"]);
     // Put the partition on the two trusted brokers, then on all three.
     nodes[0].cli(&["topic", "reassign", "secure", "--replicas", "1,2"], None);
     wait_for_at_most(

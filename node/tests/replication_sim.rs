@@ -902,7 +902,9 @@ impl Sim {
         self.schedule(heal_delay, Event::Heal { replica: id });
     }
 
-    fn step(&mut self) {
+    /// One millisecond: faults (while `self.faults`), a produce now and then (while `produce`),
+    /// ticks, the periodic re-read, and every event due.
+    fn step(&mut self, produce: bool) {
         if self.faults {
             if self.rng.random_bool(0.0015) {
                 let id = IDS[self.rng.random_range(0..IDS.len())];
@@ -913,7 +915,7 @@ impl Sim {
                 self.cut_off(id);
             }
         }
-        if self.rng.random_bool(0.3) {
+        if produce && self.rng.random_bool(0.3) {
             self.produce();
         }
         if self.now % 10 == 0 {
@@ -926,6 +928,14 @@ impl Sim {
             // The periodic re-read that backs up the watch.
             self.publish();
             self.schedule(0, Event::Controller);
+            if !produce {
+                // Settling: restart fetch loops whose last answer was lost for good.
+                for id in IDS {
+                    if let Role::Follower { waiting: None, .. } = self.replica(id).role {
+                        self.fetch(id);
+                    }
+                }
+            }
         }
         while let Some(next) = self.events.peek() {
             if next.at > self.now {
@@ -1026,32 +1036,8 @@ impl Sim {
         }
         self.schedule(0, Event::Controller);
         for _ in 0..2_000 {
-            self.step_without_produce();
+            self.step(false);
         }
-    }
-
-    fn step_without_produce(&mut self) {
-        if self.now % 10 == 0 {
-            self.tick_leaders();
-        }
-        if self.now % 100 == 0 {
-            self.publish();
-            self.schedule(0, Event::Controller);
-            for id in IDS {
-                if let Role::Follower { waiting: None, .. } = self.replica(id).role {
-                    self.fetch(id);
-                }
-            }
-        }
-        while let Some(next) = self.events.peek() {
-            if next.at > self.now {
-                break;
-            }
-            let next = self.events.pop().expect("peeked");
-            self.handle(next.event);
-            self.check();
-        }
-        self.now += 1;
     }
 
     fn check_settled(&self) {
@@ -1077,7 +1063,7 @@ impl Sim {
 fn run(seed: u64, trace: bool) -> Counts {
     let mut sim = Sim::new(seed, trace);
     while sim.now < STEPS_MS {
-        sim.step();
+        sim.step(true);
     }
     sim.heal_and_settle();
     sim.check_settled();
