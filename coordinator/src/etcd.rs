@@ -43,13 +43,60 @@ pub struct EtcdCoordinator {
     cluster: String,
     node_id: i32,
     prefix: String,
-    lease_id: i64,
+    /// This node's current lease (a new one after [`EtcdCoordinator::renew_lease`]).
+    lease_id: std::cell::Cell<i64>,
     lease_ttl: Duration,
-    keep_alive: tokio::task::JoinHandle<()>,
+    keep_alive: std::cell::RefCell<tokio::task::JoinHandle<()>>,
     /// The controller as last read (`controller()` is synchronous).
     controller: std::cell::Cell<i32>,
     /// When the lease may expire, as of the last keep-alive answer.
     lease_deadline: Arc<Mutex<Instant>>,
+}
+
+/// Grants a lease of `ttl` and keeps it alive in the background, moving `deadline` with every
+/// answer (measured from before the request, so it never overestimates).
+async fn grant_lease(
+    client: &mut Client,
+    lease_ttl: Duration,
+    deadline: Arc<Mutex<Instant>>,
+) -> Result<(i64, tokio::task::JoinHandle<()>), CoordinatorError> {
+    let ttl = lease_ttl.as_secs().max(1) as i64;
+    let asked = Instant::now();
+    let lease = client.lease_grant(ttl, None).await.map_err(etcd_error)?;
+    let lease_id = lease.id();
+    *deadline.lock().expect("lease deadline") = asked + lease_ttl;
+    let (mut keeper, mut responses) = client
+        .lease_keep_alive(lease_id)
+        .await
+        .map_err(etcd_error)?;
+    let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+    let keep_alive = tokio::spawn(async move {
+        loop {
+            let asked = Instant::now();
+            if let Err(error) = keeper.keep_alive().await {
+                tracing::error!("etcd lease keep-alive failed: {error}");
+                return;
+            }
+            match responses.message().await {
+                Ok(Some(response)) if response.ttl() > 0 => {
+                    *deadline.lock().expect("lease deadline") =
+                        asked + Duration::from_secs(response.ttl() as u64);
+                }
+                Ok(_) => {
+                    tracing::error!(
+                        "etcd lease {lease_id} expired: this node lost its registration"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    tracing::error!("etcd lease keep-alive stream failed: {error}");
+                    return;
+                }
+            }
+            tokio::time::sleep(period).await;
+        }
+    });
+    Ok((lease_id, keep_alive))
 }
 
 /// Proof of being the controller: our key in the election. Fenced writes require it to still
@@ -81,52 +128,17 @@ impl EtcdCoordinator {
         let mut client = Client::connect(endpoints, Some(options))
             .await
             .map_err(etcd_error)?;
-        let ttl = lease_ttl.as_secs().max(1) as i64;
-        let lease = client.lease_grant(ttl, None).await.map_err(etcd_error)?;
-        let lease_id = lease.id();
-        let (mut keeper, mut responses) = client
-            .lease_keep_alive(lease_id)
-            .await
-            .map_err(etcd_error)?;
-        let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
-        // The lease is valid until `granted + ttl` at the latest; every keep-alive answer moves
-        // that deadline. Measured from before the request, so it never overestimates.
         let lease_deadline = Arc::new(Mutex::new(Instant::now() + lease_ttl));
-        let deadline = lease_deadline.clone();
-        let keep_alive = tokio::spawn(async move {
-            loop {
-                let asked = Instant::now();
-                if let Err(error) = keeper.keep_alive().await {
-                    tracing::error!("etcd lease keep-alive failed: {error}");
-                    return;
-                }
-                match responses.message().await {
-                    Ok(Some(response)) if response.ttl() > 0 => {
-                        *deadline.lock().expect("lease deadline") =
-                            asked + Duration::from_secs(response.ttl() as u64);
-                    }
-                    Ok(_) => {
-                        tracing::error!(
-                            "etcd lease {lease_id} expired: this node lost its registration"
-                        );
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::error!("etcd lease keep-alive stream failed: {error}");
-                        return;
-                    }
-                }
-                tokio::time::sleep(period).await;
-            }
-        });
+        let (lease_id, keep_alive) =
+            grant_lease(&mut client, lease_ttl, lease_deadline.clone()).await?;
         Ok(EtcdCoordinator {
             client,
             cluster: cluster.to_string(),
             node_id,
             prefix: format!("/strata/{cluster}/"),
-            lease_id,
+            lease_id: std::cell::Cell::new(lease_id),
             lease_ttl,
-            keep_alive,
+            keep_alive: std::cell::RefCell::new(keep_alive),
             controller: std::cell::Cell::new(-1),
             lease_deadline,
         })
@@ -148,7 +160,11 @@ impl EtcdCoordinator {
         &self,
     ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static {
         let mut client = self.client.clone();
-        let (name, value, lease) = (self.election(), self.node_id.to_string(), self.lease_id);
+        let (name, value, lease) = (
+            self.election(),
+            self.node_id.to_string(),
+            self.lease_id.get(),
+        );
         async move {
             let response = client
                 .campaign(name, value, lease)
@@ -267,10 +283,10 @@ impl EtcdCoordinator {
     /// Stops keeping the lease alive and revokes it: this node's registration disappears now
     /// instead of after the TTL (a clean shutdown).
     pub async fn resign(self) -> Result<(), CoordinatorError> {
-        self.keep_alive.abort();
+        self.keep_alive.borrow().abort();
         let mut client = self.client.clone();
         client
-            .lease_revoke(self.lease_id)
+            .lease_revoke(self.lease_id.get())
             .await
             .map(drop)
             .map_err(etcd_error)
@@ -279,7 +295,25 @@ impl EtcdCoordinator {
     /// Stops the keep-alive without revoking, as a crashed node would: the registration lasts
     /// until the lease TTL runs out. For tests of failure detection.
     pub fn abandon(self) {
-        self.keep_alive.abort();
+        self.keep_alive.borrow().abort();
+    }
+
+    /// After the lease lapsed (this node was paused or cut off from etcd for longer than the
+    /// TTL): revokes what is left of it and takes a new one, so the node can register again.
+    /// Whatever the old lease held (registration, controller candidacy) is gone for good.
+    pub async fn renew_lease(&self) -> Result<(), CoordinatorError> {
+        let mut client = self.client.clone();
+        let _ = client.lease_revoke(self.lease_id.get()).await;
+        let (lease_id, keep_alive) =
+            grant_lease(&mut client, self.lease_ttl, self.lease_deadline.clone()).await?;
+        self.keep_alive.replace(keep_alive).abort();
+        self.lease_id.set(lease_id);
+        tracing::warn!(
+            node = self.node_id,
+            lease = lease_id,
+            "took a new etcd lease"
+        );
+        Ok(())
     }
 
     async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
@@ -330,7 +364,7 @@ impl Coordinator for EtcdCoordinator {
         let key = self.key(&format!("brokers/{}", broker.id));
         let value = serde_json::to_vec(&broker).expect("broker info serializes");
         let mut client = self.client.clone();
-        let ours = PutOptions::new().with_lease(self.lease_id);
+        let ours = PutOptions::new().with_lease(self.lease_id.get());
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), value.clone(), Some(ours.clone()))]);
@@ -341,7 +375,7 @@ impl Coordinator for EtcdCoordinator {
         // Taken: by us (re-registration with new addresses) or by another live process.
         let existing = client.get(key.clone(), None).await.map_err(etcd_error)?;
         match existing.kvs().first() {
-            Some(kv) if kv.lease() == self.lease_id => client
+            Some(kv) if kv.lease() == self.lease_id.get() => client
                 .put(key, value, Some(ours))
                 .await
                 .map(drop)

@@ -307,22 +307,32 @@ fn a_paused_controller_is_fenced_after_it_wakes() {
     nodes[old as usize - 1].signal(libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(3));
     let after = read_state();
-    assert_eq!(before, after, "the woken controller wrote nothing");
+    // Leaders and epochs are the controller's to write: the woken one changed none. (Leaders
+    // may have grown their ISRs back once it rejoined and caught up: that is theirs to write.)
+    let leadership = |state: &[(String, strata_coordinator::PartitionState, i64)]| {
+        state
+            .iter()
+            .map(|(topic, p, _)| (topic.clone(), p.partition, p.leader, p.leader_epoch))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        leadership(&before),
+        leadership(&after),
+        "the woken controller wrote nothing"
+    );
     assert!(
         after
             .iter()
             .all(|(_, partition, _)| i64::from(partition.leader) != old)
     );
-    // The woken node does not come back as a broker on its expired lease.
-    let info = cluster_info(survivor);
-    assert!(
-        info["brokers"]
+    // It comes back as a broker on a new lease (its old one lapsed while it was paused).
+    wait_for("the woken node to rejoin", || {
+        cluster_info(survivor)["brokers"]
             .as_array()
             .unwrap()
             .iter()
-            .all(|b| b["id"].as_i64() != Some(old)),
-        "{info}"
-    );
+            .any(|b| b["id"].as_i64() == Some(old))
+    });
     drop(nodes);
 }
 

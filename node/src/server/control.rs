@@ -136,6 +136,17 @@ async fn take_next_epochs(etcd: &EtcdCoordinator, node_id: i32) {
     }
 }
 
+/// Back into the cluster after the lease lapsed (paused, cut off, or etcd was down past the
+/// TTL): a new lease, the registration again, and, as after a restart, the next epoch for any
+/// partition still naming this node leader (it led nothing meanwhile, but the rule that no
+/// leadership spans a lapse keeps the reasoning the same as for a restart).
+async fn rejoin(etcd: &EtcdCoordinator, config: &NodeConfig) -> Result<(), CoordinatorError> {
+    etcd.renew_lease().await?;
+    etcd.register_broker(config.broker_info()).await?;
+    take_next_epochs(etcd, config.node_id).await;
+    Ok(())
+}
+
 /// Writes a leader's own partition change. When the answer is lost (etcd unreachable), reads
 /// the partition back until it can tell whether the change was stored: a leader must never
 /// believe an ISR expansion failed when it was in fact stored (the new member could then be
@@ -373,6 +384,17 @@ fn run(
                                 demote(&mut topics, config.node_id);
                                 view.topics = Arc::new(topics);
                                 send_view(&shards, view.clone()).await;
+                            }
+                            if let AnyCoordinator::Etcd(etcd) = &coordinator
+                                && !etcd.lease_valid()
+                            {
+                                match rejoin(etcd, &config).await {
+                                    Ok(()) => tracing::warn!(
+                                        node = config.node_id,
+                                        "rejoined the cluster on a new etcd lease"
+                                    ),
+                                    Err(error) => tracing::warn!("rejoining the cluster: {error}"),
+                                }
                             }
                         }
                     }
