@@ -67,10 +67,13 @@ fn main() {
             }
         }
         let stream_rate = moved as f64 / started.elapsed().as_secs_f64();
+        let path = connection.stats().path;
         println!(
-            "raw quinn, two processes on loopback: fetch-shaped (8 MiB answers, one at a time) {:.0} MB/s; one stream {:.0} MB/s",
+            "raw quinn, two processes on loopback: fetch-shaped (8 MiB answers, one at a time) {:.0} MB/s; one stream {:.0} MB/s (path MTU {}, {} packets lost)",
             fetch_rate / 1e6,
-            stream_rate / 1e6
+            stream_rate / 1e6,
+            path.current_mtu,
+            path.lost_packets
         );
     });
     let _ = server.kill();

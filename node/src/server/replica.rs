@@ -400,8 +400,10 @@ impl Shard {
             if !response.records.is_empty() {
                 let records = response.records.freeze();
                 let bytes = records.len() as u64;
+                let answered_us = started.elapsed().as_micros();
                 match log.append_replicated(records).await {
                     Ok(appended) => {
+                        tracing::trace!(%topic, partition, bytes, answered_us, appended_us = started.elapsed().as_micros(), "replicated");
                         log_end = appended.last_offset + 1;
                         self.metrics.replicated(
                             &topic,
@@ -540,6 +542,7 @@ impl Shard {
                 }
             }
         }
+        let checked_us = started.elapsed().as_micros();
         if request.fetch_offset >= offsets.log_end && request.max_wait_ms > 0 {
             let wait = Duration::from_millis(u64::from(request.max_wait_ms));
             let _ = tokio::time::timeout(wait, log.wait_for_data(request.fetch_offset)).await;
@@ -560,6 +563,7 @@ impl Shard {
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
+        tracing::trace!(topic = %key.0, partition = key.1, checked_us, read_us = started.elapsed().as_micros(), bytes = records.len(), "served a follower");
         self.metrics
             .replica_fetch_served(records.len() as u64, started.elapsed().as_micros() as u64);
         ReplicaFetchResponse {
