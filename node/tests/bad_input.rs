@@ -191,3 +191,69 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         );
     });
 }
+
+/// The replication port (QUIC) takes bad input too: garbage, a truncated frame, a client api
+/// and a fetch from a broker that is not a replica each get their stream closed or a typed
+/// refusal; the node keeps serving.
+#[test]
+fn bad_input_on_the_replication_port_closes_that_stream_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(dir.path(), 1);
+    node.cli(&["topic", "create", "quic-bad", "--partitions", "1"], None);
+    let replication: std::net::SocketAddr = format!("127.0.0.1:{}", node.port + 1).parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let peer = strata_node::server::quic::QuicPeer::bind("127.0.0.1:0".parse().unwrap(), None)
+            .unwrap();
+        let connection = peer
+            .endpoint()
+            .connect_with(peer.client_config().clone(), replication, "strata-node")
+            .unwrap()
+            .await
+            .expect("the node accepts QUIC connections");
+        let exchange = |bytes: Vec<u8>| {
+            let connection = connection.clone();
+            async move {
+                let (mut send, mut receive) = connection.open_bi().await.unwrap();
+                send.write_all(&bytes).await.unwrap();
+                send.finish().unwrap();
+                receive.read_to_end(1 << 20).await
+            }
+        };
+        // Garbage, and a frame whose length prefix lies: the stream is reset, not answered.
+        assert!(exchange(b"not a frame at all".to_vec()).await.is_err());
+        assert!(exchange(vec![200, 0, 0, 0, 1, 2, 3]).await.is_err());
+        // A client api on the replication port: refused the same way.
+        let metadata = Request::Metadata(strata_wire::protocol::MetadataRequest { topics: None });
+        let frame: Vec<u8> = metadata.encode(1).concat();
+        assert!(exchange(frame).await.is_err());
+        // A well-formed fetch from a broker that is not a replica: a typed refusal.
+        let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
+            replica_id: 42,
+            topic: "quic-bad".into(),
+            partition: 0,
+            leader_epoch: 0,
+            fetch_offset: 0,
+            last_fetched_epoch: -1,
+            max_bytes: 1 << 20,
+            max_wait_ms: 0,
+        });
+        let answer = exchange(fetch.encode(2).concat()).await.expect("an answer");
+        let body = BytesMut::from(&answer[4..]);
+        match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
+            (2, Ok(Response::ReplicaFetch(response))) => {
+                assert_eq!(response.error, ErrorCode::NotReplica)
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    });
+    // And the node still serves clients.
+    let printed = node.cli(
+        &["produce", "quic-bad", "--print-offsets"],
+        Some(b"still here\n"),
+    );
+    assert_eq!(printed.trim(), "0 0");
+}
