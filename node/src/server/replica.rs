@@ -453,7 +453,8 @@ impl Shard {
     ) -> ReplicaFetchResponse {
         let key = (request.topic.clone(), request.partition);
         let started = Instant::now();
-        let log = {
+        let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
+        let (log, cannot_diverge) = {
             let partitions = self.partitions.borrow();
             let Some(partition) = partitions.get(&key) else {
                 return replica_fetch_error(ErrorCode::UnknownPartition, 0, 0);
@@ -469,36 +470,43 @@ impl Shard {
             if let Err(error) = leader.validate_fetch(request.replica_id, request.leader_epoch) {
                 return replica_fetch_error(fetch_error_code(error), leader.high_watermark(), 0);
             }
-            partition.log.clone()
+            // The steady state: the follower's last batch is of this leader's epoch and it
+            // holds no more than this leader has counted. Its log is a prefix of ours, so the
+            // divergence check (a trip through the busy log task) can be skipped and its
+            // progress counted at once, which is what answers acks=all.
+            let cannot_diverge = last_fetched_epoch == Some(leader.epoch())
+                && request.fetch_offset <= leader.log_end();
+            (partition.log.clone(), cannot_diverge)
         };
-        let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
-        let Ok((divergence, offsets)) = log
-            .diverging(request.fetch_offset, last_fetched_epoch)
-            .await
-        else {
-            return replica_fetch_error(ErrorCode::StorageError, 0, 0);
-        };
-        if let Some(divergence) = divergence {
-            let high_watermark = self
-                .leader_high_watermark(&key, request.leader_epoch)
-                .unwrap_or(0);
-            return ReplicaFetchResponse {
-                diverging: Some(DivergingEpoch {
-                    epoch: divergence.epoch.map_or(-1, i64::from),
-                    end_offset: divergence.end_offset,
-                }),
-                ..replica_fetch_error(ErrorCode::None, high_watermark, offsets.log_start)
+        if !cannot_diverge {
+            let Ok((divergence, offsets)) = log
+                .diverging(request.fetch_offset, last_fetched_epoch)
+                .await
+            else {
+                return replica_fetch_error(ErrorCode::StorageError, 0, 0);
             };
-        }
-        if request.fetch_offset < offsets.log_start || request.fetch_offset > offsets.log_end {
-            let high_watermark = self
-                .leader_high_watermark(&key, request.leader_epoch)
-                .unwrap_or(0);
-            return replica_fetch_error(
-                ErrorCode::OffsetOutOfRange,
-                high_watermark,
-                offsets.log_start,
-            );
+            if let Some(divergence) = divergence {
+                let high_watermark = self
+                    .leader_high_watermark(&key, request.leader_epoch)
+                    .unwrap_or(0);
+                return ReplicaFetchResponse {
+                    diverging: Some(DivergingEpoch {
+                        epoch: divergence.epoch.map_or(-1, i64::from),
+                        end_offset: divergence.end_offset,
+                    }),
+                    ..replica_fetch_error(ErrorCode::None, high_watermark, offsets.log_start)
+                };
+            }
+            if request.fetch_offset < offsets.log_start || request.fetch_offset > offsets.log_end {
+                let high_watermark = self
+                    .leader_high_watermark(&key, request.leader_epoch)
+                    .unwrap_or(0);
+                return replica_fetch_error(
+                    ErrorCode::OffsetOutOfRange,
+                    high_watermark,
+                    offsets.log_start,
+                );
+            }
         }
         // The follower has everything below its fetch offset: record its progress.
         let proposal = {
@@ -543,7 +551,8 @@ impl Shard {
             }
         }
         let checked_us = started.elapsed().as_micros();
-        if request.fetch_offset >= offsets.log_end && request.max_wait_ms > 0 {
+        if request.max_wait_ms > 0 {
+            // Answers at once when records exist past the fetch offset.
             let wait = Duration::from_millis(u64::from(request.max_wait_ms));
             let _ = tokio::time::timeout(wait, log.wait_for_data(request.fetch_offset)).await;
         }
@@ -552,14 +561,12 @@ impl Shard {
             .await
         {
             Ok(records) => records,
-            Err(error) => {
-                let code = match error {
-                    LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
-                    _ => ErrorCode::StorageError,
-                };
-                return replica_fetch_error(code, 0, offsets.log_start);
+            Err(LogError::OffsetOutOfRange { log_start, .. }) => {
+                return replica_fetch_error(ErrorCode::OffsetOutOfRange, 0, log_start);
             }
+            Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
         };
+        let log_start = log.offsets().await.map_or(0, |offsets| offsets.log_start);
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
@@ -569,7 +576,7 @@ impl Shard {
         ReplicaFetchResponse {
             error: ErrorCode::None,
             high_watermark,
-            log_start_offset: offsets.log_start,
+            log_start_offset: log_start,
             diverging: None,
             records: Records::Shared(records),
         }
