@@ -45,3 +45,29 @@ fn wire_does_no_io() {
         }
     }
 }
+
+/// The replication core is a state machine: no runtime, no sockets, no files, no clock (time
+/// comes in as `now_ms`). The simulator depends on it.
+#[test]
+fn the_replication_core_is_sans_io() {
+    for path in [
+        "node/src/replication/mod.rs",
+        "node/src/replication/leader.rs",
+        "node/src/replication/epochs.rs",
+    ] {
+        let text = source(path);
+        for forbidden in [
+            "tokio",
+            "quinn",
+            "io_uring",
+            "etcd",
+            "std::fs",
+            "std::net",
+            "Instant::now",
+            "SystemTime",
+            "async fn",
+        ] {
+            assert!(!text.contains(forbidden), "{path} mentions {forbidden}");
+        }
+    }
+}
