@@ -803,3 +803,61 @@ fn replication_with_real_certificates_refuses_a_foreign_one() {
         "the foreign node received records"
     );
 }
+
+/// With every in-sync replica gone, a partition stays leaderless, unless its topic says
+/// `unclean.leader.election=true`: then a live replica from outside the ISR takes over (and
+/// the records only the old leader had are lost, which is what the setting accepts).
+#[test]
+fn unclean_election_only_where_the_topic_allows_it() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<TestNode> = (0..2)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &id))
+        })
+        .collect();
+    wait_for_brokers(&nodes);
+    let flags = ["--partitions", "2", "--replication-factor", "2"];
+    create_topic(&nodes, "clean", &flags);
+    let mut unclean_flags = flags.to_vec();
+    unclean_flags.extend_from_slice(&["--config", "unclean.leader.election=true"]);
+    create_topic(&nodes, "unclean", &unclean_flags);
+    // The partition of each topic that broker 1 leads.
+    let led_by_one = |topic: &str| {
+        describe(&nodes[0], topic)["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|p| p["leader"] == 1)
+            .unwrap()
+    };
+    let (clean, unclean) = (led_by_one("clean"), led_by_one("unclean"));
+    wait_for("full ISRs", || {
+        isr(&nodes[0], "clean", clean).len() == 2 && isr(&nodes[0], "unclean", unclean).len() == 2
+    });
+    // Broker 2 dies: it leaves the ISRs; broker 1 goes on alone, then dies too.
+    nodes[1].kill();
+    wait_for_at_most("broker 2 out of the ISRs", Duration::from_secs(10), || {
+        isr(&nodes[0], "clean", clean) == vec![1] && isr(&nodes[0], "unclean", unclean) == vec![1]
+    });
+    nodes[0].kill();
+    // Broker 2 comes back: it is live, but in neither ISR.
+    nodes[1].respawn();
+    wait_for_at_most(
+        "the unclean topic to elect broker 2",
+        Duration::from_secs(15),
+        || describe(&nodes[1], "unclean")["partitions"][unclean]["leader"] == 2,
+    );
+    let clean_state = &describe(&nodes[1], "clean")["partitions"][clean];
+    assert_eq!(
+        clean_state["leader"], -1,
+        "a clean topic stays leaderless: {clean_state}"
+    );
+    assert_eq!(isr(&nodes[1], "unclean", unclean), vec![2]);
+    // The unclean partition takes writes again.
+    let mut produce = vec!["produce", "unclean", "--acks", "1", "--partition"];
+    let index = unclean.to_string();
+    produce.push(&index);
+    nodes[1].cli(&produce, Some(b"after an unclean election\n"));
+}
