@@ -222,10 +222,9 @@ impl QuicPeer {
                 .map_err(|error| stream_error(error.to_string()))?;
             send.finish()
                 .map_err(|error| stream_error(error.to_string()))?;
-            receive
-                .read_to_end(RESPONSE_BYTES_MAX)
+            read_frame(&mut receive, RESPONSE_BYTES_MAX)
                 .await
-                .map_err(|error| stream_error(error.to_string()))
+                .map_err(stream_error)
         }
         .await;
         let frame = match result {
@@ -237,8 +236,7 @@ impl QuicPeer {
             }
         };
         let malformed = |reason: String| QuicError::Malformed { addr, reason };
-        let body = frame_body(frame).map_err(malformed)?;
-        match Response::decode(ApiKey::ReplicaFetch, body) {
+        match Response::decode(ApiKey::ReplicaFetch, frame) {
             Ok((_, Ok(Response::ReplicaFetch(response)))) => Ok(response),
             Ok((_, Ok(other))) => Err(malformed(format!("{:?} answer", other.api_key()))),
             Ok((_, Err(code))) => Err(QuicError::Refused { addr, code }),
@@ -257,11 +255,7 @@ pub async fn read_request(
     receive: &mut quinn::RecvStream,
     max_frame_bytes: usize,
 ) -> Result<(u32, Request), String> {
-    let frame = receive
-        .read_to_end(max_frame_bytes)
-        .await
-        .map_err(|error| error.to_string())?;
-    let body = frame_body(frame)?;
+    let body = read_frame(receive, max_frame_bytes).await?;
     match Request::decode(body) {
         Ok((header, request)) => Ok((header.correlation_id, request)),
         Err(rejected) => Err(rejected.reason),
@@ -275,23 +269,39 @@ pub async fn write_response(send: &mut quinn::SendStream, mut chunks: Vec<Bytes>
     }
 }
 
-fn frame_body(frame: Vec<u8>) -> Result<BytesMut, String> {
-    if frame.len() < FRAME_PREFIX_LEN {
-        return Err(format!("{} bytes is not a frame", frame.len()));
-    }
-    let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
-    if len != frame.len() - FRAME_PREFIX_LEN {
+/// Reads one length-prefixed frame that must be all the stream holds, into one buffer of the
+/// frame's size: quinn's received chunks are copied once, with no growing buffer and no
+/// zeroing. A longer, shorter or oversized frame is an error (the caller resets the stream).
+async fn read_frame(receive: &mut quinn::RecvStream, max_bytes: usize) -> Result<BytesMut, String> {
+    let mut prefix = [0u8; FRAME_PREFIX_LEN];
+    receive
+        .read_exact(&mut prefix)
+        .await
+        .map_err(|error| format!("reading the frame length: {error}"))?;
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > max_bytes {
         return Err(format!(
-            "frame says {len} bytes, the stream held {}",
-            frame.len() - FRAME_PREFIX_LEN
+            "a {len}-byte frame is over the {max_bytes}-byte limit"
         ));
     }
-    // The frame's own allocation, without a copy.
-    let mut body = Bytes::from(frame)
-        .try_into_mut()
-        .expect("a fresh Vec is uniquely owned");
-    let _ = body.split_to(FRAME_PREFIX_LEN);
-    Ok(body)
+    let mut body = BytesMut::with_capacity(len);
+    while body.len() < len {
+        match receive.read_chunk(len - body.len(), true).await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return Err(format!(
+                    "frame says {len} bytes, the stream ended after {}",
+                    body.len()
+                ));
+            }
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    match receive.read_chunk(1, true).await {
+        Ok(None) => Ok(body),
+        Ok(Some(_)) => Err(format!("bytes after the {len}-byte frame")),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn transport() -> Arc<quinn::TransportConfig> {
