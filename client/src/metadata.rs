@@ -244,13 +244,7 @@ impl Client {
                 "create topic answered with another api".into(),
             ));
         };
-        if response.error != ErrorCode::None {
-            return Err(if response.message.is_empty() {
-                ClientError::Broker(response.error)
-            } else {
-                ClientError::InvalidArgument(format!("{}: {}", response.error, response.message))
-            });
-        }
+        admin_outcome(response.error, &response.message)?;
         self.refresh_metadata().await?;
         Ok(())
     }
@@ -273,13 +267,7 @@ impl Client {
                 "reassign answered with another api".into(),
             ));
         };
-        if response.error != ErrorCode::None {
-            return Err(if response.message.is_empty() {
-                ClientError::Broker(response.error)
-            } else {
-                ClientError::InvalidArgument(format!("{}: {}", response.error, response.message))
-            });
-        }
+        admin_outcome(response.error, &response.message)?;
         self.refresh_metadata().await?;
         Ok(())
     }
@@ -357,5 +345,14 @@ impl Client {
             });
         }
         Ok(u64::try_from(answer.offset).ok())
+    }
+}
+
+/// An admin request's answer: an error with the broker's explanation, when it gave one.
+fn admin_outcome(error: ErrorCode, message: &str) -> Result<(), ClientError> {
+    match error {
+        ErrorCode::None => Ok(()),
+        code if message.is_empty() => Err(ClientError::Broker(code)),
+        code => Err(ClientError::InvalidArgument(format!("{code}: {message}"))),
     }
 }

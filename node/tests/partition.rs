@@ -93,29 +93,22 @@ impl TestNet {
 
     /// Drops everything in and out of `host` except its own loopback traffic.
     fn isolate(&self, host: usize) {
-        self.exec(
-            host,
-            "iptables",
-            &["-I", "INPUT", "!", "-i", "lo", "-j", "DROP"],
-        );
-        self.exec(
-            host,
-            "iptables",
-            &["-I", "OUTPUT", "!", "-o", "lo", "-j", "DROP"],
-        );
+        self.drop_rules(host, "-I");
     }
 
     fn heal(&self, host: usize) {
-        self.exec(
-            host,
-            "iptables",
-            &["-D", "INPUT", "!", "-i", "lo", "-j", "DROP"],
-        );
-        self.exec(
-            host,
-            "iptables",
-            &["-D", "OUTPUT", "!", "-o", "lo", "-j", "DROP"],
-        );
+        self.drop_rules(host, "-D");
+    }
+
+    /// Inserts (`-I`) or deletes (`-D`) the two rules that cut `host` off.
+    fn drop_rules(&self, host: usize, action: &str) {
+        for (chain, interface) in [("INPUT", "-i"), ("OUTPUT", "-o")] {
+            self.exec(
+                host,
+                "iptables",
+                &[action, chain, "!", interface, "lo", "-j", "DROP"],
+            );
+        }
     }
 }
 

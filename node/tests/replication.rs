@@ -9,15 +9,18 @@ use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerReco
 use strata_coordinator::testing::EtcdServer;
 use support::{TestNode, describe, etcd_args, runtime, wait_for, wait_for_at_most};
 
+/// Three brokers on `etcd`, once the first sees all three registered.
 fn three_nodes(etcd: &EtcdServer, dirs: &[tempfile::TempDir], extra: &[&str]) -> Vec<TestNode> {
-    (0..3)
+    let nodes: Vec<TestNode> = (0..3)
         .map(|i| {
             let id = (i + 1).to_string();
             let mut args = etcd_args(etcd, &id);
             args.extend_from_slice(extra);
             TestNode::start_with(dirs[i].path(), 1, &args)
         })
-        .collect()
+        .collect();
+    wait_for_brokers(&nodes);
+    nodes
 }
 
 /// Waits until the first node sees every node registered.
@@ -67,7 +70,6 @@ fn three_replicas_hold_identical_logs() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for_brokers(&nodes);
     create_topic(
         &nodes,
         "copies",
@@ -296,7 +298,6 @@ fn acknowledged_writes_survive_leader_kills() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for_brokers(&nodes);
     create_topic(
         &nodes,
         "chaos",
@@ -660,7 +661,6 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = three_nodes(&etcd, &dirs, &[]);
-    wait_for_brokers(&nodes);
     create_topic(&nodes, "grow", &["--partitions", "1"]);
     let first = replicas(&nodes[0], "grow", 0)[0];
     let lines: String = (0..2_000).map(|i| format!("record-{i}\n")).collect();

@@ -694,12 +694,18 @@ impl Sim {
                         | ReplicaFetchError::UnknownLeaderEpoch { .. },
                     ) => Answer::Refused,
                     Err(ReplicaFetchError::NotAReplica(_)) => unreachable!("three fixed replicas"),
-                    Ok(()) => match replication::diverging(
-                        &replica.epochs,
-                        replica.log.len() as u64,
-                        fetch_offset,
-                        last_epoch,
-                    ) {
+                    // As the broker does: the steady state skips the check.
+                    Ok(()) => match (!leader.cannot_diverge(fetch_offset, last_epoch))
+                        .then(|| {
+                            replication::diverging(
+                                &replica.epochs,
+                                replica.log.len() as u64,
+                                fetch_offset,
+                                last_epoch,
+                            )
+                        })
+                        .flatten()
+                    {
                         Some(divergence) => Answer::Diverging(divergence),
                         None => {
                             let progress = leader

@@ -237,6 +237,14 @@ impl<W> Leader<W> {
         Ok(())
     }
 
+    /// The steady state: the follower's last batch is of this leader's epoch and it holds no
+    /// more than this leader has counted, so its log is a prefix of this one and the
+    /// divergence check ([`crate::replication::diverging`], which needs the epoch cache) can
+    /// be skipped. Only records this leader wrote carry its epoch.
+    pub fn cannot_diverge(&self, fetch_offset: u64, last_fetched_epoch: Option<u32>) -> bool {
+        last_fetched_epoch == Some(self.epoch) && fetch_offset <= self.log_end
+    }
+
     /// A follower fetches at `fetch_offset` (its log end) following `follower_epoch`. Call after
     /// [`crate::replication::diverging`] found no divergence.
     pub fn handle_fetch(

@@ -98,7 +98,7 @@ impl ShardMetrics {
         let _ = inner.replication_latency_us.record(latency_us.max(1));
     }
 
-    pub fn replica_fetch_served(&self, bytes: u64, _latency_us: u64) {
+    pub fn replica_fetch_served(&self, bytes: u64) {
         self.inner.borrow_mut().replica_bytes_out += bytes;
     }
 

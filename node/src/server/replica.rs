@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use strata_coordinator::placement::NO_LEADER;
 use strata_coordinator::{PartitionChange, PartitionState};
 use strata_wire::protocol::{
     DivergingEpoch, ErrorCode, Records, ReplicaFetchRequest, ReplicaFetchResponse, Request,
@@ -182,13 +183,13 @@ impl Shard {
                     return;
                 }
                 Role::Follower { .. } if same_leadership => return,
-                Role::Idle if same_leadership && state.leader == placement_none() => return,
+                Role::Idle if same_leadership && state.leader == NO_LEADER => return,
                 _ => {}
             }
             partition.stop_role();
             partition.log.clone()
         };
-        if state.leader == placement_none() {
+        if state.leader == NO_LEADER {
             tracing::warn!(topic = %key.0, partition = key.1, "partition has no leader (no in-sync replica is live)");
             return;
         }
@@ -470,12 +471,9 @@ impl Shard {
             if let Err(error) = leader.validate_fetch(request.replica_id, request.leader_epoch) {
                 return replica_fetch_error(fetch_error_code(error), leader.high_watermark(), 0);
             }
-            // The steady state: the follower's last batch is of this leader's epoch and it
-            // holds no more than this leader has counted. Its log is a prefix of ours, so the
-            // divergence check (a trip through the busy log task) can be skipped and its
-            // progress counted at once, which is what answers acks=all.
-            let cannot_diverge = last_fetched_epoch == Some(leader.epoch())
-                && request.fetch_offset <= leader.log_end();
+            // In the steady state the divergence check (a trip through the busy log task) is
+            // skipped and the follower's progress counted at once: that answers acks=all.
+            let cannot_diverge = leader.cannot_diverge(request.fetch_offset, last_fetched_epoch);
             (partition.log.clone(), cannot_diverge)
         };
         if !cannot_diverge {
@@ -571,8 +569,7 @@ impl Shard {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
         tracing::trace!(topic = %key.0, partition = key.1, checked_us, read_us = started.elapsed().as_micros(), bytes = records.len(), "served a follower");
-        self.metrics
-            .replica_fetch_served(records.len() as u64, started.elapsed().as_micros() as u64);
+        self.metrics.replica_fetch_served(records.len() as u64);
         ReplicaFetchResponse {
             error: ErrorCode::None,
             high_watermark,
@@ -727,8 +724,4 @@ impl Shard {
             });
         }
     }
-}
-
-fn placement_none() -> i32 {
-    strata_coordinator::placement::NO_LEADER
 }
