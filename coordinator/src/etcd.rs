@@ -203,7 +203,7 @@ impl EtcdCoordinator {
         let prefix = self.prefix.clone();
         async move {
             let mut stream = client
-                .watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix()))
+                .watch(prefix.clone(), Some(etcd_client::WatchOptions::new().with_prefix()))
                 .await
                 .map_err(etcd_error)?;
             while let Some(response) = stream.message().await.map_err(etcd_error)? {
@@ -212,7 +212,17 @@ impl EtcdCoordinator {
                         "the etcd watch was cancelled".into(),
                     ));
                 }
-                if !response.events().is_empty() && changed.send(()).is_err() {
+                // Group and producer-id keys (groups.rs) share the prefix but are not
+                // cluster state: offset commits must not make every broker re-read it.
+                let cluster_changed = response.events().iter().any(|event| {
+                    event.kv().is_some_and(|kv| {
+                        let key = kv.key().strip_prefix(prefix.as_bytes()).unwrap_or(kv.key());
+                        !(key.starts_with(b"groups/")
+                            || key.starts_with(b"offsets/")
+                            || key == b"producer-ids")
+                    })
+                });
+                if cluster_changed && changed.send(()).is_err() {
                     return Ok(());
                 }
             }

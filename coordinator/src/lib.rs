@@ -10,11 +10,13 @@
 #![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
 
 mod etcd;
+pub mod groups;
 mod local;
 pub mod placement;
 pub mod testing;
 
 pub use etcd::{ControllerKey, DEFAULT_LEASE_TTL, EtcdCoordinator};
+pub use groups::{EtcdGroupStore, GroupStore, LocalGroupStore};
 pub use local::LocalCoordinator;
 
 use std::collections::BTreeMap;

@@ -63,21 +63,8 @@ impl LocalCoordinator {
     }
 
     fn persist(&self, state: &State) -> Result<(), CoordinatorError> {
-        let path = self.dir.join(STATE_FILE);
-        let temporary = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let storage = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| CoordinatorError::Storage { path, source }
-        };
         let bytes = serde_json::to_vec_pretty(state).expect("cluster state serializes");
-        let mut file = std::fs::File::create(&temporary).map_err(storage(&temporary))?;
-        file.write_all(&bytes).map_err(storage(&temporary))?;
-        file.sync_all().map_err(storage(&temporary))?;
-        std::fs::rename(&temporary, &path).map_err(storage(&path))?;
-        std::fs::File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(storage(&self.dir))?;
-        Ok(())
+        write_atomically(&self.dir, STATE_FILE, &bytes)
     }
 
     /// Applies `change` to a copy of the state, persists it, then makes it current.
@@ -91,6 +78,29 @@ impl LocalCoordinator {
         *self.state.borrow_mut() = next;
         Ok(result)
     }
+}
+
+/// Writes `dir/name` so that a crash leaves the old or the new content, never a torn one:
+/// a synced temporary file renamed over it, then the directory synced.
+pub(crate) fn write_atomically(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), CoordinatorError> {
+    let path = dir.join(name);
+    let temporary = dir.join(format!("{name}.tmp"));
+    let storage = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CoordinatorError::Storage { path, source }
+    };
+    let mut file = std::fs::File::create(&temporary).map_err(storage(&temporary))?;
+    file.write_all(bytes).map_err(storage(&temporary))?;
+    file.sync_all().map_err(storage(&temporary))?;
+    std::fs::rename(&temporary, &path).map_err(storage(&path))?;
+    std::fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(storage(dir))?;
+    Ok(())
 }
 
 impl Coordinator for LocalCoordinator {

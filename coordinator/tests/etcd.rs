@@ -156,3 +156,90 @@ fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
         assert_eq!(topics[0].config["flush"], "always");
     });
 }
+
+#[test]
+fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
+    use strata_coordinator::groups::{GroupOffsets, GroupRecord, StoredOffset};
+    use strata_coordinator::{EtcdGroupStore, GroupStore};
+
+    let offsets = |topic: &str, partitions: u32, offset: u64| -> GroupOffsets {
+        let map = (0..partitions)
+            .map(|p| {
+                (
+                    p,
+                    StoredOffset {
+                        offset: offset + u64::from(p),
+                        metadata: String::new(),
+                    },
+                )
+            })
+            .collect();
+        GroupOffsets::from([(topic.to_string(), map)])
+    };
+    let etcd = EtcdServer::start();
+    let endpoints = vec![etcd.endpoint.clone()];
+    let etcd = runtime().block_on(async {
+        let old = EtcdGroupStore::connect(&endpoints, "test").await.unwrap();
+        let new = EtcdGroupStore::connect(&endpoints, "test").await.unwrap();
+        let first = old
+            .store_group("g", 0, &GroupRecord { generation: 1 })
+            .await
+            .unwrap()
+            .expect("claims an absent group");
+        // 300 partitions commit in one transaction (one key per topic).
+        assert!(
+            old.commit_offsets("g", first, &offsets("t", 300, 10))
+                .await
+                .unwrap()
+        );
+        // Another coordinator takes the group over at the next generation...
+        let loaded = new.load_group("g").await.unwrap();
+        assert_eq!(loaded.revision, first);
+        assert_eq!(loaded.offsets["t"].len(), 300);
+        let second = new
+            .store_group("g", loaded.revision, &GroupRecord { generation: 2 })
+            .await
+            .unwrap()
+            .expect("the read revision is current");
+        // ...and the old one can neither claim nor commit any more.
+        assert_eq!(
+            old.store_group("g", first, &GroupRecord { generation: 2 })
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(
+            !old.commit_offsets("g", first, &offsets("t", 1, 999))
+                .await
+                .unwrap()
+        );
+        assert!(
+            new.commit_offsets("g", second, &offsets("t", 300, 20))
+                .await
+                .unwrap()
+        );
+        // Producer ids: racing allocations never overlap.
+        let (a, b) = tokio::join!(
+            old.allocate_producer_ids(1000),
+            new.allocate_producer_ids(1000)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(a + 1000 <= b || b + 1000 <= a, "{a} and {b} overlap");
+        etcd
+    });
+    let etcd = etcd.restart();
+    runtime().block_on(async {
+        let store = EtcdGroupStore::connect(&[etcd.endpoint.clone()], "test")
+            .await
+            .unwrap();
+        let loaded = store.load_group("g").await.unwrap();
+        assert_eq!(loaded.record, Some(GroupRecord { generation: 2 }));
+        assert_eq!(loaded.offsets["t"][&0].offset, 20);
+        assert_eq!(loaded.offsets["t"][&299].offset, 319);
+        assert_eq!(
+            store.list_groups().await.unwrap(),
+            vec![("g".to_string(), 2)]
+        );
+        assert!(store.allocate_producer_ids(1).await.unwrap() >= 2000);
+    });
+}

@@ -114,7 +114,78 @@ fn every_request_round_trips() {
                 }],
             }],
         }),
+        Request::InitProducerId(InitProducerIdRequest {
+            producer_id: 7,
+            producer_epoch: 3,
+        }),
+        Request::FindCoordinator(FindCoordinatorRequest { group: "g".into() }),
+        Request::JoinGroup(JoinGroupRequest {
+            group: "g".into(),
+            member_id: String::new(),
+            instance_id: Some("host-1".into()),
+            client_id: "c".into(),
+            topics: vec!["a".into(), "b".into()],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 300_000,
+            assignor: "sticky".into(),
+        }),
+        Request::Heartbeat(HeartbeatRequest {
+            group: "g".into(),
+            member_id: "m-1".into(),
+            generation: 4,
+            owned: vec![TopicPartitions {
+                topic: "a".into(),
+                partitions: vec![0, 3],
+            }],
+        }),
+        Request::LeaveGroup(LeaveGroupRequest {
+            group: "g".into(),
+            member_id: "m-1".into(),
+        }),
+        Request::OffsetCommit(OffsetCommitRequest {
+            group: "g".into(),
+            member_id: "m-1".into(),
+            generation: -1,
+            topics: vec![OffsetCommitTopic {
+                name: "a".into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 3,
+                    offset: 99,
+                    metadata: "m".into(),
+                }],
+            }],
+        }),
+        Request::OffsetFetch(OffsetFetchRequest {
+            group: "g".into(),
+            topics: None,
+        }),
+        Request::ListGroups(ListGroupsRequest {}),
+        Request::DescribeGroup(DescribeGroupRequest { group: "g".into() }),
+        Request::ReplicaFetch(ReplicaFetchRequest {
+            replica_id: 2,
+            topic: "t".into(),
+            partition: 1,
+            leader_epoch: 3,
+            fetch_offset: 10,
+            last_fetched_epoch: -1,
+            max_bytes: 1 << 20,
+            max_wait_ms: 500,
+        }),
+        Request::ReassignPartition(ReassignPartitionRequest {
+            topic: "t".into(),
+            partition: 0,
+            replicas: vec![1, 2, 3],
+        }),
     ];
+    assert_eq!(
+        requests
+            .iter()
+            .map(|r| r.api_key())
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        ApiKey::ALL.len(),
+        "every api has a case"
+    );
     for (id, request) in requests.into_iter().enumerate() {
         let expected = format!("{request:?}").replace("Shared", "Mutable");
         let (header, decoded) = Request::decode(body_of(request.encode(id as u32))).unwrap();

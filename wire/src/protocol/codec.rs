@@ -111,6 +111,9 @@ impl Encoder {
     pub fn put_u32(&mut self, value: u32) {
         self.current.put_u32_le(value);
     }
+    pub fn put_i16(&mut self, value: i16) {
+        self.current.put_i16_le(value);
+    }
     pub fn put_i32(&mut self, value: i32) {
         self.current.put_i32_le(value);
     }
@@ -220,6 +223,11 @@ impl Decoder {
         self.need(4)?;
         self.advance(4);
         Ok(self.buf.get_u32_le())
+    }
+    pub fn get_i16(&mut self) -> Result<i16, DecodeError> {
+        self.need(2)?;
+        self.advance(2);
+        Ok(self.buf.get_i16_le())
     }
     pub fn get_i32(&mut self) -> Result<i32, DecodeError> {
         self.need(4)?;

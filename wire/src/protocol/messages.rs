@@ -29,6 +29,7 @@ primitive! {
     u8: 1, put_u8, get_u8;
     i8: 1, put_i8, get_i8;
     u16: 2, put_u16, get_u16;
+    i16: 2, put_i16, get_i16;
     u32: 4, put_u32, get_u32;
     i32: 4, put_i32, get_i32;
     u64: 8, put_u64, get_u64;
@@ -366,5 +367,163 @@ messages! {
         pub error: ErrorCode,
         /// For people: why, when `error` is not `None`.
         pub message: String,
+    }
+
+    /// `producer_id` -1: a new producer. Otherwise the producer's current id and epoch: the
+    /// answer is the same id at the next epoch, which fences the older instance.
+    pub struct InitProducerIdRequest {
+        pub producer_id: i64,
+        pub producer_epoch: i16,
+    }
+
+    pub struct InitProducerIdResponse {
+        pub error: ErrorCode,
+        pub producer_id: i64,
+        pub producer_epoch: i16,
+    }
+
+    pub struct FindCoordinatorRequest {
+        pub group: String,
+    }
+
+    pub struct FindCoordinatorResponse {
+        pub error: ErrorCode,
+        pub node_id: i32,
+        pub host: String,
+        pub port: u16,
+    }
+
+    pub struct TopicPartitions {
+        pub topic: String,
+        pub partitions: Vec<u32>,
+    }
+
+    pub struct JoinGroupRequest {
+        pub group: String,
+        /// Empty for a new member: the coordinator names it.
+        pub member_id: String,
+        /// `group.instance.id`: static membership.
+        pub instance_id: Option<String>,
+        pub client_id: String,
+        pub topics: Vec<String>,
+        pub session_timeout_ms: u32,
+        /// The max poll interval: how long the member may take to give partitions up.
+        pub rebalance_timeout_ms: u32,
+        /// `range`, `roundrobin` or `sticky` (the default).
+        pub assignor: String,
+    }
+
+    pub struct JoinGroupResponse {
+        pub error: ErrorCode,
+        pub member_id: String,
+        pub generation: i32,
+        pub heartbeat_interval_ms: u32,
+    }
+
+    /// Every heartbeat says what the member owns now; the answer says what it may own.
+    pub struct HeartbeatRequest {
+        pub group: String,
+        pub member_id: String,
+        pub generation: i32,
+        pub owned: Vec<TopicPartitions>,
+    }
+
+    pub struct HeartbeatResponse {
+        pub error: ErrorCode,
+        /// The member's generation from now on (for commits).
+        pub generation: i32,
+        /// Exactly the partitions the member may consume now: partitions it owns but are not
+        /// here are revoked; partitions here it does not own yet are assigned.
+        pub assignment: Vec<TopicPartitions>,
+        pub heartbeat_interval_ms: u32,
+    }
+
+    pub struct LeaveGroupRequest {
+        pub group: String,
+        pub member_id: String,
+    }
+
+    pub struct LeaveGroupResponse {
+        pub error: ErrorCode,
+    }
+
+    pub struct OffsetCommitPartition {
+        pub partition: u32,
+        /// The next offset to consume.
+        pub offset: u64,
+        pub metadata: String,
+    }
+
+    pub struct OffsetCommitTopic {
+        pub name: String,
+        pub partitions: Vec<OffsetCommitPartition>,
+    }
+
+    /// All partitions commit in one store transaction, or none does. `member_id` "" with
+    /// generation -1 commits outside group membership (assign mode), allowed while the group
+    /// has no members.
+    pub struct OffsetCommitRequest {
+        pub group: String,
+        pub member_id: String,
+        pub generation: i32,
+        pub topics: Vec<OffsetCommitTopic>,
+    }
+
+    pub struct OffsetCommitResponse {
+        pub error: ErrorCode,
+    }
+
+    pub struct OffsetFetchRequest {
+        pub group: String,
+        /// `None`: every partition the group has committed.
+        pub topics: Option<Vec<TopicPartitions>>,
+    }
+
+    pub struct CommittedOffset {
+        pub topic: String,
+        pub partition: u32,
+        /// -1: nothing committed.
+        pub offset: i64,
+        pub metadata: String,
+    }
+
+    pub struct OffsetFetchResponse {
+        pub error: ErrorCode,
+        pub offsets: Vec<CommittedOffset>,
+    }
+
+    pub struct ListGroupsRequest {}
+
+    pub struct ListedGroup {
+        pub group: String,
+        pub generation: i32,
+    }
+
+    pub struct ListGroupsResponse {
+        pub error: ErrorCode,
+        pub groups: Vec<ListedGroup>,
+    }
+
+    pub struct DescribeGroupRequest {
+        pub group: String,
+    }
+
+    pub struct GroupMember {
+        pub member_id: String,
+        pub instance_id: Option<String>,
+        pub client_id: String,
+        pub generation: i32,
+        pub assignment: Vec<TopicPartitions>,
+    }
+
+    pub struct DescribeGroupResponse {
+        pub error: ErrorCode,
+        pub group: String,
+        pub generation: i32,
+        /// `Empty`, `Stable` or `Reconciling`.
+        pub state: String,
+        pub assignor: String,
+        pub members: Vec<GroupMember>,
+        pub offsets: Vec<CommittedOffset>,
     }
 }

@@ -41,10 +41,22 @@ pub enum ApiKey {
     ReplicaFetch = 7,
     /// Moves a partition to a new replica set (`strata topic reassign`).
     ReassignPartition = 8,
+    /// A producer id and epoch for an idempotent producer.
+    InitProducerId = 9,
+    /// Which broker coordinates a consumer group.
+    FindCoordinator = 10,
+    JoinGroup = 11,
+    /// Keeps a member alive and carries its assignment (server-side, cooperative).
+    Heartbeat = 12,
+    LeaveGroup = 13,
+    OffsetCommit = 14,
+    OffsetFetch = 15,
+    ListGroups = 16,
+    DescribeGroup = 17,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 9] = [
+    pub const ALL: [ApiKey; 18] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -54,6 +66,15 @@ impl ApiKey {
         ApiKey::ListOffsets,
         ApiKey::ReplicaFetch,
         ApiKey::ReassignPartition,
+        ApiKey::InitProducerId,
+        ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroup,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -135,6 +156,29 @@ error_codes! {
     NotEnoughReplicasAfterAppend = 20, retriable = true;
     /// The broker is not a replica of the partition.
     NotReplica = 21, retriable = false;
+    /// The group coordinator cannot serve yet (its store is unreachable, or it is loading).
+    CoordinatorNotAvailable = 22, retriable = true;
+    /// This broker does not coordinate the group: find the coordinator again.
+    NotCoordinator = 23, retriable = true;
+    /// The group does not know this member (it left, or its session expired): join again.
+    UnknownMemberId = 24, retriable = false;
+    /// The request carries another generation than the member's: a zombie of an old
+    /// generation, or a member that must take its new assignment first.
+    IllegalGeneration = 25, retriable = false;
+    /// Another process joined with this member's `group.instance.id`.
+    FencedInstanceId = 26, retriable = false;
+    /// The member asks for another assignor than the group uses.
+    InconsistentAssignor = 27, retriable = false;
+    /// An idempotent batch does not follow the producer's last sequence: a batch before it
+    /// was lost. Nothing was written.
+    OutOfOrderSequence = 28, retriable = false;
+    /// An idempotent batch carries an older producer epoch than the partition has seen:
+    /// a newer instance of the producer exists.
+    InvalidProducerEpoch = 29, retriable = false;
+    /// An idempotent batch must travel alone in its partition's request.
+    InvalidProducerBatch = 30, retriable = false;
+    /// The group id is empty or too long.
+    InvalidGroupId = 31, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -286,4 +330,13 @@ requests! {
     ListOffsets(ListOffsetsRequest, ListOffsetsResponse),
     ReplicaFetch(ReplicaFetchRequest, ReplicaFetchResponse),
     ReassignPartition(ReassignPartitionRequest, ReassignPartitionResponse),
+    InitProducerId(InitProducerIdRequest, InitProducerIdResponse),
+    FindCoordinator(FindCoordinatorRequest, FindCoordinatorResponse),
+    JoinGroup(JoinGroupRequest, JoinGroupResponse),
+    Heartbeat(HeartbeatRequest, HeartbeatResponse),
+    LeaveGroup(LeaveGroupRequest, LeaveGroupResponse),
+    OffsetCommit(OffsetCommitRequest, OffsetCommitResponse),
+    OffsetFetch(OffsetFetchRequest, OffsetFetchResponse),
+    ListGroups(ListGroupsRequest, ListGroupsResponse),
+    DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
 }

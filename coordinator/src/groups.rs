@@ -1,0 +1,495 @@
+//! Where consumer groups keep what must outlive a coordinator: each group's generation and its
+//! committed offsets, plus the counter idempotent producers take their ids from.
+//!
+//! One broker coordinates a group at a time, and it is the only writer of the group's keys.
+//! Every write is fenced on the group record's revision: a coordinator claims a group by
+//! writing the record (generation + 1) over the revision it read, and commits offsets only
+//! while the record is still at the revision it wrote. So once another broker has claimed the
+//! group (or a later generation was stored), the old coordinator can write nothing: a zombie
+//! member's commit, validated against an old generation, fails in the store too.
+//!
+//! etcd keys under `/strata/<cluster>/`:
+//! ```text
+//! groups/<group>             GroupRecord (JSON): generation
+//! offsets/<group>/<topic>    {partition: {offset, metadata}} for the whole topic (JSON)
+//! producer-ids               the next free producer id (decimal)
+//! ```
+//! Offsets are kept per (group, topic) rather than per partition so that a commit of hundreds
+//! of partitions stays one transaction within etcd's default limit of 128 operations.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use crate::CoordinatorError;
+use crate::local::write_atomically;
+
+/// A store revision of a group record; 0 when the group has never been stored.
+pub type Revision = i64;
+
+/// What survives of a group between coordinators.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The last generation a coordinator started; the next one starts above it.
+    pub generation: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredOffset {
+    /// The next offset the group consumes.
+    pub offset: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub metadata: String,
+}
+
+/// topic → partition → committed offset.
+pub type GroupOffsets = BTreeMap<String, BTreeMap<u32, StoredOffset>>;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadedGroup {
+    pub record: Option<GroupRecord>,
+    pub revision: Revision,
+    pub offsets: GroupOffsets,
+}
+
+/// Group ids follow the topic-name rule: they name files and etcd keys.
+pub fn validate_group_id(group: &str) -> Result<(), CoordinatorError> {
+    crate::validate_topic_name(group)
+        .map_err(|_| CoordinatorError::Invalid(format!("invalid group id {group:?}")))
+}
+
+/// How many producer ids a broker takes from the shared counter at once.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// The group store behind one trait: files on a single node, etcd in a cluster.
+pub trait GroupStore {
+    async fn load_group(&self, group: &str) -> Result<LoadedGroup, CoordinatorError>;
+    /// Writes `record` if the stored one is still at `expected`; `None` when fenced.
+    async fn store_group(
+        &self,
+        group: &str,
+        expected: Revision,
+        record: &GroupRecord,
+    ) -> Result<Option<Revision>, CoordinatorError>;
+    /// Replaces the offsets of the topics in `topics` (each with every partition the group
+    /// has committed for it), in one transaction, if the group record is still at `fence`.
+    /// `false` when fenced.
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        fence: Revision,
+        topics: &GroupOffsets,
+    ) -> Result<bool, CoordinatorError>;
+    /// Every stored group with its last generation.
+    async fn list_groups(&self) -> Result<Vec<(String, i32)>, CoordinatorError>;
+    /// Takes `count` producer ids for this broker; returns the first.
+    async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError>;
+}
+
+/// Single node: `<dir>/groups/<group>.json` and `<dir>/producer-ids`, written atomically.
+pub struct LocalGroupStore {
+    dir: PathBuf,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LocalGroupFile {
+    record: Option<GroupRecord>,
+    revision: Revision,
+    offsets: GroupOffsets,
+}
+
+impl LocalGroupStore {
+    pub fn open(dir: impl Into<PathBuf>) -> Result<LocalGroupStore, CoordinatorError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(dir.join("groups")).map_err(|source| {
+            CoordinatorError::Storage {
+                path: dir.clone(),
+                source,
+            }
+        })?;
+        Ok(LocalGroupStore { dir })
+    }
+
+    fn read_json<T: Default + for<'de> Deserialize<'de>>(
+        &self,
+        path: PathBuf,
+    ) -> Result<T, CoordinatorError> {
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|error| CoordinatorError::Corrupt {
+                    path,
+                    reason: error.to_string(),
+                })
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+            Err(source) => Err(CoordinatorError::Storage { path, source }),
+        }
+    }
+
+    fn group_file(&self, group: &str) -> Result<LocalGroupFile, CoordinatorError> {
+        validate_group_id(group)?;
+        self.read_json(self.dir.join("groups").join(format!("{group}.json")))
+    }
+
+    fn write_group_file(&self, group: &str, file: &LocalGroupFile) -> Result<(), CoordinatorError> {
+        let bytes = serde_json::to_vec(file).expect("group state serializes");
+        write_atomically(&self.dir.join("groups"), &format!("{group}.json"), &bytes)
+    }
+}
+
+impl GroupStore for LocalGroupStore {
+    async fn load_group(&self, group: &str) -> Result<LoadedGroup, CoordinatorError> {
+        let file = self.group_file(group)?;
+        Ok(LoadedGroup {
+            record: file.record,
+            revision: file.revision,
+            offsets: file.offsets,
+        })
+    }
+
+    async fn store_group(
+        &self,
+        group: &str,
+        expected: Revision,
+        record: &GroupRecord,
+    ) -> Result<Option<Revision>, CoordinatorError> {
+        let mut file = self.group_file(group)?;
+        if file.revision != expected {
+            return Ok(None);
+        }
+        file.record = Some(record.clone());
+        file.revision += 1;
+        self.write_group_file(group, &file)?;
+        Ok(Some(file.revision))
+    }
+
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        fence: Revision,
+        topics: &GroupOffsets,
+    ) -> Result<bool, CoordinatorError> {
+        let mut file = self.group_file(group)?;
+        if file.revision != fence {
+            return Ok(false);
+        }
+        for (topic, partitions) in topics {
+            file.offsets.insert(topic.clone(), partitions.clone());
+        }
+        self.write_group_file(group, &file)?;
+        Ok(true)
+    }
+
+    async fn list_groups(&self) -> Result<Vec<(String, i32)>, CoordinatorError> {
+        let dir = self.dir.join("groups");
+        let entries = std::fs::read_dir(&dir).map_err(|source| CoordinatorError::Storage {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut groups = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(group) = name.strip_suffix(".json") {
+                let file = self.group_file(group)?;
+                groups.push((
+                    group.to_string(),
+                    file.record.map_or(0, |record| record.generation),
+                ));
+            }
+        }
+        groups.sort();
+        Ok(groups)
+    }
+
+    async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError> {
+        assert!(count > 0, "allocate at least one id");
+        let next: i64 = self.read_json(self.dir.join("producer-ids"))?;
+        let bytes = serde_json::to_vec(&(next + count)).expect("an integer serializes");
+        write_atomically(&self.dir, "producer-ids", &bytes)?;
+        Ok(next)
+    }
+}
+
+/// A cluster: the keys in the module doc, on its own etcd connection (the group thread's).
+pub struct EtcdGroupStore {
+    client: Client,
+    prefix: String,
+}
+
+impl EtcdGroupStore {
+    pub async fn connect(
+        endpoints: &[String],
+        cluster: &str,
+    ) -> Result<EtcdGroupStore, CoordinatorError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(5));
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(etcd_error)?;
+        Ok(EtcdGroupStore {
+            client,
+            prefix: format!("/strata/{cluster}/"),
+        })
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+}
+
+fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
+    CoordinatorError::Unavailable(error.to_string())
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, CoordinatorError> {
+    serde_json::from_slice(value).map_err(|error| CoordinatorError::Corrupt {
+        path: String::from_utf8_lossy(key).into_owned().into(),
+        reason: error.to_string(),
+    })
+}
+
+impl GroupStore for EtcdGroupStore {
+    async fn load_group(&self, group: &str) -> Result<LoadedGroup, CoordinatorError> {
+        validate_group_id(group)?;
+        let mut client = self.client.clone();
+        let record_key = self.key(&format!("groups/{group}"));
+        let record = client.get(record_key, None).await.map_err(etcd_error)?;
+        let (record, revision) = match record.kvs().first() {
+            Some(kv) => (Some(decode(kv.key(), kv.value())?), kv.mod_revision()),
+            None => (None, 0),
+        };
+        let offsets_prefix = self.key(&format!("offsets/{group}/"));
+        let stored = client
+            .get(
+                offsets_prefix.clone(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(etcd_error)?;
+        let mut offsets = GroupOffsets::new();
+        for kv in stored.kvs() {
+            let topic = String::from_utf8_lossy(&kv.key()[offsets_prefix.len()..]).into_owned();
+            offsets.insert(topic, decode(kv.key(), kv.value())?);
+        }
+        Ok(LoadedGroup {
+            record,
+            revision,
+            offsets,
+        })
+    }
+
+    async fn store_group(
+        &self,
+        group: &str,
+        expected: Revision,
+        record: &GroupRecord,
+    ) -> Result<Option<Revision>, CoordinatorError> {
+        validate_group_id(group)?;
+        let key = self.key(&format!("groups/{group}"));
+        let value = serde_json::to_vec(record).expect("a group record serializes");
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                expected,
+            )])
+            .and_then([TxnOp::put(key, value, None)]);
+        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Ok(None);
+        }
+        // The put's revision is the transaction's: the key's new mod revision.
+        Ok(Some(
+            response.header().map_or(0, |header| header.revision()),
+        ))
+    }
+
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        fence: Revision,
+        topics: &GroupOffsets,
+    ) -> Result<bool, CoordinatorError> {
+        validate_group_id(group)?;
+        let record_key = self.key(&format!("groups/{group}"));
+        let puts: Vec<TxnOp> = topics
+            .iter()
+            .map(|(topic, partitions)| {
+                TxnOp::put(
+                    self.key(&format!("offsets/{group}/{topic}")),
+                    serde_json::to_vec(partitions).expect("offsets serialize"),
+                    None,
+                )
+            })
+            .collect();
+        let txn = Txn::new()
+            .when([Compare::mod_revision(record_key, CompareOp::Equal, fence)])
+            .and_then(puts);
+        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        Ok(response.succeeded())
+    }
+
+    async fn list_groups(&self) -> Result<Vec<(String, i32)>, CoordinatorError> {
+        let prefix = self.key("groups/");
+        let response = self
+            .client
+            .clone()
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_error)?;
+        let mut groups = Vec::new();
+        for kv in response.kvs() {
+            let record: GroupRecord = decode(kv.key(), kv.value())?;
+            let group = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            groups.push((group, record.generation));
+        }
+        groups.sort();
+        Ok(groups)
+    }
+
+    async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError> {
+        assert!(count > 0, "allocate at least one id");
+        let key = self.key("producer-ids");
+        let mut client = self.client.clone();
+        // Compare-and-swap on the counter; a lost race reads again.
+        for _ in 0..100 {
+            let current = client.get(key.clone(), None).await.map_err(etcd_error)?;
+            let (next, revision) = match current.kvs().first() {
+                Some(kv) => (
+                    String::from_utf8_lossy(kv.value())
+                        .parse::<i64>()
+                        .map_err(|error| CoordinatorError::Corrupt {
+                            path: key.clone().into(),
+                            reason: error.to_string(),
+                        })?,
+                    kv.mod_revision(),
+                ),
+                None => (0, 0),
+            };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
+                .and_then([TxnOp::put(key.clone(), (next + count).to_string(), None)]);
+            if client.txn(txn).await.map_err(etcd_error)?.succeeded() {
+                return Ok(next);
+            }
+        }
+        Err(CoordinatorError::Unavailable(
+            "the producer id counter is contended; try again".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    fn offsets(topic: &str, pairs: &[(u32, u64)]) -> GroupOffsets {
+        let partitions = pairs
+            .iter()
+            .map(|&(partition, offset)| {
+                (
+                    partition,
+                    StoredOffset {
+                        offset,
+                        metadata: String::new(),
+                    },
+                )
+            })
+            .collect();
+        GroupOffsets::from([(topic.to_string(), partitions)])
+    }
+
+    #[test]
+    fn local_store_fences_on_the_group_revision_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        block_on(async {
+            let store = LocalGroupStore::open(dir.path()).unwrap();
+            let loaded = store.load_group("g").await.unwrap();
+            assert_eq!(loaded, LoadedGroup::default());
+            let first = store
+                .store_group("g", 0, &GroupRecord { generation: 1 })
+                .await
+                .unwrap()
+                .expect("the first claim wins");
+            // A second coordinator that read revision 0 is fenced.
+            assert_eq!(
+                store
+                    .store_group("g", 0, &GroupRecord { generation: 1 })
+                    .await
+                    .unwrap(),
+                None
+            );
+            assert!(
+                store
+                    .commit_offsets("g", first, &offsets("t", &[(0, 5), (1, 7)]))
+                    .await
+                    .unwrap()
+            );
+            let second = store
+                .store_group("g", first, &GroupRecord { generation: 2 })
+                .await
+                .unwrap()
+                .unwrap();
+            // The old revision no longer commits.
+            assert!(
+                !store
+                    .commit_offsets("g", first, &offsets("t", &[(0, 99)]))
+                    .await
+                    .unwrap()
+            );
+            assert!(
+                store
+                    .commit_offsets("g", second, &offsets("u", &[(0, 1)]))
+                    .await
+                    .unwrap()
+            );
+            assert_eq!(
+                store
+                    .allocate_producer_ids(PRODUCER_ID_BLOCK)
+                    .await
+                    .unwrap(),
+                0
+            );
+            assert_eq!(
+                store
+                    .allocate_producer_ids(PRODUCER_ID_BLOCK)
+                    .await
+                    .unwrap(),
+                PRODUCER_ID_BLOCK
+            );
+        });
+        block_on(async {
+            let store = LocalGroupStore::open(dir.path()).unwrap();
+            let loaded = store.load_group("g").await.unwrap();
+            assert_eq!(loaded.record, Some(GroupRecord { generation: 2 }));
+            assert_eq!(loaded.offsets["t"][&0].offset, 5);
+            assert_eq!(loaded.offsets["t"][&1].offset, 7);
+            assert_eq!(loaded.offsets["u"][&0].offset, 1);
+            assert_eq!(
+                store.list_groups().await.unwrap(),
+                vec![("g".to_string(), 2)]
+            );
+            assert_eq!(
+                store.allocate_producer_ids(1).await.unwrap(),
+                2 * PRODUCER_ID_BLOCK
+            );
+            assert!(store.load_group("../escape").await.is_err());
+        });
+    }
+}
