@@ -1,5 +1,7 @@
 use super::*;
 
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
 const SESSION_TIMEOUT_MS: u32 = 1_000;
 const REBALANCE_TIMEOUT_MS: u32 = 1_500;
 
@@ -601,4 +603,376 @@ fn sticky_group_moves_only_the_new_members_share() {
         );
     }
     assert_eq!(member(&after, "d").target.len(), 3);
+}
+
+/// A client in the simulation: what it believes it owns, and how it follows the protocol.
+struct Client {
+    member_id: Option<String>,
+    instance_id: Option<String>,
+    generation: i32,
+    owned: BTreeSet<TopicPartition>,
+    topics: Vec<String>,
+    /// Heartbeats to wait before dropping partitions the answer left out (a slow poll loop).
+    revoke_lag: u32,
+    /// The client neither heartbeats nor leaves until then (a GC pause, a network partition).
+    silent_until_ms: u64,
+}
+
+struct Sim {
+    rng: StdRng,
+    group: Group,
+    partitions: PartitionCounts,
+    clients: Vec<Client>,
+    now_ms: u64,
+    next_member: u32,
+    assignor: AssignorKind,
+    homogeneous: bool,
+}
+
+impl Sim {
+    fn fresh_id(&mut self) -> String {
+        self.next_member += 1;
+        format!("m{:03}", self.next_member)
+    }
+
+    fn subscription(&mut self) -> Vec<String> {
+        if self.homogeneous {
+            return vec!["a".into(), "b".into()];
+        }
+        loop {
+            let topics: Vec<String> = ["a", "b", "c"]
+                .into_iter()
+                .filter(|_| self.rng.random_bool(0.5))
+                .map(str::to_string)
+                .collect();
+            if !topics.is_empty() {
+                return topics;
+            }
+        }
+    }
+
+    fn join_params(&self, client: &Client) -> JoinParams {
+        JoinParams {
+            member_id: client.member_id.clone(),
+            instance_id: client.instance_id.clone(),
+            client_id: "sim".into(),
+            topics: client.topics.clone(),
+            session_timeout_ms: SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms: REBALANCE_TIMEOUT_MS,
+            assignor: self.assignor,
+        }
+    }
+
+    /// The client (re)joins as a new member, owning nothing.
+    fn join(&mut self, index: usize) {
+        let new_id = self.fresh_id();
+        let client = &mut self.clients[index];
+        client.member_id = None;
+        client.owned.clear();
+        let params = self.join_params(&self.clients[index]);
+        let joined = self
+            .group
+            .join(self.now_ms, params, &self.partitions, new_id)
+            .unwrap();
+        let client = &mut self.clients[index];
+        client.member_id = Some(joined.member_id);
+        client.generation = joined.generation;
+    }
+
+    fn heartbeat(&mut self, index: usize, may_lag: bool) {
+        let client = &self.clients[index];
+        let Some(member_id) = client.member_id.clone() else {
+            return;
+        };
+        let owned: Vec<TopicPartition> = client.owned.iter().cloned().collect();
+        let answer = self.group.heartbeat(
+            self.now_ms,
+            &member_id,
+            client.generation,
+            &owned,
+            &self.partitions,
+        );
+        match answer {
+            Ok(assignment) => {
+                let lag = if may_lag && self.rng.random_bool(0.3) {
+                    self.rng.random_range(1..=3)
+                } else {
+                    0
+                };
+                let client = &mut self.clients[index];
+                client.generation = assignment.generation;
+                let given: BTreeSet<TopicPartition> = assignment.partitions.into_iter().collect();
+                // New partitions are taken at once; left-out ones are dropped, maybe late.
+                client.owned.extend(given.iter().cloned());
+                if client.owned != given {
+                    if client.revoke_lag == 0 {
+                        client.owned = given;
+                        client.revoke_lag = lag;
+                    } else {
+                        client.revoke_lag -= 1;
+                    }
+                }
+            }
+            // Expired, replaced or out of step: drop everything and join again.
+            Err(
+                GroupError::UnknownMember
+                | GroupError::IllegalGeneration
+                | GroupError::FencedInstanceId,
+            ) => self.join(index),
+            Err(error) => panic!("heartbeat: {error}"),
+        }
+    }
+
+    fn step(&mut self) {
+        self.now_ms += self.rng.random_range(0..60);
+        let live: Vec<usize> = (0..self.clients.len())
+            .filter(|&i| self.clients[i].silent_until_ms <= self.now_ms)
+            .collect();
+        let pick =
+            |rng: &mut StdRng| (!live.is_empty()).then(|| live[rng.random_range(0..live.len())]);
+        match self.rng.random_range(0..100) {
+            0..5 if self.clients.len() < 10 => {
+                let topics = self.subscription();
+                let instance_id = self
+                    .rng
+                    .random_bool(0.3)
+                    .then(|| format!("instance-{}", self.next_member));
+                self.clients.push(Client {
+                    member_id: None,
+                    instance_id,
+                    generation: 0,
+                    owned: BTreeSet::new(),
+                    topics,
+                    revoke_lag: 0,
+                    silent_until_ms: 0,
+                });
+                self.join(self.clients.len() - 1);
+            }
+            5..8 => {
+                if let Some(index) = pick(&mut self.rng) {
+                    let client = self.clients.remove(index);
+                    let member_id = client.member_id.expect("clients are always joined");
+                    // It may have been expired meanwhile without knowing.
+                    let _ = self.group.leave(self.now_ms, &member_id, &self.partitions);
+                }
+            }
+            8..11 => {
+                // A static member's process restarts; the old one must be fenced.
+                let statics: Vec<usize> = live
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.clients[i].instance_id.is_some())
+                    .collect();
+                if !statics.is_empty() {
+                    let index = statics[self.rng.random_range(0..statics.len())];
+                    let old_id = self.clients[index].member_id.clone().expect("joined");
+                    let old_generation = self.clients[index].generation;
+                    let was_member = self.group.check_commit(&old_id, old_generation).is_ok();
+                    let generation = self.group.generation();
+                    self.join(index);
+                    let answer = self.group.check_commit(&old_id, old_generation);
+                    if was_member {
+                        // Same subscription, same metadata: a takeover without a rebalance.
+                        assert_eq!(answer, Err(GroupError::FencedInstanceId));
+                        assert_eq!(self.group.generation(), generation);
+                    } else {
+                        assert!(answer.is_err(), "an expired member may still commit");
+                    }
+                }
+            }
+            11..15 => {
+                let topic = ["a", "b", "c"][self.rng.random_range(0..3)];
+                match self.partitions.get(topic).copied() {
+                    Some(_) if self.rng.random_bool(0.2) => {
+                        self.partitions.remove(topic);
+                    }
+                    Some(count) => {
+                        self.partitions
+                            .insert(topic.into(), count + self.rng.random_range(1..=3));
+                    }
+                    None => {
+                        self.partitions
+                            .insert(topic.into(), self.rng.random_range(1..=6));
+                    }
+                }
+                self.group.set_partitions(&self.partitions);
+            }
+            15..18 if !self.homogeneous => {
+                if let Some(index) = pick(&mut self.rng) {
+                    let topics = self.subscription();
+                    self.clients[index].topics = topics;
+                    let params = self.join_params(&self.clients[index]);
+                    let new_id = self.fresh_id();
+                    match self
+                        .group
+                        .join(self.now_ms, params, &self.partitions, new_id)
+                    {
+                        Ok(joined) => {
+                            let client = &mut self.clients[index];
+                            if client.member_id.as_ref() != Some(&joined.member_id) {
+                                // Expired meanwhile: the instance id made it a new member.
+                                client.owned.clear();
+                                client.member_id = Some(joined.member_id);
+                            }
+                            client.generation = joined.generation;
+                        }
+                        Err(_) => self.join(index),
+                    }
+                }
+            }
+            18..20 => {
+                if let Some(index) = pick(&mut self.rng) {
+                    let silence_ms = self.rng.random_range(500..2_500);
+                    self.clients[index].silent_until_ms = self.now_ms + silence_ms;
+                }
+            }
+            _ => {
+                if let Some(index) = pick(&mut self.rng) {
+                    self.heartbeat(index, true);
+                }
+            }
+        }
+        self.group.tick(self.now_ms, &self.partitions);
+    }
+
+    /// Invariants that hold at every instant.
+    fn check(&self) {
+        self.group.assert_invariants();
+        check_exclusive(&self.group);
+        // Clients still in the group never consume the same partition.
+        let description = self.group.describe();
+        let mut consumed: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+        for client in &self.clients {
+            let Some(member_id) = client.member_id.as_deref() else {
+                continue;
+            };
+            if !description.members.iter().any(|m| m.member_id == member_id) {
+                continue;
+            }
+            for tp in &client.owned {
+                let other = consumed.insert(tp, member_id);
+                assert!(
+                    other.is_none(),
+                    "{tp:?} consumed by {other:?} and {member_id}"
+                );
+            }
+        }
+    }
+
+    /// After the churn: everyone heartbeats for a few rounds, then the group must be settled.
+    fn settle(&mut self) {
+        for client in &mut self.clients {
+            client.silent_until_ms = 0;
+        }
+        for _ in 0..12 {
+            for index in 0..self.clients.len() {
+                self.now_ms += 10;
+                self.heartbeat(index, false);
+                self.check();
+            }
+            self.group.tick(self.now_ms, &self.partitions);
+            self.check();
+        }
+        let description = self.group.describe();
+        assert_eq!(description.members.len(), self.clients.len());
+        if self.clients.is_empty() {
+            assert_eq!(description.state, GroupState::Empty);
+            return;
+        }
+        assert_eq!(description.state, GroupState::Stable, "{description:#?}");
+        let mut owner: BTreeMap<TopicPartition, &str> = BTreeMap::new();
+        for m in &description.members {
+            assert_eq!(m.generation, description.generation);
+            for tp in &m.assigned {
+                assert!(owner.insert(tp.clone(), &m.member_id).is_none());
+            }
+        }
+        for (topic, &count) in &self.partitions {
+            let subscribed = description.members.iter().any(|m| m.topics.contains(topic));
+            for partition in 0..count {
+                let tp = TopicPartition::new(topic, partition);
+                assert_eq!(owner.contains_key(&tp), subscribed, "{tp:?}");
+            }
+        }
+        for client in &self.clients {
+            let member_id = client.member_id.as_deref().expect("joined");
+            let m = member(&description, member_id);
+            assert_eq!(
+                client.owned.iter().cloned().collect::<Vec<_>>(),
+                m.assigned,
+                "{member_id}"
+            );
+        }
+        if self.homogeneous && self.assignor != AssignorKind::Range {
+            let loads: Vec<usize> = description
+                .members
+                .iter()
+                .map(|m| m.assigned.len())
+                .collect();
+            let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+            assert!(max - min <= 1, "unbalanced: {loads:?}");
+        }
+    }
+}
+
+/// Prints the seed when the simulation panics.
+struct SeedGuard(u64);
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "group simulation failed with seed {} (STRATA_GROUP_SEED={0})",
+                self.0
+            );
+        }
+    }
+}
+
+fn simulate(seed: u64) {
+    let _guard = SeedGuard(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let assignor = [
+        AssignorKind::Sticky,
+        AssignorKind::RoundRobin,
+        AssignorKind::Range,
+    ][rng.random_range(0..3)];
+    let homogeneous = rng.random_bool(0.5);
+    let partitions = counts(&[
+        ("a", rng.random_range(1..=8)),
+        ("b", rng.random_range(1..=8)),
+    ]);
+    let start_generation = rng.random_range(0..5);
+    let mut sim = Sim {
+        rng,
+        group: Group::new("g".into(), start_generation),
+        partitions,
+        clients: Vec::new(),
+        now_ms: 0,
+        next_member: 0,
+        assignor,
+        homogeneous,
+    };
+    let mut generation = sim.group.generation();
+    for _ in 0..400 {
+        sim.step();
+        sim.check();
+        assert!(
+            sim.group.generation() >= generation,
+            "the generation went back"
+        );
+        generation = sim.group.generation();
+    }
+    sim.settle();
+}
+
+#[test]
+fn randomized_churn_keeps_invariants_and_settles() {
+    if let Ok(seed) = std::env::var("STRATA_GROUP_SEED") {
+        simulate(seed.parse().expect("STRATA_GROUP_SEED is a number"));
+        return;
+    }
+    for seed in 0..200 {
+        simulate(seed);
+    }
 }
