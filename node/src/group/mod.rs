@@ -268,7 +268,7 @@ impl Group {
             Some(id) if self.members.contains_key(id) => Some(id.clone()),
             Some(_) if params.instance_id.is_none() => return Err(GroupError::UnknownMember),
             // An unknown id with an instance id: a static member restarting after it was
-            // expired or replaced; its instance id decides.
+            // expired; its instance id decides whether it takes over a place or is new.
             _ => params
                 .instance_id
                 .as_ref()
