@@ -1,5 +1,6 @@
 //! `strata-node`: the broker. So far: the IO seam and the partition log.
 
+pub mod group;
 pub mod io;
 pub mod log;
 pub mod replication;
