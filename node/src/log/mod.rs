@@ -12,6 +12,7 @@
 
 pub mod checkpoint;
 pub mod index;
+pub mod producers;
 mod segment;
 pub mod writer;
 
