@@ -426,8 +426,9 @@ mod tests {
     fn check_rules_from_a_table() {
         use ProducerError::*;
         use SequenceCheck::*;
+        type Outcome = Result<SequenceCheck, ProducerError>;
         // (producer, epoch, base sequence, records, expected outcome)
-        let table: &[(i64, i16, i32, u32, Result<SequenceCheck, ProducerError>)] = &[
+        let table: &[(i64, i16, i32, u32, Outcome)] = &[
             // Unknown producers start anywhere (their state may have expired).
             (9, 0, 0, 1, Ok(Append)),
             (9, 4, 1234, 2, Ok(Append)),

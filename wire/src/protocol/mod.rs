@@ -135,6 +135,10 @@ error_codes! {
     NotEnoughReplicasAfterAppend = 20, retriable = true;
     /// The broker is not a replica of the partition.
     NotReplica = 21, retriable = false;
+    /// An idempotent batch does not continue its producer's sequence: records between were lost.
+    OutOfOrderSequence = 22, retriable = false;
+    /// An idempotent batch carries an older producer epoch than the partition has seen.
+    ProducerFenced = 23, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
