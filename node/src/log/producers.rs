@@ -34,7 +34,7 @@ pub struct BatchMetadata {
 }
 
 /// One producer's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ProducerEntry {
     pub epoch: i16,
     /// Max timestamp of the last batch applied; expiry compares it with `now_ms`.
@@ -43,6 +43,17 @@ pub struct ProducerEntry {
     batches: [BatchMetadata; RETAINED_BATCHES],
     len: u8,
 }
+
+/// Equal when the epoch, timestamp and live batches are; slots past `len` do not count.
+impl PartialEq for ProducerEntry {
+    fn eq(&self, other: &ProducerEntry) -> bool {
+        self.epoch == other.epoch
+            && self.last_timestamp_ms == other.last_timestamp_ms
+            && self.batches() == other.batches()
+    }
+}
+
+impl Eq for ProducerEntry {}
 
 impl ProducerEntry {
     fn new(epoch: i16, batch: BatchMetadata, timestamp_ms: i64) -> ProducerEntry {
