@@ -12,6 +12,7 @@
 
 pub mod checkpoint;
 pub mod index;
+pub mod producers;
 mod segment;
 pub mod writer;
 
@@ -26,6 +27,7 @@ use crate::io::{Storage, StorageFile};
 use crate::replication::EpochCache;
 use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
+use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
 
 /// When appended data is made durable.
@@ -103,6 +105,52 @@ pub enum LogError {
     /// leader that has been replaced.
     #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
     StaleEpoch { epoch: u32, latest: u32 },
+    /// An idempotent request breaks the producer rules before sequences are even compared: it
+    /// holds more than one batch (Kafka allows exactly one per partition), or a negative
+    /// producer id, epoch or sequence. Nothing of it was written.
+    #[error("invalid idempotent produce: {0}")]
+    InvalidProducerBatch(String),
+    /// An idempotent batch does not continue its producer's sequence (records were lost in
+    /// between, or a new producer epoch did not start at 0). Nothing was written.
+    #[error("producer {producer_id}: expected sequence {expected}, got {got}")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
+    /// An idempotent batch carries an older producer epoch than the log has seen for its
+    /// producer: a newer instance of the producer took over. Nothing was written.
+    #[error("producer {producer_id}: epoch {epoch} is fenced by epoch {current_epoch}")]
+    ProducerFenced {
+        producer_id: i64,
+        epoch: i16,
+        current_epoch: i16,
+    },
+}
+
+impl From<ProducerError> for LogError {
+    fn from(error: ProducerError) -> LogError {
+        match error {
+            ProducerError::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+            } => LogError::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+            },
+            ProducerError::ProducerFenced {
+                producer_id,
+                epoch,
+                current_epoch,
+            } => LogError::ProducerFenced {
+                producer_id,
+                epoch,
+                current_epoch,
+            },
+        }
+    }
 }
 
 /// What an append wrote.
@@ -112,6 +160,17 @@ pub struct AppendInfo {
     pub last_offset: u64,
     pub max_timestamp_ms: i64,
     pub bytes: u64,
+    /// The request was a retry of an idempotent batch the log already holds: nothing was
+    /// written, and the offsets are the original batch's (`bytes` is 0).
+    pub duplicate: bool,
+}
+
+/// How [`PartitionLog::stamp_request`] left a request.
+enum Stamped {
+    /// Stamped and to be written; the log end after it.
+    Next(u64),
+    /// A retried idempotent batch: not to be written, answered with the original's offsets.
+    Duplicate(AppendInfo),
 }
 
 /// A sync in progress: the files written since the last one, and the offset they make durable.
@@ -166,6 +225,7 @@ impl AppendInfo {
                 .max()
                 .unwrap_or(i64::MIN),
             bytes: headers.iter().map(|h| u64::from(h.batch_len)).sum(),
+            duplicate: false,
         }
     }
 }
@@ -220,6 +280,25 @@ impl LogError {
                 source: io::Error::new(source.kind(), source.to_string()),
             },
             LogError::Config(text) => LogError::Config(text.clone()),
+            LogError::InvalidProducerBatch(text) => LogError::InvalidProducerBatch(text.clone()),
+            LogError::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+            } => LogError::OutOfOrderSequence {
+                producer_id: *producer_id,
+                expected: *expected,
+                got: *got,
+            },
+            LogError::ProducerFenced {
+                producer_id,
+                epoch,
+                current_epoch,
+            } => LogError::ProducerFenced {
+                producer_id: *producer_id,
+                epoch: *epoch,
+                current_epoch: *current_epoch,
+            },
         }
     }
 }
@@ -262,12 +341,22 @@ pub struct PartitionLog<S: Storage> {
     epoch_file: S::File,
     high_watermark_file: S::File,
     high_watermark_checkpoint: u64,
+    /// Idempotent producers' state after every batch stamped so far (applied at stamp time, so
+    /// a later request of the same group sees an earlier one).
+    producers: ProducerStates,
+    producer_file: S::File,
+    /// The highest offset the snapshot in [`PRODUCER_SNAPSHOT_FILE_NAME`] may claim (0: none).
+    /// A truncation below it must discard the file first: the snapshot would describe batches
+    /// the log no longer holds.
+    producer_snapshot_offset_max: u64,
 }
 
 /// The leader-epoch checkpoint inside the partition folder.
 pub const EPOCH_FILE_NAME: &str = "leader-epoch-checkpoint";
 /// The high watermark checkpoint inside the partition folder.
 pub const HIGH_WATERMARK_FILE_NAME: &str = "high-watermark";
+/// The idempotent-producer snapshot inside the partition folder (see [`producers`]).
+pub const PRODUCER_SNAPSHOT_FILE_NAME: &str = "producer-snapshot";
 
 fn encode_high_watermark(high_watermark: u64) -> [u8; 12] {
     let mut bytes = [0u8; 12];
@@ -385,8 +474,16 @@ impl<S: Storage> PartitionLog<S> {
             .ok()
             .and_then(|bytes| decode_high_watermark(bytes.as_slice()))
             .unwrap_or(0);
+        let producer_path = dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
+        let producer_file = storage
+            .open(&producer_path, true)
+            .await
+            .map_err(io_error("open", &producer_path))?;
         let epochs_trusted = epochs.is_some();
         let mut log = PartitionLog {
+            producers: ProducerStates::default(),
+            producer_file,
+            producer_snapshot_offset_max: 0,
             epochs: epochs.unwrap_or_default(),
             epoch_file,
             high_watermark_file,
@@ -465,6 +562,7 @@ impl<S: Storage> PartitionLog<S> {
             log.persist_epochs().await?;
         }
         log.high_watermark_checkpoint = log.high_watermark_checkpoint.min(log.log_end_offset());
+        log.rebuild_producers(now_ms).await?;
         tracing::info!(
             dir = %log.dir.display(),
             segments = report.segments,
@@ -483,6 +581,11 @@ impl<S: Storage> PartitionLog<S> {
     /// Where each leader epoch begins in this log.
     pub fn epochs(&self) -> &EpochCache {
         &self.epochs
+    }
+
+    /// The idempotent producers' state after every batch in the log.
+    pub fn producers(&self) -> &ProducerStates {
+        &self.producers
     }
 
     /// The high watermark last checkpointed (never above the log end).
@@ -581,7 +684,10 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<AppendInfo, LogError> {
         self.check_writable()?;
         self.headers.clear();
-        self.stamp_request(&mut batches, leader_epoch, self.log_end_offset())?;
+        let stamped = self.stamp_request(&mut batches, leader_epoch, self.log_end_offset())?;
+        if let Stamped::Duplicate(info) = stamped {
+            return Ok(info);
+        }
         self.write_batches(Buffers::One(batches.freeze()), now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
@@ -590,7 +696,8 @@ impl<S: Storage> PartitionLog<S> {
     /// Appends several producers' requests back to back: all are validated and stamped first,
     /// then written in order (see `StorageFile::write_all_in_order_at`). Each request is
     /// validated on its own: a bad one fails alone and the others are written. Results come
-    /// back in request order.
+    /// back in request order. A retried idempotent batch is answered with its original offsets
+    /// and not written; if the original is in this same group, it shares the group's fate.
     pub async fn append_group(
         &mut self,
         requests: Vec<(BytesMut, u32)>,
@@ -604,30 +711,44 @@ impl<S: Storage> PartitionLog<S> {
         self.headers.clear();
         let mut buffers = Vec::with_capacity(requests.len());
         let mut spans = Vec::with_capacity(requests.len());
-        let mut next_offset = self.log_end_offset();
+        let group_start = self.log_end_offset();
+        let mut next_offset = group_start;
+        // Retries of batches written by this very group: answered only if the write succeeds.
+        let mut duplicates_in_group = Vec::new();
         for (at, (mut batches, leader_epoch)) in requests.into_iter().enumerate() {
             let first_header = self.headers.len();
             match self.stamp_request(&mut batches, leader_epoch, next_offset) {
-                Ok(next) => {
+                Ok(Stamped::Next(next)) => {
                     next_offset = next;
                     buffers.push(batches.freeze());
                     spans.push((at, first_header..self.headers.len()));
                 }
+                Ok(Stamped::Duplicate(info)) if info.last_offset >= group_start => {
+                    duplicates_in_group.push((at, info));
+                }
+                Ok(Stamped::Duplicate(info)) => results[at] = Some(Ok(info)),
                 Err(error) => {
                     self.headers.truncate(first_header);
                     results[at] = Some(Err(error));
                 }
             }
         }
+        assert!(duplicates_in_group.is_empty() || !buffers.is_empty());
         if !buffers.is_empty() {
             match self.write_batches(Buffers::Many(buffers), now_ms).await {
                 Ok(()) => {
                     for (at, headers) in spans {
                         results[at] = Some(Ok(AppendInfo::of(&self.headers[headers])));
                     }
+                    for (at, info) in duplicates_in_group {
+                        results[at] = Some(Ok(info));
+                    }
                 }
                 Err(error) => {
                     for (at, _) in spans {
+                        results[at] = Some(Err(error.duplicate()));
+                    }
+                    for (at, _) in duplicates_in_group {
                         results[at] = Some(Err(error.duplicate()));
                     }
                 }
@@ -640,13 +761,15 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Validates every batch of one request, stamps consecutive offsets from `next_offset` and
-    /// the epoch in place, and appends the headers to `self.headers`. Returns the next offset.
+    /// the epoch in place, and appends the headers to `self.headers`. Returns the next offset,
+    /// or, for a retried idempotent batch, the original's offsets (its header is not kept).
+    /// An idempotent batch that passes its producer check is applied to the producer state here.
     fn stamp_request(
         &mut self,
         batches: &mut BytesMut,
         leader_epoch: u32,
         mut next_offset: u64,
-    ) -> Result<u64, LogError> {
+    ) -> Result<Stamped, LogError> {
         if let Some(latest) = self.epochs.latest_epoch()
             && leader_epoch < latest
         {
@@ -656,6 +779,7 @@ impl<S: Storage> PartitionLog<S> {
             });
         }
         let first_header = self.headers.len();
+        let mut idempotent = false;
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len() - first_header;
@@ -666,6 +790,7 @@ impl<S: Storage> PartitionLog<S> {
             header.base_offset = next_offset;
             header.leader_epoch = leader_epoch;
             next_offset = header.next_offset();
+            idempotent |= header.is_idempotent();
             self.headers.push(header);
             at += batch_len;
         }
@@ -678,7 +803,54 @@ impl<S: Storage> PartitionLog<S> {
                 },
             });
         }
-        Ok(next_offset)
+        if idempotent {
+            return self.check_producer(first_header, next_offset);
+        }
+        Ok(Stamped::Next(next_offset))
+    }
+
+    /// The producer rules for a stamped idempotent request (`self.headers[first_header..]`):
+    /// refuse it, answer it as a duplicate (dropping its header), or apply it and let it be
+    /// written. Applied before the write: a failed write stops the log, and reopening rebuilds
+    /// the state from what reached the disk.
+    fn check_producer(
+        &mut self,
+        first_header: usize,
+        next_offset: u64,
+    ) -> Result<Stamped, LogError> {
+        let headers = &self.headers[first_header..];
+        if headers.len() != 1 {
+            return Err(LogError::InvalidProducerBatch(format!(
+                "an idempotent batch must be alone in its request; this one holds {} batches",
+                headers.len()
+            )));
+        }
+        let header = headers[0];
+        if header.producer_id < 0 || header.producer_epoch < 0 || header.base_sequence < 0 {
+            return Err(LogError::InvalidProducerBatch(format!(
+                "producer id {}, epoch {}, base sequence {}: none may be negative",
+                header.producer_id, header.producer_epoch, header.base_sequence
+            )));
+        }
+        match self.producers.check(&header)? {
+            SequenceCheck::Append => {
+                self.producers.apply(&header);
+                Ok(Stamped::Next(next_offset))
+            }
+            SequenceCheck::Duplicate {
+                base_offset,
+                last_offset,
+            } => {
+                self.headers.truncate(first_header);
+                Ok(Stamped::Duplicate(AppendInfo {
+                    base_offset,
+                    last_offset,
+                    max_timestamp_ms: header.max_timestamp_ms,
+                    bytes: 0,
+                    duplicate: true,
+                }))
+            }
+        }
     }
 
     /// Appends batches a leader already stamped (the follower path), verbatim.
@@ -727,6 +899,13 @@ impl<S: Storage> PartitionLog<S> {
                 },
             });
         }
+        // The leader checked them; a follower records them as they are, so that it holds the
+        // leader's producer state if it becomes leader.
+        for header in &self.headers {
+            if header.is_idempotent() {
+                self.producers.apply(header);
+            }
+        }
         self.write_batches(Buffers::One(batches), now_ms).await?;
         Ok(AppendInfo::of(&self.headers))
     }
@@ -757,8 +936,13 @@ impl<S: Storage> PartitionLog<S> {
                 .map(|h| u64::from(h.batch_len))
                 .sum::<u64>()
         );
-        if self.should_roll(total, last.last_offset(), now_ms) {
-            self.roll(now_ms).await?;
+        let roll = self.should_roll(total, last.last_offset(), now_ms);
+        if roll && let Err(error) = self.roll(now_ms).await {
+            if self.headers.iter().any(BatchHeader::is_idempotent) {
+                // The producer state already counts these batches: it must not outlive them.
+                return Err(self.fail(format!("rolling a segment failed: {error}")));
+            }
+            return Err(error);
         }
         let position = self.active().size;
         let path = self.segment_path(self.active().base_offset, "log");
@@ -785,6 +969,10 @@ impl<S: Storage> PartitionLog<S> {
         active.size += total;
         active.dirty = true;
         self.headers = headers;
+        if roll {
+            // Here, not in `roll`: only now does the producer state match the log end.
+            self.snapshot_producers(now_ms).await;
+        }
         Ok(())
     }
 
@@ -1045,6 +1233,8 @@ impl<S: Storage> PartitionLog<S> {
     /// longer holds the follower's log end: retention removed it). Returns `offset`.
     pub async fn restart_at(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
         self.check_writable()?;
+        self.discard_producer_snapshot().await?;
+        self.producers = ProducerStates::default();
         let log_start = offset;
         let bases = self.segment_bases();
         self.segments.clear();
@@ -1079,6 +1269,10 @@ impl<S: Storage> PartitionLog<S> {
         }
         if offset <= log_start {
             return self.restart_at(log_start, now_ms).await;
+        }
+        if self.producer_snapshot_offset_max > offset {
+            // Before the data: a crash after the cut must not find a snapshot of cut batches.
+            self.discard_producer_snapshot().await?;
         }
         let active_before = self.active().base_offset;
         while self.active().base_offset >= offset {
@@ -1151,6 +1345,9 @@ impl<S: Storage> PartitionLog<S> {
             self.persist_epochs().await?;
         }
         self.high_watermark_checkpoint = self.high_watermark_checkpoint.min(end.next_offset);
+        // The state counts the cut batches: start again from the snapshot (if it is below the
+        // cut) or from the log start. Truncations are rare; correctness beats speed here.
+        self.rebuild_producers(now_ms).await?;
         Ok(end.next_offset)
     }
 
@@ -1166,6 +1363,7 @@ impl<S: Storage> PartitionLog<S> {
         if expired(self.active(), self.config.retention_ms) {
             self.check_writable()?;
             self.roll(now_ms).await?;
+            self.snapshot_producers(now_ms).await;
         }
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
@@ -1188,10 +1386,12 @@ impl<S: Storage> PartitionLog<S> {
         Ok(report)
     }
 
-    /// Flushes (whatever the policy) and persists indexes: a clean shutdown.
+    /// Flushes (whatever the policy), persists indexes and the producer snapshot: a clean
+    /// shutdown, after which opening scans no batch for producer state.
     pub async fn close(mut self, now_ms: i64) -> Result<(), LogError> {
         if self.failed.is_none() {
             self.flush(now_ms).await?;
+            self.snapshot_producers(now_ms).await;
         }
         Ok(())
     }
@@ -1408,35 +1608,161 @@ impl<S: Storage> PartitionLog<S> {
     /// Rebuilds the epoch cache from the batch headers (its file was missing or damaged).
     async fn rebuild_epochs(&mut self) -> Result<(), LogError> {
         let mut epochs = EpochCache::default();
-        for segment in &self.segments {
-            let mut position = 0u64;
-            while position < segment.size {
-                let (result, buf) = segment
-                    .log
-                    .read_at(
-                        crate::io::ReadBuf::with_capacity(batch::HEADER_LEN),
-                        position,
-                    )
-                    .await;
-                result.map_err(|source| LogError::Io {
-                    what: "read",
-                    path: self.dir.clone(),
-                    source,
-                })?;
-                let header = BatchHeader::parse(buf.as_slice())
-                    .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
-                if epochs
-                    .latest_epoch()
-                    .is_none_or(|latest| header.leader_epoch > latest)
-                {
-                    epochs.assign(header.leader_epoch, header.base_offset);
-                }
-                position += u64::from(header.batch_len);
+        self.scan_headers(self.log_start_offset(), |header| {
+            if epochs
+                .latest_epoch()
+                .is_none_or(|latest| header.leader_epoch > latest)
+            {
+                epochs.assign(header.leader_epoch, header.base_offset);
             }
-        }
+        })
+        .await?;
         tracing::info!(dir = %self.dir.display(), epochs = epochs.entries().len(), "rebuilt the leader-epoch checkpoint from the log");
         self.epochs = epochs;
         self.persist_epochs().await
+    }
+
+    /// Calls `visit` with the header of every batch from `from_offset` (a batch boundary) to the
+    /// log end, in order: the scan behind every rebuild of state derived from the batches. Reads
+    /// in chunks from the index entry at or below `from_offset`; walks headers only.
+    async fn scan_headers(
+        &mut self,
+        from_offset: u64,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> Result<(), LogError> {
+        let from_offset = from_offset.max(self.log_start_offset());
+        if from_offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let first = self.segment_holding(from_offset);
+        for at in first..self.segments.len() {
+            let base = self.segments[at].base_offset;
+            let (position, offset) = if at == first && from_offset > base {
+                let relative = (from_offset - base) as u32;
+                self.index_entry(at, |index| index.floor_by_offset(relative).copied())
+                    .await?
+                    .map_or((0, base), |entry| {
+                        (
+                            u64::from(entry.position),
+                            base + u64::from(entry.relative_offset),
+                        )
+                    })
+            } else {
+                (0, base)
+            };
+            let segment = &self.segments[at];
+            let io_error = |source| LogError::Io {
+                what: "scan",
+                path: self.segment_path(base, "log"),
+                source,
+            };
+            let end = Segment::scan(
+                &*segment.log,
+                segment.size,
+                position,
+                offset,
+                false,
+                |header, _| {
+                    if header.base_offset >= from_offset {
+                        visit(header);
+                    }
+                    true
+                },
+            )
+            .await
+            .map_err(io_error)?;
+            if let Some(damage) = end.damage {
+                // Recovery left whole batches only; damage here means the file changed under us.
+                return Err(io_error(io::Error::new(io::ErrorKind::InvalidData, damage)));
+            }
+            assert_eq!(
+                end.next_offset, segment.next_offset,
+                "the scan reaches the end"
+            );
+        }
+        Ok(())
+    }
+
+    /// Sets the producer state to what the log holds: the snapshot, if it is intact and not
+    /// beyond the log end, plus every batch after it; otherwise every batch of the log. A
+    /// snapshot beyond the log end (the batches it counts were lost or cut) is discarded.
+    async fn rebuild_producers(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        let bytes = read_whole(&self.producer_file).await.ok();
+        let snapshot = match bytes.as_ref().map(|bytes| bytes.as_slice()) {
+            None | Some([]) => None,
+            Some(bytes) => ProducerStates::decode(bytes)
+                .inspect_err(|error| {
+                    tracing::warn!(dir = %self.dir.display(), "ignoring the producer snapshot: {error}");
+                })
+                .ok(),
+        };
+        let (mut producers, from) = match snapshot {
+            Some(snapshot) if snapshot.offset <= log_end => {
+                self.producer_snapshot_offset_max = snapshot.offset;
+                (snapshot.states, snapshot.offset.max(log_start))
+            }
+            Some(snapshot) => {
+                tracing::info!(dir = %self.dir.display(), snapshot = snapshot.offset, log_end, "the producer snapshot is past the log end; discarding it");
+                self.producer_snapshot_offset_max = snapshot.offset;
+                self.discard_producer_snapshot().await?;
+                (ProducerStates::default(), log_start)
+            }
+            None => {
+                self.producer_snapshot_offset_max = 0;
+                (ProducerStates::default(), log_start)
+            }
+        };
+        self.scan_headers(from, |header| {
+            if header.is_idempotent() {
+                producers.apply(header);
+            }
+        })
+        .await?;
+        producers.expire(now_ms);
+        self.producers = producers;
+        Ok(())
+    }
+
+    /// Writes the producer state, expired producers dropped, as the snapshot for the log end
+    /// (on roll and close, so opening scans at most about a segment). In place and synced, as
+    /// the epoch checkpoint: a torn snapshot fails its CRC and costs a longer scan on open, never
+    /// a wrong answer. A failure is logged, not fatal: the log is the truth.
+    async fn snapshot_producers(&mut self, now_ms: i64) {
+        self.producers.expire(now_ms);
+        let offset = self.log_end_offset();
+        let bytes = self.producers.encode(offset);
+        let len = bytes.len() as u64;
+        // Whatever happens below, the file may now claim `offset`.
+        self.producer_snapshot_offset_max = self.producer_snapshot_offset_max.max(offset);
+        let written = async {
+            self.producer_file
+                .write_all_at(Bytes::from(bytes), 0)
+                .await?;
+            self.producer_file.truncate(len).await?;
+            self.producer_file.sync_data().await
+        }
+        .await;
+        match written {
+            Ok(()) => self.producer_snapshot_offset_max = offset,
+            Err(error) => {
+                tracing::warn!(dir = %self.dir.display(), "writing the producer snapshot failed: {error}");
+            }
+        }
+    }
+
+    /// Empties the producer snapshot durably (before a truncation below it).
+    async fn discard_producer_snapshot(&mut self) -> Result<(), LogError> {
+        let path = self.dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
+        let discarded = async {
+            self.producer_file.truncate(0).await?;
+            self.producer_file.sync_data().await
+        }
+        .await;
+        discarded
+            .map_err(|error| self.fail(format!("discarding {} failed: {error}", path.display())))?;
+        self.producer_snapshot_offset_max = 0;
+        Ok(())
     }
 
     /// Records how far the log is durable. Not synced: see [`checkpoint`].

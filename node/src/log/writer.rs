@@ -7,7 +7,8 @@
 //! The number of syncs per second stays at what the disk can do while throughput grows with
 //! the number of concurrent producers.
 //! With `interval`, appends are answered once written and a sync runs when the interval is due;
-//! with `never`, once written.
+//! with `never`, once written. A retried idempotent batch (`AppendInfo::duplicate`) is answered
+//! no earlier than its original: at once if that is durable, else with the next sync.
 //!
 //! Runs on one shard's single-threaded runtime: the channels and the task are local to the shard.
 
@@ -386,6 +387,14 @@ async fn run<S: Storage>(
                     let results = log.append_group(std::mem::take(&mut appends), clock()).await;
                     for (reply, result) in append_replies.drain(..).zip(results) {
                         match result {
+                            // A retry whose original is already durable. One that is not waits
+                            // for a sync like any append (below): the loop starts one whenever
+                            // `unsynced` has waiters, even if this group wrote nothing new.
+                            Ok(info)
+                                if info.duplicate && info.last_offset < log.durable_offset() =>
+                            {
+                                let _ = reply.send(Ok(info));
+                            }
                             Ok(info) if log.config().flush == FlushPolicy::Always => {
                                 unsynced.push((reply, info));
                             }

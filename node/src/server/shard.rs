@@ -286,6 +286,9 @@ fn log_error_code(error: &LogError) -> ErrorCode {
         LogError::Config(_) => ErrorCode::InvalidConfig,
         LogError::NotContiguous { .. } => ErrorCode::Internal,
         LogError::StaleEpoch { .. } => ErrorCode::NotLeader,
+        LogError::InvalidProducerBatch(_) => ErrorCode::InvalidProducerBatch,
+        LogError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
+        LogError::ProducerFenced { .. } => ErrorCode::InvalidProducerEpoch,
     }
 }
 
@@ -669,7 +672,11 @@ impl Shard {
                 self.metrics.produce_failed(topic);
                 if !matches!(
                     error,
-                    LogError::CorruptBatch { .. } | LogError::StaleEpoch { .. }
+                    LogError::CorruptBatch { .. }
+                        | LogError::StaleEpoch { .. }
+                        | LogError::InvalidProducerBatch(_)
+                        | LogError::OutOfOrderSequence { .. }
+                        | LogError::ProducerFenced { .. }
                 ) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
                 }
