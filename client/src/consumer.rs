@@ -140,6 +140,18 @@ impl Consumer {
         self.positions.get(&(topic.to_string(), partition)).copied()
     }
 
+    /// Stops fetching `partition` of `topic`; returns its position.
+    pub fn unassign(&mut self, topic: &str, partition: u32) -> Option<u64> {
+        self.positions.remove(&(topic.to_string(), partition))
+    }
+
+    /// Every assigned partition with its next offset.
+    pub fn positions(&self) -> impl Iterator<Item = (&str, u32, u64)> {
+        self.positions
+            .iter()
+            .map(|((topic, partition), offset)| (topic.as_str(), *partition, *offset))
+    }
+
     /// One round of fetches (one request per broker shard, concurrently). Returns what arrived
     /// (possibly nothing, after the long-poll wait) and advances positions past it.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedBatch>, ClientError> {

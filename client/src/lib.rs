@@ -6,17 +6,23 @@
 //!   (partition, offset). Order per partition is kept: one request in flight per partition.
 //! - [`Consumer`]: assign mode, seek to beginning/end/offset/timestamp, fetch with long-poll, and
 //!   zero-copy records borrowed from the fetched batches.
+//! - [`GroupConsumer`]: subscribe mode in a consumer group (server-side cooperative assignment,
+//!   rebalance callbacks, auto/sync/async commits, at-least-once or at-most-once).
 //!
 //! Shard-aware: requests for a partition go to the shard port that owns it, so the broker never
 //! forwards them across cores.
 
 mod connection;
 mod consumer;
+mod group;
 mod metadata;
 mod producer;
 
 pub use connection::{Connection, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
+pub use group::{
+    Delivery, GroupConfig, GroupConsumer, OffsetReset, RebalanceEvent, TopicPartition,
+};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,

@@ -288,6 +288,34 @@ impl Client {
         Ok(())
     }
 
+    /// A producer id and epoch for an idempotent producer: a new id, or (with `current`) the
+    /// same id at the next epoch, which fences the producer's older instance.
+    pub async fn init_producer_id(
+        &self,
+        current: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ClientError> {
+        let (producer_id, producer_epoch) = current.unwrap_or((-1, -1));
+        let request = Request::InitProducerId(strata_wire::protocol::InitProducerIdRequest {
+            producer_id,
+            producer_epoch,
+        });
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        loop {
+            let Response::InitProducerId(response) = self.any_broker(request.clone()).await? else {
+                return Err(ClientError::Protocol(
+                    "init producer id answered with another api".into(),
+                ));
+            };
+            match response.error {
+                ErrorCode::None => return Ok((response.producer_id, response.producer_epoch)),
+                code if code.is_retriable() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                code => return Err(ClientError::Broker(code)),
+            }
+        }
+    }
+
     /// [`Client::list_offset`], retrying retriable errors (a leader moving, a broker
     /// restarting) with a metadata refresh, for up to the request timeout.
     pub async fn list_offset_retrying(

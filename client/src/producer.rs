@@ -14,8 +14,8 @@ use futures_util::FutureExt;
 use futures_util::future::Shared;
 use strata_wire::batch::BatchBuilder;
 use strata_wire::protocol::{
-    ACKS_NONE, ErrorCode, ProducePartition, ProduceRequest, ProduceTopic, Records, Request,
-    Response,
+    ACKS_ALL, ACKS_NONE, ErrorCode, ProducePartition, ProduceRequest, ProduceTopic, Records,
+    Request, Response,
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -41,6 +41,10 @@ pub struct ProducerConfig {
     /// Also seal a batch once it holds this many records (benchmarks that mirror fixed-count
     /// batches); `None`: by size and linger only.
     pub batch_records: Option<usize>,
+    /// Exactly-once producing: the producer takes an id from the cluster and numbers each
+    /// partition's batches, so a retried batch the broker already wrote is answered with its
+    /// original offsets instead of being written twice. Implies `acks=all`.
+    pub idempotent: bool,
 }
 
 impl Default for ProducerConfig {
@@ -51,6 +55,7 @@ impl Default for ProducerConfig {
             acks: 1,
             max_in_flight: 5,
             batch_records: None,
+            idempotent: false,
             retries: 10,
             retry_backoff: Duration::from_millis(100),
             buffer_bytes: 64 << 20,
@@ -138,6 +143,8 @@ struct Sealed {
 
 #[derive(Default)]
 struct PartitionState {
+    /// The sequence number of the next batch's first record (idempotent producers).
+    next_sequence: i32,
     open: Option<Accumulator>,
     sender: Option<mpsc::UnboundedSender<Sealed>>,
     /// The most recently sealed batch: `flush` waits for it (batches complete in order).
@@ -152,6 +159,8 @@ struct Inner {
     round_robin: AtomicU32,
     /// Wakes the linger task when a new batch opens.
     opened: Arc<Notify>,
+    /// (producer id, epoch) once an idempotent producer has one.
+    identity: tokio::sync::OnceCell<(i64, i16)>,
 }
 
 /// What a partition's sender task needs: not the producer itself, so dropping every producer
@@ -170,7 +179,11 @@ pub struct Producer {
 }
 
 impl Producer {
-    pub fn new(client: Arc<Client>, config: ProducerConfig) -> Producer {
+    pub fn new(client: Arc<Client>, mut config: ProducerConfig) -> Producer {
+        if config.idempotent {
+            // Only what every in-sync replica has can be deduplicated after a failover.
+            config.acks = ACKS_ALL;
+        }
         let buffer = Arc::new(Semaphore::new(config.buffer_bytes));
         let inner = Arc::new(Inner {
             client,
@@ -179,6 +192,7 @@ impl Producer {
             buffer,
             round_robin: AtomicU32::new(0),
             opened: Arc::new(Notify::new()),
+            identity: tokio::sync::OnceCell::new(),
         });
         tokio::spawn(linger(Arc::downgrade(&inner), inner.opened.clone()));
         Producer { inner }
@@ -190,6 +204,12 @@ impl Producer {
     /// a partition.
     pub async fn send(&self, record: ProducerRecord) -> Result<RecordFuture, ClientError> {
         let inner = &self.inner;
+        if inner.config.idempotent {
+            inner
+                .identity
+                .get_or_try_init(|| inner.client.init_producer_id(None))
+                .await?;
+        }
         let metadata = inner.client.metadata_for(&record.topic).await?;
         let count = metadata.partition_count(&record.topic)?;
         let partition = match (record.partition, &record.key) {
@@ -277,6 +297,15 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
     let Some(mut accumulator) = state.open.take() else {
         return;
     };
+    if let Some(&(producer_id, producer_epoch)) = inner.identity.get() {
+        let records = accumulator.builder.record_count() as i32;
+        accumulator
+            .builder
+            .set_producer(producer_id, producer_epoch, state.next_sequence);
+        // Sequences wrap to 0 after i32::MAX, as Kafka's do.
+        state.next_sequence = ((i64::from(state.next_sequence) + i64::from(records))
+            % (i64::from(i32::MAX) + 1)) as i32;
+    }
     let sealed = Sealed {
         batch: accumulator.builder.finish(),
         reply: accumulator.reply,
@@ -379,14 +408,21 @@ async fn send_with_retries(
     let mut attempt = 0;
     loop {
         let result = send_once(inner, topic, partition, batch.clone()).await;
+        // With several batches in flight, a later one can reach the broker while an earlier
+        // one is being retried: its sequence is then ahead, and it goes again after the
+        // earlier one landed.
+        let retriable = |error: &ClientError| {
+            error.is_retriable()
+                || (inner.config.idempotent && error.code() == Some(ErrorCode::OutOfOrderSequence))
+        };
         match result {
-            Err(error) if error.is_retriable() && attempt < inner.config.retries => {
+            Err(error) if retriable(&error) && attempt < inner.config.retries => {
                 attempt += 1;
                 tracing::debug!(%topic, partition, attempt, "retrying produce: {error}");
                 tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
                 let _ = inner.client.refresh_metadata().await;
             }
-            Err(error) if error.is_retriable() => {
+            Err(error) if retriable(&error) => {
                 // Out of retries, but the next batch should find the new leader.
                 let _ = inner.client.refresh_metadata().await;
                 return Err(error);

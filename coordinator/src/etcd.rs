@@ -203,7 +203,10 @@ impl EtcdCoordinator {
         let prefix = self.prefix.clone();
         async move {
             let mut stream = client
-                .watch(prefix.clone(), Some(etcd_client::WatchOptions::new().with_prefix()))
+                .watch(
+                    prefix.clone(),
+                    Some(etcd_client::WatchOptions::new().with_prefix()),
+                )
                 .await
                 .map_err(etcd_error)?;
             while let Some(response) = stream.message().await.map_err(etcd_error)? {

@@ -229,7 +229,7 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
     });
     let etcd = etcd.restart();
     runtime().block_on(async {
-        let store = EtcdGroupStore::connect(&[etcd.endpoint.clone()], "test")
+        let store = EtcdGroupStore::connect(std::slice::from_ref(&etcd.endpoint), "test")
             .await
             .unwrap();
         let loaded = store.load_group("g").await.unwrap();

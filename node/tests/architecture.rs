@@ -47,14 +47,16 @@ fn wire_does_no_io() {
     }
 }
 
-/// The replication core is a state machine: no runtime, no sockets, no files, no clock (time
-/// comes in as `now_ms`). The simulator depends on it.
+/// The replication and consumer-group cores are state machines: no runtime, no sockets, no
+/// files, no clock (time comes in as `now_ms`). Their simulators depend on it.
 #[test]
-fn the_replication_core_is_sans_io() {
+fn the_replication_and_group_cores_are_sans_io() {
     for path in [
         "node/src/replication/mod.rs",
         "node/src/replication/leader.rs",
         "node/src/replication/epochs.rs",
+        "node/src/group/mod.rs",
+        "node/src/group/assignor.rs",
     ] {
         let text = source(path);
         for forbidden in [

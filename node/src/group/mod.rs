@@ -163,6 +163,7 @@ pub struct MemberDescription {
     pub assigned: Vec<TopicPartition>,
     /// What it will own once reconciled. Sorted.
     pub target: Vec<TopicPartition>,
+    pub session_timeout_ms: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -479,6 +480,7 @@ impl Group {
                 topics: member.topics.iter().cloned().collect(),
                 assigned: member.assigned.iter().cloned().collect(),
                 target: member.target.iter().cloned().collect(),
+                session_timeout_ms: member.session_timeout_ms,
             })
             .collect();
         GroupDescription {

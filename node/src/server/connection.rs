@@ -139,8 +139,14 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         let shard = shard.clone();
         let responses = responses.clone();
         tokio::task::spawn_local(async move {
-            if let Some(response) = shard.handle(request).await {
-                let _ = responses.send(response.encode(header.correlation_id));
+            match shard.handle(request).await {
+                Some(Ok(response)) => {
+                    let _ = responses.send(response.encode(header.correlation_id));
+                }
+                Some(Err(code)) => {
+                    let _ = responses.send(Response::encode_error(header.correlation_id, code));
+                }
+                None => {}
             }
             drop(permit);
         });

@@ -18,7 +18,7 @@ use strata_wire::protocol::{
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
     ReassignPartitionRequest, ReassignPartitionResponse,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::NodeConfig;
 use super::shard::{ClusterView, ShardMessage};
@@ -196,12 +196,14 @@ fn demote(topics: &mut [TopicState], node_id: i32) {
 pub fn start(
     config: Arc<NodeConfig>,
     shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    views: watch::Sender<ClusterView>,
     mailbox: mpsc::UnboundedReceiver<ControlMessage>,
 ) -> anyhow::Result<(std::thread::JoinHandle<()>, ClusterView)> {
     let (ready, started) = oneshot::channel();
+    let audience = Audience { shards, views };
     let thread = std::thread::Builder::new()
         .name("strata-control".into())
-        .spawn(move || run(config, shards, mailbox, ready))?;
+        .spawn(move || run(config, audience, mailbox, ready))?;
     match started.blocking_recv() {
         Ok(Ok(view)) => Ok((thread, view)),
         Ok(Err(error)) => {
@@ -212,9 +214,16 @@ pub fn start(
     }
 }
 
+/// Who hears of every new cluster view: the shards (and the control thread waits until each
+/// has applied it) and the group thread.
+struct Audience {
+    shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    views: watch::Sender<ClusterView>,
+}
+
 fn run(
     config: Arc<NodeConfig>,
-    shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    shards: Audience,
     mut mailbox: mpsc::UnboundedReceiver<ControlMessage>,
     ready: oneshot::Sender<Result<ClusterView, String>>,
 ) {
@@ -264,6 +273,7 @@ fn run(
         }
         let mut last = match coordinator.view(config.node_id).await {
             Ok(view) => {
+                shards.views.send_replace(view.clone());
                 let _ = ready.send(Ok(view.clone()));
                 Some(view)
             }
@@ -557,7 +567,7 @@ async fn create_topic(
 /// partitions to match, so a client that saw CreateTopic succeed can produce at once.
 async fn announce(
     coordinator: &AnyCoordinator,
-    shards: &[mpsc::UnboundedSender<ShardMessage>],
+    shards: &Audience,
     node_id: i32,
 ) -> Option<ClusterView> {
     match coordinator.view(node_id).await {
@@ -572,9 +582,10 @@ async fn announce(
     }
 }
 
-async fn send_view(shards: &[mpsc::UnboundedSender<ShardMessage>], view: ClusterView) {
+async fn send_view(audience: &Audience, view: ClusterView) {
+    audience.views.send_replace(view.clone());
     let mut acks = Vec::new();
-    for shard in shards {
+    for shard in audience.shards.iter() {
         let (reply, ack) = oneshot::channel();
         if shard
             .send(ShardMessage::ClusterChanged {

@@ -19,6 +19,7 @@
 mod admin;
 mod connection;
 mod control;
+mod groups;
 mod metrics;
 pub mod quic;
 mod replica;
@@ -99,6 +100,7 @@ pub struct Node {
     control: std::thread::JoinHandle<()>,
     mailboxes: Arc<Vec<mpsc::UnboundedSender<shard::ShardMessage>>>,
     control_mailbox: mpsc::UnboundedSender<control::ControlMessage>,
+    groups: std::thread::JoinHandle<()>,
 }
 
 impl Node {
@@ -121,8 +123,13 @@ impl Node {
         let mailboxes = Arc::new(senders);
         let (control_mailbox, control_receiver) = mpsc::unbounded_channel();
         // The control thread opens the coordinator (on its own runtime) and registers this
-        // broker; the shards start from the cluster state it read.
-        let (control, view) = control::start(config.clone(), mailboxes.clone(), control_receiver)?;
+        // broker; the shards start from the cluster state it read. The group thread follows
+        // the same views.
+        let (views, view_receiver) = tokio::sync::watch::channel(ClusterView::default());
+        let (control, view) =
+            control::start(config.clone(), mailboxes.clone(), views, control_receiver)?;
+        let (groups_mailbox, groups_receiver) = mpsc::unbounded_channel();
+        let groups = groups::start(config.clone(), view_receiver, groups_receiver)?;
 
         let mut shards = Vec::new();
         let mut ready = Vec::new();
@@ -134,6 +141,7 @@ impl Node {
                 config: config.clone(),
                 peers: mailboxes.clone(),
                 control: control_mailbox.clone(),
+                groups: groups_mailbox.clone(),
                 backend: backend.clone(),
             };
             let view = view.clone();
@@ -169,6 +177,7 @@ impl Node {
             control,
             mailboxes,
             control_mailbox,
+            groups,
         })
     }
 
@@ -216,6 +225,8 @@ impl Node {
             let _ = shard.join();
         }
         let _ = self.control.join();
+        // Its mailbox closed with the shards and its views with the control thread.
+        let _ = self.groups.join();
         tracing::info!("strata node stopped");
     }
 }

@@ -87,7 +87,7 @@ pub struct ShardStats {
 }
 
 /// The cluster as the control thread last read it: shared, immutable snapshots.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterView {
     pub topics: Arc<Vec<TopicState>>,
     pub brokers: Arc<Vec<BrokerInfo>>,
@@ -99,6 +99,8 @@ pub struct ShardContext {
     pub config: Arc<NodeConfig>,
     pub peers: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
     pub control: mpsc::UnboundedSender<ControlMessage>,
+    /// The group thread: consumer groups and producer ids.
+    pub groups: mpsc::UnboundedSender<super::groups::GroupMessage>,
     pub backend: Backend,
 }
 
@@ -278,6 +280,36 @@ fn pin_to_core(index: usize) {
     }
 }
 
+/// Test hook for lost acknowledgements, off unless `STRATA_FAULT_PRODUCE_RESPONSE` is set:
+/// `drop:N` drops the Nth produce response this process would send (counted from 1: the write
+/// happened, its answer never comes), `exit:N` aborts the process instead of sending it.
+/// Idempotence tests use it to make producers retry writes the broker already has.
+fn produce_response_lost() -> bool {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static FAULT: OnceLock<Option<(bool, u64)>> = OnceLock::new();
+    static RESPONSES: AtomicU64 = AtomicU64::new(0);
+    let fault = FAULT.get_or_init(|| {
+        let spec = std::env::var("STRATA_FAULT_PRODUCE_RESPONSE").ok()?;
+        let (kind, count) = spec.split_once(':')?;
+        let count = count.parse().ok()?;
+        tracing::warn!(%spec, "fault injection: a produce response will be lost");
+        Some((kind == "exit", count))
+    });
+    let Some((exit, nth)) = *fault else {
+        return false;
+    };
+    if RESPONSES.fetch_add(1, Ordering::Relaxed) + 1 != nth {
+        return false;
+    }
+    if exit {
+        tracing::error!("fault injection: aborting instead of answering produce #{nth}");
+        std::process::abort();
+    }
+    tracing::warn!("fault injection: dropping the answer to produce #{nth}");
+    true
+}
+
 fn log_error_code(error: &LogError) -> ErrorCode {
     match error {
         LogError::CorruptBatch { .. } => ErrorCode::CorruptBatch,
@@ -452,8 +484,22 @@ impl Shard {
         ))
     }
 
-    pub async fn handle(self: &Rc<Self>, request: Request) -> Option<Response> {
-        Some(match request {
+    /// The answer to one request: none for `acks=0` produces, a response-level error code when
+    /// the request could not be taken at all.
+    pub async fn handle(self: &Rc<Self>, request: Request) -> Option<Result<Response, ErrorCode>> {
+        if super::groups::is_group_request(&request) {
+            let api = request.api_key();
+            let (reply, answer) = oneshot::channel();
+            let _ = self
+                .context
+                .groups
+                .send(super::groups::GroupMessage { request, reply });
+            return Some(answer.await.map_err(|_| {
+                tracing::warn!(?api, "the group thread is not running");
+                ErrorCode::CoordinatorNotAvailable
+            }));
+        }
+        Some(Ok(match request {
             Request::ApiVersions(_) => Response::ApiVersions(ApiVersionsResponse {
                 apis: ApiKey::ALL
                     .into_iter()
@@ -496,7 +542,7 @@ impl Shard {
             Request::Produce(request) => {
                 let acks = request.acks;
                 let response = self.produce(request).await;
-                if acks == strata_wire::protocol::ACKS_NONE {
+                if acks == strata_wire::protocol::ACKS_NONE || produce_response_lost() {
                     return None;
                 }
                 Response::Produce(response)
@@ -522,7 +568,11 @@ impl Shard {
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
             }
-        })
+            group_request => unreachable!(
+                "{:?} went to the group thread above",
+                group_request.api_key()
+            ),
+        }))
     }
 
     fn metadata(&self, request: MetadataRequest) -> MetadataResponse {

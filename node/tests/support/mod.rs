@@ -13,6 +13,8 @@ pub struct TestNode {
     pub data_dir: PathBuf,
     child: Option<Child>,
     args: Vec<String>,
+    /// Extra environment for the next spawns (e.g. fault hooks).
+    pub env: Vec<(String, String)>,
 }
 
 /// A base port whose client port and shard ports (port + 10 + i) are all free now.
@@ -49,6 +51,16 @@ impl TestNode {
 
     /// A node with extra `serve` flags (e.g. `--etcd`, `--node-id`).
     pub fn start_with(data_dir: &Path, shards: usize, extra: &[&str]) -> TestNode {
+        TestNode::start_with_env(data_dir, shards, extra, &[])
+    }
+
+    /// A node with extra flags and environment variables.
+    pub fn start_with_env(
+        data_dir: &Path,
+        shards: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestNode {
         let port = free_base_port(shards);
         let mut node = TestNode {
             port,
@@ -67,6 +79,10 @@ impl TestNode {
             .into_iter()
             .chain(extra.iter().map(|arg| arg.to_string()))
             .collect(),
+            env: env
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .collect(),
         };
         node.spawn();
         node
@@ -75,6 +91,7 @@ impl TestNode {
     fn spawn(&mut self) {
         let child = strata()
             .args(&self.args)
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -145,6 +162,20 @@ impl TestNode {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// Whether the process is still alive (it may have exited on its own).
+    pub fn process_alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| child.try_wait().expect("try_wait").is_none())
+    }
+
+    /// Forgets a process that exited on its own, so it can be respawned.
+    pub fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
     }
 
     /// Runs a client CLI command against this node; returns stdout, panics on failure.

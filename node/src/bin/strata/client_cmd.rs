@@ -1,4 +1,4 @@
-//! Client commands: `topic`, `produce`, `consume`, `cluster`.
+//! Client commands: `topic`, `produce`, `consume`, `group`, `cluster`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use strata_client::{
-    Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
-    SeekTo,
+    Client, ClientConfig, Consumer, ConsumerConfig, Delivery, GroupConfig, GroupConsumer,
+    OffsetReset, Producer, ProducerConfig, ProducerRecord, SeekTo,
 };
 use strata_wire::protocol::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use tokio::io::AsyncBufReadExt;
@@ -220,7 +220,7 @@ pub struct ProduceArgs {
     /// 0, 1 or all.
     #[arg(long, default_value = "1")]
     acks: String,
-    /// Exactly-once producing arrives with the idempotent producer.
+    /// Exactly-once producing: retried batches are never written twice (implies --acks all).
     #[arg(long)]
     idempotent: bool,
     /// Print `PARTITION OFFSET` per acknowledged record, in input order.
@@ -233,15 +233,15 @@ pub struct ProduceArgs {
 }
 
 pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Result<()> {
-    if args.idempotent {
-        bail!("--idempotent: the idempotent producer arrives with the consumer-groups milestone");
-    }
     let acks = match args.acks.as_str() {
         "0" => 0,
         "1" => 1,
         "all" | "-1" => -1,
         other => bail!("--acks {other}: expected 0, 1 or all"),
     };
+    if args.idempotent && acks == 0 {
+        bail!("--idempotent needs acknowledgements: it implies --acks all");
+    }
     let client = connect(&connection).await?;
     client.metadata_for(&args.topic).await?;
     let producer = Producer::new(
@@ -250,6 +250,7 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
             acks,
             linger: std::time::Duration::from_millis(args.linger_ms),
             batch_bytes: args.batch_bytes,
+            idempotent: args.idempotent,
             ..ProducerConfig::default()
         },
     );
@@ -305,12 +306,15 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
 #[derive(Args)]
 pub struct ConsumeArgs {
     topic: String,
-    /// Consumer groups arrive with their milestone.
-    #[arg(long)]
+    /// Consume as a member of this group: partitions are shared with the group's other
+    /// members and positions are committed (at-least-once unless --at-most-once).
+    #[arg(long, conflicts_with_all = ["partition", "offset"])]
     group: Option<String>,
     /// Only this partition (default: all).
     #[arg(long)]
     partition: Option<u32>,
+    /// Without --group: start at the beginning. With --group: where the group has no
+    /// committed offset, start at the beginning (else at the end).
     #[arg(long)]
     from_beginning: bool,
     #[arg(long)]
@@ -320,13 +324,81 @@ pub struct ConsumeArgs {
     max_messages: Option<u64>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// With --group: commit before printing (a crash may skip records, never repeat them).
+    #[arg(long, requires = "group")]
+    at_most_once: bool,
+    /// With --group: static membership (`group.instance.id`).
+    #[arg(long, requires = "group")]
+    instance_id: Option<String>,
+    /// With --group: how long the group waits for a silent member.
+    #[arg(long, requires = "group", default_value_t = 10_000)]
+    session_timeout_ms: u64,
+    /// With --group: commit what was printed this often.
+    #[arg(long, requires = "group", default_value_t = 5_000)]
+    auto_commit_interval_ms: u64,
+    /// With --group: `sticky` (default), `range` or `roundrobin`.
+    #[arg(long, requires = "group", default_value = "sticky")]
+    assignor: String,
+}
+
+/// SIGINT or SIGTERM, whichever comes first.
+async fn interrupted() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+fn print_record(
+    stdout: &mut impl Write,
+    format: Format,
+    partition: u32,
+    record: &strata_wire::batch::Record<'_>,
+) -> std::io::Result<()> {
+    match format {
+        Format::Text => writeln!(stdout, "{}", String::from_utf8_lossy(record.value)),
+        Format::Json => {
+            let mut object = json!({
+                "partition": partition,
+                "offset": record.offset,
+                "timestamp": record.timestamp_ms,
+            });
+            let mut binary = false;
+            let mut field = |bytes: Option<&[u8]>| match bytes {
+                None => serde_json::Value::Null,
+                Some(bytes) => match std::str::from_utf8(bytes) {
+                    Ok(text) => json!(text),
+                    Err(_) => {
+                        binary = true;
+                        json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                    }
+                },
+            };
+            let key = field(record.key);
+            let value = field(Some(record.value));
+            object["key"] = key;
+            object["value"] = value;
+            if binary {
+                object["encoding"] = json!("base64");
+            }
+            writeln!(stdout, "{object}")
+        }
+    }
 }
 
 pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Result<()> {
-    if args.group.is_some() {
-        bail!("--group: consumer groups arrive with their milestone; use --partition or no flag");
-    }
     let client = connect(&connection).await?;
+    if let Some(group) = args.group.clone() {
+        return consume_in_group(client, group, args).await;
+    }
     let mut consumer = Consumer::new(client, ConsumerConfig::default());
     let start = match (args.offset, args.from_beginning) {
         (Some(offset), _) => SeekTo::Offset(offset),
@@ -337,12 +409,12 @@ pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Resul
     consumer.assign(&args.topic, &partitions, start).await?;
     let mut printed = 0u64;
     let limit = args.max_messages.unwrap_or(u64::MAX);
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
+    let stop = interrupted();
+    tokio::pin!(stop);
     while printed < limit {
         let batches = tokio::select! {
             batches = consumer.poll() => batches?,
-            _ = &mut interrupted => break,
+            _ = &mut stop => break,
         };
         let mut stdout = std::io::stdout().lock();
         for consumed in &batches {
@@ -350,41 +422,188 @@ pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Resul
                 if printed == limit {
                     break;
                 }
-                match args.format {
-                    Format::Text => {
-                        writeln!(stdout, "{}", String::from_utf8_lossy(record.value))?;
-                    }
-                    Format::Json => {
-                        let mut object = json!({
-                            "partition": consumed.partition,
-                            "offset": record.offset,
-                            "timestamp": record.timestamp_ms,
-                        });
-                        let mut binary = false;
-                        let mut field = |bytes: Option<&[u8]>| match bytes {
-                            None => serde_json::Value::Null,
-                            Some(bytes) => match std::str::from_utf8(bytes) {
-                                Ok(text) => json!(text),
-                                Err(_) => {
-                                    binary = true;
-                                    json!(base64::engine::general_purpose::STANDARD.encode(bytes))
-                                }
-                            },
-                        };
-                        let key = field(record.key);
-                        let value = field(Some(record.value));
-                        object["key"] = key;
-                        object["value"] = value;
-                        if binary {
-                            object["encoding"] = json!("base64");
-                        }
-                        writeln!(stdout, "{object}")?;
-                    }
-                }
+                print_record(&mut stdout, args.format, consumed.partition, &record)?;
                 printed += 1;
             }
         }
         stdout.flush()?;
+    }
+    Ok(())
+}
+
+/// `consume --group`: on SIGINT/SIGTERM (or after --max-messages) it commits exactly what it
+/// printed and leaves the group, so a graceful stop re-delivers nothing.
+async fn consume_in_group(
+    client: Arc<Client>,
+    group: String,
+    args: ConsumeArgs,
+) -> anyhow::Result<()> {
+    let mut config = GroupConfig::new(group);
+    config.client_id = "strata-consume".into();
+    config.instance_id = args.instance_id.clone();
+    config.session_timeout = std::time::Duration::from_millis(args.session_timeout_ms);
+    config.auto_commit_interval = Some(std::time::Duration::from_millis(
+        args.auto_commit_interval_ms,
+    ));
+    config.assignor = args.assignor.clone();
+    config.auto_offset_reset = if args.from_beginning {
+        OffsetReset::Earliest
+    } else {
+        OffsetReset::Latest
+    };
+    if args.at_most_once {
+        config.delivery = Delivery::AtMostOnce;
+    }
+    let mut consumer = GroupConsumer::subscribe(client, vec![args.topic.clone()], config).await?;
+    let mut printed = 0u64;
+    let limit = args.max_messages.unwrap_or(u64::MAX);
+    let stop = interrupted();
+    tokio::pin!(stop);
+    while printed < limit {
+        let batches = tokio::select! {
+            batches = consumer.poll() => batches?,
+            _ = &mut stop => break,
+        };
+        let mut stdout = std::io::stdout().lock();
+        // Where the limit cut in, per partition: commits must stop at the first unprinted record.
+        let mut cut: std::collections::HashSet<(&str, u32)> = std::collections::HashSet::new();
+        for consumed in &batches {
+            for record in consumed.records() {
+                if printed == limit {
+                    if cut.insert((&consumed.topic, consumed.partition)) {
+                        consumer.consumed_up_to(&consumed.topic, consumed.partition, record.offset);
+                    }
+                    break;
+                }
+                print_record(&mut stdout, args.format, consumed.partition, &record)?;
+                printed += 1;
+            }
+        }
+        stdout.flush()?;
+    }
+    consumer.close().await?;
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum GroupCommand {
+    /// Every group the cluster stores.
+    List {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Members, assignment, committed offsets and lag.
+    Describe {
+        group: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Result<()> {
+    let client = connect(&connection).await?;
+    match command {
+        GroupCommand::List { format } => {
+            let groups = client.list_groups().await?;
+            if format == Format::Json {
+                let groups: Vec<_> = groups
+                    .iter()
+                    .map(|g| json!({ "group": g.group, "generation": g.generation }))
+                    .collect();
+                println!("{}", json!({ "groups": groups }));
+            } else {
+                for group in groups {
+                    println!("{} (generation {})", group.group, group.generation);
+                }
+            }
+        }
+        GroupCommand::Describe { group, format } => {
+            let described = client.describe_group(&group).await?;
+            let mut offsets = Vec::new();
+            for committed in &described.offsets {
+                // Lag against the high watermark; unknown when the leader cannot be asked.
+                let end = client
+                    .list_offset(&committed.topic, committed.partition, LATEST_TIMESTAMP)
+                    .await
+                    .ok()
+                    .flatten();
+                let lag = end.map(|end| (end as i64 - committed.offset).max(0));
+                offsets.push(json!({
+                    "topic": committed.topic,
+                    "partition": committed.partition,
+                    "committed": committed.offset,
+                    "lag": lag,
+                }));
+            }
+            let members: Vec<_> = described
+                .members
+                .iter()
+                .map(|member| {
+                    let partitions: Vec<_> = member
+                        .assignment
+                        .iter()
+                        .flat_map(|tp| {
+                            tp.partitions
+                                .iter()
+                                .map(move |p| json!({ "topic": tp.topic, "partition": p }))
+                        })
+                        .collect();
+                    json!({
+                        "id": member.member_id,
+                        "instance_id": member.instance_id,
+                        "client_id": member.client_id,
+                        "generation": member.generation,
+                        "partitions": partitions,
+                    })
+                })
+                .collect();
+            if format == Format::Json {
+                println!(
+                    "{}",
+                    json!({
+                        "group": described.group,
+                        "generation": described.generation,
+                        "state": described.state,
+                        "assignor": described.assignor,
+                        "members": members,
+                        "offsets": offsets,
+                    })
+                );
+            } else {
+                println!(
+                    "group {} generation {} state {} assignor {}",
+                    described.group, described.generation, described.state, described.assignor
+                );
+                for member in &members {
+                    let partitions: Vec<String> = member["partitions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|p| {
+                            format!(
+                                "{}-{}",
+                                p["topic"].as_str().unwrap_or_default(),
+                                p["partition"]
+                            )
+                        })
+                        .collect();
+                    println!(
+                        "  member {} [{}]",
+                        member["id"].as_str().unwrap_or_default(),
+                        partitions.join(" ")
+                    );
+                }
+                for offset in &offsets {
+                    println!(
+                        "  {}-{} committed {} lag {}",
+                        offset["topic"].as_str().unwrap_or_default(),
+                        offset["partition"],
+                        offset["committed"],
+                        offset["lag"]
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }

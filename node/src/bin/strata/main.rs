@@ -53,6 +53,13 @@ enum Command {
         #[command(flatten)]
         args: bench_cmd::BenchArgs,
     },
+    /// Consumer groups: list them, describe members, offsets and lag.
+    Group {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: client_cmd::GroupCommand,
+    },
     /// Cluster-wide information.
     Cluster {
         #[command(flatten)]
@@ -157,6 +164,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => client_cmd::runtime()?.block_on(client_cmd::cluster(connection, command)),
+        Command::Group {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(client_cmd::group(connection, command)),
         Command::Bench { connection, args } => {
             client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
         }

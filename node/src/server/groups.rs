@@ -1,0 +1,790 @@
+//! The group thread: consumer-group coordination and producer ids, on their own thread.
+//!
+//! Group membership is decided by the pure state machine in [`crate::group`]; this adapter feeds
+//! it requests, time and topic metadata, and keeps what must outlive it in a
+//! [`GroupStore`] (files on a single node, etcd in a cluster).
+//!
+//! - **Which broker coordinates a group**: [`coordinator_of`] — the group id's hash over the live
+//!   brokers' ids, the same answer on every broker that has the same view. A broker that is not
+//!   the coordinator answers NOT_COORDINATOR and forgets the group.
+//! - **Claiming**: the first request for a group loads it from the store and writes its record at
+//!   the next generation, fenced on the revision it read, so two brokers that both believe they
+//!   coordinate (views differ for a moment) cannot both run the group: the loser's fenced write
+//!   fails and it answers NOT_COORDINATOR. Every later generation is stored the same way.
+//! - **Commits** are one store transaction per request, fenced on the group record's revision:
+//!   the member's generation is checked against the state machine, and the transaction only
+//!   succeeds while that state is the stored one.
+//!
+//! It runs on its own thread (a current-thread runtime, like the control thread) so group
+//! traffic and store round trips never delay produce/fetch on the shards or the control loop.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_coordinator::groups::{
+    GroupOffsets, GroupRecord, PRODUCER_ID_BLOCK, Revision, StoredOffset,
+};
+use strata_coordinator::{CoordinatorError, EtcdGroupStore, GroupStore, LocalGroupStore};
+use strata_wire::protocol::{
+    CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupMember, HeartbeatRequest,
+    HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, ListedGroup,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, Request,
+    Response, TopicPartitions,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::{ClusterView, NodeConfig};
+use crate::group::{
+    AssignorKind, Group, GroupError, GroupState, JoinParams, PartitionCounts, TopicPartition,
+};
+
+/// A group request a shard hands to the group thread.
+pub struct GroupMessage {
+    pub request: Request,
+    pub reply: oneshot::Sender<Response>,
+}
+
+/// Whether the group thread answers this request (the shard forwards it here).
+pub fn is_group_request(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::InitProducerId(_)
+            | Request::FindCoordinator(_)
+            | Request::JoinGroup(_)
+            | Request::Heartbeat(_)
+            | Request::LeaveGroup(_)
+            | Request::OffsetCommit(_)
+            | Request::OffsetFetch(_)
+            | Request::ListGroups(_)
+            | Request::DescribeGroup(_)
+    )
+}
+
+/// The broker that coordinates `group` among the live `brokers` (ids): the same on every broker
+/// with the same view. `None` when there is no broker.
+pub fn coordinator_of(group: &str, brokers: &[i32]) -> Option<i32> {
+    let mut ids = brokers.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return None;
+    }
+    Some(ids[crc32c::crc32c(group.as_bytes()) as usize % ids.len()])
+}
+
+/// How often members heartbeat: a third of the session timeout, at most 3 s.
+fn heartbeat_interval_ms(session_timeout_ms: u32) -> u32 {
+    (session_timeout_ms / 3).clamp(100, 3000)
+}
+
+/// Session timeouts a member may ask for (Kafka's group.min/max.session.timeout.ms).
+const SESSION_TIMEOUT_MS_MIN: u32 = 1000;
+const SESSION_TIMEOUT_MS_MAX: u32 = 300_000;
+
+pub fn start(
+    config: Arc<NodeConfig>,
+    views: watch::Receiver<ClusterView>,
+    mailbox: mpsc::UnboundedReceiver<GroupMessage>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("strata-groups".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime builds");
+            runtime.block_on(async move {
+                match &config.etcd {
+                    None => match LocalGroupStore::open(config.data_dir.join("__cluster")) {
+                        Ok(store) => serve(config.clone(), store, views, mailbox).await,
+                        Err(error) => tracing::error!("no group coordination: {error}"),
+                    },
+                    Some(endpoints) => {
+                        // etcd may still be starting; the control thread waits for it too.
+                        let store = loop {
+                            match EtcdGroupStore::connect(endpoints, &config.cluster).await {
+                                Ok(store) => break store,
+                                Err(error) => {
+                                    tracing::warn!("group store not reachable yet: {error}");
+                                    tokio::time::sleep(Duration::from_millis(500)).await;
+                                }
+                            }
+                        };
+                        serve(config.clone(), store, views, mailbox).await;
+                    }
+                }
+            });
+        })
+}
+
+/// A group this broker coordinates.
+struct Coordinated {
+    core: Group,
+    /// The store revision of the group record this broker wrote last.
+    fence: Revision,
+    /// The generation that record holds.
+    stored_generation: i32,
+    offsets: GroupOffsets,
+}
+
+struct Coordinator<S> {
+    config: Arc<NodeConfig>,
+    store: S,
+    view: ClusterView,
+    partitions: PartitionCounts,
+    groups: HashMap<String, Coordinated>,
+    started: Instant,
+    members_named: u64,
+    /// Producer ids this broker took from the shared counter and has not handed out.
+    producer_ids: std::ops::Range<i64>,
+}
+
+async fn serve<S: GroupStore>(
+    config: Arc<NodeConfig>,
+    store: S,
+    mut views: watch::Receiver<ClusterView>,
+    mut mailbox: mpsc::UnboundedReceiver<GroupMessage>,
+) {
+    let view = views.borrow_and_update().clone();
+    let mut coordinator = Coordinator {
+        config,
+        store,
+        partitions: partition_counts(&view),
+        view,
+        groups: HashMap::new(),
+        started: Instant::now(),
+        members_named: 0,
+        producer_ids: 0..0,
+    };
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = mailbox.recv() => {
+                let Some(GroupMessage { request, reply }) = message else { return };
+                let response = coordinator.handle(request).await;
+                let _ = reply.send(response);
+            }
+            changed = views.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let view = views.borrow_and_update().clone();
+                coordinator.view_changed(view).await;
+            }
+            _ = ticks.tick() => coordinator.tick().await,
+        }
+    }
+}
+
+fn partition_counts(view: &ClusterView) -> PartitionCounts {
+    view.topics
+        .iter()
+        .map(|topic| (topic.name.clone(), topic.partitions.len() as u32))
+        .collect()
+}
+
+fn group_error(error: GroupError) -> ErrorCode {
+    match error {
+        GroupError::UnknownMember => ErrorCode::UnknownMemberId,
+        GroupError::IllegalGeneration => ErrorCode::IllegalGeneration,
+        GroupError::FencedInstanceId => ErrorCode::FencedInstanceId,
+        GroupError::InconsistentAssignor => ErrorCode::InconsistentAssignor,
+    }
+}
+
+fn store_error(error: &CoordinatorError) -> ErrorCode {
+    match error {
+        CoordinatorError::Invalid(_) | CoordinatorError::InvalidTopicName { .. } => {
+            ErrorCode::InvalidGroupId
+        }
+        _ => ErrorCode::CoordinatorNotAvailable,
+    }
+}
+
+fn to_wire(partitions: &[TopicPartition]) -> Vec<TopicPartitions> {
+    let mut grouped: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for tp in partitions {
+        grouped.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    grouped
+        .into_iter()
+        .map(|(topic, mut partitions)| {
+            partitions.sort_unstable();
+            TopicPartitions {
+                topic: topic.to_string(),
+                partitions,
+            }
+        })
+        .collect()
+}
+
+fn from_wire(partitions: Vec<TopicPartitions>) -> Vec<TopicPartition> {
+    partitions
+        .into_iter()
+        .flat_map(|tp| {
+            let topic = tp.topic;
+            tp.partitions
+                .into_iter()
+                .map(move |partition| TopicPartition {
+                    topic: topic.clone(),
+                    partition,
+                })
+        })
+        .collect()
+}
+
+fn committed(offsets: &GroupOffsets) -> Vec<CommittedOffset> {
+    offsets
+        .iter()
+        .flat_map(|(topic, partitions)| {
+            partitions
+                .iter()
+                .map(move |(partition, stored)| CommittedOffset {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: stored.offset as i64,
+                    metadata: stored.metadata.clone(),
+                })
+        })
+        .collect()
+}
+
+fn state_name(state: GroupState) -> &'static str {
+    match state {
+        GroupState::Empty => "Empty",
+        GroupState::Stable => "Stable",
+        GroupState::Reconciling => "Reconciling",
+    }
+}
+
+impl<S: GroupStore> Coordinator<S> {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn coordinator_of(&self, group: &str) -> Option<i32> {
+        let ids: Vec<i32> = self.view.brokers.iter().map(|broker| broker.id).collect();
+        coordinator_of(group, &ids)
+    }
+
+    fn is_coordinator(&self, group: &str) -> bool {
+        self.coordinator_of(group) == Some(self.config.node_id)
+    }
+
+    async fn handle(&mut self, request: Request) -> Response {
+        match request {
+            Request::InitProducerId(request) => {
+                Response::InitProducerId(self.init_producer_id(request).await)
+            }
+            Request::FindCoordinator(request) => {
+                Response::FindCoordinator(self.find_coordinator(request))
+            }
+            Request::JoinGroup(request) => Response::JoinGroup(self.join(request).await),
+            Request::Heartbeat(request) => Response::Heartbeat(self.heartbeat(request).await),
+            Request::LeaveGroup(request) => Response::LeaveGroup(self.leave(request).await),
+            Request::OffsetCommit(request) => Response::OffsetCommit(self.commit(request).await),
+            Request::OffsetFetch(request) => {
+                Response::OffsetFetch(self.fetch_offsets(request).await)
+            }
+            Request::ListGroups(_) => Response::ListGroups(self.list().await),
+            Request::DescribeGroup(request) => {
+                Response::DescribeGroup(self.describe(request).await)
+            }
+            other => unreachable!(
+                "shards forward only group requests, not {:?}",
+                other.api_key()
+            ),
+        }
+    }
+
+    async fn init_producer_id(&mut self, request: InitProducerIdRequest) -> InitProducerIdResponse {
+        let answer = |error, producer_id, producer_epoch| InitProducerIdResponse {
+            error,
+            producer_id,
+            producer_epoch,
+        };
+        // A known producer moves to its next epoch, which fences its older instance on every
+        // partition it writes to next.
+        if request.producer_id >= 0
+            && request.producer_epoch >= 0
+            && request.producer_epoch < i16::MAX
+        {
+            return answer(
+                ErrorCode::None,
+                request.producer_id,
+                request.producer_epoch + 1,
+            );
+        }
+        if self.producer_ids.is_empty() {
+            match self.store.allocate_producer_ids(PRODUCER_ID_BLOCK).await {
+                Ok(first) => self.producer_ids = first..first + PRODUCER_ID_BLOCK,
+                Err(error) => {
+                    tracing::warn!("allocating producer ids: {error}");
+                    return answer(ErrorCode::CoordinatorNotAvailable, -1, -1);
+                }
+            }
+        }
+        let id = self.producer_ids.next().expect("a non-empty block");
+        answer(ErrorCode::None, id, 0)
+    }
+
+    fn find_coordinator(&self, request: FindCoordinatorRequest) -> FindCoordinatorResponse {
+        let broker = self
+            .coordinator_of(&request.group)
+            .and_then(|id| self.view.brokers.iter().find(|broker| broker.id == id));
+        match broker {
+            Some(broker) => FindCoordinatorResponse {
+                error: ErrorCode::None,
+                node_id: broker.id,
+                host: broker.host.clone(),
+                port: broker.port,
+            },
+            None => FindCoordinatorResponse {
+                error: ErrorCode::CoordinatorNotAvailable,
+                node_id: -1,
+                host: String::new(),
+                port: 0,
+            },
+        }
+    }
+
+    /// The group, loaded and claimed if this broker does not run it yet.
+    async fn claim(&mut self, group: &str) -> Result<&mut Coordinated, ErrorCode> {
+        if !self.is_coordinator(group) {
+            self.groups.remove(group);
+            return Err(ErrorCode::NotCoordinator);
+        }
+        if !self.groups.contains_key(group) {
+            let loaded = self
+                .store
+                .load_group(group)
+                .await
+                .map_err(|e| store_error(&e))?;
+            let generation = loaded.record.map_or(0, |record| record.generation) + 1;
+            let record = GroupRecord { generation };
+            let fence = match self
+                .store
+                .store_group(group, loaded.revision, &record)
+                .await
+            {
+                Ok(Some(fence)) => fence,
+                Ok(None) => return Err(ErrorCode::NotCoordinator),
+                Err(error) => return Err(store_error(&error)),
+            };
+            tracing::info!(group, generation, "coordinating the group");
+            self.groups.insert(
+                group.to_string(),
+                Coordinated {
+                    core: Group::new(group.to_string(), generation),
+                    fence,
+                    stored_generation: generation,
+                    offsets: loaded.offsets,
+                },
+            );
+        }
+        Ok(self.groups.get_mut(group).expect("loaded above"))
+    }
+
+    /// Stores the group's generation if the state machine moved past the stored one. A fenced
+    /// write means another broker runs the group now: forget it.
+    async fn persist_generation(&mut self, group: &str) -> Result<(), ErrorCode> {
+        let Some(coordinated) = self.groups.get_mut(group) else {
+            return Err(ErrorCode::NotCoordinator);
+        };
+        let generation = coordinated.core.generation();
+        if generation == coordinated.stored_generation {
+            return Ok(());
+        }
+        match self
+            .store
+            .store_group(group, coordinated.fence, &GroupRecord { generation })
+            .await
+        {
+            Ok(Some(fence)) => {
+                coordinated.fence = fence;
+                coordinated.stored_generation = generation;
+                Ok(())
+            }
+            Ok(None) => {
+                tracing::warn!(group, "another broker took the group over");
+                self.groups.remove(group);
+                Err(ErrorCode::NotCoordinator)
+            }
+            Err(error) => {
+                tracing::warn!(group, "storing the group's generation: {error}");
+                Err(store_error(&error))
+            }
+        }
+    }
+
+    async fn join(&mut self, request: JoinGroupRequest) -> JoinGroupResponse {
+        let refuse = |error| JoinGroupResponse {
+            error,
+            member_id: String::new(),
+            generation: -1,
+            heartbeat_interval_ms: 0,
+        };
+        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&request.session_timeout_ms)
+        {
+            return refuse(ErrorCode::InvalidConfig);
+        }
+        let assignor = if request.assignor.is_empty() {
+            AssignorKind::default()
+        } else {
+            match AssignorKind::parse(&request.assignor) {
+                Some(assignor) => assignor,
+                None => return refuse(ErrorCode::InconsistentAssignor),
+            }
+        };
+        self.members_named += 1;
+        let client = if request.client_id.is_empty() {
+            "member"
+        } else {
+            &request.client_id
+        };
+        // Unique across restarts of this broker too: the start time is in it.
+        let new_member_id = format!(
+            "{client}-{}-{}-{}",
+            self.config.node_id,
+            crate::log::writer::system_clock_ms(),
+            self.members_named
+        );
+        let now_ms = self.now_ms();
+        let partitions = self.partitions.clone();
+        let coordinated = match self.claim(&request.group).await {
+            Ok(coordinated) => coordinated,
+            Err(error) => return refuse(error),
+        };
+        let params = JoinParams {
+            member_id: (!request.member_id.is_empty()).then_some(request.member_id),
+            instance_id: request.instance_id,
+            client_id: request.client_id,
+            topics: request.topics,
+            session_timeout_ms: request.session_timeout_ms,
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            assignor,
+        };
+        let joined = match coordinated
+            .core
+            .join(now_ms, params, &partitions, new_member_id)
+        {
+            Ok(joined) => joined,
+            Err(error) => return refuse(group_error(error)),
+        };
+        if let Err(error) = self.persist_generation(&request.group).await {
+            return refuse(error);
+        }
+        tracing::info!(group = %request.group, member = %joined.member_id, generation = joined.generation, "member joined");
+        JoinGroupResponse {
+            error: ErrorCode::None,
+            member_id: joined.member_id,
+            generation: joined.generation,
+            heartbeat_interval_ms: heartbeat_interval_ms(request.session_timeout_ms),
+        }
+    }
+
+    async fn heartbeat(&mut self, request: HeartbeatRequest) -> HeartbeatResponse {
+        let refuse = |error| HeartbeatResponse {
+            error,
+            generation: -1,
+            assignment: Vec::new(),
+            heartbeat_interval_ms: 0,
+        };
+        let now_ms = self.now_ms();
+        let partitions = self.partitions.clone();
+        let coordinated = match self.claim(&request.group).await {
+            Ok(coordinated) => coordinated,
+            Err(error) => return refuse(error),
+        };
+        let owned = from_wire(request.owned);
+        let assignment = match coordinated.core.heartbeat(
+            now_ms,
+            &request.member_id,
+            request.generation,
+            &owned,
+            &partitions,
+        ) {
+            Ok(assignment) => assignment,
+            Err(error) => return refuse(group_error(error)),
+        };
+        let session_timeout_ms = coordinated
+            .core
+            .describe()
+            .members
+            .iter()
+            .find(|member| member.member_id == request.member_id)
+            .map_or(10_000, |member| member.session_timeout_ms);
+        if let Err(error) = self.persist_generation(&request.group).await {
+            return refuse(error);
+        }
+        HeartbeatResponse {
+            error: ErrorCode::None,
+            generation: assignment.generation,
+            assignment: to_wire(&assignment.partitions),
+            heartbeat_interval_ms: heartbeat_interval_ms(session_timeout_ms),
+        }
+    }
+
+    async fn leave(&mut self, request: LeaveGroupRequest) -> LeaveGroupResponse {
+        let now_ms = self.now_ms();
+        let partitions = self.partitions.clone();
+        let coordinated = match self.claim(&request.group).await {
+            Ok(coordinated) => coordinated,
+            Err(error) => return LeaveGroupResponse { error },
+        };
+        if let Err(error) = coordinated
+            .core
+            .leave(now_ms, &request.member_id, &partitions)
+        {
+            return LeaveGroupResponse {
+                error: group_error(error),
+            };
+        }
+        tracing::info!(group = %request.group, member = %request.member_id, "member left");
+        let error = self
+            .persist_generation(&request.group)
+            .await
+            .err()
+            .unwrap_or(ErrorCode::None);
+        LeaveGroupResponse { error }
+    }
+
+    async fn commit(&mut self, request: OffsetCommitRequest) -> OffsetCommitResponse {
+        let group = request.group.clone();
+        let coordinated = match self.claim(&group).await {
+            Ok(coordinated) => coordinated,
+            Err(error) => return OffsetCommitResponse { error },
+        };
+        if let Err(error) = coordinated
+            .core
+            .check_commit(&request.member_id, request.generation)
+        {
+            return OffsetCommitResponse {
+                error: group_error(error),
+            };
+        }
+        // Every partition of each touched topic goes into the write (one key per topic).
+        let mut touched = GroupOffsets::new();
+        for topic in request.topics {
+            let entry = touched.entry(topic.name.clone()).or_insert_with(|| {
+                coordinated
+                    .offsets
+                    .get(&topic.name)
+                    .cloned()
+                    .unwrap_or_default()
+            });
+            for partition in topic.partitions {
+                entry.insert(
+                    partition.partition,
+                    StoredOffset {
+                        offset: partition.offset,
+                        metadata: partition.metadata,
+                    },
+                );
+            }
+        }
+        let fence = coordinated.fence;
+        match self.store.commit_offsets(&group, fence, &touched).await {
+            Ok(true) => {
+                let coordinated = self.groups.get_mut(&group).expect("claimed above");
+                coordinated.offsets.extend(touched);
+                OffsetCommitResponse {
+                    error: ErrorCode::None,
+                }
+            }
+            Ok(false) => {
+                tracing::warn!(%group, "offset commit fenced: another broker runs the group");
+                self.groups.remove(&group);
+                OffsetCommitResponse {
+                    error: ErrorCode::NotCoordinator,
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%group, "committing offsets: {error}");
+                OffsetCommitResponse {
+                    error: store_error(&error),
+                }
+            }
+        }
+    }
+
+    /// The group's offsets: from memory when this broker runs it, else from the store.
+    async fn offsets_of(
+        &self,
+        group: &str,
+    ) -> Result<(GroupOffsets, Option<&Coordinated>), ErrorCode> {
+        if !self.is_coordinator(group) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        match self.groups.get(group) {
+            Some(coordinated) => Ok((coordinated.offsets.clone(), Some(coordinated))),
+            None => {
+                let loaded = self
+                    .store
+                    .load_group(group)
+                    .await
+                    .map_err(|e| store_error(&e))?;
+                Ok((loaded.offsets, None))
+            }
+        }
+    }
+
+    async fn fetch_offsets(&mut self, request: OffsetFetchRequest) -> OffsetFetchResponse {
+        let offsets = match self.offsets_of(&request.group).await {
+            Ok((offsets, _)) => offsets,
+            Err(error) => {
+                return OffsetFetchResponse {
+                    error,
+                    offsets: Vec::new(),
+                };
+            }
+        };
+        let offsets = match request.topics {
+            None => committed(&offsets),
+            Some(topics) => from_wire(topics)
+                .into_iter()
+                .map(|tp| {
+                    let stored = offsets.get(&tp.topic).and_then(|p| p.get(&tp.partition));
+                    CommittedOffset {
+                        offset: stored.map_or(-1, |s| s.offset as i64),
+                        metadata: stored.map(|s| s.metadata.clone()).unwrap_or_default(),
+                        topic: tp.topic,
+                        partition: tp.partition,
+                    }
+                })
+                .collect(),
+        };
+        OffsetFetchResponse {
+            error: ErrorCode::None,
+            offsets,
+        }
+    }
+
+    async fn list(&self) -> ListGroupsResponse {
+        match self.store.list_groups().await {
+            Ok(groups) => ListGroupsResponse {
+                error: ErrorCode::None,
+                groups: groups
+                    .into_iter()
+                    .map(|(group, generation)| ListedGroup { group, generation })
+                    .collect(),
+            },
+            Err(error) => ListGroupsResponse {
+                error: store_error(&error),
+                groups: Vec::new(),
+            },
+        }
+    }
+
+    async fn describe(&self, request: DescribeGroupRequest) -> DescribeGroupResponse {
+        let mut response = DescribeGroupResponse {
+            error: ErrorCode::None,
+            group: request.group.clone(),
+            generation: 0,
+            state: state_name(GroupState::Empty).to_string(),
+            assignor: AssignorKind::default().name().to_string(),
+            members: Vec::new(),
+            offsets: Vec::new(),
+        };
+        let (offsets, running) = match self.offsets_of(&request.group).await {
+            Ok(found) => found,
+            Err(error) => {
+                response.error = error;
+                return response;
+            }
+        };
+        response.offsets = committed(&offsets);
+        match running {
+            Some(coordinated) => {
+                let description = coordinated.core.describe();
+                response.generation = description.generation;
+                response.state = state_name(description.state).to_string();
+                response.assignor = description.assignor.name().to_string();
+                response.members = description
+                    .members
+                    .into_iter()
+                    .map(|member| GroupMember {
+                        member_id: member.member_id,
+                        instance_id: member.instance_id,
+                        client_id: member.client_id,
+                        generation: member.generation,
+                        assignment: to_wire(&member.assigned),
+                    })
+                    .collect();
+            }
+            None => {
+                if let Ok(loaded) = self.store.load_group(&request.group).await {
+                    response.generation = loaded.record.map_or(0, |record| record.generation);
+                }
+            }
+        }
+        response
+    }
+
+    async fn tick(&mut self) {
+        let now_ms = self.now_ms();
+        let mut changed = Vec::new();
+        for (name, coordinated) in &mut self.groups {
+            let expired = coordinated.core.tick(now_ms, &self.partitions);
+            for member in &expired {
+                tracing::info!(group = %name, %member, "member expired (session or rebalance timeout)");
+            }
+            if coordinated.core.generation() != coordinated.stored_generation {
+                changed.push(name.clone());
+            }
+        }
+        for group in changed {
+            let _ = self.persist_generation(&group).await;
+        }
+    }
+
+    async fn view_changed(&mut self, view: ClusterView) {
+        self.view = view;
+        self.partitions = partition_counts(&self.view);
+        let node_id = self.config.node_id;
+        let brokers: Vec<i32> = self.view.brokers.iter().map(|broker| broker.id).collect();
+        self.groups.retain(|group, _| {
+            let ours = coordinator_of(group, &brokers) == Some(node_id);
+            if !ours {
+                tracing::info!(group, "no longer coordinating the group (brokers changed)");
+            }
+            ours
+        });
+        let mut changed = Vec::new();
+        for (name, coordinated) in &mut self.groups {
+            coordinated.core.set_partitions(&self.partitions);
+            if coordinated.core.generation() != coordinated.stored_generation {
+                changed.push(name.clone());
+            }
+        }
+        for group in changed {
+            let _ = self.persist_generation(&group).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_coordinator_is_the_same_for_any_order_of_brokers_and_spreads_groups() {
+        assert_eq!(coordinator_of("g", &[]), None);
+        assert_eq!(
+            coordinator_of("g", &[3, 1, 2]),
+            coordinator_of("g", &[1, 2, 3])
+        );
+        let mut counts = HashMap::new();
+        for i in 0..300 {
+            *counts
+                .entry(coordinator_of(&format!("group-{i}"), &[1, 2, 3]).unwrap())
+                .or_insert(0) += 1;
+        }
+        assert_eq!(counts.len(), 3);
+        assert!(counts.values().all(|&n| n > 50), "{counts:?}");
+    }
+}
