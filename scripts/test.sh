@@ -28,6 +28,19 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked cargo-nextest
 fi
 
+# Cargo names a workspace crate's artifacts by its path *within* the workspace, and judges them
+# fresh by the source files they were built from, so a cache last built from another checkout
+# (another clone, a worktree) would look up to date while holding that checkout's code. Rebuild
+# the workspace's own crates (dependencies stay cached) whenever the checkout changes.
+mkdir -p "$CARGO_TARGET_DIR"
+source_marker="$CARGO_TARGET_DIR/.strata-checkout"
+if [ "$(cat "$source_marker" 2>/dev/null)" != "$PWD" ]; then
+    echo "== the cache was built from another checkout: rebuilding the workspace crates"
+    cargo clean --quiet -p strata-wire -p strata-node -p strata-coordinator -p strata-client \
+        -p strata-bench -p strata-tuning
+    echo "$PWD" > "$source_marker"
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
