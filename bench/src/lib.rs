@@ -22,8 +22,8 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use strata_client::{
-    Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
-    SeekTo,
+    Client, ClientConfig, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, OffsetReset,
+    Producer, ProducerConfig, ProducerRecord, SeekTo,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -74,6 +74,11 @@ pub struct BenchConfig {
     /// exactly `batch_records` records, and per-batch latency is reported beside per-record.
     pub pinned: bool,
     pub batch_records: Option<usize>,
+    /// Producers are idempotent (producer id + sequences; implies acks=all).
+    pub idempotent: bool,
+    /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
+    /// the partitions among themselves.
+    pub group: Option<String>,
 }
 
 impl Default for BenchConfig {
@@ -101,6 +106,8 @@ impl Default for BenchConfig {
             null_sink: false,
             pinned: false,
             batch_records: None,
+            idempotent: false,
+            group: None,
         }
     }
 }
@@ -275,41 +282,71 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             .await?
             .partition_count(&config.topic)?;
         let consumers = config.consumers.max(1);
+        // What each consumer task does with a fetched batch: end-to-end latency from the send
+        // timestamp at the head of each value, bytes, and the shared record count.
+        let count = move |batch: &strata_client::ConsumedBatch,
+                          e2e: &mut Histogram<u64>,
+                          bytes: &mut u64,
+                          consumed: &AtomicU64| {
+            let seen = now_us();
+            if Instant::now() < measure_from {
+                return;
+            }
+            for record in batch.records() {
+                if let Some(sent) = record.value.get(..8) {
+                    let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
+                    let _ = e2e.record(seen.saturating_sub(sent).max(1));
+                }
+                *bytes += record.value.len() as u64;
+                consumed.fetch_add(1, Ordering::Relaxed);
+            }
+        };
         for index in 0..consumers {
+            let consumer_config = ConsumerConfig {
+                max_wait: Duration::from_millis(100),
+                partition_max_bytes: 4 << 20,
+                ..ConsumerConfig::default()
+            };
+            let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
+            if let Some(group) = &config.group {
+                let mut group_config = GroupConfig::new(group.clone());
+                group_config.client_id = format!("strata-bench-{index}");
+                group_config.consumer = consumer_config;
+                group_config.auto_offset_reset = match start {
+                    SeekTo::Beginning => OffsetReset::Earliest,
+                    _ => OffsetReset::Latest,
+                };
+                let mut member = GroupConsumer::subscribe(
+                    client.clone(),
+                    vec![config.topic.clone()],
+                    group_config,
+                )
+                .await?;
+                consumer_tasks.push(tokio::spawn(async move {
+                    let (mut e2e, mut bytes) = (histogram(), 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        for batch in member.poll().await? {
+                            count(&batch, &mut e2e, &mut bytes, &consumed);
+                        }
+                    }
+                    member.close().await?;
+                    Ok::<_, anyhow::Error>((e2e, bytes))
+                }));
+                continue;
+            }
             let mine: Vec<u32> = (0..partitions)
                 .filter(|p| *p as usize % consumers == index)
                 .collect();
             if mine.is_empty() {
                 continue;
             }
-            let mut consumer = Consumer::new(
-                client.clone(),
-                ConsumerConfig {
-                    max_wait: Duration::from_millis(100),
-                    partition_max_bytes: 4 << 20,
-                    ..ConsumerConfig::default()
-                },
-            );
+            let mut consumer = Consumer::new(client.clone(), consumer_config);
             consumer.assign(&config.topic, &mine, start).await?;
-            let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
             consumer_tasks.push(tokio::spawn(async move {
-                let mut e2e = histogram();
-                let mut bytes = 0u64;
+                let (mut e2e, mut bytes) = (histogram(), 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     for batch in consumer.poll().await? {
-                        let seen = now_us();
-                        let measuring = Instant::now() >= measure_from;
-                        for record in batch.records() {
-                            if !measuring {
-                                continue;
-                            }
-                            if let Some(sent) = record.value.get(..8) {
-                                let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
-                                let _ = e2e.record(seen.saturating_sub(sent).max(1));
-                            }
-                            bytes += record.value.len() as u64;
-                            consumed.fetch_add(1, Ordering::Relaxed);
-                        }
+                        count(&batch, &mut e2e, &mut bytes, &consumed);
                     }
                 }
                 Ok::<_, anyhow::Error>((e2e, bytes))
@@ -328,6 +365,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     batch_bytes: config.batch_bytes,
                     linger: config.linger,
                     batch_records: config.batch_records,
+                    idempotent: config.idempotent,
                     ..ProducerConfig::default()
                 },
             );

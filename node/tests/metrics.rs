@@ -233,3 +233,57 @@ fn the_grafana_dashboard_queries_exported_metrics() {
     }
     assert!(checked >= 8);
 }
+
+#[test]
+fn consumer_lag_per_group_and_partition_is_exported() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(&["topic", "create", "lagging", "--partitions", "2"], None);
+    let input: String = (0..100).map(|i| format!("value-{i:03}\n")).collect();
+    node.cli(
+        &["produce", "lagging", "--acks", "all"],
+        Some(input.as_bytes()),
+    );
+    // The group reads 60 of the 100 records and commits exactly those.
+    node.cli(
+        &[
+            "consume",
+            "lagging",
+            "--group",
+            "slow",
+            "--from-beginning",
+            "--max-messages",
+            "60",
+        ],
+        None,
+    );
+    let sum = |samples: &[(String, String, f64)], name: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, labels, _)| n == name && labels.contains("group=\"slow\""))
+            .map(|(_, _, value)| value)
+            .sum()
+    };
+    // Lag is measured every 5 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let samples = parse(&get(admin, "/metrics").1);
+        if sum(&samples, "strata_consumer_lag") == 40.0 {
+            assert_eq!(sum(&samples, "strata_group_committed_offset"), 60.0);
+            let partitions = samples
+                .iter()
+                .filter(|(n, labels, _)| {
+                    n == "strata_consumer_lag" && labels.contains("group=\"slow\"")
+                })
+                .count();
+            assert_eq!(partitions, 2, "one lag series per partition");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no lag of 40 for group slow"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}

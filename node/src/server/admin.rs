@@ -10,12 +10,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::NodeConfig;
+use super::groups::GroupMessage;
 use super::metrics;
 use super::shard::ShardMessage;
 
 pub fn start(
     config: Arc<NodeConfig>,
     shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    groups: mpsc::UnboundedSender<GroupMessage>,
     address: SocketAddr,
 ) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(address)
@@ -37,9 +39,9 @@ pub fn start(
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
-                    let (config, shards) = (config.clone(), shards.clone());
+                    let (config, shards, groups) = (config.clone(), shards.clone(), groups.clone());
                     tokio::spawn(async move {
-                        let _ = serve(stream, &config, &shards, started).await;
+                        let _ = serve(stream, &config, &shards, &groups, started).await;
                     });
                 }
             });
@@ -51,6 +53,7 @@ async fn serve(
     mut stream: tokio::net::TcpStream,
     config: &NodeConfig,
     shards: &[mpsc::UnboundedSender<ShardMessage>],
+    groups: &mpsc::UnboundedSender<GroupMessage>,
     started: std::time::Instant,
 ) -> std::io::Result<()> {
     let mut request = Vec::with_capacity(1024);
@@ -75,11 +78,14 @@ async fn serve(
                     snapshots.push(snapshot);
                 }
             }
-            (
-                "200 OK",
-                "text/plain; version=0.0.4",
-                metrics::render(config.node_id, started.elapsed(), &snapshots),
-            )
+            let mut body = metrics::render(config.node_id, started.elapsed(), &snapshots);
+            let (reply, answer) = oneshot::channel();
+            if groups.send(GroupMessage::Metrics { reply }).is_ok()
+                && let Ok(group_metrics) = answer.await
+            {
+                body.push_str(&group_metrics);
+            }
+            ("200 OK", "text/plain; version=0.0.4", body)
         }
         "/health" => ("200 OK", "text/plain", "ok\n".to_string()),
         "/dashboard" | "/" => (

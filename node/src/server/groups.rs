@@ -41,10 +41,28 @@ use crate::group::{
     AssignorKind, Group, GroupError, GroupState, JoinParams, PartitionCounts, TopicPartition,
 };
 
-/// A group request a shard hands to the group thread.
-pub struct GroupMessage {
-    pub request: Request,
-    pub reply: oneshot::Sender<Response>,
+pub enum GroupMessage {
+    /// A group request a shard hands to the group thread.
+    Request {
+        request: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    /// The group metrics (Prometheus text) for the admin endpoint.
+    Metrics { reply: oneshot::Sender<String> },
+}
+
+/// How often the lag of coordinated groups is measured (high watermarks asked of the leaders).
+const LAG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Committed offset and lag of one partition of one group, as last measured.
+#[derive(Debug, Clone)]
+struct Lag {
+    group: String,
+    topic: String,
+    partition: u32,
+    committed: u64,
+    /// `None` when the partition's leader could not be asked.
+    lag: Option<u64>,
 }
 
 /// Whether the group thread answers this request (the shard forwards it here).
@@ -140,6 +158,9 @@ struct Coordinator<S> {
     members_named: u64,
     /// Producer ids this broker took from the shared counter and has not handed out.
     producer_ids: std::ops::Range<i64>,
+    /// A client of this cluster, to ask leaders for high watermarks (lag); made on first use.
+    lag_client: Option<Arc<strata_client::Client>>,
+    lags: Arc<std::sync::Mutex<Vec<Lag>>>,
 }
 
 async fn serve<S: GroupStore>(
@@ -158,15 +179,30 @@ async fn serve<S: GroupStore>(
         started: Instant::now(),
         members_named: 0,
         producer_ids: 0..0,
+        lag_client: None,
+        lags: Arc::default(),
     };
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lag_ticks = tokio::time::interval(LAG_REFRESH);
+    lag_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lag_refresh: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
-            message = mailbox.recv() => {
-                let Some(GroupMessage { request, reply }) = message else { return };
-                let response = coordinator.handle(request).await;
-                let _ = reply.send(response);
+            message = mailbox.recv() => match message {
+                None => return,
+                Some(GroupMessage::Request { request, reply }) => {
+                    let response = coordinator.handle(request).await;
+                    let _ = reply.send(response);
+                }
+                Some(GroupMessage::Metrics { reply }) => {
+                    let _ = reply.send(coordinator.render_metrics());
+                }
+            },
+            _ = lag_ticks.tick() => {
+                if lag_refresh.as_ref().is_none_or(|task| task.is_finished()) {
+                    lag_refresh = coordinator.refresh_lag().await;
+                }
             }
             changed = views.changed() => {
                 if changed.is_err() {
@@ -723,6 +759,115 @@ impl<S: GroupStore> Coordinator<S> {
             }
         }
         response
+    }
+
+    /// Starts measuring every coordinated group's lag in the background (high watermarks from
+    /// the leaders, through this node's own client port).
+    async fn refresh_lag(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        let committed: Vec<(String, String, u32, u64)> = self
+            .groups
+            .iter()
+            .flat_map(|(group, coordinated)| {
+                coordinated
+                    .offsets
+                    .iter()
+                    .flat_map(move |(topic, partitions)| {
+                        partitions.iter().map(move |(partition, stored)| {
+                            (group.clone(), topic.clone(), *partition, stored.offset)
+                        })
+                    })
+            })
+            .collect();
+        if committed.is_empty() {
+            self.lags.lock().expect("lags").clear();
+            return None;
+        }
+        if self.lag_client.is_none() {
+            let address = format!("127.0.0.1:{}", self.config.listen.port());
+            let mut config = strata_client::ClientConfig::new(address);
+            config.request_timeout = Duration::from_secs(2);
+            self.lag_client = strata_client::Client::connect(config).await.ok();
+        }
+        let client = self.lag_client.clone()?;
+        let lags = self.lags.clone();
+        Some(tokio::spawn(async move {
+            let mut measured = Vec::with_capacity(committed.len());
+            let _ = client.refresh_metadata().await;
+            for (group, topic, partition, committed) in committed {
+                let end = client
+                    .list_offset(&topic, partition, strata_wire::protocol::LATEST_TIMESTAMP)
+                    .await
+                    .ok()
+                    .flatten();
+                measured.push(Lag {
+                    group,
+                    topic,
+                    partition,
+                    committed,
+                    lag: end.map(|end| end.saturating_sub(committed)),
+                });
+            }
+            *lags.lock().expect("lags") = measured;
+        }))
+    }
+
+    /// Group gauges for `/metrics`: members and generation of each group this broker
+    /// coordinates, and each partition's committed offset and lag (as of the last refresh).
+    fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let node = self.config.node_id;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_members Members of each group this broker coordinates.\n# TYPE strata_group_members gauge"
+        );
+        let mut names: Vec<&String> = self.groups.keys().collect();
+        names.sort();
+        for name in &names {
+            let described = self.groups[*name].core.describe();
+            let _ = writeln!(
+                out,
+                "strata_group_members{{node=\"{node}\",group=\"{name}\"}} {}",
+                described.members.len()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_generation Generation of each group this broker coordinates.\n# TYPE strata_group_generation gauge"
+        );
+        for name in &names {
+            let _ = writeln!(
+                out,
+                "strata_group_generation{{node=\"{node}\",group=\"{name}\"}} {}",
+                self.groups[*name].core.generation()
+            );
+        }
+        let lags = self.lags.lock().expect("lags");
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_committed_offset The next offset a group consumes, per partition.\n# TYPE strata_group_committed_offset gauge"
+        );
+        for lag in lags.iter() {
+            let _ = writeln!(
+                out,
+                "strata_group_committed_offset{{node=\"{node}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+                lag.group, lag.topic, lag.partition, lag.committed
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP strata_consumer_lag Records between a group's committed offset and the high watermark.\n# TYPE strata_consumer_lag gauge"
+        );
+        for lag in lags.iter() {
+            if let Some(value) = lag.lag {
+                let _ = writeln!(
+                    out,
+                    "strata_consumer_lag{{node=\"{node}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {value}",
+                    lag.group, lag.topic, lag.partition
+                );
+            }
+        }
+        out
     }
 
     async fn tick(&mut self) {

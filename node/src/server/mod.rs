@@ -160,7 +160,12 @@ impl Node {
         }
         if let Some(address) = config.admin {
             // A taken admin port must not stop the broker: say so and serve without it.
-            match admin::start(config.clone(), mailboxes.clone(), address) {
+            match admin::start(
+                config.clone(),
+                mailboxes.clone(),
+                groups_mailbox.clone(),
+                address,
+            ) {
                 Ok(bound) => tracing::info!("admin endpoint on http://{bound}"),
                 Err(error) => tracing::warn!("no admin endpoint: {error}"),
             }

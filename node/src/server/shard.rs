@@ -493,7 +493,7 @@ impl Shard {
             let _ = self
                 .context
                 .groups
-                .send(super::groups::GroupMessage { request, reply });
+                .send(super::groups::GroupMessage::Request { request, reply });
             return Some(answer.await.map_err(|_| {
                 tracing::warn!(?api, "the group thread is not running");
                 ErrorCode::CoordinatorNotAvailable

@@ -99,6 +99,13 @@ pub struct BenchArgs {
     /// With a preset: the byte budget (records = budget / record size). Default 1 GB.
     #[arg(long)]
     total_bytes: Option<u64>,
+    /// Idempotent producers (producer ids and sequences; implies acks=all).
+    #[arg(long)]
+    idempotent: bool,
+    /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
+    /// the partitions among themselves.
+    #[arg(long)]
+    group: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -125,6 +132,8 @@ struct WorkloadFile {
     rate: Option<f64>,
     duration: Option<f64>,
     records: Option<u64>,
+    idempotent: Option<bool>,
+    group: Option<String>,
     warmup: Option<f64>,
     key_distribution: Option<String>,
     keys: Option<u64>,
@@ -239,6 +248,8 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         null_sink: args.null_sink,
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
+        idempotent: args.idempotent || file.idempotent.unwrap_or(false),
+        group: args.group.or(file.group),
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     println!("{}", strata_bench::summary(&report));
