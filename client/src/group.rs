@@ -501,7 +501,6 @@ impl GroupConsumer {
         let Some(target) = self.membership.lock().expect("membership").pending.take() else {
             return Ok(());
         };
-        self.heartbeat_now.notify_one();
         let owned = self.assignment();
         let revoked: Vec<TopicPartition> = owned.difference(&target).cloned().collect();
         let added: Vec<TopicPartition> = target.difference(&owned).cloned().collect();
@@ -567,6 +566,8 @@ impl GroupConsumer {
                 .extend(added.iter().cloned());
             self.tell(RebalanceEvent::Assigned(added));
         }
+        // Report what is owned now at once: released partitions can move on.
+        self.heartbeat_now.notify_one();
         Ok(())
     }
 }

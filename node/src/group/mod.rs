@@ -492,7 +492,14 @@ impl Group {
         }
     }
 
-    fn state(&self) -> GroupState {
+    /// The session timeout a member joined with, if it is a member.
+    pub fn session_timeout_ms(&self, member_id: &str) -> Option<u32> {
+        self.members
+            .get(member_id)
+            .map(|member| member.session_timeout_ms)
+    }
+
+    pub fn state(&self) -> GroupState {
         if self.members.is_empty() {
             return GroupState::Empty;
         }

@@ -93,9 +93,15 @@ pub fn coordinator_of(group: &str, brokers: &[i32]) -> Option<i32> {
     Some(ids[crc32c::crc32c(group.as_bytes()) as usize % ids.len()])
 }
 
-/// How often members heartbeat: a third of the session timeout, at most 3 s.
-fn heartbeat_interval_ms(session_timeout_ms: u32) -> u32 {
-    (session_timeout_ms / 3).clamp(100, 3000)
+/// How often members heartbeat: a sixth of the session timeout, at most 500 ms, so a plan
+/// change reaches every member within half a second (a crashed member's partitions move
+/// within its session timeout + about 0.5 s). While a group reconciles, 100 ms: each handover
+/// step (revoke, report, assign) then costs a heartbeat round trip, not an interval.
+fn heartbeat_interval_ms(session_timeout_ms: u32, reconciling: bool) -> u32 {
+    if reconciling {
+        return 100;
+    }
+    (session_timeout_ms / 6).clamp(100, 500)
 }
 
 /// Session timeouts a member may ask for (Kafka's group.min/max.session.timeout.ms).
@@ -148,6 +154,14 @@ struct Coordinated {
     offsets: GroupOffsets,
 }
 
+/// A commit checked against its group, waiting to be written with the others that arrived
+/// together.
+struct PendingCommit {
+    group: String,
+    topics: Vec<strata_wire::protocol::OffsetCommitTopic>,
+    reply: oneshot::Sender<Response>,
+}
+
 struct Coordinator<S> {
     config: Arc<NodeConfig>,
     store: S,
@@ -189,16 +203,34 @@ async fn serve<S: GroupStore>(
     let mut lag_refresh: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
-            message = mailbox.recv() => match message {
-                None => return,
-                Some(GroupMessage::Request { request, reply }) => {
-                    let response = coordinator.handle(request).await;
-                    let _ = reply.send(response);
+            message = mailbox.recv() => {
+                let Some(first) = message else { return };
+                // Take what else is waiting: commits among them share store transactions.
+                let mut messages = vec![first];
+                while messages.len() < 1024 {
+                    match mailbox.try_recv() {
+                        Ok(message) => messages.push(message),
+                        Err(_) => break,
+                    }
                 }
-                Some(GroupMessage::Metrics { reply }) => {
-                    let _ = reply.send(coordinator.render_metrics());
+                let mut pending = Vec::new();
+                for message in messages {
+                    match message {
+                        GroupMessage::Request { request: Request::OffsetCommit(request), reply } => {
+                            coordinator.validate_commit(request, reply, &mut pending).await;
+                        }
+                        GroupMessage::Request { request, reply } => {
+                            coordinator.flush_commits(&mut pending).await;
+                            let response = coordinator.handle(request).await;
+                            let _ = reply.send(response);
+                        }
+                        GroupMessage::Metrics { reply } => {
+                            let _ = reply.send(coordinator.render_metrics());
+                        }
+                    }
                 }
-            },
+                coordinator.flush_commits(&mut pending).await;
+            }
             _ = lag_ticks.tick() => {
                 if lag_refresh.as_ref().is_none_or(|task| task.is_finished()) {
                     lag_refresh = coordinator.refresh_lag().await;
@@ -322,7 +354,7 @@ impl<S: GroupStore> Coordinator<S> {
             Request::JoinGroup(request) => Response::JoinGroup(self.join(request).await),
             Request::Heartbeat(request) => Response::Heartbeat(self.heartbeat(request).await),
             Request::LeaveGroup(request) => Response::LeaveGroup(self.leave(request).await),
-            Request::OffsetCommit(request) => Response::OffsetCommit(self.commit(request).await),
+            Request::OffsetCommit(_) => unreachable!("commits are validated and batched apart"),
             Request::OffsetFetch(request) => {
                 Response::OffsetFetch(self.fetch_offsets(request).await)
             }
@@ -519,7 +551,8 @@ impl<S: GroupStore> Coordinator<S> {
             error: ErrorCode::None,
             member_id: joined.member_id,
             generation: joined.generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(request.session_timeout_ms),
+            // The group reconciles after a join: the member's first answers come quickly.
+            heartbeat_interval_ms: heartbeat_interval_ms(request.session_timeout_ms, true),
         }
     }
 
@@ -547,13 +580,13 @@ impl<S: GroupStore> Coordinator<S> {
             Ok(assignment) => assignment,
             Err(error) => return refuse(group_error(error)),
         };
-        let session_timeout_ms = coordinated
-            .core
-            .describe()
-            .members
-            .iter()
-            .find(|member| member.member_id == request.member_id)
-            .map_or(10_000, |member| member.session_timeout_ms);
+        let interval_ms = heartbeat_interval_ms(
+            coordinated
+                .core
+                .session_timeout_ms(&request.member_id)
+                .unwrap_or(10_000),
+            coordinated.core.state() == GroupState::Reconciling,
+        );
         if let Err(error) = self.persist_generation(&request.group).await {
             return refuse(error);
         }
@@ -561,7 +594,7 @@ impl<S: GroupStore> Coordinator<S> {
             error: ErrorCode::None,
             generation: assignment.generation,
             assignment: to_wire(&assignment.partitions),
-            heartbeat_interval_ms: heartbeat_interval_ms(session_timeout_ms),
+            heartbeat_interval_ms: interval_ms,
         }
     }
 
@@ -589,61 +622,101 @@ impl<S: GroupStore> Coordinator<S> {
         LeaveGroupResponse { error }
     }
 
-    async fn commit(&mut self, request: OffsetCommitRequest) -> OffsetCommitResponse {
-        let group = request.group.clone();
-        let coordinated = match self.claim(&group).await {
+    /// Checks a commit against the group (claiming it if needed); the write waits in `pending`
+    /// for [`Self::flush_commits`], so commits that arrive together share transactions.
+    async fn validate_commit(
+        &mut self,
+        request: OffsetCommitRequest,
+        reply: oneshot::Sender<Response>,
+        pending: &mut Vec<PendingCommit>,
+    ) {
+        let refuse = |reply: oneshot::Sender<Response>, error| {
+            let _ = reply.send(Response::OffsetCommit(OffsetCommitResponse { error }));
+        };
+        let coordinated = match self.claim(&request.group).await {
             Ok(coordinated) => coordinated,
-            Err(error) => return OffsetCommitResponse { error },
+            Err(error) => return refuse(reply, error),
         };
         if let Err(error) = coordinated
             .core
             .check_commit(&request.member_id, request.generation)
         {
-            return OffsetCommitResponse {
-                error: group_error(error),
+            return refuse(reply, group_error(error));
+        }
+        pending.push(PendingCommit {
+            group: request.group,
+            topics: request.topics,
+            reply,
+        });
+    }
+
+    /// Writes the validated commits: one transaction per group (its commits merged in arrival
+    /// order), the groups' transactions concurrently. Called before anything that could change
+    /// a group's stored generation, so every commit is written under the generation it was
+    /// checked against.
+    async fn flush_commits(&mut self, pending: &mut Vec<PendingCommit>) {
+        if pending.is_empty() {
+            return;
+        }
+        let mut by_group: BTreeMap<String, (GroupOffsets, Vec<oneshot::Sender<Response>>)> =
+            BTreeMap::new();
+        for commit in pending.drain(..) {
+            let Some(coordinated) = self.groups.get(&commit.group) else {
+                let _ = commit
+                    .reply
+                    .send(Response::OffsetCommit(OffsetCommitResponse {
+                        error: ErrorCode::NotCoordinator,
+                    }));
+                continue;
             };
+            let (touched, replies) = by_group.entry(commit.group).or_default();
+            // Every partition of each touched topic goes into the write (one key per topic).
+            for topic in commit.topics {
+                let entry = touched.entry(topic.name.clone()).or_insert_with(|| {
+                    coordinated
+                        .offsets
+                        .get(&topic.name)
+                        .cloned()
+                        .unwrap_or_default()
+                });
+                for partition in topic.partitions {
+                    entry.insert(
+                        partition.partition,
+                        StoredOffset {
+                            offset: partition.offset,
+                            metadata: partition.metadata,
+                        },
+                    );
+                }
+            }
+            replies.push(commit.reply);
         }
-        // Every partition of each touched topic goes into the write (one key per topic).
-        let mut touched = GroupOffsets::new();
-        for topic in request.topics {
-            let entry = touched.entry(topic.name.clone()).or_insert_with(|| {
-                coordinated
-                    .offsets
-                    .get(&topic.name)
-                    .cloned()
-                    .unwrap_or_default()
-            });
-            for partition in topic.partitions {
-                entry.insert(
-                    partition.partition,
-                    StoredOffset {
-                        offset: partition.offset,
-                        metadata: partition.metadata,
-                    },
-                );
-            }
-        }
-        let fence = coordinated.fence;
-        match self.store.commit_offsets(&group, fence, &touched).await {
-            Ok(true) => {
-                let coordinated = self.groups.get_mut(&group).expect("claimed above");
-                coordinated.offsets.extend(touched);
-                OffsetCommitResponse {
-                    error: ErrorCode::None,
+        let store = &self.store;
+        let groups = &self.groups;
+        let writes = by_group.iter().map(|(group, (touched, _))| async move {
+            let fence = groups[group].fence;
+            store.commit_offsets(group, fence, touched).await
+        });
+        let outcomes = futures_util::future::join_all(writes).await;
+        for ((group, (touched, replies)), outcome) in by_group.into_iter().zip(outcomes) {
+            let error = match outcome {
+                Ok(true) => {
+                    let coordinated = self.groups.get_mut(&group).expect("checked above");
+                    coordinated.offsets.extend(touched);
+                    ErrorCode::None
                 }
-            }
-            Ok(false) => {
-                tracing::warn!(%group, "offset commit fenced: another broker runs the group");
-                self.groups.remove(&group);
-                OffsetCommitResponse {
-                    error: ErrorCode::NotCoordinator,
+                Ok(false) => {
+                    tracing::warn!(%group, "offset commit fenced: another broker runs the group");
+                    self.groups.remove(&group);
+                    ErrorCode::NotCoordinator
                 }
-            }
-            Err(error) => {
-                tracing::warn!(%group, "committing offsets: {error}");
-                OffsetCommitResponse {
-                    error: store_error(&error),
+                Err(error) => {
+                    tracing::warn!(%group, "committing offsets: {error}");
+                    store_error(&error)
                 }
+            };
+            for reply in replies {
+                let _ = reply.send(Response::OffsetCommit(OffsetCommitResponse { error }));
             }
         }
     }
