@@ -66,7 +66,23 @@ impl Client {
         let deadline = Instant::now() + self.config().request_timeout;
         loop {
             let attempt = async {
-                let address = self.find_coordinator(group).await?;
+                let cached = self
+                    .coordinators
+                    .lock()
+                    .expect("coordinators")
+                    .get(group)
+                    .cloned();
+                let address = match cached {
+                    Some(address) => address,
+                    None => {
+                        let address = self.find_coordinator(group).await?;
+                        self.coordinators
+                            .lock()
+                            .expect("coordinators")
+                            .insert(group.to_string(), address.clone());
+                        address
+                    }
+                };
                 let response = self.request(&address, request.clone()).await?;
                 match code(&response) {
                     ErrorCode::None => Ok(response),
@@ -82,6 +98,11 @@ impl Client {
                         ))
                         && Instant::now() < deadline =>
                 {
+                    // The coordinator moved or is down: find it again.
+                    self.coordinators
+                        .lock()
+                        .expect("coordinators")
+                        .remove(group);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 result => return result,

@@ -112,6 +112,8 @@ pub struct Client {
     config: ClientConfig,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
     metadata: Mutex<Option<Arc<ClusterMetadata>>>,
+    /// group → its coordinator's `host:port`, until it answers NOT_COORDINATOR.
+    pub(crate) coordinators: Mutex<HashMap<String, String>>,
 }
 
 impl Client {
@@ -124,6 +126,7 @@ impl Client {
             config,
             connections: Mutex::default(),
             metadata: Mutex::default(),
+            coordinators: Mutex::default(),
         });
         client.refresh_metadata().await?;
         Ok(client)

@@ -261,8 +261,9 @@ async fn commit_rate(node: &TestNode, label: &str) {
         .await
         .unwrap();
     let _ = client.create_topic("commits", 100, 1, &[]).await;
-    for partitions_per_commit in [1u32, 100] {
-        let committers = 8;
+    for (committers, partitions_per_commit) in
+        [(1usize, 1u32), (8, 1), (64, 1), (8, 100), (64, 100)]
+    {
         let seconds = 3.0;
         let deadline = Instant::now() + Duration::from_secs_f64(seconds);
         let commits = Arc::new(AtomicU64::new(0));
