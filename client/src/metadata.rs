@@ -114,6 +114,8 @@ pub struct Client {
     metadata: Mutex<Option<Arc<ClusterMetadata>>>,
     /// group → its coordinator's `host:port`, until it answers NOT_COORDINATOR.
     pub(crate) coordinators: Mutex<HashMap<String, String>>,
+    /// Held while a new connection is made (see [`Client::connection`]).
+    connecting: tokio::sync::Mutex<()>,
 }
 
 impl Client {
@@ -127,6 +129,7 @@ impl Client {
             connections: Mutex::default(),
             metadata: Mutex::default(),
             coordinators: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
         });
         client.refresh_metadata().await?;
         Ok(client)
@@ -136,12 +139,16 @@ impl Client {
         &self.config
     }
 
-    /// A connection to `address` (`host:port`), reused while it lives.
+    /// A connection to `address` (`host:port`), reused while it lives. Callers racing for a
+    /// new one share it: requests that must arrive in order (a partition's pipelined batches)
+    /// never travel on two connections.
     pub async fn connection(&self, address: &str) -> Result<Arc<Connection>, ClientError> {
-        if let Some(connection) = self.connections.lock().expect("connections").get(address)
-            && !connection.is_closed()
-        {
-            return Ok(connection.clone());
+        if let Some(connection) = self.cached_connection(address) {
+            return Ok(connection);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(connection) = self.cached_connection(address) {
+            return Ok(connection);
         }
         let resolved: SocketAddr = tokio::net::lookup_host(address)
             .await
@@ -154,6 +161,15 @@ impl Client {
             .expect("connections")
             .insert(address.to_string(), connection.clone());
         Ok(connection)
+    }
+
+    fn cached_connection(&self, address: &str) -> Option<Arc<Connection>> {
+        self.connections
+            .lock()
+            .expect("connections")
+            .get(address)
+            .filter(|connection| !connection.is_closed())
+            .cloned()
     }
 
     /// Sends `request` to `address` with the request timeout.

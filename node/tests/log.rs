@@ -1182,8 +1182,14 @@ fn idle_producers_expire() {
             .0;
         assert!(log.producers().get(1).is_none(), "expired");
         assert!(log.producers().get(2).is_some());
+        // An expired producer cannot resume mid-sequence (its first batch back could have
+        // overtaken an earlier one); it comes back at a new epoch, from sequence 0.
+        assert!(matches!(
+            log.append(producer_batch(1, 0, 77, 1, 3_000), 1, 0).await,
+            Err(LogError::OutOfOrderSequence { expected: 0, got: 77, .. })
+        ));
         let info = log
-            .append(producer_batch(1, 0, 77, 1, 3_000), 1, 0)
+            .append(producer_batch(1, 1, 0, 1, 3_000), 1, 0)
             .await
             .unwrap();
         assert!(!info.duplicate);

@@ -190,8 +190,18 @@ impl ProducerStates {
         debug_assert!(header.is_idempotent());
         let producer_id = header.producer_id;
         let Some(entry) = self.producers.get(&producer_id) else {
-            // Never seen, or expired: nothing to compare with, so any sequence starts it.
-            return Ok(SequenceCheck::Append);
+            // A producer's first batch starts at 0. Accepting any sequence here would let a
+            // later batch that overtook the first (another connection, a retry) start the
+            // state, and the first could then never land. A producer idle past its expiry
+            // resumes by taking a new epoch (sequences from 0 again).
+            return match header.base_sequence {
+                0 => Ok(SequenceCheck::Append),
+                got => Err(ProducerError::OutOfOrderSequence {
+                    producer_id,
+                    expected: 0,
+                    got,
+                }),
+            };
         };
         let (epoch, first_seq) = (header.producer_epoch, header.base_sequence);
         if epoch < entry.epoch {
@@ -440,9 +450,20 @@ mod tests {
         type Outcome = Result<SequenceCheck, ProducerError>;
         // (producer, epoch, base sequence, records, expected outcome)
         let table: &[(i64, i16, i32, u32, Outcome)] = &[
-            // Unknown producers start anywhere (their state may have expired).
+            // An unknown producer starts at 0, whatever its epoch.
             (9, 0, 0, 1, Ok(Append)),
-            (9, 4, 1234, 2, Ok(Append)),
+            (9, 4, 0, 2, Ok(Append)),
+            (
+                9,
+                4,
+                1234,
+                2,
+                Err(OutOfOrderSequence {
+                    producer_id: 9,
+                    expected: 0,
+                    got: 1234,
+                }),
+            ),
             // Same epoch: continue at last_seq + 1.
             (7, 3, 10, 1, Ok(Append)),
             (7, 3, 10, 50, Ok(Append)),
