@@ -98,6 +98,16 @@ impl Connection {
             .map_err(|_| ClientError::Disconnected("connection closed".into()))?
     }
 
+    /// Writes a request and returns at once; its response arrives on the receiver. Requests
+    /// written one after another reach the broker in that order.
+    pub async fn send_request(
+        &self,
+        request: Request,
+    ) -> Result<oneshot::Receiver<Result<Response, ClientError>>, ClientError> {
+        let answer = self.send(request, true).await?;
+        Ok(answer.expect("a response was asked for"))
+    }
+
     /// Sends a request that gets no response (produce with acks=0).
     pub async fn send_without_response(&self, request: Request) -> Result<(), ClientError> {
         self.send(request, false).await.map(drop)

@@ -367,6 +367,11 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
 
 /// Sends one partition's batches with up to `max_in_flight` requests outstanding (pipelined
 /// on one connection, which the broker applies in order), answering them in order.
+///
+/// Each batch's first attempt is *written* here, in batch order, before the next batch is
+/// taken; only the wait for its answer runs concurrently. A batch that had to wait for a
+/// connection or metadata can therefore never be overtaken by the next one (an idempotent
+/// producer's sequences would then arrive out of order).
 async fn send_partition(
     inner: SenderContext,
     topic: Arc<str>,
@@ -381,10 +386,20 @@ async fn send_partition(
         tokio::select! {
             batch = batches.recv(), if room && !closed => match batch {
                 Some(sealed) => {
+                    let written = dispatch(&inner, &topic, partition, sealed.batch.clone()).await;
                     let context = inner.clone();
                     let topic = topic.clone();
                     in_flight.push_back(async move {
-                        let result = send_with_retries(&context, &topic, partition, sealed.batch).await;
+                        let first = match written {
+                            Ok(answer) => answer.outcome(&context.client, &topic, partition).await,
+                            Err(error) => Err(error),
+                        };
+                        let result = match first {
+                            Err(error) if retriable(&context, &error) => {
+                                send_with_retries(&context, &topic, partition, sealed.batch, error).await
+                            }
+                            result => result,
+                        };
                         (result, sealed.reply, sealed.bytes)
                     });
                 }
@@ -399,45 +414,100 @@ async fn send_partition(
     }
 }
 
+/// Errors worth another attempt. With several batches in flight, a later one can reach the
+/// broker while an earlier one is being retried: its sequence is then ahead, and it goes again
+/// after the earlier one landed.
+fn retriable(inner: &SenderContext, error: &ClientError) -> bool {
+    error.is_retriable()
+        || (inner.config.idempotent && error.code() == Some(ErrorCode::OutOfOrderSequence))
+}
+
+/// Retries a batch whose first attempt failed with `error`, with backoff and metadata
+/// refreshes.
 async fn send_with_retries(
     inner: &SenderContext,
     topic: &str,
     partition: u32,
     batch: Bytes,
+    mut error: ClientError,
 ) -> Result<i64, ClientError> {
     let mut attempt = 0;
     loop {
-        let result = send_once(inner, topic, partition, batch.clone()).await;
-        // With several batches in flight, a later one can reach the broker while an earlier
-        // one is being retried: its sequence is then ahead, and it goes again after the
-        // earlier one landed.
-        let retriable = |error: &ClientError| {
-            error.is_retriable()
-                || (inner.config.idempotent && error.code() == Some(ErrorCode::OutOfOrderSequence))
+        if !retriable(inner, &error) {
+            return Err(error);
+        }
+        if attempt >= inner.config.retries {
+            // Out of retries, but the next batch should find the new leader.
+            let _ = inner.client.refresh_metadata().await;
+            return Err(error);
+        }
+        attempt += 1;
+        tracing::debug!(%topic, partition, attempt, "retrying produce: {error}");
+        tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
+        let _ = inner.client.refresh_metadata().await;
+        let outcome = match dispatch(inner, topic, partition, batch.clone()).await {
+            Ok(answer) => answer.outcome(&inner.client, topic, partition).await,
+            Err(failed) => Err(failed),
         };
-        match result {
-            Err(error) if retriable(&error) && attempt < inner.config.retries => {
-                attempt += 1;
-                tracing::debug!(%topic, partition, attempt, "retrying produce: {error}");
-                tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
-                let _ = inner.client.refresh_metadata().await;
-            }
-            Err(error) if retriable(&error) => {
-                // Out of retries, but the next batch should find the new leader.
-                let _ = inner.client.refresh_metadata().await;
-                return Err(error);
-            }
+        match outcome {
+            Err(failed) => error = failed,
             result => return result,
         }
     }
 }
 
-async fn send_once(
+/// A produce request on the wire, its answer still to come.
+enum Dispatched {
+    /// acks=0: nothing comes back.
+    Unacknowledged,
+    Answer(tokio::sync::oneshot::Receiver<Result<Response, ClientError>>),
+}
+
+impl Dispatched {
+    /// The batch's base offset, or why not (waiting at most the request timeout).
+    async fn outcome(
+        self,
+        client: &Client,
+        topic: &str,
+        partition: u32,
+    ) -> Result<i64, ClientError> {
+        let answer = match self {
+            Dispatched::Unacknowledged => return Ok(-1),
+            Dispatched::Answer(answer) => answer,
+        };
+        let timeout = client.config().request_timeout;
+        let response = tokio::time::timeout(timeout, answer)
+            .await
+            .map_err(|_| ClientError::Timeout(timeout))?
+            .map_err(|_| ClientError::Disconnected("connection closed".into()))??;
+        let Response::Produce(response) = response else {
+            return Err(ClientError::Protocol(
+                "produce answered with another api".into(),
+            ));
+        };
+        let answer = response
+            .topics
+            .first()
+            .and_then(|topic| topic.partitions.first())
+            .ok_or_else(|| ClientError::Protocol("empty produce response".into()))?;
+        if answer.error != ErrorCode::None {
+            return Err(ClientError::Partition {
+                topic: topic.to_string(),
+                partition,
+                code: answer.error,
+            });
+        }
+        Ok(answer.base_offset as i64)
+    }
+}
+
+/// Writes one produce request for `batch` to the partition's leader.
+async fn dispatch(
     inner: &SenderContext,
     topic: &str,
     partition: u32,
     batch: Bytes,
-) -> Result<i64, ClientError> {
+) -> Result<Dispatched, ClientError> {
     let client = &inner.client;
     let metadata = client.metadata_for(topic).await?;
     let address = metadata.leader_address(topic, partition, client.config().shard_aware)?;
@@ -452,30 +522,10 @@ async fn send_once(
             }],
         }],
     });
+    let connection = client.connection(&address).await?;
     if inner.config.acks == ACKS_NONE {
-        client
-            .connection(&address)
-            .await?
-            .send_without_response(request)
-            .await?;
-        return Ok(-1);
+        connection.send_without_response(request).await?;
+        return Ok(Dispatched::Unacknowledged);
     }
-    let Response::Produce(response) = client.request(&address, request).await? else {
-        return Err(ClientError::Protocol(
-            "produce answered with another api".into(),
-        ));
-    };
-    let answer = response
-        .topics
-        .first()
-        .and_then(|topic| topic.partitions.first())
-        .ok_or_else(|| ClientError::Protocol("empty produce response".into()))?;
-    if answer.error != ErrorCode::None {
-        return Err(ClientError::Partition {
-            topic: topic.to_string(),
-            partition,
-            code: answer.error,
-        });
-    }
-    Ok(answer.base_offset as i64)
+    Ok(Dispatched::Answer(connection.send_request(request).await?))
 }

@@ -1186,7 +1186,11 @@ fn idle_producers_expire() {
         // overtaken an earlier one); it comes back at a new epoch, from sequence 0.
         assert!(matches!(
             log.append(producer_batch(1, 0, 77, 1, 3_000), 1, 0).await,
-            Err(LogError::OutOfOrderSequence { expected: 0, got: 77, .. })
+            Err(LogError::OutOfOrderSequence {
+                expected: 0,
+                got: 77,
+                ..
+            })
         ));
         let info = log
             .append(producer_batch(1, 1, 0, 1, 3_000), 1, 0)

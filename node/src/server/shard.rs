@@ -729,6 +729,9 @@ impl Shard {
                         | LogError::ProducerFenced { .. }
                 ) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
+                } else {
+                    // The client's doing, and answered with a typed code: not worth a warning.
+                    tracing::debug!(%topic, partition, "produce refused: {error}");
                 }
                 return produce_error(partition, log_error_code(&error));
             }
