@@ -560,6 +560,17 @@ impl GroupConsumer {
             self.tell(RebalanceEvent::Revoked(revoked));
         }
         if !added.is_empty() {
+            // Partitions added to a topic since the metadata was read are not in it yet.
+            let metadata = self.client.metadata().await?;
+            let known = |(topic, partition): &TopicPartition| {
+                metadata
+                    .topics
+                    .get(topic)
+                    .is_some_and(|t| t.partitions.iter().any(|p| p.partition == *partition))
+            };
+            if !added.iter().all(known) {
+                self.client.refresh_metadata().await?;
+            }
             let committed: HashMap<TopicPartition, i64> = self
                 .client
                 .committed_offsets(&self.config.group)

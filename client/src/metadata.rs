@@ -291,6 +291,22 @@ impl Client {
         Ok(())
     }
 
+    /// Grows `topic` to `partitions` partitions in total.
+    pub async fn add_partitions(&self, topic: &str, partitions: u32) -> Result<(), ClientError> {
+        let request = Request::CreatePartitions(strata_wire::protocol::CreatePartitionsRequest {
+            topic: topic.to_string(),
+            partitions,
+        });
+        let Response::CreatePartitions(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "create partitions answered with another api".into(),
+            ));
+        };
+        admin_outcome(response.error, &response.message)?;
+        self.refresh_metadata().await?;
+        Ok(())
+    }
+
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
         let request = Request::DeleteTopic(DeleteTopicRequest {
             name: name.to_string(),

@@ -463,6 +463,47 @@ impl Coordinator for EtcdCoordinator {
         })
     }
 
+    async fn add_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<TopicState, CoordinatorError> {
+        let brokers = self.brokers().await?;
+        let mut existing = self
+            .topics()
+            .await?
+            .into_iter()
+            .find(|t| t.name == topic)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?;
+        let added =
+            placement::grow(&brokers, &existing, partitions).map_err(CoordinatorError::Invalid)?;
+        // Only if the topic still exists and no other call added these partitions first.
+        let mut compares = vec![Compare::create_revision(
+            self.key(&format!("topics/{topic}")),
+            CompareOp::Greater,
+            0,
+        )];
+        let mut puts = Vec::new();
+        for partition in &added {
+            let key = self.key(&format!("partitions/{topic}/{}", partition.partition));
+            compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+            puts.push(TxnOp::put(
+                key,
+                serde_json::to_vec(partition).expect("partition serializes"),
+                None,
+            ));
+        }
+        let txn = Txn::new().when(compares).and_then(puts);
+        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Err(CoordinatorError::Invalid(format!(
+                "topic {topic} changed while its partitions were being added; try again"
+            )));
+        }
+        existing.partitions.extend(added);
+        Ok(existing)
+    }
+
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {
         let state = self
             .topics()

@@ -124,6 +124,13 @@ pub trait Coordinator {
         expected: &PartitionState,
         change: PartitionChange,
     ) -> Result<Option<PartitionState>, CoordinatorError>;
+    /// Grows `topic` to `partitions` partitions, placing the new ones like a new topic's
+    /// (continuing the leader rotation). Partitions only grow: keys hash onto the new count.
+    async fn add_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<TopicState, CoordinatorError>;
     /// Starts moving `partition` of `topic` to `replicas` (see [`placement::start_reassignment`]).
     async fn reassign(
         &self,

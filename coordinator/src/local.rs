@@ -154,6 +154,25 @@ impl Coordinator for LocalCoordinator {
         })
     }
 
+    async fn add_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<TopicState, CoordinatorError> {
+        self.update(|state| {
+            let brokers = state.brokers.clone();
+            let existing = state
+                .topics
+                .iter_mut()
+                .find(|t| t.name == topic)
+                .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?;
+            let added = placement::grow(&brokers, existing, partitions)
+                .map_err(CoordinatorError::Invalid)?;
+            existing.partitions.extend(added);
+            Ok(existing.clone())
+        })
+    }
+
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {
         self.update(|state| {
             let at = state

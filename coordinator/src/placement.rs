@@ -190,6 +190,32 @@ pub fn place(
         .collect())
 }
 
+/// The partitions that grow `topic` to `partitions` in total, numbered after the existing
+/// ones and placed as [`place`] places a new topic's (the rotation continues where it was).
+pub fn grow(
+    brokers: &[BrokerInfo],
+    topic: &crate::TopicState,
+    partitions: u32,
+) -> Result<Vec<PartitionState>, String> {
+    let current = topic.partitions.len() as u32;
+    if partitions <= current {
+        return Err(format!(
+            "topic {} has {current} partitions; partitions can only be added (asked for {partitions})",
+            topic.name
+        ));
+    }
+    let mut added = place(
+        brokers,
+        partitions - current,
+        topic.replication_factor,
+        current as usize,
+    )?;
+    for partition in &mut added {
+        partition.partition += current;
+    }
+    Ok(added)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -224,12 +224,12 @@ impl CliMember {
                 "json",
                 "--from-beginning",
             ])
-            .args([
-                "--session-timeout-ms",
-                "3000",
-                "--auto-commit-interval-ms",
-                "200",
-            ])
+            .args(["--auto-commit-interval-ms", "200"])
+            .args(if extra.contains(&"--session-timeout-ms") {
+                &[][..]
+            } else {
+                &["--session-timeout-ms", "3000"][..]
+            })
             .args(extra)
             .env("STRATA_BOOTSTRAP", node.bootstrap())
             .stdout(Stdio::piped())
@@ -773,4 +773,156 @@ fn a_graceful_stop_commits_what_was_printed_so_the_next_member_repeats_nothing()
         "a record was printed twice"
     );
     assert_eq!(all.len() as u64, RECORDS);
+}
+
+/// Polls every member until `total` partitions are split evenly between them.
+async fn settle(members: &mut [GroupConsumer], total: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for member in members.iter_mut() {
+            member.poll().await.unwrap();
+        }
+        let sizes: Vec<usize> = members.iter().map(|m| m.assignment().len()).collect();
+        if sizes.iter().sum::<usize>() == total && sizes.iter().all(|n| *n == total / members.len())
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never settled on {total}: {sizes:?}"
+        );
+    }
+}
+
+#[test]
+fn partitions_added_to_a_subscribed_topic_are_shared_out() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 2);
+    node.cli(&["topic", "create", "grow", "--partitions", "4"], None);
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let mut members = Vec::new();
+        for _ in 0..2 {
+            members.push(
+                GroupConsumer::subscribe(
+                    client.clone(),
+                    vec!["grow".into()],
+                    group_config("growers"),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        settle(&mut members, 4).await;
+        client.add_partitions("grow", 8).await.unwrap();
+        settle(&mut members, 8).await;
+        // Records on the new partitions reach the members.
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        for partition in 4..8u32 {
+            let mut record = ProducerRecord::new("grow", None, format!("p{partition}"));
+            record.partition = Some(partition);
+            acks.push(producer.send(record).await.unwrap());
+        }
+        producer.flush().await.unwrap();
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let seen = Mutex::new(BTreeSet::new());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().len() < 4 {
+            assert!(
+                Instant::now() < deadline,
+                "records on new partitions not consumed"
+            );
+            for member in &mut members {
+                for batch in member.poll().await.unwrap() {
+                    seen.lock().unwrap().insert(batch.partition);
+                }
+            }
+        }
+        assert_eq!(*seen.lock().unwrap(), (4..8).collect::<BTreeSet<u32>>());
+    });
+    assert!(
+        !node
+            .cli_output(
+                &["topic", "add-partitions", "grow", "--partitions", "3"],
+                None
+            )
+            .status
+            .success(),
+        "partitions never shrink"
+    );
+}
+
+#[test]
+fn a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_rebalance() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 1);
+    node.cli(&["topic", "create", "pinned", "--partitions", "4"], None);
+    let describe = || -> serde_json::Value {
+        serde_json::from_str(&node.cli(&["group", "describe", "statics", "--format", "json"], None))
+            .unwrap()
+    };
+    let partitions_of = |described: &serde_json::Value, instance: &str| -> Vec<u64> {
+        described["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["instance_id"] == instance)
+            .flat_map(|m| {
+                m["partitions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["partition"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let static_args = |instance: &'static str| -> Vec<&'static str> {
+        vec!["--instance-id", instance, "--session-timeout-ms", "10000"]
+    };
+    let _a = CliMember::start(&node, "pinned", "statics", &static_args("a"));
+    let mut b = CliMember::start(&node, "pinned", "statics", &static_args("b"));
+    let mut settled = serde_json::Value::Null;
+    wait_for_at_most(
+        "two static members with two partitions each",
+        Duration::from_secs(20),
+        || {
+            settled = describe();
+            settled["state"] == "Stable"
+                && partitions_of(&settled, "a").len() == 2
+                && partitions_of(&settled, "b").len() == 2
+        },
+    );
+    let generation = settled["generation"].as_i64().unwrap();
+    let before = partitions_of(&settled, "b");
+    let member_id_of = |described: &serde_json::Value, instance: &str| -> String {
+        described["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["instance_id"] == instance)
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let old_id = member_id_of(&settled, "b");
+    // b dies and comes back well within its 10 s session: the new process takes its place.
+    b.kill();
+    let _b = CliMember::start(&node, "pinned", "statics", &static_args("b"));
+    let mut after = serde_json::Value::Null;
+    wait_for_at_most("the new b to take over", Duration::from_secs(10), || {
+        after = describe();
+        let id = member_id_of(&after, "b");
+        !id.is_empty() && id != old_id && after["state"] == "Stable"
+    });
+    assert_eq!(after["members"].as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(
+        after["generation"].as_i64().unwrap(),
+        generation,
+        "no rebalance: {after}"
+    );
+    assert_eq!(partitions_of(&after, "b"), before, "b kept its partitions");
 }

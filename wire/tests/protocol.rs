@@ -161,6 +161,10 @@ fn every_request_round_trips() {
         }),
         Request::ListGroups(ListGroupsRequest {}),
         Request::DescribeGroup(DescribeGroupRequest { group: "g".into() }),
+        Request::CreatePartitions(CreatePartitionsRequest {
+            topic: "t".into(),
+            partitions: 12,
+        }),
         Request::ReplicaFetch(ReplicaFetchRequest {
             replica_id: 2,
             topic: "t".into(),

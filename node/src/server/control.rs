@@ -15,8 +15,9 @@ use strata_coordinator::{
     PartitionChange, PartitionState, TopicSpec, TopicState, placement,
 };
 use strata_wire::protocol::{
-    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorCode,
-    ReassignPartitionRequest, ReassignPartitionResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse,
+    DeleteTopicRequest, DeleteTopicResponse, ErrorCode, ReassignPartitionRequest,
+    ReassignPartitionResponse,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -36,6 +37,10 @@ pub enum ControlMessage {
     Reassign {
         request: ReassignPartitionRequest,
         reply: oneshot::Sender<ReassignPartitionResponse>,
+    },
+    AddPartitions {
+        request: CreatePartitionsRequest,
+        reply: oneshot::Sender<CreatePartitionsResponse>,
     },
     /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
     UpdatePartition {
@@ -323,6 +328,18 @@ fn run(
                                     ReassignPartitionResponse { error: ErrorCode::None, message: String::new() }
                                 }
                                 Err(error) => ReassignPartitionResponse { error: error_code(&error), message: error.to_string() },
+                            };
+                            last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            let _ = reply.send(response);
+                        }
+                        ControlMessage::AddPartitions { request, reply } => {
+                            let result = each!(&coordinator, c => c.add_partitions(&request.topic, request.partitions).await);
+                            let response = match result {
+                                Ok(state) => {
+                                    tracing::info!(topic = %request.topic, partitions = state.partitions.len(), "partitions added");
+                                    CreatePartitionsResponse { error: ErrorCode::None, message: String::new() }
+                                }
+                                Err(error) => CreatePartitionsResponse { error: error_code(&error), message: error.to_string() },
                             };
                             last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(response);

@@ -564,6 +564,19 @@ impl Shard {
                     }
                 }))
             }
+            Request::CreatePartitions(request) => {
+                let (reply, answer) = oneshot::channel();
+                let _ = self
+                    .context
+                    .control
+                    .send(ControlMessage::AddPartitions { request, reply });
+                Response::CreatePartitions(answer.await.unwrap_or_else(|_| {
+                    strata_wire::protocol::CreatePartitionsResponse {
+                        error: ErrorCode::NotReady,
+                        message: "the node is shutting down".into(),
+                    }
+                }))
+            }
             // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)

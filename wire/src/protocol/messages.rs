@@ -526,4 +526,16 @@ messages! {
         pub members: Vec<GroupMember>,
         pub offsets: Vec<CommittedOffset>,
     }
+
+    /// Grows `topic` to `partitions` partitions in total (never shrinks).
+    pub struct CreatePartitionsRequest {
+        pub topic: String,
+        pub partitions: u32,
+    }
+
+    pub struct CreatePartitionsResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+    }
 }

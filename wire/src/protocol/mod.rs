@@ -53,10 +53,12 @@ pub enum ApiKey {
     OffsetFetch = 15,
     ListGroups = 16,
     DescribeGroup = 17,
+    /// Grows a topic to more partitions (`strata topic add-partitions`).
+    CreatePartitions = 18,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 18] = [
+    pub const ALL: [ApiKey; 19] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -75,6 +77,7 @@ impl ApiKey {
         ApiKey::OffsetFetch,
         ApiKey::ListGroups,
         ApiKey::DescribeGroup,
+        ApiKey::CreatePartitions,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -339,4 +342,5 @@ requests! {
     OffsetFetch(OffsetFetchRequest, OffsetFetchResponse),
     ListGroups(ListGroupsRequest, ListGroupsResponse),
     DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
+    CreatePartitions(CreatePartitionsRequest, CreatePartitionsResponse),
 }

@@ -77,6 +77,14 @@ pub enum TopicCommand {
         #[arg(long)]
         partition: Option<u32>,
     },
+    /// Grow a topic to N partitions (keys hash onto the new count from then on; consumer
+    /// groups subscribed to it rebalance to take the new partitions).
+    AddPartitions {
+        name: String,
+        /// The new total.
+        #[arg(long)]
+        partitions: u32,
+    },
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -180,6 +188,10 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     );
                 }
             }
+        }
+        TopicCommand::AddPartitions { name, partitions } => {
+            client.add_partitions(&name, partitions).await?;
+            println!("topic {name} now has {partitions} partitions");
         }
         TopicCommand::Reassign {
             name,
