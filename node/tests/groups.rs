@@ -926,3 +926,101 @@ fn a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_
     );
     assert_eq!(partitions_of(&after, "b"), before, "b kept its partitions");
 }
+
+#[test]
+fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<TestNode> = (0..3)
+        .map(|i| TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &(i + 1).to_string())))
+        .collect();
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "moving",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let bootstrap: Vec<String> = nodes.iter().map(TestNode::bootstrap).collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    const RECORDS: u64 = 3000;
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(bootstrap.join(",")))
+            .await
+            .unwrap();
+        produce_values(&client, "moving", 0..RECORDS).await;
+        let mut members = Vec::new();
+        for _ in 0..2 {
+            members.push(
+                GroupConsumer::subscribe(
+                    client.clone(),
+                    vec!["moving".into()],
+                    group_config("movers"),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        let mut seen: BTreeSet<Seen> = BTreeSet::new();
+        let mut killed = None;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (seen.len() as u64) < RECORDS {
+            assert!(
+                Instant::now() < deadline,
+                "consumed {} of {RECORDS} (coordinator killed: {killed:?})",
+                seen.len()
+            );
+            for member in members.iter_mut() {
+                // Errors while the cluster moves are retried by polling again.
+                if let Ok(batches) = member.poll().await {
+                    for batch in &batches {
+                        seen.extend(batch.records().map(|r| (batch.partition, r.offset)));
+                    }
+                }
+            }
+            if killed.is_none() && seen.len() as u64 >= RECORDS / 3 {
+                // The broker coordinating the group dies mid-stream.
+                let coordinator = client.find_coordinator("movers").await.unwrap();
+                let port: u16 = coordinator.rsplit(':').next().unwrap().parse().unwrap();
+                let index = ports
+                    .iter()
+                    .position(|p| *p == port)
+                    .expect("a node's port");
+                nodes[index].kill();
+                killed = Some(index);
+            }
+        }
+        let killed = killed.expect("the coordinator was killed");
+        // Once the dead broker's lease runs out, another broker coordinates the group and both
+        // members are in it again (members keep consuming what they own meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for member in members.iter_mut() {
+                let _ = member.poll().await;
+            }
+            let coordinator = client.find_coordinator("movers").await;
+            let moved = coordinator.is_ok_and(|address| {
+                address.rsplit(':').next().unwrap().parse::<u16>().unwrap() != ports[killed]
+            });
+            if moved
+                && let Ok(described) = client.describe_group("movers").await
+                && described.members.len() == 2
+                && described.state == "Stable"
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the group never moved to a live coordinator"
+            );
+        }
+        for member in members {
+            member.close().await.unwrap();
+        }
+    });
+}
