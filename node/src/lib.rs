@@ -2,6 +2,7 @@
 
 pub mod group;
 pub mod io;
+pub mod iotune;
 pub mod log;
 pub mod replication;
 pub mod server;

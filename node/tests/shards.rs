@@ -32,6 +32,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
         replica_lag_time_max_ms: 10_000,
         tls: None,
+        io_properties: None,
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

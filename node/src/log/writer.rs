@@ -277,10 +277,46 @@ impl LogHandle {
     }
 }
 
+/// How a log task groups its IO: from `strata iotune`'s io-properties, or the defaults.
+#[derive(Clone, Debug)]
+pub struct WriterTuning {
+    /// A group takes appends until it holds this many bytes (at least one append): a burst
+    /// becomes several groups, and the first one's sync overlaps the next one's write.
+    pub group_bytes_max: usize,
+    /// With `flush=always` and no sync running, how long written appends wait for more before
+    /// their sync starts (more appends per sync on disks where a sync is slow).
+    pub group_commit_window: std::time::Duration,
+    /// Writes in flight on this shard, over all its logs (`None`: unbounded). Shard-local.
+    pub writes: Option<std::rc::Rc<tokio::sync::Semaphore>>,
+}
+
+impl Default for WriterTuning {
+    fn default() -> Self {
+        WriterTuning {
+            group_bytes_max: 64 << 20,
+            group_commit_window: std::time::Duration::ZERO,
+            writes: None,
+        }
+    }
+}
+
 /// Starts the task that owns `log` on the current (shard-local) runtime.
 pub fn spawn<S: Storage>(log: PartitionLog<S>, clock: Clock) -> LogHandle {
+    spawn_tuned(log, clock, WriterTuning::default())
+}
+
+/// [`spawn`] with explicit IO tuning.
+pub fn spawn_tuned<S: Storage>(
+    log: PartitionLog<S>,
+    clock: Clock,
+    tuning: WriterTuning,
+) -> LogHandle {
+    assert!(
+        tuning.group_bytes_max > 0,
+        "a group must be able to hold an append"
+    );
     let (commands, receiver) = mpsc::unbounded_channel();
-    tokio::task::spawn_local(run(log, receiver, clock));
+    tokio::task::spawn_local(run(log, receiver, clock, tuning));
     LogHandle { commands }
 }
 
@@ -296,6 +332,7 @@ async fn run<S: Storage>(
     mut log: PartitionLog<S>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     clock: Clock,
+    tuning: WriterTuning,
 ) {
     let mut group = Vec::with_capacity(64);
     let mut appends = Vec::with_capacity(64);
@@ -305,10 +342,19 @@ async fn run<S: Storage>(
     // Written, acknowledged only once a sync that started after the write completes.
     let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
     let mut in_flight: Option<SyncInFlight> = None;
+    // When the oldest unsynced append was written (the group-commit window counts from it).
+    let mut unsynced_since: Option<tokio::time::Instant> = None;
     loop {
         // At most one sync runs; the appends written meanwhile form the next group.
         let interval_due = log.flush_due(clock()) && log.config().flush != FlushPolicy::Always;
-        if in_flight.is_none() && (!unsynced.is_empty() || interval_due) {
+        if unsynced.is_empty() {
+            unsynced_since = None;
+        } else if unsynced_since.is_none() {
+            unsynced_since = Some(tokio::time::Instant::now());
+        }
+        let window_open =
+            unsynced_since.is_some_and(|since| since.elapsed() < tuning.group_commit_window);
+        if in_flight.is_none() && ((!unsynced.is_empty() && !window_open) || interval_due) {
             match log.begin_flush() {
                 Ok(job) => {
                     tracing::debug!(
@@ -330,6 +376,9 @@ async fn run<S: Storage>(
             {
                 Some(std::time::Duration::from_millis(interval_ms))
             }
+            // Waiting out the group-commit window before the sync starts.
+            FlushPolicy::Always if in_flight.is_none() && window_open => unsynced_since
+                .map(|since| tuning.group_commit_window.saturating_sub(since.elapsed())),
             _ => None,
         };
         tokio::select! {
@@ -365,10 +414,18 @@ async fn run<S: Storage>(
                     let _ = log.close(clock()).await;
                     return;
                 };
+                let append_bytes = |command: &Command| match command {
+                    Command::Append { batches, .. } => batches.len(),
+                    _ => 0,
+                };
+                let mut group_bytes = append_bytes(&first);
                 group.push(first);
-                while group.len() < GROUP_COMMANDS_MAX {
+                while group.len() < GROUP_COMMANDS_MAX && group_bytes < tuning.group_bytes_max {
                     match commands.try_recv() {
-                        Ok(command) => group.push(command),
+                        Ok(command) => {
+                            group_bytes += append_bytes(&command);
+                            group.push(command);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -384,6 +441,10 @@ async fn run<S: Storage>(
                     }
                 }
                 if !appends.is_empty() {
+                    let _permit = match &tuning.writes {
+                        Some(writes) => writes.acquire().await.ok(),
+                        None => None,
+                    };
                     let results = log.append_group(std::mem::take(&mut appends), clock()).await;
                     for (reply, result) in append_replies.drain(..).zip(results) {
                         match result {

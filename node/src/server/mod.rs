@@ -66,6 +66,8 @@ pub struct NodeConfig {
     pub replica_lag_time_max_ms: u64,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.
     pub tls: Option<quic::TlsFiles>,
+    /// What `strata iotune` measured and chose; `None`: default IO settings.
+    pub io_properties: Option<crate::iotune::IoProperties>,
 }
 
 impl NodeConfig {

@@ -121,6 +121,9 @@ pub(super) struct Shard {
     pub(super) metrics: metrics::ShardMetrics,
     /// This shard's replication endpoint.
     pub(super) quic: Option<QuicPeer>,
+    /// How this shard's log tasks group their IO (from `strata iotune`, or the defaults); its
+    /// write limit is shared by this shard's logs only.
+    writer_tuning: writer::WriterTuning,
 }
 
 pub fn run(
@@ -144,6 +147,7 @@ pub fn run(
                 return;
             }
         };
+        let (context_io, shards) = (context.config.io_properties.clone(), context.config.shards);
         let shard = Rc::new(Shard {
             quic: Some(quic),
             context,
@@ -156,6 +160,10 @@ pub fn run(
             partitions: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
             metrics: metrics::ShardMetrics::default(),
+            writer_tuning: match &context_io {
+                Some(properties) => properties.writer_tuning(shards),
+                None => writer::WriterTuning::default(),
+            },
         });
         if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
@@ -400,7 +408,8 @@ impl Shard {
                     .await
                     .map_err(|error| error.to_string())?;
                 let high_watermark = log.high_watermark_checkpoint();
-                let handle = writer::spawn(log, writer::system_clock_ms);
+                let handle =
+                    writer::spawn_tuned(log, writer::system_clock_ms, self.writer_tuning.clone());
                 // `assume_role` sees a change from this placeholder state.
                 let mut placeholder = state.clone();
                 placeholder.leader_epoch = u32::MAX;

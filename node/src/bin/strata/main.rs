@@ -67,6 +67,18 @@ enum Command {
         #[command(subcommand)]
         command: client_cmd::ClusterCommand,
     },
+    /// Measure the disk under a data directory through io_uring and write the io-properties
+    /// file `strata serve` reads (write size, writes in flight, group-commit window).
+    Iotune {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// How long to measure, e.g. 30s, 500ms or 10 (seconds).
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Where to write (default: DATA_DIR/io-properties.toml).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Inspect and exercise partition logs on disk.
     Log {
         #[command(subcommand)]
@@ -147,6 +159,25 @@ fn main() {
     }
 }
 
+/// `30s`, `500ms`, `2m` or a plain number of seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration like 30s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        other => return Err(format!("{text:?}: unknown unit {other:?} (ms, s or m)")),
+    };
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
@@ -170,6 +201,55 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => client_cmd::runtime()?.block_on(client_cmd::group(connection, command)),
         Command::Bench { connection, args } => {
             client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
+        }
+        Command::Iotune {
+            data_dir,
+            duration,
+            out,
+        } => {
+            let show_progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let properties = strata_node::iotune::measure(&data_dir, duration, show_progress)
+                .map_err(|error| anyhow::anyhow!("measuring {}: {error}", data_dir.display()))?;
+            let out = out.unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
+            strata_node::iotune::write(&properties, &out)
+                .map_err(|error| anyhow::anyhow!("writing {}: {error}", out.display()))?;
+            let (measured, chosen) = (&properties.measured, &properties.chosen);
+            let by_key = |map: &std::collections::BTreeMap<String, f64>,
+                          unit: fn(u64) -> String| {
+                let mut points: Vec<(u64, f64)> = map
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.parse().ok()?, *v)))
+                    .collect();
+                points.sort_unstable_by_key(|(k, _)| *k);
+                points
+                    .iter()
+                    .map(|(k, v)| format!("{}: {v:.0}", unit(*k)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!(
+                "direct IO: {}\nwrite MB/s by size: {}\nwrite MB/s by writes in flight: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
+                measured.direct_io,
+                by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
+                    "{} KiB",
+                    bytes >> 10
+                )),
+                by_key(&measured.write_mb_per_s_by_queue_depth, |depth| depth
+                    .to_string()),
+                measured.fdatasync_us_p50,
+                measured.fdatasync_us_p99,
+                measured.fdatasync_us_max,
+                measured.fdatasync_count,
+                measured.read_mb_per_s
+            );
+            println!(
+                "chosen: write {} B, {} writes in flight, group-commit window {} µs\nwrote {}",
+                chosen.write_bytes,
+                chosen.writes_in_flight,
+                chosen.group_commit_window_us,
+                out.display()
+            );
+            Ok(())
         }
         Command::Log { command } => match command {
             LogCommand::Dump { dir, records } => io::run_on(&Backend::detect(), |storage| {

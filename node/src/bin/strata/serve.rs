@@ -61,6 +61,10 @@ pub struct ServeArgs {
     advertised_host: Option<String>,
     /// Largest request frame accepted.
     #[arg(long, env = "STRATA_MAX_FRAME_BYTES")]
+    /// The io-properties file `strata iotune` wrote (default: DATA_DIR/io-properties.toml
+    /// when present; without one, default IO settings).
+    #[arg(long, env = "STRATA_IO_PROPERTIES")]
+    io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
 }
 
@@ -83,6 +87,7 @@ struct FileConfig {
     rack: Option<String>,
     shards: Option<usize>,
     advertised_host: Option<String>,
+    io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
 }
 
@@ -146,11 +151,40 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .shards
         .or(file.shards)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir)
+        .unwrap_or_else(|| PathBuf::from("./strata-data"));
+    let io_properties_path = args
+        .io_properties
+        .or(file.io_properties)
+        .unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
+    let io_properties = strata_node::iotune::IoProperties::load(&io_properties_path)?;
+    match &io_properties {
+        Some(properties) => {
+            let chosen = &properties.chosen;
+            tracing::info!(
+                file = %io_properties_path.display(),
+                write_bytes = chosen.write_bytes,
+                writes_in_flight = chosen.writes_in_flight,
+                group_commit_window_us = chosen.group_commit_window_us,
+                "io properties loaded: group writes up to write_bytes x writes_in_flight, writes_in_flight shared over the shards"
+            );
+            eprintln!(
+                "strata: io properties from {}: write {} B, {} writes in flight, group-commit window {} us",
+                io_properties_path.display(),
+                chosen.write_bytes,
+                chosen.writes_in_flight,
+                chosen.group_commit_window_us
+            );
+        }
+        None => tracing::info!(
+            file = %io_properties_path.display(),
+            "no io-properties file: default IO settings (`strata iotune` measures the disk)"
+        ),
+    }
     let config = NodeConfig {
-        data_dir: args
-            .data_dir
-            .or(file.data_dir)
-            .unwrap_or_else(|| PathBuf::from("./strata-data")),
+        data_dir,
         node_id: args.node_id.or(file.node_id).unwrap_or(1),
         cluster: args
             .cluster
@@ -174,6 +208,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .or(file.replica_lag_time_max_ms)
             .unwrap_or(10_000),
         tls,
+        io_properties,
     };
     let node = Node::start(config.clone())?;
     eprintln!(
