@@ -310,12 +310,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
     let share = |fraction: f64| duration.mul_f64(fraction);
     let data = work.join("data");
     // O_DIRECT where the filesystem takes it.
-    let direct = open(&data, true)
-        .and_then(|file| {
-            drop(file);
-            Ok(())
-        })
-        .is_ok();
+    let direct = open(&data, true).is_ok();
     let mut by_size = BTreeMap::new();
     let size_share = share(0.35) / WRITE_SIZES.len() as u32;
     for size in WRITE_SIZES {
@@ -406,7 +401,10 @@ mod tests {
     #[test]
     fn choices_from_measurements() {
         // (bandwidth by size, by depth, fsync p50) → (write bytes, in flight, window µs)
-        let cases: &[(&[(usize, f64)], &[(usize, f64)], u64, (usize, usize, u64))] = &[
+        type Curve = &'static [(usize, f64)];
+        /// (bandwidth by size, by depth, fsync p50 µs, expected choice)
+        type Case = (Curve, Curve, u64, (usize, usize, u64));
+        let cases: &[Case] = &[
             // An NVMe drive with power-loss protection: saturates at 256 KiB and 4 deep, cheap syncs.
             (
                 &[

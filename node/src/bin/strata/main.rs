@@ -1,5 +1,6 @@
 //! The `strata` command line (DESIGN §9): the broker (`serve`), client commands (`topic`,
-//! `produce`, `consume`, `cluster`) and the partition log's operator tools (`log`).
+//! `produce`, `consume`, `cluster`), the partition log's operator tools (`log`) and the host
+//! checks (`tune`).
 //!
 //! Exit codes: 0 success, 1 error with a one-line reason on stderr, 2 usage.
 
@@ -7,6 +8,7 @@ mod bench_cmd;
 mod client_cmd;
 mod log_tools;
 mod serve;
+mod tune_cmd;
 
 use std::path::PathBuf;
 
@@ -83,6 +85,11 @@ enum Command {
     Log {
         #[command(subcommand)]
         command: LogCommand,
+    },
+    /// Check the host's kernel, limits, disk and network settings; apply the fixable ones.
+    Tune {
+        #[command(subcommand)]
+        command: tune_cmd::TuneCommand,
     },
 }
 
@@ -251,6 +258,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Tune { command } => tune_cmd::run(command),
         Command::Log { command } => match command {
             LogCommand::Dump { dir, records } => io::run_on(&Backend::detect(), |storage| {
                 log_tools::dump(storage, dir, records)
