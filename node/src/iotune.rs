@@ -5,12 +5,16 @@
 //! 1. sequential write bandwidth by write size (4 KiB – 4 MiB), O_DIRECT at queue depth 1
 //!    (buffered, plus an fdatasync at the end, where O_DIRECT is refused, e.g. tmpfs);
 //! 2. the same at the chosen write size by queue depth (1 – 16 writes in flight);
-//! 3. the fdatasync latency distribution (4 KiB written, then synced, repeatedly);
-//! 4. sequential read bandwidth of what was written.
+//! 3. synced writes as the broker makes them: 1 – 16 files at once, each appending
+//!    write-size chunks through the page cache and `fdatasync`ing after each;
+//! 4. the fdatasync latency distribution (4 KiB written, then synced, repeatedly);
+//! 5. sequential read bandwidth of what was written.
 //!
-//! From them ([`IoProperties::choose`]): the smallest write size and queue depth that reach 90 %
-//! of the best bandwidth, and a group-commit window that is 0 where syncs are cheap (a drive
-//! with power-loss protection) and a tenth of the median sync where they are not. Its files live
+//! From them ([`IoProperties::choose`]): the smallest write size that reaches 90 % of the best
+//! bandwidth, the fewest concurrent synced writers that reach 90 % of the best synced bandwidth
+//! (appends land in the page cache; syncs are what reach the device, so that is what the
+//! broker bounds), and a group-commit window that is 0 where syncs are cheap (a drive with
+//! power-loss protection) and a tenth of the median sync where they are not. Its files live
 //! in `DIR/iotune-<pid>/` and are removed whatever happens.
 
 use std::collections::BTreeMap;
@@ -43,6 +47,9 @@ pub struct Measured {
     pub write_mb_per_s_by_size: BTreeMap<String, f64>,
     /// MB/s by queue depth, at the chosen write size.
     pub write_mb_per_s_by_queue_depth: BTreeMap<String, f64>,
+    /// MB/s of write + fdatasync loops by the number of files doing it at once.
+    #[serde(default)]
+    pub synced_mb_per_s_by_files: BTreeMap<String, f64>,
     pub fdatasync_us_p50: u64,
     pub fdatasync_us_p99: u64,
     pub fdatasync_us_max: u64,
@@ -55,7 +62,8 @@ pub struct Measured {
 pub struct Chosen {
     /// The write size that reaches 90 % of the best bandwidth.
     pub write_bytes: usize,
-    /// Writes in flight (the whole device) that reach 90 % of the best bandwidth.
+    /// Concurrent synced writers (the whole device) that reach 90 % of the best synced
+    /// bandwidth: the broker's bound on syncs in flight, shared out over its shards.
     pub writes_in_flight: usize,
     /// How long written appends wait for more before their sync starts (`flush=always`).
     pub group_commit_window_us: u64,
@@ -122,7 +130,9 @@ impl IoProperties {
                 .map(|(key, _)| *key)
         };
         let write_bytes = knee(&measured.write_mb_per_s_by_size).unwrap_or(1 << 20);
-        let writes_in_flight = knee(&measured.write_mb_per_s_by_queue_depth).unwrap_or(4);
+        let writes_in_flight = knee(&measured.synced_mb_per_s_by_files)
+            .or_else(|| knee(&measured.write_mb_per_s_by_queue_depth))
+            .unwrap_or(4);
         // Under load one sync is always running and the appends meanwhile wait for the next
         // anyway; the window matters at light load, where it trades a little latency for fewer
         // syncs. Worth it only where a sync is slow.
@@ -139,7 +149,8 @@ impl IoProperties {
     }
 
     /// The log writers' tuning for one of `shards` shards: the device's writes in flight shared
-    /// out, and groups up to the data the device needs in flight to reach its bandwidth.
+    /// out (they bound the shard's concurrent syncs, the writes that reach the device), and
+    /// groups up to the data the device needs in flight to reach its bandwidth.
     pub fn writer_tuning(&self, shards: usize) -> WriterTuning {
         let chosen = &self.chosen;
         let per_shard = chosen.writes_in_flight.div_ceil(shards.max(1)).max(1);
@@ -147,7 +158,7 @@ impl IoProperties {
             group_bytes_max: (chosen.write_bytes * chosen.writes_in_flight)
                 .clamp(256 << 10, 64 << 20),
             group_commit_window: Duration::from_micros(chosen.group_commit_window_us),
-            writes: Some(Rc::new(tokio::sync::Semaphore::new(per_shard))),
+            device_writes: Some(std::sync::Arc::new(tokio::sync::Semaphore::new(per_shard))),
         }
     }
 }
@@ -236,6 +247,36 @@ async fn write_bandwidth(
     Ok(total as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
+/// `files` files at once, each appending `size`-byte chunks (page cache) and syncing after
+/// each, until `until`: MB/s over all of them.
+async fn synced_bandwidth(
+    work: &Path,
+    files: usize,
+    size: usize,
+    until: Instant,
+) -> std::io::Result<f64> {
+    let started = Instant::now();
+    let writers = (0..files).map(|index| async move {
+        let file = open(&work.join(format!("synced-{index}")), false)?;
+        let mut buffer = vec![0x3Cu8; size];
+        let (mut at, mut written) = (0u64, 0u64);
+        while Instant::now() < until {
+            let (result, returned) = file.write_all_at(buffer, at).await;
+            buffer = returned;
+            result?;
+            file.sync_data().await?;
+            written += size as u64;
+            at = (at + size as u64) % (256 << 20);
+        }
+        Ok::<u64, std::io::Error>(written)
+    });
+    let mut total = 0;
+    for written in futures_util::future::join_all(writers).await {
+        total += written?;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
 async fn fdatasync_latency(
     path: &Path,
     until: Instant,
@@ -312,7 +353,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
     // O_DIRECT where the filesystem takes it.
     let direct = open(&data, true).is_ok();
     let mut by_size = BTreeMap::new();
-    let size_share = share(0.35) / WRITE_SIZES.len() as u32;
+    let size_share = share(0.25) / WRITE_SIZES.len() as u32;
     for size in WRITE_SIZES {
         progress.phase(&format!("write {} KiB, 1 in flight", size >> 10));
         let mb = write_bandwidth(&data, direct, size, 1, Instant::now() + size_share).await?;
@@ -322,6 +363,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
         direct_io: direct,
         write_mb_per_s_by_size: by_size.clone(),
         write_mb_per_s_by_queue_depth: BTreeMap::new(),
+        synced_mb_per_s_by_files: BTreeMap::new(),
         fdatasync_us_p50: 0,
         fdatasync_us_p99: 0,
         fdatasync_us_max: 0,
@@ -330,7 +372,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
     })
     .write_bytes;
     let mut by_depth = BTreeMap::new();
-    let depth_share = share(0.35) / QUEUE_DEPTHS.len() as u32;
+    let depth_share = share(0.2) / QUEUE_DEPTHS.len() as u32;
     for depth in QUEUE_DEPTHS {
         progress.phase(&format!(
             "write {} KiB, {depth} in flight",
@@ -346,8 +388,16 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
         .await?;
         by_depth.insert(depth.to_string(), mb);
     }
+    let mut by_files = BTreeMap::new();
+    let files_share = share(0.25) / QUEUE_DEPTHS.len() as u32;
+    for files in QUEUE_DEPTHS {
+        progress.phase(&format!("synced writes, {files} files at once"));
+        let until = Instant::now() + files_share;
+        let mb = synced_bandwidth(work, files, write_bytes.min(1 << 20), until).await?;
+        by_files.insert(files.to_string(), mb);
+    }
     progress.phase("fdatasync latency");
-    let syncs = fdatasync_latency(&work.join("sync"), Instant::now() + share(0.2)).await?;
+    let syncs = fdatasync_latency(&work.join("sync"), Instant::now() + share(0.15)).await?;
     progress.phase("read");
     let read_mb_per_s = read_bandwidth(&data, Instant::now() + share(0.1)).await?;
     progress.done();
@@ -355,6 +405,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
         direct_io: direct,
         write_mb_per_s_by_size: by_size,
         write_mb_per_s_by_queue_depth: by_depth,
+        synced_mb_per_s_by_files: by_files,
         fdatasync_us_p50: syncs.value_at_quantile(0.5),
         fdatasync_us_p99: syncs.value_at_quantile(0.99),
         fdatasync_us_max: syncs.max(),
@@ -380,16 +431,14 @@ mod tests {
 
     fn measured(
         by_size: &[(usize, f64)],
-        by_depth: &[(usize, f64)],
+        by_files: &[(usize, f64)],
         fsync_p50_us: u64,
     ) -> Measured {
         Measured {
             direct_io: true,
             write_mb_per_s_by_size: by_size.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            write_mb_per_s_by_queue_depth: by_depth
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
+            write_mb_per_s_by_queue_depth: BTreeMap::new(),
+            synced_mb_per_s_by_files: by_files.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             fdatasync_us_p50: fsync_p50_us,
             fdatasync_us_p99: fsync_p50_us * 3,
             fdatasync_us_max: fsync_p50_us * 10,
@@ -400,9 +449,9 @@ mod tests {
 
     #[test]
     fn choices_from_measurements() {
-        // (bandwidth by size, by depth, fsync p50) → (write bytes, in flight, window µs)
         type Curve = &'static [(usize, f64)];
-        /// (bandwidth by size, by depth, fsync p50 µs, expected choice)
+        /// (bandwidth by size, synced bandwidth by files at once, fsync p50 µs, expected
+        /// (write bytes, writes in flight, window µs))
         type Case = (Curve, Curve, u64, (usize, usize, u64));
         let cases: &[Case] = &[
             // An NVMe drive with power-loss protection: saturates at 256 KiB and 4 deep, cheap syncs.
@@ -442,8 +491,8 @@ mod tests {
             // Nothing measured: safe defaults.
             (&[], &[], 0, (1 << 20, 4, 0)),
         ];
-        for (by_size, by_depth, fsync, (bytes, depth, window)) in cases {
-            let chosen = IoProperties::choose(&measured(by_size, by_depth, *fsync));
+        for (by_size, by_files, fsync, (bytes, depth, window)) in cases {
+            let chosen = IoProperties::choose(&measured(by_size, by_files, *fsync));
             assert_eq!(
                 (
                     chosen.write_bytes,
@@ -451,7 +500,7 @@ mod tests {
                     chosen.group_commit_window_us
                 ),
                 (*bytes, *depth, *window),
-                "{by_size:?} {by_depth:?} {fsync}"
+                "{by_size:?} {by_files:?} {fsync}"
             );
         }
     }
@@ -471,7 +520,7 @@ mod tests {
         assert_eq!(IoProperties::load(&path).unwrap(), Some(properties.clone()));
         let tuning = properties.writer_tuning(2);
         assert_eq!(tuning.group_bytes_max, 1 << 20);
-        assert_eq!(tuning.writes.unwrap().available_permits(), 2);
+        assert_eq!(tuning.device_writes.unwrap().available_permits(), 2);
         std::fs::write(&path, "[chosen]\nwrite_bytes = \"lots\"\n").unwrap();
         assert!(IoProperties::load(&path).is_err());
     }

@@ -286,8 +286,9 @@ pub struct WriterTuning {
     /// With `flush=always` and no sync running, how long written appends wait for more before
     /// their sync starts (more appends per sync on disks where a sync is slow).
     pub group_commit_window: std::time::Duration,
-    /// Writes in flight on this shard, over all its logs (`None`: unbounded). Shard-local.
-    pub writes: Option<std::rc::Rc<tokio::sync::Semaphore>>,
+    /// Device writes (syncs) in flight on this shard, over all its logs (`None`: unbounded).
+    /// Shard-local. Appends themselves land in the page cache and are not limited.
+    pub device_writes: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl Default for WriterTuning {
@@ -295,7 +296,7 @@ impl Default for WriterTuning {
         WriterTuning {
             group_bytes_max: 64 << 20,
             group_commit_window: std::time::Duration::ZERO,
-            writes: None,
+            device_writes: None,
         }
     }
 }
@@ -363,7 +364,18 @@ async fn run<S: Storage>(
                         "sync starts"
                     );
                     in_flight = Some(SyncInFlight {
-                        outcome: Box::pin(job.run()),
+                        outcome: Box::pin({
+                            let device_writes = tuning.device_writes.clone();
+                            async move {
+                                // Syncs are what reach the device (appends land in the page
+                                // cache): the shard's limit holds for as long as one runs.
+                                let _permit = match &device_writes {
+                                    Some(limit) => limit.clone().acquire_owned().await.ok(),
+                                    None => None,
+                                };
+                                job.run().await
+                            }
+                        }),
                         waiters: std::mem::take(&mut unsynced),
                     });
                 }
@@ -441,10 +453,6 @@ async fn run<S: Storage>(
                     }
                 }
                 if !appends.is_empty() {
-                    let _permit = match &tuning.writes {
-                        Some(writes) => writes.acquire().await.ok(),
-                        None => None,
-                    };
                     let results = log.append_group(std::mem::take(&mut appends), clock()).await;
                     for (reply, result) in append_replies.drain(..).zip(results) {
                         match result {

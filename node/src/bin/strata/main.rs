@@ -235,13 +235,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .join(", ")
             };
             println!(
-                "direct IO: {}\nwrite MB/s by size: {}\nwrite MB/s by writes in flight: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
+                "direct IO: {}\nwrite MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
                 measured.direct_io,
                 by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
                     "{} KiB",
                     bytes >> 10
                 )),
                 by_key(&measured.write_mb_per_s_by_queue_depth, |depth| depth
+                    .to_string()),
+                by_key(&measured.synced_mb_per_s_by_files, |files| files
                     .to_string()),
                 measured.fdatasync_us_p50,
                 measured.fdatasync_us_p99,
