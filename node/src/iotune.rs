@@ -2,8 +2,9 @@
 //! broker writes it, and writes the `io-properties` file (TOML) that `strata serve` reads.
 //!
 //! Phases, each a share of `--duration`:
-//! 1. sequential write bandwidth by write size (4 KiB – 4 MiB), O_DIRECT at queue depth 1
-//!    (buffered, plus an fdatasync at the end, where O_DIRECT is refused, e.g. tmpfs);
+//! 1. sequential write bandwidth by write size (4 KiB – 4 MiB) at queue depth 1, O_DIRECT
+//!    and buffered (plus an fdatasync at the end); buffered only where O_DIRECT is refused
+//!    (e.g. tmpfs);
 //! 2. the same at the chosen write size by queue depth (1 – 16 writes in flight);
 //! 3. synced writes as the broker makes them: 1 – 16 files at once, each appending
 //!    write-size chunks through the page cache and `fdatasync`ing after each;
@@ -47,6 +48,9 @@ pub struct Measured {
     pub write_mb_per_s_by_size: BTreeMap<String, f64>,
     /// MB/s by queue depth, at the chosen write size.
     pub write_mb_per_s_by_queue_depth: BTreeMap<String, f64>,
+    /// With `direct_io`: the by-size sweep again through the page cache (synced at the end).
+    #[serde(default)]
+    pub buffered_write_mb_per_s_by_size: BTreeMap<String, f64>,
     /// MB/s of write + fdatasync loops by the number of files doing it at once.
     #[serde(default)]
     pub synced_mb_per_s_by_files: BTreeMap<String, f64>,
@@ -353,16 +357,28 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
     // O_DIRECT where the filesystem takes it.
     let direct = open(&data, true).is_ok();
     let mut by_size = BTreeMap::new();
-    let size_share = share(0.25) / WRITE_SIZES.len() as u32;
+    let size_share = share(0.15) / WRITE_SIZES.len() as u32;
     for size in WRITE_SIZES {
         progress.phase(&format!("write {} KiB, 1 in flight", size >> 10));
         let mb = write_bandwidth(&data, direct, size, 1, Instant::now() + size_share).await?;
         by_size.insert(size.to_string(), mb);
     }
+    // The same through the page cache (what the broker's appends do), synced at the end.
+    let mut buffered_by_size = BTreeMap::new();
+    if direct {
+        let buffered_share = share(0.1) / WRITE_SIZES.len() as u32;
+        for size in WRITE_SIZES {
+            progress.phase(&format!("buffered write {} KiB", size >> 10));
+            let until = Instant::now() + buffered_share;
+            let mb = write_bandwidth(&work.join("buffered"), false, size, 1, until).await?;
+            buffered_by_size.insert(size.to_string(), mb);
+        }
+    }
     let write_bytes = IoProperties::choose(&Measured {
         direct_io: direct,
         write_mb_per_s_by_size: by_size.clone(),
         write_mb_per_s_by_queue_depth: BTreeMap::new(),
+        buffered_write_mb_per_s_by_size: BTreeMap::new(),
         synced_mb_per_s_by_files: BTreeMap::new(),
         fdatasync_us_p50: 0,
         fdatasync_us_p99: 0,
@@ -405,6 +421,7 @@ async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::R
         direct_io: direct,
         write_mb_per_s_by_size: by_size,
         write_mb_per_s_by_queue_depth: by_depth,
+        buffered_write_mb_per_s_by_size: buffered_by_size,
         synced_mb_per_s_by_files: by_files,
         fdatasync_us_p50: syncs.value_at_quantile(0.5),
         fdatasync_us_p99: syncs.value_at_quantile(0.99),
@@ -438,6 +455,7 @@ mod tests {
             direct_io: true,
             write_mb_per_s_by_size: by_size.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             write_mb_per_s_by_queue_depth: BTreeMap::new(),
+            buffered_write_mb_per_s_by_size: BTreeMap::new(),
             synced_mb_per_s_by_files: by_files.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             fdatasync_us_p50: fsync_p50_us,
             fdatasync_us_p99: fsync_p50_us * 3,

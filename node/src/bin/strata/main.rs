@@ -235,9 +235,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .join(", ")
             };
             println!(
-                "direct IO: {}\nwrite MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
+                "direct IO: {}\nwrite MB/s by size: {}\nbuffered write MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
                 measured.direct_io,
                 by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
+                    "{} KiB",
+                    bytes >> 10
+                )),
+                by_key(&measured.buffered_write_mb_per_s_by_size, |bytes| format!(
                     "{} KiB",
                     bytes >> 10
                 )),
