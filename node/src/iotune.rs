@@ -162,6 +162,7 @@ impl IoProperties {
             group_bytes_max: (chosen.write_bytes * chosen.writes_in_flight)
                 .clamp(256 << 10, 64 << 20),
             group_commit_window: Duration::from_micros(chosen.group_commit_window_us),
+            sync_latency_us: None,
             device_writes: Some(std::sync::Arc::new(tokio::sync::Semaphore::new(per_shard))),
         }
     }

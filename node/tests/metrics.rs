@@ -68,7 +68,18 @@ fn metrics_parse_and_count_the_traffic() {
     let temp = tempfile::tempdir().unwrap();
     let admin = support::free_base_port(0);
     let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
-    node.cli(&["topic", "create", "m", "--partitions", "2"], None);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "m",
+            "--partitions",
+            "2",
+            "--config",
+            "flush=always",
+        ],
+        None,
+    );
     let input: String = (0..500).map(|i| format!("value-{i:04}\n")).collect();
     node.cli(&["produce", "m"], Some(input.as_bytes()));
     node.cli(
@@ -85,6 +96,18 @@ fn metrics_parse_and_count_the_traffic() {
     );
     assert!(sample(&samples, "strata_bytes_in_total", "topic=\"m\"") >= 500.0 * 10.0);
     assert!(sample(&samples, "strata_bytes_out_total", "topic=\"m\"") >= 500.0 * 10.0);
+    // Whole batches are served: at least the 500 consumed, at most what is stored.
+    let records_out = sample(&samples, "strata_records_out_total", "topic=\"m\"");
+    assert!((500.0..=1000.0).contains(&records_out), "{records_out}");
+    // flush=always: every produce waited for a sync, each one timed.
+    let syncs = sample(&samples, "strata_fsync_latency_seconds_count", "node=\"1\"");
+    assert!(syncs >= 1.0, "{syncs}");
+    let replicas: f64 = samples
+        .iter()
+        .filter(|(name, _, _)| name == "strata_replica_partitions")
+        .map(|(_, _, value)| value)
+        .sum();
+    assert_eq!(replicas, 2.0);
     let produce_count = sample(
         &samples,
         "strata_produce_latency_seconds_count",
@@ -207,8 +230,19 @@ fn the_grafana_dashboard_queries_exported_metrics() {
     node.cli(&["topic", "create", "g", "--partitions", "1"], None);
     node.cli(&["produce", "g"], Some(b"one\n"));
     let (_, body) = get(admin, "/metrics");
-    let exported: std::collections::BTreeSet<String> =
-        parse(&body).into_iter().map(|(name, _, _)| name).collect();
+    // Families are declared (`# TYPE`) even before they have samples (lag needs a group).
+    let exported: std::collections::BTreeSet<String> = parse(&body)
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .chain(body.lines().filter_map(|line| {
+            let family = line.strip_prefix("# TYPE ")?.split_whitespace().next()?;
+            Some(family.to_string())
+        }))
+        .flat_map(|name| {
+            // A histogram family's samples are name_bucket, name_sum and name_count.
+            ["", "_bucket", "_sum", "_count"].map(|suffix| format!("{name}{suffix}"))
+        })
+        .collect();
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tuning/dashboards/grafana.json"

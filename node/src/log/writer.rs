@@ -286,6 +286,8 @@ pub struct WriterTuning {
     /// With `flush=always` and no sync running, how long written appends wait for more before
     /// their sync starts (more appends per sync on disks where a sync is slow).
     pub group_commit_window: std::time::Duration,
+    /// Where each sync's duration (µs) is recorded (the shard's fsync histogram). Shard-local.
+    pub sync_latency_us: Option<std::rc::Rc<std::cell::RefCell<hdrhistogram::Histogram<u64>>>>,
     /// Device writes (syncs) in flight on this shard, over all its logs (`None`: unbounded).
     /// Shard-local. Appends themselves land in the page cache and are not limited.
     pub device_writes: Option<std::sync::Arc<tokio::sync::Semaphore>>,
@@ -296,6 +298,7 @@ impl Default for WriterTuning {
         WriterTuning {
             group_bytes_max: 64 << 20,
             group_commit_window: std::time::Duration::ZERO,
+            sync_latency_us: None,
             device_writes: None,
         }
     }
@@ -326,6 +329,7 @@ type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
 /// A sync running on the disk and the appends waiting for it.
 struct SyncInFlight {
     outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
+    started: std::time::Instant,
     waiters: Vec<(AppendReply, AppendInfo)>,
 }
 
@@ -364,6 +368,7 @@ async fn run<S: Storage>(
                         "sync starts"
                     );
                     in_flight = Some(SyncInFlight {
+                        started: std::time::Instant::now(),
                         outcome: Box::pin({
                             let device_writes = tuning.device_writes.clone();
                             async move {
@@ -401,6 +406,11 @@ async fn run<S: Storage>(
                 }
             } => {
                 let sync = in_flight.take().expect("the branch ran on a sync");
+                if let Some(histogram) = &tuning.sync_latency_us {
+                    let _ = histogram
+                        .borrow_mut()
+                        .record((sync.started.elapsed().as_micros() as u64).max(1));
+                }
                 tracing::debug!(appends = sync.waiters.len(), "sync done");
                 let result = log.complete_flush(outcome, clock()).await;
                 let mut waiters = sync.waiters;

@@ -18,6 +18,7 @@ pub struct TopicCounters {
     pub records_in: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub records_out: u64,
     pub produce_errors: u64,
     /// Bytes this node appended as a follower.
     pub bytes_replicated: u64,
@@ -26,9 +27,23 @@ pub struct TopicCounters {
 }
 
 /// One shard's metrics; only that shard's thread touches it.
-#[derive(Default)]
 pub struct ShardMetrics {
     inner: RefCell<Snapshot>,
+    /// Filled by the shard's log writers (one per partition) as their syncs complete.
+    fsync_latency_us: std::rc::Rc<RefCell<Histogram<u64>>>,
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics {
+            inner: RefCell::default(),
+            fsync_latency_us: std::rc::Rc::new(RefCell::new(latency_histogram())),
+        }
+    }
+}
+
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid bounds")
 }
 
 /// What a shard hands to a scrape.
@@ -40,25 +55,31 @@ pub struct Snapshot {
     pub fetch_latency_us: Histogram<u64>,
     /// Follower side: one replication fetch, from request to appended (µs).
     pub replication_latency_us: Histogram<u64>,
+    /// One `fdatasync` of a partition log (µs).
+    pub fsync_latency_us: Histogram<u64>,
     /// Leader side: bytes served to followers.
     pub replica_bytes_out: u64,
     pub cross_shard_hops: u64,
     pub partitions: u64,
+    /// Replicas (led or followed) this shard holds.
+    pub replicas: u64,
     /// Partitions this shard leads whose ISR is smaller than their replica set.
     pub under_replicated: u64,
 }
 
 impl Default for Snapshot {
     fn default() -> Self {
-        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid bounds");
+        let histogram = latency_histogram;
         Snapshot {
             topics: BTreeMap::new(),
             produce_latency_us: histogram(),
             fetch_latency_us: histogram(),
             replication_latency_us: histogram(),
+            fsync_latency_us: histogram(),
             replica_bytes_out: 0,
             cross_shard_hops: 0,
             partitions: 0,
+            replicas: 0,
             under_replicated: 0,
         }
     }
@@ -82,9 +103,16 @@ impl ShardMetrics {
             .produce_errors += 1;
     }
 
-    pub fn fetched(&self, topic: &str, bytes: u64, latency_us: u64) {
+    /// The histogram the shard's log writers record their syncs in.
+    pub fn fsync_histogram(&self) -> std::rc::Rc<RefCell<Histogram<u64>>> {
+        self.fsync_latency_us.clone()
+    }
+
+    pub fn fetched(&self, topic: &str, records: u64, bytes: u64, latency_us: u64) {
         let mut inner = self.inner.borrow_mut();
-        inner.topics.entry(topic.to_string()).or_default().bytes_out += bytes;
+        let counters = inner.topics.entry(topic.to_string()).or_default();
+        counters.bytes_out += bytes;
+        counters.records_out += records;
         let _ = inner.fetch_latency_us.record(latency_us.max(1));
     }
 
@@ -115,11 +143,14 @@ impl ShardMetrics {
         &self,
         cross_shard_hops: u64,
         partitions: u64,
+        replicas: u64,
         under_replicated: u64,
     ) -> Snapshot {
         let mut snapshot = self.inner.borrow().clone();
+        snapshot.fsync_latency_us = self.fsync_latency_us.borrow().clone();
         snapshot.cross_shard_hops = cross_shard_hops;
         snapshot.partitions = partitions;
+        snapshot.replicas = replicas;
         snapshot.under_replicated = under_replicated;
         snapshot
     }
@@ -140,6 +171,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             total.records_in += counters.records_in;
             total.bytes_in += counters.bytes_in;
             total.bytes_out += counters.bytes_out;
+            total.records_out += counters.records_out;
             total.produce_errors += counters.produce_errors;
             total.bytes_replicated += counters.bytes_replicated;
             total.isr_changes += counters.isr_changes;
@@ -173,6 +205,12 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         "strata_bytes_out_total",
         "Bytes of record batches fetched.",
         &|c| c.bytes_out,
+    );
+    counter(
+        &mut out,
+        "strata_records_out_total",
+        "Records fetched by consumers (whole batches served).",
+        &|c| c.records_out,
     );
     counter(
         &mut out,
@@ -217,6 +255,17 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     }
     let _ = writeln!(
         out,
+        "# HELP strata_replica_partitions Replicas (led or followed) this shard holds.\n# TYPE strata_replica_partitions gauge"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "strata_replica_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.replicas
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP strata_under_replicated_partitions Led partitions whose ISR is smaller than their replica set.\n# TYPE strata_under_replicated_partitions gauge"
     );
     for (shard, snapshot) in snapshots.iter().enumerate() {
@@ -252,6 +301,11 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "strata_replication_latency_seconds",
             "Follower side: one replication fetch, from request to the records appended.",
             |s: &Snapshot| &s.replication_latency_us,
+        ),
+        (
+            "strata_fsync_latency_seconds",
+            "One fdatasync of a partition log (flush=always syncs, interval flushes, closes).",
+            |s: &Snapshot| &s.fsync_latency_us,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");

@@ -148,6 +148,8 @@ pub fn run(
             }
         };
         let (context_io, shards) = (context.config.io_properties.clone(), context.config.shards);
+        let metrics = metrics::ShardMetrics::default();
+        let fsync_histogram = metrics.fsync_histogram();
         let shard = Rc::new(Shard {
             quic: Some(quic),
             context,
@@ -159,10 +161,13 @@ pub fn run(
             }),
             partitions: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
-            metrics: metrics::ShardMetrics::default(),
-            writer_tuning: match &context_io {
-                Some(properties) => properties.writer_tuning(shards),
-                None => writer::WriterTuning::default(),
+            metrics,
+            writer_tuning: writer::WriterTuning {
+                sync_latency_us: Some(fsync_histogram),
+                ..match &context_io {
+                    Some(properties) => properties.writer_tuning(shards),
+                    None => writer::WriterTuning::default(),
+                }
             },
         });
         if let Err(error) = shard.apply_view(view).await {
@@ -245,9 +250,11 @@ pub fn run(
                 }
                 ShardMessage::Metrics { reply } => {
                     let (led, under_replicated) = shard.leadership_counts();
+                    let replicas = shard.partitions.borrow().len() as u64;
                     let _ = reply.send(shard.metrics.snapshot(
                         shard.cross_shard_hops.get(),
                         led,
+                        replicas,
                         under_replicated,
                     ));
                 }
@@ -316,6 +323,20 @@ fn produce_response_lost() -> bool {
     }
     tracing::warn!("fault injection: dropping the answer to produce #{nth}");
     true
+}
+
+/// Records in whole stored batches, from their headers (a metric: no body is read).
+fn records_in(batches: &[u8]) -> u64 {
+    let mut records = 0u64;
+    let mut at = 0;
+    while let Some(rest) = batches.get(at..).filter(|rest| !rest.is_empty()) {
+        let Ok(header) = strata_wire::batch::BatchHeader::parse(rest) else {
+            break;
+        };
+        records += u64::from(header.record_count);
+        at += header.batch_len as usize;
+    }
+    records
 }
 
 fn log_error_code(error: &LogError) -> ErrorCode {
@@ -978,6 +999,7 @@ impl Shard {
             Ok(bytes) => {
                 self.metrics.fetched(
                     topic,
+                    records_in(&bytes),
                     bytes.len() as u64,
                     started.elapsed().as_micros() as u64,
                 );
