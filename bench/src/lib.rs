@@ -166,6 +166,18 @@ pub struct TimelinePoint {
     pub second: u64,
     pub produced_records: u64,
     pub consumed_records: u64,
+    /// Ack latency p99 of the records acknowledged in this second (µs); absent without acks.
+    pub ack_p99_us: Option<u64>,
+    /// End-to-end latency p99 of the records consumed in this second (µs).
+    pub e2e_p99_us: Option<u64>,
+}
+
+/// One second's latencies (for the HDR interval log).
+pub struct IntervalHistograms {
+    /// Seconds since the start of the run at the end of this interval.
+    pub second: u64,
+    pub ack: Histogram<u64>,
+    pub e2e: Histogram<u64>,
 }
 
 /// The measured histograms, for HDR interval logs and merging.
@@ -173,6 +185,50 @@ pub struct Histograms {
     pub ack: Histogram<u64>,
     pub batch: Histogram<u64>,
     pub e2e: Histogram<u64>,
+    /// Per second of the run, as the progress ticker cut them.
+    pub intervals: Vec<IntervalHistograms>,
+}
+
+/// Latency since the last progress tick, one histogram per producer or consumer task (its own
+/// lock, uncontended but for the tick that empties it once a second).
+type IntervalRecorder = Arc<std::sync::Mutex<Histogram<u64>>>;
+
+#[derive(Clone, Default)]
+struct IntervalRecorders {
+    recorders: Arc<std::sync::Mutex<Vec<IntervalRecorder>>>,
+}
+
+/// Where a producer counts what was acknowledged: the run's total and this second's latency.
+struct Tally {
+    produced: Arc<AtomicU64>,
+    interval: IntervalRecorder,
+}
+
+impl IntervalRecorders {
+    /// A recorder for one more task.
+    fn recorder(&self) -> IntervalRecorder {
+        let recorder = Arc::new(std::sync::Mutex::new(histogram()));
+        self.recorders
+            .lock()
+            .expect("recorders")
+            .push(recorder.clone());
+        recorder
+    }
+
+    /// Everything recorded since the last call, merged; the recorders start afresh.
+    fn take(&self) -> Histogram<u64> {
+        let mut merged = histogram();
+        for recorder in self.recorders.lock().expect("recorders").iter() {
+            let mut recorder = recorder.lock().expect("recorder");
+            let _ = merged.add(&*recorder);
+            recorder.reset();
+        }
+        merged
+    }
+}
+
+fn p99(histogram: &Histogram<u64>) -> Option<u64> {
+    (!histogram.is_empty()).then(|| histogram.value_at_quantile(0.99))
 }
 
 fn histogram() -> Histogram<u64> {
@@ -226,7 +282,12 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         ack: histogram(),
         batch: histogram(),
         e2e: histogram(),
+        intervals: Vec::new(),
     };
+    let (ack_intervals, e2e_intervals) =
+        (IntervalRecorders::default(), IntervalRecorders::default());
+    let intervals: Arc<std::sync::Mutex<Vec<IntervalHistograms>>> = Arc::default();
+    let target_records = config.records;
     let produced = Arc::new(AtomicU64::new(0));
     let consumed = Arc::new(AtomicU64::new(0));
     // Every second: a timeline point (always), a progress line (on a terminal).
@@ -236,6 +297,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         let (produced, consumed) = (produced.clone(), consumed.clone());
         let record_size = config.record_size as f64;
         let timeline = timeline.clone();
+        let (ack_intervals, e2e_intervals) = (ack_intervals.clone(), e2e_intervals.clone());
+        let intervals = intervals.clone();
+        let workload = config.workload;
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
             ticker.tick().await;
@@ -246,24 +310,49 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     produced.load(Ordering::Relaxed),
                     consumed.load(Ordering::Relaxed),
                 );
+                let (ack, e2e) = (ack_intervals.take(), e2e_intervals.take());
+                let (ack_p99_us, e2e_p99_us) = (p99(&ack), p99(&e2e));
                 let mut points = timeline.lock().expect("timeline");
                 let second = points.len() as u64 + 1;
                 points.push(TimelinePoint {
                     second,
                     produced_records: p - last_produced,
                     consumed_records: c - last_consumed,
+                    ack_p99_us,
+                    e2e_p99_us,
                 });
                 drop(points);
+                intervals
+                    .lock()
+                    .expect("intervals")
+                    .push(IntervalHistograms { second, ack, e2e });
                 if !show_progress {
                     (last_produced, last_consumed) = (p, c);
                     continue;
                 }
+                let ms = |us: Option<u64>| {
+                    us.map_or("-".to_string(), |us| format!("{:.1}", us as f64 / 1e3))
+                };
+                // A bar for runs of a fixed size, as far as the counted side has got.
+                let bar = target_records.map_or(String::new(), |target| {
+                    let done = if workload == Workload::Consume { c } else { p };
+                    let fraction = (done as f64 / target.max(1) as f64).min(1.0);
+                    let filled = (fraction * 20.0) as usize;
+                    format!(
+                        "[{}{}] {:>3.0}% ",
+                        "#".repeat(filled),
+                        "-".repeat(20 - filled),
+                        fraction * 100.0
+                    )
+                });
                 eprintln!(
-                    "  produced {:>9.0} records/s {:>8.1} MB/s   consumed {:>9.0} records/s {:>8.1} MB/s",
+                    "  {bar}produced {:>9.0} records/s {:>8.1} MB/s ack p99 {:>7} ms   consumed {:>9.0} records/s {:>8.1} MB/s e2e p99 {:>7} ms",
                     (p - last_produced) as f64,
                     (p - last_produced) as f64 * record_size / 1e6,
+                    ms(ack_p99_us),
                     (c - last_consumed) as f64,
                     (c - last_consumed) as f64 * record_size / 1e6,
+                    ms(e2e_p99_us),
                 );
                 (last_produced, last_consumed) = (p, c);
             }
@@ -286,16 +375,20 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         // timestamp at the head of each value, bytes, and the shared record count.
         let count = move |batch: &strata_client::ConsumedBatch,
                           e2e: &mut Histogram<u64>,
+                          interval: &std::sync::Mutex<Histogram<u64>>,
                           bytes: &mut u64,
                           consumed: &AtomicU64| {
             let seen = now_us();
             if Instant::now() < measure_from {
                 return;
             }
+            let mut interval = interval.lock().expect("interval recorder");
             for record in batch.records() {
                 if let Some(sent) = record.value.get(..8) {
                     let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
-                    let _ = e2e.record(seen.saturating_sub(sent).max(1));
+                    let latency = seen.saturating_sub(sent).max(1);
+                    let _ = e2e.record(latency);
+                    let _ = interval.record(latency);
                 }
                 *bytes += record.value.len() as u64;
                 consumed.fetch_add(1, Ordering::Relaxed);
@@ -308,6 +401,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 ..ConsumerConfig::default()
             };
             let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
+            let interval = e2e_intervals.recorder();
             if let Some(group) = &config.group {
                 let mut group_config = GroupConfig::new(group.clone());
                 group_config.client_id = format!("strata-bench-{index}");
@@ -326,7 +420,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     let (mut e2e, mut bytes) = (histogram(), 0u64);
                     while !stop.load(Ordering::Relaxed) {
                         for batch in member.poll().await? {
-                            count(&batch, &mut e2e, &mut bytes, &consumed);
+                            count(&batch, &mut e2e, &interval, &mut bytes, &consumed);
                         }
                     }
                     member.close().await?;
@@ -346,7 +440,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 let (mut e2e, mut bytes) = (histogram(), 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     for batch in consumer.poll().await? {
-                        count(&batch, &mut e2e, &mut bytes, &consumed);
+                        count(&batch, &mut e2e, &interval, &mut bytes, &consumed);
                     }
                 }
                 Ok::<_, anyhow::Error>((e2e, bytes))
@@ -371,6 +465,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             );
             let config = config.clone();
             let (stop, produced) = (stop.clone(), produced.clone());
+            let interval = ack_intervals.recorder();
             let quota = config.records.map(|total| {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
             });
@@ -381,7 +476,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     index as u64,
                     quota,
                     stop,
-                    produced,
+                    Tally { produced, interval },
                     measure_from,
                 )
                 .await
@@ -435,6 +530,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     if let Some(progress) = progress {
         progress.abort();
     }
+    histograms.intervals = std::mem::take(&mut *intervals.lock().expect("intervals"));
     let (records, bytes) = match config.workload {
         Workload::Produce => (produced.load(Ordering::Relaxed), produced_bytes),
         Workload::Consume | Workload::E2e => (consumed.load(Ordering::Relaxed), consumed_bytes),
@@ -469,9 +565,10 @@ async fn produce(
     index: u64,
     quota: Option<u64>,
     stop: Arc<AtomicBool>,
-    produced: Arc<AtomicU64>,
+    tally: Tally,
     measure_from: Instant,
 ) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
+    let Tally { produced, interval } = tally;
     let topic: Arc<str> = config.topic.as_str().into();
     let rate = config
         .rate
@@ -511,7 +608,9 @@ async fn produce(
             collector_acked.0.store(sequence, Ordering::Release);
             collector_acked.1.notify_one();
             if intended >= measure_from {
-                let _ = histogram.record(intended.elapsed().as_micros().max(1) as u64);
+                let latency = intended.elapsed().as_micros().max(1) as u64;
+                let _ = histogram.record(latency);
+                let _ = interval.lock().expect("interval recorder").record(latency);
                 bytes += size as u64;
                 produced.fetch_add(1, Ordering::Relaxed);
             }
@@ -674,6 +773,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
             ack: histogram(),
             batch: histogram(),
             e2e: histogram(),
+            intervals: Vec::new(),
         },
     ))
 }

@@ -277,6 +277,8 @@ struct Membership {
     owned: BTreeSet<TopicPartition>,
     /// The latest assignment from the coordinator, not applied yet.
     pending: Option<BTreeSet<TopicPartition>>,
+    /// Partitions `poll` is starting (taken from `pending`, not yet in `owned`).
+    applying: BTreeSet<TopicPartition>,
     /// Set when the coordinator no longer knows this member; `poll` rejoins.
     lost: Option<ErrorCode>,
     last_poll: Option<std::time::Instant>,
@@ -519,12 +521,18 @@ impl GroupConsumer {
             }
             join(&self.client, &self.config, &self.topics, &self.membership).await?;
         }
-        let Some(target) = self.membership.lock().expect("membership").pending.take() else {
-            return Ok(());
+        let (target, owned, added) = {
+            let mut membership = self.membership.lock().expect("membership");
+            let Some(target) = membership.pending.take() else {
+                return Ok(());
+            };
+            let owned = membership.owned.clone();
+            let added: Vec<TopicPartition> = target.difference(&owned).cloned().collect();
+            // Reported from now on, though their positions are still being looked up.
+            membership.applying = added.iter().cloned().collect();
+            (target, owned, added)
         };
-        let owned = self.assignment();
         let revoked: Vec<TopicPartition> = owned.difference(&target).cloned().collect();
-        let added: Vec<TopicPartition> = target.difference(&owned).cloned().collect();
         if !revoked.is_empty() {
             if self.config.delivery == Delivery::AtLeastOnce {
                 // Hand over exactly where this member stopped: the next owner starts there.
@@ -560,47 +568,75 @@ impl GroupConsumer {
             self.tell(RebalanceEvent::Revoked(revoked));
         }
         if !added.is_empty() {
-            // Partitions added to a topic since the metadata was read are not in it yet.
-            let metadata = self.client.metadata().await?;
-            let known = |(topic, partition): &TopicPartition| {
-                metadata
-                    .topics
-                    .get(topic)
-                    .is_some_and(|t| t.partitions.iter().any(|p| p.partition == *partition))
-            };
-            if !added.iter().all(known) {
-                self.client.refresh_metadata().await?;
+            if let Err(error) = self.start_partitions(&added).await {
+                // Not started: apply the assignment again at the next poll (still reported).
+                let mut membership = self.membership.lock().expect("membership");
+                membership.applying.clear();
+                membership.pending.get_or_insert(target);
+                return Err(error);
             }
-            let committed: HashMap<TopicPartition, i64> = self
-                .client
-                .committed_offsets(&self.config.group)
-                .await?
-                .into_iter()
-                .map(|c| ((c.topic, c.partition), c.offset))
-                .collect();
-            for key in &added {
-                let start = match committed.get(key) {
-                    Some(&offset) if offset >= 0 => SeekTo::Offset(offset as u64),
-                    _ => match self.config.auto_offset_reset {
-                        OffsetReset::Earliest => SeekTo::Beginning,
-                        OffsetReset::Latest => SeekTo::End,
-                    },
-                };
-                self.consumer.seek(&key.0, key.1, start).await?;
-                if let Some(&offset) = committed.get(key).filter(|offset| **offset >= 0) {
-                    self.committed.insert(key.clone(), offset as u64);
-                }
-            }
-            self.membership
-                .lock()
-                .expect("membership")
-                .owned
-                .extend(added.iter().cloned());
+            let mut membership = self.membership.lock().expect("membership");
+            membership.owned.extend(added.iter().cloned());
+            membership.applying.clear();
+            drop(membership);
             self.tell(RebalanceEvent::Assigned(added));
         }
         // Report what is owned now at once: released partitions can move on.
         self.heartbeat_now.notify_one();
         Ok(())
+    }
+}
+
+impl GroupConsumer {
+    /// Positions newly assigned partitions at the group's committed offsets (or the reset).
+    async fn start_partitions(&mut self, added: &[TopicPartition]) -> Result<(), ClientError> {
+        // Partitions added to a topic since the metadata was read are not in it yet.
+        let metadata = self.client.metadata().await?;
+        let known = |(topic, partition): &TopicPartition| {
+            metadata
+                .topics
+                .get(topic)
+                .is_some_and(|t| t.partitions.iter().any(|p| p.partition == *partition))
+        };
+        if !added.iter().all(known) {
+            self.client.refresh_metadata().await?;
+        }
+        let committed: HashMap<TopicPartition, i64> = self
+            .client
+            .committed_offsets(&self.config.group)
+            .await?
+            .into_iter()
+            .map(|c| ((c.topic, c.partition), c.offset))
+            .collect();
+        for key in added {
+            let start = match committed.get(key) {
+                Some(&offset) if offset >= 0 => SeekTo::Offset(offset as u64),
+                _ => match self.config.auto_offset_reset {
+                    OffsetReset::Earliest => SeekTo::Beginning,
+                    OffsetReset::Latest => SeekTo::End,
+                },
+            };
+            self.consumer.seek(&key.0, key.1, start).await?;
+            if let Some(&offset) = committed.get(key).filter(|offset| **offset >= 0) {
+                self.committed.insert(key.clone(), offset as u64);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Membership {
+    /// What heartbeats report: everything this member owns or has been given and is still
+    /// starting, and what an unapplied answer gives it. The coordinator takes a partition
+    /// missing from a report as released, so a report must never miss one this member may
+    /// still read (it would be handed to another member too).
+    fn reported(&self) -> BTreeSet<TopicPartition> {
+        let mut reported = self.owned.clone();
+        reported.extend(self.applying.iter().cloned());
+        if let Some(pending) = &self.pending {
+            reported.extend(pending.iter().cloned());
+        }
+        reported
     }
 }
 
@@ -694,7 +730,7 @@ async fn heartbeat_loop(
                         group: config.group.clone(),
                         member_id: state.member_id.clone(),
                         generation: state.generation,
-                        owned: to_wire(&state.owned),
+                        owned: to_wire(&state.reported()),
                     }),
                     state.heartbeat_interval.max(Duration::from_millis(50)),
                 )
@@ -737,11 +773,9 @@ async fn heartbeat_loop(
                             tp.partitions.into_iter().map(move |p| (topic.clone(), p))
                         })
                         .collect();
-                    if assignment != state.owned {
-                        state.pending = Some(assignment);
-                    } else {
-                        state.pending = None;
-                    }
+                    let mut applied = state.owned.clone();
+                    applied.extend(state.applying.iter().cloned());
+                    state.pending = (assignment != applied).then_some(assignment);
                 }
                 Ok(_) => {}
                 Err(ClientError::Broker(

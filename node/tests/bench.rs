@@ -55,6 +55,8 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     assert_eq!(stored, 20000);
 
     // A rate-limited run hits its rate within 5%.
+    let hdr_log = temp.path().join("limited.hlog");
+    let hdr_log_text = hdr_log.display().to_string();
     let limited = report(
         &node,
         &[
@@ -66,10 +68,26 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
             "4000",
             "--duration",
             "2",
+            "--hdr-log",
+            &hdr_log_text,
         ],
     );
     let rate = limited["records_per_s"].as_f64().unwrap();
     assert!((rate - 4000.0).abs() / 4000.0 < 0.05, "rate {rate}");
+    // Per-second latency: in the timeline and as intervals of the HDR log.
+    let seconds_with_p99 = limited["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|point| point["ack_p99_us"].as_u64().is_some_and(|p99| p99 > 0))
+        .count();
+    assert!(seconds_with_p99 >= 2, "{}", limited["timeline"]);
+    let hdr_log = std::fs::read_to_string(&hdr_log).unwrap();
+    let ack_intervals = hdr_log
+        .lines()
+        .filter(|line| line.starts_with("Tag=ack,"))
+        .count();
+    assert!(ack_intervals >= 2, "one interval per second: {hdr_log}");
 
     // End to end: every record produced is consumed and timed; --plot draws it.
     let plot = temp.path().join("e2e.svg");
@@ -106,6 +124,24 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         &["bench", "consume", "--topic", "b1", "--records", "20000"],
     );
     assert_eq!(consumed["records"], 20000);
+
+    // Consumers as members of a group share the partitions and read everything once.
+    let grouped = report(
+        &node,
+        &[
+            "bench",
+            "consume",
+            "--topic",
+            "b1",
+            "--records",
+            "20000",
+            "--consumers",
+            "2",
+            "--group",
+            "benchers",
+        ],
+    );
+    assert_eq!(grouped["records"], 20000);
 }
 
 /// Coordinated omission: a broker paused for 1 s during a fixed-rate run shows the pause in the

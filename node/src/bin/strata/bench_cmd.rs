@@ -331,12 +331,23 @@ fn write_hdr_log(
     let mut writer = IntervalLogWriterBuilder::new()
         .with_base_time(std::time::SystemTime::now())
         .begin_log_with(&mut file, &mut serializer)?;
-    let length = Duration::from_secs_f64(report.duration_s);
-    for (name, histogram) in [("ack", &histograms.ack), ("e2e", &histograms.e2e)] {
-        if histogram.is_empty() {
-            continue;
+    // One interval per second of the run, tagged ack and e2e, as HdrHistogram tools expect;
+    // a run shorter than a second gets its whole histograms as one interval.
+    if histograms.intervals.is_empty() {
+        let length = Duration::from_secs_f64(report.duration_s);
+        for (name, histogram) in [("ack", &histograms.ack), ("e2e", &histograms.e2e)] {
+            if !histogram.is_empty() {
+                writer.write_histogram(histogram, Duration::ZERO, length, Tag::new(name))?;
+            }
         }
-        writer.write_histogram(histogram, Duration::ZERO, length, Tag::new(name))?;
+    }
+    for interval in &histograms.intervals {
+        let start = Duration::from_secs(interval.second - 1);
+        for (name, histogram) in [("ack", &interval.ack), ("e2e", &interval.e2e)] {
+            if !histogram.is_empty() {
+                writer.write_histogram(histogram, start, Duration::from_secs(1), Tag::new(name))?;
+            }
+        }
     }
     Ok(())
 }
