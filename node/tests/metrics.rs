@@ -108,6 +108,15 @@ fn metrics_parse_and_count_the_traffic() {
         .map(|(_, _, value)| value)
         .sum();
     assert_eq!(replicas, 2.0);
+    // The shards' io_uring operations were counted (writes and syncs happened).
+    let io_max: f64 = samples
+        .iter()
+        .filter(|(name, _, _)| name == "strata_io_uring_in_flight_max")
+        .map(|(_, _, value)| value)
+        .sum();
+    if strata_node::io::Backend::detect() == strata_node::io::Backend::IoUring {
+        assert!(io_max >= 1.0, "{io_max}");
+    }
     let produce_count = sample(
         &samples,
         "strata_produce_latency_seconds_count",

@@ -17,6 +17,41 @@ pub fn probe() -> io::Result<()> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UringStorage;
 
+thread_local! {
+    /// io_uring operations this thread (a shard) has submitted and not yet seen complete: the
+    /// submission queue's depth as the shard uses it (tokio-uring does not expose the ring's).
+    static IN_FLIGHT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The most in flight at once since the last [`take_in_flight`].
+    static IN_FLIGHT_MAX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one operation in flight for as long as it lives.
+struct InFlight;
+
+impl InFlight {
+    fn start() -> InFlight {
+        let now = IN_FLIGHT.with(|count| {
+            count.set(count.get() + 1);
+            count.get()
+        });
+        IN_FLIGHT_MAX.with(|max| max.set(max.get().max(now)));
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.with(|count| count.set(count.get() - 1));
+    }
+}
+
+/// This thread's io_uring operations in flight now, and the most at once since the last call.
+pub fn take_in_flight() -> (u64, u64) {
+    let now = IN_FLIGHT.with(std::cell::Cell::get);
+    let max = IN_FLIGHT_MAX.with(|max| max.replace(now));
+    (now, max)
+}
+
 pub struct UringFile {
     file: tokio_uring::fs::File,
 }
@@ -53,11 +88,13 @@ unsafe impl IoBufMut for ReadBuf {
 
 impl StorageFile for UringFile {
     async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        let _in_flight = InFlight::start();
         let (result, _) = self.file.write_all_at(bytes, pos).await;
         result
     }
 
     async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        let _in_flight = InFlight::start();
         buf.clear();
         // A read may return fewer bytes than asked before the end of the file (a signal, a
         // page-cache boundary); keep reading until the buffer is full or the file ends.
@@ -84,6 +121,7 @@ impl StorageFile for UringFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
+        let _in_flight = InFlight::start();
         self.file.sync_data().await
     }
 

@@ -63,6 +63,9 @@ pub struct Snapshot {
     pub partitions: u64,
     /// Replicas (led or followed) this shard holds.
     pub replicas: u64,
+    /// io_uring operations in flight on this shard at the scrape, and the most since the last.
+    pub io_in_flight: u64,
+    pub io_in_flight_max: u64,
     /// Partitions this shard leads whose ISR is smaller than their replica set.
     pub under_replicated: u64,
 }
@@ -80,6 +83,8 @@ impl Default for Snapshot {
             cross_shard_hops: 0,
             partitions: 0,
             replicas: 0,
+            io_in_flight: 0,
+            io_in_flight_max: 0,
             under_replicated: 0,
         }
     }
@@ -151,6 +156,7 @@ impl ShardMetrics {
         snapshot.cross_shard_hops = cross_shard_hops;
         snapshot.partitions = partitions;
         snapshot.replicas = replicas;
+        (snapshot.io_in_flight, snapshot.io_in_flight_max) = crate::io::uring::take_in_flight();
         snapshot.under_replicated = under_replicated;
         snapshot
     }
@@ -263,6 +269,27 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "strata_replica_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
             snapshot.replicas
         );
+    }
+    for (name, help, pick) in [
+        (
+            "strata_io_uring_in_flight",
+            "io_uring operations (writes, reads, syncs) submitted by this shard and not yet complete.",
+            (|s: &Snapshot| s.io_in_flight) as fn(&Snapshot) -> u64,
+        ),
+        (
+            "strata_io_uring_in_flight_max",
+            "The most io_uring operations in flight on this shard at once since the previous scrape.",
+            |s: &Snapshot| s.io_in_flight_max,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (shard, snapshot) in snapshots.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+                pick(snapshot)
+            );
+        }
     }
     let _ = writeln!(
         out,
