@@ -102,6 +102,9 @@ fn metrics_parse_and_count_the_traffic() {
     // flush=always: every produce waited for a sync, each one timed.
     let syncs = sample(&samples, "strata_fsync_latency_seconds_count", "node=\"1\"");
     assert!(syncs >= 1.0, "{syncs}");
+    // Every fetch that served records timed their age (end to end as the broker sees it).
+    let served = sample(&samples, "strata_e2e_latency_seconds_count", "node=\"1\"");
+    assert!(served >= 1.0, "{served}");
     let replicas: f64 = samples
         .iter()
         .filter(|(name, _, _)| name == "strata_replica_partitions")
@@ -207,7 +210,7 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
     let _ = bench.wait();
     let dom = String::from_utf8_lossy(&output.stdout);
     assert!(dom.contains("updated "), "the page scraped /metrics: {dom}");
-    for chart in ["produce", "fetch", "throughput", "records"] {
+    for chart in ["produce", "e2e", "fetch", "throughput", "records"] {
         let marker = format!("id=\"{chart}\"");
         let tag = dom
             .split("<canvas")

@@ -57,6 +57,9 @@ pub struct Snapshot {
     pub replication_latency_us: Histogram<u64>,
     /// One `fdatasync` of a partition log (µs).
     pub fsync_latency_us: Histogram<u64>,
+    /// End to end as the broker sees it: how old the newest record of a fetch was when served
+    /// (µs, from its producer timestamp).
+    pub e2e_latency_us: Histogram<u64>,
     /// Leader side: bytes served to followers.
     pub replica_bytes_out: u64,
     pub cross_shard_hops: u64,
@@ -79,6 +82,7 @@ impl Default for Snapshot {
             fetch_latency_us: histogram(),
             replication_latency_us: histogram(),
             fsync_latency_us: histogram(),
+            e2e_latency_us: histogram(),
             replica_bytes_out: 0,
             cross_shard_hops: 0,
             partitions: 0,
@@ -106,6 +110,11 @@ impl ShardMetrics {
             .entry(topic.to_string())
             .or_default()
             .produce_errors += 1;
+    }
+
+    /// A fetch served records whose newest was produced `age_us` ago.
+    pub fn served_age(&self, age_us: u64) {
+        let _ = self.inner.borrow_mut().e2e_latency_us.record(age_us.max(1));
     }
 
     /// The histogram the shard's log writers record their syncs in.
@@ -328,6 +337,11 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "strata_replication_latency_seconds",
             "Follower side: one replication fetch, from request to the records appended.",
             |s: &Snapshot| &s.replication_latency_us,
+        ),
+        (
+            "strata_e2e_latency_seconds",
+            "Age of the newest record of each fetch when served (producer timestamp to fetch answer).",
+            |s: &Snapshot| &s.e2e_latency_us,
         ),
         (
             "strata_fsync_latency_seconds",

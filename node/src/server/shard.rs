@@ -325,18 +325,20 @@ fn produce_response_lost() -> bool {
     true
 }
 
-/// Records in whole stored batches, from their headers (a metric: no body is read).
-fn records_in(batches: &[u8]) -> u64 {
-    let mut records = 0u64;
+/// Records in whole stored batches and the newest record's timestamp, from their headers (for
+/// metrics: no body is read).
+fn records_in(batches: &[u8]) -> (u64, Option<i64>) {
+    let (mut records, mut newest_ms) = (0u64, None);
     let mut at = 0;
     while let Some(rest) = batches.get(at..).filter(|rest| !rest.is_empty()) {
         let Ok(header) = strata_wire::batch::BatchHeader::parse(rest) else {
             break;
         };
         records += u64::from(header.record_count);
+        newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
         at += header.batch_len as usize;
     }
-    records
+    (records, newest_ms)
 }
 
 fn log_error_code(error: &LogError) -> ErrorCode {
@@ -997,12 +999,17 @@ impl Shard {
             .await
         {
             Ok(bytes) => {
+                let (records, newest_ms) = records_in(&bytes);
                 self.metrics.fetched(
                     topic,
-                    records_in(&bytes),
+                    records,
                     bytes.len() as u64,
                     started.elapsed().as_micros() as u64,
                 );
+                if let Some(newest_ms) = newest_ms {
+                    let age_ms = writer::system_clock_ms().saturating_sub(newest_ms).max(0);
+                    self.metrics.served_age(age_ms as u64 * 1000);
+                }
                 FetchPartitionResponse {
                     partition: index,
                     error: ErrorCode::None,
