@@ -161,6 +161,7 @@ struct Inner {
     opened: Arc<Notify>,
     /// (producer id, epoch) once an idempotent producer has one.
     identity: tokio::sync::OnceCell<(i64, i16)>,
+    requests: Arc<RequestBatchers>,
 }
 
 /// What a partition's sender task needs: not the producer itself, so dropping every producer
@@ -170,6 +171,179 @@ struct SenderContext {
     client: Arc<Client>,
     config: ProducerConfig,
     buffer: Arc<Semaphore>,
+    requests: Arc<RequestBatchers>,
+}
+
+/// One partition batch waiting for a produce request to its leader.
+struct Outgoing {
+    topic: Arc<str>,
+    partition: u32,
+    batch: Bytes,
+    reply: oneshot::Sender<Result<i64, ClientError>>,
+}
+
+/// Per destination (a leader's shard port), a task that puts every partition batch waiting for
+/// it into one produce request, as Kafka's sender does: many small batches (many partitions at
+/// a modest rate) cost one request, not one each. Entries go out in the order they came, so a
+/// partition's batches keep their order on the connection.
+#[derive(Default)]
+struct RequestBatchers {
+    by_address: Mutex<HashMap<String, mpsc::UnboundedSender<Outgoing>>>,
+}
+
+/// The most bytes of batches one coalesced request carries.
+const REQUEST_BYTES_MAX: usize = 16 << 20;
+
+impl RequestBatchers {
+    fn send(&self, context: &SenderContext, address: &str, outgoing: Outgoing) {
+        let mut by_address = self.by_address.lock().expect("request batchers");
+        let sender = by_address.entry(address.to_string()).or_insert_with(|| {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            tokio::spawn(coalesce(
+                context.client.clone(),
+                context.config.acks,
+                address.to_string(),
+                receiver,
+            ));
+            sender
+        });
+        if let Err(mpsc::error::SendError(outgoing)) = sender.send(outgoing) {
+            let _ = outgoing.reply.send(Err(ClientError::Disconnected(
+                "the request task stopped".into(),
+            )));
+        }
+    }
+}
+
+/// The request task of one destination: takes everything waiting, sends it as one request,
+/// and hands each partition its own answer.
+async fn coalesce(
+    client: Arc<Client>,
+    acks: i8,
+    address: String,
+    mut queue: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    while let Some(first) = queue.recv().await {
+        let mut entries = vec![first];
+        let mut bytes = entries[0].batch.len();
+        while bytes < REQUEST_BYTES_MAX && entries.len() < 1024 {
+            match queue.try_recv() {
+                Ok(entry) => {
+                    bytes += entry.batch.len();
+                    entries.push(entry);
+                }
+                Err(_) => break,
+            }
+        }
+        // One ProducePartition per entry, topics in order of first appearance; the answer
+        // lists them in the same order.
+        let mut topics: Vec<ProduceTopic> = Vec::new();
+        for entry in &entries {
+            let partition = ProducePartition {
+                partition: entry.partition,
+                records: Records::Shared(entry.batch.clone()),
+            };
+            match topics.iter_mut().find(|t| *t.name == *entry.topic) {
+                Some(topic) => topic.partitions.push(partition),
+                None => topics.push(ProduceTopic {
+                    name: entry.topic.to_string(),
+                    partitions: vec![partition],
+                }),
+            }
+        }
+        let request = Request::Produce(ProduceRequest {
+            acks,
+            timeout_ms: client.config().request_timeout.as_millis() as u32,
+            topics,
+        });
+        let fail = |entries: Vec<Outgoing>, error: ClientError| {
+            for entry in entries {
+                let _ = entry.reply.send(Err(error.clone()));
+            }
+        };
+        let connection = match client.connection(&address).await {
+            Ok(connection) => connection,
+            Err(error) => {
+                fail(entries, error);
+                continue;
+            }
+        };
+        if acks == ACKS_NONE {
+            match connection.send_without_response(request).await {
+                Ok(()) => entries.into_iter().for_each(|entry| {
+                    let _ = entry.reply.send(Ok(-1));
+                }),
+                Err(error) => fail(entries, error),
+            }
+            continue;
+        }
+        let answer = match connection.send_request(request).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                fail(entries, error);
+                continue;
+            }
+        };
+        // Written: the next request may go while this one's answer is awaited.
+        let timeout = client.config().request_timeout;
+        tokio::spawn(async move {
+            let response = match tokio::time::timeout(timeout, answer).await {
+                Err(_) => return fail(entries, ClientError::Timeout(timeout)),
+                Ok(Err(_)) => {
+                    return fail(
+                        entries,
+                        ClientError::Disconnected("connection closed".into()),
+                    );
+                }
+                Ok(Ok(Err(error))) => return fail(entries, error),
+                Ok(Ok(Ok(response))) => response,
+            };
+            let Response::Produce(response) = response else {
+                return fail(
+                    entries,
+                    ClientError::Protocol("produce answered with another api".into()),
+                );
+            };
+            let mut answers = response.topics.into_iter().flat_map(|topic| {
+                let name = topic.name;
+                topic.partitions.into_iter().map(move |p| (name.clone(), p))
+            });
+            // Entries were grouped by topic in the request: walk them in that order.
+            let mut order: Vec<&str> = Vec::new();
+            for entry in &entries {
+                if !order.contains(&&*entry.topic) {
+                    order.push(&entry.topic);
+                }
+            }
+            let mut ordered: Vec<usize> = Vec::with_capacity(entries.len());
+            for topic in order {
+                ordered.extend((0..entries.len()).filter(|&i| &*entries[i].topic == topic));
+            }
+            let mut replies: Vec<Option<Outgoing>> = entries.into_iter().map(Some).collect();
+            for index in ordered {
+                let entry = replies[index].take().expect("each entry once");
+                let result = match answers.next() {
+                    Some((name, answer))
+                        if *name == *entry.topic && answer.partition == entry.partition =>
+                    {
+                        if answer.error == ErrorCode::None {
+                            Ok(answer.base_offset as i64)
+                        } else {
+                            Err(ClientError::Partition {
+                                topic: entry.topic.to_string(),
+                                partition: entry.partition,
+                                code: answer.error,
+                            })
+                        }
+                    }
+                    _ => Err(ClientError::Protocol(
+                        "the produce answer does not match the request".into(),
+                    )),
+                };
+                let _ = entry.reply.send(result);
+            }
+        });
+    }
 }
 
 /// Cheap to clone; every clone feeds the same batches.
@@ -193,6 +367,7 @@ impl Producer {
             round_robin: AtomicU32::new(0),
             opened: Arc::new(Notify::new()),
             identity: tokio::sync::OnceCell::new(),
+            requests: Arc::default(),
         });
         tokio::spawn(linger(Arc::downgrade(&inner), inner.opened.clone()));
         Producer { inner }
@@ -318,6 +493,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             client: inner.client.clone(),
             config: inner.config.clone(),
             buffer: inner.buffer.clone(),
+            requests: inner.requests.clone(),
         };
         tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
         sender
@@ -391,7 +567,7 @@ async fn send_partition(
                     let topic = topic.clone();
                     in_flight.push_back(async move {
                         let first = match written {
-                            Ok(answer) => answer.outcome(&context.client, &topic, partition).await,
+                            Ok(answer) => answer.outcome().await,
                             Err(error) => Err(error),
                         };
                         let result = match first {
@@ -446,7 +622,7 @@ async fn send_with_retries(
         tokio::time::sleep(inner.config.retry_backoff * attempt.min(10)).await;
         let _ = inner.client.refresh_metadata().await;
         let outcome = match dispatch(inner, topic, partition, batch.clone()).await {
-            Ok(answer) => answer.outcome(&inner.client, topic, partition).await,
+            Ok(answer) => answer.outcome().await,
             Err(failed) => Err(failed),
         };
         match outcome {
@@ -456,52 +632,20 @@ async fn send_with_retries(
     }
 }
 
-/// A produce request on the wire, its answer still to come.
-enum Dispatched {
-    /// acks=0: nothing comes back.
-    Unacknowledged,
-    Answer(tokio::sync::oneshot::Receiver<Result<Response, ClientError>>),
-}
+/// A batch handed to its destination's request task; its answer still to come.
+struct Dispatched(oneshot::Receiver<Result<i64, ClientError>>);
 
 impl Dispatched {
-    /// The batch's base offset, or why not (waiting at most the request timeout).
-    async fn outcome(
-        self,
-        client: &Client,
-        topic: &str,
-        partition: u32,
-    ) -> Result<i64, ClientError> {
-        let answer = match self {
-            Dispatched::Unacknowledged => return Ok(-1),
-            Dispatched::Answer(answer) => answer,
-        };
-        let timeout = client.config().request_timeout;
-        let response = tokio::time::timeout(timeout, answer)
+    /// The batch's base offset (-1 with acks=0), or why not.
+    async fn outcome(self) -> Result<i64, ClientError> {
+        // The request task answers every entry (with a timeout error at worst).
+        self.0
             .await
-            .map_err(|_| ClientError::Timeout(timeout))?
-            .map_err(|_| ClientError::Disconnected("connection closed".into()))??;
-        let Response::Produce(response) = response else {
-            return Err(ClientError::Protocol(
-                "produce answered with another api".into(),
-            ));
-        };
-        let answer = response
-            .topics
-            .first()
-            .and_then(|topic| topic.partitions.first())
-            .ok_or_else(|| ClientError::Protocol("empty produce response".into()))?;
-        if answer.error != ErrorCode::None {
-            return Err(ClientError::Partition {
-                topic: topic.to_string(),
-                partition,
-                code: answer.error,
-            });
-        }
-        Ok(answer.base_offset as i64)
+            .unwrap_or_else(|_| Err(ClientError::Disconnected("the request task stopped".into())))
     }
 }
 
-/// Writes one produce request for `batch` to the partition's leader.
+/// Queues one partition batch for a produce request to the partition's leader.
 async fn dispatch(
     inner: &SenderContext,
     topic: &str,
@@ -511,21 +655,16 @@ async fn dispatch(
     let client = &inner.client;
     let metadata = client.metadata_for(topic).await?;
     let address = metadata.leader_address(topic, partition, client.config().shard_aware)?;
-    let request = Request::Produce(ProduceRequest {
-        acks: inner.config.acks,
-        timeout_ms: client.config().request_timeout.as_millis() as u32,
-        topics: vec![ProduceTopic {
-            name: topic.to_string(),
-            partitions: vec![ProducePartition {
-                partition,
-                records: Records::Shared(batch),
-            }],
-        }],
-    });
-    let connection = client.connection(&address).await?;
-    if inner.config.acks == ACKS_NONE {
-        connection.send_without_response(request).await?;
-        return Ok(Dispatched::Unacknowledged);
-    }
-    Ok(Dispatched::Answer(connection.send_request(request).await?))
+    let (reply, answer) = oneshot::channel();
+    inner.requests.send(
+        inner,
+        &address,
+        Outgoing {
+            topic: topic.into(),
+            partition,
+            batch,
+            reply,
+        },
+    );
+    Ok(Dispatched(answer))
 }
