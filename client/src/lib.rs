@@ -3,7 +3,9 @@
 //! - [`Client`]: bootstrap, metadata, admin calls (create/delete topics, list offsets).
 //! - [`Producer`]: batches records per partition (`linger`, `batch_bytes`), key-hash partitioner,
 //!   acks 0/1/all, retries with backoff on retriable errors, a future per record that resolves to
-//!   (partition, offset). Order per partition is kept: one request in flight per partition.
+//!   (partition, offset), idempotence on request. A partition's batches are written in order
+//!   (up to `max_in_flight` awaiting answers); batches of many partitions bound for one leader
+//!   shard share a produce request.
 //! - [`Consumer`]: assign mode, seek to beginning/end/offset/timestamp, fetch with long-poll, and
 //!   zero-copy records borrowed from the fetched batches.
 //! - [`GroupConsumer`]: subscribe mode in a consumer group (server-side cooperative assignment,
