@@ -191,8 +191,9 @@ struct RequestBatchers {
     by_address: Mutex<HashMap<String, mpsc::UnboundedSender<Outgoing>>>,
 }
 
-/// The most bytes of batches one coalesced request carries.
-const REQUEST_BYTES_MAX: usize = 16 << 20;
+/// The most bytes of batches one coalesced request carries (a single larger batch still goes,
+/// alone): well under brokers' frame limit, so sharing a request never makes one too large.
+const REQUEST_BYTES_MAX: usize = 4 << 20;
 
 impl RequestBatchers {
     fn send(&self, context: &SenderContext, address: &str, outgoing: Outgoing) {
@@ -223,11 +224,24 @@ async fn coalesce(
     address: String,
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) {
-    while let Some(first) = queue.recv().await {
+    // An entry that did not fit the previous request opens the next one.
+    let mut carried: Option<Outgoing> = None;
+    loop {
+        let first = match carried.take() {
+            Some(entry) => entry,
+            None => match queue.recv().await {
+                Some(entry) => entry,
+                None => return,
+            },
+        };
+        let mut bytes = first.batch.len();
         let mut entries = vec![first];
-        let mut bytes = entries[0].batch.len();
-        while bytes < REQUEST_BYTES_MAX && entries.len() < 1024 {
+        while entries.len() < 1024 {
             match queue.try_recv() {
+                Ok(entry) if bytes + entry.batch.len() > REQUEST_BYTES_MAX => {
+                    carried = Some(entry);
+                    break;
+                }
                 Ok(entry) => {
                     bytes += entry.batch.len();
                     entries.push(entry);
