@@ -139,12 +139,71 @@ struct Sealed {
     reply: oneshot::Sender<Result<i64, ClientError>>,
     /// Buffer space to give back once answered.
     bytes: usize,
+    /// The producer epoch it was numbered under (idempotent producers).
+    epoch: Option<i16>,
+}
+
+/// An idempotent producer's identity, shared by its sealing and its partition senders.
+#[derive(Default)]
+struct Idempotence {
+    /// (producer id, epoch) once the producer has one.
+    identity: Mutex<Option<(i64, i16)>>,
+    /// Held while asking the cluster for an id or the next epoch, so that happens once.
+    asking: tokio::sync::Mutex<()>,
+}
+
+impl Idempotence {
+    fn current(&self) -> Option<(i64, i16)> {
+        *self.identity.lock().expect("producer identity")
+    }
+
+    /// Takes an id from the cluster if the producer has none yet.
+    async fn ensure(&self, client: &Client) -> Result<(), ClientError> {
+        if self.current().is_some() {
+            return Ok(());
+        }
+        let _asking = self.asking.lock().await;
+        if self.current().is_none() {
+            let identity = client.init_producer_id(None).await?;
+            *self.identity.lock().expect("producer identity") = Some(identity);
+        }
+        Ok(())
+    }
+
+    /// A batch numbered under `failed_epoch` failed for good: its partition's sequence has a
+    /// hole no later batch can cross. The producer moves to its next epoch, under which every
+    /// partition starts again at sequence 0 (Kafka's KIP-360). Once per epoch, however many
+    /// batches fail with it.
+    async fn next_epoch(&self, client: &Client, failed_epoch: i16) {
+        let _asking = self.asking.lock().await;
+        let Some((producer_id, epoch)) = self.current() else {
+            return;
+        };
+        if epoch != failed_epoch {
+            return;
+        }
+        match client.init_producer_id(Some((producer_id, epoch))).await {
+            Ok(identity) => {
+                tracing::warn!(
+                    producer_id,
+                    epoch = identity.1,
+                    "a batch failed for good: the idempotent producer moves to its next epoch"
+                );
+                *self.identity.lock().expect("producer identity") = Some(identity);
+            }
+            Err(error) => {
+                tracing::warn!("idempotent producer: taking the next epoch failed: {error}")
+            }
+        }
+    }
 }
 
 #[derive(Default)]
 struct PartitionState {
-    /// The sequence number of the next batch's first record (idempotent producers).
+    /// The sequence number of the next batch's first record (idempotent producers), and the
+    /// epoch it counts in: a new epoch starts every partition at 0.
     next_sequence: i32,
+    sequence_epoch: i16,
     open: Option<Accumulator>,
     sender: Option<mpsc::UnboundedSender<Sealed>>,
     /// The most recently sealed batch: `flush` waits for it (batches complete in order).
@@ -159,8 +218,7 @@ struct Inner {
     round_robin: AtomicU32,
     /// Wakes the linger task when a new batch opens.
     opened: Arc<Notify>,
-    /// (producer id, epoch) once an idempotent producer has one.
-    identity: tokio::sync::OnceCell<(i64, i16)>,
+    idempotence: Arc<Idempotence>,
     requests: Arc<RequestBatchers>,
 }
 
@@ -172,6 +230,7 @@ struct SenderContext {
     config: ProducerConfig,
     buffer: Arc<Semaphore>,
     requests: Arc<RequestBatchers>,
+    idempotence: Arc<Idempotence>,
 }
 
 /// One partition batch waiting for a produce request to its leader.
@@ -380,7 +439,7 @@ impl Producer {
             buffer,
             round_robin: AtomicU32::new(0),
             opened: Arc::new(Notify::new()),
-            identity: tokio::sync::OnceCell::new(),
+            idempotence: Arc::default(),
             requests: Arc::default(),
         });
         tokio::spawn(linger(Arc::downgrade(&inner), inner.opened.clone()));
@@ -394,10 +453,7 @@ impl Producer {
     pub async fn send(&self, record: ProducerRecord) -> Result<RecordFuture, ClientError> {
         let inner = &self.inner;
         if inner.config.idempotent {
-            inner
-                .identity
-                .get_or_try_init(|| inner.client.init_producer_id(None))
-                .await?;
+            inner.idempotence.ensure(&inner.client).await?;
         }
         let metadata = inner.client.metadata_for(&record.topic).await?;
         let count = metadata.partition_count(&record.topic)?;
@@ -486,7 +542,12 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
     let Some(mut accumulator) = state.open.take() else {
         return;
     };
-    if let Some(&(producer_id, producer_epoch)) = inner.identity.get() {
+    let identity = inner.idempotence.current();
+    if let Some((producer_id, producer_epoch)) = identity {
+        if state.sequence_epoch != producer_epoch {
+            state.sequence_epoch = producer_epoch;
+            state.next_sequence = 0;
+        }
         let records = accumulator.builder.record_count() as i32;
         accumulator
             .builder
@@ -499,6 +560,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
         batch: accumulator.builder.finish(),
         reply: accumulator.reply,
         bytes: accumulator.bytes,
+        epoch: identity.map(|(_, epoch)| epoch),
     };
     state.last_sealed = Some(accumulator.outcome);
     let sender = state.sender.get_or_insert_with(|| {
@@ -508,6 +570,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             config: inner.config.clone(),
             buffer: inner.buffer.clone(),
             requests: inner.requests.clone(),
+            idempotence: inner.idempotence.clone(),
         };
         tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
         sender
@@ -590,6 +653,14 @@ async fn send_partition(
                             }
                             result => result,
                         };
+                        // A batch that failed for good leaves a hole in its partition's
+                        // sequence: move to the next epoch. Unless a newer instance fenced
+                        // this one: that stays an error.
+                        if let (Err(error), Some(epoch)) = (&result, sealed.epoch)
+                            && error.code() != Some(ErrorCode::InvalidProducerEpoch)
+                        {
+                            context.idempotence.next_epoch(&context.client, epoch).await;
+                        }
                         (result, sealed.reply, sealed.bytes)
                     });
                 }

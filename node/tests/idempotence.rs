@@ -355,3 +355,56 @@ fn a_new_leader_recognises_a_retry_of_what_the_old_one_wrote() {
         assert_eq!(log_end(&client, "pay", 0).await, 9);
     });
 }
+
+#[test]
+fn a_batch_that_fails_for_good_moves_the_producer_to_its_next_epoch_and_later_ones_land() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 1);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "strict",
+            "--partitions",
+            "1",
+            "--config",
+            "max.message.bytes=2048",
+        ],
+        None,
+    );
+    runtime().block_on(async {
+        let client = connect(&node).await;
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                idempotent: true,
+                retries: 3,
+                retry_backoff: Duration::from_millis(20),
+                ..ProducerConfig::default()
+            },
+        );
+        let send = |value: Vec<u8>| {
+            let producer = producer.clone();
+            async move {
+                let ack = producer
+                    .send(ProducerRecord::new("strict", None, value))
+                    .await
+                    .unwrap();
+                producer.flush().await.unwrap();
+                ack.await
+            }
+        };
+        assert_eq!(send(b"first".to_vec()).await.unwrap().offset, 0);
+        // Too large for the topic: refused for good, and its sequence range is a hole.
+        let refused = send(vec![b'x'; 4096]).await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(ErrorCode::MessageTooLarge),
+            "{refused}"
+        );
+        // The next batch cannot continue that sequence; under the next epoch it lands.
+        assert_eq!(send(b"second".to_vec()).await.unwrap().offset, 1);
+        assert_eq!(send(b"third".to_vec()).await.unwrap().offset, 2);
+        assert_eq!(log_end(&client, "strict", 0).await, 3);
+    });
+}
