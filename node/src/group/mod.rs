@@ -21,7 +21,9 @@
 //! - Each member has a **member generation** (the group generation whose target it has caught up
 //!   with), `assigned` (what the last answer let it own), and `revoking` (partitions it was given
 //!   before, that left its target, and that it still reports owning). A heartbeat first drops from
-//!   `revoking` what the member no longer reports; once nothing is left to revoke, the member's
+//!   `revoking` what the member no longer reports, among what an earlier answer already left out
+//!   (a report made before the member heard of a revocation proves nothing: it may not have
+//!   started a partition it was given); once nothing is left to revoke, the member's
 //!   generation becomes the group generation; then it is given each target partition that no other
 //!   member holds. Partitions that stay with a member are never taken away in between
 //!   (cooperative), and moved ones travel only after their previous holder let them go.
@@ -190,6 +192,10 @@ struct Member {
     /// Partitions the member was given, that left its target, and that it has not yet reported
     /// gone. Nobody else gets them meanwhile.
     revoking: BTreeSet<TopicPartition>,
+    /// The part of `revoking` an answer has already left out. Only those can be released: a
+    /// report made before the member heard of a revocation says nothing about it (the member
+    /// may not even have started a partition it was given; it would start it after).
+    told: BTreeSet<TopicPartition>,
     last_heartbeat_ms: u64,
     /// When an answer first asked the member to revoke what is in `revoking`.
     revoke_asked_ms: Option<u64>,
@@ -323,6 +329,7 @@ impl Group {
                     target: BTreeSet::new(),
                     assigned: BTreeSet::new(),
                     revoking: BTreeSet::new(),
+                    told: BTreeSet::new(),
                     last_heartbeat_ms: now_ms,
                     revoke_asked_ms: None,
                 };
@@ -368,13 +375,14 @@ impl Group {
         // reports but never held (a confused client) change nothing.
         let owned: BTreeSet<&TopicPartition> = owned.iter().collect();
         let released: Vec<TopicPartition> = member
-            .revoking
+            .told
             .iter()
             .filter(|tp| !owned.contains(tp))
             .cloned()
             .collect();
         for tp in released {
             member.revoking.remove(&tp);
+            member.told.remove(&tp);
             let holder = self.holders.remove(&tp);
             assert_eq!(holder.as_deref(), Some(member_id), "{tp:?} held by another");
         }
@@ -401,6 +409,8 @@ impl Group {
                 }
             }
         }
+        // This answer leaves out everything still being revoked: from now on the member knows.
+        member.told.clone_from(&member.revoking);
         let assignment = Assignment {
             generation: member.generation,
             partitions: member.assigned.iter().cloned().collect(),
@@ -606,6 +616,7 @@ impl Group {
             }
             for tp in returning {
                 member.revoking.remove(&tp);
+                member.told.remove(&tp);
                 member.assigned.insert(tp);
             }
             if member.revoking.is_empty() {
@@ -632,6 +643,10 @@ impl Group {
             assert!(
                 member.revoking.is_disjoint(&member.target),
                 "{member_id} revoking a target partition"
+            );
+            assert!(
+                member.told.is_subset(&member.revoking),
+                "{member_id} told of a revocation it is not making"
             );
             assert!(
                 !member.revoking.is_empty() || member.revoke_asked_ms.is_none(),

@@ -976,3 +976,38 @@ fn randomized_churn_keeps_invariants_and_settles() {
         simulate(seed);
     }
 }
+
+/// A member that was given partitions but has not started them yet reports without them. Such a
+/// report, made before any answer told the member of a revocation, must not release anything:
+/// the member would start the partitions after it, while another member got them too.
+#[test]
+fn a_report_made_before_the_member_heard_of_a_revocation_releases_nothing() {
+    let partitions = counts(&[("t", 4)]);
+    let mut group = Group::new("g".into(), 0);
+    group
+        .join(0, params(&["t"]), &partitions, "a".into())
+        .unwrap();
+    // a is given all four, and is still starting them (it reports nothing yet).
+    let answer = group.heartbeat(10, "a", 1, &[], &partitions).unwrap();
+    assert_eq!(answer.partitions, all("t", 4));
+    group
+        .join(20, params(&["t"]), &partitions, "b".into())
+        .unwrap();
+    // a's report without 2 and 3 predates the answer that revokes them: still a's.
+    let answer = group.heartbeat(30, "a", 1, &[], &partitions).unwrap();
+    assert_eq!(answer.partitions, tps(&[("t", 0), ("t", 1)]));
+    let answer = group.heartbeat(40, "b", 2, &[], &partitions).unwrap();
+    assert!(
+        answer.partitions.is_empty(),
+        "b got {:?} while a may start them",
+        answer.partitions
+    );
+    check_exclusive(&group);
+    // Told, a reports without them: now they move.
+    group
+        .heartbeat(50, "a", 1, &tps(&[("t", 0), ("t", 1)]), &partitions)
+        .unwrap();
+    let answer = group.heartbeat(60, "b", 2, &[], &partitions).unwrap();
+    assert_eq!(answer.partitions, tps(&[("t", 2), ("t", 3)]));
+    check_exclusive(&group);
+}
