@@ -856,7 +856,14 @@ impl<S: GroupStore> Coordinator<S> {
             return None;
         }
         if self.lag_client.is_none() {
-            let address = format!("127.0.0.1:{}", self.config.listen.port());
+            // This node's own client port: on its listen address, or loopback for 0.0.0.0.
+            let listen = self.config.listen;
+            let host = if listen.ip().is_unspecified() {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            } else {
+                listen.ip()
+            };
+            let address = std::net::SocketAddr::new(host, listen.port()).to_string();
             let mut config = strata_client::ClientConfig::new(address);
             config.request_timeout = Duration::from_secs(2);
             self.lag_client = strata_client::Client::connect(config).await.ok();
