@@ -104,11 +104,14 @@ async fn grant_lease(
 #[derive(Debug, Clone)]
 pub struct ControllerKey(Vec<u8>);
 
-fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
+pub(crate) fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
     CoordinatorError::Unavailable(error.to_string())
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, CoordinatorError> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
+    key: &[u8],
+    value: &[u8],
+) -> Result<T, CoordinatorError> {
     serde_json::from_slice(value).map_err(|error| CoordinatorError::Corrupt {
         path: String::from_utf8_lossy(key).into_owned().into(),
         reason: error.to_string(),

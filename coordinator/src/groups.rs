@@ -25,6 +25,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, T
 use serde::{Deserialize, Serialize};
 
 use crate::CoordinatorError;
+use crate::etcd::{decode, etcd_error};
 use crate::local::write_atomically;
 
 /// A store revision of a group record; 0 when the group has never been stored.
@@ -239,17 +240,6 @@ impl EtcdGroupStore {
     fn key(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.prefix)
     }
-}
-
-fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
-    CoordinatorError::Unavailable(error.to_string())
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, CoordinatorError> {
-    serde_json::from_slice(value).map_err(|error| CoordinatorError::Corrupt {
-        path: String::from_utf8_lossy(key).into_owned().into(),
-        reason: error.to_string(),
-    })
 }
 
 impl GroupStore for EtcdGroupStore {

@@ -796,7 +796,7 @@ fn leader_epochs_are_recorded_truncated_and_rebuilt() {
 
 // ---- Idempotent producers -------------------------------------------------------------------
 
-use strata_node::log::producers::{PRODUCER_EXPIRATION_MS, ProducerStates};
+use strata_node::log::producers::{PRODUCER_EXPIRATION_MS, ProducerError, ProducerStates};
 use strata_node::log::{AppendInfo, PRODUCER_SNAPSHOT_FILE_NAME};
 use strata_wire::batch::BatchBuilder;
 
@@ -861,20 +861,20 @@ fn idempotent_appends_detect_retries_gaps_and_fenced_epochs() {
             (
                 producer_batch(7, 0, 4, 1, 0),
                 "gap",
-                LogError::OutOfOrderSequence {
+                LogError::Producer(ProducerError::OutOfOrderSequence {
                     producer_id: 7,
                     expected: 3,
                     got: 4,
-                },
+                }),
             ),
             (
                 producer_batch(7, 1, 3, 1, 0),
                 "a new epoch starts at 0",
-                LogError::OutOfOrderSequence {
+                LogError::Producer(ProducerError::OutOfOrderSequence {
                     producer_id: 7,
                     expected: 0,
                     got: 3,
-                },
+                }),
             ),
         ];
         for (batch, why, expected) in refused {
@@ -895,11 +895,11 @@ fn idempotent_appends_detect_retries_gaps_and_fenced_epochs() {
         assert_eq!(bumped.base_offset, 7);
         assert!(matches!(
             log.append(producer_batch(7, 0, 5, 1, 0), 1, 0).await,
-            Err(LogError::ProducerFenced {
+            Err(LogError::Producer(ProducerError::ProducerFenced {
                 producer_id: 7,
                 epoch: 0,
                 current_epoch: 1
-            })
+            }))
         ));
 
         // Exactly one batch per idempotent request, whatever its neighbours are.
@@ -954,11 +954,11 @@ fn append_group_sees_the_producer_state_of_earlier_requests() {
         assert!(duplicate_of(0, 1)(&info(3)));
         assert!(matches!(
             results[4],
-            Err(LogError::OutOfOrderSequence {
+            Err(LogError::Producer(ProducerError::OutOfOrderSequence {
                 expected: 5,
                 got: 9,
                 ..
-            })
+            }))
         ));
         assert!(duplicate_of(3, 5)(&info(5)));
         assert_eq!(log.log_end_offset(), 6);
@@ -1186,11 +1186,11 @@ fn idle_producers_expire() {
         // overtaken an earlier one); it comes back at a new epoch, from sequence 0.
         assert!(matches!(
             log.append(producer_batch(1, 0, 77, 1, 3_000), 1, 0).await,
-            Err(LogError::OutOfOrderSequence {
+            Err(LogError::Producer(ProducerError::OutOfOrderSequence {
                 expected: 0,
                 got: 77,
                 ..
-            })
+            }))
         ));
         let info = log
             .append(producer_batch(1, 1, 0, 1, 3_000), 1, 0)

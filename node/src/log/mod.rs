@@ -110,47 +110,10 @@ pub enum LogError {
     /// producer id, epoch or sequence. Nothing of it was written.
     #[error("invalid idempotent produce: {0}")]
     InvalidProducerBatch(String),
-    /// An idempotent batch does not continue its producer's sequence (records were lost in
-    /// between, or a new producer epoch did not start at 0). Nothing was written.
-    #[error("producer {producer_id}: expected sequence {expected}, got {got}")]
-    OutOfOrderSequence {
-        producer_id: i64,
-        expected: i32,
-        got: i32,
-    },
-    /// An idempotent batch carries an older producer epoch than the log has seen for its
-    /// producer: a newer instance of the producer took over. Nothing was written.
-    #[error("producer {producer_id}: epoch {epoch} is fenced by epoch {current_epoch}")]
-    ProducerFenced {
-        producer_id: i64,
-        epoch: i16,
-        current_epoch: i16,
-    },
-}
-
-impl From<ProducerError> for LogError {
-    fn from(error: ProducerError) -> LogError {
-        match error {
-            ProducerError::OutOfOrderSequence {
-                producer_id,
-                expected,
-                got,
-            } => LogError::OutOfOrderSequence {
-                producer_id,
-                expected,
-                got,
-            },
-            ProducerError::ProducerFenced {
-                producer_id,
-                epoch,
-                current_epoch,
-            } => LogError::ProducerFenced {
-                producer_id,
-                epoch,
-                current_epoch,
-            },
-        }
-    }
+    /// An idempotent batch breaks its producer's sequence or comes from a fenced epoch
+    /// (see [`ProducerError`]). Nothing was written.
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
 }
 
 /// What an append wrote.
@@ -281,24 +244,7 @@ impl LogError {
             },
             LogError::Config(text) => LogError::Config(text.clone()),
             LogError::InvalidProducerBatch(text) => LogError::InvalidProducerBatch(text.clone()),
-            LogError::OutOfOrderSequence {
-                producer_id,
-                expected,
-                got,
-            } => LogError::OutOfOrderSequence {
-                producer_id: *producer_id,
-                expected: *expected,
-                got: *got,
-            },
-            LogError::ProducerFenced {
-                producer_id,
-                epoch,
-                current_epoch,
-            } => LogError::ProducerFenced {
-                producer_id: *producer_id,
-                epoch: *epoch,
-                current_epoch: *current_epoch,
-            },
+            LogError::Producer(error) => LogError::Producer(*error),
         }
     }
 }

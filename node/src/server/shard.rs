@@ -27,6 +27,7 @@ use super::quic::QuicPeer;
 use super::replica::{self, Partition, Role};
 use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
+use crate::log::producers::ProducerError;
 use crate::log::{LogError, PartitionLog, writer};
 use crate::replication::LeaderConfig;
 
@@ -350,8 +351,10 @@ fn log_error_code(error: &LogError) -> ErrorCode {
         LogError::NotContiguous { .. } => ErrorCode::Internal,
         LogError::StaleEpoch { .. } => ErrorCode::NotLeader,
         LogError::InvalidProducerBatch(_) => ErrorCode::InvalidProducerBatch,
-        LogError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
-        LogError::ProducerFenced { .. } => ErrorCode::InvalidProducerEpoch,
+        LogError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+            ErrorCode::OutOfOrderSequence
+        }
+        LogError::Producer(ProducerError::ProducerFenced { .. }) => ErrorCode::InvalidProducerEpoch,
     }
 }
 
@@ -770,8 +773,7 @@ impl Shard {
                     LogError::CorruptBatch { .. }
                         | LogError::StaleEpoch { .. }
                         | LogError::InvalidProducerBatch(_)
-                        | LogError::OutOfOrderSequence { .. }
-                        | LogError::ProducerFenced { .. }
+                        | LogError::Producer(_)
                 ) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
                 } else {
