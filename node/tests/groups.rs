@@ -94,20 +94,7 @@ fn members_split_the_partitions_and_every_group_sees_every_record() {
             );
         }
         // Let the group settle: 12 partitions over 3 members, 4 each.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            for member in &mut members {
-                member.poll().await.unwrap();
-            }
-            let sizes: Vec<usize> = members.iter().map(|m| m.assignment().len()).collect();
-            if sizes == [4, 4, 4] {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the group never settled: {sizes:?}"
-            );
-        }
+        settle(&mut members, 12).await;
         let all: BTreeSet<_> = members.iter().flat_map(|m| m.assignment()).collect();
         assert_eq!(all.len(), 12, "every partition has exactly one owner");
 

@@ -406,6 +406,35 @@ fn print_record(
     }
 }
 
+/// Prints the records of `batches` until `printed` reaches `limit`. Returns, for each
+/// partition where the limit cut in, its first unprinted offset.
+fn print_batches(
+    batches: &[strata_client::ConsumedBatch],
+    format: Format,
+    printed: &mut u64,
+    limit: u64,
+) -> std::io::Result<Vec<(String, u32, u64)>> {
+    let mut stdout = std::io::stdout().lock();
+    let mut cut: Vec<(String, u32, u64)> = Vec::new();
+    for consumed in batches {
+        for record in consumed.records() {
+            if *printed == limit {
+                if !cut
+                    .iter()
+                    .any(|(t, p, _)| *t == consumed.topic && *p == consumed.partition)
+                {
+                    cut.push((consumed.topic.clone(), consumed.partition, record.offset));
+                }
+                break;
+            }
+            print_record(&mut stdout, format, consumed.partition, &record)?;
+            *printed += 1;
+        }
+    }
+    stdout.flush()?;
+    Ok(cut)
+}
+
 pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Result<()> {
     let client = connect(&connection).await?;
     if let Some(group) = args.group.clone() {
@@ -428,17 +457,7 @@ pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Resul
             batches = consumer.poll() => batches?,
             _ = &mut stop => break,
         };
-        let mut stdout = std::io::stdout().lock();
-        for consumed in &batches {
-            for record in consumed.records() {
-                if printed == limit {
-                    break;
-                }
-                print_record(&mut stdout, args.format, consumed.partition, &record)?;
-                printed += 1;
-            }
-        }
-        stdout.flush()?;
+        print_batches(&batches, args.format, &mut printed, limit)?;
     }
     Ok(())
 }
@@ -476,22 +495,12 @@ async fn consume_in_group(
             batches = consumer.poll() => batches?,
             _ = &mut stop => break,
         };
-        let mut stdout = std::io::stdout().lock();
-        // Where the limit cut in, per partition: commits must stop at the first unprinted record.
-        let mut cut: std::collections::HashSet<(&str, u32)> = std::collections::HashSet::new();
-        for consumed in &batches {
-            for record in consumed.records() {
-                if printed == limit {
-                    if cut.insert((&consumed.topic, consumed.partition)) {
-                        consumer.consumed_up_to(&consumed.topic, consumed.partition, record.offset);
-                    }
-                    break;
-                }
-                print_record(&mut stdout, args.format, consumed.partition, &record)?;
-                printed += 1;
-            }
+        // Stopped inside a batch: commit only what was printed.
+        for (topic, partition, next_offset) in
+            print_batches(&batches, args.format, &mut printed, limit)?
+        {
+            consumer.consumed_up_to(&topic, partition, next_offset);
         }
-        stdout.flush()?;
     }
     consumer.close().await?;
     Ok(())
