@@ -308,20 +308,27 @@ async fn coalesce(
                 Err(_) => break,
             }
         }
-        // One ProducePartition per entry, topics in order of first appearance; the answer
-        // lists them in the same order.
+        // One ProducePartition per entry, grouped by topic in order of first appearance; the
+        // answer lists them in the same order, so `slots` says whose answer comes when.
         let mut topics: Vec<ProduceTopic> = Vec::new();
-        for entry in &entries {
+        let mut slots: Vec<Vec<usize>> = Vec::new();
+        for (index, entry) in entries.iter().enumerate() {
             let partition = ProducePartition {
                 partition: entry.partition,
                 records: Records::Shared(entry.batch.clone()),
             };
-            match topics.iter_mut().find(|t| *t.name == *entry.topic) {
-                Some(topic) => topic.partitions.push(partition),
-                None => topics.push(ProduceTopic {
-                    name: entry.topic.to_string(),
-                    partitions: vec![partition],
-                }),
+            match topics.iter().position(|t| *t.name == *entry.topic) {
+                Some(at) => {
+                    topics[at].partitions.push(partition);
+                    slots[at].push(index);
+                }
+                None => {
+                    topics.push(ProduceTopic {
+                        name: entry.topic.to_string(),
+                        partitions: vec![partition],
+                    });
+                    slots.push(vec![index]);
+                }
             }
         }
         let request = Request::Produce(ProduceRequest {
@@ -381,19 +388,8 @@ async fn coalesce(
                 let name = topic.name;
                 topic.partitions.into_iter().map(move |p| (name.clone(), p))
             });
-            // Entries were grouped by topic in the request: walk them in that order.
-            let mut order: Vec<&str> = Vec::new();
-            for entry in &entries {
-                if !order.contains(&&*entry.topic) {
-                    order.push(&entry.topic);
-                }
-            }
-            let mut ordered: Vec<usize> = Vec::with_capacity(entries.len());
-            for topic in order {
-                ordered.extend((0..entries.len()).filter(|&i| &*entries[i].topic == topic));
-            }
             let mut replies: Vec<Option<Outgoing>> = entries.into_iter().map(Some).collect();
-            for index in ordered {
+            for index in slots.into_iter().flatten() {
                 let entry = replies[index].take().expect("each entry once");
                 let result = match answers.next() {
                     Some((name, answer))
