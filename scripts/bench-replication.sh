@@ -6,12 +6,20 @@
 #   max-rate figure (open loop, for latency); follower: one follower link catching up a
 #   backlog (time for a new replica to join the ISR).
 # STRATA_IO_BACKEND=blocking runs the brokers on the blocking IO backend instead of io_uring.
+# ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
+# of building (to compare two builds side by side).
 # Results (JSON and text) go to $1 (default: a temp dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
-cargo build --release -q
-strata="$CARGO_TARGET_DIR/release/strata"
+if [ -n "${STRATA_BIN:-}" ]; then
+    strata=$STRATA_BIN
+else
+    cargo build --release -q
+    strata="$CARGO_TARGET_DIR/release/strata"
+fi
+only=" ${ONLY:-rf1 rf3-acks1 rf3-acksall rf3-acksall-half rf1-half follower} "
+wanted() { [[ "$only" == *" $1 "* ]]; }
 root=$(mktemp -d /var/tmp/strata-repl-bench.XXXXXX)
 out="${1:-$root/results}"
 mkdir -p "$out"
@@ -53,13 +61,14 @@ trap 'stop_cluster' EXIT INT TERM
 
 run() { # name, bench flags...
     local name=$1; shift
+    wanted "$name" || return 0
     start_cluster
     "$strata" bench produce --bootstrap $boot --topic "$name" --partitions 3 --producers 3 \
         --record-size 1024 --duration "$duration" --warmup 1 --json "$out/$name.json" "$@" >"$out/$name.txt"
     stop_cluster
     echo "== $name"; cat "$out/$name.txt"
 }
-half() { python3 -c "import json;print(int(json.load(open('$out/$1.json'))['records_per_s']/2))"; }
+half() { [ -f "$out/$1.json" ] || { echo 0; return; }; /usr/bin/python3 -c "import json;print(int(json.load(open('$out/$1.json'))['records_per_s']/2))"; }
 
 run rf1 --replication-factor 1 --acks 1
 run rf3-acks1 --replication-factor 3 --acks 1
@@ -68,24 +77,27 @@ run rf3-acksall-half --replication-factor 3 --min-insync 2 --acks all --rate "$(
 run rf1-half --replication-factor 1 --acks 1 --rate "$(half rf1)"
 
 # One follower link: a 1-partition RF 1 topic with a backlog, then a second replica added.
+if ! wanted follower; then echo "results in $out"; exit 0; fi
 start_cluster
 "$strata" topic create backlog --partitions 1 --bootstrap $boot >/dev/null
 "$strata" bench produce --bootstrap $boot --topic backlog --partitions 1 --producers 1 \
     --record-size 16384 --records "${BACKLOG_RECORDS:-30000}" --acks 1 --json "$out/backlog.json" >/dev/null
-leader=$("$strata" topic describe backlog --bootstrap $boot --format json | python3 -c "import json,sys;print(json.load(sys.stdin)['partitions'][0]['leader'])")
+leader=$("$strata" topic describe backlog --bootstrap $boot --format json | /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['partitions'][0]['leader'])")
 other=$(( leader % 3 + 1 ))
 sync
 bytes=$(du -sb "$root/node$leader/backlog-0" | cut -f1)
 start=$(date +%s.%N)
 "$strata" topic reassign backlog --replicas "$leader,$other" --bootstrap $boot >/dev/null
+# Polled with the CLI and shell matching only: a python per poll (through pyenv's shims) took
+# a third of this machine's CPU and slowed the link it measured.
 while :; do
-    isr=$("$strata" topic describe backlog --bootstrap $boot --format json | python3 -c "import json,sys;print(len(json.load(sys.stdin)['partitions'][0]['isr']))")
-    [ "$isr" = 2 ] && break
+    described=$("$strata" topic describe backlog --bootstrap $boot --format json | tr -d ' \n')
+    [[ "$described" =~ \"isr\":\[[0-9]+,[0-9]+\] ]] && break
     sleep 0.05
 done
 end=$(date +%s.%N)
 stop_cluster
-python3 - "$bytes" "$start" "$end" <<'PY' | tee "$out/follower-link.txt"
+/usr/bin/python3 - "$bytes" "$start" "$end" <<'PY' | tee "$out/follower-link.txt"
 import sys
 size, start, end = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 print(f"follower catch-up: {size/1e6:.0f} MB in {end-start:.2f} s = {size/(end-start)/1e6:.0f} MB/s (one partition, one link)")
