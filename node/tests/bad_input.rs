@@ -238,6 +238,7 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
             leader_epoch: 0,
             fetch_offset: 0,
             last_fetched_epoch: -1,
+            log_end: 0,
             max_bytes: 1 << 20,
             max_wait_ms: 0,
         });
@@ -246,6 +247,26 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
         match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
             (2, Ok(Response::ReplicaFetch(response))) => {
                 assert_eq!(response.error, ErrorCode::NotReplica)
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+        // A follower claiming to hold more than it fetched: refused, nothing counted.
+        let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
+            replica_id: 42,
+            topic: "quic-bad".into(),
+            partition: 0,
+            leader_epoch: 0,
+            fetch_offset: 0,
+            last_fetched_epoch: -1,
+            log_end: 5,
+            max_bytes: 1 << 20,
+            max_wait_ms: 0,
+        });
+        let answer = exchange(fetch.encode(3).concat()).await.expect("an answer");
+        let body = BytesMut::from(&answer[4..]);
+        match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
+            (3, Ok(Response::ReplicaFetch(response))) => {
+                assert_eq!(response.error, ErrorCode::InvalidRequest)
             }
             other => panic!("unexpected answer {other:?}"),
         }

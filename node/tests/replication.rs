@@ -663,7 +663,12 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     let nodes = three_nodes(&etcd, &dirs, &[]);
     create_topic(&nodes, "grow", &["--partitions", "1"]);
     let first = replicas(&nodes[0], "grow", 0)[0];
-    let lines: String = (0..2_000).map(|i| format!("record-{i}\n")).collect();
+    // 24 MB: a new replica catches up over several fetches, each sent while the previous
+    // answer is written.
+    let padding = "x".repeat(12_000);
+    let lines: String = (0..2_000)
+        .map(|i| format!("record-{i}-{padding}\n"))
+        .collect();
     nodes[0].cli(&["produce", "grow"], Some(lines.as_bytes()));
 
     let others: Vec<i64> = (1..=3).filter(|id| *id != first).collect();

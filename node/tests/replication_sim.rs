@@ -53,6 +53,8 @@ enum Message {
         epoch: u32,
         fetch_offset: u64,
         last_epoch: Option<u32>,
+        /// What the follower has synced: its progress (at or below `fetch_offset`).
+        log_end: u64,
         sequence: u64,
     },
     FetchAnswer {
@@ -68,6 +70,7 @@ enum Answer {
         first_offset: u64,
         entries: Vec<Entry>,
         high_watermark: u64,
+        leader_log_end: u64,
     },
     Diverging(Divergence),
     Refused,
@@ -423,6 +426,7 @@ impl Sim {
                 .leader_epoch,
             fetch_offset: replica.log_end(),
             last_epoch: replica.epochs.latest_epoch(),
+            log_end: replica.durable as u64,
             sequence,
         };
         let life = replica.life;
@@ -675,8 +679,10 @@ impl Sim {
                 epoch,
                 fetch_offset,
                 last_epoch,
+                log_end,
                 sequence,
             } => {
+                assert!(log_end <= fetch_offset, "progress past the fetch position");
                 let now = self.now;
                 let replica = self.replica(to);
                 let Role::Leader(leader) = &mut replica.role else {
@@ -709,12 +715,13 @@ impl Sim {
                         Some(divergence) => Answer::Diverging(divergence),
                         None => {
                             let progress = leader
-                                .handle_fetch(now, follower, epoch, fetch_offset)
+                                .handle_fetch(now, follower, epoch, log_end)
                                 .expect("validated");
                             replica.high_watermark = progress.high_watermark;
                             let start = fetch_offset as usize;
                             let end = (start + FETCH_MAX_ENTRIES).min(replica.log.len());
                             let entries = replica.log[start.min(end)..end].to_vec();
+                            let leader_log_end = replica.log.len() as u64;
                             if let Some(proposal) = progress.propose_isr {
                                 self.propose_isr(to, proposal);
                             }
@@ -723,6 +730,7 @@ impl Sim {
                                 first_offset: fetch_offset,
                                 entries,
                                 high_watermark: progress.high_watermark,
+                                leader_log_end,
                             }
                         }
                     },
@@ -783,6 +791,7 @@ impl Sim {
                         first_offset,
                         entries,
                         high_watermark,
+                        leader_log_end,
                     } => {
                         if first_offset != replica.log_end() {
                             // An answer to a fetch from before a truncation.
@@ -809,8 +818,14 @@ impl Sim {
                                 },
                             );
                         } else {
-                            // The next fetch goes out once these are synced (FlushDone).
+                            // The next fetch goes out once these are synced (FlushDone), or
+                            // at once when the leader has more (as the broker fetches ahead
+                            // while it writes): it reports only what is synced.
+                            let ahead = leader_log_end > replica.log_end();
                             self.flush(to);
+                            if ahead && self.rng.random_bool(0.5) {
+                                self.fetch(to);
+                            }
                         }
                     }
                 }

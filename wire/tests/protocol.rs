@@ -172,6 +172,7 @@ fn every_request_round_trips() {
             leader_epoch: 3,
             fetch_offset: 10,
             last_fetched_epoch: -1,
+            log_end: 8,
             max_bytes: 1 << 20,
             max_wait_ms: 500,
         }),

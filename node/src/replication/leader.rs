@@ -245,14 +245,16 @@ impl<W> Leader<W> {
         last_fetched_epoch == Some(self.epoch) && fetch_offset <= self.log_end
     }
 
-    /// A follower fetches at `fetch_offset` (its log end) following `follower_epoch`. Call after
-    /// [`crate::replication::diverging`] found no divergence.
+    /// A follower following `follower_epoch` fetches, and its log holds everything below
+    /// `follower_log_end`. That is its progress, not where it reads from: a follower may fetch
+    /// ahead of its log end while it writes the previous answer, and what it has only received
+    /// is not counted. Call after [`crate::replication::diverging`] found no divergence.
     pub fn handle_fetch(
         &mut self,
         now_ms: i64,
         replica: i32,
         follower_epoch: u32,
-        fetch_offset: u64,
+        follower_log_end: u64,
     ) -> Result<FetchProgress, ReplicaFetchError> {
         self.validate_fetch(replica, follower_epoch)?;
         let log_end = self.log_end;
@@ -263,18 +265,18 @@ impl<W> Leader<W> {
             .expect("validated");
         // A follower may be ahead of this leader's durable end (it read written, unsynced
         // bytes); it has everything the leader has either way.
-        if fetch_offset >= log_end {
+        if follower_log_end >= log_end {
             progress.last_caught_up_ms = now_ms;
-        } else if fetch_offset >= progress.leader_end_at_last_fetch {
+        } else if follower_log_end >= progress.leader_end_at_last_fetch {
             // It now has what the leader had at its previous fetch: caught up as of then.
             progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.last_fetch_ms);
         }
-        progress.log_end = Some(fetch_offset);
+        progress.log_end = Some(follower_log_end);
         progress.last_fetch_ms = now_ms;
         progress.leader_end_at_last_fetch = log_end;
         self.advance_high_watermark();
         let joins = !self.isr.contains(&replica)
-            && fetch_offset >= self.high_watermark.max(self.epoch_start_offset);
+            && follower_log_end >= self.high_watermark.max(self.epoch_start_offset);
         let propose_isr = (joins && self.isr_change_in_flight.is_none()).then(|| {
             let mut isr = self.isr.clone();
             isr.push(replica);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use strata_coordinator::placement::NO_LEADER;
 use strata_coordinator::{PartitionChange, PartitionState};
+use strata_wire::batch::BatchHeader;
 use strata_wire::protocol::{
     DivergingEpoch, ErrorCode, Records, ReplicaFetchRequest, ReplicaFetchResponse, Request,
     Response,
@@ -150,6 +151,7 @@ fn replica_fetch_error(
         error,
         high_watermark,
         log_start_offset: log_start,
+        log_end_offset: 0,
         diverging: None,
         records: Records::empty(),
     }
@@ -303,6 +305,11 @@ impl Shard {
 
     /// The follower's loop: fetch from the leader, truncate where the leader says the logs
     /// diverge, append what it sends verbatim, repeat. Runs until its role ends (aborted).
+    ///
+    /// While the follower is behind (the answer ends below the leader's log end), the next
+    /// fetch goes out before the answer is written, so the link moves bytes while the disk
+    /// takes them. That fetch reports the log end as it was, so the leader counts only what is
+    /// written; a caught-up follower fetches after each write, which reports it at once.
     async fn follow(
         self: Rc<Self>,
         key: (String, u32),
@@ -312,16 +319,14 @@ impl Shard {
         high_watermark: Rc<Cell<u64>>,
     ) {
         let (topic, partition) = key.clone();
-        let node_id = self.context.config.node_id;
         let mut failures = 0u32;
         let backoff = |failures: &mut u32| {
             *failures += 1;
             Duration::from_millis(50 * u64::from((*failures).min(10)))
         };
-        loop {
-            let Some(quic) = self.quic.as_ref() else {
-                return;
-            };
+        // Each pass starts from what the log says it holds: at the start, and after anything
+        // other than a clean append.
+        'resync: loop {
             let Some((addr, host)) = self.replication_target(leader, &topic, partition) else {
                 tokio::time::sleep(backoff(&mut failures)).await;
                 continue;
@@ -333,96 +338,137 @@ impl Shard {
                     return;
                 }
             };
-            let request = ReplicaFetchRequest {
-                replica_id: node_id,
-                topic: topic.clone(),
-                partition,
-                leader_epoch: epoch,
-                fetch_offset: info.offsets.log_end,
-                last_fetched_epoch: info.latest_epoch.map_or(-1, i64::from),
-                max_bytes: REPLICA_FETCH_BYTES_MAX,
-                max_wait_ms: REPLICA_FETCH_WAIT_MS,
-            };
-            let started = Instant::now();
-            let response = match quic.replica_fetch(addr, &host, request).await {
-                Ok(response) => response,
-                Err(error) => {
-                    if failures.is_multiple_of(20) {
-                        tracing::warn!(%topic, partition, leader, "replication fetch failed: {error}");
-                    }
-                    if let QuicError::Malformed { .. } = error {
-                        tracing::error!(%topic, partition, "{error}");
-                    }
-                    tokio::time::sleep(backoff(&mut failures)).await;
-                    continue;
-                }
-            };
-            match response.error {
-                ErrorCode::None => {}
-                ErrorCode::OffsetOutOfRange if response.log_start_offset > info.offsets.log_end => {
-                    // The leader's retention removed what we would fetch next.
-                    tracing::warn!(%topic, partition, from = info.offsets.log_end, to = response.log_start_offset,
-                        "the leader no longer holds our log end: starting over at its log start");
-                    if let Err(error) = log.restart_at(response.log_start_offset).await {
-                        tracing::error!(%topic, partition, "follower stops: {error}");
-                        return;
-                    }
-                    continue;
-                }
-                error => {
-                    // Not (yet) the leader, or a different epoch: the state will change.
-                    if failures.is_multiple_of(20) {
-                        tracing::info!(%topic, partition, leader, epoch, "leader refused the fetch: {error}");
-                    }
-                    tokio::time::sleep(backoff(&mut failures)).await;
-                    continue;
-                }
-            }
-            failures = 0;
-            if let Some(diverging) = response.diverging {
-                let divergence = Divergence {
-                    epoch: u32::try_from(diverging.epoch).ok(),
-                    end_offset: diverging.end_offset,
-                };
-                match log.truncate_diverged(divergence).await {
-                    Ok(end) => {
-                        tracing::warn!(%topic, partition, from = info.offsets.log_end, to = end, ?divergence,
-                            "log diverged from the leader's: truncated");
-                        high_watermark.set(high_watermark.get().min(end));
-                    }
-                    Err(error) => {
-                        tracing::error!(%topic, partition, "follower stops: truncation failed: {error}");
-                        return;
-                    }
-                }
-                continue;
-            }
             let mut log_end = info.offsets.log_end;
-            if !response.records.is_empty() {
-                let records = response.records.freeze();
-                let bytes = records.len() as u64;
-                let answered_us = started.elapsed().as_micros();
-                match log.append_replicated(records).await {
-                    Ok(appended) => {
-                        tracing::trace!(%topic, partition, bytes, answered_us, appended_us = started.elapsed().as_micros(), "replicated");
-                        log_end = appended.last_offset + 1;
-                        self.metrics.replicated(
-                            &topic,
-                            bytes,
-                            started.elapsed().as_micros() as u64,
-                        );
+            let mut last_epoch = info.latest_epoch;
+            let mut ahead: Option<FetchAhead> = None;
+            loop {
+                let (started, result) = match ahead.take() {
+                    Some(mut ahead) => (ahead.started, ahead.answer().await),
+                    None => {
+                        let request =
+                            self.follower_fetch(&key, epoch, log_end, last_epoch, log_end);
+                        let started = Instant::now();
+                        let Some(quic) = self.quic.as_ref() else {
+                            return;
+                        };
+                        (started, quic.replica_fetch(addr, &host, request).await)
                     }
-                    Err(LogError::NotContiguous { .. }) => continue,
+                };
+                let response = match result {
+                    Ok(response) => response,
                     Err(error) => {
-                        tracing::error!(%topic, partition, "follower stops: append failed: {error}");
-                        return;
+                        if failures.is_multiple_of(20) {
+                            tracing::warn!(%topic, partition, leader, "replication fetch failed: {error}");
+                        }
+                        if let QuicError::Malformed { .. } = error {
+                            tracing::error!(%topic, partition, "{error}");
+                        }
+                        tokio::time::sleep(backoff(&mut failures)).await;
+                        continue 'resync;
+                    }
+                };
+                match response.error {
+                    ErrorCode::None => {}
+                    ErrorCode::OffsetOutOfRange if response.log_start_offset > log_end => {
+                        // The leader's retention removed what we would fetch next.
+                        tracing::warn!(%topic, partition, from = log_end, to = response.log_start_offset,
+                            "the leader no longer holds our log end: starting over at its log start");
+                        if let Err(error) = log.restart_at(response.log_start_offset).await {
+                            tracing::error!(%topic, partition, "follower stops: {error}");
+                            return;
+                        }
+                        continue 'resync;
+                    }
+                    error => {
+                        // Not (yet) the leader, or a different epoch: the state will change.
+                        if failures.is_multiple_of(20) {
+                            tracing::info!(%topic, partition, leader, epoch, "leader refused the fetch: {error}");
+                        }
+                        tokio::time::sleep(backoff(&mut failures)).await;
+                        continue 'resync;
                     }
                 }
+                failures = 0;
+                if let Some(diverging) = response.diverging {
+                    let divergence = Divergence {
+                        epoch: u32::try_from(diverging.epoch).ok(),
+                        end_offset: diverging.end_offset,
+                    };
+                    match log.truncate_diverged(divergence).await {
+                        Ok(end) => {
+                            tracing::warn!(%topic, partition, from = log_end, to = end, ?divergence,
+                                "log diverged from the leader's: truncated");
+                            high_watermark.set(high_watermark.get().min(end));
+                        }
+                        Err(error) => {
+                            tracing::error!(%topic, partition, "follower stops: truncation failed: {error}");
+                            return;
+                        }
+                    }
+                    continue 'resync;
+                }
+                if !response.records.is_empty() {
+                    let records = response.records.freeze();
+                    let bytes = records.len() as u64;
+                    let answered_us = started.elapsed().as_micros();
+                    let last = last_batch_header(&records);
+                    if let Some(last) = &last
+                        && last.next_offset() < response.log_end_offset
+                    {
+                        let request = self.follower_fetch(
+                            &key,
+                            epoch,
+                            last.next_offset(),
+                            Some(last.leader_epoch),
+                            log_end,
+                        );
+                        ahead = Some(FetchAhead::send(&self, addr, host.clone(), request));
+                    }
+                    match log.append_replicated(records).await {
+                        Ok(appended) => {
+                            tracing::trace!(%topic, partition, bytes, answered_us, appended_us = started.elapsed().as_micros(), "replicated");
+                            log_end = appended.last_offset + 1;
+                            last_epoch = last.map(|header| header.leader_epoch).or(last_epoch);
+                            self.metrics.replicated(
+                                &topic,
+                                bytes,
+                                started.elapsed().as_micros() as u64,
+                            );
+                        }
+                        Err(LogError::NotContiguous { .. }) => continue 'resync,
+                        Err(error) => {
+                            tracing::error!(%topic, partition, "follower stops: append failed: {error}");
+                            return;
+                        }
+                    }
+                }
+                let known = response.high_watermark.min(log_end);
+                if known > high_watermark.get() {
+                    high_watermark.set(known);
+                }
             }
-            let known = response.high_watermark.min(log_end);
-            if known > high_watermark.get() {
-                high_watermark.set(known);
-            }
+        }
+    }
+
+    fn follower_fetch(
+        &self,
+        (topic, partition): &(String, u32),
+        epoch: u32,
+        fetch_offset: u64,
+        last_fetched_epoch: Option<u32>,
+        log_end: u64,
+    ) -> ReplicaFetchRequest {
+        debug_assert!(log_end <= fetch_offset);
+        ReplicaFetchRequest {
+            replica_id: self.context.config.node_id,
+            topic: topic.clone(),
+            partition: *partition,
+            leader_epoch: epoch,
+            fetch_offset,
+            last_fetched_epoch: last_fetched_epoch.map_or(-1, i64::from),
+            log_end,
+            max_bytes: REPLICA_FETCH_BYTES_MAX,
+            max_wait_ms: REPLICA_FETCH_WAIT_MS,
         }
     }
 
@@ -454,6 +500,10 @@ impl Shard {
     ) -> ReplicaFetchResponse {
         let key = (request.topic.clone(), request.partition);
         let started = Instant::now();
+        if request.log_end > request.fetch_offset {
+            // A follower cannot hold what it has not fetched.
+            return replica_fetch_error(ErrorCode::InvalidRequest, 0, 0);
+        }
         let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
         let (log, cannot_diverge) = {
             let partitions = self.partitions.borrow();
@@ -506,7 +556,7 @@ impl Shard {
                 );
             }
         }
-        // The follower has everything below its fetch offset: record its progress.
+        // The follower's log holds everything below its log end: record its progress.
         let proposal = {
             let mut partitions = self.partitions.borrow_mut();
             let Some(partition) = partitions.get_mut(&key) else {
@@ -521,7 +571,7 @@ impl Shard {
                 now,
                 request.replica_id,
                 request.leader_epoch,
-                request.fetch_offset,
+                request.log_end,
             ) {
                 Ok(progress) => progress.propose_isr,
                 Err(error) => return replica_fetch_error(fetch_error_code(error), before, 0),
@@ -564,7 +614,10 @@ impl Shard {
             }
             Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
         };
-        let log_start = log.offsets().await.map_or(0, |offsets| offsets.log_start);
+        let (log_start, log_end) = log
+            .offsets()
+            .await
+            .map_or((0, 0), |offsets| (offsets.log_start, offsets.log_end));
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
@@ -574,6 +627,7 @@ impl Shard {
             error: ErrorCode::None,
             high_watermark,
             log_start_offset: log_start,
+            log_end_offset: log_end,
             diverging: None,
             records: Records::Shared(records),
         }
@@ -724,4 +778,68 @@ impl Shard {
             });
         }
     }
+}
+
+/// A follower's fetch sent before the previous answer is written. Dropping it (a resync, the
+/// role ending) abandons the request.
+struct FetchAhead {
+    started: Instant,
+    task: tokio::task::JoinHandle<Result<ReplicaFetchResponse, QuicError>>,
+    addr: SocketAddr,
+}
+
+impl FetchAhead {
+    fn send(
+        shard: &Rc<Shard>,
+        addr: SocketAddr,
+        host: String,
+        request: ReplicaFetchRequest,
+    ) -> Self {
+        let shard = shard.clone();
+        let task = tokio::task::spawn_local(async move {
+            match shard.quic.as_ref() {
+                Some(quic) => quic.replica_fetch(addr, &host, request).await,
+                None => Err(QuicError::Stream {
+                    addr,
+                    reason: "no replication endpoint".into(),
+                }),
+            }
+        });
+        FetchAhead {
+            started: Instant::now(),
+            task,
+            addr,
+        }
+    }
+
+    async fn answer(&mut self) -> Result<ReplicaFetchResponse, QuicError> {
+        (&mut self.task).await.unwrap_or_else(|error| {
+            Err(QuicError::Stream {
+                addr: self.addr,
+                reason: error.to_string(),
+            })
+        })
+    }
+}
+
+impl Drop for FetchAhead {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The header of the last whole batch in a fetch answer; `None` when a header does not parse
+/// (the append that follows reports why).
+fn last_batch_header(records: &[u8]) -> Option<BatchHeader> {
+    let mut at = 0;
+    let mut last = None;
+    while at < records.len() {
+        let header = BatchHeader::parse(&records[at..]).ok()?;
+        at += header.batch_len as usize;
+        if at > records.len() {
+            return None;
+        }
+        last = Some(header);
+    }
+    last
 }

@@ -328,10 +328,14 @@ messages! {
         pub partition: u32,
         /// The leader epoch the follower follows; the leader refuses any other.
         pub leader_epoch: u32,
-        /// The follower's log end offset.
+        /// Where to read from: the end of what the follower has received. Past `log_end` when
+        /// the follower fetches ahead while it still writes the previous answer.
         pub fetch_offset: u64,
-        /// The epoch of the follower's last batch; -1 when its log is empty.
+        /// The epoch of the last batch below `fetch_offset`; -1 when there is none.
         pub last_fetched_epoch: i64,
+        /// The follower's log end: everything below it is in its log. Its progress for the ISR
+        /// and the high watermark; never above `fetch_offset`.
+        pub log_end: u64,
         pub max_bytes: u32,
         /// Long-poll when the follower is caught up.
         pub max_wait_ms: u32,
@@ -349,6 +353,9 @@ messages! {
         pub error: ErrorCode,
         pub high_watermark: u64,
         pub log_start_offset: u64,
+        /// The leader's log end when it read: a follower whose answer ends below it may ask for
+        /// the next part before writing this one.
+        pub log_end_offset: u64,
         pub diverging: Option<DivergingEpoch>,
         /// Whole stored batches, verbatim, starting at the fetch offset.
         pub records: Records,
