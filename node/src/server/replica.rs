@@ -34,6 +34,10 @@ pub(super) type AckWaiter = oneshot::Sender<Result<(), AckError>>;
 
 /// The most a follower asks for in one fetch.
 const REPLICA_FETCH_BYTES_MAX: u32 = 8 << 20;
+/// A follower fetches ahead only after answers this large: it is catching up a backlog. Below
+/// it, the next fetch follows the write, so the leader learns of the write at once (the
+/// `acks=all` path).
+const FETCH_AHEAD_BYTES_MIN: u64 = REPLICA_FETCH_BYTES_MAX as u64 / 2;
 /// How long a caught-up follower's fetch waits at the leader for new records.
 const REPLICA_FETCH_WAIT_MS: u32 = 500;
 /// How often leaders look for lagging followers and checkpoint high watermarks.
@@ -414,6 +418,7 @@ impl Shard {
                     let last = last_batch_header(&records);
                     if let Some(last) = &last
                         && last.next_offset() < response.log_end_offset
+                        && bytes >= FETCH_AHEAD_BYTES_MIN
                     {
                         let request = self.follower_fetch(
                             &key,
