@@ -230,46 +230,35 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
         let metadata = Request::Metadata(strata_wire::protocol::MetadataRequest { topics: None });
         let frame: Vec<u8> = metadata.encode(1).concat();
         assert!(exchange(frame).await.is_err());
-        // A well-formed fetch from a broker that is not a replica: a typed refusal.
-        let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
-            replica_id: 42,
-            topic: "quic-bad".into(),
-            partition: 0,
-            leader_epoch: 0,
-            fetch_offset: 0,
-            last_fetched_epoch: -1,
-            log_end: 0,
-            max_bytes: 1 << 20,
-            max_wait_ms: 0,
-        });
-        let answer = exchange(fetch.encode(2).concat()).await.expect("an answer");
-        let body = BytesMut::from(&answer[4..]);
-        match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
-            (2, Ok(Response::ReplicaFetch(response))) => {
-                assert_eq!(response.error, ErrorCode::NotReplica)
+        // Well-formed fetches get typed refusals: (log end, correlation id) → error.
+        let refusal = |log_end: u64, correlation_id: u32| {
+            let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
+                replica_id: 42,
+                topic: "quic-bad".into(),
+                partition: 0,
+                leader_epoch: 0,
+                fetch_offset: 0,
+                last_fetched_epoch: -1,
+                log_end,
+                max_bytes: 1 << 20,
+                max_wait_ms: 0,
+            });
+            let answer = exchange(fetch.encode(correlation_id).concat());
+            async move {
+                let answer = answer.await.expect("an answer");
+                let body = BytesMut::from(&answer[4..]);
+                match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
+                    (id, Ok(Response::ReplicaFetch(response))) if id == correlation_id => {
+                        response.error
+                    }
+                    other => panic!("unexpected answer {other:?}"),
+                }
             }
-            other => panic!("unexpected answer {other:?}"),
-        }
-        // A follower claiming to hold more than it fetched: refused, nothing counted.
-        let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
-            replica_id: 42,
-            topic: "quic-bad".into(),
-            partition: 0,
-            leader_epoch: 0,
-            fetch_offset: 0,
-            last_fetched_epoch: -1,
-            log_end: 5,
-            max_bytes: 1 << 20,
-            max_wait_ms: 0,
-        });
-        let answer = exchange(fetch.encode(3).concat()).await.expect("an answer");
-        let body = BytesMut::from(&answer[4..]);
-        match Response::decode(ApiKey::ReplicaFetch, body).unwrap() {
-            (3, Ok(Response::ReplicaFetch(response))) => {
-                assert_eq!(response.error, ErrorCode::InvalidRequest)
-            }
-            other => panic!("unexpected answer {other:?}"),
-        }
+        };
+        // From a broker that is not a replica.
+        assert_eq!(refusal(0, 2).await, ErrorCode::NotReplica);
+        // From a follower claiming to hold more than it fetched: nothing counted.
+        assert_eq!(refusal(5, 3).await, ErrorCode::InvalidRequest);
     });
     // And the node still serves clients.
     let printed = node.cli(
