@@ -469,18 +469,15 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             let quota = config.records.map(|total| {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
             });
-            producer_tasks.push(tokio::spawn(async move {
-                produce(
-                    producer,
-                    config,
-                    index as u64,
-                    quota,
-                    stop,
-                    Tally { produced, interval },
-                    measure_from,
-                )
-                .await
-            }));
+            producer_tasks.push(tokio::spawn(produce(ProducerTask {
+                producer,
+                config,
+                index: index as u64,
+                quota,
+                stop,
+                tally: Tally { produced, interval },
+                measure_from,
+            })));
         }
     }
 
@@ -558,16 +555,34 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     Ok((report, histograms))
 }
 
-/// One producer: sends until stopped or its quota is sent, open loop at its share of the rate.
-async fn produce(
+/// What one producer task works with.
+struct ProducerTask {
     producer: Producer,
     config: BenchConfig,
+    /// This producer's number (its partition in the pinned presets, its key seed).
     index: u64,
+    /// Records to send, when the run is bounded by a count.
     quota: Option<u64>,
     stop: Arc<AtomicBool>,
     tally: Tally,
+    /// Records intended before this are warmup: sent, not measured.
     measure_from: Instant,
-) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
+}
+
+/// One producer: sends until stopped or its quota is sent, open loop at its share of the rate.
+async fn produce(task: ProducerTask) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
+    if let Some(per_batch) = task.config.batch_records.filter(|_| task.config.pinned) {
+        return produce_pinned(task, per_batch.max(1)).await;
+    }
+    let ProducerTask {
+        producer,
+        config,
+        index,
+        quota,
+        stop,
+        tally,
+        measure_from,
+    } = task;
     let Tally { produced, interval } = tally;
     let topic: Arc<str> = config.topic.as_str().into();
     let rate = config
@@ -575,38 +590,14 @@ async fn produce(
         .map(|rate| rate / config.producers.max(1) as f64);
     let mut keys = KeyChooser::new(config.key_distribution, config.keys, index);
     let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel();
-    // Pinned presets count fixed-size batches: a batch's latency runs from its first record's
-    // send time to its last record's ack (acks of one partition arrive in order).
-    let batch_records = config
-        .batch_records
-        .filter(|_| config.pinned)
-        .map(|n| n as u64);
-    // Pinned presets are closed loop per producer, as iggy-bench: the next batch goes out once
-    // the previous one is acknowledged.
-    let acked = Arc::new((AtomicU64::new(0), tokio::sync::Notify::new()));
-    let collector_acked = acked.clone();
     let collector = tokio::spawn(async move {
         let mut histogram = histogram();
-        let mut batches = self::histogram();
+        let batches = self::histogram();
         let mut bytes = 0u64;
-        let mut sequence = 0u64;
-        let mut batch_started: Option<Instant> = None;
         while let Some((intended, size, ack)) = acks.recv().await {
             let ack: strata_client::RecordFuture = ack;
             ack.await?;
             let intended: Instant = intended;
-            if let Some(per_batch) = batch_records {
-                let started = *batch_started.get_or_insert(intended);
-                if sequence % per_batch == per_batch - 1 {
-                    if started >= measure_from {
-                        let _ = batches.record(started.elapsed().as_micros().max(1) as u64);
-                    }
-                    batch_started = None;
-                }
-            }
-            sequence += 1;
-            collector_acked.0.store(sequence, Ordering::Release);
-            collector_acked.1.notify_one();
             if intended >= measure_from {
                 let latency = intended.elapsed().as_micros().max(1) as u64;
                 let _ = histogram.record(latency);
@@ -621,16 +612,7 @@ async fn produce(
     let mut sent = 0u64;
     let mut value = BytesMut::with_capacity(config.record_size);
     while !stop.load(Ordering::Relaxed) && quota.is_none_or(|quota| sent < quota) {
-        let intended = match rate {
-            Some(rate) => {
-                let intended = start + Duration::from_secs_f64(sent as f64 / rate);
-                if intended > Instant::now() {
-                    tokio::time::sleep_until(intended.into()).await;
-                }
-                intended
-            }
-            None => Instant::now(),
-        };
+        let intended = intended_send_time(start, sent, rate).await;
         // The intended time, as the consumers will read it, leads the value.
         let lateness = Instant::now().saturating_duration_since(intended);
         value.clear();
@@ -645,16 +627,91 @@ async fn produce(
             break;
         }
         sent += 1;
-        if let Some(per_batch) = batch_records
-            && sent.is_multiple_of(per_batch)
-        {
-            while acked.0.load(Ordering::Acquire) < sent {
-                acked.1.notified().await;
-            }
-        }
     }
     drop(pending);
     collector.await?
+}
+
+/// When record number `sent` is due: open loop at `rate` records/s from `start` (waiting until
+/// then, and returning the schedule's time even when late, so lateness counts as latency), or
+/// now when there is no rate.
+async fn intended_send_time(start: Instant, sent: u64, rate: Option<f64>) -> Instant {
+    match rate {
+        Some(rate) => {
+            let intended = start + Duration::from_secs_f64(sent as f64 / rate);
+            if intended > Instant::now() {
+                tokio::time::sleep_until(intended.into()).await;
+            }
+            intended
+        }
+        None => Instant::now(),
+    }
+}
+
+/// The pinned presets' loop, as iggy-bench's pinned producers run: producer `index` writes
+/// partition `index` in batches of `per_batch` records, each handed to the client in one call
+/// once the previous batch is acknowledged (closed loop). A batch's latency runs from its
+/// intended send time to its acknowledgement, and every record in it counts that latency.
+/// The values live in one buffer filled once; each batch rewrites only their timestamps.
+async fn produce_pinned(
+    task: ProducerTask,
+    per_batch: usize,
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
+    let (config, quota, measure_from) = (&task.config, task.quota, task.measure_from);
+    let Tally { produced, interval } = &task.tally;
+    let topic: Arc<str> = config.topic.as_str().into();
+    let partition = task.index as u32;
+    let rate = config
+        .rate
+        .map(|rate| rate / config.producers.max(1) as f64);
+    let mut keys = KeyChooser::new(config.key_distribution, config.keys, task.index);
+    let (mut records, mut batches, mut bytes) = (histogram(), histogram(), 0u64);
+    let record_size = config.record_size.max(1);
+    let mut values = vec![b'x'; per_batch * record_size];
+    let mut batch_keys: Vec<Option<Bytes>> = Vec::with_capacity(per_batch);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while !task.stop.load(Ordering::Relaxed) && quota.is_none_or(|quota| sent < quota) {
+        let count = quota.map_or(per_batch, |quota| {
+            (quota - sent).min(per_batch as u64) as usize
+        });
+        let intended = intended_send_time(start, sent, rate).await;
+        let lateness = Instant::now().saturating_duration_since(intended);
+        let stamp = now_us()
+            .saturating_sub(lateness.as_micros() as u64)
+            .to_le_bytes();
+        for value in values.chunks_mut(record_size).take(count) {
+            let len = stamp.len().min(value.len());
+            value[..len].copy_from_slice(&stamp[..len]);
+        }
+        batch_keys.clear();
+        batch_keys.extend((0..count).map(|_| keys.next()));
+        let batch: Vec<(Option<&[u8]>, &[u8])> = batch_keys
+            .iter()
+            .map(Option::as_deref)
+            .zip(values.chunks(record_size))
+            .collect();
+        let acks = task
+            .producer
+            .send_batch(&topic, partition, None, &batch)
+            .await?;
+        for ack in acks {
+            ack.await?;
+        }
+        sent += count as u64;
+        if intended >= measure_from {
+            let latency = intended.elapsed().as_micros().max(1) as u64;
+            let _ = batches.record(latency);
+            let _ = records.record_n(latency, count as u64);
+            let _ = interval
+                .lock()
+                .expect("interval recorder")
+                .record_n(latency, count as u64);
+            bytes += (count * config.record_size) as u64;
+            produced.fetch_add(count as u64, Ordering::Relaxed);
+        }
+    }
+    Ok((records, batches, bytes))
 }
 
 /// Picks record keys.

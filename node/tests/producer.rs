@@ -13,6 +13,22 @@ use strata_client::{
 };
 use support::{TestNode, runtime};
 
+async fn connect(node: &TestNode, config: ProducerConfig) -> (std::sync::Arc<Client>, Producer) {
+    let client = Client::connect(ClientConfig::new(node.bootstrap()))
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), config);
+    (client, producer)
+}
+
+/// A record as read back, owned.
+struct Read {
+    offset: u64,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    timestamp_ms: i64,
+}
+
 #[test]
 fn shared_requests_acknowledge_every_record_where_it_landed() {
     let data = tempfile::tempdir().unwrap();
@@ -21,18 +37,16 @@ fn shared_requests_acknowledge_every_record_where_it_landed() {
         node.cli(&["topic", "create", topic, "--partitions", "8"], None);
     }
     runtime().block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
         // Tiny batches (1 ms linger) over 16 partitions: many wait for the same shard at once.
-        let producer = Producer::new(
-            client.clone(),
+        let (client, producer) = connect(
+            &node,
             ProducerConfig {
                 linger: Duration::from_millis(1),
                 batch_bytes: 512,
                 ..ProducerConfig::default()
             },
-        );
+        )
+        .await;
         let mut acks = Vec::new();
         for i in 0..4000u32 {
             let topic = if i % 2 == 0 { "left" } else { "right" };
@@ -78,6 +92,101 @@ fn shared_requests_acknowledge_every_record_where_it_landed() {
                     found += 1;
                 }
             }
+        }
+    });
+}
+
+/// `send_batch` hands many records to one partition at once: they keep their order, split into
+/// producer batches where `batch_bytes` says, and the returned futures (one per producer batch)
+/// name the offset of each batch's last record of them.
+#[test]
+fn a_batch_handed_over_at_once_lands_in_order_across_producer_batches() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 2);
+    node.cli(&["topic", "create", "many", "--partitions", "3"], None);
+    runtime().block_on(async {
+        let (client, producer) = connect(
+            &node,
+            ProducerConfig {
+                batch_bytes: 4096,
+                ..ProducerConfig::default()
+            },
+        )
+        .await;
+        let topic: std::sync::Arc<str> = "many".into();
+        // Something sent the usual way first: the batch continues after it.
+        producer
+            .send(ProducerRecord {
+                partition: Some(1),
+                ..ProducerRecord::new(topic.clone(), None, "first")
+            })
+            .await
+            .unwrap();
+        let values: Vec<String> = (0..500)
+            .map(|i| format!("value-{i:03}-{}", "x".repeat(100)))
+            .collect();
+        let records: Vec<(Option<&[u8]>, &[u8])> = values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| ((i % 2 == 0).then_some(b"k".as_slice()), value.as_bytes()))
+            .collect();
+        let acks = producer
+            .send_batch(&topic, 1, Some(1_000), &records)
+            .await
+            .unwrap();
+        assert!(
+            acks.len() > 5,
+            "500 records of ~110 B span many 4 KiB batches"
+        );
+        let mut last = -1;
+        for ack in acks {
+            let landed = ack.await.unwrap();
+            assert_eq!(landed.partition, 1);
+            assert!(landed.offset > last, "batches are acknowledged in order");
+            last = landed.offset;
+        }
+        assert_eq!(last, 500, "the last record follows the first one sent");
+        // Out of range: a typed error, nothing queued.
+        assert!(
+            producer
+                .send_batch(&topic, 3, None, &records)
+                .await
+                .is_err()
+        );
+
+        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+        consumer
+            .assign("many", &[1], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut read: Vec<Read> = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while read.len() < 501 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "read {}",
+                read.len()
+            );
+            for batch in consumer.poll().await.unwrap() {
+                for record in batch.records() {
+                    read.push(Read {
+                        offset: record.offset,
+                        key: record.key.map(<[u8]>::to_vec),
+                        value: record.value.to_vec(),
+                        timestamp_ms: record.timestamp_ms,
+                    });
+                }
+            }
+        }
+        assert_eq!(read[0].value, b"first");
+        for (i, record) in read[1..].iter().enumerate() {
+            assert_eq!(record.offset, i as u64 + 1);
+            assert_eq!(record.value, values[i].as_bytes());
+            assert_eq!(
+                record.key.as_deref(),
+                (i % 2 == 0).then_some(b"k".as_slice())
+            );
+            assert_eq!(record.timestamp_ms, 1_000);
         }
     });
 }
