@@ -92,6 +92,20 @@ fn main() {
             100.0 * consume_mb / loopback
         );
 
+        // The max phase leaves gigabytes of dirty page cache; without draining it first, the
+        // latency phase measures the kernel's writeback throttling of that debt, not the load
+        // it offers (p50 of 271–1,283 ms at "half load", 2026-11-29).
+        let drained = Instant::now();
+        tokio::task::spawn_blocking(|| {
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() }
+        })
+        .await
+        .unwrap();
+        println!(
+            "(writeback of the max phase drained in {:.1} s)",
+            drained.elapsed().as_secs_f64()
+        );
         let half = produce_rate * load;
         let histogram = produce_at_rate(&producer, half, duration).await;
         println!(
