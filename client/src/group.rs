@@ -420,9 +420,30 @@ impl GroupConsumer {
         }
         self.wait_for_commit_in_flight().await;
         let (member_id, generation) = self.identity();
-        self.client
+        let mut committed = self
+            .client
             .commit_offsets(&self.config.group, &member_id, generation, &offsets)
-            .await?;
+            .await;
+        if let Err(ClientError::Broker(ErrorCode::IllegalGeneration)) = committed {
+            // The coordinator may have moved this member to a new generation with an answer
+            // not applied yet (in flight, or cut off by `close`). Learn the generation and, if
+            // it moved and the member is still in the group, commit again: the offsets are of
+            // partitions it still holds, which nobody else reads until it lets them go.
+            let request =
+                heartbeat_request(&self.config, &self.membership.lock().expect("membership"));
+            send_heartbeat(&self.client, &self.config, &self.membership, request).await;
+            let (lost, current) = {
+                let state = self.membership.lock().expect("membership");
+                (state.lost.is_some(), state.generation)
+            };
+            if !lost && current != generation {
+                committed = self
+                    .client
+                    .commit_offsets(&self.config.group, &member_id, current, &offsets)
+                    .await;
+            }
+        }
+        committed?;
         self.committed.extend(offsets);
         Ok(())
     }
@@ -695,6 +716,61 @@ fn to_wire(partitions: &BTreeSet<TopicPartition>) -> Vec<TopicPartitions> {
     wire
 }
 
+/// The heartbeat a member sends now: who it is, at which generation, what it may still read.
+fn heartbeat_request(config: &GroupConfig, state: &Membership) -> Request {
+    Request::Heartbeat(HeartbeatRequest {
+        group: config.group.clone(),
+        member_id: state.member_id.clone(),
+        generation: state.generation,
+        owned: to_wire(&state.reported()),
+    })
+}
+
+/// Sends a heartbeat and applies its answer: the generation, the interval, a new assignment to
+/// take up, or the loss of membership.
+async fn send_heartbeat(
+    client: &Client,
+    config: &GroupConfig,
+    membership: &Mutex<Membership>,
+    request: Request,
+) {
+    let answer = client
+        .group_request(&config.group, request, |r| match r {
+            Response::Heartbeat(r) => r.error,
+            _ => ErrorCode::InvalidRequest,
+        })
+        .await;
+    let mut state = membership.lock().expect("membership");
+    match answer {
+        Ok(Response::Heartbeat(response)) => {
+            state.generation = response.generation;
+            state.heartbeat_interval =
+                Duration::from_millis(u64::from(response.heartbeat_interval_ms));
+            let assignment: BTreeSet<TopicPartition> = response
+                .assignment
+                .into_iter()
+                .flat_map(|tp| {
+                    let topic = tp.topic;
+                    tp.partitions.into_iter().map(move |p| (topic.clone(), p))
+                })
+                .collect();
+            let mut applied = state.owned.clone();
+            applied.extend(state.applying.iter().cloned());
+            state.pending = (assignment != applied).then_some(assignment);
+        }
+        Ok(_) => {}
+        Err(ClientError::Broker(
+            code @ (ErrorCode::UnknownMemberId
+            | ErrorCode::IllegalGeneration
+            | ErrorCode::FencedInstanceId),
+        )) => {
+            state.lost = Some(code);
+            state.pending = None;
+        }
+        Err(error) => tracing::warn!(group = %config.group, "heartbeat failed: {error}"),
+    }
+}
+
 /// Keeps the membership alive independently of how long the application takes per record,
 /// up to `max_poll_interval`.
 async fn heartbeat_loop(
@@ -726,12 +802,7 @@ async fn heartbeat_loop(
                 }))
             } else {
                 Next::Beat(
-                    Request::Heartbeat(HeartbeatRequest {
-                        group: config.group.clone(),
-                        member_id: state.member_id.clone(),
-                        generation: state.generation,
-                        owned: to_wire(&state.reported()),
-                    }),
+                    heartbeat_request(&config, &state),
                     state.heartbeat_interval.max(Duration::from_millis(50)),
                 )
             }
@@ -752,43 +823,7 @@ async fn heartbeat_loop(
             }
             Next::Beat(request, interval) => (request, interval),
         };
-        let answer = client
-            .group_request(&config.group, request, |r| match r {
-                Response::Heartbeat(r) => r.error,
-                _ => ErrorCode::InvalidRequest,
-            })
-            .await;
-        {
-            let mut state = membership.lock().expect("membership");
-            match answer {
-                Ok(Response::Heartbeat(response)) => {
-                    state.generation = response.generation;
-                    state.heartbeat_interval =
-                        Duration::from_millis(u64::from(response.heartbeat_interval_ms));
-                    let assignment: BTreeSet<TopicPartition> = response
-                        .assignment
-                        .into_iter()
-                        .flat_map(|tp| {
-                            let topic = tp.topic;
-                            tp.partitions.into_iter().map(move |p| (topic.clone(), p))
-                        })
-                        .collect();
-                    let mut applied = state.owned.clone();
-                    applied.extend(state.applying.iter().cloned());
-                    state.pending = (assignment != applied).then_some(assignment);
-                }
-                Ok(_) => {}
-                Err(ClientError::Broker(
-                    code @ (ErrorCode::UnknownMemberId
-                    | ErrorCode::IllegalGeneration
-                    | ErrorCode::FencedInstanceId),
-                )) => {
-                    state.lost = Some(code);
-                    state.pending = None;
-                }
-                Err(error) => tracing::warn!(group = %config.group, "heartbeat failed: {error}"),
-            }
-        }
+        send_heartbeat(&client, &config, &membership, request).await;
         let _ = tokio::time::timeout(interval, now.notified()).await;
     }
 }
