@@ -20,7 +20,7 @@ mod group;
 mod metadata;
 mod producer;
 
-pub use connection::{Connection, write_all_chunks};
+pub use connection::{Connection, read_frame_body, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
 pub use group::{
     Delivery, GroupConfig, GroupConsumer, OffsetReset, RebalanceEvent, TopicPartition,

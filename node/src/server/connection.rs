@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use strata_wire::protocol::{ErrorCode, FRAME_PREFIX_LEN, REQUEST_HEADER_LEN, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -114,11 +114,13 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing connection: frame of {len} bytes ({code})");
             break;
         }
-        let mut body = BytesMut::zeroed(len);
-        if let Err(error) = reader.read_exact(&mut body).await {
-            tracing::debug!(%peer, "connection closed mid-frame: {error}");
-            break;
-        }
+        let body = match strata_client::read_frame_body(&mut reader, len).await {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::debug!(%peer, "connection closed mid-frame: {error}");
+                break;
+            }
+        };
         let (header, request) = match Request::decode(body) {
             Ok(decoded) => decoded,
             Err(rejected) => {
