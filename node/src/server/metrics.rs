@@ -246,52 +246,54 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         &|c| c.isr_changes,
     );
 
-    let _ = writeln!(
-        out,
-        "# HELP strata_cross_shard_hops_total Requests forwarded to the owning shard.\n# TYPE strata_cross_shard_hops_total counter"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "strata_cross_shard_hops_total{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.cross_shard_hops
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_partitions Partitions this shard leads.\n# TYPE strata_partitions gauge"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "strata_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.partitions
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_replica_partitions Replicas (led or followed) this shard holds.\n# TYPE strata_replica_partitions gauge"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "strata_replica_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.replicas
-        );
-    }
-    for (name, help, pick) in [
+    // Per-shard numbers: (name, type, help, value).
+    type ShardValue = fn(&Snapshot) -> u64;
+    let per_shard: [(&str, &str, &str, ShardValue); 7] = [
+        (
+            "strata_cross_shard_hops_total",
+            "counter",
+            "Requests forwarded to the owning shard.",
+            |s| s.cross_shard_hops,
+        ),
+        (
+            "strata_partitions",
+            "gauge",
+            "Partitions this shard leads.",
+            |s| s.partitions,
+        ),
+        (
+            "strata_replica_partitions",
+            "gauge",
+            "Replicas (led or followed) this shard holds.",
+            |s| s.replicas,
+        ),
         (
             "strata_io_uring_in_flight",
+            "gauge",
             "io_uring operations (writes, reads, syncs) submitted by this shard and not yet complete.",
-            (|s: &Snapshot| s.io_in_flight) as fn(&Snapshot) -> u64,
+            |s| s.io_in_flight,
         ),
         (
             "strata_io_uring_in_flight_max",
+            "gauge",
             "The most io_uring operations in flight on this shard at once since the previous scrape.",
-            |s: &Snapshot| s.io_in_flight_max,
+            |s| s.io_in_flight_max,
         ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        (
+            "strata_under_replicated_partitions",
+            "gauge",
+            "Led partitions whose ISR is smaller than their replica set.",
+            |s| s.under_replicated,
+        ),
+        (
+            "strata_replica_bytes_out_total",
+            "counter",
+            "Bytes served to followers.",
+            |s| s.replica_bytes_out,
+        ),
+    ];
+    for (name, kind, help, pick) in per_shard {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (shard, snapshot) in snapshots.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -299,28 +301,6 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
                 pick(snapshot)
             );
         }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_under_replicated_partitions Led partitions whose ISR is smaller than their replica set.\n# TYPE strata_under_replicated_partitions gauge"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "strata_under_replicated_partitions{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.under_replicated
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_replica_bytes_out_total Bytes served to followers.\n# TYPE strata_replica_bytes_out_total counter"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "strata_replica_bytes_out_total{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.replica_bytes_out
-        );
     }
     for (name, help, pick) in [
         (

@@ -663,18 +663,15 @@ impl Shard {
             let stored = if stale {
                 None
             } else {
-                let (reply, answer) = oneshot::channel();
-                let message = ControlMessage::UpdatePartition {
-                    topic: key.0.clone(),
-                    expected: expected.clone(),
-                    change: PartitionChange::Isr(proposal.isr.clone()),
-                    reply,
-                };
-                if shard.context.control.send(message).is_err() {
-                    None
-                } else {
-                    answer.await.ok().flatten()
-                }
+                shard
+                    .ask_control(|reply| ControlMessage::UpdatePartition {
+                        topic: key.0.clone(),
+                        expected: expected.clone(),
+                        change: PartitionChange::Isr(proposal.isr.clone()),
+                        reply,
+                    })
+                    .await
+                    .flatten()
             };
             let mut partitions = shard.partitions.borrow_mut();
             let Some(partition) = partitions.get_mut(&key) else {

@@ -549,31 +549,21 @@ impl Shard {
                     .collect(),
             }),
             Request::Metadata(request) => Response::Metadata(self.metadata(request)),
-            Request::CreateTopic(request) => {
-                let (reply, answer) = oneshot::channel();
-                let _ = self
-                    .context
-                    .control
-                    .send(ControlMessage::CreateTopic { request, reply });
-                Response::CreateTopic(answer.await.unwrap_or_else(|_| {
-                    strata_wire::protocol::CreateTopicResponse {
+            Request::CreateTopic(request) => Response::CreateTopic(
+                self.ask_control(|reply| ControlMessage::CreateTopic { request, reply })
+                    .await
+                    .unwrap_or_else(|| strata_wire::protocol::CreateTopicResponse {
                         error: ErrorCode::NotReady,
                         message: "the control thread is stopping".into(),
-                    }
-                }))
-            }
-            Request::DeleteTopic(request) => {
-                let (reply, answer) = oneshot::channel();
-                let _ = self
-                    .context
-                    .control
-                    .send(ControlMessage::DeleteTopic { request, reply });
-                Response::DeleteTopic(answer.await.unwrap_or(
-                    strata_wire::protocol::DeleteTopicResponse {
+                    }),
+            ),
+            Request::DeleteTopic(request) => Response::DeleteTopic(
+                self.ask_control(|reply| ControlMessage::DeleteTopic { request, reply })
+                    .await
+                    .unwrap_or(strata_wire::protocol::DeleteTopicResponse {
                         error: ErrorCode::NotReady,
-                    },
-                ))
-            }
+                    }),
+            ),
             Request::Produce(request) => {
                 let acks = request.acks;
                 let response = self.produce(request).await;
@@ -586,32 +576,22 @@ impl Shard {
             Request::ListOffsets(request) => {
                 Response::ListOffsets(self.list_offsets(request).await)
             }
-            Request::ReassignPartition(request) => {
-                let (reply, answer) = oneshot::channel();
-                let _ = self
-                    .context
-                    .control
-                    .send(ControlMessage::Reassign { request, reply });
-                Response::ReassignPartition(answer.await.unwrap_or_else(|_| {
-                    strata_wire::protocol::ReassignPartitionResponse {
+            Request::ReassignPartition(request) => Response::ReassignPartition(
+                self.ask_control(|reply| ControlMessage::Reassign { request, reply })
+                    .await
+                    .unwrap_or_else(|| strata_wire::protocol::ReassignPartitionResponse {
                         error: ErrorCode::NotReady,
                         message: "the node is shutting down".into(),
-                    }
-                }))
-            }
-            Request::CreatePartitions(request) => {
-                let (reply, answer) = oneshot::channel();
-                let _ = self
-                    .context
-                    .control
-                    .send(ControlMessage::AddPartitions { request, reply });
-                Response::CreatePartitions(answer.await.unwrap_or_else(|_| {
-                    strata_wire::protocol::CreatePartitionsResponse {
+                    }),
+            ),
+            Request::CreatePartitions(request) => Response::CreatePartitions(
+                self.ask_control(|reply| ControlMessage::AddPartitions { request, reply })
+                    .await
+                    .unwrap_or_else(|| strata_wire::protocol::CreatePartitionsResponse {
                         error: ErrorCode::NotReady,
                         message: "the node is shutting down".into(),
-                    }
-                }))
-            }
+                    }),
+            ),
             // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
@@ -621,6 +601,17 @@ impl Shard {
                 group_request.api_key()
             ),
         }))
+    }
+
+    /// Sends the control thread a request that carries its reply channel and waits for the
+    /// answer; `None` when the control thread is stopping.
+    pub(super) async fn ask_control<T>(
+        &self,
+        message: impl FnOnce(oneshot::Sender<T>) -> ControlMessage,
+    ) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.context.control.send(message(reply));
+        answer.await.ok()
     }
 
     fn metadata(&self, request: MetadataRequest) -> MetadataResponse {
