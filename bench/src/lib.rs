@@ -336,14 +336,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 // A bar for runs of a fixed size, as far as the counted side has got.
                 let bar = target_records.map_or(String::new(), |target| {
                     let done = if workload == Workload::Consume { c } else { p };
-                    let fraction = (done as f64 / target.max(1) as f64).min(1.0);
-                    let filled = (fraction * 20.0) as usize;
-                    format!(
-                        "[{}{}] {:>3.0}% ",
-                        "#".repeat(filled),
-                        "-".repeat(20 - filled),
-                        fraction * 100.0
-                    )
+                    progress_bar(done as f64 / target.max(1) as f64, 20) + " "
                 });
                 eprintln!(
                     "  {bar}produced {:>9.0} records/s {:>8.1} MB/s ack p99 {:>7} ms   consumed {:>9.0} records/s {:>8.1} MB/s e2e p99 {:>7} ms",
@@ -963,6 +956,19 @@ pub fn plot_svg(report: &Report, histograms: &Histograms) -> String {
     svg
 }
 
+/// A text progress bar `width` cells wide with the percentage after it, e.g.
+/// `[#####---------------]  25%`. `fraction` is clamped to 0..=1.
+pub fn progress_bar(fraction: f64, width: usize) -> String {
+    let fraction = fraction.clamp(0.0, 1.0);
+    let filled = ((fraction * width as f64) as usize).min(width);
+    format!(
+        "[{}{}] {:>3.0}%",
+        "#".repeat(filled),
+        "-".repeat(width - filled),
+        fraction * 100.0
+    )
+}
+
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
@@ -1007,6 +1013,13 @@ pub fn summary(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_bars_fill_and_clamp() {
+        assert_eq!(progress_bar(0.25, 8), "[##------]  25%");
+        assert_eq!(progress_bar(1.7, 4), "[####] 100%");
+        assert_eq!(progress_bar(-1.0, 4), "[----]   0%");
+    }
 
     #[test]
     fn zipf_keys_are_skewed_and_uniform_keys_are_not() {

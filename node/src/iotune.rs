@@ -180,20 +180,14 @@ impl Progress {
         if !self.show {
             return;
         }
-        let done = (self.started.elapsed().as_secs_f64() / self.duration.as_secs_f64()).min(1.0);
-        let filled = (done * 30.0) as usize;
-        eprint!(
-            "\r[{}{}] {:>3.0}% {name:<40}",
-            "#".repeat(filled),
-            "-".repeat(30 - filled),
-            done * 100.0
-        );
+        let done = self.started.elapsed().as_secs_f64() / self.duration.as_secs_f64();
+        eprint!("\r{} {name:<40}", strata_bench::progress_bar(done, 30));
         let _ = std::io::stderr().flush();
     }
 
     fn done(&self) {
         if self.show {
-            eprintln!("\r[{}] 100% done{:<40}", "#".repeat(30), "");
+            eprintln!("\r{} done{:<40}", strata_bench::progress_bar(1.0, 30), "");
         }
     }
 }

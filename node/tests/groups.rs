@@ -20,7 +20,7 @@ use strata_wire::protocol::{
     ErrorCode, HeartbeatRequest, JoinGroupRequest, OffsetCommitPartition, OffsetCommitRequest,
     OffsetCommitTopic, Request, Response,
 };
-use support::{TestNode, etcd_args, runtime, strata, wait_for_at_most};
+use support::{TestNode, etcd_args, etcd_nodes, runtime, strata, wait_for_at_most};
 
 /// A record as the tests track it: (partition, offset).
 type Seen = (u32, u64);
@@ -926,9 +926,7 @@ fn a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_
 fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes: Vec<TestNode> = (0..3)
-        .map(|i| TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &(i + 1).to_string())))
-        .collect();
+    let mut nodes = etcd_nodes(&etcd, &dirs, &[]);
     nodes[0].cli(
         &[
             "topic",

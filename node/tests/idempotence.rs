@@ -19,7 +19,7 @@ use strata_wire::protocol::{
     ErrorCode, LATEST_TIMESTAMP, ProducePartition, ProduceRequest, ProduceTopic, Records, Request,
     Response,
 };
-use support::{TestNode, etcd_args, leaders, runtime, wait_for_at_most};
+use support::{TestNode, etcd_nodes, leaders, runtime, wait_for_at_most};
 
 /// An idempotent batch of `count` records starting at `sequence`.
 fn batch(producer: (i64, i16), sequence: i32, count: usize) -> Bytes {
@@ -298,9 +298,7 @@ fn a_retry_after_the_leader_restarted_is_still_not_a_duplicate() {
 fn a_new_leader_recognises_a_retry_of_what_the_old_one_wrote() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes: Vec<TestNode> = (0..3)
-        .map(|i| TestNode::start_with(dirs[i].path(), 1, &etcd_args(&etcd, &(i + 1).to_string())))
-        .collect();
+    let mut nodes = etcd_nodes(&etcd, &dirs, &[]);
     nodes[0].cli(
         &[
             "topic",

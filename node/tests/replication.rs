@@ -7,18 +7,11 @@ use std::time::Duration;
 
 use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use strata_coordinator::testing::EtcdServer;
-use support::{TestNode, describe, etcd_args, runtime, wait_for, wait_for_at_most};
+use support::{TestNode, describe, etcd_args, etcd_nodes, runtime, wait_for, wait_for_at_most};
 
 /// Three brokers on `etcd`, once the first sees all three registered.
 fn three_nodes(etcd: &EtcdServer, dirs: &[tempfile::TempDir], extra: &[&str]) -> Vec<TestNode> {
-    let nodes: Vec<TestNode> = (0..3)
-        .map(|i| {
-            let id = (i + 1).to_string();
-            let mut args = etcd_args(etcd, &id);
-            args.extend_from_slice(extra);
-            TestNode::start_with(dirs[i].path(), 1, &args)
-        })
-        .collect();
+    let nodes = etcd_nodes(etcd, &dirs[..3], extra);
     wait_for_brokers(&nodes);
     nodes
 }

@@ -246,6 +246,23 @@ pub fn etcd_args<'a>(
     ]
 }
 
+/// Brokers 1, 2, ... on `etcd`, one per data dir, one shard each, with `extra` serve flags.
+pub fn etcd_nodes(
+    etcd: &strata_coordinator::testing::EtcdServer,
+    dirs: &[tempfile::TempDir],
+    extra: &[&str],
+) -> Vec<TestNode> {
+    dirs.iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let mut args = etcd_args(etcd, &id);
+            args.extend_from_slice(extra);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect()
+}
+
 /// Polls `check` every 100 ms for up to 10 s.
 pub fn wait_for(what: &str, check: impl FnMut() -> bool) {
     wait_for_at_most(what, Duration::from_secs(10), check);
