@@ -21,6 +21,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
+pub mod pacing;
+
+use pacing::{Schedule, on_pacing_thread};
 use strata_client::{
     Client, ClientConfig, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, OffsetReset,
     Producer, ProducerConfig, ProducerRecord, SeekTo,
@@ -462,7 +465,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             let quota = config.records.map(|total| {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
             });
-            producer_tasks.push(tokio::spawn(produce(ProducerTask {
+            let task = ProducerTask {
                 producer,
                 config,
                 index: index as u64,
@@ -470,7 +473,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 stop,
                 tally: Tally { produced, interval },
                 measure_from,
-            })));
+            };
+            // Its own thread: the open-loop schedule needs finer sleeps than tokio's timers.
+            producer_tasks.push(on_pacing_thread(&format!("bench-producer-{index}"), || {
+                produce(task)
+            }));
         }
     }
 
@@ -563,6 +570,7 @@ struct ProducerTask {
 }
 
 /// One producer: sends until stopped or its quota is sent, open loop at its share of the rate.
+/// Runs on a pacing thread ([`pacing`]): waiting for the schedule blocks it.
 async fn produce(task: ProducerTask) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
     if let Some(per_batch) = task.config.batch_records.filter(|_| task.config.pinned) {
         return produce_pinned(task, per_batch.max(1)).await;
@@ -601,11 +609,11 @@ async fn produce(task: ProducerTask) -> anyhow::Result<(Histogram<u64>, Histogra
         }
         Ok::<_, anyhow::Error>((histogram, batches, bytes))
     });
-    let start = Instant::now();
+    let schedule = Schedule::new(Instant::now(), rate);
     let mut sent = 0u64;
     let mut value = BytesMut::with_capacity(config.record_size);
     while !stop.load(Ordering::Relaxed) && quota.is_none_or(|quota| sent < quota) {
-        let intended = intended_send_time(start, sent, rate).await;
+        let intended = schedule.wait_until_due(sent);
         // The intended time, as the consumers will read it, leads the value.
         let lateness = Instant::now().saturating_duration_since(intended);
         value.clear();
@@ -623,22 +631,6 @@ async fn produce(task: ProducerTask) -> anyhow::Result<(Histogram<u64>, Histogra
     }
     drop(pending);
     collector.await?
-}
-
-/// When record number `sent` is due: open loop at `rate` records/s from `start` (waiting until
-/// then, and returning the schedule's time even when late, so lateness counts as latency), or
-/// now when there is no rate.
-async fn intended_send_time(start: Instant, sent: u64, rate: Option<f64>) -> Instant {
-    match rate {
-        Some(rate) => {
-            let intended = start + Duration::from_secs_f64(sent as f64 / rate);
-            if intended > Instant::now() {
-                tokio::time::sleep_until(intended.into()).await;
-            }
-            intended
-        }
-        None => Instant::now(),
-    }
 }
 
 /// The pinned presets' loop, as iggy-bench's pinned producers run: producer `index` writes
@@ -662,13 +654,13 @@ async fn produce_pinned(
     let record_size = config.record_size.max(1);
     let mut values = vec![b'x'; per_batch * record_size];
     let mut batch_keys: Vec<Option<Bytes>> = Vec::with_capacity(per_batch);
-    let start = Instant::now();
+    let schedule = Schedule::new(Instant::now(), rate);
     let mut sent = 0u64;
     while !task.stop.load(Ordering::Relaxed) && quota.is_none_or(|quota| sent < quota) {
         let count = quota.map_or(per_batch, |quota| {
             (quota - sent).min(per_batch as u64) as usize
         });
-        let intended = intended_send_time(start, sent, rate).await;
+        let intended = schedule.wait_until_due(sent);
         let lateness = Instant::now().saturating_duration_since(intended);
         let stamp = now_us()
             .saturating_sub(lateness.as_micros() as u64)

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
+use strata_bench::pacing::{Schedule, on_pacing_thread};
 use strata_client::{
     Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     SeekTo,
@@ -172,45 +173,48 @@ async fn consume_all(client: Arc<Client>, records: u64) -> (u64, Duration) {
 }
 
 /// Open loop at `rate` records/s: each record has an intended send time; its latency is ack
-/// time minus intended time (coordinated-omission corrected).
+/// time minus intended time (coordinated-omission corrected). The loop runs on a pacing thread
+/// (`strata_bench::pacing`): tokio's 1 ms timer would make records leave up to 1 ms late.
 async fn produce_at_rate(producer: &Producer, rate: f64, duration: Duration) -> Histogram<u64> {
-    let value = value();
-    let topic: Arc<str> = TOPIC.into();
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let start = Instant::now();
-    // One collector awaits acks in send order (acks of one partition complete in order), so the
-    // measurement costs no task per record.
-    let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel::<(Instant, _)>();
-    let collector = tokio::spawn(async move {
-        let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-        while let Some((intended, ack)) = acks.recv().await {
-            let ack: strata_client::RecordFuture = ack;
-            ack.await.unwrap();
+    let producer = producer.clone();
+    on_pacing_thread("bench-producer", move || async move {
+        let value = value();
+        let topic: Arc<str> = TOPIC.into();
+        let schedule = Schedule::new(Instant::now(), Some(rate));
+        let end = Instant::now() + duration;
+        // One collector awaits acks in send order (acks of one partition complete in order), so
+        // the measurement costs no task per record.
+        let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel::<(Instant, _)>();
+        let collector = tokio::spawn(async move {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+            while let Some((intended, ack)) = acks.recv().await {
+                let ack: strata_client::RecordFuture = ack;
+                ack.await.unwrap();
+                histogram
+                    .record(intended.elapsed().as_micros().max(1) as u64)
+                    .unwrap();
+            }
             histogram
-                .record(intended.elapsed().as_micros().max(1) as u64)
-                .unwrap();
+        });
+        let mut sent = 0u64;
+        while Instant::now() < end {
+            schedule.wait_until_due(sent);
+            // Send everything that is due (a wake-up can come after several intended times).
+            let due = schedule.due_by(Instant::now());
+            while sent < due {
+                let intended = schedule.due_at(sent);
+                let mut record = ProducerRecord::new(topic.clone(), None, value.clone());
+                record.partition = Some((sent % u64::from(PARTITIONS)) as u32);
+                let ack = producer.send(record).await.unwrap();
+                let _ = pending.send((intended, ack));
+                sent += 1;
+            }
         }
-        histogram
-    });
-    let mut sent = 0u64;
-    while start.elapsed() < duration {
-        let intended = start + interval.mul_f64(sent as f64);
-        if intended > Instant::now() {
-            tokio::time::sleep_until(intended.into()).await;
-        }
-        // Send everything that is due (the timer is coarser than the interval).
-        let due = ((Instant::now() - start).as_secs_f64() * rate) as u64;
-        while sent <= due {
-            let intended = start + interval.mul_f64(sent as f64);
-            let mut record = ProducerRecord::new(topic.clone(), None, value.clone());
-            record.partition = Some((sent % u64::from(PARTITIONS)) as u32);
-            let ack = producer.send(record).await.unwrap();
-            let _ = pending.send((intended, ack));
-            sent += 1;
-        }
-    }
-    drop(pending);
-    collector.await.unwrap()
+        drop(pending);
+        collector.await.unwrap()
+    })
+    .await
+    .unwrap()
 }
 
 /// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on this machine now.

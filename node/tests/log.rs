@@ -594,6 +594,47 @@ fn interval_and_never_policies() {
     });
 }
 
+#[test]
+fn writeback_is_started_in_chunks_not_per_write() {
+    block_on(async {
+        let storage = SimStorage::new(13);
+        let config = small_config(
+            64 << 20,
+            FlushPolicy::Interval {
+                interval_ms: 60_000,
+            },
+        );
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        // 3,000 single-record batches of ~1 KiB: ~3.2 MB in small writes.
+        for tag in 0..3_000 {
+            log.append(batch_of(tag, 1, 1_000, 0), 0, 0).await.unwrap();
+        }
+        let end = log.size_bytes();
+        let hints = storage.writeback_hints();
+        assert!(
+            (2..=4).contains(&hints.len()),
+            "{} hints for 3,000 writes of {end} bytes: {hints:?}",
+            hints.len()
+        );
+        let mut next = 0;
+        for (pos, len) in hints {
+            assert_eq!(pos, next, "the hinted ranges follow one another");
+            assert!(len >= 1 << 20, "a hint covers at least a chunk");
+            next = pos + len;
+        }
+        assert!(end - next < 1 << 20, "at most one chunk is left unhinted");
+
+        // Never means the kernel decides alone.
+        let config = small_config(64 << 20, FlushPolicy::Never);
+        let mut log = open(&storage, Path::new("/data/never-0"), &config).await;
+        let before = storage.writeback_hints().len();
+        for tag in 0..3_000 {
+            log.append(batch_of(tag, 1, 1_000, 0), 0, 0).await.unwrap();
+        }
+        assert_eq!(storage.writeback_hints().len(), before);
+    });
+}
+
 fn arb_ops() -> impl Strategy<Value = Vec<(u8, u16, i64)>> {
     // (records in the batch, value length, timestamp jitter)
     proptest::collection::vec((1u8..8, 0u16..400, -50i64..50), 1..120)

@@ -62,6 +62,8 @@ struct SimFs {
     faults: HashMap<FaultOp, u32>,
     rng: StdRng,
     syncs: u64,
+    /// Ranges handed to `start_writeback`, in call order.
+    writeback_hints: Vec<(u64, u64)>,
 }
 
 /// A simulated file system. Clones share it.
@@ -86,6 +88,7 @@ impl SimStorage {
                 faults: HashMap::new(),
                 rng: StdRng::seed_from_u64(seed),
                 syncs: 0,
+                writeback_hints: Vec::new(),
             })),
         }
     }
@@ -161,6 +164,11 @@ impl SimStorage {
         self.fs.borrow().syncs
     }
 
+    /// The `(pos, len)` ranges handed to `start_writeback` so far, of every file, in call order.
+    pub fn writeback_hints(&self) -> Vec<(u64, u64)> {
+        self.fs.borrow().writeback_hints.clone()
+    }
+
     /// Current contents of a file (tests inspect and damage files through this).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let fs = self.fs.borrow();
@@ -202,6 +210,11 @@ impl SimFs {
 }
 
 impl StorageFile for SimFile {
+    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        self.fs.borrow_mut().writeback_hints.push((pos, len));
+        Ok(())
+    }
+
     async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
         if let Err(error) = fs.check_fault(FaultOp::Write) {

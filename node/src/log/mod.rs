@@ -61,6 +61,9 @@ pub struct LogConfig {
 /// The largest segment a `u32` file position can address.
 pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
 
+/// See `PartitionLog::hint_writeback`.
+const WRITEBACK_CHUNK_BYTES: u64 = 1 << 20;
+
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -891,20 +894,16 @@ impl<S: Storage> PartitionLog<S> {
             return Err(error);
         }
         let position = self.active().size;
-        let path = self.segment_path(self.active().base_offset, "log");
         let file = &self.active().log;
         let written = match buffers {
             Buffers::One(bytes) => file.write_all_at(bytes, position).await,
             Buffers::Many(buffers) => file.write_all_in_order_at(buffers, position).await,
         };
         if let Err(error) = written {
+            let path = self.segment_path(self.active().base_offset, "log");
             return Err(self.fail(format!("write to {} failed: {error}", path.display())));
         }
-        if self.config.flush != FlushPolicy::Never
-            && let Err(error) = self.active().log.start_writeback(position, total).await
-        {
-            tracing::debug!("sync_file_range hint failed: {error}");
-        }
+        self.hint_writeback(position + total).await;
         let mut batch_position = position;
         let headers = std::mem::take(&mut self.headers);
         let active = self.active_mut();
@@ -920,6 +919,27 @@ impl<S: Storage> PartitionLog<S> {
             self.snapshot_producers(now_ms).await;
         }
         Ok(())
+    }
+
+    /// Hands written bytes to the kernel's writeback in chunks of [`WRITEBACK_CHUNK_BYTES`]
+    /// (`sync_file_range(WRITE)`, which does not wait), so a later `fdatasync` finds most of
+    /// them on their way to the disk instead of all at once. Not per write: the call runs on the
+    /// shard thread and submits block IO there, and on small appends it cost a third of a
+    /// shard's time (one disk request and one virtio notification per 1 KiB record at 20,000
+    /// records/s, perf 2026-11-29); a sync that follows soon covers small writes anyway.
+    async fn hint_writeback(&mut self, written_to: u64) {
+        if self.config.flush == FlushPolicy::Never {
+            return;
+        }
+        let active = self.active_mut();
+        let from = active.writeback_from;
+        if written_to < from + WRITEBACK_CHUNK_BYTES {
+            return;
+        }
+        active.writeback_from = written_to;
+        if let Err(error) = active.log.start_writeback(from, written_to - from).await {
+            tracing::debug!("sync_file_range hint failed: {error}");
+        }
     }
 
     fn should_roll(&self, incoming_bytes: u64, incoming_last_offset: u64, now_ms: i64) -> bool {

@@ -38,6 +38,9 @@ pub(crate) struct Segment<F> {
     pub opened_at_ms: i64,
     /// Written since the last successful sync.
     pub dirty: bool,
+    /// Where the next writeback hint starts: bytes before it were handed to the kernel's
+    /// writeback already (see `PartitionLog::hint_writeback`).
+    pub writeback_from: u64,
     pub index: SegmentIndex,
     pub cadence: IndexCadence,
     /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on.
@@ -72,6 +75,7 @@ impl<F: StorageFile> Segment<F> {
             max_timestamp_ms: i64::MIN,
             opened_at_ms: now_ms,
             dirty: false,
+            writeback_from: 0,
             index,
             cadence: IndexCadence::new(index_interval_bytes),
             log,
@@ -154,6 +158,8 @@ impl<F: StorageFile> Segment<F> {
         .await?;
         assert_eq!(end.next_offset, self.next_offset);
         self.size = end.valid_len;
+        // What is on disk already needs no hint; a truncated tail must not delay the next.
+        self.writeback_from = self.size;
         Ok(end)
     }
 
