@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::FutureExt;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
@@ -474,10 +475,15 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 tally: Tally { produced, interval },
                 measure_from,
             };
-            // Its own thread: the open-loop schedule needs finer sleeps than tokio's timers.
-            producer_tasks.push(on_pacing_thread(&format!("bench-producer-{index}"), || {
-                produce(task)
-            }));
+            producer_tasks.push(if task.config.rate.is_some() {
+                // Its own thread: the open-loop schedule needs finer sleeps than tokio's
+                // timers. Unpaced producers stay on the runtime: a thread of their own costs
+                // a cross-thread wake-up per acknowledgement they wait for.
+                on_pacing_thread(&format!("bench-producer-{index}"), || produce(task)).boxed()
+            } else {
+                let task = tokio::spawn(produce(task));
+                async move { Ok(task.await?) }.boxed()
+            });
         }
     }
 
@@ -570,7 +576,7 @@ struct ProducerTask {
 }
 
 /// One producer: sends until stopped or its quota is sent, open loop at its share of the rate.
-/// Runs on a pacing thread ([`pacing`]): waiting for the schedule blocks it.
+/// With a rate it runs on a pacing thread ([`pacing`]), where waiting for the schedule blocks.
 async fn produce(task: ProducerTask) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
     if let Some(per_batch) = task.config.batch_records.filter(|_| task.config.pinned) {
         return produce_pinned(task, per_batch.max(1)).await;
