@@ -6,6 +6,7 @@
 #   max-rate figure (open loop, for latency); follower: one follower link catching up a
 #   backlog (time for a new replica to join the ISR).
 # STRATA_IO_BACKEND=blocking runs the brokers on the blocking IO backend instead of io_uring.
+# TOPIC_CONFIG="flush=never ..." creates each measured topic with those settings first.
 # ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
 # of building (to compare two builds side by side).
 # Results (JSON and text) go to $1 (default: a temp dir).
@@ -63,6 +64,16 @@ run() { # name, bench flags...
     local name=$1; shift
     wanted "$name" || return 0
     start_cluster
+    if [ -n "${TOPIC_CONFIG:-}" ]; then
+        local create=() args=("$@") i
+        for ((i = 0; i < ${#args[@]}; i++)); do
+            case "${args[i]}" in
+            --replication-factor | --min-insync) create+=("${args[i]}" "${args[i + 1]}") ;;
+            esac
+        done
+        for setting in $TOPIC_CONFIG; do create+=(--config "$setting"); done
+        "$strata" topic create "$name" --partitions 3 --bootstrap $boot "${create[@]}" >/dev/null
+    fi
     "$strata" bench produce --bootstrap $boot --topic "$name" --partitions 3 --producers 3 \
         --record-size 1024 --duration "$duration" --warmup 1 --json "$out/$name.json" "$@" >"$out/$name.txt"
     stop_cluster

@@ -97,6 +97,20 @@ impl Schedule {
     }
 }
 
+/// The shortest sleep a pacing thread takes: items due sooner wait for the next wake-up and
+/// leave together, at most this late. A wake-up costs ~28 µs of CPU on this VM (timer, thread
+/// switch), so sleeping until every item's exact time costs a core at ~35,000 items/s.
+pub const QUANTUM: Duration = Duration::from_micros(100);
+
+/// Blocks this thread until `next_due`, but for at least [`QUANTUM`] when it is in the
+/// future. Call only on a pacing thread.
+pub fn wait_for(next_due: Instant) {
+    let now = Instant::now();
+    if next_due > now {
+        std::thread::sleep((next_due - now).max(QUANTUM));
+    }
+}
+
 /// Blocks this thread until `deadline`. Call only on a pacing thread.
 pub fn sleep_until(deadline: Instant) {
     let now = Instant::now();

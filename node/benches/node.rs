@@ -198,7 +198,7 @@ async fn produce_at_rate(producer: &Producer, rate: f64, duration: Duration) -> 
         });
         let mut sent = 0u64;
         while Instant::now() < end {
-            schedule.wait_until_due(sent);
+            strata_bench::pacing::wait_for(schedule.due_at(sent));
             // Send everything that is due (a wake-up can come after several intended times).
             let due = schedule.due_by(Instant::now());
             while sent < due {
