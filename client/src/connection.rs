@@ -170,7 +170,12 @@ pub async fn write_all_chunks<W: tokio::io::AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     let mut first = 0;
     while first < chunks.len() {
-        let slices: Vec<IoSlice<'_>> = chunks[first..].iter().map(|c| IoSlice::new(c)).collect();
+        // writev takes at most IOV_MAX (1024) buffers; the rest go in the next round.
+        let slices: Vec<IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(1024)
+            .map(|c| IoSlice::new(c))
+            .collect();
         let mut written = writer.write_vectored(&slices).await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());

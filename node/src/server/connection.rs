@@ -71,11 +71,20 @@ fn accept(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
     })
 }
 
+/// At most this many buffers in one vectored write (the kernel takes up to 1024).
+const WRITE_COALESCE_CHUNKS: usize = 256;
+
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let (mut reader, mut writer) = stream.into_split();
     let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<Bytes>>();
     let writing = tokio::task::spawn_local(async move {
-        while let Some(chunks) = outgoing.recv().await {
+        while let Some(mut chunks) = outgoing.recv().await {
+            // Every response already waiting goes out in the same vectored write.
+            while chunks.len() < WRITE_COALESCE_CHUNKS
+                && let Ok(more) = outgoing.try_recv()
+            {
+                chunks.extend(more);
+            }
             if let Err(error) = strata_client::write_all_chunks(&mut writer, chunks).await {
                 tracing::debug!(%peer, "connection write failed: {error}");
                 return;
