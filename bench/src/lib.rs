@@ -12,6 +12,8 @@
 //! `duration_s`, `records_per_s`, `mb_per_s` (MB = 10^6 bytes), `ack_latency_us` and
 //! `e2e_latency_us` with `p50`, `p90`, `p99`, `p999`, `p9999`, `max`.
 
+pub mod pacing;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,13 +24,12 @@ use futures_util::FutureExt;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
-pub mod pacing;
-
-use pacing::{Schedule, on_pacing_thread};
 use strata_client::{
     Client, ClientConfig, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, OffsetReset,
     Producer, ProducerConfig, ProducerRecord, SeekTo,
 };
+
+use pacing::{Schedule, on_pacing_thread};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

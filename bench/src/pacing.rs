@@ -5,8 +5,10 @@
 //! intended send time (as it must, or a stalled broker would hide behind a waiting generator),
 //! so that lateness showed up as broker latency: a 1 ms floor under every percentile (p50
 //! 976 µs at 1,000 records/s with one record per request, 2026-11-29). Paced loops therefore run
-//! on their own OS thread ([`on_pacing_thread`]), where a plain sleep with 1 µs timer slack
-//! wakes within tens of microseconds, and drive their async work through the runtime's handle.
+//! on an OS thread of their own ([`on_pacing_thread`]), where a plain sleep with 1 µs timer
+//! slack wakes within tens of microseconds, and drive their async work through the runtime's
+//! handle. Wake-ups are not free either, so a pacing thread sleeps at least [`QUANTUM`] and
+//! sends everything that fell due meanwhile ([`wait_for`]).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
