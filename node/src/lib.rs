@@ -4,5 +4,6 @@ pub mod group;
 pub mod io;
 pub mod iotune;
 pub mod log;
+pub mod memory;
 pub mod replication;
 pub mod server;

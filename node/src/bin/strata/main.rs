@@ -144,6 +144,7 @@ enum Flush {
 }
 
 fn main() {
+    let allocator_tuned = strata_node::memory::keep_freed_buffers();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
@@ -151,6 +152,9 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    if !allocator_tuned {
+        tracing::debug!("the allocator did not take strata's settings; batch buffers may fault");
+    }
     let cli = Cli::parse();
     if let Err(error) = run(cli) {
         // A closed stdout (`strata log dump | head`) is the reader's choice, not an error.
