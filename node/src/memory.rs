@@ -7,7 +7,8 @@
 //! 40,000 in the bench at ~550 MB/s of 1 KiB records (`perf stat`, 2026-11-29). On a VM whose
 //! host backs memory on demand a fault can be a first touch. Keeping freed memory for reuse
 //! removed nearly all of them: paired max-rate runs gave 598 / 575 / 667 MB/s against
-//! 524 / 567 / 541 MB/s, and the broker used 1–14% less CPU per record.
+//! 524 / 567 / 541 MB/s, and the broker used 1–14% less CPU per record. (Page-fault counts
+//! depend on thread and arena timing; the test checks the two settings' effects instead.)
 
 /// Allocations below this come from the heap, never from their own `mmap`.
 const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
@@ -37,43 +38,24 @@ pub fn keep_freed_buffers() -> bool {
 mod tests {
     use super::*;
 
-    fn minor_faults() -> i64 {
-        // SAFETY: getrusage fills the struct it is given.
-        unsafe {
-            let mut usage: libc::rusage = std::mem::zeroed();
-            assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-            usage.ru_minflt
-        }
-    }
-
-    /// 200 buffers of 1 MiB, filled on one thread and freed on another, as a connection reads
-    /// a request and a log writes and drops it.
-    fn churn() {
-        let (filled, received) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
-        let freer = std::thread::spawn(move || {
-            for buffer in received {
-                std::hint::black_box(&buffer);
-            }
-        });
-        std::thread::spawn(move || {
-            for _ in 0..200 {
-                filled.send(vec![1u8; (1 << 20) + 4096]).unwrap();
-            }
-        })
-        .join()
-        .unwrap();
-        freer.join().unwrap();
-    }
-
-    // nextest runs each test in its own process, so the settings stay inside this one.
+    // nextest runs every test in a process of its own, so no other test allocates meanwhile.
     #[test]
-    fn freed_buffers_are_reused_without_faulting_their_pages_in_again() {
+    fn batch_sized_buffers_come_from_the_heap_and_stay_there_when_freed() {
         assert!(keep_freed_buffers());
-        churn();
-        let before = minor_faults();
-        churn();
-        let faults = minor_faults() - before;
-        // 200 buffers touch 51,400 pages; glibc's defaults fault ~1,250 of them back in here.
-        assert!(faults < 200, "{faults} page faults reusing freed buffers");
+        // SAFETY: mallinfo2 only reads allocator statistics.
+        let stats = || unsafe { libc::mallinfo2() };
+        let mapped_before = stats().hblks;
+        let buffer = std::hint::black_box(vec![1u8; 8 << 20]);
+        assert_eq!(
+            stats().hblks,
+            mapped_before,
+            "an 8 MiB buffer got an mmap of its own (glibc's default past 128 KiB)"
+        );
+        drop(buffer);
+        assert!(
+            stats().fordblks >= 8 << 20,
+            "the freed buffer went back to the kernel ({} bytes free in the heaps)",
+            stats().fordblks
+        );
     }
 }
