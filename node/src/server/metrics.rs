@@ -42,6 +42,18 @@ impl Default for ShardMetrics {
     }
 }
 
+/// A topic's counters; the name is copied only the first time the topic is counted, not on
+/// every request.
+fn topic_counters<'a>(
+    topics: &'a mut BTreeMap<String, TopicCounters>,
+    topic: &str,
+) -> &'a mut TopicCounters {
+    if !topics.contains_key(topic) {
+        topics.insert(topic.to_string(), TopicCounters::default());
+    }
+    topics.get_mut(topic).expect("inserted above")
+}
+
 fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid bounds")
 }
@@ -97,7 +109,7 @@ impl Default for Snapshot {
 impl ShardMetrics {
     pub fn produced(&self, topic: &str, records: u64, bytes: u64, latency_us: u64) {
         let mut inner = self.inner.borrow_mut();
-        let counters = inner.topics.entry(topic.to_string()).or_default();
+        let counters = topic_counters(&mut inner.topics, topic);
         counters.records_in += records;
         counters.bytes_in += bytes;
         let _ = inner.produce_latency_us.record(latency_us.max(1));
@@ -105,11 +117,7 @@ impl ShardMetrics {
 
     pub fn produce_failed(&self, topic: &str) {
         let mut inner = self.inner.borrow_mut();
-        inner
-            .topics
-            .entry(topic.to_string())
-            .or_default()
-            .produce_errors += 1;
+        topic_counters(&mut inner.topics, topic).produce_errors += 1;
     }
 
     /// A fetch served records whose newest was produced `age_us` ago.
@@ -124,7 +132,7 @@ impl ShardMetrics {
 
     pub fn fetched(&self, topic: &str, records: u64, bytes: u64, latency_us: u64) {
         let mut inner = self.inner.borrow_mut();
-        let counters = inner.topics.entry(topic.to_string()).or_default();
+        let counters = topic_counters(&mut inner.topics, topic);
         counters.bytes_out += bytes;
         counters.records_out += records;
         let _ = inner.fetch_latency_us.record(latency_us.max(1));
@@ -132,11 +140,7 @@ impl ShardMetrics {
 
     pub fn replicated(&self, topic: &str, bytes: u64, latency_us: u64) {
         let mut inner = self.inner.borrow_mut();
-        inner
-            .topics
-            .entry(topic.to_string())
-            .or_default()
-            .bytes_replicated += bytes;
+        topic_counters(&mut inner.topics, topic).bytes_replicated += bytes;
         let _ = inner.replication_latency_us.record(latency_us.max(1));
     }
 
@@ -145,12 +149,7 @@ impl ShardMetrics {
     }
 
     pub fn isr_changed(&self, topic: &str) {
-        self.inner
-            .borrow_mut()
-            .topics
-            .entry(topic.to_string())
-            .or_default()
-            .isr_changes += 1;
+        topic_counters(&mut self.inner.borrow_mut().topics, topic).isr_changes += 1;
     }
 
     pub fn snapshot(
