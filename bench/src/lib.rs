@@ -609,9 +609,7 @@ async fn produce(task: ProducerTask) -> ProducerOutcome {
     }
     let mut sender = RecordSender::new(task);
     while !sender.done() {
-        if !sender.send(Instant::now()).await? {
-            break;
-        }
+        sender.send(Instant::now()).await;
     }
     sender.finish().await
 }
@@ -632,26 +630,15 @@ async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
             (RecordSender::new(task), Schedule::new(start, rate))
         })
         .collect();
-    let mut failures: Vec<Option<anyhow::Error>> = senders.iter().map(|_| None).collect();
     loop {
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
-        for ((sender, schedule), failure) in senders.iter_mut().zip(&mut failures) {
-            if failure.is_some() {
-                continue;
-            }
+        for (sender, schedule) in &mut senders {
             let due = schedule.due_by(now);
             while !sender.done() && sender.sent < due {
-                match sender.send(schedule.due_at(sender.sent)).await {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(error) => {
-                        *failure = Some(error);
-                        break;
-                    }
-                }
+                sender.send(schedule.due_at(sender.sent)).await;
             }
-            if failure.is_none() && !sender.done() {
+            if !sender.done() {
                 let due = schedule.due_at(sender.sent);
                 next_due = Some(next_due.map_or(due, |next| next.min(due)));
             }
@@ -662,11 +649,8 @@ async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
         }
     }
     let mut outcomes = Vec::new();
-    for ((sender, _), failure) in senders.into_iter().zip(failures) {
-        outcomes.push(match failure {
-            Some(error) => Err(error),
-            None => sender.finish().await,
-        });
+    for (sender, _) in senders {
+        outcomes.push(sender.finish().await);
     }
     outcomes
 }
@@ -683,8 +667,9 @@ struct RecordSender {
     keys: KeyChooser,
     value: BytesMut,
     sent: u64,
-    /// The collector stopped (an ack failed; `finish` returns why).
-    closed: bool,
+    /// Why this producer stopped early: a send failed, or the collector stopped because an
+    /// ack did (then `finish` returns the collector's error instead).
+    failure: Option<anyhow::Error>,
     pending: tokio::sync::mpsc::UnboundedSender<(Instant, usize, strata_client::RecordFuture)>,
     collector: tokio::task::JoinHandle<ProducerOutcome>,
 }
@@ -730,20 +715,21 @@ impl RecordSender {
             quota,
             stop,
             sent: 0,
-            closed: false,
+            failure: None,
             pending,
             collector,
         }
     }
 
     fn done(&self) -> bool {
-        self.closed
+        self.failure.is_some()
             || self.stop.load(Ordering::Relaxed)
             || self.quota.is_some_and(|quota| self.sent >= quota)
     }
 
-    /// Sends the next record, intended for `intended`. False once the collector is gone.
-    async fn send(&mut self, intended: Instant) -> anyhow::Result<bool> {
+    /// Sends the next record, intended for `intended`. A failure ends this producer
+    /// ([`RecordSender::done`]) and is reported by `finish`.
+    async fn send(&mut self, intended: Instant) {
         // The intended time, as the consumers will read it, leads the value.
         let lateness = Instant::now().saturating_duration_since(intended);
         let value = &mut self.value;
@@ -755,23 +741,33 @@ impl RecordSender {
         if self.config.pinned {
             record.partition = Some(self.index as u32);
         }
-        let ack = self.producer.send(record).await?;
+        let ack = match self.producer.send(record).await {
+            Ok(ack) => ack,
+            Err(error) => {
+                self.failure = Some(error.into());
+                return;
+            }
+        };
         if self
             .pending
             .send((intended, self.config.record_size, ack))
             .is_err()
         {
-            self.closed = true;
-            return Ok(false);
+            self.failure = Some(anyhow::anyhow!("the ack collector stopped"));
+            return;
         }
         self.sent += 1;
-        Ok(true)
     }
 
-    /// Waits for every ack sent and returns the measurements.
+    /// Waits for every ack sent and returns the measurements, or why the producer failed.
     async fn finish(self) -> ProducerOutcome {
         drop(self.pending);
-        self.collector.await?
+        let measured = self.collector.await?;
+        match self.failure {
+            // The collector's own error says which ack failed; prefer it.
+            Some(failure) => Err(measured.err().unwrap_or(failure)),
+            None => measured,
+        }
     }
 }
 

@@ -73,14 +73,17 @@ fn main() {
             .create_topic(TOPIC, PARTITIONS, 1, &[("flush".into(), "never".into())])
             .await
             .unwrap();
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                batch_bytes,
-                linger: Duration::from_millis(linger_ms),
-                ..ProducerConfig::default()
-            },
-        );
+        let producer_lingering = |linger_ms| {
+            Producer::new(
+                client.clone(),
+                ProducerConfig {
+                    batch_bytes,
+                    linger: Duration::from_millis(linger_ms),
+                    ..ProducerConfig::default()
+                },
+            )
+        };
+        let producer = producer_lingering(linger_ms);
 
         let (records, elapsed) = produce_max(&producer, duration).await;
         let produce_mb = records as f64 * RECORD_BYTES as f64 / elapsed.as_secs_f64() / 1e6;
@@ -114,15 +117,8 @@ fn main() {
             drained.elapsed().as_secs_f64()
         );
         let half = produce_rate * load;
-        let latency_producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                batch_bytes,
-                linger: Duration::from_millis(latency_linger_ms),
-                ..ProducerConfig::default()
-            },
-        );
-        let histogram = produce_at_rate(&latency_producer, half, duration).await;
+        let histogram =
+            produce_at_rate(&producer_lingering(latency_linger_ms), half, duration).await;
         println!(
             "produce-ack latency at {:.0} records/s ({:.0}% of max): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
             half,

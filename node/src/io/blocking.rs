@@ -1,7 +1,7 @@
 //! Fallback backend for hosts without io_uring: positional syscalls on the shard thread.
 //!
-//! It blocks the shard while the kernel copies, which io_uring avoids; it exists so that a node
-//! on such a host runs (slower) instead of failing. [`super::Backend::detect`] says why it was chosen.
+//! Its reads and syncs block the shard, which io_uring avoids (appends are `pwrite`s on both
+//! backends, see `uring`); it exists so that a node on such a host runs instead of failing. [`super::Backend::detect`] says why it was chosen.
 
 use std::fs::File;
 use std::io;

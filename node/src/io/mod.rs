@@ -2,7 +2,8 @@
 //!
 //! Five file operations (write at, read at, sync, truncate, allocate) plus the directory calls a
 //! log needs when it opens, rolls and deletes segments. Three backends:
-//! - [`uring::UringStorage`]: io_uring through tokio-uring; the production backend.
+//! - [`uring::UringStorage`]: io_uring through tokio-uring for reads and syncs, `pwrite` for
+//!   appends (see its docs); the production backend.
 //! - [`blocking::BlockingStorage`]: positional `pread`/`pwrite` syscalls, for hosts where io_uring
 //!   cannot be set up (old kernel, `kernel.io_uring_disabled`, a seccomp profile).
 //! - [`sim::SimStorage`]: in memory, for tests: injects IO errors, tears writes and drops unflushed
