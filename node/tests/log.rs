@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
-use strata_node::log::{FlushPolicy, LogConfig, LogError, PartitionLog, writer};
+use strata_node::log::{DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, writer};
 
 fn sim_dir() -> PathBuf {
     PathBuf::from("/data/orders-0")
@@ -128,6 +128,76 @@ fn append_read_and_reopen_through_io_uring() {
     assert!(names.contains(&"00000000000000000000.timeindex".to_string()));
 }
 
+/// Pages of the file at `path` in the page cache, and pages in all (`mincore`).
+fn resident_pages(path: &Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; nothing reads through it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    let mut residency = vec![0u8; pages];
+    // SAFETY: `map` is a live mapping of `len` bytes; `residency` has one byte per page.
+    let rc = unsafe { libc::mincore(map, len, residency.as_mut_ptr()) };
+    // SAFETY: unmaps the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    assert_eq!(rc, 0);
+    (residency.iter().filter(|page| *page & 1 == 1).count(), pages)
+}
+
+/// Direct appends through io_uring reach the disk without passing through the page cache:
+/// after 8 MB of appends almost none of the segment's pages are cached, against all of them
+/// when appends go through the page cache. Both read back and reopen the same.
+#[test]
+fn direct_appends_through_io_uring_leave_the_page_cache_alone() {
+    let temp = tempfile::tempdir().unwrap();
+    let probe = temp.path().join("probe");
+    std::fs::write(&probe, b"").unwrap();
+    if strata_node::io::open_direct_handle(&probe).unwrap().is_none() {
+        eprintln!("skipped: {} takes no O_DIRECT", temp.path().display());
+        return;
+    }
+    for setting in [DirectWrites::Never, DirectWrites::Always] {
+        let dir = temp.path().join(format!("{setting:?}"));
+        let config = LogConfig {
+            direct_writes: setting,
+            ..small_config(64 << 20, FlushPolicy::Never)
+        };
+        tokio_uring::start(async {
+            let mut log = open(&UringStorage, &dir, &config).await;
+            let written = append_many(&mut log, 1500, 1800, 0).await;
+            let (cached, pages) = resident_pages(&dir.join("00000000000000000000.log"));
+            assert!(pages > 1500, "{pages} pages written");
+            match setting {
+                DirectWrites::Always => assert!(
+                    cached <= 2,
+                    "{cached} of {pages} pages went through the page cache"
+                ),
+                _ => assert!(cached > pages * 9 / 10, "only {cached} of {pages} pages cached"),
+            }
+            assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
+            drop(log); // no close: recovery meets the padding of the last direct write
+            let (mut log, report) =
+                PartitionLog::open(UringStorage, &dir, config.clone(), 0)
+                    .await
+                    .unwrap();
+            assert_eq!(report.truncated_bytes, 0, "padding is not damage");
+            assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
+        });
+    }
+}
+
 #[test]
 fn reads_respect_max_offset_max_bytes_and_range() {
     block_on(async {
@@ -218,6 +288,121 @@ fn replicated_batches_must_continue_the_log() {
             follower.append_replicated(again, 0).await,
             Err(LogError::NotContiguous { .. })
         ));
+    });
+}
+
+/// The `.log` files of `dir` in name (offset) order, with their contents.
+async fn segment_files(storage: &SimStorage, dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut names: Vec<PathBuf> = storage
+        .list_dir(dir)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let contents = storage.contents(&dir.join(&name)).unwrap();
+            (name, contents)
+        })
+        .collect()
+}
+
+/// A follower's appends go past the page cache (by default) in whole aligned blocks, mixed with
+/// appends through the page cache (the same log leading again), across rolls and a reopen; the
+/// result is byte for byte the leader's log, and the padding of direct writes is never damage.
+#[test]
+fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
+    for seed in 0..20u64 {
+        block_on(async {
+            let leader_storage = SimStorage::new(seed);
+            let storage = SimStorage::new(seed);
+            let leader_dir = Path::new("/leader/t-0");
+            let dir = Path::new("/mixed/t-0");
+            let config = small_config(3000 + seed * 500, FlushPolicy::Never);
+            let mut leader = open(&leader_storage, leader_dir, &config).await;
+            let mut mixed = open(&storage, dir, &config).await;
+            let (mut replicated, mut led) = (0, 0);
+            for tag in 0..120u64 {
+                let batch = batch_of(tag, 1 + (tag % 4) as usize, (tag * 37 % 300) as usize, 0);
+                let info = leader.append(batch.clone(), 5, 0).await.unwrap();
+                if (tag * 7 + seed) % 3 == 0 {
+                    led += 1;
+                    let mine = mixed.append(batch, 5, 0).await.unwrap();
+                    assert_eq!(mine, info);
+                } else {
+                    replicated += 1;
+                    let bytes = leader.read(info.base_offset, 1, u64::MAX).await.unwrap();
+                    let mine = mixed.append_replicated(bytes, 0).await.unwrap();
+                    assert_eq!(mine.last_offset, info.last_offset);
+                }
+                if tag == 60 {
+                    drop(mixed); // no close: recovery meets the padding of the last direct write
+                    let (reopened, report) =
+                        PartitionLog::open(storage.clone(), dir, config.clone(), 0)
+                            .await
+                            .unwrap();
+                    assert_eq!(report.truncated_bytes, 0, "seed {seed}: padding is not damage");
+                    mixed = reopened;
+                }
+            }
+            assert!(led > 0 && replicated > 0);
+            assert_eq!(
+                storage.direct_writes().len(),
+                replicated,
+                "seed {seed}: every replicated append, and only those, went direct"
+            );
+            assert!(leader_storage.direct_writes().is_empty());
+            for (pos, len) in storage.direct_writes() {
+                assert!(pos % 4096 == 0 && len % 4096 == 0 && len > 0);
+            }
+            assert_eq!(
+                read_all(&mut mixed, 0, 700).await,
+                read_all(&mut leader, 0, 700).await
+            );
+            leader.close(0).await.unwrap();
+            mixed.close(0).await.unwrap();
+            let (leader_files, files) = (
+                segment_files(&leader_storage, leader_dir).await,
+                segment_files(&storage, dir).await,
+            );
+            assert!(files.len() > 2, "seed {seed}: rolled");
+            assert_eq!(files, leader_files, "seed {seed}");
+        });
+    }
+}
+
+/// `direct.writes=never` keeps every append in the page cache; `always` sends the leader's own
+/// appends direct too; a file system without `O_DIRECT` falls back to the page cache.
+#[test]
+fn direct_writes_follow_the_setting_and_fall_back_without_o_direct() {
+    block_on(async {
+        for (setting, refuse, expect_direct) in [
+            (DirectWrites::Never, false, false),
+            (DirectWrites::Always, false, true),
+            (DirectWrites::Always, true, false),
+        ] {
+            let storage = SimStorage::new(9);
+            if refuse {
+                storage.refuse_direct();
+            }
+            let config = LogConfig {
+                direct_writes: setting,
+                ..small_config(8192, FlushPolicy::Never)
+            };
+            let mut log = open(&storage, &sim_dir(), &config).await;
+            let written = append_many(&mut log, 50, 200, 0).await;
+            assert_eq!(!storage.direct_writes().is_empty(), expect_direct, "{setting:?}");
+            assert_eq!(read_all(&mut log, 0, 1000).await, written);
+            log.close(0).await.unwrap();
+            let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+                .await
+                .unwrap();
+            assert_eq!(report.truncated_bytes, 0);
+            assert_eq!(read_all(&mut log, 0, 1000).await, written);
+        }
     });
 }
 
@@ -458,7 +643,15 @@ fn simulated_crashes_keep_every_synced_batch() {
     for seed in 0..600u64 {
         block_on(async {
             let storage = SimStorage::new(seed);
-            let config = small_config(4096, FlushPolicy::Always);
+            let config = LogConfig {
+                // Half the seeds write past the page cache: padded blocks, rewritten tails.
+                direct_writes: if (seed / 2) % 2 == 0 {
+                    DirectWrites::Always
+                } else {
+                    DirectWrites::Never
+                },
+                ..small_config(4096, FlushPolicy::Always)
+            };
             let mut log = open(&storage, &sim_dir(), &config).await;
             let mut acknowledged = Vec::new();
             let batches = 5 + seed % 40;
@@ -653,7 +846,10 @@ proptest! {
     ) {
         block_on(async {
             let storage = SimStorage::new(segment_bytes);
-            let config = small_config(segment_bytes, FlushPolicy::Never);
+            let config = LogConfig {
+                direct_writes: if segment_bytes % 2 == 0 { DirectWrites::Always } else { DirectWrites::Never },
+                ..small_config(segment_bytes, FlushPolicy::Never)
+            };
             let mut log = open(&storage, &sim_dir(), &config).await;
             let mut written = Vec::new();
             let mut clock = 10_000i64;

@@ -39,6 +39,14 @@ impl StorageFile for AnyFile {
         each!(self, file => file.write_all_in_order_at(buffers, pos).await)
     }
 
+    fn writes_direct(&self) -> bool {
+        each!(self, file => file.writes_direct())
+    }
+
+    async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        each!(self, file => file.write_direct_at(bytes, pos).await)
+    }
+
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
         each!(self, file => file.read_at(buf, pos).await)
     }
@@ -72,6 +80,17 @@ impl Storage for AnyStorage {
             AnyStorage::Uring(storage) => storage.open(path, create).await.map(AnyFile::Uring),
             AnyStorage::Blocking(storage) => {
                 storage.open(path, create).await.map(AnyFile::Blocking)
+            }
+        }
+    }
+
+    async fn open_direct(&self, path: &Path, create: bool) -> io::Result<AnyFile> {
+        match self {
+            AnyStorage::Uring(storage) => {
+                storage.open_direct(path, create).await.map(AnyFile::Uring)
+            }
+            AnyStorage::Blocking(storage) => {
+                storage.open_direct(path, create).await.map(AnyFile::Blocking)
             }
         }
     }

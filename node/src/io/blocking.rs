@@ -19,11 +19,25 @@ pub struct BlockingStorage;
 
 pub struct BlockingFile {
     file: File,
+    /// The same file opened with `O_DIRECT`, for [`StorageFile::write_direct_at`].
+    direct: Option<File>,
 }
 
 impl StorageFile for BlockingFile {
     async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         self.file.write_all_at(&bytes, pos)
+    }
+
+    fn writes_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        super::assert_direct_aligned(&bytes, pos);
+        match &self.direct {
+            Some(direct) => direct.write_all_at(&bytes, pos),
+            None => Err(io::ErrorKind::Unsupported.into()),
+        }
     }
 
     async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
@@ -92,7 +106,13 @@ impl Storage for BlockingStorage {
             .create(create)
             .truncate(false)
             .open(path)?;
-        Ok(BlockingFile { file })
+        Ok(BlockingFile { file, direct: None })
+    }
+
+    async fn open_direct(&self, path: &Path, create: bool) -> io::Result<BlockingFile> {
+        let mut file = self.open(path, create).await?;
+        file.direct = super::open_direct_handle(path)?;
+        Ok(file)
     }
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {

@@ -83,6 +83,10 @@ impl ReadBuf {
     }
 }
 
+/// The unit of writes that bypass the page cache: their position, length and buffer address are
+/// multiples of it. 4 KiB covers the logical block size of every common disk and file system.
+pub const DIRECT_BLOCK: usize = 4096;
+
 /// One open file. Every method is positional: a file has no cursor.
 pub trait StorageFile: 'static {
     /// Writes all of `bytes` at `pos`.
@@ -99,6 +103,20 @@ pub trait StorageFile: 'static {
             at += len;
         }
         Ok(())
+    }
+    /// Whether [`StorageFile::write_direct_at`] bypasses the page cache: the file was opened with
+    /// [`Storage::open_direct`] and its file system takes `O_DIRECT`.
+    fn writes_direct(&self) -> bool {
+        false
+    }
+    /// Writes `bytes` at `pos` past the page cache (`O_DIRECT`): the data goes from `bytes`
+    /// straight to the disk, with no copy into kernel memory, and the call completes when the
+    /// disk has it (not yet durable against power loss: that still takes `sync_data`). `pos`,
+    /// `bytes.len()` and the address of `bytes` are multiples of [`DIRECT_BLOCK`]. Only called
+    /// when [`StorageFile::writes_direct`] is true.
+    async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        let _ = (bytes, pos);
+        Err(io::ErrorKind::Unsupported.into())
     }
     /// Reads up to `buf.capacity()` bytes at `pos`, replacing the buffer's contents. A short read
     /// happens only at the end of the file.
@@ -124,6 +142,12 @@ pub trait Storage: Clone + 'static {
 
     /// Opens `path` for reading and writing, creating it when `create` is set.
     async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+    /// Like [`Storage::open`], with a second handle for [`StorageFile::write_direct_at`] where
+    /// the file system takes `O_DIRECT` (not tmpfs, for one); where it does not, the file is
+    /// opened as by `open` and [`StorageFile::writes_direct`] says so.
+    async fn open_direct(&self, path: &Path, create: bool) -> io::Result<Self::File> {
+        self.open(path, create).await
+    }
     async fn remove_file(&self, path: &Path) -> io::Result<()>;
     async fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     async fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
@@ -131,6 +155,43 @@ pub trait Storage: Clone + 'static {
     async fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// The entries of `dir` (file names only), in no particular order.
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+}
+
+/// Checks the preconditions of [`StorageFile::write_direct_at`].
+pub(crate) fn assert_direct_aligned(bytes: &[u8], pos: u64) {
+    let block = DIRECT_BLOCK as u64;
+    assert!(
+        pos.is_multiple_of(block)
+            && (bytes.len() as u64).is_multiple_of(block)
+            && (bytes.as_ptr() as usize).is_multiple_of(DIRECT_BLOCK),
+        "direct writes are whole aligned blocks (pos {pos}, len {}, address {:p})",
+        bytes.len(),
+        bytes.as_ptr()
+    );
+}
+
+/// Opens `path` with `O_DIRECT` for writing, or says why the file system will not
+/// (`None`: it refused the flag, as tmpfs does).
+pub fn open_direct_handle(path: &Path) -> io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => Ok(Some(file)),
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::info!(
+                    path = %path.display(),
+                    "the file system takes no O_DIRECT: appends go through the page cache"
+                );
+            });
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Runs `work` on a single-threaded runtime for `backend`: tokio-uring for io_uring, a plain

@@ -64,6 +64,10 @@ struct SimFs {
     syncs: u64,
     /// Ranges handed to `start_writeback`, in call order.
     writeback_hints: Vec<(u64, u64)>,
+    /// Ranges written with `write_direct_at`, in call order.
+    direct_writes: Vec<(u64, u64)>,
+    /// Whether `open_direct` pretends the file system refuses `O_DIRECT` (as tmpfs does).
+    refuse_direct: bool,
 }
 
 /// A simulated file system. Clones share it.
@@ -75,6 +79,7 @@ pub struct SimStorage {
 pub struct SimFile {
     inode: u64,
     fs: Rc<RefCell<SimFs>>,
+    direct: bool,
 }
 
 impl SimStorage {
@@ -89,6 +94,8 @@ impl SimStorage {
                 rng: StdRng::seed_from_u64(seed),
                 syncs: 0,
                 writeback_hints: Vec::new(),
+                direct_writes: Vec::new(),
+                refuse_direct: false,
             })),
         }
     }
@@ -169,6 +176,17 @@ impl SimStorage {
         self.fs.borrow().writeback_hints.clone()
     }
 
+    /// The `(pos, len)` ranges written past the page cache so far, of every file, in call order.
+    pub fn direct_writes(&self) -> Vec<(u64, u64)> {
+        self.fs.borrow().direct_writes.clone()
+    }
+
+    /// From now on `open_direct` opens files as `open` does, as on a file system without
+    /// `O_DIRECT`.
+    pub fn refuse_direct(&self) {
+        self.fs.borrow_mut().refuse_direct = true;
+    }
+
     /// Current contents of a file (tests inspect and damage files through this).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let fs = self.fs.borrow();
@@ -209,13 +227,8 @@ impl SimFs {
     }
 }
 
-impl StorageFile for SimFile {
-    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
-        self.fs.borrow_mut().writeback_hints.push((pos, len));
-        Ok(())
-    }
-
-    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+impl SimFile {
+    fn write(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
         if let Err(error) = fs.check_fault(FaultOp::Write) {
             // A failed write may still have reached the page cache in part.
@@ -233,6 +246,32 @@ impl StorageFile for SimFile {
         let inode = fs.inode(self.inode);
         Inode::apply(&mut inode.data, &op);
         inode.unsynced.push(op);
+        Ok(())
+    }
+}
+
+impl StorageFile for SimFile {
+    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        self.fs.borrow_mut().writeback_hints.push((pos, len));
+        Ok(())
+    }
+
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        self.write(bytes, pos)
+    }
+
+    fn writes_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// As a write through the page cache: the simulated disk loses or tears unsynced writes
+    /// either way.
+    async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        super::assert_direct_aligned(&bytes, pos);
+        assert!(self.direct, "the file was opened for direct writes");
+        let len = bytes.len() as u64;
+        self.write(bytes, pos)?;
+        self.fs.borrow_mut().direct_writes.push((pos, len));
         Ok(())
     }
 
@@ -308,7 +347,14 @@ impl Storage for SimStorage {
         Ok(SimFile {
             inode,
             fs: self.fs.clone(),
+            direct: false,
         })
+    }
+
+    async fn open_direct(&self, path: &Path, create: bool) -> io::Result<SimFile> {
+        let mut file = self.open(path, create).await?;
+        file.direct = !self.fs.borrow().refuse_direct;
+        Ok(file)
     }
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {

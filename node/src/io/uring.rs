@@ -66,6 +66,8 @@ pub fn take_in_flight() -> (u64, u64) {
 
 pub struct UringFile {
     file: tokio_uring::fs::File,
+    /// The same file opened with `O_DIRECT`, for [`StorageFile::write_direct_at`].
+    direct: Option<tokio_uring::fs::File>,
 }
 
 // SAFETY: the pointer is the start of the AlignedVec's heap allocation, which does not move while
@@ -132,6 +134,21 @@ impl StorageFile for UringFile {
         } else {
             self.write_through_ring(bytes, pos).await
         }
+    }
+
+    fn writes_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Through the ring: a direct write waits for the disk, which must not block the shard.
+    async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+        super::assert_direct_aligned(&bytes, pos);
+        let Some(direct) = &self.direct else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
+        let _in_flight = InFlight::start();
+        let (result, _) = direct.write_all_at(bytes, pos).await;
+        result
     }
 
     async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
@@ -229,7 +246,13 @@ impl Storage for UringStorage {
             .create(create)
             .open(path)
             .await?;
-        Ok(UringFile { file })
+        Ok(UringFile { file, direct: None })
+    }
+
+    async fn open_direct(&self, path: &Path, create: bool) -> io::Result<UringFile> {
+        let mut file = self.open(path, create).await?;
+        file.direct = super::open_direct_handle(path)?.map(tokio_uring::fs::File::from_std);
+        Ok(file)
     }
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {

@@ -56,6 +56,39 @@ pub struct LogConfig {
     pub flush: FlushPolicy,
     /// Reserve a new segment's blocks up front (fewer extent allocations, less fragmentation).
     pub preallocate: bool,
+    /// Which appends bypass the page cache (see [`DirectWrites`]).
+    pub direct_writes: DirectWrites,
+}
+
+/// Which appends are written past the page cache (`O_DIRECT`), from a block-aligned copy of
+/// the batches straight to the disk.
+///
+/// A write through the page cache copies every byte into kernel pages, and when those pages are
+/// new to the process that copy is the write path's main cost: on this project's VM, 2 GB
+/// written with `dd` took 7 s of CPU through the page cache and 0.3–0.4 s with `O_DIRECT`
+/// (1.9 s wall), and a follower's catch-up spent 47% of the machine in that copy. The cost of
+/// going direct is that the data is not in the page cache afterwards, so a read of it goes to
+/// the disk: right for a follower (nobody reads a follower's log until it leads), a choice for
+/// a leader whose consumers read from the tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectWrites {
+    /// Every append goes through the page cache.
+    Never,
+    /// Batches a follower copies from its leader go direct; the leader's own appends do not.
+    Replicated,
+    /// Every append goes direct.
+    Always,
+}
+
+impl DirectWrites {
+    pub fn parse(value: &str) -> Option<DirectWrites> {
+        match value {
+            "never" => Some(DirectWrites::Never),
+            "replicated" => Some(DirectWrites::Replicated),
+            "always" => Some(DirectWrites::Always),
+            _ => None,
+        }
+    }
 }
 
 /// The largest segment a `u32` file position can address.
@@ -74,6 +107,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             flush: FlushPolicy::Interval { interval_ms: 1000 },
             preallocate: false,
+            direct_writes: DirectWrites::Replicated,
         }
     }
 }
@@ -204,9 +238,13 @@ enum Buffers {
 
 impl Buffers {
     fn len(&self) -> u64 {
+        self.slices().map(|b| b.len() as u64).sum()
+    }
+
+    fn slices(&self) -> impl Iterator<Item = &Bytes> {
         match self {
-            Buffers::One(bytes) => bytes.len() as u64,
-            Buffers::Many(buffers) => buffers.iter().map(|b| b.len() as u64).sum(),
+            Buffers::One(bytes) => std::slice::from_ref(bytes).iter(),
+            Buffers::Many(buffers) => buffers.iter(),
         }
     }
 }
@@ -637,7 +675,8 @@ impl<S: Storage> PartitionLog<S> {
         if let Stamped::Duplicate(info) = stamped {
             return Ok(info);
         }
-        self.write_batches(Buffers::One(batches.freeze()), now_ms)
+        let direct = self.config.direct_writes == DirectWrites::Always;
+        self.write_batches(Buffers::One(batches.freeze()), direct, now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
     }
@@ -684,7 +723,8 @@ impl<S: Storage> PartitionLog<S> {
         }
         assert!(duplicates_in_group.is_empty() || !buffers.is_empty());
         if !buffers.is_empty() {
-            match self.write_batches(Buffers::Many(buffers), now_ms).await {
+            let direct = self.config.direct_writes == DirectWrites::Always;
+            match self.write_batches(Buffers::Many(buffers), direct, now_ms).await {
                 Ok(()) => {
                     for (at, headers) in spans {
                         results[at] = Some(Ok(AppendInfo::of(&self.headers[headers])));
@@ -855,12 +895,20 @@ impl<S: Storage> PartitionLog<S> {
                 self.producers.apply(header);
             }
         }
-        self.write_batches(Buffers::One(batches), now_ms).await?;
+        let direct = self.config.direct_writes != DirectWrites::Never;
+        self.write_batches(Buffers::One(batches), direct, now_ms)
+            .await?;
         Ok(AppendInfo::of(&self.headers))
     }
 
-    /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log.
-    async fn write_batches(&mut self, buffers: Buffers, now_ms: i64) -> Result<(), LogError> {
+    /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log,
+    /// past the page cache if `direct` and the file system allows it.
+    async fn write_batches(
+        &mut self,
+        buffers: Buffers,
+        direct: bool,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
         let last = *self.headers.last().expect("at least one batch");
         let mut new_epoch = false;
         for header in &self.headers {
@@ -894,16 +942,28 @@ impl<S: Storage> PartitionLog<S> {
             return Err(error);
         }
         let position = self.active().size;
-        let file = &self.active().log;
-        let written = match buffers {
-            Buffers::One(bytes) => file.write_all_at(bytes, position).await,
-            Buffers::Many(buffers) => file.write_all_in_order_at(buffers, position).await,
+        let direct = direct && self.active().log.writes_direct();
+        let written = if direct {
+            self.active_mut().write_direct(&buffers).await
+        } else {
+            let active = self.active_mut();
+            // The page cache now holds the tail block; the copy kept for direct writes is stale.
+            active.direct_tail = None;
+            match buffers {
+                Buffers::One(bytes) => active.log.write_all_at(bytes, position).await,
+                Buffers::Many(buffers) => active.log.write_all_in_order_at(buffers, position).await,
+            }
         };
         if let Err(error) = written {
             let path = self.segment_path(self.active().base_offset, "log");
             return Err(self.fail(format!("write to {} failed: {error}", path.display())));
         }
-        self.hint_writeback(position + total).await;
+        if direct {
+            // On its way to the disk already: nothing for writeback to start.
+            self.active_mut().writeback_from = position + total;
+        } else {
+            self.hint_writeback(position + total).await;
+        }
         let mut batch_position = position;
         let headers = std::mem::take(&mut self.headers);
         let active = self.active_mut();
@@ -1358,6 +1418,10 @@ impl<S: Storage> PartitionLog<S> {
         if self.failed.is_none() {
             self.flush(now_ms).await?;
             self.snapshot_producers(now_ms).await;
+            // A clean close leaves files exactly as long as their data.
+            if let Err(error) = self.active_mut().cut_padding().await {
+                tracing::warn!("cutting a segment's padding failed (recovery will): {error}");
+            }
         }
         Ok(())
     }
@@ -1374,6 +1438,12 @@ impl<S: Storage> PartitionLog<S> {
         }
         // Closed segments keep no index in memory (see `index_entry`).
         previous.index = SegmentIndex::default();
+        if let Err(error) = previous.cut_padding().await {
+            tracing::warn!(
+                "cutting the padding of segment {} failed (recovery will): {error}",
+                previous.base_offset
+            );
+        }
         let segment = self.create_segment(base, now_ms).await?;
         self.segments.push(segment);
         tracing::debug!(dir = %self.dir.display(), "rolled to segment {base}");
@@ -1385,24 +1455,27 @@ impl<S: Storage> PartitionLog<S> {
         &self,
         base_offset: u64,
     ) -> Result<(Rc<S::File>, S::File, S::File), LogError> {
-        let open = |extension| {
+        let open = |extension, direct| {
             let path = self.segment_path(base_offset, extension);
             let storage = self.storage.clone();
             async move {
-                storage
-                    .open(&path, true)
-                    .await
-                    .map_err(|source| LogError::Io {
-                        what: "open",
-                        path,
-                        source,
-                    })
+                let file = if direct {
+                    storage.open_direct(&path, true).await
+                } else {
+                    storage.open(&path, true).await
+                };
+                file.map_err(|source| LogError::Io {
+                    what: "open",
+                    path,
+                    source,
+                })
             }
         };
+        let direct = self.config.direct_writes != DirectWrites::Never;
         Ok((
-            Rc::new(open("log").await?),
-            open("index").await?,
-            open("timeindex").await?,
+            Rc::new(open("log", direct).await?),
+            open("index", false).await?,
+            open("timeindex", false).await?,
         ))
     }
 

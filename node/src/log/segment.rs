@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
+use strata_wire::AlignedVec;
 use strata_wire::batch::{self, BatchHeader, HEADER_LEN};
 
+use super::Buffers;
 use super::index::{IndexCadence, IndexEntry, OFFSET_ENTRY_LEN, SegmentIndex, TIME_ENTRY_LEN};
-use crate::io::{ReadBuf, StorageFile};
+use crate::io::{DIRECT_BLOCK, ReadBuf, StorageFile};
 
 /// How much a recovery or lookup scan reads per IO.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
@@ -41,6 +43,13 @@ pub(crate) struct Segment<F> {
     /// Where the next writeback hint starts: bytes before it were handed to the kernel's
     /// writeback already (see `PartitionLog::hint_writeback`).
     pub writeback_from: u64,
+    /// The bytes of the partial block at the end of the data, `[size - size % DIRECT_BLOCK,
+    /// size)`, as the last direct write left them; `None` when unknown (after a write through
+    /// the page cache, a replay, or on open), and then read back before the next direct write.
+    pub direct_tail: Option<Vec<u8>>,
+    /// A direct write ran past `size` to the end of its block: the file is longer than the data,
+    /// by zeros. Cut when the segment closes; recovery cuts it too.
+    pub padded: bool,
     pub index: SegmentIndex,
     pub cadence: IndexCadence,
     /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on.
@@ -76,6 +85,8 @@ impl<F: StorageFile> Segment<F> {
             opened_at_ms: now_ms,
             dirty: false,
             writeback_from: 0,
+            direct_tail: Some(Vec::new()),
+            padded: false,
             index,
             cadence: IndexCadence::new(index_interval_bytes),
             log,
@@ -160,7 +171,64 @@ impl<F: StorageFile> Segment<F> {
         self.size = end.valid_len;
         // What is on disk already needs no hint; a truncated tail must not delay the next.
         self.writeback_from = self.size;
+        self.direct_tail = None;
         Ok(end)
+    }
+
+    /// Writes `buffers` at the end of the data past the page cache. A direct write covers whole
+    /// blocks, so it starts at the block holding the end of the data, repeating that block's
+    /// bytes (`direct_tail`), and ends with zeros up to the next block boundary; the next direct
+    /// write rewrites that last block with more data in place of the zeros. The copy into the
+    /// aligned buffer replaces the page-cache copy it saves, in memory the allocator reuses.
+    /// The caller accounts the batches (`on_batch`, `size`).
+    pub async fn write_direct(&mut self, buffers: &Buffers) -> io::Result<()> {
+        let block = DIRECT_BLOCK as u64;
+        let block_start = self.size / block * block;
+        let tail = match self.direct_tail.take() {
+            Some(tail) => tail,
+            None => {
+                let (result, buf) = self
+                    .log
+                    .read_at(
+                        ReadBuf::with_capacity((self.size - block_start) as usize),
+                        block_start,
+                    )
+                    .await;
+                result?;
+                buf.as_slice().to_vec()
+            }
+        };
+        assert_eq!(
+            tail.len() as u64,
+            self.size - block_start,
+            "the tail is the partial block before the end of the data"
+        );
+        let len = tail.len() + buffers.len() as usize;
+        let padded_len = len.next_multiple_of(DIRECT_BLOCK);
+        let mut aligned = AlignedVec::<DIRECT_BLOCK>::with_capacity(padded_len);
+        aligned.extend_from_slice(&tail);
+        for bytes in buffers.slices() {
+            aligned.extend_from_slice(bytes);
+        }
+        aligned.resize(padded_len, 0);
+        let mut next_tail = tail;
+        next_tail.clear();
+        next_tail.extend_from_slice(&aligned[len / DIRECT_BLOCK * DIRECT_BLOCK..len]);
+        self.log
+            .write_direct_at(Bytes::from_owner(aligned), block_start)
+            .await?;
+        self.padded |= padded_len > len;
+        self.direct_tail = Some(next_tail);
+        Ok(())
+    }
+
+    /// Cuts the zeros a direct write left after the data (see `padded`).
+    pub async fn cut_padding(&mut self) -> io::Result<()> {
+        if self.padded {
+            self.log.truncate(self.size).await?;
+            self.padded = false;
+        }
+        Ok(())
     }
 
     /// Appends index entries not yet in the index files. Not synced: the files are a cache that
@@ -238,6 +306,13 @@ impl<F: StorageFile> Segment<F> {
                         damage: None,
                     });
                 }
+                if is_direct_padding(rest, position + chunk.len() as u64, file_len) {
+                    return Ok(ScanEnd {
+                        valid_len: position + at as u64,
+                        next_offset: offset,
+                        damage: None,
+                    });
+                }
                 if rest.len() < HEADER_LEN && position + (at + rest.len()) as u64 == file_len {
                     break Some(format!(
                         "{} trailing bytes are not a whole header",
@@ -300,6 +375,18 @@ impl<F: StorageFile> Segment<F> {
             position += at as u64;
         }
     }
+}
+
+/// Whether `rest`, the bytes after the last batch (ending at `rest_end`), are what a direct
+/// write leaves: zeros from inside the last block to the end of a file whose length is a whole
+/// number of blocks. (A torn write that left such zeros ends the data at the same place; only
+/// the report differs. A zeroed tail of any other length is reported as damage.)
+fn is_direct_padding(rest: &[u8], rest_end: u64, file_len: u64) -> bool {
+    rest_end == file_len
+        && file_len.is_multiple_of(DIRECT_BLOCK as u64)
+        && !rest.is_empty()
+        && rest.len() < DIRECT_BLOCK
+        && rest.iter().all(|b| *b == 0)
 }
 
 fn apply_batch(

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
+use crate::log::{DirectWrites, FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 
 /// A topic's settings, parsed.
 #[derive(Debug, Clone)]
@@ -27,6 +27,7 @@ pub const KEYS: &[&str] = &[
     "index.interval.bytes",
     "max.message.bytes",
     "preallocate",
+    "direct.writes",
     "min.insync.replicas",
     "unclean.leader.election",
 ];
@@ -85,6 +86,10 @@ impl TopicConfig {
                 }
                 "preallocate" => {
                     config.log.preallocate = value.parse().map_err(|_| bad("true or false"))?;
+                }
+                "direct.writes" => {
+                    config.log.direct_writes = DirectWrites::parse(value)
+                        .ok_or_else(|| bad("never, replicated or always"))?;
                 }
                 "min.insync.replicas" => {
                     config.min_insync_replicas = u16::try_from(number()?)

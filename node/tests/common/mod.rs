@@ -1,7 +1,7 @@
 #![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
-use strata_node::log::{FlushPolicy, LogConfig};
+use strata_node::log::{DirectWrites, FlushPolicy, LogConfig};
 use strata_wire::batch::{BatchBuilder, split_batches};
 
 /// A record as the tests model it.
@@ -60,6 +60,7 @@ pub fn small_config(segment_bytes: u64, flush: FlushPolicy) -> LogConfig {
         retention_bytes: None,
         flush,
         preallocate: false,
+        direct_writes: DirectWrites::Replicated,
     }
 }
 
