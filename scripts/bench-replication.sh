@@ -7,7 +7,9 @@
 #   backlog (time for a new replica to join the ISR).
 # STRATA_IO_BACKEND=blocking runs the brokers on the blocking IO backend instead of io_uring.
 # TOPIC_CONFIG="flush=never ..." creates each measured topic with those settings first.
-# ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
+# BENCH_ARGS="--linger-ms 0 ..." adds flags to every measured `strata bench produce`.
+# HALF_RATE=N runs the *-half measurements at N records/s instead of half the max measured
+# (to compare two settings at the same load). ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
 # of building (to compare two builds side by side).
 # Results (JSON and text) go to $1 (default: a temp dir).
 set -euo pipefail
@@ -75,11 +77,11 @@ run() { # name, bench flags...
         "$strata" topic create "$name" --partitions 3 --bootstrap $boot "${create[@]}" >/dev/null
     fi
     "$strata" bench produce --bootstrap $boot --topic "$name" --partitions 3 --producers 3 \
-        --record-size 1024 --duration "$duration" --warmup 1 --json "$out/$name.json" "$@" >"$out/$name.txt"
+        --record-size 1024 --duration "$duration" --warmup 1 --json "$out/$name.json" "$@" ${BENCH_ARGS:-} >"$out/$name.txt"
     stop_cluster
     echo "== $name"; cat "$out/$name.txt"
 }
-half() { [ -f "$out/$1.json" ] || { echo 0; return; }; /usr/bin/python3 -c "import json;print(int(json.load(open('$out/$1.json'))['records_per_s']/2))"; }
+half() { [ -n "${HALF_RATE:-}" ] && { echo "$HALF_RATE"; return; }; [ -f "$out/$1.json" ] || { echo 0; return; }; /usr/bin/python3 -c "import json;print(int(json.load(open('$out/$1.json'))['records_per_s']/2))"; }
 
 run rf1 --replication-factor 1 --acks 1
 run rf3-acks1 --replication-factor 3 --acks 1
@@ -90,7 +92,9 @@ run rf1-half --replication-factor 1 --acks 1 --rate "$(half rf1)"
 # One follower link: a 1-partition RF 1 topic with a backlog, then a second replica added.
 if ! wanted follower; then echo "results in $out"; exit 0; fi
 start_cluster
-"$strata" topic create backlog --partitions 1 --bootstrap $boot >/dev/null
+backlog_config=()
+for setting in ${TOPIC_CONFIG:-}; do backlog_config+=(--config "$setting"); done
+"$strata" topic create backlog --partitions 1 --bootstrap $boot "${backlog_config[@]}" >/dev/null
 "$strata" bench produce --bootstrap $boot --topic backlog --partitions 1 --producers 1 \
     --record-size 16384 --records "${BACKLOG_RECORDS:-30000}" --acks 1 --json "$out/backlog.json" >/dev/null
 leader=$("$strata" topic describe backlog --bootstrap $boot --format json | /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['partitions'][0]['leader'])")

@@ -56,6 +56,8 @@ pub struct BenchConfig {
     pub partitions: u32,
     pub replication_factor: u16,
     pub min_insync: Option<u16>,
+    /// Topic settings (Kafka-style keys) when the bench creates the topic.
+    pub topic_config: Vec<(String, String)>,
     pub producers: usize,
     pub consumers: usize,
     pub record_size: usize,
@@ -95,6 +97,7 @@ impl Default for BenchConfig {
             partitions: 4,
             replication_factor: 1,
             min_insync: None,
+            topic_config: Vec::new(),
             producers: 2,
             consumers: 1,
             record_size: 1024,
@@ -263,10 +266,10 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
     if client.metadata_for(&config.topic).await.is_err() {
-        let configs: Vec<(String, String)> = config
-            .min_insync
-            .map(|min| vec![("min.insync.replicas".to_string(), min.to_string())])
-            .unwrap_or_default();
+        let mut configs = config.topic_config.clone();
+        if let Some(min) = config.min_insync {
+            configs.push(("min.insync.replicas".to_string(), min.to_string()));
+        }
         client
             .create_topic(
                 &config.topic,

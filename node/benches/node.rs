@@ -1,7 +1,7 @@
 //! One node over loopback, next to a plain TCP socket pair measured in the same run.
 //!
 //! `cargo bench -p strata-node --bench node -- [--seconds N] [--shards N] [--linger-ms N]
-//! [--latency-linger-ms N] [--load F]`
+//! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always]`
 //!
 //! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
 //! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
@@ -39,6 +39,8 @@ fn main() {
     // p50 above the 1 ms p99 target.
     let mut latency_linger_ms = 0u64;
     let mut load = 0.5f64;
+    // The topic's `direct.writes` (never | replicated | always).
+    let mut direct_writes = "replicated".to_string();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => seconds = args.next().unwrap().parse().unwrap(),
@@ -47,13 +49,14 @@ fn main() {
             "--linger-ms" => linger_ms = args.next().unwrap().parse().unwrap(),
             "--latency-linger-ms" => latency_linger_ms = args.next().unwrap().parse().unwrap(),
             "--load" => load = args.next().unwrap().parse().unwrap(),
+            "--direct-writes" => direct_writes = args.next().unwrap(),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
     let duration = Duration::from_secs(seconds);
     println!(
-        "# 1 node, --shards {shards}, {PARTITIONS} partitions, flush=never, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms ({latency_linger_ms} ms in the latency phase)"
+        "# 1 node, --shards {shards}, {PARTITIONS} partitions, flush=never, direct.writes={direct_writes}, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms ({latency_linger_ms} ms in the latency phase)"
     );
 
     let loopback = tcp_loopback(duration);
@@ -70,7 +73,15 @@ fn main() {
     runtime.block_on(async {
         let client = Client::connect(ClientConfig::new(&bootstrap)).await.unwrap();
         client
-            .create_topic(TOPIC, PARTITIONS, 1, &[("flush".into(), "never".into())])
+            .create_topic(
+                TOPIC,
+                PARTITIONS,
+                1,
+                &[
+                    ("flush".into(), "never".into()),
+                    ("direct.writes".into(), direct_writes.clone()),
+                ],
+            )
             .await
             .unwrap();
         let producer_lingering = |linger_ms| {

@@ -245,10 +245,31 @@ fn workload_files_and_compare() {
     let line = table.lines().find(|l| l.starts_with("records ")).unwrap();
     let ratio: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
     assert!((ratio - 0.5).abs() < 0.1, "{line}");
+
+    // A workload file's [topic_config] table applies when the bench creates the topic.
+    let file = dir.path().join("small-segments.toml");
+    std::fs::write(
+        &file,
+        "workload = \"produce\"\ntopic = \"small\"\npartitions = 1\nrecords = 600\n\
+         [topic_config]\n\"segment.bytes\" = \"65536\"\n",
+    )
+    .unwrap();
+    let produced = report(&node, &["bench", "--workload", file.to_str().unwrap()]);
+    assert_eq!(produced["records"], 600);
+    let segments = std::fs::read_dir(temp.path().join("small-0"))
+        .unwrap()
+        .filter(|entry| {
+            let path = entry.as_ref().unwrap().path();
+            path.extension().is_some_and(|ext| ext == "log")
+        })
+        .count();
+    assert!(segments >= 2, "600 KiB in 64 KiB segments: {segments}");
 }
 
 /// The iggy-mirroring presets: producer i writes only partition i in batches of 1000 records,
-/// with per-batch latency beside per-record; the consumer preset reads the budget back.
+/// with per-batch latency beside per-record; the consumer preset reads the budget back. The
+/// topic is created with the `--topic-config` settings: 1 MiB segments (counted on disk) and
+/// leader appends past the page cache, read back whole by the consumers.
 #[test]
 fn pinned_presets_mirror_iggy_bench() {
     let temp = tempfile::tempdir().unwrap();
@@ -263,8 +284,26 @@ fn pinned_presets_mirror_iggy_bench() {
             "2",
             "--total-bytes",
             "4096000",
+            "--topic-config",
+            "segment.bytes=1048576",
+            "--topic-config",
+            "direct.writes=always",
         ],
     );
+    for partition in 0..2 {
+        let segments = std::fs::read_dir(temp.path().join(format!("pinned-{partition}")))
+            .unwrap()
+            .filter(|entry| {
+                entry
+                    .as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|ext| ext == "log")
+            })
+            .count();
+        assert!(segments >= 2, "segment.bytes applied: {segments} segments");
+    }
     assert_eq!(produced["records"], 4000);
     assert_eq!(
         produced["batch_latency_us"]["count"], 4,

@@ -153,7 +153,10 @@ fn resident_pages(path: &Path) -> (usize, usize) {
     // SAFETY: unmaps the mapping made above.
     unsafe { libc::munmap(map, len) };
     assert_eq!(rc, 0);
-    (residency.iter().filter(|page| *page & 1 == 1).count(), pages)
+    (
+        residency.iter().filter(|page| *page & 1 == 1).count(),
+        pages,
+    )
 }
 
 /// Direct appends through io_uring reach the disk without passing through the page cache:
@@ -164,7 +167,10 @@ fn direct_appends_through_io_uring_leave_the_page_cache_alone() {
     let temp = tempfile::tempdir().unwrap();
     let probe = temp.path().join("probe");
     std::fs::write(&probe, b"").unwrap();
-    if strata_node::io::open_direct_handle(&probe).unwrap().is_none() {
+    if strata_node::io::open_direct_handle(&probe)
+        .unwrap()
+        .is_none()
+    {
         eprintln!("skipped: {} takes no O_DIRECT", temp.path().display());
         return;
     }
@@ -184,14 +190,16 @@ fn direct_appends_through_io_uring_leave_the_page_cache_alone() {
                     cached <= 2,
                     "{cached} of {pages} pages went through the page cache"
                 ),
-                _ => assert!(cached > pages * 9 / 10, "only {cached} of {pages} pages cached"),
+                _ => assert!(
+                    cached > pages * 9 / 10,
+                    "only {cached} of {pages} pages cached"
+                ),
             }
             assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
             drop(log); // no close: recovery meets the padding of the last direct write
-            let (mut log, report) =
-                PartitionLog::open(UringStorage, &dir, config.clone(), 0)
-                    .await
-                    .unwrap();
+            let (mut log, report) = PartitionLog::open(UringStorage, &dir, config.clone(), 0)
+                .await
+                .unwrap();
             assert_eq!(report.truncated_bytes, 0, "padding is not damage");
             assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
         });
@@ -344,7 +352,10 @@ fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
                         PartitionLog::open(storage.clone(), dir, config.clone(), 0)
                             .await
                             .unwrap();
-                    assert_eq!(report.truncated_bytes, 0, "seed {seed}: padding is not damage");
+                    assert_eq!(
+                        report.truncated_bytes, 0,
+                        "seed {seed}: padding is not damage"
+                    );
                     mixed = reopened;
                 }
             }
@@ -394,7 +405,11 @@ fn direct_writes_follow_the_setting_and_fall_back_without_o_direct() {
             };
             let mut log = open(&storage, &sim_dir(), &config).await;
             let written = append_many(&mut log, 50, 200, 0).await;
-            assert_eq!(!storage.direct_writes().is_empty(), expect_direct, "{setting:?}");
+            assert_eq!(
+                !storage.direct_writes().is_empty(),
+                expect_direct,
+                "{setting:?}"
+            );
             assert_eq!(read_all(&mut log, 0, 1000).await, written);
             log.close(0).await.unwrap();
             let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)

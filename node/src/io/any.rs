@@ -89,9 +89,10 @@ impl Storage for AnyStorage {
             AnyStorage::Uring(storage) => {
                 storage.open_direct(path, create).await.map(AnyFile::Uring)
             }
-            AnyStorage::Blocking(storage) => {
-                storage.open_direct(path, create).await.map(AnyFile::Blocking)
-            }
+            AnyStorage::Blocking(storage) => storage
+                .open_direct(path, create)
+                .await
+                .map(AnyFile::Blocking),
         }
     }
 

@@ -724,7 +724,10 @@ impl<S: Storage> PartitionLog<S> {
         assert!(duplicates_in_group.is_empty() || !buffers.is_empty());
         if !buffers.is_empty() {
             let direct = self.config.direct_writes == DirectWrites::Always;
-            match self.write_batches(Buffers::Many(buffers), direct, now_ms).await {
+            match self
+                .write_batches(Buffers::Many(buffers), direct, now_ms)
+                .await
+            {
                 Ok(()) => {
                     for (at, headers) in spans {
                         results[at] = Some(Ok(AppendInfo::of(&self.headers[headers])));

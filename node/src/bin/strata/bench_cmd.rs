@@ -45,6 +45,10 @@ pub struct BenchArgs {
     /// min.insync.replicas of the topic when the bench creates it.
     #[arg(long)]
     min_insync: Option<u16>,
+    /// A topic setting (as `topic create --config`) when the bench creates the topic; repeat
+    /// for several, e.g. `--topic-config flush=always --topic-config direct.writes=always`.
+    #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = super::client_cmd::parse_key_value)]
+    topic_config: Vec<(String, String)>,
     /// Default 2.
     #[arg(long)]
     producers: Option<usize>,
@@ -123,6 +127,8 @@ struct WorkloadFile {
     partitions: Option<u32>,
     replication_factor: Option<u16>,
     min_insync: Option<u16>,
+    #[serde(default)]
+    topic_config: std::collections::BTreeMap<String, String>,
     producers: Option<usize>,
     consumers: Option<usize>,
     record_size: Option<usize>,
@@ -197,6 +203,14 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .or(file.replication_factor)
             .unwrap_or(defaults.replication_factor),
         min_insync: args.min_insync.or(file.min_insync),
+        // The file's settings, then the flags', which win where both name a key.
+        topic_config: file
+            .topic_config
+            .into_iter()
+            .chain(args.topic_config)
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect(),
         producers: args
             .producers
             .or(file.producers)

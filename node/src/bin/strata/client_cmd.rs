@@ -87,7 +87,7 @@ pub enum TopicCommand {
     },
 }
 
-fn parse_key_value(text: &str) -> Result<(String, String), String> {
+pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
     let (key, value) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?}: expected KEY=VALUE"))?;
