@@ -8,10 +8,14 @@ use std::path::{Path, PathBuf};
 use bytes::BytesMut;
 use common::*;
 use proptest::prelude::*;
+use strata_node::io::DIRECT_BLOCK;
 use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
-use strata_node::log::{DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, writer};
+use strata_node::log::{
+    DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches, writer,
+};
+use strata_wire::AlignedVec;
 
 fn sim_dir() -> PathBuf {
     PathBuf::from("/data/orders-0")
@@ -332,7 +336,7 @@ fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
             let config = small_config(3000 + seed * 500, FlushPolicy::Never);
             let mut leader = open(&leader_storage, leader_dir, &config).await;
             let mut mixed = open(&storage, dir, &config).await;
-            let (mut replicated, mut led) = (0, 0);
+            let (mut replicated, mut led, mut in_place_count) = (0, 0, 0);
             for tag in 0..120u64 {
                 let batch = batch_of(tag, 1 + (tag % 4) as usize, (tag * 37 % 300) as usize, 0);
                 let info = leader.append(batch.clone(), 5, 0).await.unwrap();
@@ -343,7 +347,50 @@ fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
                 } else {
                     replicated += 1;
                     let bytes = leader.read(info.base_offset, 1, u64::MAX).await.unwrap();
-                    let mine = mixed.append_replicated(bytes, 0).await.unwrap();
+                    let phase = mixed.direct_phase().expect("a follower writes direct");
+                    let mine = match (tag + seed) % 3 {
+                        0 => mixed.append_replicated(bytes, 0).await.unwrap(),
+                        placement => {
+                            // Received into place, at the right phase or (a roll the follower
+                            // did not foresee) a wrong one, which is copied instead.
+                            let right = placement == 1;
+                            let at = DIRECT_BLOCK
+                                + if right {
+                                    phase
+                                } else {
+                                    (phase + 8) % DIRECT_BLOCK
+                                };
+                            let mut buf = AlignedVec::<DIRECT_BLOCK>::with_capacity(
+                                at + bytes.len() + DIRECT_BLOCK,
+                            );
+                            buf.resize(at, 0xEE);
+                            buf.extend_from_slice(&bytes);
+                            let placed = PlacedBatches::new(buf, at..at + bytes.len());
+                            let source_start = placed.batches().as_ptr() as usize;
+                            let source_end = source_start + bytes.len();
+                            let segments = mixed.segment_count();
+                            let mine = mixed.append_replicated_placed(placed, 0).await.unwrap();
+                            // A roll starts the batches at the new segment's first block.
+                            let phase_written = if mixed.segment_count() > segments {
+                                0
+                            } else {
+                                phase
+                            };
+                            let in_place = at % DIRECT_BLOCK == phase_written;
+                            in_place_count += usize::from(in_place);
+                            let (address, len) = *storage.direct_write_sources().last().unwrap();
+                            let batches_at = address + phase_written;
+                            let written_from_placed = (source_start..source_end)
+                                .contains(&batches_at)
+                                && batches_at + bytes.len() <= address + len;
+                            assert_eq!(
+                                written_from_placed && batches_at == source_start,
+                                in_place,
+                                "seed {seed} tag {tag}: written from where the batches were received"
+                            );
+                            mine
+                        }
+                    };
                     assert_eq!(mine.last_offset, info.last_offset);
                 }
                 if tag == 60 {
@@ -359,7 +406,7 @@ fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
                     mixed = reopened;
                 }
             }
-            assert!(led > 0 && replicated > 0);
+            assert!(led > 0 && replicated > 0 && in_place_count > 0);
             assert_eq!(
                 storage.direct_writes().len(),
                 replicated,

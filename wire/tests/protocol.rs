@@ -325,3 +325,62 @@ fn decoding_never_panics() {
         );
     }
 }
+
+/// A reader can decode a ReplicaFetch answer's head alone and learn where its records lie in
+/// the body (to read them into a buffer of its choosing), for any prefix that reaches the
+/// records field; an error answer has no records; a prefix that stops early is an error.
+#[test]
+fn a_replica_fetch_head_decodes_alone_and_locates_its_records() {
+    for (diverging, values) in [
+        (None, vec!["a"]),
+        (
+            Some(DivergingEpoch {
+                epoch: 4,
+                end_offset: 99,
+            }),
+            vec!["bb", "a longer value"],
+        ),
+        (None, vec![]),
+    ] {
+        let records = if values.is_empty() {
+            Bytes::new()
+        } else {
+            a_batch(&values)
+        };
+        let response = Response::ReplicaFetch(ReplicaFetchResponse {
+            error: ErrorCode::None,
+            high_watermark: 10,
+            log_start_offset: 2,
+            log_end_offset: 12,
+            diverging: diverging.clone(),
+            records: Records::from(records.clone()),
+        });
+        let body = body_of(response.encode(5));
+        let full_len = body.len();
+        let records_at = full_len - records.len();
+        for prefix_len in [records_at, records_at + 1, full_len] {
+            let prefix = BytesMut::from(&body[..prefix_len.min(full_len)]);
+            let (correlation_id, head, placed) =
+                Response::decode_head(ApiKey::ReplicaFetch, prefix).unwrap();
+            assert_eq!(correlation_id, 5);
+            let Ok(Response::ReplicaFetch(head)) = head else {
+                panic!("a ReplicaFetch answer")
+            };
+            assert_eq!(head.log_end_offset, 12);
+            assert_eq!(
+                head.diverging.map(|d| d.end_offset),
+                diverging.as_ref().map(|d| d.end_offset)
+            );
+            assert!(head.records.is_empty());
+            let (offset, len) = placed.expect("the records field was reached");
+            assert_eq!((offset, len), (records_at, records.len()));
+            assert_eq!(&body[offset..offset + len], &records[..]);
+        }
+        let short = BytesMut::from(&body[..20]);
+        assert!(Response::decode_head(ApiKey::ReplicaFetch, short).is_err());
+    }
+    let refused = body_of(Response::encode_error(6, ErrorCode::NotLeader));
+    let (_, head, placed) = Response::decode_head(ApiKey::ReplicaFetch, refused).unwrap();
+    assert!(matches!(head, Err(ErrorCode::NotLeader)));
+    assert_eq!(placed, None);
+}

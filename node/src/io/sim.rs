@@ -64,8 +64,8 @@ struct SimFs {
     syncs: u64,
     /// Ranges handed to `start_writeback`, in call order.
     writeback_hints: Vec<(u64, u64)>,
-    /// Ranges written with `write_direct_at`, in call order.
-    direct_writes: Vec<(u64, u64)>,
+    /// Ranges written with `write_direct_at`, in call order, and the address each came from.
+    direct_writes: Vec<(u64, u64, usize)>,
     /// Whether `open_direct` pretends the file system refuses `O_DIRECT` (as tmpfs does).
     refuse_direct: bool,
 }
@@ -178,7 +178,21 @@ impl SimStorage {
 
     /// The `(pos, len)` ranges written past the page cache so far, of every file, in call order.
     pub fn direct_writes(&self) -> Vec<(u64, u64)> {
-        self.fs.borrow().direct_writes.clone()
+        let fs = self.fs.borrow();
+        fs.direct_writes
+            .iter()
+            .map(|(pos, len, _)| (*pos, *len))
+            .collect()
+    }
+
+    /// The memory each direct write was written from, `(address, len)`, in call order (tests
+    /// check which writes needed no copy).
+    pub fn direct_write_sources(&self) -> Vec<(usize, usize)> {
+        let fs = self.fs.borrow();
+        fs.direct_writes
+            .iter()
+            .map(|(_, len, address)| (*address, *len as usize))
+            .collect()
     }
 
     /// From now on `open_direct` opens files as `open` does, as on a file system without
@@ -269,9 +283,9 @@ impl StorageFile for SimFile {
     async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         super::assert_direct_aligned(&bytes, pos);
         assert!(self.direct, "the file was opened for direct writes");
-        let len = bytes.len() as u64;
+        let (len, address) = (bytes.len() as u64, bytes.as_ptr() as usize);
         self.write(bytes, pos)?;
-        self.fs.borrow_mut().direct_writes.push((pos, len));
+        self.fs.borrow_mut().direct_writes.push((pos, len, address));
         Ok(())
     }
 

@@ -23,12 +23,13 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
 
-use crate::io::{Storage, StorageFile};
+use crate::io::{DIRECT_BLOCK, Storage, StorageFile};
 use crate::replication::EpochCache;
 use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
+use strata_wire::AlignedVec;
 
 /// When appended data is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,10 +231,12 @@ impl AppendInfo {
     }
 }
 
-/// What one write puts on disk: one request's bytes, or a group's.
+/// What one write puts on disk: one request's bytes, a group's, or replicated batches received
+/// where a direct write wants them.
 enum Buffers {
     One(Bytes),
     Many(Vec<Bytes>),
+    Placed(PlacedBatches),
 }
 
 impl Buffers {
@@ -241,11 +244,45 @@ impl Buffers {
         self.slices().map(|b| b.len() as u64).sum()
     }
 
-    fn slices(&self) -> impl Iterator<Item = &Bytes> {
-        match self {
-            Buffers::One(bytes) => std::slice::from_ref(bytes).iter(),
-            Buffers::Many(buffers) => buffers.iter(),
-        }
+    fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        let (one, many): (Option<&[u8]>, &[Bytes]) = match self {
+            Buffers::One(bytes) => (Some(bytes), &[]),
+            Buffers::Many(buffers) => (None, buffers),
+            Buffers::Placed(placed) => (Some(placed.batches()), &[]),
+        };
+        one.into_iter().chain(many.iter().map(|bytes| &bytes[..]))
+    }
+}
+
+/// Replicated batches read straight into a block-aligned buffer, at `batches.start`, with room
+/// before them for the segment's partial last block and after them for the padding: when
+/// `batches.start % DIRECT_BLOCK` is where the segment's data ends within its last block (the
+/// follower predicts it, [`PartitionLog::direct_phase`]), a direct write of them needs no copy
+/// of the batches. Otherwise they are written as any other bytes.
+pub struct PlacedBatches {
+    buf: AlignedVec<DIRECT_BLOCK>,
+    batches: std::ops::Range<usize>,
+}
+
+impl PlacedBatches {
+    /// `buf[batches]` holds the batches; nothing follows them. The buffer should have a block
+    /// of spare capacity for the padding: without it, it grows here (a copy).
+    pub fn new(
+        mut buf: AlignedVec<DIRECT_BLOCK>,
+        batches: std::ops::Range<usize>,
+    ) -> PlacedBatches {
+        assert_eq!(batches.end, buf.len(), "the batches end the buffer");
+        buf.reserve(DIRECT_BLOCK);
+        PlacedBatches { buf, batches }
+    }
+
+    pub fn batches(&self) -> &[u8] {
+        &self.buf[self.batches.clone()]
+    }
+
+    /// The batches as `Bytes`, without a copy.
+    pub fn into_bytes(self) -> Bytes {
+        Bytes::from_owner(self.buf).slice(self.batches)
     }
 }
 
@@ -851,6 +888,37 @@ impl<S: Storage> PartitionLog<S> {
         batches: Bytes,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        self.check_replicated(&batches)?;
+        let direct = self.config.direct_writes != DirectWrites::Never;
+        self.write_batches(Buffers::One(batches), direct, now_ms)
+            .await?;
+        Ok(AppendInfo::of(&self.headers))
+    }
+
+    /// [`Self::append_replicated`] for batches received into place for a direct write.
+    pub async fn append_replicated_placed(
+        &mut self,
+        placed: PlacedBatches,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_replicated(placed.batches())?;
+        let direct = self.config.direct_writes != DirectWrites::Never;
+        self.write_batches(Buffers::Placed(placed), direct, now_ms)
+            .await?;
+        Ok(AppendInfo::of(&self.headers))
+    }
+
+    /// Where the next replicated batches should start within a block for a direct write of them
+    /// to need no copy (see [`PlacedBatches`]); `None` when they are not written direct.
+    pub fn direct_phase(&self) -> Option<usize> {
+        let active = self.active();
+        (self.config.direct_writes != DirectWrites::Never && active.log.writes_direct())
+            .then(|| (active.size % DIRECT_BLOCK as u64) as usize)
+    }
+
+    /// Validates replicated batches into `self.headers`: whole, contiguous with the log, no
+    /// older epoch than the log's; applies idempotent ones to the producer state.
+    fn check_replicated(&mut self, batches: &[u8]) -> Result<(), LogError> {
         self.check_writable()?;
         self.headers.clear();
         let mut expected = self.log_end_offset();
@@ -898,10 +966,7 @@ impl<S: Storage> PartitionLog<S> {
                 self.producers.apply(header);
             }
         }
-        let direct = self.config.direct_writes != DirectWrites::Never;
-        self.write_batches(Buffers::One(batches), direct, now_ms)
-            .await?;
-        Ok(AppendInfo::of(&self.headers))
+        Ok(())
     }
 
     /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log,
@@ -947,7 +1012,7 @@ impl<S: Storage> PartitionLog<S> {
         let position = self.active().size;
         let direct = direct && self.active().log.writes_direct();
         let written = if direct {
-            self.active_mut().write_direct(&buffers).await
+            self.active_mut().write_direct(buffers).await
         } else {
             let active = self.active_mut();
             // The page cache now holds the tail block; the copy kept for direct writes is stale.
@@ -955,6 +1020,9 @@ impl<S: Storage> PartitionLog<S> {
             match buffers {
                 Buffers::One(bytes) => active.log.write_all_at(bytes, position).await,
                 Buffers::Many(buffers) => active.log.write_all_in_order_at(buffers, position).await,
+                Buffers::Placed(placed) => {
+                    active.log.write_all_at(placed.into_bytes(), position).await
+                }
             }
         };
         if let Err(error) = written {

@@ -181,10 +181,10 @@ impl<F: StorageFile> Segment<F> {
     /// write rewrites that last block with more data in place of the zeros. The copy into the
     /// aligned buffer replaces the page-cache copy it saves, in memory the allocator reuses.
     /// The caller accounts the batches (`on_batch`, `size`).
-    pub async fn write_direct(&mut self, buffers: &Buffers) -> io::Result<()> {
+    pub async fn write_direct(&mut self, buffers: Buffers) -> io::Result<()> {
         let block = DIRECT_BLOCK as u64;
         let block_start = self.size / block * block;
-        let tail = match self.direct_tail.take() {
+        let mut tail = match self.direct_tail.take() {
             Some(tail) => tail,
             None => {
                 let (result, buf) = self
@@ -203,22 +203,36 @@ impl<F: StorageFile> Segment<F> {
             self.size - block_start,
             "the tail is the partial block before the end of the data"
         );
-        let len = tail.len() + buffers.len() as usize;
+        // The aligned buffer and where in it the write starts.
+        let (mut aligned, start) = match buffers {
+            Buffers::Placed(placed) if placed.batches.start % DIRECT_BLOCK == tail.len() => {
+                // Received into place: the tail goes in front, no copy of the batches.
+                let start = placed.batches.start - tail.len();
+                let mut buf = placed.buf;
+                buf[start..placed.batches.start].copy_from_slice(&tail);
+                (buf, start)
+            }
+            buffers => {
+                let mut buf = AlignedVec::<DIRECT_BLOCK>::with_capacity(
+                    (tail.len() + buffers.len() as usize).next_multiple_of(DIRECT_BLOCK),
+                );
+                buf.extend_from_slice(&tail);
+                for bytes in buffers.slices() {
+                    buf.extend_from_slice(bytes);
+                }
+                (buf, 0)
+            }
+        };
+        let end = aligned.len();
+        let len = end - start;
         let padded_len = len.next_multiple_of(DIRECT_BLOCK);
-        let mut aligned = AlignedVec::<DIRECT_BLOCK>::with_capacity(padded_len);
-        aligned.extend_from_slice(&tail);
-        for bytes in buffers.slices() {
-            aligned.extend_from_slice(bytes);
-        }
-        aligned.resize(padded_len, 0);
-        let mut next_tail = tail;
-        next_tail.clear();
-        next_tail.extend_from_slice(&aligned[len / DIRECT_BLOCK * DIRECT_BLOCK..len]);
-        self.log
-            .write_direct_at(Bytes::from_owner(aligned), block_start)
-            .await?;
+        aligned.resize(start + padded_len, 0);
+        tail.clear();
+        tail.extend_from_slice(&aligned[start + len / DIRECT_BLOCK * DIRECT_BLOCK..end]);
+        let write = Bytes::from_owner(aligned).slice(start..start + padded_len);
+        self.log.write_direct_at(write, block_start).await?;
         self.padded |= padded_len > len;
-        self.direct_tail = Some(next_tail);
+        self.direct_tail = Some(tail);
         Ok(())
     }
 

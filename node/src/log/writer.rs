@@ -15,10 +15,14 @@
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 
-use super::{AppendInfo, FlushOutcome, FlushPolicy, LogError, PartitionLog, RetentionReport};
+use super::{
+    AppendInfo, FlushOutcome, FlushPolicy, LogError, PartitionLog, PlacedBatches, RetentionReport,
+};
 use crate::io::Storage;
 use crate::replication::{self, Divergence};
 
@@ -43,7 +47,7 @@ enum Command {
     },
     /// Batches a leader stamped (the follower path), appended verbatim.
     AppendReplicated {
-        batches: Bytes,
+        batches: ReplicatedBatches,
         reply: oneshot::Sender<Result<AppendInfo, LogError>>,
     },
     ReplicaInfo {
@@ -115,6 +119,23 @@ pub struct LogOffsets {
 #[derive(Clone)]
 pub struct LogHandle {
     commands: mpsc::UnboundedSender<Command>,
+    /// [`PartitionLog::direct_phase`] as of the log task's last command.
+    direct_phase: Rc<Cell<Option<usize>>>,
+}
+
+/// Replicated batches as the follower received them: anywhere, or in place for a direct write.
+pub enum ReplicatedBatches {
+    Bytes(Bytes),
+    Placed(PlacedBatches),
+}
+
+impl ReplicatedBatches {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReplicatedBatches::Bytes(bytes) => bytes,
+            ReplicatedBatches::Placed(placed) => placed.batches(),
+        }
+    }
 }
 
 fn stopped() -> LogError {
@@ -144,12 +165,21 @@ impl LogHandle {
 
     /// Appends batches stamped by the leader, verbatim; resolves when they are as durable as the
     /// flush policy promises.
-    pub async fn append_replicated(&self, batches: Bytes) -> Result<AppendInfo, LogError> {
+    pub async fn append_replicated(
+        &self,
+        batches: ReplicatedBatches,
+    ) -> Result<AppendInfo, LogError> {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::AppendReplicated { batches, reply })
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// Where the next replicated batches should start within a block to be written direct
+    /// without a copy ([`PartitionLog::direct_phase`]), as of the log task's last command.
+    pub fn direct_phase(&self) -> Option<usize> {
+        self.direct_phase.get()
     }
 
     pub async fn replica_info(&self) -> Result<ReplicaInfo, LogError> {
@@ -320,8 +350,12 @@ pub fn spawn_tuned<S: Storage>(
         "a group must be able to hold an append"
     );
     let (commands, receiver) = mpsc::unbounded_channel();
-    tokio::task::spawn_local(run(log, receiver, clock, tuning));
-    LogHandle { commands }
+    let direct_phase = Rc::new(Cell::new(log.direct_phase()));
+    tokio::task::spawn_local(run(log, receiver, clock, tuning, direct_phase.clone()));
+    LogHandle {
+        commands,
+        direct_phase,
+    }
 }
 
 type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
@@ -338,6 +372,7 @@ async fn run<S: Storage>(
     mut commands: mpsc::UnboundedReceiver<Command>,
     clock: Clock,
     tuning: WriterTuning,
+    direct_phase: Rc<Cell<Option<usize>>>,
 ) {
     let mut group = Vec::with_capacity(64);
     let mut appends = Vec::with_capacity(64);
@@ -350,6 +385,8 @@ async fn run<S: Storage>(
     // When the oldest unsynced append was written (the group-commit window counts from it).
     let mut unsynced_since: Option<tokio::time::Instant> = None;
     loop {
+        // Appends, rolls and truncations all move it; reading it is a few loads.
+        direct_phase.set(log.direct_phase());
         // At most one sync runs; the appends written meanwhile form the next group.
         let interval_due = log.flush_due(clock()) && log.config().flush != FlushPolicy::Always;
         if unsynced.is_empty() {
@@ -487,7 +524,16 @@ async fn run<S: Storage>(
                     match command {
                         Command::Append { .. } => unreachable!("appends were taken above"),
                         Command::AppendReplicated { batches, reply } => {
-                            match log.append_replicated(batches, clock()).await {
+                            let appended = match batches {
+                                ReplicatedBatches::Bytes(batches) => {
+                                    log.append_replicated(batches, clock()).await
+                                }
+                                ReplicatedBatches::Placed(placed) => {
+                                    log.append_replicated_placed(placed, clock()).await
+                                }
+                            };
+                            direct_phase.set(log.direct_phase());
+                            match appended {
                                 Ok(info) if log.config().flush == FlushPolicy::Always => {
                                     unsynced.push((reply, info));
                                 }

@@ -19,10 +19,14 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use strata_wire::AlignedVec;
 use strata_wire::protocol::{
     ApiKey, ErrorCode, FRAME_PREFIX_LEN, ReplicaFetchRequest, ReplicaFetchResponse, Request,
     Response,
 };
+
+use crate::io::DIRECT_BLOCK;
+use crate::log::PlacedBatches;
 
 /// ALPN of the broker-to-broker protocol.
 const ALPN: &[u8] = b"strata-replication/0";
@@ -207,12 +211,17 @@ impl QuicPeer {
     }
 
     /// Sends one replication fetch on a new stream and reads its answer.
+    /// Sends a follower fetch and reads the answer. With `records_phase` (the follower's
+    /// [`crate::log::PartitionLog::direct_phase`]), the answer's records are read straight into
+    /// a block-aligned buffer at that phase ([`PlacedBatches`]), so the direct write of them
+    /// copies nothing more.
     pub async fn replica_fetch(
         &self,
         addr: SocketAddr,
         host: &str,
         request: ReplicaFetchRequest,
-    ) -> Result<ReplicaFetchResponse, QuicError> {
+        records_phase: Option<usize>,
+    ) -> Result<ReplicaFetchAnswer, QuicError> {
         let connection = self.connection(addr, host).await?;
         let stream_error = |reason: String| QuicError::Stream { addr, reason };
         let result = async {
@@ -226,13 +235,13 @@ impl QuicPeer {
                 .map_err(|error| stream_error(error.to_string()))?;
             send.finish()
                 .map_err(|error| stream_error(error.to_string()))?;
-            read_frame(&mut receive, RESPONSE_BYTES_MAX)
+            read_replica_answer(&mut receive, RESPONSE_BYTES_MAX, records_phase)
                 .await
                 .map_err(stream_error)
         }
         .await;
-        let frame = match result {
-            Ok(frame) => frame,
+        let answer = match result {
+            Ok(answer) => answer,
             Err(error) => {
                 // The next call reconnects.
                 self.connections.borrow_mut().remove(&addr);
@@ -240,8 +249,14 @@ impl QuicPeer {
             }
         };
         let malformed = |reason: String| QuicError::Malformed { addr, reason };
-        match Response::decode(ApiKey::ReplicaFetch, frame) {
-            Ok((_, Ok(Response::ReplicaFetch(response)))) => Ok(response),
+        let (decoded, placed) = match answer {
+            RawAnswer::Frame(frame) => (Response::decode(ApiKey::ReplicaFetch, frame), None),
+            RawAnswer::Placed { head, placed } => (Ok(head), Some(placed)),
+        };
+        match decoded {
+            Ok((_, Ok(Response::ReplicaFetch(response)))) => {
+                Ok(ReplicaFetchAnswer { response, placed })
+            }
             Ok((_, Ok(other))) => Err(malformed(format!("{:?} answer", other.api_key()))),
             Ok((_, Err(code))) => Err(QuicError::Refused { addr, code }),
             Err(error) => Err(malformed(error.to_string())),
@@ -273,10 +288,87 @@ pub async fn write_response(send: &mut quinn::SendStream, mut chunks: Vec<Bytes>
     }
 }
 
-/// Reads one length-prefixed frame that must be all the stream holds, into one buffer of the
-/// frame's size: quinn's received chunks are copied once, with no growing buffer and no
-/// zeroing. A longer, shorter or oversized frame is an error (the caller resets the stream).
-async fn read_frame(receive: &mut quinn::RecvStream, max_bytes: usize) -> Result<BytesMut, String> {
+/// A follower fetch's answer: the leader's response and, when they were read into place, its
+/// records (the response's own `records` are then empty).
+pub struct ReplicaFetchAnswer {
+    pub response: ReplicaFetchResponse,
+    pub placed: Option<PlacedBatches>,
+}
+
+/// A ReplicaFetch answer as read: a whole frame to decode, or its decoded head and its records
+/// in place.
+enum RawAnswer {
+    Frame(BytesMut),
+    Placed {
+        head: (u32, Result<Response, ErrorCode>),
+        placed: PlacedBatches,
+    },
+}
+
+/// The answer's fields before its records take fewer bytes than this.
+const ANSWER_HEAD_BYTES: usize = 512;
+
+/// Reads a ReplicaFetch answer that must be all the stream holds. Without `records_phase`, as
+/// [`read_frame`]. With it: the first bytes are decoded alone to find where the records start,
+/// and the frame is read into a block-aligned buffer shifted so that they start at
+/// `records_phase` within a block, with a block of room after them for padding (one copy from
+/// quinn's chunks, as `read_frame` makes).
+async fn read_replica_answer(
+    receive: &mut quinn::RecvStream,
+    max_bytes: usize,
+    records_phase: Option<usize>,
+) -> Result<RawAnswer, String> {
+    let Some(phase) = records_phase else {
+        return read_frame(receive, max_bytes).await.map(RawAnswer::Frame);
+    };
+    debug_assert!(phase < DIRECT_BLOCK);
+    let len = read_frame_len(receive, max_bytes).await?;
+    let mut head = BytesMut::with_capacity(len.min(ANSWER_HEAD_BYTES));
+    read_into(receive, len.min(ANSWER_HEAD_BYTES), |chunk| {
+        head.extend_from_slice(chunk)
+    })
+    .await?;
+    let (correlation_id, response, records) =
+        Response::decode_head(ApiKey::ReplicaFetch, head.clone())
+            .map_err(|error| error.to_string())?;
+    let Some((records_at, records_len)) = records.filter(|(_, records_len)| *records_len > 0)
+    else {
+        // No records to place (a refusal, a divergence, an empty answer): the whole frame.
+        let mut frame = head;
+        frame.reserve(len - frame.len());
+        read_into(receive, len - frame.len(), |chunk| {
+            frame.extend_from_slice(chunk)
+        })
+        .await?;
+        expect_end(receive, len).await?;
+        return Ok(RawAnswer::Frame(frame));
+    };
+    if records_at + records_len != len {
+        return Err(format!(
+            "the records end at {} of a {len}-byte frame",
+            records_at + records_len
+        ));
+    }
+    let shift = (phase + DIRECT_BLOCK - records_at % DIRECT_BLOCK) % DIRECT_BLOCK;
+    let mut buf = AlignedVec::<DIRECT_BLOCK>::with_capacity(shift + len + DIRECT_BLOCK);
+    buf.resize(shift, 0);
+    buf.extend_from_slice(&head);
+    read_into(receive, len - head.len(), |chunk| {
+        buf.extend_from_slice(chunk)
+    })
+    .await?;
+    expect_end(receive, len).await?;
+    let placed = PlacedBatches::new(buf, shift + records_at..shift + len);
+    Ok(RawAnswer::Placed {
+        head: (correlation_id, response),
+        placed,
+    })
+}
+
+async fn read_frame_len(
+    receive: &mut quinn::RecvStream,
+    max_bytes: usize,
+) -> Result<usize, String> {
     let mut prefix = [0u8; FRAME_PREFIX_LEN];
     receive
         .read_exact(&mut prefix)
@@ -288,24 +380,51 @@ async fn read_frame(receive: &mut quinn::RecvStream, max_bytes: usize) -> Result
             "a {len}-byte frame is over the {max_bytes}-byte limit"
         ));
     }
-    let mut body = BytesMut::with_capacity(len);
-    while body.len() < len {
-        match receive.read_chunk(len - body.len(), true).await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk.bytes),
+    Ok(len)
+}
+
+/// Hands the stream's next `len` bytes to `take`, chunk by chunk as quinn holds them.
+async fn read_into(
+    receive: &mut quinn::RecvStream,
+    len: usize,
+    mut take: impl FnMut(&[u8]),
+) -> Result<(), String> {
+    let mut left = len;
+    while left > 0 {
+        match receive.read_chunk(left, true).await {
+            Ok(Some(chunk)) => {
+                left -= chunk.bytes.len();
+                take(&chunk.bytes);
+            }
             Ok(None) => {
                 return Err(format!(
-                    "frame says {len} bytes, the stream ended after {}",
-                    body.len()
+                    "the stream ended {left} bytes before the frame did"
                 ));
             }
             Err(error) => return Err(error.to_string()),
         }
     }
+    Ok(())
+}
+
+/// The frame must be all the stream holds.
+async fn expect_end(receive: &mut quinn::RecvStream, len: usize) -> Result<(), String> {
     match receive.read_chunk(1, true).await {
-        Ok(None) => Ok(body),
+        Ok(None) => Ok(()),
         Ok(Some(_)) => Err(format!("bytes after the {len}-byte frame")),
         Err(error) => Err(error.to_string()),
     }
+}
+
+/// Reads one length-prefixed frame that must be all the stream holds, into one buffer of the
+/// frame's size: quinn's received chunks are copied once, with no growing buffer and no
+/// zeroing. A longer, shorter or oversized frame is an error (the caller resets the stream).
+async fn read_frame(receive: &mut quinn::RecvStream, max_bytes: usize) -> Result<BytesMut, String> {
+    let len = read_frame_len(receive, max_bytes).await?;
+    let mut body = BytesMut::with_capacity(len);
+    read_into(receive, len, |chunk| body.extend_from_slice(chunk)).await?;
+    expect_end(receive, len).await?;
+    Ok(body)
 }
 
 /// Transport settings for both sides of a link. `segmentation_offload`: let quinn hand the

@@ -21,10 +21,11 @@ use strata_wire::protocol::{
 use tokio::sync::{Notify, oneshot};
 
 use super::control::ControlMessage;
-use super::quic::{self, QuicError};
+use super::quic::{self, QuicError, ReplicaFetchAnswer};
 use super::shard::{Shard, ShardMessage, shard_of};
+use crate::io::DIRECT_BLOCK;
 use crate::log::LogError;
-use crate::log::writer::{self, LogHandle};
+use crate::log::writer::{self, LogHandle, ReplicatedBatches};
 use crate::replication::{
     AckError, Divergence, IsrProposal, Leader, LeaderConfig, ReplicaFetchError,
 };
@@ -355,11 +356,15 @@ impl Shard {
                         let Some(quic) = self.quic.as_ref() else {
                             return;
                         };
-                        (started, quic.replica_fetch(addr, &host, request).await)
+                        let phase = log.direct_phase();
+                        (
+                            started,
+                            quic.replica_fetch(addr, &host, request, phase).await,
+                        )
                     }
                 };
-                let response = match result {
-                    Ok(response) => response,
+                let (mut response, placed) = match result {
+                    Ok(answer) => (answer.response, answer.placed),
                     Err(error) => {
                         if failures.is_multiple_of(20) {
                             tracing::warn!(%topic, partition, leader, "replication fetch failed: {error}");
@@ -411,11 +416,16 @@ impl Shard {
                     }
                     continue 'resync;
                 }
-                if !response.records.is_empty() {
-                    let records = response.records.freeze();
-                    let bytes = records.len() as u64;
+                let records = match placed {
+                    Some(placed) => ReplicatedBatches::Placed(placed),
+                    None => ReplicatedBatches::Bytes(
+                        std::mem::replace(&mut response.records, Records::empty()).freeze(),
+                    ),
+                };
+                if !records.as_slice().is_empty() {
+                    let bytes = records.as_slice().len() as u64;
                     let answered_us = started.elapsed().as_micros();
-                    let last = last_batch_header(&records);
+                    let last = last_batch_header(records.as_slice());
                     if let Some(last) = &last
                         && last.next_offset() < response.log_end_offset
                         && bytes >= FETCH_AHEAD_BYTES_MIN
@@ -427,7 +437,12 @@ impl Shard {
                             Some(last.leader_epoch),
                             log_end,
                         );
-                        ahead = Some(FetchAhead::send(&self, addr, host.clone(), request));
+                        // Where these records will leave the log's last block (a roll in
+                        // between only costs that answer's placement: it is copied instead).
+                        let phase = log
+                            .direct_phase()
+                            .map(|phase| (phase + bytes as usize) % DIRECT_BLOCK);
+                        ahead = Some(FetchAhead::send(&self, addr, host.clone(), request, phase));
                     }
                     match log.append_replicated(records).await {
                         Ok(appended) => {
@@ -786,7 +801,7 @@ impl Shard {
 /// role ending) abandons the request.
 struct FetchAhead {
     started: Instant,
-    task: tokio::task::JoinHandle<Result<ReplicaFetchResponse, QuicError>>,
+    task: tokio::task::JoinHandle<Result<ReplicaFetchAnswer, QuicError>>,
     addr: SocketAddr,
 }
 
@@ -796,11 +811,15 @@ impl FetchAhead {
         addr: SocketAddr,
         host: String,
         request: ReplicaFetchRequest,
+        records_phase: Option<usize>,
     ) -> Self {
         let shard = shard.clone();
         let task = tokio::task::spawn_local(async move {
             match shard.quic.as_ref() {
-                Some(quic) => quic.replica_fetch(addr, &host, request).await,
+                Some(quic) => {
+                    quic.replica_fetch(addr, &host, request, records_phase)
+                        .await
+                }
                 None => Err(QuicError::Stream {
                     addr,
                     reason: "no replication endpoint".into(),
@@ -814,7 +833,7 @@ impl FetchAhead {
         }
     }
 
-    async fn answer(&mut self) -> Result<ReplicaFetchResponse, QuicError> {
+    async fn answer(&mut self) -> Result<ReplicaFetchAnswer, QuicError> {
         (&mut self.task).await.unwrap_or_else(|error| {
             Err(QuicError::Stream {
                 addr: self.addr,

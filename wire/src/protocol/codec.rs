@@ -180,6 +180,9 @@ impl Encoder {
 pub struct Decoder {
     buf: BytesMut,
     consumed: usize,
+    /// Head-only decoding (see [`Decoder::head_only`]): where the records field starts in the
+    /// body and how long it is, once it has been reached.
+    elided_records: Option<Option<(usize, usize)>>,
 }
 
 impl Decoder {
@@ -187,7 +190,23 @@ impl Decoder {
         Decoder {
             buf: body,
             consumed: 0,
+            elided_records: None,
         }
+    }
+
+    /// A decoder over the first bytes of a body whose one records field is its last: the records
+    /// field decodes as empty and [`Decoder::elided_records`] says where its bytes start in the
+    /// body and how many there are, so a reader can place them before reading them.
+    pub fn head_only(prefix: BytesMut) -> Decoder {
+        Decoder {
+            elided_records: Some(None),
+            ..Decoder::new(prefix)
+        }
+    }
+
+    /// `(offset in the body, length)` of the records field a head-only decoder skipped.
+    pub fn elided_records(&self) -> Option<(usize, usize)> {
+        self.elided_records.flatten()
     }
 
     fn need(&self, needed: usize) -> Result<(), DecodeError> {
@@ -278,6 +297,18 @@ impl Decoder {
     pub fn get_records(&mut self) -> Result<Records, DecodeError> {
         let len = self.get_u32()? as usize;
         let padding = (BATCH_ALIGN - self.consumed % BATCH_ALIGN) % BATCH_ALIGN;
+        if let Some(elided) = &mut self.elided_records {
+            if elided.is_some() {
+                return Err(DecodeError::InvalidValue {
+                    field: "records",
+                    value: 2,
+                });
+            }
+            *elided = Some((self.consumed + padding, len));
+            // Nothing follows the records field: the rest of the prefix is records.
+            self.buf.clear();
+            return Ok(Records::empty());
+        }
         self.need(padding + len)?;
         self.buf.advance(padding);
         self.advance(padding);

@@ -302,6 +302,24 @@ macro_rules! requests {
                 body.get(..4).map(|id| u32::from_le_bytes(id.try_into().expect("4 bytes")))
             }
 
+            /// Decodes the first bytes of a response body whose records field is its last (a
+            /// ReplicaFetch answer, say) without the records: the response comes back with empty
+            /// records, beside `(offset, length)` of the records in the body (`None` for an
+            /// error answer). Errors if the prefix ends before the records field does.
+            pub fn decode_head(api: ApiKey, prefix: BytesMut) -> Result<(u32, Result<Response, ErrorCode>, Option<(usize, usize)>), DecodeError> {
+                let mut decoder = Decoder::head_only(prefix);
+                let correlation_id = decoder.get_u32()?;
+                let code = decoder.get_u16()?;
+                let code = ErrorCode::from_u16(code).ok_or(DecodeError::InvalidValue { field: "error_code", value: i64::from(code) })?;
+                if code != ErrorCode::None {
+                    return Ok((correlation_id, Err(code), None));
+                }
+                let response = match api {
+                    $(ApiKey::$api => Response::$api($response::decode(&mut decoder)?),)*
+                };
+                Ok((correlation_id, Ok(response), decoder.elided_records()))
+            }
+
             /// Decodes a response body to a request of `api`. The outer error is a broken frame;
             /// the inner one a response-level error code.
             pub fn decode(api: ApiKey, body: BytesMut) -> Result<(u32, Result<Response, ErrorCode>), DecodeError> {
