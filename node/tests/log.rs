@@ -432,6 +432,45 @@ fn direct_and_page_cache_appends_mix_and_match_the_leader_byte_for_byte() {
     }
 }
 
+/// Appends below `direct_write_min_bytes` go through the page cache even where the setting
+/// sends appends direct (a direct write waits for the disk); larger ones go direct; both mix
+/// in one segment and read back whole.
+#[test]
+fn small_appends_stay_in_the_page_cache_and_large_ones_go_direct() {
+    block_on(async {
+        let storage = SimStorage::new(3);
+        let config = LogConfig {
+            direct_writes: DirectWrites::Always,
+            direct_write_min_bytes: 8192,
+            ..small_config(1 << 20, FlushPolicy::Never)
+        };
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let mut written = Vec::new();
+        for tag in 0..40u64 {
+            let large = tag % 10 == 9;
+            let batch = batch_of(tag, 4, if large { 3000 } else { 100 }, 0);
+            let len = batch.len() as u64;
+            let before = storage.direct_writes().len();
+            let expected = records_in(batch.clone().freeze());
+            let info = log.append(batch, 1, 0).await.unwrap();
+            let went_direct = storage.direct_writes().len() > before;
+            assert_eq!(went_direct, len >= 8192, "tag {tag}: {len} bytes");
+            written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
+                record.offset = info.base_offset + i as u64;
+                record
+            }));
+        }
+        assert_eq!(storage.direct_writes().len(), 4);
+        assert_eq!(read_all(&mut log, 0, 5000).await, written);
+        drop(log);
+        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+            .await
+            .unwrap();
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(read_all(&mut log, 0, 5000).await, written);
+    });
+}
+
 /// `direct.writes=never` keeps every append in the page cache; `always` sends the leader's own
 /// appends direct too; a file system without `O_DIRECT` falls back to the page cache.
 #[test]

@@ -59,7 +59,19 @@ pub struct LogConfig {
     pub preallocate: bool,
     /// Which appends bypass the page cache (see [`DirectWrites`]).
     pub direct_writes: DirectWrites,
+    /// Appends smaller than this go through the page cache even where `direct_writes` would
+    /// send them direct (see [`DIRECT_WRITE_MIN_BYTES`]).
+    pub direct_write_min_bytes: u64,
 }
+
+/// The default [`LogConfig::direct_write_min_bytes`]. A direct write waits for the disk: on
+/// this project's VM a follower's 40 KB append took 0.7 ms (p50; 2.7 ms p99) against tens of
+/// microseconds into the page cache, which put that much on every `acks=all` round trip at
+/// moderate load. Large appends are where the page-cache copy costs more than the disk's
+/// latency (about 3.5 µs per KiB into never-used memory here), so only they go direct: a
+/// follower catching up, or keeping up with a high rate, writes direct; one keeping up with a
+/// moderate rate writes small answers through the page cache.
+pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 
 /// Which appends are written past the page cache (`O_DIRECT`), from a block-aligned copy of
 /// the batches straight to the disk.
@@ -109,6 +121,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::Interval { interval_ms: 1000 },
             preallocate: false,
             direct_writes: DirectWrites::Replicated,
+            direct_write_min_bytes: DIRECT_WRITE_MIN_BYTES,
         }
     }
 }
@@ -1010,7 +1023,9 @@ impl<S: Storage> PartitionLog<S> {
             return Err(error);
         }
         let position = self.active().size;
-        let direct = direct && self.active().log.writes_direct();
+        let direct = direct
+            && total >= self.config.direct_write_min_bytes
+            && self.active().log.writes_direct();
         let written = if direct {
             self.active_mut().write_direct(buffers).await
         } else {

@@ -61,6 +61,8 @@ pub fn small_config(segment_bytes: u64, flush: FlushPolicy) -> LogConfig {
         flush,
         preallocate: false,
         direct_writes: DirectWrites::Replicated,
+        // Every direct-eligible append goes direct, however small, so tests exercise the path.
+        direct_write_min_bytes: 0,
     }
 }
 
