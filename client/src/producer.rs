@@ -5,7 +5,7 @@
 //! shares its batch's outcome). Memory is bounded: `send` waits while `buffer_bytes` are queued.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -206,6 +206,12 @@ struct PartitionState {
     sequence_epoch: i16,
     open: Option<Accumulator>,
     sender: Option<mpsc::UnboundedSender<Sealed>>,
+    /// Sealed batches the sender task has not taken yet (it has `max_in_flight` requests out).
+    /// While one waits, an expired linger does not seal the open batch: it keeps filling until
+    /// the sender can take it, as Kafka's accumulator appends to the batch at the tail of its
+    /// queue. Otherwise a short linger under load queues a train of tiny batches behind the
+    /// requests in flight (at `linger 0`, RF 3 acks=all fell from 50,000 to 28,000 records/s).
+    waiting: Arc<AtomicUsize>,
     /// The most recently sealed batch: `flush` waits for it (batches complete in order).
     last_sealed: Option<BatchOutcome>,
 }
@@ -231,6 +237,10 @@ struct SenderContext {
     buffer: Arc<Semaphore>,
     requests: Arc<RequestBatchers>,
     idempotence: Arc<Idempotence>,
+    /// The partition's [`PartitionState::waiting`].
+    waiting: Arc<AtomicUsize>,
+    /// Wakes the linger task (the sender took the last waiting batch).
+    linger_wake: Arc<Notify>,
 }
 
 /// One partition batch waiting for a produce request to its leader.
@@ -657,6 +667,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
         epoch: identity.map(|(_, epoch)| epoch),
     };
     state.last_sealed = Some(accumulator.outcome);
+    state.waiting.fetch_add(1, Ordering::AcqRel);
     let sender = state.sender.get_or_insert_with(|| {
         let (sender, receiver) = mpsc::unbounded_channel();
         let context = SenderContext {
@@ -665,6 +676,8 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             buffer: inner.buffer.clone(),
             requests: inner.requests.clone(),
             idempotence: inner.idempotence.clone(),
+            waiting: state.waiting.clone(),
+            linger_wake: inner.opened.clone(),
         };
         tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
         sender
@@ -688,7 +701,11 @@ async fn linger(inner: std::sync::Weak<Inner>, opened_signal: Arc<Notify>) {
                     continue;
                 };
                 if opened + linger <= now {
-                    seal(&strong, topic, *partition, state);
+                    // With a sealed batch still waiting for the sender, this one keeps filling;
+                    // the sender wakes this task when it takes that one.
+                    if state.waiting.load(Ordering::Acquire) == 0 {
+                        seal(&strong, topic, *partition, state);
+                    }
                 } else {
                     next = Some(next.map_or(opened + linger, |n| n.min(opened + linger)));
                 }
@@ -696,14 +713,11 @@ async fn linger(inner: std::sync::Weak<Inner>, opened_signal: Arc<Notify>) {
             next
         };
         drop(strong);
+        // Wake when a batch opens or a sender takes its waiting batch, at the next deadline,
+        // or now and then to notice the producer is gone.
         let opened = opened_signal.notified();
-        match next {
-            Some(deadline) => tokio::time::sleep_until(deadline).await,
-            None => {
-                // Wake when a batch opens, or now and then to notice the producer is gone.
-                let _ = tokio::time::timeout(Duration::from_millis(200), opened).await;
-            }
-        }
+        let deadline = next.unwrap_or_else(|| Instant::now() + Duration::from_millis(200));
+        let _ = tokio::time::timeout_at(deadline, opened).await;
     }
 }
 
@@ -733,6 +747,10 @@ async fn send_partition(
         tokio::select! {
             batch = batches.recv(), if room && !closed => match batch {
                 Some(sealed) => {
+                    if inner.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        // The partition's open batch may be past its linger: seal it now.
+                        inner.linger_wake.notify_one();
+                    }
                     let written = dispatch(&inner, &topic, partition, sealed.batch.clone()).await;
                     let context = inner.clone();
                     let topic = topic.clone();

@@ -190,3 +190,56 @@ fn a_batch_handed_over_at_once_lands_in_order_across_producer_batches() {
         }
     });
 }
+
+/// While a partition's requests are all in flight, records sent with no linger keep filling the
+/// open batch instead of queueing one tiny batch each behind them (as Kafka's accumulator
+/// appends to the batch at the tail of its queue): with the broker paused, 1,000 records sent
+/// behind one request in flight arrive in a handful of batches, not hundreds.
+#[test]
+fn batches_fill_while_requests_are_in_flight_instead_of_queueing_tiny_ones() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 1);
+    node.cli(&["topic", "create", "fill", "--partitions", "1"], None);
+    runtime().block_on(async {
+        let (client, producer) = connect(
+            &node,
+            ProducerConfig {
+                linger: Duration::ZERO,
+                max_in_flight: 1,
+                ..ProducerConfig::default()
+            },
+        )
+        .await;
+        let record = |i: u32| ProducerRecord::new("fill", None, format!("record {i}"));
+        producer.send(record(0)).await.unwrap().await.unwrap();
+        node.signal(libc::SIGSTOP);
+        let mut acks = Vec::new();
+        for i in 1..=1000u32 {
+            acks.push(producer.send(record(i)).await.unwrap());
+            if i % 50 == 0 {
+                // Room for the linger task to run between sends, as between a real
+                // application's records.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        node.signal(libc::SIGCONT);
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+        consumer
+            .assign("fill", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let (mut records, mut batches) = (0, 0);
+        while records < 1001 {
+            for batch in consumer.poll().await.unwrap() {
+                batches += 1;
+                records += batch.records().count();
+            }
+        }
+        assert_eq!(records, 1001);
+        // The first record alone, the batch sealed as the broker stopped, then the rest.
+        assert!(batches <= 4, "1,001 records came in {batches} batches");
+    });
+}
