@@ -29,6 +29,10 @@ const PARTITIONS: u32 = 4;
 const TOPIC: &str = "bench";
 
 fn main() {
+    // The same allocator settings as the `strata` binary (and so `strata bench`): without them
+    // glibc maps every 4 MiB fetch answer afresh, and on this VM fresh pages are slow to touch
+    // (the consume phase ran at 530 MB/s instead of 1.2-1.5 GB/s once free memory was cold).
+    strata_node::memory::keep_freed_buffers();
     let mut args = std::env::args().skip(1);
     let mut seconds = 5u64;
     let mut shards = 2usize;
