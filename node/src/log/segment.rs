@@ -178,9 +178,11 @@ impl<F: StorageFile> Segment<F> {
     /// Writes `buffers` at the end of the data past the page cache. A direct write covers whole
     /// blocks, so it starts at the block holding the end of the data, repeating that block's
     /// bytes (`direct_tail`), and ends with zeros up to the next block boundary; the next direct
-    /// write rewrites that last block with more data in place of the zeros. The copy into the
-    /// aligned buffer replaces the page-cache copy it saves, in memory the allocator reuses.
-    /// The caller accounts the batches (`on_batch`, `size`).
+    /// write rewrites that last block with more data in place of the zeros. Batches received
+    /// into place (`Buffers::Placed` at this segment's block phase) are written where they lie,
+    /// the tail copied in front of them; others are copied into an aligned buffer, a copy that
+    /// replaces the page-cache copy it saves, in memory the allocator reuses. The caller
+    /// accounts the batches (`on_batch`, `size`).
     pub async fn write_direct(&mut self, buffers: Buffers) -> io::Result<()> {
         let block = DIRECT_BLOCK as u64;
         let block_start = self.size / block * block;
