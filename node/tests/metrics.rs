@@ -139,6 +139,41 @@ fn metrics_parse_and_count_the_traffic() {
         .sum();
     assert_eq!(partitions, 2.0);
 
+    // Appends of 256 KiB and more to a topic with direct.writes=always go past the page
+    // cache, and are counted; the small ones above were not.
+    let direct: f64 = samples
+        .iter()
+        .filter(|(name, _, _)| name == "strata_direct_writes_total")
+        .map(|(_, _, value)| value)
+        .sum();
+    assert_eq!(direct, 0.0);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "d",
+            "--partitions",
+            "1",
+            "--config",
+            "direct.writes=always",
+        ],
+        None,
+    );
+    let large: String = (0..400)
+        .map(|i| format!("{i:04}{}\n", "x".repeat(1020)))
+        .collect();
+    node.cli(&["produce", "d"], Some(large.as_bytes()));
+    let samples = parse(&get(admin, "/metrics").1);
+    let sum = |metric: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(name, _, _)| name == metric)
+            .map(|(_, _, value)| value)
+            .sum()
+    };
+    assert!(sum("strata_direct_writes_total") >= 1.0);
+    assert!(sum("strata_direct_write_bytes_total") >= 256.0 * 1024.0);
+
     let (status, body) = get(admin, "/health");
     assert!(status.contains("200") && body.trim() == "ok");
     let (status, body) = get(admin, "/v1/cluster");

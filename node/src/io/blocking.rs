@@ -35,7 +35,9 @@ impl StorageFile for BlockingFile {
     async fn write_direct_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         super::assert_direct_aligned(&bytes, pos);
         match &self.direct {
-            Some(direct) => direct.write_all_at(&bytes, pos),
+            Some(direct) => direct
+                .write_all_at(&bytes, pos)
+                .inspect(|()| super::count_direct_write(bytes.len())),
             None => Err(io::ErrorKind::Unsupported.into()),
         }
     }

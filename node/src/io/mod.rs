@@ -157,6 +157,24 @@ pub trait Storage: Clone + 'static {
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
 
+thread_local! {
+    /// Direct writes this thread (a shard) has completed, and their bytes (padding included).
+    static DIRECT_WRITES: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Counts one completed direct write of `bytes` on this thread.
+pub(crate) fn count_direct_write(bytes: usize) {
+    DIRECT_WRITES.with(|totals| {
+        let (writes, total) = totals.get();
+        totals.set((writes + 1, total + bytes as u64));
+    });
+}
+
+/// Direct writes completed on this thread so far, and their bytes (for `/metrics`).
+pub fn direct_write_totals() -> (u64, u64) {
+    DIRECT_WRITES.with(std::cell::Cell::get)
+}
+
 /// Checks the preconditions of [`StorageFile::write_direct_at`].
 pub(crate) fn assert_direct_aligned(bytes: &[u8], pos: u64) {
     let block = DIRECT_BLOCK as u64;

@@ -147,8 +147,9 @@ impl StorageFile for UringFile {
             return Err(io::ErrorKind::Unsupported.into());
         };
         let _in_flight = InFlight::start();
+        let len = bytes.len();
         let (result, _) = direct.write_all_at(bytes, pos).await;
-        result
+        result.inspect(|()| super::count_direct_write(len))
     }
 
     async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {

@@ -83,6 +83,9 @@ pub struct Snapshot {
     pub io_in_flight_max: u64,
     /// Partitions this shard leads whose ISR is smaller than their replica set.
     pub under_replicated: u64,
+    /// Appends written past the page cache (`direct.writes`), and their bytes.
+    pub direct_writes: u64,
+    pub direct_write_bytes: u64,
 }
 
 impl Default for Snapshot {
@@ -102,6 +105,8 @@ impl Default for Snapshot {
             io_in_flight: 0,
             io_in_flight_max: 0,
             under_replicated: 0,
+            direct_writes: 0,
+            direct_write_bytes: 0,
         }
     }
 }
@@ -166,6 +171,7 @@ impl ShardMetrics {
         snapshot.replicas = replicas;
         (snapshot.io_in_flight, snapshot.io_in_flight_max) = crate::io::uring::take_in_flight();
         snapshot.under_replicated = under_replicated;
+        (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
         snapshot
     }
 }
@@ -247,7 +253,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 7] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 9] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -289,6 +295,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "counter",
             "Bytes served to followers.",
             |s| s.replica_bytes_out,
+        ),
+        (
+            "strata_direct_writes_total",
+            "counter",
+            "Appends written past the page cache (O_DIRECT, see the topic setting direct.writes).",
+            |s| s.direct_writes,
+        ),
+        (
+            "strata_direct_write_bytes_total",
+            "counter",
+            "Bytes of those writes, block padding included.",
+            |s| s.direct_write_bytes,
         ),
     ];
     for (name, kind, help, pick) in per_shard {
