@@ -210,8 +210,7 @@ impl QuicPeer {
         Ok(connection)
     }
 
-    /// Sends one replication fetch on a new stream and reads its answer.
-    /// Sends a follower fetch and reads the answer. With `records_phase` (the follower's
+    /// Sends a follower fetch on a new stream and reads the answer. With `records_phase` (the follower's
     /// [`crate::log::PartitionLog::direct_phase`]), the answer's records are read straight into
     /// a block-aligned buffer at that phase ([`PlacedBatches`]), so the direct write of them
     /// copies nothing more.
