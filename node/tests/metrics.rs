@@ -147,22 +147,25 @@ fn metrics_parse_and_count_the_traffic() {
         .map(|(_, _, value)| value)
         .sum();
     assert_eq!(direct, 0.0);
+    // 1,000 records of 1 KiB generated at once, in one batch (sealed when full or after 0.5 s):
+    // an append of about 1 MB.
     node.cli(
         &[
-            "topic",
-            "create",
+            "bench",
+            "produce",
+            "--topic",
             "d",
             "--partitions",
             "1",
-            "--config",
+            "--records",
+            "1000",
+            "--linger-ms",
+            "500",
+            "--topic-config",
             "direct.writes=always",
         ],
         None,
     );
-    let large: String = (0..400)
-        .map(|i| format!("{i:04}{}\n", "x".repeat(1020)))
-        .collect();
-    node.cli(&["produce", "d"], Some(large.as_bytes()));
     let samples = parse(&get(admin, "/metrics").1);
     let sum = |metric: &str| -> f64 {
         samples
