@@ -213,6 +213,8 @@ fn batches_fill_while_requests_are_in_flight_instead_of_queueing_tiny_ones() {
         let record = |i: u32| ProducerRecord::new("fill", None, format!("record {i}"));
         producer.send(record(0)).await.unwrap().await.unwrap();
         node.signal(libc::SIGSTOP);
+        // Stopped before the next request reaches it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let mut acks = Vec::new();
         for i in 1..=1000u32 {
             acks.push(producer.send(record(i)).await.unwrap());
