@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use strata_node::io::{self, Backend};
-use strata_node::log::{FlushPolicy, LogConfig};
+use strata_node::log::{DirectWrites, FlushPolicy, LogConfig};
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Strata: a distributed commit log")]
@@ -133,6 +133,12 @@ enum LogCommand {
         /// Stop after this many appends (0 = run until killed).
         #[arg(long, default_value_t = 0)]
         appends: u64,
+        /// Send appends past the page cache (the topic setting `direct.writes=always`).
+        #[arg(long)]
+        direct: bool,
+        /// With `--direct`: the smallest append that goes direct.
+        #[arg(long, default_value_t = strata_node::log::DIRECT_WRITE_MIN_BYTES)]
+        direct_min_bytes: u64,
     },
 }
 
@@ -281,9 +287,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 value_bytes,
                 segment_bytes,
                 appends,
+                direct,
+                direct_min_bytes,
             } => {
                 let config = LogConfig {
                     segment_bytes,
+                    direct_writes: if direct {
+                        DirectWrites::Always
+                    } else {
+                        DirectWrites::Never
+                    },
+                    direct_write_min_bytes: direct_min_bytes,
                     flush: match flush {
                         Flush::Always => FlushPolicy::Always,
                         Flush::Interval => FlushPolicy::Interval { interval_ms: 5 },
