@@ -217,6 +217,17 @@ impl Client {
         }
     }
 
+    /// The partition count of `topic` in the cached metadata, if it knows the topic: one lock
+    /// and one lookup, for the producer's per-record path.
+    pub(crate) fn cached_partition_count(&self, topic: &str) -> Option<u32> {
+        let cached = self.metadata.lock().expect("metadata");
+        cached
+            .as_ref()?
+            .topics
+            .get(topic)
+            .map(|metadata| metadata.partitions.len() as u32)
+    }
+
     /// Metadata that knows `topic`, refreshing once if the cache does not.
     pub async fn metadata_for(&self, topic: &str) -> Result<Arc<ClusterMetadata>, ClientError> {
         let metadata = self.metadata().await?;
