@@ -63,6 +63,15 @@ fn sample(samples: &[(String, String, f64)], name: &str, label: &str) -> f64 {
         .2
 }
 
+/// The sum of a metric over all its series (shards).
+fn total(samples: &[(String, String, f64)], name: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|(_, _, value)| value)
+        .sum()
+}
+
 #[test]
 fn metrics_parse_and_count_the_traffic() {
     let temp = tempfile::tempdir().unwrap();
@@ -105,18 +114,10 @@ fn metrics_parse_and_count_the_traffic() {
     // Every fetch that served records timed their age (end to end as the broker sees it).
     let served = sample(&samples, "strata_e2e_latency_seconds_count", "node=\"1\"");
     assert!(served >= 1.0, "{served}");
-    let replicas: f64 = samples
-        .iter()
-        .filter(|(name, _, _)| name == "strata_replica_partitions")
-        .map(|(_, _, value)| value)
-        .sum();
+    let replicas = total(&samples, "strata_replica_partitions");
     assert_eq!(replicas, 2.0);
     // The shards' io_uring operations were counted (writes and syncs happened).
-    let io_max: f64 = samples
-        .iter()
-        .filter(|(name, _, _)| name == "strata_io_uring_in_flight_max")
-        .map(|(_, _, value)| value)
-        .sum();
+    let io_max = total(&samples, "strata_io_uring_in_flight_max");
     if strata_node::io::Backend::detect() == strata_node::io::Backend::IoUring {
         assert!(io_max >= 1.0, "{io_max}");
     }
@@ -132,20 +133,12 @@ fn metrics_parse_and_count_the_traffic() {
         "le=\"+Inf\"",
     );
     assert_eq!(infinite, produce_count, "buckets end at the count");
-    let partitions: f64 = samples
-        .iter()
-        .filter(|(name, _, _)| name == "strata_partitions")
-        .map(|(_, _, value)| value)
-        .sum();
+    let partitions = total(&samples, "strata_partitions");
     assert_eq!(partitions, 2.0);
 
     // Appends of 256 KiB and more to a topic with direct.writes=always go past the page
     // cache, and are counted; the small ones above were not.
-    let direct: f64 = samples
-        .iter()
-        .filter(|(name, _, _)| name == "strata_direct_writes_total")
-        .map(|(_, _, value)| value)
-        .sum();
+    let direct = total(&samples, "strata_direct_writes_total");
     assert_eq!(direct, 0.0);
     // 1,000 records of 1 KiB generated at once, in one batch (sealed when full or after 0.5 s):
     // an append of about 1 MB.
@@ -167,15 +160,8 @@ fn metrics_parse_and_count_the_traffic() {
         None,
     );
     let samples = parse(&get(admin, "/metrics").1);
-    let sum = |metric: &str| -> f64 {
-        samples
-            .iter()
-            .filter(|(name, _, _)| name == metric)
-            .map(|(_, _, value)| value)
-            .sum()
-    };
-    assert!(sum("strata_direct_writes_total") >= 1.0);
-    assert!(sum("strata_direct_write_bytes_total") >= 256.0 * 1024.0);
+    assert!(total(&samples, "strata_direct_writes_total") >= 1.0);
+    assert!(total(&samples, "strata_direct_write_bytes_total") >= 256.0 * 1024.0);
 
     let (status, body) = get(admin, "/health");
     assert!(status.contains("200") && body.trim() == "ok");

@@ -1,7 +1,8 @@
 //! The storage seam: the only place the partition log touches the operating system.
 //!
-//! Five file operations (write at, read at, sync, truncate, allocate) plus the directory calls a
-//! log needs when it opens, rolls and deletes segments. Three backends:
+//! Six file operations (write at, write past the page cache, read at, sync, truncate, allocate)
+//! plus the directory calls a log needs when it opens, rolls and deletes segments. Three
+//! backends:
 //! - [`uring::UringStorage`]: io_uring through tokio-uring for reads and syncs, `pwrite` for
 //!   appends (see its docs); the production backend.
 //! - [`blocking::BlockingStorage`]: positional `pread`/`pwrite` syscalls, for hosts where io_uring

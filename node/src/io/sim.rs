@@ -241,8 +241,13 @@ impl SimFs {
     }
 }
 
-impl SimFile {
-    fn write(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
+impl StorageFile for SimFile {
+    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        self.fs.borrow_mut().writeback_hints.push((pos, len));
+        Ok(())
+    }
+
+    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
         if let Err(error) = fs.check_fault(FaultOp::Write) {
             // A failed write may still have reached the page cache in part.
@@ -262,17 +267,6 @@ impl SimFile {
         inode.unsynced.push(op);
         Ok(())
     }
-}
-
-impl StorageFile for SimFile {
-    async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
-        self.fs.borrow_mut().writeback_hints.push((pos, len));
-        Ok(())
-    }
-
-    async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
-        self.write(bytes, pos)
-    }
 
     fn writes_direct(&self) -> bool {
         self.direct
@@ -284,7 +278,7 @@ impl StorageFile for SimFile {
         super::assert_direct_aligned(&bytes, pos);
         assert!(self.direct, "the file was opened for direct writes");
         let (len, address) = (bytes.len() as u64, bytes.as_ptr() as usize);
-        self.write(bytes, pos)?;
+        self.write_all_at(bytes, pos).await?;
         self.fs.borrow_mut().direct_writes.push((pos, len, address));
         Ok(())
     }

@@ -91,6 +91,7 @@ pub enum DirectWrites {
     Replicated,
     /// Every append goes direct.
     Always,
+    // In both, only appends of at least `LogConfig::direct_write_min_bytes`.
 }
 
 impl DirectWrites {
@@ -725,8 +726,7 @@ impl<S: Storage> PartitionLog<S> {
         if let Stamped::Duplicate(info) = stamped {
             return Ok(info);
         }
-        let direct = self.config.direct_writes == DirectWrites::Always;
-        self.write_batches(Buffers::One(batches.freeze()), direct, now_ms)
+        self.write_batches(Buffers::One(batches.freeze()), false, now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
     }
@@ -773,9 +773,8 @@ impl<S: Storage> PartitionLog<S> {
         }
         assert!(duplicates_in_group.is_empty() || !buffers.is_empty());
         if !buffers.is_empty() {
-            let direct = self.config.direct_writes == DirectWrites::Always;
             match self
-                .write_batches(Buffers::Many(buffers), direct, now_ms)
+                .write_batches(Buffers::Many(buffers), false, now_ms)
                 .await
             {
                 Ok(()) => {
@@ -902,8 +901,7 @@ impl<S: Storage> PartitionLog<S> {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.check_replicated(&batches)?;
-        let direct = self.config.direct_writes != DirectWrites::Never;
-        self.write_batches(Buffers::One(batches), direct, now_ms)
+        self.write_batches(Buffers::One(batches), true, now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
     }
@@ -915,14 +913,14 @@ impl<S: Storage> PartitionLog<S> {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.check_replicated(placed.batches())?;
-        let direct = self.config.direct_writes != DirectWrites::Never;
-        self.write_batches(Buffers::Placed(placed), direct, now_ms)
+        self.write_batches(Buffers::Placed(placed), true, now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
     }
 
     /// Where the next replicated batches should start within a block for a direct write of them
-    /// to need no copy (see [`PlacedBatches`]); `None` when they are not written direct.
+    /// to need no copy (see [`PlacedBatches`]); `None` when this log never writes them direct.
+    /// (Batches below `direct_write_min_bytes` go through the page cache wherever they lie.)
     pub fn direct_phase(&self) -> Option<usize> {
         let active = self.active();
         (self.config.direct_writes != DirectWrites::Never && active.log.writes_direct())
@@ -982,12 +980,13 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
-    /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log,
-    /// past the page cache if `direct` and the file system allows it.
+    /// Writes validated, stamped batches (`self.headers` describes them) at the end of the log:
+    /// past the page cache where `direct_writes` sends this kind of append (`replicated`: a
+    /// follower's), it is large enough, and the file system allows it.
     async fn write_batches(
         &mut self,
         buffers: Buffers,
-        direct: bool,
+        replicated: bool,
         now_ms: i64,
     ) -> Result<(), LogError> {
         let last = *self.headers.last().expect("at least one batch");
@@ -1023,8 +1022,11 @@ impl<S: Storage> PartitionLog<S> {
             return Err(error);
         }
         let position = self.active().size;
-        let direct = direct
-            && total >= self.config.direct_write_min_bytes
+        let direct = match self.config.direct_writes {
+            DirectWrites::Never => false,
+            DirectWrites::Replicated => replicated,
+            DirectWrites::Always => true,
+        } && total >= self.config.direct_write_min_bytes
             && self.active().log.writes_direct();
         let written = if direct {
             self.active_mut().write_direct(buffers).await

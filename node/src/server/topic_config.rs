@@ -159,6 +159,22 @@ mod tests {
                 .unwrap_err()
                 .contains("segment.bytes")
         );
+        assert_eq!(
+            parse(&[]).unwrap().log.direct_writes,
+            DirectWrites::Replicated
+        );
+        assert_eq!(
+            parse(&[("direct.writes", "always")])
+                .unwrap()
+                .log
+                .direct_writes,
+            DirectWrites::Always
+        );
+        assert!(
+            parse(&[("direct.writes", "sometimes")])
+                .unwrap_err()
+                .contains("direct.writes")
+        );
         assert!(parse(&[("colour", "red")]).unwrap_err().contains("unknown"));
         assert!(parse(&[("retention.ms", "-5")]).is_err());
     }

@@ -180,9 +180,10 @@ impl Encoder {
 pub struct Decoder {
     buf: BytesMut,
     consumed: usize,
-    /// Head-only decoding (see [`Decoder::head_only`]): where the records field starts in the
-    /// body and how long it is, once it has been reached.
-    elided_records: Option<Option<(usize, usize)>>,
+    /// Head-only decoding (see [`Decoder::head_only`]): the records field is not read.
+    head_only: bool,
+    /// Where the skipped records field starts in the body and how long it is.
+    elided_records: Option<(usize, usize)>,
 }
 
 impl Decoder {
@@ -190,6 +191,7 @@ impl Decoder {
         Decoder {
             buf: body,
             consumed: 0,
+            head_only: false,
             elided_records: None,
         }
     }
@@ -199,14 +201,14 @@ impl Decoder {
     /// body and how many there are, so a reader can place them before reading them.
     pub fn head_only(prefix: BytesMut) -> Decoder {
         Decoder {
-            elided_records: Some(None),
+            head_only: true,
             ..Decoder::new(prefix)
         }
     }
 
     /// `(offset in the body, length)` of the records field a head-only decoder skipped.
     pub fn elided_records(&self) -> Option<(usize, usize)> {
-        self.elided_records.flatten()
+        self.elided_records
     }
 
     fn need(&self, needed: usize) -> Result<(), DecodeError> {
@@ -297,14 +299,14 @@ impl Decoder {
     pub fn get_records(&mut self) -> Result<Records, DecodeError> {
         let len = self.get_u32()? as usize;
         let padding = (BATCH_ALIGN - self.consumed % BATCH_ALIGN) % BATCH_ALIGN;
-        if let Some(elided) = &mut self.elided_records {
-            if elided.is_some() {
+        if self.head_only {
+            if self.elided_records.is_some() {
                 return Err(DecodeError::InvalidValue {
                     field: "records",
                     value: 2,
                 });
             }
-            *elided = Some((self.consumed + padding, len));
+            self.elided_records = Some((self.consumed + padding, len));
             // Nothing follows the records field: the rest of the prefix is records.
             self.buf.clear();
             return Ok(Records::empty());
