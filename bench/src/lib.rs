@@ -301,7 +301,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     // Every second: a timeline point (always), a progress line (on a terminal).
     let timeline: Arc<std::sync::Mutex<Vec<TimelinePoint>>> = Arc::default();
     let show_progress = config.progress;
+    // Ends the ticker with a last point for the part of a second since its last tick, so the
+    // timeline and the HDR log cover the whole run however its end falls between ticks.
+    let run_over = Arc::new(tokio::sync::Notify::new());
     let progress = Some({
+        let run_over = run_over.clone();
         let (produced, consumed) = (produced.clone(), consumed.clone());
         let record_size = config.record_size as f64;
         let timeline = timeline.clone();
@@ -313,12 +317,18 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             ticker.tick().await;
             let (mut last_produced, mut last_consumed) = (0u64, 0u64);
             loop {
-                ticker.tick().await;
+                let last = tokio::select! {
+                    _ = ticker.tick() => false,
+                    _ = run_over.notified() => true,
+                };
                 let (p, c) = (
                     produced.load(Ordering::Relaxed),
                     consumed.load(Ordering::Relaxed),
                 );
                 let (ack, e2e) = (ack_intervals.take(), e2e_intervals.take());
+                if last && p == last_produced && c == last_consumed && ack.is_empty() {
+                    return;
+                }
                 let (ack_p99_us, e2e_p99_us) = (p99(&ack), p99(&e2e));
                 let mut points = timeline.lock().expect("timeline");
                 let second = points.len() as u64 + 1;
@@ -334,6 +344,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                     .lock()
                     .expect("intervals")
                     .push(IntervalHistograms { second, ack, e2e });
+                if last {
+                    return;
+                }
                 if !show_progress {
                     (last_produced, last_consumed) = (p, c);
                     continue;
@@ -557,7 +570,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     }
     histograms.ack = ack;
     if let Some(progress) = progress {
-        progress.abort();
+        run_over.notify_one();
+        progress.await?;
     }
     histograms.intervals = std::mem::take(&mut *intervals.lock().expect("intervals"));
     let (records, bytes) = match config.workload {

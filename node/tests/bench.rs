@@ -89,6 +89,14 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         .filter(|point| point["ack_p99_us"].as_u64().is_some_and(|p99| p99 > 0))
         .count();
     assert!(seconds_with_p99 >= 2, "{}", limited["timeline"]);
+    // The timeline covers the whole run, the part of a second after the last tick included.
+    let in_timeline: f64 = limited["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|point| point["produced_records"].as_f64().unwrap())
+        .sum();
+    assert_eq!(in_timeline, records, "{}", limited["timeline"]);
     let hdr_log = std::fs::read_to_string(&hdr_log).unwrap();
     let ack_intervals = hdr_log
         .lines()
