@@ -27,6 +27,10 @@
 //!   generation becomes the group generation; then it is given each target partition that no other
 //!   member holds. Partitions that stay with a member are never taken away in between
 //!   (cooperative), and moved ones travel only after their previous holder let them go.
+//! - A member whose answer was lost asks again at its previous generation; that is accepted when
+//!   all it reports is still held for it, so a timeout does not cost it its partitions (and the
+//!   application a re-read of what it had not committed). Commits stay exact: a member commits at
+//!   its current generation only.
 //!
 //! Invariants, checked after every input in debug builds ([`Group::assert_invariants`]):
 //! - a partition is *held* (assigned or revoking) by at most one member: each record goes to one
@@ -186,6 +190,9 @@ struct Member {
     session_timeout_ms: u32,
     rebalance_timeout_ms: u32,
     generation: i32,
+    /// The generation before the last heartbeat moved it, if one did: a member whose answer was
+    /// lost still speaks at it (see [`Group::heartbeat`]).
+    previous_generation: Option<i32>,
     target: BTreeSet<TopicPartition>,
     /// What the last answer let the member own; always within `target`.
     assigned: BTreeSet<TopicPartition>,
@@ -290,6 +297,7 @@ impl Group {
         // A sole member may switch the assignor; that needs a new plan.
         let mut replan = params.assignor != self.assignor;
         self.assignor = params.assignor;
+        let rejoining = continued.is_some();
         let member_id = match continued {
             Some(old_id) => {
                 let mut member = self.members.remove(&old_id).expect("validated");
@@ -326,6 +334,7 @@ impl Group {
                     rebalance_timeout_ms: params.rebalance_timeout_ms,
                     // Set below, once the join's plan has its generation.
                     generation: self.generation,
+                    previous_generation: None,
                     target: BTreeSet::new(),
                     assigned: BTreeSet::new(),
                     revoking: BTreeSet::new(),
@@ -345,7 +354,11 @@ impl Group {
         if member.assigned.is_empty() && member.revoking.is_empty() {
             // A member that holds nothing has nothing to reconcile: it starts at the generation
             // at which it joined.
-            member.generation = group_generation;
+            if member.generation != group_generation {
+                // A new member never spoke at its placeholder generation.
+                member.previous_generation = rejoining.then_some(member.generation);
+                member.generation = group_generation;
+            }
         }
         let generation = member.generation;
         self.assert_invariants();
@@ -366,7 +379,7 @@ impl Group {
         partitions: &PartitionCounts,
     ) -> Result<Assignment, GroupError> {
         self.set_partitions(partitions);
-        self.check_member(member_id, generation)?;
+        self.check_heartbeat(member_id, generation, owned)?;
         let group_generation = self.generation;
         let member = self.members.get_mut(member_id).expect("checked");
         member.last_heartbeat_ms = now_ms;
@@ -388,7 +401,10 @@ impl Group {
         }
         if member.revoking.is_empty() {
             // Nothing left to give up: the member has caught up with the current target.
-            member.generation = group_generation;
+            if member.generation != group_generation {
+                member.previous_generation = Some(member.generation);
+                member.generation = group_generation;
+            }
             member.revoke_asked_ms = None;
         } else {
             // This answer (again) leaves out what it must revoke; the rebalance timeout runs
@@ -538,6 +554,31 @@ impl Group {
             None if generation < self.generation => Err(GroupError::IllegalGeneration),
             None => Err(GroupError::UnknownMember),
         }
+    }
+
+    /// A heartbeat is also accepted at the member's previous generation when everything it
+    /// reports owning is still held for it: the answer that moved it was lost (a timeout, or a
+    /// consumer closing while a heartbeat was in flight), and it asks again what that answer
+    /// said (KIP-848 does the same). Refusing it would make the member drop its partitions
+    /// and join again, and whatever it had not committed would be read twice.
+    fn check_heartbeat(
+        &self,
+        member_id: &str,
+        generation: i32,
+        owned: &[TopicPartition],
+    ) -> Result<(), GroupError> {
+        if let Some(member) = self.members.get(member_id)
+            && !self.fenced.contains_key(member_id)
+            && member.previous_generation == Some(generation)
+        {
+            let held: BTreeSet<&TopicPartition> = member.holds().collect();
+            return if owned.iter().all(|tp| held.contains(tp)) {
+                Ok(())
+            } else {
+                Err(GroupError::IllegalGeneration)
+            };
+        }
+        self.check_member(member_id, generation)
     }
 
     fn member_of_instance(&self, instance_id: &str) -> Option<String> {

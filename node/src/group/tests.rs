@@ -264,7 +264,7 @@ fn heartbeat_errors() {
     let cases = [
         ("a", 2, Err(GroupError::IllegalGeneration)), // a joined at 1 and has not caught up
         ("a", 1, Ok(2)),                              // it holds nothing: caught up at once
-        ("a", 1, Err(GroupError::IllegalGeneration)),
+        ("a", 1, Ok(2)), // that answer was lost: a asks again at its previous generation
         ("b", 2, Ok(2)),
         ("b", 3, Err(GroupError::IllegalGeneration)),
         ("nobody", 1, Err(GroupError::IllegalGeneration)), // a zombie of generation 1
@@ -275,6 +275,58 @@ fn heartbeat_errors() {
         let answer = group.heartbeat(10, id, generation, &[], &partitions);
         assert_eq!(answer.map(|a| a.generation), expect, "{id} at {generation}");
     }
+}
+
+/// A member whose answer was lost asks again at its previous generation and hears the same
+/// answer, as long as it reports only partitions still held for it; commits stay exact, and
+/// two generations back is a zombie.
+#[test]
+fn a_lost_heartbeat_answer_is_asked_again_at_the_previous_generation() {
+    let partitions = counts(&[("t", 4)]);
+    let mut group = Group::new("g".into(), 0);
+    group
+        .join(0, params(&["t"]), &partitions, "a".into())
+        .unwrap();
+    let answer = group.heartbeat(10, "a", 1, &[], &partitions).unwrap();
+    assert_eq!((answer.generation, answer.partitions.len()), (1, 4));
+    group
+        .join(20, params(&["t"]), &partitions, "b".into())
+        .unwrap();
+    let asked = group
+        .heartbeat(30, "a", 1, &all("t", 4), &partitions)
+        .unwrap();
+    assert_eq!(asked.generation, 1, "still revoking");
+    let kept = asked.partitions.clone();
+    assert_eq!(kept.len(), 2);
+    let moved = group.heartbeat(40, "a", 1, &kept, &partitions).unwrap();
+    assert_eq!(moved.generation, 2);
+    // That answer never arrived: a asks again, at 1, owning what it kept.
+    let again = group.heartbeat(50, "a", 1, &kept, &partitions).unwrap();
+    assert_eq!(again, moved);
+    assert_eq!(
+        group.heartbeat(60, "a", 1, &all("t", 4), &partitions),
+        Err(GroupError::IllegalGeneration),
+        "at its previous generation it may not report what it gave up"
+    );
+    assert_eq!(
+        group.check_commit("a", 1),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(group.check_commit("a", 2), Ok(()));
+    check_exclusive(&group);
+
+    // b leaves; a is given everything and moves to 3; generation 1 is now two moves back.
+    group.leave(70, "b", &partitions).unwrap();
+    let all_of_it = group.heartbeat(80, "a", 2, &kept, &partitions).unwrap();
+    assert_eq!((all_of_it.generation, all_of_it.partitions.len()), (3, 4));
+    assert_eq!(
+        group.heartbeat(90, "a", 1, &kept, &partitions),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        group.heartbeat(90, "a", 2, &kept, &partitions).unwrap(),
+        all_of_it
+    );
 }
 
 #[test]
@@ -616,6 +668,9 @@ struct Client {
     revoke_lag: u32,
     /// The client neither heartbeats nor leaves until then (a GC pause, a network partition).
     silent_until_ms: u64,
+    /// The last heartbeat's answer never arrived (a timeout): the client still speaks at the
+    /// generation before it.
+    answer_lost: bool,
 }
 
 struct Sim {
@@ -669,6 +724,7 @@ impl Sim {
         let client = &mut self.clients[index];
         client.member_id = None;
         client.owned.clear();
+        client.answer_lost = false;
         let params = self.join_params(&self.clients[index]);
         let joined = self
             .group
@@ -685,14 +741,21 @@ impl Sim {
             return;
         };
         let owned: Vec<TopicPartition> = client.owned.iter().cloned().collect();
+        let generation = client.generation;
+        let asking_again = std::mem::take(&mut self.clients[index].answer_lost)
+            && self.group.session_timeout_ms(&member_id).is_some();
         let answer = self.group.heartbeat(
             self.now_ms,
             &member_id,
-            client.generation,
+            generation,
             &owned,
             &self.partitions,
         );
         match answer {
+            // Lost on the way back (never two in a row: after two, joining again is the way).
+            Ok(_) if may_lag && !asking_again && self.rng.random_bool(0.1) => {
+                self.clients[index].answer_lost = true;
+            }
             Ok(assignment) => {
                 let lag = if may_lag && self.rng.random_bool(0.3) {
                     self.rng.random_range(1..=3)
@@ -712,6 +775,9 @@ impl Sim {
                         client.revoke_lag -= 1;
                     }
                 }
+            }
+            Err(GroupError::IllegalGeneration) if asking_again => {
+                panic!("{member_id} asking again after one lost answer was refused")
             }
             // Expired, replaced or out of step: drop everything and join again.
             Err(
@@ -745,6 +811,7 @@ impl Sim {
                     topics,
                     revoke_lag: 0,
                     silent_until_ms: 0,
+                    answer_lost: false,
                 });
                 self.join(self.clients.len() - 1);
             }
@@ -815,6 +882,7 @@ impl Sim {
                                 client.member_id = Some(joined.member_id);
                             }
                             client.generation = joined.generation;
+                            client.answer_lost = false;
                         }
                         Err(_) => self.join(index),
                     }
