@@ -318,6 +318,52 @@ impl Client {
         Ok(())
     }
 
+    /// Sets (`set`: key, value) and removes (`delete`: back to the default) config overrides of
+    /// `topic`, all or nothing. The brokers apply them to the topic's partitions as they learn
+    /// of the change.
+    pub async fn alter_topic_config(
+        &self,
+        topic: &str,
+        set: &[(String, String)],
+        delete: &[String],
+    ) -> Result<(), ClientError> {
+        let request = Request::AlterTopicConfig(strata_wire::protocol::AlterTopicConfigRequest {
+            topic: topic.to_string(),
+            set: set
+                .iter()
+                .map(|(key, value)| ConfigEntry {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            delete: delete.to_vec(),
+        });
+        let Response::AlterTopicConfig(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "alter topic config answered with another api".into(),
+            ));
+        };
+        admin_outcome(response.error, &response.message)
+    }
+
+    /// Every setting of `topic`: its effective value, and whether the topic overrides it.
+    pub async fn describe_topic_config(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<strata_wire::protocol::TopicConfigEntry>, ClientError> {
+        let request =
+            Request::DescribeTopicConfig(strata_wire::protocol::DescribeTopicConfigRequest {
+                topic: topic.to_string(),
+            });
+        let Response::DescribeTopicConfig(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "describe topic config answered with another api".into(),
+            ));
+        };
+        admin_outcome(response.error, "")?;
+        Ok(response.configs)
+    }
+
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
         let request = Request::DeleteTopic(DeleteTopicRequest {
             name: name.to_string(),

@@ -24,8 +24,8 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    BrokerInfo, Coordinator, CoordinatorError, PartitionChange, PartitionState, TopicSpec,
-    TopicState, placement, validate_topic_name,
+    BrokerInfo, ConfigChange, ConfigCheck, Coordinator, CoordinatorError, PartitionChange,
+    PartitionState, TopicSpec, TopicState, placement, validate_topic_name,
 };
 
 /// Broker liveness lease, unless configured otherwise.
@@ -505,6 +505,51 @@ impl Coordinator for EtcdCoordinator {
         }
         existing.partitions.extend(added);
         Ok(existing)
+    }
+
+    /// Reads the topic record and writes it back changed, only if nobody wrote it in between
+    /// (compare on its mod revision); a lost race is an error to retry, never a lost update.
+    async fn alter_topic_config(
+        &self,
+        topic: &str,
+        change: &ConfigChange,
+        validate: &ConfigCheck<'_>,
+    ) -> Result<TopicState, CoordinatorError> {
+        let topic_key = self.key(&format!("topics/{topic}"));
+        let mut client = self.client.clone();
+        let response = client
+            .get(topic_key.clone(), None)
+            .await
+            .map_err(etcd_error)?;
+        let Some(kv) = response.kvs().first() else {
+            return Err(CoordinatorError::UnknownTopic(topic.to_string()));
+        };
+        let mut record: TopicRecord = decode(kv.key(), kv.value())?;
+        record.config = change.apply(&record.config);
+        validate(&record.config).map_err(CoordinatorError::Invalid)?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                topic_key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )])
+            .and_then([TxnOp::put(
+                topic_key,
+                serde_json::to_vec(&record).expect("topic serializes"),
+                None,
+            )]);
+        let response = client.txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Err(CoordinatorError::Invalid(format!(
+                "topic {topic} changed while its config was being altered; try again"
+            )));
+        }
+        Ok(TopicState {
+            name: record.name,
+            replication_factor: record.replication_factor,
+            config: record.config,
+            partitions: self.partitions_of(topic).await?,
+        })
     }
 
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {

@@ -131,6 +131,14 @@ pub trait Coordinator {
         topic: &str,
         partitions: u32,
     ) -> Result<TopicState, CoordinatorError>;
+    /// Applies `change` to `topic`'s config overrides if `validate` accepts the result, atomically
+    /// against any other change of the topic. Returns the topic as stored.
+    async fn alter_topic_config(
+        &self,
+        topic: &str,
+        change: &ConfigChange,
+        validate: &ConfigCheck<'_>,
+    ) -> Result<TopicState, CoordinatorError>;
     /// Starts moving `partition` of `topic` to `replicas` (see [`placement::start_reassignment`]).
     async fn reassign(
         &self,
@@ -138,6 +146,29 @@ pub trait Coordinator {
         partition: u32,
         replicas: Vec<i32>,
     ) -> Result<PartitionState, CoordinatorError>;
+}
+
+/// Judges a topic's config overrides as they would be after a change: `Err` says why not.
+pub type ConfigCheck<'a> = dyn Fn(&BTreeMap<String, String>) -> Result<(), String> + 'a;
+
+/// A change to a topic's config overrides: keys set (added or replaced) and keys deleted (back
+/// to their defaults), as Kafka's incremental config alter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigChange {
+    pub set: BTreeMap<String, String>,
+    pub delete: Vec<String>,
+}
+
+impl ConfigChange {
+    /// The overrides after the change. A key both set and deleted is deleted.
+    pub fn apply(&self, current: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut next = current.clone();
+        next.extend(self.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for key in &self.delete {
+            next.remove(key);
+        }
+        next
+    }
 }
 
 /// What a leader may change about its own partition.

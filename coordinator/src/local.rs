@@ -13,7 +13,7 @@ use crate::{
     BrokerInfo, Coordinator, CoordinatorError, TopicSpec, TopicState, placement,
     validate_topic_name,
 };
-use crate::{PartitionChange, PartitionState};
+use crate::{ConfigChange, ConfigCheck, PartitionChange, PartitionState};
 
 const STATE_FILE: &str = "state.json";
 
@@ -173,6 +173,25 @@ impl Coordinator for LocalCoordinator {
         })
     }
 
+    async fn alter_topic_config(
+        &self,
+        topic: &str,
+        change: &ConfigChange,
+        validate: &ConfigCheck<'_>,
+    ) -> Result<TopicState, CoordinatorError> {
+        self.update(|state| {
+            let existing = state
+                .topics
+                .iter_mut()
+                .find(|t| t.name == topic)
+                .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?;
+            let config = change.apply(&existing.config);
+            validate(&config).map_err(CoordinatorError::Invalid)?;
+            existing.config = config;
+            Ok(existing.clone())
+        })
+    }
+
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {
         self.update(|state| {
             let at = state
@@ -300,6 +319,65 @@ mod tests {
         assert_eq!(topics[0].name, "orders");
         assert_eq!(topics[0].config["flush"], "always");
         assert_eq!(block_on(coordinator.brokers()).unwrap(), vec![broker]);
+    }
+
+    #[test]
+    fn config_changes_are_validated_whole_and_survive_a_restart() {
+        let temp = tempfile::tempdir().unwrap();
+        let no_retention_over_a_day = |config: &BTreeMap<String, String>| match config
+            .get("retention.ms")
+            .map(|v| v.parse::<u64>().unwrap())
+        {
+            Some(ms) if ms > 86_400_000 => Err(format!("retention.ms={ms} is too long")),
+            _ => Ok(()),
+        };
+        {
+            let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+            block_on(coordinator.register_broker(BrokerInfo {
+                id: 1,
+                host: "127.0.0.1".into(),
+                port: 7300,
+                shard_ports: vec![7310],
+                replication_ports: vec![],
+                rack: None,
+            }))
+            .unwrap();
+            block_on(coordinator.create_topic(spec("orders", 2))).unwrap();
+            let change = ConfigChange {
+                set: BTreeMap::from([("retention.ms".to_string(), "60000".to_string())]),
+                delete: vec!["flush".into()],
+            };
+            let topic = block_on(coordinator.alter_topic_config(
+                "orders",
+                &change,
+                &no_retention_over_a_day,
+            ))
+            .unwrap();
+            let expected = BTreeMap::from([("retention.ms".to_string(), "60000".to_string())]);
+            assert_eq!(topic.config, expected);
+            let refused = ConfigChange {
+                set: BTreeMap::from([
+                    ("retention.ms".to_string(), "999999999".to_string()),
+                    ("segment.bytes".to_string(), "4096".to_string()),
+                ]),
+                delete: vec![],
+            };
+            assert!(matches!(
+                block_on(coordinator.alter_topic_config("orders", &refused, &no_retention_over_a_day)),
+                Err(CoordinatorError::Invalid(why)) if why.contains("too long")
+            ));
+            assert!(matches!(
+                block_on(coordinator.alter_topic_config("nope", &change, &|_| Ok(()))),
+                Err(CoordinatorError::UnknownTopic(_))
+            ));
+            assert_eq!(block_on(coordinator.topics()).unwrap()[0].config, expected);
+        }
+        let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        let topics = block_on(coordinator.topics()).unwrap();
+        assert_eq!(
+            topics[0].config,
+            BTreeMap::from([("retention.ms".to_string(), "60000".to_string())])
+        );
     }
 
     #[test]

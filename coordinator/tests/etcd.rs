@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use strata_coordinator::testing::EtcdServer;
-use strata_coordinator::{BrokerInfo, Coordinator, CoordinatorError, EtcdCoordinator, TopicSpec};
+use strata_coordinator::{
+    BrokerInfo, ConfigChange, Coordinator, CoordinatorError, EtcdCoordinator, TopicSpec,
+};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -139,6 +141,52 @@ fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
             winner,
             "no mix of the two placements"
         );
+
+        // Config changes: validated, compare-and-set on the topic record, never a lost update.
+        let set = |key: &str, value: &str| ConfigChange {
+            set: BTreeMap::from([(key.to_string(), value.to_string())]),
+            delete: vec![],
+        };
+        let altered = nodes[1]
+            .alter_topic_config("race", &set("retention.ms", "1000"), &|_| Ok(()))
+            .await
+            .unwrap();
+        assert_eq!(altered.config["retention.ms"], "1000");
+        assert_eq!(altered.partitions.len(), winner);
+        assert!(matches!(
+            nodes[1]
+                .alter_topic_config("race", &set("x", "y"), &|_| Err("no".into()))
+                .await,
+            Err(CoordinatorError::Invalid(_))
+        ));
+        let (segment, retention) = (set("segment.bytes", "4096"), set("retention.bytes", "4096"));
+        let (a, b) = tokio::join!(
+            nodes[0].alter_topic_config("race", &segment, &|_| Ok(())),
+            nodes[2].alter_topic_config("race", &retention, &|_| Ok(()))
+        );
+        assert!(
+            a.is_ok() || b.is_ok(),
+            "one of two racing alters lands: {a:?} {b:?}"
+        );
+        let stored = nodes[1]
+            .topics()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == "race")
+            .unwrap()
+            .config;
+        assert_eq!(
+            stored.contains_key("segment.bytes"),
+            a.is_ok(),
+            "{stored:?}"
+        );
+        assert_eq!(
+            stored.contains_key("retention.bytes"),
+            b.is_ok(),
+            "{stored:?}"
+        );
+        assert_eq!(stored["retention.ms"], "1000");
 
         nodes[2].delete_topic("race").await.unwrap();
         assert!(matches!(

@@ -67,7 +67,7 @@ fn request_body(request: Request, correlation_id: u32) -> Vec<u8> {
 #[test]
 fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
     let temp = tempfile::tempdir().unwrap();
-    let node = TestNode::start(temp.path(), 2);
+    let node = TestNode::start_with(temp.path(), 2, &["--max-frame-bytes", "1048576"]);
     node.cli(&["topic", "create", "t", "--partitions", "2"], None);
 
     // A client that connects and sends nothing stays connected while others work.
@@ -162,6 +162,14 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         assert_eq!((id, result.unwrap_err()), (16, ErrorCode::MessageTooLarge));
         assert!(closed(&mut huge));
     }
+    // The limit is the configured one: 2 MiB is over this node's --max-frame-bytes.
+    let mut over = raw(&node);
+    over.write_all(&(2u32 << 20).to_le_bytes()).unwrap();
+    over.write_all(&request_body(Request::ApiVersions(ApiVersionsRequest {}), 17)[..8])
+        .unwrap();
+    let (id, result) = read_response(&mut over, ApiKey::ApiVersions).unwrap();
+    assert_eq!((id, result.unwrap_err()), (17, ErrorCode::MessageTooLarge));
+    assert!(closed(&mut over));
 
     // Random garbage frames on many connections.
     for seed in 0..50u8 {

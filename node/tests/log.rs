@@ -557,7 +557,14 @@ fn retention_by_size_and_time() {
         let mut log = open(&storage, &sim_dir(), &config).await;
         let written = append_many(&mut log, 200, 100, 1_000).await;
         let before = log.size_bytes();
-        let report = log.enforce_retention(10_000).await.unwrap();
+        // Nothing at or past the bound (a leader's high watermark) goes, whatever the limits say.
+        let report = log.enforce_retention(10_000, 0).await.unwrap();
+        assert_eq!(report.deleted_segments, 0);
+        let bound = 60;
+        log.enforce_retention(10_000, bound).await.unwrap();
+        let start = log.log_start_offset();
+        assert!(start > 0 && start <= bound, "start {start}");
+        let report = log.enforce_retention(10_000, u64::MAX).await.unwrap();
         assert!(report.deleted_segments > 0);
         assert!(log.size_bytes() < before);
         // Kafka's rule: delete while what remains without the oldest segment still meets the limit.
@@ -579,10 +586,10 @@ fn retention_by_size_and_time() {
         config.retention_ms = Some(60_000);
         let mut log = open(&storage, Path::new("/data/time-0"), &config).await;
         let _ = append_many(&mut log, 100, 100, 1_000).await;
-        let report = log.enforce_retention(30_000).await.unwrap();
+        let report = log.enforce_retention(30_000, u64::MAX).await.unwrap();
         assert_eq!(report.deleted_segments, 0, "nothing is old enough yet");
         let end = log.log_end_offset();
-        let report = log.enforce_retention(1_000_000).await.unwrap();
+        let report = log.enforce_retention(1_000_000, u64::MAX).await.unwrap();
         assert!(report.deleted_segments > 0);
         assert_eq!(
             log.log_start_offset(),

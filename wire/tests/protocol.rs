@@ -165,6 +165,15 @@ fn every_request_round_trips() {
             topic: "t".into(),
             partitions: 12,
         }),
+        Request::AlterTopicConfig(AlterTopicConfigRequest {
+            topic: "t".into(),
+            set: vec![ConfigEntry {
+                key: "retention.ms".into(),
+                value: "60000".into(),
+            }],
+            delete: vec!["flush".into()],
+        }),
+        Request::DescribeTopicConfig(DescribeTopicConfigRequest { topic: "t".into() }),
         Request::ReplicaFetch(ReplicaFetchRequest {
             replica_id: 2,
             topic: "t".into(),
@@ -245,6 +254,29 @@ fn response_level_errors() {
         (id, result.unwrap_err()),
         (5, ErrorCode::UnsupportedVersion)
     );
+}
+
+#[test]
+fn topic_config_answers_round_trip() {
+    let response = Response::DescribeTopicConfig(DescribeTopicConfigResponse {
+        error: ErrorCode::None,
+        configs: vec![
+            TopicConfigEntry {
+                key: "flush".into(),
+                value: "never".into(),
+                is_override: true,
+            },
+            TopicConfigEntry {
+                key: "segment.bytes".into(),
+                value: "1073741824".into(),
+                is_override: false,
+            },
+        ],
+    });
+    let expected = format!("{response:?}");
+    let (id, decoded) =
+        Response::decode(ApiKey::DescribeTopicConfig, body_of(response.encode(9))).unwrap();
+    assert_eq!((id, format!("{:?}", decoded.unwrap())), (9, expected));
 }
 
 #[test]

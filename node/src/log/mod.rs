@@ -95,6 +95,14 @@ pub enum DirectWrites {
 }
 
 impl DirectWrites {
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectWrites::Never => "never",
+            DirectWrites::Replicated => "replicated",
+            DirectWrites::Always => "always",
+        }
+    }
+
     pub fn parse(value: &str) -> Option<DirectWrites> {
         match value {
             "never" => Some(DirectWrites::Never),
@@ -647,6 +655,13 @@ impl<S: Storage> PartitionLog<S> {
 
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+
+    /// New settings from the next append on: rolls, retention and flushes follow them; a
+    /// segment already open keeps its handles (direct writes start or stop with the next
+    /// segment if the active one has no direct handle) and its index cadence.
+    pub fn reconfigure(&mut self, config: LogConfig) {
+        self.config = config;
     }
 
     pub fn log_start_offset(&self) -> u64 {
@@ -1465,9 +1480,15 @@ impl<S: Storage> PartitionLog<S> {
         Ok(end.next_offset)
     }
 
-    /// Deletes closed segments past the time and size limits. The active segment is rolled first
+    /// Deletes closed segments past the time and size limits, only those wholly below
+    /// `below_offset` (a leader passes its high watermark: what followers may still need, and
+    /// what consumers have not been allowed to see, stays). The active segment is rolled first
     /// when it alone is past the time limit, so an idle topic's data still expires.
-    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionReport, LogError> {
+    pub async fn enforce_retention(
+        &mut self,
+        now_ms: i64,
+        below_offset: u64,
+    ) -> Result<RetentionReport, LogError> {
         let mut report = RetentionReport::default();
         let expired = |segment: &Segment<S::File>, retention_ms: Option<i64>| {
             retention_ms.is_some_and(|retention_ms| {
@@ -1485,7 +1506,9 @@ impl<S: Storage> PartitionLog<S> {
                 .config
                 .retention_bytes
                 .is_some_and(|retention_bytes| self.size_bytes() - oldest.size >= retention_bytes);
-            if !(expired(oldest, self.config.retention_ms) || over_size) {
+            if !(expired(oldest, self.config.retention_ms) || over_size)
+                || self.segments[1].base_offset > below_offset
+            {
                 break;
             }
             let segment = self.segments.remove(0);

@@ -21,7 +21,8 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use super::{
-    AppendInfo, FlushOutcome, FlushPolicy, LogError, PartitionLog, PlacedBatches, RetentionReport,
+    AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
+    RetentionReport,
 };
 use crate::io::Storage;
 use crate::replication::{self, Divergence};
@@ -71,6 +72,10 @@ enum Command {
     CheckpointHighWatermark {
         high_watermark: u64,
     },
+    /// New settings (a topic's config was altered); they apply from the next append on.
+    Reconfigure {
+        config: LogConfig,
+    },
     /// Syncs everything written so far (whatever the policy); answers the durable end.
     Sync {
         reply: oneshot::Sender<Result<u64, LogError>>,
@@ -82,6 +87,7 @@ enum Command {
         reply: oneshot::Sender<Result<Bytes, LogError>>,
     },
     Retention {
+        below_offset: u64,
         reply: oneshot::Sender<Result<RetentionReport, LogError>>,
     },
     Offsets {
@@ -239,6 +245,12 @@ impl LogHandle {
             .send(Command::CheckpointHighWatermark { high_watermark });
     }
 
+    /// Applies new settings once the appends already taken are written (a policy change never
+    /// splits a group of appends).
+    pub fn reconfigure(&self, config: LogConfig) {
+        let _ = self.commands.send(Command::Reconfigure { config });
+    }
+
     pub async fn read(
         &self,
         offset: u64,
@@ -257,10 +269,14 @@ impl LogHandle {
         answer.await.map_err(|_| stopped())?
     }
 
-    pub async fn enforce_retention(&self) -> Result<RetentionReport, LogError> {
+    /// See [`PartitionLog::enforce_retention`].
+    pub async fn enforce_retention(&self, below_offset: u64) -> Result<RetentionReport, LogError> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Retention { reply })
+            .send(Command::Retention {
+                below_offset,
+                reply,
+            })
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -575,6 +591,10 @@ async fn run<S: Storage>(
                         Command::CheckpointHighWatermark { high_watermark } => {
                             log.checkpoint_high_watermark(high_watermark).await;
                         }
+                        Command::Reconfigure { config } => {
+                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
+                            log.reconfigure(config);
+                        }
                         Command::Sync { reply } => {
                             finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
                             let _ = reply.send(log.flush(clock()).await);
@@ -582,8 +602,8 @@ async fn run<S: Storage>(
                         Command::Read { offset, max_bytes, max_offset, reply } => {
                             let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
                         }
-                        Command::Retention { reply } => {
-                            let _ = reply.send(log.enforce_retention(clock()).await);
+                        Command::Retention { below_offset, reply } => {
+                            let _ = reply.send(log.enforce_retention(clock(), below_offset).await);
                         }
                         Command::Offsets { reply } => {
                             let _ = reply.send(offsets_of(&log));

@@ -180,6 +180,12 @@ impl<W> Leader<W> {
         self.followers.iter().map(|p| (p.replica, p.log_end))
     }
 
+    /// New settings (the topic's config was altered). They judge the next produce and the next
+    /// acks answered; acknowledgements waiting for the high watermark keep waiting for it.
+    pub fn set_config(&mut self, config: LeaderConfig) {
+        self.config = config;
+    }
+
     /// Whether an `acks=all` produce may be appended now.
     pub fn check_acks_all(&self) -> Result<(), AckError> {
         if self.isr.len() < self.config.min_insync_replicas {

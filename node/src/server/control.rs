@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_coordinator::{
-    ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator,
+    ConfigChange, ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator,
     PartitionChange, PartitionState, TopicSpec, TopicState, placement,
 };
 use strata_wire::protocol::{
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse,
-    DeleteTopicRequest, DeleteTopicResponse, ErrorCode, ReassignPartitionRequest,
-    ReassignPartitionResponse,
+    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
+    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
+    DeleteTopicResponse, ErrorCode, ReassignPartitionRequest, ReassignPartitionResponse,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -41,6 +41,10 @@ pub enum ControlMessage {
     AddPartitions {
         request: CreatePartitionsRequest,
         reply: oneshot::Sender<CreatePartitionsResponse>,
+    },
+    AlterTopicConfig {
+        request: AlterTopicConfigRequest,
+        reply: oneshot::Sender<AlterTopicConfigResponse>,
     },
     /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
     UpdatePartition {
@@ -344,6 +348,11 @@ fn run(
                             last = announce(&coordinator, &shards, config.node_id).await.or(last);
                             let _ = reply.send(response);
                         }
+                        ControlMessage::AlterTopicConfig { request, reply } => {
+                            let response = alter_topic_config(&coordinator, request).await;
+                            last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            let _ = reply.send(response);
+                        }
                         ControlMessage::UpdatePartition { topic, expected, change, reply } => {
                             let stored = update_partition(&coordinator, &topic, &expected, &change).await;
                             if stored.is_some() {
@@ -577,6 +586,47 @@ async fn create_topic(
             }
         }
         Err(error) => failed(error_code(&error), error.to_string()),
+    }
+}
+
+/// Changes a topic's overrides if the result parses as a whole; every broker's shards apply the
+/// new settings to their open partitions when the change reaches them.
+async fn alter_topic_config(
+    coordinator: &AnyCoordinator,
+    request: AlterTopicConfigRequest,
+) -> AlterTopicConfigResponse {
+    let change = ConfigChange {
+        set: request
+            .set
+            .into_iter()
+            .map(|entry| (entry.key, entry.value))
+            .collect(),
+        delete: request.delete,
+    };
+    let unknown: Vec<&String> = change
+        .delete
+        .iter()
+        .filter(|key| !super::topic_config::KEYS.contains(&key.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        return AlterTopicConfigResponse {
+            error: ErrorCode::InvalidConfig,
+            message: format!("unknown topic config {unknown:?}"),
+        };
+    }
+    let validate = |config: &BTreeMap<String, String>| TopicConfig::parse(config).map(drop);
+    match each!(coordinator, c => c.alter_topic_config(&request.topic, &change, &validate).await) {
+        Ok(topic) => {
+            tracing::info!(topic = %topic.name, config = ?topic.config, "topic config altered");
+            AlterTopicConfigResponse {
+                error: ErrorCode::None,
+                message: String::new(),
+            }
+        }
+        Err(error) => AlterTopicConfigResponse {
+            error: error_code(&error),
+            message: error.to_string(),
+        },
     }
 }
 

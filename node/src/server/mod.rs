@@ -64,6 +64,8 @@ pub struct NodeConfig {
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
     pub replica_lag_time_max_ms: u64,
+    /// How often shards enforce their partitions' retention.
+    pub retention_check_interval: std::time::Duration,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.
     pub tls: Option<quic::TlsFiles>,
     /// What `strata iotune` measured and chose; `None`: default IO settings.

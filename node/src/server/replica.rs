@@ -7,6 +7,7 @@
 //! between awaits.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -66,6 +67,8 @@ pub(super) struct Partition {
     pub leader_config: LeaderConfig,
     /// `flush=always`: an append counts (for acks and the high watermark) once synced.
     pub flush_always: bool,
+    /// The topic's config overrides these settings came from (a change re-applies them).
+    pub overrides: BTreeMap<String, String>,
     pub role: Role,
     /// Woken whenever the high watermark moves: long-polling consumers wait on it.
     pub committed: Rc<Notify>,
@@ -714,6 +717,47 @@ impl Shard {
             }
             partition.settle(before);
         });
+    }
+
+    /// Enforces retention (`retention.ms`, `retention.bytes`) on every replica this shard holds,
+    /// once per `retention_check_interval`: each replica below its own high watermark, so a
+    /// leader never deletes what a follower in the ISR may still fetch, nor what consumers
+    /// have not been allowed to see.
+    pub(super) async fn retention_ticks(self: Rc<Self>) {
+        let mut interval = tokio::time::interval(self.context.config.retention_check_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate; a node just started has nothing new to expire.
+        interval.tick().await;
+        loop {
+            interval.tick().await;
+            let replicas: Vec<((String, u32), LogHandle, u64)> = self
+                .partitions
+                .borrow()
+                .iter()
+                .map(|(key, partition)| {
+                    (
+                        key.clone(),
+                        partition.log.clone(),
+                        partition.high_watermark(),
+                    )
+                })
+                .collect();
+            for ((topic, partition), log, high_watermark) in replicas {
+                match log.enforce_retention(high_watermark).await {
+                    Ok(report) if report.deleted_segments > 0 => tracing::info!(
+                        %topic,
+                        partition,
+                        segments = report.deleted_segments,
+                        bytes = report.deleted_bytes,
+                        "retention deleted old segments"
+                    ),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%topic, partition, "enforcing retention: {error}")
+                    }
+                }
+            }
+        }
     }
 
     /// Every shard's replication clock: lagging followers leave the ISR, high watermarks are

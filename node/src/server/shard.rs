@@ -185,6 +185,7 @@ pub fn run(
         let replication = [
             tokio::task::spawn_local(shard.clone().serve_replication()),
             tokio::task::spawn_local(shard.clone().replication_ticks()),
+            tokio::task::spawn_local(shard.clone().retention_ticks()),
         ];
         let _ = ready.send(Ok(()));
         while let Some(message) = mailbox.recv().await {
@@ -450,6 +451,7 @@ impl Shard {
                             min_insync_replicas: usize::from(topic_config.min_insync_replicas),
                         },
                         flush_always,
+                        overrides: topic.config.clone(),
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
@@ -457,8 +459,38 @@ impl Shard {
                     },
                 );
             }
+            self.reconfigure(&key, &topic.config)?;
             self.assume_role(&key, state).await;
         }
+        Ok(())
+    }
+
+    /// Applies a topic's altered config to this shard's replica of one of its partitions: the
+    /// log (rolls, retention, flush, direct writes), the produce limit, and the leader's
+    /// `min.insync.replicas`.
+    fn reconfigure(
+        &self,
+        key: &(String, u32),
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let mut partitions = self.partitions.borrow_mut();
+        let Some(partition) = partitions.get_mut(key) else {
+            return Ok(());
+        };
+        if partition.overrides == *overrides {
+            return Ok(());
+        }
+        let topic_config =
+            TopicConfig::parse(overrides).map_err(|error| format!("topic {}: {error}", key.0))?;
+        tracing::info!(topic = %key.0, partition = key.1, ?overrides, "applying altered topic config");
+        partition.flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
+        partition.log.reconfigure(topic_config.log);
+        partition.max_message_bytes = topic_config.max_message_bytes;
+        partition.leader_config.min_insync_replicas = usize::from(topic_config.min_insync_replicas);
+        if let Role::Leader(leader) = &mut partition.role {
+            leader.set_config(partition.leader_config);
+        }
+        partition.overrides = overrides.clone();
         Ok(())
     }
 
@@ -592,6 +624,17 @@ impl Shard {
                         message: "the node is shutting down".into(),
                     }),
             ),
+            Request::AlterTopicConfig(request) => Response::AlterTopicConfig(
+                self.ask_control(|reply| ControlMessage::AlterTopicConfig { request, reply })
+                    .await
+                    .unwrap_or_else(|| strata_wire::protocol::AlterTopicConfigResponse {
+                        error: ErrorCode::NotReady,
+                        message: "the node is shutting down".into(),
+                    }),
+            ),
+            Request::DescribeTopicConfig(request) => {
+                Response::DescribeTopicConfig(self.describe_topic_config(&request.topic))
+            }
             // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
@@ -601,6 +644,41 @@ impl Shard {
                 group_request.api_key()
             ),
         }))
+    }
+
+    /// A topic's effective settings from the cluster view (the coordinator's state as this node
+    /// last read it).
+    fn describe_topic_config(
+        &self,
+        topic: &str,
+    ) -> strata_wire::protocol::DescribeTopicConfigResponse {
+        use strata_wire::protocol::{DescribeTopicConfigResponse, TopicConfigEntry};
+        let view = self.view.borrow();
+        let Some(state) = view.topics.iter().find(|t| t.name == topic) else {
+            return DescribeTopicConfigResponse {
+                error: ErrorCode::UnknownTopic,
+                configs: Vec::new(),
+            };
+        };
+        let Ok(parsed) = TopicConfig::parse(&state.config) else {
+            // Stored configs were validated before they were stored.
+            return DescribeTopicConfigResponse {
+                error: ErrorCode::Internal,
+                configs: Vec::new(),
+            };
+        };
+        DescribeTopicConfigResponse {
+            error: ErrorCode::None,
+            configs: parsed
+                .entries()
+                .into_iter()
+                .map(|(key, value)| TopicConfigEntry {
+                    key: key.to_string(),
+                    is_override: state.config.contains_key(key),
+                    value,
+                })
+                .collect(),
+        }
     }
 
     /// Sends the control thread a request that carries its reply channel and waits for the

@@ -16,6 +16,9 @@ pub struct TopicConfig {
 
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// `flush=interval`'s period unless `flush.interval.ms` says otherwise.
+const DEFAULT_FLUSH_INTERVAL_MS: u64 = 1000;
+
 /// Every key a topic accepts, for error messages and `topic describe`.
 pub const KEYS: &[&str] = &[
     "flush",
@@ -43,7 +46,7 @@ impl TopicConfig {
             unclean_leader_election: false,
         };
         let mut flush = None;
-        let mut flush_interval_ms = 1000u64;
+        let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
         for (key, value) in overrides {
             let bad = |expected: &str| format!("{key}={value}: expected {expected}");
             let number = || value.parse::<i64>().map_err(|_| bad("an integer"));
@@ -123,6 +126,45 @@ impl TopicConfig {
     }
 }
 
+impl TopicConfig {
+    /// Every setting as `topic create --config` spells it, one per [`KEYS`] entry in that
+    /// order: what `topic describe` shows. Parsing these back gives the same settings.
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        let limit = |value: Option<i64>| value.map_or("-1".to_string(), |n| n.to_string());
+        let log = &self.log;
+        let (flush, interval_ms) = match log.flush {
+            FlushPolicy::Always => ("always", None),
+            FlushPolicy::Never => ("never", None),
+            FlushPolicy::Interval { interval_ms } => ("interval", Some(interval_ms)),
+        };
+        let entries = vec![
+            ("flush", flush.to_string()),
+            (
+                "flush.interval.ms",
+                interval_ms.unwrap_or(DEFAULT_FLUSH_INTERVAL_MS).to_string(),
+            ),
+            ("segment.bytes", log.segment_bytes.to_string()),
+            ("segment.ms", limit(log.segment_ms)),
+            ("retention.ms", limit(log.retention_ms)),
+            (
+                "retention.bytes",
+                limit(log.retention_bytes.map(|n| n as i64)),
+            ),
+            ("index.interval.bytes", log.index_interval_bytes.to_string()),
+            ("max.message.bytes", self.max_message_bytes.to_string()),
+            ("preallocate", log.preallocate.to_string()),
+            ("direct.writes", log.direct_writes.name().to_string()),
+            ("min.insync.replicas", self.min_insync_replicas.to_string()),
+            (
+                "unclean.leader.election",
+                self.unclean_leader_election.to_string(),
+            ),
+        ];
+        debug_assert!(entries.iter().map(|(key, _)| *key).eq(KEYS.iter().copied()));
+        entries
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +219,43 @@ mod tests {
         );
         assert!(parse(&[("colour", "red")]).unwrap_err().contains("unknown"));
         assert!(parse(&[("retention.ms", "-5")]).is_err());
+    }
+
+    #[test]
+    fn described_entries_parse_back_to_the_same_settings() {
+        let cases: [&[(&str, &str)]; 3] = [
+            &[],
+            &[
+                ("flush", "never"),
+                ("retention.ms", "60000"),
+                ("retention.bytes", "1048576"),
+                ("segment.ms", "3600000"),
+                ("direct.writes", "always"),
+                ("min.insync.replicas", "2"),
+                ("unclean.leader.election", "true"),
+                ("preallocate", "true"),
+                ("max.message.bytes", "2048"),
+                ("index.interval.bytes", "8192"),
+                ("segment.bytes", "65536"),
+            ],
+            &[("flush.interval.ms", "250")],
+        ];
+        for case in cases {
+            let config = parse(case).unwrap();
+            let entries = config.entries();
+            assert_eq!(entries.len(), KEYS.len());
+            let again = TopicConfig::parse(
+                &entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+            )
+            .unwrap();
+            assert_eq!(again.entries(), entries, "{case:?}");
+            for (key, value) in case {
+                let shown = &entries.iter().find(|(k, _)| k == key).unwrap().1;
+                assert_eq!(shown, value, "{key}");
+            }
+        }
     }
 }

@@ -545,4 +545,35 @@ messages! {
         /// For people: why, when `error` is not `None`.
         pub message: String,
     }
+
+    /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
+    /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
+    pub struct AlterTopicConfigRequest {
+        pub topic: String,
+        pub set: Vec<ConfigEntry>,
+        pub delete: Vec<String>,
+    }
+
+    pub struct AlterTopicConfigResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+    }
+
+    pub struct DescribeTopicConfigRequest {
+        pub topic: String,
+    }
+
+    /// One setting of a topic: its effective value, and whether the topic overrides the default.
+    pub struct TopicConfigEntry {
+        pub key: String,
+        pub value: String,
+        pub is_override: bool,
+    }
+
+    pub struct DescribeTopicConfigResponse {
+        pub error: ErrorCode,
+        /// Every setting a topic has, in a stable order.
+        pub configs: Vec<TopicConfigEntry>,
+    }
 }

@@ -55,10 +55,14 @@ pub enum ApiKey {
     DescribeGroup = 17,
     /// Grows a topic to more partitions (`strata topic add-partitions`).
     CreatePartitions = 18,
+    /// Sets or removes a topic's config overrides (`strata topic alter`).
+    AlterTopicConfig = 19,
+    /// A topic's effective settings and which of them are overrides (`strata topic describe`).
+    DescribeTopicConfig = 20,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 19] = [
+    pub const ALL: [ApiKey; 21] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -78,6 +82,8 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroup,
         ApiKey::CreatePartitions,
+        ApiKey::AlterTopicConfig,
+        ApiKey::DescribeTopicConfig,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -361,4 +367,6 @@ requests! {
     ListGroups(ListGroupsRequest, ListGroupsResponse),
     DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
     CreatePartitions(CreatePartitionsRequest, CreatePartitionsResponse),
+    AlterTopicConfig(AlterTopicConfigRequest, AlterTopicConfigResponse),
+    DescribeTopicConfig(DescribeTopicConfigRequest, DescribeTopicConfigResponse),
 }

@@ -77,6 +77,16 @@ pub enum TopicCommand {
         #[arg(long)]
         partition: Option<u32>,
     },
+    /// Change a topic's settings: `--config KEY=VALUE` sets one, `--delete-config KEY` goes
+    /// back to the default. All or nothing; the partitions follow the new settings at once
+    /// (rolls, retention, flush, direct writes, max.message.bytes, min.insync.replicas).
+    Alter {
+        name: String,
+        #[arg(long = "config", value_parser = parse_key_value, required_unless_present = "delete")]
+        configs: Vec<(String, String)>,
+        #[arg(long = "delete-config")]
+        delete: Vec<String>,
+    },
     /// Grow a topic to N partitions (keys hash onto the new count from then on; consumer
     /// groups subscribed to it rebalance to take the new partitions).
     AddPartitions {
@@ -128,6 +138,14 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 println!("{name}");
             }
         }
+        TopicCommand::Alter {
+            name,
+            configs,
+            delete,
+        } => {
+            client.alter_topic_config(&name, &configs, &delete).await?;
+            println!("altered topic {name}");
+        }
         TopicCommand::Describe { name, format } => {
             let metadata = client.metadata_for(&name).await?;
             let Some(topic) = metadata.topics.get(&name) else {
@@ -165,10 +183,31 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     "shard": partition.shard,
                 }));
             }
+            let settings = client.describe_topic_config(&name).await?;
             if format == Format::Json {
-                println!("{}", json!({ "name": name, "partitions": partitions }));
+                let config: serde_json::Map<String, serde_json::Value> = settings
+                    .iter()
+                    .map(|entry| (entry.key.clone(), json!(entry.value)))
+                    .collect();
+                let overrides: Vec<&String> = settings
+                    .iter()
+                    .filter(|entry| entry.is_override)
+                    .map(|entry| &entry.key)
+                    .collect();
+                println!(
+                    "{}",
+                    json!({ "name": name, "partitions": partitions, "config": config, "overrides": overrides })
+                );
             } else {
+                let shown: Vec<String> = settings
+                    .iter()
+                    .map(|entry| {
+                        let mark = if entry.is_override { "" } else { " (default)" };
+                        format!("{}={}{mark}", entry.key, entry.value)
+                    })
+                    .collect();
                 println!("topic {name}: {} partitions", partitions.len());
+                println!("  config: {}", shown.join(", "));
                 for p in &partitions {
                     println!(
                         "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{} shard {}",

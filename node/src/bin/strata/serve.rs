@@ -59,13 +59,18 @@ pub struct ServeArgs {
     /// Host to advertise to clients (default: the listen address, or 127.0.0.1 for 0.0.0.0).
     #[arg(long, env = "STRATA_ADVERTISED_HOST")]
     advertised_host: Option<String>,
-    /// Largest request frame accepted.
-    #[arg(long, env = "STRATA_MAX_FRAME_BYTES")]
     /// The io-properties file `strata iotune` wrote (default: DATA_DIR/io-properties.toml
     /// when present; without one, default IO settings).
     #[arg(long, env = "STRATA_IO_PROPERTIES")]
     io_properties: Option<PathBuf>,
+    /// Largest request frame accepted (default 64 MiB); a larger one is refused with
+    /// MESSAGE_TOO_LARGE before anything is allocated for it.
+    #[arg(long, env = "STRATA_MAX_FRAME_BYTES")]
     max_frame_bytes: Option<usize>,
+    /// How often each partition's retention (retention.ms, retention.bytes) is enforced
+    /// (Kafka's log.retention.check.interval.ms; default 300000).
+    #[arg(long, env = "STRATA_RETENTION_CHECK_INTERVAL_MS")]
+    retention_check_interval_ms: Option<u64>,
 }
 
 /// The same settings as a config file.
@@ -89,6 +94,7 @@ struct FileConfig {
     advertised_host: Option<String>,
     io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
+    retention_check_interval_ms: Option<u64>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -207,6 +213,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .replica_lag_time_max_ms
             .or(file.replica_lag_time_max_ms)
             .unwrap_or(10_000),
+        retention_check_interval: std::time::Duration::from_millis(
+            args.retention_check_interval_ms
+                .or(file.retention_check_interval_ms)
+                .unwrap_or(300_000)
+                .max(1),
+        ),
         tls,
         io_properties,
     };
