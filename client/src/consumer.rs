@@ -19,6 +19,10 @@ pub struct ConsumerConfig {
     pub min_bytes: u32,
     pub max_bytes: u32,
     pub partition_max_bytes: u32,
+    /// Where a position the log no longer holds moves (Kafka's `auto.offset.reset`): below the
+    /// log start once retention deleted it, or past the end after an unclean leader election.
+    /// `None`: `poll` fails with OFFSET_OUT_OF_RANGE instead (Kafka's `none`).
+    pub auto_offset_reset: Option<OffsetReset>,
 }
 
 impl Default for ConsumerConfig {
@@ -28,6 +32,25 @@ impl Default for ConsumerConfig {
             min_bytes: 1,
             max_bytes: 50 << 20,
             partition_max_bytes: 1 << 20,
+            auto_offset_reset: Some(OffsetReset::Latest),
+        }
+    }
+}
+
+/// Where a consumer starts without a position of its own (a group's partition nobody
+/// committed), and where it goes when its position is out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    Earliest,
+    #[default]
+    Latest,
+}
+
+impl OffsetReset {
+    pub fn seek_to(self) -> SeekTo {
+        match self {
+            OffsetReset::Earliest => SeekTo::Beginning,
+            OffsetReset::Latest => SeekTo::End,
         }
     }
 }
@@ -195,6 +218,7 @@ impl Consumer {
         }
         let mut consumed = Vec::new();
         let mut refresh = false;
+        let mut resets = Vec::new();
         for fetch in fetches {
             let response = fetch
                 .await
@@ -215,6 +239,22 @@ impl Consumer {
             for topic in response.topics {
                 for partition in topic.partitions {
                     let key = (topic.name.clone(), partition.partition);
+                    if partition.error == ErrorCode::OffsetOutOfRange
+                        && let Some(reset) = self.config.auto_offset_reset
+                        && let Some(&position) = self.positions.get(&key)
+                    {
+                        tracing::warn!(
+                            topic = %topic.name,
+                            partition = partition.partition,
+                            position,
+                            log_start = partition.log_start_offset,
+                            high_watermark = partition.high_watermark,
+                            "position out of range; resetting to the {}",
+                            if reset == OffsetReset::Earliest { "earliest" } else { "latest" }
+                        );
+                        resets.push((key, reset));
+                        continue;
+                    }
                     if partition.error != ErrorCode::None {
                         if partition.error.is_retriable() {
                             refresh = true;
@@ -253,6 +293,9 @@ impl Consumer {
         }
         if refresh {
             let _ = self.client.refresh_metadata().await;
+        }
+        for ((topic, partition), reset) in resets {
+            self.seek(&topic, partition, reset.seek_to()).await?;
         }
         Ok(consumed)
     }

@@ -26,7 +26,7 @@ use strata_wire::protocol::{
 };
 use tokio::time::Instant;
 
-use crate::{Client, ClientError, ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
+use crate::{Client, ClientError, ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
 
 /// A partition of a topic, as groups name it.
 pub type TopicPartition = (String, u32);
@@ -210,14 +210,6 @@ pub enum Delivery {
     AtMostOnce,
 }
 
-/// Where a partition without a committed offset starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OffsetReset {
-    Earliest,
-    #[default]
-    Latest,
-}
-
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
     pub group: String,
@@ -325,7 +317,15 @@ impl GroupConsumer {
             heartbeat_now.clone(),
         ));
         Ok(GroupConsumer {
-            consumer: Consumer::new(client.clone(), config.consumer.clone()),
+            // One reset policy, as Kafka's: for partitions nobody committed and for positions
+            // out of range alike.
+            consumer: Consumer::new(
+                client.clone(),
+                ConsumerConfig {
+                    auto_offset_reset: Some(config.auto_offset_reset),
+                    ..config.consumer.clone()
+                },
+            ),
             client,
             config,
             topics,
@@ -632,10 +632,7 @@ impl GroupConsumer {
         for key in added {
             let start = match committed.get(key) {
                 Some(&offset) if offset >= 0 => SeekTo::Offset(offset as u64),
-                _ => match self.config.auto_offset_reset {
-                    OffsetReset::Earliest => SeekTo::Beginning,
-                    OffsetReset::Latest => SeekTo::End,
-                },
+                _ => self.config.auto_offset_reset.seek_to(),
             };
             self.consumer.seek(&key.0, key.1, start).await?;
             if let Some(&offset) = committed.get(key).filter(|offset| **offset >= 0) {

@@ -21,10 +21,8 @@ mod metadata;
 mod producer;
 
 pub use connection::{Connection, read_frame_body, write_all_chunks};
-pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, SeekTo};
-pub use group::{
-    Delivery, GroupConfig, GroupConsumer, OffsetReset, RebalanceEvent, TopicPartition,
-};
+pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
+pub use group::{Delivery, GroupConfig, GroupConsumer, RebalanceEvent, TopicPartition};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,

@@ -5,7 +5,10 @@ mod support;
 
 use std::time::Duration;
 
-use strata_client::{Client, ClientConfig, ErrorCode, Producer, ProducerConfig, ProducerRecord};
+use strata_client::{
+    Client, ClientConfig, Consumer, ConsumerConfig, ErrorCode, OffsetReset, Producer,
+    ProducerConfig, ProducerRecord, SeekTo,
+};
 use support::{TestNode, describe, runtime, wait_for_at_most};
 
 fn overrides(node: &TestNode, topic: &str) -> Vec<String> {
@@ -226,6 +229,32 @@ fn retention_deletes_old_segments_of_a_live_topic() {
     };
     assert_eq!(log_start(), 0, "no retention configured: nothing goes");
 
+    // Consumers positioned at the start before retention runs: one resets to the earliest
+    // record still there, one (Kafka's `none`) gets the typed error.
+    let (mut resetting, mut strict) = runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let consumer = |reset| {
+            Consumer::new(
+                client.clone(),
+                ConsumerConfig {
+                    max_wait: Duration::from_millis(100),
+                    auto_offset_reset: reset,
+                    ..ConsumerConfig::default()
+                },
+            )
+        };
+        let (mut resetting, mut strict) = (consumer(Some(OffsetReset::Earliest)), consumer(None));
+        for consumer in [&mut resetting, &mut strict] {
+            consumer
+                .assign("aging", &[0], SeekTo::Offset(0))
+                .await
+                .unwrap();
+        }
+        (resetting, strict)
+    });
+
     node.cli(
         &[
             "topic",
@@ -244,6 +273,26 @@ fn retention_deletes_old_segments_of_a_live_topic() {
     let after = segments();
     assert!(after < before, "{before} → {after} segments");
     let start = log_start();
+    runtime().block_on(async {
+        let refused = strict.poll().await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(ErrorCode::OffsetOutOfRange),
+            "{refused}"
+        );
+        let mut first = None;
+        while first.is_none() {
+            let batches = resetting.poll().await.unwrap();
+            first = batches
+                .first()
+                .and_then(|batch| batch.records().next().map(|r| r.offset));
+        }
+        assert_eq!(
+            first,
+            Some(start),
+            "reset to the earliest record still held"
+        );
+    });
     // What remains reads back from the new start, the newest record last.
     let remaining = (400 - start).to_string();
     let consumed = node.cli(

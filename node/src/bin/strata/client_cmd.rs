@@ -366,7 +366,7 @@ pub struct ConsumeArgs {
     partition: Option<u32>,
     /// Without --group: start at the beginning. With --group: where the group has no
     /// committed offset, start at the beginning (else at the end).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "offset")]
     from_beginning: bool,
     #[arg(long)]
     offset: Option<u64>,
@@ -479,7 +479,20 @@ pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Resul
     if let Some(group) = args.group.clone() {
         return consume_in_group(client, group, args).await;
     }
-    let mut consumer = Consumer::new(client, ConsumerConfig::default());
+    // A position the log no longer holds (retention deleted it) moves to the oldest record
+    // still there when the user asked for old records, else to the end.
+    let reset = if args.from_beginning || args.offset.is_some() {
+        OffsetReset::Earliest
+    } else {
+        OffsetReset::Latest
+    };
+    let mut consumer = Consumer::new(
+        client,
+        ConsumerConfig {
+            auto_offset_reset: Some(reset),
+            ..ConsumerConfig::default()
+        },
+    );
     let start = match (args.offset, args.from_beginning) {
         (Some(offset), _) => SeekTo::Offset(offset),
         (None, true) => SeekTo::Beginning,
