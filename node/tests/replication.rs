@@ -257,6 +257,19 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
         None,
     );
     assert_eq!(consumed.lines().count(), 21);
+    if leader == 1 {
+        // Two shrinks, then one or two expansions (the followers may rejoin in one change);
+        // cluster views that merely repeat a change (the leader's own, echoed) count nothing.
+        let metrics = reqwest_lite(&admin);
+        let changes: u64 = metrics
+            .lines()
+            .find(|line| {
+                line.starts_with("strata_isr_changes_total{") && line.contains("topic=\"lag\"")
+            })
+            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no ISR change counter for lag: {metrics}"));
+        assert!((3..=4).contains(&changes), "{changes} ISR changes counted");
+    }
 }
 
 /// A plain HTTP GET of /metrics (no client library needed for one request).

@@ -130,3 +130,47 @@ async fn produce_each_partition(bootstrap: &str, shard_aware: bool, tag: &str) {
         assert_eq!(metadata.partition, partition);
     }
 }
+
+/// A process narrowed to some CPUs (`taskset`, a cpuset) pins its shards among those CPUs,
+/// never outside them (shard i takes the i-th allowed CPU, not CPU i).
+#[test]
+fn shards_pin_themselves_within_the_cpus_the_process_may_use() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let only = cores - 1;
+    // SAFETY: cpu_set_t is plain data; this narrows the test thread, which the node inherits.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(only, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+    let data = tempfile::tempdir().unwrap();
+    let node = support::TestNode::start(data.path(), 2);
+    let pid = node.pid();
+    let mut shards = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if !name.starts_with("strata-shard") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        shards.push((name.trim().to_string(), allowed));
+    }
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    for (name, allowed) in &shards {
+        assert_eq!(
+            *allowed,
+            only.to_string(),
+            "{name} runs outside the process's CPUs"
+        );
+    }
+}

@@ -188,7 +188,11 @@ impl Shard {
                         state.partition_epoch,
                         writer::system_clock_ms(),
                     );
-                    self.metrics.isr_changed(&key.0);
+                    // Counted once: a view that only repeats what this leader already applied
+                    // (its own change, written back below in `propose_isr`) changes nothing.
+                    if previous.isr != state.isr {
+                        self.metrics.isr_changed(&key.0);
+                    }
                     partition.settle(before);
                     return;
                 }
@@ -708,10 +712,11 @@ impl Shard {
                     tracing::info!(topic = %key.0, partition = key.1, from = ?expected.isr, to = ?state.isr,
                         "{}", if shrank { "ISR shrank" } else { "ISR expanded" });
                     leader.handle_isr_committed(&proposal, state.partition_epoch);
+                    // Unless the cluster view brought this change first (and counted it).
                     if state.partition_epoch > partition.state.partition_epoch {
                         partition.state = state;
+                        shard.metrics.isr_changed(&key.0);
                     }
-                    shard.metrics.isr_changed(&key.0);
                 }
                 None => leader.handle_isr_refused(&proposal),
             }

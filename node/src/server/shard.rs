@@ -282,15 +282,33 @@ pub fn run(
     });
 }
 
+/// Pins the calling shard thread to one CPU of those the process may use (its affinity as
+/// inherited, which `taskset`, a cpuset or `docker --cpus` narrows), so shard `i` takes the
+/// i-th allowed CPU, not CPU `i`: a narrowed process keeps to its CPUs.
 fn pin_to_core(index: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call affects this thread.
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it, CPU_ISSET and CPU_SET read
+    // and write inside it; both calls concern this thread only.
     unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(index % cores, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
             tracing::warn!(
-                "pinning shard {index} to a core failed: {}",
+                "reading the CPUs shard {index} may use failed: {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .collect();
+        let Some(&cpu) = cpus.get(index % cpus.len().max(1)) else {
+            return;
+        };
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size, &set) != 0 {
+            tracing::warn!(
+                "pinning shard {index} to CPU {cpu} failed: {}",
                 std::io::Error::last_os_error()
             );
         }

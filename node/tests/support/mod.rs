@@ -116,6 +116,11 @@ impl TestNode {
         panic!("strata serve did not start listening on {}", self.port);
     }
 
+    /// The running `strata serve` process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
