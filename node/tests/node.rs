@@ -343,3 +343,75 @@ fn sigterm_shuts_down_cleanly_and_loses_nothing() {
     });
     assert_eq!(consumed.len(), acked);
 }
+
+/// `produce` reads bytes, not text: a line that is not UTF-8 is a record like any other (it
+/// used to stop the command before the records read so far were flushed), and comes back
+/// base64-encoded from `consume --format json`. Usage errors exit 2.
+#[test]
+fn binary_lines_are_records_and_usage_errors_exit_2() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 1);
+    node.cli(&["topic", "create", "bytes", "--partitions", "1"], None);
+    let mut input = b"plain:text\n".to_vec();
+    input.extend_from_slice(&[0xff, 0xfe, b':', 0x00, 0x80, b'\n']);
+    input.extend_from_slice(b"last line without newline");
+    let printed = node.cli(
+        &[
+            "produce",
+            "bytes",
+            "--key-separator",
+            ":",
+            "--print-offsets",
+        ],
+        Some(&input),
+    );
+    assert_eq!(printed.lines().collect::<Vec<_>>(), ["0 0", "0 1", "0 2"]);
+    let consumed = node.cli(
+        &[
+            "consume",
+            "bytes",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let records: Vec<serde_json::Value> = consumed
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        (records[0]["key"].as_str(), records[0]["value"].as_str()),
+        (Some("plain"), Some("text"))
+    );
+    assert_eq!(records[1]["encoding"], "base64");
+    assert_eq!(records[1]["key"], "//4="); // ff fe
+    assert_eq!(records[1]["value"], "AIA="); // 00 80
+    assert_eq!(records[2]["value"], "last line without newline");
+
+    for usage in [
+        &["produce", "bytes", "--acks", "2"][..],
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "bytes",
+            "--acks",
+            "two",
+            "--records",
+            "1",
+        ][..],
+        &["consume", "bytes", "--from-beginning", "--offset", "3"][..],
+        &["topic", "alter", "bytes"][..],
+    ] {
+        let output = node.cli_output(usage, None);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{usage:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

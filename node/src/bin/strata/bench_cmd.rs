@@ -65,8 +65,8 @@ pub struct BenchArgs {
     #[arg(long)]
     linger_ms: Option<u64>,
     /// 0, 1 or all. Default 1.
-    #[arg(long)]
-    acks: Option<String>,
+    #[arg(long, value_parser = crate::client_cmd::parse_acks)]
+    acks: Option<i8>,
     /// Records per second over all producers (open loop); default: as fast as acks allow.
     #[arg(long)]
     rate: Option<f64>,
@@ -231,11 +231,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .linger_ms
             .or(file.linger_ms)
             .map_or(defaults.linger, Duration::from_millis),
-        acks: match args.acks.or(file.acks).as_deref().unwrap_or("1") {
-            "0" => 0,
-            "1" => 1,
-            "all" | "-1" => -1,
-            other => anyhow::bail!("--acks {other}: expected 0, 1 or all"),
+        acks: match (args.acks, file.acks.as_deref()) {
+            (Some(acks), _) => acks,
+            (None, Some(text)) => crate::client_cmd::parse_acks(text)
+                .map_err(|why| anyhow::anyhow!("acks in the workload file: {why}"))?,
+            (None, None) => 1,
         },
         rate: args.rate.or(file.rate),
         duration: args

@@ -97,6 +97,16 @@ pub enum TopicCommand {
     },
 }
 
+/// `--acks` as Kafka spells it: 0, 1, or all (-1).
+pub fn parse_acks(text: &str) -> Result<i8, String> {
+    match text {
+        "0" => Ok(0),
+        "1" => Ok(1),
+        "all" | "-1" => Ok(-1),
+        other => Err(format!("{other:?}: expected 0, 1 or all")),
+    }
+}
+
 pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
     let (key, value) = text
         .split_once('=')
@@ -269,8 +279,8 @@ pub struct ProduceArgs {
     #[arg(long)]
     partition: Option<u32>,
     /// 0, 1 or all.
-    #[arg(long, default_value = "1")]
-    acks: String,
+    #[arg(long, default_value = "1", value_parser = parse_acks)]
+    acks: i8,
     /// Exactly-once producing: retried batches are never written twice (implies --acks all).
     #[arg(long)]
     idempotent: bool,
@@ -284,12 +294,7 @@ pub struct ProduceArgs {
 }
 
 pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Result<()> {
-    let acks = match args.acks.as_str() {
-        "0" => 0,
-        "1" => 1,
-        "all" | "-1" => -1,
-        other => bail!("--acks {other}: expected 0, 1 or all"),
-    };
+    let acks = args.acks;
     if args.idempotent && acks == 0 {
         bail!("--idempotent needs acknowledgements: it implies --acks all");
     }
@@ -332,13 +337,36 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
         }
     });
     let topic: Arc<str> = args.topic.as_str().into();
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await? {
-        let (key, value) = match args.key_separator {
-            Some(separator) => match line.split_once(separator) {
-                Some((key, value)) => (Some(Bytes::from(key.to_string())), value.to_string()),
-                None => (None, line),
-            },
+    // Lines are bytes: a record need not be UTF-8.
+    let mut input = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut separator = [0u8; 4];
+    let separator: Option<&[u8]> = args
+        .key_separator
+        .map(|c| c.encode_utf8(&mut separator).as_bytes());
+    let mut read_error = None;
+    loop {
+        let mut line = Vec::new();
+        let read = match input.read_until(b'\n', &mut line).await {
+            Ok(read) => read,
+            Err(error) => {
+                // What was read so far still goes out, acknowledged, before the error is told.
+                read_error = Some(error);
+                break;
+            }
+        };
+        if read == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let line = Bytes::from(line);
+        let (key, value) = match separator.and_then(|sep| {
+            line.windows(sep.len())
+                .position(|w| w == sep)
+                .map(|at| (at, sep.len()))
+        }) {
+            Some((at, len)) => (Some(line.slice(..at)), line.slice(at + len..)),
             None => (None, line),
         };
         let mut record = ProducerRecord::new(topic.clone(), key, value);
@@ -351,7 +379,10 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
     producer.flush().await?;
     drop(pending);
     printer.await??;
-    Ok(())
+    match read_error {
+        Some(error) => bail!("reading stdin: {error}"),
+        None => Ok(()),
+    }
 }
 
 #[derive(Args)]
