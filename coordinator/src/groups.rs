@@ -1,5 +1,6 @@
-//! Where consumer groups keep what must outlive a coordinator: each group's generation and its
-//! committed offsets, plus the counter idempotent producers take their ids from.
+//! Where consumer groups keep what must outlive a coordinator: each group's generation, its
+//! members and what they hold, and its committed offsets, plus the counter idempotent
+//! producers take their ids from.
 //!
 //! One broker coordinates a group at a time, and it is the only writer of the group's keys.
 //! Every write is fenced on the group record's revision: a coordinator claims a group by
@@ -10,7 +11,7 @@
 //!
 //! etcd keys under `/strata/<cluster>/`:
 //! ```text
-//! groups/<group>             GroupRecord (JSON): generation
+//! groups/<group>             GroupRecord (JSON): generation, membership (members, holdings)
 //! offsets/<group>/<topic>    {partition: {offset, metadata}} for the whole topic (JSON)
 //! producer-ids               the next free producer id (decimal)
 //! ```
@@ -36,6 +37,20 @@ pub type Revision = i64;
 pub struct GroupRecord {
     /// The last generation a coordinator started; the next one starts above it.
     pub generation: i32,
+    /// The group's members and what they hold, as the group core snapshots it (opaque here):
+    /// a coordinator that takes the group over restores it, so members keep their partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership: Option<serde_json::Value>,
+}
+
+impl GroupRecord {
+    /// A record of `generation` and no membership.
+    pub fn at(generation: i32) -> GroupRecord {
+        GroupRecord {
+            generation,
+            membership: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -413,14 +428,14 @@ mod tests {
             let loaded = store.load_group("g").await.unwrap();
             assert_eq!(loaded, LoadedGroup::default());
             let first = store
-                .store_group("g", 0, &GroupRecord { generation: 1 })
+                .store_group("g", 0, &GroupRecord::at(1))
                 .await
                 .unwrap()
                 .expect("the first claim wins");
             // A second coordinator that read revision 0 is fenced.
             assert_eq!(
                 store
-                    .store_group("g", 0, &GroupRecord { generation: 1 })
+                    .store_group("g", 0, &GroupRecord::at(1))
                     .await
                     .unwrap(),
                 None
@@ -432,7 +447,7 @@ mod tests {
                     .unwrap()
             );
             let second = store
-                .store_group("g", first, &GroupRecord { generation: 2 })
+                .store_group("g", first, &GroupRecord::at(2))
                 .await
                 .unwrap()
                 .unwrap();
@@ -467,7 +482,7 @@ mod tests {
         block_on(async {
             let store = LocalGroupStore::open(dir.path()).unwrap();
             let loaded = store.load_group("g").await.unwrap();
-            assert_eq!(loaded.record, Some(GroupRecord { generation: 2 }));
+            assert_eq!(loaded.record, Some(GroupRecord::at(2)));
             assert_eq!(loaded.offsets["t"][&0].offset, 5);
             assert_eq!(loaded.offsets["t"][&1].offset, 7);
             assert_eq!(loaded.offsets["u"][&0].offset, 1);

@@ -230,7 +230,7 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
         let old = EtcdGroupStore::connect(&endpoints, "test").await.unwrap();
         let new = EtcdGroupStore::connect(&endpoints, "test").await.unwrap();
         let first = old
-            .store_group("g", 0, &GroupRecord { generation: 1 })
+            .store_group("g", 0, &GroupRecord::at(1))
             .await
             .unwrap()
             .expect("claims an absent group");
@@ -245,13 +245,13 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
         assert_eq!(loaded.revision, first);
         assert_eq!(loaded.offsets["t"].len(), 300);
         let second = new
-            .store_group("g", loaded.revision, &GroupRecord { generation: 2 })
+            .store_group("g", loaded.revision, &GroupRecord::at(2))
             .await
             .unwrap()
             .expect("the read revision is current");
         // ...and the old one can neither claim nor commit any more.
         assert_eq!(
-            old.store_group("g", first, &GroupRecord { generation: 2 })
+            old.store_group("g", first, &GroupRecord::at(2))
                 .await
                 .unwrap(),
             None
@@ -281,7 +281,7 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
             .await
             .unwrap();
         let loaded = store.load_group("g").await.unwrap();
-        assert_eq!(loaded.record, Some(GroupRecord { generation: 2 }));
+        assert_eq!(loaded.record, Some(GroupRecord::at(2)));
         assert_eq!(loaded.offsets["t"][&0].offset, 20);
         assert_eq!(loaded.offsets["t"][&299].offset, 319);
         assert_eq!(

@@ -947,17 +947,23 @@ fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
             .await
             .unwrap();
         produce_values(&client, "moving", 0..RECORDS).await;
+        let lost: Arc<Mutex<Vec<RebalanceEvent>>> = Arc::default();
         let mut members = Vec::new();
         for _ in 0..2 {
-            members.push(
-                GroupConsumer::subscribe(
-                    client.clone(),
-                    vec!["moving".into()],
-                    group_config("movers"),
-                )
-                .await
-                .unwrap(),
-            );
+            let mut member = GroupConsumer::subscribe(
+                client.clone(),
+                vec!["moving".into()],
+                group_config("movers"),
+            )
+            .await
+            .unwrap();
+            let lost = lost.clone();
+            member.on_rebalance(move |event| {
+                if matches!(event, RebalanceEvent::Lost(_)) {
+                    lost.lock().unwrap().push(event.clone());
+                }
+            });
+            members.push(member);
         }
         let mut seen: BTreeSet<Seen> = BTreeSet::new();
         let mut killed = None;
@@ -1012,6 +1018,13 @@ fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
                 "the group never moved to a live coordinator"
             );
         }
+        // The new coordinator restored the members the old one stored: they kept their
+        // partitions (a lost membership drops them, uncommitted, and joins again).
+        assert!(
+            lost.lock().unwrap().is_empty(),
+            "{:?}",
+            lost.lock().unwrap()
+        );
         for member in members {
             member.close().await.unwrap();
         }

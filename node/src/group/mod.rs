@@ -44,10 +44,12 @@ pub mod assignor;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 /// Topic → partition count, for the topics that exist.
 pub type PartitionCounts = BTreeMap<String, u32>;
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TopicPartition {
     pub topic: String,
     pub partition: u32,
@@ -224,6 +226,34 @@ impl Member {
     }
 }
 
+/// What of a group must outlive its coordinator: everything but the clocks. A new coordinator
+/// restores it ([`Group::restore`]) and members go on at their generations, keeping their
+/// partitions; without it they would drop them and join again, re-reading what they had not
+/// committed. The adapter stores it before it answers whenever it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    pub assignor: String,
+    pub planned_counts: PartitionCounts,
+    pub members: BTreeMap<String, MemberSnapshot>,
+    pub fenced: BTreeMap<String, String>,
+}
+
+/// A member as stored: its subscription, generations and holdings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberSnapshot {
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub topics: BTreeSet<String>,
+    pub session_timeout_ms: u32,
+    pub rebalance_timeout_ms: u32,
+    pub generation: i32,
+    pub previous_generation: Option<i32>,
+    pub target: BTreeSet<TopicPartition>,
+    pub assigned: BTreeSet<TopicPartition>,
+    pub revoking: BTreeSet<TopicPartition>,
+    pub told: BTreeSet<TopicPartition>,
+}
+
 pub struct Group {
     group_id: String,
     generation: i32,
@@ -255,6 +285,99 @@ impl Group {
             planned_counts: PartitionCounts::new(),
             fenced: BTreeMap::new(),
         }
+    }
+
+    /// The membership to store (see [`GroupSnapshot`]).
+    pub fn snapshot(&self) -> GroupSnapshot {
+        GroupSnapshot {
+            assignor: self.assignor.name().to_string(),
+            planned_counts: self.planned_counts.clone(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, member)| {
+                    let snapshot = MemberSnapshot {
+                        instance_id: member.instance_id.clone(),
+                        client_id: member.client_id.clone(),
+                        topics: member.topics.clone(),
+                        session_timeout_ms: member.session_timeout_ms,
+                        rebalance_timeout_ms: member.rebalance_timeout_ms,
+                        generation: member.generation,
+                        previous_generation: member.previous_generation,
+                        target: member.target.clone(),
+                        assigned: member.assigned.clone(),
+                        revoking: member.revoking.clone(),
+                        told: member.told.clone(),
+                    };
+                    (id.clone(), snapshot)
+                })
+                .collect(),
+            fenced: self.fenced.clone(),
+        }
+    }
+
+    /// A group as a previous coordinator stored it, now at `generation` (the claim's, above every
+    /// stored one). Each member gets a whole session and rebalance timeout from `now_ms`, as if
+    /// it had just heartbeated. A snapshot that breaks an invariant (two holders of a
+    /// partition, ...) is refused: the caller then starts the group empty, as before snapshots.
+    pub fn restore(
+        group_id: String,
+        generation: i32,
+        snapshot: GroupSnapshot,
+        now_ms: u64,
+    ) -> Result<Group, String> {
+        let mut group = Group::new(group_id, generation);
+        group.assignor = AssignorKind::parse(&snapshot.assignor)
+            .ok_or_else(|| format!("unknown assignor {:?}", snapshot.assignor))?;
+        group.planned_counts = snapshot.planned_counts;
+        group.fenced = snapshot.fenced;
+        for (id, stored) in snapshot.members {
+            if stored.generation > generation {
+                return Err(format!(
+                    "member {id} at {} ahead of {generation}",
+                    stored.generation
+                ));
+            }
+            if !stored.assigned.is_subset(&stored.target)
+                || !stored.revoking.is_disjoint(&stored.target)
+                || !stored.told.is_subset(&stored.revoking)
+            {
+                return Err(format!("member {id}'s holdings are inconsistent"));
+            }
+            let member = Member {
+                instance_id: stored.instance_id,
+                client_id: stored.client_id,
+                topics: stored.topics,
+                session_timeout_ms: stored.session_timeout_ms,
+                rebalance_timeout_ms: stored.rebalance_timeout_ms,
+                generation: stored.generation,
+                previous_generation: stored.previous_generation,
+                target: stored.target,
+                assigned: stored.assigned,
+                revoking: stored.revoking,
+                told: stored.told,
+                last_heartbeat_ms: now_ms,
+                revoke_asked_ms: None,
+            };
+            for tp in member.holds() {
+                if let Some(other) = group.holders.insert(tp.clone(), id.clone()) {
+                    return Err(format!("{tp:?} held by {other} and {id}"));
+                }
+            }
+            let mut member = member;
+            if !member.revoking.is_empty() {
+                member.revoke_asked_ms = Some(now_ms);
+            }
+            group.members.insert(id, member);
+        }
+        let mut targeted = BTreeSet::new();
+        for member in group.members.values() {
+            if !member.target.iter().all(|tp| targeted.insert(tp.clone())) {
+                return Err("two members target one partition".into());
+            }
+        }
+        group.assert_invariants();
+        Ok(group)
     }
 
     /// The group epoch.

@@ -329,6 +329,72 @@ fn a_lost_heartbeat_answer_is_asked_again_at_the_previous_generation() {
     );
 }
 
+/// A new coordinator restores the members mid-rebalance: they go on at their generations with
+/// what they hold, nobody holds a partition twice, and the rebalance completes.
+#[test]
+fn a_restored_group_goes_on_where_the_last_coordinator_stopped() {
+    let partitions = counts(&[("t", 4)]);
+    let mut group = Group::new("g".into(), 0);
+    group
+        .join(0, params(&["t"]), &partitions, "a".into())
+        .unwrap();
+    let a = group.heartbeat(10, "a", 1, &[], &partitions).unwrap();
+    assert_eq!(a.partitions.len(), 4);
+    group
+        .join(20, params(&["t"]), &partitions, "b".into())
+        .unwrap();
+    // a is told to give up two; b waits for them.
+    let a = group
+        .heartbeat(30, "a", 1, &all("t", 4), &partitions)
+        .unwrap();
+    let b = group.heartbeat(30, "b", 2, &[], &partitions).unwrap();
+    assert!(b.partitions.is_empty());
+
+    let snapshot = group.snapshot();
+    let stored: GroupSnapshot =
+        serde_json::from_value(serde_json::to_value(&snapshot).unwrap()).unwrap();
+    assert_eq!(stored, snapshot, "the snapshot survives the store's JSON");
+    let mut restored = Group::restore("g".into(), group.generation() + 1, stored, 5_000).unwrap();
+    let (before, after) = (group.describe(), restored.describe());
+    assert_eq!(after.generation, before.generation + 1);
+    for (old, new) in before.members.iter().zip(&after.members) {
+        assert_eq!(
+            (&old.member_id, &old.assigned, &old.target),
+            (&new.member_id, &new.assigned, &new.target)
+        );
+        assert_eq!(old.generation, new.generation);
+    }
+    // The members' clocks start over: nobody expires for the time the move took.
+    assert!(restored.tick(5_500, &partitions).is_empty());
+    // a releases what it was told to; b gets it; both settle at the new generation.
+    restored
+        .heartbeat(5_600, "a", 1, &a.partitions, &partitions)
+        .unwrap();
+    let b = restored.heartbeat(5_700, "b", 2, &[], &partitions).unwrap();
+    assert_eq!(b.partitions.len(), 2);
+    let a = restored
+        .heartbeat(5_800, "a", 3, &a.partitions, &partitions)
+        .unwrap();
+    restored
+        .heartbeat(5_900, "b", 3, &b.partitions, &partitions)
+        .unwrap();
+    assert_eq!(a.generation, 3);
+    assert_eq!(restored.describe().state, GroupState::Stable);
+    check_exclusive(&restored);
+
+    // A snapshot that breaks the rules is refused, not half-applied.
+    let mut broken = restored.snapshot();
+    let b_holds = broken.members["b"].assigned.clone();
+    broken
+        .members
+        .get_mut("a")
+        .unwrap()
+        .assigned
+        .extend(b_holds.clone());
+    broken.members.get_mut("a").unwrap().target.extend(b_holds);
+    assert!(Group::restore("g".into(), 9, broken, 0).is_err());
+}
+
 #[test]
 fn zombie_and_simple_commits() {
     let partitions = counts(&[("t", 2)]);
@@ -887,6 +953,14 @@ impl Sim {
                         Err(_) => self.join(index),
                     }
                 }
+            }
+            20..22 => {
+                // The coordinator moves: the next one restores what the last one stored (the
+                // adapter stores before it answers, so that is the state now).
+                let snapshot = self.group.snapshot();
+                let generation = self.group.generation() + 1;
+                self.group = Group::restore("g".into(), generation, snapshot, self.now_ms)
+                    .expect("a stored snapshot restores");
             }
             18..20 => {
                 if let Some(index) = pick(&mut self.rng) {

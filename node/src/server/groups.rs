@@ -38,7 +38,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{ClusterView, NodeConfig};
 use crate::group::{
-    AssignorKind, Group, GroupError, GroupState, JoinParams, PartitionCounts, TopicPartition,
+    AssignorKind, Group, GroupError, GroupSnapshot, GroupState, JoinParams, PartitionCounts,
+    TopicPartition,
 };
 
 pub enum GroupMessage {
@@ -151,6 +152,8 @@ struct Coordinated {
     fence: Revision,
     /// The generation that record holds.
     stored_generation: i32,
+    /// The membership that record holds.
+    stored_membership: Option<GroupSnapshot>,
     offsets: GroupOffsets,
 }
 
@@ -432,8 +435,51 @@ impl<S: GroupStore> Coordinator<S> {
                 .load_group(group)
                 .await
                 .map_err(|e| store_error(&e))?;
-            let generation = loaded.record.map_or(0, |record| record.generation) + 1;
-            let record = GroupRecord { generation };
+            let generation = loaded.record.as_ref().map_or(0, |record| record.generation) + 1;
+            // The members a previous coordinator stored go on where they were.
+            let stored: Option<GroupSnapshot> = loaded
+                .record
+                .as_ref()
+                .and_then(|record| record.membership.clone())
+                .and_then(|membership| match serde_json::from_value(membership) {
+                    Ok(snapshot) => Some(snapshot),
+                    Err(error) => {
+                        tracing::warn!(
+                            group,
+                            "stored membership unreadable ({error}); starting empty"
+                        );
+                        None
+                    }
+                });
+            let now_ms = self.now_ms();
+            let (core, stored_membership) = match stored {
+                Some(snapshot) => {
+                    match Group::restore(group.to_string(), generation, snapshot.clone(), now_ms) {
+                        Ok(core) => {
+                            tracing::info!(
+                                group,
+                                members = core.describe().members.len(),
+                                "restored the group's members"
+                            );
+                            (core, Some(snapshot))
+                        }
+                        Err(why) => {
+                            tracing::warn!(
+                                group,
+                                "stored membership refused ({why}); starting empty"
+                            );
+                            (Group::new(group.to_string(), generation), None)
+                        }
+                    }
+                }
+                None => (Group::new(group.to_string(), generation), None),
+            };
+            let record = GroupRecord {
+                generation,
+                membership: stored_membership
+                    .as_ref()
+                    .map(|snapshot| serde_json::to_value(snapshot).expect("a snapshot serializes")),
+            };
             let fence = match self
                 .store
                 .store_group(group, loaded.revision, &record)
@@ -447,9 +493,10 @@ impl<S: GroupStore> Coordinator<S> {
             self.groups.insert(
                 group.to_string(),
                 Coordinated {
-                    core: Group::new(group.to_string(), generation),
+                    core,
                     fence,
                     stored_generation: generation,
+                    stored_membership,
                     offsets: loaded.offsets,
                 },
             );
@@ -457,24 +504,34 @@ impl<S: GroupStore> Coordinator<S> {
         Ok(self.groups.get_mut(group).expect("loaded above"))
     }
 
-    /// Stores the group's generation if the state machine moved past the stored one. A fenced
-    /// write means another broker runs the group now: forget it.
+    /// Stores the group's generation and membership if either changed since they were last
+    /// stored; callers answer only after this, so a member is never told of holdings the store
+    /// does not have (a coordinator taking over restores no less than any member was told). A
+    /// fenced write means another broker runs the group now: forget it.
     async fn persist_generation(&mut self, group: &str) -> Result<(), ErrorCode> {
         let Some(coordinated) = self.groups.get_mut(group) else {
             return Err(ErrorCode::NotCoordinator);
         };
         let generation = coordinated.core.generation();
-        if generation == coordinated.stored_generation {
+        let membership = coordinated.core.snapshot();
+        if generation == coordinated.stored_generation
+            && coordinated.stored_membership.as_ref() == Some(&membership)
+        {
             return Ok(());
         }
+        let record = GroupRecord {
+            generation,
+            membership: Some(serde_json::to_value(&membership).expect("a snapshot serializes")),
+        };
         match self
             .store
-            .store_group(group, coordinated.fence, &GroupRecord { generation })
+            .store_group(group, coordinated.fence, &record)
             .await
         {
             Ok(Some(fence)) => {
                 coordinated.fence = fence;
                 coordinated.stored_generation = generation;
+                coordinated.stored_membership = Some(membership);
                 Ok(())
             }
             Ok(None) => {
@@ -483,7 +540,7 @@ impl<S: GroupStore> Coordinator<S> {
                 Err(ErrorCode::NotCoordinator)
             }
             Err(error) => {
-                tracing::warn!(group, "storing the group's generation: {error}");
+                tracing::warn!(group, "storing the group: {error}");
                 Err(store_error(&error))
             }
         }
