@@ -45,7 +45,7 @@ start_cluster() {
         pids+=($!)
     done
     for _ in $(seq 1 100); do
-        n=$("$strata" cluster info --bootstrap $boot --format json 2>/dev/null | grep -o '"id"' | wc -l || true)
+        n=$("$strata" cluster info --bootstrap $boot --format json 2>/dev/null | grep -o '"alive":true' | wc -l || true)
         [ "$n" = 3 ] && return
         sleep 0.2
     done

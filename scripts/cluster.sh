@@ -27,7 +27,7 @@ for k in 1 2 3; do
     pids+=($!)
 done
 for _ in $(seq 1 100); do
-    brokers=$("$strata" cluster info --bootstrap 127.0.0.1:7400 --format json 2>/dev/null | grep -o '"id"' | wc -l || true)
+    brokers=$("$strata" cluster info --bootstrap 127.0.0.1:7400 --format json 2>/dev/null | grep -o '"alive":true' | wc -l || true)
     [ "$brokers" = 3 ] && break
     sleep 0.2
 done

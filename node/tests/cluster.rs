@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use strata_coordinator::testing::EtcdServer;
-use support::{TestNode, cluster_info, etcd_args, leaders, runtime, strata, wait_for};
+use support::{
+    TestNode, alive_brokers, cluster_info, etcd_args, leaders, runtime, strata, wait_for,
+};
 
 #[test]
 fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
@@ -19,7 +21,7 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
     wait_for("two brokers", || {
         let info: serde_json::Value =
             serde_json::from_str(&two.cli(&["cluster", "info", "--format", "json"], None)).unwrap();
-        info["brokers"].as_array().unwrap().len() == 2
+        alive_brokers(&info).len() == 2
     });
 
     // A topic created through node 1 is placed over both and seen by node 2.
@@ -130,7 +132,7 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
     wait_for("node 2's lease to expire", || {
         let info: serde_json::Value =
             serde_json::from_str(&one.cli(&["cluster", "info", "--format", "json"], None)).unwrap();
-        info["brokers"].as_array().unwrap().len() == 1
+        alive_brokers(&info).len() == 1
     });
 }
 
@@ -148,7 +150,7 @@ fn failover_of_leaders_and_of_the_controller() {
         .collect();
     wait_for("three brokers and a controller", || {
         let info = cluster_info(&nodes[0]);
-        info["brokers"].as_array().unwrap().len() == 3 && info["controller"].as_i64() > Some(0)
+        alive_brokers(&info).len() == 3 && info["controller"].as_i64() > Some(0)
     });
     let controller = cluster_info(&nodes[0])["controller"].as_i64().unwrap();
     for node in &nodes {
@@ -231,6 +233,19 @@ fn failover_of_leaders_and_of_the_controller() {
         cluster_info(observer)["controller"].as_i64() == Some(survivor)
     });
     let took = killed_at.elapsed();
+    // The dead broker still holds replicas: `cluster info` lists it, not alive, no address.
+    let info = cluster_info(observer);
+    let dead = info["brokers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|broker| broker["id"].as_i64() == Some(controller))
+        .unwrap_or_else(|| panic!("the dead broker is not listed: {info}"));
+    assert_eq!(
+        (dead["alive"].as_bool(), dead["addr"].is_null()),
+        (Some(false), true),
+        "{info}"
+    );
     println!("controller takeover took {took:?} (lease TTL 2 s)");
     assert!(
         took < Duration::from_millis(2000 + 2000),
@@ -327,11 +342,7 @@ fn a_paused_controller_is_fenced_after_it_wakes() {
     );
     // It comes back as a broker on a new lease (its old one lapsed while it was paused).
     wait_for("the woken node to rejoin", || {
-        cluster_info(survivor)["brokers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|b| b["id"].as_i64() == Some(old))
+        alive_brokers(&cluster_info(survivor)).contains(&old)
     });
     drop(nodes);
 }

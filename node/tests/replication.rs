@@ -19,11 +19,7 @@ fn three_nodes(etcd: &EtcdServer, dirs: &[tempfile::TempDir], extra: &[&str]) ->
 /// Waits until the first node sees every node registered.
 fn wait_for_brokers(nodes: &[TestNode]) {
     wait_for("every broker registered", || {
-        support::cluster_info(&nodes[0])["brokers"]
-            .as_array()
-            .unwrap()
-            .len()
-            == nodes.len()
+        support::alive_brokers(&support::cluster_info(&nodes[0])).len() == nodes.len()
     });
 }
 

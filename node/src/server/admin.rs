@@ -87,7 +87,7 @@ async fn serve(
             }
             ("200 OK", "text/plain; version=0.0.4", body)
         }
-        "/health" => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/health" => health(config, shards).await,
         "/dashboard" | "/" => (
             "200 OK",
             "text/html; charset=utf-8",
@@ -109,13 +109,7 @@ async fn serve(
                         "cluster": config.cluster,
                         "node": config.node_id,
                         "controller": view.controller,
-                        "brokers": view.brokers.iter().map(|broker| serde_json::json!({
-                            "id": broker.id,
-                            "addr": format!("{}:{}", broker.host, broker.port),
-                            "alive": true,
-                            "shard_ports": broker.shard_ports,
-                            "rack": broker.rack,
-                        })).collect::<Vec<_>>(),
+                        "brokers": brokers_with_liveness(&view),
                         "topics": view.topics.as_ref(),
                         "shards": config.shards,
                         "data_dir": config.data_dir,
@@ -133,4 +127,75 @@ async fn serve(
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// Registered brokers (alive), then brokers that hold replicas but are not registered (dead,
+/// or cut off past their lease), not alive and without an address.
+fn brokers_with_liveness(view: &super::shard::ClusterView) -> Vec<serde_json::Value> {
+    let mut brokers: Vec<serde_json::Value> = view
+        .brokers
+        .iter()
+        .map(|broker| {
+            serde_json::json!({
+                "id": broker.id,
+                "addr": format!("{}:{}", broker.host, broker.port),
+                "alive": true,
+                "shard_ports": broker.shard_ports,
+                "rack": broker.rack,
+            })
+        })
+        .collect();
+    let dead: std::collections::BTreeSet<i32> = view
+        .topics
+        .iter()
+        .flat_map(|topic| topic.partitions.iter())
+        .flat_map(|partition| partition.replicas.iter().copied())
+        .filter(|id| !view.brokers.iter().any(|broker| broker.id == *id))
+        .collect();
+    brokers.extend(dead.into_iter().map(|id| {
+        serde_json::json!({ "id": id, "addr": null, "alive": false, "shard_ports": [], "rack": null })
+    }));
+    brokers
+}
+
+/// 200 only when every shard answers and this broker is registered in the cluster it serves:
+/// a load balancer or orchestrator then stops sending clients to a node that is starting, has a
+/// stuck shard, or was cut off from the coordinator past its lease.
+async fn health(
+    config: &NodeConfig,
+    shards: &[mpsc::UnboundedSender<ShardMessage>],
+) -> (&'static str, &'static str, String) {
+    let unavailable = |why: String| ("503 Service Unavailable", "text/plain", why);
+    let mut view = None;
+    for (index, shard) in shards.iter().enumerate() {
+        let (reply, answer) = oneshot::channel();
+        let answered = if shard.send(ShardMessage::View { reply }).is_ok() {
+            tokio::time::timeout(std::time::Duration::from_secs(2), answer)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            None
+        };
+        match answered {
+            Some(shard_view) => {
+                view.get_or_insert(shard_view);
+            }
+            None => return unavailable(format!("shard {index} is not answering\n")),
+        }
+    }
+    let Some(view) = view else {
+        return unavailable("no shards\n".into());
+    };
+    if !view
+        .brokers
+        .iter()
+        .any(|broker| broker.id == config.node_id)
+    {
+        return unavailable(format!(
+            "broker {} is not registered in cluster {} (starting, or its coordinator lease lapsed)\n",
+            config.node_id, config.cluster
+        ));
+    }
+    ("200 OK", "text/plain", "ok\n".to_string())
 }

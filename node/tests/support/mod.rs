@@ -285,6 +285,17 @@ pub fn cluster_info(node: &TestNode) -> serde_json::Value {
     serde_json::from_str(&node.cli(&["cluster", "info", "--format", "json"], None)).unwrap()
 }
 
+/// The ids of the brokers `cluster info` reports alive (registered).
+pub fn alive_brokers(info: &serde_json::Value) -> Vec<i64> {
+    info["brokers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|broker| broker["alive"] == true)
+        .map(|broker| broker["id"].as_i64().unwrap())
+        .collect()
+}
+
 pub fn describe(node: &TestNode, topic: &str) -> serde_json::Value {
     serde_json::from_str(&node.cli(&["topic", "describe", topic, "--format", "json"], None))
         .unwrap()

@@ -727,7 +727,7 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
     let metadata = client.refresh_metadata().await?;
     let mut brokers: Vec<_> = metadata.brokers.values().collect();
     brokers.sort_by_key(|broker| broker.node_id);
-    let brokers: Vec<_> = brokers
+    let mut listed: Vec<serde_json::Value> = brokers
         .into_iter()
         .map(|broker| {
             json!({
@@ -738,6 +738,20 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
             })
         })
         .collect();
+    // A broker that holds replicas but is not registered (dead, or cut off past its lease) is
+    // listed too, not alive, with no address to give.
+    let dead: std::collections::BTreeSet<i32> = metadata
+        .topics
+        .values()
+        .flat_map(|topic| topic.partitions.iter())
+        .flat_map(|partition| partition.replicas.iter().copied())
+        .filter(|id| !metadata.brokers.contains_key(id))
+        .collect();
+    listed.extend(
+        dead.into_iter()
+            .map(|id| json!({ "id": id, "addr": null, "alive": false, "shard_ports": [] })),
+    );
+    let brokers = listed;
     if format == Format::Json {
         println!(
             "{}",
@@ -749,12 +763,13 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
             metadata.cluster, metadata.controller
         );
         for broker in &brokers {
-            println!(
-                "  broker {} at {} shard ports {}",
-                broker["id"],
-                broker["addr"].as_str().unwrap_or_default(),
-                broker["shard_ports"]
-            );
+            match broker["addr"].as_str() {
+                Some(addr) => println!(
+                    "  broker {} at {} shard ports {}",
+                    broker["id"], addr, broker["shard_ports"]
+                ),
+                None => println!("  broker {} not alive (holds replicas)", broker["id"]),
+            }
         }
     }
     Ok(())
