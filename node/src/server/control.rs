@@ -236,6 +236,7 @@ fn run(
     mut mailbox: mpsc::UnboundedReceiver<ControlMessage>,
     ready: oneshot::Sender<Result<ClusterView, String>>,
 ) {
+    let _span = tracing::info_span!("control", node = config.node_id).entered();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

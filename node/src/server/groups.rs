@@ -117,6 +117,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("strata-groups".into())
         .spawn(move || {
+            let _span = tracing::info_span!("groups", node = config.node_id).entered();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

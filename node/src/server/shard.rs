@@ -133,6 +133,14 @@ pub fn run(
     mut mailbox: mpsc::UnboundedReceiver<ShardMessage>,
     ready: oneshot::Sender<Result<(), String>>,
 ) {
+    // Everything this thread logs names its node and shard (several nodes share a terminal in
+    // tests and on one host).
+    let _span = tracing::info_span!(
+        "shard",
+        node = context.config.node_id,
+        shard = context.index
+    )
+    .entered();
     if context.config.pin_cores {
         pin_to_core(context.index);
     }
