@@ -35,6 +35,10 @@ pub struct BrokerInfo {
     /// Shard `i` takes replication (QUIC, UDP) on `replication_ports[i]`.
     #[serde(default)]
     pub replication_ports: Vec<u16>,
+    /// Where followers reach those ports when not at `host` (`--replication` bound to another
+    /// address, e.g. a separate replication network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_host: Option<String>,
     /// Failure domain (`--rack`): replicas of a partition go to different racks first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,

@@ -285,6 +285,7 @@ mod tests {
             port: 7300,
             shard_ports: vec![7310, 7311],
             replication_ports: vec![],
+            replication_host: None,
             rack: None,
         };
         {
@@ -339,6 +340,7 @@ mod tests {
                 port: 7300,
                 shard_ports: vec![7310],
                 replication_ports: vec![],
+                replication_host: None,
                 rack: None,
             }))
             .unwrap();
@@ -390,6 +392,7 @@ mod tests {
             port: 1,
             shard_ports: vec![],
             replication_ports: vec![],
+            replication_host: None,
             rack: None,
         }))
         .unwrap();

@@ -228,6 +228,7 @@ mod tests {
                 port: 7300,
                 shard_ports: vec![],
                 replication_ports: vec![],
+                replication_host: None,
                 rack: None,
             })
             .collect()

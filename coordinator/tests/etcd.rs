@@ -22,6 +22,7 @@ fn broker(id: i32) -> BrokerInfo {
         port: 7300 + 100 * id as u16,
         shard_ports: vec![7310 + 100 * id as u16],
         replication_ports: vec![],
+        replication_host: None,
         rack: None,
     }
 }

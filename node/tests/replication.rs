@@ -868,3 +868,45 @@ fn unclean_election_only_where_the_topic_allows_it() {
     produce.push(&index);
     nodes[1].cli(&produce, Some(b"after an unclean election\n"));
 }
+
+/// `--replication` on an address of its own (another loopback address standing in for a
+/// separate replication network): brokers advertise it and followers dial it, not the client
+/// host. Before, the address was bound but never told, so followers never reached their leader.
+#[test]
+fn followers_reach_leaders_on_their_own_replication_address() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<TestNode> = (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            let replication = format!("127.0.0.{}:{}", i + 2, support::free_base_port(1));
+            let mut args = etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--replication", &replication]);
+            TestNode::start_with(dirs[i].path(), 1, &args)
+        })
+        .collect();
+    wait_for_brokers(&nodes);
+    create_topic(
+        &nodes,
+        "apart",
+        &[
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--min-insync",
+            "3",
+        ],
+    );
+    let lines: String = (0..10).map(|i| format!("r{i}\n")).collect();
+    // acks=all with min.insync.replicas=3: answered only once both followers have the records.
+    nodes[0].cli(
+        &["produce", "apart", "--acks", "all"],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(
+        describe(&nodes[0], "apart")["partitions"][0]["high_watermark"],
+        10
+    );
+    assert_eq!(isr(&nodes[0], "apart", 0).len(), 3);
+}

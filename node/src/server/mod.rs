@@ -93,6 +93,11 @@ impl NodeConfig {
             replication_ports: (0..self.shards)
                 .map(|i| self.replication_addr(i).port())
                 .collect(),
+            // Bound to its own address (not a wildcard, not the client one): followers must
+            // dial that address, not the client host.
+            replication_host: (!self.replication.ip().is_unspecified()
+                && self.replication.ip() != self.listen.ip())
+            .then(|| self.replication.ip().to_string()),
             rack: self.rack.clone(),
         }
     }

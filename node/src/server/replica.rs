@@ -308,9 +308,11 @@ impl Shard {
         let broker = view.brokers.iter().find(|broker| broker.id == leader)?;
         let shard = shard_of(topic, partition, broker.replication_ports.len().max(1));
         let port = *broker.replication_ports.get(shard)?;
-        let addr = format!("{}:{port}", broker.host).parse().ok().or_else(|| {
+        // The broker's identity (TLS server name) is its advertised host wherever it replicates.
+        let host = broker.replication_host.as_deref().unwrap_or(&broker.host);
+        let addr = format!("{host}:{port}").parse().ok().or_else(|| {
             use std::net::ToSocketAddrs;
-            (broker.host.as_str(), port).to_socket_addrs().ok()?.next()
+            (host, port).to_socket_addrs().ok()?.next()
         })?;
         Some((addr, broker.host.clone()))
     }
