@@ -33,9 +33,17 @@ thread_local! {
     /// io_uring operations this thread (a shard) has submitted and not yet seen complete: the
     /// submission queue's depth as the shard uses it (tokio-uring does not expose the ring's).
     static IN_FLIGHT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// The most in flight at once since the last [`take_in_flight`].
-    static IN_FLIGHT_MAX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The most in flight at once in the current window, and in the one before it.
+    static IN_FLIGHT_MAX: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    /// When the current window began.
+    static WINDOW_START: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
 }
+
+/// The peak covers 10 s windows rather than "since the last look": several scrapers (a
+/// Prometheus server, the dashboard polling every second) each see the same peak instead of
+/// taking it from one another.
+const IN_FLIGHT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Counts one operation in flight for as long as it lives.
 struct InFlight;
@@ -46,7 +54,10 @@ impl InFlight {
             count.set(count.get() + 1);
             count.get()
         });
-        IN_FLIGHT_MAX.with(|max| max.set(max.get().max(now)));
+        IN_FLIGHT_MAX.with(|max| {
+            let (current, previous) = max.get();
+            max.set((current.max(now), previous));
+        });
         InFlight
     }
 }
@@ -57,11 +68,19 @@ impl Drop for InFlight {
     }
 }
 
-/// This thread's io_uring operations in flight now, and the most at once since the last call.
+/// This thread's io_uring operations in flight now, and the most at once over the current and
+/// the previous [`IN_FLIGHT_WINDOW`] (so between 10 and 20 s back).
 pub fn take_in_flight() -> (u64, u64) {
     let now = IN_FLIGHT.with(std::cell::Cell::get);
-    let max = IN_FLIGHT_MAX.with(|max| max.replace(now));
-    (now, max)
+    let started =
+        WINDOW_START.with(|start| *start.get().get_or_insert_with(std::time::Instant::now));
+    let (mut current, mut previous) = IN_FLIGHT_MAX.with(std::cell::Cell::get);
+    if started.elapsed() >= IN_FLIGHT_WINDOW {
+        (current, previous) = (now, current);
+        IN_FLIGHT_MAX.with(|max| max.set((current, previous)));
+        WINDOW_START.with(|start| start.set(Some(std::time::Instant::now())));
+    }
+    (now, current.max(previous))
 }
 
 pub struct UringFile {
@@ -294,6 +313,27 @@ pub(crate) fn list_dir_blocking(dir: &Path) -> io::Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    /// Starts a fresh window with no peak (what came before does not count).
+    fn forget_in_flight_peak() {
+        IN_FLIGHT_MAX.with(|max| max.set((0, 0)));
+        WINDOW_START.with(|start| start.set(Some(std::time::Instant::now())));
+    }
+
+    #[test]
+    fn the_in_flight_peak_is_the_same_for_every_reader_within_a_window() {
+        forget_in_flight_peak();
+        let operations: Vec<InFlight> = (0..3).map(|_| InFlight::start()).collect();
+        drop(operations);
+        // Two scrapers in a row both see the peak; it does not go with the first look.
+        assert_eq!(take_in_flight(), (0, 3));
+        assert_eq!(take_in_flight(), (0, 3));
+        // A window later it is still there (the previous window's), two windows later gone.
+        WINDOW_START.with(|start| start.set(Some(std::time::Instant::now() - IN_FLIGHT_WINDOW)));
+        assert_eq!(take_in_flight(), (0, 3));
+        WINDOW_START.with(|start| start.set(Some(std::time::Instant::now() - IN_FLIGHT_WINDOW)));
+        assert_eq!(take_in_flight(), (0, 0));
+    }
+
     #[test]
     fn appends_are_written_on_the_shard_thread_and_reads_go_through_the_ring() {
         if probe().is_err() || std::env::var_os("STRATA_IO_WRITES").is_some() {
@@ -305,7 +345,7 @@ mod tests {
                 .open(&dir.path().join("segment"), true)
                 .await
                 .unwrap();
-            take_in_flight();
+            forget_in_flight_peak();
             file.write_all_at(Bytes::from_static(b"appended bytes"), 0)
                 .await
                 .unwrap();
@@ -316,6 +356,7 @@ mod tests {
             assert_eq!(take_in_flight(), (0, 1), "the read did");
 
             // The ring's path, for filesystems that take non-blocking buffered writes.
+            forget_in_flight_peak();
             file.write_through_ring(Bytes::from_static(b"through the ring"), 8)
                 .await
                 .unwrap();

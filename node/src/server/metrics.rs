@@ -281,7 +281,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         (
             "strata_io_uring_in_flight_max",
             "gauge",
-            "The most io_uring operations in flight on this shard at once since the previous scrape.",
+            "The most io_uring operations in flight on this shard at once over the last 10-20 s.",
             |s| s.io_in_flight_max,
         ),
         (

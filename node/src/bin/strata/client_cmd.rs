@@ -419,7 +419,9 @@ pub struct ConsumeArgs {
     #[arg(long, requires = "group", default_value_t = 5_000)]
     auto_commit_interval_ms: u64,
     /// With --group: `sticky` (default), `range` or `roundrobin`.
-    #[arg(long, requires = "group", default_value = "sticky")]
+    #[arg(long, requires = "group", default_value = "sticky", value_parser = [
+        "sticky", "cooperative-sticky", "range", "roundrobin", "round-robin",
+    ])]
     assignor: String,
 }
 
