@@ -29,7 +29,7 @@ use strata_client::{
     Producer, ProducerConfig, ProducerRecord, SeekTo,
 };
 
-use pacing::{Schedule, on_pacing_thread};
+use pacing::{PreciseTimer, Schedule, on_own_runtime, on_pacing_thread};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -463,28 +463,37 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     }
 
     let mut producer_tasks = Vec::new();
-    let mut paced = Vec::new();
     if config.workload != Workload::Consume {
         let producers = config.producers.max(1);
-        for index in 0..producers {
-            let producer = Producer::new(
-                client.clone(),
-                ProducerConfig {
-                    acks: config.acks,
-                    batch_bytes: config.batch_bytes,
-                    linger: config.linger,
-                    batch_records: config.batch_records,
-                    idempotent: config.idempotent,
-                    ..ProducerConfig::default()
-                },
+        // Paced producers run on threads of their own, each with its own runtime and client:
+        // one per PACED_RECORDS_PER_THREAD of the rate, at most one per producer and per core.
+        let paced_threads = config
+            .rate
+            .map_or(1, |rate| (rate / PACED_RECORDS_PER_THREAD).ceil() as usize)
+            .clamp(
+                1,
+                producers.min(
+                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                ),
             );
+        let mut paced: Vec<Vec<PacedProducer>> = (0..paced_threads).map(|_| Vec::new()).collect();
+        for index in 0..producers {
+            let producer_config = ProducerConfig {
+                acks: config.acks,
+                batch_bytes: config.batch_bytes,
+                linger: config.linger,
+                batch_records: config.batch_records,
+                idempotent: config.idempotent,
+                ..ProducerConfig::default()
+            };
             let config = config.clone();
             let (stop, produced) = (stop.clone(), produced.clone());
             let interval = ack_intervals.recorder();
             let quota = config.records.map(|total| {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
             });
-            let task = ProducerTask {
+            let (rate, pinned) = (config.rate, config.pinned);
+            let make_task = move |producer: Producer| ProducerTask {
                 producer,
                 config,
                 index: index as u64,
@@ -493,9 +502,15 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 tally: Tally { produced, interval },
                 measure_from,
             };
-            if task.config.rate.is_some() && !task.config.pinned {
-                paced.push(task);
-            } else if task.config.rate.is_some() {
+            if rate.is_some() && !pinned {
+                paced[index % paced_threads].push(PacedProducer {
+                    producer_config,
+                    make_task: Box::new(make_task),
+                });
+                continue;
+            }
+            let task = make_task(Producer::new(client.clone(), producer_config));
+            if rate.is_some() {
                 // A pinned producer waits once per batch: a pacing thread of its own is cheap.
                 producer_tasks.push(
                     on_pacing_thread(&format!("bench-producer-{index}"), || produce(task)).boxed(),
@@ -508,8 +523,14 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 producer_tasks.push(async move { Ok(task.await?) }.boxed());
             }
         }
-        if !paced.is_empty() {
-            let outcomes = on_pacing_thread("bench-producers", || produce_paced(paced));
+        for (thread, group) in paced.into_iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let bootstrap = config.bootstrap.clone();
+            let outcomes = on_own_runtime(&format!("bench-producers-{thread}"), move || {
+                produce_paced_on_this_thread(bootstrap, group)
+            });
             producer_tasks.push(
                 async move {
                     let mut merged = (histogram(), histogram(), 0u64);
@@ -631,11 +652,45 @@ async fn produce(task: ProducerTask) -> ProducerOutcome {
     sender.finish().await
 }
 
-/// Every paced producer on one pacing thread ([`pacing`]), each open loop at its share of the
-/// rate. One thread wakes for all of them, at most once per [`pacing::QUANTUM`]: a wake-up is
-/// the expensive part of pacing on a VM (three producers on threads of their own, waking for
-/// every record at 35,000 records/s, took 97% of a core, 70% of it switching threads).
+/// The paced rate one producer thread takes before the next thread starts. On this project's
+/// 2-core VM (2026-11-30), one thread at 200,000 records/s used 63% of a core where the earlier
+/// design (a pacing thread feeding the shared runtime) used 104%, with the same latency and
+/// the same broker CPU; a second thread (a second client) lowered p50 by a fifth to a third but
+/// cost the broker a quarter more CPU (twice the requests), worth it only where one thread
+/// falls behind: at 320,000 records/s one thread delivered 318,700 with p50 1.4-2.5 ms, two
+/// held the rate with p50 0.9-1.0 ms.
+const PACED_RECORDS_PER_THREAD: f64 = 200_000.0;
+
+/// A paced producer before it starts: its client and producer are made on the thread that
+/// will run it.
+struct PacedProducer {
+    producer_config: ProducerConfig,
+    make_task: Box<dyn FnOnce(Producer) -> ProducerTask + Send>,
+}
+
+/// Connects a client of this thread's own, starts `group`'s producers on it and runs them
+/// paced (see [`on_own_runtime`]).
+async fn produce_paced_on_this_thread(
+    bootstrap: String,
+    group: Vec<PacedProducer>,
+) -> Vec<ProducerOutcome> {
+    let client = match Client::connect(ClientConfig::new(&bootstrap)).await {
+        Ok(client) => client,
+        Err(error) => return vec![Err(anyhow::Error::from(error).context("connecting"))],
+    };
+    let tasks = group
+        .into_iter()
+        .map(|paced| (paced.make_task)(Producer::new(client.clone(), paced.producer_config)))
+        .collect();
+    produce_paced(tasks).await
+}
+
+/// This thread's paced producers, each open loop at its share of the rate. The thread wakes
+/// for all of them, at most once per [`pacing::QUANTUM`]: a wake-up is the expensive part of
+/// pacing on a VM (three producers on threads of their own, waking for every record at 35,000
+/// records/s, took 97% of a core, 70% of it switching threads).
 async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
+    let timer = PreciseTimer::new();
     let start = Instant::now();
     let mut senders: Vec<(RecordSender, Schedule)> = tasks
         .into_iter()
@@ -661,7 +716,7 @@ async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
             }
         }
         match next_due {
-            Some(next_due) => pacing::wait_for(next_due),
+            Some(next_due) => timer.wait_for(next_due).await,
             None => break,
         }
     }
