@@ -4,11 +4,13 @@
 //! so a record due between ticks leaves up to 1 ms late. The bench counts latency from the
 //! intended send time (as it must, or a stalled broker would hide behind a waiting generator),
 //! so that lateness showed up as broker latency: a 1 ms floor under every percentile (p50
-//! 976 µs at 1,000 records/s with one record per request, 2026-11-29). Paced loops therefore run
-//! on an OS thread of their own ([`on_pacing_thread`]), where a plain sleep with 1 µs timer
-//! slack wakes within tens of microseconds, and drive their async work through the runtime's
-//! handle. Wake-ups are not free either, so a pacing thread sleeps at least [`QUANTUM`] and
-//! sends everything that fell due meanwhile ([`wait_for`]).
+//! 976 µs at 1,000 records/s with one record per request, 2026-11-29). Paced producers
+//! therefore run on OS threads of their own, each with its own single-threaded runtime and
+//! client ([`on_own_runtime`]), and wait on a `timerfd` ([`PreciseTimer`]) that wakes within
+//! tens of microseconds; nothing they do crosses threads. (A pinned producer's per-batch loop
+//! uses [`on_pacing_thread`]: a plain sleep with 1 µs timer slack, driving its async work
+//! through the shared runtime's handle.) Wake-ups are not free either, so a paced thread
+//! sleeps at least [`QUANTUM`] and sends everything that fell due meanwhile.
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
