@@ -427,9 +427,14 @@ fn the_whole_cluster_restarts_with_topics_placement_and_data() {
 fn losing_etcd_stops_writes_after_the_lease_could_have_expired() {
     let etcd = EtcdServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let node = TestNode::start_with(dir.path(), 1, &etcd_args(&etcd, "1"));
+    let admin_port = support::free_base_port(0);
+    let admin = format!("127.0.0.1:{admin_port}");
+    let mut args = etcd_args(&etcd, "1");
+    args.extend_from_slice(&["--admin", &admin]);
+    let node = TestNode::start_with(dir.path(), 1, &args);
     node.cli(&["topic", "create", "outage", "--partitions", "1"], None);
     node.cli(&["produce", "outage"], Some(b"before\n"));
+    assert!(support::http_get(admin_port, "/health").0.contains("200"));
 
     drop(etcd);
     let lost_at = Instant::now();
@@ -449,4 +454,10 @@ fn losing_etcd_stops_writes_after_the_lease_could_have_expired() {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("NotLeader"), "{stderr}");
+    // A load balancer asking /health stops sending clients here.
+    let (status, body) = support::http_get(admin_port, "/health");
+    assert!(
+        status.contains("503") && body.contains("not registered"),
+        "{status}: {body}"
+    );
 }

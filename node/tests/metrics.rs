@@ -2,18 +2,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-
-use support::TestNode;
-
-fn get(port: u16, path: &str) -> (String, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
+use support::{TestNode, http_get};
 
 /// Parses Prometheus text exposition: `# HELP`/`# TYPE` comments and `name{labels} value`
 /// samples; panics on anything else.
@@ -96,7 +85,7 @@ fn metrics_parse_and_count_the_traffic() {
         None,
     );
 
-    let (status, body) = get(admin, "/metrics");
+    let (status, body) = http_get(admin, "/metrics");
     assert!(status.contains("200"), "{status}");
     let samples = parse(&body);
     assert_eq!(
@@ -159,18 +148,18 @@ fn metrics_parse_and_count_the_traffic() {
         ],
         None,
     );
-    let samples = parse(&get(admin, "/metrics").1);
+    let samples = parse(&http_get(admin, "/metrics").1);
     assert!(total(&samples, "strata_direct_writes_total") >= 1.0);
     assert!(total(&samples, "strata_direct_write_bytes_total") >= 256.0 * 1024.0);
 
-    let (status, body) = get(admin, "/health");
+    let (status, body) = http_get(admin, "/health");
     assert!(status.contains("200") && body.trim() == "ok");
-    let (status, body) = get(admin, "/v1/cluster");
+    let (status, body) = http_get(admin, "/v1/cluster");
     assert!(status.contains("200"));
     let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(cluster["brokers"].as_array().unwrap().len(), 1);
     assert_eq!(cluster["topics"][0]["name"], "m");
-    let (status, _) = get(admin, "/nope");
+    let (status, _) = http_get(admin, "/nope");
     assert!(status.contains("404"));
 }
 
@@ -200,7 +189,7 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
     // Open the page once traffic flows.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let (_, body) = get(admin, "/metrics");
+        let (_, body) = http_get(admin, "/metrics");
         let flowing = parse(&body)
             .iter()
             .any(|(name, _, value)| name == "strata_records_in_total" && *value > 0.0);
@@ -265,7 +254,7 @@ fn the_grafana_dashboard_queries_exported_metrics() {
     let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
     node.cli(&["topic", "create", "g", "--partitions", "1"], None);
     node.cli(&["produce", "g"], Some(b"one\n"));
-    let (_, body) = get(admin, "/metrics");
+    let (_, body) = http_get(admin, "/metrics");
     // Families are declared (`# TYPE`) even before they have samples (lag needs a group).
     let exported: std::collections::BTreeSet<String> = parse(&body)
         .into_iter()
@@ -338,7 +327,7 @@ fn consumer_lag_per_group_and_partition_is_exported() {
     // Lag is measured every 5 s.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
-        let samples = parse(&get(admin, "/metrics").1);
+        let samples = parse(&http_get(admin, "/metrics").1);
         if sum(&samples, "strata_consumer_lag") == 40.0 {
             assert_eq!(sum(&samples, "strata_group_committed_offset"), 60.0);
             let partitions = samples

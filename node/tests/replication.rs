@@ -211,7 +211,7 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
         true
     );
     if leader == 1 {
-        let metrics = reqwest_lite(&admin);
+        let metrics = support::http_get(admin_port, "/metrics").1;
         assert!(
             metrics.contains("strata_under_replicated_partitions{node=\"1\",shard=\"0\"} 1"),
             "{metrics}"
@@ -256,7 +256,7 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
     if leader == 1 {
         // Two shrinks, then one or two expansions (the followers may rejoin in one change);
         // cluster views that merely repeat a change (the leader's own, echoed) count nothing.
-        let metrics = reqwest_lite(&admin);
+        let metrics = support::http_get(admin_port, "/metrics").1;
         let changes: u64 = metrics
             .lines()
             .find(|line| {
@@ -266,16 +266,6 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
             .unwrap_or_else(|| panic!("no ISR change counter for lag: {metrics}"));
         assert!((3..=4).contains(&changes), "{changes} ISR changes counted");
     }
-}
-
-/// A plain HTTP GET of /metrics (no client library needed for one request).
-fn reqwest_lite(admin: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(admin).unwrap();
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body
 }
 
 /// What the chaos producer and consumer saw, checked against the final logs.

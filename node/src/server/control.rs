@@ -420,6 +420,15 @@ fn run(
                                 let mut topics = view.topics.as_ref().clone();
                                 demote(&mut topics, config.node_id);
                                 view.topics = Arc::new(topics);
+                                // Nor is it a registered broker as far as it can tell: its
+                                // `/health` and `cluster info` say so.
+                                let brokers: Vec<_> = view
+                                    .brokers
+                                    .iter()
+                                    .filter(|broker| broker.id != config.node_id)
+                                    .cloned()
+                                    .collect();
+                                view.brokers = Arc::new(brokers);
                                 send_view(&shards, view.clone()).await;
                             }
                             if let AnyCoordinator::Etcd(etcd) = &coordinator

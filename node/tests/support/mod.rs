@@ -285,6 +285,17 @@ pub fn cluster_info(node: &TestNode) -> serde_json::Value {
     serde_json::from_str(&node.cli(&["cluster", "info", "--format", "json"], None)).unwrap()
 }
 
+/// A plain HTTP GET of `path` on a node's admin port: (status line, body).
+pub fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
 /// The ids of the brokers `cluster info` reports alive (registered).
 pub fn alive_brokers(info: &serde_json::Value) -> Vec<i64> {
     info["brokers"]
