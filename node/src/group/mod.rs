@@ -238,6 +238,37 @@ pub struct GroupSnapshot {
     pub fenced: BTreeMap<String, String>,
 }
 
+impl GroupSnapshot {
+    /// Whether `now` differs from this stored snapshot only by partitions released (left
+    /// `revoking`) and revocations told: then the stored one may stay. Restored, it holds
+    /// those partitions a little longer (their holders report them gone again), which is safe;
+    /// every other change (a partition handed over, a generation moved, a member come or
+    /// gone) must be stored before the answer that reports it.
+    pub fn only_releases_since(&self, now: &GroupSnapshot) -> bool {
+        self.assignor == now.assignor
+            && self.planned_counts == now.planned_counts
+            && self.fenced == now.fenced
+            && self.members.len() == now.members.len()
+            && self
+                .members
+                .iter()
+                .zip(&now.members)
+                .all(|((id, stored), (now_id, now))| {
+                    id == now_id
+                        && now.revoking.is_subset(&stored.revoking)
+                        && MemberSnapshot {
+                            revoking: BTreeSet::new(),
+                            told: BTreeSet::new(),
+                            ..stored.clone()
+                        } == MemberSnapshot {
+                            revoking: BTreeSet::new(),
+                            told: BTreeSet::new(),
+                            ..now.clone()
+                        }
+                })
+    }
+}
+
 /// A member as stored: its subscription, generations and holdings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberSnapshot {

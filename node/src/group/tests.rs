@@ -382,6 +382,45 @@ fn a_restored_group_goes_on_where_the_last_coordinator_stopped() {
     assert_eq!(restored.describe().state, GroupState::Stable);
     check_exclusive(&restored);
 
+    // What must be stored before an answer: a release that leaves something to revoke, and a
+    // revocation told, may wait (restored, the member holds those partitions a little longer and
+    // reports them gone again); a handover may not.
+    restored
+        .join(6_000, params(&["t"]), &partitions, "c".into())
+        .unwrap();
+    let generation = restored.generation();
+    let a_owns: Vec<TopicPartition> = a.partitions.clone();
+    let stored = restored.snapshot();
+    // a hears that one partition goes (the answer leaves it out): only `told` changed.
+    let told = restored
+        .heartbeat(6_100, "a", 3, &a_owns, &partitions)
+        .unwrap();
+    let leaving: Vec<TopicPartition> = a_owns
+        .iter()
+        .filter(|tp| !told.partitions.contains(tp))
+        .cloned()
+        .collect();
+    assert_eq!(leaving.len(), 1, "c takes one of a's two");
+    assert_ne!(stored, restored.snapshot());
+    assert!(stored.only_releases_since(&restored.snapshot()));
+    // c heartbeats: nothing is free for it yet.
+    let c = restored
+        .heartbeat(6_300, "c", generation, &[], &partitions)
+        .unwrap();
+    assert!(c.partitions.is_empty());
+    let stored = restored.snapshot();
+    // a lets it go: a's generation moves, so this is stored; then c gets it: stored too.
+    restored
+        .heartbeat(6_400, "a", 3, &told.partitions, &partitions)
+        .unwrap();
+    assert!(!stored.only_releases_since(&restored.snapshot()));
+    let stored = restored.snapshot();
+    let c = restored
+        .heartbeat(6_500, "c", generation, &[], &partitions)
+        .unwrap();
+    assert_eq!(c.partitions, leaving);
+    assert!(!stored.only_releases_since(&restored.snapshot()));
+
     // A snapshot that breaks the rules is refused, not half-applied.
     let mut broken = restored.snapshot();
     let b_holds = broken.members["b"].assigned.clone();
@@ -742,6 +781,9 @@ struct Client {
 struct Sim {
     rng: StdRng,
     group: Group,
+    /// What the adapter's store holds: (generation, membership), updated by its rule after
+    /// every input (`GroupSnapshot::only_releases_since` lets some changes wait).
+    stored: (i32, GroupSnapshot),
     partitions: PartitionCounts,
     clients: Vec<Client>,
     now_ms: u64,
@@ -855,6 +897,14 @@ impl Sim {
         }
     }
 
+    /// The adapter's rule: store unless only releases and told revocations changed.
+    fn store(&mut self) {
+        let now = self.group.snapshot();
+        if self.group.generation() != self.stored.0 || !self.stored.1.only_releases_since(&now) {
+            self.stored = (self.group.generation(), now);
+        }
+    }
+
     fn step(&mut self) {
         self.now_ms += self.rng.random_range(0..60);
         let live: Vec<usize> = (0..self.clients.len())
@@ -955,9 +1005,9 @@ impl Sim {
                 }
             }
             20..22 => {
-                // The coordinator moves: the next one restores what the last one stored (the
-                // adapter stores before it answers, so that is the state now).
-                let snapshot = self.group.snapshot();
+                // The coordinator moves: the next one restores what the last one stored, which
+                // may miss releases and revocations told since (the store's rule lets them wait).
+                let snapshot = self.stored.1.clone();
                 let generation = self.group.generation() + 1;
                 self.group = Group::restore("g".into(), generation, snapshot, self.now_ms)
                     .expect("a stored snapshot restores");
@@ -1085,9 +1135,11 @@ fn simulate(seed: u64) {
         ("b", rng.random_range(1..=8)),
     ]);
     let start_generation = rng.random_range(0..5);
+    let group = Group::new("g".into(), start_generation);
     let mut sim = Sim {
         rng,
-        group: Group::new("g".into(), start_generation),
+        stored: (group.generation(), group.snapshot()),
+        group,
         partitions,
         clients: Vec::new(),
         now_ms: 0,
@@ -1098,6 +1150,7 @@ fn simulate(seed: u64) {
     let mut generation = sim.group.generation();
     for _ in 0..400 {
         sim.step();
+        sim.store();
         sim.check();
         assert!(
             sim.group.generation() >= generation,

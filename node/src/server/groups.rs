@@ -516,7 +516,10 @@ impl<S: GroupStore> Coordinator<S> {
         let generation = coordinated.core.generation();
         let membership = coordinated.core.snapshot();
         if generation == coordinated.stored_generation
-            && coordinated.stored_membership.as_ref() == Some(&membership)
+            && coordinated
+                .stored_membership
+                .as_ref()
+                .is_some_and(|stored| stored.only_releases_since(&membership))
         {
             return Ok(());
         }
