@@ -252,6 +252,25 @@ async fn serve<S: GroupStore>(
     }
 }
 
+/// The most a group's membership may take in its record: etcd refuses requests over 1.5 MiB
+/// by default, and a refused write would refuse the group's heartbeats with it.
+const MEMBERSHIP_RECORD_MAX_BYTES: usize = 1 << 20;
+
+/// The membership as the group record stores it; `None` (a new coordinator then starts the
+/// group empty, as before memberships were stored) for a group too large for one record.
+fn membership_record(group: &str, snapshot: &GroupSnapshot) -> Option<serde_json::Value> {
+    let bytes = serde_json::to_vec(snapshot).expect("a snapshot serializes");
+    if bytes.len() > MEMBERSHIP_RECORD_MAX_BYTES {
+        tracing::warn!(
+            group,
+            bytes = bytes.len(),
+            "membership too large to store; a coordinator taking over starts the group afresh"
+        );
+        return None;
+    }
+    Some(serde_json::from_slice(&bytes).expect("just serialized"))
+}
+
 fn partition_counts(view: &ClusterView) -> PartitionCounts {
     view.topics
         .iter()
@@ -479,7 +498,7 @@ impl<S: GroupStore> Coordinator<S> {
                 generation,
                 membership: stored_membership
                     .as_ref()
-                    .map(|snapshot| serde_json::to_value(snapshot).expect("a snapshot serializes")),
+                    .and_then(|snapshot| membership_record(group, snapshot)),
             };
             let fence = match self
                 .store
@@ -525,7 +544,7 @@ impl<S: GroupStore> Coordinator<S> {
         }
         let record = GroupRecord {
             generation,
-            membership: Some(serde_json::to_value(&membership).expect("a snapshot serializes")),
+            membership: membership_record(group, &membership),
         };
         match self
             .store
@@ -1056,6 +1075,41 @@ impl<S: GroupStore> Coordinator<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_membership_too_large_for_one_record_is_not_stored() {
+        let partitions = PartitionCounts::from([("t".to_string(), 100)]);
+        let mut group = Group::new("g".into(), 0);
+        let params = JoinParams {
+            member_id: None,
+            instance_id: None,
+            client_id: "c".into(),
+            topics: vec!["t".into()],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            assignor: AssignorKind::Sticky,
+        };
+        group.join(0, params, &partitions, "a".into()).unwrap();
+        group.heartbeat(1, "a", 1, &[], &partitions).unwrap();
+        let small = group.snapshot();
+        let stored = membership_record("g", &small).expect("a small group is stored");
+        assert_eq!(
+            serde_json::from_value::<GroupSnapshot>(stored).unwrap(),
+            small
+        );
+
+        let mut huge = small.clone();
+        let member = huge.members.get_mut("a").unwrap();
+        for partition in 0..60_000 {
+            member
+                .target
+                .insert(TopicPartition::new("a-rather-long-topic-name", partition));
+            member
+                .assigned
+                .insert(TopicPartition::new("a-rather-long-topic-name", partition));
+        }
+        assert_eq!(membership_record("g", &huge), None);
+    }
 
     #[test]
     fn the_coordinator_is_the_same_for_any_order_of_brokers_and_spreads_groups() {
