@@ -31,18 +31,31 @@ where
     Fut::Output: Send + 'static,
 {
     let runtime = tokio::runtime::Handle::current();
+    on_thread(name, "a pacing thread panicked", move || {
+        runtime.block_on(make())
+    })
+}
+
+/// Runs `run` on a new OS thread with 1 µs timer slack; resolves to what it returns.
+fn on_thread<T, R>(
+    name: &str,
+    panicked: &'static str,
+    run: R,
+) -> impl Future<Output = anyhow::Result<T>> + use<T, R>
+where
+    T: Send + 'static,
+    R: FnOnce() -> T + Send + 'static,
+{
     let (done, output) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
             set_fine_timer_slack();
-            let _ = done.send(runtime.block_on(make()));
+            let _ = done.send(run());
         });
     async move {
         spawned?;
-        output
-            .await
-            .map_err(|_| anyhow::anyhow!("a pacing thread panicked"))
+        output.await.map_err(|_| anyhow::anyhow!(panicked))
     }
 }
 
@@ -141,23 +154,13 @@ where
     Fut: Future,
     Fut::Output: Send + 'static,
 {
-    let (done, output) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            set_fine_timer_slack();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a current-thread runtime builds");
-            let _ = done.send(runtime.block_on(make()));
-        });
-    async move {
-        spawned?;
-        output
-            .await
-            .map_err(|_| anyhow::anyhow!("a producer thread panicked"))
-    }
+    on_thread(name, "a producer thread panicked", move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds")
+            .block_on(make())
+    })
 }
 
 /// An async sleep precise to microseconds: a `timerfd` the runtime's IO driver watches, where

@@ -299,17 +299,7 @@ fn pinned_presets_mirror_iggy_bench() {
         ],
     );
     for partition in 0..2 {
-        let segments = std::fs::read_dir(temp.path().join(format!("pinned-{partition}")))
-            .unwrap()
-            .filter(|entry| {
-                entry
-                    .as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|ext| ext == "log")
-            })
-            .count();
+        let segments = support::log_segments(&temp.path().join(format!("pinned-{partition}")));
         assert!(segments >= 2, "segment.bytes applied: {segments} segments");
     }
     assert_eq!(produced["records"], 4000);

@@ -378,10 +378,7 @@ fn binary_lines_are_records_and_usage_errors_exit_2() {
         ],
         None,
     );
-    let records: Vec<serde_json::Value> = consumed
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let records = support::json_lines(&consumed);
     assert_eq!(
         (records[0]["key"].as_str(), records[0]["value"].as_str()),
         (Some("plain"), Some("text"))

@@ -207,19 +207,7 @@ fn retention_deletes_old_segments_of_a_live_topic() {
             ack.await.unwrap();
         }
     });
-    let segments = || {
-        std::fs::read_dir(data.path().join("aging-0"))
-            .unwrap()
-            .filter(|entry| {
-                entry
-                    .as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|e| e == "log")
-            })
-            .count()
-    };
+    let segments = || support::log_segments(&data.path().join("aging-0"));
     let before = segments();
     assert!(before >= 4, "{before} segments");
     let log_start = || {
@@ -309,10 +297,7 @@ fn retention_deletes_old_segments_of_a_live_topic() {
         ],
         None,
     );
-    let records: Vec<serde_json::Value> = consumed
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let records = support::json_lines(&consumed);
     assert_eq!(records.first().unwrap()["offset"].as_u64(), Some(start));
     assert_eq!(records.len() as u64, 400 - start);
     assert!(

@@ -254,17 +254,32 @@ impl GroupSnapshot {
                 .iter()
                 .zip(&now.members)
                 .all(|((id, stored), (now_id, now))| {
+                    // Destructured whole: a field added later must be placed on one side or
+                    // the other of this rule.
+                    let MemberSnapshot {
+                        instance_id,
+                        client_id,
+                        topics,
+                        session_timeout_ms,
+                        rebalance_timeout_ms,
+                        generation,
+                        previous_generation,
+                        target,
+                        assigned,
+                        revoking,
+                        told: _,
+                    } = stored;
                     id == now_id
-                        && now.revoking.is_subset(&stored.revoking)
-                        && MemberSnapshot {
-                            revoking: BTreeSet::new(),
-                            told: BTreeSet::new(),
-                            ..stored.clone()
-                        } == MemberSnapshot {
-                            revoking: BTreeSet::new(),
-                            told: BTreeSet::new(),
-                            ..now.clone()
-                        }
+                        && now.revoking.is_subset(revoking)
+                        && *instance_id == now.instance_id
+                        && *client_id == now.client_id
+                        && *topics == now.topics
+                        && *session_timeout_ms == now.session_timeout_ms
+                        && *rebalance_timeout_ms == now.rebalance_timeout_ms
+                        && *generation == now.generation
+                        && *previous_generation == now.previous_generation
+                        && *target == now.target
+                        && *assigned == now.assigned
                 })
     }
 }

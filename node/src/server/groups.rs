@@ -528,7 +528,7 @@ impl<S: GroupStore> Coordinator<S> {
     /// stored; callers answer only after this, so a member is never told of holdings the store
     /// does not have (a coordinator taking over restores no less than any member was told). A
     /// fenced write means another broker runs the group now: forget it.
-    async fn persist_generation(&mut self, group: &str) -> Result<(), ErrorCode> {
+    async fn persist_group(&mut self, group: &str) -> Result<(), ErrorCode> {
         let Some(coordinated) = self.groups.get_mut(group) else {
             return Err(ErrorCode::NotCoordinator);
         };
@@ -623,7 +623,7 @@ impl<S: GroupStore> Coordinator<S> {
             Ok(joined) => joined,
             Err(error) => return refuse(group_error(error)),
         };
-        if let Err(error) = self.persist_generation(&request.group).await {
+        if let Err(error) = self.persist_group(&request.group).await {
             return refuse(error);
         }
         tracing::info!(group = %request.group, member = %joined.member_id, generation = joined.generation, "member joined");
@@ -667,7 +667,7 @@ impl<S: GroupStore> Coordinator<S> {
                 .unwrap_or(10_000),
             coordinated.core.state() == GroupState::Reconciling,
         );
-        if let Err(error) = self.persist_generation(&request.group).await {
+        if let Err(error) = self.persist_group(&request.group).await {
             return refuse(error);
         }
         HeartbeatResponse {
@@ -695,7 +695,7 @@ impl<S: GroupStore> Coordinator<S> {
         }
         tracing::info!(group = %request.group, member = %request.member_id, "member left");
         let error = self
-            .persist_generation(&request.group)
+            .persist_group(&request.group)
             .await
             .err()
             .unwrap_or(ErrorCode::None);
@@ -1043,7 +1043,7 @@ impl<S: GroupStore> Coordinator<S> {
             }
         }
         for group in changed {
-            let _ = self.persist_generation(&group).await;
+            let _ = self.persist_group(&group).await;
         }
     }
 
@@ -1067,7 +1067,7 @@ impl<S: GroupStore> Coordinator<S> {
             }
         }
         for group in changed {
-            let _ = self.persist_generation(&group).await;
+            let _ = self.persist_group(&group).await;
         }
     }
 }

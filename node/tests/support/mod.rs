@@ -296,6 +296,29 @@ pub fn http_get(port: u16, path: &str) -> (String, String) {
     (head.lines().next().unwrap().to_string(), body.to_string())
 }
 
+/// The `.log` segment files in a partition folder.
+pub fn log_segments(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|ext| ext == "log")
+        })
+        .count()
+}
+
+/// One JSON object per line, as `consume --format json` prints them.
+pub fn json_lines(output: &str) -> Vec<serde_json::Value> {
+    output
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 /// The ids of the brokers `cluster info` reports alive (registered).
 pub fn alive_brokers(info: &serde_json::Value) -> Vec<i64> {
     info["brokers"]
