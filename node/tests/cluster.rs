@@ -461,3 +461,52 @@ fn losing_etcd_stops_writes_after_the_lease_could_have_expired() {
         "{status}: {body}"
     );
 }
+
+/// `topic alter` through one broker of an etcd cluster reaches the others: each applies the new
+/// setting to the partitions it leads (a produce limit here) and describes it.
+#[test]
+fn a_topic_altered_through_one_broker_changes_every_broker() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    nodes[0].cli(&["topic", "create", "limits", "--partitions", "3"], None);
+    let mut led: Vec<i64> = leaders(&nodes[0], "limits");
+    led.sort_unstable();
+    assert_eq!(led, [1, 2, 3], "one partition led by each broker");
+    nodes[0].cli(
+        &[
+            "topic",
+            "alter",
+            "limits",
+            "--config",
+            "max.message.bytes=2048",
+        ],
+        None,
+    );
+    for node in &nodes {
+        wait_for("every broker to see the change", || {
+            support::describe(node, "limits")["config"]["max.message.bytes"] == "2048"
+        });
+    }
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(nodes[1].bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(client, ProducerConfig::default());
+        for partition in 0..3 {
+            let mut record = ProducerRecord::new("limits", None, vec![b'x'; 4096]);
+            record.partition = Some(partition);
+            let ack = producer.send(record).await.unwrap();
+            producer.flush().await.unwrap();
+            let refused = ack.await.unwrap_err();
+            assert_eq!(
+                refused.code(),
+                Some(strata_client::ErrorCode::MessageTooLarge),
+                "partition {partition}: {refused}"
+            );
+        }
+    });
+}
