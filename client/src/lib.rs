@@ -27,6 +27,7 @@ pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,
 };
+pub use strata_wire::batch::Codec;
 pub use strata_wire::protocol::ErrorCode;
 
 use std::net::SocketAddr;

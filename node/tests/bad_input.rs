@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use strata_client::{Client, ClientConfig, ErrorCode, Producer, ProducerConfig, ProducerRecord};
-use strata_wire::batch::BatchBuilder;
+use strata_wire::batch::{BatchBuilder, Codec};
 use strata_wire::protocol::{
     ApiKey, ApiVersionsRequest, MetadataRequest, ProducePartition, ProduceRequest, ProduceTopic,
     Records, Request, Response,
@@ -146,6 +146,51 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         .collect();
     assert_eq!(errors, vec![ErrorCode::CorruptBatch, ErrorCode::None]);
 
+    // A compressed batch whose stream is garbage under a correct CRC (a producer's codec bug):
+    // the broker decompresses to check it, so no consumer is ever handed it. A good zstd batch
+    // beside it is written.
+    let compressed = |codec, value: &[u8]| {
+        let mut builder = BatchBuilder::default();
+        builder.set_codec(codec);
+        for _ in 0..50 {
+            builder.push(1, None, value);
+        }
+        builder.finish()
+    };
+    let mut garbled = compressed(Codec::Lz4, b"compressible compressible").to_vec();
+    let body_len = u32::from_le_bytes(garbled[20..24].try_into().unwrap()) as usize;
+    garbled[64 + 4..64 + body_len].fill(0x55);
+    let crc = crc32c::crc32c(&garbled[16..64 + body_len]);
+    garbled[12..16].copy_from_slice(&crc.to_le_bytes());
+    let produce = Request::Produce(ProduceRequest {
+        acks: 1,
+        timeout_ms: 1000,
+        topics: vec![ProduceTopic {
+            name: "t".into(),
+            partitions: vec![
+                ProducePartition {
+                    partition: 0,
+                    records: Records::from(Bytes::from(garbled)),
+                },
+                ProducePartition {
+                    partition: 1,
+                    records: Records::from(compressed(Codec::Zstd, b"fine fine fine")),
+                },
+            ],
+        }],
+    });
+    send_chunks(&mut stream, produce.encode(16));
+    let (_, result) = read_response(&mut stream, ApiKey::Produce).unwrap();
+    let Ok(Response::Produce(response)) = result else {
+        panic!("produce response expected")
+    };
+    let errors: Vec<ErrorCode> = response.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error)
+        .collect();
+    assert_eq!(errors, vec![ErrorCode::CorruptBatch, ErrorCode::None]);
+
     // A frame shorter than a request header: the connection is closed.
     let mut tiny = raw(&node);
     send_frame(&mut tiny, &[1, 2, 3]);
@@ -179,7 +224,8 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         let _ = read_response(&mut garbage, ApiKey::ApiVersions);
     }
 
-    // Everything else still works, and nothing was lost: the good batch is there.
+    // Everything else still works, and nothing was lost: the good batches are there (one
+    // record, then the zstd batch's 50).
     let runtime = runtime();
     runtime.block_on(async {
         let client = Client::connect(ClientConfig::new(node.bootstrap()))
@@ -195,7 +241,7 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
         assert!(metadata.offset >= 0);
         assert_eq!(
             client.list_offset("t", 1, -1).await.unwrap(),
-            Some(1 + u64::from(metadata.partition == 1))
+            Some(51 + u64::from(metadata.partition == 1))
         );
     });
 }

@@ -2,7 +2,8 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_wire::batch::{
-    BATCH_ALIGN, Batch, BatchBuilder, BatchError, BatchHeader, HEADER_LEN, split_batches, stamp,
+    BATCH_ALIGN, Batch, BatchBuilder, BatchError, BatchHeader, Codec, HEADER_LEN, split_batches,
+    stamp,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -208,6 +209,149 @@ fn unknown_version_and_codec_are_typed_errors() {
     assert_eq!(
         Batch::validate(Bytes::from(other_version)).unwrap_err(),
         BatchError::UnknownVersion(9)
+    );
+    // Codec 3 is not one this build knows (the CRC is made right, so the codec is what fails).
+    let mut other_codec = bytes.to_vec();
+    other_codec[26] = 3;
+    fix_crc(&mut other_codec);
+    assert_eq!(
+        Batch::validate(Bytes::from(other_codec)).unwrap_err(),
+        BatchError::UnsupportedCodec(3)
+    );
+}
+
+/// Recomputes a batch's CRC after a test changed covered bytes (as a buggy producer would).
+fn fix_crc(batch: &mut [u8]) {
+    let body_len = u32::from_le_bytes(batch[20..24].try_into().unwrap()) as usize;
+    let crc = crc32c::crc32c(&batch[16..HEADER_LEN + body_len]);
+    batch[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn compressible(count: usize) -> Vec<OwnedRecord> {
+    (0..count)
+        .map(|i| OwnedRecord {
+            timestamp_ms: 1_700_000_000_000 + i as i64,
+            key: (i % 3 != 0).then(|| format!("key-{}", i % 7).into_bytes()),
+            value: format!("{{\"order\": {i}, \"status\": \"shipped\", \"warehouse\": \"east\"}}")
+                .into_bytes(),
+            headers: if i % 5 == 0 {
+                vec![(b"trace".to_vec(), i.to_le_bytes().to_vec())]
+            } else {
+                vec![]
+            },
+        })
+        .collect()
+}
+
+fn build_with(codec: Codec, records: &[OwnedRecord]) -> Bytes {
+    let mut builder = BatchBuilder::default();
+    builder.set_codec(codec);
+    for record in records {
+        builder.push_with_headers(
+            record.timestamp_ms,
+            record.key.as_deref(),
+            &record.value,
+            record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice())),
+        );
+    }
+    builder.finish()
+}
+
+#[test]
+fn compressed_batches_read_back_the_same_records_zero_copy_from_their_archive() {
+    let records = compressible(500);
+    let plain = build(&records);
+    for codec in [Codec::Lz4, Codec::Zstd] {
+        let bytes = build_with(codec, &records);
+        assert!(
+            bytes.len() * 3 < plain.len(),
+            "{codec}: {} compressed bytes against {} plain",
+            bytes.len(),
+            plain.len()
+        );
+        let header = strata_wire::batch::check(&bytes).unwrap();
+        assert_eq!(header.codec().unwrap(), codec);
+        // The body starts with the archive's length: what the plain batch's body is.
+        let plain_body_len = BatchHeader::parse(&plain).unwrap().body_len;
+        assert_eq!(
+            u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap()),
+            plain_body_len
+        );
+        let mut stamped = bytes.to_vec();
+        stamp(&mut stamped, 1_000, 7);
+        let batch = Batch::validate(Bytes::from(stamped)).unwrap();
+        assert_eq!(batch.codec(), codec);
+        assert_eq!(batch.base_offset(), 1_000);
+        assert_eq!(read_back(&batch), records);
+        let record = batch.records().nth(1).unwrap();
+        assert_eq!(
+            batch.slice_ref(record.value),
+            Bytes::from(records[1].value.clone())
+        );
+        // Batches of several codecs read back to back, as a fetch answer holds them.
+        let mut mixed = plain.to_vec();
+        mixed.extend_from_slice(&bytes);
+        let split: Vec<Batch> = split_batches(Bytes::from(mixed))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(split.len(), 2);
+        assert_eq!(read_back(&split[1]), records);
+    }
+}
+
+#[test]
+fn a_compressed_body_that_does_not_decompress_to_a_valid_archive_is_refused() {
+    for codec in [Codec::Lz4, Codec::Zstd] {
+        let bytes = build_with(codec, &compressible(200));
+        // A producer that compressed garbage, or cut its stream, under a correct CRC: the CRC
+        // cannot tell, so the reader's decompression and archive checks must.
+        let mut cut = bytes.to_vec();
+        let body_len = BatchHeader::parse(&cut).unwrap().body_len as usize;
+        cut[HEADER_LEN + body_len / 2..HEADER_LEN + body_len].fill(0);
+        fix_crc(&mut cut);
+        let error = Batch::validate(Bytes::from(cut)).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                BatchError::BadCompression(_)
+                    | BatchError::MalformedBody
+                    | BatchError::InconsistentRecord { .. }
+                    | BatchError::OutOfBounds { .. }
+            ),
+            "{codec}: {error:?}"
+        );
+        // A compressed archive whose record count disagrees with the header.
+        let mut miscounted = bytes.to_vec();
+        miscounted[28..32].copy_from_slice(&199u32.to_le_bytes());
+        fix_crc(&mut miscounted);
+        assert!(matches!(
+            Batch::validate(Bytes::from(miscounted)).unwrap_err(),
+            BatchError::InconsistentRecord { .. }
+        ));
+    }
+}
+
+#[test]
+fn the_codec_is_kept_across_batches_and_other_attributes_are_not() {
+    let mut builder = BatchBuilder::default();
+    builder.set_codec(Codec::Zstd);
+    builder.set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
+    builder.push(1, None, b"a");
+    let first = Batch::validate(builder.finish()).unwrap();
+    builder.push(2, None, b"b");
+    let second = Batch::validate(builder.finish()).unwrap();
+    assert_eq!(first.codec(), Codec::Zstd);
+    assert_eq!(second.codec(), Codec::Zstd);
+    assert_ne!(
+        first.header().attributes & strata_wire::batch::attributes::TRANSACTIONAL,
+        0
+    );
+    assert_eq!(
+        second.header().attributes & strata_wire::batch::attributes::TRANSACTIONAL,
+        0
     );
 }
 

@@ -4,7 +4,8 @@ use bytes::Bytes;
 use rkyv::util::AlignedVec;
 
 use super::body::{BodyParts, HeaderEntry, NULL_LEN, RecordEntry};
-use super::layout::{self, BATCH_LEN_MAX, FORMAT_VERSION, HEADER_LEN, padded_len};
+use super::compression;
+use super::layout::{self, BATCH_LEN_MAX, Codec, FORMAT_VERSION, HEADER_LEN, padded_len};
 
 /// Size of one archived record entry and header entry, for size estimates.
 const RECORD_ENTRY_LEN: usize = 40;
@@ -29,6 +30,8 @@ pub struct BatchBuilder {
     producer_epoch: i16,
     base_sequence: i32,
     attributes: u16,
+    /// How `finish` stores the body; kept across batches (a producer's setting).
+    codec: Codec,
     capacity_bytes: usize,
 }
 
@@ -51,6 +54,7 @@ impl BatchBuilder {
             producer_epoch: layout::NO_PRODUCER_EPOCH,
             base_sequence: layout::NO_SEQUENCE,
             attributes: 0,
+            codec: Codec::None,
             capacity_bytes: capacity_bytes.max(HEADER_LEN),
         };
         builder.reset_buffer();
@@ -64,13 +68,25 @@ impl BatchBuilder {
         self.base_sequence = base_sequence;
     }
 
+    /// Attribute bits other than the codec (see [`BatchBuilder::set_codec`]) for the next batch.
     pub fn set_attributes(&mut self, attributes: u16) {
         assert_eq!(
             attributes & !layout::attributes::KNOWN,
             0,
             "unknown attribute bits"
         );
+        assert_eq!(
+            attributes & layout::attributes::CODEC_MASK,
+            0,
+            "the codec is set with set_codec"
+        );
         self.attributes = attributes;
+    }
+
+    /// Compresses the body of every batch sealed from now on with `codec`. The size estimate
+    /// (`estimated_len`, what `batch.size` limits) stays the uncompressed size.
+    pub fn set_codec(&mut self, codec: Codec) {
+        self.codec = codec;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -161,7 +177,15 @@ impl BatchBuilder {
         let mut buf = std::mem::take(&mut self.buf);
         buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(&parts, buf)
             .expect("serializing into memory cannot fail");
+        if self.codec != Codec::None {
+            let archive = &buf[HEADER_LEN..];
+            let mut compressed = AlignedVec::<16>::with_capacity(HEADER_LEN + archive.len() / 2);
+            compressed.resize(HEADER_LEN, 0);
+            compression::compress(self.codec, archive, &mut compressed);
+            buf = compressed;
+        }
         let body_len = buf.len() - HEADER_LEN;
+        let attributes = self.attributes | self.codec as u16;
         let batch_len = padded_len(buf.len());
         buf.resize(batch_len, 0);
 
@@ -169,7 +193,7 @@ impl BatchBuilder {
         header[layout::AT_BATCH_LEN..][..4].copy_from_slice(&(batch_len as u32).to_le_bytes());
         header[layout::AT_BODY_LEN..][..4].copy_from_slice(&(body_len as u32).to_le_bytes());
         header[layout::AT_VERSION] = FORMAT_VERSION;
-        header[layout::AT_ATTRIBUTES..][..2].copy_from_slice(&self.attributes.to_le_bytes());
+        header[layout::AT_ATTRIBUTES..][..2].copy_from_slice(&attributes.to_le_bytes());
         header[layout::AT_RECORD_COUNT..][..4]
             .copy_from_slice(&(self.records.len() as u32).to_le_bytes());
         header[layout::AT_FIRST_TIMESTAMP..][..8]

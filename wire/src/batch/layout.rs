@@ -64,11 +64,38 @@ const _: () =
     assert!(BATCH_LEN_MAX.is_multiple_of(BATCH_ALIGN) && BATCH_LEN_MAX <= u32::MAX as usize);
 
 /// Compression codec of the body (attribute bits 0-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Codec {
+    #[default]
     None = 0,
     Lz4 = 1,
     Zstd = 2,
+}
+
+impl Codec {
+    /// The name Kafka's `compression.type` uses for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Codec> {
+        match name {
+            "none" => Some(Codec::None),
+            "lz4" => Some(Codec::Lz4),
+            "zstd" => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Attribute bits.

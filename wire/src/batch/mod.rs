@@ -14,6 +14,7 @@
 
 mod body;
 mod builder;
+mod compression;
 mod layout;
 
 pub use body::{ArchivedBody, HeaderEntry, NULL_LEN, RecordEntry};
@@ -53,6 +54,9 @@ pub enum BatchError {
     /// The body is compressed with a codec this build cannot read.
     #[error("unsupported compression codec {0}")]
     UnsupportedCodec(u8),
+    /// A compressed body does not decompress to the archive its prefix declares.
+    #[error("compressed body: {0}")]
+    BadCompression(&'static str),
     /// rkyv's structural check failed. Carries no detail: rkyv's messages quote memory
     /// addresses, which must not reach clients and would make errors unrepeatable.
     #[error("malformed body: the archive's structure check failed")]
@@ -70,6 +74,9 @@ pub enum BatchError {
 pub struct Batch {
     bytes: Bytes,
     header: BatchHeader,
+    /// A compressed batch's archive, decompressed once by `validate` (aligned for rkyv); its
+    /// records borrow from here instead of from `bytes`.
+    archive: Option<Bytes>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -86,11 +93,18 @@ impl Batch {
     /// Checks, in order: header fields, length, CRC32C, rkyv structure, and every record's ranges,
     /// offset deltas and timestamps against the header. Costs one pass over the bytes (the CRC)
     /// plus one over the record entries.
+    ///
+    /// A compressed batch is decompressed here, once, into memory of its own; iteration then
+    /// borrows from that.
     pub fn validate(bytes: Bytes) -> Result<Batch, BatchError> {
         let bytes = aligned(bytes);
-        let header = check(&bytes)?;
+        let (header, archive) = check_keeping_archive(&bytes)?;
         let bytes = bytes.slice(..header.batch_len as usize);
-        Ok(Batch { bytes, header })
+        Ok(Batch {
+            bytes,
+            header,
+            archive: archive.map(Bytes::from_owner),
+        })
     }
 
     pub fn header(&self) -> &BatchHeader {
@@ -118,6 +132,13 @@ impl Batch {
         self.header.record_count
     }
 
+    /// The codec the body is stored with (validated: never an unknown one).
+    pub fn codec(&self) -> Codec {
+        self.header
+            .codec()
+            .expect("validate refused unknown codecs")
+    }
+
     /// The records, in offset order, borrowed from the batch.
     pub fn records(&self) -> Records<'_> {
         let body = self.body();
@@ -136,14 +157,21 @@ impl Batch {
         if part.is_empty() {
             return Bytes::new();
         }
-        self.bytes.slice_ref(part)
+        match &self.archive {
+            Some(archive) => archive.slice_ref(part),
+            None => self.bytes.slice_ref(part),
+        }
     }
 
     fn body(&self) -> &ArchivedBody {
-        let body_end = HEADER_LEN + self.header.body_len as usize;
-        // SAFETY: `validate` checked these exact bytes with bytecheck and the batch is immutable
-        // (a `Bytes` never changes, and `aligned` gave it an address rkyv can read in place).
-        unsafe { rkyv::api::access_unchecked::<ArchivedBody>(&self.bytes[HEADER_LEN..body_end]) }
+        let archive = match &self.archive {
+            Some(archive) => &archive[..],
+            None => &self.bytes[HEADER_LEN..HEADER_LEN + self.header.body_len as usize],
+        };
+        // SAFETY: `validate` checked these exact bytes with bytecheck and they are immutable
+        // (a `Bytes` never changes; `aligned`, or the decompressor's `AlignedVec`, gave them an
+        // address rkyv can read in place).
+        unsafe { rkyv::api::access_unchecked::<ArchivedBody>(archive) }
     }
 }
 
@@ -151,8 +179,17 @@ impl Batch {
 /// in the request buffer it is about to stamp and write. Same checks as [`Batch::validate`].
 ///
 /// If `bytes` does not start at a [`BATCH_ALIGN`] boundary, the body is copied once into aligned
-/// scratch memory for the structural check (our own buffers are always aligned).
+/// scratch memory for the structural check (our own buffers are always aligned). A compressed
+/// body is decompressed to be checked (as Kafka's broker does), so no consumer is ever handed a
+/// batch it cannot read.
 pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    check_keeping_archive(bytes).map(|(header, _)| header)
+}
+
+/// [`check`], returning a compressed batch's decompressed archive too.
+fn check_keeping_archive(
+    bytes: &[u8],
+) -> Result<(BatchHeader, Option<AlignedVec<16>>), BatchError> {
     let header = BatchHeader::parse(bytes)?;
     let batch_len = header.batch_len as usize;
     if bytes.len() < batch_len {
@@ -169,15 +206,17 @@ pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
             actual,
         });
     }
-    let codec = header.codec()?;
-    if codec != Codec::None {
-        return Err(BatchError::UnsupportedCodec(codec as u8));
-    }
     let check_body = |body: &[u8]| -> Result<(), BatchError> {
         let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(body)
             .map_err(|_| BatchError::MalformedBody)?;
         check_records(&header, body)
     };
+    let codec = header.codec()?;
+    if codec != Codec::None {
+        let archive = compression::decompress(codec, &bytes[HEADER_LEN..body_end])?;
+        check_body(&archive)?;
+        return Ok((header, Some(archive)));
+    }
     if (bytes.as_ptr() as usize).is_multiple_of(BATCH_ALIGN) {
         check_body(&bytes[HEADER_LEN..body_end])?;
     } else {
@@ -185,7 +224,7 @@ pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         copy.extend_from_slice(&bytes[HEADER_LEN..body_end]);
         check_body(&copy)?;
     }
-    Ok(header)
+    Ok((header, None))
 }
 
 /// Copies `bytes` into aligned memory if it does not start at a [`BATCH_ALIGN`] boundary.

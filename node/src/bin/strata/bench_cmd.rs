@@ -106,6 +106,10 @@ pub struct BenchArgs {
     /// Idempotent producers (producer ids and sequences; implies acks=all).
     #[arg(long)]
     idempotent: bool,
+    /// Compress batch bodies: none, lz4 or zstd. Record values are word text about as
+    /// compressible as logs or JSON.
+    #[arg(long, value_parser = crate::client_cmd::parse_codec)]
+    compression: Option<strata_client::Codec>,
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
     /// the partitions among themselves.
     #[arg(long)]
@@ -139,6 +143,7 @@ struct WorkloadFile {
     duration: Option<f64>,
     records: Option<u64>,
     idempotent: Option<bool>,
+    compression: Option<String>,
     group: Option<String>,
     warmup: Option<f64>,
     key_distribution: Option<String>,
@@ -263,6 +268,12 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
+        compression: match (args.compression, file.compression.as_deref()) {
+            (Some(codec), _) => codec,
+            (None, Some(name)) => crate::client_cmd::parse_codec(name)
+                .map_err(|why| anyhow::anyhow!("compression in the workload file: {why}"))?,
+            (None, None) => strata_client::Codec::None,
+        },
         group: args.group.or(file.group),
     };
     let (report, histograms) = strata_bench::run(&config).await?;

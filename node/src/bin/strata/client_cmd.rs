@@ -291,6 +291,15 @@ pub struct ProduceArgs {
     linger_ms: u64,
     #[arg(long, default_value_t = 256 * 1024)]
     batch_bytes: usize,
+    /// Compress batch bodies: none, lz4 or zstd (Kafka's compression.type).
+    #[arg(long, default_value = "none", value_parser = parse_codec)]
+    compression: strata_client::Codec,
+}
+
+/// A codec by its `compression.type` name.
+pub fn parse_codec(name: &str) -> Result<strata_client::Codec, String> {
+    strata_client::Codec::from_name(name)
+        .ok_or_else(|| format!("{name:?} is not a codec: expected none, lz4 or zstd"))
 }
 
 pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Result<()> {
@@ -307,6 +316,7 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
             linger: std::time::Duration::from_millis(args.linger_ms),
             batch_bytes: args.batch_bytes,
             idempotent: args.idempotent,
+            compression: args.compression,
             ..ProducerConfig::default()
         },
     );
