@@ -1062,14 +1062,19 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
             let mut keys = KeyChooser::new(config.key_distribution, config.keys, index as u64);
             let mut builder = strata_wire::batch::BatchBuilder::with_capacity(config.batch_bytes);
             builder.set_codec(config.compression);
-            let mut value = payload_text(index as u64, config.record_size).to_vec();
+            let mut value = vec![0u8; config.record_size];
             let mut generated = 0u64;
             while quota.is_none_or(|quota| generated < quota)
                 && deadline.is_none_or(|deadline| {
                     !generated.is_multiple_of(1024) || Instant::now() < deadline
                 })
             {
-                value[..8].copy_from_slice(&now_us().to_le_bytes());
+                // As a producing record sender builds its values: a send time, then text.
+                let stamp = now_us().to_le_bytes();
+                let stamped = stamp.len().min(value.len());
+                value[..stamped].copy_from_slice(&stamp[..stamped]);
+                let rest = value.len() - stamped;
+                value[stamped..].copy_from_slice(payload_text(generated, rest));
                 let key = keys.next();
                 builder.push(0, key.as_deref(), &value);
                 generated += 1;
