@@ -5,8 +5,8 @@
 //!
 //! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
 //! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
-//! produced, and produce-ack latency at half the max rate (open loop: latency counts from the
-//! intended send time, so a stalled broker cannot hide behind a waiting client).
+//! produced, and produce-ack latency at half the max rate (`strata bench`'s open loop: latency
+//! counts from the intended send time, so a stalled broker cannot hide behind a waiting client).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hdrhistogram::Histogram;
-use strata_bench::pacing::{Schedule, on_pacing_thread};
 use strata_client::{
     Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     SeekTo,
@@ -132,16 +130,35 @@ fn main() {
             drained.elapsed().as_secs_f64()
         );
         let half = produce_rate * load;
-        let histogram =
-            produce_at_rate(&producer_lingering(latency_linger_ms), half, duration).await;
+        // The latency phase is `strata bench`'s open loop (paced producers on threads of their
+        // own, latency from each record's intended send time): the same tool and numbers an
+        // operator gets from `strata bench produce --rate`.
+        let (report, _) = strata_bench::run(&strata_bench::BenchConfig {
+            bootstrap: bootstrap.clone(),
+            topic: TOPIC.into(),
+            partitions: PARTITIONS,
+            producers: 2,
+            record_size: RECORD_BYTES,
+            batch_bytes,
+            linger: Duration::from_millis(latency_linger_ms),
+            acks: 1,
+            rate: Some(half),
+            duration: Some(duration + Duration::from_secs(1)),
+            warmup: Duration::from_secs(1),
+            ..strata_bench::BenchConfig::default()
+        })
+        .await
+        .unwrap();
+        let latency = report.ack_latency_us.expect("a produce run measures acks");
         println!(
-            "produce-ack latency at {:.0} records/s ({:.0}% of max): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+            "produce-ack latency at {:.0} records/s ({:.0}% of max; {:.0} records/s delivered): p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
             half,
             load * 100.0,
-            histogram.value_at_quantile(0.50) as f64 / 1000.0,
-            histogram.value_at_quantile(0.99) as f64 / 1000.0,
-            histogram.value_at_quantile(0.999) as f64 / 1000.0,
-            histogram.max() as f64 / 1000.0,
+            report.records_per_s,
+            latency.p50 as f64 / 1000.0,
+            latency.p99 as f64 / 1000.0,
+            latency.p999 as f64 / 1000.0,
+            latency.max as f64 / 1000.0,
         );
     });
     drop(node);
@@ -195,51 +212,6 @@ async fn consume_all(client: Arc<Client>, records: u64) -> (u64, Duration) {
         }
     }
     (consumed, start.elapsed())
-}
-
-/// Open loop at `rate` records/s: each record has an intended send time; its latency is ack
-/// time minus intended time (coordinated-omission corrected). The loop runs on a pacing thread
-/// (`strata_bench::pacing`): tokio's 1 ms timer would make records leave up to 1 ms late.
-async fn produce_at_rate(producer: &Producer, rate: f64, duration: Duration) -> Histogram<u64> {
-    let producer = producer.clone();
-    on_pacing_thread("bench-producer", move || async move {
-        let value = value();
-        let topic: Arc<str> = TOPIC.into();
-        let schedule = Schedule::new(Instant::now(), Some(rate));
-        let end = Instant::now() + duration;
-        // One collector awaits acks in send order (acks of one partition complete in order), so
-        // the measurement costs no task per record.
-        let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel::<(Instant, _)>();
-        let collector = tokio::spawn(async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-            while let Some((intended, ack)) = acks.recv().await {
-                let ack: strata_client::RecordFuture = ack;
-                ack.await.unwrap();
-                histogram
-                    .record(intended.elapsed().as_micros().max(1) as u64)
-                    .unwrap();
-            }
-            histogram
-        });
-        let mut sent = 0u64;
-        while Instant::now() < end {
-            strata_bench::pacing::wait_for(schedule.due_at(sent));
-            // Send everything that is due (a wake-up can come after several intended times).
-            let due = schedule.due_by(Instant::now());
-            while sent < due {
-                let intended = schedule.due_at(sent);
-                let mut record = ProducerRecord::new(topic.clone(), None, value.clone());
-                record.partition = Some((sent % u64::from(PARTITIONS)) as u32);
-                let ack = producer.send(record).await.unwrap();
-                let _ = pending.send((intended, ack));
-                sent += 1;
-            }
-        }
-        drop(pending);
-        collector.await.unwrap()
-    })
-    .await
-    .unwrap()
 }
 
 /// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on this machine now.
