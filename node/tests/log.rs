@@ -993,6 +993,100 @@ proptest! {
         });
     }
 
+    /// A log that keeps its tail in memory (`always`) answers every read exactly as a log that
+    /// reads its file (`never`) given the same appends: same bytes, same batch boundaries, same
+    /// limits, across request groups, truncations, rolls and retention. Small cache budgets are
+    /// not needed for coverage: every append both logs take is in the cache until it is cut.
+    #[test]
+    fn reads_from_the_tail_cache_equal_reads_from_the_file(
+        ops in proptest::collection::vec((0u8..10, 1u8..6, 0u16..300), 1..80),
+        segment_bytes in 1024u64..8192,
+        reads in proptest::collection::vec((any::<prop::sample::Index>(), 1usize..4000, any::<prop::sample::Index>()), 1..40),
+    ) {
+        block_on(async {
+            let storage = SimStorage::new(segment_bytes);
+            let open_with = |setting, dir: &'static str| {
+                let storage = storage.clone();
+                async move {
+                    let config = LogConfig {
+                        direct_writes: setting,
+                        retention_bytes: Some(segment_bytes * 3),
+                        ..small_config(segment_bytes, FlushPolicy::Never)
+                    };
+                    open(&storage, Path::new(dir), &config).await
+                }
+            };
+            let mut cached = open_with(DirectWrites::Always, "/data/cached-0").await;
+            let mut plain = open_with(DirectWrites::Never, "/data/plain-0").await;
+            let batch = |tag: usize, count: u8, value_len: u16| {
+                let records: Vec<Rec> = (0..count)
+                    .map(|i| Rec {
+                        offset: 0,
+                        timestamp_ms: 1_000 + tag as i64,
+                        key: None,
+                        value: vec![tag as u8; value_len as usize + usize::from(i)],
+                    })
+                    .collect();
+                batch_from(&records)
+            };
+            for (tag, (op, count, value_len)) in ops.iter().enumerate() {
+                match op {
+                    // A group of two requests, written with one IO.
+                    0 | 1 => {
+                        let group = || vec![(batch(tag, *count, *value_len), 0), (batch(tag + 1, 1, *value_len), 0)];
+                        let a = cached.append_group(group(), 0).await;
+                        let b = plain.append_group(group(), 0).await;
+                        assert_eq!(a.len(), b.len());
+                    }
+                    // Cut the newest batches.
+                    2 if cached.log_end_offset() > 2 => {
+                        let to = cached.log_end_offset() - u64::from(*count).min(2);
+                        assert_eq!(cached.truncate_to(to, 0).await.unwrap(), plain.truncate_to(to, 0).await.unwrap());
+                    }
+                    3 => {
+                        let a = cached.enforce_retention(0, cached.log_end_offset()).await.unwrap();
+                        let b = plain.enforce_retention(0, plain.log_end_offset()).await.unwrap();
+                        assert_eq!(a.deleted_segments, b.deleted_segments);
+                    }
+                    _ => {
+                        let a = cached.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
+                        let b = plain.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
+                        assert_eq!(a.base_offset, b.base_offset);
+                    }
+                }
+                assert_eq!(cached.log_end_offset(), plain.log_end_offset());
+                assert_eq!(cached.log_start_offset(), plain.log_start_offset());
+            }
+            let (start, end) = (cached.log_start_offset(), cached.log_end_offset());
+            if end == start {
+                return;
+            }
+            for (offset, budget, limit) in &reads {
+                let offset = start + offset.index((end - start) as usize) as u64;
+                let max_offset = offset + 1 + limit.index((end - offset) as usize) as u64;
+                let a = cached.read(offset, *budget, max_offset).await.unwrap();
+                let b = plain.read(offset, *budget, max_offset).await.unwrap();
+                // A file read ends at its segment's end; the cache may go on into the next
+                // segment's batches, within the same limits.
+                assert!(a.starts_with(&b), "read({offset}, {budget}, {max_offset})");
+                if a.len() > b.len() {
+                    let mut continued = b.to_vec();
+                    let mut next = records_in(b.clone()).last().map_or(offset, |r| r.offset + 1);
+                    while continued.len() < a.len() {
+                        let more = plain.read(next, *budget, max_offset).await.unwrap();
+                        assert!(!more.is_empty());
+                        next = records_in(more.clone()).last().unwrap().offset + 1;
+                        continued.extend_from_slice(&more);
+                    }
+                    assert_eq!(&a[..], &continued[..a.len()], "read({offset}, {budget}, {max_offset})");
+                    assert!(a.len() <= *budget, "several batches only within the budget");
+                }
+                let last = records_in(a.clone()).last().map(|r| r.offset);
+                assert!(last.is_none_or(|last| last < max_offset));
+            }
+        });
+    }
+
     /// Timestamp lookups agree with a linear scan, including out-of-order timestamps.
     #[test]
     fn timestamp_lookup_agrees_with_linear_scan(

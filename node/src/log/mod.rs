@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod index;
 pub mod producers;
 mod segment;
+pub mod tail_cache;
 pub mod writer;
 
 use std::io;
@@ -30,6 +31,7 @@ use index::SegmentIndex;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
 use strata_wire::AlignedVec;
+use tail_cache::{TAIL_CACHE_BYTES, TailCache};
 
 /// When appended data is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,6 +397,9 @@ pub struct PartitionLog<S: Storage> {
     /// A truncation below it must discard the file first: the snapshot would describe batches
     /// the log no longer holds.
     producer_snapshot_offset_max: u64,
+    /// This log's newest appends, for readers at its end, while its own appends may bypass the
+    /// page cache (`direct_writes: always`); empty otherwise.
+    tail_cache: TailCache,
 }
 
 /// The leader-epoch checkpoint inside the partition folder.
@@ -545,6 +550,7 @@ impl<S: Storage> PartitionLog<S> {
             failed: None,
             headers: Vec::new(),
             index_cache: IndexCache::default(),
+            tail_cache: TailCache::new(TAIL_CACHE_BYTES),
         };
         let mut report = RecoveryReport::default();
         let count = bases.len();
@@ -662,6 +668,15 @@ impl<S: Storage> PartitionLog<S> {
     /// segment if the active one has no direct handle) and its index cadence.
     pub fn reconfigure(&mut self, config: LogConfig) {
         self.config = config;
+        if !self.caches_tail() {
+            self.tail_cache.clear();
+        }
+    }
+
+    /// Whether this log keeps its newest appends in memory: only while a leader's appends may
+    /// go past the page cache, which then no longer holds what tailing readers ask for.
+    fn caches_tail(&self) -> bool {
+        self.config.direct_writes == DirectWrites::Always
     }
 
     pub fn log_start_offset(&self) -> u64 {
@@ -1037,6 +1052,12 @@ impl<S: Storage> PartitionLog<S> {
             return Err(error);
         }
         let position = self.active().size;
+        // Shared, not copied: the cache keeps the request buffers themselves.
+        let cached: Vec<Bytes> = match &buffers {
+            Buffers::One(bytes) if !replicated && self.caches_tail() => vec![bytes.clone()],
+            Buffers::Many(many) if !replicated && self.caches_tail() => many.clone(),
+            _ => Vec::new(),
+        };
         let direct = match self.config.direct_writes {
             DirectWrites::Never => false,
             DirectWrites::Replicated => replicated,
@@ -1066,6 +1087,14 @@ impl<S: Storage> PartitionLog<S> {
             self.active_mut().writeback_from = position + total;
         } else {
             self.hint_writeback(position + total).await;
+        }
+        if cached.is_empty() {
+            // Not kept (a follower's append, or a log that does not cache): what the cache
+            // holds no longer reaches the log end.
+            self.tail_cache.clear();
+        }
+        for bytes in cached {
+            self.tail_cache.push(bytes);
         }
         let mut batch_position = position;
         let headers = std::mem::take(&mut self.headers);
@@ -1216,6 +1245,9 @@ impl<S: Storage> PartitionLog<S> {
         if offset >= max_offset {
             return Ok(Bytes::new());
         }
+        if let Some(cached) = self.tail_cache.read(offset, max_bytes, max_offset) {
+            return Ok(cached);
+        }
         let at = self.segment_holding(offset);
         let relative = (offset - self.segments[at].base_offset) as u32;
         let start = self
@@ -1362,6 +1394,7 @@ impl<S: Storage> PartitionLog<S> {
     /// longer holds the follower's log end: retention removed it). Returns `offset`.
     pub async fn restart_at(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
         self.check_writable()?;
+        self.tail_cache.clear();
         self.discard_producer_snapshot().await?;
         self.producers = ProducerStates::default();
         let log_start = offset;
@@ -1392,6 +1425,8 @@ impl<S: Storage> PartitionLog<S> {
     /// boundaries: if `offset` falls inside a batch, that whole batch goes. Returns the new log end.
     pub async fn truncate_to(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
         self.check_writable()?;
+        // Before anything is cut: a read must never be served bytes the log no longer holds.
+        self.tail_cache.clear();
         let log_start = self.log_start_offset();
         if offset >= self.log_end_offset() {
             return Ok(self.log_end_offset());
@@ -1520,6 +1555,7 @@ impl<S: Storage> PartitionLog<S> {
             self.remove_segment_files(base).await?;
             tracing::info!(dir = %self.dir.display(), "retention deleted segment {base}");
         }
+        self.tail_cache.drop_below(self.log_start_offset());
         Ok(report)
     }
 
