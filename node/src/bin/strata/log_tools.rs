@@ -35,14 +35,15 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
             let header = batch.header();
             writeln!(
                 stdout,
-                "batch base={} last={} records={} bytes={} epoch={} max_ts={} producer={}",
+                "batch base={} last={} records={} bytes={} epoch={} max_ts={} producer={} codec={}",
                 header.base_offset,
                 header.last_offset(),
                 header.record_count,
                 header.batch_len,
                 header.leader_epoch,
                 header.max_timestamp_ms,
-                header.producer_id
+                header.producer_id,
+                batch.codec()
             )?;
             if print_records {
                 for record in batch.records() {
