@@ -5,7 +5,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use strata_client::{Client, ClientConfig, Codec, Producer, ProducerConfig, ProducerRecord};
 use strata_coordinator::testing::EtcdServer;
 use support::{TestNode, describe, etcd_args, etcd_nodes, runtime, wait_for, wait_for_at_most};
 
@@ -77,17 +77,21 @@ fn three_replicas_hold_identical_logs() {
         let client = Client::connect(ClientConfig::new(nodes[1].bootstrap()))
             .await
             .unwrap();
-        let producer = Producer::new(
-            client,
-            ProducerConfig {
-                acks: -1,
-                ..ProducerConfig::default()
-            },
-        );
+        // Half the batches are compressed: followers store them as the leader did.
+        let producers = [Codec::None, Codec::Lz4].map(|compression| {
+            Producer::new(
+                client.clone(),
+                ProducerConfig {
+                    acks: -1,
+                    compression,
+                    ..ProducerConfig::default()
+                },
+            )
+        });
         let mut acks = Vec::new();
         for i in 0..records {
             acks.push(
-                producer
+                producers[i % 2]
                     .send(ProducerRecord::new(
                         "copies",
                         Some(format!("k{i}").into()),
@@ -137,6 +141,11 @@ fn three_replicas_hold_identical_logs() {
             logs.iter().all(|log| *log == logs[0]),
             "partition {partition} differs across replicas"
         );
+        let codecs: Vec<Codec> =
+            strata_wire::batch::split_batches(bytes::Bytes::from(logs[0].clone()))
+                .map(|batch| batch.unwrap().codec())
+                .collect();
+        assert!(codecs.contains(&Codec::Lz4) && codecs.contains(&Codec::None));
     }
 }
 

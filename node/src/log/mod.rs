@@ -957,8 +957,9 @@ impl<S: Storage> PartitionLog<S> {
             .then(|| (active.size % DIRECT_BLOCK as u64) as usize)
     }
 
-    /// Validates replicated batches into `self.headers`: whole, contiguous with the log, no
-    /// older epoch than the log's; applies idempotent ones to the producer state.
+    /// Validates replicated batches into `self.headers`: whole and undamaged (the CRC: the leader
+    /// checked their bodies, so a follower does not decompress or walk them again), contiguous
+    /// with the log, no older epoch than the log's; applies idempotent ones to the producer state.
     fn check_replicated(&mut self, batches: &[u8]) -> Result<(), LogError> {
         self.check_writable()?;
         self.headers.clear();
@@ -966,7 +967,7 @@ impl<S: Storage> PartitionLog<S> {
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len();
-            let header = batch::check(&batches[at..])
+            let header = batch::check_integrity(&batches[at..])
                 .map_err(|source| LogError::CorruptBatch { index, source })?;
             if header.base_offset != expected {
                 return Err(LogError::NotContiguous {

@@ -186,10 +186,10 @@ pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     check_keeping_archive(bytes).map(|(header, _)| header)
 }
 
-/// [`check`], returning a compressed batch's decompressed archive too.
-fn check_keeping_archive(
-    bytes: &[u8],
-) -> Result<(BatchHeader, Option<AlignedVec<16>>), BatchError> {
+/// The checks for a batch that a leader already checked whole (a follower's append): header
+/// fields, lengths, a known codec and the CRC, so damage on the way is caught, but the body is
+/// neither decompressed nor walked. Kafka's followers check the same (the CRC).
+pub fn check_integrity(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(bytes)?;
     let batch_len = header.batch_len as usize;
     if bytes.len() < batch_len {
@@ -206,6 +206,16 @@ fn check_keeping_archive(
             actual,
         });
     }
+    header.codec()?;
+    Ok(header)
+}
+
+/// [`check`], returning a compressed batch's decompressed archive too.
+fn check_keeping_archive(
+    bytes: &[u8],
+) -> Result<(BatchHeader, Option<AlignedVec<16>>), BatchError> {
+    let header = check_integrity(bytes)?;
+    let body_end = HEADER_LEN + header.body_len as usize;
     let check_body = |body: &[u8]| -> Result<(), BatchError> {
         let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(body)
             .map_err(|_| BatchError::MalformedBody)?;
