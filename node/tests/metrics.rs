@@ -105,6 +105,9 @@ fn metrics_parse_and_count_the_traffic() {
     assert!(served >= 1.0, "{served}");
     let replicas = total(&samples, "strata_replica_partitions");
     assert_eq!(replicas, 2.0);
+    // The consumer's reads came from the segment files: this topic keeps no tail cache.
+    assert!(total(&samples, "strata_log_file_reads_total") >= 1.0);
+    assert_eq!(total(&samples, "strata_tail_cache_reads_total"), 0.0);
     // The shards' io_uring operations were counted (writes and syncs happened).
     let io_max = total(&samples, "strata_io_uring_in_flight_max");
     if strata_node::io::Backend::detect() == strata_node::io::Backend::IoUring {
@@ -345,4 +348,59 @@ fn consumer_lag_per_group_and_partition_is_exported() {
         );
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
+}
+
+/// A `direct.writes=always` topic keeps its newest appends in memory: a consumer at its end is
+/// served from there (and sees every record), while a topic on the page cache reads its files.
+#[test]
+fn tail_reads_of_an_always_topic_come_from_memory() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "tail",
+            "--partitions",
+            "1",
+            "--config",
+            "direct.writes=always",
+        ],
+        None,
+    );
+    let counts = || {
+        let (_, body) = http_get(admin, "/metrics");
+        let samples = parse(&body);
+        (
+            total(&samples, "strata_tail_cache_reads_total"),
+            total(&samples, "strata_log_file_reads_total"),
+        )
+    };
+    let input: String = (0..300).map(|i| format!("record-{i:04}\n")).collect();
+    node.cli(&["produce", "tail"], Some(input.as_bytes()));
+    let before = counts();
+    let consumed = node.cli(
+        &[
+            "consume",
+            "tail",
+            "--from-beginning",
+            "--max-messages",
+            "300",
+        ],
+        None,
+    );
+    assert_eq!(
+        consumed.lines().collect::<Vec<_>>(),
+        input.lines().collect::<Vec<_>>()
+    );
+    let after = counts();
+    assert!(
+        after.0 > before.0,
+        "no read came from the cache: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after.1, before.1,
+        "a read went to the files: {before:?} -> {after:?}"
+    );
 }

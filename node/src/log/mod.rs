@@ -1247,8 +1247,10 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(Bytes::new());
         }
         if let Some(cached) = self.tail_cache.read(offset, max_bytes, max_offset) {
+            tail_cache::count_read(true);
             return Ok(cached);
         }
+        tail_cache::count_read(false);
         let at = self.segment_holding(offset);
         let relative = (offset - self.segments[at].base_offset) as u32;
         let start = self

@@ -20,6 +20,36 @@ use strata_wire::batch::BatchHeader;
 /// behind, well inside it; the memory stays bounded per partition.
 pub const TAIL_CACHE_BYTES: usize = 16 << 20;
 
+thread_local! {
+    /// Reads this thread (a shard) served from tail caches, and from segment files.
+    static READS: std::cell::Cell<ReadTotals> = const { std::cell::Cell::new(ReadTotals { from_cache: 0, from_files: 0 }) };
+}
+
+/// Reads (fetches of consumers and followers) a shard has served, by where the bytes came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadTotals {
+    pub from_cache: u64,
+    pub from_files: u64,
+}
+
+/// Counts one read on this thread.
+pub(crate) fn count_read(from_cache: bool) {
+    READS.with(|reads| {
+        let mut totals = reads.get();
+        if from_cache {
+            totals.from_cache += 1;
+        } else {
+            totals.from_files += 1;
+        }
+        reads.set(totals);
+    });
+}
+
+/// This thread's reads so far (for `/metrics`).
+pub fn read_totals() -> ReadTotals {
+    READS.with(std::cell::Cell::get)
+}
+
 #[derive(Debug)]
 pub struct TailCache {
     chunks: VecDeque<Chunk>,

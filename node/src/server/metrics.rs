@@ -86,6 +86,8 @@ pub struct Snapshot {
     /// Appends written past the page cache (`direct.writes`), and their bytes.
     pub direct_writes: u64,
     pub direct_write_bytes: u64,
+    /// Reads served from tail caches (`direct.writes=always` logs) and from segment files.
+    pub reads: crate::log::tail_cache::ReadTotals,
 }
 
 impl Default for Snapshot {
@@ -107,6 +109,7 @@ impl Default for Snapshot {
             under_replicated: 0,
             direct_writes: 0,
             direct_write_bytes: 0,
+            reads: Default::default(),
         }
     }
 }
@@ -172,6 +175,7 @@ impl ShardMetrics {
         (snapshot.io_in_flight, snapshot.io_in_flight_max) = crate::io::uring::take_in_flight();
         snapshot.under_replicated = under_replicated;
         (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
+        snapshot.reads = crate::log::tail_cache::read_totals();
         snapshot
     }
 }
@@ -253,7 +257,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 9] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 11] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -307,6 +311,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "counter",
             "Bytes of those writes, block padding included.",
             |s| s.direct_write_bytes,
+        ),
+        (
+            "strata_tail_cache_reads_total",
+            "counter",
+            "Reads (consumer and follower fetches) served from the newest appends kept in memory (direct.writes=always logs).",
+            |s| s.reads.from_cache,
+        ),
+        (
+            "strata_log_file_reads_total",
+            "counter",
+            "Reads served from segment files (the page cache, or the disk).",
+            |s| s.reads.from_files,
         ),
     ];
     for (name, kind, help, pick) in per_shard {
