@@ -1,7 +1,7 @@
 //! Writes the seed corpus of the `batch_decode` fuzz target: valid batches made with
 //! `BatchBuilder`, covering the shapes the decoder distinguishes (null and empty keys, headers,
-//! producer fields, attributes, a stamped batch, back-to-back batches, and inputs with the 8-byte
-//! stamp prefix the target's stamping check reads).
+//! producer fields, attributes, LZ4 and zstd bodies, a stamped batch, back-to-back batches, and
+//! inputs with the 8-byte stamp prefix the target's stamping check reads).
 //!
 //! Usage (from `wire/fuzz`): `cargo run --example make_seeds [OUT_DIR]`
 //! OUT_DIR defaults to `seeds/batch_decode` in this crate. Output is deterministic, so re-running
@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use strata_wire::batch::{self, Batch, BatchBuilder, OFFSET_MAX, attributes};
+use strata_wire::batch::{self, Batch, BatchBuilder, Codec, OFFSET_MAX, attributes};
 
 const T0: i64 = 1_764_374_400_000; // 2025-11-29T00:00:00Z in milliseconds
 
@@ -70,6 +70,18 @@ fn main() {
         }
         b.finish().to_vec()
     }));
+    // Compressed bodies: the decoder inflates them before its archive checks.
+    for (name, codec) in [("many_records_lz4", Codec::Lz4), ("many_records_zstd", Codec::Zstd)] {
+        seeds.push((name, {
+            let mut b = BatchBuilder::default();
+            b.set_codec(codec);
+            for i in 0..40u8 {
+                let key = [b'k', i % 4];
+                b.push(T0 + i64::from(i), Some(&key[..]), b"order shipped order shipped");
+            }
+            b.finish().to_vec()
+        }));
+    }
     seeds.push(("stamped", {
         let mut bytes = with_headers.to_vec();
         batch::stamp(&mut bytes, 1_000, 7);
