@@ -141,7 +141,9 @@ struct Accumulator {
 
 /// A sealed batch on its way.
 struct Sealed {
-    batch: Bytes,
+    /// The records, not yet finished: the partition's sender finishes the batch (entries, CRC,
+    /// compression) outside the producer's lock, so sends to other partitions do not wait for it.
+    builder: BatchBuilder,
     reply: oneshot::Sender<Result<i64, ClientError>>,
     /// Buffer space to give back once answered.
     bytes: usize,
@@ -685,7 +687,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             % (i64::from(i32::MAX) + 1)) as i32;
     }
     let sealed = Sealed {
-        batch: accumulator.builder.finish(),
+        builder: accumulator.builder,
         reply: accumulator.reply,
         bytes: accumulator.bytes,
         epoch: identity.map(|(_, epoch)| epoch),
@@ -789,7 +791,9 @@ async fn send_partition(
                         // The partition's open batch may be past its linger: seal it now.
                         inner.linger_wake.notify_one();
                     }
-                    let written = dispatch(&inner, &topic, partition, sealed.batch.clone()).await;
+                    let Sealed { builder, reply, bytes, epoch } = sealed;
+                    let batch = builder.into_batch();
+                    let written = dispatch(&inner, &topic, partition, batch.clone()).await;
                     let context = inner.clone();
                     let topic = topic.clone();
                     in_flight.push_back(async move {
@@ -799,19 +803,19 @@ async fn send_partition(
                         };
                         let result = match first {
                             Err(error) if retriable(&context, &error) => {
-                                send_with_retries(&context, &topic, partition, sealed.batch, error).await
+                                send_with_retries(&context, &topic, partition, batch, error).await
                             }
                             result => result,
                         };
                         // A batch that failed for good leaves a hole in its partition's
                         // sequence: move to the next epoch. Unless a newer instance fenced
                         // this one: that stays an error.
-                        if let (Err(error), Some(epoch)) = (&result, sealed.epoch)
+                        if let (Err(error), Some(epoch)) = (&result, epoch)
                             && error.code() != Some(ErrorCode::InvalidProducerEpoch)
                         {
                             context.idempotence.next_epoch(&context.client, epoch).await;
                         }
-                        (result, sealed.reply, sealed.bytes)
+                        (result, reply, bytes)
                     });
                 }
                 None => closed = true,

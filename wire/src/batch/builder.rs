@@ -166,6 +166,27 @@ impl BatchBuilder {
     /// Seals the records pushed so far into a batch (base offset 0, epoch 0: the leader stamps
     /// both) and leaves the builder empty for the next batch. Panics if no record was pushed.
     pub fn finish(&mut self) -> Bytes {
+        let batch = self.seal();
+        self.records.clear();
+        self.headers.clear();
+        self.max_timestamp_ms = i64::MIN;
+        self.producer_id = layout::NO_PRODUCER_ID;
+        self.producer_epoch = layout::NO_PRODUCER_EPOCH;
+        self.base_sequence = layout::NO_SEQUENCE;
+        self.attributes = 0;
+        self.reset_buffer();
+        batch
+    }
+
+    /// [`BatchBuilder::finish`] for a builder's last batch: nothing is prepared for a next one
+    /// (no fresh buffer is allocated). Panics if no record was pushed.
+    pub fn into_batch(mut self) -> Bytes {
+        self.seal()
+    }
+
+    /// Writes the entry arrays, the root, the header and the CRC (compressing the body first
+    /// when a codec is set) and takes the buffer out.
+    fn seal(&mut self) -> Bytes {
         assert!(!self.records.is_empty(), "finish needs at least one record");
         let payload_len = self.buf.len() - HEADER_LEN;
         let parts = BodyParts {
@@ -206,15 +227,6 @@ impl BatchBuilder {
             .copy_from_slice(&self.producer_epoch.to_le_bytes());
         let crc = crc32c::crc32c(&buf[layout::CRC_START..HEADER_LEN + body_len]);
         buf[layout::AT_CRC..][..4].copy_from_slice(&crc.to_le_bytes());
-
-        self.records.clear();
-        self.headers.clear();
-        self.max_timestamp_ms = i64::MIN;
-        self.producer_id = layout::NO_PRODUCER_ID;
-        self.producer_epoch = layout::NO_PRODUCER_EPOCH;
-        self.base_sequence = layout::NO_SEQUENCE;
-        self.attributes = 0;
-        self.reset_buffer();
         Bytes::from_owner(buf)
     }
 
