@@ -63,4 +63,9 @@ fn errors_exit_1_with_one_line_and_usage_errors_exit_2() {
 
     let output = strata().args(["log", "frobnicate"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
+
+    // A bench without a workload is a usage error too, not a failed run.
+    let output = strata().args(["bench"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("name a workload"));
 }

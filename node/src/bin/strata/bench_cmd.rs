@@ -189,8 +189,18 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         (None, Some(other)) => {
             anyhow::bail!("workload {other:?}: expected produce, consume or e2e")
         }
+        // A usage error, as clap reports its own: usage on stderr, exit status 2.
         (None, None) => {
-            anyhow::bail!("name a workload (produce, consume, e2e) or give --workload FILE")
+            let mut strata = <crate::Cli as clap::CommandFactory>::command();
+            strata.build();
+            strata
+                .find_subcommand_mut("bench")
+                .expect("the bench subcommand")
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "name a workload (produce, consume, e2e) or give --workload FILE",
+                )
+                .exit()
         }
     };
     let defaults = BenchConfig::default();
