@@ -10,7 +10,8 @@
 //!
 //! The report's JSON field names are a contract (DESIGN §9): `workload`, `records`, `bytes`,
 //! `duration_s`, `records_per_s`, `mb_per_s` (MB = 10^6 bytes), `ack_latency_us` and
-//! `e2e_latency_us` with `p50`, `p90`, `p99`, `p999`, `p9999`, `max`.
+//! `e2e_latency_us` with `p50`, `p90`, `p99`, `p999`, `p9999`, `max`; added since:
+//! `compression`, `sent_batch_bytes`, `compression_ratio`.
 
 pub mod pacing;
 
@@ -155,6 +156,12 @@ pub struct Report {
     /// The producers' codec (`none`, `lz4`, `zstd`); `bytes` and `mb_per_s` count record
     /// bytes before compression.
     pub compression: &'static str,
+    /// Bytes of the batches producers sent (warmup included), as they went on the wire and to
+    /// disk: after compression, with batch headers and record entries. 0 without producers.
+    pub sent_batch_bytes: u64,
+    /// Record bytes sent per batch byte sent (warmup included): what the codec saved, net of
+    /// the batch format's own bytes. Absent without producers.
+    pub compression_ratio: Option<f64>,
     /// Records measured (acknowledged for produce, received for consume and e2e).
     pub records: u64,
     pub bytes: u64,
@@ -212,10 +219,28 @@ struct IntervalRecorders {
     recorders: Arc<std::sync::Mutex<Vec<IntervalRecorder>>>,
 }
 
-/// Where a producer counts what was acknowledged: the run's total and this second's latency.
+/// Where a producer counts what was acknowledged: the run's total and this second's latency;
+/// and, once it is done, what it sent.
 struct Tally {
     produced: Arc<AtomicU64>,
     interval: IntervalRecorder,
+    sent: Arc<SentBytes>,
+}
+
+/// What all producers sent, warmup included: record bytes, and the batches that carried them
+/// as they went on the wire (after compression).
+#[derive(Default)]
+struct SentBytes {
+    records: AtomicU64,
+    batches: AtomicU64,
+}
+
+impl SentBytes {
+    fn add(&self, records: u64, producer: &Producer) {
+        self.records.fetch_add(records, Ordering::Relaxed);
+        self.batches
+            .fetch_add(producer.batch_bytes(), Ordering::Relaxed);
+    }
 }
 
 impl IntervalRecorders {
@@ -303,6 +328,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     let intervals: Arc<std::sync::Mutex<Vec<IntervalHistograms>>> = Arc::default();
     let target_records = config.records;
     let produced = Arc::new(AtomicU64::new(0));
+    let sent_bytes = Arc::new(SentBytes::default());
     let consumed = Arc::new(AtomicU64::new(0));
     // Every second: a timeline point (always), a progress line (on a terminal).
     let timeline: Arc<std::sync::Mutex<Vec<TimelinePoint>>> = Arc::default();
@@ -494,7 +520,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 ..ProducerConfig::default()
             };
             let config = config.clone();
-            let (stop, produced) = (stop.clone(), produced.clone());
+            let (stop, produced, sent) = (stop.clone(), produced.clone(), sent_bytes.clone());
             let interval = ack_intervals.recorder();
             let quota = config.records.map(|total| {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
@@ -506,7 +532,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 index: index as u64,
                 quota,
                 stop,
-                tally: Tally { produced, interval },
+                tally: Tally {
+                    produced,
+                    interval,
+                    sent,
+                },
                 measure_from,
             };
             if rate.is_some() && !pinned {
@@ -611,6 +641,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         workload: config.workload,
         topic: config.topic.clone(),
         compression: config.compression.name(),
+        sent_batch_bytes: sent_bytes.batches.load(Ordering::Relaxed),
+        compression_ratio: ratio(
+            sent_bytes.records.load(Ordering::Relaxed),
+            sent_bytes.batches.load(Ordering::Relaxed),
+        ),
         records,
         bytes,
         duration_s: seconds,
@@ -755,6 +790,8 @@ struct RecordSender {
     /// One reading of both clocks, to turn an intended `Instant` into wall-clock time by
     /// arithmetic: reading the clocks per record took about 6% of the bench's samples.
     epoch: (Instant, u64),
+    /// Where `finish` adds what this producer sent.
+    sent_bytes: Arc<SentBytes>,
 }
 
 impl RecordSender {
@@ -768,7 +805,11 @@ impl RecordSender {
             tally,
             measure_from,
         } = task;
-        let Tally { produced, interval } = tally;
+        let Tally {
+            produced,
+            interval,
+            sent: sent_bytes,
+        } = tally;
         let (pending, mut acks) = tokio::sync::mpsc::unbounded_channel();
         let collector = tokio::spawn(async move {
             let mut histogram = histogram();
@@ -802,6 +843,7 @@ impl RecordSender {
             pending,
             collector,
             epoch: (Instant::now(), now_us()),
+            sent_bytes,
         }
     }
 
@@ -854,6 +896,8 @@ impl RecordSender {
     async fn finish(self) -> ProducerOutcome {
         drop(self.pending);
         let measured = self.collector.await?;
+        self.sent_bytes
+            .add(self.sent * self.config.record_size as u64, &self.producer);
         match self.failure {
             // The collector's own error says which ack failed; prefer it.
             Some(failure) => Err(measured.err().unwrap_or(failure)),
@@ -872,7 +916,11 @@ async fn produce_pinned(
     per_batch: usize,
 ) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
     let (config, quota, measure_from) = (&task.config, task.quota, task.measure_from);
-    let Tally { produced, interval } = &task.tally;
+    let Tally {
+        produced,
+        interval,
+        sent: sent_bytes,
+    } = &task.tally;
     let topic: Arc<str> = config.topic.as_str().into();
     let partition = task.index as u32;
     let rate = config
@@ -927,6 +975,7 @@ async fn produce_pinned(
             produced.fetch_add(count as u64, Ordering::Relaxed);
         }
     }
+    sent_bytes.add(sent * record_size as u64, &task.producer);
     Ok((records, batches, bytes))
 }
 
@@ -991,6 +1040,11 @@ fn payload_text(record: u64, len: usize) -> &'static [u8] {
     );
     let start = (record.wrapping_mul(7_919) % (POOL.len() / 2) as u64) as usize;
     &POOL[start..start + len]
+}
+
+/// Record bytes per batch byte; `None` when no batch was sent.
+fn ratio(record_bytes: u64, batch_bytes: u64) -> Option<f64> {
+    (batch_bytes > 0).then(|| record_bytes as f64 / batch_bytes as f64)
 }
 
 /// Picks record keys.
@@ -1063,7 +1117,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
             let mut builder = strata_wire::batch::BatchBuilder::with_capacity(config.batch_bytes);
             builder.set_codec(config.compression);
             let mut value = vec![0u8; config.record_size];
-            let mut generated = 0u64;
+            let (mut generated, mut batch_bytes) = (0u64, 0u64);
             while quota.is_none_or(|quota| generated < quota)
                 && deadline.is_none_or(|deadline| {
                     !generated.is_multiple_of(1024) || Instant::now() < deadline
@@ -1079,18 +1133,20 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
                 builder.push(0, key.as_deref(), &value);
                 generated += 1;
                 if builder.estimated_len() >= config.batch_bytes {
-                    std::hint::black_box(builder.finish());
+                    batch_bytes += std::hint::black_box(builder.finish()).len() as u64;
                 }
             }
             if !builder.is_empty() {
-                std::hint::black_box(builder.finish());
+                batch_bytes += std::hint::black_box(builder.finish()).len() as u64;
             }
-            generated
+            (generated, batch_bytes)
         }));
     }
-    let mut records = 0u64;
+    let (mut records, mut batch_bytes) = (0u64, 0u64);
     for task in tasks {
-        records += task.await?;
+        let (generated, batches) = task.await?;
+        records += generated;
+        batch_bytes += batches;
     }
     let seconds = started.elapsed().as_secs_f64().max(1e-9);
     let bytes = records * config.record_size as u64;
@@ -1098,6 +1154,8 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         workload: Workload::Produce,
         topic: "(null sink)".into(),
         compression: config.compression.name(),
+        sent_batch_bytes: batch_bytes,
+        compression_ratio: ratio(bytes, batch_bytes),
         records,
         bytes,
         duration_s: seconds,
@@ -1299,6 +1357,15 @@ pub fn summary(report: &Report) -> String {
                 p.p50, p.p90, p.p99, p.p999, p.p9999, p.max
             ));
         }
+    }
+    if report.compression != "none"
+        && let Some(ratio) = report.compression_ratio
+    {
+        text.push_str(&format!(
+            "\n  {}: {:.1} MB of batches sent, {ratio:.2}x smaller than their records",
+            report.compression,
+            report.sent_batch_bytes as f64 / 1e6
+        ));
     }
     text
 }

@@ -5,7 +5,7 @@
 //! shares its batch's outcome). Memory is bounded: `send` waits while `buffer_bytes` are queued.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -240,6 +240,8 @@ struct Inner {
     taken: Arc<Notify>,
     idempotence: Arc<Idempotence>,
     requests: Arc<RequestBatchers>,
+    /// Bytes of the batches finished so far, as sent (after compression).
+    batch_bytes: Arc<AtomicU64>,
 }
 
 /// What a partition's sender task needs: not the producer itself, so dropping every producer
@@ -255,6 +257,8 @@ struct SenderContext {
     waiting: Arc<AtomicUsize>,
     /// Wakes the linger task (the sender took the last waiting batch).
     linger_wake: Arc<Notify>,
+    /// The producer's [`Inner::batch_bytes`].
+    batch_bytes: Arc<AtomicU64>,
 }
 
 /// One partition batch waiting for a produce request to its leader.
@@ -462,6 +466,7 @@ impl Producer {
             taken: Arc::new(Notify::new()),
             idempotence: Arc::default(),
             requests: Arc::default(),
+            batch_bytes: Arc::default(),
         });
         tokio::spawn(linger(
             Arc::downgrade(&inner),
@@ -602,6 +607,12 @@ impl Producer {
         Ok(())
     }
 
+    /// Bytes of the batches this producer has finished so far, as they go on the wire and to
+    /// disk: after compression, with batch headers and entries (retries count once).
+    pub fn batch_bytes(&self) -> u64 {
+        self.inner.batch_bytes.load(Ordering::Relaxed)
+    }
+
     /// Sends every open batch now and waits until everything sent before is answered.
     pub async fn flush(&self) -> Result<(), ClientError> {
         let waits: Vec<BatchOutcome> = {
@@ -704,6 +715,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             idempotence: inner.idempotence.clone(),
             waiting: state.waiting.clone(),
             linger_wake: inner.taken.clone(),
+            batch_bytes: inner.batch_bytes.clone(),
         };
         tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
         sender
@@ -793,6 +805,7 @@ async fn send_partition(
                     }
                     let Sealed { builder, reply, bytes, epoch } = sealed;
                     let batch = builder.into_batch();
+                    inner.batch_bytes.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     let written = dispatch(&inner, &topic, partition, batch.clone()).await;
                     let context = inner.clone();
                     let topic = topic.clone();

@@ -98,6 +98,16 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         stored_bytes > 20000 * 1024 / 8 && stored_bytes < 20000 * 1024 / 2,
         "zstd stored {stored_bytes} bytes of 20000 1 KiB records"
     );
+    // The report's batch bytes are exactly what the broker stored, and its ratio follows.
+    assert_eq!(compressed["sent_batch_bytes"].as_u64(), Some(stored_bytes));
+    let ratio = compressed["compression_ratio"].as_f64().unwrap();
+    assert!(
+        (ratio - (20000.0 * 1024.0) / stored_bytes as f64).abs() < 1e-6,
+        "{ratio}"
+    );
+    // Uncompressed batches are a little larger than their records (headers, record entries).
+    let plain_ratio = produced["compression_ratio"].as_f64().unwrap();
+    assert!((0.9..1.0).contains(&plain_ratio), "{plain_ratio}");
 
     // A rate-limited run hits its rate within 5%.
     let hdr_log = temp.path().join("limited.hlog");
