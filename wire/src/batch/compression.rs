@@ -128,7 +128,8 @@ pub(crate) fn decompress(codec: Codec, body: &[u8]) -> Result<AlignedVec<16>, Ba
             "the declared length exceeds the batch limit",
         ));
     }
-    let mut archive = AlignedVec::<16>::with_capacity(archive_len);
+    // Allocated only once the stream's own header agrees with the prefix.
+    let mut archive = AlignedVec::<16>::new();
     let produced = match codec {
         Codec::None => return Err(BatchError::BadCompression("no codec")),
         Codec::Lz4 => {
@@ -137,12 +138,24 @@ pub(crate) fn decompress(codec: Codec, body: &[u8]) -> Result<AlignedVec<16>, Ba
                     "the declared length is more than LZ4 can expand to",
                 ));
             }
+            archive = AlignedVec::with_capacity(archive_len);
             archive.resize(archive_len, 0);
             lz4_flex::block::decompress_into(stream, &mut archive)
                 .map_err(|_| BatchError::BadCompression("the LZ4 block is corrupt"))?
         }
         // Into unzeroed capacity: a lying prefix costs an untouched reservation, not a memset.
         Codec::Zstd => ZSTD_DECOMPRESSOR.with_borrow_mut(|decompressor| {
+            // Our frames state their content size (one-shot compression always does): one that
+            // disagrees with the prefix is refused before the output is reserved.
+            let declared = zstd::zstd_safe::get_frame_content_size(stream)
+                .ok()
+                .flatten();
+            if declared != Some(archive_len as u64) {
+                return Err(BatchError::BadCompression(
+                    "the zstd frame does not declare the archive's length",
+                ));
+            }
+            archive = AlignedVec::with_capacity(archive_len);
             let decompressor = match decompressor {
                 Some(decompressor) => decompressor,
                 None => decompressor.insert(
@@ -212,6 +225,15 @@ mod tests {
             assert!(decompress(codec, &huge).is_err());
             assert!(decompress(codec, &[1, 0]).is_err());
         }
+        // A zstd prefix that disagrees with its frame's declared size is refused up front.
+        let mut zstd = AlignedVec::<16>::new();
+        compress(Codec::Zstd, &sample(), &mut zstd);
+        let mut claims = zstd.to_vec();
+        claims[..4].copy_from_slice(&100_000_000u32.to_le_bytes());
+        assert!(matches!(
+            decompress(Codec::Zstd, &claims),
+            Err(BatchError::BadCompression(why)) if why.contains("does not declare")
+        ));
         // A small LZ4 block that claims 100 MB is refused before anything is allocated.
         let mut lz4 = AlignedVec::<16>::new();
         compress(Codec::Lz4, &sample(), &mut lz4);
