@@ -11,7 +11,7 @@
 //! The report's JSON field names are a contract (DESIGN §9): `workload`, `records`, `bytes`,
 //! `duration_s`, `records_per_s`, `mb_per_s` (MB = 10^6 bytes), `ack_latency_us` and
 //! `e2e_latency_us` with `p50`, `p90`, `p99`, `p999`, `p9999`, `max`; added since:
-//! `compression`, `sent_batch_bytes`, `compression_ratio`.
+//! `compression`, `sent_batch_bytes`, `compression_ratio`, `host`.
 
 pub mod pacing;
 
@@ -180,6 +180,54 @@ pub struct Report {
     pub e2e_latency_us: Option<Percentiles>,
     /// Records measured in each second of the run (produced and consumed).
     pub timeline: Vec<TimelinePoint>,
+    /// The machine as the run started: on a VM whose free memory is slow to touch, the page
+    /// cache and free memory move a run's figures more than most code changes do.
+    pub host: HostState,
+}
+
+/// What `/proc/meminfo` and the CPU count said when a run started.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct HostState {
+    pub cpus: usize,
+    pub mem_total_mb: u64,
+    pub mem_free_mb: u64,
+    /// Page cache (`Cached`), in MB.
+    pub page_cache_mb: u64,
+    pub dirty_mb: u64,
+}
+
+impl HostState {
+    /// The machine now; fields it cannot read stay 0.
+    pub fn now() -> HostState {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        HostState {
+            cpus: std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get),
+            ..HostState::from_meminfo(&meminfo)
+        }
+    }
+
+    fn from_meminfo(meminfo: &str) -> HostState {
+        let mb = |key: &str| {
+            meminfo
+                .lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .map_or(0, |kb| kb / 1024)
+        };
+        HostState {
+            cpus: 0,
+            mem_total_mb: mb("MemTotal"),
+            mem_free_mb: mb("MemFree"),
+            page_cache_mb: mb("Cached"),
+            dirty_mb: mb("Dirty"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -311,6 +359,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             .await
             .with_context(|| format!("creating topic {}", config.topic))?;
     }
+    let host = HostState::now();
     let started = Instant::now();
     let cpu_started = cpu_seconds();
     let measure_from = started + config.warmup;
@@ -661,6 +710,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         e2e_latency_us: (config.workload != Workload::Produce)
             .then(|| Percentiles::of(&histograms.e2e)),
         timeline: timeline.lock().expect("timeline").clone(),
+        host,
     };
     Ok((report, histograms))
 }
@@ -1102,6 +1152,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         config.workload == Workload::Produce,
         "--null-sink measures the produce side only"
     );
+    let host = HostState::now();
     let started = Instant::now();
     let cpu_started = cpu_seconds();
     let producers = config.producers.max(1);
@@ -1167,6 +1218,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         batch_latency_us: None,
         e2e_latency_us: None,
         timeline: Vec::new(),
+        host,
     };
     Ok((
         report,
@@ -1358,6 +1410,14 @@ pub fn summary(report: &Report) -> String {
             ));
         }
     }
+    let host = &report.host;
+    text.push_str(&format!(
+        "\n  host at the start: {} cpus, {:.1} GB free, {:.1} GB page cache, {} MB dirty",
+        host.cpus,
+        host.mem_free_mb as f64 / 1024.0,
+        host.page_cache_mb as f64 / 1024.0,
+        host.dirty_mb
+    ));
     if report.compression != "none"
         && let Some(ratio) = report.compression_ratio
     {
@@ -1373,6 +1433,22 @@ pub fn summary(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_state_reads_meminfo() {
+        let meminfo = "MemTotal:       24607744 kB\nMemFree:        11534336 kB\nMemAvailable:   23000000 kB\nBuffers:           12828 kB\nCached:         11010048 kB\nSwapCached:            0 kB\nDirty:              2048 kB\n";
+        let host = HostState::from_meminfo(meminfo);
+        assert_eq!(
+            (
+                host.mem_total_mb,
+                host.mem_free_mb,
+                host.page_cache_mb,
+                host.dirty_mb
+            ),
+            (24031, 11264, 10752, 2)
+        );
+        assert_eq!(HostState::from_meminfo(""), HostState::default());
+    }
 
     #[test]
     fn progress_bars_fill_and_clamp() {

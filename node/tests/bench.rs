@@ -36,6 +36,8 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     );
     assert_eq!(produced["workload"], "produce");
     assert_eq!(produced["records"], 20000);
+    assert!(produced["host"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(produced["host"]["mem_total_mb"].as_u64().unwrap() > 0);
     assert_eq!(produced["bytes"], 20000 * 1024);
     assert_monotonic(&produced["ack_latency_us"]);
     let cpu = produced["bench_cpu_percent"].as_f64().unwrap();
@@ -308,6 +310,11 @@ fn workload_files_and_compare() {
     let line = table.lines().find(|l| l.starts_with("records ")).unwrap();
     let ratio: f64 = line.split_whitespace().last().unwrap().parse().unwrap();
     assert!((ratio - 0.5).abs() < 0.1, "{line}");
+    // And the machine's state at each start, so a reader sees whether both met the same one.
+    assert!(
+        table.lines().any(|l| l.starts_with("host.mem_free_mb ")),
+        "{table}"
+    );
 
     // A workload file's [topic_config] table applies when the bench creates the topic.
     let file = dir.path().join("small-segments.toml");

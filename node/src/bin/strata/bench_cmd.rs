@@ -327,10 +327,21 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
         "duration_s",
         "records_per_s",
         "mb_per_s",
+        "sent_batch_bytes",
+        "compression_ratio",
+        "bench_cpu_percent",
     ] {
         rows.push((key.into(), left[key].as_f64(), right[key].as_f64()));
     }
-    for histogram in ["ack_latency_us", "e2e_latency_us"] {
+    // Whether the two runs met the machine in the same state.
+    for key in ["mem_free_mb", "page_cache_mb", "dirty_mb"] {
+        rows.push((
+            format!("host.{key}"),
+            left["host"][key].as_f64(),
+            right["host"][key].as_f64(),
+        ));
+    }
+    for histogram in ["ack_latency_us", "batch_latency_us", "e2e_latency_us"] {
         for percentile in ["p50", "p90", "p99", "p999", "p9999", "max"] {
             rows.push((
                 format!("{histogram}.{percentile}"),
