@@ -61,6 +61,15 @@ fn main() {
         "# 1 node, --shards {shards}, {PARTITIONS} partitions, flush=never, direct.writes={direct_writes}, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms ({latency_linger_ms} ms in the latency phase)"
     );
 
+    // The memory state moves this VM's figures more than most code changes (docs/benchmarks.md).
+    let host = strata_bench::HostState::now();
+    println!(
+        "host: {} cpus, {:.1} GB free, {:.1} GB page cache, {} MB dirty",
+        host.cpus,
+        host.mem_free_mb as f64 / 1024.0,
+        host.page_cache_mb as f64 / 1024.0,
+        host.dirty_mb
+    );
     let loopback = tcp_loopback(duration);
     println!("plain TCP socket pair over loopback: {loopback:8.0} MB/s");
 
