@@ -917,7 +917,7 @@ impl RecordSender {
         value.clear();
         value.put_u64_le(intended_us);
         let rest = self.config.record_size.saturating_sub(value.len());
-        value.extend_from_slice(payload_text(self.sent, rest));
+        put_text(value, self.sent, rest);
         let mut record =
             ProducerRecord::new(self.topic.clone(), self.keys.next(), value.split().freeze());
         record.timestamp_ms = Some((intended_us / 1000) as i64);
@@ -979,9 +979,10 @@ async fn produce_pinned(
     let mut keys = KeyChooser::new(config.key_distribution, config.keys, task.index);
     let (mut records, mut batches, mut bytes) = (histogram(), histogram(), 0u64);
     let record_size = config.record_size.max(1);
-    let mut values: Vec<u8> = (0..per_batch as u64)
-        .flat_map(|record| payload_text(record, record_size).iter().copied())
-        .collect();
+    let mut values: Vec<u8> = Vec::with_capacity(per_batch * record_size);
+    for record in 0..per_batch as u64 {
+        put_text(&mut values, record, record_size);
+    }
     let mut batch_keys: Vec<Option<Bytes>> = Vec::with_capacity(per_batch);
     let schedule = Schedule::new(Instant::now(), rate);
     let mut sent = 0u64;
@@ -1067,9 +1068,9 @@ const PAYLOAD_WORDS: [&str; 32] = [
     "retry",
 ];
 
-/// `len` bytes of value text for record `record` (a window into one pool, so nothing is
-/// generated per record). Panics if `len` exceeds the pool (1 MiB; records are far smaller).
-fn payload_text(record: u64, len: usize) -> &'static [u8] {
+/// Appends `len` bytes of value text for record `record`: a window into one pool (so nothing is
+/// generated per record), wrapping around it for values longer than the pool.
+fn put_text(out: &mut impl BufMut, record: u64, len: usize) {
     static POOL: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
         // A fixed linear congruential sequence: every run sends the same bytes.
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -1084,12 +1085,14 @@ fn payload_text(record: u64, len: usize) -> &'static [u8] {
         }
         pool
     });
-    assert!(
-        len <= POOL.len() / 2,
-        "record values are limited to 512 KiB"
-    );
-    let start = (record.wrapping_mul(7_919) % (POOL.len() / 2) as u64) as usize;
-    &POOL[start..start + len]
+    let mut start = (record.wrapping_mul(7_919) % (POOL.len() / 2) as u64) as usize;
+    let mut left = len;
+    while left > 0 {
+        let take = left.min(POOL.len() - start);
+        out.put_slice(&POOL[start..start + take]);
+        left -= take;
+        start = 0;
+    }
 }
 
 /// Record bytes per batch byte; `None` when no batch was sent.
@@ -1167,7 +1170,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
             let mut keys = KeyChooser::new(config.key_distribution, config.keys, index as u64);
             let mut builder = strata_wire::batch::BatchBuilder::with_capacity(config.batch_bytes);
             builder.set_codec(config.compression);
-            let mut value = vec![0u8; config.record_size];
+            let mut value = Vec::with_capacity(config.record_size);
             let (mut generated, mut batch_bytes) = (0u64, 0u64);
             while quota.is_none_or(|quota| generated < quota)
                 && deadline.is_none_or(|deadline| {
@@ -1176,10 +1179,10 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
             {
                 // As a producing record sender builds its values: a send time, then text.
                 let stamp = now_us().to_le_bytes();
-                let stamped = stamp.len().min(value.len());
-                value[..stamped].copy_from_slice(&stamp[..stamped]);
-                let rest = value.len() - stamped;
-                value[stamped..].copy_from_slice(payload_text(generated, rest));
+                let stamped = stamp.len().min(config.record_size);
+                value.clear();
+                value.extend_from_slice(&stamp[..stamped]);
+                put_text(&mut value, generated, config.record_size - stamped);
                 let key = keys.next();
                 builder.push(0, key.as_deref(), &value);
                 generated += 1;
@@ -1433,6 +1436,20 @@ pub fn summary(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn value_text_has_the_asked_length_at_any_size() {
+        for len in [0, 8, 1024, 600_000, 3 << 20] {
+            let mut out = Vec::new();
+            put_text(&mut out, 12_345, len);
+            assert_eq!(out.len(), len);
+            assert!(out.iter().all(|b| b.is_ascii_graphic() || *b == b' '));
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        put_text(&mut a, 1, 64);
+        put_text(&mut b, 2, 64);
+        assert_ne!(a, b, "records differ");
+    }
 
     #[test]
     fn host_state_reads_meminfo() {
