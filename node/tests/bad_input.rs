@@ -64,6 +64,43 @@ fn request_body(request: Request, correlation_id: u32) -> Vec<u8> {
     frame[4..].to_vec()
 }
 
+/// Produces `first` to partition 0 and `second` to partition 1 of topic `t` in one request and
+/// returns each partition's error code.
+fn produce_to_both_partitions(
+    stream: &mut TcpStream,
+    correlation_id: u32,
+    first: Bytes,
+    second: Bytes,
+) -> Vec<ErrorCode> {
+    let produce = Request::Produce(ProduceRequest {
+        acks: 1,
+        timeout_ms: 1000,
+        topics: vec![ProduceTopic {
+            name: "t".into(),
+            partitions: vec![
+                ProducePartition {
+                    partition: 0,
+                    records: Records::from(first),
+                },
+                ProducePartition {
+                    partition: 1,
+                    records: Records::from(second),
+                },
+            ],
+        }],
+    });
+    send_chunks(stream, produce.encode(correlation_id));
+    let (_, result) = read_response(stream, ApiKey::Produce).unwrap();
+    let Ok(Response::Produce(response)) = result else {
+        panic!("produce response expected")
+    };
+    response.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error)
+        .collect()
+}
+
 #[test]
 fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
     let temp = tempfile::tempdir().unwrap();
@@ -117,34 +154,10 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
     let mut bad = good.to_vec();
     let last = bad.len() - 12;
     bad[last] ^= 0xff;
-    let produce = Request::Produce(ProduceRequest {
-        acks: 1,
-        timeout_ms: 1000,
-        topics: vec![ProduceTopic {
-            name: "t".into(),
-            partitions: vec![
-                ProducePartition {
-                    partition: 0,
-                    records: Records::from(Bytes::from(bad)),
-                },
-                ProducePartition {
-                    partition: 1,
-                    records: Records::from(good),
-                },
-            ],
-        }],
-    });
-    send_chunks(&mut stream, produce.encode(15));
-    let (_, result) = read_response(&mut stream, ApiKey::Produce).unwrap();
-    let Ok(Response::Produce(response)) = result else {
-        panic!("produce response expected")
-    };
-    let errors: Vec<ErrorCode> = response.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.error)
-        .collect();
-    assert_eq!(errors, vec![ErrorCode::CorruptBatch, ErrorCode::None]);
+    assert_eq!(
+        produce_to_both_partitions(&mut stream, 15, Bytes::from(bad), good),
+        vec![ErrorCode::CorruptBatch, ErrorCode::None]
+    );
 
     // A compressed batch whose stream is garbage under a correct CRC (a producer's codec bug):
     // the broker decompresses to check it, so no consumer is ever handed it. A good zstd batch
@@ -162,34 +175,15 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
     garbled[64 + 4..64 + body_len].fill(0x55);
     let crc = crc32c::crc32c(&garbled[16..64 + body_len]);
     garbled[12..16].copy_from_slice(&crc.to_le_bytes());
-    let produce = Request::Produce(ProduceRequest {
-        acks: 1,
-        timeout_ms: 1000,
-        topics: vec![ProduceTopic {
-            name: "t".into(),
-            partitions: vec![
-                ProducePartition {
-                    partition: 0,
-                    records: Records::from(Bytes::from(garbled)),
-                },
-                ProducePartition {
-                    partition: 1,
-                    records: Records::from(compressed(Codec::Zstd, b"fine fine fine")),
-                },
-            ],
-        }],
-    });
-    send_chunks(&mut stream, produce.encode(16));
-    let (_, result) = read_response(&mut stream, ApiKey::Produce).unwrap();
-    let Ok(Response::Produce(response)) = result else {
-        panic!("produce response expected")
-    };
-    let errors: Vec<ErrorCode> = response.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.error)
-        .collect();
-    assert_eq!(errors, vec![ErrorCode::CorruptBatch, ErrorCode::None]);
+    assert_eq!(
+        produce_to_both_partitions(
+            &mut stream,
+            16,
+            Bytes::from(garbled),
+            compressed(Codec::Zstd, b"fine fine fine"),
+        ),
+        vec![ErrorCode::CorruptBatch, ErrorCode::None]
+    );
 
     // A frame shorter than a request header: the connection is closed.
     let mut tiny = raw(&node);

@@ -45,16 +45,7 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         cpu > 0.0 && cpu < 400.0,
         "the bench reports its own CPU use: {cpu}"
     );
-    let described: serde_json::Value =
-        serde_json::from_str(&node.cli(&["topic", "describe", "b1", "--format", "json"], None))
-            .unwrap();
-    let stored: u64 = described["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["high_watermark"].as_u64().unwrap())
-        .sum();
-    assert_eq!(stored, 20000);
+    assert_eq!(support::stored_records(&node, "b1"), 20000);
 
     // Compressed: the same count stored, in less than half the bytes (the values are word
     // text, not one repeated byte that any codec shrinks a hundredfold).
@@ -74,28 +65,8 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     assert_eq!(compressed["compression"], "zstd");
     assert_eq!(compressed["records"], 20000);
     assert_eq!(compressed["bytes"], 20000 * 1024);
-    let described: serde_json::Value =
-        serde_json::from_str(&node.cli(&["topic", "describe", "bz", "--format", "json"], None))
-            .unwrap();
-    let stored: u64 = described["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["high_watermark"].as_u64().unwrap())
-        .sum();
-    assert_eq!(stored, 20000);
-    let stored_bytes: u64 = std::fs::read_dir(temp.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|dir| {
-            dir.file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with("bz-"))
-        })
-        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .map(|path| std::fs::metadata(path).unwrap().len())
-        .sum();
+    assert_eq!(support::stored_records(&node, "bz"), 20000);
+    let stored_bytes = support::topic_log_bytes(temp.path(), "bz");
     assert!(
         stored_bytes > 20000 * 1024 / 8 && stored_bytes < 20000 * 1024 / 2,
         "zstd stored {stored_bytes} bytes of 20000 1 KiB records"

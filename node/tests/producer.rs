@@ -246,16 +246,6 @@ fn batches_fill_while_requests_are_in_flight_instead_of_queueing_tiny_ones() {
     });
 }
 
-/// Bytes of a partition's segment files.
-fn stored_bytes(data_dir: &std::path::Path, partition_dir: &str) -> u64 {
-    std::fs::read_dir(data_dir.join(partition_dir))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .map(|path| std::fs::metadata(path).unwrap().len())
-        .sum()
-}
-
 /// Compression (`ProducerConfig::compression`, `produce --compression`): the broker stores the
 /// compressed batches as sent, smaller, and consumers read every record back exactly.
 #[test]
@@ -336,9 +326,9 @@ fn compressed_batches_are_stored_smaller_and_read_back_exactly() {
             }
         }
     });
-    let plain = stored_bytes(data.path(), "c-none-0");
-    let lz4 = stored_bytes(data.path(), "c-lz4-0");
-    let zstd = stored_bytes(data.path(), "c-zstd-0");
+    let plain = support::topic_log_bytes(data.path(), "c-none");
+    let lz4 = support::topic_log_bytes(data.path(), "c-lz4");
+    let zstd = support::topic_log_bytes(data.path(), "c-zstd");
     assert!(
         lz4 * 2 < plain && zstd * 3 < plain && zstd < lz4,
         "stored bytes: none {plain}, lz4 {lz4}, zstd {zstd}"

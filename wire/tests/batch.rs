@@ -15,19 +15,7 @@ struct OwnedRecord {
 }
 
 fn build(records: &[OwnedRecord]) -> Bytes {
-    let mut builder = BatchBuilder::default();
-    for record in records {
-        builder.push_with_headers(
-            record.timestamp_ms,
-            record.key.as_deref(),
-            &record.value,
-            record
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice())),
-        );
-    }
-    builder.finish()
+    build_with(Codec::None, records)
 }
 
 fn read_back(batch: &Batch) -> Vec<OwnedRecord> {

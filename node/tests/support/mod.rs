@@ -335,6 +335,37 @@ pub fn describe(node: &TestNode, topic: &str) -> serde_json::Value {
         .unwrap()
 }
 
+/// Records a topic holds: the sum of its partitions' high watermarks (`topic describe`).
+pub fn stored_records(node: &TestNode, topic: &str) -> u64 {
+    describe(node, topic)["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["high_watermark"].as_u64().unwrap())
+        .sum()
+}
+
+/// Bytes of a topic's segment files under `data_dir` (every `TOPIC-N` partition folder).
+pub fn topic_log_bytes(data_dir: &Path, topic: &str) -> u64 {
+    let is_partition_of_topic = |name: &str| {
+        name.strip_prefix(topic)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|partition| partition.parse::<u32>().is_ok())
+    };
+    std::fs::read_dir(data_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|dir| {
+            dir.file_name()
+                .is_some_and(|name| is_partition_of_topic(&name.to_string_lossy()))
+        })
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .map(|path| std::fs::metadata(path).unwrap().len())
+        .sum()
+}
+
 pub fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
     describe(node, topic)["partitions"]
         .as_array()
