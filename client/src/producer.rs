@@ -109,6 +109,13 @@ pub struct RecordFuture {
     index: u32,
 }
 
+impl RecordFuture {
+    /// The partition the record was assigned to (known before it is acknowledged).
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+}
+
 impl Future for RecordFuture {
     type Output = Result<RecordMetadata, ClientError>;
 
