@@ -1,7 +1,7 @@
 //! One node over loopback, next to a plain TCP socket pair measured in the same run.
 //!
 //! `cargo bench -p strata-node --bench node -- [--seconds N] [--shards N] [--linger-ms N]
-//! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always]`
+//! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always] [--overprovisioned]`
 //!
 //! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
 //! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
@@ -43,6 +43,8 @@ fn main() {
     let mut load = 0.5f64;
     // The topic's `direct.writes` (never | replicated | always).
     let mut direct_writes = "replicated".to_string();
+    // `strata serve --overprovisioned`: shards not pinned, as where clients share the cores.
+    let mut overprovisioned = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => seconds = args.next().unwrap().parse().unwrap(),
@@ -52,13 +54,19 @@ fn main() {
             "--latency-linger-ms" => latency_linger_ms = args.next().unwrap().parse().unwrap(),
             "--load" => load = args.next().unwrap().parse().unwrap(),
             "--direct-writes" => direct_writes = args.next().unwrap(),
+            "--overprovisioned" => overprovisioned = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
     let duration = Duration::from_secs(seconds);
     println!(
-        "# 1 node, --shards {shards}, {PARTITIONS} partitions, flush=never, direct.writes={direct_writes}, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms ({latency_linger_ms} ms in the latency phase)"
+        "# 1 node, --shards {shards}{}, {PARTITIONS} partitions, flush=never, direct.writes={direct_writes}, acks=1, {RECORD_BYTES} B records, {seconds} s per phase, producer batch {batch_bytes} B, linger {linger_ms} ms ({latency_linger_ms} ms in the latency phase)",
+        if overprovisioned {
+            " --overprovisioned"
+        } else {
+            ""
+        }
     );
 
     // The memory state moves this VM's figures more than most code changes (docs/benchmarks.md).
@@ -74,7 +82,11 @@ fn main() {
     println!("plain TCP socket pair over loopback: {loopback:8.0} MB/s");
 
     let data = tempfile::tempdir().unwrap();
-    let node = support::TestNode::start(data.path(), shards);
+    let node = if overprovisioned {
+        support::TestNode::start_with(data.path(), shards, &["--overprovisioned"])
+    } else {
+        support::TestNode::start(data.path(), shards)
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

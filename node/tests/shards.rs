@@ -148,7 +148,50 @@ fn shards_pin_themselves_within_the_cpus_the_process_may_use() {
     }
     let data = tempfile::tempdir().unwrap();
     let node = support::TestNode::start(data.path(), 2);
-    let pid = node.pid();
+    let shards = shard_cpus(node.pid());
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    for (name, allowed) in &shards {
+        assert_eq!(
+            *allowed,
+            only.to_string(),
+            "{name} runs outside the process's CPUs"
+        );
+    }
+}
+
+/// `--overprovisioned` (cores shared with other busy processes) leaves shard threads free to
+/// run on any CPU the process may use; by default each shard has a CPU of its own.
+#[test]
+fn overprovisioned_shards_are_not_pinned() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let process_cpus = if cores == 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", cores - 1)
+    };
+    let data = tempfile::tempdir().unwrap();
+    let node = support::TestNode::start_with(data.path(), 2, &["--overprovisioned"]);
+    let shards = shard_cpus(node.pid());
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    for (name, allowed) in &shards {
+        assert_eq!(*allowed, process_cpus, "{name} is pinned");
+    }
+    drop(node);
+
+    if cores > 1 {
+        let data = tempfile::tempdir().unwrap();
+        let node = support::TestNode::start(data.path(), 2);
+        let mut pinned: Vec<String> = shard_cpus(node.pid())
+            .into_iter()
+            .map(|(_, allowed)| allowed)
+            .collect();
+        pinned.sort();
+        assert_eq!(pinned, ["0", "1"], "each shard on a CPU of its own");
+    }
+}
+
+/// The CPUs each shard thread of process `pid` may run on: (thread name, Cpus_allowed_list).
+fn shard_cpus(pid: u32) -> Vec<(String, String)> {
     let mut shards = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
@@ -165,12 +208,5 @@ fn shards_pin_themselves_within_the_cpus_the_process_may_use() {
             .to_string();
         shards.push((name.trim().to_string(), allowed));
     }
-    assert_eq!(shards.len(), 2, "{shards:?}");
-    for (name, allowed) in &shards {
-        assert_eq!(
-            *allowed,
-            only.to_string(),
-            "{name} runs outside the process's CPUs"
-        );
-    }
+    shards
 }

@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// Shards (threads, each pinned to a core). Default: the number of cores.
     #[arg(long, env = "STRATA_SHARDS")]
     shards: Option<usize>,
+    /// The node shares its cores with other busy processes (clients or load generators on the
+    /// same host, a small VM): shard threads are not pinned, so the kernel may run a shard on
+    /// whichever core is free instead of queueing it behind another process on its own
+    /// (Redpanda's `--overprovisioned`). Leave off on a dedicated host.
+    #[arg(long, env = "STRATA_OVERPROVISIONED")]
+    overprovisioned: bool,
     /// Host to advertise to clients (default: the listen address, or 127.0.0.1 for 0.0.0.0).
     #[arg(long, env = "STRATA_ADVERTISED_HOST")]
     advertised_host: Option<String>,
@@ -91,6 +97,7 @@ struct FileConfig {
     cluster: Option<String>,
     rack: Option<String>,
     shards: Option<usize>,
+    overprovisioned: Option<bool>,
     advertised_host: Option<String>,
     io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
@@ -203,7 +210,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .max_frame_bytes
             .or(file.max_frame_bytes)
             .unwrap_or(64 << 20),
-        pin_cores: true,
+        pin_cores: !(args.overprovisioned || file.overprovisioned.unwrap_or(false)),
         etcd,
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
