@@ -89,6 +89,24 @@ pub struct Consumer {
     config: ConsumerConfig,
     /// (topic, partition) → next offset to fetch.
     positions: HashMap<(String, u32), u64>,
+    /// Fetches on their way, each partition in at most one (see `poll`).
+    in_flight: Vec<InFlightFetch>,
+}
+
+/// (topic, partition).
+type PartitionKey = (String, u32);
+
+/// A fetch request on its way, with what it asked for: partitions and the offsets they were
+/// fetched from. Dropping it abandons the answer.
+struct InFlightFetch {
+    asked: Vec<(PartitionKey, u64)>,
+    task: tokio::task::JoinHandle<Result<Response, ClientError>>,
+}
+
+impl Drop for InFlightFetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Consumer {
@@ -97,6 +115,7 @@ impl Consumer {
             client,
             config,
             positions: HashMap::new(),
+            in_flight: Vec::new(),
         }
     }
 
@@ -175,32 +194,94 @@ impl Consumer {
             .map(|((topic, partition), offset)| (topic.as_str(), *partition, *offset))
     }
 
-    /// One round of fetches (one request per broker shard, concurrently). Returns what arrived
-    /// (possibly nothing, after the long-poll wait) and advances positions past it.
+    /// Returns the records of the next fetch answers to arrive (possibly none, after the
+    /// long-poll wait) and advances positions past them.
+    ///
+    /// Each broker shard leading an assigned partition has a fetch on its way at all times, as
+    /// with Kafka's fetcher: `poll` waits for the first answer (taking any others that came
+    /// too), and sends that shard its next fetch before returning, so brokers read and send
+    /// while the caller processes, and a shard with records is never held back by another
+    /// still waiting at the end of its log. A seek, assign or unassign abandons the fetch that
+    /// asked for the partition's old position.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedBatch>, ClientError> {
+        let positions = &self.positions;
+        self.in_flight.retain(|fetch| {
+            fetch
+                .asked
+                .iter()
+                .all(|(partition, offset)| positions.get(partition) == Some(offset))
+        });
+        self.send_fetches().await?;
+        if self.in_flight.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (first, index, _) = futures_util::future::select_all(
+            self.in_flight.iter_mut().map(|fetch| &mut fetch.task),
+        )
+        .await;
+        self.in_flight.swap_remove(index);
+        let mut answers = vec![first];
+        while let Some(index) = self
+            .in_flight
+            .iter()
+            .position(|fetch| fetch.task.is_finished())
+        {
+            let mut done = self.in_flight.swap_remove(index);
+            answers.push((&mut done.task).await);
+        }
+        let mut consumed = Vec::new();
+        let mut refresh = false;
+        let mut resets = Vec::new();
+        for answer in answers {
+            let answer = answer.map_err(|error| ClientError::Protocol(error.to_string()))?;
+            self.take_answer(answer, &mut consumed, &mut refresh, &mut resets)?;
+        }
+        if refresh {
+            let _ = self.client.refresh_metadata().await;
+        }
+        for ((topic, partition), reset) in resets {
+            self.seek(&topic, partition, reset.seek_to()).await?;
+        }
+        self.send_fetches().await?;
+        Ok(consumed)
+    }
+
+    /// Sends fetches for the assigned partitions no fetch on its way covers, one request per
+    /// broker shard leading any of them, each partition from its position.
+    async fn send_fetches(&mut self) -> Result<(), ClientError> {
+        let covered: std::collections::HashSet<&PartitionKey> = self
+            .in_flight
+            .iter()
+            .flat_map(|fetch| fetch.asked.iter().map(|(partition, _)| partition))
+            .collect();
+        if covered.len() == self.positions.len() {
+            return Ok(());
+        }
         let metadata = self.client.metadata().await?;
         let shard_aware = self.client.config().shard_aware;
-        let mut by_address: HashMap<String, Vec<(String, u32, u64)>> = HashMap::new();
-        for ((topic, partition), offset) in &self.positions {
-            let address = metadata.leader_address(topic, *partition, shard_aware)?;
+        let mut by_address: HashMap<String, Vec<(PartitionKey, u64)>> = HashMap::new();
+        for (key, offset) in &self.positions {
+            if covered.contains(key) {
+                continue;
+            }
+            let address = metadata.leader_address(&key.0, key.1, shard_aware)?;
             by_address
                 .entry(address)
                 .or_default()
-                .push((topic.clone(), *partition, *offset));
+                .push((key.clone(), *offset));
         }
-        let mut fetches = Vec::new();
-        for (address, partitions) in by_address {
+        for (address, asked) in by_address {
             let mut topics: Vec<FetchTopic> = Vec::new();
-            for (topic, partition, offset) in partitions {
+            for ((topic, partition), offset) in &asked {
                 let fetch = FetchPartition {
-                    partition,
-                    fetch_offset: offset,
+                    partition: *partition,
+                    fetch_offset: *offset,
                     max_bytes: self.config.partition_max_bytes,
                 };
-                match topics.iter_mut().find(|t| t.name == topic) {
+                match topics.iter_mut().find(|t| t.name == *topic) {
                     Some(entry) => entry.partitions.push(fetch),
                     None => topics.push(FetchTopic {
-                        name: topic,
+                        name: topic.clone(),
                         partitions: vec![fetch],
                     }),
                 }
@@ -212,91 +293,88 @@ impl Consumer {
                 topics,
             });
             let client = self.client.clone();
-            fetches.push(tokio::spawn(async move {
-                client.request(&address, request).await
-            }));
+            let task = tokio::spawn(async move { client.request(&address, request).await });
+            self.in_flight.push(InFlightFetch { asked, task });
         }
-        let mut consumed = Vec::new();
-        let mut refresh = false;
-        let mut resets = Vec::new();
-        for fetch in fetches {
-            let response = fetch
-                .await
-                .map_err(|error| ClientError::Protocol(error.to_string()))?;
-            let response = match response {
-                Ok(Response::Fetch(response)) => response,
-                Ok(_) => {
-                    return Err(ClientError::Protocol(
-                        "fetch answered with another api".into(),
-                    ));
-                }
-                Err(error) if error.is_retriable() => {
-                    refresh = true;
+        Ok(())
+    }
+
+    /// Turns one fetch answer into batches past the positions, moving the positions along;
+    /// notes out-of-range positions to reset and retriable errors (metadata to refresh).
+    fn take_answer(
+        &mut self,
+        answer: Result<Response, ClientError>,
+        consumed: &mut Vec<ConsumedBatch>,
+        refresh: &mut bool,
+        resets: &mut Vec<(PartitionKey, OffsetReset)>,
+    ) -> Result<(), ClientError> {
+        let response = match answer {
+            Ok(Response::Fetch(response)) => response,
+            Ok(_) => {
+                return Err(ClientError::Protocol(
+                    "fetch answered with another api".into(),
+                ));
+            }
+            Err(error) if error.is_retriable() => {
+                *refresh = true;
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        for topic in response.topics {
+            for partition in topic.partitions {
+                let key = (topic.name.clone(), partition.partition);
+                if partition.error == ErrorCode::OffsetOutOfRange
+                    && let Some(reset) = self.config.auto_offset_reset
+                    && let Some(&position) = self.positions.get(&key)
+                {
+                    tracing::warn!(
+                        topic = %topic.name,
+                        partition = partition.partition,
+                        position,
+                        log_start = partition.log_start_offset,
+                        high_watermark = partition.high_watermark,
+                        "position out of range; resetting to the {}",
+                        if reset == OffsetReset::Earliest { "earliest" } else { "latest" }
+                    );
+                    resets.push((key, reset));
                     continue;
                 }
-                Err(error) => return Err(error),
-            };
-            for topic in response.topics {
-                for partition in topic.partitions {
-                    let key = (topic.name.clone(), partition.partition);
-                    if partition.error == ErrorCode::OffsetOutOfRange
-                        && let Some(reset) = self.config.auto_offset_reset
-                        && let Some(&position) = self.positions.get(&key)
-                    {
-                        tracing::warn!(
-                            topic = %topic.name,
-                            partition = partition.partition,
-                            position,
-                            log_start = partition.log_start_offset,
-                            high_watermark = partition.high_watermark,
-                            "position out of range; resetting to the {}",
-                            if reset == OffsetReset::Earliest { "earliest" } else { "latest" }
-                        );
-                        resets.push((key, reset));
+                if partition.error != ErrorCode::None {
+                    if partition.error.is_retriable() {
+                        *refresh = true;
                         continue;
                     }
-                    if partition.error != ErrorCode::None {
-                        if partition.error.is_retriable() {
-                            refresh = true;
-                            continue;
-                        }
-                        return Err(ClientError::Partition {
-                            topic: topic.name.clone(),
-                            partition: partition.partition,
-                            code: partition.error,
-                        });
-                    }
-                    let Some(position) = self.positions.get_mut(&key) else {
+                    return Err(ClientError::Partition {
+                        topic: topic.name.clone(),
+                        partition: partition.partition,
+                        code: partition.error,
+                    });
+                }
+                let Some(position) = self.positions.get_mut(&key) else {
+                    continue;
+                };
+                for batch in split_batches(partition.records.freeze()) {
+                    let batch = batch.map_err(|error| {
+                        ClientError::Protocol(format!(
+                            "{}-{}: corrupt batch from the broker: {error}",
+                            topic.name, partition.partition
+                        ))
+                    })?;
+                    if batch.last_offset() < *position {
                         continue;
-                    };
-                    for batch in split_batches(partition.records.freeze()) {
-                        let batch = batch.map_err(|error| {
-                            ClientError::Protocol(format!(
-                                "{}-{}: corrupt batch from the broker: {error}",
-                                topic.name, partition.partition
-                            ))
-                        })?;
-                        if batch.last_offset() < *position {
-                            continue;
-                        }
-                        let from_offset = *position;
-                        *position = batch.last_offset() + 1;
-                        consumed.push(ConsumedBatch {
-                            topic: topic.name.clone(),
-                            partition: partition.partition,
-                            from_offset,
-                            batch,
-                        });
                     }
+                    let from_offset = *position;
+                    *position = batch.last_offset() + 1;
+                    consumed.push(ConsumedBatch {
+                        topic: topic.name.clone(),
+                        partition: partition.partition,
+                        from_offset,
+                        batch,
+                    });
                 }
             }
         }
-        if refresh {
-            let _ = self.client.refresh_metadata().await;
-        }
-        for ((topic, partition), reset) in resets {
-            self.seek(&topic, partition, reset.seek_to()).await?;
-        }
-        Ok(consumed)
+        Ok(())
     }
 }

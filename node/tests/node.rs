@@ -296,6 +296,124 @@ fn long_poll_returns_as_soon_as_data_arrives() {
     });
 }
 
+/// After `poll` returns, the consumer's next fetch is already on its way (it prefetches, as
+/// Kafka's does, so the broker works while the caller processes), and a seek before the next
+/// `poll` discards what that fetch brings.
+#[test]
+fn the_consumer_fetches_ahead_and_a_seek_discards_what_was_fetched_ahead() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(&["topic", "create", "ahead", "--partitions", "1"], None);
+    let fetches_served = || -> f64 {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .filter(|line| line.starts_with("strata_fetch_latency_seconds_count"))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                linger: Duration::ZERO,
+                ..ProducerConfig::default()
+            },
+        );
+        // One batch per record, so each poll below (1 byte budget: one whole batch) takes one.
+        for record in 0..3 {
+            producer
+                .send(ProducerRecord::new("ahead", None, format!("r{record}")))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_bytes: 1,
+                partition_max_bytes: 1,
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("ahead", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let first_offsets = |batches: Vec<strata_client::ConsumedBatch>| -> Vec<u64> {
+            batches
+                .iter()
+                .flat_map(|batch| batch.records().map(|record| record.offset))
+                .collect()
+        };
+        assert_eq!(first_offsets(consumer.poll().await.unwrap()), [0]);
+        support::wait_for(
+            "the fetch of offset 1 sent ahead, without another poll",
+            || fetches_served() >= 2.0,
+        );
+
+        // The fetch sent ahead asked for offset 1; after the seek, poll starts over at 0.
+        consumer.seek("ahead", 0, SeekTo::Offset(0)).await.unwrap();
+        assert_eq!(first_offsets(consumer.poll().await.unwrap()), [0]);
+        assert_eq!(first_offsets(consumer.poll().await.unwrap()), [1]);
+        assert_eq!(first_offsets(consumer.poll().await.unwrap()), [2]);
+    });
+}
+
+/// A consumer of partitions on two shards gets the records of one as soon as they arrive,
+/// while the other shard's fetch still waits at the end of its log (max wait 10 s).
+#[test]
+fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    node.cli(&["topic", "create", "split", "--partitions", "2"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let metadata = client.metadata_for("split").await.unwrap();
+        let shards: Vec<_> = (0..2)
+            .map(|partition| metadata.leader_address("split", partition, true).unwrap())
+            .collect();
+        assert_ne!(
+            shards[0], shards[1],
+            "the partitions live on different shards"
+        );
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_wait: Duration::from_secs(10),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer.assign("split", &[], SeekTo::End).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let batches = consumer.poll().await.unwrap();
+            (Instant::now(), batches)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut record = ProducerRecord::new("split", None, "only partition 0");
+        record.partition = Some(0);
+        producer.send(record).await.unwrap().await.unwrap();
+        let acked = Instant::now();
+        let (seen, batches) = waiting.await.unwrap();
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].partition, 0);
+        let waited = seen.saturating_duration_since(acked);
+        assert!(
+            waited < Duration::from_secs(2),
+            "the record waited {waited:?} for the other shard's long poll"
+        );
+    });
+}
+
 /// SIGTERM: in-flight appends finish and are flushed, the process exits 0, and a restart finds
 /// every acknowledged record with nothing to repair.
 #[test]
