@@ -64,6 +64,8 @@ pub struct BenchConfig {
     pub record_size: usize,
     pub batch_bytes: usize,
     pub linger: Duration,
+    /// Produce requests in flight per partition (the producer's `max_in_flight`).
+    pub max_in_flight: usize,
     pub acks: i8,
     /// Records per second over all producers; `None` sends as fast as acks allow.
     pub rate: Option<f64>,
@@ -106,6 +108,7 @@ impl Default for BenchConfig {
             record_size: 1024,
             batch_bytes: 1 << 20,
             linger: Duration::from_millis(2),
+            max_in_flight: ProducerConfig::default().max_in_flight,
             acks: 1,
             rate: None,
             duration: Some(Duration::from_secs(10)),
@@ -563,6 +566,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 acks: config.acks,
                 batch_bytes: config.batch_bytes,
                 linger: config.linger,
+                max_in_flight: config.max_in_flight,
                 batch_records: config.batch_records,
                 idempotent: config.idempotent,
                 compression: config.compression,

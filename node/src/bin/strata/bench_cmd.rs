@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Default 2.
     #[arg(long)]
     linger_ms: Option<u64>,
+    /// Produce requests in flight per partition. Default 5 (Kafka's
+    /// max.in.flight.requests.per.connection); fewer makes batches grow with the load.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// 0, 1 or all. Default 1.
     #[arg(long, value_parser = crate::client_cmd::parse_acks)]
     acks: Option<i8>,
@@ -138,6 +142,7 @@ struct WorkloadFile {
     record_size: Option<usize>,
     batch_size: Option<usize>,
     linger_ms: Option<u64>,
+    max_in_flight: Option<usize>,
     acks: Option<String>,
     rate: Option<f64>,
     duration: Option<f64>,
@@ -246,6 +251,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .linger_ms
             .or(file.linger_ms)
             .map_or(defaults.linger, Duration::from_millis),
+        max_in_flight: args
+            .max_in_flight
+            .or(file.max_in_flight)
+            .unwrap_or(defaults.max_in_flight)
+            .max(1),
         acks: match (args.acks, file.acks.as_deref()) {
             (Some(acks), _) => acks,
             (None, Some(text)) => crate::client_cmd::parse_acks(text)
