@@ -17,12 +17,26 @@ pub struct TestNode {
     pub env: Vec<(String, String)>,
 }
 
-/// A base port whose client port and shard ports (port + 10 + i) are all free now.
+/// A base port whose client port and shard ports (port + 10 + i) are all free now, and that
+/// no other test of this run was given. Each base heads a block of [`PORT_BLOCK`] ports that the
+/// test reserves with a file (`create_new`), so a concurrent test (nextest runs each in a
+/// process of its own) never picks a port of a node this one stopped and will restart: a
+/// free-now check alone let one test take another's restarting node's replication port.
 pub fn free_base_port(shards: usize) -> u16 {
-    for _ in 0..200 {
+    assert!(
+        10 + shards < PORT_BLOCK as usize,
+        "{shards} shards overflow a port block"
+    );
+    let reservations = std::env::temp_dir().join("strata-test-ports");
+    std::fs::create_dir_all(&reservations).unwrap();
+    for _ in 0..500 {
         // Below the kernel's ephemeral range (32768 and up by default), so no outgoing
         // connection takes a node's port while it restarts.
-        let base = 10_000 + (rand::random::<u16>() % 22_000);
+        let block = rand::random::<u16>() % PORT_BLOCKS;
+        let base = 10_000 + block * PORT_BLOCK;
+        if !reserve(&reservations.join(block.to_string())) {
+            continue;
+        }
         let ports = std::iter::once(base).chain((0..shards).map(|i| base + 10 + i as u16));
         let free = ports
             .map(|port| TcpListener::bind(("127.0.0.1", port)))
@@ -38,6 +52,32 @@ pub fn free_base_port(shards: usize) -> u16 {
         }
     }
     panic!("no free port range found");
+}
+
+/// Ports per reserved block: a node's client port, its replication ports (+ 1 + shard) and its
+/// shard ports (+ 10 + shard).
+const PORT_BLOCK: u16 = 20;
+/// Blocks between port 10,000 and 32,000.
+const PORT_BLOCKS: u16 = 1_100;
+/// A reservation older than this is left over from an earlier run.
+const RESERVATION_STALE: Duration = Duration::from_secs(30 * 60);
+
+/// Takes the reservation file `path`; false if another test holds it.
+fn reserve(path: &Path) -> bool {
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .is_ok()
+    };
+    if create() {
+        return true;
+    }
+    let stale = std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|modified| modified.elapsed().unwrap_or_default() > RESERVATION_STALE);
+    stale && std::fs::remove_file(path).is_ok() && create()
 }
 
 pub fn strata() -> Command {
