@@ -13,7 +13,8 @@ use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
 use strata_node::log::{
-    DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches, writer,
+    DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches, REGION_MIN_BYTES,
+    Served, writer,
 };
 use strata_wire::AlignedVec;
 
@@ -99,6 +100,57 @@ fn append_read_roll_and_reopen_on_sim() {
         );
         assert_eq!(log.log_end_offset(), written.len() as u64);
         assert_eq!(read_all(&mut log, 0, 1000).await, written);
+    });
+}
+
+/// A read for sending finds the batches a read returns as a range of the segment file (what
+/// the broker hands to `sendfile`) when they are in the page cache and worth it, and returns
+/// the read's bytes otherwise.
+#[test]
+fn reads_for_sending_are_file_ranges_holding_exactly_what_a_read_returns() {
+    use std::os::unix::fs::FileExt;
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("orders-0");
+    tokio_uring::start(async {
+        let config = small_config(64 << 20, FlushPolicy::Never);
+        let mut log = open(&UringStorage, &dir, &config).await;
+        // About 12 KB per batch, 2.4 MB in all: in the page cache, as just written.
+        let written = append_many(&mut log, 200, 4000, 1_000).await;
+        let mut regions = 0;
+        for (offset, max_bytes, max_offset) in [
+            (0, 1 << 20, u64::MAX),
+            (37, 512 << 10, u64::MAX),
+            (101, 300 << 10, u64::MAX),
+            (0, 1 << 20, 150),
+            (5, 64 << 10, u64::MAX),
+        ] {
+            let expected = log.read(offset, max_bytes, max_offset).await.unwrap();
+            match log
+                .read_for_sending(offset, max_bytes, max_offset)
+                .await
+                .unwrap()
+            {
+                Served::Region(region) => {
+                    regions += 1;
+                    let file = std::fs::File::from(region.file);
+                    let mut sent = vec![0u8; region.len];
+                    file.read_exact_at(&mut sent, region.position).unwrap();
+                    assert_eq!(sent, expected, "read at {offset} of {max_bytes} B");
+                    let records = records_in(expected.clone());
+                    assert_eq!(region.records, records.len() as u64);
+                    assert!(records.iter().all(|record| record.offset < max_offset));
+                }
+                Served::Bytes(bytes) => {
+                    assert!(
+                        max_bytes < REGION_MIN_BYTES,
+                        "{offset}/{max_bytes} was read"
+                    );
+                    assert_eq!(bytes, expected);
+                }
+            }
+        }
+        assert_eq!(regions, 4);
+        assert_eq!(read_all(&mut log, 0, 1 << 20).await, written);
     });
 }
 

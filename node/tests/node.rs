@@ -414,6 +414,82 @@ fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
     });
 }
 
+/// Consumers of data in the page cache are sent it straight from the segment files
+/// (`sendfile`), in frames they read exactly as frames of bytes from memory: every record comes
+/// back once, in order, whole.
+#[test]
+fn cached_segments_go_to_consumers_straight_from_the_page_cache() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    node.cli(&["topic", "create", "bulk", "--partitions", "2"], None);
+    let sent_from_files = || -> f64 {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .filter(|line| line.starts_with("strata_fetch_sendfile_bytes_total"))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                batch_bytes: 128 << 10,
+                linger: Duration::from_millis(20),
+                ..ProducerConfig::default()
+            },
+        );
+        // 3,000 records of 2 KB over both partitions (6 MB): batches of 128 KiB.
+        let mut acks = Vec::new();
+        for index in 0..3000u32 {
+            let mut value = format!("{index:08}").into_bytes();
+            value.resize(2000, b'a' + (index % 26) as u8);
+            let mut record = ProducerRecord::new("bulk", None, value);
+            record.partition = Some(index % 2);
+            acks.push(producer.send(record).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                partition_max_bytes: 1 << 20,
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("bulk", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut next = [0u64; 2];
+        let mut seen = 0;
+        while seen < 3000 {
+            for batch in consumer.poll().await.unwrap() {
+                for record in batch.records() {
+                    let partition = batch.partition as usize;
+                    assert_eq!(record.offset, next[partition], "in order, each once");
+                    next[partition] += 1;
+                    let index = 2 * record.offset as u32 + batch.partition;
+                    let mut expected = format!("{index:08}").into_bytes();
+                    expected.resize(2000, b'a' + (index % 26) as u8);
+                    assert_eq!(record.value, &expected[..]);
+                    seen += 1;
+                }
+            }
+        }
+    });
+    let sent = sent_from_files();
+    assert!(
+        sent >= 3e6,
+        "{sent} bytes of 6 MB in the page cache were sent from the files"
+    );
+}
+
 /// SIGTERM: in-flight appends finish and are flushed, the process exits 0, and a restart finds
 /// every acknowledged record with nothing to repair.
 #[test]

@@ -245,6 +245,60 @@ fn fetch_response_round_trips_and_keeps_records_zero_copy_on_encode() {
     assert_eq!(records, stored);
 }
 
+/// Records from elsewhere (a file range the broker sends with `sendfile`): the frame leaves an
+/// empty chunk where they go, and with their bytes put there it is byte for byte the frame of
+/// the same records held in memory.
+#[test]
+fn records_from_elsewhere_frame_exactly_as_records_held_in_memory() {
+    let first = a_batch(&["one", "two"]);
+    let second = a_batch(&["three"]);
+    let fetch = |records: [Records; 3]| {
+        let [a, b, c] = records;
+        let partition = |index, records| FetchPartitionResponse {
+            partition: index,
+            error: ErrorCode::None,
+            high_watermark: 9,
+            log_start_offset: 0,
+            leader_hint: -1,
+            records,
+        };
+        Response::Fetch(FetchResponse {
+            topics: vec![FetchTopicResponse {
+                name: "t".into(),
+                partitions: vec![partition(0, a), partition(1, b), partition(2, c)],
+            }],
+        })
+    };
+    let elsewhere = |bytes: &Bytes| {
+        Records::Elsewhere(Elsewhere {
+            len: bytes.len() as u32,
+            source: std::sync::Arc::new(bytes.clone()),
+        })
+    };
+    let in_memory = fetch([
+        Records::from(first.clone()),
+        Records::empty(),
+        Records::from(second.clone()),
+    ])
+    .encode(7);
+    let parts = fetch([elsewhere(&first), Records::empty(), elsewhere(&second)]).encode_parts(7);
+    assert_eq!(parts.elsewhere.len(), 2);
+    let mut sources = parts.elsewhere.iter();
+    let mut filled = Vec::new();
+    for chunk in parts.chunks {
+        if chunk.is_empty() {
+            let source = sources.next().expect("a source per empty chunk");
+            let bytes = source.source.downcast_ref::<Bytes>().unwrap();
+            assert_eq!(source.len as usize, bytes.len());
+            filled.push(bytes.clone());
+        } else {
+            filled.push(chunk);
+        }
+    }
+    assert!(sources.next().is_none());
+    assert_eq!(body_of(filled), body_of(in_memory));
+}
+
 #[test]
 fn response_level_errors() {
     let body = body_of(Response::encode_error(5, ErrorCode::UnsupportedVersion));

@@ -59,6 +59,14 @@ impl StorageFile for AnyFile {
         each!(self, file => file.sync_data().await)
     }
 
+    fn share_descriptor(&self) -> Option<std::os::fd::OwnedFd> {
+        each!(self, file => file.share_descriptor())
+    }
+
+    fn is_cached(&self, pos: u64, len: u64) -> bool {
+        each!(self, file => file.is_cached(pos, len))
+    }
+
     async fn truncate(&self, len: u64) -> io::Result<()> {
         each!(self, file => file.truncate(len).await)
     }

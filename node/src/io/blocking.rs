@@ -68,6 +68,14 @@ impl StorageFile for BlockingFile {
         start_writeback(self.file.as_raw_fd(), pos, len)
     }
 
+    fn share_descriptor(&self) -> Option<std::os::fd::OwnedFd> {
+        super::duplicate_descriptor(self.file.as_raw_fd())
+    }
+
+    fn is_cached(&self, pos: u64, len: u64) -> bool {
+        super::range_is_cached(self.file.as_raw_fd(), pos, len)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
     }

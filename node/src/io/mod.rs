@@ -135,6 +135,81 @@ pub trait StorageFile: 'static {
     async fn allocate(&self, pos: u64, len: u64) -> io::Result<()>;
     /// The file's current length.
     async fn file_len(&self) -> io::Result<u64>;
+    /// A descriptor of this file of its own (`dup`), to hand a range of it to the kernel
+    /// (`sendfile`) from another task or thread; `None` where the backend has no descriptors
+    /// (the simulation) or `dup` failed.
+    fn share_descriptor(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+    /// Whether every page of `[pos, pos + len)` is in the page cache now, so that sending the
+    /// range would not wait for the disk (`cachestat(2)`, Linux 6.5); false where unknown.
+    fn is_cached(&self, _pos: u64, _len: u64) -> bool {
+        false
+    }
+}
+
+/// See [`StorageFile::share_descriptor`].
+pub(crate) fn duplicate_descriptor(fd: std::os::fd::RawFd) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: the caller's file owns `fd` and keeps it open for this call.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    borrowed.try_clone_to_owned().ok()
+}
+
+/// See [`StorageFile::is_cached`]: asks `cachestat(2)` how many pages of the range are
+/// resident. Kernels without it (ENOSYS) are remembered, so they cost one failed call.
+pub(crate) fn range_is_cached(fd: std::os::fd::RawFd, pos: u64, len: u64) -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// `__NR_cachestat` on x86_64 and in the generic table (aarch64).
+        const SYS_CACHESTAT: libc::c_long = 451;
+        static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Cachestat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        if len == 0 || UNSUPPORTED.load(Ordering::Relaxed) {
+            return false;
+        }
+        let page = 4096u64;
+        let first_page = pos / page;
+        let pages = (pos + len).div_ceil(page) - first_page;
+        let range = Range { off: pos, len };
+        let mut stat = Cachestat::default();
+        // SAFETY: cachestat reads `range` and writes `stat`, both live locals of the declared
+        // layouts, and only inspects the page cache of `fd`, which the caller keeps open.
+        let rc = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                fd,
+                &range as *const Range,
+                &mut stat as *mut Cachestat,
+                0u32,
+            )
+        };
+        if rc != 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+            }
+            return false;
+        }
+        stat.nr_cache >= pages
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (fd, pos, len);
+        false
+    }
 }
 
 /// A shard's view of a file system.

@@ -198,6 +198,14 @@ impl StorageFile for UringFile {
         start_writeback(self.file.as_raw_fd(), pos, len)
     }
 
+    fn share_descriptor(&self) -> Option<std::os::fd::OwnedFd> {
+        super::duplicate_descriptor(self.file.as_raw_fd())
+    }
+
+    fn is_cached(&self, pos: u64, len: u64) -> bool {
+        super::range_is_cached(self.file.as_raw_fd(), pos, len)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         let _in_flight = InFlight::start();
         self.file.sync_data().await

@@ -137,6 +137,33 @@ impl Default for LogConfig {
     }
 }
 
+/// Smallest read sent from the file (`sendfile`) instead of memory: below it, the header
+/// reads and the descriptor cost more than the copy they save.
+pub const REGION_MIN_BYTES: usize = 256 << 10;
+/// Batch headers a file region is looked for through; logs of smaller batches are read.
+const REGION_HEADERS_MAX: usize = 128;
+
+/// What a read for sending found: bytes in memory, or a range of a segment file.
+#[derive(Debug)]
+pub enum Served {
+    Bytes(Bytes),
+    Region(FileRegion),
+}
+
+/// Whole batches as a range of a segment file, with a descriptor of the file of its own (so the
+/// range can be sent from another task or shard, and a segment deleted meanwhile stays
+/// readable). A truncation of the file before the range is sent shortens what `sendfile`
+/// finds; the sender must then drop the connection, as the frame cannot be completed.
+#[derive(Debug)]
+pub struct FileRegion {
+    pub file: std::os::fd::OwnedFd,
+    pub position: u64,
+    pub len: usize,
+    /// Records in the range, and the newest timestamp among them.
+    pub records: u64,
+    pub newest_ms: Option<i64>,
+}
+
 /// Operating errors of the log. Programmer errors are assertions instead.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -1222,6 +1249,100 @@ impl<S: Storage> PartitionLog<S> {
             }
         }
         Ok(self.durable_offset)
+    }
+
+    /// The batches [`PartitionLog::read`] would return, as a range of their segment file where
+    /// that is the cheaper way to send them: at least [`REGION_MIN_BYTES`], every page in the
+    /// page cache now (so `sendfile` never waits for the disk on a shard thread), not held by the
+    /// tail cache, on a backend with file descriptors. Otherwise read into memory.
+    pub async fn read_for_sending(
+        &mut self,
+        offset: u64,
+        max_bytes: usize,
+        max_offset: u64,
+    ) -> Result<Served, LogError> {
+        if let Some(region) = self.file_region(offset, max_bytes, max_offset).await? {
+            return Ok(Served::Region(region));
+        }
+        self.read(offset, max_bytes, max_offset)
+            .await
+            .map(Served::Bytes)
+    }
+
+    /// See [`PartitionLog::read_for_sending`]. Finds the batches by their headers alone (a
+    /// small read each, at most [`REGION_HEADERS_MAX`]); `None` wherever `read` should decide.
+    async fn file_region(
+        &mut self,
+        offset: u64,
+        max_bytes: usize,
+        max_offset: u64,
+    ) -> Result<Option<FileRegion>, LogError> {
+        let max_offset = max_offset.min(self.log_end_offset());
+        if max_bytes < REGION_MIN_BYTES
+            || offset < self.log_start_offset()
+            || offset >= max_offset
+            || self.tail_cache.holds(offset)
+        {
+            return Ok(None);
+        }
+        let at = self.segment_holding(offset);
+        let relative = (offset - self.segments[at].base_offset) as u32;
+        let mut position = self
+            .index_entry(at, |index| index.floor_by_offset(relative).copied())
+            .await?
+            .map_or(0, |entry| u64::from(entry.position));
+        let segment = &self.segments[at];
+        let (mut first, mut records, mut newest_ms) = (None::<u64>, 0u64, None::<i64>);
+        for _ in 0..REGION_HEADERS_MAX {
+            if position >= segment.size {
+                break;
+            }
+            let head = segment
+                .read(position, batch::HEADER_LEN)
+                .await
+                .map_err(|source| LogError::Io {
+                    what: "read",
+                    path: self.segment_path(segment.base_offset, "log"),
+                    source,
+                })?;
+            let Ok(header) = BatchHeader::parse(&head) else {
+                return Ok(None);
+            };
+            let batch_len = u64::from(header.batch_len);
+            if header.next_offset() > max_offset {
+                break;
+            }
+            if header.next_offset() <= offset {
+                position += batch_len;
+                continue;
+            }
+            if let Some(first) = first
+                && position + batch_len - first > max_bytes as u64
+            {
+                break;
+            }
+            first.get_or_insert(position);
+            records += u64::from(header.record_count);
+            newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
+            position += batch_len;
+        }
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        let len = position - first;
+        if len < REGION_MIN_BYTES as u64 || !segment.log.is_cached(first, len) {
+            return Ok(None);
+        }
+        let Some(file) = segment.log.share_descriptor() else {
+            return Ok(None);
+        };
+        Ok(Some(FileRegion {
+            file,
+            position: first,
+            len: len as usize,
+            records,
+            newest_ms,
+        }))
     }
 
     /// Reads whole stored batches starting with the one holding `offset`, up to `max_bytes`

@@ -131,6 +131,14 @@ impl TailCache {
     /// `max_offset`, within `max_bytes` (but at least one batch): what a read of the file would
     /// return. `None` when `offset` is not held. Zero-copy within one chunk; batches from several
     /// chunks are copied into one aligned buffer.
+    /// Whether the batch holding `offset` is here (a read from it would be served from memory).
+    pub fn holds(&self, offset: u64) -> bool {
+        match (self.chunks.front(), self.chunks.back()) {
+            (Some(first), Some(last)) => first.base_offset <= offset && offset < last.next_offset,
+            _ => false,
+        }
+    }
+
     pub fn read(&self, offset: u64, max_bytes: usize, max_offset: u64) -> Option<Bytes> {
         let first = self.chunks.front()?;
         let last = self.chunks.back()?;

@@ -86,6 +86,12 @@ enum Command {
         max_offset: u64,
         reply: oneshot::Sender<Result<Bytes, LogError>>,
     },
+    ReadForSending {
+        offset: u64,
+        max_bytes: usize,
+        max_offset: u64,
+        reply: oneshot::Sender<Result<super::Served, LogError>>,
+    },
     Retention {
         below_offset: u64,
         reply: oneshot::Sender<Result<RetentionReport, LogError>>,
@@ -260,6 +266,25 @@ impl LogHandle {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Read {
+                offset,
+                max_bytes,
+                max_offset,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// See [`PartitionLog::read_for_sending`].
+    pub async fn read_for_sending(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        max_offset: u64,
+    ) -> Result<super::Served, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::ReadForSending {
                 offset,
                 max_bytes,
                 max_offset,
@@ -601,6 +626,11 @@ async fn run<S: Storage>(
                         }
                         Command::Read { offset, max_bytes, max_offset, reply } => {
                             let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
+                        }
+                        Command::ReadForSending { offset, max_bytes, max_offset, reply } => {
+                            let _ = reply.send(
+                                log.read_for_sending(offset, max_bytes, max_offset).await,
+                            );
                         }
                         Command::Retention { below_offset, reply } => {
                             let _ = reply.send(log.enforce_retention(clock(), below_offset).await);

@@ -11,12 +11,16 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::{Buf, Bytes};
-use strata_wire::protocol::{ErrorCode, FRAME_PREFIX_LEN, REQUEST_HEADER_LEN, Request, Response};
+use bytes::Buf;
+use strata_wire::protocol::{
+    ErrorCode, FRAME_PREFIX_LEN, FrameParts, REQUEST_HEADER_LEN, Request, Response,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
+
+use crate::log::FileRegion;
 
 use super::shard::Shard;
 
@@ -76,16 +80,19 @@ const WRITE_COALESCE_CHUNKS: usize = 256;
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let (mut reader, mut writer) = stream.into_split();
-    let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<Bytes>>();
+    let (responses, mut outgoing) = mpsc::unbounded_channel::<FrameParts>();
     let writing = tokio::task::spawn_local(async move {
-        while let Some(mut chunks) = outgoing.recv().await {
+        while let Some(mut frames) = outgoing.recv().await {
             // Every response already waiting goes out in the same vectored write.
-            while chunks.len() < WRITE_COALESCE_CHUNKS
+            while frames.chunks.len() < WRITE_COALESCE_CHUNKS
                 && let Ok(more) = outgoing.try_recv()
             {
-                chunks.extend(more);
+                frames.chunks.extend(more.chunks);
+                frames.elsewhere.extend(more.elsewhere);
             }
-            if let Err(error) = strata_client::write_all_chunks(&mut writer, chunks).await {
+            if let Err(error) = write_frames(&mut writer, frames).await {
+                // A file region cut short (its segment truncated) leaves a frame the client
+                // cannot finish: hanging up is the only honest answer.
                 tracing::debug!(%peer, "connection write failed: {error}");
                 return;
             }
@@ -118,7 +125,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             };
             if readable {
                 let correlation_id = (&header[4..8]).get_u32_le();
-                let _ = responses.send(Response::encode_error(correlation_id, code));
+                let _ = responses.send(Response::encode_error(correlation_id, code).into());
             }
             tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing connection: frame of {len} bytes ({code})");
             break;
@@ -136,8 +143,9 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                 tracing::warn!(%peer, code = %rejected.code, "rejected request: {}", rejected.reason);
                 match rejected.header {
                     Some(header) => {
-                        let _ = responses
-                            .send(Response::encode_error(header.correlation_id, rejected.code));
+                        let _ = responses.send(
+                            Response::encode_error(header.correlation_id, rejected.code).into(),
+                        );
                         continue;
                     }
                     None => break,
@@ -152,10 +160,11 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         tokio::task::spawn_local(async move {
             match shard.handle(request).await {
                 Some(Ok(response)) => {
-                    let _ = responses.send(response.encode(header.correlation_id));
+                    let _ = responses.send(response.encode_parts(header.correlation_id));
                 }
                 Some(Err(code)) => {
-                    let _ = responses.send(Response::encode_error(header.correlation_id, code));
+                    let _ =
+                        responses.send(Response::encode_error(header.correlation_id, code).into());
                 }
                 None => {}
             }
@@ -164,4 +173,82 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     }
     drop(responses);
     let _ = writing.await;
+}
+
+/// Writes frames' chunks with vectored writes and their records from elsewhere (file regions)
+/// with `sendfile`, each where its empty chunk stands.
+async fn write_frames(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    frames: FrameParts,
+) -> std::io::Result<()> {
+    let mut sources = frames.elsewhere.into_iter();
+    let mut chunks = Vec::new();
+    for chunk in frames.chunks {
+        if !chunk.is_empty() {
+            chunks.push(chunk);
+            continue;
+        }
+        strata_client::write_all_chunks(writer, std::mem::take(&mut chunks)).await?;
+        let source = sources
+            .next()
+            .ok_or_else(|| std::io::Error::other("an empty chunk without records elsewhere"))?;
+        let region = source
+            .source
+            .downcast_ref::<FileRegion>()
+            .ok_or_else(|| std::io::Error::other("records elsewhere that are not a file region"))?;
+        debug_assert_eq!(region.len, source.len as usize);
+        send_region(writer.as_ref(), region).await?;
+    }
+    strata_client::write_all_chunks(writer, chunks).await
+}
+
+/// Sends a segment file's range from the page cache to the socket (`sendfile`): the broker
+/// neither reads the bytes into memory nor copies them into the socket.
+async fn send_region(stream: &tokio::net::TcpStream, region: &FileRegion) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let end = region.position + region.len as u64;
+    let mut position = region.position as libc::off_t;
+    while (position as u64) < end {
+        stream.writable().await?;
+        let left = (end - position as u64) as usize;
+        let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both descriptors are open for the call (the stream and the region own
+            // them), and `position` is a live local the kernel advances.
+            let sent = unsafe {
+                libc::sendfile(
+                    stream.as_raw_fd(),
+                    region.file.as_raw_fd(),
+                    &mut position,
+                    left,
+                )
+            };
+            if sent < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(sent as usize)
+            }
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the segment file ends before the fetched range (truncated meanwhile)",
+                ));
+            }
+            Ok(sent) => SENT_FROM_FILES.with(|total| total.set(total.get() + sent as u64)),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Bytes this shard sent to consumers straight from segment files.
+    static SENT_FROM_FILES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes this thread (a shard) has sent from segment files with `sendfile` (for `/metrics`).
+pub fn sent_from_files() -> u64 {
+    SENT_FROM_FILES.with(std::cell::Cell::get)
 }

@@ -88,6 +88,8 @@ pub struct Snapshot {
     pub direct_write_bytes: u64,
     /// Reads served from tail caches (`direct.writes=always` logs) and from segment files.
     pub reads: crate::log::tail_cache::ReadTotals,
+    /// Bytes sent to consumers straight from segment files (`sendfile`).
+    pub sent_from_files: u64,
 }
 
 impl Default for Snapshot {
@@ -110,6 +112,7 @@ impl Default for Snapshot {
             direct_writes: 0,
             direct_write_bytes: 0,
             reads: Default::default(),
+            sent_from_files: 0,
         }
     }
 }
@@ -176,6 +179,7 @@ impl ShardMetrics {
         snapshot.under_replicated = under_replicated;
         (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
+        snapshot.sent_from_files = super::connection::sent_from_files();
         snapshot
     }
 }
@@ -257,7 +261,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 11] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 12] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -323,6 +327,12 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "counter",
             "Reads served from segment files (the page cache, or the disk).",
             |s| s.reads.from_files,
+        ),
+        (
+            "strata_fetch_sendfile_bytes_total",
+            "counter",
+            "Bytes sent to consumers straight from the page cache (sendfile), never copied by the broker.",
+            |s| s.sent_from_files,
         ),
     ];
     for (name, kind, help, pick) in per_shard {

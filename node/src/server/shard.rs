@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use strata_coordinator::{BrokerInfo, TopicState};
 use strata_wire::protocol::{
     ACKS_ALL, ApiKey, ApiVersionRange, ApiVersionsResponse, BrokerMetadata, EARLIEST_TIMESTAMP,
-    ErrorCode, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+    Elsewhere, ErrorCode, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
     FetchTopicResponse, LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse,
     ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest,
     MetadataResponse, PartitionMetadata, ProducePartitionResponse, ProduceRequest, ProduceResponse,
@@ -28,7 +28,7 @@ use super::replica::{self, Partition, Role};
 use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::producers::ProducerError;
-use crate::log::{LogError, PartitionLog, writer};
+use crate::log::{LogError, PartitionLog, Served, writer};
 use crate::replication::LeaderConfig;
 
 /// What shards ask each other. Everything in it is `Send`; nothing is shared.
@@ -1092,11 +1092,24 @@ impl Shard {
             return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start);
         }
         match log
-            .read(offset, partition.max_bytes as usize, high_watermark)
+            .read_for_sending(offset, partition.max_bytes as usize, high_watermark)
             .await
         {
-            Ok(bytes) => {
-                let (records, newest_ms) = records_in(&bytes);
+            Ok(served) => {
+                let (records, newest_ms, bytes) = match served {
+                    Served::Bytes(bytes) => {
+                        let (records, newest_ms) = records_in(&bytes);
+                        (records, newest_ms, Records::Shared(bytes))
+                    }
+                    Served::Region(region) => (
+                        region.records,
+                        region.newest_ms,
+                        Records::Elsewhere(Elsewhere {
+                            len: u32::try_from(region.len).expect("fetches below 4 GiB"),
+                            source: std::sync::Arc::new(region),
+                        }),
+                    ),
+                };
                 self.metrics.fetched(
                     topic,
                     records,
@@ -1113,7 +1126,7 @@ impl Shard {
                     high_watermark,
                     log_start_offset: offsets.log_start,
                     leader_hint: -1,
-                    records: Records::Shared(bytes),
+                    records: bytes,
                 }
             }
             Err(error) => fetch_error(

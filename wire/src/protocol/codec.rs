@@ -25,11 +25,44 @@ pub enum DecodeError {
 }
 
 /// Records as they travel inside a message: mutable straight after decoding (the broker stamps
-/// them in place), shared once frozen (a fetch serving stored bytes).
+/// them in place), shared once frozen (a fetch serving stored bytes), or supplied by the sender
+/// from elsewhere (a file range it sends with `sendfile`).
 #[derive(Debug, Clone)]
 pub enum Records {
     Mutable(BytesMut),
     Shared(Bytes),
+    Elsewhere(Elsewhere),
+}
+
+/// Records the sender writes from outside the frame's chunks: [`Encoder::put_records`] writes
+/// their length and leaves an empty chunk where their bytes go, and [`Encoder::finish_parts`]
+/// hands `source` back beside the chunks, in order. Never produced by decoding.
+#[derive(Clone)]
+pub struct Elsewhere {
+    pub len: u32,
+    pub source: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Elsewhere {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "Elsewhere({} bytes)", self.len)
+    }
+}
+
+/// A frame as chunks for a vectored write, and the sources of the records it carries from
+/// elsewhere: each empty chunk is where the next source's bytes go.
+pub struct FrameParts {
+    pub chunks: Vec<Bytes>,
+    pub elsewhere: Vec<Elsewhere>,
+}
+
+impl From<Vec<Bytes>> for FrameParts {
+    fn from(chunks: Vec<Bytes>) -> FrameParts {
+        FrameParts {
+            chunks,
+            elsewhere: Vec::new(),
+        }
+    }
 }
 
 impl Records {
@@ -38,24 +71,31 @@ impl Records {
     }
 
     pub fn len(&self) -> usize {
-        self.as_slice().len()
+        match self {
+            Records::Elsewhere(elsewhere) => elsewhere.len as usize,
+            _ => self.as_slice().len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The bytes held here (none for records elsewhere).
     pub fn as_slice(&self) -> &[u8] {
         match self {
             Records::Mutable(bytes) => bytes,
             Records::Shared(bytes) => bytes,
+            Records::Elsewhere(_) => &[],
         }
     }
 
+    /// The bytes held here (none for records elsewhere).
     pub fn freeze(self) -> Bytes {
         match self {
             Records::Mutable(bytes) => bytes.freeze(),
             Records::Shared(bytes) => bytes,
+            Records::Elsewhere(_) => Bytes::new(),
         }
     }
 
@@ -66,6 +106,7 @@ impl Records {
             Records::Shared(bytes) => bytes
                 .try_into_mut()
                 .unwrap_or_else(|shared| BytesMut::from(&shared[..])),
+            Records::Elsewhere(_) => BytesMut::new(),
         }
     }
 }
@@ -81,8 +122,9 @@ impl From<Bytes> for Records {
 pub struct Encoder {
     current: BytesMut,
     chunks: Vec<Bytes>,
-    /// Bytes in `chunks`.
+    /// Bytes in `chunks`, and of the records elsewhere between them.
     flushed: usize,
+    elsewhere: Vec<Elsewhere>,
 }
 
 impl Encoder {
@@ -141,13 +183,23 @@ impl Encoder {
     /// Length, zero padding to an 8-byte boundary of the frame body, then the bytes as their own
     /// chunk (no copy).
     pub fn put_records(&mut self, records: Records) {
-        let bytes = records.freeze();
-        self.put_u32(u32::try_from(bytes.len()).expect("records below 4 GiB"));
+        self.put_u32(u32::try_from(records.len()).expect("records below 4 GiB"));
         let padding = (BATCH_ALIGN - self.len() % BATCH_ALIGN) % BATCH_ALIGN;
         self.current.put_bytes(0, padding);
-        if bytes.is_empty() {
+        if records.is_empty() {
             return;
         }
+        if let Records::Elsewhere(elsewhere) = records {
+            let current = self.current.split().freeze();
+            self.flushed += current.len() + elsewhere.len as usize;
+            if !current.is_empty() {
+                self.chunks.push(current);
+            }
+            self.chunks.push(Bytes::new());
+            self.elsewhere.push(elsewhere);
+            return;
+        }
+        let bytes = records.freeze();
         let current = self.current.split().freeze();
         self.flushed += current.len() + bytes.len();
         if !current.is_empty() {
@@ -156,8 +208,28 @@ impl Encoder {
         self.chunks.push(bytes);
     }
 
-    /// The frame: a `u32` length prefix, then the body, as chunks for a vectored write.
-    pub fn finish_frame(mut self) -> Vec<Bytes> {
+    /// The frame: a `u32` length prefix, then the body, as chunks for a vectored write. Panics
+    /// if the frame carries records from elsewhere (see [`Encoder::finish_parts`]).
+    pub fn finish_frame(self) -> Vec<Bytes> {
+        let parts = self.finish_parts();
+        assert!(
+            parts.elsewhere.is_empty(),
+            "a frame with records elsewhere goes through finish_parts"
+        );
+        parts.chunks
+    }
+
+    /// The frame as [`Encoder::finish_frame`] makes it, with the sources of its records from
+    /// elsewhere beside it.
+    pub fn finish_parts(mut self) -> FrameParts {
+        let elsewhere = std::mem::take(&mut self.elsewhere);
+        FrameParts {
+            chunks: self.finish_chunks(),
+            elsewhere,
+        }
+    }
+
+    fn finish_chunks(mut self) -> Vec<Bytes> {
         let body_len = u32::try_from(self.len()).expect("frames below 4 GiB");
         let mut prefix = BytesMut::with_capacity(4 + self.current.len());
         prefix.put_u32_le(body_len);

@@ -17,7 +17,7 @@
 mod codec;
 mod messages;
 
-pub use codec::{DecodeError, Decoder, Encoder, Records};
+pub use codec::{DecodeError, Decoder, Elsewhere, Encoder, FrameParts, Records};
 pub use messages::*;
 
 use bytes::{Bytes, BytesMut};
@@ -293,6 +293,18 @@ macro_rules! requests {
                     $(Response::$api(message) => message.encode(&mut encoder),)*
                 }
                 encoder.finish_frame()
+            }
+
+            /// As [`Response::encode`], for a response that may carry records from elsewhere
+            /// ([`Records::Elsewhere`]): their sources come back beside the chunks.
+            pub fn encode_parts(self, correlation_id: u32) -> FrameParts {
+                let mut encoder = Encoder::new();
+                encoder.put_u32(correlation_id);
+                encoder.put_u16(ErrorCode::None as u16);
+                match self {
+                    $(Response::$api(message) => message.encode(&mut encoder),)*
+                }
+                encoder.finish_parts()
             }
 
             /// A response-level error: the request was not taken at all.
