@@ -69,3 +69,38 @@ fn errors_exit_1_with_one_line_and_usage_errors_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("name a workload"));
 }
+
+/// A reader that closes stdout early (`strata log dump DIR | head -1`) ends the command
+/// quietly, exit 0, instead of a panic about a failed print.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("piped-0");
+    let made = strata()
+        .args(["log", "stress"])
+        .arg(&dir)
+        .args([
+            "--appends",
+            "20",
+            "--records-per-batch",
+            "2",
+            "--value-bytes",
+            "16",
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let mut child = strata()
+        .args(["log", "dump"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closes before the command has opened the log, so its first line fails.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}

@@ -297,7 +297,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         group: args.group.or(file.group),
     };
     let (report, histograms) = strata_bench::run(&config).await?;
-    println!("{}", strata_bench::summary(&report));
+    // The files first: a reader that closed stdout early must not cost the report.
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
@@ -310,6 +310,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         write_hdr_log(path, &report, &histograms)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    outln!("{}", strata_bench::summary(&report));
     Ok(())
 }
 
@@ -323,7 +324,7 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("parsing {}", path.display()))
     };
     let (left, right) = (read(a)?, read(b)?);
-    println!(
+    outln!(
         "{:28} {:>16} {:>16} {:>8}",
         "",
         a.display(),
@@ -369,7 +370,7 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
             (Some(x), Some(y)) if x != 0.0 => format!("{:.2}", y / x),
             _ => "-".into(),
         };
-        println!("{name:28} {:>16} {:>16} {ratio:>8}", show(x), show(y));
+        outln!("{name:28} {:>16} {:>16} {ratio:>8}", show(x), show(y));
     }
     Ok(())
 }

@@ -138,14 +138,14 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             client
                 .create_topic(&name, partitions, replication_factor, &configs)
                 .await?;
-            println!("created topic {name} with {partitions} partitions");
+            outln!("created topic {name} with {partitions} partitions");
         }
         TopicCommand::List => {
             let metadata = client.refresh_metadata().await?;
             let mut names: Vec<&String> = metadata.topics.keys().collect();
             names.sort();
             for name in names {
-                println!("{name}");
+                outln!("{name}");
             }
         }
         TopicCommand::Alter {
@@ -154,7 +154,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             delete,
         } => {
             client.alter_topic_config(&name, &configs, &delete).await?;
-            println!("altered topic {name}");
+            outln!("altered topic {name}");
         }
         TopicCommand::Describe { name, format } => {
             let metadata = client.metadata_for(&name).await?;
@@ -204,7 +204,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     .filter(|entry| entry.is_override)
                     .map(|entry| &entry.key)
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     json!({ "name": name, "partitions": partitions, "config": config, "overrides": overrides })
                 );
@@ -216,10 +216,10 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                         format!("{}={}{mark}", entry.key, entry.value)
                     })
                     .collect();
-                println!("topic {name}: {} partitions", partitions.len());
-                println!("  config: {}", shown.join(", "));
+                outln!("topic {name}: {} partitions", partitions.len());
+                outln!("  config: {}", shown.join(", "));
                 for p in &partitions {
-                    println!(
+                    outln!(
                         "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{} shard {}",
                         p["partition"],
                         p["leader"],
@@ -240,7 +240,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
         }
         TopicCommand::AddPartitions { name, partitions } => {
             client.add_partitions(&name, partitions).await?;
-            println!("topic {name} now has {partitions} partitions");
+            outln!("topic {name} now has {partitions} partitions");
         }
         TopicCommand::Reassign {
             name,
@@ -259,12 +259,12 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 client
                     .reassign_partition(&name, partition, &replicas)
                     .await?;
-                println!("reassigning {name}-{partition} to {replicas:?}");
+                outln!("reassigning {name}-{partition} to {replicas:?}");
             }
         }
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;
-            println!("deleted topic {name}");
+            outln!("deleted topic {name}");
         }
     }
     Ok(())
@@ -626,10 +626,10 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                     .iter()
                     .map(|g| json!({ "group": g.group, "generation": g.generation }))
                     .collect();
-                println!("{}", json!({ "groups": groups }));
+                outln!("{}", json!({ "groups": groups }));
             } else {
                 for group in groups {
-                    println!("{} (generation {})", group.group, group.generation);
+                    outln!("{} (generation {})", group.group, group.generation);
                 }
             }
         }
@@ -674,7 +674,7 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                 })
                 .collect();
             if format == Format::Json {
-                println!(
+                outln!(
                     "{}",
                     json!({
                         "group": described.group,
@@ -686,9 +686,12 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                     })
                 );
             } else {
-                println!(
+                outln!(
                     "group {} generation {} state {} assignor {}",
-                    described.group, described.generation, described.state, described.assignor
+                    described.group,
+                    described.generation,
+                    described.state,
+                    described.assignor
                 );
                 for member in &members {
                     let partitions: Vec<String> = member["partitions"]
@@ -703,14 +706,14 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                             )
                         })
                         .collect();
-                    println!(
+                    outln!(
                         "  member {} [{}]",
                         member["id"].as_str().unwrap_or_default(),
                         partitions.join(" ")
                     );
                 }
                 for offset in &offsets {
-                    println!(
+                    outln!(
                         "  {}-{} committed {} lag {}",
                         offset["topic"].as_str().unwrap_or_default(),
                         offset["partition"],
@@ -765,22 +768,25 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
     );
     let brokers = listed;
     if format == Format::Json {
-        println!(
+        outln!(
             "{}",
             json!({ "cluster": metadata.cluster, "controller": metadata.controller, "brokers": brokers })
         );
     } else {
-        println!(
+        outln!(
             "cluster {} (controller {})",
-            metadata.cluster, metadata.controller
+            metadata.cluster,
+            metadata.controller
         );
         for broker in &brokers {
             match broker["addr"].as_str() {
-                Some(addr) => println!(
+                Some(addr) => outln!(
                     "  broker {} at {} shard ports {}",
-                    broker["id"], addr, broker["shard_ports"]
+                    broker["id"],
+                    addr,
+                    broker["shard_ports"]
                 ),
-                None => println!("  broker {} not alive (holds replicas)", broker["id"]),
+                None => outln!("  broker {} not alive (holds replicas)", broker["id"]),
             }
         }
     }

@@ -19,7 +19,7 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
     let (mut log, report) = PartitionLog::open(storage, &dir, LogConfig::default(), now)
         .await
         .with_context(|| format!("opening {}", dir.display()))?;
-    println!(
+    outln!(
         "log_start={} log_end={} segments={} bytes={} recovery={report:?}",
         log.log_start_offset(),
         log.log_end_offset(),

@@ -4,6 +4,15 @@
 //!
 //! Exit codes: 0 success, 1 error with a one-line reason on stderr, 2 usage.
 
+/// `println!` that returns the write's error instead of panicking: a closed stdout (`strata
+/// topic list | head -1`) ends the command quietly (see `main`) rather than with a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)?;
+    }};
+}
+
 mod bench_cmd;
 mod client_cmd;
 mod log_tools;
@@ -244,7 +253,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            println!(
+            outln!(
                 "direct IO: {}\nwrite MB/s by size: {}\nbuffered write MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
                 measured.direct_io,
                 by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
@@ -265,7 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 measured.fdatasync_count,
                 measured.read_mb_per_s
             );
-            println!(
+            outln!(
                 "chosen: write {} B, {} writes in flight, group-commit window {} µs\nwrote {}",
                 chosen.write_bytes,
                 chosen.writes_in_flight,
