@@ -64,8 +64,7 @@ fn total(samples: &[(String, String, f64)], name: &str) -> f64 {
 #[test]
 fn metrics_parse_and_count_the_traffic() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
     node.cli(
         &[
             "topic",
@@ -171,8 +170,7 @@ fn metrics_parse_and_count_the_traffic() {
 #[test]
 fn the_dashboard_draws_charts_in_headless_chromium() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
     // Traffic while the page watches.
     let mut bench = support::strata()
         .args([
@@ -253,8 +251,7 @@ fn the_dashboard_draws_charts_in_headless_chromium() {
 #[test]
 fn the_grafana_dashboard_queries_exported_metrics() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
     node.cli(&["topic", "create", "g", "--partitions", "1"], None);
     node.cli(&["produce", "g"], Some(b"one\n"));
     let (_, body) = http_get(admin, "/metrics");
@@ -299,8 +296,7 @@ fn the_grafana_dashboard_queries_exported_metrics() {
 #[test]
 fn consumer_lag_per_group_and_partition_is_exported() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
     node.cli(&["topic", "create", "lagging", "--partitions", "2"], None);
     let input: String = (0..100).map(|i| format!("value-{i:03}\n")).collect();
     node.cli(
@@ -355,8 +351,7 @@ fn consumer_lag_per_group_and_partition_is_exported() {
 #[test]
 fn tail_reads_of_an_always_topic_come_from_memory() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 1, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
     node.cli(
         &[
             "topic",

@@ -106,9 +106,7 @@ fn hundred_thousand_keyed_records_through_cli_and_client_round_trip() {
 
     let runtime = runtime();
     let (client_acks, consumed) = runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         let producer = Producer::new(client.clone(), ProducerConfig::default());
         let mut acks = Vec::new();
         for i in 0..PER_SOURCE {
@@ -229,9 +227,7 @@ fn acknowledged_records_survive_kill_9_and_restart() {
     node.kill();
     node.restart();
     let consumed = runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         consume_all(client, "durable", acked.len()).await
     });
     let by_position: HashMap<(u32, u64), &Consumed> = consumed
@@ -253,9 +249,7 @@ fn long_poll_returns_as_soon_as_data_arrives() {
     node.cli(&["topic", "create", "poll", "--partitions", "1"], None);
     let runtime = runtime();
     runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         let producer = Producer::new(
             client.clone(),
             ProducerConfig {
@@ -302,21 +296,12 @@ fn long_poll_returns_as_soon_as_data_arrives() {
 #[test]
 fn the_consumer_fetches_ahead_and_a_seek_discards_what_was_fetched_ahead() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
     node.cli(&["topic", "create", "ahead", "--partitions", "1"], None);
-    let fetches_served = || -> f64 {
-        let (_, text) = support::http_get(admin, "/metrics");
-        text.lines()
-            .filter(|line| line.starts_with("strata_fetch_latency_seconds_count"))
-            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
-    };
+    let fetches_served = || support::metric_total(admin, "strata_fetch_latency_seconds_count");
     let runtime = runtime();
     runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         let producer = Producer::new(
             client.clone(),
             ProducerConfig {
@@ -374,9 +359,7 @@ fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
     node.cli(&["topic", "create", "split", "--partitions", "2"], None);
     let runtime = runtime();
     runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         let metadata = client.metadata_for("split").await.unwrap();
         let shards: Vec<_> = (0..2)
             .map(|partition| metadata.leader_address("split", partition, true).unwrap())
@@ -420,21 +403,12 @@ fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
 #[test]
 fn cached_segments_go_to_consumers_straight_from_the_page_cache() {
     let temp = tempfile::tempdir().unwrap();
-    let admin = support::free_base_port(0);
-    let node = TestNode::start_with(temp.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
     node.cli(&["topic", "create", "bulk", "--partitions", "2"], None);
-    let sent_from_files = || -> f64 {
-        let (_, text) = support::http_get(admin, "/metrics");
-        text.lines()
-            .filter(|line| line.starts_with("strata_fetch_sendfile_bytes_total"))
-            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
-    };
+    let sent_from_files = || support::metric_total(admin, "strata_fetch_sendfile_bytes_total");
     let runtime = runtime();
     runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         let producer = Producer::new(
             client.clone(),
             ProducerConfig {
@@ -530,9 +504,7 @@ fn sigterm_shuts_down_cleanly_and_loses_nothing() {
     }
     node.restart();
     let consumed = runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
+        let client = node.client().await;
         consume_all(client, "calm", acked).await
     });
     assert_eq!(consumed.len(), acked);

@@ -158,21 +158,29 @@ fn stopped() -> LogError {
 }
 
 impl LogHandle {
+    /// Sends the log task the command `make` builds around a reply channel, and waits for the
+    /// reply.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, LogError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands.send(make(reply)).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
     /// Appends and resolves when the batches are as durable as the flush policy promises.
     pub async fn append(
         &self,
         batches: BytesMut,
         leader_epoch: u32,
     ) -> Result<AppendInfo, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Append {
-                batches,
-                leader_epoch,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Append {
+            batches,
+            leader_epoch,
+            reply,
+        })
+        .await?
     }
 
     /// Appends batches stamped by the leader, verbatim; resolves when they are as durable as the
@@ -181,11 +189,8 @@ impl LogHandle {
         &self,
         batches: ReplicatedBatches,
     ) -> Result<AppendInfo, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::AppendReplicated { batches, reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::AppendReplicated { batches, reply })
+            .await?
     }
 
     /// Where the next replicated batches should start within a block to be written direct
@@ -195,11 +200,7 @@ impl LogHandle {
     }
 
     pub async fn replica_info(&self) -> Result<ReplicaInfo, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::ReplicaInfo { reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())
+        self.ask(|reply| Command::ReplicaInfo { reply }).await
     }
 
     pub async fn diverging(
@@ -207,42 +208,29 @@ impl LogHandle {
         fetch_offset: u64,
         last_fetched_epoch: Option<u32>,
     ) -> Result<(Option<Divergence>, LogOffsets), LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Diverging {
-                fetch_offset,
-                last_fetched_epoch,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())
+        self.ask(|reply| Command::Diverging {
+            fetch_offset,
+            last_fetched_epoch,
+            reply,
+        })
+        .await
     }
 
     /// Truncates where the leader's answer says this log diverges; returns the new log end.
     pub async fn truncate_diverged(&self, divergence: Divergence) -> Result<u64, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::TruncateDiverged { divergence, reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::TruncateDiverged { divergence, reply })
+            .await?
     }
 
     /// Empties the log and starts it at `offset`.
     pub async fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::RestartAt { offset, reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::RestartAt { offset, reply })
+            .await?
     }
 
     /// Makes everything written so far durable; returns the durable end.
     pub async fn sync(&self) -> Result<u64, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Sync { reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Sync { reply }).await?
     }
 
     pub fn checkpoint_high_watermark(&self, high_watermark: u64) {
@@ -263,16 +251,13 @@ impl LogHandle {
         max_bytes: usize,
         max_offset: u64,
     ) -> Result<Bytes, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Read {
-                offset,
-                max_bytes,
-                max_offset,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Read {
+            offset,
+            max_bytes,
+            max_offset,
+            reply,
+        })
+        .await?
     }
 
     /// See [`PartitionLog::read_for_sending`].
@@ -282,69 +267,49 @@ impl LogHandle {
         max_bytes: usize,
         max_offset: u64,
     ) -> Result<super::Served, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::ReadForSending {
-                offset,
-                max_bytes,
-                max_offset,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::ReadForSending {
+            offset,
+            max_bytes,
+            max_offset,
+            reply,
+        })
+        .await?
     }
 
     /// See [`PartitionLog::enforce_retention`].
     pub async fn enforce_retention(&self, below_offset: u64) -> Result<RetentionReport, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Retention {
-                below_offset,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Retention {
+            below_offset,
+            reply,
+        })
+        .await?
     }
 
     pub async fn offsets(&self) -> Result<LogOffsets, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Offsets { reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())
+        self.ask(|reply| Command::Offsets { reply }).await
     }
 
     /// Resolves once the log holds a record at `offset` (the log end has passed it): a fetch at
     /// the end of the log long-polls on this. Dropping the future withdraws the wait.
     pub async fn wait_for_data(&self, offset: u64) -> Result<(), LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::WaitForData { offset, reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())
+        self.ask(|reply| Command::WaitForData { offset, reply })
+            .await
     }
 
     pub async fn offset_for_timestamp(
         &self,
         timestamp_ms: i64,
     ) -> Result<Option<(u64, i64)>, LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::OffsetForTimestamp {
-                timestamp_ms,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::OffsetForTimestamp {
+            timestamp_ms,
+            reply,
+        })
+        .await?
     }
 
     /// Flushes and closes the log; later calls fail.
     pub async fn close(&self) -> Result<(), LogError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Close { reply })
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Close { reply }).await?
     }
 }
 

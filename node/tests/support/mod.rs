@@ -90,6 +90,17 @@ impl TestNode {
     }
 
     /// A node with extra `serve` flags (e.g. `--etcd`, `--node-id`).
+    /// A node whose admin endpoint (`/metrics`) listens on a free port; returns it too.
+    pub fn start_with_admin(data_dir: &Path, shards: usize) -> (TestNode, u16) {
+        let admin = free_base_port(0);
+        let node = TestNode::start_with(
+            data_dir,
+            shards,
+            &["--admin", &format!("127.0.0.1:{admin}")],
+        );
+        (node, admin)
+    }
+
     pub fn start_with(data_dir: &Path, shards: usize, extra: &[&str]) -> TestNode {
         TestNode::start_with_env(data_dir, shards, extra, &[])
     }
@@ -159,6 +170,13 @@ impl TestNode {
     /// The running `strata serve` process's id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
+    }
+
+    /// A client bootstrapped from this node.
+    pub async fn client(&self) -> std::sync::Arc<strata_client::Client> {
+        strata_client::Client::connect(strata_client::ClientConfig::new(self.bootstrap()))
+            .await
+            .unwrap()
     }
 
     pub fn bootstrap(&self) -> String {
@@ -334,6 +352,18 @@ pub fn http_get(port: u16, path: &str) -> (String, String) {
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The sum of metric `name` over its series (shards, topics) in a scrape of `/metrics`.
+pub fn metric_total(admin_port: u16, name: &str) -> f64 {
+    let (_, text) = http_get(admin_port, "/metrics");
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// The `.log` segment files in a partition folder.
