@@ -28,6 +28,10 @@ impl StorageFile for BlockingFile {
         self.file.write_all_at(&bytes, pos)
     }
 
+    async fn write_all_in_order_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
+        super::write_all_vectored_at(self.file.as_raw_fd(), &buffers, pos)
+    }
+
     fn writes_direct(&self) -> bool {
         self.direct.is_some()
     }

@@ -155,6 +155,19 @@ impl StorageFile for UringFile {
         }
     }
 
+    async fn write_all_in_order_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
+        if inline_writes() {
+            return super::write_all_vectored_at(self.file.as_raw_fd(), &buffers, pos);
+        }
+        let mut at = pos;
+        for bytes in buffers {
+            let len = bytes.len() as u64;
+            self.write_through_ring(bytes, at).await?;
+            at += len;
+        }
+        Ok(())
+    }
+
     fn writes_direct(&self) -> bool {
         self.direct.is_some()
     }
