@@ -8,7 +8,9 @@
 # STRATA_IO_BACKEND=blocking runs the brokers on the blocking IO backend instead of io_uring.
 # TOPIC_CONFIG="flush=never ..." creates each measured topic with those settings first.
 # BENCH_ARGS="--linger-ms 0 ..." adds flags to every measured `strata bench produce`.
-# SERVE_ARGS="--overprovisioned" adds flags to every `strata serve`.
+# SERVE_ARGS adds flags to every `strata serve`; default --overprovisioned (three brokers share
+# this host's cores with the bench: pinned, their one shard each landed on the same CPU 0).
+# SERVE_ARGS="" pins them as before 2026-11-30.
 # HALF_RATE=N runs the *-half measurements at N records/s instead of half the max measured
 # (to compare two settings at the same load). ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
 # of building (to compare two builds side by side).
@@ -42,7 +44,7 @@ start_cluster() {
     for k in 1 2 3; do
         "$strata" serve --node-id "$k" --data-dir "$root/node$k" --etcd 127.0.0.1:23790 --cluster bench \
             --listen "127.0.0.1:$((17300 + 100 * k))" --admin "127.0.0.1:$((17380 + 100 * k))" \
-            --shards 1 ${SERVE_ARGS:-} >"$root/node$k.log" 2>&1 &
+            --shards 1 ${SERVE_ARGS---overprovisioned} >"$root/node$k.log" 2>&1 &
         pids+=($!)
     done
     for _ in $(seq 1 100); do
