@@ -23,6 +23,10 @@ pub struct ConsumerConfig {
     /// log start once retention deleted it, or past the end after an unclean leader election.
     /// `None`: `poll` fails with OFFSET_OUT_OF_RANGE instead (Kafka's `none`).
     pub auto_offset_reset: Option<OffsetReset>,
+    /// How long `poll` waits before returning nothing after a fetch failed in a way worth
+    /// retrying (a broker down or no longer the leader), so a caller polling in a loop does not
+    /// hammer it (Kafka's `retry.backoff.ms`).
+    pub retry_backoff: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -33,6 +37,7 @@ impl Default for ConsumerConfig {
             max_bytes: 50 << 20,
             partition_max_bytes: 1 << 20,
             auto_offset_reset: Some(OffsetReset::Latest),
+            retry_backoff: Duration::from_millis(100),
         }
     }
 }
@@ -238,6 +243,9 @@ impl Consumer {
         }
         if refresh {
             let _ = self.client.refresh_metadata().await;
+            if consumed.is_empty() {
+                tokio::time::sleep(self.config.retry_backoff).await;
+            }
         }
         for ((topic, partition), reset) in resets {
             self.seek(&topic, partition, reset.seek_to()).await?;

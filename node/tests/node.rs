@@ -464,6 +464,41 @@ fn cached_segments_go_to_consumers_straight_from_the_page_cache() {
     );
 }
 
+/// A consumer whose broker is gone backs off between failed fetches instead of retrying as
+/// fast as it is polled.
+#[test]
+fn a_consumer_backs_off_while_its_broker_is_down() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "gone", "--partitions", "1"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_wait: Duration::from_millis(50),
+                retry_backoff: Duration::from_millis(100),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("gone", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        assert!(consumer.poll().await.unwrap().is_empty());
+        node.kill();
+        let started = Instant::now();
+        let mut polls = 0;
+        while started.elapsed() < Duration::from_secs(1) {
+            assert!(consumer.poll().await.unwrap().is_empty());
+            polls += 1;
+        }
+        // Each poll after a failure waits out the backoff: about ten a second, not thousands.
+        assert!((3..=20).contains(&polls), "{polls} polls in a second");
+    });
+}
+
 /// SIGTERM: in-flight appends finish and are flushed, the process exits 0, and a restart finds
 /// every acknowledged record with nothing to repair.
 #[test]
