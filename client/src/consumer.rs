@@ -96,6 +96,9 @@ pub struct Consumer {
     positions: HashMap<(String, u32), u64>,
     /// Fetches on their way, each partition in at most one (see `poll`).
     in_flight: Vec<InFlightFetch>,
+    /// Batches a `poll` took (positions already past them) and has not returned yet: a poll
+    /// dropped at a later await (a caller's `select!`) leaves them for the next one.
+    taken: Vec<ConsumedBatch>,
 }
 
 /// (topic, partition).
@@ -121,6 +124,7 @@ impl Consumer {
             config,
             positions: HashMap::new(),
             in_flight: Vec::new(),
+            taken: Vec::new(),
         }
     }
 
@@ -208,7 +212,12 @@ impl Consumer {
     /// while the caller processes, and a shard with records is never held back by another
     /// still waiting at the end of its log. A seek, assign or unassign abandons the fetch that
     /// asked for the partition's old position.
+    ///
+    /// Cancel-safe: records a dropped `poll` had taken come with the next one.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedBatch>, ClientError> {
+        if !self.taken.is_empty() {
+            return Ok(std::mem::take(&mut self.taken));
+        }
         let positions = &self.positions;
         self.in_flight.retain(|fetch| {
             fetch
@@ -241,9 +250,11 @@ impl Consumer {
             let answer = answer.map_err(|error| ClientError::Protocol(error.to_string()))?;
             self.take_answer(answer, &mut consumed, &mut refresh, &mut resets)?;
         }
+        // The positions are past these batches now: from here on they wait in `taken`.
+        self.taken = consumed;
         if refresh {
             let _ = self.client.refresh_metadata().await;
-            if consumed.is_empty() {
+            if self.taken.is_empty() {
                 tokio::time::sleep(self.config.retry_backoff).await;
             }
         }
@@ -251,7 +262,7 @@ impl Consumer {
             self.seek(&topic, partition, reset.seek_to()).await?;
         }
         self.send_fetches().await?;
-        Ok(consumed)
+        Ok(std::mem::take(&mut self.taken))
     }
 
     /// Sends fetches for the assigned partitions no fetch on its way covers, one request per

@@ -499,6 +499,63 @@ fn a_consumer_backs_off_while_its_broker_is_down() {
     });
 }
 
+/// A `poll` dropped or failing after it took records (a caller's `select!` firing while it
+/// refreshes metadata, an assigned topic deleted) loses none: the next `poll` returns them.
+#[test]
+fn records_taken_by_a_dropped_poll_come_with_the_next() {
+    use futures_util::FutureExt;
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
+    node.cli(&["topic", "create", "ghost", "--partitions", "1"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        producer
+            .send(ProducerRecord::new("real", None, "kept"))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_wait: Duration::from_millis(20),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("real", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        consumer
+            .assign("ghost", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        // One fetch asks for both; its answer holds the record and, for the deleted topic, a
+        // retriable error, so the poll that takes the record then refreshes metadata (an await).
+        node.cli(&["topic", "delete", "ghost"], None);
+        let mut values = Vec::new();
+        for _ in 0..50 {
+            // Polled once and dropped, as a select! would.
+            // (Polls fail meanwhile: the assigned topic "ghost" is gone.)
+            if let Some(Ok(batches)) = consumer.poll().now_or_never() {
+                for batch in batches {
+                    values.extend(batch.records().map(|record| record.value.to_vec()));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        for _ in 0..5 {
+            for batch in consumer.poll().await.unwrap_or_default() {
+                values.extend(batch.records().map(|record| record.value.to_vec()));
+            }
+        }
+        assert_eq!(values, [b"kept".to_vec()]);
+    });
+}
+
 /// SIGTERM: in-flight appends finish and are flushed, the process exits 0, and a restart finds
 /// every acknowledged record with nothing to repair.
 #[test]
