@@ -99,6 +99,8 @@ pub struct Consumer {
     /// Batches a `poll` took (positions already past them) and has not returned yet: a poll
     /// dropped at a later await (a caller's `select!`) leaves them for the next one.
     taken: Vec<ConsumedBatch>,
+    /// When metadata was last refreshed for partitions without a known leader.
+    unresolved_refresh: Option<std::time::Instant>,
 }
 
 /// (topic, partition).
@@ -125,6 +127,7 @@ impl Consumer {
             positions: HashMap::new(),
             in_flight: Vec::new(),
             taken: Vec::new(),
+            unresolved_refresh: None,
         }
     }
 
@@ -225,8 +228,12 @@ impl Consumer {
                 .iter()
                 .all(|(partition, offset)| positions.get(partition) == Some(offset))
         });
-        self.send_fetches().await?;
+        let unresolved = self.send_fetches().await?;
         if self.in_flight.is_empty() {
+            if unresolved {
+                self.refresh_for_unresolved().await;
+                tokio::time::sleep(self.config.retry_backoff).await;
+            }
             return Ok(Vec::new());
         }
         let (first, index, _) = futures_util::future::select_all(
@@ -261,33 +268,55 @@ impl Consumer {
         for ((topic, partition), reset) in resets {
             self.seek(&topic, partition, reset.seek_to()).await?;
         }
-        self.send_fetches().await?;
+        if self.send_fetches().await? && !refresh {
+            self.refresh_for_unresolved().await;
+        }
         Ok(std::mem::take(&mut self.taken))
     }
 
+    /// Refreshes metadata for partitions without a known leader, at most once per
+    /// `retry_backoff` (a deleted topic stays unresolved for good).
+    async fn refresh_for_unresolved(&mut self) {
+        let due = self
+            .unresolved_refresh
+            .is_none_or(|at| at.elapsed() >= self.config.retry_backoff);
+        if due {
+            self.unresolved_refresh = Some(std::time::Instant::now());
+            let _ = self.client.refresh_metadata().await;
+        }
+    }
+
     /// Sends fetches for the assigned partitions no fetch on its way covers, one request per
-    /// broker shard leading any of them, each partition from its position.
-    async fn send_fetches(&mut self) -> Result<(), ClientError> {
+    /// broker shard leading any of them, each partition from its position. Returns whether some
+    /// partition has no leader known to the cached metadata (a failover under way, its topic
+    /// deleted): those wait for a metadata refresh, and the others are fetched meanwhile.
+    async fn send_fetches(&mut self) -> Result<bool, ClientError> {
         let covered: std::collections::HashSet<&PartitionKey> = self
             .in_flight
             .iter()
             .flat_map(|fetch| fetch.asked.iter().map(|(partition, _)| partition))
             .collect();
         if covered.len() == self.positions.len() {
-            return Ok(());
+            return Ok(false);
         }
         let metadata = self.client.metadata().await?;
         let shard_aware = self.client.config().shard_aware;
         let mut by_address: HashMap<String, Vec<(PartitionKey, u64)>> = HashMap::new();
+        let mut unresolved = false;
         for (key, offset) in &self.positions {
             if covered.contains(key) {
                 continue;
             }
-            let address = metadata.leader_address(&key.0, key.1, shard_aware)?;
-            by_address
-                .entry(address)
-                .or_default()
-                .push((key.clone(), *offset));
+            match metadata.leader_address(&key.0, key.1, shard_aware) {
+                Ok(address) => by_address
+                    .entry(address)
+                    .or_default()
+                    .push((key.clone(), *offset)),
+                Err(error) => {
+                    tracing::debug!(topic = %key.0, partition = key.1, "not fetched: {error}");
+                    unresolved = true;
+                }
+            }
         }
         for (address, asked) in by_address {
             let mut topics: Vec<FetchTopic> = Vec::new();
@@ -315,7 +344,7 @@ impl Consumer {
             let task = tokio::spawn(async move { client.request(&address, request).await });
             self.in_flight.push(InFlightFetch { asked, task });
         }
-        Ok(())
+        Ok(unresolved)
     }
 
     /// Turns one fetch answer into batches past the positions, moving the positions along;

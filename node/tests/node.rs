@@ -499,6 +499,52 @@ fn a_consumer_backs_off_while_its_broker_is_down() {
     });
 }
 
+/// A consumer keeps reading its other partitions when an assigned topic is deleted (it has no
+/// leader to fetch from any more), as Kafka's does.
+#[test]
+fn a_deleted_topic_does_not_stop_a_consumer_of_other_topics() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    node.cli(&["topic", "create", "stays", "--partitions", "2"], None);
+    node.cli(&["topic", "create", "goes", "--partitions", "2"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_wait: Duration::from_millis(50),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("stays", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        consumer
+            .assign("goes", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        assert!(consumer.poll().await.unwrap().is_empty());
+        node.cli(&["topic", "delete", "goes"], None);
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        for partition in 0..2 {
+            let mut record = ProducerRecord::new("stays", None, format!("after-{partition}"));
+            record.partition = Some(partition);
+            producer.send(record).await.unwrap().await.unwrap();
+        }
+        let mut values = Vec::new();
+        let started = Instant::now();
+        while values.len() < 2 && started.elapsed() < Duration::from_secs(10) {
+            for batch in consumer.poll().await.unwrap() {
+                values.extend(batch.records().map(|record| record.value.to_vec()));
+            }
+        }
+        values.sort();
+        assert_eq!(values, [b"after-0".to_vec(), b"after-1".to_vec()]);
+    });
+}
+
 /// A `poll` dropped or failing after it took records (a caller's `select!` firing while it
 /// refreshes metadata, an assigned topic deleted) loses none: the next `poll` returns them.
 #[test]
