@@ -180,6 +180,7 @@ impl Consumer {
         };
         self.positions
             .insert((topic.to_string(), partition), offset);
+        self.drop_taken(topic, partition);
         Ok(())
     }
 
@@ -196,7 +197,15 @@ impl Consumer {
 
     /// Stops fetching `partition` of `topic`; returns its position.
     pub fn unassign(&mut self, topic: &str, partition: u32) -> Option<u64> {
+        self.drop_taken(topic, partition);
         self.positions.remove(&(topic.to_string(), partition))
+    }
+
+    /// Forgets batches of `partition` of `topic` a dropped `poll` left: a seek or unassign
+    /// supersedes them, as it does fetches on their way.
+    fn drop_taken(&mut self, topic: &str, partition: u32) {
+        self.taken
+            .retain(|batch| !(batch.topic == topic && batch.partition == partition));
     }
 
     /// Every assigned partition with its next offset.
