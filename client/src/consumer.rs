@@ -225,7 +225,7 @@ impl Consumer {
     /// still waiting at the end of its log. A seek, assign or unassign abandons the fetch that
     /// asked for the partition's old position.
     ///
-    /// Cancel-safe: records a dropped `poll` had taken come with the next one.
+    /// Cancel-safe: records a dropped or failed `poll` had taken come with the next one.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedBatch>, ClientError> {
         if !self.taken.is_empty() {
             return Ok(std::mem::take(&mut self.taken));
@@ -262,12 +262,25 @@ impl Consumer {
         let mut consumed = Vec::new();
         let mut refresh = false;
         let mut resets = Vec::new();
+        let mut failure = None;
         for answer in answers {
-            let answer = answer.map_err(|error| ClientError::Protocol(error.to_string()))?;
-            self.take_answer(answer, &mut consumed, &mut refresh, &mut resets)?;
+            let taken = answer
+                .map_err(|error| ClientError::Protocol(error.to_string()))
+                .and_then(|answer| {
+                    self.take_answer(answer, &mut consumed, &mut refresh, &mut resets)
+                });
+            // The partitions of answers left untaken are fetched again from their positions.
+            if let Err(error) = taken {
+                failure = Some(error);
+                break;
+            }
         }
-        // The positions are past these batches now: from here on they wait in `taken`.
+        // The positions are past these batches now: from here on they wait in `taken`, also
+        // when this poll fails or is dropped.
         self.taken = consumed;
+        if let Some(error) = failure {
+            return Err(error);
+        }
         if refresh {
             let _ = self.client.refresh_metadata().await;
             if self.taken.is_empty() {

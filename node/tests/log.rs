@@ -151,6 +151,16 @@ fn reads_for_sending_are_file_ranges_holding_exactly_what_a_read_returns() {
         }
         assert_eq!(regions, 4);
         assert_eq!(read_all(&mut log, 0, 1 << 20).await, written);
+
+        // A log of small batches (about 300 B each, 600 KB) is read, not sent from the file.
+        let small_dir = dir.with_file_name("small-0");
+        let mut small = open(&UringStorage, &small_dir, &config).await;
+        append_many(&mut small, 2_000, 100, 1_000).await;
+        let expected = small.read(0, 1 << 20, u64::MAX).await.unwrap();
+        match small.read_for_sending(0, 1 << 20, u64::MAX).await.unwrap() {
+            Served::Bytes(bytes) => assert_eq!(bytes, expected),
+            Served::Region(region) => panic!("a region of {} small batches", region.records),
+        }
     });
 }
 

@@ -98,13 +98,7 @@ pub trait StorageFile: 'static {
     /// the kernel's io-wq workers and contend there). Writing on the calling thread, the
     /// backends make it one `pwritev` ([`write_all_vectored_at`]).
     async fn write_all_in_order_at(&self, buffers: Vec<Bytes>, pos: u64) -> io::Result<()> {
-        let mut at = pos;
-        for bytes in buffers {
-            let len = bytes.len() as u64;
-            self.write_all_at(bytes, at).await?;
-            at += len;
-        }
-        Ok(())
+        write_each_in_order(self, buffers, pos).await
     }
     /// Whether [`StorageFile::write_direct_at`] bypasses the page cache: the file was opened with
     /// [`Storage::open_direct`] and its file system takes `O_DIRECT`.
@@ -147,6 +141,21 @@ pub trait StorageFile: 'static {
     fn is_cached(&self, _pos: u64, _len: u64) -> bool {
         false
     }
+}
+
+/// [`StorageFile::write_all_in_order_at`] as one [`StorageFile::write_all_at`] per buffer.
+pub(crate) async fn write_each_in_order<F: StorageFile + ?Sized>(
+    file: &F,
+    buffers: Vec<Bytes>,
+    pos: u64,
+) -> io::Result<()> {
+    let mut at = pos;
+    for bytes in buffers {
+        let len = bytes.len() as u64;
+        file.write_all_at(bytes, at).await?;
+        at += len;
+    }
+    Ok(())
 }
 
 /// `pwritev` of `buffers` back to back from `pos` on the calling thread, looping over short

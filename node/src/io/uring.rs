@@ -159,13 +159,7 @@ impl StorageFile for UringFile {
         if inline_writes() {
             return super::write_all_vectored_at(self.file.as_raw_fd(), &buffers, pos);
         }
-        let mut at = pos;
-        for bytes in buffers {
-            let len = bytes.len() as u64;
-            self.write_through_ring(bytes, at).await?;
-            at += len;
-        }
-        Ok(())
+        super::write_each_in_order(self, buffers, pos).await
     }
 
     fn writes_direct(&self) -> bool {

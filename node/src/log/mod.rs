@@ -142,6 +142,8 @@ impl Default for LogConfig {
 pub const REGION_MIN_BYTES: usize = 256 << 10;
 /// Batch headers a file region is looked for through; logs of smaller batches are read.
 const REGION_HEADERS_MAX: usize = 128;
+/// Headers read before judging whether the batches are large enough for a region.
+const REGION_HEADERS_PROBE: usize = 8;
 
 /// What a read for sending found: bytes in memory, or a range of a segment file.
 #[derive(Debug)]
@@ -1292,10 +1294,23 @@ impl<S: Storage> PartitionLog<S> {
             .await?
             .map_or(0, |entry| u64::from(entry.position));
         let segment = &self.segments[at];
+        // A consumer near the log end (the usual case) is answered from memory at no cost.
+        if segment.size.saturating_sub(position) < REGION_MIN_BYTES as u64 {
+            return Ok(None);
+        }
         let (mut first, mut records, mut newest_ms) = (None::<u64>, 0u64, None::<i64>);
-        for _ in 0..REGION_HEADERS_MAX {
+        for walked in 0..REGION_HEADERS_MAX {
             if position >= segment.size {
                 break;
+            }
+            // Batches too small for the headers allowed to reach REGION_MIN_BYTES: a log of
+            // small batches is read, after a few header reads rather than all of them.
+            if walked == REGION_HEADERS_PROBE
+                && let Some(first) = first
+                && (position - first) * (REGION_HEADERS_MAX as u64)
+                    < REGION_MIN_BYTES as u64 * (walked as u64)
+            {
+                return Ok(None);
             }
             let head = segment
                 .read(position, batch::HEADER_LEN)
