@@ -9,14 +9,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, Bytes, BytesMut};
-use strata_wire::protocol::{ApiKey, FRAME_PREFIX_LEN, Request, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::{Buf, Bytes};
+use strata_wire::protocol::{ApiKey, Request, Response};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 
 use crate::ClientError;
+use crate::frames::FrameReader;
 
 type Pending = Arc<Mutex<HashMap<u32, (ApiKey, oneshot::Sender<Result<Response, ClientError>>)>>>;
 
@@ -39,7 +40,8 @@ impl Connection {
                 reason: error.to_string(),
             })?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
+        let (reader, writer) = stream.into_split();
+        let mut frames = FrameReader::new(reader);
         let pending: Pending = Arc::default();
         let connection = Arc::new(Connection {
             address,
@@ -49,15 +51,15 @@ impl Connection {
         });
         tokio::spawn(async move {
             let failure = loop {
-                let mut prefix = [0u8; FRAME_PREFIX_LEN];
-                if let Err(error) = reader.read_exact(&mut prefix).await {
-                    break ClientError::Disconnected(error.to_string());
-                }
-                let len = u32::from_le_bytes(prefix) as usize;
+                let len = match frames.next_len().await {
+                    Ok(Some(len)) => len,
+                    Ok(None) => break ClientError::Disconnected("connection closed".into()),
+                    Err(error) => break ClientError::Disconnected(error.to_string()),
+                };
                 if len > MAX_RESPONSE_BYTES {
                     break ClientError::Protocol(format!("response frame of {len} bytes"));
                 }
-                let body = match read_frame_body(&mut reader, len).await {
+                let body = match frames.body(len).await {
                     Ok(body) => body,
                     Err(error) => break ClientError::Disconnected(error.to_string()),
                 };
@@ -146,23 +148,6 @@ impl Connection {
     }
 }
 
-/// Reads a frame body of `len` bytes into a new buffer of exactly that size, without zeroing
-/// it first: a 1 MiB produce would otherwise cost a 1 MiB memset before the socket copy.
-pub async fn read_frame_body<R: tokio::io::AsyncRead + Unpin>(
-    reader: &mut R,
-    len: usize,
-) -> std::io::Result<BytesMut> {
-    let mut body = BytesMut::with_capacity(len);
-    while body.len() < len {
-        // `take` keeps the read inside this frame; `read_buf` fills spare capacity as is.
-        let want = (len - body.len()) as u64;
-        if (&mut *reader).take(want).read_buf(&mut body).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    }
-    Ok(body)
-}
-
 /// Writes a frame's chunks with vectored writes, handling short writes.
 pub async fn write_all_chunks<W: tokio::io::AsyncWrite + Unpin>(
     writer: &mut W,
@@ -189,22 +174,4 @@ pub async fn write_all_chunks<W: tokio::io::AsyncWrite + Unpin>(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::read_frame_body;
-
-    #[tokio::test]
-    async fn a_frame_body_is_read_whole_and_no_further() {
-        let mut stream: &[u8] = b"first-frame|second";
-        let body = read_frame_body(&mut stream, 11).await.unwrap();
-        assert_eq!(&body[..], b"first-frame");
-        assert_eq!(stream, b"|second", "the next frame's bytes stay unread");
-        // A stream that ends mid-frame is an error, not a short body.
-        let error = read_frame_body(&mut stream, 20).await.unwrap_err();
-        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
-        // An empty body needs no read at all.
-        assert!(read_frame_body(&mut stream, 0).await.unwrap().is_empty());
-    }
 }

@@ -16,12 +16,14 @@
 
 mod connection;
 mod consumer;
+mod frames;
 mod group;
 mod metadata;
 mod producer;
 
-pub use connection::{Connection, read_frame_body, write_all_chunks};
+pub use connection::{Connection, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
+pub use frames::FrameReader;
 pub use group::{Delivery, GroupConfig, GroupConsumer, RebalanceEvent, TopicPartition};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{

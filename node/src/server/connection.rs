@@ -12,10 +12,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::Buf;
-use strata_wire::protocol::{
-    ErrorCode, FRAME_PREFIX_LEN, FrameParts, REQUEST_HEADER_LEN, Request, Response,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use strata_wire::protocol::{ErrorCode, FrameParts, REQUEST_HEADER_LEN, Request, Response};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
@@ -79,7 +77,8 @@ fn accept(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
 const WRITE_COALESCE_CHUNKS: usize = 256;
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
+    let mut frames = strata_client::FrameReader::new(reader);
     let (responses, mut outgoing) = mpsc::unbounded_channel::<FrameParts>();
     let writing = tokio::task::spawn_local(async move {
         while let Some(mut frames) = outgoing.recv().await {
@@ -102,22 +101,21 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
     let max_frame_bytes = shard.context.config.max_frame_bytes;
     loop {
-        let mut prefix = [0u8; FRAME_PREFIX_LEN];
-        match reader.read_exact(&mut prefix).await {
-            Ok(_) => {}
+        let len = match frames.next_len().await {
+            Ok(Some(len)) => len,
+            Ok(None) => break,
             Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Err(error) => {
                 tracing::debug!(%peer, "connection read failed: {error}");
                 break;
             }
-        }
-        let len = u32::from_le_bytes(prefix) as usize;
+        };
         if len > max_frame_bytes || len < REQUEST_HEADER_LEN {
             // Answer with the correlation id if the header is there, then hang up: the body is
             // never read, so a huge length costs nothing.
             let mut header = [0u8; REQUEST_HEADER_LEN];
             let readable =
-                len >= REQUEST_HEADER_LEN && reader.read_exact(&mut header).await.is_ok();
+                len >= REQUEST_HEADER_LEN && frames.read_exact(&mut header).await.is_ok();
             let code = if len > max_frame_bytes {
                 ErrorCode::MessageTooLarge
             } else {
@@ -130,7 +128,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing connection: frame of {len} bytes ({code})");
             break;
         }
-        let body = match strata_client::read_frame_body(&mut reader, len).await {
+        let body = match frames.body(len).await {
             Ok(body) => body,
             Err(error) => {
                 tracing::debug!(%peer, "connection closed mid-frame: {error}");
