@@ -53,6 +53,8 @@ pub enum KeyDistribution {
 pub struct BenchConfig {
     pub workload: Workload,
     pub bootstrap: String,
+    /// TCP congestion control of the bench's connections; `None`: the host's default.
+    pub tcp_congestion: Option<String>,
     pub topic: String,
     pub partitions: u32,
     pub replication_factor: u16,
@@ -66,6 +68,8 @@ pub struct BenchConfig {
     pub linger: Duration,
     /// Produce requests in flight per partition (the producer's `max_in_flight`).
     pub max_in_flight: usize,
+    /// Bytes one fetch may bring per partition (the consumer's `partition_max_bytes`).
+    pub partition_fetch_bytes: u32,
     pub acks: i8,
     /// Records per second over all producers; `None` sends as fast as acks allow.
     pub rate: Option<f64>,
@@ -98,6 +102,7 @@ impl Default for BenchConfig {
         BenchConfig {
             workload: Workload::Produce,
             bootstrap: "127.0.0.1:7300".into(),
+            tcp_congestion: Some(strata_client::DEFAULT_TCP_CONGESTION.to_string()),
             topic: "strata-bench".into(),
             partitions: 4,
             replication_factor: 1,
@@ -109,6 +114,7 @@ impl Default for BenchConfig {
             batch_bytes: 1 << 20,
             linger: Duration::from_millis(2),
             max_in_flight: ProducerConfig::default().max_in_flight,
+            partition_fetch_bytes: 4 << 20,
             acks: 1,
             rate: None,
             duration: Some(Duration::from_secs(10)),
@@ -123,6 +129,16 @@ impl Default for BenchConfig {
             idempotent: false,
             compression: Codec::None,
             group: None,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// How the bench's clients connect.
+    fn client_config(&self) -> ClientConfig {
+        ClientConfig {
+            tcp_congestion: self.tcp_congestion.clone(),
+            ..ClientConfig::new(&self.bootstrap)
         }
     }
 }
@@ -344,7 +360,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     if config.null_sink {
         return null_sink(config).await;
     }
-    let client = Client::connect(ClientConfig::new(&config.bootstrap))
+    let client = Client::connect(config.client_config())
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
     if client.metadata_for(&config.topic).await.is_err() {
@@ -495,7 +511,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         for index in 0..consumers {
             let consumer_config = ConsumerConfig {
                 max_wait: Duration::from_millis(100),
-                partition_max_bytes: 4 << 20,
+                partition_max_bytes: config.partition_fetch_bytes,
                 ..ConsumerConfig::default()
             };
             let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
@@ -617,9 +633,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             if group.is_empty() {
                 continue;
             }
-            let bootstrap = config.bootstrap.clone();
+            let client_config = config.client_config();
             let outcomes = on_own_runtime(&format!("bench-producers-{thread}"), move || {
-                produce_paced_on_this_thread(bootstrap, group)
+                produce_paced_on_this_thread(client_config, group)
             });
             producer_tasks.push(
                 async move {
@@ -768,10 +784,10 @@ struct PacedProducer {
 /// Connects a client of this thread's own, starts `group`'s producers on it and runs them
 /// paced (see [`on_own_runtime`]).
 async fn produce_paced_on_this_thread(
-    bootstrap: String,
+    client_config: ClientConfig,
     group: Vec<PacedProducer>,
 ) -> Vec<ProducerOutcome> {
-    let client = match Client::connect(ClientConfig::new(&bootstrap)).await {
+    let client = match Client::connect(client_config).await {
         Ok(client) => client,
         Err(error) => return vec![Err(anyhow::Error::from(error).context("connecting"))],
     };

@@ -32,7 +32,12 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub async fn connect(address: SocketAddr) -> Result<Arc<Connection>, ClientError> {
+    /// Connects to `address`, with the congestion control `tcp_congestion` (`None`: the
+    /// host's default).
+    pub async fn connect(
+        address: SocketAddr,
+        tcp_congestion: Option<&str>,
+    ) -> Result<Arc<Connection>, ClientError> {
         let stream = TcpStream::connect(address)
             .await
             .map_err(|error| ClientError::Connect {
@@ -40,6 +45,7 @@ impl Connection {
                 reason: error.to_string(),
             })?;
         let _ = stream.set_nodelay(true);
+        crate::apply_tcp_congestion(&stream, tcp_congestion);
         let (reader, writer) = stream.into_split();
         let mut frames = FrameReader::new(reader);
         let pending: Pending = Arc::default();

@@ -20,6 +20,7 @@ mod frames;
 mod group;
 mod metadata;
 mod producer;
+mod tcp;
 
 pub use connection::{Connection, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
@@ -31,6 +32,10 @@ pub use producer::{
 };
 pub use strata_wire::batch::Codec;
 pub use strata_wire::protocol::ErrorCode;
+pub use tcp::{
+    DEFAULT_TCP_CONGESTION, HOST_TCP_CONGESTION, apply_tcp_congestion, parse_tcp_congestion,
+    tcp_congestion,
+};
 
 use std::net::SocketAddr;
 

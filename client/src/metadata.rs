@@ -20,6 +20,9 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Send partition requests to the owning shard's port (otherwise to the shared port).
     pub shard_aware: bool,
+    /// TCP congestion control for connections to brokers; `None`: the host's default (see
+    /// [`DEFAULT_TCP_CONGESTION`](crate::DEFAULT_TCP_CONGESTION)).
+    pub tcp_congestion: Option<String>,
 }
 
 impl ClientConfig {
@@ -33,6 +36,7 @@ impl ClientConfig {
                 .collect(),
             request_timeout: Duration::from_secs(30),
             shard_aware: true,
+            tcp_congestion: Some(crate::DEFAULT_TCP_CONGESTION.to_string()),
         }
     }
 }
@@ -155,7 +159,8 @@ impl Client {
             .map_err(|error| ClientError::InvalidArgument(format!("{address}: {error}")))?
             .next()
             .ok_or_else(|| ClientError::InvalidArgument(format!("{address}: no address")))?;
-        let connection = Connection::connect(resolved).await?;
+        let connection =
+            Connection::connect(resolved, self.config.tcp_congestion.as_deref()).await?;
         self.connections
             .lock()
             .expect("connections")

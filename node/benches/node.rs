@@ -1,7 +1,8 @@
 //! One node over loopback, next to a plain TCP socket pair measured in the same run.
 //!
 //! `cargo bench -p strata-node --bench node -- [--seconds N] [--shards N] [--linger-ms N]
-//! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always] [--overprovisioned]`
+//! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always] [--overprovisioned]
+//! [--partition-fetch-bytes B]`
 //!
 //! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
 //! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
@@ -45,6 +46,8 @@ fn main() {
     let mut direct_writes = "replicated".to_string();
     // `strata serve --overprovisioned`: shards not pinned, as where clients share the cores.
     let mut overprovisioned = false;
+    // The consumer's `partition_max_bytes`: how much one fetch may bring per partition.
+    let mut partition_fetch_bytes = 4u32 << 20;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => seconds = args.next().unwrap().parse().unwrap(),
@@ -55,6 +58,9 @@ fn main() {
             "--load" => load = args.next().unwrap().parse().unwrap(),
             "--direct-writes" => direct_writes = args.next().unwrap(),
             "--overprovisioned" => overprovisioned = true,
+            "--partition-fetch-bytes" => {
+                partition_fetch_bytes = args.next().unwrap().parse().unwrap()
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -78,8 +84,15 @@ fn main() {
         host.page_cache_mb as f64 / 1024.0,
         host.dirty_mb
     );
-    let loopback = tcp_loopback(duration);
-    println!("plain TCP socket pair over loopback: {loopback:8.0} MB/s");
+    // Measured with the host's default congestion control and with the one Strata's
+    // connections use; ratios are taken against the higher of the two.
+    let host_default = tcp_loopback(duration, None);
+    let congestion = strata_client::DEFAULT_TCP_CONGESTION;
+    let ours = tcp_loopback(duration, Some(congestion));
+    println!(
+        "plain TCP socket pair over loopback: {host_default:8.0} MB/s (host default), {ours:.0} MB/s ({congestion})"
+    );
+    let loopback = host_default.max(ours);
 
     let data = tempfile::tempdir().unwrap();
     let node = if overprovisioned {
@@ -128,7 +141,7 @@ fn main() {
             100.0 * produce_mb / loopback
         );
 
-        let (consumed, elapsed) = consume_all(client.clone(), records).await;
+        let (consumed, elapsed) = consume_all(client.clone(), records, partition_fetch_bytes).await;
         let consume_mb = consumed as f64 * RECORD_BYTES as f64 / elapsed.as_secs_f64() / 1e6;
         println!(
             "consume (from the start):           {consume_mb:8.0} MB/s  {:8.0} records/s   = {:3.0}% of loopback",
@@ -213,11 +226,15 @@ async fn produce_max(producer: &Producer, duration: Duration) -> (u64, Duration)
     (sent, start.elapsed())
 }
 
-async fn consume_all(client: Arc<Client>, records: u64) -> (u64, Duration) {
+async fn consume_all(
+    client: Arc<Client>,
+    records: u64,
+    partition_fetch_bytes: u32,
+) -> (u64, Duration) {
     let mut consumer = Consumer::new(
         client,
         ConsumerConfig {
-            partition_max_bytes: 4 << 20,
+            partition_max_bytes: partition_fetch_bytes,
             ..ConsumerConfig::default()
         },
     );
@@ -236,11 +253,16 @@ async fn consume_all(client: Arc<Client>, records: u64) -> (u64, Duration) {
 }
 
 /// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on this machine now.
-fn tcp_loopback(duration: Duration) -> f64 {
+fn tcp_loopback(duration: Duration, congestion: Option<&'static str>) -> f64 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     let reader = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
+        if let Some(congestion) = congestion {
+            socket2::SockRef::from(&stream)
+                .set_tcp_congestion(congestion.as_bytes())
+                .unwrap();
+        }
         let mut buffer = vec![0u8; 1 << 20];
         let mut total = 0u64;
         loop {
@@ -251,6 +273,11 @@ fn tcp_loopback(duration: Duration) -> f64 {
         }
     });
     let mut stream = TcpStream::connect(address).unwrap();
+    if let Some(congestion) = congestion {
+        socket2::SockRef::from(&stream)
+            .set_tcp_congestion(congestion.as_bytes())
+            .unwrap();
+    }
     let chunk = vec![7u8; 1 << 20];
     let start = Instant::now();
     while start.elapsed() < duration {

@@ -102,7 +102,9 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
             }],
         });
         let address: std::net::SocketAddr = two.bootstrap().parse().unwrap();
-        let connection = strata_client::Connection::connect(address).await.unwrap();
+        let connection = strata_client::Connection::connect(address, None)
+            .await
+            .unwrap();
         let Response::Produce(response) = connection.request(request).await.unwrap() else {
             panic!("a produce response")
         };

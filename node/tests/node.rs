@@ -716,3 +716,58 @@ fn binary_lines_are_records_and_usage_errors_exit_2() {
         );
     }
 }
+
+/// The congestion control of each established connection on `port`, local (`sport`) or
+/// remote (`dport`), as `ss` reports it.
+fn congestion_controls(side: &str, port: u16) -> Vec<String> {
+    let output = std::process::Command::new("ss")
+        .args([
+            "-tinH",
+            "state",
+            "established",
+            &format!("( {side} = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2) runs");
+    // Each socket is a line of addresses, then an indented line of TCP info that starts
+    // with the algorithm's name.
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.starts_with(char::is_whitespace))
+        .filter_map(|info| info.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Both ends of a client connection use the congestion control they are set to: cubic by
+/// default, whatever the host's default is (BBR without the fq qdisc paces every burst with
+/// a timer: half a consumer's throughput over loopback here), and what `--tcp-congestion` and
+/// `ClientConfig::tcp_congestion` name otherwise.
+#[test]
+fn connections_use_the_tcp_congestion_control_they_are_set_to() {
+    for (serve_args, client_setting, expected) in [
+        (vec![], Some(strata_client::DEFAULT_TCP_CONGESTION), "cubic"),
+        (vec!["--tcp-congestion", "reno"], Some("reno"), "reno"),
+    ] {
+        let temp = tempfile::tempdir().unwrap();
+        let node = TestNode::start_with(temp.path(), 1, &serve_args);
+        runtime().block_on(async {
+            let client = Client::connect(ClientConfig {
+                tcp_congestion: client_setting.map(str::to_string),
+                ..ClientConfig::new(node.bootstrap())
+            })
+            .await
+            .unwrap();
+            client.refresh_metadata().await.unwrap();
+            let broker_ends = congestion_controls("sport", node.port);
+            let client_ends = congestion_controls("dport", node.port);
+            assert!(
+                !broker_ends.is_empty() && broker_ends.iter().all(|name| name == expected),
+                "broker ends {broker_ends:?}, want {expected} ({serve_args:?})"
+            );
+            assert!(
+                !client_ends.is_empty() && client_ends.iter().all(|name| name == expected),
+                "client ends {client_ends:?}, want {expected}"
+            );
+        });
+    }
+}

@@ -25,6 +25,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         shards: 2,
         max_frame_bytes: 64 << 20,
         pin_cores: false,
+        tcp_congestion: None,
         etcd: None,
         lease_ttl: std::time::Duration::from_secs(5),
         rack: None,

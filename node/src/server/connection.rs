@@ -62,6 +62,10 @@ fn accept(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
             match listener.accept().await {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
+                    strata_client::apply_tcp_congestion(
+                        &stream,
+                        shard.context.config.tcp_congestion.as_deref(),
+                    );
                     tokio::task::spawn_local(serve(shard.clone(), stream, peer));
                 }
                 Err(error) => {

@@ -52,6 +52,8 @@ pub struct NodeConfig {
     pub max_frame_bytes: usize,
     /// Pin shard threads to cores.
     pub pin_cores: bool,
+    /// TCP congestion control of client connections; `None`: the host's default.
+    pub tcp_congestion: Option<String>,
     /// etcd endpoints; `None` runs on the embedded coordinator.
     pub etcd: Option<Vec<String>>,
     /// How long a broker's registration outlives its last keep-alive (etcd only).

@@ -68,6 +68,14 @@ pub struct BenchArgs {
     /// max.in.flight.requests.per.connection); fewer makes batches grow with the load.
     #[arg(long)]
     max_in_flight: Option<usize>,
+    /// TCP congestion control of the bench's connections (default cubic; `system`: the
+    /// host's default), as `strata serve --tcp-congestion`.
+    #[arg(long, env = "STRATA_TCP_CONGESTION")]
+    tcp_congestion: Option<String>,
+    /// Bytes one fetch may bring per partition (Kafka's max.partition.fetch.bytes). Default
+    /// 4 MiB.
+    #[arg(long)]
+    fetch_bytes: Option<u32>,
     /// 0, 1 or all. Default 1.
     #[arg(long, value_parser = crate::client_cmd::parse_acks)]
     acks: Option<i8>,
@@ -143,6 +151,8 @@ struct WorkloadFile {
     batch_size: Option<usize>,
     linger_ms: Option<u64>,
     max_in_flight: Option<usize>,
+    fetch_bytes: Option<u32>,
+    tcp_congestion: Option<String>,
     acks: Option<String>,
     rate: Option<f64>,
     duration: Option<f64>,
@@ -255,6 +265,17 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .max_in_flight
             .or(file.max_in_flight)
             .unwrap_or(defaults.max_in_flight)
+            .max(1),
+        tcp_congestion: strata_client::parse_tcp_congestion(
+            args.tcp_congestion
+                .as_deref()
+                .or(file.tcp_congestion.as_deref())
+                .unwrap_or(strata_client::DEFAULT_TCP_CONGESTION),
+        ),
+        partition_fetch_bytes: args
+            .fetch_bytes
+            .or(file.fetch_bytes)
+            .unwrap_or(defaults.partition_fetch_bytes)
             .max(1),
         acks: match (args.acks, file.acks.as_deref()) {
             (Some(acks), _) => acks,

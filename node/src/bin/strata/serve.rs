@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// (Redpanda's `--overprovisioned`). Leave off on a dedicated host.
     #[arg(long, env = "STRATA_OVERPROVISIONED")]
     overprovisioned: bool,
+    /// TCP congestion control of client connections (default cubic; `system`: the host's
+    /// default). BBR without the fq qdisc paces each burst with a timer, which cost half of
+    /// a consumer's throughput over loopback in docs/benchmarks.md.
+    #[arg(long, env = "STRATA_TCP_CONGESTION")]
+    tcp_congestion: Option<String>,
     /// Host to advertise to clients (default: the listen address, or 127.0.0.1 for 0.0.0.0).
     #[arg(long, env = "STRATA_ADVERTISED_HOST")]
     advertised_host: Option<String>,
@@ -98,6 +103,7 @@ struct FileConfig {
     rack: Option<String>,
     shards: Option<usize>,
     overprovisioned: Option<bool>,
+    tcp_congestion: Option<String>,
     advertised_host: Option<String>,
     io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
@@ -211,6 +217,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .or(file.max_frame_bytes)
             .unwrap_or(64 << 20),
         pin_cores: !(args.overprovisioned || file.overprovisioned.unwrap_or(false)),
+        tcp_congestion: strata_client::parse_tcp_congestion(
+            args.tcp_congestion
+                .as_deref()
+                .or(file.tcp_congestion.as_deref())
+                .unwrap_or(strata_client::DEFAULT_TCP_CONGESTION),
+        ),
         etcd,
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
