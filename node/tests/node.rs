@@ -771,3 +771,144 @@ fn connections_use_the_tcp_congestion_control_they_are_set_to() {
         });
     }
 }
+
+/// Values of `topic`'s records in these batches.
+fn values_of(batches: &[strata_client::ConsumedBatch], topic: &str) -> Vec<Vec<u8>> {
+    batches
+        .iter()
+        .filter(|batch| batch.topic == topic)
+        .flat_map(|batch| batch.records().map(|record| record.value.to_vec()))
+        .collect()
+}
+
+/// A poll that fails after it took one partition's batches (another partition's position is
+/// out of range, with no `auto_offset_reset`) keeps them for the next poll: nothing is lost
+/// and nothing comes twice. Which partition the answer lists first varies from consumer to
+/// consumer, so several consumers run the case.
+#[test]
+fn a_failing_poll_keeps_what_it_took_for_the_next() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
+    node.cli(&["topic", "create", "far", "--partitions", "1"], None);
+    runtime().block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        for value in ["r0", "r1"] {
+            producer
+                .send(ProducerRecord::new("real", None, value))
+                .await
+                .unwrap();
+        }
+        producer.flush().await.unwrap();
+        let mut failures = 0;
+        for _ in 0..8 {
+            let mut consumer = Consumer::new(
+                client.clone(),
+                ConsumerConfig {
+                    max_wait: Duration::from_millis(20),
+                    auto_offset_reset: None,
+                    ..ConsumerConfig::default()
+                },
+            );
+            consumer
+                .assign("real", &[0], SeekTo::Beginning)
+                .await
+                .unwrap();
+            consumer
+                .assign("far", &[0], SeekTo::Offset(1_000))
+                .await
+                .unwrap();
+            let mut values = Vec::new();
+            let error = loop {
+                match consumer.poll().await {
+                    Ok(batches) => values.extend(values_of(&batches, "real")),
+                    Err(error) => break error,
+                }
+            };
+            assert_eq!(
+                error.code(),
+                Some(strata_client::ErrorCode::OffsetOutOfRange),
+                "{error}"
+            );
+            failures += 1;
+            consumer.seek("far", 0, SeekTo::Beginning).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while values.len() < 2 && Instant::now() < deadline {
+                values.extend(values_of(&consumer.poll().await.unwrap(), "real"));
+            }
+            // A little longer: a duplicate would come now.
+            for _ in 0..3 {
+                values.extend(values_of(&consumer.poll().await.unwrap(), "real"));
+            }
+            assert_eq!(values, [b"r0".to_vec(), b"r1".to_vec()]);
+        }
+        assert_eq!(failures, 8);
+    });
+}
+
+/// A seek drops what a dropped poll had taken for that partition: the records at the old
+/// position never come after the seek.
+#[test]
+fn a_seek_drops_what_a_dropped_poll_took_for_that_partition() {
+    use futures_util::FutureExt;
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
+    node.cli(&["topic", "create", "ghost", "--partitions", "1"], None);
+    runtime().block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        producer
+            .send(ProducerRecord::new("real", None, "old"))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_wait: Duration::from_millis(20),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("real", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        consumer
+            .assign("ghost", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        node.cli(&["topic", "delete", "ghost"], None);
+        // The first poll sends the fetch and is dropped waiting for it; the second takes the
+        // answer (the record, and a retriable error for the deleted topic), then waits for a
+        // metadata refresh and is dropped there, with the record taken.
+        for _ in 0..2 {
+            assert!(
+                consumer.poll().now_or_never().is_none(),
+                "each poll waits (for the answer, then for metadata)"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(
+            consumer.position("real", 0),
+            Some(1),
+            "the record was taken"
+        );
+        consumer.unassign("ghost", 0);
+        consumer.seek("real", 0, SeekTo::End).await.unwrap();
+        producer
+            .send(ProducerRecord::new("real", None, "new"))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let mut values = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while values.is_empty() && Instant::now() < deadline {
+            values.extend(values_of(&consumer.poll().await.unwrap(), "real"));
+        }
+        assert_eq!(values, [b"new".to_vec()]);
+    });
+}
