@@ -1395,20 +1395,17 @@ impl<S: Storage> PartitionLog<S> {
             .map_or(0, |entry| u64::from(entry.position));
         let segment = &self.segments[at];
         let window = max_bytes.max(batch::HEADER_LEN) + self.config.index_interval_bytes as usize;
-        let path = self.segment_path(segment.base_offset, "log");
         let dir = &self.dir;
-        let read_at = |position: u64, len: usize| {
-            let path = &path;
-            async move {
-                segment
-                    .read(position, len)
-                    .await
-                    .map_err(|source| LogError::Io {
-                        what: "read",
-                        path: path.clone(),
-                        source,
-                    })
-            }
+        // The path is made only for an error: a read is on every fetch's path.
+        let read_at = |position: u64, len: usize| async move {
+            segment
+                .read(position, len)
+                .await
+                .map_err(|source| LogError::Io {
+                    what: "read",
+                    path: dir.join(file_name(segment.base_offset, "log")),
+                    source,
+                })
         };
         // Walk batch headers from the index entry: skip batches below `offset` (their bytes need
         // not be in the chunk), then take whole batches while the budget allows.
