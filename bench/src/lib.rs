@@ -829,7 +829,7 @@ async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
             }
         }
         match next_due {
-            Some(next_due) => timer.wait_for(next_due).await,
+            Some(next_due) => pacing::wait_precisely_for(&timer, next_due).await,
             None => break,
         }
     }

@@ -13,10 +13,9 @@
 //! sleeps at least [`QUANTUM`] and sends everything that fell due meanwhile.
 
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
+pub use strata_client::PreciseTimer;
 
 /// Runs the future `make` returns on a new OS thread of its own, driven by the current tokio
 /// runtime's IO and timer drivers (`Handle::block_on`), and resolves to its output. Only there
@@ -163,95 +162,11 @@ where
     })
 }
 
-/// An async sleep precise to microseconds: a `timerfd` the runtime's IO driver watches, where
-/// tokio's own timer rounds up to its next millisecond tick.
-pub struct PreciseTimer {
-    fd: Option<AsyncFd<OwnedFd>>,
-}
-
-impl PreciseTimer {
-    /// Falls back to tokio's timer (millisecond ticks) where `timerfd` is unavailable.
-    pub fn new() -> PreciseTimer {
-        // SAFETY: timerfd_create takes two flags and returns a new descriptor or -1.
-        let raw = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        let fd = (raw >= 0)
-            // SAFETY: `raw` is a descriptor just created and owned by nobody else.
-            .then(|| unsafe { OwnedFd::from_raw_fd(raw) })
-            // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the same
-            // for the AsyncFd's whole life.
-            .and_then(|fd| unsafe { AsyncFd::register(fd) }.ok());
-        if fd.is_none() {
-            tracing::debug!("no timerfd: pacing waits on tokio's millisecond timer");
-        }
-        PreciseTimer { fd }
-    }
-
-    /// Waits until `deadline` (returns at once if it has passed).
-    pub async fn sleep_until(&self, deadline: Instant) {
-        let now = Instant::now();
-        if deadline <= now {
-            return;
-        }
-        let Some(fd) = &self.fd else {
-            tokio::time::sleep_until(deadline.into()).await;
-            return;
-        };
-        let wait = deadline - now;
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: wait.as_secs() as libc::time_t,
-                tv_nsec: wait.subsec_nanos() as libc::c_long,
-            },
-        };
-        // SAFETY: the descriptor is a timerfd we own; `spec` is a valid itimerspec; a relative
-        // one-shot timer (flags 0), old value not wanted.
-        let set = unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-        if set != 0 {
-            tokio::time::sleep_until(deadline.into()).await;
-            return;
-        }
-        loop {
-            let Ok(mut ready) = fd.readable().await else {
-                tokio::time::sleep_until(deadline.into()).await;
-                return;
-            };
-            let mut expirations = [0u8; 8];
-            // SAFETY: reading 8 bytes (the expiration count) into an 8-byte buffer.
-            let read = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    expirations.as_mut_ptr().cast(),
-                    expirations.len(),
-                )
-            };
-            if read == 8 {
-                return;
-            }
-            ready.clear_ready();
-        }
-    }
-
-    /// As [`wait_for`]: until `next_due`, but at least [`QUANTUM`] when it is in the future.
-    pub async fn wait_for(&self, next_due: Instant) {
-        let now = Instant::now();
-        if next_due > now {
-            self.sleep_until(now + (next_due - now).max(QUANTUM)).await;
-        }
-    }
-}
-
-impl Default for PreciseTimer {
-    fn default() -> Self {
-        PreciseTimer::new()
+/// Waits on `timer` until `next_due`, but at least [`QUANTUM`] when it is in the future.
+pub async fn wait_precisely_for(timer: &PreciseTimer, next_due: Instant) {
+    let now = Instant::now();
+    if next_due > now {
+        timer.sleep_until(now + (next_due - now).max(QUANTUM)).await;
     }
 }
 
@@ -313,7 +228,7 @@ mod tests {
         .await;
         let precise = on_own_runtime("precise-test", || async {
             let timer = PreciseTimer::new();
-            assert!(timer.fd.is_some(), "timerfd works on Linux");
+            assert!(timer.is_precise(), "timerfd works on Linux");
             median_lateness(async |due| timer.sleep_until(due).await).await
         })
         .await

@@ -21,6 +21,7 @@ mod group;
 mod metadata;
 mod producer;
 mod tcp;
+mod timer;
 
 pub use connection::{Connection, write_all_chunks};
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
@@ -36,6 +37,7 @@ pub use tcp::{
     DEFAULT_TCP_CONGESTION, HOST_TCP_CONGESTION, apply_tcp_congestion, parse_tcp_congestion,
     tcp_congestion,
 };
+pub use timer::PreciseTimer;
 
 use std::net::SocketAddr;
 

@@ -736,6 +736,9 @@ async fn linger(
     opened_signal: Arc<Notify>,
     taken_signal: Arc<Notify>,
 ) {
+    // Deadlines to the microsecond: tokio's timer would add up to a millisecond to every
+    // linger.
+    let timer = crate::PreciseTimer::new();
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
@@ -768,7 +771,7 @@ async fn linger(
         let (opened, taken) = (opened_signal.notified(), taken_signal.notified());
         match next {
             Some(deadline) => tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = timer.sleep_until(deadline.into_std()) => {}
                 _ = taken => {}
             },
             None => tokio::select! {
