@@ -27,6 +27,7 @@ pub fn check(host: &Host, data_dir: &Path) -> Vec<Finding> {
     findings.extend(cpus(host));
     findings.extend(transparent_huge_pages(host));
     findings.extend(sysctls(host));
+    findings.push(tcp_congestion(host));
     findings.extend(irqs(host));
     findings.extend(storage(host, data_dir));
     findings.push(clocksource(host));
@@ -316,6 +317,48 @@ fn sysctls(host: &Host) -> Vec<Finding> {
     rows.into_iter()
         .map(|(name, bound, why)| sysctl(host, name, bound, why))
         .collect()
+}
+
+/// The congestion control Strata's connections ask for (`strata serve --tcp-congestion`).
+const STRATA_TCP_CONGESTION: &str = "cubic";
+
+/// Whether the broker's connections can get cubic: the kernel must offer it and, for a broker
+/// that is not root, allow it (`tcp_allowed_congestion_control`; by default only reno and the
+/// host's default). Otherwise they keep the host's default, which on hosts set to BBR without
+/// the fq qdisc paces every burst with a timer.
+fn tcp_congestion(host: &Host) -> Finding {
+    let setting = "net.ipv4.tcp_congestion_control";
+    let recommended = format!("{STRATA_TCP_CONGESTION} available and allowed");
+    let why = "Strata's connections ask for cubic: BBR without the fq qdisc paces every burst with a timer (half a consumer's throughput in docs/benchmarks.md)";
+    let read = |name: &str| host.read(&crate::sysctl_path(name));
+    let (default, allowed, available) = match (
+        read("net.ipv4.tcp_congestion_control"),
+        read("net.ipv4.tcp_allowed_congestion_control"),
+        read("net.ipv4.tcp_available_congestion_control"),
+    ) {
+        (Ok(default), Ok(allowed), Ok(available)) => (default, allowed, available),
+        (Err(reason), _, _) | (_, Err(reason), _) | (_, _, Err(reason)) => {
+            return Finding::unreadable(setting, reason, recommended, why);
+        }
+    };
+    let qdisc = read("net.core.default_qdisc").unwrap_or_else(|_| "unknown".into());
+    let has = |list: &str| {
+        list.split_whitespace()
+            .any(|name| name == STRATA_TCP_CONGESTION)
+    };
+    let current = format!("{default} (qdisc {qdisc}; allowed: {allowed})");
+    if !has(&available) {
+        Finding::new(setting, current, recommended, why, Status::Warn)
+            .manual("load the tcp_cubic module (modprobe tcp_cubic)")
+    } else if default == STRATA_TCP_CONGESTION || has(&allowed) {
+        Finding::new(setting, current, recommended, why, Status::Ok)
+    } else {
+        let widened = format!("{allowed} {STRATA_TCP_CONGESTION}");
+        Finding::new(setting, current, recommended, why, Status::Warn).fix(Fix::sysctl(
+            "net.ipv4.tcp_allowed_congestion_control",
+            widened,
+        ))
+    }
 }
 
 fn sysctl(host: &Host, name: &str, bound: Bound, why: &str) -> Finding {

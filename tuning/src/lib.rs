@@ -129,7 +129,11 @@ impl Fix {
         Fix {
             path: sysctl_path(name),
             value: value.to_string(),
-            command: format!("sysctl -w {name}={value}"),
+            command: if value.to_string().contains(char::is_whitespace) {
+                format!("sysctl -w {name}=\"{value}\"")
+            } else {
+                format!("sysctl -w {name}={value}")
+            },
         }
     }
 

@@ -108,6 +108,12 @@ fn nvme_host_findings() {
     expect(&map, "fs.atime", Ok, "noatime");
     expect(&map, "fs.discard", Ok, "off");
     expect(&map, "clocksource", Ok, "tsc");
+    expect(
+        &map,
+        "net.ipv4.tcp_congestion_control",
+        Ok,
+        "cubic (qdisc fq_codel; allowed: reno cubic)",
+    );
     // A complete capture: everything was readable.
     let unknown: Vec<_> = findings.iter().filter(|f| f.status == Unknown).collect();
     assert!(unknown.is_empty(), "{unknown:#?}");
@@ -157,6 +163,14 @@ fn vm_host_findings() {
     // kvm-clock is what a KVM guest should use: OK, with the reason saying so.
     expect(&map, "clocksource", Ok, "kvm-clock");
     assert!(map["clocksource"].why.contains("VM"));
+    // BBR by default, and cubic (which Strata's connections ask for) not allowed to an
+    // unprivileged broker: they would keep BBR.
+    expect(
+        &map,
+        "net.ipv4.tcp_congestion_control",
+        Warn,
+        "bbr (qdisc pfifo_fast; allowed: reno bbr)",
+    );
 }
 
 fn commands(host: &Host) -> Vec<String> {
@@ -191,6 +205,7 @@ fn apply_plans_over_the_fixtures() {
             "echo madvise > /sys/kernel/mm/transparent_hugepage/defrag",
             "sysctl -w vm.dirty_ratio=20",
             "sysctl -w net.core.wmem_max=4194304",
+            "sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr cubic\"",
             "echo none > /sys/block/vda/queue/scheduler",
             "echo 256 > /sys/block/vda/queue/nr_requests",
         ]
@@ -287,7 +302,13 @@ fn apply_reports_each_failure_and_goes_on() {
         out.contains("# FAILED  echo none > /sys/block/vda/queue/scheduler"),
         "{out}"
     );
-    assert!(out.contains("4 of 5 change(s) applied"), "{out}");
+    assert!(out.contains("5 of 6 change(s) applied"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(host.path("/proc/sys/net/ipv4/tcp_allowed_congestion_control"))
+            .expect("read"),
+        "reno bbr cubic\n",
+        "a value with spaces is written whole"
+    );
     assert_eq!(
         std::fs::read_to_string(host.path("/sys/block/vda/queue/nr_requests")).expect("read"),
         "256\n"
