@@ -744,9 +744,18 @@ fn congestion_controls(side: &str, port: u16) -> Vec<String> {
 /// `ClientConfig::tcp_congestion` name otherwise.
 #[test]
 fn connections_use_the_tcp_congestion_control_they_are_set_to() {
+    let host_default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .unwrap()
+        .trim()
+        .to_string();
     for (serve_args, client_setting, expected) in [
         (vec![], Some(strata_client::DEFAULT_TCP_CONGESTION), "cubic"),
         (vec!["--tcp-congestion", "reno"], Some("reno"), "reno"),
+        (
+            vec!["--tcp-congestion", "system"],
+            None,
+            host_default.as_str(),
+        ),
     ] {
         let temp = tempfile::tempdir().unwrap();
         let node = TestNode::start_with(temp.path(), 1, &serve_args);
