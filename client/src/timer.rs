@@ -33,7 +33,7 @@ impl PreciseTimer {
             // for the AsyncFd's whole life.
             .and_then(|fd| unsafe { AsyncFd::register(fd) }.ok());
         if fd.is_none() {
-            tracing::debug!("no timerfd: pacing waits on tokio's millisecond timer");
+            tracing::debug!("no timerfd: waits use tokio's millisecond timer");
         }
         PreciseTimer { fd }
     }
