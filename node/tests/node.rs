@@ -547,41 +547,49 @@ fn a_deleted_topic_does_not_stop_a_consumer_of_other_topics() {
 
 /// A `poll` dropped or failing after it took records (a caller's `select!` firing while it
 /// refreshes metadata, an assigned topic deleted) loses none: the next `poll` returns them.
+/// A node with topics "real", holding one record (`value`), and "ghost", and a consumer of
+/// partition 0 of both; "ghost" is then deleted. One fetch asks for both; its answer holds the
+/// record and, for the deleted topic, a retriable error, so the poll that takes the record then
+/// refreshes metadata (an await, where a dropped poll stops).
+async fn consumer_of_a_record_and_a_deleted_topic(
+    node: &TestNode,
+    value: &'static str,
+) -> (Producer, Consumer) {
+    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
+    node.cli(&["topic", "create", "ghost", "--partitions", "1"], None);
+    let client = node.client().await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    producer
+        .send(ProducerRecord::new("real", None, value))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut consumer = Consumer::new(
+        client,
+        ConsumerConfig {
+            max_wait: Duration::from_millis(20),
+            ..ConsumerConfig::default()
+        },
+    );
+    for topic in ["real", "ghost"] {
+        consumer
+            .assign(topic, &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+    }
+    node.cli(&["topic", "delete", "ghost"], None);
+    (producer, consumer)
+}
+
 #[test]
 fn records_taken_by_a_dropped_poll_come_with_the_next() {
     use futures_util::FutureExt;
     let temp = tempfile::tempdir().unwrap();
     let node = TestNode::start(temp.path(), 1);
-    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
-    node.cli(&["topic", "create", "ghost", "--partitions", "1"], None);
-    let runtime = runtime();
-    runtime.block_on(async {
-        let client = node.client().await;
-        let producer = Producer::new(client.clone(), ProducerConfig::default());
-        producer
-            .send(ProducerRecord::new("real", None, "kept"))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let mut consumer = Consumer::new(
-            client.clone(),
-            ConsumerConfig {
-                max_wait: Duration::from_millis(20),
-                ..ConsumerConfig::default()
-            },
-        );
-        consumer
-            .assign("real", &[0], SeekTo::Beginning)
-            .await
-            .unwrap();
-        consumer
-            .assign("ghost", &[0], SeekTo::Beginning)
-            .await
-            .unwrap();
-        // One fetch asks for both; its answer holds the record and, for the deleted topic, a
-        // retriable error, so the poll that takes the record then refreshes metadata (an await).
-        node.cli(&["topic", "delete", "ghost"], None);
+    runtime().block_on(async {
+        let (_producer, mut consumer) =
+            consumer_of_a_record_and_a_deleted_topic(&node, "kept").await;
         let mut values = Vec::new();
         for _ in 0..50 {
             // Polled once and dropped, as a select! would.
@@ -863,33 +871,8 @@ fn a_seek_drops_what_a_dropped_poll_took_for_that_partition() {
     use futures_util::FutureExt;
     let temp = tempfile::tempdir().unwrap();
     let node = TestNode::start(temp.path(), 1);
-    node.cli(&["topic", "create", "real", "--partitions", "1"], None);
-    node.cli(&["topic", "create", "ghost", "--partitions", "1"], None);
     runtime().block_on(async {
-        let client = node.client().await;
-        let producer = Producer::new(client.clone(), ProducerConfig::default());
-        producer
-            .send(ProducerRecord::new("real", None, "old"))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let mut consumer = Consumer::new(
-            client.clone(),
-            ConsumerConfig {
-                max_wait: Duration::from_millis(20),
-                ..ConsumerConfig::default()
-            },
-        );
-        consumer
-            .assign("real", &[0], SeekTo::Beginning)
-            .await
-            .unwrap();
-        consumer
-            .assign("ghost", &[0], SeekTo::Beginning)
-            .await
-            .unwrap();
-        node.cli(&["topic", "delete", "ghost"], None);
+        let (producer, mut consumer) = consumer_of_a_record_and_a_deleted_topic(&node, "old").await;
         // The first poll sends the fetch and is dropped waiting for it; the second takes the
         // answer (the record, and a retriable error for the deleted topic), then waits for a
         // metadata refresh and is dropped there, with the record taken.
