@@ -787,6 +787,31 @@ fn connections_use_the_tcp_congestion_control_they_are_set_to() {
             );
         });
     }
+    // The CLI's client commands take the flag too: a consumer waiting for records stays
+    // connected long enough to be looked at.
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "waiting", "--partitions", "1"], None);
+    let mut consumer = support::strata()
+        .args(["consume", "waiting", "--bootstrap", &node.bootstrap()])
+        .args(["--tcp-congestion", "reno"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut client_ends = Vec::new();
+    while client_ends.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        client_ends = congestion_controls("dport", node.port);
+        client_ends.extend(congestion_controls("dport", node.shard_port(0)));
+    }
+    let _ = consumer.kill();
+    let _ = consumer.wait();
+    assert!(
+        !client_ends.is_empty() && client_ends.iter().all(|name| name == "reno"),
+        "the CLI consumer's connections: {client_ends:?}"
+    );
 }
 
 /// Values of `topic`'s records in these batches.

@@ -946,6 +946,7 @@ impl<S: GroupStore> Coordinator<S> {
             let address = std::net::SocketAddr::new(host, listen.port()).to_string();
             let mut config = strata_client::ClientConfig::new(address);
             config.request_timeout = Duration::from_secs(2);
+            config.tcp_congestion = self.config.tcp_congestion.clone();
             self.lag_client = strata_client::Client::connect(config).await.ok();
         }
         let client = self.lag_client.clone()?;

@@ -68,10 +68,6 @@ pub struct BenchArgs {
     /// max.in.flight.requests.per.connection); fewer makes batches grow with the load.
     #[arg(long)]
     max_in_flight: Option<usize>,
-    /// TCP congestion control of the bench's connections (default cubic; `system`: the
-    /// host's default), as `strata serve --tcp-congestion`.
-    #[arg(long, env = "STRATA_TCP_CONGESTION")]
-    tcp_congestion: Option<String>,
     /// Bytes one fetch may bring per partition (Kafka's max.partition.fetch.bytes). Default
     /// 4 MiB.
     #[arg(long)]
@@ -266,12 +262,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .or(file.max_in_flight)
             .unwrap_or(defaults.max_in_flight)
             .max(1),
-        tcp_congestion: strata_client::parse_tcp_congestion(
-            args.tcp_congestion
-                .as_deref()
-                .or(file.tcp_congestion.as_deref())
-                .unwrap_or(strata_client::DEFAULT_TCP_CONGESTION),
-        ),
+        tcp_congestion: connection.tcp_congestion(file.tcp_congestion.as_deref()),
         partition_fetch_bytes: args
             .fetch_bytes
             .or(file.fetch_bytes)

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use strata_client::{
-    Client, ClientConfig, Consumer, ConsumerConfig, Delivery, GroupConfig, GroupConsumer,
-    OffsetReset, Producer, ProducerConfig, ProducerRecord, SeekTo,
+    Client, Consumer, ConsumerConfig, Delivery, GroupConfig, GroupConsumer, OffsetReset, Producer,
+    ProducerConfig, ProducerRecord, SeekTo,
 };
 use strata_wire::protocol::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use tokio::io::AsyncBufReadExt;
@@ -25,7 +25,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(connection: &Connection) -> anyhow::Result<Arc<Client>> {
-    Client::connect(ClientConfig::new(&connection.bootstrap))
+    Client::connect(connection.client_config())
         .await
         .with_context(|| format!("connecting to {}", connection.bootstrap))
 }

@@ -113,6 +113,30 @@ pub struct Connection {
         default_value = "127.0.0.1:7300"
     )]
     pub bootstrap: String,
+    /// TCP congestion control of the connections to brokers (default cubic; `system`: the
+    /// host's default), as `strata serve --tcp-congestion`.
+    #[arg(long, global = true, env = "STRATA_TCP_CONGESTION")]
+    pub tcp_congestion: Option<String>,
+}
+
+impl Connection {
+    /// The client settings these flags ask for.
+    pub fn client_config(&self) -> strata_client::ClientConfig {
+        strata_client::ClientConfig {
+            tcp_congestion: self.tcp_congestion(None),
+            ..strata_client::ClientConfig::new(&self.bootstrap)
+        }
+    }
+
+    /// `--tcp-congestion` (or `file`'s) as the client takes it: `None` for the host's default.
+    pub fn tcp_congestion(&self, file: Option<&str>) -> Option<String> {
+        strata_client::parse_tcp_congestion(
+            self.tcp_congestion
+                .as_deref()
+                .or(file)
+                .unwrap_or(strata_client::DEFAULT_TCP_CONGESTION),
+        )
+    }
 }
 
 #[derive(Subcommand)]
