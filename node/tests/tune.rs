@@ -146,3 +146,12 @@ fn templates_are_printed() {
     let output = strata(&["tune", "template", "sysctl"]);
     assert!(String::from_utf8_lossy(&output.stdout).contains("net.core.rmem_max = 4194304"));
 }
+
+/// `strata tune check` asks about the congestion control the connections really use.
+#[test]
+fn the_check_looks_for_the_congestion_control_connections_ask_for() {
+    assert_eq!(
+        strata_tuning::STRATA_TCP_CONGESTION,
+        strata_client::DEFAULT_TCP_CONGESTION
+    );
+}

@@ -319,8 +319,10 @@ fn sysctls(host: &Host) -> Vec<Finding> {
         .collect()
 }
 
-/// The congestion control Strata's connections ask for (`strata serve --tcp-congestion`).
-const STRATA_TCP_CONGESTION: &str = "cubic";
+/// The congestion control Strata's connections ask for (`strata serve --tcp-congestion`):
+/// the client crate's `DEFAULT_TCP_CONGESTION`, which a test in `node/tests/tune.rs` holds
+/// this to (this crate reads the host and depends on no other Strata crate).
+pub const STRATA_TCP_CONGESTION: &str = "cubic";
 
 /// Whether the broker's connections can get cubic: the kernel must offer it and, for a broker
 /// that is not root, allow it (`tcp_allowed_congestion_control`; by default only reno and the
