@@ -241,6 +241,24 @@ fn acknowledged_records_survive_kill_9_and_restart() {
     assert_eq!(node.cli(&["topic", "list"], None).trim(), "durable");
 }
 
+/// Starts a poll of `consumer` (at the end of its partitions, so it waits), sends `record`
+/// 300 ms later, and returns how long after the record's ack the poll returned, and what.
+async fn poll_while_sending(
+    mut consumer: Consumer,
+    producer: &Producer,
+    record: ProducerRecord,
+) -> (Duration, Vec<strata_client::ConsumedBatch>) {
+    let waiting = tokio::spawn(async move {
+        let batches = consumer.poll().await.unwrap();
+        (Instant::now(), batches)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    producer.send(record).await.unwrap().await.unwrap();
+    let acked = Instant::now();
+    let (seen, batches) = waiting.await.unwrap();
+    (seen.saturating_duration_since(acked), batches)
+}
+
 /// A consumer long-polling an empty partition sees a new record within 50 ms of its ack.
 #[test]
 fn long_poll_returns_as_soon_as_data_arrives() {
@@ -267,21 +285,10 @@ fn long_poll_returns_as_soon_as_data_arrives() {
                 },
             );
             consumer.assign("poll", &[0], SeekTo::End).await.unwrap();
-            let waiting = tokio::spawn(async move {
-                let batches = consumer.poll().await.unwrap();
-                (Instant::now(), batches.len())
-            });
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            producer
-                .send(ProducerRecord::new("poll", None, format!("r{round}")))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-            let acked = Instant::now();
-            let (seen, batches) = waiting.await.unwrap();
-            assert_eq!(batches, 1, "the long poll returned the new record");
-            best = best.min(seen.saturating_duration_since(acked));
+            let record = ProducerRecord::new("poll", None, format!("r{round}"));
+            let (waited, batches) = poll_while_sending(consumer, &producer, record).await;
+            assert_eq!(batches.len(), 1, "the long poll returned the new record");
+            best = best.min(waited);
         }
         assert!(
             best < Duration::from_millis(50),
@@ -376,20 +383,12 @@ fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
             },
         );
         consumer.assign("split", &[], SeekTo::End).await.unwrap();
-        let waiting = tokio::spawn(async move {
-            let batches = consumer.poll().await.unwrap();
-            (Instant::now(), batches)
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
         let producer = Producer::new(client.clone(), ProducerConfig::default());
         let mut record = ProducerRecord::new("split", None, "only partition 0");
         record.partition = Some(0);
-        producer.send(record).await.unwrap().await.unwrap();
-        let acked = Instant::now();
-        let (seen, batches) = waiting.await.unwrap();
+        let (waited, batches) = poll_while_sending(consumer, &producer, record).await;
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].partition, 0);
-        let waited = seen.saturating_duration_since(acked);
         assert!(
             waited < Duration::from_secs(2),
             "the record waited {waited:?} for the other shard's long poll"

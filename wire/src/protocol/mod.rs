@@ -286,25 +286,24 @@ macro_rules! requests {
             }
 
             pub fn encode(self, correlation_id: u32) -> Vec<Bytes> {
-                let mut encoder = Encoder::new();
-                encoder.put_u32(correlation_id);
-                encoder.put_u16(ErrorCode::None as u16);
-                match self {
-                    $(Response::$api(message) => message.encode(&mut encoder),)*
-                }
-                encoder.finish_frame()
+                self.encoded(correlation_id).finish_frame()
             }
 
             /// As [`Response::encode`], for a response that may carry records from elsewhere
             /// ([`Records::Elsewhere`]): their sources come back beside the chunks.
             pub fn encode_parts(self, correlation_id: u32) -> FrameParts {
+                self.encoded(correlation_id).finish_parts()
+            }
+
+            /// The frame's header and body, not yet finished.
+            fn encoded(self, correlation_id: u32) -> Encoder {
                 let mut encoder = Encoder::new();
                 encoder.put_u32(correlation_id);
                 encoder.put_u16(ErrorCode::None as u16);
                 match self {
                     $(Response::$api(message) => message.encode(&mut encoder),)*
                 }
-                encoder.finish_parts()
+                encoder
             }
 
             /// A response-level error: the request was not taken at all.
