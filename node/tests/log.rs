@@ -998,6 +998,111 @@ fn writeback_is_started_in_chunks_not_per_write() {
     });
 }
 
+/// The `.log` files among `paths`, oldest segment first.
+fn segment_logs(paths: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = paths
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+/// Appends find their blocks reserved a step ahead (ext4 would otherwise allocate them in
+/// writeback, under a lock the next append waits for), with one `fallocate` per step, never
+/// past the segment's limit; a closed segment, and the active one at a clean close, keep no
+/// reserved blocks past their data. Without steps, every append lengthens the file unreserved.
+#[test]
+fn appends_land_in_blocks_reserved_ahead_and_closed_segments_keep_none() {
+    block_on(async {
+        const STEP: u64 = 256 << 10;
+        const SEGMENT: u64 = 2 << 20;
+        for step in [STEP, 0] {
+            let storage = SimStorage::new(21);
+            let dir = PathBuf::from(format!("/data/reserve-{step}"));
+            let config = LogConfig {
+                preallocate_step_bytes: step,
+                ..small_config(SEGMENT, FlushPolicy::Never)
+            };
+            let mut log = open(&storage, &dir, &config).await;
+            // ~4.6 MB in batches of 1 to 5 records of ~1 KiB: two closed segments and an
+            // active one.
+            let written = append_many(&mut log, 1_500, 1_000, 0).await;
+            let names = storage.list_dir(&dir).await.unwrap();
+            let logs = segment_logs(names.into_iter().map(|name| dir.join(name)));
+            assert_eq!(logs.len(), 3, "{logs:?}");
+            let (closed, active) = logs.split_at(2);
+            let active = storage.reservation(&active[0]).unwrap();
+            let active_len = storage.contents(&logs[2]).unwrap().len() as u64;
+            if step == 0 {
+                assert_eq!(active.calls, 0);
+                assert!(active.unreserved_appends > 100, "{active:?}");
+            } else {
+                assert_eq!(active.unreserved_appends, 0, "{active:?}");
+                assert!(active.past_end >= step / 2, "{active:?}");
+                assert!(active_len + active.past_end <= SEGMENT, "{active:?}");
+                assert!(
+                    active.calls <= active_len / (step / 2) + 1,
+                    "one call per step at most: {active:?} for {active_len} bytes"
+                );
+            }
+            for path in closed {
+                let reservation = storage.reservation(path).unwrap();
+                assert_eq!(reservation.past_end, 0, "{path:?}: {reservation:?}");
+                if step != 0 {
+                    assert_eq!(
+                        reservation.unreserved_appends, 0,
+                        "{path:?}: {reservation:?}"
+                    );
+                }
+            }
+            assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
+            log.close(0).await.unwrap();
+            assert_eq!(storage.reservation(&logs[2]).unwrap().past_end, 0);
+            let mut log = open(&storage, &dir, &config).await;
+            assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
+        }
+    });
+}
+
+/// The same against ext4 (or whatever holds the temp dir) through io_uring: the active
+/// segment's file has blocks allocated past its length while appends go on, and none once it
+/// is closed; what was written reads back after a reopen.
+#[test]
+fn reserved_blocks_are_real_and_released_at_close() {
+    use std::os::unix::fs::MetadataExt;
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("reserve-0");
+    let config = LogConfig {
+        preallocate_step_bytes: 1 << 20,
+        ..small_config(64 << 20, FlushPolicy::Never)
+    };
+    let log_file = dir.join("00000000000000000000.log");
+    let allocated = |path: &Path| {
+        let metadata = std::fs::metadata(path).unwrap();
+        (metadata.len(), metadata.blocks() * 512)
+    };
+    tokio_uring::start(async {
+        let mut log = open(&UringStorage, &dir, &config).await;
+        let written = append_many(&mut log, 1_500, 1_000, 0).await;
+        let (len, blocks) = allocated(&log_file);
+        assert!(len > 2 << 20, "{len} bytes written");
+        assert!(
+            blocks >= len + (512 << 10),
+            "{blocks} bytes of blocks for {len} bytes: nothing reserved ahead"
+        );
+        log.close(0).await.unwrap();
+        let (len_after, blocks) = allocated(&log_file);
+        assert_eq!(len_after, len);
+        assert!(
+            blocks < len + (64 << 10),
+            "{blocks} bytes of blocks for {len} bytes after close"
+        );
+        let mut log = open(&UringStorage, &dir, &config).await;
+        assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
+    });
+}
+
 fn arb_ops() -> impl Strategy<Value = Vec<(u8, u16, i64)>> {
     // (records in the batch, value length, timestamp jitter)
     proptest::collection::vec((1u8..8, 0u16..400, -50i64..50), 1..120)

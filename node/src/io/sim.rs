@@ -36,6 +36,23 @@ struct Inode {
     data: Vec<u8>,
     durable: Vec<u8>,
     unsynced: Vec<Op>,
+    /// Blocks are reserved up to here (`allocate` keeps the length, as `FALLOC_FL_KEEP_SIZE`).
+    reserved: u64,
+    reservations: u64,
+    /// Writes that lengthened the file past its reservation: a real file system allocates
+    /// their blocks as it writes them (or, ext4, as it writes them back).
+    unreserved_appends: u64,
+}
+
+/// How a file's blocks were reserved ahead of its writes (see [`SimStorage::reservation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// Reserved bytes past the file's length.
+    pub past_end: u64,
+    /// `allocate` calls so far.
+    pub calls: u64,
+    /// Writes that lengthened the file past its reservation.
+    pub unreserved_appends: u64,
 }
 
 impl Inode {
@@ -201,6 +218,17 @@ impl SimStorage {
         self.fs.borrow_mut().refuse_direct = true;
     }
 
+    /// How a file's blocks were reserved ahead of its writes.
+    pub fn reservation(&self, path: &Path) -> Option<Reservation> {
+        let fs = self.fs.borrow();
+        let inode = &fs.inodes[fs.names.get(path)?];
+        Some(Reservation {
+            past_end: inode.reserved.saturating_sub(inode.data.len() as u64),
+            calls: inode.reservations,
+            unreserved_appends: inode.unreserved_appends,
+        })
+    }
+
     /// Current contents of a file (tests inspect and damage files through this).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let fs = self.fs.borrow();
@@ -261,8 +289,12 @@ impl StorageFile for SimFile {
             inode.unsynced.push(op);
             return Err(error);
         }
+        let end = pos + bytes.len() as u64;
         let op = Op::Write { pos, bytes };
         let inode = fs.inode(self.inode);
+        if end > inode.data.len() as u64 && end > inode.reserved {
+            inode.unreserved_appends += 1;
+        }
         Inode::apply(&mut inode.data, &op);
         inode.unsynced.push(op);
         Ok(())
@@ -312,10 +344,16 @@ impl StorageFile for SimFile {
         let inode = fs.inode(self.inode);
         Inode::apply(&mut inode.data, &op);
         inode.unsynced.push(op);
+        // As ext4 does, truncation frees the blocks past the new end, reserved ones too.
+        inode.reserved = inode.reserved.min(len);
         Ok(())
     }
 
-    async fn allocate(&self, _pos: u64, _len: u64) -> io::Result<()> {
+    async fn allocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        let inode = fs.inode(self.inode);
+        inode.reserved = inode.reserved.max(pos + len);
+        inode.reservations += 1;
         Ok(())
     }
 

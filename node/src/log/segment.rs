@@ -50,6 +50,10 @@ pub(crate) struct Segment<F> {
     /// A direct write ran past `size` to the end of its block: the file is longer than the data,
     /// by zeros. Cut when the segment closes; recovery cuts it too.
     pub padded: bool,
+    /// The log file's blocks are reserved (`fallocate`, keeping the file's length) up to here,
+    /// so appends below it find their blocks allocated (see `PartitionLog::reserve_ahead`).
+    /// What lies past `size` is cut when the segment closes.
+    pub reserved_to: u64,
     pub index: SegmentIndex,
     pub cadence: IndexCadence,
     /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on.
@@ -87,6 +91,7 @@ impl<F: StorageFile> Segment<F> {
             writeback_from: 0,
             direct_tail: Some(Vec::new()),
             padded: false,
+            reserved_to: 0,
             index,
             cadence: IndexCadence::new(index_interval_bytes),
             log,
@@ -238,11 +243,14 @@ impl<F: StorageFile> Segment<F> {
         Ok(())
     }
 
-    /// Cuts the zeros a direct write left after the data (see `padded`).
-    pub async fn cut_padding(&mut self) -> io::Result<()> {
-        if self.padded {
+    /// Cuts what the file holds past the data: the zeros a direct write left (see `padded`) and
+    /// blocks reserved ahead of appends (see `reserved_to`), so a closed segment takes on disk
+    /// what its data does.
+    pub async fn trim(&mut self) -> io::Result<()> {
+        if self.padded || self.reserved_to > self.size {
             self.log.truncate(self.size).await?;
             self.padded = false;
+            self.reserved_to = self.size;
         }
         Ok(())
     }

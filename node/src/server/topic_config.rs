@@ -30,6 +30,7 @@ pub const KEYS: &[&str] = &[
     "index.interval.bytes",
     "max.message.bytes",
     "preallocate",
+    "preallocate.step.bytes",
     "direct.writes",
     "min.insync.replicas",
     "unclean.leader.election",
@@ -89,6 +90,10 @@ impl TopicConfig {
                 }
                 "preallocate" => {
                     config.log.preallocate = value.parse().map_err(|_| bad("true or false"))?;
+                }
+                "preallocate.step.bytes" => {
+                    config.log.preallocate_step_bytes = u64::try_from(number()?)
+                        .map_err(|_| bad("0 (off) or a positive integer"))?;
                 }
                 "direct.writes" => {
                     config.log.direct_writes = DirectWrites::parse(value)
@@ -153,6 +158,10 @@ impl TopicConfig {
             ("index.interval.bytes", log.index_interval_bytes.to_string()),
             ("max.message.bytes", self.max_message_bytes.to_string()),
             ("preallocate", log.preallocate.to_string()),
+            (
+                "preallocate.step.bytes",
+                log.preallocate_step_bytes.to_string(),
+            ),
             ("direct.writes", log.direct_writes.name().to_string()),
             ("min.insync.replicas", self.min_insync_replicas.to_string()),
             (
@@ -217,6 +226,22 @@ mod tests {
                 .unwrap_err()
                 .contains("direct.writes")
         );
+        assert_eq!(
+            parse(&[]).unwrap().log.preallocate_step_bytes,
+            crate::log::PREALLOCATE_STEP_BYTES
+        );
+        assert_eq!(
+            parse(&[("preallocate.step.bytes", "0")])
+                .unwrap()
+                .log
+                .preallocate_step_bytes,
+            0
+        );
+        assert!(
+            parse(&[("preallocate.step.bytes", "-1")])
+                .unwrap_err()
+                .contains("preallocate.step.bytes")
+        );
         assert!(parse(&[("colour", "red")]).unwrap_err().contains("unknown"));
         assert!(parse(&[("retention.ms", "-5")]).is_err());
     }
@@ -234,6 +259,7 @@ mod tests {
                 ("min.insync.replicas", "2"),
                 ("unclean.leader.election", "true"),
                 ("preallocate", "true"),
+                ("preallocate.step.bytes", "1048576"),
                 ("max.message.bytes", "2048"),
                 ("index.interval.bytes", "8192"),
                 ("segment.bytes", "65536"),

@@ -60,6 +60,7 @@ pub fn small_config(segment_bytes: u64, flush: FlushPolicy) -> LogConfig {
         retention_bytes: None,
         flush,
         preallocate: false,
+        preallocate_step_bytes: strata_node::log::PREALLOCATE_STEP_BYTES,
         direct_writes: DirectWrites::Replicated,
         // Every direct-eligible append goes direct, however small, so tests exercise the path.
         direct_write_min_bytes: 0,
