@@ -958,7 +958,7 @@ fn interval_and_never_policies() {
 }
 
 #[test]
-fn writeback_is_started_in_chunks_not_per_write() {
+fn writeback_is_started_in_chunks_not_per_write_whatever_the_flush_policy() {
     block_on(async {
         let storage = SimStorage::new(13);
         let config = small_config(
@@ -987,14 +987,15 @@ fn writeback_is_started_in_chunks_not_per_write() {
         }
         assert!(end - next < 1 << 20, "at most one chunk is left unhinted");
 
-        // Never means the kernel decides alone.
+        // Without syncs too: dirty pages do not pile up for the kernel's flusher.
         let config = small_config(64 << 20, FlushPolicy::Never);
         let mut log = open(&storage, Path::new("/data/never-0"), &config).await;
         let before = storage.writeback_hints().len();
         for tag in 0..3_000 {
             log.append(batch_of(tag, 1, 1_000, 0), 0, 0).await.unwrap();
         }
-        assert_eq!(storage.writeback_hints().len(), before);
+        let hints = storage.writeback_hints().len() - before;
+        assert!((2..=4).contains(&hints), "{hints} hints with flush=never");
     });
 }
 
