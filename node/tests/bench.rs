@@ -161,6 +161,34 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
     assert_eq!(e2e["e2e_latency_us"]["count"], 3000);
     assert_monotonic(&e2e["e2e_latency_us"]);
 
+    // Consume on a topic nobody produced to fails at once, saying why, instead of waiting.
+    let mut missing = support::strata()
+        .args([
+            "bench",
+            "consume",
+            "--topic",
+            "never-produced",
+            "--records",
+            "10",
+        ])
+        .env("STRATA_BOOTSTRAP", node.bootstrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while missing.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            missing.kill().unwrap();
+            panic!("a consume run on a topic nobody produced to still waits after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let missing = missing.wait_with_output().unwrap();
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("does not exist"), "{stderr}");
+
     // Consume reads back what the first run stored.
     let consumed = report(
         &node,
