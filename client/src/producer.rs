@@ -785,7 +785,7 @@ async fn linger(
 
 /// The key-hash partitioner: the same key always lands on the same partition.
 pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
-    crc32c::crc32c(key) % partitions
+    strata_wire::crc32c(key) % partitions
 }
 
 /// Sends one partition's batches with up to `max_in_flight` requests outstanding (pipelined

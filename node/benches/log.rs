@@ -220,7 +220,7 @@ fn validate_and_iterate(batch: &Bytes) {
     let crc_start = Instant::now();
     let mut rounds = 0usize;
     while crc_start.elapsed() < Duration::from_secs(1) {
-        std::hint::black_box(crc32c::crc32c(batch));
+        std::hint::black_box(strata_wire::crc32c(batch));
         rounds += 1;
     }
     let crc_rate = mb_per_s(rounds * batch.len(), crc_start.elapsed());

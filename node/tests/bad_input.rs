@@ -173,7 +173,7 @@ fn bad_input_gets_typed_errors_and_the_node_keeps_serving() {
     let mut garbled = compressed(Codec::Lz4, b"compressible compressible").to_vec();
     let body_len = u32::from_le_bytes(garbled[20..24].try_into().unwrap()) as usize;
     garbled[64 + 4..64 + body_len].fill(0x55);
-    let crc = crc32c::crc32c(&garbled[16..64 + body_len]);
+    let crc = strata_wire::crc32c(&garbled[16..64 + body_len]);
     garbled[12..16].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(
         produce_to_both_partitions(

@@ -211,7 +211,7 @@ fn unknown_version_and_codec_are_typed_errors() {
 /// Recomputes a batch's CRC after a test changed covered bytes (as a buggy producer would).
 fn fix_crc(batch: &mut [u8]) {
     let body_len = u32::from_le_bytes(batch[20..24].try_into().unwrap()) as usize;
-    let crc = crc32c::crc32c(&batch[16..HEADER_LEN + body_len]);
+    let crc = strata_wire::crc32c(&batch[16..HEADER_LEN + body_len]);
     batch[12..16].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -521,7 +521,7 @@ fn decoder_survives_random_and_mutated_input() {
                 && let Ok(header) = BatchHeader::parse(&input)
             {
                 let end = (HEADER_LEN + header.body_len as usize).min(input.len());
-                let crc = crc32c::crc32c(&input[16..end]);
+                let crc = strata_wire::crc32c(&input[16..end]);
                 input[12..16].copy_from_slice(&crc.to_le_bytes());
             }
             input

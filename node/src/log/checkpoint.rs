@@ -26,7 +26,7 @@ impl RecoveryPoint {
         bytes[0..8].copy_from_slice(&self.offset.to_le_bytes());
         bytes[8..16].copy_from_slice(&self.segment_base.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.position.to_le_bytes());
-        let crc = crc32c::crc32c(&bytes[..24]);
+        let crc = strata_wire::crc32c(&bytes[..24]);
         bytes[24..28].copy_from_slice(&crc.to_le_bytes());
         bytes
     }
@@ -41,7 +41,8 @@ impl RecoveryPoint {
             segment_base: word(8),
             position: word(16),
         };
-        (crc32c::crc32c(&bytes[..24]) == crc && point.offset >= point.segment_base).then_some(point)
+        (strata_wire::crc32c(&bytes[..24]) == crc && point.offset >= point.segment_base)
+            .then_some(point)
     }
 }
 

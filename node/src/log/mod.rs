@@ -456,7 +456,7 @@ pub const PRODUCER_SNAPSHOT_FILE_NAME: &str = "producer-snapshot";
 fn encode_high_watermark(high_watermark: u64) -> [u8; 12] {
     let mut bytes = [0u8; 12];
     bytes[..8].copy_from_slice(&high_watermark.to_le_bytes());
-    let crc = crc32c::crc32c(&bytes[..8]);
+    let crc = strata_wire::crc32c(&bytes[..8]);
     bytes[8..].copy_from_slice(&crc.to_le_bytes());
     bytes
 }
@@ -464,7 +464,7 @@ fn encode_high_watermark(high_watermark: u64) -> [u8; 12] {
 fn decode_high_watermark(bytes: &[u8]) -> Option<u64> {
     let bytes: &[u8; 12] = bytes.get(..12)?.try_into().ok()?;
     let crc = u32::from_le_bytes(bytes[8..].try_into().ok()?);
-    (crc32c::crc32c(&bytes[..8]) == crc)
+    (strata_wire::crc32c(&bytes[..8]) == crc)
         .then(|| u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
 }
 

@@ -311,7 +311,7 @@ impl ProducerStates {
                 bytes.extend_from_slice(&batch.last_offset.to_le_bytes());
             }
         }
-        let crc = crc32c::crc32c(&bytes);
+        let crc = strata_wire::crc32c(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(bytes.len(), len);
         bytes
@@ -326,7 +326,7 @@ impl ProducerStates {
             return Err(SnapshotError::BadMagic);
         }
         let (body, crc) = bytes.split_at(bytes.len() - CRC_LEN);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+        if strata_wire::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
             return Err(SnapshotError::BadCrc);
         }
         let mut reader = Reader { bytes: body, at: 8 };
@@ -691,7 +691,7 @@ mod tests {
         // A CRC-valid snapshot whose fields are wrong: a batch at or past the snapshot offset.
         let mut inconsistent = states().encode(302);
         inconsistent.truncate(inconsistent.len() - CRC_LEN);
-        let crc = crc32c::crc32c(&inconsistent);
+        let crc = strata_wire::crc32c(&inconsistent);
         inconsistent.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(
             ProducerStates::decode(&inconsistent),
@@ -709,7 +709,7 @@ mod tests {
             if len >= FIXED_LEN {
                 garbage[..8].copy_from_slice(MAGIC);
                 garbage[8..12].copy_from_slice(&[1, 0, 0, 0]);
-                garbage.extend_from_slice(&crc32c::crc32c(&garbage).to_le_bytes());
+                garbage.extend_from_slice(&strata_wire::crc32c(&garbage).to_le_bytes());
             }
             let _ = ProducerStates::decode(&garbage);
         }

@@ -106,7 +106,7 @@ impl EpochCache {
             bytes.extend_from_slice(&entry.epoch.to_le_bytes());
             bytes.extend_from_slice(&entry.start_offset.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&bytes);
+        let crc = strata_wire::crc32c(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
         bytes
     }
@@ -119,7 +119,7 @@ impl EpochCache {
             return None;
         }
         let crc = u32::from_le_bytes(bytes[body_len..].try_into().ok()?);
-        if crc32c::crc32c(&bytes[..body_len]) != crc {
+        if strata_wire::crc32c(&bytes[..body_len]) != crc {
             return None;
         }
         let mut cache = EpochCache::default();

@@ -91,7 +91,7 @@ pub fn coordinator_of(group: &str, brokers: &[i32]) -> Option<i32> {
     if ids.is_empty() {
         return None;
     }
-    Some(ids[crc32c::crc32c(group.as_bytes()) as usize % ids.len()])
+    Some(ids[strata_wire::crc32c(group.as_bytes()) as usize % ids.len()])
 }
 
 /// How often members heartbeat: a sixth of the session timeout, at most 500 ms, so a plan

@@ -108,7 +108,8 @@ pub struct ShardContext {
 /// The shard that owns `partition` of `topic`: partitions of one topic spread round-robin over
 /// the shards from a per-topic starting point.
 pub fn shard_of(topic: &str, partition: u32, shards: usize) -> usize {
-    ((u64::from(crc32c::crc32c(topic.as_bytes())) + u64::from(partition)) % shards as u64) as usize
+    ((u64::from(strata_wire::crc32c(topic.as_bytes())) + u64::from(partition)) % shards as u64)
+        as usize
 }
 
 pub(super) struct Shard {

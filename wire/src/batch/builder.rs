@@ -225,7 +225,7 @@ impl BatchBuilder {
         header[layout::AT_BASE_SEQUENCE..][..4].copy_from_slice(&self.base_sequence.to_le_bytes());
         header[layout::AT_PRODUCER_EPOCH..][..2]
             .copy_from_slice(&self.producer_epoch.to_le_bytes());
-        let crc = crc32c::crc32c(&buf[layout::CRC_START..HEADER_LEN + body_len]);
+        let crc = crate::crc32c(&buf[layout::CRC_START..HEADER_LEN + body_len]);
         buf[layout::AT_CRC..][..4].copy_from_slice(&crc.to_le_bytes());
         Bytes::from_owner(buf)
     }

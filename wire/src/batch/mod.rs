@@ -199,7 +199,7 @@ pub fn check_integrity(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         });
     }
     let body_end = HEADER_LEN + header.body_len as usize;
-    let actual = crc32c::crc32c(&bytes[layout::CRC_START..body_end]);
+    let actual = crate::crc32c(&bytes[layout::CRC_START..body_end]);
     if actual != header.crc {
         return Err(BatchError::CrcMismatch {
             expected: header.crc,
