@@ -85,8 +85,10 @@ pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 /// the file's block-map lock, which the next buffered append to the file takes too: that
 /// append, and with it the shard thread and every partition and connection on it, slept behind
 /// writeback, 8 to 18 times in 4 s for up to 34 ms each (`perf` `sched_switch`, one node at
-/// 300,000 records/s of 1 KiB, 2026-11-30). Into reserved blocks an append takes no such lock:
-/// no such sleep in six runs of the same load.
+/// 300,000 records/s of 1 KiB, 2026-11-30). Into reserved blocks an append allocates nothing:
+/// no such sleep in six runs of the same load. (An append that lengthens the file into reserved
+/// blocks still takes that lock briefly, to move the on-disk size; with writeback hinted every
+/// MiB those waits were 2-4 per run of 0.4-1 ms.)
 pub const PREALLOCATE_STEP_BYTES: u64 = 32 << 20;
 
 /// Which appends are written past the page cache (`O_DIRECT`), from a block-aligned copy of
