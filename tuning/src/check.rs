@@ -31,6 +31,7 @@ pub fn check(host: &Host, data_dir: &Path) -> Vec<Finding> {
     findings.extend(irqs(host));
     findings.extend(storage(host, data_dir));
     findings.push(clocksource(host));
+    findings.push(free_page_reporting(host));
     findings
 }
 
@@ -781,5 +782,61 @@ fn clocksource(host: &Host) -> Finding {
                 finding.manual("this host offers no tsc clocksource")
             }
         }
+    }
+}
+
+/// The virtio feature bit of a balloon device that reports free guest pages to the host
+/// (`VIRTIO_BALLOON_F_REPORTING`).
+const BALLOON_F_REPORTING: usize = 5;
+
+/// Whether the VM hands its free memory back to the host (virtio-balloon free page reporting).
+/// The host then unmaps those pages, and the guest's next touch of each one faults on the host:
+/// the page cache a broker writes into is exactly such memory.
+fn free_page_reporting(host: &Host) -> Finding {
+    let setting = "vm.free_page_reporting";
+    let recommended = "off (a broker VM keeps its memory)";
+    let why = "memory a VM reported free comes back unbacked: page-cache writes into it ran at ~400 MB/s per core on this project's VM, against memory speed once touched (docs/benchmarks.md, eleventh session)";
+    let drivers = "/sys/bus/virtio/drivers/virtio_balloon";
+    if !host.exists(drivers) {
+        return if host.exists("/sys/bus") {
+            Finding::new(setting, "no virtio balloon", recommended, why, Status::Ok)
+        } else {
+            Finding::unreadable(setting, "no /sys/bus", recommended, why)
+        };
+    }
+    let devices = match host.list(drivers) {
+        Ok(names) => names
+            .into_iter()
+            .filter(|name| name.starts_with("virtio"))
+            .collect::<Vec<_>>(),
+        Err(reason) => return Finding::unreadable(setting, reason, recommended, why),
+    };
+    let mut reporting = Vec::new();
+    for device in &devices {
+        // One character per feature bit, bit 0 first.
+        match host.read(&format!("{drivers}/{device}/features")) {
+            Ok(bits) if bits.as_bytes().get(BALLOON_F_REPORTING) == Some(&b'1') => {
+                reporting.push(device.as_str());
+            }
+            Ok(_) => {}
+            Err(reason) => return Finding::unreadable(setting, reason, recommended, why),
+        }
+    }
+    if reporting.is_empty() {
+        let current = if devices.is_empty() {
+            "no virtio balloon".to_string()
+        } else {
+            format!("off ({})", devices.join(", "))
+        };
+        Finding::new(setting, current, recommended, why, Status::Ok)
+    } else {
+        Finding::new(
+            setting,
+            format!("on ({})", reporting.join(", ")),
+            recommended,
+            why,
+            Status::Warn,
+        )
+        .manual("turn free page reporting off on the VM's balloon device (QEMU: -device virtio-balloon,free-page-reporting=off) or give the broker a VM without a balloon")
     }
 }

@@ -108,6 +108,7 @@ fn nvme_host_findings() {
     expect(&map, "fs.atime", Ok, "noatime");
     expect(&map, "fs.discard", Ok, "off");
     expect(&map, "clocksource", Ok, "tsc");
+    expect(&map, "vm.free_page_reporting", Ok, "no virtio balloon");
     expect(
         &map,
         "net.ipv4.tcp_congestion_control",
@@ -163,6 +164,16 @@ fn vm_host_findings() {
     // kvm-clock is what a KVM guest should use: OK, with the reason saying so.
     expect(&map, "clocksource", Ok, "kvm-clock");
     assert!(map["clocksource"].why.contains("VM"));
+    // The balloon reports free pages to the host: no file write fixes that, the VM's
+    // configuration does.
+    expect(&map, "vm.free_page_reporting", Warn, "on (virtio0)");
+    assert!(map["vm.free_page_reporting"].fixes.is_empty());
+    assert!(
+        map["vm.free_page_reporting"]
+            .manual
+            .as_deref()
+            .is_some_and(|how| how.contains("free-page-reporting=off"))
+    );
     // BBR by default, and cubic (which Strata's connections ask for) not allowed to an
     // unprivileged broker: they would keep BBR.
     expect(
@@ -388,6 +399,31 @@ fn table_aligns_columns() {
                 .iter()
                 .any(|status| rest.starts_with(status)),
             "{line}"
+        );
+    }
+}
+
+/// A balloon without the reporting feature bit is fine; with it (bit 5 of the device's feature
+/// string) the finding warns.
+#[test]
+fn free_page_reporting_follows_the_balloon_feature_bit() {
+    for (bits, status, current) in [
+        ("0110000100", Status::Ok, "off (virtio0)"),
+        ("0110010100", Status::Warn, "on (virtio0)"),
+    ] {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let device = temp
+            .path()
+            .join("sys/bus/virtio/drivers/virtio_balloon/virtio0");
+        std::fs::create_dir_all(&device).unwrap();
+        std::fs::write(device.join("features"), format!("{bits}\n")).unwrap();
+        let host = Host::fixture(temp.path(), DevId { major: 8, minor: 1 });
+        let findings = check(&host, Path::new(DATA_DIR));
+        expect(
+            &by_setting(&findings),
+            "vm.free_page_reporting",
+            status,
+            current,
         );
     }
 }
