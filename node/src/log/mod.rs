@@ -84,7 +84,7 @@ pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 /// pages back (delayed allocation). While the kernel's flusher does that for a file, it holds
 /// the file's block-map lock, which the next buffered append to the file takes too: that
 /// append, and with it the shard thread and every partition and connection on it, slept behind
-/// writeback, 8 to 18 times in 4 s for up to 34 ms each (`perf` `sched_switch`, one node at
+/// writeback, 3 to 18 times in 4 s for up to 34 ms each (`perf` `sched_switch`, one node at
 /// 300,000 records/s of 1 KiB, 2026-11-30). Into reserved blocks an append allocates nothing:
 /// no such sleep in six runs of the same load. (An append that lengthens the file into reserved
 /// blocks still takes that lock briefly, to move the on-disk size; with writeback hinted every
