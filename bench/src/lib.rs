@@ -363,26 +363,32 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     let client = Client::connect(config.client_config())
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
-    if client.metadata_for(&config.topic).await.is_err() {
-        // A consume run reads what is there: on a topic it would create it would wait forever.
-        anyhow::ensure!(
-            config.workload != Workload::Consume,
-            "topic {} does not exist: a consume run reads what a produce run stored (run `strata bench produce` with the same --topic, or --preset pinned-producer, first)",
-            config.topic
-        );
-        let mut configs = config.topic_config.clone();
-        if let Some(min) = config.min_insync {
-            configs.push(("min.insync.replicas".to_string(), min.to_string()));
+    match client.metadata_for(&config.topic).await {
+        Ok(_) => {}
+        Err(strata_client::ClientError::UnknownTopic(_)) => {
+            // A consume run reads what is there: on a topic it would create it would wait forever.
+            anyhow::ensure!(
+                config.workload != Workload::Consume,
+                "topic {} does not exist: a consume run reads what a produce run stored (run `strata bench produce` with the same --topic, or --preset pinned-producer, first)",
+                config.topic
+            );
+            let mut configs = config.topic_config.clone();
+            if let Some(min) = config.min_insync {
+                configs.push(("min.insync.replicas".to_string(), min.to_string()));
+            }
+            client
+                .create_topic(
+                    &config.topic,
+                    config.partitions,
+                    config.replication_factor,
+                    &configs,
+                )
+                .await
+                .with_context(|| format!("creating topic {}", config.topic))?;
         }
-        client
-            .create_topic(
-                &config.topic,
-                config.partitions,
-                config.replication_factor,
-                &configs,
-            )
-            .await
-            .with_context(|| format!("creating topic {}", config.topic))?;
+        Err(error) => {
+            return Err(error).with_context(|| format!("looking up topic {}", config.topic));
+        }
     }
     let host = HostState::now();
     let started = Instant::now();

@@ -307,3 +307,70 @@ fn retention_deletes_old_segments_of_a_live_topic() {
             .starts_with("record-0399")
     );
 }
+
+/// A serving node reserves a segment's blocks ahead of its appends as the topic's
+/// `preallocate.step.bytes` says (created through the CLI, shown by `topic describe`), keeps
+/// none with 0, and trims the reservation at a clean shutdown.
+#[test]
+fn a_live_node_reserves_segment_blocks_as_the_topic_says() {
+    use std::os::unix::fs::MetadataExt;
+    let data = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(data.path(), 1);
+    for (topic, step) in [("stepped", "1048576"), ("unreserved", "0")] {
+        node.cli(
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "1",
+                "--config",
+                "flush=never",
+                "--config",
+                &format!("preallocate.step.bytes={step}"),
+            ],
+            None,
+        );
+        assert_eq!(
+            describe(&node, topic)["config"]["preallocate.step.bytes"],
+            step
+        );
+    }
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(client, ProducerConfig::default());
+        for topic in ["stepped", "unreserved"] {
+            // About 2.5 MB.
+            for _ in 0..40 {
+                send(&producer, topic, 64 << 10).await.unwrap();
+            }
+        }
+    });
+    let log_file = |topic: &str| {
+        data.path()
+            .join(format!("{topic}-0/00000000000000000000.log"))
+    };
+    let allocated = |topic: &str| {
+        let metadata = std::fs::metadata(log_file(topic)).unwrap();
+        (metadata.len(), metadata.blocks() * 512)
+    };
+    let (len, blocks) = allocated("stepped");
+    assert!(len > 2 << 20, "{len} bytes written");
+    assert!(
+        blocks >= len + (512 << 10),
+        "stepped: {blocks} bytes of blocks for {len} bytes of data"
+    );
+    let (len, blocks) = allocated("unreserved");
+    assert!(
+        blocks < len + (512 << 10),
+        "unreserved: {blocks} bytes of blocks for {len} bytes of data"
+    );
+    node.stop();
+    let (len, blocks) = allocated("stepped");
+    assert!(
+        blocks < len + (64 << 10),
+        "after a clean shutdown: {blocks} bytes of blocks for {len} bytes of data"
+    );
+}

@@ -1206,13 +1206,12 @@ impl<S: Storage> PartitionLog<S> {
         // would otherwise pay a failed call per append.
         active.reserved_to = to;
         if let Err(error) = active.log.allocate(from, to - from).await {
-            static WARNED: std::sync::atomic::AtomicBool =
-                std::sync::atomic::AtomicBool::new(false);
-            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
                 tracing::warn!(
                     "reserving segment blocks ahead of appends failed (appends allocate as they write; further failures are not logged): {error}"
                 );
-            }
+            });
         }
     }
 
