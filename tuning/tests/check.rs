@@ -108,6 +108,12 @@ fn nvme_host_findings() {
     expect(&map, "fs.atime", Ok, "noatime");
     expect(&map, "fs.discard", Ok, "off");
     expect(&map, "clocksource", Ok, "tsc");
+    expect(
+        &map,
+        "cpuidle.guest_halt_poll_ns",
+        Ok,
+        "n/a (cpuidle driver intel_idle)",
+    );
     expect(&map, "vm.free_page_reporting", Ok, "no virtio balloon");
     expect(
         &map,
@@ -164,6 +170,8 @@ fn vm_host_findings() {
     // kvm-clock is what a KVM guest should use: OK, with the reason saying so.
     expect(&map, "clocksource", Ok, "kvm-clock");
     assert!(map["clocksource"].why.contains("VM"));
+    // A KVM guest's idle vCPUs halt at once: the fix turns the kernel's polling back on.
+    expect(&map, "cpuidle.guest_halt_poll_ns", Warn, "0 (polling off)");
     // The balloon reports free pages to the host: no file write fixes that, the VM's
     // configuration does.
     expect(&map, "vm.free_page_reporting", Warn, "on (virtio0)");
@@ -219,6 +227,7 @@ fn apply_plans_over_the_fixtures() {
             "sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr cubic\"",
             "echo none > /sys/block/vda/queue/scheduler",
             "echo 256 > /sys/block/vda/queue/nr_requests",
+            "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns",
         ]
     );
 }
@@ -313,7 +322,7 @@ fn apply_reports_each_failure_and_goes_on() {
         out.contains("# FAILED  echo none > /sys/block/vda/queue/scheduler"),
         "{out}"
     );
-    assert!(out.contains("5 of 6 change(s) applied"), "{out}");
+    assert!(out.contains("6 of 7 change(s) applied"), "{out}");
     assert_eq!(
         std::fs::read_to_string(host.path("/proc/sys/net/ipv4/tcp_allowed_congestion_control"))
             .expect("read"),
@@ -323,6 +332,11 @@ fn apply_reports_each_failure_and_goes_on() {
     assert_eq!(
         std::fs::read_to_string(host.path("/sys/block/vda/queue/nr_requests")).expect("read"),
         "256\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.path("/sys/module/haltpoll/parameters/guest_halt_poll_ns"))
+            .expect("read"),
+        "200000\n"
     );
     // The write did not create the missing file.
     assert!(!host.path("/sys/block/vda/queue/scheduler").exists());
@@ -424,6 +438,50 @@ fn free_page_reporting_follows_the_balloon_feature_bit() {
             "vm.free_page_reporting",
             status,
             current,
+        );
+    }
+}
+
+/// Guest halt polling matters only under the `haltpoll` cpuidle driver: off there warns (and
+/// apply turns it on), on is fine, and another driver has nothing to set.
+#[test]
+fn guest_halt_polling_follows_the_cpuidle_driver() {
+    for (driver, poll_ns, status, current) in [
+        ("haltpoll", Some("0"), Status::Warn, "0 (polling off)"),
+        ("haltpoll", Some("200000"), Status::Ok, "200000"),
+        ("haltpoll", None, Status::Unknown, ""),
+        (
+            "acpi_idle",
+            None,
+            Status::Ok,
+            "n/a (cpuidle driver acpi_idle)",
+        ),
+    ] {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let cpuidle = temp.path().join("sys/devices/system/cpu/cpuidle");
+        std::fs::create_dir_all(&cpuidle).unwrap();
+        std::fs::write(cpuidle.join("current_driver"), format!("{driver}\n")).unwrap();
+        if let Some(poll_ns) = poll_ns {
+            let parameters = temp.path().join("sys/module/haltpoll/parameters");
+            std::fs::create_dir_all(&parameters).unwrap();
+            std::fs::write(
+                parameters.join("guest_halt_poll_ns"),
+                format!("{poll_ns}\n"),
+            )
+            .unwrap();
+        }
+        let host = Host::fixture(temp.path(), DevId { major: 8, minor: 1 });
+        let findings = check(&host, Path::new(DATA_DIR));
+        let map = by_setting(&findings);
+        let finding = &map["cpuidle.guest_halt_poll_ns"];
+        assert_eq!(finding.status, status, "{driver} {poll_ns:?}: {finding:?}");
+        if status != Status::Unknown {
+            assert_eq!(finding.current, current, "{driver} {poll_ns:?}");
+        }
+        assert_eq!(
+            finding.fixes.len(),
+            usize::from(status == Status::Warn),
+            "{driver} {poll_ns:?}"
         );
     }
 }
