@@ -795,7 +795,7 @@ const GUEST_HALT_POLL_NS: u64 = 200_000;
 fn guest_halt_polling(host: &Host) -> Finding {
     let setting = "cpuidle.guest_halt_poll_ns";
     let recommended = "200000 where the driver is haltpoll";
-    let why = "a KVM guest's idle vCPU halts to the host, and waking it takes the hypervisor: RF 3 acks=all at 50,000 records/s had p99 2.2-2.7 ms with 200 µs of polling against 2.9-3.0 ms without, p50 8% lower (this project's VM, 2026-11-30); the cost is up to that long of CPU spinning per idle period";
+    let why = "a KVM guest's idle vCPU halts to the host, and waking it costs an interrupt through the hypervisor, paid by the waker: small QUIC round trips between two brokers ran 3x as fast with 200 µs of polling, at half the CPU each (this project's VM, 2026-11-30); the cost is up to that long of spinning per idle period, on a CPU that had nothing to do";
     let driver = match host.read("/sys/devices/system/cpu/cpuidle/current_driver") {
         Ok(driver) => driver,
         Err(reason) => return Finding::unreadable(setting, reason, recommended, why),
