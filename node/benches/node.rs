@@ -6,7 +6,8 @@
 //!
 //! Starts the release `strata serve` (`--shards 2`), a topic of 4 partitions with `flush=never`,
 //! then: max produce throughput of 1 KiB records with acks=1, consume throughput of what was
-//! produced, the max rate of the latency phase's producers (`strata bench`, linger 0 by
+//! produced, max produce throughput with the client's batch API (the broker's own ceiling),
+//! the max rate of the latency phase's producers (`strata bench`, linger 0 by
 //! default), and produce-ack latency at half that rate (`strata bench`'s open loop: latency
 //! counts from the intended send time, so a stalled broker cannot hide behind a waiting client).
 
@@ -150,6 +151,34 @@ fn main() {
             100.0 * consume_mb / loopback
         );
 
+        drain_writeback().await;
+        // The broker's own ceiling, apart from the client's per-record path: producers that hand
+        // the client 1000 records per call (`send_batch`, as iggy-bench's pinned producers and
+        // `strata bench --preset pinned-producer` do), one per partition. The per-record
+        // producer above took about a core of this machine's two at its max (perf, 2026-11-30).
+        let (batched, _) = strata_bench::run(&strata_bench::BenchConfig {
+            bootstrap: bootstrap.clone(),
+            topic: TOPIC.into(),
+            partitions: PARTITIONS,
+            producers: PARTITIONS as usize,
+            record_size: RECORD_BYTES,
+            batch_bytes,
+            linger: Duration::from_millis(linger_ms),
+            acks: 1,
+            pinned: true,
+            batch_records: Some(1000),
+            duration: Some(duration + Duration::from_secs(1)),
+            warmup: Duration::from_secs(1),
+            ..strata_bench::BenchConfig::default()
+        })
+        .await
+        .unwrap();
+        println!(
+            "produce, max with 1000 records per call (strata bench, {PARTITIONS} pinned producers): {:8.0} MB/s  {:8.0} records/s   = {:3.0}% of loopback",
+            batched.mb_per_s,
+            batched.records_per_s,
+            100.0 * batched.mb_per_s / loopback
+        );
         drain_writeback().await;
         // The latency phase's load is a share of the max that its own producer configuration
         // (linger, producers, open loop) sustains, measured here with the same tool, as
