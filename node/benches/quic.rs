@@ -53,11 +53,7 @@ fn main() {
         let started = Instant::now();
         let mut moved = 0usize;
         while started.elapsed() < RUN {
-            let (mut send, mut receive) = connection.open_bi().await.unwrap();
-            send.write_all(b"fetch").await.unwrap();
-            send.finish().unwrap();
-            let answer = receive.read_to_end(ANSWER_BYTES + 1024).await.unwrap();
-            moved += answer.len();
+            moved += ask(&connection, b"fetch", ANSWER_BYTES).await.len();
         }
         let fetch_rate = moved as f64 / started.elapsed().as_secs_f64();
         // Streaming.
@@ -80,10 +76,7 @@ fn main() {
         let started = Instant::now();
         let mut trips = 0u64;
         while started.elapsed() < RUN {
-            let (mut send, mut receive) = connection.open_bi().await.unwrap();
-            send.write_all(b"small").await.unwrap();
-            send.finish().unwrap();
-            let answer = receive.read_to_end(SMALL_ANSWER_BYTES + 64).await.unwrap();
+            let answer = ask(&connection, b"small", SMALL_ANSWER_BYTES).await;
             assert_eq!(answer.len(), SMALL_ANSWER_BYTES);
             trips += 1;
         }
@@ -122,6 +115,15 @@ fn main() {
     });
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// One request on a stream of its own (`kind` names the answer the server sends), and its whole
+/// answer, as a replication fetch travels.
+async fn ask(connection: &quinn::Connection, kind: &[u8], answer_bytes: usize) -> Vec<u8> {
+    let (mut send, mut receive) = connection.open_bi().await.unwrap();
+    send.write_all(kind).await.unwrap();
+    send.finish().unwrap();
+    receive.read_to_end(answer_bytes + 1024).await.unwrap()
 }
 
 /// The replication client settings (self-signed, any certificate) for a raw connection.
