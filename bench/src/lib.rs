@@ -15,6 +15,7 @@
 
 pub mod pacing;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -213,14 +214,20 @@ pub struct HostState {
     /// Page cache (`Cached`), in MB.
     pub page_cache_mb: u64,
     pub dirty_mb: u64,
+    /// How long an idle vCPU of a KVM guest polls before it halts (the `haltpoll` cpuidle
+    /// driver's `guest_halt_poll_ns`); `None` under another driver (bare metal) or unreadable.
+    /// 0 puts every wake-up through the hypervisor, which moved small-message figures threefold
+    /// on this project's VM (docs/benchmarks.md, twelfth session).
+    pub guest_halt_poll_ns: Option<u64>,
 }
 
 impl HostState {
-    /// The machine now; fields it cannot read stay 0.
+    /// The machine now; fields it cannot read stay 0 (or `None`).
     pub fn now() -> HostState {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         HostState {
             cpus: std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get),
+            guest_halt_poll_ns: guest_halt_poll_ns(Path::new("/")),
             ..HostState::from_meminfo(&meminfo)
         }
     }
@@ -245,8 +252,22 @@ impl HostState {
             mem_free_mb: mb("MemFree"),
             page_cache_mb: mb("Cached"),
             dirty_mb: mb("Dirty"),
+            guest_halt_poll_ns: None,
         }
     }
+}
+
+/// `guest_halt_poll_ns` of the host under `root`, when its cpuidle driver is `haltpoll`.
+fn guest_halt_poll_ns(root: &Path) -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).ok();
+    let driver = read("sys/devices/system/cpu/cpuidle/current_driver")?;
+    if driver.trim() != "haltpoll" {
+        return None;
+    }
+    read("sys/module/haltpoll/parameters/guest_halt_poll_ns")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1614,6 +1635,9 @@ pub fn summary(report: &Report) -> String {
         host.page_cache_mb as f64 / 1024.0,
         host.dirty_mb
     ));
+    if let Some(poll_ns) = host.guest_halt_poll_ns {
+        text.push_str(&format!(", guest halt polling {poll_ns} ns"));
+    }
     if report.compression != "none"
         && let Some(ratio) = report.compression_ratio
     {
@@ -1658,6 +1682,24 @@ mod tests {
             (24031, 11264, 10752, 2)
         );
         assert_eq!(HostState::from_meminfo(""), HostState::default());
+    }
+
+    #[test]
+    fn host_state_reads_guest_halt_polling_under_haltpoll_only() {
+        let root = tempfile::tempdir().unwrap();
+        let cpuidle = root.path().join("sys/devices/system/cpu/cpuidle");
+        let parameters = root.path().join("sys/module/haltpoll/parameters");
+        std::fs::create_dir_all(&cpuidle).unwrap();
+        std::fs::create_dir_all(&parameters).unwrap();
+        std::fs::write(parameters.join("guest_halt_poll_ns"), "200000\n").unwrap();
+        std::fs::write(cpuidle.join("current_driver"), "acpi_idle\n").unwrap();
+        assert_eq!(guest_halt_poll_ns(root.path()), None);
+        std::fs::write(cpuidle.join("current_driver"), "haltpoll\n").unwrap();
+        assert_eq!(guest_halt_poll_ns(root.path()), Some(200_000));
+        std::fs::write(parameters.join("guest_halt_poll_ns"), "0\n").unwrap();
+        assert_eq!(guest_halt_poll_ns(root.path()), Some(0));
+        std::fs::remove_file(parameters.join("guest_halt_poll_ns")).unwrap();
+        assert_eq!(guest_halt_poll_ns(root.path()), None);
     }
 
     #[test]

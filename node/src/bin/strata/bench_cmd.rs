@@ -357,7 +357,12 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
         rows.push((key.into(), left[key].as_f64(), right[key].as_f64()));
     }
     // Whether the two runs met the machine in the same state.
-    for key in ["mem_free_mb", "page_cache_mb", "dirty_mb"] {
+    for key in [
+        "mem_free_mb",
+        "page_cache_mb",
+        "dirty_mb",
+        "guest_halt_poll_ns",
+    ] {
         rows.push((
             format!("host.{key}"),
             left["host"][key].as_f64(),
