@@ -257,6 +257,23 @@ impl HostState {
     }
 }
 
+impl std::fmt::Display for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cpus, {:.1} GB free, {:.1} GB page cache, {} MB dirty",
+            self.cpus,
+            self.mem_free_mb as f64 / 1024.0,
+            self.page_cache_mb as f64 / 1024.0,
+            self.dirty_mb
+        )?;
+        if let Some(poll_ns) = self.guest_halt_poll_ns {
+            write!(f, ", guest halt polling {poll_ns} ns")?;
+        }
+        Ok(())
+    }
+}
+
 /// `guest_halt_poll_ns` of the host under `root`, when its cpuidle driver is `haltpoll`.
 fn guest_halt_poll_ns(root: &Path) -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(root.join(path)).ok();
@@ -1627,17 +1644,7 @@ pub fn summary(report: &Report) -> String {
             ));
         }
     }
-    let host = &report.host;
-    text.push_str(&format!(
-        "\n  host at the start: {} cpus, {:.1} GB free, {:.1} GB page cache, {} MB dirty",
-        host.cpus,
-        host.mem_free_mb as f64 / 1024.0,
-        host.page_cache_mb as f64 / 1024.0,
-        host.dirty_mb
-    ));
-    if let Some(poll_ns) = host.guest_halt_poll_ns {
-        text.push_str(&format!(", guest halt polling {poll_ns} ns"));
-    }
+    text.push_str(&format!("\n  host at the start: {}", report.host));
     if report.compression != "none"
         && let Some(ratio) = report.compression_ratio
     {
@@ -1700,6 +1707,21 @@ mod tests {
         assert_eq!(guest_halt_poll_ns(root.path()), Some(0));
         std::fs::remove_file(parameters.join("guest_halt_poll_ns")).unwrap();
         assert_eq!(guest_halt_poll_ns(root.path()), None);
+        let host = HostState {
+            cpus: 2,
+            mem_free_mb: 1536,
+            dirty_mb: 7,
+            ..HostState::default()
+        };
+        assert_eq!(
+            host.to_string(),
+            "2 cpus, 1.5 GB free, 0.0 GB page cache, 7 MB dirty"
+        );
+        let polling = HostState {
+            guest_halt_poll_ns: Some(0),
+            ..host
+        };
+        assert!(polling.to_string().ends_with(", guest halt polling 0 ns"));
     }
 
     #[test]

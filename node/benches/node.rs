@@ -78,14 +78,7 @@ fn main() {
     );
 
     // The memory state moves this VM's figures more than most code changes (docs/benchmarks.md).
-    let host = strata_bench::HostState::now();
-    println!(
-        "host: {} cpus, {:.1} GB free, {:.1} GB page cache, {} MB dirty",
-        host.cpus,
-        host.mem_free_mb as f64 / 1024.0,
-        host.page_cache_mb as f64 / 1024.0,
-        host.dirty_mb
-    );
+    println!("host: {}", strata_bench::HostState::now());
     // Measured with the host's default congestion control and with the one Strata's
     // connections use; ratios are taken against the higher of the two.
     let host_default = tcp_loopback(duration, None);
