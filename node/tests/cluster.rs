@@ -60,7 +60,13 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
         for i in 0..1000 {
             acks.push(
                 producer
-                    .send(ProducerRecord::new("spread", None, format!("r{i}")))
+                    // Keyed, so that the records spread over every partition, and so
+                    // over both leaders.
+                    .send(ProducerRecord::new(
+                        "spread",
+                        Some(format!("k{i}").into()),
+                        format!("r{i}"),
+                    ))
                     .await
                     .unwrap(),
             );

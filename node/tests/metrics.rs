@@ -298,11 +298,22 @@ fn consumer_lag_per_group_and_partition_is_exported() {
     let temp = tempfile::tempdir().unwrap();
     let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
     node.cli(&["topic", "create", "lagging", "--partitions", "2"], None);
-    let input: String = (0..100).map(|i| format!("value-{i:03}\n")).collect();
-    node.cli(
-        &["produce", "lagging", "--acks", "all"],
-        Some(input.as_bytes()),
-    );
+    // 50 records in each partition (keyless records would all go to one: the sticky
+    // partitioner fills a batch's worth at a time).
+    for partition in ["0", "1"] {
+        let input: String = (0..50).map(|i| format!("value-{i:03}\n")).collect();
+        node.cli(
+            &[
+                "produce",
+                "lagging",
+                "--acks",
+                "all",
+                "--partition",
+                partition,
+            ],
+            Some(input.as_bytes()),
+        );
+    }
     // The group reads 60 of the 100 records and commits exactly those.
     node.cli(
         &[

@@ -51,10 +51,18 @@ async fn consume_all(client: Arc<Client>, topic: &str, expected: usize) -> Vec<C
     out
 }
 
-/// Produces `count` records valued `value-{i}` and returns where each was acknowledged.
+/// Produces `count` records valued `value-{i}` and returns where each was acknowledged. Keyless,
+/// in 16 KiB batches (Kafka's default size): the sticky partitioner moves to the next
+/// partition after each, so a few thousand records reach every partition.
 async fn produce_numbered(bootstrap: &str, topic: &str, count: usize) -> Vec<(u32, u64, String)> {
     let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
-    let producer = Producer::new(client, ProducerConfig::default());
+    let producer = Producer::new(
+        client,
+        ProducerConfig {
+            batch_bytes: 16 << 10,
+            ..ProducerConfig::default()
+        },
+    );
     let mut acks = Vec::new();
     for i in 0..count {
         let record = ProducerRecord::new(topic, None, format!("value-{i}"));
@@ -224,6 +232,8 @@ fn acknowledged_records_survive_kill_9_and_restart() {
     );
     let runtime = runtime();
     let acked = runtime.block_on(produce_numbered(&node.bootstrap(), "durable", 5_000));
+    let partitions: std::collections::BTreeSet<u32> = acked.iter().map(|(p, _, _)| *p).collect();
+    assert_eq!(partitions.len(), 3, "every partition took records");
     node.kill();
     node.restart();
     let consumed = runtime.block_on(async {

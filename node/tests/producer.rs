@@ -246,6 +246,75 @@ fn batches_fill_while_requests_are_in_flight_instead_of_queueing_tiny_ones() {
     });
 }
 
+/// Records with neither key nor partition go to one partition a batch's worth at a time (Kafka's
+/// uniform sticky partitioner): acknowledged in runs of one partition, each run about
+/// `batch_bytes`, every partition taking its turn, and each partition's records stored in few
+/// batches rather than one record each.
+#[test]
+fn keyless_records_fill_one_partition_a_batch_at_a_time() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 2);
+    node.cli(&["topic", "create", "sticky", "--partitions", "4"], None);
+    runtime().block_on(async {
+        let batch_bytes = 8 << 10;
+        let (client, producer) = connect(
+            &node,
+            ProducerConfig {
+                linger: Duration::ZERO,
+                batch_bytes,
+                ..ProducerConfig::default()
+            },
+        )
+        .await;
+        let value = "v".repeat(100);
+        let mut acks = Vec::new();
+        for _ in 0..2000 {
+            let record = ProducerRecord::new("sticky", None, value.clone());
+            acks.push(producer.send(record).await.unwrap());
+        }
+        let mut partitions = Vec::new();
+        for ack in acks {
+            partitions.push(ack.await.unwrap().partition);
+        }
+        // Runs of one partition, in turn.
+        let mut runs: Vec<(u32, usize)> = Vec::new();
+        for partition in partitions {
+            match runs.last_mut() {
+                Some((last, length)) if *last == partition => *length += 1,
+                _ => runs.push((partition, 1)),
+            }
+        }
+        // 100-byte values take 148 bytes of the buffer each: 56 per 8 KiB batch.
+        let per_run = batch_bytes.div_ceil(148);
+        assert!(runs.len() >= 4, "{runs:?}");
+        for pair in runs.windows(2) {
+            assert_eq!(
+                (pair[0].0 + 1) % 4,
+                pair[1].0,
+                "partitions take turns: {runs:?}"
+            );
+        }
+        for (_, length) in &runs[..runs.len() - 1] {
+            assert_eq!(*length, per_run, "{runs:?}");
+        }
+        // Stored in batches, not a record each.
+        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+        consumer
+            .assign("sticky", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let (mut records, mut batches) = (0, 0);
+        while records < 2000 {
+            for batch in consumer.poll().await.unwrap() {
+                batches += 1;
+                records += batch.records().count();
+            }
+        }
+        assert_eq!(records, 2000);
+        assert!(batches < 200, "2,000 records came in {batches} batches");
+    });
+}
+
 /// Compression (`ProducerConfig::compression`, `produce --compression`): the broker stores the
 /// compressed batches as sent, smaller, and consumers read every record back exactly.
 #[test]
