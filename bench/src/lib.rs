@@ -43,7 +43,7 @@ pub enum Workload {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyDistribution {
-    /// No keys: records spread round robin.
+    /// No keys: the producer's sticky partitioner fills one partition a batch at a time.
     None,
     Uniform,
     /// Zipf (s = 1) over the key space: a few hot keys, a long tail.

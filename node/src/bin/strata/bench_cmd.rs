@@ -87,6 +87,8 @@ pub struct BenchArgs {
     /// Seconds not measured at the start. Default 0.
     #[arg(long)]
     warmup: Option<f64>,
+    /// Record keys: none (the default; the producer's sticky partitioner fills one partition a
+    /// batch at a time), uniform or zipf over --keys keys (each key to its hash's partition).
     #[arg(long, value_enum)]
     key_distribution: Option<Keys>,
     /// Default 1000.
