@@ -21,6 +21,28 @@ async fn connect(node: &TestNode, config: ProducerConfig) -> (std::sync::Arc<Cli
     (client, producer)
 }
 
+/// Reads `topic` from the beginning until at least `expected` records came: how many records,
+/// in how many batches.
+async fn records_and_batches(
+    client: &std::sync::Arc<Client>,
+    topic: &str,
+    expected: usize,
+) -> (usize, usize) {
+    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+    consumer
+        .assign(topic, &[], SeekTo::Beginning)
+        .await
+        .unwrap();
+    let (mut records, mut batches) = (0, 0);
+    while records < expected {
+        for batch in consumer.poll().await.unwrap() {
+            batches += 1;
+            records += batch.records().count();
+        }
+    }
+    (records, batches)
+}
+
 /// A record as read back, owned.
 struct Read {
     offset: u64,
@@ -228,18 +250,7 @@ fn batches_fill_while_requests_are_in_flight_instead_of_queueing_tiny_ones() {
         for ack in acks {
             ack.await.unwrap();
         }
-        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
-        consumer
-            .assign("fill", &[], SeekTo::Beginning)
-            .await
-            .unwrap();
-        let (mut records, mut batches) = (0, 0);
-        while records < 1001 {
-            for batch in consumer.poll().await.unwrap() {
-                batches += 1;
-                records += batch.records().count();
-            }
-        }
+        let (records, batches) = records_and_batches(&client, "fill", 1001).await;
         assert_eq!(records, 1001);
         // The first record alone, the batch sealed as the broker stopped, then the rest.
         assert!(batches <= 4, "1,001 records came in {batches} batches");
@@ -298,18 +309,7 @@ fn keyless_records_fill_one_partition_a_batch_at_a_time() {
             assert_eq!(*length, per_run, "{runs:?}");
         }
         // Stored in batches, not a record each.
-        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
-        consumer
-            .assign("sticky", &[], SeekTo::Beginning)
-            .await
-            .unwrap();
-        let (mut records, mut batches) = (0, 0);
-        while records < 2000 {
-            for batch in consumer.poll().await.unwrap() {
-                batches += 1;
-                records += batch.records().count();
-            }
-        }
+        let (records, batches) = records_and_batches(&client, "sticky", 2000).await;
         assert_eq!(records, 2000);
         assert!(batches < 200, "2,000 records came in {batches} batches");
     });
