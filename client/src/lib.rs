@@ -1,7 +1,8 @@
 //! `strata-client`: the Rust client for Strata.
 //!
 //! - [`Client`]: bootstrap, metadata, admin calls (create/delete topics, list offsets).
-//! - [`Producer`]: batches records per partition (`linger`, `batch_bytes`), key-hash partitioner,
+//! - [`Producer`]: batches records per partition (`linger`, `batch_bytes`), key-hash partitioner
+//!   (keyless records fill one partition a batch at a time: Kafka's sticky partitioner),
 //!   acks 0/1/all, retries with backoff on retriable errors, a future per record that resolves to
 //!   (partition, offset), idempotence on request. A partition's batches are written in order
 //!   (up to `max_in_flight` awaiting answers); batches of many partitions bound for one leader
