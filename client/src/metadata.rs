@@ -63,7 +63,10 @@ impl ClusterMetadata {
             topics: response
                 .topics
                 .into_iter()
-                .filter(|topic| topic.error == ErrorCode::None)
+                // A topic without partitions (only a broker in error would send one) is as
+                // good as unknown: nothing could be sent to it, and a partitioner would divide
+                // by its count.
+                .filter(|topic| topic.error == ErrorCode::None && !topic.partitions.is_empty())
                 .map(|topic| (topic.name.clone(), topic))
                 .collect(),
         }
@@ -479,5 +482,38 @@ fn admin_outcome(error: ErrorCode, message: &str) -> Result<(), ClientError> {
         ErrorCode::None => Ok(()),
         code if message.is_empty() => Err(ClientError::Broker(code)),
         code => Err(ClientError::InvalidArgument(format!("{code}: {message}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_wire::protocol::TopicMetadata;
+
+    #[test]
+    fn a_topic_without_partitions_or_with_an_error_is_unknown() {
+        let topic = |name: &str, error, partitions| TopicMetadata {
+            name: name.into(),
+            error,
+            partitions,
+        };
+        let metadata = ClusterMetadata::from_response(MetadataResponse {
+            cluster: "c".into(),
+            controller: 1,
+            brokers: Vec::new(),
+            topics: vec![
+                topic("empty", ErrorCode::None, Vec::new()),
+                topic("failed", ErrorCode::UnknownTopic, Vec::new()),
+            ],
+        });
+        for name in ["empty", "failed"] {
+            assert!(
+                matches!(
+                    metadata.partition_count(name),
+                    Err(ClientError::UnknownTopic(_))
+                ),
+                "{name}"
+            );
+        }
     }
 }
