@@ -15,7 +15,6 @@
 
 pub mod pacing;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -227,7 +226,11 @@ impl HostState {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         HostState {
             cpus: std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get),
-            guest_halt_poll_ns: guest_halt_poll_ns(Path::new("/")),
+            guest_halt_poll_ns: match strata_tuning::guest_halt_poll_ns(&strata_tuning::Host::live())
+            {
+                Ok(strata_tuning::HaltPolling::Polls(ns)) => Some(ns),
+                _ => None,
+            },
             ..HostState::from_meminfo(&meminfo)
         }
     }
@@ -272,19 +275,6 @@ impl std::fmt::Display for HostState {
         }
         Ok(())
     }
-}
-
-/// `guest_halt_poll_ns` of the host under `root`, when its cpuidle driver is `haltpoll`.
-fn guest_halt_poll_ns(root: &Path) -> Option<u64> {
-    let read = |path: &str| std::fs::read_to_string(root.join(path)).ok();
-    let driver = read("sys/devices/system/cpu/cpuidle/current_driver")?;
-    if driver.trim() != "haltpoll" {
-        return None;
-    }
-    read("sys/module/haltpoll/parameters/guest_halt_poll_ns")?
-        .trim()
-        .parse()
-        .ok()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1692,21 +1682,7 @@ mod tests {
     }
 
     #[test]
-    fn host_state_reads_guest_halt_polling_under_haltpoll_only() {
-        let root = tempfile::tempdir().unwrap();
-        let cpuidle = root.path().join("sys/devices/system/cpu/cpuidle");
-        let parameters = root.path().join("sys/module/haltpoll/parameters");
-        std::fs::create_dir_all(&cpuidle).unwrap();
-        std::fs::create_dir_all(&parameters).unwrap();
-        std::fs::write(parameters.join("guest_halt_poll_ns"), "200000\n").unwrap();
-        std::fs::write(cpuidle.join("current_driver"), "acpi_idle\n").unwrap();
-        assert_eq!(guest_halt_poll_ns(root.path()), None);
-        std::fs::write(cpuidle.join("current_driver"), "haltpoll\n").unwrap();
-        assert_eq!(guest_halt_poll_ns(root.path()), Some(200_000));
-        std::fs::write(parameters.join("guest_halt_poll_ns"), "0\n").unwrap();
-        assert_eq!(guest_halt_poll_ns(root.path()), Some(0));
-        std::fs::remove_file(parameters.join("guest_halt_poll_ns")).unwrap();
-        assert_eq!(guest_halt_poll_ns(root.path()), None);
+    fn host_state_shows_guest_halt_polling_only_where_known() {
         let host = HostState {
             cpus: 2,
             mem_free_mb: 1536,

@@ -796,27 +796,47 @@ fn guest_halt_polling(host: &Host) -> Finding {
     let setting = "cpuidle.guest_halt_poll_ns";
     let recommended = "200000 where the driver is haltpoll";
     let why = "a KVM guest's idle vCPU halts to the host, and waking it costs an interrupt through the hypervisor, paid by the waker: small QUIC round trips between two brokers ran 3x as fast with 200 µs of polling, at half the CPU each (this project's VM, 2026-11-30); the cost is up to that long of spinning per idle period, on a CPU that had nothing to do";
-    let driver = match host.read("/sys/devices/system/cpu/cpuidle/current_driver") {
-        Ok(driver) => driver,
-        Err(reason) => return Finding::unreadable(setting, reason, recommended, why),
-    };
-    if driver != "haltpoll" {
-        return Finding::new(
+    match guest_halt_poll_ns(host) {
+        Err(reason) => Finding::unreadable(setting, reason, recommended, why),
+        Ok(HaltPolling::OtherDriver(driver)) => Finding::new(
             setting,
             format!("n/a (cpuidle driver {driver})"),
             recommended,
             why,
             Status::Ok,
-        );
+        ),
+        Ok(HaltPolling::Polls(0)) => {
+            Finding::new(setting, "0 (polling off)", recommended, why, Status::Warn)
+                .fix(Fix::sysfs(GUEST_HALT_POLL_NS_PATH, GUEST_HALT_POLL_NS))
+        }
+        Ok(HaltPolling::Polls(ns)) => {
+            Finding::new(setting, ns.to_string(), recommended, why, Status::Ok)
+        }
     }
-    let path = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
-    match host.read(path).as_deref().map(str::parse::<u64>) {
-        Err(reason) => Finding::unreadable(setting, reason, recommended, why),
-        Ok(Err(_)) => Finding::unreadable(setting, format!("unparsable {path}"), recommended, why),
-        Ok(Ok(0)) => Finding::new(setting, "0 (polling off)", recommended, why, Status::Warn)
-            .fix(Fix::sysfs(path, GUEST_HALT_POLL_NS)),
-        Ok(Ok(ns)) => Finding::new(setting, ns.to_string(), recommended, why, Status::Ok),
+}
+
+const GUEST_HALT_POLL_NS_PATH: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
+
+/// What an idle CPU of `host` does before it halts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HaltPolling {
+    /// The `haltpoll` cpuidle driver (a KVM guest) polls this many nanoseconds (0: none).
+    Polls(u64),
+    /// Another cpuidle driver (bare metal, or a guest without haltpoll): nothing to set.
+    OtherDriver(String),
+}
+
+/// Reads the cpuidle driver and, under `haltpoll`, its `guest_halt_poll_ns`; why not, in words.
+/// Also what `strata bench` records of the host a run started on.
+pub fn guest_halt_poll_ns(host: &Host) -> Result<HaltPolling, String> {
+    let driver = host.read("/sys/devices/system/cpu/cpuidle/current_driver")?;
+    if driver != "haltpoll" {
+        return Ok(HaltPolling::OtherDriver(driver));
     }
+    host.read(GUEST_HALT_POLL_NS_PATH)?
+        .parse()
+        .map(HaltPolling::Polls)
+        .map_err(|_| format!("unparsable {GUEST_HALT_POLL_NS_PATH}"))
 }
 
 /// The virtio feature bit of a balloon device that reports free guest pages to the host
