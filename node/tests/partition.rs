@@ -6,232 +6,12 @@
 mod support;
 
 use std::io::Read;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use strata_coordinator::testing::EtcdServer;
-use support::{strata, wait_for_at_most};
-
-fn sh(program: &str, args: &[&str]) {
-    let status = Command::new(program)
-        .args(args)
-        .status()
-        .unwrap_or_else(|error| panic!("{program}: {error}"));
-    assert!(status.success(), "{program} {args:?} failed: {status}");
-}
-
-/// Namespaces `<tag>n<i>` with addresses `<subnet>.1<i>`, a bridge at `<subnet>.1`.
-struct TestNet {
-    tag: String,
-    subnet: String,
-    hosts: usize,
-}
-
-impl TestNet {
-    fn create(hosts: usize) -> TestNet {
-        let pid = std::process::id();
-        let tag = format!("st{}", pid % 100_000);
-        let subnet = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
-        let net = TestNet { tag, subnet, hosts };
-        let bridge = net.bridge();
-        sh("ip", &["link", "add", &bridge, "type", "bridge"]);
-        sh(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("{}.1/24", net.subnet),
-                "dev",
-                &bridge,
-            ],
-        );
-        sh("ip", &["link", "set", &bridge, "up"]);
-        for host in 1..=hosts {
-            let namespace = net.namespace(host);
-            let (outside, inside) = (format!("{}h{host}", net.tag), format!("{}v{host}", net.tag));
-            sh("ip", &["netns", "add", &namespace]);
-            sh(
-                "ip",
-                &[
-                    "link", "add", &outside, "type", "veth", "peer", "name", &inside,
-                ],
-            );
-            sh("ip", &["link", "set", &inside, "netns", &namespace]);
-            sh("ip", &["link", "set", &outside, "master", &bridge]);
-            sh("ip", &["link", "set", &outside, "up"]);
-            let address = format!("{}/24", net.ip(host));
-            net.exec(host, "ip", &["addr", "add", &address, "dev", &inside]);
-            net.exec(host, "ip", &["link", "set", &inside, "up"]);
-            net.exec(host, "ip", &["link", "set", "lo", "up"]);
-        }
-        net
-    }
-
-    fn bridge(&self) -> String {
-        format!("{}b", self.tag)
-    }
-
-    fn namespace(&self, host: usize) -> String {
-        format!("{}n{host}", self.tag)
-    }
-
-    fn ip(&self, host: usize) -> String {
-        format!("{}.{}", self.subnet, 10 + host)
-    }
-
-    fn gateway(&self) -> String {
-        format!("{}.1", self.subnet)
-    }
-
-    fn exec(&self, host: usize, program: &str, args: &[&str]) {
-        let namespace = self.namespace(host);
-        let mut full = vec!["netns", "exec", &namespace, program];
-        full.extend_from_slice(args);
-        sh("ip", &full);
-    }
-
-    /// Drops everything in and out of `host` except its own loopback traffic.
-    fn isolate(&self, host: usize) {
-        self.drop_rules(host, "-I");
-    }
-
-    fn heal(&self, host: usize) {
-        self.drop_rules(host, "-D");
-    }
-
-    /// Inserts (`-I`) or deletes (`-D`) the two rules that cut `host` off.
-    fn drop_rules(&self, host: usize, action: &str) {
-        for (chain, interface) in [("INPUT", "-i"), ("OUTPUT", "-o")] {
-            self.exec(
-                host,
-                "iptables",
-                &[action, chain, "!", interface, "lo", "-j", "DROP"],
-            );
-        }
-    }
-}
-
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        for host in 1..=self.hosts {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.namespace(host)])
-                .status();
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge()])
-            .status();
-    }
-}
-
-/// `strata serve` inside a namespace.
-struct NsNode {
-    child: Option<Child>,
-    command: Vec<String>,
-    address: String,
-}
-
-impl NsNode {
-    fn start(net: &TestNet, host: usize, etcd: &str, data: &Path) -> NsNode {
-        let ip = net.ip(host);
-        let command = vec![
-            "netns".to_string(),
-            "exec".into(),
-            net.namespace(host),
-            env!("CARGO_BIN_EXE_strata").into(),
-            "serve".into(),
-            "--data-dir".into(),
-            data.display().to_string(),
-            "--listen".into(),
-            format!("{ip}:7300"),
-            "--replication".into(),
-            format!("{ip}:7301"),
-            "--advertised-host".into(),
-            ip.clone(),
-            "--shards".into(),
-            "1".into(),
-            "--etcd".into(),
-            etcd.into(),
-            "--cluster".into(),
-            "netsplit".into(),
-            "--node-id".into(),
-            host.to_string(),
-            "--lease-ttl-ms".into(),
-            "2000".into(),
-        ];
-        let mut node = NsNode {
-            child: None,
-            command,
-            address: format!("{ip}:7300"),
-        };
-        node.spawn();
-        node
-    }
-
-    fn spawn(&mut self) {
-        self.child = Some(
-            Command::new("ip")
-                .args(&self.command)
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn strata serve in a namespace"),
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(&self.address).is_err() {
-            assert!(Instant::now() < deadline, "{} did not start", self.address);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn cli(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut child = strata()
-            .args(args)
-            .env("STRATA_BOOTSTRAP", &self.address)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.unwrap_or("").as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "strata {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    }
-
-    fn describe(&self) -> serde_json::Value {
-        serde_json::from_str(&self.cli(&["topic", "describe", "part", "--format", "json"], None))
-            .unwrap()
-    }
-
-    fn leader(&self) -> i64 {
-        self.describe()["partitions"][0]["leader"].as_i64().unwrap()
-    }
-}
-
-impl Drop for NsNode {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use support::netns::{NsNode, TestNet, require_root};
+use support::wait_for_at_most;
 
 /// The leader is cut off from its followers and from etcd. It loses leadership; a producer on
 /// its side cannot get an `acks=all` write acknowledged; the majority elects a new leader and
@@ -239,22 +19,24 @@ impl Drop for NsNode {
 /// acknowledged write is lost.
 #[test]
 fn an_isolated_leader_loses_leadership_and_acknowledges_nothing() {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test builds network namespaces: run it as root (CI does)"
-    );
+    require_root();
     let net = TestNet::create(3);
     let etcd = EtcdServer::start_also_on(&net.gateway());
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes: Vec<NsNode> = (1..=3)
-        .map(|host| NsNode::start(&net, host, &etcd.endpoint, dirs[host - 1].path()))
+        .map(|host| {
+            NsNode::start(
+                &net,
+                host,
+                &etcd.endpoint,
+                "netsplit",
+                dirs[host - 1].path(),
+                &[],
+            )
+        })
         .collect();
     wait_for_at_most("three brokers", Duration::from_secs(20), || {
-        let info: serde_json::Value =
-            serde_json::from_str(&nodes[0].cli(&["cluster", "info", "--format", "json"], None))
-                .unwrap();
-        support::alive_brokers(&info).len() == 3
+        support::alive_brokers(&nodes[0].cluster_info()).len() == 3
     });
     nodes[0].cli(
         &[
@@ -277,7 +59,7 @@ fn an_isolated_leader_loses_leadership_and_acknowledges_nothing() {
     );
     assert_eq!(acked.lines().count(), 100);
 
-    let old = nodes[0].leader() as usize;
+    let old = nodes[0].leader("part", 0) as usize;
     let majority: Vec<usize> = (1..=3).filter(|host| *host != old).collect();
     net.isolate(old);
     let cut_at = Instant::now();
@@ -307,7 +89,7 @@ fn an_isolated_leader_loses_leadership_and_acknowledges_nothing() {
         "a new leader on the majority side",
         Duration::from_secs(15),
         || {
-            let leader = observer.leader();
+            let leader = observer.leader("part", 0);
             leader > 0 && leader as usize != old
         },
     );
@@ -345,7 +127,7 @@ fn an_isolated_leader_loses_leadership_and_acknowledges_nothing() {
         "the old leader back in the ISR",
         Duration::from_secs(20),
         || {
-            observer.describe()["partitions"][0]["isr"]
+            observer.describe("part")["partitions"][0]["isr"]
                 .as_array()
                 .unwrap()
                 .len()

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
