@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use strata_client::{Client, ClientConfig, Consumer, Producer, ProducerConfig, ProducerRecord};
+use strata_client::{
+    Client, ClientConfig, Consumer, GroupConfig, GroupConsumer, OffsetReset, Producer,
+    ProducerConfig, ProducerRecord,
+};
 use strata_coordinator::testing::EtcdServer;
 use support::netns::{NsNode, TestNet, require_root};
 use support::{runtime, wait_for_at_most};
@@ -29,6 +32,8 @@ use support::{runtime, wait_for_at_most};
 const PLAIN: &str = "soak";
 const IDEMPOTENT: &str = "soak-idem";
 const PARTITIONS: u32 = 3;
+/// The consumer group reading `PLAIN`.
+const GROUP: &str = "soak-group";
 
 /// splitmix64: a seeded schedule without a dependency.
 struct Schedule(u64);
@@ -155,6 +160,10 @@ struct History {
     acked: BTreeMap<(usize, u32, u64), u64>,
     /// (topic index, partition, offset) → value a consumer saw during the run.
     consumed: BTreeMap<(usize, u32, u64), String>,
+    /// (partition, offset) → value the group's members saw (of `PLAIN`).
+    group_consumed: BTreeMap<(u32, u64), String>,
+    /// Members that joined the group (each leaves after a while and another joins).
+    group_members: u64,
 }
 
 fn topic_index(topic: &str) -> usize {
@@ -317,7 +326,7 @@ async fn load(bootstrap: String, history: Arc<Mutex<History>>, stop: Arc<AtomicB
         },
     );
     let mut tasks = Vec::new();
-    for (topic, producer, window) in [(PLAIN, plain, 1), (IDEMPOTENT, idempotent, 64)] {
+    for (topic, producer, window) in [(PLAIN, plain, 32), (IDEMPOTENT, idempotent, 64)] {
         for partition in 0..PARTITIONS {
             let producer = producer.clone();
             let history = history.clone();
@@ -368,6 +377,14 @@ async fn load(bootstrap: String, history: Arc<Mutex<History>>, stop: Arc<AtomicB
             }));
         }
     }
+    // Two members of a consumer group on `PLAIN`, each leaving after a while for a new one to
+    // join: rebalances under faults, commits to a coordinator that moves.
+    for member in 0..2u64 {
+        let client = client.clone();
+        let history = history.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(group_member(client, member, history, stop)));
+    }
     // A consumer reading along: what it sees must never vanish.
     let mut consumer = Consumer::new(client, Default::default());
     let partitions: Vec<u32> = (0..PARTITIONS).collect();
@@ -401,6 +418,52 @@ async fn load(bootstrap: String, history: Arc<Mutex<History>>, stop: Arc<AtomicB
     }
     for task in tasks {
         task.await.unwrap();
+    }
+}
+
+/// One seat in the group: members come and go (each stays 4-12 s), until `stop`; the last one
+/// commits and leaves.
+async fn group_member(
+    client: Arc<Client>,
+    seat: u64,
+    history: Arc<Mutex<History>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut config = GroupConfig::new(GROUP);
+    config.session_timeout = Duration::from_secs(6);
+    config.auto_commit_interval = Some(Duration::from_millis(500));
+    config.auto_offset_reset = OffsetReset::Earliest;
+    let mut generation = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut member) =
+            GroupConsumer::subscribe(client.clone(), vec![PLAIN.to_string()], config.clone()).await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        history.lock().unwrap().group_members += 1;
+        let stays = Duration::from_millis(4000 + (seat * 7 + generation * 3) % 9 * 1000);
+        generation += 1;
+        let joined = Instant::now();
+        while joined.elapsed() < stays && !stop.load(Ordering::Relaxed) {
+            match member.poll().await {
+                Ok(batches) => {
+                    let mut history = history.lock().unwrap();
+                    for batch in &batches {
+                        for record in batch.records() {
+                            let value = String::from_utf8(record.value.to_vec()).unwrap();
+                            history
+                                .group_consumed
+                                .insert((batch.partition, record.offset), value);
+                        }
+                    }
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        // Commits what it consumed and leaves; a close that fails (a fault) leaves the
+        // session to expire instead.
+        let _ = tokio::time::timeout(Duration::from_secs(5), member.close()).await;
     }
 }
 
@@ -486,6 +549,52 @@ fn check_topic(topic: &str, logs: &[Vec<(u64, String)>], history: &History) -> u
         }
     }
     present
+}
+
+/// The group's at-least-once promise: below each committed offset, every record of the final
+/// log reached a member (across rebalances and coordinator moves), no commit passes the log's
+/// end, and nothing a member saw vanished.
+fn check_group(
+    logs: &[Vec<(u64, String)>],
+    committed: &[strata_wire::protocol::CommittedOffset],
+    history: &History,
+) {
+    for (partition, log) in logs.iter().enumerate() {
+        let partition = partition as u32;
+        let end = log.last().map_or(0, |(offset, _)| offset + 1);
+        let commit = committed
+            .iter()
+            .find(|c| c.topic == PLAIN && c.partition == partition)
+            .map_or(0, |c| c.offset.max(0) as u64);
+        assert!(
+            commit <= end,
+            "{GROUP}: committed {commit} on {PLAIN}-{partition}, past its end {end}"
+        );
+        println!("soak: {GROUP} committed {commit} of {end} on {PLAIN}-{partition}");
+        assert!(
+            commit > 0,
+            "{GROUP} committed progress on {PLAIN}-{partition}"
+        );
+        for (offset, value) in log.iter().take_while(|(offset, _)| *offset < commit) {
+            assert_eq!(
+                history.group_consumed.get(&(partition, *offset)),
+                Some(value),
+                "{GROUP}: committed past {PLAIN}-{partition} offset {offset}, which no member saw"
+            );
+        }
+        let by_offset: BTreeMap<u64, &String> =
+            log.iter().map(|(offset, value)| (*offset, value)).collect();
+        for ((_, offset), seen) in history
+            .group_consumed
+            .range((partition, 0)..(partition + 1, 0))
+        {
+            assert_eq!(
+                by_offset.get(offset).copied(),
+                Some(seen),
+                "{GROUP}: a member saw {seen} at {PLAIN}-{partition} offset {offset}, which later vanished"
+            );
+        }
+    }
 }
 
 /// `strata log dump` of a partition folder without its first line (the recovery report).
@@ -613,13 +722,24 @@ fn acknowledged_writes_survive_random_faults() {
     for topic in [PLAIN, IDEMPOTENT] {
         let logs = runtime.block_on(final_logs(bootstrap.clone(), topic));
         present += check_topic(topic, &logs, &history);
+        if topic == PLAIN {
+            let committed = runtime.block_on(async {
+                let client = Client::connect(ClientConfig::new(bootstrap.clone()))
+                    .await
+                    .unwrap();
+                client.committed_offsets(GROUP).await.unwrap()
+            });
+            check_group(&logs, &committed, &history);
+        }
     }
     println!(
-        "soak: {faults} faults; sent {}, acknowledged {}, failed {}, consumed during the run {}, in the final logs {present}",
+        "soak: {faults} faults; sent {}, acknowledged {}, failed {}, consumed during the run {}, in the final logs {present}; group: {} members, {} records seen",
         history.sent,
         history.acked.len(),
         history.failed,
         history.consumed.len(),
+        history.group_members,
+        history.group_consumed.len(),
     );
     for topic in [PLAIN, IDEMPOTENT] {
         for partition in 0..PARTITIONS {
