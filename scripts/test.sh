@@ -10,7 +10,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 # Debian packages the build and tests use, as "command:package": etcd-client's build needs
 # protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium;
-# the network-partition test builds namespaces (ip) and cuts links (iptables).
+# the network-partition and soak tests build namespaces (ip) and cut links (iptables).
 required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables")
 need_apt=()
 for pair in "${required[@]}"; do
