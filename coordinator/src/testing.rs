@@ -65,6 +65,11 @@ impl EtcdServer {
         this.wait_ready()
     }
 
+    /// The etcd process's id (to pause it with SIGSTOP: an outage that keeps its state).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn wait_ready(self) -> EtcdServer {
         let (client, peer) = self.ports;
         let mut server = self;

@@ -3,10 +3,11 @@
 //! kill -9 of any broker, of a leader, of the controller; SIGSTOP shorter and longer than the
 //! lease, of any broker or of a leader; two brokers down at once; a clean restart; a broker cut
 //! off from everyone, a leader cut off from its followers only (it keeps its lease), a broker
-//! losing 5-40% of its packets (iptables). Afterwards the history is checked: every
-//! acknowledged record is present exactly once, in order, at its acknowledged offset; nothing a
-//! consumer saw vanished; the idempotent producer wrote nothing twice; and the three replicas
-//! of every partition hold the same batches.
+//! losing 5-40% of its packets (iptables); etcd paused (past the lease or not) or restarted.
+//! Afterwards the history is checked: every acknowledged record is present exactly once, in
+//! order, at its acknowledged offset; nothing a consumer saw vanished; the idempotent producer
+//! wrote nothing twice; below the consumer group's commits every record reached a member; and
+//! the three replicas of every partition hold the same batches.
 //!
 //! `STRATA_SOAK_SECS` (default 40) sets how long faults are injected, `STRATA_SOAK_SEED` the
 //! schedule (printed at the start; the same seed gives the same faults, not the same timing).
@@ -69,6 +70,9 @@ struct Cluster {
     states: Vec<NodeState>,
     /// Whether iptables rules in the host's namespace cut or thin its traffic.
     faulty_network: Vec<bool>,
+    /// `None` only while it restarts.
+    etcd: Option<EtcdServer>,
+    etcd_paused: bool,
     /// Dropped after the nodes (fields drop in order): namespaces outlive their brokers.
     net: TestNet,
 }
@@ -93,8 +97,18 @@ impl Cluster {
         self.states[index] = NodeState::Paused;
     }
 
-    /// Restarts killed brokers, wakes paused ones, removes every network fault.
+    fn signal_etcd(&self, signal: i32) {
+        let pid = self.etcd.as_ref().expect("etcd runs").pid();
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(pid as i32, signal) };
+    }
+
+    /// Restarts killed brokers, wakes paused ones and etcd, removes every network fault.
     fn heal(&mut self) {
+        if self.etcd_paused {
+            self.signal_etcd(libc::SIGCONT);
+            self.etcd_paused = false;
+        }
         for index in 0..self.nodes.len() {
             if self.faulty_network[index] {
                 self.net.heal_all(index + 1);
@@ -178,7 +192,7 @@ fn value(partition: u32, sequence: u64) -> String {
 fn inject(cluster: &mut Cluster, schedule: &mut Schedule) -> String {
     let brokers = cluster.nodes.len() as u64;
     let any = |schedule: &mut Schedule| schedule.below(brokers) as usize;
-    let (what, hold) = match schedule.below(10) {
+    let (what, hold) = match schedule.below(12) {
         0 => {
             let victim = any(schedule);
             cluster.kill(victim);
@@ -281,6 +295,21 @@ fn inject(cluster: &mut Cluster, schedule: &mut Schedule) -> String {
                     loss * 100.0
                 ),
                 schedule.millis(2000, 8000),
+            )
+        }
+        9 => {
+            // The lease is 2 s: longer outages take every broker out of the cluster until etcd
+            // answers again.
+            cluster.signal_etcd(libc::SIGSTOP);
+            cluster.etcd_paused = true;
+            ("etcd paused (SIGSTOP)".into(), schedule.millis(500, 4000))
+        }
+        10 => {
+            let etcd = cluster.etcd.take().expect("etcd runs");
+            cluster.etcd = Some(etcd.restart());
+            (
+                "etcd killed and restarted on its data".into(),
+                Duration::ZERO,
             )
         }
         _ => {
@@ -672,6 +701,8 @@ fn acknowledged_writes_survive_random_faults() {
     }
     let mut cluster = Cluster {
         net,
+        etcd: Some(etcd),
+        etcd_paused: false,
         states: vec![NodeState::Up; nodes.len()],
         faulty_network: vec![false; nodes.len()],
         nodes,
