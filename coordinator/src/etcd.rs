@@ -3,13 +3,17 @@
 //! ```text
 //! brokers/<id>             BrokerInfo (JSON), on this node's lease: gone when the node dies
 //! controller               etcd election; its leader value is the controller's node id
-//! topics/<topic>           TopicRecord (JSON): replication factor, config
+//! topics/<topic>           TopicRecord (JSON): replication factor, config, initial assignment
 //! partitions/<topic>/<p>   PartitionState (JSON)
 //! ```
 //!
 //! Every write that must not clobber newer state is a transaction that compares first: a broker
-//! id is taken only if its key does not exist, a topic is created only if absent (with all its
-//! partitions in the same transaction), and deleted only if still present.
+//! id is taken only if its key does not exist, a topic is created only if absent, and deleted
+//! only if still present. etcd caps a transaction at 128 operations (`--max-txn-ops`), fewer
+//! than a topic may have partitions, so the topic record, written in one step, is what creates
+//! a topic: it holds every partition's initial replicas. The partition keys follow in chunks,
+//! each only where absent; until a partition's key exists, readers see its initial state, and
+//! the controller writes any key a creator did not get to.
 //!
 //! The etcd client is bound to the runtime it was created on; this type lives on the node's
 //! control thread. Calls are made on clones of the client (cheap handles to one connection).
@@ -31,11 +35,43 @@ use crate::{
 /// Broker liveness lease, unless configured otherwise.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
+/// Partition keys created per transaction: each takes a compare and a put, and the chunk one
+/// compare more, within etcd's default cap of 128 operations per transaction.
+const PARTITION_KEYS_PER_TXN: usize = 60;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TopicRecord {
     name: String,
     replication_factor: u16,
     config: BTreeMap<String, String>,
+    /// Each partition's replicas as created (index = partition): the state of a partition whose
+    /// key is not written yet. Empty in records from before topics were created in chunks
+    /// (their partition keys were all written with the record).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    assignment: Vec<Vec<i32>>,
+}
+
+impl TopicRecord {
+    /// The topic as readers see it: each partition's stored state, or its initial one where its
+    /// key is not written yet.
+    fn state(self, stored: Vec<PartitionState>) -> TopicState {
+        let written: std::collections::BTreeSet<u32> =
+            stored.iter().map(|partition| partition.partition).collect();
+        let mut partitions = stored;
+        for (partition, replicas) in self.assignment.iter().enumerate() {
+            let partition = partition as u32;
+            if !written.contains(&partition) {
+                partitions.push(PartitionState::initial(partition, replicas.clone()));
+            }
+        }
+        partitions.sort_by_key(|partition| partition.partition);
+        TopicState {
+            name: self.name,
+            replication_factor: self.replication_factor,
+            config: self.config,
+            partitions,
+        }
+    }
 }
 
 pub struct EtcdCoordinator {
@@ -332,6 +368,98 @@ impl EtcdCoordinator {
         Ok(())
     }
 
+    /// The topic's record and the revision etcd created it at; `None` if there is no topic.
+    async fn topic_record(
+        &self,
+        topic: &str,
+    ) -> Result<Option<(TopicRecord, i64, i64)>, CoordinatorError> {
+        let key = self.key(&format!("topics/{topic}"));
+        let response = self
+            .client
+            .clone()
+            .get(key, None)
+            .await
+            .map_err(etcd_error)?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let record: TopicRecord = decode(kv.key(), kv.value())?;
+        Ok(Some((record, kv.create_revision(), kv.mod_revision())))
+    }
+
+    /// Writes the partition keys of `topic` that its record assigns but etcd does not hold yet,
+    /// each only where absent, in chunks that fit a transaction, and only while the topic is
+    /// the one that assigned them (not deleted, nor deleted and created again). Returns how
+    /// many it wrote. Safe to run from several brokers at once: the creator after writing the
+    /// record, the controller for a creator that stopped half way.
+    pub async fn create_missing_partitions(&self, topic: &str) -> Result<usize, CoordinatorError> {
+        let topic_key = self.key(&format!("topics/{topic}"));
+        let mut written = 0;
+        // A lost race (another writer created some of the keys) reads again and goes on.
+        for _ in 0..10 {
+            let Some((record, created, _)) = self.topic_record(topic).await? else {
+                return Ok(written);
+            };
+            let stored: std::collections::BTreeSet<u32> = self
+                .partitions_of(topic)
+                .await?
+                .iter()
+                .map(|partition| partition.partition)
+                .collect();
+            let missing: Vec<PartitionState> = record
+                .assignment
+                .iter()
+                .enumerate()
+                .filter(|(partition, _)| !stored.contains(&(*partition as u32)))
+                .map(|(partition, replicas)| {
+                    PartitionState::initial(partition as u32, replicas.clone())
+                })
+                .collect();
+            if missing.is_empty() {
+                return Ok(written);
+            }
+            let mut raced = false;
+            for chunk in missing.chunks(PARTITION_KEYS_PER_TXN) {
+                let mut compares = vec![Compare::create_revision(
+                    topic_key.clone(),
+                    CompareOp::Equal,
+                    created,
+                )];
+                let mut puts = Vec::with_capacity(chunk.len());
+                for partition in chunk {
+                    let key = self.key(&format!("partitions/{topic}/{}", partition.partition));
+                    compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+                    puts.push(TxnOp::put(
+                        key,
+                        serde_json::to_vec(partition).expect("partition serializes"),
+                        None,
+                    ));
+                }
+                let txn = Txn::new().when(compares).and_then(puts);
+                if self
+                    .client
+                    .clone()
+                    .txn(txn)
+                    .await
+                    .map_err(etcd_error)?
+                    .succeeded()
+                {
+                    written += chunk.len();
+                } else {
+                    raced = true;
+                    break;
+                }
+            }
+            if !raced {
+                return Ok(written);
+            }
+        }
+        Err(CoordinatorError::Unavailable(format!(
+            "the partitions of topic {topic} kept changing while being created; try again"
+        )))
+    }
+
+    /// The partition keys etcd holds for `topic` (without the initial states of unwritten ones).
     async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
         let mut client = self.client.clone();
         let response = client
@@ -402,29 +530,44 @@ impl Coordinator for EtcdCoordinator {
         }
     }
 
+    /// Every topic, read at one etcd revision: records and partition keys agree.
     async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError> {
         let mut client = self.client.clone();
-        let response = client
+        let records = client
             .get(self.key("topics/"), Some(GetOptions::new().with_prefix()))
             .await
             .map_err(etcd_error)?;
+        let revision = records.header().map_or(0, |header| header.revision());
+        let prefix = self.key("partitions/");
+        let keys = client
+            .get(
+                prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_revision(revision)),
+            )
+            .await
+            .map_err(etcd_error)?;
+        let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
+        for kv in keys.kvs() {
+            let state: PartitionState = decode(kv.key(), kv.value())?;
+            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let topic = rest
+                .rsplit_once('/')
+                .map_or(rest.as_str(), |(topic, _)| topic);
+            stored.entry(topic.to_string()).or_default().push(state);
+        }
         let mut topics = Vec::new();
-        for kv in response.kvs() {
+        for kv in records.kvs() {
             let record: TopicRecord = decode(kv.key(), kv.value())?;
-            let partitions = self.partitions_of(&record.name).await?;
-            topics.push(TopicState {
-                name: record.name,
-                replication_factor: record.replication_factor,
-                config: record.config,
-                partitions,
-            });
+            let partitions = stored.remove(&record.name).unwrap_or_default();
+            topics.push(record.state(partitions));
         }
         topics.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(topics)
     }
 
-    /// Creates the topic and all its partitions in one transaction that first checks the topic
-    /// does not exist: two racing creators cannot both succeed or interleave.
+    /// Creates the topic with one write of its record (only if absent: two racing creators
+    /// cannot both succeed), which fixes every partition's replicas; then writes the partition
+    /// keys in chunks (see the module comment).
     async fn create_topic(&self, spec: TopicSpec) -> Result<TopicState, CoordinatorError> {
         validate_topic_name(&spec.name)?;
         let brokers = self.brokers().await?;
@@ -437,74 +580,84 @@ impl Coordinator for EtcdCoordinator {
             name: spec.name.clone(),
             replication_factor: spec.replication_factor,
             config: spec.config.clone(),
+            assignment: partitions.iter().map(|p| p.replicas.clone()).collect(),
         };
-        let mut puts = vec![TxnOp::put(
-            topic_key.clone(),
-            serde_json::to_vec(&record).expect("topic serializes"),
-            None,
-        )];
-        for partition in &partitions {
-            puts.push(TxnOp::put(
-                self.key(&format!("partitions/{}/{}", spec.name, partition.partition)),
-                serde_json::to_vec(partition).expect("partition serializes"),
-                None,
-            ));
-        }
         let txn = Txn::new()
-            .when([Compare::create_revision(topic_key, CompareOp::Equal, 0)])
-            .and_then(puts);
+            .when([Compare::create_revision(
+                topic_key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([TxnOp::put(
+                topic_key,
+                serde_json::to_vec(&record).expect("topic serializes"),
+                None,
+            )]);
         let mut client = self.client.clone();
         let response = client.txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Err(CoordinatorError::TopicExists(spec.name));
         }
-        Ok(TopicState {
-            name: spec.name,
-            replication_factor: spec.replication_factor,
-            config: spec.config,
-            partitions,
-        })
+        // The topic exists now; a failure from here on leaves keys for the controller to write.
+        if let Err(error) = self.create_missing_partitions(&spec.name).await {
+            tracing::warn!(topic = %spec.name, "writing the partition keys: {error} (the controller completes them)");
+        }
+        Ok(record.state(Vec::new()))
     }
 
+    /// Extends the topic record's assignment (only if the record is unchanged since read: of two
+    /// racing calls one fails), then writes the new partitions' keys in chunks.
     async fn add_partitions(
         &self,
         topic: &str,
         partitions: u32,
     ) -> Result<TopicState, CoordinatorError> {
         let brokers = self.brokers().await?;
-        let mut existing = self
-            .topics()
-            .await?
-            .into_iter()
-            .find(|t| t.name == topic)
-            .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?;
+        let Some((mut record, _, revision)) = self.topic_record(topic).await? else {
+            return Err(CoordinatorError::UnknownTopic(topic.to_string()));
+        };
+        let existing = record.clone().state(self.partitions_of(topic).await?);
         let added =
             placement::grow(&brokers, &existing, partitions).map_err(CoordinatorError::Invalid)?;
-        // Only if the topic still exists and no other call added these partitions first.
-        let mut compares = vec![Compare::create_revision(
-            self.key(&format!("topics/{topic}")),
-            CompareOp::Greater,
-            0,
-        )];
-        let mut puts = Vec::new();
-        for partition in &added {
-            let key = self.key(&format!("partitions/{topic}/{}", partition.partition));
-            compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
-            puts.push(TxnOp::put(
-                key,
-                serde_json::to_vec(partition).expect("partition serializes"),
-                None,
-            ));
+        // A record from before assignments were kept: its partitions' keys all exist, so their
+        // replicas now stand in for the initial ones.
+        if record.assignment.len() < existing.partitions.len() {
+            record.assignment = existing
+                .partitions
+                .iter()
+                .map(|p| p.replicas.clone())
+                .collect();
         }
-        let txn = Txn::new().when(compares).and_then(puts);
+        record
+            .assignment
+            .extend(added.iter().map(|partition| partition.replicas.clone()));
+        let topic_key = self.key(&format!("topics/{topic}"));
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                topic_key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::put(
+                topic_key,
+                serde_json::to_vec(&record).expect("topic serializes"),
+                None,
+            )]);
         let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Err(CoordinatorError::Invalid(format!(
                 "topic {topic} changed while its partitions were being added; try again"
             )));
         }
-        existing.partitions.extend(added);
-        Ok(existing)
+        if let Err(error) = self.create_missing_partitions(topic).await {
+            tracing::warn!(
+                topic,
+                "writing the partition keys: {error} (the controller completes them)"
+            );
+        }
+        let mut grown = existing;
+        grown.partitions.extend(added);
+        Ok(grown)
     }
 
     /// Reads the topic record and writes it back changed, only if nobody wrote it in between
@@ -544,12 +697,8 @@ impl Coordinator for EtcdCoordinator {
                 "topic {topic} changed while its config was being altered; try again"
             )));
         }
-        Ok(TopicState {
-            name: record.name,
-            replication_factor: record.replication_factor,
-            config: record.config,
-            partitions: self.partitions_of(topic).await?,
-        })
+        let stored = self.partitions_of(topic).await?;
+        Ok(record.state(stored))
     }
 
     async fn delete_topic(&self, name: &str) -> Result<TopicState, CoordinatorError> {

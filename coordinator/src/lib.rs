@@ -59,6 +59,22 @@ pub struct PartitionState {
     pub target_replicas: Option<Vec<i32>>,
 }
 
+impl PartitionState {
+    /// A new partition's state: the first replica leads at epoch 0, every replica in sync.
+    pub fn initial(partition: u32, replicas: Vec<i32>) -> PartitionState {
+        assert!(!replicas.is_empty(), "a partition has at least one replica");
+        PartitionState {
+            partition,
+            leader: replicas[0],
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            replicas,
+            partition_epoch: 0,
+            target_replicas: None,
+        }
+    }
+}
+
 /// A topic: its partitions and its configuration overrides (`flush`, `retention.ms`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicState {

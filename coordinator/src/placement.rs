@@ -177,15 +177,7 @@ pub fn place(
             let replicas: Vec<i32> = (0..replication_factor)
                 .map(|k| ids[(first + k) % ids.len()])
                 .collect();
-            PartitionState {
-                partition,
-                leader: replicas[0],
-                leader_epoch: 0,
-                isr: replicas.clone(),
-                replicas,
-                partition_epoch: 0,
-                target_replicas: None,
-            }
+            PartitionState::initial(partition, replicas)
         })
         .collect())
 }

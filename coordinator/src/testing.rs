@@ -65,6 +65,41 @@ impl EtcdServer {
         this.wait_ready()
     }
 
+    /// Deletes every key under `prefix` and returns how many there were: tests stand for a
+    /// writer that stopped half way with it.
+    pub async fn delete_prefix(&self, prefix: &str) -> i64 {
+        let mut client = etcd_client::Client::connect([self.endpoint.as_str()], None)
+            .await
+            .expect("connect to etcd");
+        client
+            .delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .expect("delete from etcd")
+            .deleted()
+    }
+
+    /// How many keys are under `prefix`.
+    pub async fn count_prefix(&self, prefix: &str) -> i64 {
+        let mut client = etcd_client::Client::connect([self.endpoint.as_str()], None)
+            .await
+            .expect("connect to etcd");
+        client
+            .get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .expect("count in etcd")
+            .count()
+    }
+
     /// The etcd process's id (to pause it with SIGSTOP: an outage that keeps its state).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -206,6 +206,82 @@ fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
     });
 }
 
+/// etcd caps a transaction at 128 operations; a topic may have thousands of partitions. The
+/// record creates it in one write, the partition keys follow in chunks, and a creator that
+/// stopped half way leaves nothing a reader misses or a later writer cannot complete.
+#[test]
+fn topics_wider_than_one_etcd_transaction_are_created_grown_and_completed() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let nodes = [
+            connect(&etcd, 1, Duration::from_secs(5)).await,
+            connect(&etcd, 2, Duration::from_secs(5)).await,
+            connect(&etcd, 3, Duration::from_secs(5)).await,
+        ];
+        for (at, node) in nodes.iter().enumerate() {
+            node.register_broker(broker(at as i32 + 1)).await.unwrap();
+        }
+        let keys = "/strata/test/partitions/wide/";
+        let created = nodes[0].create_topic(spec("wide", 1000, 3)).await.unwrap();
+        assert_eq!(created.partitions.len(), 1000);
+        assert_eq!(
+            etcd.count_prefix(keys).await,
+            1000,
+            "every partition key written"
+        );
+        let read = nodes[1].topics().await.unwrap();
+        assert_eq!(read, vec![created.clone()], "read back as created");
+        let mut leaders = [0; 3];
+        for (index, partition) in read[0].partitions.iter().enumerate() {
+            assert_eq!(partition.partition, index as u32);
+            assert_eq!(partition.replicas.len(), 3);
+            leaders[partition.leader as usize - 1] += 1;
+        }
+        assert!(
+            leaders.iter().all(|count| (333..=334).contains(count)),
+            "{leaders:?}"
+        );
+
+        let grown = nodes[2].add_partitions("wide", 1300).await.unwrap();
+        assert_eq!(grown.partitions.len(), 1300);
+        assert_eq!(etcd.count_prefix(keys).await, 1300);
+        assert_eq!(nodes[0].topics().await.unwrap(), vec![grown.clone()]);
+
+        // A creator that stopped after the record: readers still see every partition, in its
+        // initial state, and the next writer completes the keys without touching the others.
+        let moved = nodes[0].topics().await.unwrap()[0].partitions[5].clone();
+        let shrunk = moved.isr[..2].to_vec();
+        let isr_change = strata_coordinator::PartitionChange::Isr(shrunk.clone());
+        let stored = nodes[0].update_partition("wide", &moved, isr_change).await;
+        assert!(stored.unwrap().is_some());
+        let lost = etcd.delete_prefix("/strata/test/partitions/wide/12").await;
+        assert_eq!(lost, 111, "keys 12 and 120-129 and 1200-1299");
+        let seen = nodes[1].topics().await.unwrap();
+        assert_eq!(seen[0].partitions.len(), 1300);
+        assert_eq!(
+            seen[0].partitions[1250], grown.partitions[1250],
+            "the initial state"
+        );
+        assert_eq!(
+            nodes[2].create_missing_partitions("wide").await.unwrap(),
+            111
+        );
+        assert_eq!(nodes[2].create_missing_partitions("wide").await.unwrap(), 0);
+        assert_eq!(etcd.count_prefix(keys).await, 1300);
+        let completed = nodes[1].topics().await.unwrap();
+        assert_eq!(
+            completed[0].partitions[5].isr, shrunk,
+            "a changed partition kept its state"
+        );
+
+        // Deleted: nothing left, and a late completer writes nothing.
+        nodes[0].delete_topic("wide").await.unwrap();
+        assert_eq!(nodes[2].create_missing_partitions("wide").await.unwrap(), 0);
+        assert_eq!(etcd.count_prefix(keys).await, 0);
+        assert!(nodes[0].topics().await.unwrap().is_empty());
+    });
+}
+
 #[test]
 fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
     use strata_coordinator::groups::{GroupOffsets, GroupRecord, StoredOffset};

@@ -518,3 +518,55 @@ fn a_topic_altered_through_one_broker_changes_every_broker() {
         }
     });
 }
+
+/// A topic with more partitions than etcd takes operations in one transaction (128): created
+/// through the CLI, every partition leads somewhere and takes records; partition keys its
+/// creator did not write (it stopped half way) are written by the controller.
+#[test]
+fn a_topic_wider_than_one_etcd_transaction() {
+    const PARTITIONS: u32 = 200;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    let partitions = PARTITIONS.to_string();
+    let args = ["topic", "create", "wide", "--partitions", &partitions];
+    nodes[0].cli(&[&args[..], &["--replication-factor", "2"]].concat(), None);
+    let all_led = |node: &TestNode| {
+        let leaders = leaders(node, "wide");
+        leaders.len() == PARTITIONS as usize && leaders.iter().all(|leader| *leader > 0)
+    };
+    wait_for("every node to see every partition led", || {
+        nodes.iter().all(all_led)
+    });
+    let keys = "/strata/itest/partitions/wide/";
+    let runtime = runtime();
+    assert_eq!(
+        runtime.block_on(etcd.count_prefix(keys)),
+        i64::from(PARTITIONS)
+    );
+
+    runtime.block_on(async {
+        let client = nodes[1].client().await;
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        for partition in [0, 127, 128, PARTITIONS - 1] {
+            let mut record = ProducerRecord::new("wide", None, format!("to {partition}"));
+            record.partition = Some(partition);
+            let ack = producer.send(record).await.unwrap().await.unwrap();
+            assert_eq!((ack.partition, ack.offset), (partition, 0));
+        }
+    });
+
+    // Keys 1, 10-19 and 100-199 gone, as if the creator had stopped there: readers still see
+    // those partitions as created, and the controller writes the keys again.
+    let lost = runtime.block_on(etcd.delete_prefix(&format!("{keys}1")));
+    assert_eq!(lost, 111);
+    assert!(nodes.iter().all(all_led));
+    wait_for("the controller to write the missing keys", || {
+        runtime.block_on(etcd.count_prefix(keys)) == i64::from(PARTITIONS)
+    });
+    let stored = support::stored_records(&nodes[2], "wide");
+    assert_eq!(stored, 4, "the records are still there");
+}

@@ -502,7 +502,20 @@ impl Controller {
             .map(|broker| broker.id)
             .collect();
         let topics = etcd.topics().await?;
-        for (topic, state, revision) in etcd.partitions_with_revisions().await? {
+        let stored = etcd.partitions_with_revisions().await?;
+        // A creator that stopped between a topic's record and its last partition key leaves
+        // partitions without keys (readers see their initial state): write them.
+        let mut keys: std::collections::BTreeMap<&str, usize> = Default::default();
+        for (topic, ..) in &stored {
+            *keys.entry(topic.as_str()).or_default() += 1;
+        }
+        for topic in &topics {
+            if keys.get(topic.name.as_str()).copied().unwrap_or(0) < topic.partitions.len() {
+                let written = etcd.create_missing_partitions(&topic.name).await?;
+                tracing::info!(topic = %topic.name, written, "controller wrote partition keys a creator had not");
+            }
+        }
+        for (topic, state, revision) in stored {
             let unclean = topics
                 .iter()
                 .find(|t| t.name == topic)
