@@ -545,6 +545,9 @@ fn a_diverged_old_leader_truncates_when_it_rejoins() {
                 &id,
                 "--lease-ttl-ms",
                 "3000",
+                // Caught-up followers long-poll a quarter of this: 500 ms.
+                "--replica-lag-time-max-ms",
+                "2000",
             ];
             TestNode::start_with(dirs[i].path(), 1, &args)
         })
