@@ -144,6 +144,70 @@ pub(crate) fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
     CoordinatorError::Unavailable(error.to_string())
 }
 
+/// Keys per page of a prefix read: partition states are ~150 bytes, topic records up to
+/// ~1 MB with a huge assignment, so a page stays well inside gRPC's 4 MiB per answer only when
+/// it is sized for what it reads.
+pub(crate) const SMALL_VALUES_PER_PAGE: i64 = 5_000;
+/// For values that may each be close to etcd's 1.5 MiB request limit (topic records, group
+/// records).
+pub(crate) const LARGE_VALUES_PER_PAGE: i64 = 2;
+
+/// Every key under `prefix`, in pages of `page` keys, all at one revision: `at_revision`, or
+/// the first page's when 0. Returns the keys and that revision. One unpaged answer may carry
+/// at most 4 MiB (gRPC's limit): a cluster of some 30,000 partitions read in one answer failed
+/// every read of the cluster state.
+pub(crate) async fn get_prefix(
+    client: &Client,
+    prefix: &str,
+    page: i64,
+    at_revision: i64,
+) -> Result<(Vec<etcd_client::KeyValue>, i64), CoordinatorError> {
+    let end = prefix_end(prefix.as_bytes());
+    let mut client = client.clone();
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = at_revision;
+    let mut keys = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(page);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let mut response = client
+            .get(from.clone(), Some(options))
+            .await
+            .map_err(etcd_error)?;
+        if revision == 0 {
+            revision = response.header().map_or(0, |header| header.revision());
+        }
+        let more = response.more();
+        let kvs = response.take_kvs();
+        match kvs.last() {
+            Some(last) if more => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => {
+                keys.extend(kvs);
+                return Ok((keys, revision));
+            }
+        }
+        keys.extend(kvs);
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for a prefix).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All 0xff: to the end of the key space.
+    vec![0]
+}
+
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
     key: &[u8],
     value: &[u8],
@@ -276,14 +340,10 @@ impl EtcdCoordinator {
     pub async fn partitions_with_revisions(
         &self,
     ) -> Result<Vec<(String, PartitionState, i64)>, CoordinatorError> {
-        let mut client = self.client.clone();
         let prefix = self.key("partitions/");
-        let response = client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd_error)?;
+        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, 0).await?;
         let mut out = Vec::new();
-        for kv in response.kvs() {
+        for kv in &keys {
             let state: PartitionState = decode(kv.key(), kv.value())?;
             let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
             let topic = rest
@@ -461,16 +521,9 @@ impl EtcdCoordinator {
 
     /// The partition keys etcd holds for `topic` (without the initial states of unwritten ones).
     async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
-        let mut client = self.client.clone();
-        let response = client
-            .get(
-                self.key(&format!("partitions/{topic}/")),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(etcd_error)?;
-        let mut partitions: Vec<PartitionState> = response
-            .kvs()
+        let prefix = self.key(&format!("partitions/{topic}/"));
+        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, 0).await?;
+        let mut partitions: Vec<PartitionState> = keys
             .iter()
             .map(|kv| decode(kv.key(), kv.value()))
             .collect::<Result<_, _>>()?;
@@ -489,13 +542,14 @@ impl Coordinator for EtcdCoordinator {
     }
 
     async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError> {
-        let mut client = self.client.clone();
-        let response = client
-            .get(self.key("brokers/"), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd_error)?;
-        let mut brokers: Vec<BrokerInfo> = response
-            .kvs()
+        let (keys, _) = get_prefix(
+            &self.client,
+            &self.key("brokers/"),
+            SMALL_VALUES_PER_PAGE,
+            0,
+        )
+        .await?;
+        let mut brokers: Vec<BrokerInfo> = keys
             .iter()
             .map(|kv| decode(kv.key(), kv.value()))
             .collect::<Result<_, _>>()?;
@@ -532,22 +586,12 @@ impl Coordinator for EtcdCoordinator {
 
     /// Every topic, read at one etcd revision: records and partition keys agree.
     async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError> {
-        let mut client = self.client.clone();
-        let records = client
-            .get(self.key("topics/"), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd_error)?;
-        let revision = records.header().map_or(0, |header| header.revision());
+        let (records, revision) =
+            get_prefix(&self.client, &self.key("topics/"), LARGE_VALUES_PER_PAGE, 0).await?;
         let prefix = self.key("partitions/");
-        let keys = client
-            .get(
-                prefix.clone(),
-                Some(GetOptions::new().with_prefix().with_revision(revision)),
-            )
-            .await
-            .map_err(etcd_error)?;
+        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, revision).await?;
         let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
-        for kv in keys.kvs() {
+        for kv in &keys {
             let state: PartitionState = decode(kv.key(), kv.value())?;
             let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
             let topic = rest
@@ -556,7 +600,7 @@ impl Coordinator for EtcdCoordinator {
             stored.entry(topic.to_string()).or_default().push(state);
         }
         let mut topics = Vec::new();
-        for kv in records.kvs() {
+        for kv in &records {
             let record: TopicRecord = decode(kv.key(), kv.value())?;
             let partitions = stored.remove(&record.name).unwrap_or_default();
             topics.push(record.state(partitions));

@@ -22,11 +22,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::CoordinatorError;
-use crate::etcd::{decode, etcd_error};
+use crate::etcd::{LARGE_VALUES_PER_PAGE, decode, etcd_error, get_prefix};
 use crate::local::write_atomically;
 
 /// A store revision of a group record; 0 when the group has never been stored.
@@ -268,15 +268,12 @@ impl GroupStore for EtcdGroupStore {
             None => (None, 0),
         };
         let offsets_prefix = self.key(&format!("offsets/{group}/"));
-        let stored = client
-            .get(
-                offsets_prefix.clone(),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(etcd_error)?;
+        // One key per topic, each a map of its partitions' offsets: large for a topic of many
+        // partitions.
+        let (stored, _) =
+            get_prefix(&self.client, &offsets_prefix, LARGE_VALUES_PER_PAGE, 0).await?;
         let mut offsets = GroupOffsets::new();
-        for kv in stored.kvs() {
+        for kv in &stored {
             let topic = String::from_utf8_lossy(&kv.key()[offsets_prefix.len()..]).into_owned();
             offsets.insert(topic, decode(kv.key(), kv.value())?);
         }
@@ -340,14 +337,9 @@ impl GroupStore for EtcdGroupStore {
 
     async fn list_groups(&self) -> Result<Vec<(String, i32)>, CoordinatorError> {
         let prefix = self.key("groups/");
-        let response = self
-            .client
-            .clone()
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd_error)?;
+        let (records, _) = get_prefix(&self.client, &prefix, LARGE_VALUES_PER_PAGE, 0).await?;
         let mut groups = Vec::new();
-        for kv in response.kvs() {
+        for kv in &records {
             let record: GroupRecord = decode(kv.key(), kv.value())?;
             let group = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
             groups.push((group, record.generation));

@@ -282,6 +282,30 @@ fn topics_wider_than_one_etcd_transaction_are_created_grown_and_completed() {
     });
 }
 
+/// A cluster's partition keys take more than one etcd answer may carry (gRPC's 4 MiB): reads
+/// page through them.
+#[test]
+fn a_cluster_with_more_partition_state_than_one_etcd_answer() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let node = connect(&etcd, 1, Duration::from_secs(5)).await;
+        for id in 1..=3 {
+            node.register_broker(broker(id)).await.unwrap();
+        }
+        let mut created = Vec::new();
+        for topic in ["wide-a", "wide-b", "wide-c"] {
+            created.push(node.create_topic(spec(topic, 12_000, 3)).await.unwrap());
+        }
+        assert_eq!(
+            etcd.count_prefix("/strata/test/partitions/").await,
+            36_000,
+            "every key written"
+        );
+        let read = node.topics().await.unwrap();
+        assert_eq!(read, created);
+    });
+}
+
 #[test]
 fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
     use strata_coordinator::groups::{GroupOffsets, GroupRecord, StoredOffset};
