@@ -948,3 +948,44 @@ fn a_seek_drops_what_a_dropped_poll_took_for_that_partition() {
         panic!("no attempt left a taken record behind a dropped poll");
     });
 }
+
+/// Started with Debian's default soft limit of 1,024 open files (hard limit higher), a node
+/// raises it, as the JVM does for Kafka: a topic of 200 partitions (8 files each) opens and
+/// takes records on every partition.
+#[test]
+fn a_low_soft_open_file_limit_does_not_cap_partitions() {
+    let mut hard = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut hard) },
+        0
+    );
+    assert!(
+        hard.rlim_max >= 4096,
+        "this test needs a hard open-file limit of at least 4096, not {}",
+        hard.rlim_max
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), 2);
+    node.kill();
+    node.soft_open_files = Some(1024);
+    node.respawn();
+    node.cli(&["topic", "create", "many", "--partitions", "200"], None);
+    runtime().block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(client, ProducerConfig::default());
+        let mut acks = Vec::new();
+        for partition in 0..200 {
+            let mut record = ProducerRecord::new("many", None, format!("{partition}"));
+            record.partition = Some(partition);
+            acks.push(producer.send(record).await.unwrap());
+        }
+        for ack in acks {
+            let ack = ack.await.expect("every partition takes records");
+            assert_eq!(ack.offset, 0);
+        }
+    });
+}

@@ -17,6 +17,8 @@ pub struct TestNode {
     args: Vec<String>,
     /// Extra environment for the next spawns (e.g. fault hooks).
     pub env: Vec<(String, String)>,
+    /// A soft limit on open files for the next spawns (the hard limit stays).
+    pub soft_open_files: Option<u64>,
 }
 
 /// A base port whose client port and shard ports (port + 10 + i) are all free now, and that
@@ -136,19 +138,38 @@ impl TestNode {
                 .iter()
                 .map(|(key, value)| (key.to_string(), value.to_string()))
                 .collect(),
+            soft_open_files: None,
         };
         node.spawn();
         node
     }
 
     fn spawn(&mut self) {
-        let child = strata()
+        let mut command = strata();
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn strata serve");
+            .stderr(Stdio::inherit());
+        if let Some(soft) = self.soft_open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec only async-signal-safe calls: getrlimit, setrlimit.
+            unsafe {
+                command.pre_exec(move || {
+                    let mut limit = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                    limit.rlim_cur = soft.min(limit.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().expect("spawn strata serve");
         self.child = Some(child);
         self.wait_ready();
     }

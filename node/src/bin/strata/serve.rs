@@ -110,7 +110,51 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
 }
 
+/// Open files each partition replica keeps: the log (twice: buffered and `O_DIRECT`), its
+/// offset and time indexes, and four checkpoints (recovery point, high watermark, leader
+/// epochs, producer state).
+const FILES_PER_PARTITION: u64 = 8;
+
+/// Raises this process's soft limit on open files to its hard limit, as the JVM does for Kafka:
+/// Debian's default soft limit of 1,024 left a broker fewer than 130 partitions, and a topic
+/// created past that answered NOT_LEADER on partitions whose files it could not open.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard one
+        // needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            tracing::debug!(
+                from = limit.rlim_cur,
+                to = limit.rlim_max,
+                "raised the open-file limit"
+            );
+            limit = raised;
+        }
+    }
+    let partitions = limit.rlim_cur / FILES_PER_PARTITION;
+    if partitions < 1_000 {
+        tracing::warn!(
+            open_files = limit.rlim_cur,
+            "this process may open {} files: about {partitions} partition replicas; raise the hard limit (LimitNOFILE=1048576, see `strata tune check`)",
+            limit.rlim_cur
+        );
+    }
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    raise_open_file_limit();
     let file: FileConfig = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
