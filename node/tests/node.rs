@@ -989,3 +989,55 @@ fn a_low_soft_open_file_limit_does_not_cap_partitions() {
         }
     });
 }
+
+/// A partition whose folder cannot be made (a file is in its place) does not keep the topic's
+/// other partitions from opening and leading; it answers STORAGE_ERROR, not NOT_LEADER, and
+/// opens by itself once the obstacle is gone.
+#[test]
+fn a_replica_that_cannot_open_does_not_hold_back_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(dir.path(), 1);
+    let obstacle = dir.path().join("blocked-3");
+    std::fs::write(&obstacle, b"not a partition folder").unwrap();
+    node.cli(&["topic", "create", "blocked", "--partitions", "8"], None);
+    runtime().block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(
+            client,
+            ProducerConfig {
+                retries: 0,
+                ..ProducerConfig::default()
+            },
+        );
+        let send = |partition: u32| {
+            let producer = producer.clone();
+            async move {
+                let mut record = ProducerRecord::new("blocked", None, format!("{partition}"));
+                record.partition = Some(partition);
+                producer.send(record).await.unwrap().await
+            }
+        };
+        for partition in (0..8).filter(|p| *p != 3) {
+            assert_eq!(send(partition).await.expect("the others lead").offset, 0);
+        }
+        let error = send(3).await.expect_err("partition 3 could not open");
+        assert!(error.to_string().contains("StorageError"), "{error}");
+        std::fs::remove_file(&obstacle).unwrap();
+        let started = Instant::now();
+        loop {
+            match send(3).await {
+                Ok(ack) => {
+                    assert_eq!(ack.offset, 0);
+                    break;
+                }
+                Err(error) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(15),
+                        "partition 3 did not open: {error}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    });
+}

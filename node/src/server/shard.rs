@@ -31,6 +31,9 @@ use crate::log::producers::ProducerError;
 use crate::log::{LogError, PartitionLog, Served, writer};
 use crate::replication::LeaderConfig;
 
+/// How often a shard tries again to open replicas it could not.
+const UNOPENED_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What shards ask each other. Everything in it is `Send`; nothing is shared.
 pub enum ShardMessage {
     Produce {
@@ -61,6 +64,9 @@ pub enum ShardMessage {
         view: ClusterView,
         reply: oneshot::Sender<()>,
     },
+    /// Apply the view this shard holds again, for replicas it could not open (the shard's own
+    /// timer sends it: applied in mailbox order, it can never undo a newer view).
+    RetryUnopened,
     Shutdown {
         reply: oneshot::Sender<()>,
     },
@@ -118,6 +124,9 @@ pub(super) struct Shard {
     pub(super) view: RefCell<ClusterView>,
     /// Every replica (leader or follower) of a partition this shard owns.
     pub(super) partitions: RefCell<HashMap<(String, u32), Partition>>,
+    /// Replicas this shard should hold but could not open (why): clients get STORAGE_ERROR
+    /// for them rather than NOT_LEADER, and the next view applied tries them again.
+    unopened: RefCell<HashMap<(String, u32), String>>,
     /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
     pub cross_shard_hops: Cell<u64>,
     pub(super) metrics: metrics::ShardMetrics,
@@ -170,6 +179,7 @@ pub fn run(
                 controller: -1,
             }),
             partitions: RefCell::new(HashMap::new()),
+            unopened: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
             metrics,
             writer_tuning: writer::WriterTuning {
@@ -195,6 +205,7 @@ pub fn run(
             tokio::task::spawn_local(shard.clone().serve_replication()),
             tokio::task::spawn_local(shard.clone().replication_ticks()),
             tokio::task::spawn_local(shard.clone().retention_ticks()),
+            tokio::task::spawn_local(shard.clone().retry_unopened_ticks()),
         ];
         let _ = ready.send(Ok(()));
         while let Some(message) = mailbox.recv().await {
@@ -248,6 +259,15 @@ pub fn run(
                         tracing::error!(shard = shard.context.index, "applying topics: {error}");
                     }
                     let _ = reply.send(());
+                }
+                ShardMessage::RetryUnopened => {
+                    let view = shard.view.borrow().clone();
+                    if let Err(error) = shard.apply_view(view).await {
+                        tracing::warn!(
+                            shard = shard.context.index,
+                            "replicas still not open: {error}"
+                        );
+                    }
                 }
                 ShardMessage::Stats { reply } => {
                     let mut partitions: Vec<_> =
@@ -451,16 +471,34 @@ impl Shard {
                 tracing::warn!("removing {}: {error}", dir.display());
             }
         }
+        self.unopened
+            .borrow_mut()
+            .retain(|key, _| wanted.contains_key(key));
+        // One replica that cannot open (a damaged folder, a full disk, no file descriptors
+        // left) must not keep the others from opening or from taking their roles.
+        let mut failures = Vec::new();
         for (key, (topic, state)) in wanted {
             if !self.partitions.borrow().contains_key(&key) {
-                let topic_config = TopicConfig::parse(&topic.config)
-                    .map_err(|error| format!("topic {}: {error}", topic.name))?;
-                let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
-                let now = writer::system_clock_ms();
+                let opened = async {
+                    let topic_config = TopicConfig::parse(&topic.config)
+                        .map_err(|error| format!("topic {}: {error}", topic.name))?;
+                    let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
+                    let now = writer::system_clock_ms();
+                    PartitionLog::open(self.storage, &dir, topic_config.log.clone(), now)
+                        .await
+                        .map(|(log, _report)| (log, topic_config))
+                        .map_err(|error| error.to_string())
+                };
+                let (log, topic_config) = match opened.await {
+                    Ok(opened) => opened,
+                    Err(error) => {
+                        failures.push(format!("{}-{}: {error}", key.0, key.1));
+                        self.unopened.borrow_mut().insert(key, error);
+                        continue;
+                    }
+                };
+                self.unopened.borrow_mut().remove(&key);
                 let flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
-                let (log, _report) = PartitionLog::open(self.storage, &dir, topic_config.log, now)
-                    .await
-                    .map_err(|error| error.to_string())?;
                 let high_watermark = log.high_watermark_checkpoint();
                 let handle =
                     writer::spawn_tuned(log, writer::system_clock_ms, self.writer_tuning.clone());
@@ -486,10 +524,47 @@ impl Shard {
                     },
                 );
             }
-            self.reconfigure(&key, &topic.config)?;
+            if let Err(error) = self.reconfigure(&key, &topic.config) {
+                failures.push(error);
+            }
             self.assume_role(&key, state).await;
         }
-        Ok(())
+        match failures.len() {
+            0 => Ok(()),
+            1..=3 => Err(failures.join("; ")),
+            count => Err(format!(
+                "{}; and {} more",
+                failures[..3].join("; "),
+                count - 3
+            )),
+        }
+    }
+
+    /// Asks this shard's mailbox to open what it could not, every few seconds while there is
+    /// any (cluster views come only with changes).
+    pub(super) async fn retry_unopened_ticks(self: Rc<Self>) {
+        let mut interval = tokio::time::interval(UNOPENED_RETRY);
+        interval.tick().await;
+        loop {
+            interval.tick().await;
+            if !self.unopened.borrow().is_empty() {
+                let _ = self.context.peers[self.context.index].send(ShardMessage::RetryUnopened);
+            }
+        }
+    }
+
+    /// Why this shard does not serve `partition` of `topic` as its leader: STORAGE_ERROR for a
+    /// replica it could not open, NOT_LEADER otherwise.
+    fn not_serving(&self, topic: &str, partition: u32) -> ErrorCode {
+        if self
+            .unopened
+            .borrow()
+            .contains_key(&(topic.to_string(), partition))
+        {
+            ErrorCode::StorageError
+        } else {
+            ErrorCode::NotLeader
+        }
     }
 
     /// Applies a topic's altered config to this shard's replica of one of its partitions: the
@@ -840,9 +915,10 @@ impl Shard {
     ) -> ProducePartitionResponse {
         let key = (topic.to_string(), partition);
         let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
+            let error = self.not_serving(topic, partition);
             return ProducePartitionResponse {
-                leader_hint: self.leader_hint(topic, partition, ErrorCode::NotLeader),
-                ..produce_error(partition, ErrorCode::NotLeader)
+                leader_hint: self.leader_hint(topic, partition, error),
+                ..produce_error(partition, error)
             };
         };
         if records.len() > max_message_bytes {
@@ -1056,9 +1132,10 @@ impl Shard {
         let index = partition.partition;
         let started = Instant::now();
         let Some((log, mut high_watermark, committed)) = self.leader_view(topic, index) else {
+            let error = self.not_serving(topic, index);
             return FetchPartitionResponse {
-                leader_hint: self.leader_hint(topic, index, ErrorCode::NotLeader),
-                ..fetch_error(index, ErrorCode::NotLeader, 0, 0)
+                leader_hint: self.leader_hint(topic, index, error),
+                ..fetch_error(index, error, 0, 0)
             };
         };
         let Ok(offsets) = log.offsets().await else {
