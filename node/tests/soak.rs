@@ -3,7 +3,8 @@
 //! kill -9 of any broker, of a leader, of the controller; SIGSTOP shorter and longer than the
 //! lease, of any broker or of a leader; two brokers down at once; a clean restart; a broker cut
 //! off from everyone, a leader cut off from its followers only (it keeps its lease), a broker
-//! losing 5-40% of its packets (iptables); etcd paused (past the lease or not) or restarted.
+//! losing 5-40% of its packets (iptables); etcd paused (past the lease or not) or restarted;
+//! a partition's replicas reassigned (three down to two, two back up to three).
 //! Afterwards the history is checked: every acknowledged record is present exactly once, in
 //! order, at its acknowledged offset; nothing a consumer saw vanished; the idempotent producer
 //! wrote nothing twice; below the consumer group's commits every record reached a member; and
@@ -148,7 +149,8 @@ impl Cluster {
         (controller >= 1).then(|| controller as usize - 1)
     }
 
-    /// Whether every partition of both topics has a leader and all three replicas in sync.
+    /// Whether every partition of both topics has a leader and every replica in sync (no
+    /// reassignment waiting for a replica to catch up).
     fn fully_in_sync(&self) -> bool {
         [PLAIN, IDEMPOTENT].iter().all(|topic| {
             self.describe(topic).is_some_and(|described| {
@@ -156,8 +158,15 @@ impl Cluster {
                     .as_array()
                     .is_some_and(|partitions| {
                         partitions.iter().all(|partition| {
-                            partition["leader"].as_i64() > Some(0)
-                                && partition["isr"].as_array().map(Vec::len) == Some(3)
+                            let ids = |field: &str| {
+                                let mut ids: Vec<i64> = partition[field]
+                                    .as_array()
+                                    .map(|ids| ids.iter().filter_map(|id| id.as_i64()).collect())
+                                    .unwrap_or_default();
+                                ids.sort_unstable();
+                                ids
+                            };
+                            partition["leader"].as_i64() > Some(0) && ids("isr") == ids("replicas")
                         })
                     })
             })
@@ -192,7 +201,7 @@ fn value(partition: u32, sequence: u64) -> String {
 fn inject(cluster: &mut Cluster, schedule: &mut Schedule) -> String {
     let brokers = cluster.nodes.len() as u64;
     let any = |schedule: &mut Schedule| schedule.below(brokers) as usize;
-    let (what, hold) = match schedule.below(12) {
+    let (what, hold) = match schedule.below(13) {
         0 => {
             let victim = any(schedule);
             cluster.kill(victim);
@@ -309,6 +318,49 @@ fn inject(cluster: &mut Cluster, schedule: &mut Schedule) -> String {
             cluster.etcd = Some(etcd.restart());
             (
                 "etcd killed and restarted on its data".into(),
+                Duration::ZERO,
+            )
+        }
+        11 => {
+            // Replicas move while faults go on: 3 replicas down to 2 (min ISR stays 2), or 2
+            // back up to 3 (the new one catches up before it joins), in a shuffled order.
+            let partition = schedule.below(u64::from(PARTITIONS)) as u32;
+            let Some(replicas) = cluster.describe(PLAIN).and_then(|described| {
+                described["partitions"][partition as usize]["replicas"]
+                    .as_array()
+                    .map(|ids| ids.len())
+            }) else {
+                return "no state to reassign from".into();
+            };
+            let mut target: Vec<u64> = (1..=brokers).collect();
+            for i in (1..target.len()).rev() {
+                let j = schedule.below(i as u64 + 1) as usize;
+                target.swap(i, j);
+            }
+            if replicas == 3 {
+                target.pop();
+            }
+            let list: Vec<String> = target.iter().map(u64::to_string).collect();
+            let list = list.join(",");
+            let Some(observer) = cluster.observer() else {
+                return "nobody to ask for a reassignment".into();
+            };
+            let partition_arg = partition.to_string();
+            let args = [
+                "topic",
+                "reassign",
+                PLAIN,
+                "--partition",
+                &partition_arg,
+                "--replicas",
+                &list,
+            ];
+            let outcome = match cluster.nodes[observer].try_cli(&args, None) {
+                Ok(_) => "started",
+                Err(_) => "refused",
+            };
+            (
+                format!("reassign {PLAIN}-{partition} to [{list}]: {outcome}"),
                 Duration::ZERO,
             )
         }
@@ -788,25 +840,35 @@ fn acknowledged_writes_survive_random_faults() {
     // Quiet now: the followers catch up to the leaders' log ends, then every replica of a
     // partition holds the same batches.
     std::thread::sleep(Duration::from_secs(2));
+    let mut replicas_of = BTreeMap::new();
+    for topic in [PLAIN, IDEMPOTENT] {
+        let described = cluster.describe(topic).expect("a broker answers");
+        for partition in 0..PARTITIONS {
+            let replicas: Vec<usize> = described["partitions"][partition as usize]["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_u64().unwrap() as usize)
+                .collect();
+            replicas_of.insert((topic, partition), replicas);
+        }
+    }
     for node in &mut cluster.nodes {
         node.stop();
     }
-    for topic in [PLAIN, IDEMPOTENT] {
-        for partition in 0..PARTITIONS {
-            let folder = format!("{topic}-{partition}");
-            let replicas: Vec<String> = dirs
-                .iter()
-                .map(|dir| dump(&dir.path().join(&folder)))
-                .collect();
-            assert!(!replicas[0].is_empty(), "{folder} holds batches");
-            for (index, replica) in replicas.iter().enumerate().skip(1) {
-                assert_eq!(
-                    &replicas[0],
-                    replica,
-                    "{folder}: broker {} holds other batches than broker 1",
-                    index + 1
-                );
-            }
+    for ((topic, partition), replicas) in replicas_of {
+        let folder = format!("{topic}-{partition}");
+        let dumps: Vec<(usize, String)> = replicas
+            .iter()
+            .map(|id| (*id, dump(&dirs[id - 1].path().join(&folder))))
+            .collect();
+        let (first, batches) = &dumps[0];
+        assert!(!batches.is_empty(), "{folder} holds batches");
+        for (id, other) in &dumps[1..] {
+            assert_eq!(
+                batches, other,
+                "{folder}: broker {id} holds other batches than broker {first}"
+            );
         }
     }
 }
