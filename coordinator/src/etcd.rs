@@ -27,6 +27,7 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::failover::Etcd;
 use crate::{
     BrokerInfo, ConfigChange, ConfigCheck, Coordinator, CoordinatorError, PartitionChange,
     PartitionState, TopicSpec, TopicState, placement, validate_topic_name,
@@ -75,7 +76,7 @@ impl TopicRecord {
 }
 
 pub struct EtcdCoordinator {
-    client: Client,
+    client: Etcd,
     cluster: String,
     node_id: i32,
     prefix: String,
@@ -106,17 +107,21 @@ async fn grant_lease(
         .await
         .map_err(etcd_error)?;
     let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+    let mut client = client.clone();
     let keep_alive = tokio::spawn(async move {
+        let mut interrupted = 0u32;
         loop {
             let asked = Instant::now();
-            if let Err(error) = keeper.keep_alive().await {
-                tracing::error!("etcd lease keep-alive failed: {error}");
-                return;
-            }
-            match responses.message().await {
+            let answer = match keeper.keep_alive().await {
+                Ok(()) => responses.message().await.map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            match answer {
                 Ok(Some(response)) if response.ttl() > 0 => {
                     *deadline.lock().expect("lease deadline") =
                         asked + Duration::from_secs(response.ttl() as u64);
+                    interrupted = 0;
+                    tokio::time::sleep(period).await;
                 }
                 Ok(_) => {
                     tracing::error!(
@@ -125,14 +130,47 @@ async fn grant_lease(
                     return;
                 }
                 Err(error) => {
-                    tracing::error!("etcd lease keep-alive stream failed: {error}");
-                    return;
+                    // The member it ran on went away: keep the same lease alive through
+                    // another (the client moves on after a failed request), until it answers
+                    // or the lease is gone.
+                    if interrupted == 0 {
+                        tracing::warn!("etcd lease keep-alive interrupted: {error}");
+                    }
+                    interrupted += 1;
+                    // Quickly at first (another member is likely up), then every second.
+                    let wait = Duration::from_millis(100 * u64::from(interrupted.min(10)));
+                    tokio::time::sleep(wait).await;
+                    match client.lease_keep_alive(lease_id).await {
+                        Ok((new_keeper, new_responses)) => {
+                            (keeper, responses) = (new_keeper, new_responses);
+                        }
+                        Err(error) => tracing::debug!("etcd lease keep-alive: {error}"),
+                    }
                 }
             }
-            tokio::time::sleep(period).await;
         }
     });
     Ok((lease_id, keep_alive))
+}
+
+/// Connection settings for a node's etcd clients. HTTP/2 pings find a member that stopped
+/// answering (hung, paused, cut off) within a third of the lease, so the next request goes
+/// to another member before the lease can run out.
+pub(crate) fn connect_options(lease_ttl: Duration) -> ConnectOptions {
+    let ping = (lease_ttl / 6).max(Duration::from_millis(200));
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_keep_alive(ping, ping)
+        .with_keep_alive_while_idle(true)
+}
+
+/// A client for `endpoints` that talks to one member at a time and moves on when it fails
+/// (see [`crate::failover`]).
+pub(crate) async fn connect_client(
+    endpoints: &[String],
+    options: ConnectOptions,
+) -> Result<Etcd, CoordinatorError> {
+    Etcd::connect(endpoints, options).await.map_err(etcd_error)
 }
 
 /// Proof of being the controller: our key in the election. Fenced writes require it to still
@@ -157,13 +195,12 @@ pub(crate) const LARGE_VALUES_PER_PAGE: i64 = 2;
 /// at most 4 MiB (gRPC's limit): a cluster of some 30,000 partitions read in one answer failed
 /// every read of the cluster state.
 pub(crate) async fn get_prefix(
-    client: &Client,
+    client: &Etcd,
     prefix: &str,
     page: i64,
     at_revision: i64,
 ) -> Result<(Vec<etcd_client::KeyValue>, i64), CoordinatorError> {
     let end = prefix_end(prefix.as_bytes());
-    let mut client = client.clone();
     let mut from = prefix.as_bytes().to_vec();
     let mut revision = at_revision;
     let mut keys = Vec::new();
@@ -227,13 +264,11 @@ impl EtcdCoordinator {
         lease_ttl: Duration,
     ) -> Result<EtcdCoordinator, CoordinatorError> {
         // No request timeout on the options: it would also cut a blocking election campaign.
-        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5));
-        let mut client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(etcd_error)?;
+        let options = connect_options(lease_ttl);
+        let client = connect_client(endpoints, options).await?;
         let lease_deadline = Arc::new(Mutex::new(Instant::now() + lease_ttl));
         let (lease_id, keep_alive) =
-            grant_lease(&mut client, lease_ttl, lease_deadline.clone()).await?;
+            grant_lease(&mut client.raw(), lease_ttl, lease_deadline.clone()).await?;
         Ok(EtcdCoordinator {
             client,
             cluster: cluster.to_string(),
@@ -262,7 +297,7 @@ impl EtcdCoordinator {
     pub fn campaign(
         &self,
     ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static {
-        let mut client = self.client.clone();
+        let mut client = self.client.raw();
         let (name, value, lease) = (
             self.election(),
             self.node_id.to_string(),
@@ -282,12 +317,14 @@ impl EtcdCoordinator {
 
     /// Reads who the controller is now (-1: none) and remembers it for `controller()`.
     pub async fn refresh_controller(&self) -> Result<i32, CoordinatorError> {
-        let mut client = self.client.clone();
+        let mut client = self.client.raw();
         let controller = match client.leader(self.election()).await {
             Ok(response) => response
                 .kv()
                 .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
                 .unwrap_or(-1),
+            // Not knowing is not "nobody": the caller keeps what it had.
+            Err(error) if crate::failover::unavailable(&error) => return Err(etcd_error(error)),
             // No leader yet is an error in etcd's election API.
             Err(_) => -1,
         };
@@ -302,7 +339,7 @@ impl EtcdCoordinator {
         &self,
         changed: tokio::sync::mpsc::UnboundedSender<()>,
     ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static {
-        let mut client = self.client.clone();
+        let mut client = self.client.raw();
         let prefix = self.prefix.clone();
         async move {
             let mut stream = client
@@ -375,7 +412,7 @@ impl EtcdCoordinator {
                 serde_json::to_vec(state).expect("partition serializes"),
                 None,
             )]);
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client.txn(txn).await.map_err(etcd_error)?;
         Ok(response.succeeded())
     }
@@ -396,7 +433,7 @@ impl EtcdCoordinator {
     /// instead of after the TTL (a clean shutdown).
     pub async fn resign(self) -> Result<(), CoordinatorError> {
         self.keep_alive.borrow().abort();
-        let mut client = self.client.clone();
+        let mut client = self.client.raw();
         client
             .lease_revoke(self.lease_id.get())
             .await
@@ -414,7 +451,7 @@ impl EtcdCoordinator {
     /// TTL): revokes what is left of it and takes a new one, so the node can register again.
     /// Whatever the old lease held (registration, controller candidacy) is gone for good.
     pub async fn renew_lease(&self) -> Result<(), CoordinatorError> {
-        let mut client = self.client.clone();
+        let mut client = self.client.raw();
         let _ = client.lease_revoke(self.lease_id.get()).await;
         let (lease_id, keep_alive) =
             grant_lease(&mut client, self.lease_ttl, self.lease_deadline.clone()).await?;
@@ -561,7 +598,7 @@ impl Coordinator for EtcdCoordinator {
     async fn register_broker(&self, broker: BrokerInfo) -> Result<(), CoordinatorError> {
         let key = self.key(&format!("brokers/{}", broker.id));
         let value = serde_json::to_vec(&broker).expect("broker info serializes");
-        let mut client = self.client.clone();
+        let client = &self.client;
         let ours = PutOptions::new().with_lease(self.lease_id.get());
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -637,7 +674,7 @@ impl Coordinator for EtcdCoordinator {
                 serde_json::to_vec(&record).expect("topic serializes"),
                 None,
             )]);
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client.txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Err(CoordinatorError::TopicExists(spec.name));
@@ -687,7 +724,7 @@ impl Coordinator for EtcdCoordinator {
                 serde_json::to_vec(&record).expect("topic serializes"),
                 None,
             )]);
-        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Err(CoordinatorError::Invalid(format!(
                 "topic {topic} changed while its partitions were being added; try again"
@@ -713,7 +750,7 @@ impl Coordinator for EtcdCoordinator {
         validate: &ConfigCheck<'_>,
     ) -> Result<TopicState, CoordinatorError> {
         let topic_key = self.key(&format!("topics/{topic}"));
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client
             .get(topic_key.clone(), None)
             .await
@@ -766,7 +803,7 @@ impl Coordinator for EtcdCoordinator {
                     Some(DeleteOptions::new().with_prefix()),
                 ),
             ]);
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client.txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Err(CoordinatorError::UnknownTopic(name.to_string()));
@@ -782,7 +819,7 @@ impl Coordinator for EtcdCoordinator {
     ) -> Result<PartitionState, CoordinatorError> {
         let key = self.key(&format!("partitions/{topic}/{partition}"));
         let brokers = self.brokers().await?.iter().map(|b| b.id).collect();
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client.get(key.clone(), None).await.map_err(etcd_error)?;
         let Some(kv) = response.kvs().first() else {
             return Err(CoordinatorError::UnknownTopic(format!(
@@ -819,7 +856,7 @@ impl Coordinator for EtcdCoordinator {
     ) -> Result<Option<PartitionState>, CoordinatorError> {
         let key = self.key(&format!("partitions/{topic}/{}", expected.partition));
         let broker_key = self.key(&format!("brokers/{}", self.node_id));
-        let mut client = self.client.clone();
+        let client = &self.client;
         let response = client.get(key.clone(), None).await.map_err(etcd_error)?;
         let Some(kv) = response.kvs().first() else {
             return Ok(None);

@@ -22,11 +22,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::CoordinatorError;
-use crate::etcd::{LARGE_VALUES_PER_PAGE, decode, etcd_error, get_prefix};
+use crate::etcd::{
+    LARGE_VALUES_PER_PAGE, connect_client, connect_options, decode, etcd_error, get_prefix,
+};
 use crate::local::write_atomically;
 
 /// A store revision of a group record; 0 when the group has never been stored.
@@ -231,7 +233,7 @@ impl GroupStore for LocalGroupStore {
 
 /// A cluster: the keys in the module doc, on its own etcd connection (the group thread's).
 pub struct EtcdGroupStore {
-    client: Client,
+    client: crate::failover::Etcd,
     prefix: String,
 }
 
@@ -240,12 +242,9 @@ impl EtcdGroupStore {
         endpoints: &[String],
         cluster: &str,
     ) -> Result<EtcdGroupStore, CoordinatorError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(5));
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(etcd_error)?;
+        let options =
+            connect_options(crate::DEFAULT_LEASE_TTL).with_timeout(Duration::from_secs(5));
+        let client = connect_client(endpoints, options).await?;
         Ok(EtcdGroupStore {
             client,
             prefix: format!("/strata/{cluster}/"),
@@ -260,7 +259,7 @@ impl EtcdGroupStore {
 impl GroupStore for EtcdGroupStore {
     async fn load_group(&self, group: &str) -> Result<LoadedGroup, CoordinatorError> {
         validate_group_id(group)?;
-        let mut client = self.client.clone();
+        let client = &self.client;
         let record_key = self.key(&format!("groups/{group}"));
         let record = client.get(record_key, None).await.map_err(etcd_error)?;
         let (record, revision) = match record.kvs().first() {
@@ -300,7 +299,7 @@ impl GroupStore for EtcdGroupStore {
                 expected,
             )])
             .and_then([TxnOp::put(key, value, None)]);
-        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
         if !response.succeeded() {
             return Ok(None);
         }
@@ -331,7 +330,7 @@ impl GroupStore for EtcdGroupStore {
         let txn = Txn::new()
             .when([Compare::mod_revision(record_key, CompareOp::Equal, fence)])
             .and_then(puts);
-        let response = self.client.clone().txn(txn).await.map_err(etcd_error)?;
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
         Ok(response.succeeded())
     }
 
@@ -351,7 +350,7 @@ impl GroupStore for EtcdGroupStore {
     async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError> {
         assert!(count > 0, "allocate at least one id");
         let key = self.key("producer-ids");
-        let mut client = self.client.clone();
+        let client = &self.client;
         // Compare-and-swap on the counter; a lost race reads again.
         for _ in 0..100 {
             let current = client.get(key.clone(), None).await.map_err(etcd_error)?;

@@ -10,6 +10,7 @@
 #![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
 
 mod etcd;
+mod failover;
 pub mod groups;
 mod local;
 pub mod placement;

@@ -156,3 +156,110 @@ impl Drop for EtcdServer {
         let _ = self.child.wait();
     }
 }
+
+/// A real etcd cluster of several members on loopback, for tests of member failures: each
+/// member can be killed and started again on its ports and data.
+pub struct EtcdCluster {
+    members: Vec<Option<Child>>,
+    /// Every member's client URL, in member order.
+    pub endpoints: Vec<String>,
+    data: tempfile::TempDir,
+    ports: Vec<(u16, u16)>,
+}
+
+impl EtcdCluster {
+    pub fn start(size: usize) -> EtcdCluster {
+        let data = tempfile::tempdir().expect("temp dir");
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        let mut cluster = EtcdCluster {
+            members: (0..size).map(|_| None).collect(),
+            endpoints: ports
+                .iter()
+                .map(|(client, _)| format!("http://127.0.0.1:{client}"))
+                .collect(),
+            data,
+            ports,
+        };
+        for member in 0..size {
+            cluster.spawn(member, "new");
+        }
+        for member in 0..size {
+            cluster.wait_listening(member);
+        }
+        cluster
+    }
+
+    /// The client endpoints joined with commas, as `strata serve --etcd` takes them.
+    pub fn endpoint_list(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    fn spawn(&mut self, member: usize, state: &str) {
+        let initial: Vec<String> = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let (client, peer) = self.ports[member];
+        let child = Command::new("etcd")
+            .args(["--name", &format!("m{member}")])
+            .arg("--data-dir")
+            .arg(self.data.path().join(format!("m{member}")))
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args([
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", state])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (Debian package etcd-server)");
+        self.members[member] = Some(child);
+    }
+
+    fn wait_listening(&mut self, member: usize) {
+        let (client, _) = self.ports[member];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd member {member} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL one member.
+    pub fn kill(&mut self, member: usize) {
+        if let Some(mut child) = self.members[member].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed member again on its ports and data.
+    pub fn restart(&mut self, member: usize) {
+        assert!(self.members[member].is_none(), "member {member} still runs");
+        self.spawn(member, "existing");
+        self.wait_listening(member);
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for member in 0..self.members.len() {
+            self.kill(member);
+        }
+    }
+}

@@ -8,6 +8,7 @@ use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerReco
 use strata_coordinator::testing::EtcdServer;
 use support::{
     TestNode, alive_brokers, cluster_info, etcd_args, leaders, runtime, strata, wait_for,
+    wait_for_at_most,
 };
 
 #[test]
@@ -569,4 +570,117 @@ fn a_topic_wider_than_one_etcd_transaction() {
     });
     let stored = support::stored_records(&nodes[2], "wide");
     assert_eq!(stored, 4, "the records are still there");
+}
+
+/// etcd runs as a cluster of three: one member down (a restart, an upgrade) changes nothing
+/// for the brokers, and after a loss of quorum longer than their leases every broker joins
+/// again by itself.
+#[test]
+fn brokers_ride_out_etcd_member_failures() {
+    let mut etcd = strata_coordinator::testing::EtcdCluster::start(3);
+    let endpoints = etcd.endpoint_list();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let args = [
+                "--etcd",
+                &endpoints,
+                "--cluster",
+                "itest",
+                "--node-id",
+                &id,
+                "--lease-ttl-ms",
+                "2000",
+            ];
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    let all_registered = |nodes: &[TestNode]| {
+        nodes
+            .iter()
+            .all(|node| alive_brokers(&cluster_info(node)).len() == 3)
+    };
+    wait_for("three brokers", || all_registered(&nodes));
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "steady",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let produce = |node: &TestNode, line: &str| {
+        let output = node.cli_output(
+            &["produce", "steady", "--acks", "all"],
+            Some(format!("{line}\n").as_bytes()),
+        );
+        output.status.success()
+    };
+    wait_for("a first acks=all write", || produce(&nodes[0], "first"));
+
+    // One member of three down: etcd keeps its quorum, so the brokers must not notice: they
+    // stay registered, the controller stays, and what needs etcd (creating a topic) works.
+    let controller = cluster_info(&nodes[0])["controller"].as_i64();
+    etcd.kill(0);
+    for round in 0..8 {
+        for node in &nodes {
+            let info = cluster_info(node);
+            assert_eq!(
+                alive_brokers(&info).len(),
+                3,
+                "a broker dropped out with one etcd member down (round {round})"
+            );
+            assert_eq!(
+                info["controller"].as_i64(),
+                controller,
+                "the controller changed with one etcd member down (round {round})"
+            );
+        }
+        assert!(
+            produce(&nodes[round % 3], &format!("member-down-{round}")),
+            "an acks=all write failed with one etcd member down (round {round})"
+        );
+        // What needs etcd works too; while the remaining members elect a leader (when the
+        // killed one led), etcd refuses writes for a moment ("leader changed": retriable).
+        let topic = format!("during-{round}");
+        let started = Instant::now();
+        loop {
+            let created = nodes[round % 3].cli_output(&["topic", "create", &topic], None);
+            let stderr = String::from_utf8_lossy(&created.stderr);
+            // An attempt refused as ambiguous may have created it after all.
+            if created.status.success() || stderr.contains("TopicAlreadyExists") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "creating a topic failed with one etcd member down (round {round}): {stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    etcd.restart(0);
+
+    // Quorum lost past the 2 s leases, then back: every broker takes a new lease and
+    // registers again by itself, and writes go on.
+    etcd.kill(1);
+    etcd.kill(2);
+    std::thread::sleep(Duration::from_secs(4));
+    etcd.restart(1);
+    etcd.restart(2);
+    wait_for_at_most(
+        "every broker registered again",
+        Duration::from_secs(30),
+        || all_registered(&nodes),
+    );
+    wait_for("an acks=all write after the outage", || {
+        produce(&nodes[2], "after")
+    });
 }

@@ -151,6 +151,15 @@ async fn take_next_epochs(etcd: &EtcdCoordinator, node_id: i32) {
 /// leadership spans a lapse keeps the reasoning the same as for a restart).
 async fn rejoin(etcd: &EtcdCoordinator, config: &NodeConfig) -> Result<(), CoordinatorError> {
     etcd.renew_lease().await?;
+    register_again(etcd, config).await
+}
+
+/// The registration on the current lease, and the next epoch for any partition still naming
+/// this node leader (no leadership spans a time out of the cluster).
+async fn register_again(
+    etcd: &EtcdCoordinator,
+    config: &NodeConfig,
+) -> Result<(), CoordinatorError> {
     etcd.register_broker(config.broker_info()).await?;
     take_next_epochs(etcd, config.node_id).await;
     Ok(())
@@ -388,7 +397,24 @@ fn run(
                         }
                         controller.tick(etcd, config.node_id).await;
                     }
-                    match coordinator.view(config.node_id).await {
+                    let read = coordinator.view(config.node_id).await;
+                    if let (Ok(view), AnyCoordinator::Etcd(etcd)) = (&read, &coordinator)
+                        && etcd.lease_valid()
+                        && !view.brokers.iter().any(|broker| broker.id == config.node_id)
+                    {
+                        // On a valid lease but not registered: the registration after a lapse
+                        // found the key still held by this node's previous lease (an etcd
+                        // leader change extends every lease by its TTL), or the key went.
+                        // Register once it is free, whatever the cause.
+                        match register_again(etcd, &config).await {
+                            Ok(()) => tracing::warn!(
+                                node = config.node_id,
+                                "registered again: this broker had dropped out of the cluster"
+                            ),
+                            Err(error) => tracing::debug!("registering again: {error}"),
+                        }
+                    }
+                    match read {
                         Ok(view) if Some(&view) != last.as_ref() => {
                             tracing::info!(
                                 topics = view.topics.len(),
@@ -477,7 +503,12 @@ impl Controller {
                 Some(_) => {}
             }
         }
-        let current = etcd.refresh_controller().await.unwrap_or(-1);
+        // Unknown (etcd unreachable now) is not "someone else": only a controller read back
+        // as another node, or as none, ends this node's role.
+        let current = match etcd.refresh_controller().await {
+            Ok(current) => current,
+            Err(_) => return,
+        };
         if self.key.is_some() && current != node_id {
             tracing::warn!(node = node_id, current, "no longer the controller");
             self.key = None;
@@ -559,7 +590,11 @@ impl Controller {
                         "controller moved partition leadership"
                     );
                 }
-            } else if etcd.refresh_controller().await.unwrap_or(-1) != etcd.node_id() {
+            } else if etcd
+                .refresh_controller()
+                .await
+                .is_ok_and(|current| current != etcd.node_id())
+            {
                 // The fence held: someone else controls the cluster now.
                 self.key = None;
                 return Ok(());
