@@ -154,14 +154,15 @@ async fn grant_lease(
 }
 
 /// Connection settings for a node's etcd clients. HTTP/2 pings find a member that stopped
-/// answering (hung, paused, cut off) within a third of the lease, so the next request goes
-/// to another member before the lease can run out.
-pub(crate) fn connect_options(lease_ttl: Duration) -> ConnectOptions {
-    let ping = (lease_ttl / 6).max(Duration::from_millis(200));
+/// answering (hung, paused, cut off) so the next request goes to another member; no faster
+/// than every 6 s and only while a stream is open (the lease keep-alive always is): etcd's
+/// server refuses clients that ping more often than every 5 s (`--grpc-keepalive-min-time`)
+/// or without a stream, and closes their connection.
+pub(crate) fn connect_options() -> ConnectOptions {
     ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
-        .with_keep_alive(ping, ping)
-        .with_keep_alive_while_idle(true)
+        .with_keep_alive(Duration::from_secs(6), Duration::from_secs(3))
+        .with_keep_alive_while_idle(false)
 }
 
 /// A client for `endpoints` that talks to one member at a time and moves on when it fails
@@ -264,7 +265,7 @@ impl EtcdCoordinator {
         lease_ttl: Duration,
     ) -> Result<EtcdCoordinator, CoordinatorError> {
         // No request timeout on the options: it would also cut a blocking election campaign.
-        let options = connect_options(lease_ttl);
+        let options = connect_options();
         let client = connect_client(endpoints, options).await?;
         let lease_deadline = Arc::new(Mutex::new(Instant::now() + lease_ttl));
         let (lease_id, keep_alive) =

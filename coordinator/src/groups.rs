@@ -242,8 +242,7 @@ impl EtcdGroupStore {
         endpoints: &[String],
         cluster: &str,
     ) -> Result<EtcdGroupStore, CoordinatorError> {
-        let options =
-            connect_options(crate::DEFAULT_LEASE_TTL).with_timeout(Duration::from_secs(5));
+        let options = connect_options().with_timeout(Duration::from_secs(5));
         let client = connect_client(endpoints, options).await?;
         Ok(EtcdGroupStore {
             client,

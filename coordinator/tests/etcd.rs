@@ -42,6 +42,19 @@ async fn connect(etcd: &EtcdServer, node: i32, ttl: Duration) -> EtcdCoordinator
         .unwrap()
 }
 
+/// Brokers 1, 2 and 3, each connected and registered.
+async fn three_brokers(etcd: &EtcdServer) -> [EtcdCoordinator; 3] {
+    let nodes = [
+        connect(etcd, 1, Duration::from_secs(5)).await,
+        connect(etcd, 2, Duration::from_secs(5)).await,
+        connect(etcd, 3, Duration::from_secs(5)).await,
+    ];
+    for (at, node) in nodes.iter().enumerate() {
+        node.register_broker(broker(at as i32 + 1)).await.unwrap();
+    }
+    nodes
+}
+
 #[test]
 fn brokers_register_once_and_vanish_with_their_lease() {
     let etcd = EtcdServer::start();
@@ -86,14 +99,7 @@ fn brokers_register_once_and_vanish_with_their_lease() {
 fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
     let etcd = EtcdServer::start();
     runtime().block_on(async {
-        let nodes = [
-            connect(&etcd, 1, Duration::from_secs(5)).await,
-            connect(&etcd, 2, Duration::from_secs(5)).await,
-            connect(&etcd, 3, Duration::from_secs(5)).await,
-        ];
-        for (at, node) in nodes.iter().enumerate() {
-            node.register_broker(broker(at as i32 + 1)).await.unwrap();
-        }
+        let nodes = three_brokers(&etcd).await;
         let topic = nodes[0].create_topic(spec("orders", 6, 3)).await.unwrap();
         assert_eq!(topic.partitions.len(), 6);
         let mut leaders = [0; 3];
@@ -213,14 +219,7 @@ fn topics_are_created_once_placed_across_brokers_and_kept_in_etcd() {
 fn topics_wider_than_one_etcd_transaction_are_created_grown_and_completed() {
     let etcd = EtcdServer::start();
     runtime().block_on(async {
-        let nodes = [
-            connect(&etcd, 1, Duration::from_secs(5)).await,
-            connect(&etcd, 2, Duration::from_secs(5)).await,
-            connect(&etcd, 3, Duration::from_secs(5)).await,
-        ];
-        for (at, node) in nodes.iter().enumerate() {
-            node.register_broker(broker(at as i32 + 1)).await.unwrap();
-        }
+        let nodes = three_brokers(&etcd).await;
         let keys = "/strata/test/partitions/wide/";
         let created = nodes[0].create_topic(spec("wide", 1000, 3)).await.unwrap();
         assert_eq!(created.partitions.len(), 1000);

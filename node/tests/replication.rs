@@ -339,7 +339,7 @@ fn acknowledged_writes_survive_leader_kills() {
                         let mut record = ProducerRecord::new(
                             "chaos",
                             None,
-                            format!("{partition}-{sequence:08}"),
+                            support::history::value(partition, sequence),
                         );
                         record.partition = Some(partition);
                         let Ok(ack) = producer.send(record).await else {
@@ -434,86 +434,24 @@ fn acknowledged_writes_survive_leader_kills() {
     runtime.block_on(load).unwrap();
 
     // The final logs, read from the leaders up to the high watermark.
-    let mut final_logs: Vec<Vec<(u64, String)>> = Vec::new();
-    runtime.block_on(async {
-        let client = Client::connect(ClientConfig::new(bootstrap.join(",")))
-            .await
-            .unwrap();
-        let mut consumer = strata_client::Consumer::new(client.clone(), Default::default());
-        let partitions: Vec<u32> = (0..PARTITIONS).collect();
-        consumer
-            .assign("chaos", &partitions, strata_client::SeekTo::Beginning)
-            .await
-            .unwrap();
-        let mut ends = Vec::new();
-        for partition in 0..PARTITIONS {
-            ends.push(
-                client
-                    .list_offset_retrying(
-                        "chaos",
-                        partition,
-                        strata_wire::protocol::LATEST_TIMESTAMP,
-                    )
-                    .await
-                    .unwrap()
-                    .unwrap(),
-            );
-        }
-        final_logs = vec![Vec::new(); PARTITIONS as usize];
-        while (0..PARTITIONS).any(|p| consumer.position("chaos", p).unwrap() < ends[p as usize]) {
-            for batch in consumer.poll().await.unwrap() {
-                for record in batch.records() {
-                    final_logs[batch.partition as usize].push((
-                        record.offset,
-                        String::from_utf8(record.value.to_vec()).unwrap(),
-                    ));
-                }
-            }
-        }
-    });
-
+    let final_logs = runtime.block_on(support::history::read_to_end(
+        &bootstrap.join(","),
+        "chaos",
+        PARTITIONS,
+    ));
     let history = history.lock().unwrap();
     let mut present = 0;
     for (partition, log) in final_logs.iter().enumerate() {
-        let mut last_sequence = None;
-        let mut seen = std::collections::BTreeSet::new();
-        for (offset, value) in log {
-            let (p, sequence) = value.split_once('-').unwrap();
-            assert_eq!(p, partition.to_string(), "a record in the wrong partition");
-            let sequence: u64 = sequence.parse().unwrap();
-            assert!(
-                seen.insert(sequence),
-                "partition {partition}: {value} twice"
-            );
-            assert!(
-                last_sequence.is_none_or(|last| sequence > last),
-                "partition {partition}: {value} at {offset} out of order"
-            );
-            last_sequence = Some(sequence);
-            present += 1;
-        }
-        let by_offset: std::collections::BTreeMap<u64, &String> =
-            log.iter().map(|(offset, value)| (*offset, value)).collect();
-        for ((p, sequence), offset) in history
+        let partition = partition as u32;
+        let acked = history
             .acked
-            .range((partition as u32, 0)..(partition as u32 + 1, 0))
-        {
-            assert_eq!(
-                by_offset.get(offset).map(|v| v.as_str()),
-                Some(format!("{p}-{sequence:08}").as_str()),
-                "acknowledged record {p}-{sequence} at offset {offset} is missing"
-            );
-        }
-        for ((p, offset), value) in history
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|((_, sequence), offset)| (*sequence, *offset));
+        let consumed = history
             .consumed
-            .range((partition as u32, 0)..(partition as u32 + 1, 0))
-        {
-            assert_eq!(
-                by_offset.get(offset).copied(),
-                Some(value),
-                "partition {p}: consumed {value} at {offset}, which later vanished"
-            );
-        }
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|((_, offset), value)| (*offset, value));
+        present += support::history::check_partition("chaos", partition, log, acked, consumed);
     }
     println!(
         "{KILLS} leader kills: sent {}, acknowledged {}, failed {}, consumed during the run {}, in the final logs {present} ({} unacknowledged but written)",

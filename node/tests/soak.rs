@@ -27,6 +27,7 @@ use strata_client::{
     ProducerConfig, ProducerRecord,
 };
 use strata_coordinator::testing::EtcdServer;
+use support::history::{self, value};
 use support::netns::{NsNode, TestNet, require_root};
 use support::{runtime, wait_for_at_most};
 
@@ -191,10 +192,6 @@ struct History {
 
 fn topic_index(topic: &str) -> usize {
     usize::from(topic == IDEMPOTENT)
-}
-
-fn value(partition: u32, sequence: u64) -> String {
-    format!("{partition}-{sequence:08}")
 }
 
 /// One fault and its healing; returns what it did, for the log.
@@ -548,86 +545,21 @@ async fn group_member(
     }
 }
 
-/// Every record of `topic` up to each partition's log end, read through a fresh consumer.
-async fn final_logs(bootstrap: String, topic: &str) -> Vec<Vec<(u64, String)>> {
-    let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
-    let mut consumer = Consumer::new(client.clone(), Default::default());
-    let partitions: Vec<u32> = (0..PARTITIONS).collect();
-    consumer
-        .assign(topic, &partitions, strata_client::SeekTo::Beginning)
-        .await
-        .unwrap();
-    let mut ends = Vec::new();
-    for partition in 0..PARTITIONS {
-        ends.push(
-            client
-                .list_offset_retrying(topic, partition, strata_wire::protocol::LATEST_TIMESTAMP)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-    }
-    let mut logs = vec![Vec::new(); PARTITIONS as usize];
-    while (0..PARTITIONS).any(|p| consumer.position(topic, p).unwrap() < ends[p as usize]) {
-        for batch in consumer.poll().await.unwrap() {
-            for record in batch.records() {
-                logs[batch.partition as usize].push((
-                    record.offset,
-                    String::from_utf8(record.value.to_vec()).unwrap(),
-                ));
-            }
-        }
-    }
-    logs
-}
-
 /// Checks one topic's final logs against the history; returns the records present.
 fn check_topic(topic: &str, logs: &[Vec<(u64, String)>], history: &History) -> usize {
     let index = topic_index(topic);
     let mut present = 0;
     for (partition, log) in logs.iter().enumerate() {
         let partition = partition as u32;
-        let mut last_sequence = None;
-        for (offset, value) in log {
-            let (p, sequence) = value.split_once('-').unwrap();
-            assert_eq!(
-                p,
-                partition.to_string(),
-                "{topic}: a record in the wrong partition"
-            );
-            let sequence: u64 = sequence.parse().unwrap();
-            // Strictly increasing: no record twice (neither producer ever sends one twice
-            // unless it retries, and the retrying one is idempotent) and none out of order.
-            assert!(
-                last_sequence.is_none_or(|last| sequence > last),
-                "{topic}-{partition}: {value} at offset {offset} after sequence {last_sequence:?}"
-            );
-            last_sequence = Some(sequence);
-            present += 1;
-        }
-        let by_offset: BTreeMap<u64, &String> =
-            log.iter().map(|(offset, value)| (*offset, value)).collect();
-        for ((_, _, sequence), offset) in history
+        let acked = history
             .acked
             .range((index, partition, 0)..(index, partition + 1, 0))
-        {
-            assert_eq!(
-                by_offset.get(offset).map(|v| v.as_str()),
-                Some(value(partition, *sequence).as_str()),
-                "{topic}: acknowledged record {} at offset {offset} is missing",
-                value(partition, *sequence)
-            );
-        }
-        for ((_, _, offset), seen) in history
+            .map(|((_, _, sequence), offset)| (*sequence, *offset));
+        let consumed = history
             .consumed
             .range((index, partition, 0)..(index, partition + 1, 0))
-        {
-            assert_eq!(
-                by_offset.get(offset).copied(),
-                Some(seen),
-                "{topic}-{partition}: consumed {seen} at offset {offset}, which later vanished"
-            );
-        }
+            .map(|((_, _, offset), value)| (*offset, value));
+        present += history::check_partition(topic, partition, log, acked, consumed);
     }
     present
 }
@@ -803,7 +735,7 @@ fn acknowledged_writes_survive_random_faults() {
     let history = history.lock().unwrap();
     let mut present = 0;
     for topic in [PLAIN, IDEMPOTENT] {
-        let logs = runtime.block_on(final_logs(bootstrap.clone(), topic));
+        let logs = runtime.block_on(history::read_to_end(&bootstrap, topic, PARTITIONS));
         present += check_topic(topic, &logs, &history);
         if topic == PLAIN {
             let committed = runtime.block_on(async {

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod history;
 pub mod netns;
 
 use std::net::TcpListener;
