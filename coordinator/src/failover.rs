@@ -262,3 +262,46 @@ impl Etcd {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::EtcdServer;
+
+    /// A loopback port nothing listens on.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn a_dead_member_first_in_the_list_costs_no_request() {
+        let etcd = EtcdServer::start();
+        let dead = format!("http://127.0.0.1:{}", closed_port());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let options = etcd_client::ConnectOptions::new();
+            // Alone, the dead member's failure says the request never left.
+            let alone = Etcd::connect(std::slice::from_ref(&dead), options.clone())
+                .await
+                .unwrap();
+            let error = alone.get("k", None).await.expect_err("nobody listens");
+            assert!(never_sent(&error), "{error}");
+            // Listed first, it costs nothing: the request goes on to the live member, and so
+            // do the ones after it.
+            let both = Etcd::connect(&[dead, etcd.endpoint.clone()], options)
+                .await
+                .unwrap();
+            both.put("k", "v", None)
+                .await
+                .expect("sent on to the live member");
+            for _ in 0..3 {
+                let read = both.get("k", None).await.unwrap();
+                assert_eq!(read.kvs()[0].value(), b"v");
+            }
+        });
+    }
+}
