@@ -592,8 +592,10 @@ fn brokers_ride_out_etcd_member_failures() {
                 "itest",
                 "--node-id",
                 &id,
+                // The default lease: killing the member that leads etcd stalls keep-alives
+                // for its election (about a second), which a 2 s lease may not outlast.
                 "--lease-ttl-ms",
-                "2000",
+                "5000",
             ];
             TestNode::start_with(dir.path(), 1, &args)
         })
@@ -668,11 +670,11 @@ fn brokers_ride_out_etcd_member_failures() {
     }
     etcd.restart(0);
 
-    // Quorum lost past the 2 s leases, then back: every broker takes a new lease and
+    // Quorum lost past the 5 s leases, then back: every broker takes a new lease and
     // registers again by itself, and writes go on.
     etcd.kill(1);
     etcd.kill(2);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(7));
     etcd.restart(1);
     etcd.restart(2);
     wait_for_at_most(
@@ -682,5 +684,27 @@ fn brokers_ride_out_etcd_member_failures() {
     );
     wait_for("an acks=all write after the outage", || {
         produce(&nodes[2], "after")
+    });
+}
+
+/// A broker whose registration is gone while its lease lives (after a loss of etcd's quorum,
+/// a leader change extends the old lease, so the registration on the new one can find its id
+/// still taken, and then the old lease expires) registers again by itself.
+#[test]
+fn a_broker_whose_registration_vanished_registers_again() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("two brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 2
+    });
+    let runtime = runtime();
+    let key = "/strata/itest/brokers/2";
+    assert_eq!(runtime.block_on(etcd.delete_prefix(key)), 1);
+    wait_for("broker 2 registered again", || {
+        runtime.block_on(etcd.count_prefix(key)) == 1
+    });
+    wait_for("both brokers seen alive", || {
+        alive_brokers(&cluster_info(&nodes[0])) == vec![1, 2]
     });
 }
