@@ -433,6 +433,13 @@ impl EtcdCoordinator {
     /// Stops keeping the lease alive and revokes it: this node's registration disappears now
     /// instead of after the TTL (a clean shutdown).
     pub async fn resign(self) -> Result<(), CoordinatorError> {
+        self.leave().await
+    }
+
+    /// Leaves the cluster but keeps reading it: stops the keep-alive and revokes the lease, so
+    /// the registration and the controller key (if held) go now and the controller moves this
+    /// broker's leaderships at once (a clean shutdown hands them off before it stops).
+    pub async fn leave(&self) -> Result<(), CoordinatorError> {
         self.keep_alive.borrow().abort();
         let mut client = self.client.raw();
         client

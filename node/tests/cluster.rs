@@ -708,3 +708,51 @@ fn a_broker_whose_registration_vanished_registers_again() {
         alive_brokers(&cluster_info(&nodes[0])) == vec![1, 2]
     });
 }
+
+/// SIGTERM first hands the broker's leaderships to other replicas (Kafka's controlled
+/// shutdown), then stops: by the time the process has exited, its partitions are led elsewhere
+/// at a new epoch, so clients never wait out its shutdown for a new leader.
+#[test]
+fn a_clean_shutdown_hands_leadership_off_before_it_stops() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "handoff",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    wait_for("every partition in sync", || {
+        support::describe(&nodes[0], "handoff")["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["isr"].as_array().unwrap().len() == 3)
+    });
+    let before = leaders(&nodes[0], "handoff");
+    let leaving = before[0];
+    assert!(leaving > 0);
+    nodes[leaving as usize - 1].stop();
+    let observer = &nodes[leaving as usize % 3];
+    let after = support::describe(observer, "handoff");
+    for (partition, state) in after["partitions"].as_array().unwrap().iter().enumerate() {
+        let leader = state["leader"].as_i64().unwrap();
+        assert!(
+            leader != leaving && leader > 0,
+            "partition {partition} still led by {leaving} (now {leader}) after it stopped"
+        );
+        if before[partition] == leaving {
+            assert!(state["leader_epoch"].as_i64().unwrap() > 0, "a new epoch");
+        }
+    }
+}

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strata_coordinator::{
     ConfigChange, ControllerKey, Coordinator, CoordinatorError, EtcdCoordinator, LocalCoordinator,
@@ -53,9 +53,18 @@ pub enum ControlMessage {
         change: PartitionChange,
         reply: oneshot::Sender<Option<PartitionState>>,
     },
-    /// Resign from the cluster (revoke the broker lease) and stop.
+    /// Leave the cluster (revoke the broker lease) and answer once the partitions this node
+    /// led have moved to other replicas, as far as it can tell within [`LEAVE_PATIENCE`]: the
+    /// first step of a clean shutdown, while the shards still serve (Kafka's controlled
+    /// shutdown).
+    Leave { reply: oneshot::Sender<()> },
+    /// Resign from the cluster (revoke the broker lease, unless it left already) and stop.
     Shutdown { reply: oneshot::Sender<()> },
 }
+
+/// How long a leaving node waits for its leaderships to move before it stops anyway (no other
+/// replica in sync, etcd unreachable).
+const LEAVE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Which coordinator the node runs on.
 enum AnyCoordinator {
@@ -311,6 +320,10 @@ fn run(
         let (watch_sender, mut watched) = mpsc::unbounded_channel::<()>();
         let mut watch: Option<tokio::task::JoinHandle<Result<(), CoordinatorError>>> = None;
         let mut controller = Controller::default();
+        // Set once this node leaves the cluster (a clean shutdown): it neither campaigns nor
+        // registers again, and answers `leave_reply` once it leads nothing.
+        let mut leaving = false;
+        let mut leave_reply: Option<(oneshot::Sender<()>, Instant)> = None;
         loop {
             tokio::select! {
                 message = mailbox.recv() => {
@@ -370,8 +383,21 @@ fn run(
                             }
                             let _ = reply.send(stored);
                         }
+                        ControlMessage::Leave { reply } => {
+                            let AnyCoordinator::Etcd(etcd) = &coordinator else {
+                                let _ = reply.send(());
+                                continue;
+                            };
+                            if let Err(error) = etcd.leave().await {
+                                tracing::warn!("leaving the cluster: {error}");
+                            }
+                            tracing::info!(node = config.node_id, "left the cluster: waiting for leaderships to move");
+                            leaving = true;
+                            leave_reply = Some((reply, Instant::now() + LEAVE_PATIENCE));
+                        }
                         ControlMessage::Shutdown { reply } => {
                             if let AnyCoordinator::Etcd(etcd) = coordinator
+                                && !leaving
                                 && let Err(error) = etcd.resign().await
                             {
                                 tracing::warn!("resigning from etcd: {error}");
@@ -395,10 +421,28 @@ fn run(
                         if watch.as_ref().is_none_or(|task| task.is_finished()) {
                             watch = Some(tokio::spawn(etcd.watch_changes(watch_sender.clone())));
                         }
-                        controller.tick(etcd, config.node_id).await;
+                        if !leaving {
+                            controller.tick(etcd, config.node_id, &watch_sender).await;
+                        }
                     }
                     let read = coordinator.view(config.node_id).await;
+                    if let (Some((_, deadline)), AnyCoordinator::Etcd(etcd)) =
+                        (&leave_reply, &coordinator)
+                    {
+                        // Read past the lease check: the lease is gone on purpose.
+                        let led_nothing = etcd.topics().await.is_ok_and(|topics| {
+                            !topics.iter().any(|topic| {
+                                topic.partitions.iter().any(|p| p.leader == config.node_id)
+                            })
+                        });
+                        if (led_nothing || Instant::now() >= *deadline)
+                            && let Some((reply, _)) = leave_reply.take()
+                        {
+                            let _ = reply.send(());
+                        }
+                    }
                     if let (Ok(view), AnyCoordinator::Etcd(etcd)) = (&read, &coordinator)
+                        && !leaving
                         && etcd.lease_valid()
                         && !view.brokers.iter().any(|broker| broker.id == config.node_id)
                     {
@@ -458,6 +502,7 @@ fn run(
                                 send_view(&shards, view.clone()).await;
                             }
                             if let AnyCoordinator::Etcd(etcd) = &coordinator
+                                && !leaving
                                 && !etcd.lease_valid()
                             {
                                 match rejoin(etcd, &config).await {
@@ -485,10 +530,24 @@ struct Controller {
 }
 
 impl Controller {
-    async fn tick(&mut self, etcd: &EtcdCoordinator, node_id: i32) {
+    /// `wake` gets a message when a campaign ends, so the new controller's first pass runs at
+    /// once rather than at the next tick (a controller that left took a second to replace).
+    async fn tick(
+        &mut self,
+        etcd: &EtcdCoordinator,
+        node_id: i32,
+        wake: &mpsc::UnboundedSender<()>,
+    ) {
         if self.key.is_none() {
             match &self.campaign {
-                None => self.campaign = Some(tokio::spawn(etcd.campaign())),
+                None => {
+                    let (campaign, wake) = (etcd.campaign(), wake.clone());
+                    self.campaign = Some(tokio::spawn(async move {
+                        let elected = campaign.await;
+                        let _ = wake.send(());
+                        elected
+                    }));
+                }
                 Some(task) if task.is_finished() => {
                     let task = self.campaign.take().expect("checked above");
                     match task.await {

@@ -212,8 +212,19 @@ impl Node {
             .collect()
     }
 
-    /// Stops accepting, lets in-flight appends finish, flushes and closes every log.
+    /// Leaves the cluster first, so the controller moves this node's leaderships while it still
+    /// serves (Kafka's controlled shutdown: clients move to the new leaders at once instead of
+    /// waiting out the shutdown); then stops accepting, lets in-flight appends finish, flushes
+    /// and closes every log.
     pub fn shutdown(self) {
+        let (reply, left) = oneshot::channel();
+        if self
+            .control_mailbox
+            .send(control::ControlMessage::Leave { reply })
+            .is_ok()
+        {
+            let _ = left.blocking_recv();
+        }
         let mut acks = Vec::new();
         for mailbox in self.mailboxes.iter() {
             let (reply, ack) = oneshot::channel();
