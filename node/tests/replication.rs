@@ -383,15 +383,9 @@ fn acknowledged_writes_survive_leader_kills() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match consumer.poll().await {
                     Ok(batches) => {
-                        let mut history = history.lock().unwrap();
-                        for batch in &batches {
-                            for record in batch.records() {
-                                let value = String::from_utf8(record.value.to_vec()).unwrap();
-                                history
-                                    .consumed
-                                    .insert((batch.partition, record.offset), value);
-                            }
-                        }
+                        let seen = support::history::seen(&batches)
+                            .map(|(_, partition, offset, value)| ((partition, offset), value));
+                        history.lock().unwrap().consumed.extend(seen);
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }

@@ -479,16 +479,9 @@ async fn load(bootstrap: String, history: Arc<Mutex<History>>, stop: Arc<AtomicB
         let polled = tokio::time::timeout(Duration::from_millis(500), consumer.poll()).await;
         match polled {
             Ok(Ok(batches)) => {
-                let mut history = history.lock().unwrap();
-                for batch in &batches {
-                    for record in batch.records() {
-                        let value = String::from_utf8(record.value.to_vec()).unwrap();
-                        history.consumed.insert(
-                            (topic_index(&batch.topic), batch.partition, record.offset),
-                            value,
-                        );
-                    }
-                }
+                let seen = history::seen(&batches)
+                    .map(|(topic, p, offset, v)| ((topic_index(topic), p, offset), v));
+                history.lock().unwrap().consumed.extend(seen);
             }
             Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(_) => {}
@@ -526,15 +519,8 @@ async fn group_member(
         while joined.elapsed() < stays && !stop.load(Ordering::Relaxed) {
             match member.poll().await {
                 Ok(batches) => {
-                    let mut history = history.lock().unwrap();
-                    for batch in &batches {
-                        for record in batch.records() {
-                            let value = String::from_utf8(record.value.to_vec()).unwrap();
-                            history
-                                .group_consumed
-                                .insert((batch.partition, record.offset), value);
-                        }
-                    }
+                    let seen = history::seen(&batches).map(|(_, p, offset, v)| ((p, offset), v));
+                    history.lock().unwrap().group_consumed.extend(seen);
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }

@@ -3,11 +3,21 @@
 
 use std::collections::BTreeMap;
 
-use strata_client::{Client, ClientConfig, Consumer, SeekTo};
+use strata_client::{Client, ClientConfig, ConsumedBatch, Consumer, SeekTo};
 
 /// The value of record `sequence` sent to `partition`.
 pub fn value(partition: u32, sequence: u64) -> String {
     format!("{partition}-{sequence:08}")
+}
+
+/// (topic, partition, offset, value) of every record in `batches`, as a consumer saw them.
+pub fn seen(batches: &[ConsumedBatch]) -> impl Iterator<Item = (&str, u32, u64, String)> {
+    batches.iter().flat_map(|batch| {
+        batch.records().map(move |record| {
+            let value = String::from_utf8(record.value.to_vec()).unwrap();
+            (batch.topic.as_str(), batch.partition, record.offset, value)
+        })
+    })
 }
 
 /// Every record of `topic` (partitions `0..partitions`) up to each partition's end as
