@@ -470,7 +470,12 @@ fn run(
                         }
                         Ok(_) => {}
                         Err(error) => {
-                            tracing::warn!("reading cluster state: {error}");
+                            // A node that left gave up its lease on purpose: no alarm.
+                            if leaving {
+                                tracing::debug!("reading cluster state: {error}");
+                            } else {
+                                tracing::warn!("reading cluster state: {error}");
+                            }
                             // Cannot confirm leadership: stop writing (fail safe, not split
                             // brain) until the cluster can be read again.
                             if let Some(view) = last.as_mut()
