@@ -65,13 +65,17 @@ impl EtcdServer {
         this.wait_ready()
     }
 
+    async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.endpoint.as_str()], None)
+            .await
+            .expect("connect to etcd")
+    }
+
     /// Deletes every key under `prefix` and returns how many there were: tests stand for a
     /// writer that stopped half way with it.
     pub async fn delete_prefix(&self, prefix: &str) -> i64 {
-        let mut client = etcd_client::Client::connect([self.endpoint.as_str()], None)
+        self.client()
             .await
-            .expect("connect to etcd");
-        client
             .delete(
                 prefix,
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
@@ -83,10 +87,8 @@ impl EtcdServer {
 
     /// How many keys are under `prefix`.
     pub async fn count_prefix(&self, prefix: &str) -> i64 {
-        let mut client = etcd_client::Client::connect([self.endpoint.as_str()], None)
+        self.client()
             .await
-            .expect("connect to etcd");
-        client
             .get(
                 prefix,
                 Some(

@@ -212,19 +212,20 @@ impl Node {
             .collect()
     }
 
+    /// Sends the control thread `message` and waits for its answer (or its end).
+    fn ask_control(&self, message: impl FnOnce(oneshot::Sender<()>) -> control::ControlMessage) {
+        let (reply, answered) = oneshot::channel();
+        if self.control_mailbox.send(message(reply)).is_ok() {
+            let _ = answered.blocking_recv();
+        }
+    }
+
     /// Leaves the cluster first, so the controller moves this node's leaderships while it still
     /// serves (Kafka's controlled shutdown: clients move to the new leaders at once instead of
     /// waiting out the shutdown); then stops accepting, lets in-flight appends finish, flushes
     /// and closes every log.
     pub fn shutdown(self) {
-        let (reply, left) = oneshot::channel();
-        if self
-            .control_mailbox
-            .send(control::ControlMessage::Leave { reply })
-            .is_ok()
-        {
-            let _ = left.blocking_recv();
-        }
+        self.ask_control(|reply| control::ControlMessage::Leave { reply });
         let mut acks = Vec::new();
         for mailbox in self.mailboxes.iter() {
             let (reply, ack) = oneshot::channel();
@@ -238,14 +239,7 @@ impl Node {
         for ack in acks {
             let _ = ack.blocking_recv();
         }
-        let (reply, resigned) = oneshot::channel();
-        if self
-            .control_mailbox
-            .send(control::ControlMessage::Shutdown { reply })
-            .is_ok()
-        {
-            let _ = resigned.blocking_recv();
-        }
+        self.ask_control(|reply| control::ControlMessage::Shutdown { reply });
         drop(self.control_mailbox);
         drop(self.mailboxes);
         for shard in self.shards {
