@@ -429,16 +429,13 @@ fn run(
                     if let (Some((_, deadline)), AnyCoordinator::Etcd(etcd)) =
                         (&leave_reply, &coordinator)
                     {
-                        let leads = |topics: &[TopicState]| {
-                            topics.iter().any(|topic| {
+                        // Read the stored state itself: the view demotes an unregistered
+                        // node, so it would say "led nothing" before anything moved.
+                        let led_nothing = etcd.topics().await.is_ok_and(|topics| {
+                            !topics.iter().any(|topic| {
                                 topic.partitions.iter().any(|p| p.leader == config.node_id)
                             })
-                        };
-                        let led_nothing = match &read {
-                            Ok(view) => !leads(&view.topics),
-                            // Read past the lease check: the lease is gone on purpose.
-                            Err(_) => etcd.topics().await.is_ok_and(|topics| !leads(&topics)),
-                        };
+                        });
                         if (led_nothing || Instant::now() >= *deadline)
                             && let Some((reply, _)) = leave_reply.take()
                         {
