@@ -335,11 +335,15 @@ impl EtcdCoordinator {
         Ok(controller)
     }
 
-    /// Watches every key of the cluster and sends `()` on `changed` after each batch of events:
-    /// the control thread re-reads the state then, instead of polling. Runs until the watch
-    /// fails (the caller then falls back to its periodic re-read and may watch again).
+    /// Watches every key of the cluster from the revision after `read_at` (that of a read of
+    /// the state, see [`EtcdCoordinator::topics_at`]) and sends `()` on `changed` after each
+    /// batch of events: the control thread re-reads the state then, instead of polling. From
+    /// that revision no change made after the read can slip between the read and the watch's
+    /// start. Runs until the watch fails (a compacted revision, a lost member); the caller then
+    /// reads again and watches anew.
     pub fn watch_changes(
         &self,
+        read_at: i64,
         changed: tokio::sync::mpsc::UnboundedSender<()>,
     ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static {
         let mut client = self.client.raw();
@@ -348,7 +352,11 @@ impl EtcdCoordinator {
             let mut stream = client
                 .watch(
                     prefix.clone(),
-                    Some(etcd_client::WatchOptions::new().with_prefix()),
+                    Some(
+                        etcd_client::WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(read_at + 1),
+                    ),
                 )
                 .await
                 .map_err(etcd_error)?;
@@ -374,6 +382,32 @@ impl EtcdCoordinator {
             }
             Ok(())
         }
+    }
+
+    /// Every topic, read at one etcd revision (records and partition keys agree), and that
+    /// revision: a watch from the next one sees every change the read did not.
+    pub async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError> {
+        let (records, revision) =
+            get_prefix(&self.client, &self.key("topics/"), LARGE_VALUES_PER_PAGE, 0).await?;
+        let prefix = self.key("partitions/");
+        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, revision).await?;
+        let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
+        for kv in &keys {
+            let state: PartitionState = decode(kv.key(), kv.value())?;
+            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let topic = rest
+                .rsplit_once('/')
+                .map_or(rest.as_str(), |(topic, _)| topic);
+            stored.entry(topic.to_string()).or_default().push(state);
+        }
+        let mut topics = Vec::new();
+        for kv in &records {
+            let record: TopicRecord = decode(kv.key(), kv.value())?;
+            let partitions = stored.remove(&record.name).unwrap_or_default();
+            topics.push(record.state(partitions));
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((topics, revision))
     }
 
     /// Every partition with the mod revision its state was read at.
@@ -633,27 +667,7 @@ impl Coordinator for EtcdCoordinator {
 
     /// Every topic, read at one etcd revision: records and partition keys agree.
     async fn topics(&self) -> Result<Vec<TopicState>, CoordinatorError> {
-        let (records, revision) =
-            get_prefix(&self.client, &self.key("topics/"), LARGE_VALUES_PER_PAGE, 0).await?;
-        let prefix = self.key("partitions/");
-        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, revision).await?;
-        let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
-        for kv in &keys {
-            let state: PartitionState = decode(kv.key(), kv.value())?;
-            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-            let topic = rest
-                .rsplit_once('/')
-                .map_or(rest.as_str(), |(topic, _)| topic);
-            stored.entry(topic.to_string()).or_default().push(state);
-        }
-        let mut topics = Vec::new();
-        for kv in &records {
-            let record: TopicRecord = decode(kv.key(), kv.value())?;
-            let partitions = stored.remove(&record.name).unwrap_or_default();
-            topics.push(record.state(partitions));
-        }
-        topics.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(topics)
+        Ok(self.topics_at().await?.0)
     }
 
     /// Creates the topic with one write of its record (only if absent: two racing creators

@@ -102,6 +102,33 @@ impl EtcdServer {
             .count()
     }
 
+    /// The bytes of every key and value under `prefix`: what one read of it moves.
+    pub async fn prefix_bytes(&self, prefix: &str) -> usize {
+        self.client()
+            .await
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .expect("read from etcd")
+            .kvs()
+            .iter()
+            .map(|kv| kv.key().len() + kv.value().len())
+            .sum()
+    }
+
+    /// The bytes etcd has sent its gRPC clients so far (its own metric).
+    pub fn sent_bytes(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.ports.0)).expect("etcd metrics");
+        write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").expect("etcd metrics request");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("etcd metrics");
+        text.lines()
+            .find_map(|line| line.strip_prefix("etcd_network_client_grpc_sent_bytes_total "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .expect("etcd reports etcd_network_client_grpc_sent_bytes_total") as u64
+    }
+
     /// The etcd process's id (to pause it with SIGSTOP: an outage that keeps its state).
     pub fn pid(&self) -> u32 {
         self.child.id()

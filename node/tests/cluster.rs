@@ -756,3 +756,59 @@ fn a_clean_shutdown_hands_leadership_off_before_it_stops() {
         }
     }
 }
+
+/// Brokers learn of changes from an etcd watch and read the whole cluster state again when it
+/// reports one (and every 10 s as a safety net), not every second: with thousands of
+/// partitions each read is megabytes, and the controller read it three times a second. An idle
+/// cluster reads little, and a change made through one broker still reaches the other at once.
+#[test]
+fn brokers_read_the_cluster_state_when_it_changes() {
+    const PARTITIONS: u32 = 300;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("two brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 2
+    });
+    let partitions = PARTITIONS.to_string();
+    let args = ["topic", "create", "idle", "--partitions", &partitions];
+    nodes[0].cli(&[&args[..], &["--replication-factor", "2"]].concat(), None);
+    let fully_in_sync = |node: &TestNode| {
+        let described = support::describe(node, "idle");
+        let partitions = described["partitions"].as_array().unwrap();
+        partitions.len() == PARTITIONS as usize
+            && partitions
+                .iter()
+                .all(|p| p["leader"].as_i64() > Some(0) && p["isr"].as_array().unwrap().len() == 2)
+    };
+    wait_for("every partition led and in sync", || {
+        nodes.iter().all(fully_in_sync)
+    });
+    let runtime = runtime();
+    let state = runtime.block_on(etcd.prefix_bytes("/strata/itest/"));
+    std::thread::sleep(Duration::from_secs(2));
+
+    let before = etcd.sent_bytes();
+    std::thread::sleep(Duration::from_secs(8));
+    let sent = etcd.sent_bytes() - before;
+    // Reading every second, the two brokers took 8 × 4 states in this time. Now each may take
+    // its safety read (the controller's pass twice over) in it, and nothing else.
+    assert!(
+        sent < 5 * state as u64,
+        "etcd sent {sent} bytes in 8 s of an idle cluster whose state is {state} bytes"
+    );
+
+    let created = Instant::now();
+    nodes[0].cli(&["topic", "create", "fresh"], None);
+    wait_for("the other broker to know the new topic", || {
+        nodes[1]
+            .cli_output(&["topic", "describe", "fresh"], None)
+            .status
+            .success()
+    });
+    assert!(
+        created.elapsed() < Duration::from_secs(3),
+        "the change took {:?} to reach the other broker",
+        created.elapsed()
+    );
+}

@@ -2,9 +2,9 @@
 //!
 //! It runs on its own thread and runtime, and builds the coordinator there (an etcd client is
 //! bound to the runtime it was created on), so a slow control-plane call never stalls a shard.
-//! With etcd it also re-reads the cluster's keys every 250 ms (a watch from a revision is the
-//! next step): a topic created through another broker, or a broker joining or leaving, reaches
-//! this node's shards the same way as a local change.
+//! With etcd it watches the cluster's keys from the revision of its last read and reads the
+//! state again when they change: a topic created through another broker, or a broker joining
+//! or leaving, reaches this node's shards the same way as a local change.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,6 +66,10 @@ pub enum ControlMessage {
 /// replica in sync, etcd unreachable).
 const LEAVE_PATIENCE: Duration = Duration::from_secs(5);
 
+/// How often the control thread reads the whole cluster state while its watch runs and saw no
+/// change: a safety net, not the way changes arrive.
+const STATE_REREAD: Duration = Duration::from_secs(10);
+
 /// Which coordinator the node runs on.
 enum AnyCoordinator {
     Local(LocalCoordinator),
@@ -102,6 +106,11 @@ impl AnyCoordinator {
     }
 
     async fn view(&self, node_id: i32) -> Result<ClusterView, CoordinatorError> {
+        Ok(self.view_at(node_id).await?.0)
+    }
+
+    /// The cluster view and the etcd revision it was read at (0 on the local coordinator).
+    async fn view_at(&self, node_id: i32) -> Result<(ClusterView, i64), CoordinatorError> {
         if let AnyCoordinator::Etcd(etcd) = self
             && !etcd.lease_valid()
         {
@@ -109,17 +118,21 @@ impl AnyCoordinator {
                 "this node's etcd lease may have expired".into(),
             ));
         }
-        let (mut topics, brokers) = each!(self, c => (c.topics().await?, c.brokers().await?));
+        let ((mut topics, revision), brokers) = match self {
+            AnyCoordinator::Local(local) => ((local.topics().await?, 0), local.brokers().await?),
+            AnyCoordinator::Etcd(etcd) => (etcd.topics_at().await?, etcd.brokers().await?),
+        };
         // Leadership of a node that is not registered (its lease expired while it was paused
         // or cut off) is not ours to act on, whatever the partition state still says.
         if !brokers.iter().any(|broker| broker.id == node_id) {
             demote(&mut topics, node_id);
         }
-        Ok(ClusterView {
+        let view = ClusterView {
             topics: Arc::new(topics),
             brokers: Arc::new(brokers),
             controller: each!(self, c => c.controller()),
-        })
+        };
+        Ok((view, revision))
     }
 }
 
@@ -311,12 +324,16 @@ fn run(
             }
         };
         // With etcd, other brokers change the cluster too: a watch on the cluster's keys wakes
-        // this loop on every change; a slower tick re-reads anyway (a lost watch, lease checks)
-        // and runs the controller's duties.
+        // this loop on every change, and the state is read again then. A tick each second
+        // checks the lease and the election; it reads the whole state only while the watch is
+        // not running, after a failed read or failover pass, and every `STATE_REREAD` (a
+        // safety net): each read is every partition key, 5 MB at 36,000 partitions.
         let mut changes = tokio::time::interval(Duration::from_millis(match &coordinator {
             AnyCoordinator::Etcd(_) => 1000,
             AnyCoordinator::Local(_) => 3_600_000,
         }));
+        let mut stale = false;
+        let mut read_at = Instant::now();
         let (watch_sender, mut watched) = mpsc::unbounded_channel::<()>();
         let mut watch: Option<tokio::task::JoinHandle<Result<(), CoordinatorError>>> = None;
         let mut controller = Controller::default();
@@ -407,25 +424,46 @@ fn run(
                         }
                     }
                 }
-                _ = async {
+                changed = async {
                     tokio::select! {
-                        _ = changes.tick() => {}
+                        _ = changes.tick() => false,
                         Some(()) = watched.recv() => {
                             // Coalesce a burst of events into one re-read.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             while watched.try_recv().is_ok() {}
+                            true
                         }
                     }
                 } => {
-                    if let AnyCoordinator::Etcd(etcd) = &coordinator {
-                        if watch.as_ref().is_none_or(|task| task.is_finished()) {
-                            watch = Some(tokio::spawn(etcd.watch_changes(watch_sender.clone())));
-                        }
-                        if !leaving {
-                            controller.tick(etcd, config.node_id, &watch_sender).await;
-                        }
+                    let watching = watch.as_ref().is_some_and(|task| !task.is_finished());
+                    let lease_valid = match &coordinator {
+                        AnyCoordinator::Etcd(etcd) => etcd.lease_valid(),
+                        AnyCoordinator::Local(_) => true,
+                    };
+                    let read_now = changed
+                        || stale
+                        || !watching
+                        || !lease_valid
+                        || leave_reply.is_some()
+                        || read_at.elapsed() >= STATE_REREAD;
+                    if let AnyCoordinator::Etcd(etcd) = &coordinator
+                        && !leaving
+                        && !controller.tick(etcd, config.node_id, &watch_sender, read_now).await
+                    {
+                        stale = true;
                     }
-                    let read = coordinator.view(config.node_id).await;
+                    if !read_now {
+                        continue;
+                    }
+                    let read = coordinator.view_at(config.node_id).await;
+                    read_at = Instant::now();
+                    stale = read.is_err();
+                    if let (Ok((_, revision)), AnyCoordinator::Etcd(etcd)) = (&read, &coordinator)
+                        && !watching
+                    {
+                        watch = Some(tokio::spawn(etcd.watch_changes(*revision, watch_sender.clone())));
+                    }
+                    let read = read.map(|(view, _)| view);
                     if let (Some((_, deadline)), AnyCoordinator::Etcd(etcd)) =
                         (&leave_reply, &coordinator)
                     {
@@ -538,12 +576,17 @@ struct Controller {
 impl Controller {
     /// `wake` gets a message when a campaign ends, so the new controller's first pass runs at
     /// once rather than at the next tick (a controller that left took a second to replace).
+    /// Returns false when a failover pass failed (it should run again at the next tick).
+    /// The pass runs when `state_changed` (or at once on election): nothing else moves
+    /// leadership, since brokers leave and join through keys the watch reports.
     async fn tick(
         &mut self,
         etcd: &EtcdCoordinator,
         node_id: i32,
         wake: &mpsc::UnboundedSender<()>,
-    ) {
+        state_changed: bool,
+    ) -> bool {
+        let mut elected = false;
         if self.key.is_none() {
             match &self.campaign {
                 None => {
@@ -560,6 +603,7 @@ impl Controller {
                         Ok(Ok(key)) => {
                             tracing::info!(node = node_id, "elected controller");
                             self.key = Some(key);
+                            elected = true;
                         }
                         Ok(Err(error)) => tracing::warn!("controller campaign failed: {error}"),
                         Err(error) => tracing::warn!("controller campaign task failed: {error}"),
@@ -572,17 +616,20 @@ impl Controller {
         // as another node, or as none, ends this node's role.
         let current = match etcd.refresh_controller().await {
             Ok(current) => current,
-            Err(_) => return,
+            Err(_) => return self.key.is_none(),
         };
         if self.key.is_some() && current != node_id {
             tracing::warn!(node = node_id, current, "no longer the controller");
             self.key = None;
         }
         if let Some(key) = self.key.clone()
+            && (state_changed || elected)
             && let Err(error) = self.fail_over(etcd, &key).await
         {
             tracing::warn!("controller failover pass failed: {error}");
+            return false;
         }
+        true
     }
 
     /// Moves leadership of partitions whose leader is not a live broker (DESIGN §6).
