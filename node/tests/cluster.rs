@@ -711,7 +711,8 @@ fn a_broker_whose_registration_vanished_registers_again() {
 
 /// SIGTERM first hands the broker's leaderships to other replicas (Kafka's controlled
 /// shutdown), then stops: by the time the process has exited, its partitions are led elsewhere
-/// at a new epoch, so clients never wait out its shutdown for a new leader.
+/// at a new epoch, so clients never wait out its shutdown for a new leader. The last broker
+/// stops at once.
 #[test]
 fn a_clean_shutdown_hands_leadership_off_before_it_stops() {
     let etcd = EtcdServer::start();
@@ -755,6 +756,18 @@ fn a_clean_shutdown_hands_leadership_off_before_it_stops() {
             assert!(state["leader_epoch"].as_i64().unwrap() > 0, "a new epoch");
         }
     }
+
+    // The next hands off to the last; the last has no one to hand its partitions to and stops
+    // without waiting for a handoff that cannot come.
+    let rest: Vec<usize> = (0..3).filter(|i| *i + 1 != leaving as usize).collect();
+    nodes[rest[0]].stop();
+    let stopping = Instant::now();
+    nodes[rest[1]].stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(3),
+        "the last broker took {:?} to stop",
+        stopping.elapsed()
+    );
 }
 
 /// Brokers learn of changes from an etcd watch and read the whole cluster state again when it

@@ -467,14 +467,8 @@ fn run(
                     if let (Some((_, deadline)), AnyCoordinator::Etcd(etcd)) =
                         (&leave_reply, &coordinator)
                     {
-                        // Read the stored state itself: the view demotes an unregistered
-                        // node, so it would say "led nothing" before anything moved.
-                        let led_nothing = etcd.topics().await.is_ok_and(|topics| {
-                            !topics.iter().any(|topic| {
-                                topic.partitions.iter().any(|p| p.leader == config.node_id)
-                            })
-                        });
-                        if (led_nothing || Instant::now() >= *deadline)
+                        let handed_off = nothing_to_hand_off(etcd, config.node_id).await;
+                        if (handed_off || Instant::now() >= *deadline)
                             && let Some((reply, _)) = leave_reply.take()
                         {
                             let _ = reply.send(());
@@ -563,6 +557,39 @@ fn run(
             }
         }
     });
+}
+
+/// Whether a leaving node has no leadership left that another broker could take: none names
+/// it leader, or no other live broker is a replica the controller may elect (in the ISR, or
+/// anywhere with unclean election). The last broker of a cluster then stops at once instead of
+/// waiting out [`LEAVE_PATIENCE`]. Reads the stored state itself: the view demotes an
+/// unregistered node, so it would say "led nothing" before anything moved.
+async fn nothing_to_hand_off(etcd: &EtcdCoordinator, node_id: i32) -> bool {
+    let (Ok(topics), Ok(brokers)) = (etcd.topics().await, etcd.brokers().await) else {
+        return false;
+    };
+    let successor = |candidate: &i32| {
+        *candidate != node_id && brokers.iter().any(|broker| broker.id == *candidate)
+    };
+    !topics.iter().any(|topic| {
+        let unclean = unclean_election(topic);
+        topic.partitions.iter().any(|p| {
+            p.leader == node_id
+                && if unclean {
+                    p.replicas.iter().any(successor)
+                } else {
+                    p.isr.iter().any(successor)
+                }
+        })
+    })
+}
+
+/// The topic lets the controller elect a leader from outside the ISR.
+fn unclean_election(topic: &TopicState) -> bool {
+    topic
+        .config
+        .get("unclean.leader.election")
+        .is_some_and(|value| value == "true")
 }
 
 /// This node's part in the controller election, and the controller's job once elected:
@@ -662,8 +689,7 @@ impl Controller {
             let unclean = topics
                 .iter()
                 .find(|t| t.name == topic)
-                .and_then(|t| t.config.get("unclean.leader.election"))
-                .is_some_and(|value| value == "true");
+                .is_some_and(unclean_election);
             let failover = placement::failover(std::slice::from_ref(&state), &live, unclean).pop();
             let Some(change) = failover.or_else(|| placement::complete_reassignment(&state)) else {
                 continue;
