@@ -117,6 +117,31 @@ pub fn complete_reassignment(current: &PartitionState) -> Option<PartitionState>
     Some(next)
 }
 
+/// Kafka's preferred leader election: leadership goes back to the partition's preferred replica
+/// (the first of `replicas`, where placement spreads leaders evenly) when that replica is live,
+/// in sync and not leading. After a broker fails and returns, its leaderships stay with the
+/// brokers that took them over until this moves them back, and one broker carries the produce
+/// traffic of several. As safe as a failover: the new leader is in the ISR, so it holds every
+/// committed record. `None` when nothing moves: the preferred replica leads, is down or behind,
+/// the partition has no leader (failover's case) or a reassignment is under way (its target
+/// decides the replicas). Leader epoch + 1, partition epoch + 1; the ISR stays.
+pub fn prefer_leader(current: &PartitionState, live: &BTreeSet<i32>) -> Option<PartitionState> {
+    let preferred = *current.replicas.first()?;
+    if preferred == current.leader
+        || current.leader == NO_LEADER
+        || current.target_replicas.is_some()
+        || !live.contains(&preferred)
+        || !current.isr.contains(&preferred)
+    {
+        return None;
+    }
+    let mut next = current.clone();
+    next.leader = preferred;
+    next.leader_epoch += 1;
+    next.partition_epoch += 1;
+    Some(next)
+}
+
 /// Broker ids ordered so that consecutive ids are on different racks where possible (Kafka's
 /// rack-aware order): racks in name order, each rack's brokers by id, taken round robin. Any
 /// window of consecutive ids then spans as many racks as it can, so the placement below, which
@@ -300,6 +325,63 @@ mod tests {
             }
             assert!(failover(&after, &live, unclean).is_empty());
         }
+    }
+
+    /// A broker that failed and came back gets its leaderships back once it is in sync, and
+    /// only then; nothing else moves.
+    #[test]
+    fn leadership_returns_to_the_preferred_replica_once_it_is_in_sync() {
+        let placed = place(&brokers(3), 6, 3, 0).unwrap();
+        let everyone = BTreeSet::from([0, 1, 2]);
+        assert!(
+            placed.iter().all(|p| prefer_leader(p, &everyone).is_none()),
+            "placement leads from the preferred replica"
+        );
+        let without_1 = BTreeSet::from([0, 2]);
+        let failed: Vec<PartitionState> = failover(&placed, &without_1, false);
+        let mut after = placed.clone();
+        for change in failed {
+            let at = change.partition as usize;
+            after[at] = change;
+        }
+        let moved: Vec<u32> = placed
+            .iter()
+            .filter(|p| p.leader == 1)
+            .map(|p| p.partition)
+            .collect();
+        assert!(!moved.is_empty());
+        // Back, but not yet in sync: nothing moves.
+        assert!(after.iter().all(|p| prefer_leader(p, &everyone).is_none()));
+        for partition in &mut after {
+            partition.isr = vec![0, 1, 2];
+        }
+        // Down again: nothing moves either.
+        assert!(after.iter().all(|p| prefer_leader(p, &without_1).is_none()));
+        for partition in &after {
+            match prefer_leader(partition, &everyone) {
+                Some(next) => {
+                    assert!(moved.contains(&partition.partition));
+                    assert_eq!(next.leader, 1);
+                    assert_eq!(next.leader_epoch, partition.leader_epoch + 1);
+                    assert_eq!(next.partition_epoch, partition.partition_epoch + 1);
+                    assert_eq!(next.isr, partition.isr);
+                    assert_eq!(next.replicas, partition.replicas);
+                }
+                None => assert!(!moved.contains(&partition.partition)),
+            }
+        }
+        let mut leaderless = after[0].clone();
+        leaderless.leader = NO_LEADER;
+        assert!(
+            prefer_leader(&leaderless, &everyone).is_none(),
+            "failover's case"
+        );
+        let mut reassigning = after[moved[0] as usize].clone();
+        reassigning.target_replicas = Some(vec![2, 0]);
+        assert!(
+            prefer_leader(&reassigning, &everyone).is_none(),
+            "the reassignment decides"
+        );
     }
 
     #[test]

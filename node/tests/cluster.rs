@@ -825,3 +825,66 @@ fn brokers_read_the_cluster_state_when_it_changes() {
         created.elapsed()
     );
 }
+
+/// A broker that fails and returns gets its leaderships back once it is in sync (Kafka's
+/// preferred leader election, every `--leader-rebalance-interval-ms`): without it they stay
+/// with the brokers that took them over, and one broker carries the traffic of two.
+#[test]
+fn leadership_returns_to_a_broker_that_came_back() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes = support::etcd_nodes(&etcd, &dirs, &["--leader-rebalance-interval-ms", "1000"]);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    nodes[0].cli(
+        &[
+            "topic",
+            "create",
+            "home",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let partitions = |node: &TestNode| {
+        support::describe(node, "home")["partitions"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    wait_for("every partition in sync", || {
+        partitions(&nodes[0])
+            .iter()
+            .all(|p| p["isr"].as_array().unwrap().len() == 3)
+    });
+    let preferred: Vec<i64> = partitions(&nodes[0])
+        .iter()
+        .map(|p| p["replicas"][0].as_i64().unwrap())
+        .collect();
+    assert_eq!(leaders(&nodes[0], "home"), preferred, "placed leaders");
+    assert_eq!(preferred.iter().filter(|id| **id == 1).count(), 2);
+
+    nodes[0].kill();
+    wait_for("broker 1's leaderships to move", || {
+        leaders(&nodes[1], "home").iter().all(|l| *l > 1)
+    });
+    nodes[0].respawn();
+    wait_for_at_most(
+        "leadership back at the preferred replicas",
+        Duration::from_secs(30),
+        || leaders(&nodes[1], "home") == preferred,
+    );
+    let led_by_1 = partitions(&nodes[1])
+        .into_iter()
+        .filter(|p| p["leader"] == 1)
+        .collect::<Vec<_>>();
+    assert!(
+        led_by_1
+            .iter()
+            .all(|p| p["leader_epoch"].as_i64() >= Some(2)),
+        "away and back: two new epochs, {led_by_1:?}"
+    );
+}

@@ -637,7 +637,9 @@ fn acknowledged_writes_survive_random_faults() {
     let net = TestNet::create(3);
     let etcd = EtcdServer::start_also_on(&net.gateway());
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    // Followers out of touch for 3 s leave the ISR, so cuts that short still shrink it.
+    // Followers out of touch for 3 s leave the ISR, so cuts that short still shrink it; and
+    // leaderships go back to preferred replicas every 5 s, so leaders also move between live
+    // brokers under load.
     let nodes: Vec<NsNode> = (1..=3)
         .map(|host| {
             NsNode::start(
@@ -646,7 +648,12 @@ fn acknowledged_writes_survive_random_faults() {
                 &etcd.endpoint,
                 "soak",
                 dirs[host - 1].path(),
-                &["--replica-lag-time-max-ms", "3000"],
+                &[
+                    "--replica-lag-time-max-ms",
+                    "3000",
+                    "--leader-rebalance-interval-ms",
+                    "5000",
+                ],
             )
         })
         .collect();

@@ -336,7 +336,12 @@ fn run(
         let mut read_at = Instant::now();
         let (watch_sender, mut watched) = mpsc::unbounded_channel::<()>();
         let mut watch: Option<tokio::task::JoinHandle<Result<(), CoordinatorError>>> = None;
-        let mut controller = Controller::default();
+        let mut controller = Controller {
+            campaign: None,
+            key: None,
+            rebalance_interval: config.leader_rebalance_interval,
+            rebalanced_at: Instant::now(),
+        };
         // Set once this node leaves the cluster (a clean shutdown): it neither campaigns nor
         // registers again, and answers `leave_reply` once it leads nothing.
         let mut leaving = false;
@@ -593,19 +598,22 @@ fn unclean_election(topic: &TopicState) -> bool {
 }
 
 /// This node's part in the controller election, and the controller's job once elected:
-/// moving leadership off dead brokers with fenced writes.
-#[derive(Default)]
+/// moving leadership off dead brokers with fenced writes, and back to preferred replicas.
 struct Controller {
     campaign: Option<tokio::task::JoinHandle<Result<ControllerKey, CoordinatorError>>>,
     key: Option<ControllerKey>,
+    /// How often leaderships go back to preferred replicas (`None`: never).
+    rebalance_interval: Option<Duration>,
+    rebalanced_at: Instant,
 }
 
 impl Controller {
     /// `wake` gets a message when a campaign ends, so the new controller's first pass runs at
     /// once rather than at the next tick (a controller that left took a second to replace).
     /// Returns false when a failover pass failed (it should run again at the next tick).
-    /// The pass runs when `state_changed` (or at once on election): nothing else moves
-    /// leadership, since brokers leave and join through keys the watch reports.
+    /// The pass runs when `state_changed` (or at once on election), since brokers leave and
+    /// join through keys the watch reports, and every rebalance interval, when it also moves
+    /// leaderships back to preferred replicas.
     async fn tick(
         &mut self,
         etcd: &EtcdCoordinator,
@@ -649,21 +657,32 @@ impl Controller {
             tracing::warn!(node = node_id, current, "no longer the controller");
             self.key = None;
         }
-        if let Some(key) = self.key.clone()
-            && (state_changed || elected)
-            && let Err(error) = self.fail_over(etcd, &key).await
-        {
+        let rebalance = self
+            .rebalance_interval
+            .is_some_and(|interval| self.rebalanced_at.elapsed() >= interval);
+        let Some(key) = self.key.clone() else {
+            return true;
+        };
+        if !(state_changed || elected || rebalance) {
+            return true;
+        }
+        if let Err(error) = self.fail_over(etcd, &key, rebalance).await {
             tracing::warn!("controller failover pass failed: {error}");
             return false;
+        }
+        if rebalance {
+            self.rebalanced_at = Instant::now();
         }
         true
     }
 
-    /// Moves leadership of partitions whose leader is not a live broker (DESIGN §6).
+    /// Moves leadership of partitions whose leader is not a live broker (DESIGN §6), completes
+    /// reassignments, and with `rebalance` moves leaderships back to preferred replicas.
     async fn fail_over(
         &mut self,
         etcd: &EtcdCoordinator,
         key: &ControllerKey,
+        rebalance: bool,
     ) -> Result<(), CoordinatorError> {
         let live: std::collections::BTreeSet<i32> = etcd
             .brokers()
@@ -691,7 +710,15 @@ impl Controller {
                 .find(|t| t.name == topic)
                 .is_some_and(unclean_election);
             let failover = placement::failover(std::slice::from_ref(&state), &live, unclean).pop();
-            let Some(change) = failover.or_else(|| placement::complete_reassignment(&state)) else {
+            let preferred = || {
+                rebalance
+                    .then(|| placement::prefer_leader(&state, &live))
+                    .flatten()
+            };
+            let Some(change) = failover
+                .or_else(|| placement::complete_reassignment(&state))
+                .or_else(preferred)
+            else {
                 continue;
             };
             if etcd
@@ -716,6 +743,15 @@ impl Controller {
                         partition = state.partition,
                         isr = ?change.isr,
                         "controller removed dead brokers from the ISR"
+                    );
+                } else if live.contains(&state.leader) {
+                    tracing::info!(
+                        %topic,
+                        partition = state.partition,
+                        from = state.leader,
+                        to = change.leader,
+                        epoch = change.leader_epoch,
+                        "controller moved leadership back to the preferred replica"
                     );
                 } else {
                     tracing::info!(

@@ -66,6 +66,10 @@ pub struct NodeConfig {
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
     pub replica_lag_time_max_ms: u64,
+    /// How often the controller moves leaderships back to preferred replicas (Kafka's
+    /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`:
+    /// never.
+    pub leader_rebalance_interval: Option<std::time::Duration>,
     /// How often shards enforce their partitions' retention.
     pub retention_check_interval: std::time::Duration,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.

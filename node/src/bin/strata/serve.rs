@@ -28,6 +28,12 @@ pub struct ServeArgs {
     /// A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
+    /// How often the controller moves leaderships back to each partition's preferred replica
+    /// (the first of its replicas) where that replica is live and in sync: after a broker
+    /// returns, it leads its share again (Kafka's auto.leader.rebalance; default 300000, 0
+    /// never).
+    #[arg(long, env = "STRATA_LEADER_REBALANCE_INTERVAL_MS")]
+    leader_rebalance_interval_ms: Option<u64>,
     /// PEM certificate this node presents on replication links (with --tls-key and --tls-ca;
     /// without them each node makes a self-signed one and links are encrypted, not verified).
     #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
@@ -93,6 +99,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     replication: Option<SocketAddr>,
     replica_lag_time_max_ms: Option<u64>,
+    leader_rebalance_interval_ms: Option<u64>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -276,6 +283,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .replica_lag_time_max_ms
             .or(file.replica_lag_time_max_ms)
             .unwrap_or(10_000),
+        leader_rebalance_interval: match args
+            .leader_rebalance_interval_ms
+            .or(file.leader_rebalance_interval_ms)
+            .unwrap_or(300_000)
+        {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        },
         retention_check_interval: std::time::Duration::from_millis(
             args.retention_check_interval_ms
                 .or(file.retention_check_interval_ms)
