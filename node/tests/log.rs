@@ -13,8 +13,8 @@ use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
 use strata_node::log::{
-    DirectWrites, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches, REGION_MIN_BYTES,
-    Served, writer,
+    DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES, PartitionLog,
+    PlacedBatches, REGION_MIN_BYTES, Served, writer,
 };
 use strata_wire::AlignedVec;
 
@@ -1063,6 +1063,46 @@ fn appends_land_in_blocks_reserved_ahead_and_closed_segments_keep_none() {
             let mut log = open(&storage, &dir, &config).await;
             assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
         }
+    });
+}
+
+/// A partition that holds little reserves little: the reservation ahead grows with the
+/// segment from `PREALLOCATE_AHEAD_MIN_BYTES` to the whole step, in a few calls. At a whole
+/// step from the first append, a broker of 1,000 partitions of a few records each filled this
+/// project's 42 GB of free disk with reserved blocks.
+#[test]
+fn the_reservation_grows_with_the_segment() {
+    block_on(async {
+        const STEP: u64 = 4 << 20;
+        let storage = SimStorage::new(22);
+        let dir = PathBuf::from("/data/grow-0");
+        let config = LogConfig {
+            preallocate_step_bytes: STEP,
+            ..small_config(64 << 20, FlushPolicy::Never)
+        };
+        let mut log = open(&storage, &dir, &config).await;
+        let path = dir.join("00000000000000000000.log");
+        append_many(&mut log, 1, 1_000, 0).await;
+        let small = storage.reservation(&path).unwrap();
+        assert!(
+            small.past_end <= 2 * PREALLOCATE_AHEAD_MIN_BYTES,
+            "one record, {small:?}"
+        );
+
+        append_many(&mut log, 4_000, 1_000, 0).await;
+        let len = storage.contents(&path).unwrap().len() as u64;
+        assert!(len > 2 * STEP, "{len} bytes");
+        let grown = storage.reservation(&path).unwrap();
+        assert_eq!(grown.unreserved_appends, 0, "{grown:?}");
+        assert!(
+            grown.past_end >= STEP / 2 && grown.past_end <= 2 * STEP,
+            "a whole step ahead once the segment is large: {grown:?}"
+        );
+        let doublings = (STEP / PREALLOCATE_AHEAD_MIN_BYTES).ilog2() as u64;
+        assert!(
+            grown.calls <= doublings + len / (STEP / 2) + 2,
+            "{grown:?} for {len} bytes"
+        );
     });
 }
 

@@ -91,6 +91,15 @@ pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 /// MiB those waits were 2-4 per run of 0.4-1 ms.)
 pub const PREALLOCATE_STEP_BYTES: u64 = 32 << 20;
 
+/// The least a segment reserves ahead of its appends. The reservation grows with the segment
+/// (as far ahead as the segment already holds, rounded up to a power of two, up to the step),
+/// so a partition that holds little reserves little. At a whole step from the first append,
+/// one node with a topic of 1,000 partitions and 20,000 keyed records filled the 42 GB of free
+/// disk on this project's VM with reserved blocks (2026-11-30). At this floor each such
+/// partition reserves at most twice the floor (512 KiB); a busy partition reaches the whole
+/// step after a few MiB, in a handful of `fallocate` calls.
+pub const PREALLOCATE_AHEAD_MIN_BYTES: u64 = 256 << 10;
+
 /// Which appends are written past the page cache (`O_DIRECT`), from a block-aligned copy of
 /// the batches straight to the disk.
 ///
@@ -1183,22 +1192,25 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Reserves the active segment's blocks ahead of an append that ends at `end` (see
-    /// [`PREALLOCATE_STEP_BYTES`]): once appends come within half a step of the reservation, one
-    /// `fallocate` (on the ring, so the shard serves others meanwhile) reserves up to the step
-    /// boundary a step past `end`, never past the segment's size limit. Not fatal when it
-    /// fails: the append then allocates as it writes, as it would without reservation.
+    /// [`PREALLOCATE_STEP_BYTES`]): once appends come within half of `ahead` of the
+    /// reservation, one `fallocate` (on the ring, so the shard serves others meanwhile)
+    /// reserves up to the `ahead` boundary past `end`, never past the segment's size limit.
+    /// `ahead` grows with the segment up to the step ([`PREALLOCATE_AHEAD_MIN_BYTES`]). Not
+    /// fatal when it fails: the append then allocates as it writes, as it would without
+    /// reservation.
     async fn reserve_ahead(&mut self, end: u64) {
         let step = self.config.preallocate_step_bytes;
         if step == 0 || self.config.preallocate {
             return;
         }
         let limit = self.config.segment_bytes.max(end);
+        let ahead = step.min(end.max(PREALLOCATE_AHEAD_MIN_BYTES).next_power_of_two());
         let active = self.active_mut();
-        if end + step / 2 <= active.reserved_to {
+        if end + ahead / 2 <= active.reserved_to {
             return;
         }
         let from = active.reserved_to.max(active.size);
-        let to = (end + step).next_multiple_of(step).min(limit);
+        let to = (end + ahead).next_multiple_of(ahead).min(limit);
         if to <= from {
             return;
         }
