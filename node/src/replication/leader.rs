@@ -209,12 +209,15 @@ impl<W> Leader<W> {
     }
 
     /// Waits for the high watermark to pass `last_offset` (an `acks=all` produce). Call after
-    /// the append, in the order appends complete.
+    /// the append. Appends complete in log order, but the tasks that then register their waits
+    /// may run in any order (two requests, or two batches of one partition in one request), so
+    /// the queue is kept sorted here: an assertion that they came in order turned such requests
+    /// into panics, never answered (clients timed out after 30 s and sent them again).
     pub fn wait_for_commit(&mut self, last_offset: u64, waiter: W) {
-        if let Some((previous, _)) = self.waiting.back() {
-            assert!(*previous <= last_offset, "acks registered out of order");
-        }
-        self.waiting.push_back((last_offset, waiter));
+        let at = self
+            .waiting
+            .partition_point(|(offset, _)| *offset <= last_offset);
+        self.waiting.insert(at, (last_offset, waiter));
         self.answer_committed();
     }
 
@@ -492,6 +495,29 @@ mod tests {
         leader.handle_fetch(3, 3, 3, 10).unwrap();
         assert_eq!(leader.high_watermark(), 10);
         assert_eq!(leader.poll_acks().collect::<Vec<_>>(), vec![(7, Ok(()))]);
+    }
+
+    /// Waits registered in any order are answered as the high watermark passes each one.
+    #[test]
+    fn acks_registered_out_of_order_are_answered_in_offset_order() {
+        let mut leader = leader();
+        leader.handle_appended(30);
+        for (last_offset, waiter) in [(19, 2), (9, 1), (29, 3), (9, 4)] {
+            leader.wait_for_commit(last_offset, waiter);
+        }
+        leader.handle_fetch(1, 2, 3, 15).unwrap();
+        leader.handle_fetch(1, 3, 3, 15).unwrap();
+        assert_eq!(leader.high_watermark(), 15);
+        let mut answered: Vec<u32> = leader.poll_acks().map(|(waiter, _)| waiter).collect();
+        answered.sort_unstable();
+        assert_eq!(answered, vec![1, 4]);
+        leader.handle_fetch(1, 2, 3, 30).unwrap();
+        leader.handle_fetch(1, 3, 3, 20).unwrap();
+        let answered: Vec<u32> = leader.poll_acks().map(|(waiter, _)| waiter).collect();
+        assert_eq!(answered, vec![2]);
+        leader.handle_fetch(1, 3, 3, 30).unwrap();
+        let answered: Vec<u32> = leader.poll_acks().map(|(waiter, _)| waiter).collect();
+        assert_eq!(answered, vec![3]);
     }
 
     #[test]
