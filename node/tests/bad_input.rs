@@ -315,3 +315,51 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
     );
     assert_eq!(printed.trim(), "0 0");
 }
+
+/// A handler that panics (a bug; here the fault hook) costs its own request, answered at once
+/// as INTERNAL, instead of an answer that never comes; the node goes on serving.
+#[test]
+fn a_request_whose_handler_panics_is_answered_internal() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with_env(
+        dir.path(),
+        1,
+        &[],
+        &[("STRATA_FAULT_PRODUCE_RESPONSE", "panic:2")],
+    );
+    node.cli(&["topic", "create", "bug", "--partitions", "1"], None);
+    runtime().block_on(async {
+        let mut config = ClientConfig::new(node.bootstrap());
+        config.request_timeout = Duration::from_secs(20);
+        let client = Client::connect(config).await.unwrap();
+        let producer = Producer::new(
+            client,
+            ProducerConfig {
+                retries: 0,
+                ..ProducerConfig::default()
+            },
+        );
+        let mut outcomes = Vec::new();
+        for i in 0..3 {
+            let started = std::time::Instant::now();
+            let ack = producer
+                .send(ProducerRecord::new("bug", None, format!("record {i}")))
+                .await
+                .unwrap();
+            outcomes.push((ack.await.map(|ack| ack.offset), started.elapsed()));
+        }
+        assert_eq!(outcomes[0].0.as_ref().ok(), Some(&0));
+        let (failed, waited) = &outcomes[1];
+        assert_eq!(
+            failed.as_ref().err().and_then(|error| error.code()),
+            Some(ErrorCode::Internal),
+            "{outcomes:?}"
+        );
+        assert!(
+            *waited < Duration::from_secs(5),
+            "answered after {waited:?}"
+        );
+        // The panicking handler had appended its record: the next one lands after it.
+        assert_eq!(outcomes[2].0.as_ref().ok(), Some(&2));
+    });
+}

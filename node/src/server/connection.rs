@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::Buf;
+use futures_util::FutureExt;
 use strata_wire::protocol::{ErrorCode, FrameParts, REQUEST_HEADER_LEN, Request, Response};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -160,7 +161,17 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         let shard = shard.clone();
         let responses = responses.clone();
         tokio::task::spawn_local(async move {
-            match shard.handle(request).await {
+            // A bug that panics in a handler costs its request, answered as INTERNAL: without
+            // the answer the client would wait out its request timeout and send it again.
+            let handled = std::panic::AssertUnwindSafe(shard.handle(request))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    tracing::error!(%peer, correlation_id = header.correlation_id,
+                        "a request handler panicked: answered INTERNAL");
+                    Some(Err(ErrorCode::Internal))
+                });
+            match handled {
                 Some(Ok(response)) => {
                     let _ = responses.send(response.encode_parts(header.correlation_id));
                 }

@@ -346,32 +346,39 @@ fn pin_to_core(index: usize) {
 
 /// Test hook for lost acknowledgements, off unless `STRATA_FAULT_PRODUCE_RESPONSE` is set:
 /// `drop:N` drops the Nth produce response this process would send (counted from 1: the write
-/// happened, its answer never comes), `exit:N` aborts the process instead of sending it.
-/// Idempotence tests use it to make producers retry writes the broker already has.
+/// happened, its answer never comes), `exit:N` aborts the process instead of sending it,
+/// `panic:N` panics in the request's handler instead. Idempotence tests use it to make
+/// producers retry writes the broker already has; the panic shows how a handler's bug is
+/// answered.
 fn produce_response_lost() -> bool {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
-    static FAULT: OnceLock<Option<(bool, u64)>> = OnceLock::new();
+    static FAULT: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static RESPONSES: AtomicU64 = AtomicU64::new(0);
     let fault = FAULT.get_or_init(|| {
         let spec = std::env::var("STRATA_FAULT_PRODUCE_RESPONSE").ok()?;
         let (kind, count) = spec.split_once(':')?;
         let count = count.parse().ok()?;
         tracing::warn!(%spec, "fault injection: a produce response will be lost");
-        Some((kind == "exit", count))
+        Some((kind.to_string(), count))
     });
-    let Some((exit, nth)) = *fault else {
+    let Some((kind, nth)) = fault else {
         return false;
     };
-    if RESPONSES.fetch_add(1, Ordering::Relaxed) + 1 != nth {
+    if RESPONSES.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
         return false;
     }
-    if exit {
-        tracing::error!("fault injection: aborting instead of answering produce #{nth}");
-        std::process::abort();
+    match kind.as_str() {
+        "exit" => {
+            tracing::error!("fault injection: aborting instead of answering produce #{nth}");
+            std::process::abort();
+        }
+        "panic" => panic!("fault injection: panicking instead of answering produce #{nth}"),
+        _ => {
+            tracing::warn!("fault injection: dropping the answer to produce #{nth}");
+            true
+        }
     }
-    tracing::warn!("fault injection: dropping the answer to produce #{nth}");
-    true
 }
 
 /// Records in whole stored batches and the newest record's timestamp, from their headers (for
