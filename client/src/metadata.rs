@@ -310,6 +310,22 @@ impl Client {
         Ok(())
     }
 
+    /// Moves leaderships back to preferred replicas now, in `topic` or in every topic; returns
+    /// how many moved.
+    pub async fn elect_leaders(&self, topic: Option<&str>) -> Result<u32, ClientError> {
+        let request = Request::ElectLeaders(strata_wire::protocol::ElectLeadersRequest {
+            topic: topic.unwrap_or_default().to_string(),
+        });
+        let Response::ElectLeaders(response) = self.any_broker(request).await? else {
+            return Err(ClientError::Protocol(
+                "elect leaders answered with another api".into(),
+            ));
+        };
+        admin_outcome(response.error, &response.message)?;
+        self.refresh_metadata().await?;
+        Ok(response.moved)
+    }
+
     /// Grows `topic` to `partitions` partitions in total.
     pub async fn add_partitions(&self, topic: &str, partitions: u32) -> Result<(), ClientError> {
         let request = Request::CreatePartitions(strata_wire::protocol::CreatePartitionsRequest {

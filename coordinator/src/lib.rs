@@ -200,6 +200,9 @@ pub enum PartitionChange {
     /// A restarted broker that is still named leader takes the next leader epoch, so that
     /// nothing it appends shares an epoch with records its earlier life may have lost.
     NextLeaderEpoch,
+    /// Leadership goes to the preferred replica (the first of `replicas`, in the ISR) at the
+    /// next leader epoch; see `placement::prefer_leader`.
+    PreferredLeader,
 }
 
 impl PartitionChange {
@@ -212,6 +215,16 @@ impl PartitionChange {
                 next.isr = isr.clone();
             }
             PartitionChange::NextLeaderEpoch => next.leader_epoch += 1,
+            PartitionChange::PreferredLeader => {
+                let preferred = current.replicas[0];
+                assert!(
+                    current.isr.contains(&preferred),
+                    "the preferred replica {preferred} is not in the ISR {:?}",
+                    current.isr
+                );
+                next.leader = preferred;
+                next.leader_epoch += 1;
+            }
         }
         next.partition_epoch += 1;
         next

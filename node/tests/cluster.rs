@@ -717,29 +717,7 @@ fn a_broker_whose_registration_vanished_registers_again() {
 fn a_clean_shutdown_hands_leadership_off_before_it_stops() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes = support::etcd_nodes(&etcd, &dirs, &[]);
-    wait_for("three brokers", || {
-        alive_brokers(&cluster_info(&nodes[0])).len() == 3
-    });
-    nodes[0].cli(
-        &[
-            "topic",
-            "create",
-            "handoff",
-            "--partitions",
-            "6",
-            "--replication-factor",
-            "3",
-        ],
-        None,
-    );
-    wait_for("every partition in sync", || {
-        support::describe(&nodes[0], "handoff")["partitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["isr"].as_array().unwrap().len() == 3)
-    });
+    let mut nodes = three_brokers_with_a_topic(&etcd, &dirs, &[], "handoff");
     let before = leaders(&nodes[0], "handoff");
     let leaving = before[0];
     assert!(leaving > 0);
@@ -834,37 +812,9 @@ fn brokers_read_the_cluster_state_when_it_changes() {
 fn leadership_returns_to_a_broker_that_came_back() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes = support::etcd_nodes(&etcd, &dirs, &["--leader-rebalance-interval-ms", "1000"]);
-    wait_for("three brokers", || {
-        alive_brokers(&cluster_info(&nodes[0])).len() == 3
-    });
-    nodes[0].cli(
-        &[
-            "topic",
-            "create",
-            "home",
-            "--partitions",
-            "6",
-            "--replication-factor",
-            "3",
-        ],
-        None,
-    );
-    let partitions = |node: &TestNode| {
-        support::describe(node, "home")["partitions"]
-            .as_array()
-            .unwrap()
-            .clone()
-    };
-    wait_for("every partition in sync", || {
-        partitions(&nodes[0])
-            .iter()
-            .all(|p| p["isr"].as_array().unwrap().len() == 3)
-    });
-    let preferred: Vec<i64> = partitions(&nodes[0])
-        .iter()
-        .map(|p| p["replicas"][0].as_i64().unwrap())
-        .collect();
+    let flags = ["--leader-rebalance-interval-ms", "1000"];
+    let mut nodes = three_brokers_with_a_topic(&etcd, &dirs, &flags, "home");
+    let preferred = preferred_replicas(&nodes[0], "home");
     assert_eq!(leaders(&nodes[0], "home"), preferred, "placed leaders");
     assert_eq!(preferred.iter().filter(|id| **id == 1).count(), 2);
 
@@ -878,9 +828,12 @@ fn leadership_returns_to_a_broker_that_came_back() {
         Duration::from_secs(30),
         || leaders(&nodes[1], "home") == preferred,
     );
-    let led_by_1 = partitions(&nodes[1])
-        .into_iter()
+    let led_by_1 = support::describe(&nodes[1], "home")["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
         .filter(|p| p["leader"] == 1)
+        .cloned()
         .collect::<Vec<_>>();
     assert!(
         led_by_1
@@ -888,4 +841,87 @@ fn leadership_returns_to_a_broker_that_came_back() {
             .all(|p| p["leader_epoch"].as_i64() >= Some(2)),
         "away and back: two new epochs, {led_by_1:?}"
     );
+}
+
+/// `strata topic elect-leaders` moves leaderships back to preferred replicas at once, with the
+/// periodic rebalance off (which then moves nothing by itself).
+#[test]
+fn leaders_go_back_to_preferred_replicas_on_request() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let flags = ["--leader-rebalance-interval-ms", "0"];
+    let mut nodes = three_brokers_with_a_topic(&etcd, &dirs, &flags, "asked");
+    let preferred = preferred_replicas(&nodes[0], "asked");
+
+    nodes[0].kill();
+    wait_for("broker 1's leaderships to move", || {
+        leaders(&nodes[1], "asked").iter().all(|l| *l > 1)
+    });
+    nodes[0].respawn();
+    wait_for_at_most("broker 1 back in sync", Duration::from_secs(20), || {
+        fully_in_sync(&nodes[1], "asked")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        leaders(&nodes[1], "asked").iter().all(|l| *l > 1),
+        "nothing moves back by itself with the rebalance off"
+    );
+
+    let out = nodes[2].cli(&["topic", "elect-leaders", "asked"], None);
+    assert_eq!(
+        out.trim(),
+        "moved 2 leaderships to their preferred replicas"
+    );
+    wait_for("every broker to see the preferred leaders", || {
+        nodes.iter().all(|node| leaders(node, "asked") == preferred)
+    });
+    let again = nodes[1].cli(&["topic", "elect-leaders"], None);
+    assert_eq!(
+        again.trim(),
+        "moved 0 leaderships to their preferred replicas"
+    );
+    let unknown = nodes[1].cli_output(&["topic", "elect-leaders", "nope"], None);
+    assert!(!unknown.status.success());
+}
+
+/// Three brokers on `etcd` with `flags`, and `topic` of 6 partitions on all three, every
+/// partition in sync.
+fn three_brokers_with_a_topic(
+    etcd: &EtcdServer,
+    dirs: &[tempfile::TempDir],
+    flags: &[&str],
+    topic: &str,
+) -> Vec<TestNode> {
+    let nodes = support::etcd_nodes(etcd, dirs, flags);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    let create = ["topic", "create", topic, "--partitions", "6"];
+    nodes[0].cli(
+        &[&create[..], &["--replication-factor", "3"]].concat(),
+        None,
+    );
+    wait_for("every partition in sync", || {
+        fully_in_sync(&nodes[0], topic)
+    });
+    nodes
+}
+
+/// Every partition of `topic` has all three replicas in its ISR, as `node` sees it.
+fn fully_in_sync(node: &TestNode, topic: &str) -> bool {
+    support::describe(node, topic)["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["isr"].as_array().unwrap().len() == 3)
+}
+
+/// Each partition's preferred replica (the first of its replicas).
+fn preferred_replicas(node: &TestNode, topic: &str) -> Vec<i64> {
+    support::describe(node, topic)["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["replicas"][0].as_i64().unwrap())
+        .collect()
 }

@@ -174,6 +174,7 @@ fn every_request_round_trips() {
             delete: vec!["flush".into()],
         }),
         Request::DescribeTopicConfig(DescribeTopicConfigRequest { topic: "t".into() }),
+        Request::ElectLeaders(ElectLeadersRequest { topic: "t".into() }),
         Request::ReplicaFetch(ReplicaFetchRequest {
             replica_id: 2,
             topic: "t".into(),

@@ -17,7 +17,8 @@ use strata_coordinator::{
 use strata_wire::protocol::{
     AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
     CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
-    DeleteTopicResponse, ErrorCode, ReassignPartitionRequest, ReassignPartitionResponse,
+    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode,
+    ReassignPartitionRequest, ReassignPartitionResponse,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -58,6 +59,11 @@ pub enum ControlMessage {
     /// first step of a clean shutdown, while the shards still serve (Kafka's controlled
     /// shutdown).
     Leave { reply: oneshot::Sender<()> },
+    /// Move leaderships back to preferred replicas now (`strata topic elect-leaders`).
+    ElectLeaders {
+        request: ElectLeadersRequest,
+        reply: oneshot::Sender<ElectLeadersResponse>,
+    },
     /// Resign from the cluster (revoke the broker lease, unless it left already) and stop.
     Shutdown { reply: oneshot::Sender<()> },
 }
@@ -396,6 +402,13 @@ fn run(
                         ControlMessage::AlterTopicConfig { request, reply } => {
                             let response = alter_topic_config(&coordinator, request).await;
                             last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            let _ = reply.send(response);
+                        }
+                        ControlMessage::ElectLeaders { request, reply } => {
+                            let response = elect_leaders(&coordinator, request).await;
+                            if response.moved > 0 {
+                                last = announce(&coordinator, &shards, config.node_id).await.or(last);
+                            }
                             let _ = reply.send(response);
                         }
                         ControlMessage::UpdatePartition { topic, expected, change, reply } => {
@@ -744,16 +757,13 @@ impl Controller {
                         isr = ?change.isr,
                         "controller removed dead brokers from the ISR"
                     );
-                } else if live.contains(&state.leader) {
-                    tracing::info!(
-                        %topic,
-                        partition = state.partition,
-                        from = state.leader,
-                        to = change.leader,
-                        epoch = change.leader_epoch,
-                        "controller moved leadership back to the preferred replica"
-                    );
                 } else {
+                    // A live leader gives way only to its preferred replica.
+                    let why = if live.contains(&state.leader) {
+                        "back to the preferred replica"
+                    } else {
+                        "off a dead broker"
+                    };
                     tracing::info!(
                         %topic,
                         partition = state.partition,
@@ -761,7 +771,7 @@ impl Controller {
                         to = change.leader,
                         epoch = change.leader_epoch,
                         isr = ?change.isr,
-                        "controller moved partition leadership"
+                        "controller moved partition leadership {why}"
                     );
                 }
             } else if etcd
@@ -818,6 +828,62 @@ async fn create_topic(
             }
         }
         Err(error) => failed(error_code(&error), error.to_string()),
+    }
+}
+
+/// Moves leadership to the preferred replica of every partition of `request.topic` (all topics
+/// when empty) where `placement::prefer_leader` allows it, each with a compare-first write (a
+/// partition that changed meanwhile is left alone). Any broker may do it: the write is as safe
+/// as the controller's, since the new leader is in the ISR of the state it replaces.
+async fn elect_leaders(
+    coordinator: &AnyCoordinator,
+    request: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    let failed = |error: &CoordinatorError| ElectLeadersResponse {
+        error: error_code(error),
+        message: error.to_string(),
+        moved: 0,
+    };
+    let (topics, brokers) = match each!(coordinator, c => (c.topics().await, c.brokers().await)) {
+        (Ok(topics), Ok(brokers)) => (topics, brokers),
+        (Err(error), _) | (_, Err(error)) => return failed(&error),
+    };
+    if !request.topic.is_empty() && !topics.iter().any(|topic| topic.name == request.topic) {
+        return failed(&CoordinatorError::UnknownTopic(request.topic));
+    }
+    let live: std::collections::BTreeSet<i32> = brokers.iter().map(|broker| broker.id).collect();
+    let mut moved = 0;
+    for topic in topics
+        .iter()
+        .filter(|topic| request.topic.is_empty() || topic.name == request.topic)
+    {
+        for partition in &topic.partitions {
+            if placement::prefer_leader(partition, &live).is_none() {
+                continue;
+            }
+            let change = PartitionChange::PreferredLeader;
+            match each!(coordinator, c => c.update_partition(&topic.name, partition, change).await)
+            {
+                Ok(Some(next)) => {
+                    moved += 1;
+                    tracing::info!(topic = %topic.name, partition = partition.partition,
+                        from = partition.leader, to = next.leader, epoch = next.leader_epoch,
+                        "moved leadership back to the preferred replica (on request)");
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    return ElectLeadersResponse {
+                        moved,
+                        ..failed(&error)
+                    };
+                }
+            }
+        }
+    }
+    ElectLeadersResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        moved,
     }
 }
 

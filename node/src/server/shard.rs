@@ -733,6 +733,15 @@ impl Shard {
                         message: "the node is shutting down".into(),
                     }),
             ),
+            Request::ElectLeaders(request) => Response::ElectLeaders(
+                self.ask_control(|reply| ControlMessage::ElectLeaders { request, reply })
+                    .await
+                    .unwrap_or_else(|| strata_wire::protocol::ElectLeadersResponse {
+                        error: ErrorCode::NotReady,
+                        message: "the node is shutting down".into(),
+                        moved: 0,
+                    }),
+            ),
             Request::AlterTopicConfig(request) => Response::AlterTopicConfig(
                 self.ask_control(|reply| ControlMessage::AlterTopicConfig { request, reply })
                     .await

@@ -546,6 +546,21 @@ messages! {
         pub message: String,
     }
 
+    /// Moves each partition's leadership to its preferred replica (the first of its replicas)
+    /// where that replica is live, in sync and not leading: what the controller does every
+    /// leader-rebalance interval, now. `topic` empty: every topic.
+    pub struct ElectLeadersRequest {
+        pub topic: String,
+    }
+
+    pub struct ElectLeadersResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+        /// Leaderships moved.
+        pub moved: u32,
+    }
+
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
     /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
     pub struct AlterTopicConfigRequest {

@@ -59,10 +59,12 @@ pub enum ApiKey {
     AlterTopicConfig = 19,
     /// A topic's effective settings and which of them are overrides (`strata topic describe`).
     DescribeTopicConfig = 20,
+    /// Moves leaderships back to preferred replicas now (`strata topic elect-leaders`).
+    ElectLeaders = 21,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 21] = [
+    pub const ALL: [ApiKey; 22] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -84,6 +86,7 @@ impl ApiKey {
         ApiKey::CreatePartitions,
         ApiKey::AlterTopicConfig,
         ApiKey::DescribeTopicConfig,
+        ApiKey::ElectLeaders,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -380,4 +383,5 @@ requests! {
     CreatePartitions(CreatePartitionsRequest, CreatePartitionsResponse),
     AlterTopicConfig(AlterTopicConfigRequest, AlterTopicConfigResponse),
     DescribeTopicConfig(DescribeTopicConfigRequest, DescribeTopicConfigResponse),
+    ElectLeaders(ElectLeadersRequest, ElectLeadersResponse),
 }

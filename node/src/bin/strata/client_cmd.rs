@@ -95,6 +95,11 @@ pub enum TopicCommand {
         #[arg(long)]
         partitions: u32,
     },
+    /// Move leaderships back to each partition's preferred replica (the first of its replicas)
+    /// where that replica is live and in sync, now: what the controller does every
+    /// --leader-rebalance-interval-ms (Kafka's kafka-leader-election --election-type
+    /// preferred). Every topic without NAME.
+    ElectLeaders { name: Option<String> },
 }
 
 /// `--acks` as Kafka spells it: 0, 1, or all (-1).
@@ -241,6 +246,10 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
         TopicCommand::AddPartitions { name, partitions } => {
             client.add_partitions(&name, partitions).await?;
             outln!("topic {name} now has {partitions} partitions");
+        }
+        TopicCommand::ElectLeaders { name } => {
+            let moved = client.elect_leaders(name.as_deref()).await?;
+            outln!("moved {moved} leaderships to their preferred replicas");
         }
         TopicCommand::Reassign {
             name,
