@@ -854,6 +854,16 @@ fn keyed_records_over_many_partitions_are_all_acknowledged_once() {
         "spread",
         &["--partitions", "48", "--replication-factor", "3"],
     );
+    // Without retries, the first records must find every partition led everywhere.
+    wait_for("every partition led and in sync", || {
+        nodes.iter().all(|node| {
+            describe(node, "spread")["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["leader"].as_i64() > Some(0) && p["isr"].as_array().unwrap().len() == 3)
+        })
+    });
     let runtime = runtime();
     runtime.block_on(async {
         let mut config = ClientConfig::new(nodes[0].bootstrap());
