@@ -454,6 +454,61 @@ impl EtcdCoordinator {
         Ok(response.succeeded())
     }
 
+    /// [`EtcdCoordinator::write_partition_fenced`] for many partitions `(topic, state, read
+    /// revision)`, in transactions of up to [`PARTITION_KEYS_PER_TXN`]: a controller moving
+    /// the leaderships of a dead broker's thousands of partitions wrote them one round trip
+    /// each. A transaction whose compares fail (one of its partitions changed since it was
+    /// read, or the controller lost its key) is written again one partition at a time, so one
+    /// busy partition holds back no other. Returns whether each change was stored.
+    pub async fn write_partitions_fenced(
+        &self,
+        changes: &[(String, PartitionState, i64)],
+        proof: &ControllerKey,
+    ) -> Result<Vec<bool>, CoordinatorError> {
+        let mut stored = Vec::with_capacity(changes.len());
+        for chunk in changes.chunks(PARTITION_KEYS_PER_TXN) {
+            let keys: Vec<String> = chunk
+                .iter()
+                .map(|(topic, state, _)| {
+                    self.key(&format!("partitions/{topic}/{}", state.partition))
+                })
+                .collect();
+            let compares = keys
+                .iter()
+                .zip(chunk)
+                .map(|(key, (_, _, revision))| {
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, *revision)
+                })
+                .chain([Compare::create_revision(
+                    proof.0.clone(),
+                    CompareOp::Greater,
+                    0,
+                )]);
+            let puts = keys.iter().zip(chunk).map(|(key, (_, state, _))| {
+                TxnOp::put(
+                    key.clone(),
+                    serde_json::to_vec(state).expect("partition serializes"),
+                    None,
+                )
+            });
+            let txn = Txn::new()
+                .when(compares.collect::<Vec<_>>())
+                .and_then(puts.collect::<Vec<_>>());
+            let response = self.client.txn(txn).await.map_err(etcd_error)?;
+            if response.succeeded() {
+                stored.extend(std::iter::repeat_n(true, chunk.len()));
+                continue;
+            }
+            for (topic, state, revision) in chunk {
+                stored.push(
+                    self.write_partition_fenced(topic, state, *revision, proof)
+                        .await?,
+                );
+            }
+        }
+        Ok(stored)
+    }
+
     pub fn node_id(&self) -> i32 {
         self.node_id
     }

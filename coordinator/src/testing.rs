@@ -117,6 +117,12 @@ impl EtcdServer {
 
     /// The bytes etcd has sent its gRPC clients so far (its own metric).
     pub fn sent_bytes(&self) -> u64 {
+        self.metric("etcd_network_client_grpc_sent_bytes_total") as u64
+    }
+
+    /// The sum of etcd's own metric `series` (a name, or a name with its labels' start, as
+    /// `/metrics` spells it: `grpc_server_handled_total{grpc_code="OK",grpc_method="Txn"`).
+    pub fn metric(&self, series: &str) -> f64 {
         use std::io::{Read, Write};
         let mut stream =
             std::net::TcpStream::connect(("127.0.0.1", self.ports.0)).expect("etcd metrics");
@@ -124,9 +130,9 @@ impl EtcdServer {
         let mut text = String::new();
         stream.read_to_string(&mut text).expect("etcd metrics");
         text.lines()
-            .find_map(|line| line.strip_prefix("etcd_network_client_grpc_sent_bytes_total "))
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .expect("etcd reports etcd_network_client_grpc_sent_bytes_total") as u64
+            .filter(|line| line.starts_with(series))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
     }
 
     /// The etcd process's id (to pause it with SIGSTOP: an outage that keeps its state).

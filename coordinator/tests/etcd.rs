@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use strata_coordinator::testing::EtcdServer;
 use strata_coordinator::{
-    BrokerInfo, ConfigChange, Coordinator, CoordinatorError, EtcdCoordinator, TopicSpec,
+    BrokerInfo, ConfigChange, Coordinator, CoordinatorError, EtcdCoordinator, PartitionChange,
+    PartitionState, TopicSpec,
 };
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -389,5 +390,69 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
             vec![("g".to_string(), 2)]
         );
         assert!(store.allocate_producer_ids(1).await.unwrap() >= 2000);
+    });
+}
+
+/// The controller's writes go in transactions of many partitions. A partition changed since it
+/// was read is refused alone (the rest of its transaction is then written one by one), and
+/// nothing is written once the controller's election key is gone.
+#[test]
+fn controller_writes_are_batched_and_fenced() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let [one, two, _three] = three_brokers(&etcd).await;
+        one.create_topic(spec("moves", 150, 3)).await.unwrap();
+        let key = one.campaign().await.unwrap();
+        let read = one.partitions_with_revisions().await.unwrap();
+        assert_eq!(read.len(), 150);
+        // A leader changes partition 7 after the controller read it.
+        let (_, seven, _) = read.iter().find(|(_, s, _)| s.partition == 7).unwrap();
+        two.update_partition("moves", seven, PartitionChange::NextLeaderEpoch)
+            .await
+            .unwrap()
+            .expect("stored");
+        let by_ten =
+            |read: &[(String, PartitionState, i64)]| -> Vec<(String, PartitionState, i64)> {
+                read.iter()
+                    .map(|(topic, state, revision)| {
+                        let mut next = state.clone();
+                        next.leader_epoch += 10;
+                        next.partition_epoch += 1;
+                        (topic.clone(), next, *revision)
+                    })
+                    .collect()
+            };
+        let txns = || etcd.metric("grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Txn\"");
+        let txns_before = txns();
+        let stored = one
+            .write_partitions_fenced(&by_ten(&read), &key)
+            .await
+            .unwrap();
+        // Three transactions of 60, 60 and 30; the first refused, then its 60 one by one.
+        assert_eq!(txns() - txns_before, 63.0);
+        let refused: Vec<u32> = read
+            .iter()
+            .zip(&stored)
+            .filter(|(_, stored)| !**stored)
+            .map(|((_, state, _), _)| state.partition)
+            .collect();
+        assert_eq!(refused, vec![7]);
+        let after = one.partitions_with_revisions().await.unwrap();
+        for ((_, before, _), (_, now, _)) in read.iter().zip(&after) {
+            let expected = if before.partition == 7 { 1 } else { 10 };
+            assert_eq!(now.leader_epoch, before.leader_epoch + expected, "{now:?}");
+        }
+
+        // Without its election key, the old controller writes nothing.
+        one.resign().await.unwrap();
+        let stored = two
+            .write_partitions_fenced(&by_ten(&after), &key)
+            .await
+            .unwrap();
+        assert!(stored.iter().all(|stored| !stored));
+        let unchanged = two.partitions_with_revisions().await.unwrap();
+        for ((_, before, _), (_, now, _)) in after.iter().zip(&unchanged) {
+            assert_eq!(now.leader_epoch, before.leader_epoch);
+        }
     });
 }

@@ -717,6 +717,8 @@ impl Controller {
                 tracing::info!(topic = %topic.name, written, "controller wrote partition keys a creator had not");
             }
         }
+        // Every change of this pass, written together (in transactions of many partitions).
+        let mut planned = Vec::new();
         for (topic, state, revision) in stored {
             let unclean = topics
                 .iter()
@@ -728,61 +730,69 @@ impl Controller {
                     .then(|| placement::prefer_leader(&state, &live))
                     .flatten()
             };
-            let Some(change) = failover
+            if let Some(change) = failover
                 .or_else(|| placement::complete_reassignment(&state))
                 .or_else(preferred)
-            else {
-                continue;
-            };
-            if etcd
-                .write_partition_fenced(&topic, &change, revision, key)
-                .await?
             {
-                if unclean && !state.isr.contains(&change.leader) {
-                    tracing::error!(%topic, partition = state.partition, leader = change.leader,
-                        "UNCLEAN leader election: records the old leader had may be lost");
-                }
-                if state.target_replicas.is_some() && change.target_replicas.is_none() {
-                    tracing::info!(
-                        %topic,
-                        partition = state.partition,
-                        replicas = ?change.replicas,
-                        leader = change.leader,
-                        "reassignment complete"
-                    );
-                } else if change.leader == state.leader {
-                    tracing::info!(
-                        %topic,
-                        partition = state.partition,
-                        isr = ?change.isr,
-                        "controller removed dead brokers from the ISR"
-                    );
+                planned.push((topic, state, change, revision, unclean));
+            }
+        }
+        let writes: Vec<(String, PartitionState, i64)> = planned
+            .iter()
+            .map(|(topic, _, change, revision, _)| (topic.clone(), change.clone(), *revision))
+            .collect();
+        let outcomes = etcd.write_partitions_fenced(&writes, key).await?;
+        let mut refused = false;
+        for ((topic, state, change, _, unclean), stored) in planned.into_iter().zip(outcomes) {
+            if !stored {
+                refused = true;
+                continue;
+            }
+            if unclean && !state.isr.contains(&change.leader) {
+                tracing::error!(%topic, partition = state.partition, leader = change.leader,
+                    "UNCLEAN leader election: records the old leader had may be lost");
+            }
+            if state.target_replicas.is_some() && change.target_replicas.is_none() {
+                tracing::info!(
+                    %topic,
+                    partition = state.partition,
+                    replicas = ?change.replicas,
+                    leader = change.leader,
+                    "reassignment complete"
+                );
+            } else if change.leader == state.leader {
+                tracing::info!(
+                    %topic,
+                    partition = state.partition,
+                    isr = ?change.isr,
+                    "controller removed dead brokers from the ISR"
+                );
+            } else {
+                // A live leader gives way only to its preferred replica.
+                let why = if live.contains(&state.leader) {
+                    "back to the preferred replica"
                 } else {
-                    // A live leader gives way only to its preferred replica.
-                    let why = if live.contains(&state.leader) {
-                        "back to the preferred replica"
-                    } else {
-                        "off a dead broker"
-                    };
-                    tracing::info!(
-                        %topic,
-                        partition = state.partition,
-                        from = state.leader,
-                        to = change.leader,
-                        epoch = change.leader_epoch,
-                        isr = ?change.isr,
-                        "controller moved partition leadership {why}"
-                    );
-                }
-            } else if etcd
+                    "off a dead broker"
+                };
+                tracing::info!(
+                    %topic,
+                    partition = state.partition,
+                    from = state.leader,
+                    to = change.leader,
+                    epoch = change.leader_epoch,
+                    isr = ?change.isr,
+                    "controller moved partition leadership {why}"
+                );
+            }
+        }
+        if refused
+            && etcd
                 .refresh_controller()
                 .await
                 .is_ok_and(|current| current != etcd.node_id())
-            {
-                // The fence held: someone else controls the cluster now.
-                self.key = None;
-                return Ok(());
-            }
+        {
+            // The fence held: someone else controls the cluster now.
+            self.key = None;
         }
         Ok(())
     }
