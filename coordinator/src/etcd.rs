@@ -491,13 +491,23 @@ impl EtcdCoordinator {
                     None,
                 )
             });
+            // Refused, the answer says whether the election key still exists.
             let txn = Txn::new()
                 .when(compares.collect::<Vec<_>>())
-                .and_then(puts.collect::<Vec<_>>());
+                .and_then(puts.collect::<Vec<_>>())
+                .or_else([TxnOp::get(proof.0.clone(), None)]);
             let response = self.client.txn(txn).await.map_err(etcd_error)?;
             if response.succeeded() {
                 stored.extend(std::iter::repeat_n(true, chunk.len()));
                 continue;
+            }
+            let fenced = response.op_responses().iter().any(
+                |op| matches!(op, etcd_client::TxnOpResponse::Get(get) if get.kvs().is_empty()),
+            );
+            if fenced {
+                // No longer the controller: nothing more of this pass can be written.
+                stored.resize(changes.len(), false);
+                return Ok(stored);
             }
             for (topic, state, revision) in chunk {
                 stored.push(

@@ -443,13 +443,16 @@ fn controller_writes_are_batched_and_fenced() {
             assert_eq!(now.leader_epoch, before.leader_epoch + expected, "{now:?}");
         }
 
-        // Without its election key, the old controller writes nothing.
+        // Without its election key, the old controller writes nothing, in one transaction per
+        // pass rather than one per partition.
         one.resign().await.unwrap();
+        let txns_before = txns();
         let stored = two
             .write_partitions_fenced(&by_ten(&after), &key)
             .await
             .unwrap();
         assert!(stored.iter().all(|stored| !stored));
+        assert_eq!(txns() - txns_before, 1.0);
         let unchanged = two.partitions_with_revisions().await.unwrap();
         for ((_, before, _), (_, now, _)) in after.iter().zip(&unchanged) {
             assert_eq!(now.leader_epoch, before.leader_epoch);
