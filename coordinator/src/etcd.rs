@@ -248,6 +248,27 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Topics from their records and their stored partition states (a partition whose key is not
+/// written yet reads as its initial state), in name order.
+fn assemble_topics(
+    records: Vec<TopicRecord>,
+    partitions: impl Iterator<Item = (String, PartitionState)>,
+) -> Vec<TopicState> {
+    let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
+    for (topic, state) in partitions {
+        stored.entry(topic).or_default().push(state);
+    }
+    let mut topics: Vec<TopicState> = records
+        .into_iter()
+        .map(|record| {
+            let partitions = stored.remove(&record.name).unwrap_or_default();
+            record.state(partitions)
+        })
+        .collect();
+    topics.sort_by(|a, b| a.name.cmp(&b.name));
+    topics
+}
+
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
     key: &[u8],
     value: &[u8],
@@ -387,45 +408,46 @@ impl EtcdCoordinator {
     /// Every topic, read at one etcd revision (records and partition keys agree), and that
     /// revision: a watch from the next one sees every change the read did not.
     pub async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError> {
+        let (records, partitions, revision) = self.read_state().await?;
+        let states = partitions
+            .into_iter()
+            .map(|(topic, state, _)| (topic, state));
+        Ok((assemble_topics(records, states), revision))
+    }
+
+    /// Every topic, and every stored partition key with the mod revision its state was read
+    /// at, all read at one etcd revision: what a controller pass acts on.
+    pub async fn topics_with_revisions(
+        &self,
+    ) -> Result<(Vec<TopicState>, Vec<(String, PartitionState, i64)>), CoordinatorError> {
+        let (records, partitions, _) = self.read_state().await?;
+        let states = partitions
+            .iter()
+            .map(|(topic, state, _)| (topic.clone(), state.clone()));
+        Ok((assemble_topics(records, states), partitions))
+    }
+
+    /// The topic records and every stored partition key (topic, state, mod revision), at one
+    /// revision, and that revision.
+    async fn read_state(
+        &self,
+    ) -> Result<(Vec<TopicRecord>, Vec<(String, PartitionState, i64)>, i64), CoordinatorError> {
         let (records, revision) =
             get_prefix(&self.client, &self.key("topics/"), LARGE_VALUES_PER_PAGE, 0).await?;
         let prefix = self.key("partitions/");
         let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, revision).await?;
-        let mut stored: BTreeMap<String, Vec<PartitionState>> = BTreeMap::new();
+        let records = records
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        let mut partitions = Vec::with_capacity(keys.len());
         for kv in &keys {
             let state: PartitionState = decode(kv.key(), kv.value())?;
-            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-            let topic = rest
-                .rsplit_once('/')
-                .map_or(rest.as_str(), |(topic, _)| topic);
-            stored.entry(topic.to_string()).or_default().push(state);
+            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]);
+            let topic = rest.rsplit_once('/').map_or(&*rest, |(topic, _)| topic);
+            partitions.push((topic.to_string(), state, kv.mod_revision()));
         }
-        let mut topics = Vec::new();
-        for kv in &records {
-            let record: TopicRecord = decode(kv.key(), kv.value())?;
-            let partitions = stored.remove(&record.name).unwrap_or_default();
-            topics.push(record.state(partitions));
-        }
-        topics.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok((topics, revision))
-    }
-
-    /// Every partition with the mod revision its state was read at.
-    pub async fn partitions_with_revisions(
-        &self,
-    ) -> Result<Vec<(String, PartitionState, i64)>, CoordinatorError> {
-        let prefix = self.key("partitions/");
-        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, 0).await?;
-        let mut out = Vec::new();
-        for kv in &keys {
-            let state: PartitionState = decode(kv.key(), kv.value())?;
-            let rest = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-            let topic = rest
-                .rsplit_once('/')
-                .map_or(rest.clone(), |(topic, _)| topic.to_string());
-            out.push((topic, state, kv.mod_revision()));
-        }
-        Ok(out)
+        Ok((records, partitions, revision))
     }
 
     /// Writes a partition's new state only if it is unchanged since `read_revision` and `proof`

@@ -135,11 +135,7 @@ pub fn prefer_leader(current: &PartitionState, live: &BTreeSet<i32>) -> Option<P
     {
         return None;
     }
-    let mut next = current.clone();
-    next.leader = preferred;
-    next.leader_epoch += 1;
-    next.partition_epoch += 1;
-    Some(next)
+    Some(crate::PartitionChange::PreferredLeader.apply(current))
 }
 
 /// Broker ids ordered so that consecutive ids are on different racks where possible (Kafka's

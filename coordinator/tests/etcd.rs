@@ -403,7 +403,7 @@ fn controller_writes_are_batched_and_fenced() {
         let [one, two, _three] = three_brokers(&etcd).await;
         one.create_topic(spec("moves", 150, 3)).await.unwrap();
         let key = one.campaign().await.unwrap();
-        let read = one.partitions_with_revisions().await.unwrap();
+        let read = one.topics_with_revisions().await.unwrap().1;
         assert_eq!(read.len(), 150);
         // A leader changes partition 7 after the controller read it.
         let (_, seven, _) = read.iter().find(|(_, s, _)| s.partition == 7).unwrap();
@@ -437,7 +437,7 @@ fn controller_writes_are_batched_and_fenced() {
             .map(|((_, state, _), _)| state.partition)
             .collect();
         assert_eq!(refused, vec![7]);
-        let after = one.partitions_with_revisions().await.unwrap();
+        let after = one.topics_with_revisions().await.unwrap().1;
         for ((_, before, _), (_, now, _)) in read.iter().zip(&after) {
             let expected = if before.partition == 7 { 1 } else { 10 };
             assert_eq!(now.leader_epoch, before.leader_epoch + expected, "{now:?}");
@@ -453,7 +453,7 @@ fn controller_writes_are_batched_and_fenced() {
             .unwrap();
         assert!(stored.iter().all(|stored| !stored));
         assert_eq!(txns() - txns_before, 1.0);
-        let unchanged = two.partitions_with_revisions().await.unwrap();
+        let unchanged = two.topics_with_revisions().await.unwrap().1;
         for ((_, before, _), (_, now, _)) in after.iter().zip(&unchanged) {
             assert_eq!(now.leader_epoch, before.leader_epoch);
         }

@@ -321,7 +321,7 @@ fn a_paused_controller_is_fenced_after_it_wakes() {
             )
             .await
             .unwrap();
-            let mut state = reader.partitions_with_revisions().await.unwrap();
+            let (_, mut state) = reader.topics_with_revisions().await.unwrap();
             state.sort_by_key(|(topic, partition, _)| (topic.clone(), partition.partition));
             reader.resign().await.unwrap();
             state

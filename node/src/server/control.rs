@@ -703,8 +703,7 @@ impl Controller {
             .iter()
             .map(|broker| broker.id)
             .collect();
-        let topics = etcd.topics().await?;
-        let stored = etcd.partitions_with_revisions().await?;
+        let (topics, stored) = etcd.topics_with_revisions().await?;
         // A creator that stopped between a topic's record and its last partition key leaves
         // partitions without keys (readers see their initial state): write them.
         let mut keys: std::collections::BTreeMap<&str, usize> = Default::default();
