@@ -164,6 +164,7 @@ impl IoProperties {
             group_commit_window: Duration::from_micros(chosen.group_commit_window_us),
             sync_latency_us: None,
             device_writes: Some(std::sync::Arc::new(tokio::sync::Semaphore::new(per_shard))),
+            shared_sync: None,
         }
     }
 }

@@ -12,6 +12,7 @@ use strata_node::io::DIRECT_BLOCK;
 use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
+use strata_node::log::shared_sync::SharedSync;
 use strata_node::log::{
     DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES, PartitionLog,
     PlacedBatches, REGION_MIN_BYTES, Served, writer,
@@ -954,6 +955,82 @@ fn interval_and_never_policies() {
         assert_eq!(storage.sync_count(), syncs, "never means never");
         let bytes = handle.read(0, 1 << 20, u64::MAX).await.unwrap();
         assert_eq!(records_in(bytes).len(), 15);
+    });
+}
+
+/// `flush=interval` logs of one shard sync together: one `syncfs` round covers many logs'
+/// interval flushes, none of them syncs its own files, and all become durable. When a round
+/// fails, each log syncs its own files, and they become durable all the same.
+#[test]
+fn interval_syncs_of_many_logs_share_syncfs_rounds() {
+    const LOGS: usize = 24;
+    let root = tempfile::tempdir().unwrap();
+    block_on(async {
+        for failing_rounds in [false, true] {
+            let storage = SimStorage::new(14);
+            let shared = SharedSync::open(
+                root.path(),
+                std::time::Duration::from_millis(30),
+                None,
+                None,
+            )
+            .unwrap();
+            if failing_rounds {
+                shared.fail_rounds_with(libc::EIO);
+            }
+            let tuning = writer::WriterTuning {
+                shared_sync: Some(shared.clone()),
+                ..Default::default()
+            };
+            let config = small_config(1 << 20, FlushPolicy::Interval { interval_ms: 10 });
+            let mut handles = Vec::new();
+            for index in 0..LOGS {
+                // The rounds sync the filesystem a log's folder is on: the folder must exist.
+                let dir = root.path().join(format!("{failing_rounds}-{index}"));
+                std::fs::create_dir(&dir).unwrap();
+                let log = open(&storage, &dir, &config).await;
+                handles.push(writer::spawn_tuned(
+                    log,
+                    writer::system_clock_ms,
+                    tuning.clone(),
+                ));
+            }
+            for handle in &handles {
+                handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
+            }
+            // The first batch of an epoch synced the epoch checkpoint; the records are not.
+            let syncs_after_appends = storage.sync_count();
+            // A `syncfs` waits for everything dirty on the filesystem (a build's output, say).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            for handle in &handles {
+                while handle.offsets().await.unwrap().durable < 3 {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the interval sync never ran"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+            let own_syncs = storage.sync_count() - syncs_after_appends;
+            assert!(
+                shared.jobs() >= LOGS as u64,
+                "{} of {LOGS} logs' interval syncs joined a round",
+                shared.jobs()
+            );
+            assert!(
+                (1..=LOGS as u64 / 4).contains(&shared.rounds()),
+                "{} rounds for {LOGS} logs",
+                shared.rounds()
+            );
+            if failing_rounds {
+                assert!(
+                    own_syncs >= LOGS as u64,
+                    "a failed round falls back: {own_syncs} syncs"
+                );
+            } else {
+                assert_eq!(own_syncs, 0, "the round synced for every log");
+            }
+        }
     });
 }
 

@@ -154,6 +154,24 @@ fn metrics_parse_and_count_the_traffic() {
     assert!(total(&samples, "strata_direct_writes_total") >= 1.0);
     assert!(total(&samples, "strata_direct_write_bytes_total") >= 256.0 * 1024.0);
 
+    // "d" syncs by the default interval (1 s): through a syncfs round of its shard's logs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let samples = parse(&http_get(admin, "/metrics").1);
+        let (rounds, logs) = (
+            total(&samples, "strata_sync_rounds_total"),
+            total(&samples, "strata_sync_round_logs_total"),
+        );
+        if rounds >= 1.0 && logs >= rounds {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no interval sync went through a round: {rounds} rounds, {logs} logs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
     let (status, body) = http_get(admin, "/health");
     assert!(status.contains("200") && body.trim() == "ok");
     let (status, body) = http_get(admin, "/v1/cluster");

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod index;
 pub mod producers;
 mod segment;
+pub mod shared_sync;
 pub mod tail_cache;
 pub mod writer;
 
@@ -30,6 +31,7 @@ use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
+use shared_sync::SharedSync;
 use strata_wire::AlignedVec;
 use tail_cache::{TAIL_CACHE_BYTES, TailCache};
 
@@ -271,6 +273,19 @@ pub struct FlushOutcome {
 impl<F: StorageFile> FlushJob<F> {
     pub fn target_offset(&self) -> u64 {
         self.target_offset
+    }
+
+    /// Syncs through the shard's [`SharedSync`] round (see there); on its failure, file by file
+    /// as [`FlushJob::run`], to find the file that failed.
+    pub async fn run_shared(self, shared: &Rc<SharedSync>) -> FlushOutcome {
+        if self.files.is_empty() || shared.sync().await.is_err() {
+            return self.run().await;
+        }
+        FlushOutcome {
+            target_offset: self.target_offset,
+            point: self.point,
+            failure: None,
+        }
     }
 
     pub async fn run(self) -> FlushOutcome {

@@ -20,6 +20,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use super::shared_sync::SharedSync;
 use super::{
     AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
     RetentionReport,
@@ -327,6 +328,9 @@ pub struct WriterTuning {
     /// Device writes (syncs) in flight on this shard, over all its logs (`None`: unbounded).
     /// Shard-local. Appends themselves land in the page cache and are not limited.
     pub device_writes: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// The shard's `syncfs` rounds, which `flush=interval` syncs join (`None`: each log syncs
+    /// its own files). Shard-local.
+    pub shared_sync: Option<Rc<SharedSync>>,
 }
 
 impl Default for WriterTuning {
@@ -336,6 +340,7 @@ impl Default for WriterTuning {
             group_commit_window: std::time::Duration::ZERO,
             sync_latency_us: None,
             device_writes: None,
+            shared_sync: None,
         }
     }
 }
@@ -370,6 +375,8 @@ type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
 struct SyncInFlight {
     outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
     started: std::time::Instant,
+    /// A round of the shard's [`SharedSync`]: it records its own latency.
+    shared: bool,
     waiters: Vec<(AppendReply, AppendInfo)>,
 }
 
@@ -380,6 +387,11 @@ async fn run<S: Storage>(
     tuning: WriterTuning,
     direct_phase: Rc<Cell<Option<usize>>>,
 ) {
+    // Only for a log on the filesystem the rounds sync.
+    let shared_sync = tuning
+        .shared_sync
+        .clone()
+        .filter(|shared| shared.covers(log.dir()));
     let mut group = Vec::with_capacity(64);
     let mut appends = Vec::with_capacity(64);
     let mut append_replies = Vec::with_capacity(64);
@@ -410,11 +422,18 @@ async fn run<S: Storage>(
                         target = job.target_offset(),
                         "sync starts"
                     );
+                    // Nothing waits on an interval sync: it joins the shard's round, which
+                    // takes the device-write permit and records the sync's latency itself.
+                    let shared = shared_sync.clone().filter(|_| unsynced.is_empty());
                     in_flight = Some(SyncInFlight {
                         started: std::time::Instant::now(),
+                        shared: shared.is_some(),
                         outcome: Box::pin({
                             let device_writes = tuning.device_writes.clone();
                             async move {
+                                if let Some(shared) = shared {
+                                    return job.run_shared(&shared).await;
+                                }
                                 // Syncs are what reach the device (appends land in the page
                                 // cache): the shard's limit holds for as long as one runs.
                                 let _permit = match &device_writes {
@@ -449,7 +468,7 @@ async fn run<S: Storage>(
                 }
             } => {
                 let sync = in_flight.take().expect("the branch ran on a sync");
-                if let Some(histogram) = &tuning.sync_latency_us {
+                if let Some(histogram) = tuning.sync_latency_us.as_ref().filter(|_| !sync.shared) {
                     let _ = histogram
                         .borrow_mut()
                         .record((sync.started.elapsed().as_micros() as u64).max(1));

@@ -67,7 +67,7 @@ pub struct Snapshot {
     pub fetch_latency_us: Histogram<u64>,
     /// Follower side: one replication fetch, from request to appended (µs).
     pub replication_latency_us: Histogram<u64>,
-    /// One `fdatasync` of a partition log (µs).
+    /// One `fdatasync` of a partition log, or one `syncfs` round of the shard's logs (µs).
     pub fsync_latency_us: Histogram<u64>,
     /// End to end as the broker sees it: how old the newest record of a fetch was when served
     /// (µs, from its producer timestamp).
@@ -90,6 +90,9 @@ pub struct Snapshot {
     pub reads: crate::log::tail_cache::ReadTotals,
     /// Bytes sent to consumers straight from segment files (`sendfile`).
     pub sent_from_files: u64,
+    /// `syncfs` rounds, and the logs' interval syncs they served.
+    pub sync_rounds: u64,
+    pub sync_round_jobs: u64,
 }
 
 impl Default for Snapshot {
@@ -113,6 +116,8 @@ impl Default for Snapshot {
             direct_write_bytes: 0,
             reads: Default::default(),
             sent_from_files: 0,
+            sync_rounds: 0,
+            sync_round_jobs: 0,
         }
     }
 }
@@ -169,6 +174,7 @@ impl ShardMetrics {
         partitions: u64,
         replicas: u64,
         under_replicated: u64,
+        sync_rounds: Option<&crate::log::shared_sync::SharedSync>,
     ) -> Snapshot {
         let mut snapshot = self.inner.borrow().clone();
         snapshot.fsync_latency_us = self.fsync_latency_us.borrow().clone();
@@ -180,6 +186,9 @@ impl ShardMetrics {
         (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
         snapshot.sent_from_files = super::connection::sent_from_files();
+        if let Some(rounds) = sync_rounds {
+            (snapshot.sync_rounds, snapshot.sync_round_jobs) = (rounds.rounds(), rounds.jobs());
+        }
         snapshot
     }
 }
@@ -261,7 +270,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 12] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 14] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -321,6 +330,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "counter",
             "Reads (consumer and follower fetches) served from the newest appends kept in memory (direct.writes=always logs).",
             |s| s.reads.from_cache,
+        ),
+        (
+            "strata_sync_rounds_total",
+            "counter",
+            "syncfs calls that made the shard's flush=interval logs durable together.",
+            |s| s.sync_rounds,
+        ),
+        (
+            "strata_sync_round_logs_total",
+            "counter",
+            "Interval syncs of logs those rounds served (each would have been fdatasyncs of its own).",
+            |s| s.sync_round_jobs,
         ),
         (
             "strata_log_file_reads_total",

@@ -28,6 +28,7 @@ use super::replica::{self, Partition, Role};
 use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::producers::ProducerError;
+use crate::log::shared_sync::{self, SharedSync};
 use crate::log::{LogError, PartitionLog, Served, writer};
 use crate::replication::LeaderConfig;
 
@@ -169,6 +170,27 @@ pub fn run(
         let (context_io, shards) = (context.config.io_properties.clone(), context.config.shards);
         let metrics = metrics::ShardMetrics::default();
         let fsync_histogram = metrics.fsync_histogram();
+        let mut writer_tuning = writer::WriterTuning {
+            sync_latency_us: Some(fsync_histogram.clone()),
+            ..match &context_io {
+                Some(properties) => properties.writer_tuning(shards),
+                None => writer::WriterTuning::default(),
+            }
+        };
+        writer_tuning.shared_sync = match SharedSync::open(
+            &context.config.data_dir,
+            shared_sync::DEFAULT_GATHER,
+            writer_tuning.device_writes.clone(),
+            Some(fsync_histogram),
+        ) {
+            Ok(shared) => Some(shared),
+            Err(error) => {
+                tracing::warn!(
+                    "each log syncs on its own: opening the data directory failed: {error}"
+                );
+                None
+            }
+        };
         let shard = Rc::new(Shard {
             quic: Some(quic),
             context,
@@ -182,13 +204,7 @@ pub fn run(
             unopened: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
             metrics,
-            writer_tuning: writer::WriterTuning {
-                sync_latency_us: Some(fsync_histogram),
-                ..match &context_io {
-                    Some(properties) => properties.writer_tuning(shards),
-                    None => writer::WriterTuning::default(),
-                }
-            },
+            writer_tuning,
         });
         if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
@@ -287,6 +303,7 @@ pub fn run(
                         led,
                         replicas,
                         under_replicated,
+                        shard.writer_tuning.shared_sync.as_deref(),
                     ));
                 }
                 ShardMessage::View { reply } => {
