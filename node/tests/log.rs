@@ -195,6 +195,60 @@ fn append_read_and_reopen_through_io_uring() {
     assert!(names.contains(&"00000000000000000000.timeindex".to_string()));
 }
 
+/// A log holds descriptors for its segments and the two checkpoints written every second or
+/// so; the epoch checkpoint and the producer snapshot, written rarely, are opened when used
+/// (with thousands of partitions a broker's descriptor limit is what bounds its replicas).
+#[test]
+fn a_log_holds_descriptors_only_for_its_segments_and_frequent_checkpoints() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("orders-0");
+    let held = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_link(entry.unwrap().path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .map(|target| target.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    tokio_uring::start(async {
+        let config = small_config(1 << 20, FlushPolicy::Interval { interval_ms: 1 });
+        let mut log = open(&UringStorage, &dir, &config).await;
+        append_many(&mut log, 20, 100, 1_000).await;
+        // A new epoch writes the epoch checkpoint; a roll writes the producer snapshot.
+        log.flush(0).await.unwrap();
+        log.close(0).await.unwrap();
+        let mut log = open(&UringStorage, &dir, &config).await;
+        append_many(&mut log, 5, 100, 1_000).await;
+        let names = held(&dir);
+        assert_eq!(
+            names,
+            [
+                "00000000000000000000.index",
+                // Through the page cache, and with O_DIRECT for large appends.
+                "00000000000000000000.log",
+                "00000000000000000000.log",
+                "00000000000000000000.timeindex",
+                "high-watermark",
+                "recovery-point",
+            ],
+            "descriptors held by an open log"
+        );
+        drop(log);
+    });
+    let written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for name in ["leader-epoch-checkpoint", "producer-snapshot"] {
+        assert!(
+            written.iter().any(|n| n == name),
+            "{name} was written: {written:?}"
+        );
+    }
+}
+
 /// Pages of the file at `path` in the page cache, and pages in all (`mincore`).
 fn resident_pages(path: &Path) -> (usize, usize) {
     use std::os::fd::AsRawFd;

@@ -456,13 +456,11 @@ pub struct PartitionLog<S: Storage> {
     /// Where each leader epoch begins; persisted in [`EPOCH_FILE_NAME`] before any batch of a
     /// new epoch is written, so every batch on disk has its epoch in the file.
     epochs: EpochCache,
-    epoch_file: S::File,
     high_watermark_file: S::File,
     high_watermark_checkpoint: u64,
     /// Idempotent producers' state after every batch stamped so far (applied at stamp time, so
     /// a later request of the same group sees an earlier one).
     producers: ProducerStates,
-    producer_file: S::File,
     /// The highest offset the snapshot in [`PRODUCER_SNAPSHOT_FILE_NAME`] may claim (0: none).
     /// A truncation below it must discard the file first: the snapshot would describe batches
     /// the log no longer holds.
@@ -576,15 +574,15 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .ok()
             .and_then(|bytes| RecoveryPoint::decode(bytes.as_slice()));
+        // The epoch checkpoint and the producer snapshot are written rarely (a new epoch, a
+        // roll): they are opened when used, not held (a broker's descriptors go to segments).
         let epoch_path = dir.join(EPOCH_FILE_NAME);
-        let epoch_file = storage
-            .open(&epoch_path, true)
-            .await
-            .map_err(io_error("open", &epoch_path))?;
-        let epochs = read_whole(&epoch_file)
-            .await
-            .ok()
-            .and_then(|bytes| EpochCache::decode(bytes.as_slice()));
+        let epochs = match storage.open(&epoch_path, false).await {
+            Ok(file) => read_whole(&file).await.ok(),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => return Err(io_error("open", &epoch_path)(error)),
+        }
+        .and_then(|bytes| EpochCache::decode(bytes.as_slice()));
         let high_watermark_path = dir.join(HIGH_WATERMARK_FILE_NAME);
         let high_watermark_file = storage
             .open(&high_watermark_path, true)
@@ -595,18 +593,11 @@ impl<S: Storage> PartitionLog<S> {
             .ok()
             .and_then(|bytes| decode_high_watermark(bytes.as_slice()))
             .unwrap_or(0);
-        let producer_path = dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
-        let producer_file = storage
-            .open(&producer_path, true)
-            .await
-            .map_err(io_error("open", &producer_path))?;
         let epochs_trusted = epochs.is_some();
         let mut log = PartitionLog {
             producers: ProducerStates::default(),
-            producer_file,
             producer_snapshot_offset_max: 0,
             epochs: epochs.unwrap_or_default(),
-            epoch_file,
             high_watermark_file,
             high_watermark_checkpoint,
             recovery_file,
@@ -1999,17 +1990,35 @@ impl<S: Storage> PartitionLog<S> {
             })
     }
 
+    /// Replaces the contents of a small file of the partition's folder (the epoch checkpoint,
+    /// the producer snapshot) in place and syncs it; a file created here is made durable by a
+    /// sync of the folder too. Opened for the call only: these are written rarely, and a
+    /// broker's file descriptors are better spent on segments.
+    async fn rewrite_checkpoint(&self, path: &Path, bytes: Bytes) -> io::Result<()> {
+        let (file, created) = match self.storage.open(path, false).await {
+            Ok(file) => (file, false),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                (self.storage.open(path, true).await?, true)
+            }
+            Err(error) => return Err(error),
+        };
+        let len = bytes.len() as u64;
+        if len > 0 {
+            file.write_all_at(bytes, 0).await?;
+        }
+        file.truncate(len).await?;
+        file.sync_data().await?;
+        if created {
+            self.storage.sync_dir(&self.dir).await?;
+        }
+        Ok(())
+    }
+
     /// Writes the epoch cache durably (rare: once per leader epoch, and after truncations).
     async fn persist_epochs(&mut self) -> Result<(), LogError> {
         let bytes = self.epochs.encode();
-        let len = bytes.len() as u64;
         let path = self.dir.join(EPOCH_FILE_NAME);
-        let written = async {
-            self.epoch_file.write_all_at(Bytes::from(bytes), 0).await?;
-            self.epoch_file.truncate(len).await?;
-            self.epoch_file.sync_data().await
-        }
-        .await;
+        let written = self.rewrite_checkpoint(&path, Bytes::from(bytes)).await;
         written.map_err(|error| self.fail(format!("writing {} failed: {error}", path.display())))
     }
 
@@ -2096,7 +2105,11 @@ impl<S: Storage> PartitionLog<S> {
     /// snapshot beyond the log end (the batches it counts were lost or cut) is discarded.
     async fn rebuild_producers(&mut self, now_ms: i64) -> Result<(), LogError> {
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
-        let bytes = read_whole(&self.producer_file).await.ok();
+        let path = self.dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
+        let bytes = match self.storage.open(&path, false).await {
+            Ok(file) => read_whole(&file).await.ok(),
+            Err(_) => None,
+        };
         let snapshot = match bytes.as_ref().map(|bytes| bytes.as_slice()) {
             None | Some([]) => None,
             Some(bytes) => ProducerStates::decode(bytes)
@@ -2140,17 +2153,10 @@ impl<S: Storage> PartitionLog<S> {
         self.producers.expire(now_ms);
         let offset = self.log_end_offset();
         let bytes = self.producers.encode(offset);
-        let len = bytes.len() as u64;
         // Whatever happens below, the file may now claim `offset`.
         self.producer_snapshot_offset_max = self.producer_snapshot_offset_max.max(offset);
-        let written = async {
-            self.producer_file
-                .write_all_at(Bytes::from(bytes), 0)
-                .await?;
-            self.producer_file.truncate(len).await?;
-            self.producer_file.sync_data().await
-        }
-        .await;
+        let path = self.dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
+        let written = self.rewrite_checkpoint(&path, Bytes::from(bytes)).await;
         match written {
             Ok(()) => self.producer_snapshot_offset_max = offset,
             Err(error) => {
@@ -2162,11 +2168,7 @@ impl<S: Storage> PartitionLog<S> {
     /// Empties the producer snapshot durably (before a truncation below it).
     async fn discard_producer_snapshot(&mut self) -> Result<(), LogError> {
         let path = self.dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
-        let discarded = async {
-            self.producer_file.truncate(0).await?;
-            self.producer_file.sync_data().await
-        }
-        .await;
+        let discarded = self.rewrite_checkpoint(&path, Bytes::new()).await;
         discarded
             .map_err(|error| self.fail(format!("discarding {} failed: {error}", path.display())))?;
         self.producer_snapshot_offset_max = 0;
