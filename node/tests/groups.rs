@@ -1102,3 +1102,137 @@ fn members_joining_while_records_wait_never_read_a_record_twice() {
         }
     });
 }
+
+/// `strata group reset-offsets`: a dry run changes nothing; `--execute` moves a stopped group to
+/// the earliest offset (the group reads everything again), back by N on one partition, and to
+/// a time (the group reads exactly what was produced after it); a running group is refused.
+#[test]
+fn a_stopped_group_is_reset_by_offset_shift_or_time_and_a_running_one_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 2);
+    node.cli(&["topic", "create", "r", "--partitions", "2"], None);
+    let produce = |values: std::ops::Range<u64>| {
+        runtime().block_on(async {
+            let client = Client::connect(ClientConfig::new(node.bootstrap()))
+                .await
+                .unwrap();
+            produce_values(&client, "r", values).await;
+        })
+    };
+    produce(0..200);
+    std::thread::sleep(Duration::from_millis(50));
+    let between = strata_client::now_ms();
+    std::thread::sleep(Duration::from_millis(50));
+    produce(200..300);
+    // Reads `count` records as the group, committing them; returns their values.
+    let consume = |count: usize| -> Vec<u64> {
+        let count = count.to_string();
+        let printed = node.cli(
+            &[
+                "consume",
+                "r",
+                "--group",
+                "g",
+                "--from-beginning",
+                "--max-messages",
+                &count,
+                "--format",
+                "json",
+            ],
+            None,
+        );
+        printed
+            .lines()
+            .map(|line| {
+                let record: serde_json::Value = serde_json::from_str(line).unwrap();
+                record["value"].as_str().unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    let committed = || -> BTreeMap<u64, i64> {
+        let described = node.cli(&["group", "describe", "g", "--format", "json"], None);
+        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+        described["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["partition"].as_u64().unwrap(),
+                    o["committed"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let sorted = |mut values: Vec<u64>| {
+        values.sort_unstable();
+        values
+    };
+    assert_eq!(sorted(consume(300)), (0..300).collect::<Vec<_>>());
+    let ends = committed();
+    assert_eq!(ends.values().sum::<i64>(), 300, "{ends:?}");
+    assert!(
+        ends.values().all(|&end| end > 5),
+        "both partitions hold records: {ends:?}"
+    );
+
+    let reset = |extra: &[&str]| {
+        let mut args = vec!["group", "reset-offsets", "g", "--topic"];
+        args.extend_from_slice(extra);
+        node.cli(&args, None)
+    };
+    let plan = reset(&["r", "--to-earliest"]);
+    assert!(plan.contains("dry run: 2 partition(s)"), "{plan}");
+    assert_eq!(committed(), ends, "a dry run commits nothing");
+
+    reset(&["r", "--to-earliest", "--execute"]);
+    assert_eq!(committed(), BTreeMap::from([(0, 0), (1, 0)]));
+    assert_eq!(
+        sorted(consume(300)),
+        (0..300).collect::<Vec<_>>(),
+        "read again"
+    );
+
+    reset(&["r:0", "--shift-by", "-5", "--execute"]);
+    assert_eq!(
+        committed(),
+        BTreeMap::from([(0, ends[&0] - 5), (1, ends[&1])])
+    );
+    assert_eq!(
+        consume(5).len(),
+        5,
+        "the last 5 records of partition 0 again"
+    );
+
+    let time = between.to_string();
+    reset(&["r", "--to-datetime", &time, "--execute"]);
+    assert_eq!(
+        sorted(consume(100)),
+        (200..300).collect::<Vec<_>>(),
+        "exactly what was produced after the time"
+    );
+
+    // A running member owns the offsets: the reset is refused, and says why.
+    let member = CliMember::start(&node, "r", "g", &[]);
+    wait_for_at_most("the member joins", Duration::from_secs(20), || {
+        let described = node.cli(&["group", "describe", "g", "--format", "json"], None);
+        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+        !described["members"].as_array().unwrap().is_empty()
+    });
+    let refused = node.cli_output(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "r",
+            "--to-earliest",
+            "--execute",
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    let reason = String::from_utf8_lossy(&refused.stderr);
+    assert!(reason.contains("active member"), "{reason}");
+    drop(member);
+}

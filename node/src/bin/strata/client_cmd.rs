@@ -623,6 +623,10 @@ pub enum GroupCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Move a stopped group's committed offsets (to the earliest or latest offset, an offset,
+    /// a time, or by N), as kafka-consumer-groups --reset-offsets: prints the plan, and
+    /// commits it with --execute. Refused while the group has members.
+    ResetOffsets(super::group_reset::ResetOffsetsArgs),
 }
 
 pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Result<()> {
@@ -641,6 +645,9 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                     outln!("{} (generation {})", group.group, group.generation);
                 }
             }
+        }
+        GroupCommand::ResetOffsets(args) => {
+            super::group_reset::reset_offsets(&client, args).await?
         }
         GroupCommand::Describe { group, format } => {
             let described = client.describe_group(&group).await?;

@@ -15,6 +15,7 @@ macro_rules! outln {
 
 mod bench_cmd;
 mod client_cmd;
+mod group_reset;
 mod log_tools;
 mod serve;
 mod tune_cmd;
