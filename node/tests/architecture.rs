@@ -9,7 +9,8 @@ fn source(path: &str) -> String {
 
 /// The log's logic (index, segments, recovery, checkpoints) sees files only through the storage
 /// trait: it names no runtime and no OS file API, so it runs unchanged on the simulated storage.
-/// Only `writer.rs` (the task that owns a log) may know the runtime.
+/// Only `writer.rs` (the task that owns a log) and `shared_sync.rs` (a shard's sync rounds) may
+/// know the runtime.
 #[test]
 fn the_log_core_knows_no_runtime_and_no_os_files() {
     for path in [

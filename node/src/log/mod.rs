@@ -31,7 +31,6 @@ use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
-use shared_sync::SharedSync;
 use strata_wire::AlignedVec;
 use tail_cache::{TAIL_CACHE_BYTES, TailCache};
 
@@ -273,19 +272,6 @@ pub struct FlushOutcome {
 impl<F: StorageFile> FlushJob<F> {
     pub fn target_offset(&self) -> u64 {
         self.target_offset
-    }
-
-    /// Syncs through the shard's [`SharedSync`] round (see there); on its failure, file by file
-    /// as [`FlushJob::run`], to find the file that failed.
-    pub async fn run_shared(self, shared: &Rc<SharedSync>) -> FlushOutcome {
-        if self.files.is_empty() || shared.sync().await.is_err() {
-            return self.run().await;
-        }
-        FlushOutcome {
-            target_offset: self.target_offset,
-            point: self.point,
-            failure: None,
-        }
     }
 
     pub async fn run(self) -> FlushOutcome {
@@ -576,13 +562,25 @@ impl<S: Storage> PartitionLog<S> {
             .and_then(|bytes| RecoveryPoint::decode(bytes.as_slice()));
         // The epoch checkpoint and the producer snapshot are written rarely (a new epoch, a
         // roll): they are opened when used, not held (a broker's descriptors go to segments).
+        // Both are created here, before the folder's sync that a new partition's first segment
+        // makes, so that their first write later needs no folder sync of its own.
         let epoch_path = dir.join(EPOCH_FILE_NAME);
-        let epochs = match storage.open(&epoch_path, false).await {
-            Ok(file) => read_whole(&file).await.ok(),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-            Err(error) => return Err(io_error("open", &epoch_path)(error)),
-        }
-        .and_then(|bytes| EpochCache::decode(bytes.as_slice()));
+        let epoch_file = storage
+            .open(&epoch_path, true)
+            .await
+            .map_err(io_error("open", &epoch_path))?;
+        let epochs = read_whole(&epoch_file)
+            .await
+            .ok()
+            .and_then(|bytes| EpochCache::decode(bytes.as_slice()));
+        drop(epoch_file);
+        let producer_path = dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
+        drop(
+            storage
+                .open(&producer_path, true)
+                .await
+                .map_err(io_error("open", &producer_path))?,
+        );
         let high_watermark_path = dir.join(HIGH_WATERMARK_FILE_NAME);
         let high_watermark_file = storage
             .open(&high_watermark_path, true)

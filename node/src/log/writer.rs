@@ -432,7 +432,7 @@ async fn run<S: Storage>(
                             let device_writes = tuning.device_writes.clone();
                             async move {
                                 if let Some(shared) = shared {
-                                    return job.run_shared(&shared).await;
+                                    return run_shared(job, &shared).await;
                                 }
                                 // Syncs are what reach the device (appends land in the page
                                 // cache): the shard's limit holds for as long as one runs.
@@ -674,6 +674,22 @@ fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
         log_start: log.log_start_offset(),
         log_end: log.log_end_offset(),
         durable: log.durable_offset(),
+    }
+}
+
+/// Syncs `job` through the shard's [`SharedSync`] round (see there); if the round fails, file
+/// by file as [`FlushJob::run`] does, to find the file that failed.
+async fn run_shared<F: crate::io::StorageFile>(
+    job: super::FlushJob<F>,
+    shared: &Rc<SharedSync>,
+) -> FlushOutcome {
+    if job.files.is_empty() || shared.sync().await.is_err() {
+        return job.run().await;
+    }
+    FlushOutcome {
+        target_offset: job.target_offset,
+        point: job.point,
+        failure: None,
     }
 }
 
