@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_wire::protocol::{
-    CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
+    CommittedOffset, DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
     FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListedGroup, OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic,
     OffsetFetchRequest, Request, Response, TopicPartitions,
@@ -198,6 +198,20 @@ impl Client {
             Response::DescribeGroup(response) => Ok(response),
             _ => unreachable!("checked by group_request"),
         }
+    }
+
+    /// Deletes `group` and its committed offsets; refused (NonEmptyGroup) while it has
+    /// members, GroupIdNotFound when no such group is stored.
+    pub async fn delete_group(&self, group: &str) -> Result<(), ClientError> {
+        let request = Request::DeleteGroup(DeleteGroupRequest {
+            group: group.to_string(),
+        });
+        self.group_request(group, request, |r| match r {
+            Response::DeleteGroup(r) => r.error,
+            _ => ErrorCode::InvalidRequest,
+        })
+        .await
+        .map(|_| ())
     }
 }
 

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::CoordinatorError;
@@ -103,6 +103,9 @@ pub trait GroupStore {
     ) -> Result<bool, CoordinatorError>;
     /// Every stored group with its last generation.
     async fn list_groups(&self) -> Result<Vec<(String, i32)>, CoordinatorError>;
+    /// Removes the group record and every offset it committed, in one step, if the record is
+    /// still at `fence`. `false` when fenced.
+    async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError>;
     /// Takes `count` producer ids for this broker; returns the first.
     async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError>;
 }
@@ -198,6 +201,24 @@ impl GroupStore for LocalGroupStore {
             file.offsets.insert(topic.clone(), partitions.clone());
         }
         self.write_group_file(group, &file)?;
+        Ok(true)
+    }
+
+    async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError> {
+        let file = self.group_file(group)?;
+        if file.revision != fence {
+            return Ok(false);
+        }
+        let path = self.dir.join("groups").join(format!("{group}.json"));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(CoordinatorError::Storage { path, source }),
+        }
+        let dir = self.dir.join("groups");
+        std::fs::File::open(&dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|source| CoordinatorError::Storage { path: dir, source })?;
         Ok(true)
     }
 
@@ -329,6 +350,26 @@ impl GroupStore for EtcdGroupStore {
         let txn = Txn::new()
             .when([Compare::mod_revision(record_key, CompareOp::Equal, fence)])
             .and_then(puts);
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
+        Ok(response.succeeded())
+    }
+
+    async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError> {
+        validate_group_id(group)?;
+        let record_key = self.key(&format!("groups/{group}"));
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                record_key.clone(),
+                CompareOp::Equal,
+                fence,
+            )])
+            .and_then([
+                TxnOp::delete(record_key, None),
+                TxnOp::delete(
+                    self.key(&format!("offsets/{group}/")),
+                    Some(DeleteOptions::new().with_prefix()),
+                ),
+            ]);
         let response = self.client.txn(txn).await.map_err(etcd_error)?;
         Ok(response.succeeded())
     }
@@ -485,6 +526,12 @@ mod tests {
                 2 * PRODUCER_ID_BLOCK
             );
             assert!(store.load_group("../escape").await.is_err());
+            // Deleting the group takes its record and offsets, fenced like a commit.
+            let revision = store.load_group("g").await.unwrap().revision;
+            assert!(!store.delete_group("g", revision - 1).await.unwrap());
+            assert!(store.delete_group("g", revision).await.unwrap());
+            assert_eq!(store.load_group("g").await.unwrap(), LoadedGroup::default());
+            assert!(store.list_groups().await.unwrap().is_empty());
         });
     }
 }

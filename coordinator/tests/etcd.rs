@@ -390,6 +390,24 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
             vec![("g".to_string(), 2)]
         );
         assert!(store.allocate_producer_ids(1).await.unwrap() >= 2000);
+        // Deleting the group takes its record and every offset, fenced like a commit.
+        let stale = loaded.revision - 1;
+        assert!(!store.delete_group("g", stale).await.unwrap());
+        assert_eq!(store.load_group("g").await.unwrap().offsets["t"].len(), 300);
+        assert!(store.delete_group("g", loaded.revision).await.unwrap());
+        assert_eq!(
+            store.load_group("g").await.unwrap(),
+            strata_coordinator::groups::LoadedGroup::default()
+        );
+        assert!(store.list_groups().await.unwrap().is_empty());
+        // The id can start again from nothing.
+        assert!(
+            store
+                .store_group("g", 0, &GroupRecord::at(1))
+                .await
+                .unwrap()
+                .is_some()
+        );
     });
 }
 

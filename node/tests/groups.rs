@@ -1236,3 +1236,68 @@ fn a_stopped_group_is_reset_by_offset_shift_or_time_and_a_running_one_is_refused
     assert!(reason.contains("active member"), "{reason}");
     drop(member);
 }
+
+/// `strata group delete`: a group without members goes away with its offsets (a consumer that
+/// joins it later starts afresh); a group with members, or no group, is refused with a reason.
+#[test]
+fn a_group_without_members_is_deleted_with_its_offsets() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start(data.path(), 2);
+    node.cli(&["topic", "create", "d", "--partitions", "2"], None);
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        produce_values(&client, "d", 0..50).await;
+    });
+    let consume_all = || {
+        node.cli(
+            &[
+                "consume",
+                "d",
+                "--group",
+                "old",
+                "--from-beginning",
+                "--max-messages",
+                "50",
+            ],
+            None,
+        )
+        .lines()
+        .count()
+    };
+    assert_eq!(consume_all(), 50);
+    assert!(node.cli(&["group", "list"], None).contains("old"));
+
+    // With a member, the group stays.
+    let member = CliMember::start(&node, "d", "old", &[]);
+    wait_for_at_most("the member joins", Duration::from_secs(20), || {
+        let described = node.cli(&["group", "describe", "old", "--format", "json"], None);
+        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+        !described["members"].as_array().unwrap().is_empty()
+    });
+    let refused = node.cli_output(&["group", "delete", "old"], None);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has members"));
+    drop(member);
+
+    // Once the member's session has expired, the group goes, offsets and all.
+    wait_for_at_most("the group is deleted", Duration::from_secs(20), || {
+        node.cli_output(&["group", "delete", "old"], None)
+            .status
+            .success()
+    });
+    assert!(!node.cli(&["group", "list"], None).contains("old"));
+    let described = node.cli(&["group", "describe", "old", "--format", "json"], None);
+    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert!(
+        described["offsets"].as_array().unwrap().is_empty(),
+        "{described}"
+    );
+    // A consumer of the same name starts afresh: from the beginning, everything again.
+    assert_eq!(consume_all(), 50);
+
+    let missing = node.cli_output(&["group", "delete", "never-was"], None);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no group never-was"));
+}

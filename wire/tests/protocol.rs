@@ -175,6 +175,7 @@ fn every_request_round_trips() {
         }),
         Request::DescribeTopicConfig(DescribeTopicConfigRequest { topic: "t".into() }),
         Request::ElectLeaders(ElectLeadersRequest { topic: "t".into() }),
+        Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
         Request::ReplicaFetch(ReplicaFetchRequest {
             replica_id: 2,
             topic: "t".into(),

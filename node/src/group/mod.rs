@@ -427,6 +427,11 @@ impl Group {
     }
 
     /// The group epoch.
+    /// No member belongs to the group (it may be deleted, its offsets reset from outside).
+    pub fn has_no_members(&self) -> bool {
+        self.members.is_empty()
+    }
+
     pub fn generation(&self) -> i32 {
         self.generation
     }

@@ -27,12 +27,12 @@ use strata_coordinator::groups::{
 };
 use strata_coordinator::{CoordinatorError, EtcdGroupStore, GroupStore, LocalGroupStore};
 use strata_wire::protocol::{
-    CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
-    FindCoordinatorRequest, FindCoordinatorResponse, GroupMember, HeartbeatRequest,
-    HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, ListedGroup,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, Request,
-    Response, TopicPartitions,
+    CommittedOffset, DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest,
+    DescribeGroupResponse, ErrorCode, FindCoordinatorRequest, FindCoordinatorResponse, GroupMember,
+    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse,
+    ListedGroup, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, Request, Response, TopicPartitions,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -79,6 +79,7 @@ pub fn is_group_request(request: &Request) -> bool {
             | Request::OffsetFetch(_)
             | Request::ListGroups(_)
             | Request::DescribeGroup(_)
+            | Request::DeleteGroup(_)
     )
 }
 
@@ -384,6 +385,9 @@ impl<S: GroupStore> Coordinator<S> {
             Request::ListGroups(_) => Response::ListGroups(self.list().await),
             Request::DescribeGroup(request) => {
                 Response::DescribeGroup(self.describe(request).await)
+            }
+            Request::DeleteGroup(request) => {
+                Response::DeleteGroup(self.delete_group(request).await)
             }
             other => unreachable!(
                 "shards forward only group requests, not {:?}",
@@ -866,6 +870,50 @@ impl<S: GroupStore> Coordinator<S> {
                 error: store_error(&error),
                 groups: Vec::new(),
             },
+        }
+    }
+
+    /// Removes a group without members, with its committed offsets (Kafka's DeleteGroups):
+    /// claimed first like any write, so the delete is fenced on this broker's record.
+    async fn delete_group(&mut self, request: DeleteGroupRequest) -> DeleteGroupResponse {
+        let answer = |error| DeleteGroupResponse { error };
+        let group = request.group;
+        if strata_coordinator::groups::validate_group_id(&group).is_err() {
+            return answer(ErrorCode::InvalidGroupId);
+        }
+        if !self.is_coordinator(&group) {
+            return answer(ErrorCode::NotCoordinator);
+        }
+        if !self.groups.contains_key(&group) {
+            // Claiming would store a record: an unknown group must stay unknown.
+            match self.store.load_group(&group).await {
+                Ok(loaded) if loaded.record.is_none() && loaded.offsets.is_empty() => {
+                    return answer(ErrorCode::GroupIdNotFound);
+                }
+                Ok(_) => {}
+                Err(error) => return answer(store_error(&error)),
+            }
+        }
+        let fence = match self.claim(&group).await {
+            Ok(coordinated) if !coordinated.core.has_no_members() => {
+                return answer(ErrorCode::NonEmptyGroup);
+            }
+            Ok(coordinated) => coordinated.fence,
+            Err(error) => return answer(error),
+        };
+        let deleted = self.store.delete_group(&group, fence).await;
+        match deleted {
+            Ok(true) => {
+                self.groups.remove(&group);
+                tracing::info!(%group, "group deleted");
+                answer(ErrorCode::None)
+            }
+            Ok(false) => {
+                // Another broker claimed the group since: it is no longer this one's.
+                self.groups.remove(&group);
+                answer(ErrorCode::NotCoordinator)
+            }
+            Err(error) => answer(store_error(&error)),
         }
     }
 

@@ -561,6 +561,15 @@ messages! {
         pub moved: u32,
     }
 
+    /// Removes `group` (its record and committed offsets), if it has no members.
+    pub struct DeleteGroupRequest {
+        pub group: String,
+    }
+
+    pub struct DeleteGroupResponse {
+        pub error: ErrorCode,
+    }
+
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
     /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
     pub struct AlterTopicConfigRequest {

@@ -61,10 +61,12 @@ pub enum ApiKey {
     DescribeTopicConfig = 20,
     /// Moves leaderships back to preferred replicas now (`strata topic elect-leaders`).
     ElectLeaders = 21,
+    /// Removes a consumer group without members, and its committed offsets (`strata group delete`).
+    DeleteGroup = 22,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 22] = [
+    pub const ALL: [ApiKey; 23] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -87,6 +89,7 @@ impl ApiKey {
         ApiKey::AlterTopicConfig,
         ApiKey::DescribeTopicConfig,
         ApiKey::ElectLeaders,
+        ApiKey::DeleteGroup,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -191,6 +194,10 @@ error_codes! {
     InvalidProducerBatch = 30, retriable = false;
     /// The group id is empty or too long.
     InvalidGroupId = 31, retriable = false;
+    /// The group has members: only a group without members may be deleted.
+    NonEmptyGroup = 32, retriable = false;
+    /// No such group is stored.
+    GroupIdNotFound = 33, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -384,4 +391,5 @@ requests! {
     AlterTopicConfig(AlterTopicConfigRequest, AlterTopicConfigResponse),
     DescribeTopicConfig(DescribeTopicConfigRequest, DescribeTopicConfigResponse),
     ElectLeaders(ElectLeadersRequest, ElectLeadersResponse),
+    DeleteGroup(DeleteGroupRequest, DeleteGroupResponse),
 }

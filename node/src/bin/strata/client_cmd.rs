@@ -12,7 +12,7 @@ use strata_client::{
     Client, Consumer, ConsumerConfig, Delivery, GroupConfig, GroupConsumer, OffsetReset, Producer,
     ProducerConfig, ProducerRecord, SeekTo,
 };
-use strata_wire::protocol::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use strata_wire::protocol::{EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP};
 use tokio::io::AsyncBufReadExt;
 
 use super::Connection;
@@ -627,6 +627,9 @@ pub enum GroupCommand {
     /// a time, or by N), as kafka-consumer-groups --reset-offsets: prints the plan, and
     /// commits it with --execute. Refused while the group has members.
     ResetOffsets(super::group_reset::ResetOffsetsArgs),
+    /// Delete a group without members, and every offset it committed (it disappears from
+    /// `group list` and from lag metrics; a consumer joining it later starts afresh).
+    Delete { group: String },
 }
 
 pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Result<()> {
@@ -646,6 +649,16 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                 }
             }
         }
+        GroupCommand::Delete { group } => match client.delete_group(&group).await {
+            Ok(()) => outln!("deleted group {group}"),
+            Err(error) => match error.code() {
+                Some(ErrorCode::NonEmptyGroup) => {
+                    bail!("group {group} has members: stop its consumers first")
+                }
+                Some(ErrorCode::GroupIdNotFound) => bail!("no group {group}"),
+                _ => return Err(anyhow::Error::new(error).context(format!("deleting {group}"))),
+            },
+        },
         GroupCommand::ResetOffsets(args) => {
             super::group_reset::reset_offsets(&client, args).await?
         }
