@@ -1012,6 +1012,51 @@ fn interval_and_never_policies() {
     });
 }
 
+/// A follower's read at the log end parks in the log task and is answered, with the log's
+/// offsets, by the append that brings records; one withdrawn meanwhile is forgotten; without
+/// waiting it answers at once (nothing at the end); a read below the log start is refused.
+#[test]
+fn follower_reads_park_until_an_append_and_carry_the_offsets() {
+    block_on(async {
+        let storage = SimStorage::new(15);
+        let config = small_config(1 << 20, FlushPolicy::Never);
+        let handle = writer::spawn(open(&storage, &sim_dir(), &config).await, || 0);
+        handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
+
+        let (records, offsets) = handle.read_for_follower(0, 1 << 20, true).await.unwrap();
+        assert_eq!(records_in(records).len(), 3, "records past the offset: at once");
+        assert_eq!((offsets.log_start, offsets.log_end), (0, 3));
+
+        let (records, offsets) = handle.read_for_follower(3, 1 << 20, false).await.unwrap();
+        assert!(records.is_empty() && offsets.log_end == 3, "no wait: nothing, at once");
+
+        // Withdrawn: dropped before any append.
+        let withdrawn = handle.read_for_follower(3, 1 << 20, true);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), withdrawn)
+                .await
+                .is_err(),
+            "a read at the log end waits"
+        );
+        let parked = {
+            let handle = handle.clone();
+            tokio::task::spawn_local(async move { handle.read_for_follower(3, 1 << 20, true).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!parked.is_finished(), "parked until records come");
+        handle.append(batch_of(1, 2, 10, 0), 0).await.unwrap();
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(5), parked).await;
+        let (records, offsets) = answered.expect("the append answers it").unwrap().unwrap();
+        assert_eq!(records_in(records).len(), 2, "the append's records");
+        assert_eq!(offsets.log_end, 5);
+
+        assert!(matches!(
+            handle.read_for_follower(9, 1 << 20, false).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+    });
+}
+
 /// `flush=interval` logs of one shard sync together: one `syncfs` round covers many logs'
 /// interval flushes, none of them syncs its own files, and all become durable. When a round
 /// fails, each log syncs its own files, and they become durable all the same.

@@ -100,6 +100,13 @@ enum Command {
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
     },
+    /// A follower's read: what `Read` and `Offsets` answer together, parked until the log
+    /// holds something past `offset` when `wait` is set (answered by the log task right after
+    /// the append that brings it, with no trip back through the fetching task).
+    ReadForFollower {
+        read: ParkedRead,
+        wait: bool,
+    },
     WaitForData {
         offset: u64,
         reply: oneshot::Sender<()>,
@@ -290,6 +297,27 @@ impl LogHandle {
         self.ask(|reply| Command::Offsets { reply }).await
     }
 
+    /// The stored batches from `offset` (as [`LogHandle::read`] with no upper bound) and the
+    /// log's offsets at that moment, in one trip to the log task. With `wait`, answers once
+    /// the log holds something past `offset` (a caught-up follower's long-poll); dropping the
+    /// future withdraws the wait.
+    pub async fn read_for_follower(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        wait: bool,
+    ) -> Result<(Bytes, LogOffsets), LogError> {
+        self.ask(|reply| Command::ReadForFollower {
+            read: ParkedRead {
+                offset,
+                max_bytes,
+                reply,
+            },
+            wait,
+        })
+        .await?
+    }
+
     /// Resolves once the log holds a record at `offset` (the log end has passed it): a fetch at
     /// the end of the log long-polls on this. Dropping the future withdraws the wait.
     pub async fn wait_for_data(&self, offset: u64) -> Result<(), LogError> {
@@ -371,6 +399,20 @@ pub fn spawn_tuned<S: Storage>(
 
 type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
 
+/// A follower's read waiting for the log to grow past `offset`.
+pub struct ParkedRead {
+    offset: u64,
+    max_bytes: usize,
+    reply: oneshot::Sender<Result<(Bytes, LogOffsets), LogError>>,
+}
+
+impl ParkedRead {
+    async fn answer<S: Storage>(self, log: &mut PartitionLog<S>) {
+        let read = log.read(self.offset, self.max_bytes, u64::MAX).await;
+        let _ = self.reply.send(read.map(|bytes| (bytes, offsets_of(log))));
+    }
+}
+
 /// A sync running on the disk and the appends waiting for it.
 struct SyncInFlight {
     outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
@@ -397,6 +439,7 @@ async fn run<S: Storage>(
     let mut append_replies = Vec::with_capacity(64);
     let mut others = Vec::with_capacity(64);
     let mut waiting_for_data: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
+    let mut parked_reads: Vec<ParkedRead> = Vec::new();
     // Written, acknowledged only once a sync that started after the write completes.
     let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
     let mut in_flight: Option<SyncInFlight> = None;
@@ -622,6 +665,13 @@ async fn run<S: Storage>(
                         Command::Offsets { reply } => {
                             let _ = reply.send(offsets_of(&log));
                         }
+                        Command::ReadForFollower { read, wait } => {
+                            if wait && read.offset >= log.log_end_offset() {
+                                parked_reads.push(read);
+                            } else {
+                                read.answer(&mut log).await;
+                            }
+                        }
                         Command::WaitForData { offset, reply } => {
                             if offset < log.log_end_offset() {
                                 let _ = reply.send(());
@@ -648,6 +698,15 @@ async fn run<S: Storage>(
                     }
                     true
                 });
+                parked_reads.retain(|read| !read.reply.is_closed());
+                let mut index = 0;
+                while index < parked_reads.len() {
+                    if parked_reads[index].offset < log_end {
+                        parked_reads.swap_remove(index).answer(&mut log).await;
+                    } else {
+                        index += 1;
+                    }
+                }
                 if let Some(reply) = close {
                     finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
                     let _ = reply.send(log.close(clock()).await);

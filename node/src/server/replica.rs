@@ -634,25 +634,26 @@ impl Shard {
             }
         }
         let checked_us = started.elapsed().as_micros();
-        if request.max_wait_ms > 0 {
-            // Answers at once when records exist past the fetch offset.
+        let (offset, max_bytes) = (request.fetch_offset, request.max_bytes as usize);
+        // One trip to the log task: it reads as soon as records exist past the fetch offset
+        // (at once if they do), or, once the wait is over, reads what is there (nothing).
+        let read = if request.max_wait_ms > 0 {
             let wait = Duration::from_millis(u64::from(request.max_wait_ms));
-            let _ = tokio::time::timeout(wait, log.wait_for_data(request.fetch_offset)).await;
-        }
-        let records = match log
-            .read(request.fetch_offset, request.max_bytes as usize, u64::MAX)
-            .await
-        {
-            Ok(records) => records,
+            match tokio::time::timeout(wait, log.read_for_follower(offset, max_bytes, true)).await {
+                Ok(read) => read,
+                Err(_) => log.read_for_follower(offset, max_bytes, false).await,
+            }
+        } else {
+            log.read_for_follower(offset, max_bytes, false).await
+        };
+        let (records, offsets) = match read {
+            Ok(read) => read,
             Err(LogError::OffsetOutOfRange { log_start, .. }) => {
                 return replica_fetch_error(ErrorCode::OffsetOutOfRange, 0, log_start);
             }
             Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
         };
-        let (log_start, log_end) = log
-            .offsets()
-            .await
-            .map_or((0, 0), |offsets| (offsets.log_start, offsets.log_end));
+        let (log_start, log_end) = (offsets.log_start, offsets.log_end);
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
