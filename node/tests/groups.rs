@@ -57,6 +57,31 @@ fn group_config(group: &str) -> GroupConfig {
     config
 }
 
+/// Produces `values` (keyed by themselves) to `topic` through a client of its own.
+fn produce_to(node: &TestNode, topic: &str, values: std::ops::Range<u64>) {
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        produce_values(&client, topic, values).await;
+    });
+}
+
+/// `strata group describe GROUP --format json`.
+fn described(node: &TestNode, group: &str) -> serde_json::Value {
+    let text = node.cli(&["group", "describe", group, "--format", "json"], None);
+    serde_json::from_str(&text).unwrap()
+}
+
+fn wait_for_a_member(node: &TestNode, group: &str) {
+    wait_for_at_most("a member joins", Duration::from_secs(20), || {
+        !described(node, group)["members"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
+}
+
 /// Polls `consumer` until `until` says stop, recording every record it returned.
 async fn consume_into(
     consumer: &mut GroupConsumer,
@@ -1111,19 +1136,11 @@ fn a_stopped_group_is_reset_by_offset_shift_or_time_and_a_running_one_is_refused
     let data = tempfile::tempdir().unwrap();
     let node = TestNode::start(data.path(), 2);
     node.cli(&["topic", "create", "r", "--partitions", "2"], None);
-    let produce = |values: std::ops::Range<u64>| {
-        runtime().block_on(async {
-            let client = Client::connect(ClientConfig::new(node.bootstrap()))
-                .await
-                .unwrap();
-            produce_values(&client, "r", values).await;
-        })
-    };
-    produce(0..200);
+    produce_to(&node, "r", 0..200);
     std::thread::sleep(Duration::from_millis(50));
     let between = strata_client::now_ms();
     std::thread::sleep(Duration::from_millis(50));
-    produce(200..300);
+    produce_to(&node, "r", 200..300);
     // Reads `count` records as the group, committing them; returns their values.
     let consume = |count: usize| -> Vec<u64> {
         let count = count.to_string();
@@ -1150,9 +1167,7 @@ fn a_stopped_group_is_reset_by_offset_shift_or_time_and_a_running_one_is_refused
             .collect()
     };
     let committed = || -> BTreeMap<u64, i64> {
-        let described = node.cli(&["group", "describe", "g", "--format", "json"], None);
-        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
-        described["offsets"]
+        described(&node, "g")["offsets"]
             .as_array()
             .unwrap()
             .iter()
@@ -1214,11 +1229,7 @@ fn a_stopped_group_is_reset_by_offset_shift_or_time_and_a_running_one_is_refused
 
     // A running member owns the offsets: the reset is refused, and says why.
     let member = CliMember::start(&node, "r", "g", &[]);
-    wait_for_at_most("the member joins", Duration::from_secs(20), || {
-        let described = node.cli(&["group", "describe", "g", "--format", "json"], None);
-        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
-        !described["members"].as_array().unwrap().is_empty()
-    });
+    wait_for_a_member(&node, "g");
     let refused = node.cli_output(
         &[
             "group",
@@ -1244,12 +1255,7 @@ fn a_group_without_members_is_deleted_with_its_offsets() {
     let data = tempfile::tempdir().unwrap();
     let node = TestNode::start(data.path(), 2);
     node.cli(&["topic", "create", "d", "--partitions", "2"], None);
-    runtime().block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
-        produce_values(&client, "d", 0..50).await;
-    });
+    produce_to(&node, "d", 0..50);
     let consume_all = || {
         node.cli(
             &[
@@ -1271,11 +1277,7 @@ fn a_group_without_members_is_deleted_with_its_offsets() {
 
     // With a member, the group stays.
     let member = CliMember::start(&node, "d", "old", &[]);
-    wait_for_at_most("the member joins", Duration::from_secs(20), || {
-        let described = node.cli(&["group", "describe", "old", "--format", "json"], None);
-        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
-        !described["members"].as_array().unwrap().is_empty()
-    });
+    wait_for_a_member(&node, "old");
     let refused = node.cli_output(&["group", "delete", "old"], None);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("has members"));
@@ -1288,12 +1290,8 @@ fn a_group_without_members_is_deleted_with_its_offsets() {
             .success()
     });
     assert!(!node.cli(&["group", "list"], None).contains("old"));
-    let described = node.cli(&["group", "describe", "old", "--format", "json"], None);
-    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
-    assert!(
-        described["offsets"].as_array().unwrap().is_empty(),
-        "{described}"
-    );
+    let after = described(&node, "old");
+    assert!(after["offsets"].as_array().unwrap().is_empty(), "{after}");
     // A consumer of the same name starts afresh: from the beginning, everything again.
     assert_eq!(consume_all(), 50);
 

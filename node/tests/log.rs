@@ -1024,11 +1024,18 @@ fn follower_reads_park_until_an_append_and_carry_the_offsets() {
         handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
 
         let (records, offsets) = handle.read_for_follower(0, 1 << 20, true).await.unwrap();
-        assert_eq!(records_in(records).len(), 3, "records past the offset: at once");
+        assert_eq!(
+            records_in(records).len(),
+            3,
+            "records past the offset: at once"
+        );
         assert_eq!((offsets.log_start, offsets.log_end), (0, 3));
 
         let (records, offsets) = handle.read_for_follower(3, 1 << 20, false).await.unwrap();
-        assert!(records.is_empty() && offsets.log_end == 3, "no wait: nothing, at once");
+        assert!(
+            records.is_empty() && offsets.log_end == 3,
+            "no wait: nothing, at once"
+        );
 
         // Withdrawn: dropped before any append.
         let withdrawn = handle.read_for_follower(3, 1 << 20, true);
@@ -1040,7 +1047,9 @@ fn follower_reads_park_until_an_append_and_carry_the_offsets() {
         );
         let parked = {
             let handle = handle.clone();
-            tokio::task::spawn_local(async move { handle.read_for_follower(3, 1 << 20, true).await })
+            tokio::task::spawn_local(
+                async move { handle.read_for_follower(3, 1 << 20, true).await },
+            )
         };
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(!parked.is_finished(), "parked until records come");

@@ -400,7 +400,7 @@ pub fn spawn_tuned<S: Storage>(
 type AppendReply = oneshot::Sender<Result<AppendInfo, LogError>>;
 
 /// A follower's read waiting for the log to grow past `offset`.
-pub struct ParkedRead {
+struct ParkedRead {
     offset: u64,
     max_bytes: usize,
     reply: oneshot::Sender<Result<(Bytes, LogOffsets), LogError>>,

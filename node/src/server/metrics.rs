@@ -389,7 +389,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         ),
         (
             "strata_fsync_latency_seconds",
-            "One fdatasync of a partition log (flush=always syncs, interval flushes, closes).",
+            "One sync of partition logs: an fdatasync of a log (flush=always syncs, closes), or a syncfs round that made the shard's flush=interval logs durable together.",
             |s: &Snapshot| &s.fsync_latency_us,
         ),
     ] {
