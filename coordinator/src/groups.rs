@@ -43,6 +43,11 @@ pub struct GroupRecord {
     /// a coordinator that takes the group over restores it, so members keep their partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<serde_json::Value>,
+    /// Since when the group has had no members (ms since the epoch); `None` while it has
+    /// some, and in records stored before this was kept (such a group never expires until a
+    /// coordinator stores it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_since_ms: Option<i64>,
 }
 
 impl GroupRecord {
@@ -51,6 +56,7 @@ impl GroupRecord {
         GroupRecord {
             generation,
             membership: None,
+            empty_since_ms: None,
         }
     }
 }
@@ -61,6 +67,33 @@ pub struct StoredOffset {
     pub offset: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metadata: String,
+    /// When it was committed (ms since the epoch); `None` in offsets stored before this was
+    /// kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_ms: Option<i64>,
+}
+
+/// Whether a stored group's offsets have expired at `now_ms` (Kafka's
+/// `offsets.retention.minutes`, counted as KIP-211 does): the group has had no members, and
+/// no offset was committed, for `retention_ms`. A group whose times are unknown (stored
+/// before they were kept) never expires: deleting what an older version stored would be a
+/// guess.
+pub fn offsets_expired(loaded: &LoadedGroup, now_ms: i64, retention_ms: i64) -> bool {
+    let Some(empty_since) = loaded.record.as_ref().and_then(|r| r.empty_since_ms) else {
+        return false;
+    };
+    let mut last_activity = empty_since;
+    for offset in loaded
+        .offsets
+        .values()
+        .flat_map(|partitions| partitions.values())
+    {
+        match offset.committed_ms {
+            Some(committed) => last_activity = last_activity.max(committed),
+            None => return false,
+        }
+    }
+    now_ms.saturating_sub(last_activity) >= retention_ms
 }
 
 /// topic → partition → committed offset.
@@ -444,11 +477,52 @@ mod tests {
                     StoredOffset {
                         offset,
                         metadata: String::new(),
+                        committed_ms: None,
                     },
                 )
             })
             .collect();
         GroupOffsets::from([(topic.to_string(), partitions)])
+    }
+
+    #[test]
+    fn offsets_expire_only_after_the_retention_without_members_or_commits() {
+        let at = |empty_since_ms, committed_ms| LoadedGroup {
+            record: Some(GroupRecord {
+                empty_since_ms,
+                ..GroupRecord::at(3)
+            }),
+            revision: 7,
+            offsets: GroupOffsets::from([(
+                "t".to_string(),
+                BTreeMap::from([(
+                    0,
+                    StoredOffset {
+                        offset: 5,
+                        metadata: String::new(),
+                        committed_ms,
+                    },
+                )]),
+            )]),
+        };
+        // Empty since 1,000, last commit at 1,500: expires at 1,500 + retention.
+        assert!(!offsets_expired(
+            &at(Some(1_000), Some(1_500)),
+            2_499,
+            1_000
+        ));
+        assert!(offsets_expired(&at(Some(1_000), Some(1_500)), 2_500, 1_000));
+        // A group with members (no `empty_since`) never expires.
+        assert!(!offsets_expired(&at(None, Some(0)), i64::MAX, 1_000));
+        // Times an older version did not store: kept.
+        assert!(!offsets_expired(&at(Some(0), None), i64::MAX, 1_000));
+        // A record without offsets expires from when it became empty.
+        let bare = LoadedGroup {
+            offsets: GroupOffsets::new(),
+            ..at(Some(1_000), None)
+        };
+        assert!(offsets_expired(&bare, 2_000, 1_000));
+        assert!(!offsets_expired(&LoadedGroup::default(), i64::MAX, 1));
     }
 
     #[test]

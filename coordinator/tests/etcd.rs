@@ -319,6 +319,7 @@ fn group_offsets_are_fenced_by_generation_and_survive_an_etcd_restart() {
                     StoredOffset {
                         offset: offset + u64::from(p),
                         metadata: String::new(),
+                        committed_ms: None,
                     },
                 )
             })

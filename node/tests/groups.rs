@@ -1299,3 +1299,46 @@ fn a_group_without_members_is_deleted_with_its_offsets() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no group never-was"));
 }
+
+/// Offsets expire (Kafka's `offsets.retention.minutes`, here `--offsets-retention-ms`): a group
+/// that has had no members and no commit for the retention is deleted; one whose member stays
+/// is kept however long it runs.
+#[test]
+fn the_offsets_of_a_group_left_empty_expire_and_a_running_group_keeps_them() {
+    let data = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with(data.path(), 1, &["--offsets-retention-ms", "1500"]);
+    node.cli(&["topic", "create", "x", "--partitions", "2"], None);
+    produce_to(&node, "x", 0..20);
+    let mut running = CliMember::start(&node, "x", "running", &[]);
+    wait_for_a_member(&node, "running");
+    node.cli(
+        &[
+            "consume",
+            "x",
+            "--group",
+            "left",
+            "--from-beginning",
+            "--max-messages",
+            "20",
+        ],
+        None,
+    );
+    let listed = |group: &str| {
+        node.cli(&["group", "list"], None)
+            .lines()
+            .any(|line| line.split_whitespace().next() == Some(group))
+    };
+    assert!(listed("left") && listed("running"));
+    let started = Instant::now();
+    wait_for_at_most("the empty group expires", Duration::from_secs(20), || {
+        !listed("left")
+    });
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "expired only after the retention"
+    );
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(listed("running"), "a group with a member keeps its offsets");
+    assert_eq!(running.seen().len(), 20);
+    running.stop();
+}

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_coordinator::groups::{
-    GroupOffsets, GroupRecord, PRODUCER_ID_BLOCK, Revision, StoredOffset,
+    GroupOffsets, GroupRecord, PRODUCER_ID_BLOCK, Revision, StoredOffset, offsets_expired,
 };
 use strata_coordinator::{CoordinatorError, EtcdGroupStore, GroupStore, LocalGroupStore};
 use strata_wire::protocol::{
@@ -41,6 +41,7 @@ use crate::group::{
     AssignorKind, Group, GroupError, GroupSnapshot, GroupState, JoinParams, PartitionCounts,
     TopicPartition,
 };
+use crate::log::writer::system_clock_ms;
 
 pub enum GroupMessage {
     /// A group request a shard hands to the group thread.
@@ -156,6 +157,8 @@ struct Coordinated {
     stored_generation: i32,
     /// The membership that record holds.
     stored_membership: Option<GroupSnapshot>,
+    /// Since when the group has had no members, as that record holds (wall clock, ms).
+    empty_since_ms: Option<i64>,
     offsets: GroupOffsets,
 }
 
@@ -206,6 +209,15 @@ async fn serve<S: GroupStore>(
     let mut lag_ticks = tokio::time::interval(LAG_REFRESH);
     lag_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut lag_refresh: Option<tokio::task::JoinHandle<()>> = None;
+    // Expired offsets are looked for a few times per retention, at most every minute.
+    let expiry_period = coordinator
+        .config
+        .offsets_retention
+        .map_or(Duration::from_secs(3600), |retention| {
+            (retention / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
+        });
+    let mut expiry_ticks = tokio::time::interval(expiry_period);
+    expiry_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             message = mailbox.recv() => {
@@ -249,6 +261,7 @@ async fn serve<S: GroupStore>(
                 coordinator.view_changed(view).await;
             }
             _ = ticks.tick() => coordinator.tick().await,
+            _ = expiry_ticks.tick() => coordinator.expire_offsets().await,
         }
     }
 }
@@ -498,11 +511,21 @@ impl<S: GroupStore> Coordinator<S> {
                 }
                 None => (Group::new(group.to_string(), generation), None),
             };
+            // Claiming is no activity of the group's own: an empty group stays empty since
+            // when it became so.
+            let empty_since_ms = core.has_no_members().then(|| {
+                loaded
+                    .record
+                    .as_ref()
+                    .and_then(|record| record.empty_since_ms)
+                    .unwrap_or_else(system_clock_ms)
+            });
             let record = GroupRecord {
                 generation,
                 membership: stored_membership
                     .as_ref()
                     .and_then(|snapshot| membership_record(group, snapshot)),
+                empty_since_ms,
             };
             let fence = match self
                 .store
@@ -521,6 +544,7 @@ impl<S: GroupStore> Coordinator<S> {
                     fence,
                     stored_generation: generation,
                     stored_membership,
+                    empty_since_ms,
                     offsets: loaded.offsets,
                 },
             );
@@ -546,9 +570,14 @@ impl<S: GroupStore> Coordinator<S> {
         {
             return Ok(());
         }
+        let empty_since_ms = coordinated
+            .core
+            .has_no_members()
+            .then(|| coordinated.empty_since_ms.unwrap_or_else(system_clock_ms));
         let record = GroupRecord {
             generation,
             membership: membership_record(group, &membership),
+            empty_since_ms,
         };
         match self
             .store
@@ -559,6 +588,7 @@ impl<S: GroupStore> Coordinator<S> {
                 coordinated.fence = fence;
                 coordinated.stored_generation = generation;
                 coordinated.stored_membership = Some(membership);
+                coordinated.empty_since_ms = empty_since_ms;
                 Ok(())
             }
             Ok(None) => {
@@ -602,7 +632,7 @@ impl<S: GroupStore> Coordinator<S> {
         let new_member_id = format!(
             "{client}-{}-{}-{}",
             self.config.node_id,
-            crate::log::writer::system_clock_ms(),
+            system_clock_ms(),
             self.members_named
         );
         let now_ms = self.now_ms();
@@ -744,6 +774,7 @@ impl<S: GroupStore> Coordinator<S> {
         }
         let mut by_group: BTreeMap<String, (GroupOffsets, Vec<oneshot::Sender<Response>>)> =
             BTreeMap::new();
+        let committed_ms = system_clock_ms();
         for commit in pending.drain(..) {
             let Some(coordinated) = self.groups.get(&commit.group) else {
                 let _ = commit
@@ -769,6 +800,7 @@ impl<S: GroupStore> Coordinator<S> {
                         StoredOffset {
                             offset: partition.offset,
                             metadata: partition.metadata,
+                            committed_ms: Some(committed_ms),
                         },
                     );
                 }
@@ -876,44 +908,87 @@ impl<S: GroupStore> Coordinator<S> {
     /// Removes a group without members, with its committed offsets (Kafka's DeleteGroups):
     /// claimed first like any write, so the delete is fenced on this broker's record.
     async fn delete_group(&mut self, request: DeleteGroupRequest) -> DeleteGroupResponse {
-        let answer = |error| DeleteGroupResponse { error };
-        let group = request.group;
-        if strata_coordinator::groups::validate_group_id(&group).is_err() {
-            return answer(ErrorCode::InvalidGroupId);
+        DeleteGroupResponse {
+            error: self.delete_empty_group(&request.group).await,
         }
-        if !self.is_coordinator(&group) {
-            return answer(ErrorCode::NotCoordinator);
+    }
+
+    /// Deletes `group` if it has no members: by request, or when its offsets expire.
+    async fn delete_empty_group(&mut self, group: &str) -> ErrorCode {
+        if strata_coordinator::groups::validate_group_id(group).is_err() {
+            return ErrorCode::InvalidGroupId;
         }
-        if !self.groups.contains_key(&group) {
+        if !self.is_coordinator(group) {
+            return ErrorCode::NotCoordinator;
+        }
+        if !self.groups.contains_key(group) {
             // Claiming would store a record: an unknown group must stay unknown.
-            match self.store.load_group(&group).await {
+            match self.store.load_group(group).await {
                 Ok(loaded) if loaded.record.is_none() && loaded.offsets.is_empty() => {
-                    return answer(ErrorCode::GroupIdNotFound);
+                    return ErrorCode::GroupIdNotFound;
                 }
                 Ok(_) => {}
-                Err(error) => return answer(store_error(&error)),
+                Err(error) => return store_error(&error),
             }
         }
-        let fence = match self.claim(&group).await {
+        let fence = match self.claim(group).await {
             Ok(coordinated) if !coordinated.core.has_no_members() => {
-                return answer(ErrorCode::NonEmptyGroup);
+                return ErrorCode::NonEmptyGroup;
             }
             Ok(coordinated) => coordinated.fence,
-            Err(error) => return answer(error),
+            Err(error) => return error,
         };
-        let deleted = self.store.delete_group(&group, fence).await;
+        let deleted = self.store.delete_group(group, fence).await;
         match deleted {
             Ok(true) => {
-                self.groups.remove(&group);
+                self.groups.remove(group);
                 tracing::info!(%group, "group deleted");
-                answer(ErrorCode::None)
+                ErrorCode::None
             }
             Ok(false) => {
                 // Another broker claimed the group since: it is no longer this one's.
-                self.groups.remove(&group);
-                answer(ErrorCode::NotCoordinator)
+                self.groups.remove(group);
+                ErrorCode::NotCoordinator
             }
-            Err(error) => answer(store_error(&error)),
+            Err(error) => store_error(&error),
+        }
+    }
+
+    /// Deletes the groups this broker coordinates whose offsets expired (no members and no
+    /// commit for the retention, `--offsets-retention-ms`).
+    async fn expire_offsets(&mut self) {
+        let Some(retention) = self.config.offsets_retention else {
+            return;
+        };
+        let groups = match self.store.list_groups().await {
+            Ok(groups) => groups,
+            Err(error) => {
+                tracing::debug!("listing groups for offset expiry: {error}");
+                return;
+            }
+        };
+        for (group, _) in groups {
+            let busy = self
+                .groups
+                .get(&group)
+                .is_some_and(|running| !running.core.has_no_members());
+            if busy || !self.is_coordinator(&group) {
+                continue;
+            }
+            let Ok(loaded) = self.store.load_group(&group).await else {
+                continue;
+            };
+            if !offsets_expired(&loaded, system_clock_ms(), retention.as_millis() as i64) {
+                continue;
+            }
+            match self.delete_empty_group(&group).await {
+                ErrorCode::None => tracing::info!(
+                    %group,
+                    "offsets expired ({} ms without members or commits): group deleted",
+                    retention.as_millis()
+                ),
+                error => tracing::debug!(%group, "offsets expired, not deleted: {error}"),
+            }
         }
     }
 

@@ -70,6 +70,9 @@ pub struct NodeConfig {
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`:
     /// never.
     pub leader_rebalance_interval: Option<std::time::Duration>,
+    /// A consumer group without members and without commits for this long is deleted with
+    /// its offsets (Kafka's `offsets.retention.minutes`); `None`: never.
+    pub offsets_retention: Option<std::time::Duration>,
     /// How often shards enforce their partitions' retention.
     pub retention_check_interval: std::time::Duration,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.

@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// never).
     #[arg(long, env = "STRATA_LEADER_REBALANCE_INTERVAL_MS")]
     leader_rebalance_interval_ms: Option<u64>,
+    /// A consumer group that has had no members and no commit for this long is deleted with
+    /// its offsets (Kafka's offsets.retention.minutes; default 604800000, 7 days; 0 never).
+    #[arg(long, env = "STRATA_OFFSETS_RETENTION_MS")]
+    offsets_retention_ms: Option<u64>,
     /// PEM certificate this node presents on replication links (with --tls-key and --tls-ca;
     /// without them each node makes a self-signed one and links are encrypted, not verified).
     #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
@@ -100,6 +104,7 @@ struct FileConfig {
     replication: Option<SocketAddr>,
     replica_lag_time_max_ms: Option<u64>,
     leader_rebalance_interval_ms: Option<u64>,
+    offsets_retention_ms: Option<u64>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -287,6 +292,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .leader_rebalance_interval_ms
             .or(file.leader_rebalance_interval_ms)
             .unwrap_or(300_000)
+        {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        },
+        offsets_retention: match args
+            .offsets_retention_ms
+            .or(file.offsets_retention_ms)
+            .unwrap_or(7 * 24 * 3600 * 1000)
         {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
