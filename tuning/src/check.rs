@@ -702,6 +702,7 @@ fn filesystem(host: &Host, path: &str) -> Vec<Finding> {
     let type_why = "the filesystems Strata is tested on; others may not keep fsync's promises";
     let atime_why = "atime updates turn reads into metadata writes";
     let discard_why = "online discard adds latency to deletes; run fstrim periodically instead";
+    let own_why = "a shard makes its flush=interval logs durable with one syncfs, which also waits for whatever else is written to that filesystem";
     let mounts = match host.read("/proc/self/mountinfo") {
         Ok(text) => parse::parse_mountinfo(&text),
         Err(reason) => {
@@ -709,6 +710,7 @@ fn filesystem(host: &Host, path: &str) -> Vec<Finding> {
                 Finding::unreadable("fs.type", &reason, "xfs or ext4", type_why),
                 Finding::unreadable("fs.atime", &reason, "noatime", atime_why),
                 Finding::unreadable("fs.discard", &reason, "no discard", discard_why),
+                Finding::unreadable("fs.own", &reason, "a filesystem of its own", own_why),
             ];
         }
     };
@@ -718,6 +720,7 @@ fn filesystem(host: &Host, path: &str) -> Vec<Finding> {
             Finding::unreadable("fs.type", &reason, "xfs or ext4", type_why),
             Finding::unreadable("fs.atime", &reason, "noatime", atime_why),
             Finding::unreadable("fs.discard", &reason, "no discard", discard_why),
+            Finding::unreadable("fs.own", &reason, "a filesystem of its own", own_why),
         ];
     };
     let on = format!("{} on {}", mount.fs_type, mount.mount_point);
@@ -755,7 +758,28 @@ fn filesystem(host: &Host, path: &str) -> Vec<Finding> {
     } else {
         Finding::new("fs.discard", "off", "no discard", discard_why, Status::Ok)
     };
-    vec![fs_type, atime, discard]
+    // The root filesystem holds the system's logs, packages and everyone's temporary files.
+    let own = if mount.mount_point == "/" {
+        Finding::new(
+            "fs.own",
+            "the root filesystem",
+            "a filesystem of its own",
+            own_why,
+            Status::Warn,
+        )
+        .manual(format!(
+            "mount a filesystem of its own (a disk or partition for Strata alone) at {path}"
+        ))
+    } else {
+        Finding::new(
+            "fs.own",
+            mount.mount_point.as_str(),
+            "a filesystem of its own",
+            own_why,
+            Status::Ok,
+        )
+    };
+    vec![fs_type, atime, discard, own]
 }
 
 fn clocksource(host: &Host) -> Finding {

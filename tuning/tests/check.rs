@@ -107,6 +107,7 @@ fn nvme_host_findings() {
     expect(&map, "fs.type", Ok, "xfs on /var/lib/strata");
     expect(&map, "fs.atime", Ok, "noatime");
     expect(&map, "fs.discard", Ok, "off");
+    expect(&map, "fs.own", Ok, "/var/lib/strata");
     expect(&map, "clocksource", Ok, "tsc");
     expect(
         &map,
@@ -167,6 +168,7 @@ fn vm_host_findings() {
     expect(&map, "fs.type", Ok, "ext4 on /");
     expect(&map, "fs.atime", Warn, "relatime");
     expect(&map, "fs.discard", Warn, "discard");
+    expect(&map, "fs.own", Warn, "the root filesystem");
     // kvm-clock is what a KVM guest should use: OK, with the reason saying so.
     expect(&map, "clocksource", Ok, "kvm-clock");
     assert!(map["clocksource"].why.contains("VM"));
