@@ -846,13 +846,19 @@ fn followers_reach_leaders_on_their_own_replication_address() {
 #[test]
 fn keyed_records_over_many_partitions_are_all_acknowledged_once() {
     const RECORDS: usize = 40_000;
+    const PARTITIONS: u32 = 48;
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = three_nodes(&etcd, &dirs, &[]);
     create_topic(
         &nodes,
         "spread",
-        &["--partitions", "48", "--replication-factor", "3"],
+        &[
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "3",
+        ],
     );
     // Without retries, the first records must find every partition led everywhere.
     wait_for("every partition led and in sync", || {
@@ -869,6 +875,25 @@ fn keyed_records_over_many_partitions_are_all_acknowledged_once() {
         let mut config = ClientConfig::new(nodes[0].bootstrap());
         config.request_timeout = Duration::from_secs(10);
         let client = Client::connect(config).await.unwrap();
+        // The cluster state names a leader before the leader's shard has taken the role up:
+        // one record per partition, with retries, proves every leader serves before the
+        // records that are sent once.
+        let warm_up = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                acks: -1,
+                ..ProducerConfig::default()
+            },
+        );
+        let mut served = Vec::new();
+        for partition in 0..PARTITIONS {
+            let mut record = ProducerRecord::new("spread", None, vec![1u8]);
+            record.partition = Some(partition);
+            served.push(warm_up.send(record).await.unwrap());
+        }
+        for ack in served {
+            ack.await.unwrap();
+        }
         let producer = Producer::new(
             client,
             ProducerConfig {
@@ -889,5 +914,8 @@ fn keyed_records_over_many_partitions_are_all_acknowledged_once() {
             }
         }
     });
-    assert_eq!(support::stored_records(&nodes[1], "spread"), RECORDS as u64);
+    assert_eq!(
+        support::stored_records(&nodes[1], "spread"),
+        (RECORDS + PARTITIONS as usize) as u64
+    );
 }
