@@ -154,7 +154,25 @@ fn metrics_parse_and_count_the_traffic() {
     assert!(total(&samples, "strata_direct_writes_total") >= 1.0);
     assert!(total(&samples, "strata_direct_write_bytes_total") >= 256.0 * 1024.0);
 
-    // "d" syncs by the default interval (1 s): through a syncfs round of its shard's logs.
+    // Records to many partitions at once, keyed: their interval syncs (1 s by default) come
+    // due together, and each shard's round of them is one syncfs.
+    node.cli(
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "wide",
+            "--partitions",
+            "64",
+            "--records",
+            "256",
+            "--key-distribution",
+            "uniform",
+            "--linger-ms",
+            "100",
+        ],
+        None,
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let samples = parse(&http_get(admin, "/metrics").1);

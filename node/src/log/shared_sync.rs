@@ -35,10 +35,17 @@ use tokio::sync::oneshot;
 /// grows by as much.
 pub const DEFAULT_GATHER: Duration = Duration::from_millis(20);
 
-/// A round's outcome, shared by its jobs (`errno` on failure: `io::Error` is not `Clone`).
-type Round = Shared<oneshot::Receiver<Result<(), i32>>>;
+/// A round of fewer logs than this syncs no filesystem: its logs sync their own files, as
+/// before rounds existed. A few `fdatasync`s cost little, and a broker with few partitions
+/// (a laptop's quickstart on the root filesystem, say) then never makes `syncfs` wait for
+/// everything else written there.
+pub const DEFAULT_MIN_LOGS: usize = 8;
+
+/// A round's outcome, shared by its jobs: whether it synced the filesystem for them (`false`:
+/// too few to bother), or `errno` (`io::Error` is not `Clone`).
+type Round = Shared<oneshot::Receiver<Result<bool, i32>>>;
 /// Where a round's outcome is sent, and the round its jobs wait on.
-type NextRound = (oneshot::Sender<Result<(), i32>>, Round);
+type NextRound = (oneshot::Sender<Result<bool, i32>>, Round);
 
 /// The shard's sync rounds. Shard-local (`Rc`); every method runs on the shard's thread.
 pub struct SharedSync {
@@ -47,8 +54,11 @@ pub struct SharedSync {
     /// The filesystem's device: a log elsewhere (a symlinked folder) syncs on its own.
     device: u64,
     gather: Duration,
+    min_logs: usize,
     /// The round jobs join now; taken when it starts.
     next: RefCell<Option<NextRound>>,
+    /// Jobs that joined the round in `next`.
+    next_jobs: Cell<usize>,
     /// The round that started last, until it ends: the next one waits for it.
     running: RefCell<Option<Round>>,
     /// Device writes in flight on this shard (as [`super::writer::WriterTuning::device_writes`]).
@@ -77,6 +87,7 @@ impl SharedSync {
     pub fn open(
         data_dir: &Path,
         gather: Duration,
+        min_logs: usize,
         device_writes: Option<Arc<tokio::sync::Semaphore>>,
         latency_us: Option<Rc<RefCell<hdrhistogram::Histogram<u64>>>>,
     ) -> std::io::Result<Rc<SharedSync>> {
@@ -92,7 +103,9 @@ impl SharedSync {
             filesystem: Arc::new(filesystem),
             device,
             gather,
+            min_logs,
             next: RefCell::new(None),
+            next_jobs: Cell::new(0),
             running: RefCell::new(None),
             device_writes,
             latency_us,
@@ -109,10 +122,11 @@ impl SharedSync {
             .is_ok_and(|device| device == self.device)
     }
 
-    /// Waits for a round that starts after this call: every write completed before it is then
-    /// durable. On an error, the caller syncs its own files to find which one failed.
-    pub async fn sync(self: &Rc<Self>) -> std::io::Result<()> {
-        self.jobs.set(self.jobs.get() + 1);
+    /// Waits for a round that starts after this call. `true`: every write completed before
+    /// the call is durable. `false` (a round of too few logs), or an error: the caller syncs
+    /// its own files (which, after an error, finds the file that failed).
+    pub async fn sync(self: &Rc<Self>) -> std::io::Result<bool> {
+        self.next_jobs.set(self.next_jobs.get() + 1);
         let round = {
             let mut next = self.next.borrow_mut();
             match &*next {
@@ -127,7 +141,7 @@ impl SharedSync {
             }
         };
         match round.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(synced)) => Ok(synced),
             Ok(Err(errno)) => Err(std::io::Error::from_raw_os_error(errno)),
             Err(_) => Err(std::io::Error::other("the sync round was dropped")),
         }
@@ -146,6 +160,11 @@ impl SharedSync {
             .expect("one task per round, and only it takes the round");
         *self.running.borrow_mut() = Some(round);
         // Joins from here on go to the next round: this one may miss their writes.
+        let joined = self.next_jobs.replace(0);
+        if joined < self.min_logs {
+            let _ = done.send(Ok(false));
+            return;
+        }
         let _permit = match &self.device_writes {
             Some(limit) => limit.clone().acquire_owned().await.ok(),
             None => None,
@@ -175,13 +194,14 @@ impl SharedSync {
                 .record((started.elapsed().as_micros() as u64).max(1));
         }
         self.rounds.set(self.rounds.get() + 1);
+        self.jobs.set(self.jobs.get() + joined as u64);
         if let Err(errno) = result {
             tracing::warn!(
                 "syncfs of the data directory's filesystem failed ({}): each log syncs its own files",
                 std::io::Error::from_raw_os_error(errno)
             );
         }
-        let _ = done.send(result);
+        let _ = done.send(result.map(|()| true));
     }
 
     /// `syncfs` calls made so far.
@@ -189,7 +209,7 @@ impl SharedSync {
         self.rounds.get()
     }
 
-    /// Syncs asked for so far (each a log's interval flush).
+    /// Logs' interval syncs those calls served.
     pub fn jobs(&self) -> u64 {
         self.jobs.get()
     }
@@ -231,20 +251,37 @@ mod tests {
             .unwrap()
     }
 
+    fn open(dir: &Path, gather_ms: u64, min_logs: usize) -> Rc<SharedSync> {
+        SharedSync::open(dir, Duration::from_millis(gather_ms), min_logs, None, None).unwrap()
+    }
+
     #[test]
     fn jobs_that_join_together_share_one_syncfs() {
         let dir = tempfile::tempdir().unwrap();
         runtime().block_on(tokio::task::LocalSet::new().run_until(async {
-            let shared =
-                SharedSync::open(dir.path(), Duration::from_millis(20), None, None).unwrap();
+            let shared = open(dir.path(), 20, 8);
             let jobs: Vec<_> = (0..50).map(|_| shared.sync()).collect();
             for result in futures_util::future::join_all(jobs).await {
-                result.unwrap();
+                assert!(result.unwrap(), "synced by the round");
             }
             assert_eq!((shared.rounds(), shared.jobs()), (1, 50));
-            // A job after a round ended gets a round of its own.
-            shared.sync().await.unwrap();
-            assert_eq!(shared.rounds(), 2);
+            // Jobs after a round ended get a round of their own.
+            let jobs: Vec<_> = (0..8).map(|_| shared.sync()).collect();
+            futures_util::future::join_all(jobs).await;
+            assert_eq!((shared.rounds(), shared.jobs()), (2, 58));
+        }));
+    }
+
+    #[test]
+    fn a_round_of_few_logs_leaves_them_to_sync_their_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(tokio::task::LocalSet::new().run_until(async {
+            let shared = open(dir.path(), 5, 8);
+            let jobs: Vec<_> = (0..7).map(|_| shared.sync()).collect();
+            for result in futures_util::future::join_all(jobs).await {
+                assert!(!result.unwrap(), "not synced: too few");
+            }
+            assert_eq!((shared.rounds(), shared.jobs()), (0, 0));
         }));
     }
 
@@ -252,8 +289,7 @@ mod tests {
     fn a_job_that_joins_while_a_round_runs_waits_for_the_next_round() {
         let dir = tempfile::tempdir().unwrap();
         runtime().block_on(tokio::task::LocalSet::new().run_until(async {
-            let shared =
-                SharedSync::open(dir.path(), Duration::from_millis(5), None, None).unwrap();
+            let shared = open(dir.path(), 5, 1);
             let first = tokio::task::spawn_local({
                 let shared = shared.clone();
                 async move { shared.sync().await }
@@ -265,8 +301,8 @@ mod tests {
                 shared.next.borrow().is_none(),
                 "the first round has started"
             );
-            shared.sync().await.unwrap();
-            first.await.unwrap().unwrap();
+            assert!(shared.sync().await.unwrap());
+            assert!(first.await.unwrap().unwrap());
             assert_eq!(shared.rounds(), 2);
         }));
     }
@@ -274,7 +310,7 @@ mod tests {
     #[test]
     fn covers_only_its_own_filesystem() {
         let dir = tempfile::tempdir().unwrap();
-        let shared = SharedSync::open(dir.path(), DEFAULT_GATHER, None, None).unwrap();
+        let shared = open(dir.path(), 20, 8);
         assert!(shared.covers(dir.path()));
         // /proc is never the data directory's filesystem.
         assert!(!shared.covers(Path::new("/proc/self")));

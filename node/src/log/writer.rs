@@ -736,13 +736,14 @@ fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
     }
 }
 
-/// Syncs `job` through the shard's [`SharedSync`] round (see there); if the round fails, file
-/// by file as [`FlushJob::run`] does, to find the file that failed.
+/// Syncs `job` through the shard's [`SharedSync`] round (see there); file by file as
+/// [`FlushJob::run`] does when the round was too small to sync the filesystem, or failed (to
+/// find the file that failed).
 async fn run_shared<F: crate::io::StorageFile>(
     job: super::FlushJob<F>,
     shared: &Rc<SharedSync>,
 ) -> FlushOutcome {
-    if job.files.is_empty() || shared.sync().await.is_err() {
+    if job.files.is_empty() || !matches!(shared.sync().await, Ok(true)) {
         return job.run().await;
     }
     FlushOutcome {

@@ -180,6 +180,7 @@ pub fn run(
         writer_tuning.shared_sync = match SharedSync::open(
             &context.config.data_dir,
             shared_sync::DEFAULT_GATHER,
+            shared_sync::DEFAULT_MIN_LOGS,
             writer_tuning.device_writes.clone(),
             Some(fsync_histogram),
         ) {
