@@ -4,9 +4,10 @@
 //! broker with thousands of partitions that is thousands of syncs a second, each writing its
 //! inode and flushing the device's write cache: 2,000 files took 180–290 ms of `fdatasync`s
 //! here, one `syncfs` over the same writes 12–25 ms. Logs now join rounds instead: a round
-//! starts [`SharedSync::gather`] after its first job joined (and after the round before it
-//! ended), makes one `syncfs` of the filesystem holding the data directory, and answers every
-//! job that joined before it started.
+//! starts [`DEFAULT_GATHER`] after its first job joined (and after the round before it ended),
+//! makes one `syncfs` of the filesystem holding the data directory, and answers every job that
+//! joined before it started. A round of fewer than [`DEFAULT_MIN_LOGS`] jobs makes none: its
+//! logs sync their own files.
 //!
 //! Why that is as durable as the jobs' own syncs: `syncfs` writes back every dirty page and
 //! inode of the filesystem that exists when it is called, waits for them, and flushes the
