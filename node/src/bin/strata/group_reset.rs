@@ -153,6 +153,31 @@ pub async fn reset_offsets(client: &Arc<Client>, args: ResetOffsetsArgs) -> anyh
         }
         eprintln!("strata: {stop} (dry run shown anyway)");
     }
+    let plan = plan(client, &args).await?;
+    if args.execute && !plan.is_empty() {
+        let offsets = plan
+            .iter()
+            .map(|(key, (_, new))| (key.clone(), *new))
+            .collect();
+        client
+            .commit_offsets(&args.group, "", -1, &offsets)
+            .await
+            .map_err(|error| match error.code() {
+                Some(ErrorCode::IllegalGeneration) => anyhow::anyhow!(
+                    "group {} gained members meanwhile: stop its consumers, then reset again",
+                    args.group
+                ),
+                _ => anyhow::Error::new(error).context("committing the new offsets"),
+            })?;
+    }
+    print_plan(&args, &plan)
+}
+
+/// (topic, partition) → (the committed offset, the new one), for the partitions that move.
+type Plan = BTreeMap<(String, u32), (Option<u64>, u64)>;
+
+/// Each named partition's new offset, from what it holds and what the group committed.
+async fn plan(client: &Arc<Client>, args: &ResetOffsetsArgs) -> anyhow::Result<Plan> {
     let committed: BTreeMap<(String, u32), u64> = client
         .committed_offsets(&args.group)
         .await?
@@ -160,7 +185,7 @@ pub async fn reset_offsets(client: &Arc<Client>, args: ResetOffsetsArgs) -> anyh
         .filter_map(|c| Some(((c.topic, c.partition), u64::try_from(c.offset).ok()?)))
         .collect();
     let metadata = client.refresh_metadata().await?;
-    let mut plan: BTreeMap<(String, u32), (Option<u64>, u64)> = BTreeMap::new();
+    let mut plan = Plan::new();
     for topic in &args.topics {
         let (name, chosen) = parse_topic(topic)?;
         let Some(described) = metadata.topics.get(&name) else {
@@ -187,22 +212,10 @@ pub async fn reset_offsets(client: &Arc<Client>, args: ResetOffsetsArgs) -> anyh
             }
         }
     }
-    if args.execute && !plan.is_empty() {
-        let offsets = plan
-            .iter()
-            .map(|(key, (_, new))| (key.clone(), *new))
-            .collect();
-        client
-            .commit_offsets(&args.group, "", -1, &offsets)
-            .await
-            .map_err(|error| match error.code() {
-                Some(ErrorCode::IllegalGeneration) => anyhow::anyhow!(
-                    "group {} gained members meanwhile: stop its consumers, then reset again",
-                    args.group
-                ),
-                _ => anyhow::Error::new(error).context("committing the new offsets"),
-            })?;
-    }
+    Ok(plan)
+}
+
+fn print_plan(args: &ResetOffsetsArgs, plan: &Plan) -> anyhow::Result<()> {
     let applied = if args.execute { "reset" } else { "dry run" };
     if args.format == Format::Json {
         let partitions: Vec<_> = plan
@@ -223,7 +236,7 @@ pub async fn reset_offsets(client: &Arc<Client>, args: ResetOffsetsArgs) -> anyh
             "CURRENT",
             "NEW"
         );
-        for ((topic, partition), (current, new)) in &plan {
+        for ((topic, partition), (current, new)) in plan {
             let current = current.map_or("-".to_string(), |c| c.to_string());
             outln!("{topic:<24} {partition:>9} {current:>14} {new:>14}");
         }
