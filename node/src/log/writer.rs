@@ -107,10 +107,6 @@ enum Command {
         read: ParkedRead,
         wait: bool,
     },
-    WaitForData {
-        offset: u64,
-        reply: oneshot::Sender<()>,
-    },
     OffsetForTimestamp {
         timestamp_ms: i64,
         reply: oneshot::Sender<Result<Option<(u64, i64)>, LogError>>,
@@ -318,13 +314,6 @@ impl LogHandle {
         .await?
     }
 
-    /// Resolves once the log holds a record at `offset` (the log end has passed it): a fetch at
-    /// the end of the log long-polls on this. Dropping the future withdraws the wait.
-    pub async fn wait_for_data(&self, offset: u64) -> Result<(), LogError> {
-        self.ask(|reply| Command::WaitForData { offset, reply })
-            .await
-    }
-
     pub async fn offset_for_timestamp(
         &self,
         timestamp_ms: i64,
@@ -438,7 +427,6 @@ async fn run<S: Storage>(
     let mut appends = Vec::with_capacity(64);
     let mut append_replies = Vec::with_capacity(64);
     let mut others = Vec::with_capacity(64);
-    let mut waiting_for_data: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
     let mut parked_reads: Vec<ParkedRead> = Vec::new();
     // Written, acknowledged only once a sync that started after the write completes.
     let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
@@ -672,32 +660,14 @@ async fn run<S: Storage>(
                                 read.answer(&mut log).await;
                             }
                         }
-                        Command::WaitForData { offset, reply } => {
-                            if offset < log.log_end_offset() {
-                                let _ = reply.send(());
-                            } else {
-                                waiting_for_data.push((offset, reply));
-                            }
-                        }
                         Command::OffsetForTimestamp { timestamp_ms, reply } => {
                             let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
                         }
                         Command::Close { reply } => close = Some(reply),
                     }
                 }
-                // Wake long-polling fetches the appends satisfied; forget withdrawn ones.
+                // Answer the follower reads the appends satisfied; forget withdrawn ones.
                 let log_end = log.log_end_offset();
-                waiting_for_data.retain_mut(|(offset, reply)| {
-                    if reply.is_closed() {
-                        return false;
-                    }
-                    if *offset < log_end {
-                        let (done, _) = oneshot::channel();
-                        let _ = std::mem::replace(reply, done).send(());
-                        return false;
-                    }
-                    true
-                });
                 parked_reads.retain(|read| !read.reply.is_closed());
                 let mut index = 0;
                 while index < parked_reads.len() {
