@@ -10,8 +10,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 # Debian packages the build and tests use, as "command:package": etcd-client's build needs
 # protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium;
-# the network-partition and soak tests build namespaces (ip) and cut links (iptables).
-required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables")
+# the network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
+# listener's tests produce and consume with kcat (librdkafka, a real Kafka client).
+required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
@@ -37,7 +38,7 @@ source_marker="$CARGO_TARGET_DIR/.strata-checkout"
 if [ "$(cat "$source_marker" 2>/dev/null)" != "$PWD" ]; then
     echo "== the cache was built from another checkout: rebuilding the workspace crates"
     cargo clean --quiet -p strata-wire -p strata-node -p strata-coordinator -p strata-client \
-        -p strata-bench -p strata-tuning
+        -p strata-bench -p strata-tuning -p strata-kafka
     echo "$PWD" > "$source_marker"
 fi
 

@@ -22,15 +22,27 @@ pub struct FrameReader<R> {
     ahead: [u8; READ_AHEAD],
     start: usize,
     end: usize,
+    /// Kafka's frames give their length big-endian; Strata's little-endian.
+    big_endian: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Frames of the native protocol.
     pub fn new(reader: R) -> Self {
         FrameReader {
             reader,
             ahead: [0; READ_AHEAD],
             start: 0,
             end: 0,
+            big_endian: false,
+        }
+    }
+
+    /// Frames whose length prefix is big-endian (Kafka's protocol).
+    pub fn big_endian(reader: R) -> Self {
+        FrameReader {
+            big_endian: true,
+            ..FrameReader::new(reader)
         }
     }
 
@@ -55,7 +67,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             .try_into()
             .expect("a prefix is FRAME_PREFIX_LEN bytes");
         self.start += FRAME_PREFIX_LEN;
-        Ok(Some(u32::from_le_bytes(prefix) as usize))
+        Ok(Some(if self.big_endian {
+            u32::from_be_bytes(prefix)
+        } else {
+            u32::from_le_bytes(prefix)
+        } as usize))
     }
 
     /// The next `len` bytes (a frame's body, after [`next_len`](Self::next_len)) in a buffer

@@ -43,6 +43,9 @@ pub struct BrokerInfo {
     /// Failure domain (`--rack`): replicas of a partition go to different racks first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
+    /// The Kafka-protocol listener's port (`--kafka-listen`), at `host`; `None`: no listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_port: Option<u16>,
 }
 
 /// One partition's replication state (DESIGN §6: `partitions/<topic>/<p>`).

@@ -287,6 +287,7 @@ mod tests {
             replication_ports: vec![],
             replication_host: None,
             rack: None,
+            kafka_port: None,
         };
         {
             let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
@@ -342,6 +343,7 @@ mod tests {
                 replication_ports: vec![],
                 replication_host: None,
                 rack: None,
+                kafka_port: None,
             }))
             .unwrap();
             block_on(coordinator.create_topic(spec("orders", 2))).unwrap();
@@ -394,6 +396,7 @@ mod tests {
             replication_ports: vec![],
             replication_host: None,
             rack: None,
+            kafka_port: None,
         }))
         .unwrap();
         // Replication factor 2 cannot be placed on one broker: nothing is stored.

@@ -243,6 +243,7 @@ mod tests {
                 replication_ports: vec![],
                 replication_host: None,
                 rack: None,
+                kafka_port: None,
             })
             .collect()
     }

@@ -25,6 +25,7 @@ fn broker(id: i32) -> BrokerInfo {
         replication_ports: vec![],
         replication_host: None,
         rack: None,
+        kafka_port: None,
     }
 }
 

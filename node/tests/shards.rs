@@ -30,6 +30,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         lease_ttl: std::time::Duration::from_secs(5),
         rack: None,
         admin: None,
+        kafka: None,
         replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
         replica_lag_time_max_ms: 10_000,
         leader_rebalance_interval: None,

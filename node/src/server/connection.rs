@@ -34,12 +34,12 @@ pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Vec<JoinHandle<()>>> 
     let own_address = SocketAddr::new(config.listen.ip(), config.shard_port(shard.context.index));
     let own = bind(own_address, false)?;
     Ok(vec![
-        accept(shard.clone(), shared),
-        accept(shard.clone(), own),
+        accept(shard.clone(), shared, serve),
+        accept(shard.clone(), own, serve),
     ])
 }
 
-fn bind(address: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+pub(super) fn bind(address: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(address),
         socket2::Type::STREAM,
@@ -57,7 +57,17 @@ fn bind(address: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-fn accept(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
+/// Accepts connections on `listener` and runs `serve` for each (the native protocol's, or the
+/// Kafka listener's).
+pub(super) fn accept<Serve, Served>(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    serve: Serve,
+) -> JoinHandle<()>
+where
+    Serve: Fn(Rc<Shard>, TcpStream, SocketAddr) -> Served + 'static,
+    Served: std::future::Future<Output = ()> + 'static,
+{
     tokio::task::spawn_local(async move {
         loop {
             match listener.accept().await {

@@ -20,6 +20,7 @@ mod admin;
 mod connection;
 mod control;
 mod groups;
+mod kafka;
 mod metrics;
 pub mod quic;
 mod replica;
@@ -62,6 +63,8 @@ pub struct NodeConfig {
     pub rack: Option<String>,
     /// The admin HTTP endpoint (`/metrics`, `/health`, `/v1/cluster`); `None`: off.
     pub admin: Option<SocketAddr>,
+    /// The Kafka-protocol listener (every shard accepts on it); `None`: off.
+    pub kafka: Option<SocketAddr>,
     /// Replication (QUIC over UDP): shard `i` binds this port + i.
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
@@ -108,6 +111,7 @@ impl NodeConfig {
                 && self.replication.ip() != self.listen.ip())
             .then(|| self.replication.ip().to_string()),
             rack: self.rack.clone(),
+            kafka_port: self.kafka.map(|kafka| kafka.port()),
         }
     }
 }

@@ -211,7 +211,10 @@ pub fn run(
             let _ = ready.send(Err(error));
             return;
         }
-        let listeners = match connection::listen(&shard) {
+        let listeners = match connection::listen(&shard).and_then(|mut listeners| {
+            listeners.extend(super::kafka::listen(&shard)?);
+            Ok(listeners)
+        }) {
             Ok(listeners) => listeners,
             Err(error) => {
                 let _ = ready.send(Err(error.to_string()));

@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// Admin HTTP address: /metrics (Prometheus), /health, /v1/cluster. Default 127.0.0.1:7380.
     #[arg(long, env = "STRATA_ADMIN")]
     admin: Option<SocketAddr>,
+    /// Also serve Kafka's protocol on this address (e.g. 0.0.0.0:9092), for existing Kafka
+    /// clients (kcat, librdkafka, franz-go, the Java client): produce, fetch, list offsets,
+    /// metadata, idempotent producer ids. Off by default.
+    #[arg(long, env = "STRATA_KAFKA_LISTEN")]
+    kafka_listen: Option<SocketAddr>,
     /// etcd endpoints (comma-separated) for a cluster; without it the node runs on its
     /// embedded coordinator.
     #[arg(long, env = "STRATA_ETCD")]
@@ -109,6 +114,7 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     admin: Option<SocketAddr>,
+    kafka_listen: Option<SocketAddr>,
     etcd: Option<String>,
     lease_ttl_ms: Option<u64>,
     cluster: Option<String>,
@@ -122,10 +128,11 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
 }
 
-/// Open files each partition replica keeps: the log (twice: buffered and `O_DIRECT`), its
-/// offset and time indexes, and four checkpoints (recovery point, high watermark, leader
-/// epochs, producer state).
-const FILES_PER_PARTITION: u64 = 8;
+/// Open files each partition replica keeps: the active segment's log (twice: buffered and
+/// `O_DIRECT`), its offset and time indexes, and two checkpoints written often (recovery
+/// point, high watermark). The leader-epoch checkpoint and the producer snapshot are opened
+/// for each write.
+const FILES_PER_PARTITION: u64 = 6;
 
 /// Raises this process's soft limit on open files to its hard limit, as the JVM does for Kafka:
 /// Debian's default soft limit of 1,024 left a broker fewer than 130 partitions, and a topic
@@ -283,6 +290,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
         admin: Some(admin),
+        kafka: args.kafka_listen.or(file.kafka_listen),
         replication,
         replica_lag_time_max_ms: args
             .replica_lag_time_max_ms
@@ -323,6 +331,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.shard_port(config.shards - 1),
         config.data_dir.display()
     );
+    if let Some(kafka) = config.kafka {
+        eprintln!("strata: Kafka protocol on {kafka}");
+    }
     wait_for_signal()?;
     eprintln!("strata: shutting down");
     node.shutdown();

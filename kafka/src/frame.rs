@@ -1,0 +1,157 @@
+//! Kafka request and response frames: a big-endian `i32` size, a header, a body.
+//!
+//! The header's own version depends on the API and its version (flexible versions add tagged
+//! fields), and so does the body's layout; `kafka-protocol` knows both for every message. This
+//! module decides which APIs and versions the listener serves, decodes requests of those, and
+//! encodes responses.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+/// Kafka's frame size prefix.
+pub const SIZE_LEN: usize = 4;
+
+/// api key, api version and correlation id: what every request header starts with.
+const HEADER_PREFIX_LEN: usize = 8;
+
+/// The APIs served and their version ranges. Ceilings stop before versions that need what
+/// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
+/// tiered-storage offsets.
+pub const SUPPORTED: [(ApiKey, i16, i16); 6] = [
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::InitProducerId, 0, 4),
+];
+
+/// What every request carries ahead of its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub api_key: ApiKey,
+    pub api_version: i16,
+    pub correlation_id: i32,
+}
+
+/// A decoded request of a served API.
+#[derive(Debug)]
+pub enum KafkaRequest {
+    ApiVersions(ApiVersionsRequest),
+    Metadata(MetadataRequest),
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    ListOffsets(ListOffsetsRequest),
+    InitProducerId(InitProducerIdRequest),
+}
+
+/// Why a request was not decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejected {
+    /// A request of an API or version not served. ApiVersions gets an answer (version 0, with
+    /// the versions served, as KIP-511 asks); anything else closes the connection, as Kafka's
+    /// brokers do.
+    #[error("api key {api_key} version {api_version} is not served")]
+    Unsupported {
+        api_key: i16,
+        api_version: i16,
+        correlation_id: i32,
+    },
+    #[error("malformed request: {0}")]
+    Malformed(String),
+}
+
+/// Decodes one request frame's content (after its size prefix).
+pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Rejected> {
+    if frame.len() < HEADER_PREFIX_LEN {
+        return Err(Rejected::Malformed(format!(
+            "a {}-byte frame holds no request header",
+            frame.len()
+        )));
+    }
+    let mut prefix = &frame[..HEADER_PREFIX_LEN];
+    let (api_key, api_version, correlation_id) =
+        (prefix.get_i16(), prefix.get_i16(), prefix.get_i32());
+    let unsupported = Rejected::Unsupported {
+        api_key,
+        api_version,
+        correlation_id,
+    };
+    let Some(api) = ApiKey::try_from(api_key)
+        .ok()
+        .filter(|api| served(*api, api_version))
+    else {
+        return Err(unsupported);
+    };
+    let malformed = |error| Rejected::Malformed(format!("{api:?} v{api_version}: {error:#}"));
+    RequestHeader::decode(&mut frame, api.request_header_version(api_version))
+        .map_err(malformed)?;
+    let request = match api {
+        ApiKey::ApiVersions => KafkaRequest::ApiVersions(
+            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
+        ),
+        ApiKey::Metadata => {
+            KafkaRequest::Metadata(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
+        }
+        ApiKey::Produce => {
+            KafkaRequest::Produce(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
+        }
+        ApiKey::Fetch => {
+            KafkaRequest::Fetch(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
+        }
+        ApiKey::ListOffsets => KafkaRequest::ListOffsets(
+            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
+        ),
+        ApiKey::InitProducerId => KafkaRequest::InitProducerId(
+            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
+        ),
+        _ => unreachable!("served() admits only the APIs above"),
+    };
+    if frame.has_remaining() {
+        return Err(Rejected::Malformed(format!(
+            "{api:?} v{api_version}: {} bytes after the request",
+            frame.remaining()
+        )));
+    }
+    Ok((
+        Header {
+            api_key: api,
+            api_version,
+            correlation_id,
+        },
+        request,
+    ))
+}
+
+fn served(api: ApiKey, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|&(key, min, max)| key == api && (min..=max).contains(&version))
+}
+
+/// Encodes a response frame (size prefix included) to the request `header` answers.
+pub fn encode_response<R: Encodable>(header: &Header, response: &R) -> Result<BytesMut, String> {
+    // ApiVersions answers with header version 0 whatever its version, so that a client that
+    // sent a version the broker does not know can still read the answer (KIP-511).
+    let header_version = match header.api_key {
+        ApiKey::ApiVersions => 0,
+        api => api.response_header_version(header.api_version),
+    };
+    let response_header = ResponseHeader::default().with_correlation_id(header.correlation_id);
+    let size = response_header
+        .compute_size(header_version)
+        .and_then(|head| Ok(head + response.compute_size(header.api_version)?))
+        .map_err(|error| format!("{:?} v{}: {error:#}", header.api_key, header.api_version))?;
+    let mut out = BytesMut::with_capacity(SIZE_LEN + size);
+    out.put_i32(i32::try_from(size).map_err(|_| format!("a response of {size} bytes"))?);
+    response_header
+        .encode(&mut out, header_version)
+        .and_then(|()| response.encode(&mut out, header.api_version))
+        .map_err(|error| format!("{:?} v{}: {error:#}", header.api_key, header.api_version))?;
+    debug_assert_eq!(out.len(), SIZE_LEN + size);
+    Ok(out)
+}

@@ -1,0 +1,185 @@
+//! Kafka record batches (magic 2) to Strata batches and back.
+//!
+//! The two formats carry the same things (DESIGN §3 kept Strata's close to Kafka's): records
+//! with a timestamp, an optional key, a value and headers; a producer id, epoch and base
+//! sequence; a leader epoch; the transactional and control bits. A produced Kafka batch becomes
+//! one Strata batch (its codec kept where Strata has it: LZ4 and zstd; snappy is stored as
+//! LZ4 and gzip as zstd); a stored Strata batch goes out as one uncompressed Kafka batch with
+//! the same offsets. Both directions copy the record bytes once: this is the edge where a
+//! foreign format is translated, the native path stays zero-copy.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+    RecordEncodeOptions, RecordSet, TimestampType,
+};
+use strata_wire::batch::{Codec, attributes, split_batches};
+use strata_wire::{Batch, BatchBuilder, BatchError};
+
+/// Record batch format version Kafka calls magic 2, the only one Produce v3+ carries.
+const MAGIC: i8 = 2;
+
+/// What a record adds to a Strata batch beyond its key and value bytes (entry, alignment),
+/// rounded up: only used to size the builder and to refuse oversized batches early.
+const RECORD_OVERHEAD: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    #[error("the Kafka record batch does not decode: {0}")]
+    Malformed(String),
+    #[error("the produced records hold no batch")]
+    Empty,
+    #[error("control batches are written by brokers, not producers")]
+    ControlBatch,
+    #[error("transactional batches are not supported (no transaction coordinator)")]
+    Transactional,
+    #[error("record {index} has offset delta {found}: a produced batch's deltas run 0, 1, 2, …")]
+    OffsetGap { index: usize, found: i64 },
+    #[error("the batch inflates to {bytes} bytes, over the limit of {limit}")]
+    TooLarge { bytes: usize, limit: usize },
+    #[error("a stored batch does not validate: {0}")]
+    Stored(#[from] BatchError),
+    #[error("encoding the Kafka batch failed: {0}")]
+    Encode(String),
+}
+
+/// Translates the records of one partition of a Kafka produce request into Strata batches,
+/// back to back, as a native produce request carries them. Checks each Kafka batch's CRC;
+/// refuses batches whose records would exceed `limit` bytes once decompressed.
+pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsError> {
+    if kafka.is_empty() {
+        return Err(RecordsError::Empty);
+    }
+    let sets = RecordBatchDecoder::decode_all(&mut kafka)
+        .map_err(|error| RecordsError::Malformed(format!("{error:#}")))?;
+    let mut batches = Vec::with_capacity(sets.len());
+    for set in &sets {
+        batches.push(strata_batch(set, limit)?);
+    }
+    if let [batch] = &mut batches[..] {
+        // The builder's buffer is the batch's only owner: taken back without a copy.
+        return Ok(std::mem::take(batch)
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..])));
+    }
+    let mut out = BytesMut::with_capacity(batches.iter().map(Bytes::len).sum());
+    for batch in &batches {
+        out.extend_from_slice(batch);
+    }
+    Ok(out)
+}
+
+fn strata_batch(set: &RecordSet, limit: usize) -> Result<Bytes, RecordsError> {
+    let first = set.records.first().ok_or(RecordsError::Empty)?;
+    if first.control {
+        return Err(RecordsError::ControlBatch);
+    }
+    if first.transactional {
+        return Err(RecordsError::Transactional);
+    }
+    let bytes: usize = set
+        .records
+        .iter()
+        .map(|record| {
+            let headers: usize = record
+                .headers
+                .iter()
+                .map(|(key, value)| key.len() + value.as_ref().map_or(0, Bytes::len) + 16)
+                .sum();
+            record.key.as_ref().map_or(0, Bytes::len)
+                + record.value.as_ref().map_or(0, Bytes::len)
+                + headers
+                + RECORD_OVERHEAD
+        })
+        .sum();
+    if bytes > limit.min(strata_wire::batch::BATCH_LEN_MAX / 2) {
+        return Err(RecordsError::TooLarge { bytes, limit });
+    }
+    let mut builder = BatchBuilder::with_capacity(bytes + strata_wire::batch::HEADER_LEN);
+    builder.set_codec(match set.compression {
+        Compression::None => Codec::None,
+        Compression::Lz4 | Compression::Snappy => Codec::Lz4,
+        Compression::Zstd | Compression::Gzip => Codec::Zstd,
+    });
+    if first.producer_id >= 0 {
+        builder.set_producer(first.producer_id, first.producer_epoch, first.sequence);
+    }
+    for (index, record) in set.records.iter().enumerate() {
+        let delta = record.offset - first.offset;
+        if delta != index as i64 {
+            return Err(RecordsError::OffsetGap {
+                index,
+                found: delta,
+            });
+        }
+        builder.push_with_headers(
+            record.timestamp,
+            record.key.as_deref(),
+            record.value.as_deref().unwrap_or_default(),
+            record
+                .headers
+                .iter()
+                .map(|(key, value)| (key.as_bytes(), value.as_deref().unwrap_or_default())),
+        );
+    }
+    Ok(builder.into_batch())
+}
+
+/// Appends Strata batches (a fetch's answer, whole batches back to back) to `out` as Kafka
+/// record batches, one per Strata batch, offsets, epochs and producer fields unchanged.
+pub fn to_kafka(stored: Bytes, out: &mut BytesMut) -> Result<(), RecordsError> {
+    let options = RecordEncodeOptions {
+        version: MAGIC,
+        compression: Compression::None,
+    };
+    let mut records = Vec::new();
+    for batch in split_batches(stored) {
+        let batch = batch?;
+        records.clear();
+        records.extend(kafka_records(&batch));
+        RecordBatchEncoder::encode(out, &records, &options)
+            .map_err(|error| RecordsError::Encode(format!("{error:#}")))?;
+    }
+    Ok(())
+}
+
+fn kafka_records(batch: &Batch) -> impl Iterator<Item = KafkaRecord> + '_ {
+    let header = *batch.header();
+    batch.records().map(move |record| {
+        let delta = record.offset - header.base_offset;
+        KafkaRecord {
+            transactional: header.attributes & attributes::TRANSACTIONAL != 0,
+            control: header.attributes & attributes::CONTROL != 0,
+            delete_horizon: false,
+            partition_leader_epoch: header.leader_epoch as i32,
+            producer_id: header.producer_id,
+            producer_epoch: header.producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: record.offset as i64,
+            // The encoder takes the batch's base sequence from its first record and keeps
+            // records whose offset and sequence advance together in one batch: without a
+            // producer the base is -1 (Kafka's NO_SEQUENCE) and the rest follow it.
+            sequence: header.base_sequence.wrapping_add(delta as i32),
+            timestamp: record.timestamp_ms,
+            key: record.key.map(|key| batch.slice_ref(key)),
+            value: Some(batch.slice_ref(record.value)),
+            headers: record
+                .headers()
+                .map(|(key, value)| (header_key(key), Some(batch.slice_ref(value))))
+                .collect::<IndexMap<_, _>>(),
+        }
+    })
+}
+
+/// Kafka header keys are strings; a native producer may have written any bytes.
+fn header_key(key: &[u8]) -> StrBytes {
+    match std::str::from_utf8(key) {
+        Ok(key) => StrBytes::from_string(key.to_owned()),
+        Err(_) => StrBytes::from_string(String::from_utf8_lossy(key).into_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

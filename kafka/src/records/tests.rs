@@ -1,0 +1,218 @@
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
+};
+use strata_wire::batch::{Codec, split_batches, stamp};
+
+use super::{RecordsError, to_kafka, to_strata};
+
+const LIMIT: usize = 1 << 20;
+
+fn record(offset: i64, key: Option<&'static [u8]>, value: &'static [u8]) -> KafkaRecord {
+    let mut headers = IndexMap::new();
+    headers.insert(
+        StrBytes::from_static_str("trace"),
+        Some(Bytes::from(format!("t-{offset}"))),
+    );
+    KafkaRecord {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        // What Kafka's decoder gives records of a batch without a producer: the batch's base
+        // sequence (-1) plus the record's offset delta.
+        sequence: offset as i32 - 1,
+        timestamp: 1_700_000_000_000 + offset,
+        key: key.map(Bytes::from_static),
+        value: Some(Bytes::from_static(value)),
+        headers,
+    }
+}
+
+fn kafka_batch(records: &[KafkaRecord], compression: Compression) -> Bytes {
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    out.freeze()
+}
+
+fn sample() -> Vec<KafkaRecord> {
+    vec![
+        record(0, Some(b"k0"), b"first value"),
+        record(1, None, b"no key"),
+        record(2, Some(b"k2"), b""),
+    ]
+}
+
+/// A produced Kafka batch, in each of Kafka's codecs, becomes one Strata batch holding the same
+/// records; stamped by the log and fetched back, it is a Kafka batch with the log's offsets
+/// and epoch and the same keys, values, headers and timestamps.
+#[test]
+fn kafka_batches_become_strata_batches_and_back_in_every_codec() {
+    for (compression, codec) in [
+        (Compression::None, Codec::None),
+        (Compression::Gzip, Codec::Zstd),
+        (Compression::Snappy, Codec::Lz4),
+        (Compression::Lz4, Codec::Lz4),
+        (Compression::Zstd, Codec::Zstd),
+    ] {
+        let sent = sample();
+        let mut stored = to_strata(kafka_batch(&sent, compression), LIMIT).unwrap();
+        stamp(&mut stored, 100, 7);
+        let batches: Vec<_> = split_batches(stored.clone().freeze())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(batches.len(), 1, "{compression:?}");
+        assert_eq!(batches[0].codec(), codec, "{compression:?}");
+        assert_eq!(batches[0].record_count(), 3);
+
+        let mut fetched = BytesMut::new();
+        to_kafka(stored.freeze(), &mut fetched).unwrap();
+        let sets = RecordBatchDecoder::decode_all(&mut fetched.freeze()).unwrap();
+        assert_eq!(sets.len(), 1);
+        let got = &sets[0].records;
+        assert_eq!(got.len(), sent.len());
+        for (index, (got, sent)) in got.iter().zip(&sent).enumerate() {
+            assert_eq!(got.offset, 100 + index as i64);
+            assert_eq!(got.partition_leader_epoch, 7);
+            assert_eq!(got.key, sent.key, "{compression:?} record {index}");
+            assert_eq!(got.value, sent.value);
+            assert_eq!(got.timestamp, sent.timestamp);
+            assert_eq!(got.headers, sent.headers);
+            assert_eq!(got.producer_id, -1);
+        }
+    }
+}
+
+/// An idempotent producer's id, epoch and sequences survive both ways: the log's duplicate
+/// and gap checks see Kafka's sequences, and consumers see them again.
+#[test]
+fn idempotent_producer_fields_survive_the_round_trip() {
+    let sent: Vec<_> = sample()
+        .into_iter()
+        .map(|mut record| {
+            record.producer_id = 42;
+            record.producer_epoch = 3;
+            record.sequence = 10 + record.offset as i32;
+            record
+        })
+        .collect();
+    let mut stored = to_strata(kafka_batch(&sent, Compression::None), LIMIT).unwrap();
+    let header = strata_wire::BatchHeader::parse(&stored).unwrap();
+    assert_eq!(
+        (
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence
+        ),
+        (42, 3, 10)
+    );
+    stamp(&mut stored, 5, 1);
+    let mut fetched = BytesMut::new();
+    to_kafka(stored.freeze(), &mut fetched).unwrap();
+    let info = RecordBatchDecoder::decode_batch_info(&mut fetched.freeze()).unwrap();
+    assert_eq!(info.len(), 1);
+    assert_eq!(
+        (
+            info[0].producer_id,
+            info[0].producer_epoch,
+            info[0].base_sequence,
+            info[0].min_offset
+        ),
+        (42, 3, 10, 5)
+    );
+}
+
+/// Several Kafka batches for one partition become as many Strata batches, back to back; and
+/// several stored batches go out as as many Kafka batches.
+#[test]
+fn several_batches_stay_several() {
+    let mut two = BytesMut::new();
+    two.extend_from_slice(&kafka_batch(&sample(), Compression::None));
+    two.extend_from_slice(&kafka_batch(&sample()[..1], Compression::Lz4));
+    let mut stored = to_strata(two.freeze(), LIMIT).unwrap();
+    let first_len = strata_wire::BatchHeader::parse(&stored).unwrap().batch_len as usize;
+    stamp(&mut stored[..first_len], 0, 0);
+    stamp(&mut stored[first_len..], 3, 0);
+    let counts: Vec<u32> = split_batches(stored.clone().freeze())
+        .map(|batch| batch.unwrap().record_count())
+        .collect();
+    assert_eq!(counts, [3, 1]);
+    let mut fetched = BytesMut::new();
+    to_kafka(stored.freeze(), &mut fetched).unwrap();
+    let offsets: Vec<Vec<i64>> = RecordBatchDecoder::decode_all(&mut fetched.freeze())
+        .unwrap()
+        .iter()
+        .map(|set| set.records.iter().map(|record| record.offset).collect())
+        .collect();
+    assert_eq!(offsets, [vec![0, 1, 2], vec![3]]);
+}
+
+#[test]
+fn bad_batches_are_refused_with_their_reason() {
+    let mut corrupt = BytesMut::from(&kafka_batch(&sample(), Compression::None)[..]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    assert!(matches!(
+        to_strata(corrupt.freeze(), LIMIT),
+        Err(RecordsError::Malformed(reason)) if reason.contains("Cyclic redundancy check")
+    ));
+    assert!(matches!(
+        to_strata(Bytes::from_static(&[0; 10]), LIMIT),
+        Err(RecordsError::Malformed(_))
+    ));
+    assert!(matches!(
+        to_strata(Bytes::new(), LIMIT),
+        Err(RecordsError::Empty)
+    ));
+    let transactional: Vec<_> = sample()
+        .into_iter()
+        .map(|mut record| {
+            record.transactional = true;
+            record.producer_id = 1;
+            record.producer_epoch = 0;
+            record.sequence = record.offset as i32;
+            record
+        })
+        .collect();
+    assert!(matches!(
+        to_strata(kafka_batch(&transactional, Compression::None), LIMIT),
+        Err(RecordsError::Transactional)
+    ));
+    let control: Vec<_> = sample()
+        .into_iter()
+        .map(|mut record| {
+            record.control = true;
+            record
+        })
+        .collect();
+    assert!(matches!(
+        to_strata(kafka_batch(&control, Compression::None), LIMIT),
+        Err(RecordsError::ControlBatch)
+    ));
+    // A compressed batch that inflates past the limit is refused before it is built.
+    let big = vec![record(0, None, &[7; 60_000]); 1]
+        .into_iter()
+        .chain((1..20).map(|offset| record(offset, None, &[7; 60_000])))
+        .collect::<Vec<_>>();
+    let compressed = kafka_batch(&big, Compression::Zstd);
+    assert!(compressed.len() < 100_000);
+    assert!(matches!(
+        to_strata(compressed, 1_000_000),
+        Err(RecordsError::TooLarge { .. })
+    ));
+}

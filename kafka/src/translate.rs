@@ -1,0 +1,510 @@
+//! Each served Kafka API's request as its native request, and the native answer as Kafka's.
+//!
+//! Partitions the listener can refuse on sight (a negative index, records that do not decode,
+//! an offset below zero) never reach the broker: they are answered from a [`Refused`] list
+//! merged into the response, next to what the broker answered for the rest.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use strata_wire::protocol as native;
+
+use crate::errors::{self, kafka_error};
+use crate::frame::SUPPORTED;
+use crate::records::{self, RecordsError};
+
+/// Kafka's INVALID_REQUIRED_ACKS: acks other than 0, 1 and -1.
+const INVALID_REQUIRED_ACKS: i16 = 21;
+/// Kafka's FETCH_SESSION_ID_NOT_FOUND: this listener creates no fetch sessions (KIP-227), so a
+/// request naming one refers to a session it never made.
+pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+
+/// A partition answered by the listener itself, with a Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub topic: String,
+    pub partition: i32,
+    pub error: i16,
+}
+
+/// A broker's Kafka listener, as Metadata advertises it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaBroker {
+    pub node_id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+/// Groups entries by topic, keeping the order topics first appear in.
+fn by_topic<T>(entries: impl IntoIterator<Item = (String, T)>) -> Vec<(String, Vec<T>)> {
+    let mut topics: Vec<(String, Vec<T>)> = Vec::new();
+    for (topic, entry) in entries {
+        match topics.iter_mut().find(|(name, _)| *name == topic) {
+            Some((_, entries)) => entries.push(entry),
+            None => topics.push((topic, vec![entry])),
+        }
+    }
+    topics
+}
+
+pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
+    ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(
+            SUPPORTED
+                .iter()
+                .map(|&(api, min, max)| {
+                    ApiVersion::default()
+                        .with_api_key(api as i16)
+                        .with_min_version(min)
+                        .with_max_version(max)
+                })
+                .collect(),
+        )
+}
+
+/// Topics asked for by name (`None`: all). Entries naming a topic only by id (Metadata v10+)
+/// are left out: Strata topics have no ids.
+pub fn metadata_request(request: &MetadataRequest) -> native::MetadataRequest {
+    native::MetadataRequest {
+        topics: request.topics.as_ref().map(|topics| {
+            topics
+                .iter()
+                .filter_map(|topic| topic.name.as_ref().map(|name| name.0.to_string()))
+                .collect()
+        }),
+    }
+}
+
+/// The native metadata with brokers at their Kafka listeners. A partition whose leader has
+/// no Kafka listener (or is unknown) is LEADER_NOT_AVAILABLE, which clients retry.
+pub fn metadata_response(
+    native: native::MetadataResponse,
+    brokers: &[KafkaBroker],
+) -> MetadataResponse {
+    let listening = |id: i32| brokers.iter().any(|broker| broker.node_id == id);
+    let topics = native
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .into_iter()
+                .map(|partition| {
+                    let leader_known = listening(partition.leader);
+                    let error = match partition.error {
+                        native::ErrorCode::None if !leader_known => errors::LEADER_NOT_AVAILABLE,
+                        code => kafka_error(code),
+                    };
+                    let offline = partition
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|&replica| !listening(replica))
+                        .map(BrokerId)
+                        .collect();
+                    MetadataResponsePartition::default()
+                        .with_error_code(error)
+                        .with_partition_index(partition.partition as i32)
+                        .with_leader_id(BrokerId(if leader_known { partition.leader } else { -1 }))
+                        .with_leader_epoch(partition.leader_epoch as i32)
+                        .with_replica_nodes(partition.replicas.into_iter().map(BrokerId).collect())
+                        .with_isr_nodes(partition.isr.into_iter().map(BrokerId).collect())
+                        .with_offline_replicas(offline)
+                })
+                .collect();
+            MetadataResponseTopic::default()
+                .with_error_code(kafka_error(topic.error))
+                .with_name(Some(topic_name(&topic.name)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    MetadataResponse::default()
+        .with_brokers(
+            brokers
+                .iter()
+                .map(|broker| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(broker.node_id))
+                        .with_host(StrBytes::from_string(broker.host.clone()))
+                        .with_port(i32::from(broker.port))
+                        .with_rack(broker.rack.clone().map(StrBytes::from_string))
+                })
+                .collect(),
+        )
+        .with_cluster_id(Some(StrBytes::from_string(native.cluster)))
+        .with_controller_id(BrokerId(if listening(native.controller) {
+            native.controller
+        } else {
+            -1
+        }))
+        .with_topics(topics)
+}
+
+/// A produce request for the broker, and the partitions refused on sight.
+#[derive(Debug)]
+pub struct Produce {
+    pub native: native::ProduceRequest,
+    pub refused: Vec<Refused>,
+}
+
+/// Translates a produce request: each partition's Kafka batches become Strata batches (whose
+/// records may inflate to at most `limit` bytes).
+pub fn produce_request(request: ProduceRequest, limit: usize) -> Produce {
+    let acks = match request.acks {
+        0 => Some(native::ACKS_NONE),
+        1 => Some(native::ACKS_LEADER),
+        -1 => Some(native::ACKS_ALL),
+        _ => None,
+    };
+    let mut refused = Vec::new();
+    let mut topics = Vec::new();
+    for topic in request.topic_data {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::new();
+        for partition in topic.partition_data {
+            let error = match (u32::try_from(partition.index), acks, partition.records) {
+                (Err(_), _, _) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                (_, None, _) => INVALID_REQUIRED_ACKS,
+                (_, _, None) => errors::CORRUPT_MESSAGE,
+                (Ok(index), Some(_), Some(records)) => match records::to_strata(records, limit) {
+                    Ok(batches) => {
+                        partitions.push(native::ProducePartition {
+                            partition: index,
+                            records: native::Records::Mutable(batches),
+                        });
+                        continue;
+                    }
+                    Err(error) => records_error(&error),
+                },
+            };
+            refused.push(Refused {
+                topic: name.clone(),
+                partition: partition.index,
+                error,
+            });
+        }
+        if !partitions.is_empty() {
+            topics.push(native::ProduceTopic { name, partitions });
+        }
+    }
+    Produce {
+        native: native::ProduceRequest {
+            acks: acks.unwrap_or(native::ACKS_LEADER),
+            timeout_ms: request.timeout_ms.max(0) as u32,
+            topics,
+        },
+        refused,
+    }
+}
+
+/// The Kafka error for a produced batch that could not be translated.
+pub fn records_error(error: &RecordsError) -> i16 {
+    match error {
+        RecordsError::TooLarge { .. } => errors::MESSAGE_TOO_LARGE,
+        RecordsError::ControlBatch => errors::INVALID_RECORD,
+        RecordsError::Transactional => errors::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        RecordsError::Stored(_) => errors::KAFKA_STORAGE_ERROR,
+        RecordsError::Malformed(_)
+        | RecordsError::Empty
+        | RecordsError::OffsetGap { .. }
+        | RecordsError::Encode(_) => errors::CORRUPT_MESSAGE,
+    }
+}
+
+pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) -> ProduceResponse {
+    let answered = native.topics.into_iter().flat_map(|topic| {
+        let name = topic.name;
+        topic.partitions.into_iter().map(move |partition| {
+            let failed = partition.error != native::ErrorCode::None;
+            (
+                name.clone(),
+                PartitionProduceResponse::default()
+                    .with_index(partition.partition as i32)
+                    .with_error_code(kafka_error(partition.error))
+                    .with_base_offset(if failed {
+                        -1
+                    } else {
+                        partition.base_offset as i64
+                    })
+                    .with_log_append_time_ms(-1)
+                    .with_log_start_offset(if failed {
+                        -1
+                    } else {
+                        partition.log_start_offset as i64
+                    }),
+            )
+        })
+    });
+    let refused = refused.into_iter().map(|refused| {
+        (
+            refused.topic,
+            PartitionProduceResponse::default()
+                .with_index(refused.partition)
+                .with_error_code(refused.error)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1),
+        )
+    });
+    ProduceResponse::default().with_responses(
+        by_topic(answered.chain(refused))
+            .into_iter()
+            .map(|(name, partitions)| {
+                TopicProduceResponse::default()
+                    .with_name(topic_name(&name))
+                    .with_partition_responses(partitions)
+            })
+            .collect(),
+    )
+}
+
+/// A fetch request for the broker, and the partitions refused on sight.
+#[derive(Debug)]
+pub struct Fetch {
+    pub native: native::FetchRequest,
+    pub refused: Vec<Refused>,
+}
+
+/// Translates a fetch request, or refuses it whole with a top-level Kafka error (a request
+/// naming a fetch session: this listener makes none, so every fetch is a full one).
+pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
+    if request.session_id != 0 {
+        return Err(FETCH_SESSION_ID_NOT_FOUND);
+    }
+    let mut refused = Vec::new();
+    let mut topics = Vec::new();
+    for topic in &request.topics {
+        let name = topic.topic.0.to_string();
+        let mut partitions = Vec::new();
+        for partition in &topic.partitions {
+            match (
+                u32::try_from(partition.partition),
+                u64::try_from(partition.fetch_offset),
+            ) {
+                (Ok(index), Ok(offset)) => partitions.push(native::FetchPartition {
+                    partition: index,
+                    fetch_offset: offset,
+                    max_bytes: partition.partition_max_bytes.max(0) as u32,
+                }),
+                (index, _) => refused.push(Refused {
+                    topic: name.clone(),
+                    partition: partition.partition,
+                    error: if index.is_err() {
+                        errors::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        errors::OFFSET_OUT_OF_RANGE
+                    },
+                }),
+            }
+        }
+        if !partitions.is_empty() {
+            topics.push(native::FetchTopic { name, partitions });
+        }
+    }
+    Ok(Fetch {
+        native: native::FetchRequest {
+            max_wait_ms: request.max_wait_ms.max(0) as u32,
+            min_bytes: request.min_bytes.max(0) as u32,
+            max_bytes: request.max_bytes.max(0) as u32,
+            topics,
+        },
+        refused,
+    })
+}
+
+/// The native answer with each partition's batches as Kafka record batches. The records must
+/// be in memory (`Records::Shared` or `Mutable`): the listener reads file ranges first.
+pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> FetchResponse {
+    let answered = native.topics.into_iter().flat_map(|topic| {
+        let name = topic.name;
+        topic.partitions.into_iter().map(move |partition| {
+            let mut error = kafka_error(partition.error);
+            let mut records = BytesMut::new();
+            if error == errors::NONE
+                && let Err(failed) = records::to_kafka(partition.records.freeze(), &mut records)
+            {
+                error = records_error(&failed);
+                records.clear();
+            }
+            (
+                name.clone(),
+                fetched(partition.partition as i32, error, records.freeze())
+                    .with_high_watermark(partition.high_watermark as i64)
+                    .with_last_stable_offset(partition.high_watermark as i64)
+                    .with_log_start_offset(partition.log_start_offset as i64),
+            )
+        })
+    });
+    let refused = refused.into_iter().map(|refused| {
+        (
+            refused.topic,
+            fetched(refused.partition, refused.error, Bytes::new()),
+        )
+    });
+    FetchResponse::default().with_responses(
+        by_topic(answered.chain(refused))
+            .into_iter()
+            .map(|(name, partitions)| {
+                FetchableTopicResponse::default()
+                    .with_topic(topic_name(&name))
+                    .with_partitions(partitions)
+            })
+            .collect(),
+    )
+}
+
+fn fetched(partition: i32, error: i16, records: Bytes) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(partition)
+        .with_error_code(error)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_preferred_read_replica(BrokerId(-1))
+        .with_records(Some(records))
+}
+
+/// A list-offsets request for the broker, and the partitions refused on sight.
+#[derive(Debug)]
+pub struct ListOffsets {
+    pub native: native::ListOffsetsRequest,
+    pub refused: Vec<Refused>,
+}
+
+/// Earliest (-2), latest (-1) and by time; Kafka's other special timestamps (-3, the record
+/// with the largest timestamp; -4/-5, tiered storage) are INVALID_REQUEST.
+pub fn list_offsets_request(request: &ListOffsetsRequest) -> ListOffsets {
+    let mut refused = Vec::new();
+    let mut topics = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::new();
+        for partition in &topic.partitions {
+            let timestamp = partition.timestamp;
+            match u32::try_from(partition.partition_index) {
+                Ok(index)
+                    if timestamp >= 0
+                        || timestamp == native::EARLIEST_TIMESTAMP
+                        || timestamp == native::LATEST_TIMESTAMP =>
+                {
+                    partitions.push(native::ListOffsetsPartition {
+                        partition: index,
+                        timestamp,
+                    })
+                }
+                index => refused.push(Refused {
+                    topic: name.clone(),
+                    partition: partition.partition_index,
+                    error: if index.is_err() {
+                        errors::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        errors::INVALID_REQUEST
+                    },
+                }),
+            }
+        }
+        if !partitions.is_empty() {
+            topics.push(native::ListOffsetsTopic { name, partitions });
+        }
+    }
+    ListOffsets {
+        native: native::ListOffsetsRequest { topics },
+        refused,
+    }
+}
+
+pub fn list_offsets_response(
+    native: native::ListOffsetsResponse,
+    refused: Vec<Refused>,
+) -> ListOffsetsResponse {
+    let answered = native.topics.into_iter().flat_map(|topic| {
+        let name = topic.name;
+        topic.partitions.into_iter().map(move |partition| {
+            (
+                name.clone(),
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(partition.partition as i32)
+                    .with_error_code(kafka_error(partition.error))
+                    .with_timestamp(partition.timestamp)
+                    .with_offset(partition.offset)
+                    .with_leader_epoch(-1),
+            )
+        })
+    });
+    let refused = refused.into_iter().map(|refused| {
+        (
+            refused.topic,
+            ListOffsetsPartitionResponse::default()
+                .with_partition_index(refused.partition)
+                .with_error_code(refused.error)
+                .with_timestamp(-1)
+                .with_offset(-1)
+                .with_leader_epoch(-1),
+        )
+    });
+    ListOffsetsResponse::default().with_topics(
+        by_topic(answered.chain(refused))
+            .into_iter()
+            .map(|(name, partitions)| {
+                ListOffsetsTopicResponse::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(partitions)
+            })
+            .collect(),
+    )
+}
+
+/// An idempotent producer's id (Kafka's `enable.idempotence`). Transactional ids are refused
+/// with INVALID_REQUEST: there is no transaction coordinator.
+pub fn init_producer_id_request(
+    request: &InitProducerIdRequest,
+) -> Result<native::InitProducerIdRequest, i16> {
+    if request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !id.0.is_empty())
+    {
+        return Err(errors::INVALID_REQUEST);
+    }
+    Ok(native::InitProducerIdRequest {
+        producer_id: request.producer_id.0,
+        producer_epoch: request.producer_epoch,
+    })
+}
+
+pub fn init_producer_id_response(
+    native: Result<native::InitProducerIdResponse, i16>,
+) -> InitProducerIdResponse {
+    match native {
+        Ok(native) => InitProducerIdResponse::default()
+            .with_error_code(kafka_error(native.error))
+            .with_producer_id(ProducerId(native.producer_id))
+            .with_producer_epoch(native.producer_epoch),
+        Err(error) => InitProducerIdResponse::default()
+            .with_error_code(error)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,313 @@
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader,
+    TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+use strata_wire::protocol as native;
+
+use super::*;
+use crate::errors;
+use crate::frame::{Header, KafkaRequest, Rejected, decode_request, encode_response};
+
+fn name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+fn kafka_records() -> Bytes {
+    let record = kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1,
+        key: None,
+        value: Some(Bytes::from_static(b"v")),
+        headers: Default::default(),
+    };
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    out.freeze()
+}
+
+/// Partitions refused on sight are answered beside the broker's answers, under their topic.
+#[test]
+fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
+    let partition = |index: i32, records: Option<Bytes>| {
+        PartitionProduceData::default()
+            .with_index(index)
+            .with_records(records)
+    };
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(1500)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(name("orders"))
+                .with_partition_data(vec![
+                    partition(0, Some(kafka_records())),
+                    partition(-1, Some(kafka_records())),
+                    partition(2, Some(Bytes::from_static(b"garbage bytes, not a batch"))),
+                ]),
+        ]);
+    let translated = produce_request(request, 1 << 20);
+    assert_eq!(translated.native.acks, native::ACKS_ALL);
+    assert_eq!(translated.native.timeout_ms, 1500);
+    assert_eq!(translated.native.topics.len(), 1);
+    assert_eq!(translated.native.topics[0].partitions.len(), 1);
+    assert_eq!(translated.native.topics[0].partitions[0].partition, 0);
+    assert_eq!(
+        translated.refused,
+        [
+            Refused {
+                topic: "orders".into(),
+                partition: -1,
+                error: errors::UNKNOWN_TOPIC_OR_PARTITION
+            },
+            Refused {
+                topic: "orders".into(),
+                partition: 2,
+                error: errors::CORRUPT_MESSAGE
+            },
+        ]
+    );
+    let answered = native::ProduceResponse {
+        topics: vec![native::ProduceTopicResponse {
+            name: "orders".into(),
+            partitions: vec![native::ProducePartitionResponse {
+                partition: 0,
+                error: native::ErrorCode::None,
+                base_offset: 41,
+                log_start_offset: 0,
+                leader_hint: -1,
+            }],
+        }],
+    };
+    let response = produce_response(answered, translated.refused);
+    assert_eq!(response.responses.len(), 1, "one entry per topic");
+    let partitions = &response.responses[0].partition_responses;
+    let summary: Vec<(i32, i16, i64)> = partitions
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (0, errors::NONE, 41),
+            (-1, errors::UNKNOWN_TOPIC_OR_PARTITION, -1),
+            (2, errors::CORRUPT_MESSAGE, -1)
+        ]
+    );
+
+    let bad_acks = produce_request(
+        ProduceRequest::default().with_acks(2).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(name("orders"))
+                .with_partition_data(vec![partition(0, Some(kafka_records()))]),
+        ]),
+        1 << 20,
+    );
+    assert!(bad_acks.native.topics.is_empty());
+    assert_eq!(bad_acks.refused[0].error, 21);
+}
+
+#[test]
+fn fetches_naming_a_session_are_refused_and_negative_offsets_are_out_of_range() {
+    let topic = FetchTopic::default()
+        .with_topic(name("t"))
+        .with_partitions(vec![
+            FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(5)
+                .with_partition_max_bytes(1000),
+            FetchPartition::default()
+                .with_partition(1)
+                .with_fetch_offset(-1),
+        ]);
+    let request = FetchRequest::default()
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![topic]);
+    assert_eq!(
+        fetch_request(&request.clone().with_session_id(7)).unwrap_err(),
+        FETCH_SESSION_ID_NOT_FOUND
+    );
+    let translated = fetch_request(&request).unwrap();
+    assert_eq!(translated.native.max_wait_ms, 500);
+    let partitions = &translated.native.topics[0].partitions;
+    assert_eq!(partitions.len(), 1);
+    assert_eq!(
+        (
+            partitions[0].partition,
+            partitions[0].fetch_offset,
+            partitions[0].max_bytes
+        ),
+        (0, 5, 1000)
+    );
+    assert_eq!(translated.refused[0].error, errors::OFFSET_OUT_OF_RANGE);
+}
+
+/// Brokers are advertised at their Kafka listeners; a partition led by a broker without one
+/// has no leader a Kafka client can reach.
+#[test]
+fn metadata_advertises_kafka_listeners_and_leaders_without_one_are_unavailable() {
+    let partition = |partition: u32, leader: i32| native::PartitionMetadata {
+        partition,
+        error: native::ErrorCode::None,
+        leader,
+        leader_epoch: 3,
+        shard: 0,
+        replicas: vec![1, 2],
+        isr: vec![1, 2],
+    };
+    let response = metadata_response(
+        native::MetadataResponse {
+            cluster: "c".into(),
+            controller: 2,
+            brokers: vec![],
+            topics: vec![native::TopicMetadata {
+                name: "t".into(),
+                error: native::ErrorCode::None,
+                partitions: vec![partition(0, 1), partition(1, 2)],
+            }],
+        },
+        &[KafkaBroker {
+            node_id: 1,
+            host: "10.0.0.1".into(),
+            port: 9092,
+            rack: None,
+        }],
+    );
+    assert_eq!(response.brokers.len(), 1);
+    assert_eq!(response.brokers[0].port, 9092);
+    assert_eq!(response.controller_id.0, -1);
+    let partitions = &response.topics[0].partitions;
+    assert_eq!(
+        (
+            partitions[0].error_code,
+            partitions[0].leader_id.0,
+            partitions[0].leader_epoch
+        ),
+        (errors::NONE, 1, 3)
+    );
+    assert_eq!(
+        (partitions[1].error_code, partitions[1].leader_id.0),
+        (errors::LEADER_NOT_AVAILABLE, -1)
+    );
+    assert_eq!(partitions[0].offline_replicas, [BrokerId(2)]);
+}
+
+fn frame<R: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &R) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("test")));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// Requests decode at every served version (flexible or not), others are refused with what
+/// is needed to answer or log them; responses carry the header their version calls for.
+#[test]
+fn frames_decode_at_served_versions_and_refuse_the_rest() {
+    for version in 1..=12 {
+        let request = kafka_protocol::messages::MetadataRequest::default();
+        let (header, decoded) =
+            decode_request(frame(ApiKey::Metadata, version, version as i32, &request)).unwrap();
+        assert_eq!(header.correlation_id, version as i32);
+        assert!(matches!(decoded, KafkaRequest::Metadata(_)));
+    }
+    for version in 3..=9 {
+        let request = ProduceRequest::default().with_acks(1);
+        let (_, decoded) = decode_request(frame(ApiKey::Produce, version, 1, &request)).unwrap();
+        assert!(
+            matches!(decoded, KafkaRequest::Produce(p) if p.acks == 1),
+            "v{version}"
+        );
+    }
+    let api_versions = kafka_protocol::messages::ApiVersionsRequest::default();
+    assert!(matches!(
+        decode_request(frame(ApiKey::ApiVersions, 3, 9, &api_versions)),
+        Ok((_, KafkaRequest::ApiVersions(_)))
+    ));
+    assert!(matches!(
+        decode_request(frame(ApiKey::ApiVersions, 4, 9, &api_versions)),
+        Err(Rejected::Unsupported {
+            api_key: 18,
+            api_version: 4,
+            correlation_id: 9
+        })
+    ));
+    assert!(matches!(
+        decode_request(frame(ApiKey::Fetch, 13, 9, &FetchRequest::default())),
+        Err(Rejected::Unsupported { .. })
+    ));
+    let mut trailing = BytesMut::from(
+        &frame(
+            ApiKey::Metadata,
+            4,
+            1,
+            &kafka_protocol::messages::MetadataRequest::default(),
+        )[..],
+    );
+    trailing.extend_from_slice(b"xx");
+    assert!(matches!(
+        decode_request(trailing.freeze()),
+        Err(Rejected::Malformed(_))
+    ));
+    let whole = frame(ApiKey::Produce, 9, 1, &ProduceRequest::default());
+    assert!(matches!(
+        decode_request(whole.slice(..whole.len() - 1)),
+        Err(Rejected::Malformed(_))
+    ));
+    assert!(matches!(
+        decode_request(Bytes::from_static(b"abc")),
+        Err(Rejected::Malformed(_))
+    ));
+
+    // A response frame: size, header (tagged fields at flexible versions), body.
+    for version in [4, 12] {
+        let header = Header {
+            api_key: ApiKey::Metadata,
+            api_version: version,
+            correlation_id: 77,
+        };
+        let response =
+            MetadataResponse::default().with_cluster_id(Some(StrBytes::from_static_str("c")));
+        let mut encoded = encode_response(&header, &response).unwrap().freeze();
+        let size = i32::from_be_bytes(encoded[..4].try_into().unwrap());
+        assert_eq!(size as usize, encoded.len() - 4);
+        let mut body = encoded.split_off(4);
+        let response_header =
+            ResponseHeader::decode(&mut body, ApiKey::Metadata.response_header_version(version))
+                .unwrap();
+        assert_eq!(response_header.correlation_id, 77);
+        let decoded = MetadataResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            decoded.cluster_id.map(|c| c.to_string()).as_deref(),
+            Some("c")
+        );
+    }
+}

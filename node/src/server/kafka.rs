@@ -1,0 +1,314 @@
+//! The Kafka listener (DESIGN §11): existing Kafka clients produce, fetch and list offsets
+//! on a broker through Kafka's own protocol.
+//!
+//! Each shard accepts on the Kafka address (SO_REUSEPORT, like the shared client port). A
+//! request is decoded (`strata_kafka::frame`), translated into the native request
+//! (`strata_kafka::translate`) and run through the same handler native clients reach
+//! ([`Shard::handle`]: partitions of other shards are forwarded as usual); the native answer
+//! is translated back. Kafka clients are not shard-aware and are told only the broker's Kafka
+//! address, so a partition of another shard costs a cross-shard hop.
+//!
+//! Responses leave in request order, as Kafka's clients expect (the Java client checks each
+//! answer against its oldest request), while the requests themselves run concurrently. A
+//! produce with acks=0 gets no answer, as in Kafka. A frame over the size limit, a request of
+//! an API or version not served, or one that does not decode closes the connection with a
+//! logged reason, as Kafka's brokers do; an ApiVersions request of a version not served is
+//! answered (version 0, with the versions served) so the client can pick one (KIP-511).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use strata_kafka::errors;
+use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
+use strata_kafka::kafka_protocol::messages::{
+    ApiKey, FetchResponse, MetadataResponse, ProduceResponse,
+};
+use strata_kafka::translate::{self, KafkaBroker};
+use strata_wire::protocol::{ErrorCode, Records, Request, Response};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::connection;
+use super::shard::Shard;
+use crate::log::FileRegion;
+
+/// Requests one Kafka connection may have in flight before the reader stops reading.
+const IN_FLIGHT_PER_CONNECTION: usize = 64;
+
+/// Binds the Kafka address (every shard, SO_REUSEPORT) when one is configured.
+pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Option<JoinHandle<()>>> {
+    let Some(address) = shard.context.config.kafka else {
+        return Ok(None);
+    };
+    let listener = connection::bind(address, true)?;
+    Ok(Some(connection::accept(shard.clone(), listener, serve)))
+}
+
+/// What a request's task hands the writer: a frame, or nothing (acks=0 produce).
+type Answer = oneshot::Receiver<Option<BytesMut>>;
+
+async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    let (reader, mut writer) = stream.into_split();
+    let mut frames = strata_client::FrameReader::big_endian(reader);
+    let (answers, mut in_order) = mpsc::unbounded_channel::<Answer>();
+    let writing = tokio::task::spawn_local(async move {
+        while let Some(answer) = in_order.recv().await {
+            let Ok(Some(frame)) = answer.await else {
+                continue;
+            };
+            if let Err(error) = writer.write_all(&frame).await {
+                tracing::debug!(%peer, "kafka connection write failed: {error}");
+                return;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
+    let max_frame_bytes = shard.context.config.max_frame_bytes;
+    loop {
+        let len = match frames.next_len().await {
+            Ok(Some(len)) => len,
+            Ok(None) => break,
+            Err(error) => {
+                tracing::debug!(%peer, "kafka connection read failed: {error}");
+                break;
+            }
+        };
+        if len > max_frame_bytes {
+            tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing kafka connection: frame over the size limit");
+            break;
+        }
+        let body = match frames.body(len).await {
+            Ok(body) => body.freeze(),
+            Err(error) => {
+                tracing::debug!(%peer, "kafka connection closed mid-frame: {error}");
+                break;
+            }
+        };
+        let (header, request) = match frame::decode_request(body) {
+            Ok(decoded) => decoded,
+            Err(Rejected::Unsupported {
+                api_key,
+                api_version,
+                correlation_id,
+            }) if api_key == ApiKey::ApiVersions as i16 => {
+                tracing::debug!(%peer, api_version, "ApiVersions of a version not served: answered with the versions served");
+                let header = Header {
+                    api_key: ApiKey::ApiVersions,
+                    api_version: 0,
+                    correlation_id,
+                };
+                let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
+                let (answer, slot) = oneshot::channel();
+                let _ = answer.send(encoded(&header, &response));
+                let _ = answers.send(slot);
+                continue;
+            }
+            Err(rejected) => {
+                tracing::warn!(%peer, "closing kafka connection: {rejected}");
+                break;
+            }
+        };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let (answer, slot) = oneshot::channel();
+        let _ = answers.send(slot);
+        let shard = shard.clone();
+        tokio::task::spawn_local(async move {
+            let frame = std::panic::AssertUnwindSafe(respond(&shard, header, request))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    tracing::error!(%peer, ?header, "a kafka request handler panicked: no answer");
+                    None
+                });
+            let _ = answer.send(frame);
+            drop(permit);
+        });
+    }
+    drop(answers);
+    let _ = writing.await;
+}
+
+fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
+    header: &Header,
+    response: &R,
+) -> Option<BytesMut> {
+    match frame::encode_response(header, response) {
+        Ok(frame) => Some(frame),
+        Err(error) => {
+            tracing::error!(?header, "a kafka response did not encode: {error}");
+            None
+        }
+    }
+}
+
+/// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
+/// answer is due (acks=0).
+async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Option<BytesMut> {
+    match request {
+        KafkaRequest::ApiVersions(_) => {
+            encoded(&header, &translate::api_versions_response(errors::NONE))
+        }
+        KafkaRequest::Metadata(request) => {
+            let native = match native(
+                shard,
+                Request::Metadata(translate::metadata_request(&request)),
+            )
+            .await
+            {
+                Ok(Response::Metadata(native)) => native,
+                answer => {
+                    tracing::warn!(?answer, "metadata for a kafka client failed");
+                    return encoded(&header, &MetadataResponse::default());
+                }
+            };
+            encoded(
+                &header,
+                &translate::metadata_response(native, &kafka_brokers(shard)),
+            )
+        }
+        KafkaRequest::Produce(request) => {
+            let acks = request.acks;
+            let produce = translate::produce_request(request, shard.context.config.max_frame_bytes);
+            let answered = if produce.native.topics.is_empty() {
+                Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
+                    topics: Vec::new(),
+                }))
+            } else {
+                native(shard, Request::Produce(produce.native)).await
+            };
+            if acks == 0 {
+                return None;
+            }
+            let native = match answered {
+                Ok(Response::Produce(native)) => native,
+                answer => {
+                    tracing::warn!(?answer, "a kafka produce got no native answer");
+                    return encoded(&header, &ProduceResponse::default());
+                }
+            };
+            encoded(
+                &header,
+                &translate::produce_response(native, produce.refused),
+            )
+        }
+        KafkaRequest::Fetch(request) => {
+            let fetch = match translate::fetch_request(&request) {
+                Ok(fetch) => fetch,
+                Err(error) => {
+                    return encoded(&header, &FetchResponse::default().with_error_code(error));
+                }
+            };
+            let mut native = if fetch.native.topics.is_empty() {
+                strata_wire::protocol::FetchResponse { topics: Vec::new() }
+            } else {
+                match native(shard, Request::Fetch(fetch.native)).await {
+                    Ok(Response::Fetch(native)) => native,
+                    answer => {
+                        tracing::warn!(?answer, "a kafka fetch got no native answer");
+                        return encoded(&header, &FetchResponse::default());
+                    }
+                }
+            };
+            read_file_ranges(&mut native);
+            encoded(&header, &translate::fetch_response(native, fetch.refused))
+        }
+        KafkaRequest::ListOffsets(request) => {
+            let list = translate::list_offsets_request(&request);
+            let nothing = || strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() };
+            let native = if list.native.topics.is_empty() {
+                nothing()
+            } else {
+                match native(shard, Request::ListOffsets(list.native)).await {
+                    Ok(Response::ListOffsets(native)) => native,
+                    answer => {
+                        tracing::warn!(?answer, "a kafka list-offsets got no native answer");
+                        nothing()
+                    }
+                }
+            };
+            encoded(
+                &header,
+                &translate::list_offsets_response(native, list.refused),
+            )
+        }
+        KafkaRequest::InitProducerId(request) => {
+            let answered = match translate::init_producer_id_request(&request) {
+                Err(error) => Err(error),
+                Ok(request) => match native(shard, Request::InitProducerId(request)).await {
+                    Ok(Response::InitProducerId(native)) => Ok(native),
+                    Err(code) => Err(errors::kafka_error(code)),
+                    Ok(other) => {
+                        tracing::warn!(?other, "init-producer-id got another answer");
+                        Err(errors::UNKNOWN_SERVER_ERROR)
+                    }
+                },
+            };
+            encoded(&header, &translate::init_producer_id_response(answered))
+        }
+    }
+}
+
+async fn native(shard: &Rc<Shard>, request: Request) -> Result<Response, ErrorCode> {
+    shard
+        .handle(request)
+        .await
+        .unwrap_or(Err(ErrorCode::Internal))
+}
+
+/// The brokers a Kafka client can reach: those with a Kafka listener, at their advertised host.
+fn kafka_brokers(shard: &Shard) -> Vec<KafkaBroker> {
+    let view = shard.view.borrow();
+    view.brokers
+        .iter()
+        .filter_map(|broker| {
+            Some(KafkaBroker {
+                node_id: broker.id,
+                host: broker.host.clone(),
+                port: broker.kafka_port?,
+                rack: broker.rack.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Fetched ranges the native path would `sendfile` are read into memory: Kafka's batches are
+/// re-encoded from them. They are in the page cache (only cached ranges are handed out as
+/// file ranges), so the read does not wait for the disk. A range that cannot be read becomes
+/// that partition's storage error.
+fn read_file_ranges(response: &mut strata_wire::protocol::FetchResponse) {
+    for topic in &mut response.topics {
+        for partition in &mut topic.partitions {
+            let Records::Elsewhere(elsewhere) = &partition.records else {
+                continue;
+            };
+            let read = elsewhere
+                .source
+                .downcast_ref::<FileRegion>()
+                .ok_or_else(|| std::io::Error::other("records elsewhere that are not a file range"))
+                .and_then(read_region);
+            match read {
+                Ok(bytes) => partition.records = Records::Shared(bytes),
+                Err(error) => {
+                    tracing::warn!(topic = %topic.name, partition = partition.partition, "reading a fetched range failed: {error}");
+                    partition.error = ErrorCode::StorageError;
+                    partition.records = Records::empty();
+                }
+            }
+        }
+    }
+}
+
+fn read_region(region: &FileRegion) -> std::io::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::from(region.file.try_clone()?);
+    let mut bytes = BytesMut::zeroed(region.len);
+    file.read_exact_at(&mut bytes, region.position)?;
+    Ok(bytes.freeze())
+}

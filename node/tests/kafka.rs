@@ -1,0 +1,453 @@
+//! The Kafka listener against a real Kafka client: kcat (librdkafka) produces and consumes
+//! through `strata serve --kafka-listen`, next to Strata's own client, on one node and on a
+//! replicated cluster; bad Kafka input closes only its connection.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use strata_coordinator::testing::EtcdServer;
+use strata_kafka::kafka_protocol::messages::produce_request::{
+    PartitionProduceData, TopicProduceData,
+};
+use strata_kafka::kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, MetadataRequest, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use support::{
+    TestNode, etcd_args, free_base_port, history::read_to_end, runtime, stored_records, wait_for,
+};
+
+/// kcat, librdkafka's command-line client (Debian's `kcat`, which `scripts/test.sh` installs).
+fn kcat(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
+    let mut child = Command::new("kcat")
+        .arg("-b")
+        .arg(broker)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (Debian package kcat) is needed: scripts/test.sh installs it");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(stdin) = stdin {
+        input.write_all(stdin).unwrap();
+    }
+    drop(input);
+    let output = wait_with_timeout(child, Duration::from_secs(60));
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Waits for `child` while draining its output (a consumer's output outgrows a pipe), killing
+/// it after `patience`.
+fn wait_with_timeout(child: std::process::Child, patience: Duration) -> std::process::Output {
+    let pid = child.id();
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match output.recv_timeout(patience) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) on the child's pid (not yet reaped: its waiter is still waiting).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("kcat ran for more than {patience:?}");
+        }
+    }
+}
+
+/// A node with a Kafka listener on a free port: (node, "127.0.0.1:port").
+fn kafka_node(dir: &std::path::Path, shards: usize, extra: &[&str]) -> (TestNode, String) {
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let mut args = vec!["--kafka-listen", &kafka];
+    args.extend_from_slice(extra);
+    let node = TestNode::start_with(dir, shards, &args);
+    (node, kafka)
+}
+
+/// Every record kcat consumed from the beginning to the end of each partition:
+/// (partition, offset) → (key, value).
+fn kcat_consume_all(broker: &str, topic: &str) -> BTreeMap<(u32, u64), (String, String)> {
+    kcat(
+        broker,
+        &["-C", "-t", topic, "-o", "beginning", "-e", "-J", "-q"],
+        None,
+    )
+    .lines()
+    .map(|line| {
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
+        (
+            (
+                record["partition"].as_u64().unwrap() as u32,
+                record["offset"].as_u64().unwrap(),
+            ),
+            (
+                record["key"].as_str().unwrap_or_default().to_string(),
+                record["payload"].as_str().unwrap().to_string(),
+            ),
+        )
+    })
+    .collect()
+}
+
+/// Checks the consumed records against what was sent as `key:value` lines: each sent value
+/// exactly once, each key on one partition in the order sent, each partition's offsets dense
+/// from 0. Returns how many were seen.
+fn check_against_sent(
+    consumed: &BTreeMap<(u32, u64), (String, String)>,
+    sent: &[(String, String)],
+) -> usize {
+    let mut by_value = BTreeMap::new();
+    for ((partition, offset), (key, value)) in consumed {
+        assert!(
+            by_value
+                .insert(value.clone(), (key.clone(), *partition, *offset))
+                .is_none(),
+            "{value} consumed twice"
+        );
+    }
+    let mut last: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
+    for (key, value) in sent {
+        let (got_key, partition, offset) = by_value
+            .get(value)
+            .unwrap_or_else(|| panic!("{value} was acknowledged but not consumed"));
+        assert_eq!(got_key, key);
+        if let Some((last_partition, last_offset)) = last.insert(key, (*partition, *offset)) {
+            assert_eq!(last_partition, *partition, "key {key} moved partitions");
+            assert!(*offset > last_offset, "key {key} out of order at {value}");
+        }
+    }
+    let mut next: BTreeMap<u32, u64> = BTreeMap::new();
+    for (partition, offset) in consumed.keys() {
+        let expected = next.entry(*partition).or_default();
+        assert_eq!(offset, expected, "partition {partition} has a gap");
+        *expected += 1;
+    }
+    consumed.len()
+}
+
+fn keyed_lines(prefix: &str, count: usize) -> (Vec<(String, String)>, Vec<u8>) {
+    let sent: Vec<(String, String)> = (0..count)
+        .map(|i| (format!("key{}", i % 37), format!("{prefix}-{i:06}")))
+        .collect();
+    let mut input = Vec::new();
+    for (key, value) in &sent {
+        writeln!(input, "{key}:{value}").unwrap();
+    }
+    (sent, input)
+}
+
+/// kcat produces keyed records (plain, then compressed by an idempotent producer with
+/// acks=all) through the Kafka listener of a two-shard node; kcat and Strata's own consumer
+/// both read every one back, the same records at the same offsets; records Strata's client
+/// produced are read by kcat; kcat's offset queries answer the log's ends.
+#[test]
+fn kcat_produces_and_consumes_through_the_kafka_listener_beside_native_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    node.cli(&["topic", "create", "orders", "--partitions", "4"], None);
+
+    let metadata = kcat(&kafka, &["-L", "-t", "orders"], None);
+    assert!(
+        metadata.contains(&format!("broker 1 at {kafka}")),
+        "{metadata}"
+    );
+    assert!(metadata.contains("4 partitions"), "{metadata}");
+
+    let (mut sent, input) = keyed_lines("plain", 20_000);
+    kcat(
+        &kafka,
+        &["-P", "-t", "orders", "-K", ":", "-X", "acks=1"],
+        Some(&input),
+    );
+    let (more, input) = keyed_lines("zstd-idempotent", 5_000);
+    kcat(
+        &kafka,
+        &[
+            "-P",
+            "-t",
+            "orders",
+            "-K",
+            ":",
+            "-z",
+            "zstd",
+            "-X",
+            "acks=all",
+            "-X",
+            "enable.idempotence=true",
+        ],
+        Some(&input),
+    );
+    sent.extend(more);
+
+    let consumed = kcat_consume_all(&kafka, "orders");
+    assert_eq!(check_against_sent(&consumed, &sent), 25_000);
+    assert_eq!(stored_records(&node, "orders"), 25_000);
+
+    // Strata's consumer reads the same records at the same offsets.
+    let native = runtime().block_on(read_to_end(&node.bootstrap(), "orders", 4));
+    let native: BTreeMap<(u32, u64), String> = native
+        .into_iter()
+        .enumerate()
+        .flat_map(|(partition, log)| {
+            log.into_iter()
+                .map(move |(offset, value)| ((partition as u32, offset), value))
+        })
+        .collect();
+    let kcat_values: BTreeMap<(u32, u64), String> = consumed
+        .iter()
+        .map(|(at, (_, value))| (*at, value.clone()))
+        .collect();
+    assert_eq!(native, kcat_values);
+
+    // What Strata's client produced, kcat reads, after what kcat wrote.
+    std::thread::sleep(Duration::from_millis(5));
+    let native_from_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    node.cli(
+        &["produce", "orders", "--partition", "3"],
+        Some(b"native-1\nnative-2\n"),
+    );
+    let consumed = kcat_consume_all(&kafka, "orders");
+    let tail: Vec<&str> = consumed
+        .range((3, 0)..(4, 0))
+        .rev()
+        .take(2)
+        .map(|(_, (_, value))| value.as_str())
+        .collect();
+    assert_eq!(tail, ["native-2", "native-1"]);
+
+    // Offsets by position and by time.
+    let partition_3 = consumed.range((3, 0)..(4, 0)).count();
+    let latest = kcat(&kafka, &["-Q", "-t", "orders:3:-1"], None);
+    assert_eq!(latest.trim(), format!("orders [3] offset {partition_3}"));
+    let earliest = kcat(&kafka, &["-Q", "-t", "orders:3:-2"], None);
+    assert_eq!(earliest.trim(), "orders [3] offset 0");
+    // The first record at or after the native records' time is the first native record.
+    let after = kcat(
+        &kafka,
+        &["-Q", "-t", &format!("orders:3:{native_from_ms}")],
+        None,
+    );
+    assert_eq!(
+        after.trim(),
+        format!("orders [3] offset {}", partition_3 - 2)
+    );
+}
+
+/// A replicated cluster: every broker has a Kafka listener, kcat learns all three from one,
+/// produces with acks=all to the leaders of an RF 3 topic, and reads everything back.
+#[test]
+fn kcat_reaches_every_leader_of_a_replicated_cluster() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            kafka_node(dir.path(), 1, &etcd_args(&etcd, &id))
+        })
+        .collect();
+    let (first, kafka) = &nodes[0];
+    wait_for("three brokers", || {
+        kcat(kafka, &["-L"], None).contains(" 3 brokers:")
+    });
+    first.cli(
+        &[
+            "topic",
+            "create",
+            "replicated",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    wait_for(
+        "a leader for every partition, on every broker's metadata",
+        || {
+            nodes.iter().all(|(_, kafka)| {
+                let metadata = kcat(kafka, &["-L", "-t", "replicated"], None);
+                metadata.matches(", leader ").count() == 6 && !metadata.contains("leader -1")
+            })
+        },
+    );
+    let metadata = kcat(kafka, &["-L", "-t", "replicated"], None);
+    for (_, address) in &nodes {
+        assert!(metadata.contains(address.as_str()), "{metadata}");
+    }
+    let (sent, input) = keyed_lines("replicated", 6_000);
+    kcat(
+        &nodes[2].1,
+        &["-P", "-t", "replicated", "-K", ":", "-X", "acks=all"],
+        Some(&input),
+    );
+    let consumed = kcat_consume_all(&nodes[1].1, "replicated");
+    assert_eq!(check_against_sent(&consumed, &sent), 6_000);
+    let leaders: std::collections::BTreeSet<i64> =
+        support::leaders(first, "replicated").into_iter().collect();
+    assert_eq!(
+        leaders.len(),
+        3,
+        "leaders spread over the brokers: {leaders:?}"
+    );
+}
+
+fn request_frame<R: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("raw")));
+    let mut content = BytesMut::new();
+    header
+        .encode(&mut content, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut content, version).unwrap();
+    let mut frame = Vec::new();
+    frame.put_i32(content.len() as i32);
+    frame.extend_from_slice(&content);
+    frame
+}
+
+/// One response frame's content (after its size), or `None` when the broker hung up.
+fn read_frame(stream: &mut TcpStream) -> Option<Bytes> {
+    let mut size = [0; 4];
+    stream.read_exact(&mut size).ok()?;
+    let mut content = vec![0; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut content).ok()?;
+    Some(Bytes::from(content))
+}
+
+fn connect(kafka: &str) -> TcpStream {
+    let stream = TcpStream::connect(kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+/// Each kind of bad Kafka input costs only its own connection (or, for a batch, its own
+/// partition), with nothing stored; the node keeps serving.
+#[test]
+fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &["--max-frame-bytes", "1048576"]);
+    node.cli(&["topic", "create", "t", "--partitions", "1"], None);
+
+    // ApiVersions of a version not served: answered at version 0 with the versions served.
+    let mut stream = connect(&kafka);
+    let future = request_frame(
+        ApiKey::ApiVersions,
+        3,
+        7,
+        &strata_kafka::kafka_protocol::messages::ApiVersionsRequest::default(),
+    );
+    let mut unsupported = future.clone();
+    unsupported[6..8].copy_from_slice(&99i16.to_be_bytes());
+    stream.write_all(&unsupported).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer");
+    assert_eq!(
+        ResponseHeader::decode(&mut answer, 0)
+            .unwrap()
+            .correlation_id,
+        7
+    );
+    let versions = ApiVersionsResponse::decode(&mut answer, 0).unwrap();
+    assert_eq!(versions.error_code, 35, "UNSUPPORTED_VERSION");
+    assert!(
+        versions
+            .api_keys
+            .iter()
+            .any(|api| api.api_key == ApiKey::Produce as i16)
+    );
+    // ... and the connection stays usable.
+    stream.write_all(&future).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer");
+    ResponseHeader::decode(&mut answer, 0).unwrap();
+    assert_eq!(
+        ApiVersionsResponse::decode(&mut answer, 3)
+            .unwrap()
+            .error_code,
+        0
+    );
+
+    let hung_up = |bytes: &[u8]| {
+        let mut stream = connect(&kafka);
+        stream.write_all(bytes).unwrap();
+        read_frame(&mut stream).is_none()
+    };
+    // A frame over --max-frame-bytes: closed before its body is read.
+    assert!(hung_up(&(64i32 << 20).to_be_bytes()));
+    // An API the listener does not serve (DescribeAcls), and a version it does not (Fetch 13).
+    let metadata = request_frame(ApiKey::Metadata, 9, 1, &MetadataRequest::default());
+    let mut unknown = metadata.clone();
+    unknown[4..6].copy_from_slice(&29i16.to_be_bytes());
+    assert!(hung_up(&unknown));
+    let mut fetch_13 = metadata.clone();
+    fetch_13[4..6].copy_from_slice(&1i16.to_be_bytes());
+    fetch_13[6..8].copy_from_slice(&13i16.to_be_bytes());
+    assert!(hung_up(&fetch_13));
+    // A body cut short, and bytes past the request.
+    let mut short = metadata[..metadata.len() - 1].to_vec();
+    let size = (short.len() - 4) as i32;
+    short[..4].copy_from_slice(&size.to_be_bytes());
+    assert!(hung_up(&short));
+    let mut long = metadata.clone();
+    long.extend_from_slice(b"zz");
+    let size = (long.len() - 4) as i32;
+    long[..4].copy_from_slice(&size.to_be_bytes());
+    assert!(hung_up(&long));
+    // A frame too short for a header.
+    assert!(hung_up(&[0, 0, 0, 3, 1, 2, 3]));
+
+    // A produce whose records are no Kafka batch: that partition is CORRUPT_MESSAGE, nothing
+    // stored (a batch failing its CRC is refused the same way: `strata-kafka`'s unit tests).
+    let corrupt = Bytes::from_static(&[0u8; 70]);
+    let produce = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(corrupt)),
+                ]),
+        ]);
+    let mut stream = connect(&kafka);
+    stream
+        .write_all(&request_frame(ApiKey::Produce, 9, 11, &produce))
+        .unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer");
+    let header = ResponseHeader::decode(&mut answer, ApiKey::Produce.response_header_version(9));
+    assert_eq!(header.unwrap().correlation_id, 11);
+    let produced = ProduceResponse::decode(&mut answer, 9).unwrap();
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 2);
+    assert!(!answer.has_remaining());
+    assert_eq!(stored_records(&node, "t"), 0);
+
+    // The node still serves Kafka clients and its own.
+    kcat(&kafka, &["-P", "-t", "t"], Some(b"after\n"));
+    assert_eq!(stored_records(&node, "t"), 1);
+    assert!(kcat(&kafka, &["-L"], None).contains("topic \"t\""));
+}
