@@ -41,6 +41,7 @@
 //! - member generations never exceed the group generation.
 
 pub mod assignor;
+pub mod classic;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,0 +1,188 @@
+use bytes::Bytes;
+
+use super::*;
+
+fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
+    JoinRequest {
+        member_id: member_id.to_string(),
+        client_id: "client".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 30_000,
+        protocol_type: "consumer".into(),
+        protocols: protocols
+            .iter()
+            .map(|name| {
+                let who = if member_id.is_empty() { "new" } else { member_id };
+                (name.to_string(), Bytes::from(format!("{who}:{name}")))
+            })
+            .collect(),
+        require_known_member_id: false,
+    }
+}
+
+fn join_now(joined: Joined) -> JoinAnswer {
+    match joined {
+        Joined::Now(answer) => answer,
+        Joined::Wait { member_id } => panic!("{member_id} waits"),
+    }
+}
+
+fn waits(joined: Joined) -> String {
+    match joined {
+        Joined::Wait { member_id } => member_id,
+        Joined::Now(answer) => panic!("answered at once: {answer:?}"),
+    }
+}
+
+fn join_replies(group: &mut ClassicGroup) -> BTreeMap<String, JoinAnswer> {
+    group
+        .take_replies()
+        .into_iter()
+        .map(|(id, reply)| match reply {
+            Reply::Join(answer) => (id, answer),
+            other => panic!("{id}: {other:?}"),
+        })
+        .collect()
+}
+
+/// A lone member's join completes at once; a second member's join starts a rebalance the first
+/// hears of by heartbeat; when both have joined, the leader gets both members' metadata, and
+/// its SyncGroup's assignments reach the follower waiting on its own.
+#[test]
+fn two_members_join_the_leader_assigns_and_the_follower_gets_its_share() {
+    let mut group = ClassicGroup::new(1);
+    assert_eq!(waits(group.join(0, request("", &["range"]), "a".into())), "a");
+    let answers = join_replies(&mut group);
+    let a = &answers["a"];
+    assert_eq!((a.generation, a.leader.as_str(), a.protocol.as_str()), (2, "a", "range"));
+    assert_eq!(a.members.len(), 1);
+    assert!(matches!(group.sync(1, "a", 2, vec![("a".into(), Bytes::from_static(b"all"))]), Ok(Synced::Now(bytes)) if &bytes[..] == b"all"));
+    assert_eq!(group.state(), ClassicState::Stable);
+
+    assert_eq!(waits(group.join(10, request("", &["range"]), "b".into())), "b");
+    assert_eq!(group.state(), ClassicState::PreparingRebalance);
+    assert_eq!(group.heartbeat(11, "a", 2), Err(ClassicError::RebalanceInProgress));
+    assert!(group.take_replies().is_empty(), "b waits for a");
+    waits(group.join(12, request("a", &["range"]), String::new()));
+    let answers = join_replies(&mut group);
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers["a"].generation, 3);
+    assert_eq!(answers["a"].leader, "a", "the leader stays leader");
+    let metadata: Vec<&str> = answers["a"]
+        .members
+        .iter()
+        .map(|(_, metadata)| std::str::from_utf8(metadata).unwrap())
+        .collect();
+    assert_eq!(metadata, ["a:range", "new:range"], "a's rejoin, b's first join");
+    assert!(answers["b"].members.is_empty(), "followers get no metadata");
+
+    assert!(matches!(group.sync(13, "b", 3, Vec::new()), Ok(Synced::Wait)));
+    assert_eq!(group.sync(13, "b", 2, Vec::new()).err(), Some(ClassicError::IllegalGeneration));
+    let assignments = vec![
+        ("a".to_string(), Bytes::from_static(b"p0")),
+        ("b".to_string(), Bytes::from_static(b"p1")),
+    ];
+    assert!(matches!(group.sync(14, "a", 3, assignments), Ok(Synced::Now(bytes)) if &bytes[..] == b"p0"));
+    assert_eq!(
+        group.take_replies(),
+        [("b".to_string(), Reply::Sync(Ok(Bytes::from_static(b"p1"))))]
+    );
+    assert_eq!(group.heartbeat(15, "b", 3), Ok(()));
+    assert_eq!(group.check_commit("b", 3), Ok(()));
+    assert_eq!(group.check_commit("b", 2), Err(ClassicError::IllegalGeneration));
+    assert_eq!(group.check_commit("", -1), Err(ClassicError::IllegalGeneration));
+}
+
+/// JoinGroup v4+: the first join gets an id to join with, and only that id is let in.
+#[test]
+fn a_first_join_of_a_new_client_is_answered_with_the_id_to_use() {
+    let mut group = ClassicGroup::new(0);
+    let mut first = request("", &["range"]);
+    first.require_known_member_id = true;
+    let answer = join_now(group.join(0, first, "m-1".into()));
+    assert_eq!(answer.error, Some(ClassicError::MemberIdRequired));
+    assert_eq!(answer.member_id, "m-1");
+    assert_eq!(group.state(), ClassicState::Empty);
+    let stranger = join_now(group.join(1, request("m-9", &["range"]), String::new()));
+    assert_eq!(stranger.error, Some(ClassicError::UnknownMember));
+    waits(group.join(2, request("m-1", &["range"]), String::new()));
+    assert_eq!(join_replies(&mut group)["m-1"].generation, 1);
+}
+
+/// A member that does not rejoin within the rebalance timeout is dropped and the others go on;
+/// its commits are refused after.
+#[test]
+fn a_member_that_does_not_rejoin_in_time_is_dropped() {
+    let mut group = ClassicGroup::new(0);
+    waits(group.join(0, request("", &["range"]), "a".into()));
+    group.take_replies();
+    group.sync(0, "a", 1, Vec::new()).unwrap();
+    waits(group.join(100, request("", &["range"]), "b".into()));
+    // a's session (10 s) ran out without a heartbeat: it is expired, and b's join completes
+    // without it.
+    assert_eq!(group.tick(20_000), ["a".to_string()]);
+    let answers = join_replies(&mut group);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers["b"].leader, "b");
+    assert_eq!(group.check_commit("a", 1), Err(ClassicError::UnknownMember));
+}
+
+#[test]
+fn a_rebalance_ends_at_its_deadline_without_the_members_that_stayed_away() {
+    let mut group = ClassicGroup::new(0);
+    waits(group.join(0, request("", &["range"]), "a".into()));
+    group.take_replies();
+    group.sync(0, "a", 1, Vec::new()).unwrap();
+    waits(group.join(1_000, request("", &["range"]), "b".into()));
+    // a keeps heartbeating (so its session holds) but never rejoins.
+    for now in (2_000..30_000).step_by(2_000) {
+        assert_eq!(group.heartbeat(now, "a", 1), Err(ClassicError::RebalanceInProgress));
+        assert!(group.tick(now).is_empty());
+    }
+    assert_eq!(group.tick(31_000), ["a".to_string()]);
+    let answers = join_replies(&mut group);
+    assert_eq!(answers["b"].generation, 2);
+    assert_eq!(group.heartbeat(31_001, "a", 1), Err(ClassicError::UnknownMember));
+}
+
+#[test]
+fn leaving_and_expiring_rebalance_the_rest_and_an_emptied_group_takes_simple_commits() {
+    let mut group = ClassicGroup::new(0);
+    waits(group.join(0, request("", &["range"]), "a".into()));
+    group.take_replies();
+    waits(group.join(0, request("", &["range"]), "b".into()));
+    waits(group.join(0, request("a", &["range"]), String::new()));
+    group.take_replies();
+    group.sync(1, "b", 2, Vec::new()).unwrap();
+    group.sync(1, "a", 2, Vec::new()).unwrap();
+    group.take_replies();
+    assert_eq!(group.leave(2, "a"), Ok(()));
+    assert_eq!(group.state(), ClassicState::PreparingRebalance);
+    assert_eq!(group.heartbeat(3, "b", 2), Err(ClassicError::RebalanceInProgress));
+    waits(group.join(4, request("b", &["range"]), String::new()));
+    assert_eq!(join_replies(&mut group)["b"].leader, "b");
+    // b falls silent past its session: the group empties.
+    assert_eq!(group.tick(20_000), ["b".to_string()]);
+    assert_eq!(group.state(), ClassicState::Empty);
+    assert_eq!(group.check_commit("", -1), Ok(()));
+    assert_eq!(group.leave(20_001, "b"), Err(ClassicError::UnknownMember));
+}
+
+/// Members must share a protocol type and at least one protocol; the one chosen is the first
+/// of the leader's that all support.
+#[test]
+fn protocols_are_agreed_or_the_join_is_refused() {
+    let mut group = ClassicGroup::new(0);
+    waits(group.join(0, request("", &["cooperative-sticky", "range"]), "a".into()));
+    group.take_replies();
+    let refused = join_now(group.join(1, request("", &["roundrobin"]), "b".into()));
+    assert_eq!(refused.error, Some(ClassicError::InconsistentProtocol));
+    let mut other_type = request("", &["range"]);
+    other_type.protocol_type = "connect".into();
+    let refused = join_now(group.join(1, other_type, "c".into()));
+    assert_eq!(refused.error, Some(ClassicError::InconsistentProtocol));
+    waits(group.join(2, request("", &["range", "cooperative-sticky"]), "d".into()));
+    waits(group.join(3, request("a", &["cooperative-sticky", "range"]), String::new()));
+    let answers = join_replies(&mut group);
+    assert_eq!(answers["d"].protocol, "cooperative-sticky", "the leader's preference");
+}
