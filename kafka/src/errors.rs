@@ -20,6 +20,7 @@ pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const INVALID_GROUP_ID: i16 = 24;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_CONFIG: i16 = 40;
@@ -30,6 +31,7 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
+pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const FENCED_INSTANCE_ID: i16 = 82;
@@ -73,6 +75,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::InvalidGroupId => INVALID_GROUP_ID,
         ErrorCode::NonEmptyGroup => NON_EMPTY_GROUP,
         ErrorCode::GroupIdNotFound => GROUP_ID_NOT_FOUND,
+        ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
     }
 }
 

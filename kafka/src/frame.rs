@@ -7,8 +7,10 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -20,22 +22,32 @@ const HEADER_PREFIX_LEN: usize = 8;
 
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
-/// tiered-storage offsets.
-pub const SUPPORTED: [(ApiKey, i16, i16); 6] = [
+/// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
+/// group protocols.
+pub const SUPPORTED: [(ApiKey, i16, i16); 13] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::SyncGroup, 0, 5),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// What every request carries ahead of its body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     pub api_key: ApiKey,
     pub api_version: i16,
     pub correlation_id: i32,
+    /// The client's `client.id` (empty when it sent none).
+    pub client_id: String,
 }
 
 /// A decoded request of a served API.
@@ -47,6 +59,13 @@ pub enum KafkaRequest {
     Fetch(FetchRequest),
     ListOffsets(ListOffsetsRequest),
     InitProducerId(InitProducerIdRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
 }
 
 /// Why a request was not decoded.
@@ -88,27 +107,27 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
         return Err(unsupported);
     };
     let malformed = |error| Rejected::Malformed(format!("{api:?} v{api_version}: {error:#}"));
-    RequestHeader::decode(&mut frame, api.request_header_version(api_version))
+    let request_header = RequestHeader::decode(&mut frame, api.request_header_version(api_version))
         .map_err(malformed)?;
+    macro_rules! decoded {
+        ($variant:ident) => {
+            KafkaRequest::$variant(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
+        };
+    }
     let request = match api {
-        ApiKey::ApiVersions => KafkaRequest::ApiVersions(
-            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
-        ),
-        ApiKey::Metadata => {
-            KafkaRequest::Metadata(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
-        }
-        ApiKey::Produce => {
-            KafkaRequest::Produce(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
-        }
-        ApiKey::Fetch => {
-            KafkaRequest::Fetch(Decodable::decode(&mut frame, api_version).map_err(malformed)?)
-        }
-        ApiKey::ListOffsets => KafkaRequest::ListOffsets(
-            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
-        ),
-        ApiKey::InitProducerId => KafkaRequest::InitProducerId(
-            Decodable::decode(&mut frame, api_version).map_err(malformed)?,
-        ),
+        ApiKey::ApiVersions => decoded!(ApiVersions),
+        ApiKey::Metadata => decoded!(Metadata),
+        ApiKey::Produce => decoded!(Produce),
+        ApiKey::Fetch => decoded!(Fetch),
+        ApiKey::ListOffsets => decoded!(ListOffsets),
+        ApiKey::InitProducerId => decoded!(InitProducerId),
+        ApiKey::FindCoordinator => decoded!(FindCoordinator),
+        ApiKey::JoinGroup => decoded!(JoinGroup),
+        ApiKey::SyncGroup => decoded!(SyncGroup),
+        ApiKey::Heartbeat => decoded!(Heartbeat),
+        ApiKey::LeaveGroup => decoded!(LeaveGroup),
+        ApiKey::OffsetCommit => decoded!(OffsetCommit),
+        ApiKey::OffsetFetch => decoded!(OffsetFetch),
         _ => unreachable!("served() admits only the APIs above"),
     };
     if frame.has_remaining() {
@@ -122,6 +141,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
             api_key: api,
             api_version,
             correlation_id,
+            client_id: request_header
+                .client_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
         },
         request,
     ))

@@ -451,3 +451,101 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     assert_eq!(stored_records(&node, "t"), 1);
     assert!(kcat(&kafka, &["-L"], None).contains("topic \"t\""));
 }
+
+/// kcat consumes in a consumer group (Kafka's classic group protocol, librdkafka's
+/// assignor): a lone member reads everything and commits; a second run resumes from the
+/// commits; two members split the partitions between them and leave cleanly, and `strata
+/// group describe` shows all of it.
+#[test]
+fn kcat_consumer_groups_split_partitions_commit_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    node.cli(&["topic", "create", "events", "--partitions", "4"], None);
+    let (sent, input) = keyed_lines("first", 2_000);
+    kcat(&kafka, &["-P", "-t", "events", "-K", ":"], Some(&input));
+
+    let group_read = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["-G", "readers", "-e", "-q", "-f", "%s\n"];
+        args.extend_from_slice(extra);
+        args.push("events");
+        kcat(&kafka, &args, None)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let mut first = group_read(&["-o", "beginning"]);
+    first.sort();
+    let mut expected: Vec<String> = sent.iter().map(|(_, value)| value.clone()).collect();
+    expected.sort();
+    assert_eq!(first, expected);
+    let describe = |group: &str| -> serde_json::Value {
+        serde_json::from_str(&node.cli(&["group", "describe", group, "--format", "json"], None))
+            .unwrap()
+    };
+    let committed: u64 = describe("readers")["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|offset| offset["committed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(committed, 2_000, "{}", describe("readers"));
+
+    let (more, input) = keyed_lines("second", 300);
+    kcat(&kafka, &["-P", "-t", "events", "-K", ":"], Some(&input));
+    let mut second = group_read(&[]);
+    second.sort();
+    let mut expected: Vec<String> = more.iter().map(|(_, value)| value.clone()).collect();
+    expected.sort();
+    assert_eq!(
+        second, expected,
+        "the second run starts at the committed offsets"
+    );
+
+    // Two members at once: each gets its share, then they leave.
+    let member = || {
+        Command::new("kcat")
+            .args(["-b", &kafka, "-G", "pair", "-q", "-f", "%s\n", "events"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let assignments = || -> Vec<Vec<u64>> {
+        let described = describe("pair");
+        let mut shares: Vec<Vec<u64>> = described["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|member| {
+                member["partitions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["partition"].as_u64().unwrap())
+                    .collect()
+            })
+            .collect();
+        shares.sort();
+        shares
+    };
+    let mut one = member();
+    wait_for("the first member to hold every partition", || {
+        assignments() == [vec![0, 1, 2, 3]]
+    });
+    let mut two = member();
+    wait_for("two members sharing the partitions", || {
+        let shares = assignments();
+        let mut all: Vec<u64> = shares.iter().flatten().copied().collect();
+        all.sort();
+        shares.len() == 2 && shares.iter().all(|share| share.len() == 2) && all == [0, 1, 2, 3]
+    });
+    assert_eq!(describe("pair")["state"], "Stable");
+    for member in [&mut one, &mut two] {
+        // SAFETY: kill(2) on a child this test spawned and has not reaped.
+        unsafe { libc::kill(member.id() as i32, libc::SIGTERM) };
+        member.wait().unwrap();
+    }
+    wait_for("the group to be empty after both left", || {
+        describe("pair")["members"].as_array().unwrap().is_empty()
+    });
+}

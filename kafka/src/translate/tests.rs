@@ -293,6 +293,7 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
             api_key: ApiKey::Metadata,
             api_version: version,
             correlation_id: 77,
+            client_id: String::new(),
         };
         let response =
             MetadataResponse::default().with_cluster_id(Some(StrBytes::from_static_str("c")));

@@ -101,7 +101,9 @@ impl JoinAnswer {
 pub enum Joined {
     Now(JoinAnswer),
     /// The answer comes from [`ClassicGroup::take_replies`] once the rebalance completes.
-    Wait { member_id: String },
+    Wait {
+        member_id: String,
+    },
 }
 
 pub enum Synced {
@@ -227,10 +229,8 @@ impl ClassicGroup {
         }
         let member_id = if request.member_id.is_empty() {
             if request.require_known_member_id {
-                self.pending.insert(
-                    new_member_id.clone(),
-                    (now_ms, request.session_timeout_ms),
-                );
+                self.pending
+                    .insert(new_member_id.clone(), (now_ms, request.session_timeout_ms));
                 return Joined::Now(JoinAnswer::refused(
                     ClassicError::MemberIdRequired,
                     new_member_id,
@@ -478,7 +478,10 @@ impl ClassicGroup {
         if self.state == ClassicState::Empty {
             return Err(ClassicError::UnknownMember);
         }
-        let known = self.members.get_mut(member_id).ok_or(ClassicError::UnknownMember);
+        let known = self
+            .members
+            .get_mut(member_id)
+            .ok_or(ClassicError::UnknownMember);
         known?.heard_ms = now_ms;
         if self.state == ClassicState::PreparingRebalance {
             return Err(ClassicError::RebalanceInProgress);
@@ -542,7 +545,8 @@ impl ClassicGroup {
     /// wait out the rebalance instead), and ends a rebalance whose deadline passed. Returns
     /// the ids of the members dropped.
     pub fn tick(&mut self, now_ms: u64) -> Vec<String> {
-        self.pending.retain(|_, (since, timeout)| now_ms <= *since + u64::from(*timeout));
+        self.pending
+            .retain(|_, (since, timeout)| now_ms <= *since + u64::from(*timeout));
         let expired: Vec<String> = self
             .members
             .iter()
@@ -578,7 +582,8 @@ impl ClassicGroup {
     }
 
     /// May this member commit at this generation? Member "" at generation -1 is a consumer
-    /// without a group membership (assign mode): only while the group has no members.
+    /// without a group membership (assign mode): only while the group has no members. A member
+    /// of the current generation may commit while the group prepares a rebalance.
     pub fn check_commit(&self, member_id: &str, generation: i32) -> Result<(), ClassicError> {
         if member_id.is_empty() && generation < 0 {
             return if self.members.is_empty() {
@@ -588,7 +593,10 @@ impl ClassicGroup {
             };
         }
         self.check_member(member_id, generation)?;
-        if self.state == ClassicState::PreparingRebalance {
+        // As Kafka's coordinator: members commit what they processed before rejoining (an
+        // eager consumer commits as it gives its partitions up), but not between the join and
+        // the assignment of a new generation.
+        if self.state == ClassicState::CompletingRebalance {
             return Err(ClassicError::RebalanceInProgress);
         }
         Ok(())

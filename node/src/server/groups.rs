@@ -20,6 +20,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use strata_coordinator::groups::{
@@ -37,6 +39,9 @@ use strata_wire::protocol::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{ClusterView, NodeConfig};
+use crate::group::classic::{
+    ClassicError, ClassicGroup, JoinAnswer, JoinRequest, Joined, Reply, Synced,
+};
 use crate::group::{
     AssignorKind, Group, GroupError, GroupSnapshot, GroupState, JoinParams, PartitionCounts,
     TopicPartition,
@@ -51,6 +56,52 @@ pub enum GroupMessage {
     },
     /// The group metrics (Prometheus text) for the admin endpoint.
     Metrics { reply: oneshot::Sender<String> },
+    /// A request of Kafka's classic group protocol, from the Kafka listener. Joins and
+    /// follower syncs are answered when the rebalance gets there.
+    Kafka {
+        request: KafkaGroupRequest,
+        reply: oneshot::Sender<KafkaGroupAnswer>,
+    },
+}
+
+/// Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup, as the group thread takes them.
+pub enum KafkaGroupRequest {
+    Join {
+        group: String,
+        request: JoinRequest,
+    },
+    Sync {
+        group: String,
+        member_id: String,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    },
+    Heartbeat {
+        group: String,
+        member_id: String,
+        generation: i32,
+    },
+    Leave {
+        group: String,
+        member_ids: Vec<String>,
+    },
+}
+
+/// Why a Kafka group request failed: the group's protocol said no, or this broker cannot run
+/// the group (not its coordinator, the store unreachable, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaGroupError {
+    Classic(ClassicError),
+    Coordinator(ErrorCode),
+}
+
+#[derive(Debug)]
+pub enum KafkaGroupAnswer {
+    /// The protocol's refusals are in the answer (MEMBER_ID_REQUIRED carries the id to use).
+    Join(Result<JoinAnswer, ErrorCode>),
+    Sync(Result<Bytes, KafkaGroupError>),
+    Heartbeat(Result<(), KafkaGroupError>),
+    Leave(Vec<(String, Result<(), KafkaGroupError>)>),
 }
 
 /// How often the lag of coordinated groups is measured (high watermarks asked of the leaders).
@@ -148,9 +199,60 @@ pub fn start(
         })
 }
 
+/// The state machine running a group: Strata's own protocol, or Kafka's classic one (Kafka
+/// clients on the Kafka listener). A group runs one at a time; an empty group takes whichever
+/// its next member speaks.
+enum Core {
+    Strata(Group),
+    Kafka(ClassicGroup),
+}
+
+impl Core {
+    fn generation(&self) -> i32 {
+        match self {
+            Core::Strata(group) => group.generation(),
+            Core::Kafka(group) => group.generation(),
+        }
+    }
+
+    fn has_no_members(&self) -> bool {
+        match self {
+            Core::Strata(group) => group.has_no_members(),
+            Core::Kafka(group) => group.has_no_members(),
+        }
+    }
+
+    fn member_count(&self) -> usize {
+        match self {
+            Core::Strata(group) => group.describe().members.len(),
+            Core::Kafka(group) => group.describe().len(),
+        }
+    }
+
+    /// What the group record stores of the membership: Kafka members rejoin a new
+    /// coordinator (their next request is answered NOT_COORDINATOR or UNKNOWN_MEMBER_ID).
+    fn snapshot(&self) -> Option<GroupSnapshot> {
+        match self {
+            Core::Strata(group) => Some(group.snapshot()),
+            Core::Kafka(_) => None,
+        }
+    }
+
+    fn check_commit(&self, member_id: &str, generation: i32) -> Result<(), ErrorCode> {
+        match self {
+            Core::Strata(group) => group
+                .check_commit(member_id, generation)
+                .map_err(group_error),
+            Core::Kafka(group) => group
+                .check_commit(member_id, generation)
+                .map_err(classic_error),
+        }
+    }
+}
+
 /// A group this broker coordinates.
 struct Coordinated {
-    core: Group,
+    core: Core,
     /// The store revision of the group record this broker wrote last.
     fence: Revision,
     /// The generation that record holds.
@@ -160,6 +262,37 @@ struct Coordinated {
     /// Since when the group has had no members, as that record holds (wall clock, ms).
     empty_since_ms: Option<i64>,
     offsets: GroupOffsets,
+}
+
+impl Coordinated {
+    /// The group's Strata-protocol state machine; an empty group running Kafka's protocol
+    /// switches (its generation goes on). A group with Kafka members refuses Strata members.
+    fn strata(&mut self, group: &str) -> Result<&mut Group, ErrorCode> {
+        if let Core::Kafka(classic) = &self.core {
+            if !classic.has_no_members() {
+                return Err(ErrorCode::InconsistentAssignor);
+            }
+            self.core = Core::Strata(Group::new(group.to_string(), classic.generation()));
+        }
+        match &mut self.core {
+            Core::Strata(core) => Ok(core),
+            Core::Kafka(_) => unreachable!("switched above"),
+        }
+    }
+
+    /// The group's Kafka-protocol state machine, the same way round.
+    fn kafka(&mut self) -> Result<&mut ClassicGroup, ErrorCode> {
+        if let Core::Strata(native) = &self.core {
+            if !native.has_no_members() {
+                return Err(ErrorCode::InconsistentAssignor);
+            }
+            self.core = Core::Kafka(ClassicGroup::new(native.generation()));
+        }
+        match &mut self.core {
+            Core::Kafka(core) => Ok(core),
+            Core::Strata(_) => unreachable!("switched above"),
+        }
+    }
 }
 
 /// A commit checked against its group, waiting to be written with the others that arrived
@@ -183,6 +316,8 @@ struct Coordinator<S> {
     /// A client of this cluster, to ask leaders for high watermarks (lag); made on first use.
     lag_client: Option<Arc<strata_client::Client>>,
     lags: Arc<std::sync::Mutex<Vec<Lag>>>,
+    /// Kafka members waiting on a join (true) or a sync (false), by (group, member).
+    kafka_waiters: HashMap<(String, String), (bool, oneshot::Sender<KafkaGroupAnswer>)>,
 }
 
 async fn serve<S: GroupStore>(
@@ -203,6 +338,7 @@ async fn serve<S: GroupStore>(
         producer_ids: 0..0,
         lag_client: None,
         lags: Arc::default(),
+        kafka_waiters: HashMap::new(),
     };
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -243,6 +379,10 @@ async fn serve<S: GroupStore>(
                         }
                         GroupMessage::Metrics { reply } => {
                             let _ = reply.send(coordinator.render_metrics());
+                        }
+                        GroupMessage::Kafka { request, reply } => {
+                            coordinator.flush_commits(&mut pending).await;
+                            coordinator.handle_kafka(request, reply).await;
                         }
                     }
                 }
@@ -298,6 +438,53 @@ fn group_error(error: GroupError) -> ErrorCode {
         GroupError::IllegalGeneration => ErrorCode::IllegalGeneration,
         GroupError::FencedInstanceId => ErrorCode::FencedInstanceId,
         GroupError::InconsistentAssignor => ErrorCode::InconsistentAssignor,
+    }
+}
+
+/// The answer to a Kafka join or sync that a newer one of the same member replaced.
+fn superseded(join: bool) -> KafkaGroupAnswer {
+    if join {
+        KafkaGroupAnswer::Join(Err(ErrorCode::RebalanceInProgress))
+    } else {
+        KafkaGroupAnswer::Sync(Err(KafkaGroupError::Classic(
+            ClassicError::RebalanceInProgress,
+        )))
+    }
+}
+
+/// The partitions in a Kafka consumer's assignment (ConsumerProtocolAssignment, whose first
+/// two bytes are its version), for `group describe`; nothing if it does not decode.
+fn consumer_assignment(mut assignment: Bytes) -> Vec<TopicPartitions> {
+    use strata_kafka::kafka_protocol::messages::ConsumerProtocolAssignment;
+    use strata_kafka::kafka_protocol::protocol::Decodable;
+    if assignment.len() < 2 {
+        return Vec::new();
+    }
+    let version = i16::from_be_bytes([assignment[0], assignment[1]]);
+    let _ = bytes::Buf::get_i16(&mut assignment);
+    let Ok(decoded) = ConsumerProtocolAssignment::decode(&mut assignment, version) else {
+        return Vec::new();
+    };
+    decoded
+        .assigned_partitions
+        .into_iter()
+        .map(|assigned| TopicPartitions {
+            topic: assigned.topic.0.to_string(),
+            partitions: assigned
+                .partitions
+                .into_iter()
+                .filter_map(|partition| u32::try_from(partition).ok())
+                .collect(),
+        })
+        .collect()
+}
+
+fn classic_error(error: ClassicError) -> ErrorCode {
+    match error {
+        ClassicError::UnknownMember | ClassicError::MemberIdRequired => ErrorCode::UnknownMemberId,
+        ClassicError::IllegalGeneration => ErrorCode::IllegalGeneration,
+        ClassicError::RebalanceInProgress => ErrorCode::RebalanceInProgress,
+        ClassicError::InconsistentProtocol => ErrorCode::InconsistentAssignor,
     }
 }
 
@@ -540,7 +727,7 @@ impl<S: GroupStore> Coordinator<S> {
             self.groups.insert(
                 group.to_string(),
                 Coordinated {
-                    core,
+                    core: Core::Strata(core),
                     fence,
                     stored_generation: generation,
                     stored_membership,
@@ -562,12 +749,12 @@ impl<S: GroupStore> Coordinator<S> {
         };
         let generation = coordinated.core.generation();
         let membership = coordinated.core.snapshot();
-        if generation == coordinated.stored_generation
-            && coordinated
-                .stored_membership
-                .as_ref()
-                .is_some_and(|stored| stored.only_releases_since(&membership))
-        {
+        let membership_unchanged = match (&coordinated.stored_membership, &membership) {
+            (Some(stored), Some(now)) => stored.only_releases_since(now),
+            (None, None) => true,
+            _ => false,
+        };
+        if generation == coordinated.stored_generation && membership_unchanged {
             return Ok(());
         }
         let empty_since_ms = coordinated
@@ -576,7 +763,9 @@ impl<S: GroupStore> Coordinator<S> {
             .then(|| coordinated.empty_since_ms.unwrap_or_else(system_clock_ms));
         let record = GroupRecord {
             generation,
-            membership: membership_record(group, &membership),
+            membership: membership
+                .as_ref()
+                .and_then(|membership| membership_record(group, membership)),
             empty_since_ms,
         };
         match self
@@ -587,7 +776,7 @@ impl<S: GroupStore> Coordinator<S> {
             Ok(Some(fence)) => {
                 coordinated.fence = fence;
                 coordinated.stored_generation = generation;
-                coordinated.stored_membership = Some(membership);
+                coordinated.stored_membership = membership;
                 coordinated.empty_since_ms = empty_since_ms;
                 Ok(())
             }
@@ -622,19 +811,7 @@ impl<S: GroupStore> Coordinator<S> {
                 None => return refuse(ErrorCode::InconsistentAssignor),
             }
         };
-        self.members_named += 1;
-        let client = if request.client_id.is_empty() {
-            "member"
-        } else {
-            &request.client_id
-        };
-        // Unique across restarts of this broker too: the start time is in it.
-        let new_member_id = format!(
-            "{client}-{}-{}-{}",
-            self.config.node_id,
-            system_clock_ms(),
-            self.members_named
-        );
+        let new_member_id = self.new_member_id(&request.client_id);
         let now_ms = self.now_ms();
         let partitions = self.partitions.clone();
         let coordinated = match self.claim(&request.group).await {
@@ -650,10 +827,11 @@ impl<S: GroupStore> Coordinator<S> {
             rebalance_timeout_ms: request.rebalance_timeout_ms,
             assignor,
         };
-        let joined = match coordinated
-            .core
-            .join(now_ms, params, &partitions, new_member_id)
-        {
+        let core = match coordinated.strata(&request.group) {
+            Ok(core) => core,
+            Err(error) => return refuse(error),
+        };
+        let joined = match core.join(now_ms, params, &partitions, new_member_id) {
             Ok(joined) => joined,
             Err(error) => return refuse(group_error(error)),
         };
@@ -667,6 +845,181 @@ impl<S: GroupStore> Coordinator<S> {
             generation: joined.generation,
             // The group reconciles after a join: the member's first answers come quickly.
             heartbeat_interval_ms: heartbeat_interval_ms(request.session_timeout_ms, true),
+        }
+    }
+
+    /// A member id no other member had: unique across restarts of this broker too (the start
+    /// time is in it).
+    fn new_member_id(&mut self, client_id: &str) -> String {
+        self.members_named += 1;
+        let client = if client_id.is_empty() {
+            "member"
+        } else {
+            client_id
+        };
+        format!(
+            "{client}-{}-{}-{}",
+            self.config.node_id,
+            system_clock_ms(),
+            self.members_named
+        )
+    }
+
+    /// The group's Kafka-protocol state machine, claimed (and switched to) if needed.
+    async fn kafka_group(&mut self, group: &str) -> Result<&mut ClassicGroup, ErrorCode> {
+        self.claim(group).await?.kafka()
+    }
+
+    async fn handle_kafka(
+        &mut self,
+        request: KafkaGroupRequest,
+        reply: oneshot::Sender<KafkaGroupAnswer>,
+    ) {
+        let now_ms = self.now_ms();
+        let group = match request {
+            KafkaGroupRequest::Join { group, request } => {
+                if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX)
+                    .contains(&request.session_timeout_ms)
+                {
+                    let _ = reply.send(KafkaGroupAnswer::Join(Err(ErrorCode::InvalidConfig)));
+                    return;
+                }
+                let new_member_id = self.new_member_id(&request.client_id);
+                let classic = match self.kafka_group(&group).await {
+                    Ok(classic) => classic,
+                    Err(error) => {
+                        let _ = reply.send(KafkaGroupAnswer::Join(Err(error)));
+                        return;
+                    }
+                };
+                match classic.join(now_ms, request, new_member_id) {
+                    Joined::Now(answer) => {
+                        let _ = reply.send(KafkaGroupAnswer::Join(Ok(answer)));
+                    }
+                    Joined::Wait { member_id } => {
+                        tracing::info!(%group, member = %member_id, "kafka member joining");
+                        self.wait_kafka(&group, member_id, true, reply);
+                    }
+                }
+                group
+            }
+            KafkaGroupRequest::Sync {
+                group,
+                member_id,
+                generation,
+                assignments,
+            } => {
+                let synced = match self.kafka_group(&group).await {
+                    Ok(classic) => classic
+                        .sync(now_ms, &member_id, generation, assignments)
+                        .map_err(KafkaGroupError::Classic),
+                    Err(error) => Err(KafkaGroupError::Coordinator(error)),
+                };
+                match synced {
+                    Ok(Synced::Now(assignment)) => {
+                        let _ = reply.send(KafkaGroupAnswer::Sync(Ok(assignment)));
+                    }
+                    Ok(Synced::Wait) => self.wait_kafka(&group, member_id, false, reply),
+                    Err(error) => {
+                        let _ = reply.send(KafkaGroupAnswer::Sync(Err(error)));
+                    }
+                }
+                group
+            }
+            KafkaGroupRequest::Heartbeat {
+                group,
+                member_id,
+                generation,
+            } => {
+                let beat = match self.kafka_group(&group).await {
+                    Ok(classic) => classic
+                        .heartbeat(now_ms, &member_id, generation)
+                        .map_err(KafkaGroupError::Classic),
+                    Err(error) => Err(KafkaGroupError::Coordinator(error)),
+                };
+                let _ = reply.send(KafkaGroupAnswer::Heartbeat(beat));
+                group
+            }
+            KafkaGroupRequest::Leave { group, member_ids } => {
+                let left = match self.kafka_group(&group).await {
+                    Ok(classic) => member_ids
+                        .into_iter()
+                        .map(|member| {
+                            let left = classic
+                                .leave(now_ms, &member)
+                                .map_err(KafkaGroupError::Classic);
+                            (member, left)
+                        })
+                        .collect(),
+                    Err(error) => member_ids
+                        .into_iter()
+                        .map(|member| (member, Err(KafkaGroupError::Coordinator(error))))
+                        .collect(),
+                };
+                let _ = reply.send(KafkaGroupAnswer::Leave(left));
+                group
+            }
+        };
+        self.deliver_kafka(&group).await;
+    }
+
+    fn wait_kafka(
+        &mut self,
+        group: &str,
+        member_id: String,
+        join: bool,
+        reply: oneshot::Sender<KafkaGroupAnswer>,
+    ) {
+        // A member asking again replaces its earlier request, which hears it was superseded.
+        if let Some((was_join, earlier)) = self
+            .kafka_waiters
+            .insert((group.to_string(), member_id), (join, reply))
+        {
+            let _ = earlier.send(superseded(was_join));
+        }
+    }
+
+    /// Answers the Kafka members the group's last steps answered, once a new generation is in
+    /// the store (a member is never told of a generation a coordinator taking over could
+    /// repeat). If the store refuses, every waiting member of the group hears why.
+    async fn deliver_kafka(&mut self, group: &str) {
+        let Some(Core::Kafka(classic)) = self.groups.get_mut(group).map(|c| &mut c.core) else {
+            self.fail_kafka_waiters(group, ErrorCode::NotCoordinator);
+            return;
+        };
+        let replies = classic.take_replies();
+        if let Err(error) = self.persist_group(group).await {
+            self.fail_kafka_waiters(group, error);
+            return;
+        }
+        for (member, reply) in replies {
+            let Some((_, waiter)) = self.kafka_waiters.remove(&(group.to_string(), member)) else {
+                continue;
+            };
+            let answer = match reply {
+                Reply::Join(answer) => KafkaGroupAnswer::Join(Ok(answer)),
+                Reply::Sync(synced) => {
+                    KafkaGroupAnswer::Sync(synced.map_err(KafkaGroupError::Classic))
+                }
+            };
+            let _ = waiter.send(answer);
+        }
+    }
+
+    fn fail_kafka_waiters(&mut self, group: &str, error: ErrorCode) {
+        let waiting: Vec<(String, String)> = self
+            .kafka_waiters
+            .keys()
+            .filter(|(name, _)| name == group)
+            .cloned()
+            .collect();
+        for key in waiting {
+            let (join, waiter) = self.kafka_waiters.remove(&key).expect("listed");
+            let _ = waiter.send(if join {
+                KafkaGroupAnswer::Join(Err(error))
+            } else {
+                KafkaGroupAnswer::Sync(Err(KafkaGroupError::Coordinator(error)))
+            });
         }
     }
 
@@ -684,7 +1037,11 @@ impl<S: GroupStore> Coordinator<S> {
             Err(error) => return refuse(error),
         };
         let owned = from_wire(request.owned);
-        let assignment = match coordinated.core.heartbeat(
+        let core = match coordinated.strata(&request.group) {
+            Ok(core) => core,
+            Err(error) => return refuse(error),
+        };
+        let assignment = match core.heartbeat(
             now_ms,
             &request.member_id,
             request.generation,
@@ -695,11 +1052,9 @@ impl<S: GroupStore> Coordinator<S> {
             Err(error) => return refuse(group_error(error)),
         };
         let interval_ms = heartbeat_interval_ms(
-            coordinated
-                .core
-                .session_timeout_ms(&request.member_id)
+            core.session_timeout_ms(&request.member_id)
                 .unwrap_or(10_000),
-            coordinated.core.state() == GroupState::Reconciling,
+            core.state() == GroupState::Reconciling,
         );
         if let Err(error) = self.persist_group(&request.group).await {
             return refuse(error);
@@ -719,10 +1074,11 @@ impl<S: GroupStore> Coordinator<S> {
             Ok(coordinated) => coordinated,
             Err(error) => return LeaveGroupResponse { error },
         };
-        if let Err(error) = coordinated
-            .core
-            .leave(now_ms, &request.member_id, &partitions)
-        {
+        let core = match coordinated.strata(&request.group) {
+            Ok(core) => core,
+            Err(error) => return LeaveGroupResponse { error },
+        };
+        if let Err(error) = core.leave(now_ms, &request.member_id, &partitions) {
             return LeaveGroupResponse {
                 error: group_error(error),
             };
@@ -755,7 +1111,7 @@ impl<S: GroupStore> Coordinator<S> {
             .core
             .check_commit(&request.member_id, request.generation)
         {
-            return refuse(reply, group_error(error));
+            return refuse(reply, error);
         }
         pending.push(PendingCommit {
             group: request.group,
@@ -1010,9 +1366,30 @@ impl<S: GroupStore> Coordinator<S> {
             }
         };
         response.offsets = committed(&offsets);
-        match running {
-            Some(coordinated) => {
-                let description = coordinated.core.describe();
+        match running.map(|coordinated| &coordinated.core) {
+            Some(Core::Kafka(classic)) => {
+                response.generation = classic.generation();
+                response.state = classic.state().name().to_string();
+                response.assignor = classic.protocol().unwrap_or_default().to_string();
+                let consumer = classic.protocol_type() == Some("consumer");
+                response.members = classic
+                    .describe()
+                    .into_iter()
+                    .map(|member| GroupMember {
+                        member_id: member.member_id,
+                        instance_id: None,
+                        client_id: member.client_id,
+                        generation: classic.generation(),
+                        assignment: if consumer {
+                            consumer_assignment(member.assignment)
+                        } else {
+                            Vec::new()
+                        },
+                    })
+                    .collect();
+            }
+            Some(Core::Strata(core)) => {
+                let description = core.describe();
                 response.generation = description.generation;
                 response.state = state_name(description.state).to_string();
                 response.assignor = description.assignor.name().to_string();
@@ -1108,11 +1485,10 @@ impl<S: GroupStore> Coordinator<S> {
         let mut names: Vec<&String> = self.groups.keys().collect();
         names.sort();
         for name in &names {
-            let described = self.groups[*name].core.describe();
             let _ = writeln!(
                 out,
                 "strata_group_members{{node=\"{node}\",group=\"{name}\"}} {}",
-                described.members.len()
+                self.groups[*name].core.member_count()
             );
         }
         let _ = writeln!(
@@ -1157,8 +1533,15 @@ impl<S: GroupStore> Coordinator<S> {
     async fn tick(&mut self) {
         let now_ms = self.now_ms();
         let mut changed = Vec::new();
+        let mut kafka = Vec::new();
         for (name, coordinated) in &mut self.groups {
-            let expired = coordinated.core.tick(now_ms, &self.partitions);
+            let expired = match &mut coordinated.core {
+                Core::Strata(core) => core.tick(now_ms, &self.partitions),
+                Core::Kafka(classic) => {
+                    kafka.push(name.clone());
+                    classic.tick(now_ms)
+                }
+            };
             for member in &expired {
                 tracing::info!(group = %name, %member, "member expired (session or rebalance timeout)");
             }
@@ -1167,7 +1550,12 @@ impl<S: GroupStore> Coordinator<S> {
             }
         }
         for group in changed {
-            let _ = self.persist_group(&group).await;
+            if !kafka.contains(&group) {
+                let _ = self.persist_group(&group).await;
+            }
+        }
+        for group in kafka {
+            self.deliver_kafka(&group).await;
         }
     }
 
@@ -1185,7 +1573,9 @@ impl<S: GroupStore> Coordinator<S> {
         });
         let mut changed = Vec::new();
         for (name, coordinated) in &mut self.groups {
-            coordinated.core.set_partitions(&self.partitions);
+            if let Core::Strata(core) = &mut coordinated.core {
+                core.set_partitions(&self.partitions);
+            }
             if coordinated.core.generation() != coordinated.stored_generation {
                 changed.push(name.clone());
             }

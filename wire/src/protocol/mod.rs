@@ -198,6 +198,8 @@ error_codes! {
     NonEmptyGroup = 32, retriable = false;
     /// No such group is stored.
     GroupIdNotFound = 33, retriable = false;
+    /// The group (of Kafka's classic protocol) is rebalancing: the member must rejoin first.
+    RebalanceInProgress = 34, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -12,7 +12,11 @@ fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
         protocols: protocols
             .iter()
             .map(|name| {
-                let who = if member_id.is_empty() { "new" } else { member_id };
+                let who = if member_id.is_empty() {
+                    "new"
+                } else {
+                    member_id
+                };
                 (name.to_string(), Bytes::from(format!("{who}:{name}")))
             })
             .collect(),
@@ -51,17 +55,33 @@ fn join_replies(group: &mut ClassicGroup) -> BTreeMap<String, JoinAnswer> {
 #[test]
 fn two_members_join_the_leader_assigns_and_the_follower_gets_its_share() {
     let mut group = ClassicGroup::new(1);
-    assert_eq!(waits(group.join(0, request("", &["range"]), "a".into())), "a");
+    assert_eq!(
+        waits(group.join(0, request("", &["range"]), "a".into())),
+        "a"
+    );
     let answers = join_replies(&mut group);
     let a = &answers["a"];
-    assert_eq!((a.generation, a.leader.as_str(), a.protocol.as_str()), (2, "a", "range"));
+    assert_eq!(
+        (a.generation, a.leader.as_str(), a.protocol.as_str()),
+        (2, "a", "range")
+    );
     assert_eq!(a.members.len(), 1);
-    assert!(matches!(group.sync(1, "a", 2, vec![("a".into(), Bytes::from_static(b"all"))]), Ok(Synced::Now(bytes)) if &bytes[..] == b"all"));
+    assert!(
+        matches!(group.sync(1, "a", 2, vec![("a".into(), Bytes::from_static(b"all"))]), Ok(Synced::Now(bytes)) if &bytes[..] == b"all")
+    );
     assert_eq!(group.state(), ClassicState::Stable);
 
-    assert_eq!(waits(group.join(10, request("", &["range"]), "b".into())), "b");
+    assert_eq!(
+        waits(group.join(10, request("", &["range"]), "b".into())),
+        "b"
+    );
     assert_eq!(group.state(), ClassicState::PreparingRebalance);
-    assert_eq!(group.heartbeat(11, "a", 2), Err(ClassicError::RebalanceInProgress));
+    assert_eq!(
+        group.heartbeat(11, "a", 2),
+        Err(ClassicError::RebalanceInProgress)
+    );
+    // a commits what it processed before it rejoins (an eager consumer giving its partitions up).
+    assert_eq!(group.check_commit("a", 2), Ok(()));
     assert!(group.take_replies().is_empty(), "b waits for a");
     waits(group.join(12, request("a", &["range"]), String::new()));
     let answers = join_replies(&mut group);
@@ -73,24 +93,47 @@ fn two_members_join_the_leader_assigns_and_the_follower_gets_its_share() {
         .iter()
         .map(|(_, metadata)| std::str::from_utf8(metadata).unwrap())
         .collect();
-    assert_eq!(metadata, ["a:range", "new:range"], "a's rejoin, b's first join");
+    assert_eq!(
+        metadata,
+        ["a:range", "new:range"],
+        "a's rejoin, b's first join"
+    );
     assert!(answers["b"].members.is_empty(), "followers get no metadata");
 
-    assert!(matches!(group.sync(13, "b", 3, Vec::new()), Ok(Synced::Wait)));
-    assert_eq!(group.sync(13, "b", 2, Vec::new()).err(), Some(ClassicError::IllegalGeneration));
+    // Between the join and the assignment, nobody commits.
+    assert_eq!(
+        group.check_commit("a", 3),
+        Err(ClassicError::RebalanceInProgress)
+    );
+    assert!(matches!(
+        group.sync(13, "b", 3, Vec::new()),
+        Ok(Synced::Wait)
+    ));
+    assert_eq!(
+        group.sync(13, "b", 2, Vec::new()).err(),
+        Some(ClassicError::IllegalGeneration)
+    );
     let assignments = vec![
         ("a".to_string(), Bytes::from_static(b"p0")),
         ("b".to_string(), Bytes::from_static(b"p1")),
     ];
-    assert!(matches!(group.sync(14, "a", 3, assignments), Ok(Synced::Now(bytes)) if &bytes[..] == b"p0"));
+    assert!(
+        matches!(group.sync(14, "a", 3, assignments), Ok(Synced::Now(bytes)) if &bytes[..] == b"p0")
+    );
     assert_eq!(
         group.take_replies(),
         [("b".to_string(), Reply::Sync(Ok(Bytes::from_static(b"p1"))))]
     );
     assert_eq!(group.heartbeat(15, "b", 3), Ok(()));
     assert_eq!(group.check_commit("b", 3), Ok(()));
-    assert_eq!(group.check_commit("b", 2), Err(ClassicError::IllegalGeneration));
-    assert_eq!(group.check_commit("", -1), Err(ClassicError::IllegalGeneration));
+    assert_eq!(
+        group.check_commit("b", 2),
+        Err(ClassicError::IllegalGeneration)
+    );
+    assert_eq!(
+        group.check_commit("", -1),
+        Err(ClassicError::IllegalGeneration)
+    );
 }
 
 /// JoinGroup v4+: the first join gets an id to join with, and only that id is let in.
@@ -136,13 +179,19 @@ fn a_rebalance_ends_at_its_deadline_without_the_members_that_stayed_away() {
     waits(group.join(1_000, request("", &["range"]), "b".into()));
     // a keeps heartbeating (so its session holds) but never rejoins.
     for now in (2_000..30_000).step_by(2_000) {
-        assert_eq!(group.heartbeat(now, "a", 1), Err(ClassicError::RebalanceInProgress));
+        assert_eq!(
+            group.heartbeat(now, "a", 1),
+            Err(ClassicError::RebalanceInProgress)
+        );
         assert!(group.tick(now).is_empty());
     }
     assert_eq!(group.tick(31_000), ["a".to_string()]);
     let answers = join_replies(&mut group);
     assert_eq!(answers["b"].generation, 2);
-    assert_eq!(group.heartbeat(31_001, "a", 1), Err(ClassicError::UnknownMember));
+    assert_eq!(
+        group.heartbeat(31_001, "a", 1),
+        Err(ClassicError::UnknownMember)
+    );
 }
 
 #[test]
@@ -158,7 +207,10 @@ fn leaving_and_expiring_rebalance_the_rest_and_an_emptied_group_takes_simple_com
     group.take_replies();
     assert_eq!(group.leave(2, "a"), Ok(()));
     assert_eq!(group.state(), ClassicState::PreparingRebalance);
-    assert_eq!(group.heartbeat(3, "b", 2), Err(ClassicError::RebalanceInProgress));
+    assert_eq!(
+        group.heartbeat(3, "b", 2),
+        Err(ClassicError::RebalanceInProgress)
+    );
     waits(group.join(4, request("b", &["range"]), String::new()));
     assert_eq!(join_replies(&mut group)["b"].leader, "b");
     // b falls silent past its session: the group empties.
@@ -182,7 +234,14 @@ fn protocols_are_agreed_or_the_join_is_refused() {
     let refused = join_now(group.join(1, other_type, "c".into()));
     assert_eq!(refused.error, Some(ClassicError::InconsistentProtocol));
     waits(group.join(2, request("", &["range", "cooperative-sticky"]), "d".into()));
-    waits(group.join(3, request("a", &["cooperative-sticky", "range"]), String::new()));
+    waits(group.join(
+        3,
+        request("a", &["cooperative-sticky", "range"]),
+        String::new(),
+    ));
     let answers = join_replies(&mut group);
-    assert_eq!(answers["d"].protocol, "cooperative-sticky", "the leader's preference");
+    assert_eq!(
+        answers["d"].protocol, "cooperative-sticky",
+        "the leader's preference"
+    );
 }

@@ -32,6 +32,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+mod groups;
+
 use super::connection;
 use super::shard::Shard;
 use crate::log::FileRegion;
@@ -101,6 +103,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                     api_key: ApiKey::ApiVersions,
                     api_version: 0,
                     correlation_id,
+                    client_id: String::new(),
                 };
                 let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
                 let (answer, slot) = oneshot::channel();
@@ -120,7 +123,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         let _ = answers.send(slot);
         let shard = shard.clone();
         tokio::task::spawn_local(async move {
-            let frame = std::panic::AssertUnwindSafe(respond(&shard, header, request))
+            let frame = std::panic::AssertUnwindSafe(respond(&shard, header.clone(), request))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -251,6 +254,26 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
                 },
             };
             encoded(&header, &translate::init_producer_id_response(answered))
+        }
+        KafkaRequest::FindCoordinator(request) => encoded(
+            &header,
+            &groups::find_coordinator(shard, &header, request).await,
+        ),
+        KafkaRequest::JoinGroup(request) => {
+            encoded(&header, &groups::join(shard, &header, request).await)
+        }
+        KafkaRequest::SyncGroup(request) => encoded(&header, &groups::sync(shard, request).await),
+        KafkaRequest::Heartbeat(request) => {
+            encoded(&header, &groups::heartbeat(shard, request).await)
+        }
+        KafkaRequest::LeaveGroup(request) => {
+            encoded(&header, &groups::leave(shard, &header, request).await)
+        }
+        KafkaRequest::OffsetCommit(request) => {
+            encoded(&header, &groups::commit(shard, request).await)
+        }
+        KafkaRequest::OffsetFetch(request) => {
+            encoded(&header, &groups::fetch_offsets(shard, request).await)
         }
     }
 }

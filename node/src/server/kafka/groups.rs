@@ -1,0 +1,401 @@
+//! Kafka's consumer-group APIs on the Kafka listener.
+//!
+//! JoinGroup, SyncGroup, Heartbeat and LeaveGroup go to the group thread as
+//! [`KafkaGroupRequest`]s, where Kafka's classic protocol runs (`group/classic.rs`); the
+//! coordinator is found, and offsets committed and fetched, through the native requests, so a
+//! Kafka group's offsets are in the same store, fenced the same way, and `strata group
+//! describe` shows them.
+
+use std::rc::Rc;
+
+use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::frame::Header;
+use strata_kafka::kafka_protocol::messages::find_coordinator_response::Coordinator;
+use strata_kafka::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use strata_kafka::kafka_protocol::messages::leave_group_response::MemberResponse;
+use strata_kafka::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use strata_kafka::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use strata_kafka::kafka_protocol::messages::{
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use strata_kafka::kafka_protocol::protocol::StrBytes;
+use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
+use tokio::sync::oneshot;
+
+use super::super::groups::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
+use super::super::shard::Shard;
+use super::native;
+use crate::group::classic::{ClassicError, JoinRequest};
+
+/// FindCoordinator's key type for consumer groups (1 is transactions, which Strata has not).
+const KEY_TYPE_GROUP: i8 = 0;
+
+fn classic_kafka_error(error: ClassicError) -> i16 {
+    match error {
+        ClassicError::UnknownMember => errors::UNKNOWN_MEMBER_ID,
+        ClassicError::IllegalGeneration => errors::ILLEGAL_GENERATION,
+        ClassicError::RebalanceInProgress => errors::REBALANCE_IN_PROGRESS,
+        ClassicError::InconsistentProtocol => errors::INCONSISTENT_GROUP_PROTOCOL,
+        ClassicError::MemberIdRequired => errors::MEMBER_ID_REQUIRED,
+    }
+}
+
+fn group_error(error: KafkaGroupError) -> i16 {
+    match error {
+        KafkaGroupError::Classic(error) => classic_kafka_error(error),
+        KafkaGroupError::Coordinator(code) => kafka_error(code),
+    }
+}
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+/// Hands a request to the group thread and waits for its answer (a join or sync waits for the
+/// rebalance).
+async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<KafkaGroupAnswer> {
+    let (reply, answer) = oneshot::channel();
+    shard
+        .context
+        .groups
+        .send(GroupMessage::Kafka { request, reply })
+        .ok()?;
+    answer.await.ok()
+}
+
+/// Where a group's coordinator takes Kafka clients: its broker's Kafka listener.
+pub(super) async fn find_coordinator(
+    shard: &Rc<Shard>,
+    header: &Header,
+    request: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let keys: Vec<String> = if header.api_version >= 4 {
+        request
+            .coordinator_keys
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    } else {
+        vec![request.key.to_string()]
+    };
+    let mut coordinators = Vec::with_capacity(keys.len());
+    for key in keys {
+        let found = if request.key_type != KEY_TYPE_GROUP {
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        } else {
+            match native(
+                shard,
+                Request::FindCoordinator(native::FindCoordinatorRequest { group: key.clone() }),
+            )
+            .await
+            {
+                Ok(Response::FindCoordinator(found)) if found.error == ErrorCode::None => {
+                    let view = shard.view.borrow();
+                    view.brokers
+                        .iter()
+                        .find(|broker| broker.id == found.node_id)
+                        .and_then(|broker| {
+                            Some((broker.id, broker.host.clone(), broker.kafka_port?))
+                        })
+                        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
+                }
+                Ok(Response::FindCoordinator(found)) => Err(kafka_error(found.error)),
+                Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
+                Err(code) => Err(kafka_error(code)),
+            }
+        };
+        coordinators.push(match found {
+            Ok((node_id, host, port)) => Coordinator::default()
+                .with_key(text(&key))
+                .with_node_id(BrokerId(node_id))
+                .with_host(text(&host))
+                .with_port(i32::from(port)),
+            Err(error) => Coordinator::default()
+                .with_key(text(&key))
+                .with_error_code(error)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1),
+        });
+    }
+    if header.api_version >= 4 {
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let only = coordinators.pop().unwrap_or_default();
+    FindCoordinatorResponse::default()
+        .with_error_code(only.error_code)
+        .with_node_id(only.node_id)
+        .with_host(only.host)
+        .with_port(only.port)
+}
+
+pub(super) async fn join(
+    shard: &Rc<Shard>,
+    header: &Header,
+    request: JoinGroupRequest,
+) -> JoinGroupResponse {
+    let group = request.group_id.0.to_string();
+    let session_timeout_ms = request.session_timeout_ms.max(0) as u32;
+    let join = JoinRequest {
+        member_id: request.member_id.to_string(),
+        client_id: header.client_id.clone(),
+        session_timeout_ms,
+        // Version 0 has no rebalance timeout: Kafka takes the session timeout.
+        rebalance_timeout_ms: if header.api_version == 0 {
+            session_timeout_ms
+        } else {
+            request.rebalance_timeout_ms.max(0) as u32
+        },
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|protocol| (protocol.name.to_string(), protocol.metadata))
+            .collect(),
+        require_known_member_id: header.api_version >= 4,
+    };
+    let refused = |error: i16| {
+        JoinGroupResponse::default()
+            .with_error_code(error)
+            .with_generation_id(-1)
+            .with_member_id(request.member_id.clone())
+    };
+    match ask(
+        shard,
+        KafkaGroupRequest::Join {
+            group,
+            request: join,
+        },
+    )
+    .await
+    {
+        Some(KafkaGroupAnswer::Join(Ok(answer))) => JoinGroupResponse::default()
+            .with_error_code(answer.error.map_or(errors::NONE, classic_kafka_error))
+            .with_generation_id(answer.generation)
+            .with_protocol_type(Some(text(&answer.protocol_type)))
+            .with_protocol_name(Some(text(&answer.protocol)))
+            .with_leader(text(&answer.leader))
+            .with_member_id(text(&answer.member_id))
+            .with_members(
+                answer
+                    .members
+                    .into_iter()
+                    .map(|(member_id, metadata)| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(text(&member_id))
+                            .with_metadata(metadata)
+                    })
+                    .collect(),
+            ),
+        Some(KafkaGroupAnswer::Join(Err(code))) => refused(kafka_error(code)),
+        _ => refused(errors::COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+pub(super) async fn sync(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGroupResponse {
+    let sync = KafkaGroupRequest::Sync {
+        group: request.group_id.0.to_string(),
+        member_id: request.member_id.to_string(),
+        generation: request.generation_id,
+        assignments: request
+            .assignments
+            .into_iter()
+            .map(|assignment| (assignment.member_id.to_string(), assignment.assignment))
+            .collect(),
+    };
+    match ask(shard, sync).await {
+        Some(KafkaGroupAnswer::Sync(Ok(assignment))) => SyncGroupResponse::default()
+            .with_protocol_type(request.protocol_type)
+            .with_protocol_name(request.protocol_name)
+            .with_assignment(assignment),
+        Some(KafkaGroupAnswer::Sync(Err(error))) => {
+            SyncGroupResponse::default().with_error_code(group_error(error))
+        }
+        _ => SyncGroupResponse::default().with_error_code(errors::COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+pub(super) async fn heartbeat(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {
+    let beat = KafkaGroupRequest::Heartbeat {
+        group: request.group_id.0.to_string(),
+        member_id: request.member_id.to_string(),
+        generation: request.generation_id,
+    };
+    let error = match ask(shard, beat).await {
+        Some(KafkaGroupAnswer::Heartbeat(Ok(()))) => errors::NONE,
+        Some(KafkaGroupAnswer::Heartbeat(Err(error))) => group_error(error),
+        _ => errors::COORDINATOR_NOT_AVAILABLE,
+    };
+    HeartbeatResponse::default().with_error_code(error)
+}
+
+pub(super) async fn leave(
+    shard: &Rc<Shard>,
+    header: &Header,
+    request: LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    // Version 3 leaves several members at once; before, the one named.
+    let member_ids: Vec<String> = if header.api_version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|member| member.member_id.to_string())
+            .collect()
+    } else {
+        vec![request.member_id.to_string()]
+    };
+    let leave = KafkaGroupRequest::Leave {
+        group: request.group_id.0.to_string(),
+        member_ids: member_ids.clone(),
+    };
+    let left = match ask(shard, leave).await {
+        Some(KafkaGroupAnswer::Leave(left)) => left
+            .into_iter()
+            .map(|(member, left)| (member, left.err().map_or(errors::NONE, group_error)))
+            .collect(),
+        _ => member_ids
+            .into_iter()
+            .map(|member| (member, errors::COORDINATOR_NOT_AVAILABLE))
+            .collect::<Vec<_>>(),
+    };
+    if header.api_version >= 3 {
+        return LeaveGroupResponse::default().with_members(
+            left.into_iter()
+                .map(|(member, error)| {
+                    MemberResponse::default()
+                        .with_member_id(text(&member))
+                        .with_error_code(error)
+                })
+                .collect(),
+        );
+    }
+    LeaveGroupResponse::default().with_error_code(left.first().map_or(errors::NONE, |(_, e)| *e))
+}
+
+/// Offsets go to the store through the native commit (fenced on the group's generation).
+pub(super) async fn commit(
+    shard: &Rc<Shard>,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let mut invalid = false;
+    let topics: Vec<native::OffsetCommitTopic> = request
+        .topics
+        .iter()
+        .map(|topic| native::OffsetCommitTopic {
+            name: topic.name.0.to_string(),
+            partitions: topic
+                .partitions
+                .iter()
+                .filter_map(|partition| {
+                    let (Ok(index), Ok(offset)) = (
+                        u32::try_from(partition.partition_index),
+                        u64::try_from(partition.committed_offset),
+                    ) else {
+                        invalid = true;
+                        return None;
+                    };
+                    Some(native::OffsetCommitPartition {
+                        partition: index,
+                        offset,
+                        metadata: partition
+                            .committed_metadata
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    let error = if invalid {
+        errors::INVALID_REQUEST
+    } else {
+        let commit = native::OffsetCommitRequest {
+            group: request.group_id.0.to_string(),
+            member_id: request.member_id.to_string(),
+            generation: request.generation_id_or_member_epoch,
+            topics,
+        };
+        match native(shard, Request::OffsetCommit(commit)).await {
+            Ok(Response::OffsetCommit(committed)) => kafka_error(committed.error),
+            Ok(_) => errors::UNKNOWN_SERVER_ERROR,
+            Err(code) => kafka_error(code),
+        }
+    };
+    OffsetCommitResponse::default().with_topics(
+        request
+            .topics
+            .into_iter()
+            .map(|topic| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic.name)
+                    .with_partitions(
+                        topic
+                            .partitions
+                            .iter()
+                            .map(|partition| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(partition.partition_index)
+                                    .with_error_code(error)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}
+
+pub(super) async fn fetch_offsets(
+    shard: &Rc<Shard>,
+    request: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    let fetch = native::OffsetFetchRequest {
+        group: request.group_id.0.to_string(),
+        topics: request.topics.as_ref().map(|topics| {
+            topics
+                .iter()
+                .map(|topic| native::TopicPartitions {
+                    topic: topic.name.0.to_string(),
+                    partitions: topic
+                        .partition_indexes
+                        .iter()
+                        .filter_map(|&partition| u32::try_from(partition).ok())
+                        .collect(),
+                })
+                .collect()
+        }),
+    };
+    let (error, offsets) = match native(shard, Request::OffsetFetch(fetch)).await {
+        Ok(Response::OffsetFetch(fetched)) => (kafka_error(fetched.error), fetched.offsets),
+        Ok(_) => (errors::UNKNOWN_SERVER_ERROR, Vec::new()),
+        Err(code) => (kafka_error(code), Vec::new()),
+    };
+    let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+    for committed in offsets {
+        let partition = OffsetFetchResponsePartition::default()
+            .with_partition_index(committed.partition as i32)
+            .with_committed_offset(committed.offset)
+            .with_committed_leader_epoch(-1)
+            .with_metadata(Some(text(&committed.metadata)));
+        match topics
+            .iter_mut()
+            .find(|topic| *topic.name.0 == *committed.topic)
+        {
+            Some(topic) => topic.partitions.push(partition),
+            None => topics.push(
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(text(&committed.topic)))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    OffsetFetchResponse::default()
+        .with_error_code(error)
+        .with_topics(topics)
+}
