@@ -247,7 +247,8 @@ fn kcat_produces_and_consumes_through_the_kafka_listener_beside_native_clients()
 }
 
 /// A replicated cluster: every broker has a Kafka listener, kcat learns all three from one,
-/// produces with acks=all to the leaders of an RF 3 topic, and reads everything back.
+/// produces with acks=all to the leaders of an RF 3 topic, reads everything back, and reads it
+/// again in consumer groups coordinated on different brokers.
 #[test]
 fn kcat_reaches_every_leader_of_a_replicated_cluster() {
     let etcd = EtcdServer::start();
@@ -304,6 +305,38 @@ fn kcat_reaches_every_leader_of_a_replicated_cluster() {
         3,
         "leaders spread over the brokers: {leaders:?}"
     );
+
+    // Consumer groups, each coordinated by the broker its id hashes to (crc32c mod 3: audit on
+    // broker 1, search on 2, orders on 3), found through one broker's FindCoordinator.
+    for group in ["audit", "search", "orders"] {
+        let read = kcat(
+            kafka,
+            &[
+                "-G",
+                group,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                "%s\n",
+                "replicated",
+            ],
+            None,
+        );
+        assert_eq!(read.lines().count(), 6_000, "{group}");
+        let described: serde_json::Value = serde_json::from_str(
+            &first.cli(&["group", "describe", group, "--format", "json"], None),
+        )
+        .unwrap();
+        let committed: u64 = described["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|offset| offset["committed"].as_u64().unwrap())
+            .sum();
+        assert_eq!(committed, 6_000, "{described}");
+    }
 }
 
 fn request_frame<R: Encodable>(
