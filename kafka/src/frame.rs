@@ -7,10 +7,11 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -24,7 +25,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
 /// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 13] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -36,7 +37,12 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 13] = [
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
 ];
 
@@ -66,6 +72,11 @@ pub enum KafkaRequest {
     LeaveGroup(LeaveGroupRequest),
     OffsetCommit(OffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
 }
 
 /// Why a request was not decoded.
@@ -128,6 +139,11 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
         ApiKey::LeaveGroup => decoded!(LeaveGroup),
         ApiKey::OffsetCommit => decoded!(OffsetCommit),
         ApiKey::OffsetFetch => decoded!(OffsetFetch),
+        ApiKey::DescribeGroups => decoded!(DescribeGroups),
+        ApiKey::ListGroups => decoded!(ListGroups),
+        ApiKey::CreateTopics => decoded!(CreateTopics),
+        ApiKey::DeleteTopics => decoded!(DeleteTopics),
+        ApiKey::CreatePartitions => decoded!(CreatePartitions),
         _ => unreachable!("served() admits only the APIs above"),
     };
     if frame.has_remaining() {

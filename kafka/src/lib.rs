@@ -10,12 +10,14 @@
 //!   encoded with the header version their API and version call for; which APIs and versions
 //!   are served.
 //! - [`translate`]: each supported API's request to its native request, and back.
+//! - [`admin`]: the administration APIs (topics, partitions, groups) the same way.
 //! - [`records`]: record batch v2 to Strata batches and back.
 //! - [`errors`]: Strata's typed error codes as Kafka's.
 //!
 //! Message schemas (every version, flexible encodings, tagged fields) come from the
 //! `kafka-protocol` crate, generated from Kafka's own JSON definitions.
 
+pub mod admin;
 pub mod errors;
 pub mod frame;
 pub mod records;

@@ -670,3 +670,66 @@ print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": see
         .sum();
     assert_eq!(committed, 3000, "{described}");
 }
+
+/// Kafka's AdminClient (kafka-python's) manages topics through the Kafka listener: creates
+/// them (defaults and configs), grows one, deletes another, and lists and describes a
+/// consumer group with its members' partitions. Strata's CLI sees the same.
+#[test]
+fn a_kafka_admin_client_manages_topics_and_sees_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    let script = r#"
+import json, sys
+from kafka import KafkaConsumer
+from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+bootstrap = sys.argv[1]
+admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+out = {}
+created = admin.create_topics([NewTopic("kept", 3, 1, topic_configs={"retention.ms": "60000"}),
+                               NewTopic("dropped", -1, -1)])
+out["created"] = {t["name"]: t["error_code"] for t in created["topics"]}
+try:
+    admin.create_topics([NewTopic("bad", 0, 1)])
+    out["created"]["bad"] = 0
+except Exception as error:
+    out["created"]["bad"] = getattr(error, "errno", str(error))
+out["grown"] = [r.error_code for r in admin.create_partitions({"kept": NewPartitions(5)}).results]
+out["deleted"] = [t["error_code"] for t in admin.delete_topics(["dropped"])["topics"]]
+out["topics"] = sorted(admin.list_topics())
+consumer = KafkaConsumer("kept", bootstrap_servers=bootstrap, group_id="watchers",
+                         consumer_timeout_ms=2000)
+for _ in consumer:
+    pass
+out["groups"] = [g["group_id"] for g in admin.list_groups()]
+described = admin.describe_groups(["watchers"])["watchers"]
+out["state"] = described["group_state"]
+out["members"] = [sorted(p for a in m["member_assignment"]["assigned_partitions"]
+                         for p in a["partitions"]) for m in described["members"]]
+consumer.close()
+print(json.dumps(out))
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, &kafka])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 with kafka-python (scripts/test.sh installs it)");
+    assert!(output.status.success(), "the kafka-python script failed");
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        result["created"],
+        serde_json::json!({"kept": 0, "dropped": 0, "bad": 37}),
+        "INVALID_PARTITIONS for 0 partitions"
+    );
+    assert_eq!(result["grown"], serde_json::json!([0]));
+    assert_eq!(result["deleted"], serde_json::json!([0]));
+    assert_eq!(result["topics"], serde_json::json!(["kept"]));
+    assert_eq!(result["groups"], serde_json::json!(["watchers"]));
+    assert_eq!(result["state"], "Stable");
+    assert_eq!(result["members"], serde_json::json!([[0, 1, 2, 3, 4]]));
+
+    let described = support::describe(&node, "kept");
+    assert_eq!(described["partitions"].as_array().unwrap().len(), 5);
+    let config = node.cli(&["topic", "describe", "kept"], None);
+    assert!(config.contains("retention.ms"), "{config}");
+    assert_eq!(node.cli(&["topic", "list"], None).trim(), "kept");
+}

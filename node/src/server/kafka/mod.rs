@@ -32,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+mod admin;
 mod groups;
 
 use super::connection;
@@ -274,6 +275,23 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
         }
         KafkaRequest::OffsetFetch(request) => {
             encoded(&header, &groups::fetch_offsets(shard, request).await)
+        }
+        KafkaRequest::ListGroups(_) => encoded(&header, &admin::list_groups(shard).await),
+        KafkaRequest::DescribeGroups(request) => {
+            encoded(&header, &admin::describe_groups(shard, request).await)
+        }
+        KafkaRequest::CreateTopics(request) => {
+            encoded(&header, &admin::create_topics(shard, request).await)
+        }
+        KafkaRequest::DeleteTopics(request) => {
+            let version = header.api_version;
+            encoded(
+                &header,
+                &admin::delete_topics(shard, version, request).await,
+            )
+        }
+        KafkaRequest::CreatePartitions(request) => {
+            encoded(&header, &admin::create_partitions(shard, request).await)
         }
     }
 }

@@ -1,0 +1,331 @@
+//! Kafka's administration APIs (what `kafka-topics.sh`, AdminClient and the tools built on it
+//! send) as native requests: CreateTopics, DeleteTopics, CreatePartitions, ListGroups,
+//! DescribeGroups. Each topic or group of a Kafka request is one native request; the answers
+//! are gathered back into one Kafka response.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    GroupId, ListGroupsResponse, TopicName,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use strata_wire::protocol as native;
+
+use crate::errors::{self, kafka_error};
+
+/// Kafka's broker defaults for a topic created without them (`num.partitions`,
+/// `default.replication.factor`).
+const DEFAULT_PARTITIONS: u32 = 1;
+const DEFAULT_REPLICATION_FACTOR: u16 = 1;
+
+/// The version of ConsumerProtocolAssignment that DescribeGroups answers carry.
+const ASSIGNMENT_VERSION: i16 = 0;
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+/// A topic the listener answers itself, with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub error: i16,
+    pub message: String,
+}
+
+fn refuse(error: i16, message: &str) -> Refusal {
+    Refusal {
+        error,
+        message: message.to_string(),
+    }
+}
+
+/// One native CreateTopic per topic, or why the topic is refused on sight (manual replica
+/// assignments, `validate_only`: Strata places replicas itself and has no dry run).
+pub fn create_topics_requests(
+    request: &CreateTopicsRequest,
+) -> Vec<(String, Result<native::CreateTopicRequest, Refusal>)> {
+    request
+        .topics
+        .iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let native = if request.validate_only {
+                Err(refuse(errors::INVALID_REQUEST, "validate_only is not supported"))
+            } else if !topic.assignments.is_empty() {
+                Err(refuse(
+                    errors::INVALID_REQUEST,
+                    "replica assignments are not supported: Strata places replicas (move them with `strata topic reassign`)",
+                ))
+            } else {
+                let partitions = match topic.num_partitions {
+                    -1 => Ok(DEFAULT_PARTITIONS),
+                    count => u32::try_from(count)
+                        .ok()
+                        .filter(|&count| count > 0)
+                        .ok_or_else(|| refuse(errors::INVALID_PARTITIONS, "partitions must be positive")),
+                };
+                let replication_factor = match topic.replication_factor {
+                    -1 => Ok(DEFAULT_REPLICATION_FACTOR),
+                    factor => u16::try_from(factor)
+                        .ok()
+                        .filter(|&factor| factor > 0)
+                        .ok_or_else(|| {
+                            refuse(
+                                errors::INVALID_REPLICATION_FACTOR,
+                                "the replication factor must be positive",
+                            )
+                        }),
+                };
+                partitions.and_then(|partitions| {
+                    Ok(native::CreateTopicRequest {
+                        name: name.clone(),
+                        partitions,
+                        replication_factor: replication_factor?,
+                        configs: topic
+                            .configs
+                            .iter()
+                            .filter_map(|config| {
+                                Some(native::ConfigEntry {
+                                    key: config.name.to_string(),
+                                    value: config.value.as_ref()?.to_string(),
+                                })
+                            })
+                            .collect(),
+                    })
+                })
+            };
+            (name, native)
+        })
+        .collect()
+}
+
+/// A CreateTopics result per topic: its number of partitions and replication factor on
+/// success (what versions 5 and up report back).
+pub fn create_topic_result(
+    name: &str,
+    created: Result<(native::CreateTopicResponse, &native::CreateTopicRequest), Refusal>,
+) -> CreatableTopicResult {
+    let result = CreatableTopicResult::default().with_name(TopicName(text(name)));
+    match created {
+        Ok((response, request)) if response.error == native::ErrorCode::None => result
+            .with_num_partitions(request.partitions as i32)
+            .with_replication_factor(request.replication_factor as i16),
+        Ok((response, _)) => result
+            .with_error_code(kafka_error(response.error))
+            .with_error_message(Some(text(&response.message)))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1),
+        Err(refusal) => result
+            .with_error_code(refusal.error)
+            .with_error_message(Some(text(&refusal.message)))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1),
+    }
+}
+
+/// The topics named (versions 6 and up may name them by id only: those are refused, Strata
+/// topics have no ids).
+pub fn delete_topics_names(request: &DeleteTopicsRequest, version: i16) -> Vec<Option<String>> {
+    if version >= 6 {
+        request
+            .topics
+            .iter()
+            .map(|topic| topic.name.as_ref().map(|name| name.0.to_string()))
+            .collect()
+    } else {
+        request
+            .topic_names
+            .iter()
+            .map(|name| Some(name.0.to_string()))
+            .collect()
+    }
+}
+
+pub fn delete_topic_result(name: Option<String>, error: i16) -> DeletableTopicResult {
+    DeletableTopicResult::default()
+        .with_name(name.map(|name| TopicName(text(&name))))
+        .with_error_code(error)
+}
+
+/// One native CreatePartitions per topic (the new total count), or why not.
+pub fn create_partitions_requests(
+    request: &CreatePartitionsRequest,
+) -> Vec<(String, Result<native::CreatePartitionsRequest, Refusal>)> {
+    request
+        .topics
+        .iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let native = if request.validate_only {
+                Err(refuse(
+                    errors::INVALID_REQUEST,
+                    "validate_only is not supported",
+                ))
+            } else if topic.assignments.is_some() {
+                Err(refuse(
+                    errors::INVALID_REQUEST,
+                    "replica assignments are not supported: Strata places replicas",
+                ))
+            } else {
+                u32::try_from(topic.count)
+                    .map(|partitions| native::CreatePartitionsRequest {
+                        topic: name.clone(),
+                        partitions,
+                    })
+                    .map_err(|_| refuse(errors::INVALID_PARTITIONS, "partitions must be positive"))
+            };
+            (name, native)
+        })
+        .collect()
+}
+
+pub fn create_partitions_result(
+    name: &str,
+    created: Result<native::CreatePartitionsResponse, Refusal>,
+) -> CreatePartitionsTopicResult {
+    let (error, message) = match created {
+        Ok(response) if response.error == native::ErrorCode::None => (errors::NONE, None),
+        Ok(response) => (kafka_error(response.error), Some(response.message)),
+        Err(refusal) => (refusal.error, Some(refusal.message)),
+    };
+    CreatePartitionsTopicResult::default()
+        .with_name(TopicName(text(name)))
+        .with_error_code(error)
+        .with_error_message(message.map(|message| text(&message)))
+}
+
+/// Groups as Kafka's ListGroups lists them. Strata's store knows each group's generation,
+/// not its protocol: every group is listed as a consumer group.
+pub fn list_groups_response(native: native::ListGroupsResponse) -> ListGroupsResponse {
+    ListGroupsResponse::default()
+        .with_error_code(kafka_error(native.error))
+        .with_groups(
+            native
+                .groups
+                .into_iter()
+                .map(|group| {
+                    ListedGroup::default()
+                        .with_group_id(GroupId(text(&group.group)))
+                        .with_protocol_type(text("consumer"))
+                })
+                .collect(),
+        )
+}
+
+/// A group as DescribeGroups describes it: each member's partitions as a consumer
+/// assignment (ConsumerProtocolAssignment version 0, what Kafka's tools decode).
+pub fn described_group(native: native::DescribeGroupResponse) -> DescribedGroup {
+    let members = native
+        .members
+        .into_iter()
+        .map(|member| {
+            DescribedGroupMember::default()
+                .with_member_id(text(&member.member_id))
+                .with_group_instance_id(member.instance_id.map(|id| text(&id)))
+                .with_client_id(text(&member.client_id))
+                .with_member_assignment(consumer_assignment(&member.assignment))
+        })
+        .collect();
+    DescribedGroup::default()
+        .with_error_code(kafka_error(native.error))
+        .with_group_id(GroupId(text(&native.group)))
+        .with_group_state(text(&native.state))
+        .with_protocol_type(text("consumer"))
+        .with_protocol_data(text(&native.assignor))
+        .with_members(members)
+}
+
+fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+        partitions
+            .iter()
+            .map(|topic| {
+                TopicPartition::default()
+                    .with_topic(TopicName(text(&topic.topic)))
+                    .with_partitions(topic.partitions.iter().map(|&p| p as i32).collect())
+            })
+            .collect(),
+    );
+    let mut out = BytesMut::new();
+    out.put_i16(ASSIGNMENT_VERSION);
+    assignment
+        .encode(&mut out, ASSIGNMENT_VERSION)
+        .expect("an assignment encodes");
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::protocol::Decodable;
+
+    use super::*;
+
+    #[test]
+    fn topics_with_defaults_become_native_creates_and_unsupported_options_are_refused() {
+        let topic = |name: &str| CreatableTopic::default().with_name(TopicName(text(name)));
+        let request = CreateTopicsRequest::default().with_topics(vec![
+            topic("defaults")
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_configs(vec![
+                    CreatableTopicConfig::default()
+                        .with_name(text("retention.ms"))
+                        .with_value(Some(text("60000"))),
+                ]),
+            topic("zero")
+                .with_num_partitions(0)
+                .with_replication_factor(1),
+            topic("placed")
+                .with_num_partitions(1)
+                .with_replication_factor(1)
+                .with_assignments(vec![Default::default()]),
+        ]);
+        let translated = create_topics_requests(&request);
+        let defaults = translated[0].1.as_ref().unwrap();
+        assert_eq!((defaults.partitions, defaults.replication_factor), (1, 1));
+        assert_eq!(defaults.configs[0].key, "retention.ms");
+        assert_eq!(
+            translated[1].1.as_ref().unwrap_err().error,
+            errors::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            translated[2].1.as_ref().unwrap_err().error,
+            errors::INVALID_REQUEST
+        );
+    }
+
+    /// Kafka's tools read a member's partitions from its assignment bytes.
+    #[test]
+    fn described_members_carry_consumer_assignments_kafka_tools_decode() {
+        let described = described_group(native::DescribeGroupResponse {
+            error: native::ErrorCode::None,
+            group: "g".into(),
+            generation: 4,
+            state: "Stable".into(),
+            assignor: "range".into(),
+            members: vec![native::GroupMember {
+                member_id: "m".into(),
+                instance_id: None,
+                client_id: "c".into(),
+                generation: 4,
+                assignment: vec![native::TopicPartitions {
+                    topic: "t".into(),
+                    partitions: vec![0, 2],
+                }],
+            }],
+            offsets: Vec::new(),
+        });
+        let mut bytes = described.members[0].member_assignment.clone();
+        let version = bytes::Buf::get_i16(&mut bytes);
+        let decoded = ConsumerProtocolAssignment::decode(&mut bytes, version).unwrap();
+        assert_eq!(decoded.assigned_partitions[0].partitions, [0, 2]);
+        assert_eq!(described.group_state.to_string(), "Stable");
+    }
+}
