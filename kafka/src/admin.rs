@@ -8,6 +8,9 @@ use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
@@ -23,6 +26,15 @@ use crate::errors::{self, kafka_error};
 /// `default.replication.factor`).
 const DEFAULT_PARTITIONS: u32 = 1;
 const DEFAULT_REPLICATION_FACTOR: u16 = 1;
+
+/// Config resource types (DescribeConfigs, AlterConfigs): only topics have settings here.
+pub const RESOURCE_TOPIC: i8 = 2;
+/// Where a config value comes from: a topic's override, or the default.
+const SOURCE_TOPIC_OVERRIDE: i8 = 1;
+const SOURCE_DEFAULT: i8 = 5;
+/// IncrementalAlterConfigs operations (APPEND and SUBTRACT, for list values, are refused).
+const OPERATION_SET: i8 = 0;
+const OPERATION_DELETE: i8 = 1;
 
 /// The version of ConsumerProtocolAssignment that DescribeGroups answers carry.
 const ASSIGNMENT_VERSION: i16 = 0;
@@ -260,6 +272,108 @@ fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
     out.freeze()
 }
 
+/// A topic's settings as DescribeConfigs reports them (`keys`: only those, when asked).
+pub fn describe_configs_result(
+    topic: &str,
+    native: native::DescribeTopicConfigResponse,
+    keys: Option<&[String]>,
+) -> DescribeConfigsResult {
+    let result = DescribeConfigsResult::default()
+        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_name(text(topic))
+        .with_error_code(kafka_error(native.error));
+    result.with_configs(
+        native
+            .configs
+            .into_iter()
+            .filter(|config| keys.is_none_or(|keys| keys.contains(&config.key)))
+            .map(|config| {
+                DescribeConfigsResourceResult::default()
+                    .with_name(text(&config.key))
+                    .with_value(Some(text(&config.value)))
+                    .with_config_source(if config.is_override {
+                        SOURCE_TOPIC_OVERRIDE
+                    } else {
+                        SOURCE_DEFAULT
+                    })
+            })
+            .collect(),
+    )
+}
+
+/// An IncrementalAlterConfigs resource as a native alter: SET and DELETE operations.
+pub fn incremental_alter_request(
+    resource_type: i8,
+    topic: &str,
+    configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+    validate_only: bool,
+) -> Result<native::AlterTopicConfigRequest, Refusal> {
+    if resource_type != RESOURCE_TOPIC {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "only topic configs are served",
+        ));
+    }
+    if validate_only {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "validate_only is not supported",
+        ));
+    }
+    let mut alter = native::AlterTopicConfigRequest {
+        topic: topic.to_string(),
+        set: Vec::new(),
+        delete: Vec::new(),
+    };
+    for (key, operation, value) in configs {
+        match (operation, value) {
+            (OPERATION_SET, Some(value)) => alter.set.push(native::ConfigEntry { key, value }),
+            (OPERATION_DELETE, _) => alter.delete.push(key),
+            _ => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    "only SET (with a value) and DELETE are supported",
+                ));
+            }
+        }
+    }
+    Ok(alter)
+}
+
+/// A (legacy) AlterConfigs resource replaces the topic's overrides: the settings named are
+/// set, every other current override is removed.
+pub fn replacing_alter_request(
+    resource_type: i8,
+    topic: &str,
+    configs: impl IntoIterator<Item = (String, Option<String>)>,
+    current: &native::DescribeTopicConfigResponse,
+    validate_only: bool,
+) -> Result<native::AlterTopicConfigRequest, Refusal> {
+    let set: Vec<(String, i8, Option<String>)> = configs
+        .into_iter()
+        .map(|(key, value)| (key, OPERATION_SET, value))
+        .collect();
+    let mut alter = incremental_alter_request(resource_type, topic, set, validate_only)?;
+    alter.delete = current
+        .configs
+        .iter()
+        .filter(|config| config.is_override && !alter.set.iter().any(|set| set.key == config.key))
+        .map(|config| config.key.clone())
+        .collect();
+    Ok(alter)
+}
+
+/// The error code and message of one altered resource.
+pub fn alter_outcome(
+    altered: Result<native::AlterTopicConfigResponse, Refusal>,
+) -> (i16, Option<StrBytes>) {
+    match altered {
+        Ok(response) if response.error == native::ErrorCode::None => (errors::NONE, None),
+        Ok(response) => (kafka_error(response.error), Some(text(&response.message))),
+        Err(refusal) => (refusal.error, Some(text(&refusal.message))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
@@ -299,6 +413,61 @@ mod tests {
             translated[2].1.as_ref().unwrap_err().error,
             errors::INVALID_REQUEST
         );
+    }
+
+    #[test]
+    fn config_changes_become_native_alters_and_a_replacing_alter_drops_other_overrides() {
+        let incremental = incremental_alter_request(
+            RESOURCE_TOPIC,
+            "t",
+            [
+                (
+                    "retention.ms".to_string(),
+                    OPERATION_SET,
+                    Some("1000".to_string()),
+                ),
+                ("flush".to_string(), OPERATION_DELETE, None),
+            ],
+            false,
+        )
+        .unwrap();
+        assert_eq!(incremental.set[0].key, "retention.ms");
+        assert_eq!(incremental.delete, ["flush"]);
+        let append = incremental_alter_request(RESOURCE_TOPIC, "t", [("x".into(), 2, None)], false);
+        assert_eq!(append.unwrap_err().error, errors::INVALID_REQUEST);
+        let broker = incremental_alter_request(4, "1", [], false);
+        assert_eq!(broker.unwrap_err().error, errors::INVALID_REQUEST);
+
+        let entry = |key: &str, is_override| native::TopicConfigEntry {
+            key: key.into(),
+            value: "v".into(),
+            is_override,
+        };
+        let current = native::DescribeTopicConfigResponse {
+            error: native::ErrorCode::None,
+            configs: vec![
+                entry("retention.ms", true),
+                entry("segment.bytes", true),
+                entry("flush", false),
+            ],
+        };
+        let replacing = replacing_alter_request(
+            RESOURCE_TOPIC,
+            "t",
+            [("retention.ms".to_string(), Some("5".to_string()))],
+            &current,
+            false,
+        )
+        .unwrap();
+        assert_eq!(replacing.set[0].value, "5");
+        assert_eq!(
+            replacing.delete,
+            ["segment.bytes"],
+            "only other overrides go"
+        );
+        let described = describe_configs_result("t", current, Some(&["flush".to_string()]));
+        assert_eq!(described.configs.len(), 1);
+        assert_eq!(described.configs[0].config_source, SOURCE_DEFAULT);
     }
 
     /// Kafka's tools read a member's partitions from its assignment bytes.

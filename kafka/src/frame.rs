@@ -7,8 +7,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
     InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SyncGroupRequest,
@@ -25,7 +26,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
 /// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 21] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -43,6 +44,9 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
 ];
 
@@ -77,6 +81,9 @@ pub enum KafkaRequest {
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
 }
 
 /// Why a request was not decoded.
@@ -144,6 +151,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
         ApiKey::CreateTopics => decoded!(CreateTopics),
         ApiKey::DeleteTopics => decoded!(DeleteTopics),
         ApiKey::CreatePartitions => decoded!(CreatePartitions),
+        ApiKey::DescribeConfigs => decoded!(DescribeConfigs),
+        ApiKey::AlterConfigs => decoded!(AlterConfigs),
+        ApiKey::IncrementalAlterConfigs => decoded!(IncrementalAlterConfigs),
         _ => unreachable!("served() admits only the APIs above"),
     };
     if frame.has_remaining() {

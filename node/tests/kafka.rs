@@ -672,8 +672,9 @@ print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": see
 }
 
 /// Kafka's AdminClient (kafka-python's) manages topics through the Kafka listener: creates
-/// them (defaults and configs), grows one, deletes another, and lists and describes a
-/// consumer group with its members' partitions. Strata's CLI sees the same.
+/// them (defaults and configs), grows one, deletes another, reads and changes a topic's
+/// configs, and lists and describes a consumer group with its members' partitions. Strata's
+/// CLI sees the same.
 #[test]
 fn a_kafka_admin_client_manages_topics_and_sees_groups() {
     let dir = tempfile::tempdir().unwrap();
@@ -681,7 +682,8 @@ fn a_kafka_admin_client_manages_topics_and_sees_groups() {
     let script = r#"
 import json, sys
 from kafka import KafkaConsumer
-from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+from kafka.admin import (ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions,
+                         NewTopic)
 bootstrap = sys.argv[1]
 admin = KafkaAdminClient(bootstrap_servers=bootstrap)
 out = {}
@@ -696,6 +698,16 @@ except Exception as error:
 out["grown"] = [r.error_code for r in admin.create_partitions({"kept": NewPartitions(5)}).results]
 out["deleted"] = [t["error_code"] for t in admin.delete_topics(["dropped"])["topics"]]
 out["topics"] = sorted(admin.list_topics())
+kept = ConfigResource(ConfigResourceType.TOPIC, "kept")
+overrides = lambda: {key: entry["value"] for key, entry in
+                     admin.describe_configs([kept])["topic"]["kept"].items()}
+out["overrides"] = overrides()
+out["altered"] = admin.alter_configs([ConfigResource(
+    ConfigResourceType.TOPIC, "kept", configs={"segment.bytes": "1048576"})])["topic"]["kept"]
+out["replaced"] = admin.alter_configs([ConfigResource(
+    ConfigResourceType.TOPIC, "kept", configs={"retention.ms": "120000"})],
+    incremental=False)["topic"]["kept"]
+out["after"] = overrides()
 consumer = KafkaConsumer("kept", bootstrap_servers=bootstrap, group_id="watchers",
                          consumer_timeout_ms=2000)
 for _ in consumer:
@@ -723,6 +735,18 @@ print(json.dumps(out))
     assert_eq!(result["grown"], serde_json::json!([0]));
     assert_eq!(result["deleted"], serde_json::json!([0]));
     assert_eq!(result["topics"], serde_json::json!(["kept"]));
+    // Configs: the override set at creation, one added incrementally, one replaced (the
+    // legacy AlterConfigs replaces the overrides; kafka-python sends the others along).
+    assert_eq!(
+        result["overrides"],
+        serde_json::json!({"retention.ms": "60000"})
+    );
+    assert_eq!(result["altered"], "OK");
+    assert_eq!(result["replaced"], "OK");
+    assert_eq!(
+        result["after"],
+        serde_json::json!({"retention.ms": "120000", "segment.bytes": "1048576"})
+    );
     assert_eq!(result["groups"], serde_json::json!(["watchers"]));
     assert_eq!(result["state"], "Stable");
     assert_eq!(result["members"], serde_json::json!([[0, 1, 2, 3, 4]]));
@@ -730,6 +754,7 @@ print(json.dumps(out))
     let described = support::describe(&node, "kept");
     assert_eq!(described["partitions"].as_array().unwrap().len(), 5);
     let config = node.cli(&["topic", "describe", "kept"], None);
-    assert!(config.contains("retention.ms"), "{config}");
+    assert!(config.contains("retention.ms=120000"), "{config}");
+    assert!(config.contains("segment.bytes=1048576"), "{config}");
     assert_eq!(node.cli(&["topic", "list"], None).trim(), "kept");
 }

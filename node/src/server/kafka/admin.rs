@@ -1,15 +1,19 @@
-//! Kafka's administration APIs on the Kafka listener: each topic or group of a request runs
-//! as its native request (`strata_kafka::admin` translates both ways).
+//! Kafka's administration APIs on the Kafka listener: each topic, group or config resource of
+//! a request runs as its native request (`strata_kafka::admin` translates both ways).
 
 use std::rc::Rc;
 
 use strata_kafka::admin;
 use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use strata_kafka::kafka_protocol::messages::{
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    ListGroupsResponse,
+    AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListGroupsResponse,
+    alter_configs_response, incremental_alter_configs_response,
 };
+use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
 
 use super::super::shard::Shard;
@@ -115,4 +119,139 @@ pub(super) async fn describe_groups(
         groups.push(admin::described_group(described));
     }
     DescribeGroupsResponse::default().with_groups(groups)
+}
+
+async fn topic_config(shard: &Rc<Shard>, topic: &str) -> native::DescribeTopicConfigResponse {
+    let describe = native::DescribeTopicConfigRequest {
+        topic: topic.to_string(),
+    };
+    match native(shard, Request::DescribeTopicConfig(describe)).await {
+        Ok(Response::DescribeTopicConfig(described)) => described,
+        Ok(_) | Err(_) => native::DescribeTopicConfigResponse {
+            error: native::ErrorCode::Internal,
+            configs: Vec::new(),
+        },
+    }
+}
+
+async fn alter(
+    shard: &Rc<Shard>,
+    alter: Result<native::AlterTopicConfigRequest, admin::Refusal>,
+) -> (i16, Option<StrBytes>) {
+    let altered = match alter {
+        Err(refusal) => Err(refusal),
+        Ok(alter) => match native(shard, Request::AlterTopicConfig(alter)).await {
+            Ok(Response::AlterTopicConfig(altered)) => Ok(altered),
+            Ok(_) | Err(_) => Ok(native::AlterTopicConfigResponse {
+                error: native::ErrorCode::Internal,
+                message: "no answer from the broker".into(),
+            }),
+        },
+    };
+    admin::alter_outcome(altered)
+}
+
+pub(super) async fn describe_configs(
+    shard: &Rc<Shard>,
+    request: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
+    let mut results = Vec::new();
+    for resource in request.resources {
+        let name = resource.resource_name.to_string();
+        if resource.resource_type != admin::RESOURCE_TOPIC {
+            results.push(
+                DescribeConfigsResult::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(errors::INVALID_REQUEST)
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        "only topic configs are served",
+                    ))),
+            );
+            continue;
+        }
+        let keys: Option<Vec<String>> = resource
+            .configuration_keys
+            .map(|keys| keys.iter().map(ToString::to_string).collect());
+        let described = topic_config(shard, &name).await;
+        results.push(admin::describe_configs_result(
+            &name,
+            described,
+            keys.as_deref(),
+        ));
+    }
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+pub(super) async fn incremental_alter_configs(
+    shard: &Rc<Shard>,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::new();
+    for resource in request.resources {
+        let name = resource.resource_name.to_string();
+        let configs = resource.configs.iter().map(|config| {
+            (
+                config.name.to_string(),
+                config.config_operation,
+                config.value.as_ref().map(ToString::to_string),
+            )
+        });
+        let translated = admin::incremental_alter_request(
+            resource.resource_type,
+            &name,
+            configs,
+            request.validate_only,
+        );
+        let (error, message) = alter(shard, translated).await;
+        responses.push(
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name)
+                .with_error_code(error)
+                .with_error_message(message),
+        );
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The legacy AlterConfigs: each resource's settings replace the topic's overrides.
+pub(super) async fn alter_configs(
+    shard: &Rc<Shard>,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let mut responses = Vec::new();
+    for resource in request.resources {
+        let name = resource.resource_name.to_string();
+        let current = topic_config(shard, &name).await;
+        let configs = resource.configs.iter().map(|config| {
+            (
+                config.name.to_string(),
+                config.value.as_ref().map(ToString::to_string),
+            )
+        });
+        let translated = if current.error == native::ErrorCode::None {
+            admin::replacing_alter_request(
+                resource.resource_type,
+                &name,
+                configs,
+                &current,
+                request.validate_only,
+            )
+        } else {
+            Err(admin::Refusal {
+                error: kafka_error(current.error),
+                message: format!("the topic's settings could not be read: {}", current.error),
+            })
+        };
+        let (error, message) = alter(shard, translated).await;
+        responses.push(
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name)
+                .with_error_code(error)
+                .with_error_message(message),
+        );
+    }
+    AlterConfigsResponse::default().with_responses(responses)
 }

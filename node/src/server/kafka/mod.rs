@@ -22,9 +22,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
-use strata_kafka::kafka_protocol::messages::{
-    ApiKey, FetchResponse, MetadataResponse, ProduceResponse,
-};
+use strata_kafka::kafka_protocol::messages::{ApiKey, FetchResponse};
 use strata_kafka::translate::{self, KafkaBroker};
 use strata_wire::protocol::{ErrorCode, Records, Request, Response};
 use tokio::io::AsyncWriteExt;
@@ -51,8 +49,18 @@ pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Option<JoinHandle<()>
     Ok(Some(connection::accept(shard.clone(), listener, serve)))
 }
 
-/// What a request's task hands the writer: a frame, or nothing (acks=0 produce).
-type Answer = oneshot::Receiver<Option<BytesMut>>;
+/// What a request's task hands the writer.
+enum Outcome {
+    Answer(BytesMut),
+    /// A produce with acks=0: Kafka clients expect no answer.
+    NoAnswer,
+    /// No answer can be given (a bug: the native handler answered something else, a response
+    /// did not encode, a handler panicked): the connection is closed, so the client retries
+    /// elsewhere instead of waiting out its request timeout.
+    Failed(String),
+}
+
+type Answer = oneshot::Receiver<Outcome>;
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let (reader, mut writer) = stream.into_split();
@@ -60,8 +68,17 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let (answers, mut in_order) = mpsc::unbounded_channel::<Answer>();
     let writing = tokio::task::spawn_local(async move {
         while let Some(answer) = in_order.recv().await {
-            let Ok(Some(frame)) = answer.await else {
-                continue;
+            let frame = match answer.await {
+                Ok(Outcome::Answer(frame)) => frame,
+                Ok(Outcome::NoAnswer) => continue,
+                Ok(Outcome::Failed(why)) => {
+                    tracing::warn!(%peer, "closing kafka connection: {why}");
+                    break;
+                }
+                Err(_) => {
+                    tracing::warn!(%peer, "closing kafka connection: a request got no answer");
+                    break;
+                }
             };
             if let Err(error) = writer.write_all(&frame).await {
                 tracing::debug!(%peer, "kafka connection write failed: {error}");
@@ -109,7 +126,9 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                 let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
                 let (answer, slot) = oneshot::channel();
                 let _ = answer.send(encoded(&header, &response));
-                let _ = answers.send(slot);
+                if answers.send(slot).is_err() {
+                    break;
+                }
                 continue;
             }
             Err(rejected) => {
@@ -121,15 +140,18 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             break;
         };
         let (answer, slot) = oneshot::channel();
-        let _ = answers.send(slot);
+        if answers.send(slot).is_err() {
+            // The writer closed the connection.
+            break;
+        }
         let shard = shard.clone();
         tokio::task::spawn_local(async move {
             let frame = std::panic::AssertUnwindSafe(respond(&shard, header.clone(), request))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
-                    tracing::error!(%peer, ?header, "a kafka request handler panicked: no answer");
-                    None
+                    tracing::error!(%peer, ?header, "a kafka request handler panicked");
+                    Outcome::Failed("a request handler panicked".into())
                 });
             let _ = answer.send(frame);
             drop(permit);
@@ -142,19 +164,25 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
 fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
     header: &Header,
     response: &R,
-) -> Option<BytesMut> {
+) -> Outcome {
     match frame::encode_response(header, response) {
-        Ok(frame) => Some(frame),
-        Err(error) => {
-            tracing::error!(?header, "a kafka response did not encode: {error}");
-            None
-        }
+        Ok(frame) => Outcome::Answer(frame),
+        Err(error) => Outcome::Failed(format!("a response did not encode: {error}")),
     }
+}
+
+/// The native handler answered with something other than what the request asks for.
+fn unanswered(api: &str, answer: Result<Response, ErrorCode>) -> Outcome {
+    let answer = match answer {
+        Ok(response) => format!("{:?}", response.api_key()),
+        Err(code) => code.to_string(),
+    };
+    Outcome::Failed(format!("{api} got no native answer ({answer})"))
 }
 
 /// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
 /// answer is due (acks=0).
-async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Option<BytesMut> {
+async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Outcome {
     match request {
         KafkaRequest::ApiVersions(_) => {
             encoded(&header, &translate::api_versions_response(errors::NONE))
@@ -167,10 +195,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
             .await
             {
                 Ok(Response::Metadata(native)) => native,
-                answer => {
-                    tracing::warn!(?answer, "metadata for a kafka client failed");
-                    return encoded(&header, &MetadataResponse::default());
-                }
+                answer => return unanswered("Metadata", answer),
             };
             encoded(
                 &header,
@@ -188,14 +213,11 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
                 native(shard, Request::Produce(produce.native)).await
             };
             if acks == 0 {
-                return None;
+                return Outcome::NoAnswer;
             }
             let native = match answered {
                 Ok(Response::Produce(native)) => native,
-                answer => {
-                    tracing::warn!(?answer, "a kafka produce got no native answer");
-                    return encoded(&header, &ProduceResponse::default());
-                }
+                answer => return unanswered("Produce", answer),
             };
             encoded(
                 &header,
@@ -214,10 +236,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
             } else {
                 match native(shard, Request::Fetch(fetch.native)).await {
                     Ok(Response::Fetch(native)) => native,
-                    answer => {
-                        tracing::warn!(?answer, "a kafka fetch got no native answer");
-                        return encoded(&header, &FetchResponse::default());
-                    }
+                    answer => return unanswered("Fetch", answer),
                 }
             };
             read_file_ranges(&mut native);
@@ -225,16 +244,12 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
         }
         KafkaRequest::ListOffsets(request) => {
             let list = translate::list_offsets_request(&request);
-            let nothing = || strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() };
             let native = if list.native.topics.is_empty() {
-                nothing()
+                strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
             } else {
                 match native(shard, Request::ListOffsets(list.native)).await {
                     Ok(Response::ListOffsets(native)) => native,
-                    answer => {
-                        tracing::warn!(?answer, "a kafka list-offsets got no native answer");
-                        nothing()
-                    }
+                    answer => return unanswered("ListOffsets", answer),
                 }
             };
             encoded(
@@ -293,6 +308,16 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Op
         KafkaRequest::CreatePartitions(request) => {
             encoded(&header, &admin::create_partitions(shard, request).await)
         }
+        KafkaRequest::DescribeConfigs(request) => {
+            encoded(&header, &admin::describe_configs(shard, request).await)
+        }
+        KafkaRequest::AlterConfigs(request) => {
+            encoded(&header, &admin::alter_configs(shard, request).await)
+        }
+        KafkaRequest::IncrementalAlterConfigs(request) => encoded(
+            &header,
+            &admin::incremental_alter_configs(shard, request).await,
+        ),
     }
 }
 
