@@ -57,6 +57,24 @@ fn refuse(error: i16, message: &str) -> Refusal {
     }
 }
 
+/// Options of topic requests Strata has no counterpart for: a dry run, and replicas placed by
+/// hand (Strata places them; `strata topic reassign` moves them).
+fn unsupported_options(validate_only: bool, assignments: bool) -> Result<(), Refusal> {
+    if validate_only {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "validate_only is not supported",
+        ));
+    }
+    if assignments {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "replica assignments are not supported: Strata places replicas (move them with `strata topic reassign`)",
+        ));
+    }
+    Ok(())
+}
+
 /// One native CreateTopic per topic, or why the topic is refused on sight (manual replica
 /// assignments, `validate_only`: Strata places replicas itself and has no dry run).
 pub fn create_topics_requests(
@@ -67,20 +85,19 @@ pub fn create_topics_requests(
         .iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let native = if request.validate_only {
-                Err(refuse(errors::INVALID_REQUEST, "validate_only is not supported"))
-            } else if !topic.assignments.is_empty() {
-                Err(refuse(
-                    errors::INVALID_REQUEST,
-                    "replica assignments are not supported: Strata places replicas (move them with `strata topic reassign`)",
-                ))
+            let native = if let Err(refusal) =
+                unsupported_options(request.validate_only, !topic.assignments.is_empty())
+            {
+                Err(refusal)
             } else {
                 let partitions = match topic.num_partitions {
                     -1 => Ok(DEFAULT_PARTITIONS),
                     count => u32::try_from(count)
                         .ok()
                         .filter(|&count| count > 0)
-                        .ok_or_else(|| refuse(errors::INVALID_PARTITIONS, "partitions must be positive")),
+                        .ok_or_else(|| {
+                            refuse(errors::INVALID_PARTITIONS, "partitions must be positive")
+                        }),
                 };
                 let replication_factor = match topic.replication_factor {
                     -1 => Ok(DEFAULT_REPLICATION_FACTOR),
@@ -174,16 +191,10 @@ pub fn create_partitions_requests(
         .iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let native = if request.validate_only {
-                Err(refuse(
-                    errors::INVALID_REQUEST,
-                    "validate_only is not supported",
-                ))
-            } else if topic.assignments.is_some() {
-                Err(refuse(
-                    errors::INVALID_REQUEST,
-                    "replica assignments are not supported: Strata places replicas",
-                ))
+            let native = if let Err(refusal) =
+                unsupported_options(request.validate_only, topic.assignments.is_some())
+            {
+                Err(refusal)
             } else {
                 u32::try_from(topic.count)
                     .map(|partitions| native::CreatePartitionsRequest {
@@ -314,12 +325,7 @@ pub fn incremental_alter_request(
             "only topic configs are served",
         ));
     }
-    if validate_only {
-        return Err(refuse(
-            errors::INVALID_REQUEST,
-            "validate_only is not supported",
-        ));
-    }
+    unsupported_options(validate_only, false)?;
     let mut alter = native::AlterTopicConfigRequest {
         topic: topic.to_string(),
         set: Vec::new(),

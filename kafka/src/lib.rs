@@ -23,4 +23,7 @@ pub mod frame;
 pub mod records;
 pub mod translate;
 
+#[cfg(test)]
+mod test_records;
+
 pub use kafka_protocol;

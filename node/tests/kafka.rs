@@ -135,6 +135,21 @@ fn check_against_sent(
     consumed.len()
 }
 
+/// A group as `strata group describe --format json` shows it, and the sum of its committed
+/// offsets.
+fn group_committed(node: &TestNode, group: &str) -> (serde_json::Value, u64) {
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["group", "describe", group, "--format", "json"], None))
+            .unwrap();
+    let committed = described["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|offset| offset["committed"].as_u64().unwrap())
+        .sum();
+    (described, committed)
+}
+
 fn keyed_lines(prefix: &str, count: usize) -> (Vec<(String, String)>, Vec<u8>) {
     let sent: Vec<(String, String)> = (0..count)
         .map(|i| (format!("key{}", i % 37), format!("{prefix}-{i:06}")))
@@ -325,16 +340,7 @@ fn kcat_reaches_every_leader_of_a_replicated_cluster() {
             None,
         );
         assert_eq!(read.lines().count(), 6_000, "{group}");
-        let described: serde_json::Value = serde_json::from_str(
-            &first.cli(&["group", "describe", group, "--format", "json"], None),
-        )
-        .unwrap();
-        let committed: u64 = described["offsets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|offset| offset["committed"].as_u64().unwrap())
-            .sum();
+        let (described, committed) = group_committed(first, group);
         assert_eq!(committed, 6_000, "{described}");
     }
 }
@@ -511,17 +517,9 @@ fn kcat_consumer_groups_split_partitions_commit_and_resume() {
     let mut expected: Vec<String> = sent.iter().map(|(_, value)| value.clone()).collect();
     expected.sort();
     assert_eq!(first, expected);
-    let describe = |group: &str| -> serde_json::Value {
-        serde_json::from_str(&node.cli(&["group", "describe", group, "--format", "json"], None))
-            .unwrap()
-    };
-    let committed: u64 = describe("readers")["offsets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|offset| offset["committed"].as_u64().unwrap())
-        .sum();
-    assert_eq!(committed, 2_000, "{}", describe("readers"));
+    let describe = |group: &str| group_committed(&node, group).0;
+    let (described, committed) = group_committed(&node, "readers");
+    assert_eq!(committed, 2_000, "{described}");
 
     let (more, input) = keyed_lines("second", 300);
     kcat(&kafka, &["-P", "-t", "events", "-K", ":"], Some(&input));
@@ -658,16 +656,7 @@ print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": see
             "the record acknowledged at {at:?}"
         );
     }
-    let described: serde_json::Value = serde_json::from_str(
-        &node.cli(&["group", "describe", "pygroup", "--format", "json"], None),
-    )
-    .unwrap();
-    let committed: u64 = described["offsets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|offset| offset["committed"].as_u64().unwrap())
-        .sum();
+    let (described, committed) = group_committed(&node, "pygroup");
     assert_eq!(committed, 3000, "{described}");
 }
 

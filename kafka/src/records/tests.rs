@@ -1,54 +1,26 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
-    RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record as KafkaRecord, RecordBatchDecoder};
 use strata_wire::batch::{Codec, split_batches, stamp};
 
 use super::{RecordsError, to_kafka, to_strata};
 
 const LIMIT: usize = 1 << 20;
 
+/// A test record with a header of its own.
 fn record(offset: i64, key: Option<&'static [u8]>, value: &'static [u8]) -> KafkaRecord {
+    let mut record = crate::test_records::record(offset, key, value);
     let mut headers = IndexMap::new();
     headers.insert(
         StrBytes::from_static_str("trace"),
         Some(Bytes::from(format!("t-{offset}"))),
     );
-    KafkaRecord {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        // What Kafka's decoder gives records of a batch without a producer: the batch's base
-        // sequence (-1) plus the record's offset delta.
-        sequence: offset as i32 - 1,
-        timestamp: 1_700_000_000_000 + offset,
-        key: key.map(Bytes::from_static),
-        value: Some(Bytes::from_static(value)),
-        headers,
-    }
+    record.headers = headers;
+    record
 }
 
-fn kafka_batch(records: &[KafkaRecord], compression: Compression) -> Bytes {
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut out,
-        records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .unwrap();
-    out.freeze()
-}
+use crate::test_records::batch as kafka_batch;
 
 fn sample() -> Vec<KafkaRecord> {
     vec![

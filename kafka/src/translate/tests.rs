@@ -6,7 +6,7 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+use kafka_protocol::records::Compression;
 use strata_wire::protocol as native;
 
 use super::*;
@@ -18,32 +18,10 @@ fn name(topic: &str) -> TopicName {
 }
 
 fn kafka_records() -> Bytes {
-    let record = kafka_protocol::records::Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: kafka_protocol::records::TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: 1,
-        key: None,
-        value: Some(Bytes::from_static(b"v")),
-        headers: Default::default(),
-    };
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut out,
-        [&record],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
+    crate::test_records::batch(
+        &[crate::test_records::record(0, None, b"v")],
+        Compression::None,
     )
-    .unwrap();
-    out.freeze()
 }
 
 /// Partitions refused on sight are answered beside the broker's answers, under their topic.

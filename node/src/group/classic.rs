@@ -290,14 +290,7 @@ impl ClassicGroup {
         for (id, member) in &mut self.members {
             member.joined = Some(id.as_str()) == joined;
         }
-        let syncing: Vec<String> = self
-            .waiting
-            .iter()
-            .filter(|(_, is_join)| !**is_join)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in syncing {
-            self.waiting.remove(&id);
+        for id in self.take_syncing() {
             self.replies
                 .push((id, Reply::Sync(Err(ClassicError::RebalanceInProgress))));
         }
@@ -309,6 +302,20 @@ impl ClassicGroup {
             .unwrap_or(0);
         self.rebalance_deadline_ms = Some(now_ms + u64::from(timeout));
         self.state = ClassicState::PreparingRebalance;
+    }
+
+    /// The members waiting on a sync, who stop waiting: the caller answers them.
+    fn take_syncing(&mut self) -> Vec<String> {
+        let syncing: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, is_join)| !**is_join)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &syncing {
+            self.waiting.remove(id);
+        }
+        syncing
     }
 
     fn complete_join_if_all_joined(&mut self) {
@@ -453,14 +460,7 @@ impl ClassicGroup {
                     member.assignment = assignments.remove(id).unwrap_or_default();
                 }
                 self.state = ClassicState::Stable;
-                let syncing: Vec<String> = self
-                    .waiting
-                    .iter()
-                    .filter(|(_, is_join)| !**is_join)
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                for id in syncing {
-                    self.waiting.remove(&id);
+                for id in self.take_syncing() {
                     let assignment = self.members[&id].assignment.clone();
                     self.replies.push((id, Reply::Sync(Ok(assignment))));
                 }

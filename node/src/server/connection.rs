@@ -88,6 +88,22 @@ where
     })
 }
 
+/// The next frame's length; `None` once the connection has ended (between frames, inside a
+/// prefix, or with an error, which is logged).
+pub(super) async fn next_frame_len<R: tokio::io::AsyncRead + Unpin>(
+    frames: &mut strata_client::FrameReader<R>,
+    peer: SocketAddr,
+) -> Option<usize> {
+    match frames.next_len().await {
+        Ok(len) => len,
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => None,
+        Err(error) => {
+            tracing::debug!(%peer, "connection read failed: {error}");
+            None
+        }
+    }
+}
+
 /// At most this many buffers in one vectored write (the kernel takes up to 1024).
 const WRITE_COALESCE_CHUNKS: usize = 256;
 
@@ -116,14 +132,8 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
     let max_frame_bytes = shard.context.config.max_frame_bytes;
     loop {
-        let len = match frames.next_len().await {
-            Ok(Some(len)) => len,
-            Ok(None) => break,
-            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(error) => {
-                tracing::debug!(%peer, "connection read failed: {error}");
-                break;
-            }
+        let Some(len) = next_frame_len(&mut frames, peer).await else {
+            break;
         };
         if len > max_frame_bytes || len < REQUEST_HEADER_LEN {
             // Answer with the correlation id if the header is there, then hang up: the body is

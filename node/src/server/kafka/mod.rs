@@ -90,13 +90,8 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
     let max_frame_bytes = shard.context.config.max_frame_bytes;
     loop {
-        let len = match frames.next_len().await {
-            Ok(Some(len)) => len,
-            Ok(None) => break,
-            Err(error) => {
-                tracing::debug!(%peer, "kafka connection read failed: {error}");
-                break;
-            }
+        let Some(len) = connection::next_frame_len(&mut frames, peer).await else {
+            break;
         };
         if len > max_frame_bytes {
             tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing kafka connection: frame over the size limit");
