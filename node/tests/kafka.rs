@@ -150,6 +150,18 @@ fn group_committed(node: &TestNode, group: &str) -> (serde_json::Value, u64) {
     (described, committed)
 }
 
+/// Runs a kafka-python `script` with the Kafka listener's address as its argument; returns
+/// the JSON it prints.
+fn kafka_python(script: &str, kafka: &str) -> serde_json::Value {
+    let output = Command::new("python3")
+        .args(["-c", script, kafka])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 with kafka-python (scripts/test.sh installs it)");
+    assert!(output.status.success(), "the kafka-python script failed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 fn keyed_lines(prefix: &str, count: usize) -> (Vec<(String, String)>, Vec<u8>) {
     let sent: Vec<(String, String)> = (0..count)
         .map(|i| (format!("key{}", i % 37), format!("{prefix}-{i:06}")))
@@ -617,13 +629,7 @@ for thread in threads: thread.join()
 print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": seen,
                   "partitions": partitions}))
 "#;
-    let output = Command::new("python3")
-        .args(["-c", script, &kafka])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("python3 with kafka-python (scripts/test.sh installs it)");
-    assert!(output.status.success(), "the kafka-python script failed");
-    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let result = kafka_python(script, &kafka);
     let acked: Vec<(u64, u64)> = result["acked"]
         .as_array()
         .unwrap()
@@ -709,13 +715,7 @@ out["members"] = [sorted(p for a in m["member_assignment"]["assigned_partitions"
 consumer.close()
 print(json.dumps(out))
 "#;
-    let output = Command::new("python3")
-        .args(["-c", script, &kafka])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("python3 with kafka-python (scripts/test.sh installs it)");
-    assert!(output.status.success(), "the kafka-python script failed");
-    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let result = kafka_python(script, &kafka);
     assert_eq!(
         result["created"],
         serde_json::json!({"kept": 0, "dropped": 0, "bad": 37}),

@@ -328,15 +328,16 @@ impl ClassicGroup {
 
     /// Ends the join phase: members that did not rejoin are dropped, the generation moves on,
     /// and every member that joined hears of it (the leader with everyone's metadata).
-    fn complete_join(&mut self) {
+    /// Returns the members dropped.
+    fn complete_join(&mut self) -> Vec<String> {
         let dropped: Vec<String> = self
             .members
             .iter()
             .filter(|(_, member)| !member.joined)
             .map(|(id, _)| id.clone())
             .collect();
-        for id in dropped {
-            self.remove_member(&id);
+        for id in &dropped {
+            self.remove_member(id);
         }
         self.generation += 1;
         self.rebalance_deadline_ms = None;
@@ -344,7 +345,7 @@ impl ClassicGroup {
             self.state = ClassicState::Empty;
             self.protocol = None;
             self.leader = None;
-            return;
+            return dropped;
         }
         self.protocol = self.common_protocol(None);
         if self
@@ -363,6 +364,7 @@ impl ClassicGroup {
                 self.replies.push((id, Reply::Join(answer)));
             }
         }
+        dropped
     }
 
     fn join_answer(&self, member_id: &str) -> JoinAnswer {
@@ -567,13 +569,7 @@ impl ClassicGroup {
                 .rebalance_deadline_ms
                 .is_some_and(|deadline| now_ms >= deadline)
         {
-            let stragglers: Vec<String> = self
-                .members
-                .iter()
-                .filter(|(_, member)| !member.joined)
-                .map(|(id, _)| id.clone())
-                .collect();
-            self.complete_join();
+            let stragglers = self.complete_join();
             self.assert_invariants();
             return expired.into_iter().chain(stragglers).collect();
         }
