@@ -9,6 +9,7 @@
 //! foreign format is translated, the native path stays zero-copy.
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::compression::Decompressor;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -47,13 +48,23 @@ pub enum RecordsError {
 
 /// Translates the records of one partition of a Kafka produce request into Strata batches,
 /// back to back, as a native produce request carries them. Checks each Kafka batch's CRC;
-/// refuses batches whose records would exceed `limit` bytes once decompressed.
+/// refuses batches that would inflate past `limit` bytes, before they do.
 pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsError> {
     if kafka.is_empty() {
         return Err(RecordsError::Empty);
     }
-    let sets = RecordBatchDecoder::decode_all(&mut kafka)
-        .map_err(|error| RecordsError::Malformed(format!("{error:#}")))?;
+    let mut sets = Vec::new();
+    let decompress = |compressed: &mut Bytes, compression: Compression| {
+        decompress_bounded(compressed, compression, limit)
+    };
+    while !kafka.is_empty() {
+        let set = RecordBatchDecoder::decode_with_custom_compression(&mut kafka, Some(&decompress))
+            .map_err(|error| match error.downcast::<RecordsError>() {
+                Ok(too_large) => too_large,
+                Err(error) => RecordsError::Malformed(format!("{error:#}")),
+            })?;
+        sets.push(set);
+    }
     let mut batches = Vec::with_capacity(sets.len());
     for set in &sets {
         batches.push(strata_batch(set, limit)?);
@@ -69,6 +80,78 @@ pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsErro
         out.extend_from_slice(batch);
     }
     Ok(out)
+}
+
+/// Inflates a compressed batch's records, refusing at once a stream that would inflate past
+/// `limit` bytes (a small gzip or zstd batch can expand to gigabytes: it must not reach the
+/// broker's memory). Snappy states its block sizes up front; the streaming codecs are read
+/// through a cap.
+fn decompress_bounded(
+    compressed: &mut Bytes,
+    compression: Compression,
+    limit: usize,
+) -> anyhow::Result<Bytes> {
+    use std::io::Read;
+    let input = std::mem::take(compressed);
+    let too_large = |bytes: usize| anyhow::Error::new(RecordsError::TooLarge { bytes, limit });
+    let mut inflated = Vec::new();
+    let cap = (limit as u64).saturating_add(1);
+    match compression {
+        Compression::None => return Ok(input),
+        Compression::Gzip => {
+            flate2::read::GzDecoder::new(&input[..])
+                .take(cap)
+                .read_to_end(&mut inflated)?;
+        }
+        Compression::Zstd => {
+            zstd::stream::read::Decoder::new(&input[..])?
+                .take(cap)
+                .read_to_end(&mut inflated)?;
+        }
+        Compression::Lz4 => {
+            lz4::Decoder::new(&input[..])?
+                .take(cap)
+                .read_to_end(&mut inflated)?;
+        }
+        Compression::Snappy => {
+            let stated = snappy_inflated_len(&input)?;
+            if stated > limit {
+                return Err(too_large(stated));
+            }
+            let mut compressed = input;
+            return kafka_protocol::compression::Snappy::decompress(&mut compressed, |inflated| {
+                Ok(std::mem::take(inflated))
+            });
+        }
+    }
+    if inflated.len() > limit {
+        return Err(too_large(inflated.len()));
+    }
+    Ok(Bytes::from(inflated))
+}
+
+/// The size a Kafka snappy stream states it inflates to: xerial's framing (a 16-byte header,
+/// then blocks each prefixed with its length) or one raw snappy block.
+fn snappy_inflated_len(input: &[u8]) -> anyhow::Result<usize> {
+    const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+    const XERIAL_HEADER_LEN: usize = 16;
+    if !input.starts_with(XERIAL_MAGIC) {
+        return Ok(snap::raw::decompress_len(input)?);
+    }
+    let mut rest = input.get(XERIAL_HEADER_LEN..).unwrap_or_default();
+    let mut total = 0usize;
+    while !rest.is_empty() {
+        let (len, after) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| anyhow::anyhow!("a snappy block length is cut short"))?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let block = after
+            .get(..len)
+            .ok_or_else(|| anyhow::anyhow!("a snappy block is cut short"))?;
+        total = total.saturating_add(snap::raw::decompress_len(block)?);
+        rest = &after[len..];
+    }
+    Ok(total)
 }
 
 fn strata_batch(set: &RecordSet, limit: usize) -> Result<Bytes, RecordsError> {

@@ -188,3 +188,36 @@ fn bad_batches_are_refused_with_their_reason() {
         Err(RecordsError::TooLarge { .. })
     ));
 }
+
+/// A batch that inflates past the limit is refused before it is inflated whole, in each codec
+/// (a few kilobytes of gzip can stand for gigabytes).
+#[test]
+fn batches_that_would_inflate_past_the_limit_are_refused_in_every_codec() {
+    static ZEROS: [u8; 200_000] = [0; 200_000];
+    let bomb: Vec<KafkaRecord> = (0..50)
+        .map(|offset| crate::test_records::record(offset, None, &ZEROS))
+        .collect();
+    for compression in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let compressed = kafka_batch(&bomb, compression);
+        assert!(compressed.len() < 1_000_000, "{compression:?} compresses");
+        match to_strata(compressed.clone(), 1_000_000) {
+            // Streams are cut one byte past the limit; snappy's stated size is refused before
+            // any of it is inflated. Either way, long before the 10 MB the batch stands for.
+            Err(RecordsError::TooLarge { bytes, limit }) if compression == Compression::Snappy => {
+                assert!(bytes > limit && bytes < 11_000_000, "{bytes}");
+            }
+            Err(RecordsError::TooLarge { bytes, limit }) => {
+                assert_eq!(bytes, limit + 1, "{compression:?} read past its cap");
+            }
+            other => panic!("{compression:?}: {other:?}"),
+        }
+        // Under a limit it fits, it goes through.
+        let batch = to_strata(compressed, 20_000_000).unwrap();
+        assert!(!batch.is_empty());
+    }
+}
