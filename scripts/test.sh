@@ -25,9 +25,10 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 # kafka-python: a second Kafka client, independent of librdkafka, for the Kafka listener's tests.
-if ! python3 -c 'import kafka' >/dev/null 2>&1; then
+if ! python3 -c 'from kafka import KafkaProducer' >/dev/null 2>&1; then
     echo "installing kafka-python"
-    python3 -m pip install --quiet --disable-pip-version-check kafka-python==3.0.12
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        kafka-python==3.0.12
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "installing cargo-nextest"
