@@ -22,6 +22,7 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use support::{
     TestNode, etcd_args, free_base_port, history::read_to_end, runtime, stored_records, wait_for,
+    wait_for_at_most,
 };
 
 /// kcat, librdkafka's command-line client (Debian's `kcat`, which `scripts/test.sh` installs).
@@ -746,4 +747,112 @@ print(json.dumps(out))
     assert!(config.contains("retention.ms=120000"), "{config}");
     assert!(config.contains("segment.bytes=1048576"), "{config}");
     assert_eq!(node.cli(&["topic", "list"], None).trim(), "kept");
+}
+
+/// A Kafka consumer group outlives its coordinator: kill -9 of the broker coordinating the
+/// group (and leading a third of the partitions) while a kcat member consumes; another broker
+/// takes the group over, the member rejoins, and every record, those produced after the kill
+/// too, is consumed (at least once) and finally committed.
+#[test]
+fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            kafka_node(dir.path(), 1, &etcd_args(&etcd, &id))
+        })
+        .collect();
+    let kafka = nodes[0].1.clone();
+    wait_for("three brokers", || {
+        kcat(&kafka, &["-L"], None).contains(" 3 brokers:")
+    });
+    nodes[0].0.cli(
+        &[
+            "topic",
+            "create",
+            "ledger",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+            "--min-insync",
+            "2",
+        ],
+        None,
+    );
+    wait_for("leaders for every partition", || {
+        !kcat(&kafka, &["-L", "-t", "ledger"], None).contains("leader -1")
+    });
+    let (mut sent, input) = keyed_lines("before", 3_000);
+    kcat(
+        &kafka,
+        &["-P", "-t", "ledger", "-K", ":", "-X", "acks=all"],
+        Some(&input),
+    );
+
+    // "orders" hashes to broker 3 among brokers 1-3 (crc32c mod 3).
+    let consumed = dirs[0].path().join("consumed.txt");
+    let mut member = Command::new("kcat")
+        .args([
+            "-b",
+            &kafka,
+            "-G",
+            "orders",
+            "-o",
+            "beginning",
+            "-q",
+            "-u",
+            "-f",
+            "%s\n",
+            "-X",
+            "auto.commit.interval.ms=500",
+            "ledger",
+        ])
+        .stdout(std::fs::File::create(&consumed).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = || -> std::collections::BTreeSet<String> {
+        std::fs::read_to_string(&consumed)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    wait_for_at_most(
+        "the member to read the first records",
+        Duration::from_secs(30),
+        || seen().len() == 3_000,
+    );
+    nodes[2].0.kill();
+
+    let (more, input) = keyed_lines("after", 3_000);
+    kcat(
+        &kafka,
+        &["-P", "-t", "ledger", "-K", ":", "-X", "acks=all"],
+        Some(&input),
+    );
+    sent.extend(more);
+    let expected: std::collections::BTreeSet<String> =
+        sent.into_iter().map(|(_, value)| value).collect();
+    wait_for_at_most(
+        "every record consumed after the coordinator died",
+        Duration::from_secs(60),
+        || seen() == expected,
+    );
+    wait_for_at_most("the commits to catch up", Duration::from_secs(30), || {
+        group_committed(&nodes[0].0, "orders").1 == 6_000
+    });
+    let (described, _) = group_committed(&nodes[1].0, "orders");
+    assert_eq!(
+        described["members"].as_array().unwrap().len(),
+        1,
+        "{described}"
+    );
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    unsafe { libc::kill(member.id() as i32, libc::SIGTERM) };
+    member.wait().unwrap();
 }
