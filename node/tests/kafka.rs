@@ -181,7 +181,8 @@ fn keyed_lines(prefix: &str, count: usize) -> (Vec<(String, String)>, Vec<u8>) {
 #[test]
 fn kcat_produces_and_consumes_through_the_kafka_listener_beside_native_clients() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    let admin = free_base_port(0);
+    let (node, kafka) = kafka_node(dir.path(), 2, &["--admin", &format!("127.0.0.1:{admin}")]);
     node.cli(&["topic", "create", "orders", "--partitions", "4"], None);
 
     let metadata = kcat(&kafka, &["-L", "-t", "orders"], None);
@@ -272,6 +273,13 @@ fn kcat_produces_and_consumes_through_the_kafka_listener_beside_native_clients()
         after.trim(),
         format!("orders [3] offset {}", partition_3 - 2)
     );
+
+    // The listener's traffic is in /metrics; kcat's connections closed when it exited.
+    // Eight kcat runs, each at least an ApiVersions and a Metadata.
+    assert!(support::metric_total(admin, "strata_kafka_requests_total") >= 16.0);
+    wait_for("every kafka connection closed", || {
+        support::metric_total(admin, "strata_kafka_connections") == 0.0
+    });
 }
 
 /// A replicated cluster: every broker has a Kafka listener, kcat learns all three from one,

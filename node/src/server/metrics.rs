@@ -93,6 +93,9 @@ pub struct Snapshot {
     /// `syncfs` rounds, and the logs' interval syncs they served.
     pub sync_rounds: u64,
     pub sync_round_jobs: u64,
+    /// Requests this shard took on the Kafka listener, and its Kafka connections open now.
+    pub kafka_requests: u64,
+    pub kafka_connections: u64,
 }
 
 impl Default for Snapshot {
@@ -118,6 +121,8 @@ impl Default for Snapshot {
             sent_from_files: 0,
             sync_rounds: 0,
             sync_round_jobs: 0,
+            kafka_requests: 0,
+            kafka_connections: 0,
         }
     }
 }
@@ -186,6 +191,7 @@ impl ShardMetrics {
         (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
         snapshot.sent_from_files = super::connection::sent_from_files();
+        (snapshot.kafka_requests, snapshot.kafka_connections) = super::kafka::totals();
         if let Some(rounds) = sync_rounds {
             (snapshot.sync_rounds, snapshot.sync_round_jobs) = (rounds.rounds(), rounds.jobs());
         }
@@ -270,12 +276,24 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 14] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 16] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
             "Requests forwarded to the owning shard.",
             |s| s.cross_shard_hops,
+        ),
+        (
+            "strata_kafka_requests_total",
+            "counter",
+            "Requests taken on the Kafka listener (--kafka-listen).",
+            |s| s.kafka_requests,
+        ),
+        (
+            "strata_kafka_connections",
+            "gauge",
+            "Kafka clients' connections open now.",
+            |s| s.kafka_connections,
         ),
         (
             "strata_partitions",

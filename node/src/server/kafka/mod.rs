@@ -62,7 +62,38 @@ enum Outcome {
 
 type Answer = oneshot::Receiver<Outcome>;
 
+thread_local! {
+    /// Requests this thread (a shard) took on the Kafka listener, and its connections open.
+    static REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static CONNECTIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// This shard's Kafka requests so far and connections open now (for `/metrics`).
+pub fn totals() -> (u64, u64) {
+    (
+        REQUESTS.with(std::cell::Cell::get),
+        CONNECTIONS.with(std::cell::Cell::get),
+    )
+}
+
+/// Counts a connection open for as long as it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        CONNECTIONS.with(|open| open.set(open.get() + 1));
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        CONNECTIONS.with(|open| open.set(open.get() - 1));
+    }
+}
+
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    let _open = Open::new();
     let (reader, mut writer) = stream.into_split();
     let mut frames = strata_client::FrameReader::big_endian(reader);
     let (answers, mut in_order) = mpsc::unbounded_channel::<Answer>();
@@ -104,6 +135,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                 break;
             }
         };
+        REQUESTS.with(|requests| requests.set(requests.get() + 1));
         let (header, request) = match frame::decode_request(body) {
             Ok(decoded) => decoded,
             Err(Rejected::Unsupported {
