@@ -12,7 +12,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium;
 # the network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
 # listener's tests produce and consume with kcat (librdkafka, a real Kafka client).
-required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat")
+required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
@@ -29,6 +29,13 @@ if ! python3 -c 'from kafka import KafkaProducer' >/dev/null 2>&1; then
     echo "installing kafka-python"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         kafka-python==3.0.12
+fi
+# kafkajs: a third Kafka client (JavaScript, on the machine's Node.js), kept outside the clone.
+export STRATA_KAFKAJS_DIR="${STRATA_KAFKAJS_DIR:-/var/tmp/strata-kafkajs}"
+if [ ! -f "$STRATA_KAFKAJS_DIR/node_modules/kafkajs/package.json" ]; then
+    echo "installing kafkajs"
+    mkdir -p "$STRATA_KAFKAJS_DIR"
+    npm install --prefix "$STRATA_KAFKAJS_DIR" --no-audit --no-fund --silent kafkajs@2.2.4
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "installing cargo-nextest"

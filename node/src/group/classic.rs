@@ -54,6 +54,9 @@ pub enum ClassicError {
     /// A first join without a member id (JoinGroup v4+): the answer carries the id to join with.
     #[error("member id required")]
     MemberIdRequired,
+    /// A static member's instance id now belongs to a newer member id: this one is a zombie.
+    #[error("the instance id belongs to a newer member")]
+    FencedInstanceId,
 }
 
 /// A JoinGroup, as the coordinator sees it.
@@ -69,6 +72,9 @@ pub struct JoinRequest {
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a first join is answered MEMBER_ID_REQUIRED with the id to use.
     pub require_known_member_id: bool,
+    /// `group.instance.id` (static membership, KIP-345): a restarted instance takes its
+    /// membership back under a new member id, without a rebalance when nothing changed.
+    pub instance_id: Option<String>,
 }
 
 /// What a join is answered with.
@@ -130,6 +136,24 @@ struct Member {
     joined: bool,
     /// What the leader's last SyncGroup gave it.
     assignment: Bytes,
+    instance_id: Option<String>,
+}
+
+impl Member {
+    /// A member that just joined with `request`, holding `assignment` until the next sync.
+    fn joined(now_ms: u64, request: JoinRequest, assignment: Bytes) -> Member {
+        Member {
+            client_id: request.client_id,
+            session_timeout_ms: request.session_timeout_ms,
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            protocol_type: request.protocol_type,
+            protocols: request.protocols,
+            heard_ms: now_ms,
+            joined: true,
+            assignment,
+            instance_id: request.instance_id,
+        }
+    }
 }
 
 /// One member as `describe` shows it.
@@ -152,6 +176,8 @@ pub struct ClassicGroup {
     rebalance_deadline_ms: Option<u64>,
     /// Members waiting for an answer: true for a join, false for a sync.
     waiting: BTreeMap<String, bool>,
+    /// Static members: instance id → the member id it holds now.
+    instances: BTreeMap<String, String>,
     replies: Vec<(String, Reply)>,
 }
 
@@ -167,6 +193,7 @@ impl ClassicGroup {
             pending: BTreeMap::new(),
             rebalance_deadline_ms: None,
             waiting: BTreeMap::new(),
+            instances: BTreeMap::new(),
             replies: Vec::new(),
         }
     }
@@ -227,8 +254,22 @@ impl ClassicGroup {
                 request.member_id,
             ));
         }
+        if let Some(instance) = &request.instance_id
+            && let Some(current) = self.instances.get(instance).cloned()
+        {
+            if request.member_id.is_empty() {
+                return self.replace_static_member(now_ms, current, request, new_member_id);
+            }
+            if current != request.member_id {
+                return Joined::Now(JoinAnswer::refused(
+                    ClassicError::FencedInstanceId,
+                    request.member_id,
+                ));
+            }
+        }
         let member_id = if request.member_id.is_empty() {
-            if request.require_known_member_id {
+            // Static members are let in at once (KIP-394 spares them the round trip).
+            if request.require_known_member_id && request.instance_id.is_none() {
                 self.pending
                     .insert(new_member_id.clone(), (now_ms, request.session_timeout_ms));
                 return Joined::Now(JoinAnswer::refused(
@@ -260,21 +301,18 @@ impl ClassicGroup {
             member.heard_ms = now_ms;
             return Joined::Now(self.join_answer(&member_id));
         }
-        let member = Member {
-            client_id: request.client_id,
-            session_timeout_ms: request.session_timeout_ms,
-            rebalance_timeout_ms: request.rebalance_timeout_ms,
-            protocol_type: request.protocol_type,
-            protocols: request.protocols,
-            heard_ms: now_ms,
-            joined: true,
-            assignment: self
-                .members
-                .get(&member_id)
-                .map(|member| member.assignment.clone())
-                .unwrap_or_default(),
-        };
-        self.members.insert(member_id.clone(), member);
+        if let Some(instance) = &request.instance_id {
+            self.instances.insert(instance.clone(), member_id.clone());
+        }
+        let assignment = self
+            .members
+            .get(&member_id)
+            .map(|member| member.assignment.clone())
+            .unwrap_or_default();
+        self.members.insert(
+            member_id.clone(),
+            Member::joined(now_ms, request, assignment),
+        );
         // A join of this member still waiting is answered by this one's answer (the adapter
         // keeps one waiter per member).
         self.waiting.insert(member_id.clone(), true);
@@ -283,6 +321,54 @@ impl ClassicGroup {
         }
         self.complete_join_if_all_joined();
         Joined::Wait { member_id }
+    }
+
+    /// A static member's instance rejoins without a member id (it restarted): it takes the
+    /// membership over under `new_member_id`, and the old id is fenced. In a stable group,
+    /// with the same protocols and not the leader, it gets the current generation and its
+    /// assignment back at once: no rebalance, which is what static membership is for.
+    fn replace_static_member(
+        &mut self,
+        now_ms: u64,
+        old_member_id: String,
+        request: JoinRequest,
+        new_member_id: String,
+    ) -> Joined {
+        let old = self
+            .members
+            .remove(&old_member_id)
+            .expect("an instance maps to a member");
+        if let Some(is_join) = self.waiting.remove(&old_member_id) {
+            let fenced = ClassicError::FencedInstanceId;
+            let reply = if is_join {
+                Reply::Join(JoinAnswer::refused(fenced, old_member_id.clone()))
+            } else {
+                Reply::Sync(Err(fenced))
+            };
+            self.replies.push((old_member_id.clone(), reply));
+        }
+        let unchanged = old.protocols == request.protocols;
+        let was_leader = self.leader.as_deref() == Some(old_member_id.as_str());
+        if was_leader {
+            self.leader = Some(new_member_id.clone());
+        }
+        let instance = request.instance_id.clone().expect("a static member");
+        self.instances.insert(instance, new_member_id.clone());
+        self.members.insert(
+            new_member_id.clone(),
+            Member::joined(now_ms, request, old.assignment),
+        );
+        if self.state == ClassicState::Stable && unchanged && !was_leader {
+            return Joined::Now(self.join_answer(&new_member_id));
+        }
+        self.waiting.insert(new_member_id.clone(), true);
+        if self.state != ClassicState::PreparingRebalance {
+            self.prepare_rebalance(now_ms, Some(&new_member_id));
+        }
+        self.complete_join_if_all_joined();
+        Joined::Wait {
+            member_id: new_member_id,
+        }
     }
 
     /// Every member must rejoin; those waiting on a sync hear REBALANCE_IN_PROGRESS.
@@ -510,7 +596,13 @@ impl ClassicGroup {
     }
 
     fn remove_member(&mut self, member_id: &str) {
-        self.members.remove(member_id);
+        if let Some(instance) = self
+            .members
+            .remove(member_id)
+            .and_then(|member| member.instance_id)
+        {
+            self.instances.remove(&instance);
+        }
         if let Some(is_join) = self.waiting.remove(member_id) {
             let reply = if is_join {
                 Reply::Join(JoinAnswer::refused(
@@ -596,6 +688,27 @@ impl ClassicGroup {
             return Err(ClassicError::RebalanceInProgress);
         }
         Ok(())
+    }
+
+    /// The member id an instance holds now (a LeaveGroup may name only the instance).
+    pub fn member_of_instance(&self, instance_id: &str) -> Option<&str> {
+        self.instances.get(instance_id).map(String::as_str)
+    }
+
+    /// A request naming an instance id must come from the member holding it now.
+    pub fn check_instance(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), ClassicError> {
+        match instance_id {
+            Some(instance)
+                if self.instances.get(instance).map(String::as_str) != Some(member_id) =>
+            {
+                Err(ClassicError::FencedInstanceId)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn check_member(&self, member_id: &str, generation: i32) -> Result<(), ClassicError> {

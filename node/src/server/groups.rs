@@ -73,17 +73,20 @@ pub enum KafkaGroupRequest {
     Sync {
         group: String,
         member_id: String,
+        instance_id: Option<String>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
     },
     Heartbeat {
         group: String,
         member_id: String,
+        instance_id: Option<String>,
         generation: i32,
     },
+    /// Members by id, or (static members) by instance id with the member id empty.
     Leave {
         group: String,
-        member_ids: Vec<String>,
+        members: Vec<(String, Option<String>)>,
     },
 }
 
@@ -485,6 +488,7 @@ fn classic_error(error: ClassicError) -> ErrorCode {
         ClassicError::IllegalGeneration => ErrorCode::IllegalGeneration,
         ClassicError::RebalanceInProgress => ErrorCode::RebalanceInProgress,
         ClassicError::InconsistentProtocol => ErrorCode::InconsistentAssignor,
+        ClassicError::FencedInstanceId => ErrorCode::FencedInstanceId,
     }
 }
 
@@ -906,12 +910,14 @@ impl<S: GroupStore> Coordinator<S> {
             KafkaGroupRequest::Sync {
                 group,
                 member_id,
+                instance_id,
                 generation,
                 assignments,
             } => {
                 let synced = match self.kafka_group(&group).await {
                     Ok(classic) => classic
-                        .sync(now_ms, &member_id, generation, assignments)
+                        .check_instance(&member_id, instance_id.as_deref())
+                        .and_then(|()| classic.sync(now_ms, &member_id, generation, assignments))
                         .map_err(KafkaGroupError::Classic),
                     Err(error) => Err(KafkaGroupError::Coordinator(error)),
                 };
@@ -929,31 +935,41 @@ impl<S: GroupStore> Coordinator<S> {
             KafkaGroupRequest::Heartbeat {
                 group,
                 member_id,
+                instance_id,
                 generation,
             } => {
                 let beat = match self.kafka_group(&group).await {
                     Ok(classic) => classic
-                        .heartbeat(now_ms, &member_id, generation)
+                        .check_instance(&member_id, instance_id.as_deref())
+                        .and_then(|()| classic.heartbeat(now_ms, &member_id, generation))
                         .map_err(KafkaGroupError::Classic),
                     Err(error) => Err(KafkaGroupError::Coordinator(error)),
                 };
                 let _ = reply.send(KafkaGroupAnswer::Heartbeat(beat));
                 group
             }
-            KafkaGroupRequest::Leave { group, member_ids } => {
+            KafkaGroupRequest::Leave { group, members } => {
                 let left = match self.kafka_group(&group).await {
-                    Ok(classic) => member_ids
+                    Ok(classic) => members
                         .into_iter()
-                        .map(|member| {
+                        .map(|(member, instance)| {
+                            let member = match (&instance, member.is_empty()) {
+                                (Some(instance), true) => classic
+                                    .member_of_instance(instance)
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                _ => member,
+                            };
                             let left = classic
-                                .leave(now_ms, &member)
+                                .check_instance(&member, instance.as_deref())
+                                .and_then(|()| classic.leave(now_ms, &member))
                                 .map_err(KafkaGroupError::Classic);
                             (member, left)
                         })
                         .collect(),
-                    Err(error) => member_ids
+                    Err(error) => members
                         .into_iter()
-                        .map(|member| (member, Err(KafkaGroupError::Coordinator(error))))
+                        .map(|(member, _)| (member, Err(KafkaGroupError::Coordinator(error))))
                         .collect(),
                 };
                 let _ = reply.send(KafkaGroupAnswer::Leave(left));

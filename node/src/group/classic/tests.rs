@@ -21,6 +21,7 @@ fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
             })
             .collect(),
         require_known_member_id: false,
+        instance_id: None,
     }
 }
 
@@ -244,4 +245,77 @@ fn protocols_are_agreed_or_the_join_is_refused() {
         answers["d"].protocol, "cooperative-sticky",
         "the leader's preference"
     );
+}
+
+fn static_request(member_id: &str, instance: &str) -> JoinRequest {
+    JoinRequest {
+        instance_id: Some(instance.to_string()),
+        require_known_member_id: true,
+        ..request(member_id, &["range"])
+    }
+}
+
+/// KIP-345: a static member that restarts (a new member id, the same instance id) gets its
+/// assignment back at the same generation with no rebalance; its old id is fenced, and its
+/// partner never notices.
+#[test]
+fn a_restarted_static_member_takes_its_membership_back_without_a_rebalance() {
+    let mut group = ClassicGroup::new(0);
+    // Static members skip MEMBER_ID_REQUIRED.
+    assert_eq!(
+        waits(group.join(0, static_request("", "pod-a"), "a1".into())),
+        "a1"
+    );
+    group.take_replies();
+    group.sync(0, "a1", 1, Vec::new()).unwrap();
+    waits(group.join(1, static_request("", "pod-b"), "b1".into()));
+    waits(group.join(2, static_request("a1", "pod-a"), String::new()));
+    group.take_replies();
+    group.sync(3, "b1", 2, Vec::new()).unwrap();
+    let assignments = vec![
+        ("a1".to_string(), Bytes::from_static(b"p0")),
+        ("b1".to_string(), Bytes::from_static(b"p1")),
+    ];
+    group.sync(3, "a1", 2, assignments).unwrap();
+    group.take_replies();
+    assert_eq!(group.state(), ClassicState::Stable);
+
+    // b restarts: a new id for instance pod-b.
+    let back = join_now(group.join(10, static_request("", "pod-b"), "b2".into()));
+    assert_eq!(
+        (back.error, back.generation, back.member_id.as_str()),
+        (None, 2, "b2")
+    );
+    assert!(
+        matches!(group.sync(11, "b2", 2, Vec::new()), Ok(Synced::Now(bytes)) if &bytes[..] == b"p1")
+    );
+    assert_eq!(group.state(), ClassicState::Stable, "no rebalance");
+    assert_eq!(
+        group.heartbeat(12, "a1", 2),
+        Ok(()),
+        "the partner carries on"
+    );
+    assert_eq!(
+        group.heartbeat(12, "b1", 2),
+        Err(ClassicError::UnknownMember)
+    );
+    assert_eq!(
+        group.check_instance("b1", Some("pod-b")),
+        Err(ClassicError::FencedInstanceId)
+    );
+    assert_eq!(group.check_instance("b2", Some("pod-b")), Ok(()));
+    let zombie = join_now(group.join(13, static_request("b1", "pod-b"), String::new()));
+    assert_eq!(zombie.error, Some(ClassicError::FencedInstanceId));
+
+    // The leader restarting takes the lead with it, and the group rebalances.
+    waits(group.join(20, static_request("", "pod-a"), "a2".into()));
+    assert_eq!(group.state(), ClassicState::PreparingRebalance);
+    waits(group.join(21, static_request("b2", "pod-b"), String::new()));
+    let answers = join_replies(&mut group);
+    assert_eq!(answers["a2"].leader, "a2");
+    assert_eq!(answers["a2"].generation, 3);
+    // Leaving by instance id.
+    assert_eq!(group.member_of_instance("pod-a"), Some("a2"));
+    assert_eq!(group.leave(22, "a2"), Ok(()));
+    assert_eq!(group.member_of_instance("pod-a"), None);
 }

@@ -44,6 +44,7 @@ fn classic_kafka_error(error: ClassicError) -> i16 {
         ClassicError::RebalanceInProgress => errors::REBALANCE_IN_PROGRESS,
         ClassicError::InconsistentProtocol => errors::INCONSISTENT_GROUP_PROTOCOL,
         ClassicError::MemberIdRequired => errors::MEMBER_ID_REQUIRED,
+        ClassicError::FencedInstanceId => errors::FENCED_INSTANCE_ID,
     }
 }
 
@@ -159,6 +160,7 @@ pub(super) async fn join(
             .map(|protocol| (protocol.name.to_string(), protocol.metadata))
             .collect(),
         require_known_member_id: header.api_version >= 4,
+        instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
     };
     let refused = |error: i16| {
         JoinGroupResponse::default()
@@ -202,6 +204,7 @@ pub(super) async fn sync(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGr
     let sync = KafkaGroupRequest::Sync {
         group: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
+        instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
         generation: request.generation_id,
         assignments: request
             .assignments
@@ -225,6 +228,7 @@ pub(super) async fn heartbeat(shard: &Rc<Shard>, request: HeartbeatRequest) -> H
     let beat = KafkaGroupRequest::Heartbeat {
         group: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
+        instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
         generation: request.generation_id,
     };
     let error = match ask(shard, beat).await {
@@ -240,19 +244,26 @@ pub(super) async fn leave(
     header: &Header,
     request: LeaveGroupRequest,
 ) -> LeaveGroupResponse {
-    // Version 3 leaves several members at once; before, the one named.
-    let member_ids: Vec<String> = if header.api_version >= 3 {
+    // Version 3 leaves several members at once, static ones by instance id; before, the one
+    // named.
+    let members: Vec<(String, Option<String>)> = if header.api_version >= 3 {
         request
             .members
             .iter()
-            .map(|member| member.member_id.to_string())
+            .map(|member| {
+                (
+                    member.member_id.to_string(),
+                    member.group_instance_id.as_ref().map(ToString::to_string),
+                )
+            })
             .collect()
     } else {
-        vec![request.member_id.to_string()]
+        vec![(request.member_id.to_string(), None)]
     };
+    let member_ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
     let leave = KafkaGroupRequest::Leave {
         group: request.group_id.0.to_string(),
-        member_ids: member_ids.clone(),
+        members,
     };
     let left = match ask(shard, leave).await {
         Some(KafkaGroupAnswer::Leave(left)) => left
