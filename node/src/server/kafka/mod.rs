@@ -1,5 +1,6 @@
-//! The Kafka listener (DESIGN §11): existing Kafka clients produce, fetch and list offsets
-//! on a broker through Kafka's own protocol.
+//! The Kafka listener (DESIGN §11): existing Kafka clients produce, fetch, list offsets,
+//! consume in groups (`groups.rs`) and administer topics (`admin.rs`) through Kafka's own
+//! protocol.
 //!
 //! Each shard accepts on the Kafka address (SO_REUSEPORT, like the shared client port). A
 //! request is decoded (`strata_kafka::frame`), translated into the native request
