@@ -478,6 +478,11 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     assert!(hung_up(&long));
     // A frame too short for a header.
     assert!(hung_up(&[0, 0, 0, 3, 1, 2, 3]));
+    // A Metadata request claiming 2^31 - 1 topics in 14 bytes: malformed, not a 154 GB
+    // allocation (which aborted the broker before kafka-protocol was patched).
+    let mut bomb = vec![0, 0, 0, 14, 0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff];
+    bomb.extend_from_slice(&i32::MAX.to_be_bytes());
+    assert!(hung_up(&bomb));
 
     // A produce whose records are no Kafka batch: that partition is CORRUPT_MESSAGE, nothing
     // stored (a batch failing its CRC is refused the same way: `strata-kafka`'s unit tests).

@@ -221,3 +221,18 @@ fn batches_that_would_inflate_past_the_limit_are_refused_in_every_codec() {
         assert!(!batch.is_empty());
     }
 }
+
+/// A batch whose header claims 2^31 - 1 records (with a CRC that matches, as anyone can
+/// compute) is malformed, without reserving room for them.
+#[test]
+fn a_record_count_past_the_batch_is_refused_before_allocating() {
+    let mut batch = BytesMut::from(&kafka_batch(&sample(), Compression::None)[..]);
+    // Record count: the last field of the 61-byte v2 header; the CRC covers from byte 21.
+    batch[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+    let crc = strata_wire::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert!(matches!(
+        to_strata(batch.freeze(), LIMIT),
+        Err(RecordsError::Malformed(_))
+    ));
+}

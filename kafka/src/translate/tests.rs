@@ -314,3 +314,48 @@ fn every_served_api_and_version_has_a_decoder() {
         }
     }
 }
+
+/// Counts and lengths come from the peer: a request claiming more elements or bytes than it
+/// carries is malformed, without the allocation it asks for (a 14-byte Metadata request once
+/// asked for 154 GB and aborted the broker).
+#[test]
+fn counts_and_lengths_past_the_frame_are_refused_before_allocating() {
+    let header = |api: ApiKey, version: i16| {
+        let mut out = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(1)
+            .encode(&mut out, api.request_header_version(version))
+            .unwrap();
+        out
+    };
+    // An array count of 2^31 - 1 (Metadata v1's topics), and a compact one (v9).
+    let mut topics = header(ApiKey::Metadata, 1);
+    topics.extend_from_slice(&i32::MAX.to_be_bytes());
+    assert!(matches!(
+        decode_request(topics.freeze()),
+        Err(Rejected::Malformed(_))
+    ));
+    let mut compact = header(ApiKey::Metadata, 9);
+    compact.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+    assert!(matches!(
+        decode_request(compact.freeze()),
+        Err(Rejected::Malformed(_))
+    ));
+    // A byte length of 2^31 - 1 (Produce v3's records).
+    let mut records = header(ApiKey::Produce, 3);
+    records.extend_from_slice(&(-1i16).to_be_bytes()); // transactional id: null
+    records.extend_from_slice(&1i16.to_be_bytes()); // acks
+    records.extend_from_slice(&1000i32.to_be_bytes()); // timeout
+    records.extend_from_slice(&1i32.to_be_bytes()); // one topic
+    records.extend_from_slice(&1i16.to_be_bytes());
+    records.extend_from_slice(b"t");
+    records.extend_from_slice(&1i32.to_be_bytes()); // one partition
+    records.extend_from_slice(&0i32.to_be_bytes());
+    records.extend_from_slice(&i32::MAX.to_be_bytes());
+    assert!(matches!(
+        decode_request(records.freeze()),
+        Err(Rejected::Malformed(_))
+    ));
+}
