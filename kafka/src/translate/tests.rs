@@ -359,3 +359,93 @@ fn counts_and_lengths_past_the_frame_are_refused_before_allocating() {
         Err(Rejected::Malformed(_))
     ));
 }
+
+mod mangled {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::records::to_strata;
+
+    /// A valid request of each served API at each served version (empty bodies as the schema's
+    /// defaults encode them), and a produce carrying a real batch.
+    fn valid_frames() -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        for (api, min, max) in crate::frame::SUPPORTED {
+            for version in min..=max {
+                let mut out = BytesMut::new();
+                RequestHeader::default()
+                    .with_request_api_key(api as i16)
+                    .with_request_api_version(version)
+                    .with_correlation_id(7)
+                    .encode(&mut out, api.request_header_version(version))
+                    .unwrap();
+                // An empty body may not decode for every API; the header alone still exercises
+                // the version checks, and mutations grow bodies out of it.
+                frames.push(out.freeze());
+            }
+        }
+        let produce = ProduceRequest::default().with_acks(1).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(name("t"))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(kafka_records())),
+                ]),
+        ]);
+        for version in 3..=9 {
+            frames.push(frame(ApiKey::Produce, version, 1, &produce));
+        }
+        frames
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Whatever a peer sends (bytes flipped, big counts written anywhere, frames cut
+        /// short), decoding and translating return; nothing panics or asks for memory the
+        /// frame does not justify (an over-allocation would abort this test process).
+        #[test]
+        fn mangled_requests_are_refused_or_translated_never_fatal(
+            pick in any::<prop::sample::Index>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<bool>()), 0..6),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let frames = valid_frames();
+            let mut frame = BytesMut::from(&pick.get(&frames)[..]);
+            for (at, byte, big) in edits {
+                if frame.len() < 4 {
+                    break;
+                }
+                let at = at.index(frame.len() - 3);
+                if big {
+                    frame[at..at + 4].copy_from_slice(&0x7fff_fff0_i32.to_be_bytes());
+                } else {
+                    frame[at] ^= byte;
+                }
+            }
+            // Cut anywhere past the first 8 bytes (shorter frames are refused up front).
+            let keep = cut.index(frame.len() + 1).max(frame.len().min(8));
+            let frame = frame.freeze().slice(..keep);
+            if let Ok((_, KafkaRequest::Produce(produce))) = decode_request(frame) {
+                let translated = produce_request(produce, 1 << 20);
+                let _ = translated.native.topics.len();
+            }
+        }
+
+        /// Batches with any byte changed or cut short: translation returns an error or a batch.
+        #[test]
+        fn mangled_batches_are_refused_or_translated_never_fatal(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut batch = BytesMut::from(&kafka_records()[..]);
+            for (at, byte) in edits {
+                let at = at.index(batch.len());
+                batch[at] ^= byte;
+            }
+            let keep = cut.index(batch.len() + 1);
+            let _ = to_strata(batch.freeze().slice(..keep), 1 << 20);
+        }
+    }
+}
