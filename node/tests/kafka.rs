@@ -1066,3 +1066,60 @@ fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance()
         member.wait().unwrap();
     }
 }
+
+/// Fetch answers decode at every version served (4 to 12, flexible or not), with the records
+/// produced, as Kafka's own decoder reads them: the listener's chunked Fetch encoder (which
+/// leaves the records where they are) writes each version's fields and no others.
+#[test]
+fn fetches_are_answered_at_every_served_version() {
+    use strata_kafka::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use strata_kafka::kafka_protocol::messages::{FetchRequest, FetchResponse};
+    use strata_kafka::kafka_protocol::records::RecordBatchDecoder;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &[]);
+    node.cli(&["topic", "create", "one", "--partitions", "1"], None);
+    kcat(&kafka, &["-P", "-t", "one"], Some(b"a\nb\nc\n"));
+    let mut stream = connect(&kafka);
+    for version in 4..=12 {
+        let request = FetchRequest::default()
+            .with_replica_id(strata_kafka::kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("one")))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        stream
+            .write_all(&request_frame(
+                ApiKey::Fetch,
+                version,
+                version as i32,
+                &request,
+            ))
+            .unwrap();
+        let mut answer = read_frame(&mut stream)
+            .unwrap_or_else(|| panic!("Fetch v{version}: the connection closed"));
+        let header =
+            ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(version))
+                .unwrap();
+        assert_eq!(header.correlation_id, version as i32);
+        let response = FetchResponse::decode(&mut answer, version).unwrap();
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(partition.error_code, 0, "v{version}");
+        assert_eq!(partition.high_watermark, 3, "v{version}");
+        let mut records = partition.records.clone().unwrap();
+        let values: Vec<String> = RecordBatchDecoder::decode_all(&mut records)
+            .unwrap()
+            .into_iter()
+            .flat_map(|set| set.records)
+            .map(|record| String::from_utf8(record.value.unwrap().to_vec()).unwrap())
+            .collect();
+        assert_eq!(values, ["a", "b", "c"], "v{version}");
+    }
+}

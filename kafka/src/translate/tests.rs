@@ -449,3 +449,297 @@ mod mangled {
         }
     }
 }
+
+mod fetch_chunks {
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::{BrokerId, FetchResponse};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::frame::{encode_fetch_response, encode_response};
+
+    fn partition() -> impl Strategy<Value = PartitionData> {
+        (
+            any::<i32>(),
+            any::<i16>(),
+            any::<i64>(),
+            any::<i64>(),
+            prop::option::of(prop::collection::vec(any::<u8>(), 0..300)),
+            any::<i32>(),
+        )
+            .prop_map(|(index, error, high, start, records, replica)| {
+                PartitionData::default()
+                    .with_partition_index(index)
+                    .with_error_code(error)
+                    .with_high_watermark(high)
+                    .with_last_stable_offset(high)
+                    .with_log_start_offset(start)
+                    .with_preferred_read_replica(BrokerId(replica))
+                    .with_records(records.map(Bytes::from))
+            })
+    }
+
+    fn response() -> impl Strategy<Value = FetchResponse> {
+        let topic = ("[a-z.]{1,20}", prop::collection::vec(partition(), 0..4)).prop_map(
+            |(name, partitions)| {
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(StrBytes::from_string(name)))
+                    .with_partitions(partitions)
+            },
+        );
+        (
+            any::<i32>(),
+            any::<i16>(),
+            prop::collection::vec(topic, 0..4),
+        )
+            .prop_map(|(throttle, error, topics)| {
+                FetchResponse::default()
+                    .with_throttle_time_ms(throttle)
+                    .with_error_code(error)
+                    .with_responses(topics)
+            })
+    }
+
+    proptest! {
+        /// The chunked Fetch encoder writes exactly what kafka-protocol's encoder writes, at
+        /// every served version; it only leaves the records where they are.
+        #[test]
+        fn the_chunked_fetch_encoding_is_kafka_protocols_byte_for_byte(
+            version in 4i16..=12,
+            response in response(),
+        ) {
+            let header = Header {
+                api_key: ApiKey::Fetch,
+                api_version: version,
+                correlation_id: 99,
+                client_id: String::new(),
+            };
+            // Fields a version lacks stay at their defaults (kafka-protocol refuses others).
+            let mut response = response;
+            if version < 7 {
+                response.error_code = 0;
+            }
+            for partition in response.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                if version < 5 {
+                    partition.log_start_offset = -1;
+                }
+                if version < 11 {
+                    partition.preferred_read_replica = BrokerId(-1);
+                }
+            }
+            let whole = encode_response(&header, &response).unwrap();
+            let chunks: Vec<u8> = encode_fetch_response(&header, &response).concat();
+            prop_assert_eq!(&chunks[..], &whole[..]);
+        }
+    }
+}
+
+/// Every response the listener builds encodes at every version it serves: Kafka's schemas
+/// refuse a field set to something other than its default in a version without it, and such a
+/// refusal would close the client's connection.
+#[test]
+fn translated_responses_encode_at_every_served_version() {
+    use kafka_protocol::messages::*;
+    let full_partition = native::PartitionMetadata {
+        partition: 0,
+        error: native::ErrorCode::None,
+        leader: 1,
+        leader_epoch: 7,
+        shard: 0,
+        replicas: vec![1, 2],
+        isr: vec![1],
+    };
+    let metadata = metadata_response(
+        native::MetadataResponse {
+            cluster: "c".into(),
+            controller: 1,
+            brokers: vec![],
+            topics: vec![native::TopicMetadata {
+                name: "t".into(),
+                error: native::ErrorCode::None,
+                partitions: vec![full_partition],
+            }],
+        },
+        &[KafkaBroker {
+            node_id: 1,
+            host: "h".into(),
+            port: 9092,
+            rack: Some("r".into()),
+        }],
+    );
+    let produce = produce_response(
+        native::ProduceResponse {
+            topics: vec![native::ProduceTopicResponse {
+                name: "t".into(),
+                partitions: vec![native::ProducePartitionResponse {
+                    partition: 0,
+                    error: native::ErrorCode::None,
+                    base_offset: 5,
+                    log_start_offset: 3,
+                    leader_hint: -1,
+                }],
+            }],
+        },
+        vec![],
+    );
+    let listed = list_offsets_response(
+        native::ListOffsetsResponse {
+            topics: vec![native::ListOffsetsTopicResponse {
+                name: "t".into(),
+                partitions: vec![native::ListOffsetsPartitionResponse {
+                    partition: 0,
+                    error: native::ErrorCode::None,
+                    offset: 9,
+                    timestamp: 1,
+                }],
+            }],
+        },
+        vec![],
+    );
+    let mut failures = Vec::new();
+    let mut check = |api: ApiKey, encode: &dyn Fn(i16) -> Result<(), String>| {
+        let (_, min, max) = crate::frame::SUPPORTED
+            .iter()
+            .find(|(key, _, _)| *key == api)
+            .copied()
+            .unwrap();
+        for version in min..=max {
+            if let Err(error) = encode(version) {
+                failures.push(format!("{api:?} v{version}: {error}"));
+            }
+        }
+    };
+    fn at<R: Encodable>(response: &R, api: ApiKey, version: i16) -> Result<(), String> {
+        let header = Header {
+            api_key: api,
+            api_version: version,
+            correlation_id: 1,
+            client_id: String::new(),
+        };
+        encode_response(&header, response).map(|_| ())
+    }
+    check(ApiKey::Metadata, &|v| at(&metadata, ApiKey::Metadata, v));
+    check(ApiKey::Produce, &|v| at(&produce, ApiKey::Produce, v));
+    check(ApiKey::ListOffsets, &|v| {
+        at(&listed, ApiKey::ListOffsets, v)
+    });
+    check(ApiKey::ApiVersions, &|v| {
+        at(&api_versions_response(0), ApiKey::ApiVersions, v)
+    });
+    // The group answers as `node/src/server/kafka/groups.rs` builds them.
+    let text = |value: &str| StrBytes::from_string(value.to_string());
+    let joined = JoinGroupResponse::default()
+        .with_generation_id(3)
+        .with_protocol_type(Some(text("consumer")))
+        .with_protocol_name(Some(text("range")))
+        .with_leader(text("m-1"))
+        .with_member_id(text("m-1"))
+        .with_members(vec![
+            join_group_response::JoinGroupResponseMember::default()
+                .with_member_id(text("m-1"))
+                .with_metadata(Bytes::from_static(b"meta")),
+        ]);
+    check(ApiKey::JoinGroup, &|v| at(&joined, ApiKey::JoinGroup, v));
+    let synced = SyncGroupResponse::default().with_assignment(Bytes::from_static(b"a"));
+    check(ApiKey::SyncGroup, &|v| at(&synced, ApiKey::SyncGroup, v));
+    let found = |v: i16| {
+        let coordinator = find_coordinator_response::Coordinator::default()
+            .with_key(text("g"))
+            .with_node_id(BrokerId(1))
+            .with_host(text("h"))
+            .with_port(9092);
+        if v >= 4 {
+            FindCoordinatorResponse::default().with_coordinators(vec![coordinator])
+        } else {
+            FindCoordinatorResponse::default()
+                .with_node_id(coordinator.node_id)
+                .with_host(coordinator.host)
+                .with_port(coordinator.port)
+        }
+    };
+    check(ApiKey::FindCoordinator, &|v| {
+        at(&found(v), ApiKey::FindCoordinator, v)
+    });
+    let left = |v: i16| {
+        if v >= 3 {
+            LeaveGroupResponse::default().with_members(vec![
+                leave_group_response::MemberResponse::default().with_member_id(text("m-1")),
+            ])
+        } else {
+            LeaveGroupResponse::default()
+        }
+    };
+    check(ApiKey::LeaveGroup, &|v| at(&left(v), ApiKey::LeaveGroup, v));
+    let fetched_offsets = OffsetFetchResponse::default().with_topics(vec![
+        offset_fetch_response::OffsetFetchResponseTopic::default()
+            .with_name(name("t"))
+            .with_partitions(vec![
+                offset_fetch_response::OffsetFetchResponsePartition::default()
+                    .with_committed_offset(4)
+                    .with_committed_leader_epoch(-1)
+                    .with_metadata(Some(text(""))),
+            ]),
+    ]);
+    check(ApiKey::OffsetFetch, &|v| {
+        at(&fetched_offsets, ApiKey::OffsetFetch, v)
+    });
+    // The administration answers, from `admin`'s builders.
+    let created =
+        CreateTopicsResponse::default().with_topics(vec![crate::admin::create_topic_result(
+            "t",
+            Ok((
+                native::CreateTopicResponse {
+                    error: native::ErrorCode::None,
+                    message: String::new(),
+                },
+                &native::CreateTopicRequest {
+                    name: "t".into(),
+                    partitions: 3,
+                    replication_factor: 1,
+                    configs: vec![],
+                },
+            )),
+        )]);
+    check(ApiKey::CreateTopics, &|v| {
+        at(&created, ApiKey::CreateTopics, v)
+    });
+    let described =
+        DescribeGroupsResponse::default().with_groups(vec![crate::admin::described_group(
+            native::DescribeGroupResponse {
+                error: native::ErrorCode::None,
+                group: "g".into(),
+                generation: 1,
+                state: "Stable".into(),
+                assignor: "range".into(),
+                members: vec![native::GroupMember {
+                    member_id: "m".into(),
+                    instance_id: None,
+                    client_id: "c".into(),
+                    generation: 1,
+                    assignment: vec![],
+                }],
+                offsets: vec![],
+            },
+        )]);
+    check(ApiKey::DescribeGroups, &|v| {
+        at(&described, ApiKey::DescribeGroups, v)
+    });
+    let configs = DescribeConfigsResponse::default().with_results(vec![
+        crate::admin::describe_configs_result(
+            "t",
+            native::DescribeTopicConfigResponse {
+                error: native::ErrorCode::None,
+                configs: vec![native::TopicConfigEntry {
+                    key: "retention.ms".into(),
+                    value: "1".into(),
+                    is_override: true,
+                }],
+            },
+            None,
+        ),
+    ]);
+    check(ApiKey::DescribeConfigs, &|v| {
+        at(&configs, ApiKey::DescribeConfigs, v)
+    });
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -52,7 +52,8 @@ pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Option<JoinHandle<()>
 
 /// What a request's task hands the writer.
 enum Outcome {
-    Answer(BytesMut),
+    /// A response frame, as chunks for one vectored write.
+    Answer(Vec<Bytes>),
     /// A produce with acks=0: Kafka clients expect no answer.
     NoAnswer,
     /// No answer can be given (a bug: the native handler answered something else, a response
@@ -112,7 +113,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                     break;
                 }
             };
-            if let Err(error) = writer.write_all(&frame).await {
+            if let Err(error) = strata_client::write_all_chunks(&mut writer, frame).await {
                 tracing::debug!(%peer, "kafka connection write failed: {error}");
                 return;
             }
@@ -194,7 +195,7 @@ fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
     response: &R,
 ) -> Outcome {
     match frame::encode_response(header, response) {
-        Ok(frame) => Outcome::Answer(frame),
+        Ok(frame) => Outcome::Answer(vec![frame.freeze()]),
         Err(error) => Outcome::Failed(format!("a response did not encode: {error}")),
     }
 }
@@ -256,7 +257,8 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             let fetch = match translate::fetch_request(&request) {
                 Ok(fetch) => fetch,
                 Err(error) => {
-                    return encoded(&header, &FetchResponse::default().with_error_code(error));
+                    let refused = FetchResponse::default().with_error_code(error);
+                    return Outcome::Answer(frame::encode_fetch_response(&header, &refused));
                 }
             };
             let mut native = if fetch.native.topics.is_empty() {
@@ -268,7 +270,9 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
                 }
             };
             read_file_ranges(&mut native);
-            encoded(&header, &translate::fetch_response(native, fetch.refused))
+            // Chunked: the records go out as the buffers they were translated into.
+            let response = translate::fetch_response(native, fetch.refused);
+            Outcome::Answer(frame::encode_fetch_response(&header, &response))
         }
         KafkaRequest::ListOffsets(request) => {
             let list = translate::list_offsets_request(&request);
