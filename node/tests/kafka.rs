@@ -75,6 +75,17 @@ fn kafka_node(dir: &std::path::Path, shards: usize, extra: &[&str]) -> (TestNode
     (node, kafka)
 }
 
+/// Brokers 1, 2, ... on `etcd`, one per data dir, each with a Kafka listener.
+fn kafka_cluster(etcd: &EtcdServer, dirs: &[tempfile::TempDir]) -> Vec<(TestNode, String)> {
+    dirs.iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            kafka_node(dir.path(), 1, &etcd_args(etcd, &id))
+        })
+        .collect()
+}
+
 /// Every record kcat consumed from the beginning to the end of each partition:
 /// (partition, offset) → (key, value).
 fn kcat_consume_all(broker: &str, topic: &str) -> BTreeMap<(u32, u64), (String, String)> {
@@ -289,14 +300,7 @@ fn kcat_produces_and_consumes_through_the_kafka_listener_beside_native_clients()
 fn kcat_reaches_every_leader_of_a_replicated_cluster() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<(TestNode, String)> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
-            let id = (i + 1).to_string();
-            kafka_node(dir.path(), 1, &etcd_args(&etcd, &id))
-        })
-        .collect();
+    let nodes = kafka_cluster(&etcd, &dirs);
     let (first, kafka) = &nodes[0];
     wait_for("three brokers", || {
         kcat(kafka, &["-L"], None).contains(" 3 brokers:")
@@ -770,14 +774,7 @@ print(json.dumps(out))
 fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes: Vec<(TestNode, String)> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
-            let id = (i + 1).to_string();
-            kafka_node(dir.path(), 1, &etcd_args(&etcd, &id))
-        })
-        .collect();
+    let mut nodes = kafka_cluster(&etcd, &dirs);
     let kafka = nodes[0].1.clone();
     wait_for("three brokers", || {
         kcat(&kafka, &["-L"], None).contains(" 3 brokers:")
