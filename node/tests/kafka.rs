@@ -956,8 +956,8 @@ main().catch((error) => { console.error(error); process.exit(1) })
 }
 
 /// Static membership (KIP-345) with kcat: two members with instance ids share the partitions;
-/// the follower is killed and restarted with its instance id, and takes its partitions back at
-/// the same generation: no rebalance, its partner untouched.
+/// the follower, then the leader, is killed and restarted with its instance id, and takes its
+/// partitions back at the same generation: no rebalance, its partner untouched.
 #[test]
 fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance() {
     let dir = tempfile::tempdir().unwrap();
@@ -1001,7 +1001,7 @@ fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance()
         members.sort();
         (described["generation"].as_i64().unwrap(), members)
     };
-    // pod-a first, so that it leads (a restarted leader makes the group rebalance).
+    // pod-a first, so that it leads.
     let mut a = member("pod-a");
     wait_for_at_most(
         "pod-a alone holds every partition",
@@ -1020,44 +1020,51 @@ fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance()
             members.len() == 2 && members.iter().all(|(_, partitions)| partitions.len() == 2)
         },
     );
-    let (generation, before) = state();
-
-    b.kill().unwrap();
-    b.wait().unwrap();
-    let mut b = member("pod-b");
-    wait_for_at_most(
-        "pod-b back under a new member id",
-        Duration::from_secs(30),
-        || {
-            let (_, members) = state();
-            members.len() == 2
-                && members
-                    .iter()
-                    .filter(|member| before.contains(member))
-                    .count()
-                    == 1
-                && members.iter().all(|(_, partitions)| partitions.len() == 2)
-        },
-    );
-    // A rebalance, had there been one, would have started at that join: give pod-a a few
-    // heartbeats (3 s apart) to hear of it and the group to settle, then look again.
-    std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(group_committed(&node, "pods").0["state"], "Stable");
-    let (generation_after, after) = state();
-    assert_eq!(
-        generation_after, generation,
-        "no rebalance: {before:?} → {after:?}"
-    );
     let shares = |members: &[(String, Vec<u64>)]| -> Vec<Vec<u64>> {
         let mut shares: Vec<Vec<u64>> = members.iter().map(|(_, p)| p.clone()).collect();
         shares.sort();
         shares
     };
-    assert_eq!(
-        shares(&after),
-        shares(&before),
-        "the same partitions, each with its pod"
-    );
+    // Kills a member and starts its instance again: it comes back under a new member id with
+    // the same partitions, at the same generation.
+    let restart = |child: &mut std::process::Child, instance: &str| -> std::process::Child {
+        let (generation, before) = state();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let restarted = member(instance);
+        wait_for_at_most(
+            "the instance back under a new member id",
+            Duration::from_secs(30),
+            || {
+                let (_, members) = state();
+                members.len() == 2
+                    && members
+                        .iter()
+                        .filter(|member| before.contains(member))
+                        .count()
+                        == 1
+                    && members.iter().all(|(_, partitions)| partitions.len() == 2)
+            },
+        );
+        // A rebalance, had there been one, would have started at that join: give the members a
+        // few heartbeats (3 s apart) to hear of it and the group to settle, then look again.
+        std::thread::sleep(Duration::from_secs(4));
+        assert_eq!(group_committed(&node, "pods").0["state"], "Stable");
+        let (generation_after, after) = state();
+        assert_eq!(
+            generation_after, generation,
+            "{instance}: no rebalance: {before:?} → {after:?}"
+        );
+        assert_eq!(
+            shares(&after),
+            shares(&before),
+            "{instance}: the same partitions"
+        );
+        restarted
+    };
+    let mut b = restart(&mut b, "pod-b");
+    // The leader too (it hears everyone's metadata; its sync gets the current assignment).
+    let mut a = restart(&mut a, "pod-a");
     for member in [&mut a, &mut b] {
         member.kill().unwrap();
         member.wait().unwrap();

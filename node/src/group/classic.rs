@@ -325,8 +325,10 @@ impl ClassicGroup {
 
     /// A static member's instance rejoins without a member id (it restarted): it takes the
     /// membership over under `new_member_id`, and the old id is fenced. In a stable group,
-    /// with the same protocols and not the leader, it gets the current generation and its
-    /// assignment back at once: no rebalance, which is what static membership is for.
+    /// with the same protocols, it gets the current generation and its assignment back at
+    /// once: no rebalance, which is what static membership is for. A restarted leader hears
+    /// everyone's metadata as leaders do; its sync in the stable group gets the current
+    /// assignment, as Kafka's coordinator answers.
     fn replace_static_member(
         &mut self,
         now_ms: u64,
@@ -358,7 +360,7 @@ impl ClassicGroup {
             new_member_id.clone(),
             Member::joined(now_ms, request, old.assignment),
         );
-        if self.state == ClassicState::Stable && unchanged && !was_leader {
+        if self.state == ClassicState::Stable && unchanged {
             return Joined::Now(self.join_answer(&new_member_id));
         }
         self.waiting.insert(new_member_id.clone(), true);

@@ -307,15 +307,36 @@ fn a_restarted_static_member_takes_its_membership_back_without_a_rebalance() {
     let zombie = join_now(group.join(13, static_request("b1", "pod-b"), String::new()));
     assert_eq!(zombie.error, Some(ClassicError::FencedInstanceId));
 
-    // The leader restarting takes the lead with it, and the group rebalances.
-    waits(group.join(20, static_request("", "pod-a"), "a2".into()));
+    // The leader restarting takes the lead with it, with no rebalance either (as Kafka's
+    // coordinator): it hears everyone's metadata, and its sync in the stable group gets the
+    // current assignment back (what it computes anew is not applied).
+    // (The same metadata as a1's last join: the same protocols.)
+    let restarted = JoinRequest {
+        member_id: String::new(),
+        ..static_request("a1", "pod-a")
+    };
+    let leader = join_now(group.join(20, restarted, "a2".into()));
+    assert_eq!((leader.leader.as_str(), leader.generation), ("a2", 2));
+    assert_eq!(leader.members.len(), 2);
+    assert_eq!(group.state(), ClassicState::Stable);
+    let reshuffled = vec![("a2".to_string(), Bytes::from_static(b"p1"))];
+    assert!(
+        matches!(group.sync(21, "a2", 2, reshuffled), Ok(Synced::Now(bytes)) if &bytes[..] == b"p0")
+    );
+    assert_eq!(group.heartbeat(21, "b2", 2), Ok(()));
+    // Its protocols changed: now the group rebalances.
+    let mut changed = static_request("", "pod-a");
+    changed.protocols.push(("roundrobin".into(), Bytes::new()));
+    waits(group.join(22, changed, "a3".into()));
     assert_eq!(group.state(), ClassicState::PreparingRebalance);
-    waits(group.join(21, static_request("b2", "pod-b"), String::new()));
+    waits(group.join(23, static_request("b2", "pod-b"), String::new()));
     let answers = join_replies(&mut group);
-    assert_eq!(answers["a2"].leader, "a2");
-    assert_eq!(answers["a2"].generation, 3);
+    assert_eq!(
+        (answers["a3"].leader.as_str(), answers["a3"].generation),
+        ("a3", 3)
+    );
     // Leaving by instance id.
-    assert_eq!(group.member_of_instance("pod-a"), Some("a2"));
-    assert_eq!(group.leave(22, "a2"), Ok(()));
+    assert_eq!(group.member_of_instance("pod-a"), Some("a3"));
+    assert_eq!(group.leave(24, "a3"), Ok(()));
     assert_eq!(group.member_of_instance("pod-a"), None);
 }
