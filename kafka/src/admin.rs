@@ -57,6 +57,33 @@ fn refuse(error: i16, message: &str) -> Refusal {
     }
 }
 
+/// Kafka's name for a topic setting Strata names otherwise.
+const KAFKA_UNCLEAN: &str = "unclean.leader.election.enable";
+const STRATA_UNCLEAN: &str = "unclean.leader.election";
+/// Kafka's cleanup policy: every Strata topic deletes by retention (there is no compaction).
+const CLEANUP_POLICY: &str = "cleanup.policy";
+const CLEANUP_DELETE: &str = "delete";
+
+/// A Kafka topic setting as Strata's: Kafka's names mapped, `cleanup.policy=delete` (what
+/// every Strata topic does) dropped, compaction refused. `None`: nothing to set.
+pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntry>, Refusal> {
+    let entry = |key: &str| {
+        Ok(Some(native::ConfigEntry {
+            key: key.to_string(),
+            value: value.to_string(),
+        }))
+    };
+    match key {
+        CLEANUP_POLICY if value == CLEANUP_DELETE => Ok(None),
+        CLEANUP_POLICY => Err(refuse(
+            errors::INVALID_CONFIG,
+            "cleanup.policy: only delete (retention) is supported; log compaction is not",
+        )),
+        KAFKA_UNCLEAN => entry(STRATA_UNCLEAN),
+        _ => entry(key),
+    }
+}
+
 /// Options of topic requests Strata has no counterpart for: a dry run, and replicas placed by
 /// hand (Strata places them; `strata topic reassign` moves them).
 fn unsupported_options(validate_only: bool, assignments: bool) -> Result<(), Refusal> {
@@ -111,21 +138,20 @@ pub fn create_topics_requests(
                             )
                         }),
                 };
+                let configs: Result<Vec<native::ConfigEntry>, Refusal> = topic
+                    .configs
+                    .iter()
+                    .filter_map(|config| {
+                        let value = config.value.as_ref()?;
+                        strata_config(&config.name, value).transpose()
+                    })
+                    .collect();
                 partitions.and_then(|partitions| {
                     Ok(native::CreateTopicRequest {
                         name: name.clone(),
                         partitions,
                         replication_factor: replication_factor?,
-                        configs: topic
-                            .configs
-                            .iter()
-                            .filter_map(|config| {
-                                Some(native::ConfigEntry {
-                                    key: config.name.to_string(),
-                                    value: config.value.as_ref()?.to_string(),
-                                })
-                            })
-                            .collect(),
+                        configs: configs?,
                     })
                 })
             };
@@ -293,10 +319,21 @@ pub fn describe_configs_result(
         .with_resource_type(RESOURCE_TOPIC)
         .with_resource_name(text(topic))
         .with_error_code(kafka_error(native.error));
+    // Under Kafka's names, with the cleanup policy every Strata topic has.
+    let cleanup = native::TopicConfigEntry {
+        key: CLEANUP_POLICY.to_string(),
+        value: CLEANUP_DELETE.to_string(),
+        is_override: false,
+    };
+    let configs = native.configs.into_iter().map(|mut config| {
+        if config.key == STRATA_UNCLEAN {
+            config.key = KAFKA_UNCLEAN.to_string();
+        }
+        config
+    });
     result.with_configs(
-        native
-            .configs
-            .into_iter()
+        std::iter::once(cleanup)
+            .chain(configs)
             .filter(|config| keys.is_none_or(|keys| keys.contains(&config.key)))
             .map(|config| {
                 DescribeConfigsResourceResult::default()
@@ -333,7 +370,11 @@ pub fn incremental_alter_request(
     };
     for (key, operation, value) in configs {
         match (operation, value) {
-            (OPERATION_SET, Some(value)) => alter.set.push(native::ConfigEntry { key, value }),
+            (OPERATION_SET, Some(value)) => alter.set.extend(strata_config(&key, &value)?),
+            (OPERATION_DELETE, _) if key == CLEANUP_POLICY => {}
+            (OPERATION_DELETE, _) if key == KAFKA_UNCLEAN => {
+                alter.delete.push(STRATA_UNCLEAN.to_string());
+            }
             (OPERATION_DELETE, _) => alter.delete.push(key),
             _ => {
                 return Err(refuse(
@@ -474,6 +515,64 @@ mod tests {
         let described = describe_configs_result("t", current, Some(&["flush".to_string()]));
         assert_eq!(described.configs.len(), 1);
         assert_eq!(described.configs[0].config_source, SOURCE_DEFAULT);
+    }
+
+    /// Kafka's names and its cleanup policy: delete is what Strata does, compaction is refused
+    /// (Kafka Connect and Streams check for it and must hear no), and described topics say so.
+    #[test]
+    fn kafka_topic_settings_map_to_strata_and_compaction_is_refused() {
+        assert!(strata_config("cleanup.policy", "delete").unwrap().is_none());
+        assert_eq!(
+            strata_config("cleanup.policy", "compact")
+                .unwrap_err()
+                .error,
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            strata_config("unclean.leader.election.enable", "true")
+                .unwrap()
+                .unwrap()
+                .key,
+            "unclean.leader.election"
+        );
+        let altered = incremental_alter_request(
+            RESOURCE_TOPIC,
+            "t",
+            [
+                (
+                    "cleanup.policy".to_string(),
+                    OPERATION_SET,
+                    Some("delete".to_string()),
+                ),
+                (
+                    "unclean.leader.election.enable".to_string(),
+                    OPERATION_DELETE,
+                    None,
+                ),
+            ],
+            false,
+        )
+        .unwrap();
+        assert!(altered.set.is_empty());
+        assert_eq!(altered.delete, ["unclean.leader.election"]);
+        let described = describe_configs_result(
+            "t",
+            native::DescribeTopicConfigResponse {
+                error: native::ErrorCode::None,
+                configs: vec![native::TopicConfigEntry {
+                    key: "unclean.leader.election".into(),
+                    value: "false".into(),
+                    is_override: false,
+                }],
+            },
+            None,
+        );
+        let names: Vec<String> = described
+            .configs
+            .iter()
+            .map(|c| c.name.to_string())
+            .collect();
+        assert_eq!(names, ["cleanup.policy", "unclean.leader.election.enable"]);
     }
 
     /// Kafka's tools read a member's partitions from its assignment bytes.

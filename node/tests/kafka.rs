@@ -700,14 +700,17 @@ from kafka.admin import (ConfigResource, ConfigResourceType, KafkaAdminClient, N
 bootstrap = sys.argv[1]
 admin = KafkaAdminClient(bootstrap_servers=bootstrap)
 out = {}
-created = admin.create_topics([NewTopic("kept", 3, 1, topic_configs={"retention.ms": "60000"}),
+created = admin.create_topics([NewTopic("kept", 3, 1, topic_configs={
+                                   "retention.ms": "60000", "cleanup.policy": "delete"}),
                                NewTopic("dropped", -1, -1)])
 out["created"] = {t["name"]: t["error_code"] for t in created["topics"]}
-try:
-    admin.create_topics([NewTopic("bad", 0, 1)])
-    out["created"]["bad"] = 0
-except Exception as error:
-    out["created"]["bad"] = getattr(error, "errno", str(error))
+for bad in [NewTopic("bad", 0, 1),
+            NewTopic("compacted", 1, 1, topic_configs={"cleanup.policy": "compact"})]:
+    try:
+        admin.create_topics([bad])
+        out["created"][bad.name] = 0
+    except Exception as error:
+        out["created"][bad.name] = getattr(error, "errno", str(error))
 out["grown"] = [r.error_code for r in admin.create_partitions({"kept": NewPartitions(5)}).results]
 out["deleted"] = [t["error_code"] for t in admin.delete_topics(["dropped"])["topics"]]
 out["topics"] = sorted(admin.list_topics())
@@ -736,8 +739,8 @@ print(json.dumps(out))
     let result = kafka_python(script, &kafka);
     assert_eq!(
         result["created"],
-        serde_json::json!({"kept": 0, "dropped": 0, "bad": 37}),
-        "INVALID_PARTITIONS for 0 partitions"
+        serde_json::json!({"kept": 0, "dropped": 0, "bad": 37, "compacted": 40}),
+        "INVALID_PARTITIONS for 0 partitions, INVALID_CONFIG for compaction"
     );
     assert_eq!(result["grown"], serde_json::json!([0]));
     assert_eq!(result["deleted"], serde_json::json!([0]));
