@@ -21,6 +21,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use strata_wire::protocol as native;
 
 use crate::errors::{self, kafka_error};
+use crate::text;
 
 /// Kafka's broker defaults for a topic created without them (`num.partitions`,
 /// `default.replication.factor`).
@@ -38,10 +39,6 @@ const OPERATION_DELETE: i8 = 1;
 
 /// The version of ConsumerProtocolAssignment that DescribeGroups answers carry.
 const ASSIGNMENT_VERSION: i16 = 0;
-
-fn text(value: &str) -> StrBytes {
-    StrBytes::from_string(value.to_owned())
-}
 
 /// A topic the listener answers itself, with why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,3 +27,8 @@ pub mod translate;
 mod test_records;
 
 pub use kafka_protocol;
+
+/// Text as Kafka's messages carry it.
+pub fn text(value: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(value.to_owned())
+}

@@ -50,7 +50,7 @@ pub struct KafkaBroker {
 }
 
 fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_owned()))
+    TopicName(crate::text(name))
 }
 
 /// Groups entries by topic, keeping the order topics first appear in.
@@ -144,7 +144,7 @@ pub fn metadata_response(
                 .map(|broker| {
                     MetadataResponseBroker::default()
                         .with_node_id(BrokerId(broker.node_id))
-                        .with_host(StrBytes::from_string(broker.host.clone()))
+                        .with_host(crate::text(&broker.host))
                         .with_port(i32::from(broker.port))
                         .with_rack(broker.rack.clone().map(StrBytes::from_string))
                 })

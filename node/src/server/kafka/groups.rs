@@ -25,7 +25,7 @@ use strata_kafka::kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     SyncGroupRequest, SyncGroupResponse, TopicName,
 };
-use strata_kafka::kafka_protocol::protocol::StrBytes;
+use strata_kafka::text;
 use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
 use tokio::sync::oneshot;
 
@@ -53,10 +53,6 @@ fn group_error(error: KafkaGroupError) -> i16 {
         KafkaGroupError::Classic(error) => classic_kafka_error(error),
         KafkaGroupError::Coordinator(code) => kafka_error(code),
     }
-}
-
-fn text(value: &str) -> StrBytes {
-    StrBytes::from_string(value.to_owned())
 }
 
 /// Hands a request to the group thread and waits for its answer (a join or sync waits for the
