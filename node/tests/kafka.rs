@@ -1130,3 +1130,46 @@ fn fetches_are_answered_at_every_served_version() {
         assert_eq!(values, ["a", "b", "c"], "v{version}");
     }
 }
+
+/// `--kafka-auto-create-topics` (Kafka's auto.create.topics.enable): a Kafka producer's first
+/// use of a topic creates it with Kafka's defaults; without the flag the topic stays unknown
+/// and the producer's records fail.
+#[test]
+fn kafka_clients_create_topics_on_first_use_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &["--kafka-auto-create-topics"]);
+    kcat(&kafka, &["-P", "-t", "fresh"], Some(b"one\ntwo\n"));
+    assert_eq!(
+        support::describe(&node, "fresh")["partitions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(stored_records(&node, "fresh"), 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &[]);
+    let mut producer = Command::new("kcat")
+        .args([
+            "-b",
+            &kafka,
+            "-P",
+            "-t",
+            "absent",
+            "-X",
+            "message.timeout.ms=2000",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    producer.stdin.take().unwrap().write_all(b"lost\n").unwrap();
+    let output = wait_with_timeout(producer, Duration::from_secs(30));
+    assert!(
+        !output.status.success(),
+        "kcat reports the records it could not deliver"
+    );
+    assert!(node.cli(&["topic", "list"], None).trim().is_empty());
+}

@@ -31,6 +31,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         rack: None,
         admin: None,
         kafka: None,
+        kafka_auto_create_topics: false,
         replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
         replica_lag_time_max_ms: 10_000,
         leader_rebalance_interval: None,

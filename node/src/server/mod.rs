@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub admin: Option<SocketAddr>,
     /// The Kafka-protocol listener (every shard accepts on it); `None`: off.
     pub kafka: Option<SocketAddr>,
+    /// Kafka's `auto.create.topics.enable`: a topic a Kafka client asks for that does not exist
+    /// is created (1 partition, replication factor 1).
+    pub kafka_auto_create_topics: bool,
     /// Replication (QUIC over UDP): shard `i` binds this port + i.
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).

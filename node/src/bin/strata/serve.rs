@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// metadata, idempotent producer ids. Off by default.
     #[arg(long, env = "STRATA_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
+    /// Create a topic a Kafka client asks for that does not exist, with one partition and
+    /// replication factor 1 (Kafka's auto.create.topics.enable; off by default).
+    #[arg(long, env = "STRATA_KAFKA_AUTO_CREATE_TOPICS")]
+    kafka_auto_create_topics: bool,
     /// etcd endpoints (comma-separated) for a cluster; without it the node runs on its
     /// embedded coordinator.
     #[arg(long, env = "STRATA_ETCD")]
@@ -115,6 +119,7 @@ struct FileConfig {
     tls_ca: Option<PathBuf>,
     admin: Option<SocketAddr>,
     kafka_listen: Option<SocketAddr>,
+    kafka_auto_create_topics: Option<bool>,
     etcd: Option<String>,
     lease_ttl_ms: Option<u64>,
     cluster: Option<String>,
@@ -291,6 +296,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         rack: args.rack.or(file.rack),
         admin: Some(admin),
         kafka: args.kafka_listen.or(file.kafka_listen),
+        kafka_auto_create_topics: args.kafka_auto_create_topics
+            || file.kafka_auto_create_topics.unwrap_or(false),
         replication,
         replica_lag_time_max_ms: args
             .replica_lag_time_max_ms

@@ -217,18 +217,26 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             encoded(&header, &translate::api_versions_response(errors::NONE))
         }
         KafkaRequest::Metadata(request) => {
-            let native = match native(
-                shard,
-                Request::Metadata(translate::metadata_request(&request)),
-            )
-            .await
-            {
-                Ok(Response::Metadata(native)) => native,
+            let asked = Request::Metadata(translate::metadata_request(&request));
+            let mut metadata = match native(shard, asked.clone()).await {
+                Ok(Response::Metadata(metadata)) => metadata,
                 answer => return unanswered("Metadata", answer),
             };
+            // Kafka's auto.create.topics.enable, when the broker allows it and the client
+            // asks for it (always, before Metadata v4).
+            let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
+            if shard.context.config.kafka_auto_create_topics
+                && wants_creation
+                && create_unknown_topics(shard, &metadata).await
+            {
+                metadata = match native(shard, asked).await {
+                    Ok(Response::Metadata(metadata)) => metadata,
+                    answer => return unanswered("Metadata", answer),
+                };
+            }
             encoded(
                 &header,
-                &translate::metadata_response(native, &kafka_brokers(shard)),
+                &translate::metadata_response(metadata, &kafka_brokers(shard)),
             )
         }
         KafkaRequest::Produce(request) => {
@@ -351,6 +359,46 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             &admin::incremental_alter_configs(shard, request).await,
         ),
     }
+}
+
+/// Kafka's defaults for a topic created on first use (`num.partitions`,
+/// `default.replication.factor`).
+const AUTO_CREATED_PARTITIONS: u32 = 1;
+const AUTO_CREATED_REPLICATION_FACTOR: u16 = 1;
+
+/// Creates the topics a metadata answer found unknown, with Kafka's defaults; whether any was
+/// created (or appeared meanwhile).
+async fn create_unknown_topics(
+    shard: &Rc<Shard>,
+    metadata: &strata_wire::protocol::MetadataResponse,
+) -> bool {
+    let mut created = false;
+    for topic in &metadata.topics {
+        if topic.error != ErrorCode::UnknownTopic {
+            continue;
+        }
+        let create = strata_wire::protocol::CreateTopicRequest {
+            name: topic.name.clone(),
+            partitions: AUTO_CREATED_PARTITIONS,
+            replication_factor: AUTO_CREATED_REPLICATION_FACTOR,
+            configs: Vec::new(),
+        };
+        match native(shard, Request::CreateTopic(create)).await {
+            Ok(Response::CreateTopic(answer))
+                if matches!(
+                    answer.error,
+                    ErrorCode::None | ErrorCode::TopicAlreadyExists
+                ) =>
+            {
+                tracing::info!(topic = %topic.name, "created on a Kafka client's first use");
+                created = true;
+            }
+            answer => {
+                tracing::info!(topic = %topic.name, ?answer, "not created on first use");
+            }
+        }
+    }
+    created
 }
 
 async fn native(shard: &Rc<Shard>, request: Request) -> Result<Response, ErrorCode> {
