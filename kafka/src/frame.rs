@@ -8,11 +8,11 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SyncGroupRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -26,7 +26,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
 /// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 21] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 22] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -40,6 +40,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 21] = [
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -78,6 +79,7 @@ pub enum KafkaRequest {
     OffsetFetch(OffsetFetchRequest),
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
@@ -148,6 +150,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
         ApiKey::OffsetFetch => decoded!(OffsetFetch),
         ApiKey::DescribeGroups => decoded!(DescribeGroups),
         ApiKey::ListGroups => decoded!(ListGroups),
+        ApiKey::DeleteGroups => decoded!(DeleteGroups),
         ApiKey::CreateTopics => decoded!(CreateTopics),
         ApiKey::DeleteTopics => decoded!(DeleteTopics),
         ApiKey::CreatePartitions => decoded!(CreatePartitions),

@@ -686,8 +686,8 @@ print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": see
 
 /// Kafka's AdminClient (kafka-python's) manages topics through the Kafka listener: creates
 /// them (defaults and configs), grows one, deletes another, reads and changes a topic's
-/// configs, and lists and describes a consumer group with its members' partitions. Strata's
-/// CLI sees the same.
+/// configs, lists and describes a consumer group with its members' partitions, and deletes it
+/// once empty. Strata's CLI sees the same.
 #[test]
 fn a_kafka_admin_client_manages_topics_and_sees_groups() {
     let dir = tempfile::tempdir().unwrap();
@@ -734,6 +734,9 @@ out["state"] = described["group_state"]
 out["members"] = [sorted(p for a in m["member_assignment"]["assigned_partitions"]
                          for p in a["partitions"]) for m in described["members"]]
 consumer.close()
+out["group_deleted"] = {group: str(outcome) for group, outcome in
+                        admin.delete_groups(["watchers", "never-seen"]).items()}
+out["groups_after"] = [g["group_id"] for g in admin.list_groups()]
 print(json.dumps(out))
 "#;
     let result = kafka_python(script, &kafka);
@@ -760,6 +763,12 @@ print(json.dumps(out))
     assert_eq!(result["groups"], serde_json::json!(["watchers"]));
     assert_eq!(result["state"], "Stable");
     assert_eq!(result["members"], serde_json::json!([[0, 1, 2, 3, 4]]));
+    // Once its member left, the group is deleted with its offsets.
+    assert_eq!(
+        result["group_deleted"],
+        serde_json::json!({"watchers": "OK", "never-seen": "GroupIdNotFoundError"})
+    );
+    assert_eq!(result["groups_after"], serde_json::json!([]));
 
     let described = support::describe(&node, "kept");
     assert_eq!(described["partitions"].as_array().unwrap().len(), 5);

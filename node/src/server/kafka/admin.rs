@@ -5,13 +5,15 @@ use std::rc::Rc;
 
 use strata_kafka::admin;
 use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use strata_kafka::kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use strata_kafka::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListGroupsResponse,
-    alter_configs_response, incremental_alter_configs_response,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    DescribeGroupsRequest, DescribeGroupsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, ListGroupsResponse, alter_configs_response,
+    incremental_alter_configs_response,
 };
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
@@ -254,4 +256,29 @@ pub(super) async fn alter_configs(
         );
     }
     AlterConfigsResponse::default().with_responses(responses)
+}
+
+/// Deletes groups without members, with their committed offsets (the native DeleteGroup:
+/// NON_EMPTY_GROUP while a group has members, GROUP_ID_NOT_FOUND for one never seen).
+pub(super) async fn delete_groups(
+    shard: &Rc<Shard>,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let mut results = Vec::new();
+    for group in request.groups_names {
+        let delete = native::DeleteGroupRequest {
+            group: group.0.to_string(),
+        };
+        let error = match native(shard, Request::DeleteGroup(delete)).await {
+            Ok(Response::DeleteGroup(deleted)) => kafka_error(deleted.error),
+            Ok(_) => errors::UNKNOWN_SERVER_ERROR,
+            Err(code) => kafka_error(code),
+        };
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group)
+                .with_error_code(error),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(results)
 }

@@ -332,6 +332,9 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             encoded(&header, &groups::fetch_offsets(shard, request).await)
         }
         KafkaRequest::ListGroups(_) => encoded(&header, &admin::list_groups(shard).await),
+        KafkaRequest::DeleteGroups(request) => {
+            encoded(&header, &admin::delete_groups(shard, request).await)
+        }
         KafkaRequest::DescribeGroups(request) => {
             encoded(&header, &admin::describe_groups(shard, request).await)
         }
