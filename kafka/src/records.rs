@@ -10,12 +10,7 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::Decompressor;
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
-    RecordEncodeOptions, RecordSet, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder, RecordSet};
 use strata_wire::batch::{Codec, attributes, split_batches};
 use strata_wire::{Batch, BatchBuilder, BatchError};
 
@@ -213,55 +208,121 @@ fn strata_batch(set: &RecordSet, limit: usize) -> Result<Bytes, RecordsError> {
 /// Appends Strata batches (a fetch's answer, whole batches back to back) to `out` as Kafka
 /// record batches, one per Strata batch, offsets, epochs and producer fields unchanged.
 pub fn to_kafka(stored: Bytes, out: &mut BytesMut) -> Result<(), RecordsError> {
-    let options = RecordEncodeOptions {
-        version: MAGIC,
-        compression: Compression::None,
-    };
-    let mut records = Vec::new();
     for batch in split_batches(stored) {
-        let batch = batch?;
-        records.clear();
-        records.extend(kafka_records(&batch));
-        RecordBatchEncoder::encode(out, &records, &options)
-            .map_err(|error| RecordsError::Encode(format!("{error:#}")))?;
+        encode_kafka_batch(&batch?, out);
     }
     Ok(())
 }
 
-fn kafka_records(batch: &Batch) -> impl Iterator<Item = KafkaRecord> + '_ {
-    let header = *batch.header();
-    batch.records().map(move |record| {
-        let delta = record.offset - header.base_offset;
-        KafkaRecord {
-            transactional: header.attributes & attributes::TRANSACTIONAL != 0,
-            control: header.attributes & attributes::CONTROL != 0,
-            delete_horizon: false,
-            partition_leader_epoch: header.leader_epoch as i32,
-            producer_id: header.producer_id,
-            producer_epoch: header.producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: record.offset as i64,
-            // The encoder takes the batch's base sequence from its first record and keeps
-            // records whose offset and sequence advance together in one batch: without a
-            // producer the base is -1 (Kafka's NO_SEQUENCE) and the rest follow it.
-            sequence: header.base_sequence.wrapping_add(delta as i32),
-            timestamp: record.timestamp_ms,
-            key: record.key.map(|key| batch.slice_ref(key)),
-            value: Some(batch.slice_ref(record.value)),
-            headers: record
-                .headers()
-                .map(|(key, value)| (header_key(key), Some(batch.slice_ref(value))))
-                .collect::<IndexMap<_, _>>(),
+/// Bytes of a record batch v2 header before its records (base offset through record count).
+const KAFKA_BATCH_HEADER_LEN: usize = 61;
+/// Where the CRC-covered part starts (the attributes), and where the CRC itself sits.
+const KAFKA_CRC_START: usize = 21;
+const KAFKA_AT_CRC: usize = 17;
+
+/// Writes one Strata batch as a Kafka record batch (magic 2, uncompressed), straight from the
+/// batch's records: no per-record allocation. Byte for byte what `kafka-protocol`'s encoder
+/// writes for the same records (a test holds it to that).
+fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
+    use bytes::BufMut;
+    let header = batch.header();
+    let (mut base_timestamp, mut max_timestamp) = (i64::MAX, i64::MIN);
+    for record in batch.records() {
+        base_timestamp = base_timestamp.min(record.timestamp_ms);
+        max_timestamp = max_timestamp.max(record.timestamp_ms);
+    }
+    let start = out.len();
+    let mut attributes = 0i16; // uncompressed, create time
+    if header.attributes & attributes::TRANSACTIONAL != 0 {
+        attributes |= 1 << 4;
+    }
+    if header.attributes & attributes::CONTROL != 0 {
+        attributes |= 1 << 5;
+    }
+    out.put_i64(header.base_offset as i64);
+    out.put_i32(0); // the batch length, filled in below
+    out.put_i32(header.leader_epoch as i32);
+    out.put_i8(MAGIC);
+    out.put_u32(0); // the CRC, filled in below
+    out.put_i16(attributes);
+    out.put_i32(header.record_count as i32 - 1);
+    out.put_i64(base_timestamp);
+    out.put_i64(max_timestamp);
+    out.put_i64(header.producer_id);
+    out.put_i16(header.producer_epoch);
+    out.put_i32(header.base_sequence);
+    out.put_i32(header.record_count as i32);
+    debug_assert_eq!(out.len() - start, KAFKA_BATCH_HEADER_LEN);
+    let mut lossy_key = String::new();
+    for record in batch.records() {
+        let timestamp_delta = record.timestamp_ms - base_timestamp;
+        let offset_delta = (record.offset - header.base_offset) as i32;
+        let key_len = record.key.map_or(-1, |key| key.len() as i32);
+        let headers_len: usize = record
+            .headers()
+            .map(|(key, value)| {
+                let key = header_key_bytes(key, &mut lossy_key).len();
+                varint_len(key as i64) + key + varint_len(value.len() as i64) + value.len()
+            })
+            .sum();
+        let body_len = 1
+            + varint_len(timestamp_delta)
+            + varint_len(offset_delta.into())
+            + varint_len(key_len.into())
+            + record.key.map_or(0, <[u8]>::len)
+            + varint_len(record.value.len() as i64)
+            + record.value.len()
+            + varint_len(record.headers().len() as i64)
+            + headers_len;
+        put_varint(out, body_len as i64);
+        out.put_i8(0); // record attributes
+        put_varint(out, timestamp_delta);
+        put_varint(out, offset_delta.into());
+        put_varint(out, key_len.into());
+        if let Some(key) = record.key {
+            out.put_slice(key);
         }
-    })
+        put_varint(out, record.value.len() as i64);
+        out.put_slice(record.value);
+        put_varint(out, record.headers().len() as i64);
+        for (key, value) in record.headers() {
+            let key = header_key_bytes(key, &mut lossy_key);
+            put_varint(out, key.len() as i64);
+            out.put_slice(key);
+            put_varint(out, value.len() as i64);
+            out.put_slice(value);
+        }
+    }
+    let batch_len = (out.len() - start - 12) as i32;
+    out[start + 8..start + 12].copy_from_slice(&batch_len.to_be_bytes());
+    let crc = strata_wire::crc32c(&out[start + KAFKA_CRC_START..]);
+    out[start + KAFKA_AT_CRC..start + KAFKA_CRC_START].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// Kafka header keys are strings; a native producer may have written any bytes.
-fn header_key(key: &[u8]) -> StrBytes {
-    match std::str::from_utf8(key) {
-        Ok(key) => StrBytes::from_string(key.to_owned()),
-        Err(_) => StrBytes::from_string(String::from_utf8_lossy(key).into_owned()),
+/// A header key as the UTF-8 Kafka's clients read it; a native producer may have written any
+/// bytes, which then go out with their invalid sequences replaced (into `lossy`, reused).
+fn header_key_bytes<'a>(key: &'a [u8], lossy: &'a mut String) -> &'a [u8] {
+    if std::str::from_utf8(key).is_ok() {
+        return key;
     }
+    *lossy = String::from_utf8_lossy(key).into_owned();
+    lossy.as_bytes()
+}
+
+/// Kafka's zigzag varint (as protobuf's), for 32- and 64-bit values alike.
+fn put_varint(out: &mut BytesMut, value: i64) {
+    use bytes::BufMut;
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag >= 0x80 {
+        out.put_u8((zigzag as u8) | 0x80);
+        zigzag >>= 7;
+    }
+    out.put_u8(zigzag as u8);
+}
+
+fn varint_len(value: i64) -> usize {
+    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - zigzag.max(1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[cfg(test)]
