@@ -10,7 +10,7 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::Decompressor;
-use kafka_protocol::records::{Compression, RecordBatchDecoder, RecordSet};
+use kafka_protocol::records::Compression;
 use strata_wire::batch::{Codec, attributes, split_batches};
 use strata_wire::{Batch, BatchBuilder, BatchError};
 
@@ -43,26 +43,16 @@ pub enum RecordsError {
 
 /// Translates the records of one partition of a Kafka produce request into Strata batches,
 /// back to back, as a native produce request carries them. Checks each Kafka batch's CRC;
-/// refuses batches that would inflate past `limit` bytes, before they do.
+/// refuses batches that would inflate past `limit` bytes, before they do. Records are read
+/// straight into the Strata batch (no per-record structs; repeated header keys, which Kafka
+/// allows, kept).
 pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsError> {
     if kafka.is_empty() {
         return Err(RecordsError::Empty);
     }
-    let mut sets = Vec::new();
-    let decompress = |compressed: &mut Bytes, compression: Compression| {
-        decompress_bounded(compressed, compression, limit)
-    };
+    let mut batches = Vec::new();
     while !kafka.is_empty() {
-        let set = RecordBatchDecoder::decode_with_custom_compression(&mut kafka, Some(&decompress))
-            .map_err(|error| match error.downcast::<RecordsError>() {
-                Ok(too_large) => too_large,
-                Err(error) => RecordsError::Malformed(format!("{error:#}")),
-            })?;
-        sets.push(set);
-    }
-    let mut batches = Vec::with_capacity(sets.len());
-    for set in &sets {
-        batches.push(strata_batch(set, limit)?);
+        batches.push(strata_batch(&mut kafka, limit)?);
     }
     if let [batch] = &mut batches[..] {
         // The builder's buffer is the batch's only owner: taken back without a copy.
@@ -75,6 +65,177 @@ pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsErro
         out.extend_from_slice(batch);
     }
     Ok(out)
+}
+
+/// Reads big-endian fields and Kafka's zigzag varints off a slice; running out is malformed.
+struct Fields<'a> {
+    bytes: &'a [u8],
+}
+
+fn malformed(what: &str) -> RecordsError {
+    RecordsError::Malformed(what.to_string())
+}
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], RecordsError> {
+        if len > self.bytes.len() {
+            return Err(malformed("a record runs past its batch"));
+        }
+        let (taken, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn varlong(&mut self) -> Result<i64, RecordsError> {
+        let mut value = 0u64;
+        for shift in (0..70).step_by(7) {
+            let [byte] = self.take(1)? else {
+                unreachable!("took one byte")
+            };
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        Err(malformed("a varint runs past ten bytes"))
+    }
+
+    fn varint(&mut self) -> Result<i32, RecordsError> {
+        i32::try_from(self.varlong()?).map_err(|_| malformed("a varint past 32 bits"))
+    }
+
+    /// A length that may be -1 (null).
+    fn nullable(&mut self) -> Result<Option<&'a [u8]>, RecordsError> {
+        match self.varint()? {
+            -1 => Ok(None),
+            len if len >= 0 => Ok(Some(self.take(len as usize)?)),
+            _ => Err(malformed("a negative length")),
+        }
+    }
+}
+
+fn be_i16(bytes: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(bytes[at..at + 2].try_into().expect("two bytes"))
+}
+
+fn be_i32(bytes: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+}
+
+fn be_i64(bytes: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(bytes[at..at + 8].try_into().expect("eight bytes"))
+}
+
+/// Takes one Kafka record batch (v2) off the front of `kafka` and builds its Strata batch.
+fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> {
+    const LENGTH_END: usize = 12;
+    if kafka.len() < KAFKA_BATCH_HEADER_LEN {
+        return Err(malformed("a batch is cut short"));
+    }
+    let batch_len = be_i32(kafka, 8);
+    let end = usize::try_from(batch_len)
+        .ok()
+        .map(|len| len + LENGTH_END)
+        .filter(|&end| (KAFKA_BATCH_HEADER_LEN..=kafka.len()).contains(&end))
+        .ok_or_else(|| malformed("a batch length past the records sent"))?;
+    let batch = kafka.split_to(end);
+    let magic = batch[16] as i8;
+    if magic != MAGIC {
+        return Err(RecordsError::Malformed(format!(
+            "message sets v{magic} are unsupported"
+        )));
+    }
+    let stated_crc = u32::from_be_bytes(batch[KAFKA_AT_CRC..KAFKA_CRC_START].try_into().unwrap());
+    let actual_crc = strata_wire::crc32c(&batch[KAFKA_CRC_START..]);
+    if stated_crc != actual_crc {
+        return Err(RecordsError::Malformed(format!(
+            "Cyclic redundancy check failed ({stated_crc} != {actual_crc})"
+        )));
+    }
+    let attributes = be_i16(&batch, 21);
+    if attributes & (1 << 5) != 0 {
+        return Err(RecordsError::ControlBatch);
+    }
+    if attributes & (1 << 4) != 0 {
+        return Err(RecordsError::Transactional);
+    }
+    let compression = match attributes & 0b111 {
+        0 => Compression::None,
+        1 => Compression::Gzip,
+        2 => Compression::Snappy,
+        3 => Compression::Lz4,
+        4 => Compression::Zstd,
+        other => return Err(RecordsError::Malformed(format!("compression {other}"))),
+    };
+    let base_timestamp = be_i64(&batch, 27);
+    let (producer_id, producer_epoch, base_sequence) =
+        (be_i64(&batch, 43), be_i16(&batch, 51), be_i32(&batch, 53));
+    let record_count = match be_i32(&batch, 57) {
+        0 => return Err(RecordsError::Empty),
+        count if count < 0 => return Err(malformed("a negative record count")),
+        count => count as usize,
+    };
+    let mut section = batch.slice(KAFKA_BATCH_HEADER_LEN..);
+    let records =
+        decompress_bounded(&mut section, compression, limit).map_err(|error| match error
+            .downcast::<RecordsError>(
+        ) {
+            Ok(too_large) => too_large,
+            Err(error) => RecordsError::Malformed(format!("{error:#}")),
+        })?;
+    // Every record takes at least one byte: a count past that is a lie, refused before the
+    // builder sizes anything by it.
+    if record_count > records.len() {
+        return Err(malformed("a record count past the records sent"));
+    }
+    let bytes = records.len() + record_count * RECORD_OVERHEAD;
+    if bytes > limit.min(strata_wire::batch::BATCH_LEN_MAX / 2) {
+        return Err(RecordsError::TooLarge { bytes, limit });
+    }
+    let mut builder = BatchBuilder::with_capacity(bytes + strata_wire::batch::HEADER_LEN);
+    builder.set_codec(match compression {
+        Compression::None => Codec::None,
+        Compression::Lz4 | Compression::Snappy => Codec::Lz4,
+        Compression::Zstd | Compression::Gzip => Codec::Zstd,
+    });
+    if producer_id >= 0 {
+        builder.set_producer(producer_id, producer_epoch, base_sequence);
+    }
+    let mut fields = Fields { bytes: &records };
+    let mut headers: Vec<(&[u8], &[u8])> = Vec::new();
+    for index in 0..record_count {
+        let len = usize::try_from(fields.varint()?).map_err(|_| malformed("a negative length"))?;
+        let mut record = Fields {
+            bytes: fields.take(len)?,
+        };
+        record.take(1)?; // record attributes: unused
+        let timestamp = base_timestamp.wrapping_add(record.varlong()?);
+        let delta = record.varint()?;
+        if delta as usize != index {
+            return Err(RecordsError::OffsetGap {
+                index,
+                found: delta.into(),
+            });
+        }
+        let key = record.nullable()?;
+        let value = record.nullable()?.unwrap_or_default();
+        let count = record.varint()?;
+        headers.clear();
+        for _ in 0..count.max(0) {
+            let key = record
+                .nullable()?
+                .ok_or_else(|| malformed("a null header key"))?;
+            headers.push((key, record.nullable()?.unwrap_or_default()));
+        }
+        if count < 0 || !record.bytes.is_empty() {
+            return Err(malformed("a record's length does not match its fields"));
+        }
+        builder.push_with_headers(timestamp, key, value, headers.iter().copied());
+    }
+    if !fields.bytes.is_empty() {
+        return Err(malformed("bytes past the batch's last record"));
+    }
+    Ok(builder.into_batch())
 }
 
 /// Inflates a compressed batch's records, refusing at once a stream that would inflate past
@@ -147,62 +308,6 @@ fn snappy_inflated_len(input: &[u8]) -> anyhow::Result<usize> {
         rest = &after[len..];
     }
     Ok(total)
-}
-
-fn strata_batch(set: &RecordSet, limit: usize) -> Result<Bytes, RecordsError> {
-    let first = set.records.first().ok_or(RecordsError::Empty)?;
-    if first.control {
-        return Err(RecordsError::ControlBatch);
-    }
-    if first.transactional {
-        return Err(RecordsError::Transactional);
-    }
-    let bytes: usize = set
-        .records
-        .iter()
-        .map(|record| {
-            let headers: usize = record
-                .headers
-                .iter()
-                .map(|(key, value)| key.len() + value.as_ref().map_or(0, Bytes::len) + 16)
-                .sum();
-            record.key.as_ref().map_or(0, Bytes::len)
-                + record.value.as_ref().map_or(0, Bytes::len)
-                + headers
-                + RECORD_OVERHEAD
-        })
-        .sum();
-    if bytes > limit.min(strata_wire::batch::BATCH_LEN_MAX / 2) {
-        return Err(RecordsError::TooLarge { bytes, limit });
-    }
-    let mut builder = BatchBuilder::with_capacity(bytes + strata_wire::batch::HEADER_LEN);
-    builder.set_codec(match set.compression {
-        Compression::None => Codec::None,
-        Compression::Lz4 | Compression::Snappy => Codec::Lz4,
-        Compression::Zstd | Compression::Gzip => Codec::Zstd,
-    });
-    if first.producer_id >= 0 {
-        builder.set_producer(first.producer_id, first.producer_epoch, first.sequence);
-    }
-    for (index, record) in set.records.iter().enumerate() {
-        let delta = record.offset - first.offset;
-        if delta != index as i64 {
-            return Err(RecordsError::OffsetGap {
-                index,
-                found: delta,
-            });
-        }
-        builder.push_with_headers(
-            record.timestamp,
-            record.key.as_deref(),
-            record.value.as_deref().unwrap_or_default(),
-            record
-                .headers
-                .iter()
-                .map(|(key, value)| (key.as_bytes(), value.as_deref().unwrap_or_default())),
-        );
-    }
-    Ok(builder.into_batch())
 }
 
 /// Appends Strata batches (a fetch's answer, whole batches back to back) to `out` as Kafka
