@@ -216,9 +216,9 @@ pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<B
     let version = header.api_version;
     debug_assert!(served(ApiKey::Fetch, version));
     let flexible = version >= 12;
-    let mut chunks = Vec::new();
+    // The first chunk is the frame's size, known once everything else is.
+    let mut chunks = vec![Bytes::new()];
     let mut head = BytesMut::with_capacity(256);
-    head.put_i32(0); // the frame size, filled in at the end
     head.put_i32(header.correlation_id);
     if flexible {
         put_uvarint(&mut head, 0); // the response header's tagged fields
@@ -290,10 +290,8 @@ pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<B
         put_uvarint(&mut head, 0); // the response's tagged fields
     }
     chunks.push(head.freeze());
-    let total: usize = chunks.iter().map(Bytes::len).sum();
-    let mut first = BytesMut::from(&chunks[0][..]);
-    first[..SIZE_LEN].copy_from_slice(&((total - SIZE_LEN) as i32).to_be_bytes());
-    chunks[0] = first.freeze();
+    let size: usize = chunks.iter().map(Bytes::len).sum();
+    chunks[0] = Bytes::copy_from_slice(&(size as i32).to_be_bytes());
     chunks
 }
 

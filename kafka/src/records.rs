@@ -37,8 +37,6 @@ pub enum RecordsError {
     TooLarge { bytes: usize, limit: usize },
     #[error("a stored batch does not validate: {0}")]
     Stored(#[from] BatchError),
-    #[error("encoding the Kafka batch failed: {0}")]
-    Encode(String),
 }
 
 /// Translates the records of one partition of a Kafka produce request into Strata batches,
@@ -175,14 +173,7 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
         count if count < 0 => return Err(malformed("a negative record count")),
         count => count as usize,
     };
-    let mut section = batch.slice(KAFKA_BATCH_HEADER_LEN..);
-    let records =
-        decompress_bounded(&mut section, compression, limit).map_err(|error| match error
-            .downcast::<RecordsError>(
-        ) {
-            Ok(too_large) => too_large,
-            Err(error) => RecordsError::Malformed(format!("{error:#}")),
-        })?;
+    let records = decompress_bounded(batch.slice(KAFKA_BATCH_HEADER_LEN..), compression, limit)?;
     // Every record takes at least one byte: a count past that is a lie, refused before the
     // builder sizes anything by it.
     if record_count > records.len() {
@@ -243,68 +234,79 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
 /// broker's memory). Snappy states its block sizes up front; the streaming codecs are read
 /// through a cap.
 fn decompress_bounded(
-    compressed: &mut Bytes,
+    input: Bytes,
     compression: Compression,
     limit: usize,
-) -> anyhow::Result<Bytes> {
+) -> Result<Bytes, RecordsError> {
     use std::io::Read;
-    let input = std::mem::take(compressed);
-    let too_large = |bytes: usize| anyhow::Error::new(RecordsError::TooLarge { bytes, limit });
+    let corrupt = |error: &dyn std::fmt::Display| {
+        RecordsError::Malformed(format!("{compression:?} records do not inflate: {error}"))
+    };
     let mut inflated = Vec::new();
-    let cap = (limit as u64).saturating_add(1);
+    let capped = |reader: &mut dyn Read, inflated: &mut Vec<u8>| {
+        reader
+            .take((limit as u64).saturating_add(1))
+            .read_to_end(inflated)
+            .map_err(|error| corrupt(&error))
+    };
     match compression {
         Compression::None => return Ok(input),
-        Compression::Gzip => {
-            flate2::read::GzDecoder::new(&input[..])
-                .take(cap)
-                .read_to_end(&mut inflated)?;
-        }
-        Compression::Zstd => {
-            zstd::stream::read::Decoder::new(&input[..])?
-                .take(cap)
-                .read_to_end(&mut inflated)?;
-        }
-        Compression::Lz4 => {
-            lz4::Decoder::new(&input[..])?
-                .take(cap)
-                .read_to_end(&mut inflated)?;
-        }
+        Compression::Gzip => capped(&mut flate2::read::GzDecoder::new(&input[..]), &mut inflated)?,
+        Compression::Zstd => capped(
+            &mut zstd::stream::read::Decoder::new(&input[..]).map_err(|error| corrupt(&error))?,
+            &mut inflated,
+        )?,
+        Compression::Lz4 => capped(
+            &mut lz4::Decoder::new(&input[..]).map_err(|error| corrupt(&error))?,
+            &mut inflated,
+        )?,
         Compression::Snappy => {
             let stated = snappy_inflated_len(&input)?;
             if stated > limit {
-                return Err(too_large(stated));
+                return Err(RecordsError::TooLarge {
+                    bytes: stated,
+                    limit,
+                });
             }
             let mut compressed = input;
             return kafka_protocol::compression::Snappy::decompress(&mut compressed, |inflated| {
                 Ok(std::mem::take(inflated))
-            });
+            })
+            .map_err(|error| corrupt(&error));
         }
-    }
+    };
     if inflated.len() > limit {
-        return Err(too_large(inflated.len()));
+        return Err(RecordsError::TooLarge {
+            bytes: inflated.len(),
+            limit,
+        });
     }
     Ok(Bytes::from(inflated))
 }
 
 /// The size a Kafka snappy stream states it inflates to: xerial's framing (a 16-byte header,
 /// then blocks each prefixed with its length) or one raw snappy block.
-fn snappy_inflated_len(input: &[u8]) -> anyhow::Result<usize> {
+fn snappy_inflated_len(input: &[u8]) -> Result<usize, RecordsError> {
+    let stated = |block: &[u8]| {
+        snap::raw::decompress_len(block)
+            .map_err(|error| RecordsError::Malformed(format!("a snappy block: {error}")))
+    };
     const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
     const XERIAL_HEADER_LEN: usize = 16;
     if !input.starts_with(XERIAL_MAGIC) {
-        return Ok(snap::raw::decompress_len(input)?);
+        return stated(input);
     }
     let mut rest = input.get(XERIAL_HEADER_LEN..).unwrap_or_default();
     let mut total = 0usize;
     while !rest.is_empty() {
         let (len, after) = rest
             .split_first_chunk::<4>()
-            .ok_or_else(|| anyhow::anyhow!("a snappy block length is cut short"))?;
+            .ok_or_else(|| malformed("a snappy block length is cut short"))?;
         let len = u32::from_be_bytes(*len) as usize;
         let block = after
             .get(..len)
-            .ok_or_else(|| anyhow::anyhow!("a snappy block is cut short"))?;
-        total = total.saturating_add(snap::raw::decompress_len(block)?);
+            .ok_or_else(|| malformed("a snappy block is cut short"))?;
+        total = total.saturating_add(stated(block)?);
         rest = &after[len..];
     }
     Ok(total)

@@ -223,10 +223,9 @@ pub fn records_error(error: &RecordsError) -> i16 {
         RecordsError::ControlBatch => errors::INVALID_RECORD,
         RecordsError::Transactional => errors::UNSUPPORTED_FOR_MESSAGE_FORMAT,
         RecordsError::Stored(_) => errors::KAFKA_STORAGE_ERROR,
-        RecordsError::Malformed(_)
-        | RecordsError::Empty
-        | RecordsError::OffsetGap { .. }
-        | RecordsError::Encode(_) => errors::CORRUPT_MESSAGE,
+        RecordsError::Malformed(_) | RecordsError::Empty | RecordsError::OffsetGap { .. } => {
+            errors::CORRUPT_MESSAGE
+        }
     }
 }
 
