@@ -367,6 +367,70 @@ fn the_consumer_fetches_ahead_and_a_seek_discards_what_was_fetched_ahead() {
     });
 }
 
+/// A consumer keeps two fetches on their way to a shard, each for its own half of the
+/// partitions there, so the shard reads and sends one while the other's answer travels and is
+/// checked; the halves together read every record once.
+#[test]
+fn the_consumer_keeps_two_fetches_on_their_way_to_a_shard() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "halves", "--partitions", "3"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                linger: Duration::ZERO,
+                ..ProducerConfig::default()
+            },
+        );
+        // One batch per record, so each fetch below (1 byte budget: one whole batch) takes one.
+        let mut sent = Vec::new();
+        for record in 0..3 {
+            for partition in 0..3 {
+                producer
+                    .send(ProducerRecord {
+                        partition: Some(partition),
+                        ..ProducerRecord::new("halves", None, format!("r{record}"))
+                    })
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                sent.push((partition, record));
+            }
+        }
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_bytes: 1,
+                partition_max_bytes: 1,
+                max_wait: Duration::from_millis(100),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("halves", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut read: Vec<(u32, u64)> = Vec::new();
+        while read.len() < sent.len() {
+            for batch in consumer.poll().await.unwrap() {
+                read.extend(
+                    batch
+                        .records()
+                        .map(|record| (batch.partition, record.offset)),
+                );
+            }
+            assert_eq!(consumer.fetches_on_the_way(), 2);
+        }
+        read.sort();
+        sent.sort();
+        assert_eq!(read, sent);
+    });
+}
+
 /// A consumer of partitions on two shards gets the records of one as soon as they arrive,
 /// while the other shard's fetch still waits at the end of its log (max wait 10 s).
 #[test]
