@@ -101,6 +101,12 @@ pub struct Consumer {
     taken: Vec<ConsumedBatch>,
     /// When metadata was last refreshed for partitions without a known leader.
     unresolved_refresh: Option<std::time::Instant>,
+    /// When each partition last brought records (a count of answers taken), to ask first for
+    /// those served longest ago: brokers fill an answer's `max_bytes` in request order, so a
+    /// fixed order would let the first partitions' backlog starve the rest (Kafka's fetcher
+    /// moves partitions that returned data to the end likewise).
+    last_served: HashMap<PartitionKey, u64>,
+    answers_taken: u64,
 }
 
 /// Fetches a broker shard has on their way from one consumer, each for its own share of the
@@ -163,6 +169,8 @@ impl Consumer {
             in_flight: Vec::new(),
             taken: Vec::new(),
             unresolved_refresh: None,
+            last_served: HashMap::new(),
+            answers_taken: 0,
         }
     }
 
@@ -233,7 +241,9 @@ impl Consumer {
     /// Stops fetching `partition` of `topic`; returns its position.
     pub fn unassign(&mut self, topic: &str, partition: u32) -> Option<u64> {
         self.drop_taken(topic, partition);
-        self.positions.remove(&(topic.to_string(), partition))
+        let key = (topic.to_string(), partition);
+        self.last_served.remove(&key);
+        self.positions.remove(&key)
     }
 
     /// Forgets batches of `partition` of `topic` a dropped `poll` left: a seek or unassign
@@ -383,6 +393,8 @@ impl Consumer {
             }
         }
         for (address, mut uncovered) in by_address {
+            let served = |key: &PartitionKey| self.last_served.get(key).copied().unwrap_or(0);
+            uncovered.sort_by(|(a, _), (b, _)| (served(a), a).cmp(&(served(b), b)));
             let on_the_way = self
                 .in_flight
                 .iter()
@@ -497,6 +509,10 @@ impl Consumer {
                 let Some(position) = self.positions.get_mut(&key) else {
                     continue;
                 };
+                if batches.iter().any(Result::is_ok) {
+                    self.answers_taken += 1;
+                    self.last_served.insert(key.clone(), self.answers_taken);
+                }
                 for batch in batches {
                     let batch = batch.map_err(|error| {
                         ClientError::Protocol(format!(

@@ -431,6 +431,186 @@ fn the_consumer_keeps_two_fetches_on_their_way_to_a_shard() {
     });
 }
 
+/// A fetch answer is held to the request's `max_bytes` (Kafka's `fetch.max.bytes`): partitions
+/// in request order, each whole while the total fits, the first with records always (so a
+/// batch larger than the limit still makes progress); the rest answer without records and come
+/// with the next fetch. Asked through the shared port of a two-shard node, so partitions of
+/// both shards (forwarded and local) are held to one budget, and the bytes-out metric counts
+/// only what was sent.
+#[test]
+fn a_fetch_answer_is_held_to_its_max_bytes() {
+    use strata_wire::protocol::{FetchPartition, FetchRequest, FetchTopic, Request, Response};
+    const PARTITIONS: u32 = 4;
+    const BATCHES: u64 = 4;
+    let temp = tempfile::tempdir().unwrap();
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "budget",
+            "--partitions",
+            &PARTITIONS.to_string(),
+        ],
+        None,
+    );
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                linger: Duration::ZERO,
+                ..ProducerConfig::default()
+            },
+        );
+        // A batch of one 10 KiB record each time: every partition holds ~41 KiB.
+        for partition in 0..PARTITIONS {
+            for _ in 0..BATCHES {
+                producer
+                    .send(ProducerRecord {
+                        partition: Some(partition),
+                        ..ProducerRecord::new("budget", None, vec![b'x'; 10 << 10])
+                    })
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        }
+        let address = node.bootstrap();
+        let fetch = |offsets: &[u64], max_bytes: u32| {
+            Request::Fetch(FetchRequest {
+                max_wait_ms: 0,
+                min_bytes: 1,
+                max_bytes,
+                topics: vec![FetchTopic {
+                    name: "budget".into(),
+                    partitions: (0..PARTITIONS)
+                        .map(|partition| FetchPartition {
+                            partition,
+                            fetch_offset: offsets[partition as usize],
+                            max_bytes: 1 << 20,
+                        })
+                        .collect(),
+                }],
+            })
+        };
+        // Per partition: bytes of records answered, and the high watermark.
+        let ask = |request| {
+            let client = client.clone();
+            let address = address.clone();
+            async move {
+                let Response::Fetch(response) = client.request(&address, request).await.unwrap()
+                else {
+                    panic!("not a fetch answer");
+                };
+                response.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        assert_eq!(p.error, strata_wire::protocol::ErrorCode::None);
+                        (p.records.len(), p.high_watermark)
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+
+        // One byte: one whole batch of the first partition, nothing of the others.
+        let answered = ask(fetch(&[0; 4], 1)).await;
+        let one_batch = answered[0].0;
+        assert!(one_batch > 10 << 10 && one_batch < 11 << 10, "{answered:?}");
+        assert!(
+            answered[1..].iter().all(|&(bytes, _)| bytes == 0),
+            "{answered:?}"
+        );
+        assert!(
+            answered.iter().all(|&(_, hw)| hw == BATCHES),
+            "{answered:?}"
+        );
+
+        // 50 KiB: the first partition whole (~41 KiB); the second would pass the limit.
+        let answered = ask(fetch(&[0; 4], 50 << 10)).await;
+        assert!(answered[0].0 > 40 << 10, "{answered:?}");
+        assert!(
+            answered[1..].iter().all(|&(bytes, _)| bytes == 0),
+            "{answered:?}"
+        );
+
+        // Fetching on from where each answer ended reads every partition, one per answer.
+        let mut offsets = [0u64; 4];
+        let mut sent = one_batch + answered[0].0;
+        offsets[0] = BATCHES;
+        for next in 1..PARTITIONS as usize {
+            let answered = ask(fetch(&offsets, 50 << 10)).await;
+            let with_records: Vec<usize> = (0..PARTITIONS as usize)
+                .filter(|&p| answered[p].0 > 0)
+                .collect();
+            assert_eq!(with_records, [next], "{answered:?}");
+            sent += answered[next].0;
+            offsets[next] = BATCHES;
+        }
+        // The metric counts what was sent, not what was read and left out.
+        support::wait_for("bytes out to match what was answered", || {
+            support::metric_total(admin, "strata_bytes_out_total") == sent as f64
+        });
+    });
+}
+
+/// A consumer asks first for the partitions that brought records longest ago, so one
+/// partition's backlog filling every answer (`max_bytes` of one byte: one batch an answer)
+/// does not starve the partitions asked for after it.
+#[test]
+fn a_partitions_backlog_does_not_starve_the_others_of_its_fetch() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 1);
+    node.cli(&["topic", "create", "fair", "--partitions", "4"], None);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                linger: Duration::ZERO,
+                ..ProducerConfig::default()
+            },
+        );
+        // Partition 0: 40 batches; the others one record each.
+        for (partition, batches) in [(0, 40), (1, 1), (2, 1), (3, 1)] {
+            for _ in 0..batches {
+                producer
+                    .send(ProducerRecord {
+                        partition: Some(partition),
+                        ..ProducerRecord::new("fair", None, "r")
+                    })
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        }
+        let mut consumer = Consumer::new(
+            client.clone(),
+            ConsumerConfig {
+                max_bytes: 1,
+                max_wait: Duration::from_millis(100),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("fair", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut read = [0usize; 4];
+        while read[1..].iter().any(|&n| n == 0) {
+            for batch in consumer.poll().await.unwrap() {
+                read[batch.partition as usize] += batch.records().count();
+            }
+            assert!(read[0] <= 4, "partition 0 took every answer: {read:?}");
+        }
+    });
+}
+
 /// A consumer of partitions on two shards gets the records of one as soon as they arrive,
 /// while the other shard's fetch still waits at the end of its log (max wait 10 s).
 #[test]

@@ -53,7 +53,7 @@ pub enum ShardMessage {
         topic: String,
         partition: FetchPartition,
         deadline: Option<Instant>,
-        reply: oneshot::Sender<FetchPartitionResponse>,
+        reply: oneshot::Sender<Fetched>,
     },
     ListOffset {
         topic: String,
@@ -398,6 +398,30 @@ fn produce_response_lost() -> bool {
         _ => {
             tracing::warn!("fault injection: dropping the answer to produce #{nth}");
             true
+        }
+    }
+}
+
+/// One partition's part of a fetch answer, and what its records count for the metrics: the
+/// shard assembling the whole answer counts them if they are sent (see `answer_within`).
+pub struct Fetched {
+    response: FetchPartitionResponse,
+    served: Option<ServedRecords>,
+}
+
+/// Records a partition's fetch read: how many, the newest one's timestamp, and when the read
+/// began.
+struct ServedRecords {
+    records: u64,
+    newest_ms: Option<i64>,
+    started: Instant,
+}
+
+impl From<FetchPartitionResponse> for Fetched {
+    fn from(response: FetchPartitionResponse) -> Fetched {
+        Fetched {
+            response,
+            served: None,
         }
     }
 }
@@ -1053,13 +1077,63 @@ impl Shard {
         let first = self.fetch_all(&request, None).await;
         let found: usize = first
             .iter()
-            .flat_map(|(_, partitions)| partitions.iter().map(|p| p.records.len()))
+            .flat_map(|(_, partitions)| partitions.iter().map(|p| p.response.records.len()))
             .sum();
         if found >= min_bytes.max(1) || request.max_wait_ms == 0 {
-            return assemble(first);
+            return self.answer_within(first, request.max_bytes);
         }
         let waited = self.fetch_all(&request, Some(deadline)).await;
-        assemble(waited)
+        self.answer_within(waited, request.max_bytes)
+    }
+
+    /// The answer to a fetch, held to its `max_bytes` as Kafka holds one to `fetch.max.bytes`,
+    /// with the served records counted in the metrics. The partitions were read at once, each
+    /// up to its own limit (on this shard and others); here they are taken in request order,
+    /// each whole while the total stays within `max_bytes`. The first partition with records is
+    /// always taken, so a batch larger than the limit still makes progress. Those that no
+    /// longer fit answer without records and come with a later fetch from the same offset (a
+    /// file range left out is never read). Without this, a consumer of hundreds of partitions
+    /// with a backlog got hundreds of times the partition limit in one answer, past what
+    /// clients take in one frame (librdkafka's `receive.message.max.bytes`: 100 MB).
+    fn answer_within(&self, slots: Vec<(String, Vec<Fetched>)>, max_bytes: u32) -> FetchResponse {
+        let mut left = max_bytes as usize;
+        let mut first = true;
+        let mut topics = Vec::with_capacity(slots.len());
+        for (name, fetched) in slots {
+            let mut partitions = Vec::with_capacity(fetched.len());
+            for Fetched {
+                mut response,
+                served,
+            } in fetched
+            {
+                let len = response.records.len();
+                if len > 0 && !first && len > left {
+                    response.records = Records::empty();
+                } else if len > 0 {
+                    first = false;
+                    left = left.saturating_sub(len);
+                    if let Some(served) = served {
+                        self.count_served(&name, len, &served);
+                    }
+                }
+                partitions.push(response);
+            }
+            topics.push(FetchTopicResponse { name, partitions });
+        }
+        FetchResponse { topics }
+    }
+
+    fn count_served(&self, topic: &str, bytes: usize, served: &ServedRecords) {
+        self.metrics.fetched(
+            topic,
+            served.records,
+            bytes as u64,
+            served.started.elapsed().as_micros() as u64,
+        );
+        if let Some(newest_ms) = served.newest_ms {
+            let age_ms = writer::system_clock_ms().saturating_sub(newest_ms).max(0);
+            self.metrics.served_age(age_ms as u64 * 1000);
+        }
     }
 
     /// Fetches every partition of the request. With a deadline, returns as soon as any
@@ -1068,13 +1142,13 @@ impl Shard {
         self: &Rc<Self>,
         request: &FetchRequest,
         deadline: Option<Instant>,
-    ) -> Vec<(String, Vec<FetchPartitionResponse>)> {
-        let mut slots: Vec<(String, Vec<FetchPartitionResponse>)> = Vec::new();
+    ) -> Vec<(String, Vec<Fetched>)> {
+        let mut slots: Vec<(String, Vec<Fetched>)> = Vec::new();
         let mut work = Vec::new();
         for topic in &request.topics {
             let mut partitions = Vec::new();
             for partition in &topic.partitions {
-                partitions.push(fetch_error(partition.partition, ErrorCode::None, 0, 0));
+                partitions.push(fetch_error(partition.partition, ErrorCode::None, 0, 0).into());
                 let at = (slots.len(), partitions.len() - 1);
                 let shard = self.clone();
                 let name = topic.name.clone();
@@ -1098,7 +1172,8 @@ impl Shard {
         while !work.is_empty() {
             let (((topic, partition), response), _, rest) =
                 futures_util::future::select_all(work).await;
-            let has_data = !response.records.is_empty() || response.error != ErrorCode::None;
+            let has_data =
+                !response.response.records.is_empty() || response.response.error != ErrorCode::None;
             slots[topic].1[partition] = response;
             if has_data {
                 break;
@@ -1113,13 +1188,14 @@ impl Shard {
         topic: String,
         partition: FetchPartition,
         deadline: Option<Instant>,
-    ) -> FetchPartitionResponse {
+    ) -> Fetched {
         let index = partition.partition;
         match self.route(&topic, index) {
             Err(error) => FetchPartitionResponse {
                 leader_hint: self.leader_hint(&topic, index, error),
                 ..fetch_error(index, error, 0, 0)
-            },
+            }
+            .into(),
             Ok(owner) if owner == self.context.index => {
                 self.fetch_local(&topic, partition, deadline).await
             }
@@ -1132,11 +1208,11 @@ impl Shard {
                     reply,
                 };
                 if !self.forward(owner, message) {
-                    return fetch_error(index, ErrorCode::NotReady, 0, 0);
+                    return fetch_error(index, ErrorCode::NotReady, 0, 0).into();
                 }
                 answer
                     .await
-                    .unwrap_or_else(|_| fetch_error(index, ErrorCode::NotReady, 0, 0))
+                    .unwrap_or_else(|_| fetch_error(index, ErrorCode::NotReady, 0, 0).into())
             }
         }
     }
@@ -1165,7 +1241,7 @@ impl Shard {
         topic: &str,
         partition: FetchPartition,
         deadline: Option<Instant>,
-    ) -> FetchPartitionResponse {
+    ) -> Fetched {
         let index = partition.partition;
         let started = Instant::now();
         let Some((log, mut high_watermark, committed)) = self.leader_view(topic, index) else {
@@ -1173,10 +1249,11 @@ impl Shard {
             return FetchPartitionResponse {
                 leader_hint: self.leader_hint(topic, index, error),
                 ..fetch_error(index, error, 0, 0)
-            };
+            }
+            .into();
         };
         let Ok(offsets) = log.offsets().await else {
-            return fetch_error(index, ErrorCode::StorageError, 0, 0);
+            return fetch_error(index, ErrorCode::StorageError, 0, 0).into();
         };
         let offset = partition.fetch_offset;
         if offset < offsets.log_start || offset > offsets.log_end {
@@ -1185,7 +1262,8 @@ impl Shard {
                 ErrorCode::OffsetOutOfRange,
                 high_watermark,
                 offsets.log_start,
-            );
+            )
+            .into();
         }
         if let Some(deadline) = deadline {
             // Single-threaded: nothing can advance the high watermark between the check and
@@ -1198,13 +1276,13 @@ impl Shard {
                 match self.leader_view(topic, index) {
                     Some((_, now, _)) => high_watermark = now,
                     None => {
-                        return fetch_error(index, ErrorCode::NotLeader, 0, 0);
+                        return fetch_error(index, ErrorCode::NotLeader, 0, 0).into();
                     }
                 }
             }
         }
         if offset >= high_watermark {
-            return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start);
+            return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start).into();
         }
         match log
             .read_for_sending(offset, partition.max_bytes as usize, high_watermark)
@@ -1225,23 +1303,20 @@ impl Shard {
                         }),
                     ),
                 };
-                self.metrics.fetched(
-                    topic,
-                    records,
-                    bytes.len() as u64,
-                    started.elapsed().as_micros() as u64,
-                );
-                if let Some(newest_ms) = newest_ms {
-                    let age_ms = writer::system_clock_ms().saturating_sub(newest_ms).max(0);
-                    self.metrics.served_age(age_ms as u64 * 1000);
-                }
-                FetchPartitionResponse {
-                    partition: index,
-                    error: ErrorCode::None,
-                    high_watermark,
-                    log_start_offset: offsets.log_start,
-                    leader_hint: -1,
-                    records: bytes,
+                Fetched {
+                    response: FetchPartitionResponse {
+                        partition: index,
+                        error: ErrorCode::None,
+                        high_watermark,
+                        log_start_offset: offsets.log_start,
+                        leader_hint: -1,
+                        records: bytes,
+                    },
+                    served: Some(ServedRecords {
+                        records,
+                        newest_ms,
+                        started,
+                    }),
                 }
             }
             Err(error) => fetch_error(
@@ -1249,7 +1324,8 @@ impl Shard {
                 log_error_code(&error),
                 high_watermark,
                 offsets.log_start,
-            ),
+            )
+            .into(),
         }
     }
 
@@ -1358,14 +1434,5 @@ fn list_error(partition: u32, error: ErrorCode) -> ListOffsetsPartitionResponse 
         error,
         offset: -1,
         timestamp: -1,
-    }
-}
-
-fn assemble(slots: Vec<(String, Vec<FetchPartitionResponse>)>) -> FetchResponse {
-    FetchResponse {
-        topics: slots
-            .into_iter()
-            .map(|(name, partitions)| FetchTopicResponse { name, partitions })
-            .collect(),
     }
 }
