@@ -602,7 +602,7 @@ fn a_partitions_backlog_does_not_starve_the_others_of_its_fetch() {
             .await
             .unwrap();
         let mut read = [0usize; 4];
-        while read[1..].iter().any(|&n| n == 0) {
+        while read[1..].contains(&0) {
             for batch in consumer.poll().await.unwrap() {
                 read[batch.partition as usize] += batch.records().count();
             }
