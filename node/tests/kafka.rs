@@ -86,6 +86,70 @@ fn kafka_cluster(etcd: &EtcdServer, dirs: &[tempfile::TempDir]) -> Vec<(TestNode
         .collect()
 }
 
+/// A fetch answer is held to the Kafka consumer's `fetch.max.bytes`. librdkafka refuses an
+/// answer over its `receive.message.max.bytes` (here 2 MB, against 8 partitions of 1 MB each
+/// at 1 MiB per partition), so a consumer of many partitions with a backlog could read nothing
+/// if the broker answered every partition's limit at once.
+#[test]
+fn kafka_fetch_answers_are_held_to_fetch_max_bytes() {
+    const PARTITIONS: u32 = 8;
+    const RECORDS: usize = 100;
+    let temp = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(temp.path(), 2, &[]);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "wide",
+            "--partitions",
+            &PARTITIONS.to_string(),
+        ],
+        None,
+    );
+    let value = "v".repeat(10_000);
+    let lines: String = (0..RECORDS).map(|_| format!("{value}\n")).collect();
+    for partition in 0..PARTITIONS {
+        kcat(
+            &kafka,
+            &["-P", "-t", "wide", "-p", &partition.to_string()],
+            Some(lines.as_bytes()),
+        );
+    }
+    let consumed = kcat(
+        &kafka,
+        &[
+            "-C",
+            "-t",
+            "wide",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%p\n",
+            "-X",
+            "fetch.max.bytes=1000000",
+            "-X",
+            "receive.message.max.bytes=2000000",
+            "-X",
+            "max.partition.fetch.bytes=1048576",
+        ],
+        None,
+    );
+    let mut per_partition = BTreeMap::new();
+    for partition in consumed.lines() {
+        *per_partition
+            .entry(partition.parse::<u32>().unwrap())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_partition,
+        (0..PARTITIONS)
+            .map(|p| (p, RECORDS))
+            .collect::<BTreeMap<_, _>>()
+    );
+}
+
 /// Every record kcat consumed from the beginning to the end of each partition:
 /// (partition, offset) → (key, value).
 fn kcat_consume_all(broker: &str, topic: &str) -> BTreeMap<(u32, u64), (String, String)> {
