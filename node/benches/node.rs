@@ -89,7 +89,9 @@ fn main() {
     );
     let loopback = host_default.max(ours);
 
-    let data = tempfile::tempdir().unwrap();
+    // One fixed folder, emptied at the start: the run writes up to ~17 GB, and a run killed
+    // before its end cannot remove its own (one left behind once filled this VM's disk).
+    let data = BenchDir::fresh(std::env::temp_dir().join("strata-node-bench"));
     let node = if overprovisioned {
         support::TestNode::start_with(data.path(), shards, &["--overprovisioned"])
     } else {
@@ -219,6 +221,27 @@ fn main() {
         );
     });
     drop(node);
+}
+
+/// The bench's data folder: emptied when made and removed when dropped.
+struct BenchDir(std::path::PathBuf);
+
+impl BenchDir {
+    fn fresh(path: std::path::PathBuf) -> BenchDir {
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        BenchDir(path)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for BenchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Waits for the page cache's dirty data of the phase before to reach the disk. Without it the
