@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClassicState {
@@ -156,6 +157,33 @@ impl Member {
     }
 }
 
+/// What of a stable group must outlive its coordinator, as Kafka keeps it in
+/// `__consumer_offsets`: generation, protocol, leader and each member with its assignment. A
+/// new coordinator restores it ([`ClassicGroup::restore`]) and the members heartbeat and commit
+/// on at the same generation, with no rebalance; without it they would all rejoin. Only a
+/// `Stable` group has one: mid-rebalance every member rejoins anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicSnapshot {
+    pub generation: i32,
+    pub protocol: String,
+    pub leader: String,
+    pub members: BTreeMap<String, StoredMember>,
+}
+
+/// A member as [`ClassicSnapshot`] stores it (its clock is not stored: a restored member is
+/// heard from at the restore).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMember {
+    pub client_id: String,
+    pub session_timeout_ms: u32,
+    pub rebalance_timeout_ms: u32,
+    pub protocol_type: String,
+    /// (protocol name, the member's metadata for it).
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub assignment: Vec<u8>,
+    pub instance_id: Option<String>,
+}
+
 /// One member as `describe` shows it.
 #[derive(Debug, Clone)]
 pub struct ClassicMemberDescription {
@@ -230,6 +258,85 @@ impl ClassicGroup {
                 assignment: member.assignment.clone(),
             })
             .collect()
+    }
+
+    /// The group as its record stores it; `None` unless it is `Stable`.
+    pub fn snapshot(&self) -> Option<ClassicSnapshot> {
+        if self.state != ClassicState::Stable {
+            return None;
+        }
+        Some(ClassicSnapshot {
+            generation: self.generation,
+            protocol: self.protocol.clone()?,
+            leader: self.leader.clone()?,
+            members: self
+                .members
+                .iter()
+                .map(|(id, member)| {
+                    let stored = StoredMember {
+                        client_id: member.client_id.clone(),
+                        session_timeout_ms: member.session_timeout_ms,
+                        rebalance_timeout_ms: member.rebalance_timeout_ms,
+                        protocol_type: member.protocol_type.clone(),
+                        protocols: member
+                            .protocols
+                            .iter()
+                            .map(|(name, metadata)| (name.clone(), metadata.to_vec()))
+                            .collect(),
+                        assignment: member.assignment.to_vec(),
+                        instance_id: member.instance_id.clone(),
+                    };
+                    (id.clone(), stored)
+                })
+                .collect(),
+        })
+    }
+
+    /// The stable group a previous coordinator stored, its members heard from at `now_ms`.
+    /// Refuses a snapshot that breaks the group's invariants (then the caller starts empty).
+    pub fn restore(snapshot: ClassicSnapshot, now_ms: u64) -> Result<ClassicGroup, String> {
+        if !snapshot.members.contains_key(&snapshot.leader) {
+            return Err(format!("the leader {} is not a member", snapshot.leader));
+        }
+        let mut group = ClassicGroup::new(snapshot.generation);
+        for (id, stored) in snapshot.members {
+            if !stored
+                .protocols
+                .iter()
+                .any(|(name, _)| *name == snapshot.protocol)
+            {
+                return Err(format!("member {id} lacks protocol {}", snapshot.protocol));
+            }
+            if let Some(instance) = &stored.instance_id
+                && group
+                    .instances
+                    .insert(instance.clone(), id.clone())
+                    .is_some()
+            {
+                return Err(format!("instance {instance} held twice"));
+            }
+            let member = Member {
+                client_id: stored.client_id,
+                session_timeout_ms: stored.session_timeout_ms,
+                rebalance_timeout_ms: stored.rebalance_timeout_ms,
+                protocol_type: stored.protocol_type,
+                protocols: stored
+                    .protocols
+                    .into_iter()
+                    .map(|(name, metadata)| (name, Bytes::from(metadata)))
+                    .collect(),
+                heard_ms: now_ms,
+                joined: true,
+                assignment: Bytes::from(stored.assignment),
+                instance_id: stored.instance_id,
+            };
+            group.members.insert(id, member);
+        }
+        group.protocol = Some(snapshot.protocol);
+        group.leader = Some(snapshot.leader);
+        group.state = ClassicState::Stable;
+        group.assert_invariants();
+        Ok(group)
     }
 
     /// Answers for waiting members that the last calls produced.

@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{ClusterView, NodeConfig};
 use crate::group::classic::{
-    ClassicError, ClassicGroup, JoinAnswer, JoinRequest, Joined, Reply, Synced,
+    ClassicError, ClassicGroup, ClassicSnapshot, JoinAnswer, JoinRequest, Joined, Reply, Synced,
 };
 use crate::group::{
     AssignorKind, Group, GroupError, GroupSnapshot, GroupState, JoinParams, PartitionCounts,
@@ -232,12 +232,13 @@ impl Core {
         }
     }
 
-    /// What the group record stores of the membership: Kafka members rejoin a new
-    /// coordinator (their next request is answered NOT_COORDINATOR or UNKNOWN_MEMBER_ID).
-    fn snapshot(&self) -> Option<GroupSnapshot> {
+    /// What the group record stores of the membership. A Kafka group stores one only while
+    /// stable: a coordinator taking over mid-rebalance starts it empty, and its members, who
+    /// were rejoining anyway, join again.
+    fn snapshot(&self) -> Option<StoredMembership> {
         match self {
-            Core::Strata(group) => Some(group.snapshot()),
-            Core::Kafka(_) => None,
+            Core::Strata(group) => Some(StoredMembership::Strata(group.snapshot())),
+            Core::Kafka(group) => group.snapshot().map(StoredMembership::Kafka),
         }
     }
 
@@ -261,7 +262,7 @@ struct Coordinated {
     /// The generation that record holds.
     stored_generation: i32,
     /// The membership that record holds.
-    stored_membership: Option<GroupSnapshot>,
+    stored_membership: Option<StoredMembership>,
     /// Since when the group has had no members, as that record holds (wall clock, ms).
     empty_since_ms: Option<i64>,
     offsets: GroupOffsets,
@@ -413,10 +414,45 @@ async fn serve<S: GroupStore>(
 /// by default, and a refused write would refuse the group's heartbeats with it.
 const MEMBERSHIP_RECORD_MAX_BYTES: usize = 1 << 20;
 
+/// A group's membership as its record keeps it, for a coordinator taking the group over.
+#[derive(Debug, Clone, PartialEq)]
+enum StoredMembership {
+    /// Stored bare, as before Kafka groups stored theirs.
+    Strata(GroupSnapshot),
+    /// Stored under a `"kafka"` key.
+    Kafka(ClassicSnapshot),
+}
+
+impl StoredMembership {
+    fn parse(record: serde_json::Value) -> Result<StoredMembership, serde_json::Error> {
+        match record.get("kafka") {
+            Some(kafka) => serde_json::from_value(kafka.clone()).map(StoredMembership::Kafka),
+            None => serde_json::from_value(record).map(StoredMembership::Strata),
+        }
+    }
+
+    /// Whether a group whose record holds `self` may keep that record now that its
+    /// membership is `now` (see [`GroupSnapshot::only_releases_since`]).
+    fn still_holds(&self, now: &StoredMembership) -> bool {
+        match (self, now) {
+            (StoredMembership::Strata(stored), StoredMembership::Strata(now)) => {
+                stored.only_releases_since(now)
+            }
+            (stored, now) => stored == now,
+        }
+    }
+}
+
 /// The membership as the group record stores it; `None` (a new coordinator then starts the
 /// group empty, as before memberships were stored) for a group too large for one record.
-fn membership_record(group: &str, snapshot: &GroupSnapshot) -> Option<serde_json::Value> {
-    let bytes = serde_json::to_vec(snapshot).expect("a snapshot serializes");
+fn membership_record(group: &str, membership: &StoredMembership) -> Option<serde_json::Value> {
+    let bytes = match membership {
+        StoredMembership::Strata(snapshot) => serde_json::to_vec(snapshot),
+        StoredMembership::Kafka(snapshot) => {
+            serde_json::to_vec(&serde_json::json!({ "kafka": snapshot }))
+        }
+    }
+    .expect("a snapshot serializes");
     if bytes.len() > MEMBERSHIP_RECORD_MAX_BYTES {
         tracing::warn!(
             group,
@@ -665,11 +701,11 @@ impl<S: GroupStore> Coordinator<S> {
                 .map_err(|e| store_error(&e))?;
             let generation = loaded.record.as_ref().map_or(0, |record| record.generation) + 1;
             // The members a previous coordinator stored go on where they were.
-            let stored: Option<GroupSnapshot> = loaded
+            let stored: Option<StoredMembership> = loaded
                 .record
                 .as_ref()
                 .and_then(|record| record.membership.clone())
-                .and_then(|membership| match serde_json::from_value(membership) {
+                .and_then(|membership| match StoredMembership::parse(membership) {
                     Ok(snapshot) => Some(snapshot),
                     Err(error) => {
                         tracing::warn!(
@@ -680,27 +716,35 @@ impl<S: GroupStore> Coordinator<S> {
                     }
                 });
             let now_ms = self.now_ms();
-            let (core, stored_membership) = match stored {
-                Some(snapshot) => {
-                    match Group::restore(group.to_string(), generation, snapshot.clone(), now_ms) {
-                        Ok(core) => {
-                            tracing::info!(
-                                group,
-                                members = core.describe().members.len(),
-                                "restored the group's members"
-                            );
-                            (core, Some(snapshot))
-                        }
-                        Err(why) => {
-                            tracing::warn!(
-                                group,
-                                "stored membership refused ({why}); starting empty"
-                            );
-                            (Group::new(group.to_string(), generation), None)
-                        }
-                    }
+            let restored = match stored.clone() {
+                Some(StoredMembership::Strata(snapshot)) => {
+                    Group::restore(group.to_string(), generation, snapshot, now_ms)
+                        .map(|core| (Core::Strata(core), generation))
                 }
-                None => (Group::new(group.to_string(), generation), None),
+                // Kafka members know only their generation: it goes on unchanged.
+                Some(StoredMembership::Kafka(snapshot)) => {
+                    let at = snapshot.generation;
+                    ClassicGroup::restore(snapshot, now_ms).map(|core| (Core::Kafka(core), at))
+                }
+                None => Err(String::new()),
+            };
+            let (core, stored_membership, generation) = match restored {
+                Ok((core, at)) => {
+                    tracing::info!(
+                        group,
+                        members = core.member_count(),
+                        generation = at,
+                        "restored the group's members"
+                    );
+                    (core, stored, at)
+                }
+                Err(why) => {
+                    if stored.is_some() {
+                        tracing::warn!(group, "stored membership refused ({why}); starting empty");
+                    }
+                    let core = Core::Strata(Group::new(group.to_string(), generation));
+                    (core, None, generation)
+                }
             };
             // Claiming is no activity of the group's own: an empty group stays empty since
             // when it became so.
@@ -731,7 +775,7 @@ impl<S: GroupStore> Coordinator<S> {
             self.groups.insert(
                 group.to_string(),
                 Coordinated {
-                    core: Core::Strata(core),
+                    core,
                     fence,
                     stored_generation: generation,
                     stored_membership,
@@ -754,7 +798,7 @@ impl<S: GroupStore> Coordinator<S> {
         let generation = coordinated.core.generation();
         let membership = coordinated.core.snapshot();
         let membership_unchanged = match (&coordinated.stored_membership, &membership) {
-            (Some(stored), Some(now)) => stored.only_releases_since(now),
+            (Some(stored), Some(now)) => stored.still_holds(now),
             (None, None) => true,
             _ => false,
         };
@@ -1622,10 +1666,11 @@ mod tests {
         group.join(0, params, &partitions, "a".into()).unwrap();
         group.heartbeat(1, "a", 1, &[], &partitions).unwrap();
         let small = group.snapshot();
-        let stored = membership_record("g", &small).expect("a small group is stored");
+        let stored = membership_record("g", &StoredMembership::Strata(small.clone()))
+            .expect("a small group is stored");
         assert_eq!(
-            serde_json::from_value::<GroupSnapshot>(stored).unwrap(),
-            small
+            StoredMembership::parse(stored).unwrap(),
+            StoredMembership::Strata(small.clone())
         );
 
         let mut huge = small.clone();
@@ -1638,7 +1683,10 @@ mod tests {
                 .assigned
                 .insert(TopicPartition::new("a-rather-long-topic-name", partition));
         }
-        assert_eq!(membership_record("g", &huge), None);
+        assert_eq!(
+            membership_record("g", &StoredMembership::Strata(huge)),
+            None
+        );
     }
 
     #[test]

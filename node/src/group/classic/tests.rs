@@ -340,3 +340,56 @@ fn a_restarted_static_member_takes_its_membership_back_without_a_rebalance() {
     assert_eq!(group.leave(24, "a3"), Ok(()));
     assert_eq!(group.member_of_instance("pod-a"), None);
 }
+
+/// A stable group's snapshot, restored by a new coordinator, goes on as it was: the same
+/// generation and assignments, members heartbeating and committing with no rebalance, a static
+/// member's instance still fenced by id; a member that then stays silent expires from the
+/// restore's clock. Mid-rebalance there is no snapshot, and one whose leader is no member is
+/// refused.
+#[test]
+fn a_stable_group_restored_from_its_snapshot_goes_on_without_a_rebalance() {
+    let mut group = ClassicGroup::new(0);
+    waits(group.join(0, static_request("", "pod-a"), "a".into()));
+    group.take_replies();
+    group.sync(0, "a", 1, Vec::new()).unwrap();
+    waits(group.join(1, request("", &["range"]), "b".into()));
+    waits(group.join(2, static_request("a", "pod-a"), String::new()));
+    assert_eq!(group.snapshot(), None, "mid-rebalance: nothing to keep");
+    group.take_replies();
+    group.sync(3, "b", 2, Vec::new()).unwrap();
+    let assignments = vec![
+        ("a".to_string(), Bytes::from_static(b"p0")),
+        ("b".to_string(), Bytes::from_static(b"p1")),
+    ];
+    group.sync(3, "a", 2, assignments).unwrap();
+    group.take_replies();
+    let snapshot = group.snapshot().expect("a stable group has a snapshot");
+    assert_eq!((snapshot.generation, snapshot.leader.as_str()), (2, "a"));
+
+    // Through the record's JSON, as a new coordinator reads it.
+    let stored = serde_json::to_string(&snapshot).unwrap();
+    let mut restored =
+        ClassicGroup::restore(serde_json::from_str(&stored).unwrap(), 1_000).unwrap();
+    assert_eq!(restored.state(), ClassicState::Stable);
+    assert_eq!(restored.generation(), 2);
+    assert_eq!(restored.snapshot(), Some(snapshot.clone()));
+    assert_eq!(restored.heartbeat(1_001, "a", 2), Ok(()));
+    assert_eq!(restored.heartbeat(1_001, "b", 2), Ok(()));
+    assert_eq!(restored.check_commit("b", 2), Ok(()));
+    assert_eq!(
+        restored.check_instance("b", Some("pod-a")),
+        Err(ClassicError::FencedInstanceId)
+    );
+    // b's sync at the same generation (as after a lost answer) gets its assignment back.
+    assert!(
+        matches!(restored.sync(1_002, "b", 2, Vec::new()), Ok(Synced::Now(bytes)) if &bytes[..] == b"p1")
+    );
+    // a keeps heartbeating, b falls silent: b expires 10 s (its session) after the restore.
+    assert_eq!(restored.heartbeat(10_500, "a", 2), Ok(()));
+    assert!(restored.tick(10_900).is_empty());
+    assert_eq!(restored.tick(11_100), ["b".to_string()]);
+
+    let mut leaderless = snapshot;
+    leaderless.leader = "z".into();
+    assert!(ClassicGroup::restore(leaderless, 0).is_err());
+}
