@@ -269,6 +269,31 @@ async fn poll_while_sending(
     (seen.saturating_duration_since(acked), batches)
 }
 
+/// A producer that sends each record at once (no linger): records awaited one by one land in
+/// a batch each.
+fn eager_producer(client: &Arc<Client>) -> Producer {
+    Producer::new(
+        client.clone(),
+        ProducerConfig {
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        },
+    )
+}
+
+/// Sends `value` to `partition` of `topic` and waits for its ack.
+async fn send_to(producer: &Producer, topic: &str, partition: u32, value: impl Into<Bytes>) {
+    producer
+        .send(ProducerRecord {
+            partition: Some(partition),
+            ..ProducerRecord::new(topic, None, value)
+        })
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
 /// A consumer long-polling an empty partition sees a new record within 50 ms of its ack.
 #[test]
 fn long_poll_returns_as_soon_as_data_arrives() {
@@ -278,13 +303,7 @@ fn long_poll_returns_as_soon_as_data_arrives() {
     let runtime = runtime();
     runtime.block_on(async {
         let client = node.client().await;
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                linger: Duration::ZERO,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = eager_producer(&client);
         let mut best = Duration::MAX;
         for round in 0..5 {
             let mut consumer = Consumer::new(
@@ -319,13 +338,7 @@ fn the_consumer_fetches_ahead_and_a_seek_discards_what_was_fetched_ahead() {
     let runtime = runtime();
     runtime.block_on(async {
         let client = node.client().await;
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                linger: Duration::ZERO,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = eager_producer(&client);
         // One batch per record, so each poll below (1 byte budget: one whole batch) takes one.
         for record in 0..3 {
             producer
@@ -378,26 +391,12 @@ fn the_consumer_keeps_two_fetches_on_their_way_to_a_shard() {
     let runtime = runtime();
     runtime.block_on(async {
         let client = node.client().await;
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                linger: Duration::ZERO,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = eager_producer(&client);
         // One batch per record, so each fetch below (1 byte budget: one whole batch) takes one.
         let mut sent = Vec::new();
         for record in 0..3 {
             for partition in 0..3 {
-                producer
-                    .send(ProducerRecord {
-                        partition: Some(partition),
-                        ..ProducerRecord::new("halves", None, format!("r{record}"))
-                    })
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap();
+                send_to(&producer, "halves", partition, format!("r{record}")).await;
                 sent.push((partition, record));
             }
         }
@@ -457,25 +456,11 @@ fn a_fetch_answer_is_held_to_its_max_bytes() {
     let runtime = runtime();
     runtime.block_on(async {
         let client = node.client().await;
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                linger: Duration::ZERO,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = eager_producer(&client);
         // A batch of one 10 KiB record each time: every partition holds ~41 KiB.
         for partition in 0..PARTITIONS {
             for _ in 0..BATCHES {
-                producer
-                    .send(ProducerRecord {
-                        partition: Some(partition),
-                        ..ProducerRecord::new("budget", None, vec![b'x'; 10 << 10])
-                    })
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap();
+                send_to(&producer, "budget", partition, vec![b'x'; 10 << 10]).await;
             }
         }
         let address = node.bootstrap();
@@ -568,25 +553,11 @@ fn a_partitions_backlog_does_not_starve_the_others_of_its_fetch() {
     let runtime = runtime();
     runtime.block_on(async {
         let client = node.client().await;
-        let producer = Producer::new(
-            client.clone(),
-            ProducerConfig {
-                linger: Duration::ZERO,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = eager_producer(&client);
         // Partition 0: 40 batches; the others one record each.
         for (partition, batches) in [(0, 40), (1, 1), (2, 1), (3, 1)] {
             for _ in 0..batches {
-                producer
-                    .send(ProducerRecord {
-                        partition: Some(partition),
-                        ..ProducerRecord::new("fair", None, "r")
-                    })
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap();
+                send_to(&producer, "fair", partition, "r").await;
             }
         }
         let mut consumer = Consumer::new(
