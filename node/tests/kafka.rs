@@ -16,8 +16,8 @@ use strata_kafka::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
 };
 use strata_kafka::kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, MetadataRequest, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use support::{
@@ -148,6 +148,28 @@ fn kafka_fetch_answers_are_held_to_fetch_max_bytes() {
             .map(|p| (p, RECORDS))
             .collect::<BTreeMap<_, _>>()
     );
+}
+
+/// The group ids one broker's Kafka listener lists (ListGroups v4).
+fn list_groups(kafka: &str) -> Vec<String> {
+    let mut stream = connect(kafka);
+    stream
+        .write_all(&request_frame(
+            ApiKey::ListGroups,
+            4,
+            7,
+            &ListGroupsRequest::default(),
+        ))
+        .unwrap();
+    let mut answer = read_frame(&mut stream).expect("a ListGroups answer");
+    ResponseHeader::decode(&mut answer, ApiKey::ListGroups.response_header_version(4)).unwrap();
+    let response = ListGroupsResponse::decode(&mut answer, 4).unwrap();
+    assert_eq!(response.error_code, 0);
+    response
+        .groups
+        .iter()
+        .map(|group| group.group_id.to_string())
+        .collect()
 }
 
 /// Every record kcat consumed from the beginning to the end of each partition:
@@ -961,6 +983,18 @@ fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
     });
     let (described, _) = group_committed(&nodes[1].0, "orders");
     assert_eq!(membership(&described), before, "{described}");
+    // Each broker lists the groups it coordinates, as Kafka's do (admin clients ask every
+    // broker and join the lists): the group is listed once, by the broker running it now.
+    let listing: Vec<usize> = nodes[..2]
+        .iter()
+        .map(|(_, kafka)| {
+            list_groups(kafka)
+                .iter()
+                .filter(|group| *group == "orders")
+                .count()
+        })
+        .collect();
+    assert_eq!(listing.iter().sum::<usize>(), 1, "{listing:?}");
     // SAFETY: kill(2) on a child this test spawned and has not reaped.
     unsafe { libc::kill(member.id() as i32, libc::SIGTERM) };
     member.wait().unwrap();

@@ -18,6 +18,7 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
 
+use super::super::groups::coordinator_of;
 use super::super::shard::Shard;
 use super::native;
 
@@ -91,7 +92,17 @@ pub(super) async fn create_partitions(
 
 pub(super) async fn list_groups(shard: &Rc<Shard>) -> ListGroupsResponse {
     match native(shard, Request::ListGroups(native::ListGroupsRequest {})).await {
-        Ok(Response::ListGroups(groups)) => admin::list_groups_response(groups),
+        Ok(Response::ListGroups(mut groups)) => {
+            // Each Kafka broker lists the groups it coordinates, and admin clients ask every
+            // broker and join the lists: listing every group here would list each once per
+            // broker.
+            let brokers: Vec<i32> = shard.view.borrow().brokers.iter().map(|b| b.id).collect();
+            let here = shard.context.config.node_id;
+            groups
+                .groups
+                .retain(|listed| coordinator_of(&listed.group, &brokers) == Some(here));
+            admin::list_groups_response(groups)
+        }
         Ok(_) => ListGroupsResponse::default().with_error_code(errors::UNKNOWN_SERVER_ERROR),
         Err(code) => ListGroupsResponse::default().with_error_code(kafka_error(code)),
     }
