@@ -209,7 +209,7 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
             });
         }
         let key = record.nullable()?;
-        let value = record.nullable()?.unwrap_or_default();
+        let value = record.nullable()?;
         let count = record.varint()?;
         headers.clear();
         for _ in 0..count.max(0) {
@@ -221,7 +221,7 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
         if count < 0 || !record.bytes.is_empty() {
             return Err(malformed("a record's length does not match its fields"));
         }
-        builder.push_with_headers(timestamp, key, value, headers.iter().copied());
+        builder.push_nullable(timestamp, key, value, headers.iter().copied());
     }
     if !fields.bytes.is_empty() {
         return Err(malformed("bytes past the batch's last record"));
@@ -365,6 +365,8 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
         let timestamp_delta = record.timestamp_ms - base_timestamp;
         let offset_delta = (record.offset - header.base_offset) as i32;
         let key_len = record.key.map_or(-1, |key| key.len() as i32);
+        let value = record.nullable_value();
+        let value_len = value.map_or(-1, |value| value.len() as i32);
         let headers_len: usize = record
             .headers()
             .map(|(key, value)| {
@@ -377,8 +379,8 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
             + varint_len(offset_delta.into())
             + varint_len(key_len.into())
             + record.key.map_or(0, <[u8]>::len)
-            + varint_len(record.value.len() as i64)
-            + record.value.len()
+            + varint_len(value_len.into())
+            + value.map_or(0, <[u8]>::len)
             + varint_len(record.headers().len() as i64)
             + headers_len;
         put_varint(out, body_len as i64);
@@ -389,8 +391,10 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
         if let Some(key) = record.key {
             out.put_slice(key);
         }
-        put_varint(out, record.value.len() as i64);
-        out.put_slice(record.value);
+        put_varint(out, value_len.into());
+        if let Some(value) = value {
+            out.put_slice(value);
+        }
         put_varint(out, record.headers().len() as i64);
         for (key, value) in record.headers() {
             let key = header_key_bytes(key, &mut lossy_key);

@@ -268,7 +268,7 @@ mod direct_encoding {
                         .wrapping_add((record.offset - header.base_offset) as i32),
                     timestamp: record.timestamp_ms,
                     key: record.key.map(Bytes::copy_from_slice),
-                    value: Some(Bytes::copy_from_slice(record.value)),
+                    value: record.nullable_value().map(Bytes::copy_from_slice),
                     headers: record
                         .headers()
                         .map(|(key, value)| {
@@ -293,13 +293,19 @@ mod direct_encoding {
         out
     }
 
-    type TestRecord = (i64, Option<Vec<u8>>, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
+    /// (timestamp, key, value, headers): null keys and null values (tombstones) included.
+    type TestRecord = (
+        i64,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Vec<(Vec<u8>, Vec<u8>)>,
+    );
 
     fn test_record() -> impl Strategy<Value = TestRecord> {
         (
             -1_000_000i64..1_000_000,
             prop::option::of(prop::collection::vec(any::<u8>(), 0..40)),
-            prop::collection::vec(any::<u8>(), 0..300),
+            prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..300)),
             // Distinct UTF-8 keys: the reference's records keep headers in a map of strings
             // (keys that are not UTF-8 are checked apart).
             prop::collection::btree_map(
@@ -338,7 +344,7 @@ mod direct_encoding {
                     let mut record = crate::test_records::record(i as i64, None, b"");
                     record.timestamp = 1_700_000_000_000 + timestamp;
                     record.key = key.clone().map(Bytes::from);
-                    record.value = Some(Bytes::from(value.clone()));
+                    record.value = value.clone().map(Bytes::from);
                     record.headers = headers
                         .iter()
                         .map(|(k, v)| {
@@ -358,7 +364,7 @@ mod direct_encoding {
             for (got, sent) in batch.records().zip(&sent) {
                 prop_assert_eq!(got.timestamp_ms, sent.timestamp);
                 prop_assert_eq!(got.key, sent.key.as_deref());
-                prop_assert_eq!(got.value, sent.value.as_deref().unwrap());
+                prop_assert_eq!(got.nullable_value(), sent.value.as_deref());
                 let headers: Vec<(Vec<u8>, Vec<u8>)> = got
                     .headers()
                     .map(|(k, v)| (k.to_vec(), v.to_vec()))
@@ -375,7 +381,7 @@ mod direct_encoding {
 
     proptest! {
         /// The direct encoder writes exactly what `kafka-protocol` writes for the same records:
-        /// timestamps out of order, null and empty keys, headers, producer fields and the
+        /// timestamps out of order, null and empty keys and values, headers, producer fields and the
         /// transactional bit, several batches back to back.
         #[test]
         fn the_direct_kafka_encoding_is_kafka_protocols_byte_for_byte(
@@ -397,10 +403,10 @@ mod direct_encoding {
                     builder.set_attributes(attributes::TRANSACTIONAL);
                 }
                 for (timestamp, key, value, headers) in records {
-                    builder.push_with_headers(
+                    builder.push_nullable(
                         1_700_000_000_000 + timestamp,
                         key.as_deref(),
-                        value,
+                        value.as_deref(),
                         headers.iter().map(|(k, v)| (&k[..], &v[..])),
                     );
                 }

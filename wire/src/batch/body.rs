@@ -24,7 +24,8 @@ use rkyv::{
     vec::{ArchivedVec, VecResolver},
 };
 
-/// Marks an absent key (distinct from an empty one).
+/// Marks an absent key or value (distinct from an empty one): a null value is Kafka's
+/// tombstone.
 pub const NULL_LEN: u32 = u32::MAX;
 
 /// One record. Offsets into `payload`, lengths in bytes.
@@ -37,6 +38,7 @@ pub struct RecordEntry {
     /// [`NULL_LEN`] for a null key.
     pub key_len: u32,
     pub value_start: u32,
+    /// [`NULL_LEN`] for a null value.
     pub value_len: u32,
     pub headers_start: u32,
     pub headers_count: u32,

@@ -123,6 +123,18 @@ impl BatchBuilder {
         value: &[u8],
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
     ) {
+        self.push_nullable(timestamp_ms, key, Some(value), headers);
+    }
+
+    /// Appends a record whose value may be null (a tombstone: Kafka's delete marker for its
+    /// key, which Kafka's clients tell from an empty value).
+    pub fn push_nullable<'h>(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    ) {
         if self.records.is_empty() {
             self.first_timestamp_ms = timestamp_ms;
         }
@@ -131,7 +143,10 @@ impl BatchBuilder {
             Some(key) => (self.append_payload(key), key.len() as u32),
             None => (self.payload_len(), NULL_LEN),
         };
-        let value_start = self.append_payload(value);
+        let (value_start, value_len) = match value {
+            Some(value) => (self.append_payload(value), value.len() as u32),
+            None => (self.payload_len(), NULL_LEN),
+        };
         let headers_start = self.headers.len() as u32;
         for (header_key, header_value) in headers {
             let entry = HeaderEntry {
@@ -152,7 +167,7 @@ impl BatchBuilder {
             key_start,
             key_len,
             value_start,
-            value_len: value.len() as u32,
+            value_len,
             headers_start,
             headers_count: self.headers.len() as u32 - headers_start,
         });

@@ -271,7 +271,8 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
         if key_len != NULL_LEN && !in_payload(entry.key_start.to_native(), key_len) {
             return Err(BatchError::OutOfBounds { index });
         }
-        if !in_payload(entry.value_start.to_native(), entry.value_len.to_native()) {
+        let value_len = entry.value_len.to_native();
+        if value_len != NULL_LEN && !in_payload(entry.value_start.to_native(), value_len) {
             return Err(BatchError::OutOfBounds { index });
         }
         let headers_start = entry.headers_start.to_native() as usize;
@@ -322,7 +323,9 @@ pub struct Record<'a> {
     pub offset: u64,
     pub timestamp_ms: i64,
     pub key: Option<&'a [u8]>,
+    /// Empty for a null value too; [`Record::nullable_value`] tells them apart.
     pub value: &'a [u8],
+    value_is_null: bool,
     headers: &'a [ArchivedHeaderEntry],
     payload: &'a [u8],
 }
@@ -330,6 +333,11 @@ pub struct Record<'a> {
 use body::ArchivedHeaderEntry;
 
 impl<'a> Record<'a> {
+    /// The value, `None` for a null one (Kafka's tombstone).
+    pub fn nullable_value(&self) -> Option<&'a [u8]> {
+        (!self.value_is_null).then_some(self.value)
+    }
+
     /// The record's headers as (key, value) byte slices.
     pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + 'a {
         let payload = self.payload;
@@ -367,17 +375,20 @@ impl<'a> Iterator for Records<'a> {
         let key_len = entry.key_len.to_native();
         let key = (key_len != NULL_LEN)
             .then(|| slice(self.payload, entry.key_start.to_native(), key_len));
+        let value_len = entry.value_len.to_native();
+        let value_is_null = value_len == NULL_LEN;
         let headers_start = entry.headers_start.to_native() as usize;
         let headers_end = headers_start + entry.headers_count.to_native() as usize;
         Some(Record {
             offset: self.header.base_offset + u64::from(entry.offset_delta.to_native()),
             timestamp_ms: self.header.first_timestamp_ms + entry.timestamp_delta_ms.to_native(),
             key,
-            value: slice(
-                self.payload,
-                entry.value_start.to_native(),
-                entry.value_len.to_native(),
-            ),
+            value: if value_is_null {
+                &[]
+            } else {
+                slice(self.payload, entry.value_start.to_native(), value_len)
+            },
+            value_is_null,
             headers: &self.body.headers.as_slice()[headers_start..headers_end],
             payload: self.payload,
         })

@@ -486,7 +486,7 @@ fn print_record(
                 },
             };
             let key = field(record.key);
-            let value = field(Some(record.value));
+            let value = field(record.nullable_value());
             object["key"] = key;
             object["value"] = value;
             if binary {
