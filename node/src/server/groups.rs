@@ -716,20 +716,19 @@ impl<S: GroupStore> Coordinator<S> {
                     }
                 });
             let now_ms = self.now_ms();
-            let restored = match stored.clone() {
-                Some(StoredMembership::Strata(snapshot)) => {
+            let restored = stored.clone().map(|membership| match membership {
+                StoredMembership::Strata(snapshot) => {
                     Group::restore(group.to_string(), generation, snapshot, now_ms)
                         .map(|core| (Core::Strata(core), generation))
                 }
                 // Kafka members know only their generation: it goes on unchanged.
-                Some(StoredMembership::Kafka(snapshot)) => {
+                StoredMembership::Kafka(snapshot) => {
                     let at = snapshot.generation;
                     ClassicGroup::restore(snapshot, now_ms).map(|core| (Core::Kafka(core), at))
                 }
-                None => Err(String::new()),
-            };
+            });
             let (core, stored_membership, generation) = match restored {
-                Ok((core, at)) => {
+                Some(Ok((core, at))) => {
                     tracing::info!(
                         group,
                         members = core.member_count(),
@@ -738,13 +737,19 @@ impl<S: GroupStore> Coordinator<S> {
                     );
                     (core, stored, at)
                 }
-                Err(why) => {
-                    if stored.is_some() {
-                        tracing::warn!(group, "stored membership refused ({why}); starting empty");
-                    }
-                    let core = Core::Strata(Group::new(group.to_string(), generation));
-                    (core, None, generation)
+                Some(Err(why)) => {
+                    tracing::warn!(group, "stored membership refused ({why}); starting empty");
+                    (
+                        Core::Strata(Group::new(group.to_string(), generation)),
+                        None,
+                        generation,
+                    )
                 }
+                None => (
+                    Core::Strata(Group::new(group.to_string(), generation)),
+                    None,
+                    generation,
+                ),
             };
             // Claiming is no activity of the group's own: an empty group stays empty since
             // when it became so.
@@ -990,7 +995,9 @@ impl<S: GroupStore> Coordinator<S> {
                     Err(error) => Err(KafkaGroupError::Coordinator(error)),
                 };
                 let _ = reply.send(KafkaGroupAnswer::Heartbeat(beat));
-                group
+                // A heartbeat changes only when its member was last heard from, which is not
+                // stored: nothing to store (no snapshot of the group to build) or deliver.
+                return;
             }
             KafkaGroupRequest::Leave { group, members } => {
                 let left = match self.kafka_group(&group).await {
