@@ -14,6 +14,8 @@
 # HALF_RATE=N runs the *-half measurements at N records/s instead of half the max measured
 # (to compare two settings at the same load). ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
 # of building (to compare two builds side by side).
+# BENCH_ROOT=/dev/shm puts the brokers' data on tmpfs (default /var/tmp): the follower link without
+# the disk. BACKLOG_RECORDS sets the follower backlog (default 30000 records of 16 KiB).
 # Results (JSON and text) go to $1 (default: a temp dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ else
 fi
 only=" ${ONLY:-rf1 rf3-acks1 rf3-acksall rf3-acksall-half rf1-half follower} "
 wanted() { [[ "$only" == *" $1 "* ]]; }
-root=$(mktemp -d /var/tmp/strata-repl-bench.XXXXXX)
+root=$(mktemp -d "${BENCH_ROOT:-/var/tmp}/strata-repl-bench.XXXXXX")
 out="${1:-$root/results}"
 mkdir -p "$out"
 duration="${DURATION:-8}"

@@ -203,6 +203,48 @@ fn metrics_parse_and_count_the_traffic() {
 
 /// The live dashboard loads in headless Chromium against a running node and draws its charts
 /// from real scrapes (each chart records how many points it drew).
+/// The default durability (`flush=interval`) on a broker of a few partitions: each log syncs its
+/// own files (a shard's shared `syncfs` round needs 8), and those syncs are timed too. Before,
+/// only `flush=always` syncs and shared rounds were, so the fsync histogram of a small broker
+/// with default settings stayed empty.
+#[test]
+fn interval_syncs_of_a_few_partitions_are_timed() {
+    let temp = tempfile::tempdir().unwrap();
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "few",
+            "--partitions",
+            "2",
+            "--config",
+            "flush.interval.ms=50",
+        ],
+        None,
+    );
+    let input: String = (0..100).map(|i| format!("value-{i:04}\n")).collect();
+    node.cli(&["produce", "few"], Some(input.as_bytes()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let samples = parse(&http_get(admin, "/metrics").1);
+        let syncs = sample(&samples, "strata_fsync_latency_seconds_count", "node=\"1\"");
+        if syncs >= 1.0 {
+            assert_eq!(
+                total(&samples, "strata_sync_rounds_total"),
+                0.0,
+                "two logs make no shared round"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no interval sync was timed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn the_dashboard_draws_charts_in_headless_chromium() {
     let temp = tempfile::tempdir().unwrap();

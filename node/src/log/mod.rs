@@ -274,6 +274,11 @@ impl<F: StorageFile> FlushJob<F> {
         self.target_offset
     }
 
+    /// Whether running the job syncs any file (a log with nothing unsynced has none).
+    pub fn syncs_files(&self) -> bool {
+        !self.files.is_empty()
+    }
+
     pub async fn run(self) -> FlushOutcome {
         for (base, file) in &self.files {
             if let Err(error) = file.sync_data().await {

@@ -405,9 +405,6 @@ impl ParkedRead {
 /// A sync running on the disk and the appends waiting for it.
 struct SyncInFlight {
     outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
-    started: std::time::Instant,
-    /// A round of the shard's [`SharedSync`]: it records its own latency.
-    shared: bool,
     waiters: Vec<(AppendReply, AppendInfo)>,
 }
 
@@ -453,27 +450,15 @@ async fn run<S: Storage>(
                         target = job.target_offset(),
                         "sync starts"
                     );
-                    // Nothing waits on an interval sync: it joins the shard's round, which
-                    // takes the device-write permit and records the sync's latency itself.
+                    // Nothing waits on an interval sync, so it may join the shard's round.
                     let shared = shared_sync.clone().filter(|_| unsynced.is_empty());
                     in_flight = Some(SyncInFlight {
-                        started: std::time::Instant::now(),
-                        shared: shared.is_some(),
-                        outcome: Box::pin({
-                            let device_writes = tuning.device_writes.clone();
-                            async move {
-                                if let Some(shared) = shared {
-                                    return run_shared(job, &shared).await;
-                                }
-                                // Syncs are what reach the device (appends land in the page
-                                // cache): the shard's limit holds for as long as one runs.
-                                let _permit = match &device_writes {
-                                    Some(limit) => limit.clone().acquire_owned().await.ok(),
-                                    None => None,
-                                };
-                                job.run().await
-                            }
-                        }),
+                        outcome: Box::pin(sync_job(
+                            job,
+                            shared,
+                            tuning.device_writes.clone(),
+                            tuning.sync_latency_us.clone(),
+                        )),
                         waiters: std::mem::take(&mut unsynced),
                     });
                 }
@@ -499,11 +484,6 @@ async fn run<S: Storage>(
                 }
             } => {
                 let sync = in_flight.take().expect("the branch ran on a sync");
-                if let Some(histogram) = tuning.sync_latency_us.as_ref().filter(|_| !sync.shared) {
-                    let _ = histogram
-                        .borrow_mut()
-                        .record((sync.started.elapsed().as_micros() as u64).max(1));
-                }
                 tracing::debug!(appends = sync.waiters.len(), "sync done");
                 let result = log.complete_flush(outcome, clock()).await;
                 let mut waiters = sync.waiters;
@@ -706,21 +686,55 @@ fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
     }
 }
 
-/// Syncs `job` through the shard's [`SharedSync`] round (see there); file by file as
-/// [`FlushJob::run`] does when the round was too small to sync the filesystem, or failed (to
-/// find the file that failed).
-async fn run_shared<F: crate::io::StorageFile>(
+/// Runs a log's sync: through the shard's `syncfs` round when it has one and covers the log,
+/// else file by file, holding the shard's device-write permit and timed into the fsync
+/// histogram (the round times its own `syncfs`).
+async fn sync_job<F: crate::io::StorageFile>(
     job: super::FlushJob<F>,
-    shared: &Rc<SharedSync>,
+    shared: Option<Rc<SharedSync>>,
+    device_writes: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    latency_us: Option<Rc<std::cell::RefCell<hdrhistogram::Histogram<u64>>>>,
 ) -> FlushOutcome {
-    if job.files.is_empty() || !matches!(shared.sync().await, Ok(true)) {
+    let job = match shared {
+        Some(shared) => match join_shared_round(job, &shared).await {
+            Ok(outcome) => return outcome,
+            Err(job) => job,
+        },
+        None => job,
+    };
+    if !job.syncs_files() {
         return job.run().await;
     }
-    FlushOutcome {
+    // Syncs are what reach the device (appends land in the page cache): the shard's limit
+    // holds for as long as one runs.
+    let _permit = match &device_writes {
+        Some(limit) => limit.clone().acquire_owned().await.ok(),
+        None => None,
+    };
+    let started = std::time::Instant::now();
+    let outcome = job.run().await;
+    if let Some(histogram) = latency_us {
+        let _ = histogram
+            .borrow_mut()
+            .record((started.elapsed().as_micros() as u64).max(1));
+    }
+    outcome
+}
+
+/// Joins the shard's `syncfs` round. `Err` hands the job back when the round does not cover it
+/// (a round of too few logs, or a failed one): the log then syncs its own files.
+async fn join_shared_round<F: crate::io::StorageFile>(
+    job: super::FlushJob<F>,
+    shared: &Rc<SharedSync>,
+) -> Result<FlushOutcome, super::FlushJob<F>> {
+    if !job.syncs_files() || !matches!(shared.sync().await, Ok(true)) {
+        return Err(job);
+    }
+    Ok(FlushOutcome {
         target_offset: job.target_offset,
         point: job.point,
         failure: None,
-    }
+    })
 }
 
 /// Completes the sync in flight and syncs what is left, answering every waiter.
