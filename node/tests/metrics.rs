@@ -18,6 +18,8 @@ fn parse(text: &str) -> Vec<(String, String, f64)> {
         let value: f64 = value
             .parse()
             .unwrap_or_else(|_| panic!("bad value: {line}"));
+        // Every series is a count, a gauge of things, or a duration (no "-0" either).
+        assert!(!value.is_sign_negative(), "negative value: {line}");
         let (name, labels) = match series.split_once('{') {
             Some((name, labels)) => {
                 assert!(labels.ends_with('}'), "unclosed labels: {line}");

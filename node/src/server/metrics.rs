@@ -432,7 +432,8 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         let sum_us: f64 = merged
             .iter_recorded()
             .map(|value| value.value_iterated_to() as f64 * value.count_at_value() as f64)
-            .sum();
+            // Not `sum()`: the float sum of nothing is -0.0, which renders as "-0".
+            .fold(0.0, |sum, value| sum + value);
         let _ = writeln!(out, "{name}_sum{{node=\"{node_id}\"}} {}", sum_us / 1e6);
         let _ = writeln!(out, "{name}_count{{node=\"{node_id}\"}} {}", merged.len());
     }
