@@ -651,6 +651,77 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     wait_for("the dropped replica's files to go", || !dropped.exists());
 }
 
+/// `--replica-recovery-bytes-per-sec`: a new replica's catch-up goes no faster than the limit
+/// (it joins the ISR only after the backlog could have moved at that rate), the leader counts
+/// the time it held answers, and in-sync followers are not held: `acks=all` answers at once.
+#[test]
+fn catch_up_keeps_to_the_recovery_limit() {
+    const RATE: u64 = 2_000_000;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let admins: Vec<u16> = (0..2).map(|_| support::free_base_port(0)).collect();
+    let nodes: Vec<TestNode> = dirs
+        .iter()
+        .zip(&admins)
+        .enumerate()
+        .map(|(i, (dir, admin))| {
+            let id = (i + 1).to_string();
+            let mut args = etcd_args(&etcd, &id);
+            let admin = format!("127.0.0.1:{admin}");
+            let rate = RATE.to_string();
+            args.extend_from_slice(&["--admin", &admin, "--replica-recovery-bytes-per-sec", &rate]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    wait_for_brokers(&nodes);
+    create_topic(&nodes, "held", &["--partitions", "1"]);
+    let leader = replicas(&nodes[0], "held", 0)[0];
+    let follower = 3 - leader;
+    // About 8 MB: 4 s at the limit, a fraction of a second without it.
+    let padding = "x".repeat(12_000);
+    let lines: String = (0..650)
+        .map(|i| format!("record-{i}-{padding}\n"))
+        .collect();
+    nodes[0].cli(&["produce", "held"], Some(lines.as_bytes()));
+    let backlog = lines.len() as f64;
+
+    let started = std::time::Instant::now();
+    let both = format!("{leader},{follower}");
+    nodes[0].cli(&["topic", "reassign", "held", "--replicas", &both], None);
+    wait_for_at_most("two in-sync replicas", Duration::from_secs(60), || {
+        isr(&nodes[0], "held", 0).len() == 2
+    });
+    let took = started.elapsed().as_secs_f64();
+    // The bucket starts full (100 ms of the rate); the rest waits for the limit.
+    let least = (backlog - RATE as f64 / 10.0) / RATE as f64;
+    assert!(
+        took >= least * 0.9,
+        "{backlog} bytes caught up in {took:.2} s: faster than {RATE} B/s allows ({least:.2} s)"
+    );
+    let metrics = support::http_get(admins[leader as usize - 1], "/metrics").1;
+    let held: f64 = metrics
+        .lines()
+        .find(|line| line.starts_with("strata_replica_recovery_throttled_seconds_total{"))
+        .and_then(|line| line.rsplit_once(' '))
+        .map(|(_, value)| value.parse().unwrap())
+        .expect("the leader exports the held time");
+    assert!(held >= least * 0.5, "held {held} s of {took:.2} s");
+
+    // In sync now: the follower is not held, so 6 MB with acks=all takes well under the 3 s
+    // the limit would ask.
+    let more: String = (0..500)
+        .map(|i| format!("in-sync-{i}-{padding}\n"))
+        .collect();
+    let acked = std::time::Instant::now();
+    nodes[0].cli(&["produce", "held", "--acks", "all"], Some(more.as_bytes()));
+    assert!(
+        acked.elapsed() < Duration::from_millis(1_500),
+        "acks=all of {} bytes took {:?}",
+        more.len(),
+        acked.elapsed()
+    );
+}
+
 /// Writes a CA and a node certificate (for 127.0.0.1) signed by it into `dir`.
 fn write_tls(dir: &Path, ca: &(rcgen::Certificate, rcgen::KeyPair)) -> [String; 3] {
     let key = rcgen::KeyPair::generate().unwrap();

@@ -6,7 +6,9 @@
 //! [`diverging`] decides whether a follower's log went a different way (a leader that appended
 //! and lost its leadership before those records were committed) and where it must cut it;
 //! [`truncation_offset`] is the follower's side of that answer. [`EpochCache`] maps leader epochs
-//! to the offset where each began, which both sides need for that decision.
+//! to the offset where each began, which both sides need for that decision. [`RecoveryThrottle`]
+//! is a leader shard's limit on what replicas outside the ISR copy (catch-up after a
+//! reassignment or a restart).
 //!
 //! Everything takes time as an argument (`now_ms`) and returns what to do; the shard runtime
 //! (`server::replica`) executes it over QUIC, the partition log and the coordinator, and a seeded
@@ -23,9 +25,11 @@
 
 mod epochs;
 mod leader;
+mod throttle;
 
 pub use epochs::{EpochCache, EpochEntry};
 pub use leader::{AckError, FetchProgress, IsrProposal, Leader, LeaderConfig, ReplicaFetchError};
+pub use throttle::RecoveryThrottle;
 
 /// Where a follower's log leaves the leader's, if it does.
 ///

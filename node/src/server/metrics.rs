@@ -74,6 +74,8 @@ pub struct Snapshot {
     pub e2e_latency_us: Histogram<u64>,
     /// Leader side: bytes served to followers.
     pub replica_bytes_out: u64,
+    /// Leader side: how long catch-up answers were held to the recovery limit (µs).
+    pub recovery_throttled_us: u64,
     pub cross_shard_hops: u64,
     pub partitions: u64,
     /// Replicas (led or followed) this shard holds.
@@ -109,6 +111,7 @@ impl Default for Snapshot {
             fsync_latency_us: histogram(),
             e2e_latency_us: histogram(),
             replica_bytes_out: 0,
+            recovery_throttled_us: 0,
             cross_shard_hops: 0,
             partitions: 0,
             replicas: 0,
@@ -167,6 +170,10 @@ impl ShardMetrics {
 
     pub fn replica_fetch_served(&self, bytes: u64) {
         self.inner.borrow_mut().replica_bytes_out += bytes;
+    }
+
+    pub fn recovery_throttled(&self, held: std::time::Duration) {
+        self.inner.borrow_mut().recovery_throttled_us += held.as_micros() as u64;
     }
 
     pub fn isr_changed(&self, topic: &str) {
@@ -383,6 +390,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
                 pick(snapshot)
             );
         }
+    }
+    let name = "strata_replica_recovery_throttled_seconds_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time answers to replicas outside the ISR were held to the recovery limit (--replica-recovery-bytes-per-sec).\n# TYPE {name} counter"
+    );
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{name}{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
+            snapshot.recovery_throttled_us as f64 / 1e6
+        );
     }
     for (name, help, pick) in [
         (

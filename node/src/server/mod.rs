@@ -72,6 +72,9 @@ pub struct NodeConfig {
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
     pub replica_lag_time_max_ms: u64,
+    /// The most this node's leaders send per second to replicas outside the ISR, split evenly
+    /// over its shards (Kafka's `leader.replication.throttled.rate`); `None`: no limit.
+    pub replica_recovery_bytes_per_sec: Option<u64>,
     /// How often the controller moves leaderships back to preferred replicas (Kafka's
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`:
     /// never.

@@ -540,7 +540,7 @@ impl Shard {
             return replica_fetch_error(ErrorCode::InvalidRequest, 0, 0);
         }
         let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
-        let (log, cannot_diverge) = {
+        let (log, cannot_diverge, catching_up) = {
             let partitions = self.partitions.borrow();
             let Some(partition) = partitions.get(&key) else {
                 return replica_fetch_error(ErrorCode::UnknownPartition, 0, 0);
@@ -559,7 +559,8 @@ impl Shard {
             // In the steady state the divergence check (a trip through the busy log task) is
             // skipped and the follower's progress counted at once: that answers acks=all.
             let cannot_diverge = leader.cannot_diverge(request.fetch_offset, last_fetched_epoch);
-            (partition.log.clone(), cannot_diverge)
+            let catching_up = !leader.isr().contains(&request.replica_id);
+            (partition.log.clone(), cannot_diverge, catching_up)
         };
         if !cannot_diverge {
             let Ok((divergence, offsets)) = log
@@ -634,7 +635,21 @@ impl Shard {
             }
         }
         let checked_us = started.elapsed().as_micros();
-        let (offset, max_bytes) = (request.fetch_offset, request.max_bytes as usize);
+        let (offset, mut max_bytes) = (request.fetch_offset, request.max_bytes as usize);
+        let throttle = self.recovery_throttle.as_ref().filter(|_| catching_up);
+        if let Some(throttle) = throttle {
+            let held = Instant::now();
+            loop {
+                let delay = throttle.borrow_mut().delay(Instant::now());
+                if delay.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(delay).await;
+            }
+            self.metrics.recovery_throttled(held.elapsed());
+            let capacity = throttle.borrow().capacity();
+            max_bytes = max_bytes.min(usize::try_from(capacity).unwrap_or(usize::MAX));
+        }
         // One trip to the log task: it reads as soon as records exist past the fetch offset
         // (at once if they do), or, once the wait is over, reads what is there (nothing).
         let read = if request.max_wait_ms > 0 {
@@ -657,6 +672,11 @@ impl Shard {
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
+        if let Some(throttle) = throttle {
+            throttle
+                .borrow_mut()
+                .charge(records.len() as u64, Instant::now());
+        }
         tracing::trace!(topic = %key.0, partition = key.1, checked_us, read_us = started.elapsed().as_micros(), bytes = records.len(), "served a follower");
         self.metrics.replica_fetch_served(records.len() as u64);
         ReplicaFetchResponse {

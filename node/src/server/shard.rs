@@ -30,7 +30,7 @@ use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::producers::ProducerError;
 use crate::log::shared_sync::{self, SharedSync};
 use crate::log::{LogError, PartitionLog, Served, writer};
-use crate::replication::LeaderConfig;
+use crate::replication::{LeaderConfig, RecoveryThrottle};
 
 /// How often a shard tries again to open replicas it could not.
 const UNOPENED_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -133,6 +133,8 @@ pub(super) struct Shard {
     pub(super) metrics: metrics::ShardMetrics,
     /// This shard's replication endpoint.
     pub(super) quic: Option<QuicPeer>,
+    /// This shard's share of the node's limit on catch-up replication; `None`: no limit.
+    pub(super) recovery_throttle: Option<RefCell<RecoveryThrottle>>,
     /// How this shard's log tasks group their IO (from `strata iotune`, or the defaults); its
     /// write limit is shared by this shard's logs only.
     writer_tuning: writer::WriterTuning,
@@ -192,8 +194,13 @@ pub fn run(
                 None
             }
         };
+        let recovery_throttle = context.config.replica_recovery_bytes_per_sec.map(|rate| {
+            let share = (rate / shards as u64).max(1);
+            RefCell::new(RecoveryThrottle::new(share, std::time::Instant::now()))
+        });
         let shard = Rc::new(Shard {
             quic: Some(quic),
+            recovery_throttle,
             context,
             storage,
             view: RefCell::new(ClusterView {

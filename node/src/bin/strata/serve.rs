@@ -28,6 +28,12 @@ pub struct ServeArgs {
     /// A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
+    /// The most this node's leaders send per second to replicas catching up outside the ISR
+    /// (a reassignment's new replicas, a restarted broker), split evenly over its shards, so a
+    /// catch-up cannot take the disk and CPU producers need (Kafka's
+    /// leader.replication.throttled.rate). In-sync followers are never held. Default 0: no limit.
+    #[arg(long, env = "STRATA_REPLICA_RECOVERY_BYTES_PER_SEC")]
+    replica_recovery_bytes_per_sec: Option<u64>,
     /// How often the controller moves leaderships back to each partition's preferred replica
     /// (the first of its replicas) where that replica is live and in sync: after a broker
     /// returns, it leads its share again (Kafka's auto.leader.rebalance; default 300000, 0
@@ -112,6 +118,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     replication: Option<SocketAddr>,
     replica_lag_time_max_ms: Option<u64>,
+    replica_recovery_bytes_per_sec: Option<u64>,
     leader_rebalance_interval_ms: Option<u64>,
     offsets_retention_ms: Option<u64>,
     tls_cert: Option<PathBuf>,
@@ -303,6 +310,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .replica_lag_time_max_ms
             .or(file.replica_lag_time_max_ms)
             .unwrap_or(10_000),
+        replica_recovery_bytes_per_sec: args
+            .replica_recovery_bytes_per_sec
+            .or(file.replica_recovery_bytes_per_sec)
+            .filter(|&rate| rate > 0),
         leader_rebalance_interval: match args
             .leader_rebalance_interval_ms
             .or(file.leader_rebalance_interval_ms)
