@@ -4,7 +4,8 @@
 # after, so no run inherits the previous one's page-cache writeback:
 #   rf1, rf3-acks1, rf3-acksall at max rate; rf3-acksall-half and rf1-half at half of the
 #   max-rate figure (open loop, for latency); follower: one follower link catching up a
-#   backlog (time for a new replica to join the ISR).
+#   backlog (time for a new replica to join the ISR); recovery: a producer's latency on a
+#   leader while another partition's new replica catches up there.
 # STRATA_IO_BACKEND=blocking runs the brokers on the blocking IO backend instead of io_uring.
 # TOPIC_CONFIG="flush=never ..." creates each measured topic with those settings first.
 # BENCH_ARGS="--linger-ms 0 ..." adds flags to every measured `strata bench produce`.
@@ -26,7 +27,7 @@ else
     cargo build --release -q
     strata="$CARGO_TARGET_DIR/release/strata"
 fi
-only=" ${ONLY:-rf1 rf3-acks1 rf3-acksall rf3-acksall-half rf1-half follower} "
+only=" ${ONLY:-rf1 rf3-acks1 rf3-acksall rf3-acksall-half rf1-half follower recovery} "
 wanted() { [[ "$only" == *" $1 "* ]]; }
 root=$(mktemp -d "${BENCH_ROOT:-/var/tmp}/strata-repl-bench.XXXXXX")
 out="${1:-$root/results}"
@@ -93,6 +94,35 @@ run rf3-acks1 --replication-factor 3 --acks 1
 run rf3-acksall --replication-factor 3 --min-insync 2 --acks all
 run rf3-acksall-half --replication-factor 3 --min-insync 2 --acks all --rate "$(half rf3-acksall)"
 run rf1-half --replication-factor 1 --acks 1 --rate "$(half rf1)"
+
+# A producer's latency on a leader while a new replica of another partition there catches up
+# a ~2 GB backlog (SERVE_ARGS="--replica-recovery-bytes-per-sec N" limits the catch-up).
+if wanted recovery; then
+    start_cluster
+    "$strata" topic create backlog --partitions 1 --bootstrap $boot >/dev/null
+    "$strata" bench produce --bootstrap $boot --topic backlog --partitions 1 --producers 1 \
+        --record-size 16384 --records "${RECOVERY_RECORDS:-120000}" --acks 1 >/dev/null
+    leader=$("$strata" topic describe backlog --bootstrap $boot --format json | /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['partitions'][0]['leader'])")
+    "$strata" topic create live --partitions 1 --bootstrap $boot >/dev/null
+    "$strata" topic reassign live --replicas "$leader" --bootstrap $boot >/dev/null
+    sync
+    (
+        sleep 3
+        start=$(date +%s.%N)
+        "$strata" topic reassign backlog --replicas "$leader,$((leader % 3 + 1))" --bootstrap $boot >/dev/null
+        # Polled once a second: the CLI's own start-up is load on these two cores.
+        until [[ "$("$strata" topic describe backlog --bootstrap $boot --format json | tr -d ' \n')" =~ \"isr\":\[[0-9]+,[0-9]+\] ]]; do sleep 1; done
+        echo "catch-up took $(/usr/bin/python3 -c "import time;print(f'{time.time()-$start:.1f}')") s (up to 1 s late)" >"$out/recovery-catch-up.txt"
+    ) &
+    watcher=$!
+    "$strata" bench produce --bootstrap $boot --topic live --partitions 1 --producers 1 \
+        --record-size 1024 --duration 12 --warmup 1 --acks 1 --rate "${RECOVERY_RATE:-100000}" \
+        --linger-ms 0 --json "$out/recovery.json" >"$out/recovery.txt"
+    wait $watcher
+    stop_cluster
+    echo "== recovery"; cat "$out/recovery-catch-up.txt" "$out/recovery.txt"
+    /usr/bin/python3 -c "import json;print('per-second p99 (ms):',[round(t['ack_p99_us']/1000,1) if t['ack_p99_us'] else None for t in json.load(open('$out/recovery.json'))['timeline']])"
+fi
 
 # One follower link: a 1-partition RF 1 topic with a backlog, then a second replica added.
 if ! wanted follower; then echo "results in $out"; exit 0; fi
