@@ -688,10 +688,31 @@ fn catch_up_keeps_to_the_recovery_limit() {
     let started = std::time::Instant::now();
     let both = format!("{leader},{follower}");
     nodes[0].cli(&["topic", "reassign", "held", "--replicas", &both], None);
+    // The leader shows how far behind the new replica is while it catches up.
+    let leader_admin = admins[leader as usize - 1];
+    let lag_series = format!(
+        "strata_replica_lag_records{{node=\"{leader}\",topic=\"held\",partition=\"0\",replica=\"{follower}\"}}"
+    );
+    let replica_lag = || -> Option<u64> {
+        support::http_get(leader_admin, "/metrics")
+            .1
+            .lines()
+            .find_map(|line| line.strip_prefix(&lag_series))
+            .map(|value| value.trim().parse().unwrap())
+    };
+    let mut most_behind = 0;
     wait_for_at_most("two in-sync replicas", Duration::from_secs(60), || {
+        most_behind = most_behind.max(replica_lag().unwrap_or(0));
         isr(&nodes[0], "held", 0).len() == 2
     });
     let took = started.elapsed().as_secs_f64();
+    assert!(
+        most_behind >= 100,
+        "the catch-up's lag was seen: {most_behind} records at most"
+    );
+    wait_for("the new replica's lag to reach zero", || {
+        replica_lag() == Some(0)
+    });
     // The bucket starts full (64 KiB at this rate); the rest waits for the limit.
     let least = (backlog - 65_536.0) / RATE as f64;
     assert!(

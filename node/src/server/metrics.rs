@@ -98,6 +98,17 @@ pub struct Snapshot {
     /// Requests this shard took on the Kafka listener, and its Kafka connections open now.
     pub kafka_requests: u64,
     pub kafka_connections: u64,
+    /// Each follower of each partition this shard leads: records it is behind the leader's
+    /// log end, as of its last fetch (followers not heard from yet are left out).
+    pub replica_lags: Vec<ReplicaLag>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaLag {
+    pub topic: String,
+    pub partition: u32,
+    pub replica: i32,
+    pub records: u64,
 }
 
 impl Default for Snapshot {
@@ -126,6 +137,7 @@ impl Default for Snapshot {
             sync_round_jobs: 0,
             kafka_requests: 0,
             kafka_connections: 0,
+            replica_lags: Vec::new(),
         }
     }
 }
@@ -390,6 +402,17 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
                 pick(snapshot)
             );
         }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_replica_lag_records Records a follower is behind the leader's log end, per follower of each partition this node leads (as of its last fetch).\n# TYPE strata_replica_lag_records gauge"
+    );
+    for lag in snapshots.iter().flat_map(|snapshot| &snapshot.replica_lags) {
+        let _ = writeln!(
+            out,
+            "strata_replica_lag_records{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\",replica=\"{}\"}} {}",
+            lag.topic, lag.partition, lag.replica, lag.records
+        );
     }
     let name = "strata_replica_recovery_throttled_seconds_total";
     let _ = writeln!(

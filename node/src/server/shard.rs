@@ -309,13 +309,15 @@ pub fn run(
                 ShardMessage::Metrics { reply } => {
                     let (led, under_replicated) = shard.leadership_counts();
                     let replicas = shard.partitions.borrow().len() as u64;
-                    let _ = reply.send(shard.metrics.snapshot(
+                    let mut snapshot = shard.metrics.snapshot(
                         shard.cross_shard_hops.get(),
                         led,
                         replicas,
                         under_replicated,
                         shard.writer_tuning.shared_sync.as_deref(),
-                    ));
+                    );
+                    snapshot.replica_lags = shard.replica_lags();
+                    let _ = reply.send(snapshot);
                 }
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
@@ -482,6 +484,31 @@ impl Shard {
             }
         }
         (led, under_replicated)
+    }
+
+    /// How far each follower of each partition this shard leads is behind (for metrics).
+    fn replica_lags(&self) -> Vec<metrics::ReplicaLag> {
+        let partitions = self.partitions.borrow();
+        let mut lags = Vec::new();
+        for ((topic, partition), replica) in partitions.iter() {
+            let Role::Leader(leader) = &replica.role else {
+                continue;
+            };
+            for (follower, log_end) in leader.follower_log_ends() {
+                if let Some(log_end) = log_end {
+                    lags.push(metrics::ReplicaLag {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        replica: follower,
+                        records: leader.log_end().saturating_sub(log_end),
+                    });
+                }
+            }
+        }
+        lags.sort_by(|a, b| {
+            (&a.topic, a.partition, a.replica).cmp(&(&b.topic, b.partition, b.replica))
+        });
+        lags
     }
 
     /// Opens a replica of every partition this node holds that this shard owns (leader or
