@@ -743,6 +743,73 @@ fn catch_up_keeps_to_the_recovery_limit() {
     );
 }
 
+/// `topic reassign --throttle`: the topic's own catch-up limit (`replica.recovery.bytes.per.sec`)
+/// holds the new replica back while it is set, and lifting it with `topic alter` lets the
+/// catch-up finish at once, with no broker restarted.
+#[test]
+fn a_reassignments_throttle_holds_its_catch_up_until_lifted() {
+    const RATE: u64 = 1_000_000;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = etcd_nodes(&etcd, &dirs, &[]);
+    wait_for_brokers(&nodes);
+    create_topic(&nodes, "lifted", &["--partitions", "1"]);
+    let leader = replicas(&nodes[0], "lifted", 0)[0];
+    let follower = 3 - leader;
+    // About 8 MB: 8 s at the limit.
+    let padding = "x".repeat(12_000);
+    let lines: String = (0..650)
+        .map(|i| format!("record-{i}-{padding}\n"))
+        .collect();
+    nodes[0].cli(&["produce", "lifted"], Some(lines.as_bytes()));
+    let at_the_limit = Duration::from_secs_f64(lines.len() as f64 / RATE as f64);
+
+    let started = std::time::Instant::now();
+    let both = format!("{leader},{follower}");
+    let rate = RATE.to_string();
+    nodes[0].cli(
+        &[
+            "topic",
+            "reassign",
+            "lifted",
+            "--replicas",
+            &both,
+            "--throttle",
+            &rate,
+        ],
+        None,
+    );
+    let setting = |node: &TestNode| {
+        describe(node, "lifted")["config"]["replica.recovery.bytes.per.sec"].clone()
+    };
+    assert_eq!(setting(&nodes[0]), serde_json::json!(rate));
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        isr(&nodes[0], "lifted", 0),
+        vec![leader],
+        "the new replica is still catching up at the limit"
+    );
+    nodes[0].cli(
+        &[
+            "topic",
+            "alter",
+            "lifted",
+            "--delete-config",
+            "replica.recovery.bytes.per.sec",
+        ],
+        None,
+    );
+    wait_for_at_most("two in-sync replicas", Duration::from_secs(60), || {
+        isr(&nodes[0], "lifted", 0).len() == 2
+    });
+    assert!(
+        started.elapsed() < at_the_limit * 3 / 4,
+        "the catch-up took {:?} after the limit was lifted; {at_the_limit:?} at the limit",
+        started.elapsed()
+    );
+    assert_eq!(setting(&nodes[0]), serde_json::json!("-1"));
+}
+
 /// Writes a CA and a node certificate (for 127.0.0.1) signed by it into `dir`.
 fn write_tls(dir: &Path, ca: &(rcgen::Certificate, rcgen::KeyPair)) -> [String; 3] {
     let key = rcgen::KeyPair::generate().unwrap();

@@ -28,7 +28,7 @@ use crate::io::DIRECT_BLOCK;
 use crate::log::LogError;
 use crate::log::writer::{self, LogHandle, ReplicatedBatches};
 use crate::replication::{
-    AckError, Divergence, IsrProposal, Leader, LeaderConfig, ReplicaFetchError,
+    AckError, Divergence, IsrProposal, Leader, LeaderConfig, RecoveryThrottle, ReplicaFetchError,
 };
 
 /// Answered when the high watermark passes an `acks=all` produce.
@@ -75,6 +75,8 @@ pub(super) struct Partition {
     pub flush_always: bool,
     /// The topic's config overrides these settings came from (a change re-applies them).
     pub overrides: BTreeMap<String, String>,
+    /// The topic's own limit on catch-up replication (`replica.recovery.bytes.per.sec`).
+    pub recovery_bytes_per_sec: Option<u64>,
     pub role: Role,
     /// Woken whenever the high watermark moves: long-polling consumers wait on it.
     pub committed: Rc<Notify>,
@@ -540,7 +542,7 @@ impl Shard {
             return replica_fetch_error(ErrorCode::InvalidRequest, 0, 0);
         }
         let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
-        let (log, cannot_diverge, catching_up) = {
+        let (log, cannot_diverge, catching_up, topic_recovery_rate) = {
             let partitions = self.partitions.borrow();
             let Some(partition) = partitions.get(&key) else {
                 return replica_fetch_error(ErrorCode::UnknownPartition, 0, 0);
@@ -560,7 +562,12 @@ impl Shard {
             // skipped and the follower's progress counted at once: that answers acks=all.
             let cannot_diverge = leader.cannot_diverge(request.fetch_offset, last_fetched_epoch);
             let catching_up = !leader.isr().contains(&request.replica_id);
-            (partition.log.clone(), cannot_diverge, catching_up)
+            (
+                partition.log.clone(),
+                cannot_diverge,
+                catching_up,
+                partition.recovery_bytes_per_sec,
+            )
         };
         if !cannot_diverge {
             let Ok((divergence, offsets)) = log
@@ -636,19 +643,10 @@ impl Shard {
         }
         let checked_us = started.elapsed().as_micros();
         let (offset, mut max_bytes) = (request.fetch_offset, request.max_bytes as usize);
-        let throttle = self.recovery_throttle.as_ref().filter(|_| catching_up);
-        if let Some(throttle) = throttle {
-            let held = Instant::now();
-            loop {
-                let delay = throttle.borrow_mut().delay(Instant::now());
-                if delay.is_zero() {
-                    break;
-                }
-                tokio::time::sleep(delay).await;
-            }
-            self.metrics.recovery_throttled(held.elapsed());
-            let capacity = throttle.borrow().capacity();
-            max_bytes = max_bytes.min(usize::try_from(capacity).unwrap_or(usize::MAX));
+        let mut throttled = false;
+        if catching_up && let Some(most) = self.hold_catch_up(&key.0, topic_recovery_rate).await {
+            max_bytes = max_bytes.min(usize::try_from(most).unwrap_or(usize::MAX));
+            throttled = true;
         }
         // One trip to the log task: it reads as soon as records exist past the fetch offset
         // (at once if they do), or, once the wait is over, reads what is there (nothing).
@@ -672,10 +670,8 @@ impl Shard {
         let Some(high_watermark) = self.leader_high_watermark(&key, request.leader_epoch) else {
             return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
         };
-        if let Some(throttle) = throttle {
-            throttle
-                .borrow_mut()
-                .charge(records.len() as u64, Instant::now());
+        if throttled {
+            self.charge_catch_up(&key.0, records.len() as u64);
         }
         tracing::trace!(topic = %key.0, partition = key.1, checked_us, read_us = started.elapsed().as_micros(), bytes = records.len(), "served a follower");
         self.metrics.replica_fetch_served(records.len() as u64);
@@ -686,6 +682,74 @@ impl Shard {
             log_end_offset: log_end,
             diverging: None,
             records: Records::Shared(records),
+        }
+    }
+
+    /// Holds a catch-up answer (to a replica outside the ISR) until the node's limit and the
+    /// topic's allow it; `Some(the most it may carry)` when either limit is set.
+    async fn hold_catch_up(&self, topic: &str, topic_rate: Option<u64>) -> Option<u64> {
+        {
+            let mut topics = self.topic_recovery_throttles.borrow_mut();
+            match topic_rate {
+                Some(rate) => {
+                    let share = (rate / self.context.config.shards as u64).max(1);
+                    if topics
+                        .get(topic)
+                        .is_none_or(|throttle| throttle.bytes_per_sec() != share)
+                    {
+                        topics.insert(
+                            topic.to_string(),
+                            RecoveryThrottle::new(share, Instant::now()),
+                        );
+                    }
+                }
+                None => {
+                    topics.remove(topic);
+                }
+            }
+        }
+        if self.recovery_throttle.is_none() && topic_rate.is_none() {
+            return None;
+        }
+        let held = Instant::now();
+        loop {
+            let now = Instant::now();
+            let node = self
+                .recovery_throttle
+                .as_ref()
+                .map_or(Duration::ZERO, |throttle| throttle.borrow_mut().delay(now));
+            let topic = self
+                .topic_recovery_throttles
+                .borrow_mut()
+                .get_mut(topic)
+                .map_or(Duration::ZERO, |throttle| throttle.delay(now));
+            let delay = node.max(topic);
+            if delay.is_zero() {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+        }
+        self.metrics.recovery_throttled(held.elapsed());
+        let node_most = self
+            .recovery_throttle
+            .as_ref()
+            .map(|throttle| throttle.borrow().capacity());
+        let topic_most = self
+            .topic_recovery_throttles
+            .borrow()
+            .get(topic)
+            .map(RecoveryThrottle::capacity);
+        node_most.into_iter().chain(topic_most).min()
+    }
+
+    /// Charges a catch-up answer's bytes to the limits that held it.
+    fn charge_catch_up(&self, topic: &str, bytes: u64) {
+        let now = Instant::now();
+        if let Some(throttle) = &self.recovery_throttle {
+            throttle.borrow_mut().charge(bytes, now);
+        }
+        if let Some(throttle) = self.topic_recovery_throttles.borrow_mut().get_mut(topic) {
+            throttle.charge(bytes, now);
         }
     }
 

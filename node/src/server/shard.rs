@@ -135,6 +135,9 @@ pub(super) struct Shard {
     pub(super) quic: Option<QuicPeer>,
     /// This shard's share of the node's limit on catch-up replication; `None`: no limit.
     pub(super) recovery_throttle: Option<RefCell<RecoveryThrottle>>,
+    /// This shard's share of each topic's own catch-up limit (`replica.recovery.bytes.per.sec`),
+    /// by topic: made on the first catch-up fetch, made anew when the setting changes.
+    pub(super) topic_recovery_throttles: RefCell<HashMap<String, RecoveryThrottle>>,
     /// How this shard's log tasks group their IO (from `strata iotune`, or the defaults); its
     /// write limit is shared by this shard's logs only.
     writer_tuning: writer::WriterTuning,
@@ -201,6 +204,7 @@ pub fn run(
         let shard = Rc::new(Shard {
             quic: Some(quic),
             recovery_throttle,
+            topic_recovery_throttles: RefCell::new(HashMap::new()),
             context,
             storage,
             view: RefCell::new(ClusterView {
@@ -603,6 +607,7 @@ impl Shard {
                         },
                         flush_always,
                         overrides: topic.config.clone(),
+                        recovery_bytes_per_sec: topic_config.recovery_bytes_per_sec,
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
@@ -654,8 +659,8 @@ impl Shard {
     }
 
     /// Applies a topic's altered config to this shard's replica of one of its partitions: the
-    /// log (rolls, retention, flush, direct writes), the produce limit, and the leader's
-    /// `min.insync.replicas`.
+    /// log (rolls, retention, flush, direct writes), the produce limit, the leader's
+    /// `min.insync.replicas`, and the topic's catch-up limit.
     fn reconfigure(
         &self,
         key: &(String, u32),
@@ -675,6 +680,7 @@ impl Shard {
         partition.log.reconfigure(topic_config.log);
         partition.max_message_bytes = topic_config.max_message_bytes;
         partition.leader_config.min_insync_replicas = usize::from(topic_config.min_insync_replicas);
+        partition.recovery_bytes_per_sec = topic_config.recovery_bytes_per_sec;
         if let Role::Leader(leader) = &mut partition.role {
             leader.set_config(partition.leader_config);
         }

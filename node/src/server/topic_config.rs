@@ -12,6 +12,9 @@ pub struct TopicConfig {
     pub max_message_bytes: usize,
     pub min_insync_replicas: u16,
     pub unclean_leader_election: bool,
+    /// The most each leader broker sends per second to replicas of this topic outside the ISR
+    /// (`replica.recovery.bytes.per.sec`; on top of the broker's own limit); `None`: no limit.
+    pub recovery_bytes_per_sec: Option<u64>,
 }
 
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -34,6 +37,7 @@ pub const KEYS: &[&str] = &[
     "direct.writes",
     "min.insync.replicas",
     "unclean.leader.election",
+    "replica.recovery.bytes.per.sec",
 ];
 
 impl TopicConfig {
@@ -45,6 +49,7 @@ impl TopicConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             min_insync_replicas: 1,
             unclean_leader_election: false,
+            recovery_bytes_per_sec: None,
         };
         let mut flush = None;
         let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
@@ -109,6 +114,13 @@ impl TopicConfig {
                     config.unclean_leader_election =
                         value.parse().map_err(|_| bad("true or false"))?;
                 }
+                "replica.recovery.bytes.per.sec" => {
+                    config.recovery_bytes_per_sec = match number()? {
+                        -1 => None,
+                        n if n > 0 => Some(n as u64),
+                        _ => return Err(bad("-1 (no limit) or a positive integer")),
+                    };
+                }
                 _ => {
                     return Err(format!(
                         "unknown topic config {key:?} (known: {})",
@@ -168,6 +180,10 @@ impl TopicConfig {
                 "unclean.leader.election",
                 self.unclean_leader_election.to_string(),
             ),
+            (
+                "replica.recovery.bytes.per.sec",
+                limit(self.recovery_bytes_per_sec.map(|n| n as i64)),
+            ),
         ];
         debug_assert!(entries.iter().map(|(key, _)| *key).eq(KEYS.iter().copied()));
         entries
@@ -226,6 +242,13 @@ mod tests {
                 .unwrap_err()
                 .contains("direct.writes")
         );
+        // A catch-up limit of nothing would keep a new replica out of the ISR for ever.
+        assert!(
+            parse(&[("replica.recovery.bytes.per.sec", "0")])
+                .unwrap_err()
+                .contains("replica.recovery.bytes.per.sec")
+        );
+        assert_eq!(parse(&[]).unwrap().recovery_bytes_per_sec, None);
         assert_eq!(
             parse(&[]).unwrap().log.preallocate_step_bytes,
             crate::log::PREALLOCATE_STEP_BYTES
@@ -258,6 +281,7 @@ mod tests {
                 ("direct.writes", "always"),
                 ("min.insync.replicas", "2"),
                 ("unclean.leader.election", "true"),
+                ("replica.recovery.bytes.per.sec", "50000000"),
                 ("preallocate", "true"),
                 ("preallocate.step.bytes", "1048576"),
                 ("max.message.bytes", "2048"),

@@ -76,6 +76,12 @@ pub enum TopicCommand {
         /// Only this partition (default: every partition of the topic).
         #[arg(long)]
         partition: Option<u32>,
+        /// Bytes per second each leader broker may send the new replicas while they catch up
+        /// (sets the topic's replica.recovery.bytes.per.sec first, as Kafka's
+        /// `kafka-reassign-partitions --throttle` sets its throttles; it stays until
+        /// `topic alter --delete-config replica.recovery.bytes.per.sec`).
+        #[arg(long)]
+        throttle: Option<u64>,
     },
     /// Change a topic's settings: `--config KEY=VALUE` sets one, `--delete-config KEY` goes
     /// back to the default. All or nothing; the partitions follow the new settings at once
@@ -255,11 +261,20 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             name,
             replicas,
             partition,
+            throttle,
         } => {
             let metadata = client.metadata_for(&name).await?;
             let Some(topic) = metadata.topics.get(&name) else {
                 bail!("unknown topic {name}");
             };
+            if let Some(rate) = throttle {
+                let setting = (
+                    "replica.recovery.bytes.per.sec".to_string(),
+                    rate.to_string(),
+                );
+                client.alter_topic_config(&name, &[setting], &[]).await?;
+                outln!("{name}: catch-up limited to {rate} bytes/s per leader broker");
+            }
             let partitions: Vec<u32> = match partition {
                 Some(partition) => vec![partition],
                 None => topic.partitions.iter().map(|p| p.partition).collect(),
