@@ -651,6 +651,19 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
     wait_for("the dropped replica's files to go", || !dropped.exists());
 }
 
+/// A one-partition topic on one of two brokers holding about 8 MB: (its broker, the other
+/// broker, the bytes produced).
+fn one_replica_with_a_backlog(nodes: &[TestNode], topic: &str) -> (i64, i64, usize) {
+    create_topic(nodes, topic, &["--partitions", "1"]);
+    let leader = replicas(&nodes[0], topic, 0)[0];
+    let padding = "x".repeat(12_000);
+    let lines: String = (0..650)
+        .map(|i| format!("record-{i}-{padding}\n"))
+        .collect();
+    nodes[0].cli(&["produce", topic], Some(lines.as_bytes()));
+    (leader, 3 - leader, lines.len())
+}
+
 /// `--replica-recovery-bytes-per-sec`: a new replica's catch-up goes no faster than the limit
 /// (it joins the ISR only after the backlog could have moved at that rate), the leader counts
 /// the time it held answers, and in-sync followers are not held: `acks=all` answers at once.
@@ -674,16 +687,9 @@ fn catch_up_keeps_to_the_recovery_limit() {
         })
         .collect();
     wait_for_brokers(&nodes);
-    create_topic(&nodes, "held", &["--partitions", "1"]);
-    let leader = replicas(&nodes[0], "held", 0)[0];
-    let follower = 3 - leader;
-    // About 8 MB: 4 s at the limit, a fraction of a second without it.
-    let padding = "x".repeat(12_000);
-    let lines: String = (0..650)
-        .map(|i| format!("record-{i}-{padding}\n"))
-        .collect();
-    nodes[0].cli(&["produce", "held"], Some(lines.as_bytes()));
-    let backlog = lines.len() as f64;
+    // 4 s at the limit, a fraction of a second without it.
+    let (leader, follower, backlog) = one_replica_with_a_backlog(&nodes, "held");
+    let backlog = backlog as f64;
 
     let started = std::time::Instant::now();
     let both = format!("{leader},{follower}");
@@ -730,6 +736,7 @@ fn catch_up_keeps_to_the_recovery_limit() {
 
     // In sync now: the follower is not held, so 6 MB with acks=all takes well under the 3 s
     // the limit would ask.
+    let padding = "x".repeat(12_000);
     let more: String = (0..500)
         .map(|i| format!("in-sync-{i}-{padding}\n"))
         .collect();
@@ -753,16 +760,9 @@ fn a_reassignments_throttle_holds_its_catch_up_until_lifted() {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = etcd_nodes(&etcd, &dirs, &[]);
     wait_for_brokers(&nodes);
-    create_topic(&nodes, "lifted", &["--partitions", "1"]);
-    let leader = replicas(&nodes[0], "lifted", 0)[0];
-    let follower = 3 - leader;
-    // About 8 MB: 8 s at the limit.
-    let padding = "x".repeat(12_000);
-    let lines: String = (0..650)
-        .map(|i| format!("record-{i}-{padding}\n"))
-        .collect();
-    nodes[0].cli(&["produce", "lifted"], Some(lines.as_bytes()));
-    let at_the_limit = Duration::from_secs_f64(lines.len() as f64 / RATE as f64);
+    // 8 s at the limit.
+    let (leader, follower, backlog) = one_replica_with_a_backlog(&nodes, "lifted");
+    let at_the_limit = Duration::from_secs_f64(backlog as f64 / RATE as f64);
 
     let started = std::time::Instant::now();
     let both = format!("{leader},{follower}");
