@@ -192,6 +192,12 @@ pub struct Report {
     /// CPU the bench process itself used over the run, in % of one core (user + system), so a
     /// reader can tell whether the tool or the broker was the limit.
     pub bench_cpu_percent: f64,
+    /// Time during the run in which some task on the host stalled waiting for memory (the
+    /// kernel's pressure stall information, `/proc/pressure/memory`), in ms; `None` where the
+    /// kernel keeps none. Page-cache reclaim under a broker shows here: a produce run that grew
+    /// the page cache into full memory stalled 215 ms where the same run with free memory
+    /// stalled none (docs/benchmarks.md, eighteenth session).
+    pub memory_stall_ms: Option<f64>,
     pub ack_latency_us: Option<Percentiles>,
     /// Per batch (pinned presets): from the batch's first record's send time to its last ack,
     /// as iggy-bench reports it.
@@ -421,6 +427,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     let host = HostState::now();
     let started = Instant::now();
     let cpu_started = cpu_seconds();
+    let memory_stalls_started = memory_stalls_us();
     let measure_from = started + config.warmup;
     // Producers stop at the deadline; consumers only once they have caught up.
     let stop = Arc::new(AtomicBool::new(false));
@@ -763,6 +770,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         target_rate: config.rate,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started)
             / started.elapsed().as_secs_f64().max(1e-9),
+        memory_stall_ms: stalled_since(memory_stalls_started),
         batch_latency_us: (config.pinned && config.workload == Workload::Produce)
             .then(|| Percentiles::of(&histograms.batch)),
         ack_latency_us: (config.workload != Workload::Consume)
@@ -1376,6 +1384,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
     let host = HostState::now();
     let started = Instant::now();
     let cpu_started = cpu_seconds();
+    let memory_stalls_started = memory_stalls_us();
     let producers = config.producers.max(1);
     let mut tasks = Vec::new();
     for index in 0..producers {
@@ -1438,6 +1447,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         mb_per_s: bytes as f64 / seconds / 1e6,
         target_rate: None,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started) / seconds,
+        memory_stall_ms: stalled_since(memory_stalls_started),
         ack_latency_us: None,
         batch_latency_us: None,
         e2e_latency_us: None,
@@ -1597,6 +1607,27 @@ pub fn progress_bar(fraction: f64, width: usize) -> String {
 }
 
 /// CPU seconds (user + system) this process has used.
+/// Microseconds since boot in which some task stalled waiting for memory (`some total=` of
+/// `/proc/pressure/memory`); `None` without pressure stall information.
+fn memory_stalls_us() -> Option<u64> {
+    parse_memory_stalls(&std::fs::read_to_string("/proc/pressure/memory").ok()?)
+}
+
+fn parse_memory_stalls(text: &str) -> Option<u64> {
+    text.lines()
+        .find(|line| line.starts_with("some "))?
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
+/// Memory stalls (ms) since a reading taken at the run's start.
+fn stalled_since(started_us: Option<u64>) -> Option<f64> {
+    let (started, now) = (started_us?, memory_stalls_us()?);
+    Some(now.saturating_sub(started) as f64 / 1000.0)
+}
+
 fn cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
     // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
@@ -1635,6 +1666,9 @@ pub fn summary(report: &Report) -> String {
         }
     }
     text.push_str(&format!("\n  host at the start: {}", report.host));
+    if let Some(stalled) = report.memory_stall_ms {
+        text.push_str(&format!("; memory stalls during the run: {stalled:.0} ms"));
+    }
     if report.compression != "none"
         && let Some(ratio) = report.compression_ratio
     {
@@ -1746,6 +1780,20 @@ mod tests {
         assert_eq!(report.bytes, 100_000 * 1024);
         assert!(report.records_per_s > 0.0);
         assert!(report.bench_cpu_percent > 0.0);
+        // Read wherever the kernel keeps pressure stall information (this project's hosts do).
+        assert_eq!(
+            report.memory_stall_ms.is_some(),
+            std::path::Path::new("/proc/pressure/memory").exists()
+        );
+    }
+
+    #[test]
+    fn memory_stalls_parse_from_the_kernels_text() {
+        let text = "some avg10=0.23 avg60=0.74 avg300=0.30 total=15772768\n\
+                    full avg10=0.21 avg60=0.66 avg300=0.26 total=12836161\n";
+        assert_eq!(parse_memory_stalls(text), Some(15_772_768));
+        assert_eq!(parse_memory_stalls("full total=3\n"), None);
+        assert_eq!(parse_memory_stalls(""), None);
     }
 
     #[tokio::test]
