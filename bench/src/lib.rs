@@ -1607,19 +1607,9 @@ pub fn progress_bar(fraction: f64, width: usize) -> String {
 }
 
 /// CPU seconds (user + system) this process has used.
-/// Microseconds since boot in which some task stalled waiting for memory (`some total=` of
-/// `/proc/pressure/memory`); `None` without pressure stall information.
+/// See [`strata_tuning::memory_stalls_us`].
 fn memory_stalls_us() -> Option<u64> {
-    parse_memory_stalls(&std::fs::read_to_string("/proc/pressure/memory").ok()?)
-}
-
-fn parse_memory_stalls(text: &str) -> Option<u64> {
-    text.lines()
-        .find(|line| line.starts_with("some "))?
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("total="))?
-        .parse()
-        .ok()
+    strata_tuning::memory_stalls_us(&strata_tuning::Host::live())
 }
 
 /// Memory stalls (ms) since a reading taken at the run's start.
@@ -1785,15 +1775,6 @@ mod tests {
             report.memory_stall_ms.is_some(),
             std::path::Path::new("/proc/pressure/memory").exists()
         );
-    }
-
-    #[test]
-    fn memory_stalls_parse_from_the_kernels_text() {
-        let text = "some avg10=0.23 avg60=0.74 avg300=0.30 total=15772768\n\
-                    full avg10=0.21 avg60=0.66 avg300=0.26 total=12836161\n";
-        assert_eq!(parse_memory_stalls(text), Some(15_772_768));
-        assert_eq!(parse_memory_stalls("full total=3\n"), None);
-        assert_eq!(parse_memory_stalls(""), None);
     }
 
     #[tokio::test]

@@ -128,6 +128,13 @@ fn metrics_parse_and_count_the_traffic() {
     assert_eq!(infinite, produce_count, "buckets end at the count");
     let partitions = total(&samples, "strata_partitions");
     assert_eq!(partitions, 2.0);
+    // The host's memory stalls, wherever the kernel keeps them (this project's hosts do).
+    let stalls = samples
+        .iter()
+        .filter(|(name, _, _)| name == "strata_host_memory_stall_seconds_total")
+        .count();
+    let kept = std::path::Path::new("/proc/pressure/memory").exists();
+    assert_eq!(stalls, usize::from(kept));
 
     // Appends of 256 KiB and more to a topic with direct.writes=always go past the page
     // cache, and are counted; the small ones above were not.

@@ -863,6 +863,21 @@ pub fn guest_halt_poll_ns(host: &Host) -> Result<HaltPolling, String> {
         .map_err(|_| format!("unparsable {GUEST_HALT_POLL_NS_PATH}"))
 }
 
+/// Microseconds since boot in which some task stalled waiting for memory: the `some total=` of
+/// the kernel's pressure stall information (`/proc/pressure/memory`); `None` where the kernel
+/// keeps none. Page-cache reclaim under a broker shows here, where the broker's own timings do
+/// not (kswapd does the work on another core).
+pub fn memory_stalls_us(host: &Host) -> Option<u64> {
+    host.read("/proc/pressure/memory")
+        .ok()?
+        .lines()
+        .find(|line| line.starts_with("some "))?
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
 /// The virtio feature bit of a balloon device that reports free guest pages to the host
 /// (`VIRTIO_BALLOON_F_REPORTING`).
 const BALLOON_F_REPORTING: usize = 5;

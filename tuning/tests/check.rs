@@ -487,3 +487,23 @@ fn guest_halt_polling_follows_the_cpuidle_driver() {
         );
     }
 }
+
+/// Memory stalls come from the `some` line of `/proc/pressure/memory`, and are absent where the
+/// kernel keeps no pressure stall information.
+#[test]
+fn memory_stalls_are_read_from_pressure_stall_information() {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let host = Host::fixture(temp.path(), DevId { major: 8, minor: 1 });
+    assert_eq!(strata_tuning::memory_stalls_us(&host), None);
+    let pressure = temp.path().join("proc/pressure");
+    std::fs::create_dir_all(&pressure).unwrap();
+    std::fs::write(
+        pressure.join("memory"),
+        "some avg10=0.23 avg60=0.74 avg300=0.30 total=15772768\n\
+         full avg10=0.21 avg60=0.66 avg300=0.26 total=12836161\n",
+    )
+    .unwrap();
+    assert_eq!(strata_tuning::memory_stalls_us(&host), Some(15_772_768));
+    std::fs::write(pressure.join("memory"), "full total=3\n").unwrap();
+    assert_eq!(strata_tuning::memory_stalls_us(&host), None);
+}

@@ -226,6 +226,14 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
         uptime.as_secs_f64()
     );
+    // Read on the admin thread at scrape time, never on a shard.
+    if let Some(stalled_us) = strata_tuning::memory_stalls_us(&strata_tuning::Host::live()) {
+        let _ = writeln!(
+            out,
+            "# HELP strata_host_memory_stall_seconds_total Time some task on this host stalled waiting for memory (the kernel's pressure stall information, /proc/pressure/memory): page-cache reclaim under the broker shows here.\n# TYPE strata_host_memory_stall_seconds_total counter\nstrata_host_memory_stall_seconds_total{{node=\"{node_id}\"}} {}",
+            stalled_us as f64 / 1e6
+        );
+    }
     let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
     for snapshot in snapshots {
         for (topic, counters) in &snapshot.topics {
