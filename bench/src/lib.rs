@@ -1606,7 +1606,6 @@ pub fn progress_bar(fraction: f64, width: usize) -> String {
     )
 }
 
-/// CPU seconds (user + system) this process has used.
 /// See [`strata_tuning::memory_stalls_us`].
 fn memory_stalls_us() -> Option<u64> {
     strata_tuning::memory_stalls_us(&strata_tuning::Host::live())
@@ -1618,6 +1617,7 @@ fn stalled_since(started_us: Option<u64>) -> Option<f64> {
     Some(now.saturating_sub(started) as f64 / 1000.0)
 }
 
+/// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
     // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.

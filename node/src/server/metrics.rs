@@ -302,103 +302,110 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     );
 
     // Per-shard numbers: (name, type, help, value).
-    type ShardValue = fn(&Snapshot) -> u64;
-    let per_shard: [(&str, &str, &str, ShardValue); 16] = [
+    // As f64: a duration in seconds sits among the counts (which print as integers).
+    type ShardValue = fn(&Snapshot) -> f64;
+    let per_shard: [(&str, &str, &str, ShardValue); 17] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
             "Requests forwarded to the owning shard.",
-            |s| s.cross_shard_hops,
+            |s| s.cross_shard_hops as f64,
         ),
         (
             "strata_kafka_requests_total",
             "counter",
             "Requests taken on the Kafka listener (--kafka-listen).",
-            |s| s.kafka_requests,
+            |s| s.kafka_requests as f64,
         ),
         (
             "strata_kafka_connections",
             "gauge",
             "Kafka clients' connections open now.",
-            |s| s.kafka_connections,
+            |s| s.kafka_connections as f64,
         ),
         (
             "strata_partitions",
             "gauge",
             "Partitions this shard leads.",
-            |s| s.partitions,
+            |s| s.partitions as f64,
         ),
         (
             "strata_replica_partitions",
             "gauge",
             "Replicas (led or followed) this shard holds.",
-            |s| s.replicas,
+            |s| s.replicas as f64,
         ),
         (
             "strata_io_uring_in_flight",
             "gauge",
             "io_uring operations (writes, reads, syncs) submitted by this shard and not yet complete.",
-            |s| s.io_in_flight,
+            |s| s.io_in_flight as f64,
         ),
         (
             "strata_io_uring_in_flight_max",
             "gauge",
             "The most io_uring operations in flight on this shard at once over the last 10-20 s.",
-            |s| s.io_in_flight_max,
+            |s| s.io_in_flight_max as f64,
         ),
         (
             "strata_under_replicated_partitions",
             "gauge",
             "Led partitions whose ISR is smaller than their replica set.",
-            |s| s.under_replicated,
+            |s| s.under_replicated as f64,
         ),
         (
             "strata_replica_bytes_out_total",
             "counter",
             "Bytes served to followers.",
-            |s| s.replica_bytes_out,
+            |s| s.replica_bytes_out as f64,
+        ),
+        (
+            "strata_replica_recovery_throttled_seconds_total",
+            "counter",
+            "Time answers to replicas outside the ISR were held to the recovery limit (--replica-recovery-bytes-per-sec, replica.recovery.bytes.per.sec).",
+            |s| s.recovery_throttled_us as f64 / 1e6,
         ),
         (
             "strata_direct_writes_total",
             "counter",
             "Appends written past the page cache (O_DIRECT, see the topic setting direct.writes).",
-            |s| s.direct_writes,
+            |s| s.direct_writes as f64,
         ),
         (
             "strata_direct_write_bytes_total",
             "counter",
             "Bytes of those writes, block padding included.",
-            |s| s.direct_write_bytes,
+            |s| s.direct_write_bytes as f64,
         ),
         (
             "strata_tail_cache_reads_total",
             "counter",
             "Reads (consumer and follower fetches) served from the newest appends kept in memory (direct.writes=always logs).",
-            |s| s.reads.from_cache,
+            |s| s.reads.from_cache as f64,
         ),
         (
             "strata_sync_rounds_total",
             "counter",
             "syncfs calls that made the shard's flush=interval logs durable together.",
-            |s| s.sync_rounds,
+            |s| s.sync_rounds as f64,
         ),
         (
             "strata_sync_round_logs_total",
             "counter",
             "Interval syncs of logs those rounds served (each would have been fdatasyncs of its own).",
-            |s| s.sync_round_jobs,
+            |s| s.sync_round_jobs as f64,
         ),
         (
             "strata_log_file_reads_total",
             "counter",
             "Reads served from segment files (the page cache, or the disk).",
-            |s| s.reads.from_files,
+            |s| s.reads.from_files as f64,
         ),
         (
             "strata_fetch_sendfile_bytes_total",
             "counter",
             "Bytes sent to consumers straight from the page cache (sendfile), never copied by the broker.",
-            |s| s.sent_from_files,
+            |s| s.sent_from_files as f64,
         ),
     ];
     for (name, kind, help, pick) in per_shard {
@@ -420,18 +427,6 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             out,
             "strata_replica_lag_records{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\",replica=\"{}\"}} {}",
             lag.topic, lag.partition, lag.replica, lag.records
-        );
-    }
-    let name = "strata_replica_recovery_throttled_seconds_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time answers to replicas outside the ISR were held to the recovery limit (--replica-recovery-bytes-per-sec).\n# TYPE {name} counter"
-    );
-    for (shard, snapshot) in snapshots.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "{name}{{node=\"{node_id}\",shard=\"{shard}\"}} {}",
-            snapshot.recovery_throttled_us as f64 / 1e6
         );
     }
     for (name, help, pick) in [
