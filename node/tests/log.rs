@@ -250,6 +250,15 @@ fn a_log_holds_descriptors_only_for_its_segments_and_frequent_checkpoints() {
 }
 
 /// Pages of the file at `path` in the page cache, and pages in all (`mincore`).
+/// Drops a file's clean pages from the page cache.
+fn evict_pages(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+}
+
 fn resident_pages(path: &Path) -> (usize, usize) {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).unwrap();
@@ -322,9 +331,93 @@ fn direct_appends_through_io_uring_leave_the_page_cache_alone() {
                 .await
                 .unwrap();
             assert_eq!(report.truncated_bytes, 0, "padding is not damage");
+            // Fetch-sized reads of what was written direct go past the page cache too, reading
+            // the batches they return and no more; smaller ones use the page cache. (Recovery
+            // read the file through the page cache: drop it from there first.)
+            let segment = dir.join("00000000000000000000.log");
+            evict_pages(&segment);
+            let before = strata_node::io::direct_io_totals();
+            assert_eq!(read_all(&mut log, 0, 512 * 1024).await, written);
+            let after = strata_node::io::direct_io_totals();
+            let data_len = std::fs::metadata(&segment).unwrap().len();
+            let (cached_after_reads, _) = resident_pages(&segment);
+            match setting {
+                DirectWrites::Always => {
+                    let reads = after.reads - before.reads;
+                    assert!(reads >= data_len / (512 * 1024), "{reads} direct reads");
+                    let read_bytes = after.read_bytes - before.read_bytes;
+                    assert!(
+                        read_bytes <= data_len + reads * 2 * 4096,
+                        "{read_bytes} bytes read for {data_len} of data in {reads} reads"
+                    );
+                    // Only the end of the log, less than a direct read's worth (128 KiB), came
+                    // through the page cache.
+                    assert!(
+                        cached_after_reads <= 34,
+                        "{cached_after_reads} pages cached after direct reads"
+                    );
+                }
+                _ => assert_eq!(after.reads, before.reads),
+            }
             assert_eq!(read_all(&mut log, 0, 64 * 1024).await, written);
         });
     }
+}
+
+/// Reads of a log written direct, from any offset, go past the page cache once they are
+/// fetch-sized (whole blocks around unaligned batches) and return exactly what reads through the
+/// page cache would: the batch holding the offset on, whole batches within the budget.
+#[test]
+fn direct_reads_from_any_offset_return_whole_batches_within_the_budget() {
+    block_on(async {
+        let storage = SimStorage::new(21);
+        let config = LogConfig {
+            direct_writes: DirectWrites::Always,
+            ..small_config(4 << 20, FlushPolicy::Never)
+        };
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 300, 2900, 0).await;
+        drop(log); // the reopened log has an empty tail cache: every read goes to the file
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let budget = 200 << 10;
+        for offset in (0..written.len() as u64).step_by(37) {
+            let (reads_before, read_bytes_before) = storage.direct_reads();
+            let bytes = log.read(offset, budget, u64::MAX).await.unwrap();
+            let (reads, read_bytes) = storage.direct_reads();
+            // Near the end of the log less than a direct read's worth is left.
+            if written.len() as u64 - offset > 80 {
+                assert_eq!(reads, reads_before + 1, "offset {offset}: one direct read");
+                // What it returns and the blocks around, no more (every batch here is indexed,
+                // being over the 256-byte interval): bytes past the last batch returned would
+                // be read again by the next fetch.
+                let over = (read_bytes - read_bytes_before) as usize - bytes.len();
+                assert!(over < 2 * 4096, "offset {offset}: {over} bytes over");
+            }
+            let records = records_in(bytes.clone());
+            let first = records.first().unwrap().offset;
+            assert!(
+                first <= offset && offset - first < 5,
+                "offset {offset}: from {first}"
+            );
+            let expected = &written[first as usize..first as usize + records.len()];
+            assert_eq!(records, expected, "offset {offset}");
+            assert!(
+                bytes.len() <= budget,
+                "{} bytes over the budget",
+                bytes.len()
+            );
+            let next = first as usize + records.len();
+            assert!(
+                next == written.len() || bytes.len() + 5 * 2950 > budget - 256,
+                "offset {offset}: {} bytes is short of the budget",
+                bytes.len()
+            );
+        }
+        // Below the direct-read size, reads go through the page cache.
+        let before = storage.direct_reads();
+        assert_eq!(read_all(&mut log, 0, 16 << 10).await, written);
+        assert_eq!(storage.direct_reads(), before);
+    });
 }
 
 #[test]

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::blocking::{BlockingFile, BlockingStorage};
 use super::uring::{UringFile, UringStorage};
-use super::{ReadBuf, Storage, StorageFile};
+use super::{DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 #[derive(Clone, Copy, Debug)]
 pub enum AnyStorage {
@@ -49,6 +49,14 @@ impl StorageFile for AnyFile {
 
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
         each!(self, file => file.read_at(buf, pos).await)
+    }
+
+    async fn read_direct_at(
+        &self,
+        buf: DirectReadBuf,
+        pos: u64,
+    ) -> (io::Result<()>, DirectReadBuf) {
+        each!(self, file => file.read_direct_at(buf, pos).await)
     }
 
     async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::uring::{fd_len, list_dir_blocking, start_writeback, sync_dir_blocking};
-use super::{ReadBuf, Storage, StorageFile};
+use super::{DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BlockingStorage;
@@ -46,26 +46,26 @@ impl StorageFile for BlockingFile {
         }
     }
 
-    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
-        buf.clear();
-        let capacity = buf.capacity();
-        let mut filled = 0;
-        while filled < capacity {
-            // SAFETY: the range [filled, capacity) lies inside the buffer's allocation, and the
-            // kernel writes at most `capacity - filled` bytes into it.
-            let spare = unsafe {
-                std::slice::from_raw_parts_mut(buf.spare_mut_ptr().add(filled), capacity - filled)
-            };
-            match self.file.read_at(spare, pos + filled as u64) {
-                Ok(0) => break,
-                Ok(read) => filled += read,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return (Err(error), buf),
+    async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        read_fully(&self.file, buf, pos)
+    }
+
+    async fn read_direct_at(
+        &self,
+        buf: DirectReadBuf,
+        pos: u64,
+    ) -> (io::Result<()>, DirectReadBuf) {
+        super::assert_direct_read_aligned(&buf, pos);
+        match &self.direct {
+            Some(direct) => {
+                let (result, buf) = read_fully(direct, buf, pos);
+                (
+                    result.inspect(|()| super::count_direct_read(buf.len())),
+                    buf,
+                )
             }
+            None => (Err(io::ErrorKind::Unsupported.into()), buf),
         }
-        // SAFETY: the reads above initialised exactly `filled` bytes.
-        unsafe { buf.set_len(filled) };
-        (Ok(()), buf)
     }
 
     async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
@@ -148,4 +148,32 @@ impl Storage for BlockingStorage {
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
         list_dir_blocking(dir)
     }
+}
+
+/// Reads up to `buf.capacity()` bytes of `file` at `pos`, replacing the buffer's contents; short
+/// only at the end of the file.
+fn read_fully<const ALIGN: usize>(
+    file: &File,
+    mut buf: ReadBuf<ALIGN>,
+    pos: u64,
+) -> (io::Result<()>, ReadBuf<ALIGN>) {
+    buf.clear();
+    let capacity = buf.capacity();
+    let mut filled = 0;
+    while filled < capacity {
+        // SAFETY: the range [filled, capacity) lies inside the buffer's allocation, and the
+        // kernel writes at most `capacity - filled` bytes into it.
+        let spare = unsafe {
+            std::slice::from_raw_parts_mut(buf.spare_mut_ptr().add(filled), capacity - filled)
+        };
+        match file.read_at(spare, pos + filled as u64) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return (Err(error), buf),
+        }
+    }
+    // SAFETY: the reads above initialised exactly `filled` bytes.
+    unsafe { buf.set_len(filled) };
+    (Ok(()), buf)
 }

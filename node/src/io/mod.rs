@@ -32,12 +32,16 @@ use strata_wire::AlignedVec;
 
 pub use any::{AnyFile, AnyStorage};
 
-/// A read buffer whose start is 16-byte aligned, so batches read into it at a batch boundary can
-/// be validated and accessed in place. Converts into `Bytes` without copying.
-pub struct ReadBuf(AlignedVec<16>);
+/// A read buffer whose start is `ALIGN`-byte aligned: 16 by default, so batches read into it at a
+/// batch boundary can be validated and accessed in place; [`DIRECT_BLOCK`] for reads past the
+/// page cache ([`DirectReadBuf`]). Converts into `Bytes` without copying.
+pub struct ReadBuf<const ALIGN: usize = 16>(AlignedVec<ALIGN>);
 
-impl ReadBuf {
-    pub fn with_capacity(capacity: usize) -> ReadBuf {
+/// The buffer of [`StorageFile::read_direct_at`].
+pub type DirectReadBuf = ReadBuf<DIRECT_BLOCK>;
+
+impl<const ALIGN: usize> ReadBuf<ALIGN> {
+    pub fn with_capacity(capacity: usize) -> ReadBuf<ALIGN> {
         ReadBuf(AlignedVec::with_capacity(capacity))
     }
 
@@ -117,6 +121,17 @@ pub trait StorageFile: 'static {
     /// Reads up to `buf.capacity()` bytes at `pos`, replacing the buffer's contents. A short read
     /// happens only at the end of the file.
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf);
+    /// As [`StorageFile::read_at`], past the page cache (`O_DIRECT`): from the disk straight into
+    /// `buf`, leaving the page cache as it was. `pos` and `buf.capacity()` are multiples of
+    /// [`DIRECT_BLOCK`]. Only called when [`StorageFile::writes_direct`] is true.
+    async fn read_direct_at(
+        &self,
+        buf: DirectReadBuf,
+        pos: u64,
+    ) -> (io::Result<()>, DirectReadBuf) {
+        let _ = pos;
+        (Err(io::ErrorKind::Unsupported.into()), buf)
+    }
     /// Asks the kernel to start writing `[pos, pos + len)` back to the disk now, without waiting,
     /// so a later `sync_data` finds most of it already written (`sync_file_range(WRITE)`).
     async fn start_writeback(&self, _pos: u64, _len: u64) -> io::Result<()> {
@@ -312,22 +327,45 @@ pub trait Storage: Clone + 'static {
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
 
+/// IO past the page cache one thread (a shard) has completed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectIoTotals {
+    pub writes: u64,
+    /// Padding included.
+    pub write_bytes: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+}
+
 thread_local! {
-    /// Direct writes this thread (a shard) has completed, and their bytes (padding included).
-    static DIRECT_WRITES: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    static DIRECT_IO: std::cell::Cell<DirectIoTotals> = const {
+        std::cell::Cell::new(DirectIoTotals { writes: 0, write_bytes: 0, reads: 0, read_bytes: 0 })
+    };
 }
 
 /// Counts one completed direct write of `bytes` on this thread.
 pub(crate) fn count_direct_write(bytes: usize) {
-    DIRECT_WRITES.with(|totals| {
-        let (writes, total) = totals.get();
-        totals.set((writes + 1, total + bytes as u64));
+    DIRECT_IO.with(|totals| {
+        let mut now = totals.get();
+        now.writes += 1;
+        now.write_bytes += bytes as u64;
+        totals.set(now);
     });
 }
 
-/// Direct writes completed on this thread so far, and their bytes (for `/metrics`).
-pub fn direct_write_totals() -> (u64, u64) {
-    DIRECT_WRITES.with(std::cell::Cell::get)
+/// Counts one completed direct read of `bytes` on this thread.
+pub(crate) fn count_direct_read(bytes: usize) {
+    DIRECT_IO.with(|totals| {
+        let mut now = totals.get();
+        now.reads += 1;
+        now.read_bytes += bytes as u64;
+        totals.set(now);
+    });
+}
+
+/// Direct IO completed on this thread so far (for `/metrics`).
+pub fn direct_io_totals() -> DirectIoTotals {
+    DIRECT_IO.with(std::cell::Cell::get)
 }
 
 /// Checks the preconditions of [`StorageFile::write_direct_at`].
@@ -343,11 +381,21 @@ pub(crate) fn assert_direct_aligned(bytes: &[u8], pos: u64) {
     );
 }
 
-/// Opens `path` with `O_DIRECT` for writing, or says why the file system will not
+/// Checks the preconditions of [`StorageFile::read_direct_at`].
+pub(crate) fn assert_direct_read_aligned(buf: &DirectReadBuf, pos: u64) {
+    assert!(
+        pos.is_multiple_of(DIRECT_BLOCK as u64) && buf.capacity().is_multiple_of(DIRECT_BLOCK),
+        "direct reads are whole blocks (pos {pos}, capacity {})",
+        buf.capacity()
+    );
+}
+
+/// Opens `path` with `O_DIRECT` for reading and writing, or says why the file system will not
 /// (`None`: it refused the flag, as tmpfs does).
 pub fn open_direct_handle(path: &Path) -> io::Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::{ReadBuf, Storage, StorageFile};
+use super::{DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 /// Which operation a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +83,8 @@ struct SimFs {
     writeback_hints: Vec<(u64, u64)>,
     /// Ranges written with `write_direct_at`, in call order, and the address each came from.
     direct_writes: Vec<(u64, u64, usize)>,
+    /// Reads done with `read_direct_at`, and their bytes.
+    direct_reads: (u64, u64),
     /// Whether `open_direct` pretends the file system refuses `O_DIRECT` (as tmpfs does).
     refuse_direct: bool,
 }
@@ -112,6 +114,7 @@ impl SimStorage {
                 syncs: 0,
                 writeback_hints: Vec::new(),
                 direct_writes: Vec::new(),
+                direct_reads: (0, 0),
                 refuse_direct: false,
             })),
         }
@@ -212,6 +215,12 @@ impl SimStorage {
             .collect()
     }
 
+    /// How many reads went past the page cache (`read_direct_at`) so far, of every file, and
+    /// how many bytes they read.
+    pub fn direct_reads(&self) -> (u64, u64) {
+        self.fs.borrow().direct_reads
+    }
+
     /// From now on `open_direct` opens files as `open` does, as on a file system without
     /// `O_DIRECT`.
     pub fn refuse_direct(&self) {
@@ -269,6 +278,25 @@ impl SimFs {
     }
 }
 
+impl SimFile {
+    fn read_into<const ALIGN: usize>(
+        &self,
+        mut buf: ReadBuf<ALIGN>,
+        pos: u64,
+    ) -> (io::Result<()>, ReadBuf<ALIGN>) {
+        let mut fs = self.fs.borrow_mut();
+        buf.clear();
+        if let Err(error) = fs.check_fault(FaultOp::Read) {
+            return (Err(error), buf);
+        }
+        let data = &fs.inode(self.inode).data;
+        let start = (pos as usize).min(data.len());
+        let end = (start + buf.capacity()).min(data.len());
+        buf.extend_from_slice(&data[start..end]);
+        (Ok(()), buf)
+    }
+}
+
 impl StorageFile for SimFile {
     async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
         self.fs.borrow_mut().writeback_hints.push((pos, len));
@@ -315,17 +343,24 @@ impl StorageFile for SimFile {
         Ok(())
     }
 
-    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
-        let mut fs = self.fs.borrow_mut();
-        buf.clear();
-        if let Err(error) = fs.check_fault(FaultOp::Read) {
-            return (Err(error), buf);
+    async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        self.read_into(buf, pos)
+    }
+
+    /// As a read through the page cache (the simulation keeps none), counted.
+    async fn read_direct_at(
+        &self,
+        buf: DirectReadBuf,
+        pos: u64,
+    ) -> (io::Result<()>, DirectReadBuf) {
+        super::assert_direct_read_aligned(&buf, pos);
+        assert!(self.direct, "the file was opened for direct reads");
+        let (result, buf) = self.read_into(buf, pos);
+        if result.is_ok() {
+            let totals = &mut self.fs.borrow_mut().direct_reads;
+            *totals = (totals.0 + 1, totals.1 + buf.len() as u64);
         }
-        let data = &fs.inode(self.inode).data;
-        let start = (pos as usize).min(data.len());
-        let end = (start + buf.capacity()).min(data.len());
-        buf.extend_from_slice(&data[start..end]);
-        (Ok(()), buf)
+        (result, buf)
     }
 
     async fn sync_data(&self) -> io::Result<()> {

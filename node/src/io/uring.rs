@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use tokio_uring::buf::{IoBuf, IoBufMut};
 
-use super::{ReadBuf, Storage, StorageFile};
+use super::{DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 /// Checks that this process may set up an io_uring instance.
 pub fn probe() -> io::Result<()> {
@@ -85,13 +85,14 @@ pub fn take_in_flight() -> (u64, u64) {
 
 pub struct UringFile {
     file: tokio_uring::fs::File,
-    /// The same file opened with `O_DIRECT`, for [`StorageFile::write_direct_at`].
+    /// The same file opened with `O_DIRECT`, for [`StorageFile::write_direct_at`] and
+    /// [`StorageFile::read_direct_at`].
     direct: Option<tokio_uring::fs::File>,
 }
 
 // SAFETY: the pointer is the start of the AlignedVec's heap allocation, which does not move while
 // the buffer is owned by an in-flight operation; init and total mirror its length and capacity.
-unsafe impl IoBuf for ReadBuf {
+unsafe impl<const ALIGN: usize> IoBuf for ReadBuf<ALIGN> {
     fn stable_ptr(&self) -> *const u8 {
         self.as_slice().as_ptr()
     }
@@ -106,7 +107,7 @@ unsafe impl IoBuf for ReadBuf {
 }
 
 // SAFETY: as above; `set_init` is only called by tokio-uring after the kernel filled that many bytes.
-unsafe impl IoBufMut for ReadBuf {
+unsafe impl<const ALIGN: usize> IoBufMut for ReadBuf<ALIGN> {
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.spare_mut_ptr()
     }
@@ -178,27 +179,24 @@ impl StorageFile for UringFile {
         result.inspect(|()| super::count_direct_write(len))
     }
 
-    async fn read_at(&self, mut buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
-        let _in_flight = InFlight::start();
-        buf.clear();
-        // A read may return fewer bytes than asked before the end of the file (a signal, a
-        // page-cache boundary); keep reading until the buffer is full or the file ends.
-        let mut filled = 0;
-        loop {
-            let want = buf.capacity() - filled;
-            if want == 0 {
-                return (Ok(()), buf);
-            }
-            let slice = tokio_uring::buf::BoundedBuf::slice(buf, filled..);
-            let (result, slice) = self.file.read_at(slice, pos + filled as u64).await;
-            buf = slice.into_inner();
-            match result {
-                Ok(0) => return (Ok(()), buf),
-                Ok(read) => filled += read,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return (Err(error), buf),
-            }
-        }
+    async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        read_through_ring(&self.file, buf, pos).await
+    }
+
+    async fn read_direct_at(
+        &self,
+        buf: DirectReadBuf,
+        pos: u64,
+    ) -> (io::Result<()>, DirectReadBuf) {
+        super::assert_direct_read_aligned(&buf, pos);
+        let Some(direct) = &self.direct else {
+            return (Err(io::ErrorKind::Unsupported.into()), buf);
+        };
+        let (result, buf) = read_through_ring(direct, buf, pos).await;
+        (
+            result.inspect(|()| super::count_direct_read(buf.len())),
+            buf,
+        )
     }
 
     async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
@@ -238,6 +236,36 @@ impl StorageFile for UringFile {
 
     async fn file_len(&self) -> io::Result<u64> {
         fd_len(self.file.as_raw_fd())
+    }
+}
+
+/// Reads up to `buf.capacity()` bytes of `file` at `pos` through the ring, replacing the
+/// buffer's contents.
+async fn read_through_ring<const ALIGN: usize>(
+    file: &tokio_uring::fs::File,
+    mut buf: ReadBuf<ALIGN>,
+    pos: u64,
+) -> (io::Result<()>, ReadBuf<ALIGN>) {
+    let _in_flight = InFlight::start();
+    buf.clear();
+    // A read may return fewer bytes than asked before the end of the file (a signal, a
+    // page-cache boundary); keep reading until the buffer is full or the file ends. A direct
+    // read comes short only at the end of the file, where the next read returns 0.
+    let mut filled = 0;
+    loop {
+        let want = buf.capacity() - filled;
+        if want == 0 {
+            return (Ok(()), buf);
+        }
+        let slice = tokio_uring::buf::BoundedBuf::slice(buf, filled..);
+        let (result, slice) = file.read_at(slice, pos + filled as u64).await;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) => return (Ok(()), buf),
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return (Err(error), buf),
+        }
     }
 }
 

@@ -55,6 +55,29 @@ impl SegmentIndex {
         after.checked_sub(1).map(|at| &self.entries[at])
     }
 
+    /// Where a read of whole batches from `start` (a batch start) can end so that it takes at
+    /// most `budget` bytes and no partial batch: the last indexed batch start within the budget,
+    /// or, when the batch at `start` alone runs past it, the next indexed batch start (so the read
+    /// holds that first batch whole). Batches between the last entry within the budget and the
+    /// budget's end are left for the next read: less than an index interval of them, as entries
+    /// come at least that often. `None` when no entry lies past the budget: what follows the last
+    /// entry is unindexed up to the end of the segment.
+    pub fn batches_end_within(&self, start: u32, budget: u64) -> Option<u32> {
+        let limit = u64::from(start) + budget;
+        let after_start = self
+            .entries
+            .partition_point(|entry| entry.position <= start);
+        let beyond = self
+            .entries
+            .partition_point(|entry| u64::from(entry.position) <= limit);
+        let past_budget = self.entries.get(beyond)?;
+        Some(if beyond > after_start {
+            self.entries[beyond - 1].position
+        } else {
+            past_budget.position
+        })
+    }
+
     /// The last entry before which every record is older than `timestamp_ms`: a timestamp lookup
     /// may skip everything before it. Entries' `max_timestamp_before_ms` never decrease.
     pub fn floor_by_timestamp(&self, timestamp_ms: i64) -> Option<&IndexEntry> {
@@ -211,6 +234,24 @@ mod tests {
         assert_eq!(index.floor_by_timestamp(50).unwrap().position, 0);
         assert_eq!(index.floor_by_timestamp(51).unwrap().position, 4096);
         assert_eq!(index.floor_by_timestamp(91).unwrap().position, 8192);
+    }
+
+    #[test]
+    fn a_reads_end_is_an_indexed_batch_start_within_its_budget() {
+        // Batches of 1,000 bytes, each indexed, up to 10,000.
+        let index = index_of(&(0..10).map(|i| (i, i * 1000, 0)).collect::<Vec<_>>());
+        // Three whole batches fit 3,500 bytes from 2,000; the fourth would not.
+        assert_eq!(index.batches_end_within(2000, 3500), Some(5000));
+        assert_eq!(index.batches_end_within(2000, 3000), Some(5000));
+        // A budget smaller than the first batch still gets that batch whole.
+        assert_eq!(index.batches_end_within(2000, 10), Some(3000));
+        // Past the last entry the batches are unindexed: the caller reads its budget.
+        assert_eq!(index.batches_end_within(2000, 7000), None);
+        assert_eq!(index.batches_end_within(9000, 1), None);
+        // A sparse index (an entry per 4 batches here) leaves the rest for the next read.
+        let sparse = index_of(&[(0, 0, 0), (4, 4000, 0), (8, 8000, 0)]);
+        assert_eq!(sparse.batches_end_within(0, 6500), Some(4000));
+        assert_eq!(sparse.batches_end_within(0, 100), Some(4000));
     }
 
     #[test]

@@ -10,10 +10,15 @@ use strata_wire::batch::{self, BatchHeader, HEADER_LEN};
 
 use super::Buffers;
 use super::index::{IndexCadence, IndexEntry, OFFSET_ENTRY_LEN, SegmentIndex, TIME_ENTRY_LEN};
-use crate::io::{DIRECT_BLOCK, ReadBuf, StorageFile};
+use crate::io::{DIRECT_BLOCK, DirectReadBuf, ReadBuf, StorageFile};
 
 /// How much a recovery or lookup scan reads per IO.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// Smallest read of a file written direct that goes past the page cache when its pages are not
+/// cached: the kernel's default readahead window. A read this large gains nothing from
+/// readahead, and smaller ones (batch headers, small fetches) are cheaper through the cache.
+pub(crate) const DIRECT_READ_MIN_BYTES: usize = 128 << 10;
 
 pub(crate) fn file_name(base_offset: u64, extension: &str) -> PathBuf {
     PathBuf::from(format!("{base_offset:020}.{extension}"))
@@ -60,6 +65,45 @@ pub(crate) struct Segment<F> {
     pub log: Rc<F>,
     pub offset_index: F,
     pub time_index: F,
+}
+
+/// Reads `[position, position + len)` of a segment's log file holding `size` bytes of data,
+/// never past them: past the page cache when the file was opened for that (`direct.writes`), the
+/// read is at least [`DIRECT_READ_MIN_BYTES`] and not every page of it is cached (see
+/// [`read_direct`]).
+pub(crate) async fn read_file<F: StorageFile>(
+    log: &F,
+    size: u64,
+    position: u64,
+    len: usize,
+) -> io::Result<Bytes> {
+    let len = len.min((size.saturating_sub(position)) as usize);
+    if len >= DIRECT_READ_MIN_BYTES && log.writes_direct() && !log.is_cached(position, len as u64) {
+        return read_direct(log, position, len).await;
+    }
+    let (result, buf) = log.read_at(ReadBuf::with_capacity(len), position).await;
+    result?;
+    Ok(buf.into_bytes())
+}
+
+/// Reads `[position, position + len)` from the disk into memory, the whole blocks around it in
+/// one `O_DIRECT` read. Data appended direct is not in the page cache, and a buffered read of it
+/// would copy it there first, a page at a time behind readahead: on this project's VM `fio` read
+/// 1 MiB at a time at 606 MB/s buffered against 1,434 MB/s direct (2.6 GB/s with four in
+/// flight), and the page cache it fills then has to be reclaimed.
+async fn read_direct<F: StorageFile>(log: &F, position: u64, len: usize) -> io::Result<Bytes> {
+    let block = DIRECT_BLOCK as u64;
+    let start = position / block * block;
+    let end = (position + len as u64).next_multiple_of(block);
+    let (result, buf) = log
+        .read_direct_at(DirectReadBuf::with_capacity((end - start) as usize), start)
+        .await;
+    result?;
+    let skip = (position - start) as usize;
+    let bytes = buf.into_bytes();
+    // Short only where the file ends, which is never before the data.
+    let end = (skip + len).min(bytes.len());
+    Ok(bytes.slice(skip.min(end)..end))
 }
 
 /// Where a scan over a segment stopped.
@@ -286,13 +330,7 @@ impl<F: StorageFile> Segment<F> {
 
     /// Reads `[position, position + len)` of the log file, never past the segment's data.
     pub async fn read(&self, position: u64, len: usize) -> io::Result<Bytes> {
-        let len = len.min((self.size.saturating_sub(position)) as usize);
-        let (result, buf) = self
-            .log
-            .read_at(ReadBuf::with_capacity(len), position)
-            .await;
-        result?;
-        Ok(buf.into_bytes())
+        read_file(self.log.as_ref(), self.size, position, len).await
     }
 
     /// Walks batches from `position` (a batch start holding `offset`) to the end of the file.

@@ -23,7 +23,7 @@ use std::rc::Rc;
 use super::shared_sync::SharedSync;
 use super::{
     AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
-    RetentionReport,
+    PlannedRead, RetentionReport, Served,
 };
 use crate::io::Storage;
 use crate::replication::{self, Divergence};
@@ -619,13 +619,36 @@ async fn run<S: Storage>(
                             finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
                             let _ = reply.send(log.flush(clock()).await);
                         }
+                        // File reads run beside the appends (see `PartitionLog::plan_read`).
                         Command::Read { offset, max_bytes, max_offset, reply } => {
-                            let _ = reply.send(log.read(offset, max_bytes, max_offset).await);
+                            match log.plan_read(offset, max_bytes, max_offset).await {
+                                Ok(PlannedRead::File(read)) => {
+                                    tokio::task::spawn_local(async move {
+                                        let _ = reply.send(read.run().await);
+                                    });
+                                }
+                                Ok(PlannedRead::Ready(bytes)) => {
+                                    let _ = reply.send(Ok(bytes));
+                                }
+                                Err(error) => {
+                                    let _ = reply.send(Err(error));
+                                }
+                            }
                         }
                         Command::ReadForSending { offset, max_bytes, max_offset, reply } => {
-                            let _ = reply.send(
-                                log.read_for_sending(offset, max_bytes, max_offset).await,
-                            );
+                            match log.plan_read_for_sending(offset, max_bytes, max_offset).await {
+                                Ok(Err(read)) => {
+                                    tokio::task::spawn_local(async move {
+                                        let _ = reply.send(read.run().await.map(Served::Bytes));
+                                    });
+                                }
+                                Ok(Ok(served)) => {
+                                    let _ = reply.send(Ok(served));
+                                }
+                                Err(error) => {
+                                    let _ = reply.send(Err(error));
+                                }
+                            }
                         }
                         Command::Retention { below_offset, reply } => {
                             let _ = reply.send(log.enforce_retention(clock(), below_offset).await);

@@ -85,9 +85,8 @@ pub struct Snapshot {
     pub io_in_flight_max: u64,
     /// Partitions this shard leads whose ISR is smaller than their replica set.
     pub under_replicated: u64,
-    /// Appends written past the page cache (`direct.writes`), and their bytes.
-    pub direct_writes: u64,
-    pub direct_write_bytes: u64,
+    /// Appends written past the page cache (`direct.writes`) and reads of their data, with bytes.
+    pub direct_io: crate::io::DirectIoTotals,
     /// Reads served from tail caches (`direct.writes=always` logs) and from segment files.
     pub reads: crate::log::tail_cache::ReadTotals,
     /// Bytes sent to consumers straight from segment files (`sendfile`).
@@ -129,8 +128,7 @@ impl Default for Snapshot {
             io_in_flight: 0,
             io_in_flight_max: 0,
             under_replicated: 0,
-            direct_writes: 0,
-            direct_write_bytes: 0,
+            direct_io: Default::default(),
             reads: Default::default(),
             sent_from_files: 0,
             sync_rounds: 0,
@@ -207,7 +205,7 @@ impl ShardMetrics {
         snapshot.replicas = replicas;
         (snapshot.io_in_flight, snapshot.io_in_flight_max) = crate::io::uring::take_in_flight();
         snapshot.under_replicated = under_replicated;
-        (snapshot.direct_writes, snapshot.direct_write_bytes) = crate::io::direct_write_totals();
+        snapshot.direct_io = crate::io::direct_io_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
         snapshot.sent_from_files = super::connection::sent_from_files();
         (snapshot.kafka_requests, snapshot.kafka_connections) = super::kafka::totals();
@@ -304,7 +302,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
     type ShardValue = fn(&Snapshot) -> f64;
-    let per_shard: [(&str, &str, &str, ShardValue); 17] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 19] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -369,13 +367,25 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "strata_direct_writes_total",
             "counter",
             "Appends written past the page cache (O_DIRECT, see the topic setting direct.writes).",
-            |s| s.direct_writes as f64,
+            |s| s.direct_io.writes as f64,
         ),
         (
             "strata_direct_write_bytes_total",
             "counter",
             "Bytes of those writes, block padding included.",
-            |s| s.direct_write_bytes as f64,
+            |s| s.direct_io.write_bytes as f64,
+        ),
+        (
+            "strata_direct_reads_total",
+            "counter",
+            "Reads of segment data not in the page cache, done past it (O_DIRECT) from files written direct: the disk straight into the answer.",
+            |s| s.direct_io.reads as f64,
+        ),
+        (
+            "strata_direct_read_bytes_total",
+            "counter",
+            "Bytes of those reads, whole blocks.",
+            |s| s.direct_io.read_bytes as f64,
         ),
         (
             "strata_tail_cache_reads_total",
