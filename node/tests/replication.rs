@@ -653,6 +653,107 @@ fn reassignment_raises_the_replication_factor_and_moves_replicas() {
 
 /// A one-partition topic on one of two brokers holding about 8 MB: (its broker, the other
 /// broker, the bytes produced).
+/// A broker per directory on `etcd`, each with an admin port (returned in the same order), once
+/// the first sees them all registered.
+fn nodes_with_admin(
+    etcd: &EtcdServer,
+    dirs: &[tempfile::TempDir],
+    extra: &[&str],
+) -> (Vec<TestNode>, Vec<u16>) {
+    let admins: Vec<u16> = dirs.iter().map(|_| support::free_base_port(0)).collect();
+    let nodes: Vec<TestNode> = dirs
+        .iter()
+        .zip(&admins)
+        .enumerate()
+        .map(|(i, (dir, admin))| {
+            let id = (i + 1).to_string();
+            let mut args = etcd_args(etcd, &id);
+            let admin = format!("127.0.0.1:{admin}");
+            args.extend_from_slice(&["--admin", &admin]);
+            args.extend_from_slice(extra);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    wait_for_brokers(&nodes);
+    (nodes, admins)
+}
+
+/// A histogram's `(count, sum)` on a node's `/metrics`.
+fn histogram_totals(admin: u16, name: &str) -> (f64, f64) {
+    let metrics = support::http_get(admin, "/metrics").1;
+    let value = |suffix: &str| {
+        let prefix = format!("{name}_{suffix}{{");
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(&prefix))
+            .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum::<f64>()
+    };
+    (value("count"), value("sum"))
+}
+
+/// Replication latency is timed from the leader's append to each follower holding the records:
+/// followers idling in long-polls between sparse records add nothing to it, where their own
+/// fetch round trips (`strata_replica_fetch_latency_seconds`) include those waits.
+#[test]
+fn replication_latency_is_timed_from_the_leaders_append() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (nodes, admins) = nodes_with_admin(&etcd, &dirs, &[]);
+    create_topic(
+        &nodes,
+        "sparse",
+        &["--partitions", "1", "--replication-factor", "3"],
+    );
+    wait_for("three in-sync replicas", || {
+        isr(&nodes[0], "sparse", 0).len() == 3
+    });
+    let leader = describe(&nodes[0], "sparse")["partitions"][0]["leader"]
+        .as_i64()
+        .unwrap() as usize;
+    let records = 12;
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(nodes[0].bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(
+            client,
+            ProducerConfig {
+                acks: -1,
+                ..ProducerConfig::default()
+            },
+        );
+        for i in 0..records {
+            let ack = producer
+                .send(ProducerRecord::new("sparse", None, format!("v{i}")))
+                .await
+                .unwrap();
+            ack.await.unwrap();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let (count, sum) = histogram_totals(admins[leader - 1], "strata_replication_latency_seconds");
+    assert!(
+        count >= records as f64,
+        "{count} samples for {records} records on 2 followers"
+    );
+    let mean = sum / count;
+    assert!(mean < 0.05, "mean replication latency {mean} s");
+    // The followers' fetches waited for each next record: their round trips are long-polls.
+    let (fetches, fetch_seconds) = admins
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i + 1 != leader)
+        .map(|(_, admin)| histogram_totals(*admin, "strata_replica_fetch_latency_seconds"))
+        .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d));
+    assert!(fetches > 0.0);
+    assert!(
+        fetch_seconds / fetches > 0.1,
+        "mean follower fetch {} s",
+        fetch_seconds / fetches
+    );
+}
+
 fn one_replica_with_a_backlog(nodes: &[TestNode], topic: &str) -> (i64, i64, usize) {
     create_topic(nodes, topic, &["--partitions", "1"]);
     let leader = replicas(&nodes[0], topic, 0)[0];
@@ -672,21 +773,9 @@ fn catch_up_keeps_to_the_recovery_limit() {
     const RATE: u64 = 2_000_000;
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let admins: Vec<u16> = (0..2).map(|_| support::free_base_port(0)).collect();
-    let nodes: Vec<TestNode> = dirs
-        .iter()
-        .zip(&admins)
-        .enumerate()
-        .map(|(i, (dir, admin))| {
-            let id = (i + 1).to_string();
-            let mut args = etcd_args(&etcd, &id);
-            let admin = format!("127.0.0.1:{admin}");
-            let rate = RATE.to_string();
-            args.extend_from_slice(&["--admin", &admin, "--replica-recovery-bytes-per-sec", &rate]);
-            TestNode::start_with(dir.path(), 1, &args)
-        })
-        .collect();
-    wait_for_brokers(&nodes);
+    let rate = RATE.to_string();
+    let (nodes, admins) =
+        nodes_with_admin(&etcd, &dirs, &["--replica-recovery-bytes-per-sec", &rate]);
     // 4 s at the limit, a fraction of a second without it.
     let (leader, follower, backlog) = one_replica_with_a_backlog(&nodes, "held");
     let backlog = backlog as f64;

@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 
+use super::append_times::AppendTimes;
+
 /// Knobs of one partition's replication (topic config and broker settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaderConfig {
@@ -91,6 +93,8 @@ pub struct Leader<W> {
     /// `acks=all` produces by the last offset they wrote, in offset order.
     waiting: VecDeque<(u64, W)>,
     answered: Vec<(W, Result<(), AckError>)>,
+    /// When recent local appends completed, to time followers' progress.
+    append_times: AppendTimes,
 }
 
 impl<W> Leader<W> {
@@ -141,6 +145,7 @@ impl<W> Leader<W> {
             isr_change_in_flight: None,
             waiting: VecDeque::new(),
             answered: Vec::new(),
+            append_times: AppendTimes::default(),
         };
         leader.advance_high_watermark();
         leader
@@ -244,6 +249,46 @@ impl<W> Leader<W> {
             return Err(ReplicaFetchError::NotAReplica(replica));
         }
         Ok(())
+    }
+
+    /// A local append completed at `at_us` (a monotonic clock, µs) and the log now ends at
+    /// `log_end`: followers' progress past it is timed from then
+    /// ([`Leader::time_follower_progress`]).
+    pub fn record_append_time(&mut self, log_end: u64, at_us: u64) {
+        self.append_times.record(log_end, at_us);
+    }
+
+    /// A follower's fetch reports that its log ends at `follower_log_end`: the time since the
+    /// oldest append among the records it newly holds completed here, in µs at `now_us`, where
+    /// there are such records and that append is remembered (replication latency, as a
+    /// dashboard charts it: an idle partition's long-polls add nothing). Call before
+    /// [`Leader::handle_fetch`] counts the same progress.
+    pub fn time_follower_progress(
+        &mut self,
+        replica: i32,
+        follower_log_end: u64,
+        now_us: u64,
+    ) -> Option<u64> {
+        let before = self
+            .followers
+            .iter()
+            .find(|p| p.replica == replica)?
+            .log_end?;
+        let latency = self.append_times.reached(before, follower_log_end, now_us);
+        let held_by_all = self
+            .followers
+            .iter()
+            .map(|p| {
+                if p.replica == replica {
+                    follower_log_end
+                } else {
+                    p.log_end.unwrap_or(0)
+                }
+            })
+            .min()
+            .unwrap_or(follower_log_end);
+        self.append_times.forget_through(held_by_all);
+        latency
     }
 
     /// The steady state: the follower's last batch is of this leader's epoch and it holds no
@@ -495,6 +540,31 @@ mod tests {
         leader.handle_fetch(3, 3, 3, 10).unwrap();
         assert_eq!(leader.high_watermark(), 10);
         assert_eq!(leader.poll_acks().collect::<Vec<_>>(), vec![(7, Ok(()))]);
+    }
+
+    /// Each follower's progress is timed from the append of the oldest records it newly holds,
+    /// and an append is forgotten once every follower holds it.
+    #[test]
+    fn followers_progress_is_timed_from_the_leaders_appends() {
+        let mut leader = leader();
+        // Before a follower's first fetch its progress has no start to time from.
+        assert_eq!(leader.time_follower_progress(2, 0, 50), None);
+        leader.handle_fetch(1, 2, 3, 0).unwrap();
+        leader.handle_fetch(1, 3, 3, 0).unwrap();
+        leader.handle_appended(10);
+        leader.record_append_time(10, 1_000);
+        leader.handle_appended(20);
+        leader.record_append_time(20, 1_400);
+        // A long-poll answered empty: nothing new, no sample.
+        assert_eq!(leader.time_follower_progress(2, 0, 9_000), None);
+        assert_eq!(leader.time_follower_progress(2, 20, 2_000), Some(1_000));
+        leader.handle_fetch(2, 2, 3, 20).unwrap();
+        assert_eq!(leader.time_follower_progress(3, 10, 2_500), Some(1_500));
+        leader.handle_fetch(2, 3, 3, 10).unwrap();
+        // Replica 3 still lacks the second append: it is remembered for it.
+        assert_eq!(leader.time_follower_progress(3, 20, 3_000), Some(1_600));
+        leader.handle_fetch(3, 3, 3, 20).unwrap();
+        assert!(leader.append_times.is_empty(), "every follower holds both");
     }
 
     /// Waits registered in any order are answered as the high watermark passes each one.

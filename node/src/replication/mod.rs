@@ -8,7 +8,8 @@
 //! [`truncation_offset`] is the follower's side of that answer. [`EpochCache`] maps leader epochs
 //! to the offset where each began, which both sides need for that decision. [`RecoveryThrottle`]
 //! is a leader shard's limit on what replicas outside the ISR copy (catch-up after a
-//! reassignment or a restart).
+//! reassignment or a restart). [`AppendTimes`] times how long a leader's appends take to reach
+//! each follower.
 //!
 //! Everything takes time as an argument (`now_ms`) and returns what to do; the shard runtime
 //! (`server::replica`) executes it over QUIC, the partition log and the coordinator, and a seeded
@@ -23,10 +24,12 @@
 //! - an ISR change takes effect only after the coordinator stored it (callers write first, then
 //!   call [`Leader::handle_isr_committed`]).
 
+mod append_times;
 mod epochs;
 mod leader;
 mod throttle;
 
+pub use append_times::{APPEND_TIMES_MAX, AppendTimes};
 pub use epochs::{EpochCache, EpochEntry};
 pub use leader::{AckError, FetchProgress, IsrProposal, Leader, LeaderConfig, ReplicaFetchError};
 pub use throttle::RecoveryThrottle;

@@ -66,7 +66,10 @@ pub struct Snapshot {
     pub produce_latency_us: Histogram<u64>,
     pub fetch_latency_us: Histogram<u64>,
     /// Follower side: one replication fetch, from request to appended (µs).
+    /// Leader side: from a local append to each follower holding it.
     pub replication_latency_us: Histogram<u64>,
+    /// Follower side: one replication fetch, request to append (long-polls included).
+    pub replica_fetch_latency_us: Histogram<u64>,
     /// One `fdatasync` of a partition log, or one `syncfs` round of the shard's logs (µs).
     pub fsync_latency_us: Histogram<u64>,
     /// End to end as the broker sees it: how old the newest record of a fetch was when served
@@ -118,6 +121,7 @@ impl Default for Snapshot {
             produce_latency_us: histogram(),
             fetch_latency_us: histogram(),
             replication_latency_us: histogram(),
+            replica_fetch_latency_us: histogram(),
             fsync_latency_us: histogram(),
             e2e_latency_us: histogram(),
             replica_bytes_out: 0,
@@ -172,10 +176,20 @@ impl ShardMetrics {
         let _ = inner.fetch_latency_us.record(latency_us.max(1));
     }
 
+    /// A follower appended `bytes` of `topic` it fetched `latency_us` after asking.
     pub fn replicated(&self, topic: &str, bytes: u64, latency_us: u64) {
         let mut inner = self.inner.borrow_mut();
         topic_counters(&mut inner.topics, topic).bytes_replicated += bytes;
-        let _ = inner.replication_latency_us.record(latency_us.max(1));
+        let _ = inner.replica_fetch_latency_us.record(latency_us.max(1));
+    }
+
+    /// A follower reported holding records `latency_us` after this leader appended them.
+    pub fn replication_reached(&self, latency_us: u64) {
+        let _ = self
+            .inner
+            .borrow_mut()
+            .replication_latency_us
+            .record(latency_us.max(1));
     }
 
     pub fn replica_fetch_served(&self, bytes: u64) {
@@ -217,6 +231,14 @@ impl ShardMetrics {
 }
 
 /// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
+/// Microseconds on a monotonic clock shared by the process's threads, for intervals measured
+/// across tasks (a leader's append to a follower's report of it).
+pub fn monotonic_us() -> u64 {
+    static START: std::sync::LazyLock<std::time::Instant> =
+        std::sync::LazyLock::new(std::time::Instant::now);
+    START.elapsed().as_micros() as u64
+}
+
 pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -452,8 +474,13 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         ),
         (
             "strata_replication_latency_seconds",
-            "Follower side: one replication fetch, from request to the records appended.",
+            "Leader side: from a local append to a follower reporting it holds the records (for each follower fetch that reports new records, the oldest of them). acks=all waits for the slowest in-sync follower's.",
             |s: &Snapshot| &s.replication_latency_us,
+        ),
+        (
+            "strata_replica_fetch_latency_seconds",
+            "Follower side: one replication fetch, from request to the records appended, including the leader's long-poll wait for new records.",
+            |s: &Snapshot| &s.replica_fetch_latency_us,
         ),
         (
             "strata_e2e_latency_seconds",

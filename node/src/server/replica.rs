@@ -610,6 +610,13 @@ impl Shard {
             };
             let before = leader.high_watermark();
             let now = writer::system_clock_ms();
+            if let Some(latency_us) = leader.time_follower_progress(
+                request.replica_id,
+                request.log_end,
+                super::metrics::monotonic_us(),
+            ) {
+                self.metrics.replication_reached(latency_us);
+            }
             let proposal = match leader.handle_fetch(
                 now,
                 request.replica_id,

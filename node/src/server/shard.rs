@@ -1066,6 +1066,7 @@ impl Shard {
                     };
                     let before = leader.high_watermark();
                     leader.handle_appended(leader.log_end().max(info.last_offset + 1));
+                    leader.record_append_time(info.last_offset + 1, metrics::monotonic_us());
                     let waiter = (acks == ACKS_ALL).then(|| {
                         let (waiter, answer) = oneshot::channel();
                         leader.wait_for_commit(info.last_offset, waiter);
