@@ -396,9 +396,32 @@ struct ParkedRead {
 }
 
 impl ParkedRead {
+    /// Answers with the log's offsets as of now; a read from a file runs beside the appends (a
+    /// follower catching up reads old segments, from the disk).
     async fn answer<S: Storage>(self, log: &mut PartitionLog<S>) {
-        let read = log.read(self.offset, self.max_bytes, u64::MAX).await;
-        let _ = self.reply.send(read.map(|bytes| (bytes, offsets_of(log))));
+        let offsets = offsets_of(log);
+        let reply = self.reply;
+        answer_read(
+            log.plan_read(self.offset, self.max_bytes, u64::MAX).await,
+            move |read| {
+                let _ = reply.send(read.map(|bytes| (bytes, offsets)));
+            },
+        );
+    }
+}
+
+/// Answers a planned read: at once when it needs no file IO, else from a task of its own, so
+/// the log task goes on with appends while the read waits for the disk.
+fn answer_read<F: crate::io::StorageFile>(
+    planned: Result<PlannedRead<F>, LogError>,
+    answer: impl FnOnce(Result<Bytes, LogError>) + 'static,
+) {
+    match planned {
+        Ok(PlannedRead::File(read)) => {
+            tokio::task::spawn_local(async move { answer(read.run().await) });
+        }
+        Ok(PlannedRead::Ready(bytes)) => answer(Ok(bytes)),
+        Err(error) => answer(Err(error)),
     }
 }
 
@@ -621,19 +644,12 @@ async fn run<S: Storage>(
                         }
                         // File reads run beside the appends (see `PartitionLog::plan_read`).
                         Command::Read { offset, max_bytes, max_offset, reply } => {
-                            match log.plan_read(offset, max_bytes, max_offset).await {
-                                Ok(PlannedRead::File(read)) => {
-                                    tokio::task::spawn_local(async move {
-                                        let _ = reply.send(read.run().await);
-                                    });
-                                }
-                                Ok(PlannedRead::Ready(bytes)) => {
-                                    let _ = reply.send(Ok(bytes));
-                                }
-                                Err(error) => {
-                                    let _ = reply.send(Err(error));
-                                }
-                            }
+                            answer_read(
+                                log.plan_read(offset, max_bytes, max_offset).await,
+                                move |read| {
+                                    let _ = reply.send(read);
+                                },
+                            );
                         }
                         Command::ReadForSending { offset, max_bytes, max_offset, reply } => {
                             match log.plan_read_for_sending(offset, max_bytes, max_offset).await {
