@@ -84,8 +84,28 @@ run() { # name, bench flags...
     fi
     "$strata" bench produce --bootstrap $boot --topic "$name" --partitions 3 --producers 3 \
         --record-size 1024 --duration "$duration" --warmup 1 --json "$out/$name.json" "$@" ${BENCH_ARGS:-} >"$out/$name.txt"
+    replication_latency >>"$out/$name.txt"
     stop_cluster
     echo "== $name"; cat "$out/$name.txt"
+}
+# The leaders' replication latency (append to a follower holding it), over the three brokers:
+# bucket upper bounds from /metrics, so each quantile is "at most".
+replication_latency() {
+    /usr/bin/python3 - <<'PY'
+import urllib.request
+buckets = {}
+for k in (1, 2, 3):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{17380 + 100 * k}/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith("strata_replication_latency_seconds_bucket{"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets[le] = buckets.get(le, 0) + float(line.rsplit(" ", 1)[1])
+ordered = sorted(((float(le), n) for le, n in buckets.items()), key=lambda b: b[0])
+total = ordered[-1][1] if ordered else 0
+if total:
+    at = lambda q: next(le for le, n in ordered if n >= q * total)
+    print(f"replication latency (leaders): {int(total)} samples, p50 <= {at(0.5) * 1e3:g} ms, p99 <= {at(0.99) * 1e3:g} ms, p99.9 <= {at(0.999) * 1e3:g} ms")
+PY
 }
 half() { [ -n "${HALF_RATE:-}" ] && { echo "$HALF_RATE"; return; }; [ -f "$out/$1.json" ] || { echo 0; return; }; /usr/bin/python3 -c "import json;print(int(json.load(open('$out/$1.json'))['records_per_s']/2))"; }
 

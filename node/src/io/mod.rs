@@ -343,23 +343,27 @@ thread_local! {
     };
 }
 
-/// Counts one completed direct write of `bytes` on this thread.
-pub(crate) fn count_direct_write(bytes: usize) {
+fn update_direct_io(update: impl FnOnce(&mut DirectIoTotals)) {
     DIRECT_IO.with(|totals| {
         let mut now = totals.get();
-        now.writes += 1;
-        now.write_bytes += bytes as u64;
+        update(&mut now);
         totals.set(now);
+    });
+}
+
+/// Counts one completed direct write of `bytes` on this thread.
+pub(crate) fn count_direct_write(bytes: usize) {
+    update_direct_io(|totals| {
+        totals.writes += 1;
+        totals.write_bytes += bytes as u64;
     });
 }
 
 /// Counts one completed direct read of `bytes` on this thread.
 pub(crate) fn count_direct_read(bytes: usize) {
-    DIRECT_IO.with(|totals| {
-        let mut now = totals.get();
-        now.reads += 1;
-        now.read_bytes += bytes as u64;
-        totals.set(now);
+    update_direct_io(|totals| {
+        totals.reads += 1;
+        totals.read_bytes += bytes as u64;
     });
 }
 
