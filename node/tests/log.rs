@@ -1105,6 +1105,48 @@ fn interval_and_never_policies() {
     });
 }
 
+/// A read that waits for the disk does not hold up the partition's appends: they are answered
+/// while it is still reading, and it then answers with the log as it was when it was asked.
+#[test]
+fn appends_go_on_while_a_read_waits_for_the_disk() {
+    block_on(async {
+        let storage = SimStorage::new(31);
+        let config = small_config(1 << 20, FlushPolicy::Never);
+        let handle = writer::spawn(
+            open(&storage, Path::new("/data/slow-0"), &config).await,
+            || 0,
+        );
+        handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
+        storage.hold_reads();
+        let read = tokio::task::spawn_local({
+            let handle = handle.clone();
+            async move { handle.read(0, 1 << 20, u64::MAX).await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await; // the read reaches the file and waits there
+        }
+        for tag in 1..4 {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                handle.append(batch_of(tag, 3, 10, 0), 0),
+            )
+            .await
+            .expect("an append waited for the read")
+            .unwrap();
+        }
+        assert!(!read.is_finished(), "the read did wait for the disk");
+        storage.release_reads();
+        let bytes = read.await.unwrap().unwrap();
+        assert_eq!(
+            records_in(bytes).len(),
+            3,
+            "the log as it was when the read was asked"
+        );
+        let all = handle.read(0, 1 << 20, u64::MAX).await.unwrap();
+        assert_eq!(records_in(all).len(), 12);
+    });
+}
+
 /// A follower's read at the log end parks in the log task and is answered, with the log's
 /// offsets, by the append that brings records; one withdrawn meanwhile is forgotten; without
 /// waiting it answers at once (nothing at the end); a read below the log start is refused.

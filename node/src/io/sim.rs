@@ -87,6 +87,9 @@ struct SimFs {
     direct_reads: (u64, u64),
     /// Whether `open_direct` pretends the file system refuses `O_DIRECT` (as tmpfs does).
     refuse_direct: bool,
+    /// While set, reads wait (a slow disk), until `release_reads` notifies them.
+    reads_held: bool,
+    reads_released: Rc<tokio::sync::Notify>,
 }
 
 /// A simulated file system. Clones share it.
@@ -116,6 +119,8 @@ impl SimStorage {
                 direct_writes: Vec::new(),
                 direct_reads: (0, 0),
                 refuse_direct: false,
+                reads_held: false,
+                reads_released: Rc::new(tokio::sync::Notify::new()),
             })),
         }
     }
@@ -215,6 +220,18 @@ impl SimStorage {
             .collect()
     }
 
+    /// From now on reads wait, as on a disk that is slow to answer, until [`Self::release_reads`].
+    pub fn hold_reads(&self) {
+        self.fs.borrow_mut().reads_held = true;
+    }
+
+    /// Lets the held reads, and every read after, go on.
+    pub fn release_reads(&self) {
+        let mut fs = self.fs.borrow_mut();
+        fs.reads_held = false;
+        fs.reads_released.notify_waiters();
+    }
+
     /// How many reads went past the page cache (`read_direct_at`) so far, of every file, and
     /// how many bytes they read.
     pub fn direct_reads(&self) -> (u64, u64) {
@@ -279,6 +296,17 @@ impl SimFs {
 }
 
 impl SimFile {
+    async fn wait_while_reads_are_held(&self) {
+        loop {
+            let released = self.fs.borrow().reads_released.clone();
+            let notified = released.notified();
+            if !self.fs.borrow().reads_held {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     fn read_into<const ALIGN: usize>(
         &self,
         mut buf: ReadBuf<ALIGN>,
@@ -344,6 +372,7 @@ impl StorageFile for SimFile {
     }
 
     async fn read_at(&self, buf: ReadBuf, pos: u64) -> (io::Result<()>, ReadBuf) {
+        self.wait_while_reads_are_held().await;
         self.read_into(buf, pos)
     }
 
@@ -355,6 +384,7 @@ impl StorageFile for SimFile {
     ) -> (io::Result<()>, DirectReadBuf) {
         super::assert_direct_read_aligned(&buf, pos);
         assert!(self.direct, "the file was opened for direct reads");
+        self.wait_while_reads_are_held().await;
         let (result, buf) = self.read_into(buf, pos);
         if result.is_ok() {
             let totals = &mut self.fs.borrow_mut().direct_reads;
