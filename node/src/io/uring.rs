@@ -9,7 +9,7 @@
 //! 98–116 µs with `pwrite` (p50 1.9–2.2 ms, p99 6–8 ms), alternating runs, 2026-11-29. The copy
 //! into the page cache is the same work on either thread. Reads (served inline by io_uring when
 //! cached), syncs and allocation stay on the ring, so a cold read or an `fdatasync` never
-//! blocks the shard. `STRATA_IO_WRITES=uring` sends appends through the ring again (for
+//! blocks the shard; writeback hints go to a thread of the shard's own ([`WritebackHints`]). `STRATA_IO_WRITES=uring` sends appends through the ring again (for
 //! filesystems with non-blocking buffered writes, such as XFS, and to measure).
 
 use std::io;
@@ -199,8 +199,9 @@ impl StorageFile for UringFile {
         )
     }
 
+    /// Handed to this shard's writeback thread ([`WritebackHints`]), not made here.
     async fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
-        start_writeback(self.file.as_raw_fd(), pos, len)
+        WRITEBACK_HINTS.with(|hints| hints.send(self.file.as_raw_fd(), pos, len))
     }
 
     fn share_descriptor(&self) -> Option<std::os::fd::OwnedFd> {
@@ -266,6 +267,64 @@ async fn read_through_ring<const ALIGN: usize>(
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(error) => return (Err(error), buf),
         }
+    }
+}
+
+/// Writeback hints waiting for a shard's writeback thread at most; more are dropped (they are
+/// hints: the kernel's flusher writes the pages back in time anyway).
+const WRITEBACK_HINTS_QUEUED_MAX: usize = 64;
+
+/// A shard's thread for writeback hints (`sync_file_range(WRITE)`, [`start_writeback`]). The
+/// call does not wait for the disk, but it waits to hand the pages to the device when the
+/// device's queue is full: 3–4 ms at times on this project's VM, for 1 MB hints while two
+/// producers wrote 2 GB, and on the shard thread that stalled every partition and connection of
+/// the shard (docs/benchmarks.md, nineteenth session). tokio-uring 0.5 has no opcode for it, so
+/// a thread of the shard's own makes the calls, each on a duplicate of the file's descriptor (a
+/// segment closed meanwhile stays valid for it). Started on a shard thread's first hint; it
+/// inherits that thread's core, and it ends with the thread.
+struct WritebackHints {
+    sender: Option<std::sync::mpsc::SyncSender<(std::os::fd::OwnedFd, u64, u64)>>,
+}
+
+thread_local! {
+    static WRITEBACK_HINTS: WritebackHints = WritebackHints::start();
+}
+
+impl WritebackHints {
+    fn start() -> WritebackHints {
+        let (sender, hints) = std::sync::mpsc::sync_channel::<(std::os::fd::OwnedFd, u64, u64)>(
+            WRITEBACK_HINTS_QUEUED_MAX,
+        );
+        let started = std::thread::Builder::new()
+            .name("strata-wb-hints".into())
+            .spawn(move || {
+                for (fd, pos, len) in hints {
+                    if let Err(error) = start_writeback(fd.as_raw_fd(), pos, len) {
+                        tracing::debug!("sync_file_range hint failed: {error}");
+                    }
+                }
+            });
+        match started {
+            Ok(_) => WritebackHints {
+                sender: Some(sender),
+            },
+            Err(error) => {
+                tracing::warn!("no writeback thread ({error}): hints are made on the shard");
+                WritebackHints { sender: None }
+            }
+        }
+    }
+
+    fn send(&self, fd: std::os::fd::RawFd, pos: u64, len: u64) -> io::Result<()> {
+        let Some(sender) = &self.sender else {
+            return start_writeback(fd, pos, len);
+        };
+        let Some(duplicate) = super::duplicate_descriptor(fd) else {
+            return start_writeback(fd, pos, len);
+        };
+        // Full: the thread is behind, waiting on the device; this hint is dropped.
+        let _ = sender.try_send((duplicate, pos, len));
+        Ok(())
     }
 }
 
@@ -375,6 +434,90 @@ mod tests {
         assert_eq!(take_in_flight(), (0, 3));
         WINDOW_START.with(|start| start.set(Some(std::time::Instant::now() - IN_FLIGHT_WINDOW)));
         assert_eq!(take_in_flight(), (0, 0));
+    }
+
+    /// Dirty pages of `[0, len)` of `fd` (`cachestat(2)`).
+    fn dirty_pages(fd: std::os::fd::RawFd, len: u64) -> u64 {
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Cachestat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        let range = Range { off: 0, len };
+        let mut stat = Cachestat::default();
+        // SAFETY: both pointers are to live values of the layout the call expects.
+        let rc = unsafe { libc::syscall(451, fd, &range, &mut stat, 0) };
+        assert_eq!(rc, 0, "cachestat");
+        stat.nr_dirty
+    }
+
+    /// A writeback hint is made by the shard's writeback thread, not by the shard thread (where
+    /// a full device queue made it wait), and it still starts the pages' writeback at once: the
+    /// kernel's own flusher would leave them dirty for 30 s.
+    #[test]
+    fn writeback_hints_are_made_off_the_shard_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe_file = dir.path().join("probe");
+        std::fs::write(&probe_file, b"").unwrap();
+        if probe().is_err()
+            || super::super::open_direct_handle(&probe_file)
+                .unwrap()
+                .is_none()
+        {
+            return; // no io_uring, or a file system without writeback (tmpfs)
+        }
+        let threads = || -> Vec<String> {
+            std::fs::read_dir("/proc/thread-self/..")
+                .unwrap()
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                .map(|name| name.trim().to_string())
+                .collect()
+        };
+        std::thread::spawn(move || {
+            tokio_uring::start(async {
+                let file = UringStorage
+                    .open(&dir.path().join("segment"), true)
+                    .await
+                    .unwrap();
+                let len = 8u64 << 20;
+                file.write_all_at(Bytes::from(vec![7u8; len as usize]), 0)
+                    .await
+                    .unwrap();
+                let fd = file.file.as_raw_fd();
+                assert!(
+                    dirty_pages(fd, len) > 1000,
+                    "written through the page cache"
+                );
+                file.start_writeback(0, len).await.unwrap();
+                let started = std::time::Instant::now();
+                // The thread names itself once it runs.
+                while !threads().contains(&"strata-wb-hints".to_string()) {
+                    assert!(
+                        started.elapsed() < std::time::Duration::from_secs(3),
+                        "no writeback thread"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                while dirty_pages(fd, len) > 0 {
+                    assert!(
+                        started.elapsed() < std::time::Duration::from_secs(3),
+                        "the hint did not start the writeback"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            });
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
