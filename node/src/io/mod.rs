@@ -250,8 +250,26 @@ pub(crate) fn duplicate_descriptor(fd: std::os::fd::RawFd) -> Option<std::os::fd
 }
 
 /// See [`StorageFile::is_cached`]: asks `cachestat(2)` how many pages of the range are
-/// resident. Kernels without it (ENOSYS) are remembered, so they cost one failed call.
+/// resident.
 pub(crate) fn range_is_cached(fd: std::os::fd::RawFd, pos: u64, len: u64) -> bool {
+    if len == 0 {
+        return false;
+    }
+    let page = 4096u64;
+    let pages = (pos + len).div_ceil(page) - pos / page;
+    page_cache_stat(fd, pos, len).is_some_and(|stat| stat.cached >= pages)
+}
+
+/// Pages of a file range in the page cache, as `cachestat(2)` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageCacheStat {
+    pub cached: u64,
+    pub dirty: u64,
+}
+
+/// `cachestat(2)` of `[pos, pos + len)` of `fd`; `None` where the kernel has no such call
+/// (ENOSYS is remembered, so such kernels pay one failed call) or it failed.
+pub(crate) fn page_cache_stat(fd: std::os::fd::RawFd, pos: u64, len: u64) -> Option<PageCacheStat> {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -272,12 +290,9 @@ pub(crate) fn range_is_cached(fd: std::os::fd::RawFd, pos: u64, len: u64) -> boo
             nr_evicted: u64,
             nr_recently_evicted: u64,
         }
-        if len == 0 || UNSUPPORTED.load(Ordering::Relaxed) {
-            return false;
+        if UNSUPPORTED.load(Ordering::Relaxed) {
+            return None;
         }
-        let page = 4096u64;
-        let first_page = pos / page;
-        let pages = (pos + len).div_ceil(page) - first_page;
         let range = Range { off: pos, len };
         let mut stat = Cachestat::default();
         // SAFETY: cachestat reads `range` and writes `stat`, both live locals of the declared
@@ -295,14 +310,17 @@ pub(crate) fn range_is_cached(fd: std::os::fd::RawFd, pos: u64, len: u64) -> boo
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
                 UNSUPPORTED.store(true, Ordering::Relaxed);
             }
-            return false;
+            return None;
         }
-        stat.nr_cache >= pages
+        Some(PageCacheStat {
+            cached: stat.nr_cache,
+            dirty: stat.nr_dirty,
+        })
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (fd, pos, len);
-        false
+        None
     }
 }
 

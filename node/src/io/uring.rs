@@ -436,28 +436,11 @@ mod tests {
         assert_eq!(take_in_flight(), (0, 0));
     }
 
-    /// Dirty pages of `[0, len)` of `fd` (`cachestat(2)`).
+    /// Dirty pages of `[0, len)` of `fd`.
     fn dirty_pages(fd: std::os::fd::RawFd, len: u64) -> u64 {
-        #[repr(C)]
-        struct Range {
-            off: u64,
-            len: u64,
-        }
-        #[repr(C)]
-        #[derive(Default)]
-        struct Cachestat {
-            nr_cache: u64,
-            nr_dirty: u64,
-            nr_writeback: u64,
-            nr_evicted: u64,
-            nr_recently_evicted: u64,
-        }
-        let range = Range { off: 0, len };
-        let mut stat = Cachestat::default();
-        // SAFETY: both pointers are to live values of the layout the call expects.
-        let rc = unsafe { libc::syscall(451, fd, &range, &mut stat, 0) };
-        assert_eq!(rc, 0, "cachestat");
-        stat.nr_dirty
+        super::super::page_cache_stat(fd, 0, len)
+            .expect("cachestat")
+            .dirty
     }
 
     /// A writeback hint is made by the shard's writeback thread, not by the shard thread (where
