@@ -168,6 +168,10 @@ fn read_fully<const ALIGN: usize>(
         };
         match file.read_at(spare, pos + filled as u64) {
             Ok(0) => break,
+            Ok(read) if super::ends_direct_read::<ALIGN>(read) => {
+                filled += read;
+                break;
+            }
             Ok(read) => filled += read,
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(error) => return (Err(error), buf),

@@ -403,6 +403,12 @@ pub(crate) fn assert_direct_aligned(bytes: &[u8], pos: u64) {
     );
 }
 
+/// Whether a read of `read` bytes into a `ReadBuf<ALIGN>` was a direct read (whole blocks) that
+/// came short at the end of the file: the read loops stop there.
+pub(crate) fn ends_direct_read<const ALIGN: usize>(read: usize) -> bool {
+    ALIGN == DIRECT_BLOCK && !read.is_multiple_of(DIRECT_BLOCK)
+}
+
 /// Checks the preconditions of [`StorageFile::read_direct_at`].
 pub(crate) fn assert_direct_read_aligned(buf: &DirectReadBuf, pos: u64) {
     assert!(

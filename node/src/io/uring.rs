@@ -250,8 +250,7 @@ async fn read_through_ring<const ALIGN: usize>(
     let _in_flight = InFlight::start();
     buf.clear();
     // A read may return fewer bytes than asked before the end of the file (a signal, a
-    // page-cache boundary); keep reading until the buffer is full or the file ends. A direct
-    // read comes short only at the end of the file, where the next read returns 0.
+    // page-cache boundary); keep reading until the buffer is full or the file ends.
     let mut filled = 0;
     loop {
         let want = buf.capacity() - filled;
@@ -263,6 +262,9 @@ async fn read_through_ring<const ALIGN: usize>(
         buf = slice.into_inner();
         match result {
             Ok(0) => return (Ok(()), buf),
+            // Part of a block: a direct read (whole blocks) reached the end of the file, and
+            // reading on from there would not be block-aligned.
+            Ok(read) if super::ends_direct_read::<ALIGN>(read) => return (Ok(()), buf),
             Ok(read) => filled += read,
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(error) => return (Err(error), buf),
@@ -501,6 +503,31 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A direct read of whole blocks past a file's end (not on a block boundary) returns what
+    /// the file holds and no error.
+    #[test]
+    fn a_direct_read_ends_where_the_file_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        std::fs::write(&path, vec![5u8; 10_000]).unwrap();
+        if probe().is_err() || super::super::open_direct_handle(&path).unwrap().is_none() {
+            return; // no io_uring, or a file system without O_DIRECT (tmpfs)
+        }
+        tokio_uring::start(async {
+            let file = UringStorage.open_direct(&path, false).await.unwrap();
+            let (result, buf) = file
+                .read_direct_at(DirectReadBuf::with_capacity(16_384), 0)
+                .await;
+            result.unwrap();
+            assert_eq!(buf.as_slice(), &[5u8; 10_000][..]);
+            let (result, buf) = file
+                .read_direct_at(DirectReadBuf::with_capacity(8192), 8192)
+                .await;
+            result.unwrap();
+            assert_eq!(buf.len(), 10_000 - 8192);
+        });
     }
 
     #[test]
