@@ -210,8 +210,6 @@ fn metrics_parse_and_count_the_traffic() {
     assert!(status.contains("404"));
 }
 
-/// The live dashboard loads in headless Chromium against a running node and draws its charts
-/// from real scrapes (each chart records how many points it drew).
 /// The default durability (`flush=interval`) on a broker of a few partitions: each log syncs its
 /// own files (a shard's shared `syncfs` round needs 8), and those syncs are timed too. Before,
 /// only `flush=always` syncs and shared rounds were, so the fsync histogram of a small broker
@@ -254,6 +252,8 @@ fn interval_syncs_of_a_few_partitions_are_timed() {
     }
 }
 
+/// The live dashboard loads in headless Chromium against a running node and draws its charts
+/// from real scrapes (each chart records how many points it drew).
 #[test]
 fn the_dashboard_draws_charts_in_headless_chromium() {
     let temp = tempfile::tempdir().unwrap();

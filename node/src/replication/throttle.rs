@@ -43,6 +43,11 @@ impl RecoveryThrottle {
         throttle
     }
 
+    /// One shard's even share of a limit of `bytes_per_sec` for a node of `shards` shards.
+    pub fn shard_share(bytes_per_sec: u64, shards: usize) -> u64 {
+        (bytes_per_sec / shards.max(1) as u64).max(1)
+    }
+
     pub fn bytes_per_sec(&self) -> u64 {
         self.bytes_per_sec
     }

@@ -699,7 +699,7 @@ impl Shard {
             let mut topics = self.topic_recovery_throttles.borrow_mut();
             match topic_rate {
                 Some(rate) => {
-                    let share = (rate / self.context.config.shards as u64).max(1);
+                    let share = RecoveryThrottle::shard_share(rate, self.context.config.shards);
                     if topics
                         .get(topic)
                         .is_none_or(|throttle| throttle.bytes_per_sec() != share)

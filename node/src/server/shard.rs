@@ -198,7 +198,7 @@ pub fn run(
             }
         };
         let recovery_throttle = context.config.replica_recovery_bytes_per_sec.map(|rate| {
-            let share = (rate / shards as u64).max(1);
+            let share = RecoveryThrottle::shard_share(rate, shards);
             RefCell::new(RecoveryThrottle::new(share, std::time::Instant::now()))
         });
         let shard = Rc::new(Shard {
