@@ -13,6 +13,7 @@ use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
 use strata_node::log::shared_sync::SharedSync;
+use strata_node::log::tail_cache::{self, TailCaches};
 use strata_node::log::{
     DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES, PartitionLog,
     PlacedBatches, REGION_MIN_BYTES, Served, writer,
@@ -714,6 +715,93 @@ fn direct_writes_follow_the_setting_and_fall_back_without_o_direct() {
             assert_eq!(report.truncated_bytes, 0);
             assert_eq!(read_all(&mut log, 0, 1000).await, written);
         }
+    });
+}
+
+/// `auto` (the default) sends a leader's appends direct, and keeps them in the tail cache,
+/// while they are large on average; small ones, and sizes in between after small ones, go
+/// through the page cache and are not cached. Everything reads back whole, also after a reopen.
+#[test]
+fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
+    block_on(async {
+        let storage = SimStorage::new(11);
+        let config = LogConfig {
+            direct_writes: DirectWrites::Auto,
+            direct_write_min_bytes: 8192,
+            ..small_config(1 << 20, FlushPolicy::Never)
+        };
+        assert_eq!(LogConfig::default().direct_writes, DirectWrites::Auto);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let mut written = Vec::new();
+        // (appends, value bytes of each of 4 records): small, in between, large, in between,
+        // small.
+        let phases = [(10, 100), (10, 2500), (10, 4000), (10, 2500), (10, 100)];
+        let mut paths = Vec::new();
+        for (phase, &(appends, value_len)) in phases.iter().enumerate() {
+            let mut phase_paths = Vec::new();
+            for i in 0..appends {
+                let batch = batch_of((phase * 100 + i) as u64, 4, value_len, 0);
+                let expected = records_in(batch.clone().freeze());
+                let before = storage.direct_writes().len();
+                let info = log.append(batch, 1, 0).await.unwrap();
+                let went_direct = storage.direct_writes().len() > before;
+                // Read the append back at once, as a consumer at the tail does.
+                let reads_before = tail_cache::read_totals();
+                log.read(info.base_offset, 1 << 20, u64::MAX).await.unwrap();
+                let from_cache = tail_cache::read_totals().from_cache > reads_before.from_cache;
+                assert_eq!(from_cache, went_direct, "phase {phase}, append {i}");
+                phase_paths.push(went_direct);
+                written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
+                    record.offset = info.base_offset + i as u64;
+                    record
+                }));
+            }
+            paths.push(phase_paths);
+        }
+        assert!(
+            paths[0].iter().all(|&direct| !direct),
+            "small: {:?}",
+            paths[0]
+        );
+        // 10 KB, between the floor and one and a half times it: the path the log was on.
+        assert!(
+            paths[1].iter().all(|&direct| !direct),
+            "in between: {:?}",
+            paths[1]
+        );
+        // 16 KB appends: direct once the average is past 12 KiB, and then on.
+        let first = paths[2]
+            .iter()
+            .position(|&direct| direct)
+            .expect("large appends go direct");
+        assert!(first <= 3, "{:?}", paths[2]);
+        assert!(
+            paths[2][first..].iter().all(|&direct| direct),
+            "{:?}",
+            paths[2]
+        );
+        assert!(
+            paths[3].iter().all(|&direct| direct),
+            "in between: {:?}",
+            paths[3]
+        );
+        let back = paths[4]
+            .iter()
+            .position(|&direct| !direct)
+            .expect("small appends go back");
+        assert!(back <= 3, "{:?}", paths[4]);
+        assert!(
+            paths[4][back..].iter().all(|&direct| !direct),
+            "{:?}",
+            paths[4]
+        );
+        assert_eq!(read_all(&mut log, 0, 5000).await, written);
+        drop(log);
+        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+            .await
+            .unwrap();
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(read_all(&mut log, 0, 5000).await, written);
     });
 }
 
@@ -1525,8 +1613,9 @@ proptest! {
 
     /// A log that keeps its tail in memory (`always`) answers every read exactly as a log that
     /// reads its file (`never`) given the same appends: same bytes, same batch boundaries, same
-    /// limits, across request groups, truncations, rolls and retention. Small cache budgets are
-    /// not needed for coverage: every append both logs take is in the cache until it is cut.
+    /// limits, across request groups, truncations, rolls and retention. One cached log has a
+    /// budget of its own that holds every append until it is cut; another shares a small one
+    /// with a neighbour that appends as much, so its oldest chunks leave to the neighbour's.
     #[test]
     fn reads_from_the_tail_cache_equal_reads_from_the_file(
         ops in proptest::collection::vec((0u8..10, 1u8..6, 0u16..300), 1..80),
@@ -1548,6 +1637,11 @@ proptest! {
             };
             let mut cached = open_with(DirectWrites::Always, "/data/cached-0").await;
             let mut plain = open_with(DirectWrites::Never, "/data/plain-0").await;
+            let shard_caches = TailCaches::new(3000);
+            let mut squeezed = open_with(DirectWrites::Always, "/data/squeezed-0").await;
+            squeezed.share_tail_cache(&shard_caches);
+            let mut neighbour = open_with(DirectWrites::Always, "/data/neighbour-0").await;
+            neighbour.share_tail_cache(&shard_caches);
             let batch = |tag: usize, count: u8, value_len: u16| {
                 let records: Vec<Rec> = (0..count)
                     .map(|i| Rec {
@@ -1567,25 +1661,33 @@ proptest! {
                         let a = cached.append_group(group(), 0).await;
                         let b = plain.append_group(group(), 0).await;
                         assert_eq!(a.len(), b.len());
+                        squeezed.append_group(group(), 0).await;
                     }
                     // Cut the newest batches.
                     2 if cached.log_end_offset() > 2 => {
                         let to = cached.log_end_offset() - u64::from(*count).min(2);
                         assert_eq!(cached.truncate_to(to, 0).await.unwrap(), plain.truncate_to(to, 0).await.unwrap());
+                        squeezed.truncate_to(to, 0).await.unwrap();
                     }
                     3 => {
                         let a = cached.enforce_retention(0, cached.log_end_offset()).await.unwrap();
                         let b = plain.enforce_retention(0, plain.log_end_offset()).await.unwrap();
                         assert_eq!(a.deleted_segments, b.deleted_segments);
+                        squeezed.enforce_retention(0, squeezed.log_end_offset()).await.unwrap();
                     }
                     _ => {
                         let a = cached.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
                         let b = plain.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
                         assert_eq!(a.base_offset, b.base_offset);
+                        squeezed.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
                     }
                 }
-                assert_eq!(cached.log_end_offset(), plain.log_end_offset());
-                assert_eq!(cached.log_start_offset(), plain.log_start_offset());
+                neighbour.append(batch(tag, *count, *value_len), 0, 0).await.unwrap();
+                for log in [&cached, &squeezed] {
+                    assert_eq!(log.log_end_offset(), plain.log_end_offset());
+                    assert_eq!(log.log_start_offset(), plain.log_start_offset());
+                }
+                assert!(shard_caches.len() <= 3000);
             }
             let (start, end) = (cached.log_start_offset(), cached.log_end_offset());
             if end == start {
@@ -1594,7 +1696,10 @@ proptest! {
             for (offset, budget, limit) in &reads {
                 let offset = start + offset.index((end - start) as usize) as u64;
                 let max_offset = offset + 1 + limit.index((end - offset) as usize) as u64;
-                let a = cached.read(offset, *budget, max_offset).await.unwrap();
+                for a in [
+                    cached.read(offset, *budget, max_offset).await.unwrap(),
+                    squeezed.read(offset, *budget, max_offset).await.unwrap(),
+                ] {
                 let b = plain.read(offset, *budget, max_offset).await.unwrap();
                 // A file read ends at its segment's end; the cache may go on into the next
                 // segment's batches, within the same limits.
@@ -1613,6 +1718,7 @@ proptest! {
                 }
                 let last = records_in(a.clone()).last().map(|r| r.offset);
                 assert!(last.is_none_or(|last| last < max_offset));
+                }
             }
         });
     }

@@ -35,6 +35,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
         replica_lag_time_max_ms: 10_000,
         replica_recovery_bytes_per_sec: None,
+        tail_cache_bytes: 64 << 20,
         leader_rebalance_interval: None,
         offsets_retention: None,
         retention_check_interval: std::time::Duration::from_secs(300),

@@ -10,6 +10,7 @@
 //! - Fail-stop: once a write or sync fails, the log refuses appends and flushes until reopened,
 //!   because after a failed `fdatasync` the kernel may have dropped data that reads still return.
 
+mod append_path;
 pub mod checkpoint;
 pub mod index;
 pub mod producers;
@@ -27,12 +28,13 @@ use strata_wire::batch::{self, Batch, BatchError, BatchHeader};
 
 use crate::io::{DIRECT_BLOCK, Storage, StorageFile};
 use crate::replication::EpochCache;
+use append_path::LargeAppends;
 use checkpoint::{RecoveryPoint, Trust};
 use index::SegmentIndex;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{SCAN_CHUNK_BYTES, Segment, file_name, parse_base_offset, read_whole};
 use strata_wire::AlignedVec;
-use tail_cache::{TAIL_CACHE_BYTES, TailCache};
+use tail_cache::{TAIL_CACHE_BYTES, TailCache, TailCaches};
 
 /// When appended data is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,9 +119,13 @@ pub enum DirectWrites {
     Never,
     /// Batches a follower copies from its leader go direct; the leader's own appends do not.
     Replicated,
+    /// A follower's appends as with `Replicated`; a leader's go direct while its producers'
+    /// appends are large (see [`append_path`]), all of them then, whatever each one's size.
+    Auto,
     /// Every append goes direct.
     Always,
-    // In both, only appends of at least `LogConfig::direct_write_min_bytes`.
+    // A follower's appends, and all with `Always`: only those of at least
+    // `LogConfig::direct_write_min_bytes`.
 }
 
 impl DirectWrites {
@@ -127,6 +133,7 @@ impl DirectWrites {
         match self {
             DirectWrites::Never => "never",
             DirectWrites::Replicated => "replicated",
+            DirectWrites::Auto => "auto",
             DirectWrites::Always => "always",
         }
     }
@@ -135,6 +142,7 @@ impl DirectWrites {
         match value {
             "never" => Some(DirectWrites::Never),
             "replicated" => Some(DirectWrites::Replicated),
+            "auto" => Some(DirectWrites::Auto),
             "always" => Some(DirectWrites::Always),
             _ => None,
         }
@@ -158,7 +166,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::Interval { interval_ms: 1000 },
             preallocate: false,
             preallocate_step_bytes: PREALLOCATE_STEP_BYTES,
-            direct_writes: DirectWrites::Replicated,
+            direct_writes: DirectWrites::Auto,
             direct_write_min_bytes: DIRECT_WRITE_MIN_BYTES,
         }
     }
@@ -568,8 +576,10 @@ pub struct PartitionLog<S: Storage> {
     /// the log no longer holds.
     producer_snapshot_offset_max: u64,
     /// This log's newest appends, for readers at its end, while its own appends may bypass the
-    /// page cache (`direct_writes: always`); empty otherwise.
+    /// page cache (`direct_writes: always`, or `auto` while they go direct); empty otherwise.
     tail_cache: TailCache,
+    /// The path of this log's own appends under `direct_writes: auto`.
+    own_appends: LargeAppends,
 }
 
 /// The leader-epoch checkpoint inside the partition folder.
@@ -726,6 +736,7 @@ impl<S: Storage> PartitionLog<S> {
             headers: Vec::new(),
             index_cache: IndexCache::default(),
             tail_cache: TailCache::new(TAIL_CACHE_BYTES),
+            own_appends: LargeAppends::default(),
         };
         let mut report = RecoveryReport::default();
         let count = bases.len();
@@ -851,7 +862,17 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether this log keeps its newest appends in memory: only while a leader's appends may
     /// go past the page cache, which then no longer holds what tailing readers ask for.
     fn caches_tail(&self) -> bool {
-        self.config.direct_writes == DirectWrites::Always
+        match self.config.direct_writes {
+            DirectWrites::Never | DirectWrites::Replicated => false,
+            DirectWrites::Auto => self.own_appends.is_direct(),
+            DirectWrites::Always => true,
+        }
+    }
+
+    /// Keeps this log's newest appends within `caches`' budget (its shard's), from now on,
+    /// instead of a budget of its own.
+    pub fn share_tail_cache(&mut self, caches: &TailCaches) {
+        self.tail_cache = caches.cache();
     }
 
     pub fn log_start_offset(&self) -> u64 {
@@ -1229,18 +1250,20 @@ impl<S: Storage> PartitionLog<S> {
         }
         let position = self.active().size;
         self.reserve_ahead(position + total).await;
+        let min_bytes = self.config.direct_write_min_bytes;
+        let direct = match self.config.direct_writes {
+            DirectWrites::Never => false,
+            DirectWrites::Replicated => replicated && total >= min_bytes,
+            DirectWrites::Auto if replicated => total >= min_bytes,
+            DirectWrites::Auto => self.own_appends.choose(total, min_bytes),
+            DirectWrites::Always => total >= min_bytes,
+        } && self.active().log.writes_direct();
         // Shared, not copied: the cache keeps the request buffers themselves.
         let cached: Vec<Bytes> = match &buffers {
             Buffers::One(bytes) if !replicated && self.caches_tail() => vec![bytes.clone()],
             Buffers::Many(many) if !replicated && self.caches_tail() => many.clone(),
             _ => Vec::new(),
         };
-        let direct = match self.config.direct_writes {
-            DirectWrites::Never => false,
-            DirectWrites::Replicated => replicated,
-            DirectWrites::Always => true,
-        } && total >= self.config.direct_write_min_bytes
-            && self.active().log.writes_direct();
         let written = if direct {
             self.active_mut().write_direct(buffers).await
         } else {

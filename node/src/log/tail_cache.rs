@@ -1,28 +1,40 @@
-//! The newest appends of a log, kept in memory for readers at its end.
+//! The newest appends of a shard's logs, kept in memory for readers at their ends.
 //!
-//! A log whose appends bypass the page cache (`direct.writes=always`) would otherwise send every
-//! tailing consumer's and follower's fetch to the disk for bytes it wrote a moment ago: the page
-//! cache is what served them before. This keeps the appended buffers themselves (shared `Bytes`,
-//! no copy) up to a byte budget, newest first out of the budget's reach last, as Redpanda's batch
-//! cache does. Reads below what it holds go to the file as before.
+//! A log whose appends bypass the page cache (`direct.writes`) would otherwise send every tailing
+//! consumer's and follower's fetch to the disk for bytes it wrote a moment ago: the page cache
+//! is what served them before. This keeps the appended buffers themselves (shared `Bytes`, no
+//! copy), as Redpanda's batch cache does. Reads below what a log's cache holds go to the file.
 //!
-//! Invariant: the chunks are contiguous in offsets (each starts where the one before ends) and
-//! each holds whole batches, back to back, exactly as written. An append that does not continue
-//! the last chunk (after a truncation, or one this log did not cache) empties the cache first.
+//! The memory is one budget per shard ([`TailCaches`]), not one per log: the oldest chunk on the
+//! shard leaves first, whichever log holds it, so the caches cover the same last stretch of time
+//! on every partition (a partition's share follows its write rate), and a shard's memory stays
+//! bounded however many partitions it holds. A fixed share per log either wastes memory on idle
+//! partitions or, at a few hundred MB/s, covers a reader only milliseconds behind (16 MiB each
+//! before the twentieth session).
+//!
+//! Invariants: a log's chunks are contiguous in offsets (each starts where the one before ends)
+//! and each holds whole batches, back to back, exactly as written. An append that does not
+//! continue the log's last chunk (after a truncation, or one this log did not cache) empties
+//! that log's cache first. The shard's byte count is the sum of its logs' and never exceeds the
+//! budget after a push.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 use bytes::Bytes;
 use strata_wire::AlignedVec;
 use strata_wire::batch::BatchHeader;
 
-/// What one partition keeps: at hundreds of MB/s a reader that keeps up is a few milliseconds
-/// behind, well inside it; the memory stays bounded per partition.
+/// The budget of a log opened on its own (tools, tests); a broker's shards share theirs (see
+/// `NodeConfig::tail_cache_bytes`).
 pub const TAIL_CACHE_BYTES: usize = 16 << 20;
 
 thread_local! {
     /// Reads this thread (a shard) served from tail caches, and from segment files.
     static READS: std::cell::Cell<ReadTotals> = const { std::cell::Cell::new(ReadTotals { from_cache: 0, from_files: 0 }) };
+    /// Bytes held by the tail caches made on this thread.
+    static HELD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Reads (fetches of consumers and followers) a shard has served, by where the bytes came from.
@@ -50,80 +62,244 @@ pub fn read_totals() -> ReadTotals {
     READS.with(std::cell::Cell::get)
 }
 
+/// Bytes the tail caches of this thread hold now (for `/metrics`).
+pub fn held_bytes() -> u64 {
+    HELD.with(std::cell::Cell::get)
+}
+
+/// One shard's tail caches under one byte budget. Cloning shares them.
+#[derive(Debug, Clone)]
+pub struct TailCaches {
+    shared: Rc<RefCell<Shared>>,
+}
+
+/// One log's cache, a slot of its shard's [`TailCaches`]. Dropping it frees what it holds.
 #[derive(Debug)]
 pub struct TailCache {
-    chunks: VecDeque<Chunk>,
+    shared: Rc<RefCell<Shared>>,
+    slot: usize,
+}
+
+#[derive(Debug)]
+struct Shared {
+    logs: Vec<LogChunks>,
+    free_slots: Vec<usize>,
+    /// Every chunk pushed, oldest first, as (slot, sequence); entries whose chunk already left
+    /// (a clear, retention, a freed slot) are skipped when met and swept out once they outnumber
+    /// the live ones.
+    order: VecDeque<(usize, u64)>,
+    chunks_held: usize,
     bytes: usize,
     budget: usize,
+    next_sequence: u64,
+}
+
+#[derive(Debug, Default)]
+struct LogChunks {
+    chunks: VecDeque<Chunk>,
+    bytes: usize,
 }
 
 #[derive(Debug)]
 struct Chunk {
+    /// Shard-wide push order: a log's chunks have increasing sequences, and a slot's next
+    /// owner's chunks have larger ones than its last owner's.
+    sequence: u64,
     base_offset: u64,
     next_offset: u64,
     bytes: Bytes,
 }
 
-impl TailCache {
-    pub fn new(budget: usize) -> TailCache {
-        TailCache {
-            chunks: VecDeque::new(),
-            bytes: 0,
-            budget,
+impl TailCaches {
+    pub fn new(budget: usize) -> TailCaches {
+        TailCaches {
+            shared: Rc::new(RefCell::new(Shared {
+                logs: Vec::new(),
+                free_slots: Vec::new(),
+                order: VecDeque::new(),
+                chunks_held: 0,
+                bytes: 0,
+                budget,
+                next_sequence: 0,
+            })),
         }
     }
 
-    pub fn clear(&mut self) {
-        self.chunks.clear();
-        self.bytes = 0;
+    /// A cache for one more log.
+    pub fn cache(&self) -> TailCache {
+        let mut shared = self.shared.borrow_mut();
+        let slot = match shared.free_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                shared.logs.push(LogChunks::default());
+                shared.logs.len() - 1
+            }
+        };
+        TailCache {
+            shared: Rc::clone(&self.shared),
+            slot,
+        }
     }
 
-    /// Bytes held.
+    /// Bytes held by all of this shard's logs.
     pub fn len(&self) -> usize {
-        self.bytes
+        self.shared.borrow().bytes
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        self.len() == 0
     }
 
-    /// Keeps `batches` (whole stamped batches, back to back, as appended), the oldest chunks
-    /// leaving once the budget is exceeded. Batches that do not continue the newest chunk start
-    /// the cache over.
-    pub fn push(&mut self, batches: Bytes) {
+    pub fn budget(&self) -> usize {
+        self.shared.borrow().budget
+    }
+}
+
+impl Shared {
+    fn add_bytes(&mut self, bytes: usize) {
+        self.bytes += bytes;
+        HELD.with(|held| held.set(held.get() + bytes as u64));
+    }
+
+    fn remove_bytes(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        HELD.with(|held| held.set(held.get() - bytes as u64));
+    }
+
+    fn clear(&mut self, slot: usize) {
+        let log = &mut self.logs[slot];
+        let (bytes, chunks) = (log.bytes, log.chunks.len());
+        log.chunks.clear();
+        log.bytes = 0;
+        self.chunks_held -= chunks;
+        self.remove_bytes(bytes);
+    }
+
+    fn pop_oldest(&mut self, slot: usize) {
+        let log = &mut self.logs[slot];
+        let oldest = log.chunks.pop_front().expect("a chunk to drop");
+        log.bytes -= oldest.bytes.len();
+        self.chunks_held -= 1;
+        self.remove_bytes(oldest.bytes.len());
+    }
+
+    /// Whether the chunk `order` knows as (slot, sequence) is still held.
+    fn holds_chunk(&self, slot: usize, sequence: u64) -> bool {
+        self.logs[slot]
+            .chunks
+            .front()
+            .is_some_and(|oldest| oldest.sequence <= sequence)
+    }
+
+    fn push(&mut self, slot: usize, batches: Bytes) {
         let Some((base_offset, next_offset)) = offsets(&batches) else {
             return;
         };
-        if self
+        if self.logs[slot]
             .chunks
             .back()
             .is_some_and(|last| last.next_offset != base_offset)
         {
-            self.clear();
+            self.clear(slot);
         }
-        self.bytes += batches.len();
-        self.chunks.push_back(Chunk {
+        if batches.len() > self.budget {
+            // One append larger than the whole budget: keeping it would break the bound, and
+            // what the log held before no longer reaches its end.
+            self.clear(slot);
+            return;
+        }
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        let len = batches.len();
+        let log = &mut self.logs[slot];
+        log.bytes += len;
+        log.chunks.push_back(Chunk {
+            sequence,
             base_offset,
             next_offset,
             bytes: batches,
         });
-        while self.bytes > self.budget && self.chunks.len() > 1 {
-            let oldest = self.chunks.pop_front().expect("more than one chunk");
-            self.bytes -= oldest.bytes.len();
+        self.chunks_held += 1;
+        self.add_bytes(len);
+        self.order.push_back((slot, sequence));
+        while self.bytes > self.budget {
+            let (oldest_slot, oldest_sequence) = self
+                .order
+                .pop_front()
+                .expect("held chunks are in the order");
+            if self.holds_chunk(oldest_slot, oldest_sequence) {
+                debug_assert_eq!(
+                    self.logs[oldest_slot].chunks.front().map(|c| c.sequence),
+                    Some(oldest_sequence),
+                    "a log's chunks leave oldest first"
+                );
+                self.pop_oldest(oldest_slot);
+            }
         }
-        if self.bytes > self.budget {
-            // One append larger than the whole budget: keeping it would break the bound.
-            self.clear();
+        if self.order.len() > 2 * self.chunks_held + 1024 {
+            let order = std::mem::take(&mut self.order);
+            self.order = order
+                .into_iter()
+                .filter(|&(slot, sequence)| self.holds_chunk(slot, sequence))
+                .collect();
         }
+        debug_assert!(self.bytes <= self.budget);
+    }
+}
+
+impl Drop for TailCache {
+    fn drop(&mut self) {
+        let mut shared = self.shared.borrow_mut();
+        shared.clear(self.slot);
+        shared.free_slots.push(self.slot);
+    }
+}
+
+impl TailCache {
+    /// A cache of its own with `budget` bytes (a log not on a broker's shard).
+    pub fn new(budget: usize) -> TailCache {
+        TailCaches::new(budget).cache()
+    }
+
+    pub fn clear(&mut self) {
+        self.shared.borrow_mut().clear(self.slot);
+    }
+
+    /// Bytes this log holds.
+    pub fn len(&self) -> usize {
+        self.shared.borrow().logs[self.slot].bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shared.borrow().logs[self.slot].chunks.is_empty()
+    }
+
+    /// Keeps `batches` (whole stamped batches, back to back, as appended), the shard's oldest
+    /// chunks leaving once its budget is exceeded. Batches that do not continue this log's
+    /// newest chunk start its cache over.
+    pub fn push(&mut self, batches: Bytes) {
+        self.shared.borrow_mut().push(self.slot, batches);
     }
 
     /// Forgets chunks wholly below `log_start` (retention deleted their segments).
     pub fn drop_below(&mut self, log_start: u64) {
-        while let Some(oldest) = self.chunks.front()
-            && oldest.next_offset <= log_start
+        let mut shared = self.shared.borrow_mut();
+        while shared.logs[self.slot]
+            .chunks
+            .front()
+            .is_some_and(|oldest| oldest.next_offset <= log_start)
         {
-            self.bytes -= oldest.bytes.len();
-            self.chunks.pop_front();
+            shared.pop_oldest(self.slot);
+        }
+    }
+
+    /// Whether the batch holding `offset` is here (a read from it would be served from memory).
+    pub fn holds(&self, offset: u64) -> bool {
+        let shared = self.shared.borrow();
+        let chunks = &shared.logs[self.slot].chunks;
+        match (chunks.front(), chunks.back()) {
+            (Some(first), Some(last)) => first.base_offset <= offset && offset < last.next_offset,
+            _ => false,
         }
     }
 
@@ -131,27 +307,19 @@ impl TailCache {
     /// `max_offset`, within `max_bytes` (but at least one batch): what a read of the file would
     /// return. `None` when `offset` is not held. Zero-copy within one chunk; batches from several
     /// chunks are copied into one aligned buffer.
-    /// Whether the batch holding `offset` is here (a read from it would be served from memory).
-    pub fn holds(&self, offset: u64) -> bool {
-        match (self.chunks.front(), self.chunks.back()) {
-            (Some(first), Some(last)) => first.base_offset <= offset && offset < last.next_offset,
-            _ => false,
-        }
-    }
-
     pub fn read(&self, offset: u64, max_bytes: usize, max_offset: u64) -> Option<Bytes> {
-        let first = self.chunks.front()?;
-        let last = self.chunks.back()?;
+        let shared = self.shared.borrow();
+        let chunks = &shared.logs[self.slot].chunks;
+        let first = chunks.front()?;
+        let last = chunks.back()?;
         if offset < first.base_offset || offset >= last.next_offset {
             return None;
         }
-        let mut at = self
-            .chunks
-            .partition_point(|chunk| chunk.next_offset <= offset);
+        let mut at = chunks.partition_point(|chunk| chunk.next_offset <= offset);
         // (chunk index, start, end) of the bytes to return, in order.
         let mut spans: Vec<(usize, usize, usize)> = Vec::new();
         let mut taken = 0usize;
-        'chunks: while let Some(chunk) = self.chunks.get(at) {
+        'chunks: while let Some(chunk) = chunks.get(at) {
             let bytes = &chunk.bytes;
             let mut position = 0usize;
             let mut start = None;
@@ -181,11 +349,11 @@ impl TailCache {
         }
         Some(match spans.as_slice() {
             [] => Bytes::new(),
-            [(at, start, end)] => self.chunks[*at].bytes.slice(*start..*end),
+            [(at, start, end)] => chunks[*at].bytes.slice(*start..*end),
             _ => {
                 let mut joined = AlignedVec::<16>::with_capacity(taken);
                 for (at, start, end) in spans {
-                    joined.extend_from_slice(&self.chunks[at].bytes[start..end]);
+                    joined.extend_from_slice(&chunks[at].bytes[start..end]);
                 }
                 Bytes::from_owner(joined)
             }
@@ -286,5 +454,67 @@ mod tests {
         cache.push(appended(11, 12, 1000));
         assert!(cache.is_empty());
         assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_shards_logs_share_one_budget_and_its_oldest_chunk_leaves_first() {
+        let held_before = held_bytes();
+        let chunk_len = appended(0, 4, 1000).len();
+        let caches = TailCaches::new(3 * chunk_len);
+        let mut a = caches.cache();
+        let mut b = caches.cache();
+        a.push(appended(0, 4, 1000));
+        b.push(appended(100, 4, 1000));
+        a.push(appended(4, 4, 1000));
+        assert_eq!(caches.len(), 3 * chunk_len);
+        assert_eq!(held_bytes() - held_before, 3 * chunk_len as u64);
+        // Over the budget: the shard's oldest chunk goes, though another log made the push.
+        b.push(appended(104, 4, 1000));
+        assert!(!a.holds(0) && a.holds(4));
+        assert!(b.holds(100) && b.holds(104));
+        a.push(appended(8, 4, 1000));
+        assert!(
+            !b.holds(100) && b.holds(104),
+            "b's first chunk was the oldest"
+        );
+        assert_eq!((a.len(), b.len()), (2 * chunk_len, chunk_len));
+        // A log's own busy writes take the whole budget from an idle one in time.
+        a.push(appended(12, 4, 1000));
+        a.push(appended(16, 4, 1000));
+        assert!(b.is_empty());
+        assert_eq!(offsets_in(&a.read(8, 1 << 20, 100).unwrap()).len(), 12);
+        // Cleared and dropped logs give their bytes back; their entries are skipped later.
+        a.clear();
+        assert!(caches.is_empty());
+        b.push(appended(200, 4, 1000));
+        drop(b);
+        assert!(caches.is_empty());
+        assert_eq!(held_bytes(), held_before);
+        // A reused slot starts empty and is not mistaken for its last owner.
+        let mut c = caches.cache();
+        assert!(!c.holds(200));
+        for i in 0..4 {
+            c.push(appended(300 + 4 * i, 4, 1000));
+        }
+        assert_eq!(c.len(), 3 * chunk_len);
+        assert!(!c.holds(300) && c.holds(304));
+    }
+
+    #[test]
+    fn entries_of_chunks_gone_are_swept_out() {
+        let chunk_len = appended(0, 1, 10).len();
+        let caches = TailCaches::new(100 * chunk_len);
+        let mut cache = caches.cache();
+        for i in 0..10_000 {
+            cache.push(appended(i, 1, 10));
+            if i % 2 == 1 {
+                cache.clear();
+            }
+        }
+        let order = caches.shared.borrow().order.len();
+        assert!(
+            order <= 1024 + 2,
+            "{order} entries for at most one live chunk"
+        );
     }
 }

@@ -92,6 +92,8 @@ pub struct Snapshot {
     pub direct_io: crate::io::DirectIoTotals,
     /// Reads served from tail caches (`direct.writes=always` logs) and from segment files.
     pub reads: crate::log::tail_cache::ReadTotals,
+    /// Bytes the shard's tail caches hold now.
+    pub tail_cache_bytes: u64,
     /// Bytes sent to consumers straight from segment files (`sendfile`).
     pub sent_from_files: u64,
     /// `syncfs` rounds, and the logs' interval syncs they served.
@@ -134,6 +136,7 @@ impl Default for Snapshot {
             under_replicated: 0,
             direct_io: Default::default(),
             reads: Default::default(),
+            tail_cache_bytes: 0,
             sent_from_files: 0,
             sync_rounds: 0,
             sync_round_jobs: 0,
@@ -221,6 +224,7 @@ impl ShardMetrics {
         snapshot.under_replicated = under_replicated;
         snapshot.direct_io = crate::io::direct_io_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
+        snapshot.tail_cache_bytes = crate::log::tail_cache::held_bytes();
         snapshot.sent_from_files = super::connection::sent_from_files();
         (snapshot.kafka_requests, snapshot.kafka_connections) = super::kafka::totals();
         if let Some(rounds) = sync_rounds {
@@ -324,7 +328,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
     type ShardValue = fn(&Snapshot) -> f64;
-    let per_shard: [(&str, &str, &str, ShardValue); 19] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 20] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -412,8 +416,14 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         (
             "strata_tail_cache_reads_total",
             "counter",
-            "Reads (consumer and follower fetches) served from the newest appends kept in memory (direct.writes=always logs).",
+            "Reads (consumer and follower fetches) served from the newest appends kept in memory (logs whose appends go direct).",
             |s| s.reads.from_cache as f64,
+        ),
+        (
+            "strata_tail_cache_bytes",
+            "gauge",
+            "Bytes of the newest direct-written appends the shard keeps in memory for readers at the tail (within its share of --tail-cache-bytes).",
+            |s| s.tail_cache_bytes as f64,
         ),
         (
             "strata_sync_rounds_total",

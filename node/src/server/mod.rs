@@ -75,6 +75,9 @@ pub struct NodeConfig {
     /// The most this node's leaders send per second to replicas outside the ISR, split evenly
     /// over its shards (Kafka's `leader.replication.throttled.rate`); `None`: no limit.
     pub replica_recovery_bytes_per_sec: Option<u64>,
+    /// The memory this node's leaders keep their newest direct-written appends in for readers
+    /// at the tail, split evenly over its shards (see `log::tail_cache`).
+    pub tail_cache_bytes: u64,
     /// How often the controller moves leaderships back to preferred replicas (Kafka's
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`:
     /// never.

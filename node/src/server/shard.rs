@@ -29,6 +29,7 @@ use super::topic_config::TopicConfig;
 use crate::io::{self, AnyStorage, Backend, Storage};
 use crate::log::producers::ProducerError;
 use crate::log::shared_sync::{self, SharedSync};
+use crate::log::tail_cache::TailCaches;
 use crate::log::{LogError, PartitionLog, Served, writer};
 use crate::replication::{LeaderConfig, RecoveryThrottle};
 
@@ -135,6 +136,8 @@ pub(super) struct Shard {
     pub(super) quic: Option<QuicPeer>,
     /// This shard's share of the node's limit on catch-up replication; `None`: no limit.
     pub(super) recovery_throttle: Option<RefCell<RecoveryThrottle>>,
+    /// The memory budget every log on this shard keeps its newest appends within.
+    tail_caches: TailCaches,
     /// This shard's share of each topic's own catch-up limit (`replica.recovery.bytes.per.sec`),
     /// by topic: made on the first catch-up fetch, made anew when the setting changes.
     pub(super) topic_recovery_throttles: RefCell<HashMap<String, RecoveryThrottle>>,
@@ -201,8 +204,12 @@ pub fn run(
             let share = RecoveryThrottle::shard_share(rate, shards);
             RefCell::new(RecoveryThrottle::new(share, std::time::Instant::now()))
         });
+        let tail_caches = TailCaches::new(
+            usize::try_from(context.config.tail_cache_bytes / shards as u64).unwrap_or(usize::MAX),
+        );
         let shard = Rc::new(Shard {
             quic: Some(quic),
+            tail_caches,
             recovery_throttle,
             topic_recovery_throttles: RefCell::new(HashMap::new()),
             context,
@@ -576,7 +583,10 @@ impl Shard {
                     let now = writer::system_clock_ms();
                     PartitionLog::open(self.storage, &dir, topic_config.log.clone(), now)
                         .await
-                        .map(|(log, _report)| (log, topic_config))
+                        .map(|(mut log, _report)| {
+                            log.share_tail_cache(&self.tail_caches);
+                            (log, topic_config)
+                        })
                         .map_err(|error| error.to_string())
                 };
                 let (log, topic_config) = match opened.await {

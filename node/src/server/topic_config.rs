@@ -226,10 +226,7 @@ mod tests {
                 .unwrap_err()
                 .contains("segment.bytes")
         );
-        assert_eq!(
-            parse(&[]).unwrap().log.direct_writes,
-            DirectWrites::Replicated
-        );
+        assert_eq!(parse(&[]).unwrap().log.direct_writes, DirectWrites::Auto);
         assert_eq!(
             parse(&[("direct.writes", "always")])
                 .unwrap()
