@@ -628,7 +628,20 @@ fn records_of_one_shard_are_not_held_back_by_another_shards_long_poll() {
 fn cached_segments_go_to_consumers_straight_from_the_page_cache() {
     let temp = tempfile::tempdir().unwrap();
     let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
-    node.cli(&["topic", "create", "bulk", "--partitions", "2"], None);
+    // The leader's appends through the page cache: with the default (`auto`) appends the writer
+    // gathers past 384 KiB may go past it, and their readers to the tail cache or the disk.
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "bulk",
+            "--partitions",
+            "2",
+            "--config",
+            "direct.writes=replicated",
+        ],
+        None,
+    );
     let sent_from_files = || support::metric_total(admin, "strata_fetch_sendfile_bytes_total");
     let runtime = runtime();
     runtime.block_on(async {
@@ -685,6 +698,84 @@ fn cached_segments_go_to_consumers_straight_from_the_page_cache() {
     assert!(
         sent >= 3e6,
         "{sent} bytes of 6 MB in the page cache were sent from the files"
+    );
+}
+
+/// With the default `direct.writes=auto`, a producer's 1 MB appends go past the page cache,
+/// and the newest of them stay in memory within the shard's share of `--tail-cache-bytes`
+/// (the node's 8 MiB over 2 shards): a consumer reads the oldest from the disk, past the page
+/// cache, and the newest from that memory, every record whole and in order.
+#[test]
+fn large_appends_go_past_the_page_cache_and_the_newest_stay_in_the_shards_budget() {
+    let temp = tempfile::tempdir().unwrap();
+    let admin = support::free_base_port(0);
+    let node = TestNode::start_with(
+        temp.path(),
+        2,
+        &[
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+            "--tail-cache-bytes",
+            &(8u64 << 20).to_string(),
+        ],
+    );
+    let metric = |name| support::metric_total(admin, name);
+    // 8,000 records of 1 KiB generated at once: batches of about 1 MB (which the node's writer
+    // may gather into appends of a few), one partition.
+    node.cli(
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "large",
+            "--partitions",
+            "1",
+            "--records",
+            "8000",
+            "--record-size",
+            "1024",
+            "--linger-ms",
+            "500",
+        ],
+        None,
+    );
+    let direct = metric("strata_direct_write_bytes_total");
+    assert!(direct >= 7e6, "{direct} bytes written direct");
+    let held = metric("strata_tail_cache_bytes");
+    assert!(
+        held > 0.0 && held <= f64::from(4u32 << 20),
+        "{held} bytes held against a shard's 4 MiB"
+    );
+    runtime().block_on(async {
+        let mut consumer = Consumer::new(
+            node.client().await,
+            ConsumerConfig {
+                partition_max_bytes: 1 << 20,
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("large", &[], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut next = 0u64;
+        while next < 8000 {
+            for batch in consumer.poll().await.unwrap() {
+                for record in batch.records() {
+                    assert_eq!(record.offset, next, "in order, each once");
+                    assert_eq!(record.value.len(), 1024);
+                    next += 1;
+                }
+            }
+        }
+    });
+    assert!(
+        metric("strata_direct_reads_total") >= 1.0,
+        "the oldest from the disk"
+    );
+    assert!(
+        metric("strata_tail_cache_reads_total") >= 1.0,
+        "the newest from memory"
     );
 }
 

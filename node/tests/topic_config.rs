@@ -48,7 +48,7 @@ fn altered_settings_apply_to_a_live_topic_and_survive_a_restart() {
     let described = describe(&node, "live");
     assert_eq!(described["config"]["max.message.bytes"], "16777216");
     assert_eq!(described["config"]["flush"], "interval");
-    assert_eq!(described["config"]["direct.writes"], "replicated");
+    assert_eq!(described["config"]["direct.writes"], "auto");
     assert!(overrides(&node, "live").is_empty());
 
     runtime().block_on(async {

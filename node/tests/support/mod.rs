@@ -94,7 +94,6 @@ impl TestNode {
         TestNode::start_with(data_dir, shards, &[])
     }
 
-    /// A node with extra `serve` flags (e.g. `--etcd`, `--node-id`).
     /// A node whose admin endpoint (`/metrics`) listens on a free port; returns it too.
     pub fn start_with_admin(data_dir: &Path, shards: usize) -> (TestNode, u16) {
         let admin = free_base_port(0);
@@ -106,6 +105,7 @@ impl TestNode {
         (node, admin)
     }
 
+    /// A node with extra `serve` flags (e.g. `--etcd`, `--node-id`).
     pub fn start_with(data_dir: &Path, shards: usize, extra: &[&str]) -> TestNode {
         TestNode::start_with_env(data_dir, shards, extra, &[])
     }
