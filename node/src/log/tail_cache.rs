@@ -26,9 +26,16 @@ use bytes::Bytes;
 use strata_wire::AlignedVec;
 use strata_wire::batch::BatchHeader;
 
-/// The budget of a log opened on its own (tools, tests); a broker's shards share theirs (see
-/// `NodeConfig::tail_cache_bytes`).
-pub const TAIL_CACHE_BYTES: usize = 16 << 20;
+/// A shard's budget unless configured (`strata serve --tail-cache-bytes`), and a log's opened
+/// on its own (tools, tests). At 1 GB/s on one shard it covers readers up to about 64 ms behind:
+/// followers in the ISR and consumers at the tail. A larger budget serves consumers further
+/// behind from memory (2 GB of pinned consumers after the pinned producer: 1.3–1.4 GB/s with
+/// 16 MiB per shard, from the disk; 3.7–4.2 GB/s with 768 MiB), but memory held by the cache is
+/// memory the allocator cannot hand out again, so each appended buffer until the cache is full
+/// is fresh memory to fault in: the pinned producer on a fresh node ran at 1,335 / 1,660 MB/s
+/// with 16 MiB per shard, 995 / 1,294 with 192 MiB and 872 / 1,230 with 768 MiB (twentieth
+/// session, `docs/benchmarks.md`).
+pub const TAIL_CACHE_BYTES: usize = 64 << 20;
 
 thread_local! {
     /// Reads this thread (a shard) served from tail caches, and from segment files.

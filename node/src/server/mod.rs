@@ -76,7 +76,8 @@ pub struct NodeConfig {
     /// over its shards (Kafka's `leader.replication.throttled.rate`); `None`: no limit.
     pub replica_recovery_bytes_per_sec: Option<u64>,
     /// The memory this node's leaders keep their newest direct-written appends in for readers
-    /// at the tail, split evenly over its shards (see `log::tail_cache`).
+    /// at the tail, split evenly over its shards (see `log::tail_cache`; the binary's default is
+    /// `TAIL_CACHE_BYTES` per shard).
     pub tail_cache_bytes: u64,
     /// How often the controller moves leaderships back to preferred replicas (Kafka's
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`:

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
+use strata_node::log::tail_cache::TAIL_CACHE_BYTES;
 use strata_node::server::{Node, NodeConfig};
 
 #[derive(Args)]
@@ -36,7 +37,7 @@ pub struct ServeArgs {
     replica_recovery_bytes_per_sec: Option<u64>,
     /// Memory for the newest appends that leaders wrote past the page cache (direct.writes), kept
     /// for consumers and followers reading at the tail, split evenly over the shards; the oldest
-    /// on a shard leaves first. Default: a sixteenth of the machine's memory.
+    /// on a shard leaves first. Default: 64 MiB per shard.
     #[arg(long, env = "STRATA_TAIL_CACHE_BYTES")]
     tail_cache_bytes: Option<u64>,
     /// How often the controller moves leaderships back to each partition's preferred replica
@@ -323,7 +324,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tail_cache_bytes: args
             .tail_cache_bytes
             .or(file.tail_cache_bytes)
-            .unwrap_or_else(default_tail_cache_bytes),
+            .unwrap_or((TAIL_CACHE_BYTES * shards) as u64),
         leader_rebalance_interval: match args
             .leader_rebalance_interval_ms
             .or(file.leader_rebalance_interval_ms)
@@ -382,20 +383,4 @@ fn wait_for_signal() -> anyhow::Result<()> {
         Ok::<(), std::io::Error>(())
     })?;
     Ok(())
-}
-
-/// A sixteenth of the machine's memory: at 1 GB/s of direct-written appends, a second or so of
-/// the newest data per 16 GiB, for readers behind the tail; the page cache keeps the rest.
-fn default_tail_cache_bytes() -> u64 {
-    // SAFETY: sysconf only reads system values.
-    let (pages, page_size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    match (u64::try_from(pages), u64::try_from(page_size)) {
-        (Ok(pages), Ok(page_size)) if pages > 0 && page_size > 0 => pages * page_size / 16,
-        _ => 1 << 30,
-    }
 }
