@@ -35,6 +35,7 @@ pub const KEYS: &[&str] = &[
     "preallocate",
     "preallocate.step.bytes",
     "direct.writes",
+    "direct.write.min.bytes",
     "min.insync.replicas",
     "unclean.leader.election",
     "replica.recovery.bytes.per.sec",
@@ -102,7 +103,11 @@ impl TopicConfig {
                 }
                 "direct.writes" => {
                     config.log.direct_writes = DirectWrites::parse(value)
-                        .ok_or_else(|| bad("never, replicated or always"))?;
+                        .ok_or_else(|| bad("never, replicated, auto or always"))?;
+                }
+                "direct.write.min.bytes" => {
+                    config.log.direct_write_min_bytes =
+                        u64::try_from(number()?).map_err(|_| bad("a non-negative integer"))?;
                 }
                 "min.insync.replicas" => {
                     config.min_insync_replicas = u16::try_from(number()?)
@@ -175,6 +180,10 @@ impl TopicConfig {
                 log.preallocate_step_bytes.to_string(),
             ),
             ("direct.writes", log.direct_writes.name().to_string()),
+            (
+                "direct.write.min.bytes",
+                log.direct_write_min_bytes.to_string(),
+            ),
             ("min.insync.replicas", self.min_insync_replicas.to_string()),
             (
                 "unclean.leader.election",
@@ -239,6 +248,18 @@ mod tests {
                 .unwrap_err()
                 .contains("direct.writes")
         );
+        assert!(
+            parse(&[("direct.write.min.bytes", "-1")])
+                .unwrap_err()
+                .contains("direct.write.min.bytes")
+        );
+        assert_eq!(
+            parse(&[("direct.write.min.bytes", "4096")])
+                .unwrap()
+                .log
+                .direct_write_min_bytes,
+            4096
+        );
         // A catch-up limit of nothing would keep a new replica out of the ISR for ever.
         assert!(
             parse(&[("replica.recovery.bytes.per.sec", "0")])
@@ -276,6 +297,7 @@ mod tests {
                 ("retention.bytes", "1048576"),
                 ("segment.ms", "3600000"),
                 ("direct.writes", "always"),
+                ("direct.write.min.bytes", "0"),
                 ("min.insync.replicas", "2"),
                 ("unclean.leader.election", "true"),
                 ("replica.recovery.bytes.per.sec", "50000000"),
@@ -285,7 +307,7 @@ mod tests {
                 ("index.interval.bytes", "8192"),
                 ("segment.bytes", "65536"),
             ],
-            &[("flush.interval.ms", "250")],
+            &[("flush.interval.ms", "250"), ("direct.writes", "auto")],
         ];
         for case in cases {
             let config = parse(case).unwrap();
