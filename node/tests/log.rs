@@ -15,8 +15,8 @@ use strata_node::io::{Backend, Storage};
 use strata_node::log::shared_sync::SharedSync;
 use strata_node::log::tail_cache::{self, TailCaches};
 use strata_node::log::{
-    DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES, PartitionLog,
-    PlacedBatches, REGION_MIN_BYTES, Served, writer,
+    AppendInfo, DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES,
+    PartitionLog, PlacedBatches, REGION_MIN_BYTES, Served, writer,
 };
 use strata_wire::AlignedVec;
 
@@ -70,15 +70,36 @@ async fn append_many<S: Storage>(
     for tag in 0..batches {
         let count = 1 + (tag % 5) as usize;
         let batch = batch_of(tag, count, value_len, timestamp_ms + tag as i64 * 10);
-        let expected = records_in(batch.clone().freeze());
-        let info = log.append(batch, 3, 0).await.expect("append");
+        let info = append_recorded(log, batch, 3, &mut written).await;
         assert_eq!(info.last_offset - info.base_offset + 1, count as u64);
-        written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
-            record.offset = info.base_offset + i as u64;
-            record
-        }));
     }
     written
+}
+
+/// Appends `batch` in leader epoch `epoch` and adds its records, at the offsets they got, to
+/// `written`.
+async fn append_recorded<S: Storage>(
+    log: &mut PartitionLog<S>,
+    batch: BytesMut,
+    epoch: u32,
+    written: &mut Vec<Rec>,
+) -> AppendInfo {
+    let expected = records_in(batch.clone().freeze());
+    let info = log.append(batch, epoch, 0).await.expect("append");
+    written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
+        record.offset = info.base_offset + i as u64;
+        record
+    }));
+    info
+}
+
+/// Reopens the log in `sim_dir()`: recovery cuts nothing, and it reads back `written`.
+async fn reopens_whole(storage: &SimStorage, config: LogConfig, written: &[Rec]) {
+    let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+        .await
+        .unwrap();
+    assert_eq!(report.truncated_bytes, 0);
+    assert_eq!(read_all(&mut log, 0, 5000).await, written);
 }
 
 #[test]
@@ -662,23 +683,14 @@ fn small_appends_stay_in_the_page_cache_and_large_ones_go_direct() {
             let batch = batch_of(tag, 4, if large { 3000 } else { 100 }, 0);
             let len = batch.len() as u64;
             let before = storage.direct_writes().len();
-            let expected = records_in(batch.clone().freeze());
-            let info = log.append(batch, 1, 0).await.unwrap();
+            append_recorded(&mut log, batch, 1, &mut written).await;
             let went_direct = storage.direct_writes().len() > before;
             assert_eq!(went_direct, len >= 8192, "tag {tag}: {len} bytes");
-            written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
-                record.offset = info.base_offset + i as u64;
-                record
-            }));
         }
         assert_eq!(storage.direct_writes().len(), 4);
         assert_eq!(read_all(&mut log, 0, 5000).await, written);
         drop(log);
-        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
-            .await
-            .unwrap();
-        assert_eq!(report.truncated_bytes, 0);
-        assert_eq!(read_all(&mut log, 0, 5000).await, written);
+        reopens_whole(&storage, config, &written).await;
     });
 }
 
@@ -741,9 +753,8 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
             let mut phase_paths = Vec::new();
             for i in 0..appends {
                 let batch = batch_of((phase * 100 + i) as u64, 4, value_len, 0);
-                let expected = records_in(batch.clone().freeze());
                 let before = storage.direct_writes().len();
-                let info = log.append(batch, 1, 0).await.unwrap();
+                let info = append_recorded(&mut log, batch, 1, &mut written).await;
                 let went_direct = storage.direct_writes().len() > before;
                 // Read the append back at once, as a consumer at the tail does.
                 let reads_before = tail_cache::read_totals();
@@ -751,10 +762,6 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
                 let from_cache = tail_cache::read_totals().from_cache > reads_before.from_cache;
                 assert_eq!(from_cache, went_direct, "phase {phase}, append {i}");
                 phase_paths.push(went_direct);
-                written.extend(expected.into_iter().enumerate().map(|(i, mut record)| {
-                    record.offset = info.base_offset + i as u64;
-                    record
-                }));
             }
             paths.push(phase_paths);
         }
@@ -797,11 +804,7 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
         );
         assert_eq!(read_all(&mut log, 0, 5000).await, written);
         drop(log);
-        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
-            .await
-            .unwrap();
-        assert_eq!(report.truncated_bytes, 0);
-        assert_eq!(read_all(&mut log, 0, 5000).await, written);
+        reopens_whole(&storage, config, &written).await;
     });
 }
 
@@ -1871,8 +1874,8 @@ fn leader_epochs_are_recorded_truncated_and_rebuilt() {
 
 // ---- Idempotent producers -------------------------------------------------------------------
 
+use strata_node::log::PRODUCER_SNAPSHOT_FILE_NAME;
 use strata_node::log::producers::{PRODUCER_EXPIRATION_MS, ProducerError, ProducerStates};
-use strata_node::log::{AppendInfo, PRODUCER_SNAPSHOT_FILE_NAME};
 use strata_wire::batch::BatchBuilder;
 
 /// One idempotent batch of `count` records: producer `producer_id` at `epoch`, sequences from

@@ -90,7 +90,7 @@ pub struct Snapshot {
     pub under_replicated: u64,
     /// Appends written past the page cache (`direct.writes`) and reads of their data, with bytes.
     pub direct_io: crate::io::DirectIoTotals,
-    /// Reads served from tail caches (`direct.writes=always` logs) and from segment files.
+    /// Reads served from tail caches (logs whose leader appends go direct) and from segment files.
     pub reads: crate::log::tail_cache::ReadTotals,
     /// Bytes the shard's tail caches hold now.
     pub tail_cache_bytes: u64,
