@@ -733,6 +733,7 @@ fn direct_writes_follow_the_setting_and_fall_back_without_o_direct() {
 /// `auto` (the default) sends a leader's appends direct, and keeps them in the tail cache,
 /// while they are large on average; small ones, and sizes in between after small ones, go
 /// through the page cache and are not cached. Everything reads back whole, also after a reopen.
+/// A follower given the same batches takes the same paths (without caching them).
 #[test]
 fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
     block_on(async {
@@ -744,6 +745,7 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
         };
         assert_eq!(LogConfig::default().direct_writes, DirectWrites::Auto);
         let mut log = open(&storage, &sim_dir(), &config).await;
+        let mut follower = open(&storage, Path::new("/data/orders-1"), &config).await;
         let mut written = Vec::new();
         // (appends, value bytes of each of 4 records): small, in between, large, in between,
         // small.
@@ -758,9 +760,13 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
                 let went_direct = storage.direct_writes().len() > before;
                 // Read the append back at once, as a consumer at the tail does.
                 let reads_before = tail_cache::read_totals();
-                log.read(info.base_offset, 1 << 20, u64::MAX).await.unwrap();
+                let appended = log.read(info.base_offset, 1 << 20, u64::MAX).await.unwrap();
                 let from_cache = tail_cache::read_totals().from_cache > reads_before.from_cache;
                 assert_eq!(from_cache, went_direct, "phase {phase}, append {i}");
+                let before = storage.direct_writes().len();
+                follower.append_replicated(appended, 0).await.unwrap();
+                let follower_direct = storage.direct_writes().len() > before;
+                assert_eq!(follower_direct, went_direct, "phase {phase}, append {i}");
                 phase_paths.push(went_direct);
             }
             paths.push(phase_paths);

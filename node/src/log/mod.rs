@@ -119,12 +119,13 @@ pub enum DirectWrites {
     Never,
     /// Batches a follower copies from its leader go direct; the leader's own appends do not.
     Replicated,
-    /// A follower's appends as with `Replicated`; a leader's go direct while its producers'
-    /// appends are large (see [`append_path`]), all of them then, whatever each one's size.
+    /// A leader's appends go direct while its producers' appends are large (see
+    /// [`append_path`]), all of them then, whatever each one's size; a follower's while the
+    /// batches it copies arrive in large appends, chosen the same way on their own.
     Auto,
     /// Every append goes direct.
     Always,
-    // A follower's appends, and all with `Always`: only those of at least
+    // With `Replicated` and `Always`: only appends of at least
     // `LogConfig::direct_write_min_bytes`.
 }
 
@@ -580,6 +581,9 @@ pub struct PartitionLog<S: Storage> {
     tail_cache: TailCache,
     /// The path of this log's own appends under `direct_writes: auto`.
     own_appends: LargeAppends,
+    /// The path of the batches it copies from a leader, under `direct_writes: auto` (kept apart:
+    /// a leader's own appends and a follower's copies come in sizes of their own).
+    replicated_appends: LargeAppends,
 }
 
 /// The leader-epoch checkpoint inside the partition folder.
@@ -737,6 +741,7 @@ impl<S: Storage> PartitionLog<S> {
             index_cache: IndexCache::default(),
             tail_cache: TailCache::new(TAIL_CACHE_BYTES),
             own_appends: LargeAppends::default(),
+            replicated_appends: LargeAppends::default(),
         };
         let mut report = RecoveryReport::default();
         let count = bases.len();
@@ -1254,7 +1259,7 @@ impl<S: Storage> PartitionLog<S> {
         let direct = match self.config.direct_writes {
             DirectWrites::Never => false,
             DirectWrites::Replicated => replicated && total >= min_bytes,
-            DirectWrites::Auto if replicated => total >= min_bytes,
+            DirectWrites::Auto if replicated => self.replicated_appends.choose(total, min_bytes),
             DirectWrites::Auto => self.own_appends.choose(total, min_bytes),
             DirectWrites::Always => total >= min_bytes,
         } && self.active().log.writes_direct();
