@@ -439,7 +439,9 @@ pub fn stored_records(node: &TestNode, topic: &str) -> u64 {
         .sum()
 }
 
-/// Bytes of a topic's segment files under `data_dir` (every `TOPIC-N` partition folder).
+/// Bytes of the batches in a topic's segment files under `data_dir` (every `TOPIC-N` partition
+/// folder). Not the files' sizes: a file written direct ends in up to a block of zero padding
+/// until its segment closes.
 pub fn topic_log_bytes(data_dir: &Path, topic: &str) -> u64 {
     let is_partition_of_topic = |name: &str| {
         name.strip_prefix(topic)
@@ -456,8 +458,21 @@ pub fn topic_log_bytes(data_dir: &Path, topic: &str) -> u64 {
         .flat_map(|dir| std::fs::read_dir(dir).unwrap())
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .map(|path| std::fs::metadata(path).unwrap().len())
+        .map(|path| batch_bytes(&std::fs::read(path).unwrap()))
         .sum()
+}
+
+/// Bytes of the whole batches at the start of a segment file's contents.
+fn batch_bytes(file: &[u8]) -> u64 {
+    let mut position = 0usize;
+    while let Ok(header) = strata_wire::batch::BatchHeader::parse(&file[position..]) {
+        let end = position + header.batch_len as usize;
+        if end > file.len() {
+            break;
+        }
+        position = end;
+    }
+    position as u64
 }
 
 pub fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
