@@ -69,7 +69,8 @@ pub struct LogConfig {
     /// Which appends bypass the page cache (see [`DirectWrites`]).
     pub direct_writes: DirectWrites,
     /// Appends smaller than this go through the page cache even where `direct_writes` would
-    /// send them direct (see [`DIRECT_WRITE_MIN_BYTES`]).
+    /// send them direct (see [`DIRECT_WRITE_MIN_BYTES`]); under `auto`, the average append size
+    /// below which appends go back to the page cache (see [`append_path`]).
     pub direct_write_min_bytes: u64,
 }
 
@@ -1151,7 +1152,7 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Where the next replicated batches should start within a block for a direct write of them
     /// to need no copy (see [`PlacedBatches`]); `None` when this log never writes them direct.
-    /// (Batches below `direct_write_min_bytes` go through the page cache wherever they lie.)
+    /// (Batches that go through the page cache are written wherever they lie.)
     pub fn direct_phase(&self) -> Option<usize> {
         let active = self.active();
         (self.config.direct_writes != DirectWrites::Never && active.log.writes_direct())
