@@ -10,7 +10,7 @@
 //! - Fail-stop: once a write or sync fails, the log refuses appends and flushes until reopened,
 //!   because after a failed `fdatasync` the kernel may have dropped data that reads still return.
 
-mod append_path;
+pub mod append_path;
 pub mod checkpoint;
 pub mod index;
 pub mod producers;
