@@ -246,19 +246,36 @@ pub fn create_partitions_result(
         .with_error_message(message.map(|message| text(&message)))
 }
 
-/// Groups as Kafka's ListGroups lists them. Strata's store knows each group's generation,
-/// not its protocol: every group is listed as a consumer group.
-pub fn list_groups_response(native: native::ListGroupsResponse) -> ListGroupsResponse {
+/// Groups as Kafka's ListGroups lists them, with the state each one's coordinator describes
+/// (`states`, in the order of `native.groups`; ListGroups v4 carries it). When `states_filter`
+/// names any states, only groups in one of them are listed (compared without regard to case,
+/// as Kafka does). Strata's store knows each group's generation, not its protocol: every group
+/// is listed as a consumer group.
+pub fn list_groups_response(
+    native: native::ListGroupsResponse,
+    states: &[String],
+    states_filter: &[StrBytes],
+) -> ListGroupsResponse {
+    debug_assert_eq!(native.groups.len(), states.len());
+    let wanted = |state: &str| {
+        states_filter.is_empty()
+            || states_filter
+                .iter()
+                .any(|wanted| wanted.eq_ignore_ascii_case(state))
+    };
     ListGroupsResponse::default()
         .with_error_code(kafka_error(native.error))
         .with_groups(
             native
                 .groups
                 .into_iter()
-                .map(|group| {
+                .zip(states)
+                .filter(|(_, state)| wanted(state))
+                .map(|(group, state)| {
                     ListedGroup::default()
                         .with_group_id(GroupId(text(&group.group)))
                         .with_protocol_type(text("consumer"))
+                        .with_group_state(text(state))
                 })
                 .collect(),
         )
@@ -424,6 +441,44 @@ mod tests {
     use kafka_protocol::protocol::Decodable;
 
     use super::*;
+
+    #[test]
+    fn listed_groups_carry_their_states_and_a_filter_keeps_those_named() {
+        let native = native::ListGroupsResponse {
+            error: native::ErrorCode::None,
+            groups: ["idle", "busy", "moving"]
+                .map(|group| native::ListedGroup {
+                    group: group.to_string(),
+                    generation: 1,
+                })
+                .to_vec(),
+        };
+        let states = ["Empty", "Stable", "PreparingRebalance"].map(String::from);
+        let listed = |filter: &[&str]| {
+            let filter: Vec<StrBytes> = filter.iter().map(|state| text(state)).collect();
+            list_groups_response(native.clone(), &states, &filter)
+                .groups
+                .into_iter()
+                .map(|group| (group.group_id.to_string(), group.group_state.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            listed(&[]),
+            [
+                ("idle".to_string(), "Empty".to_string()),
+                ("busy".to_string(), "Stable".to_string()),
+                ("moving".to_string(), "PreparingRebalance".to_string()),
+            ]
+        );
+        assert_eq!(
+            listed(&["stable", "EMPTY"]),
+            [
+                ("idle".to_string(), "Empty".to_string()),
+                ("busy".to_string(), "Stable".to_string()),
+            ]
+        );
+        assert!(listed(&["Dead"]).is_empty());
+    }
 
     #[test]
     fn topics_with_defaults_become_native_creates_and_unsupported_options_are_refused() {

@@ -222,16 +222,18 @@ fn kafka_tombstones_stay_null() {
     );
 }
 
-/// The group ids one broker's Kafka listener lists (ListGroups v4).
-fn list_groups(kafka: &str) -> Vec<String> {
+/// The groups one broker's Kafka listener lists, with their states (ListGroups v4), only those
+/// in `states` when it names any.
+fn list_groups(kafka: &str, states: &[&str]) -> Vec<(String, String)> {
     let mut stream = connect(kafka);
+    let request = ListGroupsRequest::default().with_states_filter(
+        states
+            .iter()
+            .map(|state| StrBytes::from_string(state.to_string()))
+            .collect(),
+    );
     stream
-        .write_all(&request_frame(
-            ApiKey::ListGroups,
-            4,
-            7,
-            &ListGroupsRequest::default(),
-        ))
+        .write_all(&request_frame(ApiKey::ListGroups, 4, 7, &request))
         .unwrap();
     let mut answer = read_frame(&mut stream).expect("a ListGroups answer");
     ResponseHeader::decode(&mut answer, ApiKey::ListGroups.response_header_version(4)).unwrap();
@@ -240,7 +242,7 @@ fn list_groups(kafka: &str) -> Vec<String> {
     response
         .groups
         .iter()
-        .map(|group| group.group_id.to_string())
+        .map(|group| (group.group_id.to_string(), group.group_state.to_string()))
         .collect()
 }
 
@@ -1056,17 +1058,19 @@ fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
     let (described, _) = group_committed(&nodes[1].0, "orders");
     assert_eq!(membership(&described), before, "{described}");
     // Each broker lists the groups it coordinates, as Kafka's do (admin clients ask every
-    // broker and join the lists): the group is listed once, by the broker running it now.
-    let listing: Vec<usize> = nodes[..2]
-        .iter()
-        .map(|(_, kafka)| {
-            list_groups(kafka)
-                .iter()
-                .filter(|group| *group == "orders")
-                .count()
-        })
-        .collect();
-    assert_eq!(listing.iter().sum::<usize>(), 1, "{listing:?}");
+    // broker and join the lists): the group is listed once, by the broker running it now, with
+    // its state; a filter of states keeps it or leaves it out.
+    let listed = |states: &[&str]| -> Vec<String> {
+        nodes[..2]
+            .iter()
+            .flat_map(|(_, kafka)| list_groups(kafka, states))
+            .filter(|(group, _)| group == "orders")
+            .map(|(_, state)| state)
+            .collect()
+    };
+    assert_eq!(listed(&[]), ["Stable"]);
+    assert_eq!(listed(&["stable", "Empty"]), ["Stable"]);
+    assert!(listed(&["Empty"]).is_empty());
     // SAFETY: kill(2) on a child this test spawned and has not reaped.
     unsafe { libc::kill(member.id() as i32, libc::SIGTERM) };
     member.wait().unwrap();

@@ -12,7 +12,7 @@ use strata_kafka::kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     DescribeGroupsRequest, DescribeGroupsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, ListGroupsResponse, alter_configs_response,
+    IncrementalAlterConfigsResponse, ListGroupsRequest, ListGroupsResponse, alter_configs_response,
     incremental_alter_configs_response,
 };
 use strata_kafka::kafka_protocol::protocol::StrBytes;
@@ -90,7 +90,10 @@ pub(super) async fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
-pub(super) async fn list_groups(shard: &Rc<Shard>) -> ListGroupsResponse {
+pub(super) async fn list_groups(
+    shard: &Rc<Shard>,
+    request: ListGroupsRequest,
+) -> ListGroupsResponse {
     match native(shard, Request::ListGroups(native::ListGroupsRequest {})).await {
         Ok(Response::ListGroups(mut groups)) => {
             // Each Kafka broker lists the groups it coordinates, and admin clients ask every
@@ -101,7 +104,25 @@ pub(super) async fn list_groups(shard: &Rc<Shard>) -> ListGroupsResponse {
             groups
                 .groups
                 .retain(|listed| coordinator_of(&listed.group, &brokers) == Some(here));
-            admin::list_groups_response(groups)
+            // Their states, as this broker (their coordinator) describes them; a group whose
+            // description fails is listed with an empty state.
+            let mut states = Vec::with_capacity(groups.groups.len());
+            for listed in &groups.groups {
+                let describe = native::DescribeGroupRequest {
+                    group: listed.group.clone(),
+                };
+                states.push(
+                    match native(shard, Request::DescribeGroup(describe)).await {
+                        Ok(Response::DescribeGroup(described))
+                            if described.error == native::ErrorCode::None =>
+                        {
+                            described.state
+                        }
+                        _ => String::new(),
+                    },
+                );
+            }
+            admin::list_groups_response(groups, &states, &request.states_filter)
         }
         Ok(_) => ListGroupsResponse::default().with_error_code(errors::UNKNOWN_SERVER_ERROR),
         Err(code) => ListGroupsResponse::default().with_error_code(kafka_error(code)),

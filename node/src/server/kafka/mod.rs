@@ -331,7 +331,9 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
         KafkaRequest::OffsetFetch(request) => {
             encoded(&header, &groups::fetch_offsets(shard, request).await)
         }
-        KafkaRequest::ListGroups(_) => encoded(&header, &admin::list_groups(shard).await),
+        KafkaRequest::ListGroups(request) => {
+            encoded(&header, &admin::list_groups(shard, request).await)
+        }
         KafkaRequest::DeleteGroups(request) => {
             encoded(&header, &admin::delete_groups(shard, request).await)
         }
