@@ -10,8 +10,9 @@
 use std::collections::VecDeque;
 
 /// Appends remembered at most: a follower further behind than this many appends (one catching
-/// up) adds no sample until it reaches the remembered ones; its lag shows in
-/// `strata_replica_lag_records` instead.
+/// up) adds no sample until a fetch brings it past the oldest remembered one, and is then timed
+/// from that append, later than its own records: its latency is understated, and its lag shows
+/// in `strata_replica_lag_records` instead.
 pub const APPEND_TIMES_MAX: usize = 256;
 
 #[derive(Debug, Default)]
