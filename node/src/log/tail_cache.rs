@@ -40,8 +40,6 @@ pub const TAIL_CACHE_BYTES: usize = 64 << 20;
 thread_local! {
     /// Reads this thread (a shard) served from tail caches, and from segment files.
     static READS: std::cell::Cell<ReadTotals> = const { std::cell::Cell::new(ReadTotals { from_cache: 0, from_files: 0 }) };
-    /// Bytes held by the tail caches made on this thread.
-    static HELD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Reads (fetches of consumers and followers) a shard has served, by where the bytes came from.
@@ -67,11 +65,6 @@ pub(crate) fn count_read(from_cache: bool) {
 /// This thread's reads so far (for `/metrics`).
 pub fn read_totals() -> ReadTotals {
     READS.with(std::cell::Cell::get)
-}
-
-/// Bytes the tail caches of this thread hold now (for `/metrics`).
-pub fn held_bytes() -> u64 {
-    HELD.with(std::cell::Cell::get)
 }
 
 /// One shard's tail caches under one byte budget. Cloning shares them.
@@ -156,30 +149,16 @@ impl TailCaches {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    pub fn budget(&self) -> usize {
-        self.shared.borrow().budget
-    }
 }
 
 impl Shared {
-    fn add_bytes(&mut self, bytes: usize) {
-        self.bytes += bytes;
-        HELD.with(|held| held.set(held.get() + bytes as u64));
-    }
-
-    fn remove_bytes(&mut self, bytes: usize) {
-        self.bytes -= bytes;
-        HELD.with(|held| held.set(held.get() - bytes as u64));
-    }
-
     fn clear(&mut self, slot: usize) {
         let log = &mut self.logs[slot];
         let (bytes, chunks) = (log.bytes, log.chunks.len());
         log.chunks.clear();
         log.bytes = 0;
         self.chunks_held -= chunks;
-        self.remove_bytes(bytes);
+        self.bytes -= bytes;
     }
 
     fn pop_oldest(&mut self, slot: usize) {
@@ -187,15 +166,12 @@ impl Shared {
         let oldest = log.chunks.pop_front().expect("a chunk to drop");
         log.bytes -= oldest.bytes.len();
         self.chunks_held -= 1;
-        self.remove_bytes(oldest.bytes.len());
+        self.bytes -= oldest.bytes.len();
     }
 
     /// Whether the chunk `order` knows as (slot, sequence) is still held.
     fn holds_chunk(&self, slot: usize, sequence: u64) -> bool {
-        self.logs[slot]
-            .chunks
-            .front()
-            .is_some_and(|oldest| oldest.sequence <= sequence)
+        holds_chunk(&self.logs, slot, sequence)
     }
 
     fn push(&mut self, slot: usize, batches: Bytes) {
@@ -227,7 +203,7 @@ impl Shared {
             bytes: batches,
         });
         self.chunks_held += 1;
-        self.add_bytes(len);
+        self.bytes += len;
         self.order.push_back((slot, sequence));
         while self.bytes > self.budget {
             let (oldest_slot, oldest_sequence) = self
@@ -244,14 +220,21 @@ impl Shared {
             }
         }
         if self.order.len() > 2 * self.chunks_held + 1024 {
-            let order = std::mem::take(&mut self.order);
-            self.order = order
-                .into_iter()
-                .filter(|&(slot, sequence)| self.holds_chunk(slot, sequence))
-                .collect();
+            let logs = &self.logs;
+            self.order
+                .retain(|&(slot, sequence)| holds_chunk(logs, slot, sequence));
         }
         debug_assert!(self.bytes <= self.budget);
     }
+}
+
+/// Whether `logs[slot]` still holds the chunk pushed as `sequence`: a log's chunks leave oldest
+/// first, and a slot's later owners push larger sequences.
+fn holds_chunk(logs: &[LogChunks], slot: usize, sequence: u64) -> bool {
+    logs[slot]
+        .chunks
+        .front()
+        .is_some_and(|oldest| oldest.sequence <= sequence)
 }
 
 impl Drop for TailCache {
@@ -465,7 +448,6 @@ mod tests {
 
     #[test]
     fn a_shards_logs_share_one_budget_and_its_oldest_chunk_leaves_first() {
-        let held_before = held_bytes();
         let chunk_len = appended(0, 4, 1000).len();
         let caches = TailCaches::new(3 * chunk_len);
         let mut a = caches.cache();
@@ -474,7 +456,6 @@ mod tests {
         b.push(appended(100, 4, 1000));
         a.push(appended(4, 4, 1000));
         assert_eq!(caches.len(), 3 * chunk_len);
-        assert_eq!(held_bytes() - held_before, 3 * chunk_len as u64);
         // Over the budget: the shard's oldest chunk goes, though another log made the push.
         b.push(appended(104, 4, 1000));
         assert!(!a.holds(0) && a.holds(4));
@@ -496,7 +477,6 @@ mod tests {
         b.push(appended(200, 4, 1000));
         drop(b);
         assert!(caches.is_empty());
-        assert_eq!(held_bytes(), held_before);
         // A reused slot starts empty and is not mistaken for its last owner.
         let mut c = caches.cache();
         assert!(!c.holds(200));

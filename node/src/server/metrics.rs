@@ -224,7 +224,6 @@ impl ShardMetrics {
         snapshot.under_replicated = under_replicated;
         snapshot.direct_io = crate::io::direct_io_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
-        snapshot.tail_cache_bytes = crate::log::tail_cache::held_bytes();
         snapshot.sent_from_files = super::connection::sent_from_files();
         (snapshot.kafka_requests, snapshot.kafka_connections) = super::kafka::totals();
         if let Some(rounds) = sync_rounds {

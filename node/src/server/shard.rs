@@ -328,6 +328,7 @@ pub fn run(
                         shard.writer_tuning.shared_sync.as_deref(),
                     );
                     snapshot.replica_lags = shard.replica_lags();
+                    snapshot.tail_cache_bytes = shard.tail_caches.len() as u64;
                     let _ = reply.send(snapshot);
                 }
                 ShardMessage::View { reply } => {
