@@ -7,7 +7,7 @@
 # Results go to $1 (default: a temp dir). ROUNDS (default 3), DURATION (default 6 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
+source scripts/lib/build-cache.sh
 cargo build --release -q -p strata-node
 strata="$CARGO_TARGET_DIR/release/strata"
 root=$(mktemp -d /var/tmp/strata-iotune-bench.XXXXXX)

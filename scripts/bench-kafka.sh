@@ -8,7 +8,7 @@
 # STRATA_BIN=path uses that binary instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
+source scripts/lib/build-cache.sh
 if [ -n "${STRATA_BIN:-}" ]; then
     strata=$STRATA_BIN
 else

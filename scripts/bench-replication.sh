@@ -20,7 +20,7 @@
 # Results (JSON and text) go to $1 (default: a temp dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
+source scripts/lib/build-cache.sh
 if [ -n "${STRATA_BIN:-}" ]; then
     strata=$STRATA_BIN
 else

@@ -3,8 +3,8 @@
 # 7300+100k, its shards on 7310+100k...), data under ./strata-cluster. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
-command -v etcd >/dev/null || { echo "etcd is missing: apt-get install etcd-server protobuf-compiler" >&2; exit 1; }
+source scripts/lib/build-cache.sh
+command -v etcd >/dev/null || { echo "etcd is missing: apt-get install etcd-server" >&2; exit 1; }
 cargo build --release
 strata="$CARGO_TARGET_DIR/release/strata"
 root="${STRATA_CLUSTER_DIR:-./strata-cluster}"

@@ -4,15 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build outside the clone so repeated runs (and fresh clones in CI) build incrementally.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
-export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-
-# Debian packages the build and tests use, as "command:package": etcd-client's build needs
-# protoc; the control-plane tests start a real etcd; the dashboard test runs headless Chromium;
-# the network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
+# Debian packages the tests use (the build needs none), as "command:package": the
+# control-plane tests start a real etcd; the dashboard test runs headless Chromium; the
+# network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
 # listener's tests produce and consume with kcat (librdkafka, a real Kafka client).
-required=("protoc:protobuf-compiler" "etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm")
+required=("etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
@@ -30,6 +26,12 @@ if ! python3 -c 'from kafka import KafkaProducer' >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         kafka-python==3.0.12
 fi
+# confluent-kafka: a current librdkafka (its wheel bundles 2.16), where kcat's Debian build is 2.0.2.
+if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
+    echo "installing confluent-kafka"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        confluent-kafka==2.16.0
+fi
 # kafkajs: a third Kafka client (JavaScript, on the machine's Node.js), kept outside the clone.
 export STRATA_KAFKAJS_DIR="${STRATA_KAFKAJS_DIR:-/var/tmp/strata-kafkajs}"
 if [ ! -f "$STRATA_KAFKAJS_DIR/node_modules/kafkajs/package.json" ]; then
@@ -42,18 +44,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked cargo-nextest
 fi
 
-# Cargo names a workspace crate's artifacts by its path *within* the workspace, and judges them
-# fresh by the source files they were built from, so a cache last built from another checkout
-# (another clone, a worktree) would look up to date while holding that checkout's code. Rebuild
-# the workspace's own crates (dependencies stay cached) whenever the checkout changes.
-mkdir -p "$CARGO_TARGET_DIR"
-source_marker="$CARGO_TARGET_DIR/.strata-checkout"
-if [ "$(cat "$source_marker" 2>/dev/null)" != "$PWD" ]; then
-    echo "== the cache was built from another checkout: rebuilding the workspace crates"
-    cargo clean --quiet -p strata-wire -p strata-node -p strata-coordinator -p strata-client \
-        -p strata-bench -p strata-tuning -p strata-kafka
-    echo "$PWD" > "$source_marker"
-fi
+source scripts/lib/build-cache.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -121,9 +121,12 @@ async fn serve(
         }
         _ => ("404 Not Found", "text/plain", "not found\n".into()),
     };
+    // `strata-pid` names the process answering, so a script that started a node can tell it
+    // from another broker on the same ports (client ports are shared with SO_REUSEPORT).
     let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nstrata-pid: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len(),
+        std::process::id()
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await

@@ -1,0 +1,17 @@
+# Sourced by the scripts that build (quickstart.sh, test.sh, rdkafka-suite.sh): one build cache
+# outside the clone, so repeated runs and fresh clones build incrementally.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/strata-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# Cargo names a workspace crate's artifacts by its path *within* the workspace, and judges them
+# fresh by the source files they were built from, so a cache last built from another checkout
+# (another clone, a worktree) could look up to date while holding that checkout's code. Rebuild
+# the workspace's own crates (dependencies stay cached) whenever the checkout changes.
+mkdir -p "$CARGO_TARGET_DIR"
+strata_checkout_marker="$CARGO_TARGET_DIR/.strata-checkout"
+if [ "$(cat "$strata_checkout_marker" 2>/dev/null)" != "$PWD" ]; then
+    echo "== the build cache was built from another checkout: rebuilding the workspace crates"
+    cargo clean --quiet -p strata-wire -p strata-node -p strata-coordinator -p strata-client \
+        -p strata-bench -p strata-tuning -p strata-kafka
+    echo "$PWD" > "$strata_checkout_marker"
+fi
