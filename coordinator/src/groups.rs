@@ -106,10 +106,77 @@ pub struct LoadedGroup {
     pub offsets: GroupOffsets,
 }
 
-/// Group ids follow the topic-name rule: they name files and etcd keys.
+/// The longest a group id may be once escaped by [`group_key`]: it names a file.
+pub const GROUP_KEY_LEN_MAX: usize = 249;
+
+/// A group id is any non-empty string, as in Kafka, whose escaped form ([`group_key`]) fits
+/// [`GROUP_KEY_LEN_MAX`].
 pub fn validate_group_id(group: &str) -> Result<(), CoordinatorError> {
-    crate::validate_topic_name(group)
-        .map_err(|_| CoordinatorError::Invalid(format!("invalid group id {group:?}")))
+    if group.is_empty() {
+        return Err(CoordinatorError::Invalid(
+            "a group id must not be empty".into(),
+        ));
+    }
+    let len = escaped_len(group);
+    if len > GROUP_KEY_LEN_MAX {
+        return Err(CoordinatorError::Invalid(format!(
+            "group id {group:?} is {len} bytes escaped, over {GROUP_KEY_LEN_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a group id's byte stands for itself in [`group_key`]: the topic-name alphabet.
+fn kept(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'.' || byte == b'_' || byte == b'-'
+}
+
+fn escaped_len(group: &str) -> usize {
+    group.bytes().map(|b| if kept(b) { 1 } else { 3 }).sum()
+}
+
+/// A group id as a file name and etcd key segment: bytes outside `[A-Za-z0-9._-]` (so `/`,
+/// `%` and every non-ASCII byte) become `%XX`. Ids of that alphabet, the only ones accepted
+/// before any other was, map to themselves, so stored groups keep their keys; `.` and `..` are
+/// never a whole key, since a file name gets `.json` after it and an etcd key a prefix.
+pub fn group_key(group: &str) -> std::borrow::Cow<'_, str> {
+    if group.bytes().all(kept) {
+        return group.into();
+    }
+    let mut key = String::with_capacity(escaped_len(group));
+    for byte in group.bytes() {
+        if kept(byte) {
+            key.push(byte as char);
+        } else {
+            key.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    key.into()
+}
+
+/// The group id a [`group_key`] stands for; `None` for a string no group id escapes to.
+pub fn group_from_key(key: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(key.len());
+    let mut rest = key.as_bytes();
+    while let [first, tail @ ..] = rest {
+        match (*first, tail) {
+            (b'%', [high, low, tail @ ..]) => {
+                let hex = std::str::from_utf8(&[*high, *low]).ok()?.to_owned();
+                let byte = u8::from_str_radix(&hex, 16).ok()?;
+                if kept(byte) || hex != format!("{byte:02X}") {
+                    return None;
+                }
+                bytes.push(byte);
+                rest = tail;
+            }
+            (byte, tail) if kept(byte) => {
+                bytes.push(byte);
+                rest = tail;
+            }
+            _ => return None,
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// How many producer ids a broker takes from the shared counter at once.
@@ -185,12 +252,19 @@ impl LocalGroupStore {
 
     fn group_file(&self, group: &str) -> Result<LocalGroupFile, CoordinatorError> {
         validate_group_id(group)?;
-        self.read_json(self.dir.join("groups").join(format!("{group}.json")))
+        self.read_json(self.group_path(group))
+    }
+
+    fn group_path(&self, group: &str) -> PathBuf {
+        self.dir
+            .join("groups")
+            .join(format!("{}.json", group_key(group)))
     }
 
     fn write_group_file(&self, group: &str, file: &LocalGroupFile) -> Result<(), CoordinatorError> {
         let bytes = serde_json::to_vec(file).expect("group state serializes");
-        write_atomically(&self.dir.join("groups"), &format!("{group}.json"), &bytes)
+        let name = format!("{}.json", group_key(group));
+        write_atomically(&self.dir.join("groups"), &name, &bytes)
     }
 }
 
@@ -242,7 +316,7 @@ impl GroupStore for LocalGroupStore {
         if file.revision != fence {
             return Ok(false);
         }
-        let path = self.dir.join("groups").join(format!("{group}.json"));
+        let path = self.group_path(group);
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -264,13 +338,12 @@ impl GroupStore for LocalGroupStore {
         let mut groups = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(group) = name.strip_suffix(".json") {
-                let file = self.group_file(group)?;
-                groups.push((
-                    group.to_string(),
-                    file.record.map_or(0, |record| record.generation),
-                ));
-            }
+            // Anything else in the folder (a temporary file of an atomic write) is not a group.
+            let Some(group) = name.strip_suffix(".json").and_then(group_from_key) else {
+                continue;
+            };
+            let file = self.group_file(&group)?;
+            groups.push((group, file.record.map_or(0, |record| record.generation)));
         }
         groups.sort();
         Ok(groups)
@@ -313,13 +386,13 @@ impl GroupStore for EtcdGroupStore {
     async fn load_group(&self, group: &str) -> Result<LoadedGroup, CoordinatorError> {
         validate_group_id(group)?;
         let client = &self.client;
-        let record_key = self.key(&format!("groups/{group}"));
+        let record_key = self.key(&format!("groups/{}", group_key(group)));
         let record = client.get(record_key, None).await.map_err(etcd_error)?;
         let (record, revision) = match record.kvs().first() {
             Some(kv) => (Some(decode(kv.key(), kv.value())?), kv.mod_revision()),
             None => (None, 0),
         };
-        let offsets_prefix = self.key(&format!("offsets/{group}/"));
+        let offsets_prefix = self.key(&format!("offsets/{}/", group_key(group)));
         // One key per topic, each a map of its partitions' offsets: large for a topic of many
         // partitions.
         let (stored, _) =
@@ -343,7 +416,7 @@ impl GroupStore for EtcdGroupStore {
         record: &GroupRecord,
     ) -> Result<Option<Revision>, CoordinatorError> {
         validate_group_id(group)?;
-        let key = self.key(&format!("groups/{group}"));
+        let key = self.key(&format!("groups/{}", group_key(group)));
         let value = serde_json::to_vec(record).expect("a group record serializes");
         let txn = Txn::new()
             .when([Compare::mod_revision(
@@ -369,6 +442,7 @@ impl GroupStore for EtcdGroupStore {
         topics: &GroupOffsets,
     ) -> Result<bool, CoordinatorError> {
         validate_group_id(group)?;
+        let group = group_key(group);
         let record_key = self.key(&format!("groups/{group}"));
         let puts: Vec<TxnOp> = topics
             .iter()
@@ -389,6 +463,7 @@ impl GroupStore for EtcdGroupStore {
 
     async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError> {
         validate_group_id(group)?;
+        let group = group_key(group);
         let record_key = self.key(&format!("groups/{group}"));
         let txn = Txn::new()
             .when([Compare::mod_revision(
@@ -413,7 +488,11 @@ impl GroupStore for EtcdGroupStore {
         let mut groups = Vec::new();
         for kv in &records {
             let record: GroupRecord = decode(kv.key(), kv.value())?;
-            let group = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let key = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let Some(group) = group_from_key(&key) else {
+                tracing::warn!(key, "a group record under a key no group id escapes to");
+                continue;
+            };
             groups.push((group, record.generation));
         }
         groups.sort();
@@ -526,6 +605,30 @@ mod tests {
     }
 
     #[test]
+    fn group_keys_escape_what_names_no_file_and_read_back_as_their_ids() {
+        // The topic-name alphabet stands for itself: groups stored before keep their keys.
+        assert_eq!(group_key("billing-v2.eu_1"), "billing-v2.eu_1");
+        assert_eq!(group_key("a/b"), "a%2Fb");
+        assert_eq!(group_key("a%2Fb"), "a%252Fb");
+        assert_eq!(group_key("roundrobin,range"), "roundrobin%2Crange");
+        for id in ["a/b", "a%2Fb", "ü", " ", "..", "x\0y", "%"] {
+            assert_eq!(group_from_key(&group_key(id)).as_deref(), Some(id));
+            assert_eq!(group_key(id).len(), escaped_len(id));
+        }
+        // Only the canonical escape of a byte outside the alphabet decodes.
+        for key in ["a%2fb", "a%41", "a%2", "a/b", "%zz", "a,b"] {
+            assert_eq!(group_from_key(key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn the_local_store_keeps_groups_of_any_id_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalGroupStore::open(dir.path()).unwrap();
+        block_on(crate::testing::check_group_ids_are_kept_apart(&store));
+    }
+
+    #[test]
     fn local_store_fences_on_the_group_revision_and_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
         block_on(async {
@@ -599,7 +702,18 @@ mod tests {
                 store.allocate_producer_ids(1).await.unwrap(),
                 2 * PRODUCER_ID_BLOCK
             );
-            assert!(store.load_group("../escape").await.is_err());
+            // An id that looks like a path names a file inside the store's folder.
+            assert!(
+                store
+                    .store_group("../escape", 0, &GroupRecord::at(1))
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert!(dir.path().join("groups/..%2Fescape.json").is_file());
+            assert!(!dir.path().join("escape.json").exists());
+            let revision = store.load_group("../escape").await.unwrap().revision;
+            assert!(store.delete_group("../escape", revision).await.unwrap());
             // Deleting the group takes its record and offsets, fenced like a commit.
             let revision = store.load_group("g").await.unwrap().revision;
             assert!(!store.delete_group("g", revision - 1).await.unwrap());

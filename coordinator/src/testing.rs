@@ -298,3 +298,61 @@ impl Drop for EtcdCluster {
         }
     }
 }
+
+/// What every [`GroupStore`](crate::groups::GroupStore) must do with group ids that are not
+/// topic names (Kafka allows any non-empty string): keep each group's record and offsets apart
+/// from every other's, however alike their ids, and list each by its own id. Run against the
+/// file store in its unit tests and against etcd in `tests/etcd.rs`. Panics on a difference.
+pub async fn check_group_ids_are_kept_apart(store: &impl crate::groups::GroupStore) {
+    use crate::groups::{GroupOffsets, GroupRecord, StoredOffset};
+    // "a/b" must not fall under "a"'s keys, nor "a%2Fb" (a literal escape) meet "a/b".
+    let ids = [
+        "a",
+        "a/b",
+        "a%2Fb",
+        "roundrobin,range",
+        "grüppe",
+        " spaced ",
+    ];
+    for (generation, id) in (1..).zip(ids) {
+        let revision = store
+            .store_group(id, 0, &GroupRecord::at(generation))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("group {id:?} claimed"));
+        let offsets = GroupOffsets::from([(
+            "t".to_string(),
+            std::collections::BTreeMap::from([(
+                0,
+                StoredOffset {
+                    offset: generation as u64 * 10,
+                    metadata: id.to_string(),
+                    committed_ms: None,
+                },
+            )]),
+        )]);
+        assert!(store.commit_offsets(id, revision, &offsets).await.unwrap());
+    }
+    let listed = store.list_groups().await.unwrap();
+    let mut expected: Vec<(String, i32)> = (1..).zip(ids).map(|(g, id)| (id.into(), g)).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for (generation, id) in (1..).zip(ids) {
+        let loaded = store.load_group(id).await.unwrap();
+        assert_eq!(loaded.record.unwrap().generation, generation, "{id:?}");
+        let offset = &loaded.offsets["t"][&0];
+        assert_eq!(
+            (offset.offset, offset.metadata.as_str()),
+            (generation as u64 * 10, id)
+        );
+    }
+    // Deleting "a" leaves "a/b" whole.
+    let revision = store.load_group("a").await.unwrap().revision;
+    assert!(store.delete_group("a", revision).await.unwrap());
+    assert_eq!(store.load_group("a/b").await.unwrap().offsets["t"].len(), 1);
+    assert_eq!(store.list_groups().await.unwrap().len(), ids.len() - 1);
+    // An empty id, or one too long once escaped, is refused.
+    assert!(store.load_group("").await.is_err());
+    assert!(store.load_group(&"/".repeat(84)).await.is_err());
+    assert!(store.load_group(&"/".repeat(83)).await.is_ok());
+}

@@ -479,3 +479,15 @@ fn controller_writes_are_batched_and_fenced() {
         }
     });
 }
+
+#[test]
+fn etcd_keeps_groups_of_any_id_apart() {
+    let etcd = EtcdServer::start();
+    let endpoints = vec![etcd.endpoint.clone()];
+    runtime().block_on(async {
+        let store = strata_coordinator::EtcdGroupStore::connect(&endpoints, "test")
+            .await
+            .unwrap();
+        strata_coordinator::testing::check_group_ids_are_kept_apart(&store).await;
+    });
+}

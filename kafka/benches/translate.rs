@@ -78,7 +78,7 @@ fn main() {
     }
     let record_bytes = RECORDS * (VALUE_BYTES + "key-00".len());
     println!("# {RECORDS} records of {VALUE_BYTES} B per batch; MB/s of record bytes, one thread");
-    let stored = to_strata(kafka_batch(Compression::None), usize::MAX).expect("translates");
+    let stored = to_strata(kafka_batch(Compression::None), usize::MAX, None).expect("translates");
     let mut stamped = stored.clone();
     strata_wire::batch::stamp(&mut stamped, 0, 0);
     let stored = stamped.freeze();
@@ -90,7 +90,7 @@ fn main() {
     for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
         let kafka = kafka_batch(compression);
         let produced = rate(record_bytes, || {
-            let batch = to_strata(kafka.clone(), usize::MAX).expect("translates");
+            let batch = to_strata(kafka.clone(), usize::MAX, None).expect("translates");
             assert!(!batch.is_empty());
         });
         println!(

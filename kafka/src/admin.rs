@@ -23,10 +23,24 @@ use strata_wire::protocol as native;
 use crate::errors::{self, kafka_error};
 use crate::text;
 
-/// Kafka's broker defaults for a topic created without them (`num.partitions`,
-/// `default.replication.factor`).
-const DEFAULT_PARTITIONS: u32 = 1;
-const DEFAULT_REPLICATION_FACTOR: u16 = 1;
+/// The broker's defaults for a topic a Kafka client creates without naming them (Kafka's
+/// `num.partitions` and `default.replication.factor`): CreateTopics with -1 (KIP-464), and
+/// topics created on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub partitions: u32,
+    pub replication_factor: u16,
+}
+
+impl Default for TopicDefaults {
+    /// Kafka's own defaults.
+    fn default() -> TopicDefaults {
+        TopicDefaults {
+            partitions: 1,
+            replication_factor: 1,
+        }
+    }
+}
 
 /// Config resource types (DescribeConfigs, AlterConfigs): only topics have settings here.
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -36,6 +50,13 @@ const SOURCE_DEFAULT: i8 = 5;
 /// IncrementalAlterConfigs operations (APPEND and SUBTRACT, for list values, are refused).
 const OPERATION_SET: i8 = 0;
 const OPERATION_DELETE: i8 = 1;
+const OPERATION_APPEND: i8 = 2;
+const OPERATION_SUBTRACT: i8 = 3;
+
+/// Kafka's list-valued topic settings that Strata serves, with the value every topic has:
+/// only these take APPEND and SUBTRACT. Every topic's cleanup policy is `delete` (compaction
+/// is refused), so a list operation starts from it.
+const LIST_CONFIGS: &[(&str, &str)] = &[(CLEANUP_POLICY, CLEANUP_DELETE)];
 
 /// The version of ConsumerProtocolAssignment that DescribeGroups answers carry.
 const ASSIGNMENT_VERSION: i16 = 0;
@@ -81,15 +102,10 @@ pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntr
     }
 }
 
-/// Options of topic requests Strata has no counterpart for: a dry run, and replicas placed by
-/// hand (Strata places them; `strata topic reassign` moves them).
-fn unsupported_options(validate_only: bool, assignments: bool) -> Result<(), Refusal> {
-    if validate_only {
-        return Err(refuse(
-            errors::INVALID_REQUEST,
-            "validate_only is not supported",
-        ));
-    }
+/// The option of topic requests Strata has no counterpart for: replicas placed by hand
+/// (Strata places them; `strata topic reassign` moves them). `validate_only` is the caller's
+/// to honour: it checks the translated request against the cluster and applies nothing.
+fn unsupported_options(assignments: bool) -> Result<(), Refusal> {
     if assignments {
         return Err(refuse(
             errors::INVALID_REQUEST,
@@ -100,22 +116,21 @@ fn unsupported_options(validate_only: bool, assignments: bool) -> Result<(), Ref
 }
 
 /// One native CreateTopic per topic, or why the topic is refused on sight (manual replica
-/// assignments, `validate_only`: Strata places replicas itself and has no dry run).
+/// assignments: Strata places replicas itself).
 pub fn create_topics_requests(
     request: &CreateTopicsRequest,
+    defaults: TopicDefaults,
 ) -> Vec<(String, Result<native::CreateTopicRequest, Refusal>)> {
     request
         .topics
         .iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let native = if let Err(refusal) =
-                unsupported_options(request.validate_only, !topic.assignments.is_empty())
-            {
+            let native = if let Err(refusal) = unsupported_options(!topic.assignments.is_empty()) {
                 Err(refusal)
             } else {
                 let partitions = match topic.num_partitions {
-                    -1 => Ok(DEFAULT_PARTITIONS),
+                    -1 => Ok(defaults.partitions),
                     count => u32::try_from(count)
                         .ok()
                         .filter(|&count| count > 0)
@@ -124,7 +139,7 @@ pub fn create_topics_requests(
                         }),
                 };
                 let replication_factor = match topic.replication_factor {
-                    -1 => Ok(DEFAULT_REPLICATION_FACTOR),
+                    -1 => Ok(defaults.replication_factor),
                     factor => u16::try_from(factor)
                         .ok()
                         .filter(|&factor| factor > 0)
@@ -214,9 +229,7 @@ pub fn create_partitions_requests(
         .iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let native = if let Err(refusal) =
-                unsupported_options(request.validate_only, topic.assignments.is_some())
-            {
+            let native = if let Err(refusal) = unsupported_options(topic.assignments.is_some()) {
                 Err(refusal)
             } else {
                 u32::try_from(topic.count)
@@ -363,12 +376,13 @@ pub fn describe_configs_result(
     )
 }
 
-/// An IncrementalAlterConfigs resource as a native alter: SET and DELETE operations.
+/// An IncrementalAlterConfigs resource as a native alter. SET and DELETE change a setting;
+/// APPEND and SUBTRACT add values to, or take them from, a list-valued setting
+/// ([`LIST_CONFIGS`]) and are refused for any other, with Kafka's error.
 pub fn incremental_alter_request(
     resource_type: i8,
     topic: &str,
     configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
-    validate_only: bool,
 ) -> Result<native::AlterTopicConfigRequest, Refusal> {
     if resource_type != RESOURCE_TOPIC {
         return Err(refuse(
@@ -376,7 +390,6 @@ pub fn incremental_alter_request(
             "only topic configs are served",
         ));
     }
-    unsupported_options(validate_only, false)?;
     let mut alter = native::AlterTopicConfigRequest {
         topic: topic.to_string(),
         set: Vec::new(),
@@ -390,10 +403,47 @@ pub fn incremental_alter_request(
                 alter.delete.push(STRATA_UNCLEAN.to_string());
             }
             (OPERATION_DELETE, _) => alter.delete.push(key),
-            _ => {
+            (operation @ (OPERATION_APPEND | OPERATION_SUBTRACT), Some(value)) => {
+                let Some((_, current)) = LIST_CONFIGS.iter().find(|(list, _)| *list == key) else {
+                    let verb = if operation == OPERATION_APPEND {
+                        "append"
+                    } else {
+                        "subtract"
+                    };
+                    return Err(refuse(
+                        errors::INVALID_CONFIG,
+                        &format!("Config value {verb} is not allowed for config key: {key}"),
+                    ));
+                };
+                let given: Vec<&str> = value.split(',').map(str::trim).collect();
+                let mut values: Vec<&str> = current.split(',').collect();
+                if operation == OPERATION_APPEND {
+                    for value in given {
+                        if !values.contains(&value) {
+                            values.push(value);
+                        }
+                    }
+                } else {
+                    values.retain(|value| !given.contains(value));
+                }
+                if values.is_empty() {
+                    return Err(refuse(
+                        errors::INVALID_CONFIG,
+                        &format!("{key} cannot be left empty"),
+                    ));
+                }
+                alter.set.extend(strata_config(&key, &values.join(","))?);
+            }
+            (OPERATION_SET | OPERATION_APPEND | OPERATION_SUBTRACT, None) => {
                 return Err(refuse(
                     errors::INVALID_REQUEST,
-                    "only SET (with a value) and DELETE are supported",
+                    &format!("{key}: SET, APPEND and SUBTRACT need a value"),
+                ));
+            }
+            (operation, _) => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    &format!("{key}: unknown config operation {operation}"),
                 ));
             }
         }
@@ -408,13 +458,12 @@ pub fn replacing_alter_request(
     topic: &str,
     configs: impl IntoIterator<Item = (String, Option<String>)>,
     current: &native::DescribeTopicConfigResponse,
-    validate_only: bool,
 ) -> Result<native::AlterTopicConfigRequest, Refusal> {
     let set: Vec<(String, i8, Option<String>)> = configs
         .into_iter()
         .map(|(key, value)| (key, OPERATION_SET, value))
         .collect();
-    let mut alter = incremental_alter_request(resource_type, topic, set, validate_only)?;
+    let mut alter = incremental_alter_request(resource_type, topic, set)?;
     alter.delete = current
         .configs
         .iter()
@@ -500,9 +549,13 @@ mod tests {
                 .with_replication_factor(1)
                 .with_assignments(vec![Default::default()]),
         ]);
-        let translated = create_topics_requests(&request);
+        let broker = TopicDefaults {
+            partitions: 4,
+            replication_factor: 3,
+        };
+        let translated = create_topics_requests(&request, broker);
         let defaults = translated[0].1.as_ref().unwrap();
-        assert_eq!((defaults.partitions, defaults.replication_factor), (1, 1));
+        assert_eq!((defaults.partitions, defaults.replication_factor), (4, 3));
         assert_eq!(defaults.configs[0].key, "retention.ms");
         assert_eq!(
             translated[1].1.as_ref().unwrap_err().error,
@@ -527,14 +580,13 @@ mod tests {
                 ),
                 ("flush".to_string(), OPERATION_DELETE, None),
             ],
-            false,
         )
         .unwrap();
         assert_eq!(incremental.set[0].key, "retention.ms");
         assert_eq!(incremental.delete, ["flush"]);
-        let append = incremental_alter_request(RESOURCE_TOPIC, "t", [("x".into(), 2, None)], false);
-        assert_eq!(append.unwrap_err().error, errors::INVALID_REQUEST);
-        let broker = incremental_alter_request(4, "1", [], false);
+        let no_value = incremental_alter_request(RESOURCE_TOPIC, "t", [("x".into(), 2, None)]);
+        assert_eq!(no_value.unwrap_err().error, errors::INVALID_REQUEST);
+        let broker = incremental_alter_request(4, "1", []);
         assert_eq!(broker.unwrap_err().error, errors::INVALID_REQUEST);
 
         let entry = |key: &str, is_override| native::TopicConfigEntry {
@@ -555,7 +607,6 @@ mod tests {
             "t",
             [("retention.ms".to_string(), Some("5".to_string()))],
             &current,
-            false,
         )
         .unwrap();
         assert_eq!(replacing.set[0].value, "5");
@@ -602,7 +653,6 @@ mod tests {
                     None,
                 ),
             ],
-            false,
         )
         .unwrap();
         assert!(altered.set.is_empty());
@@ -625,6 +675,50 @@ mod tests {
             .map(|c| c.name.to_string())
             .collect();
         assert_eq!(names, ["cleanup.policy", "unclean.leader.election.enable"]);
+    }
+
+    /// APPEND and SUBTRACT work on list-valued settings, from the value every topic has, and
+    /// are refused for any other setting with Kafka's error and words.
+    #[test]
+    fn list_settings_take_append_and_subtract_and_others_refuse_them() {
+        let one = |key: &str, operation, value: &str| {
+            incremental_alter_request(
+                RESOURCE_TOPIC,
+                "t",
+                [(key.to_string(), operation, Some(value.to_string()))],
+            )
+        };
+        // What the policy already holds, or takes away what it does not: nothing to store.
+        for (operation, value) in [
+            (OPERATION_APPEND, "delete"),
+            (OPERATION_SUBTRACT, "compact"),
+        ] {
+            let alter = one(CLEANUP_POLICY, operation, value).unwrap();
+            assert!(alter.set.is_empty() && alter.delete.is_empty());
+        }
+        // Appending compaction asks for compaction: refused as setting it is.
+        assert_eq!(
+            one(CLEANUP_POLICY, OPERATION_APPEND, "compact")
+                .unwrap_err()
+                .error,
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            one(CLEANUP_POLICY, OPERATION_SUBTRACT, "delete")
+                .unwrap_err()
+                .error,
+            errors::INVALID_CONFIG
+        );
+        let refused = one("retention.ms", OPERATION_APPEND, "5").unwrap_err();
+        assert_eq!(refused.error, errors::INVALID_CONFIG);
+        assert_eq!(
+            refused.message,
+            "Config value append is not allowed for config key: retention.ms"
+        );
+        assert_eq!(
+            one("retention.ms", 9, "5").unwrap_err().error,
+            errors::INVALID_REQUEST
+        );
     }
 
     /// Kafka's tools read a member's partitions from its assignment bytes.

@@ -61,6 +61,17 @@ pub struct Header {
     pub client_id: String,
 }
 
+/// A request decoded from its frame.
+#[derive(Debug)]
+pub struct Decoded {
+    pub header: Header,
+    pub request: KafkaRequest,
+    /// Bytes the frame held after the request's last field. Kafka's brokers read the fields
+    /// they know and ignore the rest, and clients rely on it: librdkafka 2.1 and later send
+    /// an all-topics Metadata v12 with three bytes past its end. Counted, never read.
+    pub trailing_bytes: usize,
+}
+
 /// A decoded request of a served API.
 #[derive(Debug)]
 pub enum KafkaRequest {
@@ -104,8 +115,10 @@ pub enum Rejected {
     Malformed(String),
 }
 
-/// Decodes one request frame's content (after its size prefix).
-pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Rejected> {
+/// Decodes one request frame's content (after its size prefix). A frame that ends before its
+/// request does, or whose fields do not decode, is refused; bytes after a whole request are
+/// not (see [`Decoded::trailing_bytes`]).
+pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
     if frame.len() < HEADER_PREFIX_LEN {
         return Err(Rejected::Malformed(format!(
             "a {}-byte frame holds no request header",
@@ -159,14 +172,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
         ApiKey::IncrementalAlterConfigs => decoded!(IncrementalAlterConfigs),
         _ => unreachable!("served() admits only the APIs above"),
     };
-    if frame.has_remaining() {
-        return Err(Rejected::Malformed(format!(
-            "{api:?} v{api_version}: {} bytes after the request",
-            frame.remaining()
-        )));
-    }
-    Ok((
-        Header {
+    Ok(Decoded {
+        header: Header {
             api_key: api,
             api_version,
             correlation_id,
@@ -176,7 +183,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<(Header, KafkaRequest), Reject
                 .unwrap_or_default(),
         },
         request,
-    ))
+        trailing_bytes: frame.remaining(),
+    })
 }
 
 fn served(api: ApiKey, version: i16) -> bool {

@@ -43,14 +43,19 @@ pub enum RecordsError {
 /// back to back, as a native produce request carries them. Checks each Kafka batch's CRC;
 /// refuses batches that would inflate past `limit` bytes, before they do. Records are read
 /// straight into the Strata batch (no per-record structs; repeated header keys, which Kafka
-/// allows, kept).
-pub fn to_strata(mut kafka: Bytes, limit: usize) -> Result<BytesMut, RecordsError> {
+/// allows, kept). Each batch gets `codec`, or, with `None`, the codec nearest its own (the
+/// topic's `compression.type`: `None` is `producer`).
+pub fn to_strata(
+    mut kafka: Bytes,
+    limit: usize,
+    codec: Option<Codec>,
+) -> Result<BytesMut, RecordsError> {
     if kafka.is_empty() {
         return Err(RecordsError::Empty);
     }
     let mut batches = Vec::new();
     while !kafka.is_empty() {
-        batches.push(strata_batch(&mut kafka, limit)?);
+        batches.push(strata_batch(&mut kafka, limit, codec)?);
     }
     if let [batch] = &mut batches[..] {
         // The builder's buffer is the batch's only owner: taken back without a copy.
@@ -125,7 +130,11 @@ fn be_i64(bytes: &[u8], at: usize) -> i64 {
 }
 
 /// Takes one Kafka record batch (v2) off the front of `kafka` and builds its Strata batch.
-fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> {
+fn strata_batch(
+    kafka: &mut Bytes,
+    limit: usize,
+    codec: Option<Codec>,
+) -> Result<Bytes, RecordsError> {
     const LENGTH_END: usize = 12;
     if kafka.len() < KAFKA_BATCH_HEADER_LEN {
         return Err(malformed("a batch is cut short"));
@@ -184,16 +193,16 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
         return Err(RecordsError::TooLarge { bytes, limit });
     }
     let mut builder = BatchBuilder::with_capacity(bytes + strata_wire::batch::HEADER_LEN);
-    builder.set_codec(match compression {
+    builder.set_codec(codec.unwrap_or(match compression {
         Compression::None => Codec::None,
         Compression::Lz4 | Compression::Snappy => Codec::Lz4,
         Compression::Zstd | Compression::Gzip => Codec::Zstd,
-    });
+    }));
     if producer_id >= 0 {
         builder.set_producer(producer_id, producer_epoch, base_sequence);
     }
     let mut fields = Fields { bytes: &records };
-    let mut headers: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut headers: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
     for index in 0..record_count {
         let len = usize::try_from(fields.varint()?).map_err(|_| malformed("a negative length"))?;
         let mut record = Fields {
@@ -216,7 +225,7 @@ fn strata_batch(kafka: &mut Bytes, limit: usize) -> Result<Bytes, RecordsError> 
             let key = record
                 .nullable()?
                 .ok_or_else(|| malformed("a null header key"))?;
-            headers.push((key, record.nullable()?.unwrap_or_default()));
+            headers.push((key, record.nullable()?));
         }
         if count < 0 || !record.bytes.is_empty() {
             return Err(malformed("a record's length does not match its fields"));
@@ -368,10 +377,11 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
         let value = record.nullable_value();
         let value_len = value.map_or(-1, |value| value.len() as i32);
         let headers_len: usize = record
-            .headers()
+            .nullable_headers()
             .map(|(key, value)| {
                 let key = header_key_bytes(key, &mut lossy_key).len();
-                varint_len(key as i64) + key + varint_len(value.len() as i64) + value.len()
+                let value_len = value.map_or(-1, |value| value.len() as i64);
+                varint_len(key as i64) + key + varint_len(value_len) + value.map_or(0, <[u8]>::len)
             })
             .sum();
         let body_len = 1
@@ -396,12 +406,14 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
             out.put_slice(value);
         }
         put_varint(out, record.headers().len() as i64);
-        for (key, value) in record.headers() {
+        for (key, value) in record.nullable_headers() {
             let key = header_key_bytes(key, &mut lossy_key);
             put_varint(out, key.len() as i64);
             out.put_slice(key);
-            put_varint(out, value.len() as i64);
-            out.put_slice(value);
+            put_varint(out, value.map_or(-1, |value| value.len() as i64));
+            if let Some(value) = value {
+                out.put_slice(value);
+            }
         }
     }
     let batch_len = (out.len() - start - 12) as i32;

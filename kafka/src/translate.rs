@@ -167,8 +167,13 @@ pub struct Produce {
 }
 
 /// Translates a produce request: each partition's Kafka batches become Strata batches (whose
-/// records may inflate to at most `limit` bytes).
-pub fn produce_request(request: ProduceRequest, limit: usize) -> Produce {
+/// records may inflate to at most `limit` bytes), stored with the codec `codec_of` gives the
+/// topic (its `compression.type`; `None`: each batch's own).
+pub fn produce_request(
+    request: ProduceRequest,
+    limit: usize,
+    codec_of: impl Fn(&str) -> Option<strata_wire::batch::Codec>,
+) -> Produce {
     let acks = match request.acks {
         0 => Some(native::ACKS_NONE),
         1 => Some(native::ACKS_LEADER),
@@ -179,22 +184,25 @@ pub fn produce_request(request: ProduceRequest, limit: usize) -> Produce {
     let mut topics = Vec::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
+        let codec = codec_of(&name);
         let mut partitions = Vec::new();
         for partition in topic.partition_data {
             let error = match (u32::try_from(partition.index), acks, partition.records) {
                 (Err(_), _, _) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                 (_, None, _) => INVALID_REQUIRED_ACKS,
                 (_, _, None) => errors::CORRUPT_MESSAGE,
-                (Ok(index), Some(_), Some(records)) => match records::to_strata(records, limit) {
-                    Ok(batches) => {
-                        partitions.push(native::ProducePartition {
-                            partition: index,
-                            records: native::Records::Mutable(batches),
-                        });
-                        continue;
+                (Ok(index), Some(_), Some(records)) => {
+                    match records::to_strata(records, limit, codec) {
+                        Ok(batches) => {
+                            partitions.push(native::ProducePartition {
+                                partition: index,
+                                records: native::Records::Mutable(batches),
+                            });
+                            continue;
+                        }
+                        Err(error) => records_error(&error),
                     }
-                    Err(error) => records_error(&error),
-                },
+                }
             };
             refused.push(Refused {
                 topic: name.clone(),
@@ -482,7 +490,8 @@ pub fn init_producer_id_request(
         .as_ref()
         .is_some_and(|id| !id.0.is_empty())
     {
-        return Err(errors::INVALID_REQUEST);
+        // As FindCoordinator answers for a transactional id: refused for good, not retried.
+        return Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     }
     Ok(native::InitProducerIdRequest {
         producer_id: request.producer_id.0,

@@ -559,3 +559,30 @@ fn null_values_are_told_from_empty_ones() {
         assert_eq!(batch.records().next().unwrap().value, b"", "{codec:?}");
     }
 }
+
+#[test]
+fn null_header_values_are_told_from_empty_ones() {
+    for codec in [Codec::None, Codec::Lz4, Codec::Zstd] {
+        let mut builder = BatchBuilder::default();
+        builder.set_codec(codec);
+        let headers = [
+            (&b"absent"[..], None),
+            (&b"blank"[..], Some(&b""[..])),
+            (&b"set"[..], Some(&b"v"[..])),
+        ];
+        builder.push_nullable(1, None, Some(b"x"), headers);
+        let batch = Batch::validate(builder.into_batch()).unwrap();
+        let record = batch.records().next().unwrap();
+        assert_eq!(
+            record.nullable_headers().collect::<Vec<_>>(),
+            headers,
+            "{codec:?}"
+        );
+        // The plain view reads a null value as empty.
+        assert_eq!(
+            record.headers().map(|(_, v)| v).collect::<Vec<_>>(),
+            [&b""[..], b"", b"v"],
+            "{codec:?}"
+        );
+    }
+}

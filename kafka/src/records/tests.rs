@@ -33,6 +33,26 @@ fn sample() -> Vec<KafkaRecord> {
 /// A produced Kafka batch, in each of Kafka's codecs, becomes one Strata batch holding the same
 /// records; stamped by the log and fetched back, it is a Kafka batch with the log's offsets
 /// and epoch and the same keys, values, headers and timestamps.
+/// A topic's compression.type stores every Kafka batch with its codec, whatever the
+/// producer's; the records read back the same.
+#[test]
+fn a_topics_compression_type_overrides_the_producers_codec() {
+    for (sent_with, stored_as) in [
+        (Compression::None, Codec::Zstd),
+        (Compression::Gzip, Codec::Lz4),
+        (Compression::Lz4, Codec::None),
+    ] {
+        let sent = sample();
+        let mut stored = to_strata(kafka_batch(&sent, sent_with), LIMIT, Some(stored_as)).unwrap();
+        stamp(&mut stored, 0, 0);
+        let batch = split_batches(stored.freeze()).next().unwrap().unwrap();
+        assert_eq!(batch.codec(), stored_as, "{sent_with:?}");
+        let values: Vec<Option<&[u8]>> = batch.records().map(|r| r.nullable_value()).collect();
+        let expected: Vec<Option<&[u8]>> = sent.iter().map(|r| r.value.as_deref()).collect();
+        assert_eq!(values, expected, "{sent_with:?}");
+    }
+}
+
 #[test]
 fn kafka_batches_become_strata_batches_and_back_in_every_codec() {
     for (compression, codec) in [
@@ -43,7 +63,7 @@ fn kafka_batches_become_strata_batches_and_back_in_every_codec() {
         (Compression::Zstd, Codec::Zstd),
     ] {
         let sent = sample();
-        let mut stored = to_strata(kafka_batch(&sent, compression), LIMIT).unwrap();
+        let mut stored = to_strata(kafka_batch(&sent, compression), LIMIT, None).unwrap();
         stamp(&mut stored, 100, 7);
         let batches: Vec<_> = split_batches(stored.clone().freeze())
             .collect::<Result<_, _>>()
@@ -83,7 +103,7 @@ fn idempotent_producer_fields_survive_the_round_trip() {
             record
         })
         .collect();
-    let mut stored = to_strata(kafka_batch(&sent, Compression::None), LIMIT).unwrap();
+    let mut stored = to_strata(kafka_batch(&sent, Compression::None), LIMIT, None).unwrap();
     let header = strata_wire::BatchHeader::parse(&stored).unwrap();
     assert_eq!(
         (
@@ -116,7 +136,7 @@ fn several_batches_stay_several() {
     let mut two = BytesMut::new();
     two.extend_from_slice(&kafka_batch(&sample(), Compression::None));
     two.extend_from_slice(&kafka_batch(&sample()[..1], Compression::Lz4));
-    let mut stored = to_strata(two.freeze(), LIMIT).unwrap();
+    let mut stored = to_strata(two.freeze(), LIMIT, None).unwrap();
     let first_len = strata_wire::BatchHeader::parse(&stored).unwrap().batch_len as usize;
     stamp(&mut stored[..first_len], 0, 0);
     stamp(&mut stored[first_len..], 3, 0);
@@ -140,15 +160,15 @@ fn bad_batches_are_refused_with_their_reason() {
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0xff;
     assert!(matches!(
-        to_strata(corrupt.freeze(), LIMIT),
+        to_strata(corrupt.freeze(), LIMIT, None),
         Err(RecordsError::Malformed(reason)) if reason.contains("Cyclic redundancy check")
     ));
     assert!(matches!(
-        to_strata(Bytes::from_static(&[0; 10]), LIMIT),
+        to_strata(Bytes::from_static(&[0; 10]), LIMIT, None),
         Err(RecordsError::Malformed(_))
     ));
     assert!(matches!(
-        to_strata(Bytes::new(), LIMIT),
+        to_strata(Bytes::new(), LIMIT, None),
         Err(RecordsError::Empty)
     ));
     let transactional: Vec<_> = sample()
@@ -162,7 +182,7 @@ fn bad_batches_are_refused_with_their_reason() {
         })
         .collect();
     assert!(matches!(
-        to_strata(kafka_batch(&transactional, Compression::None), LIMIT),
+        to_strata(kafka_batch(&transactional, Compression::None), LIMIT, None),
         Err(RecordsError::Transactional)
     ));
     let control: Vec<_> = sample()
@@ -173,7 +193,7 @@ fn bad_batches_are_refused_with_their_reason() {
         })
         .collect();
     assert!(matches!(
-        to_strata(kafka_batch(&control, Compression::None), LIMIT),
+        to_strata(kafka_batch(&control, Compression::None), LIMIT, None),
         Err(RecordsError::ControlBatch)
     ));
     // A compressed batch that inflates past the limit is refused before it is built.
@@ -184,7 +204,7 @@ fn bad_batches_are_refused_with_their_reason() {
     let compressed = kafka_batch(&big, Compression::Zstd);
     assert!(compressed.len() < 100_000);
     assert!(matches!(
-        to_strata(compressed, 1_000_000),
+        to_strata(compressed, 1_000_000, None),
         Err(RecordsError::TooLarge { .. })
     ));
 }
@@ -205,7 +225,7 @@ fn batches_that_would_inflate_past_the_limit_are_refused_in_every_codec() {
     ] {
         let compressed = kafka_batch(&bomb, compression);
         assert!(compressed.len() < 1_000_000, "{compression:?} compresses");
-        match to_strata(compressed.clone(), 1_000_000) {
+        match to_strata(compressed.clone(), 1_000_000, None) {
             // Streams are cut one byte past the limit; snappy's stated size is refused before
             // any of it is inflated. Either way, long before the 10 MB the batch stands for.
             Err(RecordsError::TooLarge { bytes, limit }) if compression == Compression::Snappy => {
@@ -217,7 +237,7 @@ fn batches_that_would_inflate_past_the_limit_are_refused_in_every_codec() {
             other => panic!("{compression:?}: {other:?}"),
         }
         // Under a limit it fits, it goes through.
-        let batch = to_strata(compressed, 20_000_000).unwrap();
+        let batch = to_strata(compressed, 20_000_000, None).unwrap();
         assert!(!batch.is_empty());
     }
 }
@@ -232,7 +252,7 @@ fn a_record_count_past_the_batch_is_refused_before_allocating() {
     let crc = strata_wire::crc32c(&batch[21..]);
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
     assert!(matches!(
-        to_strata(batch.freeze(), LIMIT),
+        to_strata(batch.freeze(), LIMIT, None),
         Err(RecordsError::Malformed(_))
     ));
 }
@@ -270,11 +290,11 @@ mod direct_encoding {
                     key: record.key.map(Bytes::copy_from_slice),
                     value: record.nullable_value().map(Bytes::copy_from_slice),
                     headers: record
-                        .headers()
+                        .nullable_headers()
                         .map(|(key, value)| {
                             (
                                 StrBytes::from_string(String::from_utf8_lossy(key).into_owned()),
-                                Some(Bytes::copy_from_slice(value)),
+                                value.map(Bytes::copy_from_slice),
                             )
                         })
                         .collect(),
@@ -293,12 +313,13 @@ mod direct_encoding {
         out
     }
 
-    /// (timestamp, key, value, headers): null keys and null values (tombstones) included.
+    /// (timestamp, key, value, headers): null keys, null values (tombstones) and null header
+    /// values included.
     type TestRecord = (
         i64,
         Option<Vec<u8>>,
         Option<Vec<u8>>,
-        Vec<(Vec<u8>, Vec<u8>)>,
+        Vec<(Vec<u8>, Option<Vec<u8>>)>,
     );
 
     fn test_record() -> impl Strategy<Value = TestRecord> {
@@ -310,7 +331,7 @@ mod direct_encoding {
             // (keys that are not UTF-8 are checked apart).
             prop::collection::btree_map(
                 "\\PC{0,8}",
-                prop::collection::vec(any::<u8>(), 0..20),
+                prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..20)),
                 0..3,
             )
             .prop_map(|headers| {
@@ -350,14 +371,14 @@ mod direct_encoding {
                         .map(|(k, v)| {
                             (
                                 StrBytes::from_string(String::from_utf8(k.clone()).unwrap()),
-                                Some(Bytes::from(v.clone())),
+                                v.clone().map(Bytes::from),
                             )
                         })
                         .collect();
                     record
                 })
                 .collect();
-            let mut stored = to_strata(kafka_batch(&sent, compression), 1 << 24).unwrap();
+            let mut stored = to_strata(kafka_batch(&sent, compression), 1 << 24, None).unwrap();
             stamp(&mut stored, 0, 0);
             let batch = split_batches(stored.freeze()).next().unwrap().unwrap();
             prop_assert_eq!(batch.record_count() as usize, sent.len());
@@ -365,14 +386,14 @@ mod direct_encoding {
                 prop_assert_eq!(got.timestamp_ms, sent.timestamp);
                 prop_assert_eq!(got.key, sent.key.as_deref());
                 prop_assert_eq!(got.nullable_value(), sent.value.as_deref());
-                let headers: Vec<(Vec<u8>, Vec<u8>)> = got
-                    .headers()
-                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = got
+                    .nullable_headers()
+                    .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
                     .collect();
-                let expected: Vec<(Vec<u8>, Vec<u8>)> = sent
+                let expected: Vec<(Vec<u8>, Option<Vec<u8>>)> = sent
                     .headers
                     .iter()
-                    .map(|(k, v)| (k.as_bytes().to_vec(), v.as_deref().unwrap().to_vec()))
+                    .map(|(k, v)| (k.as_bytes().to_vec(), v.as_deref().map(<[u8]>::to_vec)))
                     .collect();
                 prop_assert_eq!(headers, expected);
             }
@@ -407,7 +428,7 @@ mod direct_encoding {
                         1_700_000_000_000 + timestamp,
                         key.as_deref(),
                         value.as_deref(),
-                        headers.iter().map(|(k, v)| (&k[..], &v[..])),
+                        headers.iter().map(|(k, v)| (&k[..], v.as_deref())),
                     );
                 }
                 let mut batch = BytesMut::from(&builder.into_batch()[..]);
@@ -448,7 +469,7 @@ fn repeated_header_keys_are_all_kept() {
         ]
     );
     // That Kafka batch, produced back: both headers arrive.
-    let mut again = to_strata(out.freeze(), LIMIT).unwrap();
+    let mut again = to_strata(out.freeze(), LIMIT, None).unwrap();
     stamp(&mut again, 0, 0);
     let batch = split_batches(again.freeze()).next().unwrap().unwrap();
     let record = batch.records().next().unwrap();

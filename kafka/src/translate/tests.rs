@@ -11,7 +11,7 @@ use strata_wire::protocol as native;
 
 use super::*;
 use crate::errors;
-use crate::frame::{Header, KafkaRequest, Rejected, decode_request, encode_response};
+use crate::frame::{Decoded, Header, KafkaRequest, Rejected, decode_request, encode_response};
 
 fn name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
@@ -44,7 +44,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
                     partition(2, Some(Bytes::from_static(b"garbage bytes, not a batch"))),
                 ]),
         ]);
-    let translated = produce_request(request, 1 << 20);
+    let translated = produce_request(request, 1 << 20, |_| None);
     assert_eq!(translated.native.acks, native::ACKS_ALL);
     assert_eq!(translated.native.timeout_ms, 1500);
     assert_eq!(translated.native.topics.len(), 1);
@@ -100,6 +100,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
                 .with_partition_data(vec![partition(0, Some(kafka_records()))]),
         ]),
         1 << 20,
+        |_| None,
     );
     assert!(bad_acks.native.topics.is_empty());
     assert_eq!(bad_acks.refused[0].error, 21);
@@ -212,23 +213,27 @@ fn frame<R: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &R)
 fn frames_decode_at_served_versions_and_refuse_the_rest() {
     for version in 1..=12 {
         let request = kafka_protocol::messages::MetadataRequest::default();
-        let (header, decoded) =
+        let decoded =
             decode_request(frame(ApiKey::Metadata, version, version as i32, &request)).unwrap();
-        assert_eq!(header.correlation_id, version as i32);
-        assert!(matches!(decoded, KafkaRequest::Metadata(_)));
+        assert_eq!(decoded.header.correlation_id, version as i32);
+        assert_eq!(decoded.trailing_bytes, 0);
+        assert!(matches!(decoded.request, KafkaRequest::Metadata(_)));
     }
     for version in 3..=9 {
         let request = ProduceRequest::default().with_acks(1);
-        let (_, decoded) = decode_request(frame(ApiKey::Produce, version, 1, &request)).unwrap();
+        let decoded = decode_request(frame(ApiKey::Produce, version, 1, &request)).unwrap();
         assert!(
-            matches!(decoded, KafkaRequest::Produce(p) if p.acks == 1),
+            matches!(decoded.request, KafkaRequest::Produce(p) if p.acks == 1),
             "v{version}"
         );
     }
     let api_versions = kafka_protocol::messages::ApiVersionsRequest::default();
     assert!(matches!(
         decode_request(frame(ApiKey::ApiVersions, 3, 9, &api_versions)),
-        Ok((_, KafkaRequest::ApiVersions(_)))
+        Ok(Decoded {
+            request: KafkaRequest::ApiVersions(_),
+            ..
+        })
     ));
     assert!(matches!(
         decode_request(frame(ApiKey::ApiVersions, 4, 9, &api_versions)),
@@ -250,10 +255,15 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
             &kafka_protocol::messages::MetadataRequest::default(),
         )[..],
     );
+    // Bytes after a whole request are ignored and counted, as Kafka's brokers ignore them.
     trailing.extend_from_slice(b"xx");
     assert!(matches!(
         decode_request(trailing.freeze()),
-        Err(Rejected::Malformed(_))
+        Ok(Decoded {
+            request: KafkaRequest::Metadata(_),
+            trailing_bytes: 2,
+            ..
+        })
     ));
     let whole = frame(ApiKey::Produce, 9, 1, &ProduceRequest::default());
     assert!(matches!(
@@ -291,6 +301,68 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
     }
 }
 
+/// The frames confluent-kafka 2.16 (librdkafka 2.16) sends for `AdminClient.list_topics()`,
+/// captured off the wire: ApiVersions v3, a brokers-only Metadata v12, then the all-topics
+/// Metadata v12, which carries three bytes past its tagged fields (`01 00 00`). Kafka's
+/// brokers read the fields and ignore the rest; so must Strata, or every client on a
+/// current librdkafka loses its connection on its first all-topics request.
+#[test]
+fn librdkafka_2_16s_metadata_requests_decode_as_kafkas_brokers_read_them() {
+    let hex = |text: &str| -> Bytes {
+        (0..text.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    let api_versions = hex(concat!(
+        "0012000300000001000772646b61666b610017636f6e666c75656e742d6b61666b612d707974686f6e",
+        "16322e31362e302d72646b61666b612d322e31362e3000"
+    ));
+    let decoded = decode_request(api_versions).unwrap();
+    assert_eq!(decoded.trailing_bytes, 0);
+    let KafkaRequest::ApiVersions(request) = decoded.request else {
+        panic!("ApiVersions")
+    };
+    assert_eq!(
+        request.client_software_name.as_str(),
+        "confluent-kafka-python"
+    );
+
+    let brokers_only = hex("0003000c00000002000772646b61666b610001000000");
+    let decoded = decode_request(brokers_only).unwrap();
+    assert_eq!(decoded.trailing_bytes, 0);
+    let KafkaRequest::Metadata(request) = decoded.request else {
+        panic!("Metadata")
+    };
+    assert_eq!(request.topics.map(|topics| topics.len()), Some(0));
+
+    let all_topics = hex("0003000c00000003000772646b61666b610000000000010000");
+    let decoded = decode_request(all_topics.clone()).unwrap();
+    assert_eq!(
+        (decoded.header.api_version, decoded.header.correlation_id),
+        (12, 3)
+    );
+    assert_eq!(decoded.header.client_id, "rdkafka");
+    assert_eq!(decoded.trailing_bytes, 3);
+    let KafkaRequest::Metadata(request) = decoded.request else {
+        panic!("Metadata")
+    };
+    // A null topic array asks for every topic (Java's broker reads these same values).
+    assert!(request.topics.is_none());
+    assert!(!request.allow_auto_topic_creation);
+    // Still refused: that frame cut anywhere inside its fields.
+    for keep in 8..all_topics.len() - 3 {
+        assert!(
+            matches!(
+                decode_request(all_topics.slice(..keep)),
+                Err(Rejected::Malformed(_))
+            ),
+            "cut to {keep} bytes"
+        );
+    }
+}
+
 /// Every API and version the listener advertises reaches a decoder of its own: a request
 /// whose body is missing is malformed (or, for APIs with nothing in the body, decodes), never
 /// an unserved API and never a panic.
@@ -307,7 +379,7 @@ fn every_served_api_and_version_has_a_decoder() {
                 .encode(&mut out, api.request_header_version(version))
                 .unwrap();
             match decode_request(out.freeze()) {
-                Ok((header, _)) => assert_eq!(header.api_key, api),
+                Ok(decoded) => assert_eq!(decoded.header.api_key, api),
                 Err(Rejected::Malformed(_)) => {}
                 Err(rejected) => panic!("{api:?} v{version}: {rejected}"),
             }
@@ -427,8 +499,12 @@ mod mangled {
             // Cut anywhere past the first 8 bytes (shorter frames are refused up front).
             let keep = cut.index(frame.len() + 1).max(frame.len().min(8));
             let frame = frame.freeze().slice(..keep);
-            if let Ok((_, KafkaRequest::Produce(produce))) = decode_request(frame) {
-                let translated = produce_request(produce, 1 << 20);
+            if let Ok(Decoded {
+                request: KafkaRequest::Produce(produce),
+                ..
+            }) = decode_request(frame)
+            {
+                let translated = produce_request(produce, 1 << 20, |_| None);
                 let _ = translated.native.topics.len();
             }
         }
@@ -445,7 +521,7 @@ mod mangled {
                 batch[at] ^= byte;
             }
             let keep = cut.index(batch.len() + 1);
-            let _ = to_strata(batch.freeze().slice(..keep), 1 << 20);
+            let _ = to_strata(batch.freeze().slice(..keep), 1 << 20, None);
         }
     }
 }

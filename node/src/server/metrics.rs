@@ -102,6 +102,7 @@ pub struct Snapshot {
     /// Requests this shard took on the Kafka listener, and its Kafka connections open now.
     pub kafka_requests: u64,
     pub kafka_connections: u64,
+    pub kafka_requests_with_trailing_bytes: u64,
     /// Each follower of each partition this shard leads: records it is behind the leader's
     /// log end, as of its last fetch (followers not heard from yet are left out).
     pub replica_lags: Vec<ReplicaLag>,
@@ -142,6 +143,7 @@ impl Default for Snapshot {
             sync_round_jobs: 0,
             kafka_requests: 0,
             kafka_connections: 0,
+            kafka_requests_with_trailing_bytes: 0,
             replica_lags: Vec::new(),
         }
     }
@@ -225,7 +227,11 @@ impl ShardMetrics {
         snapshot.direct_io = crate::io::direct_io_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
         snapshot.sent_from_files = super::connection::sent_from_files();
-        (snapshot.kafka_requests, snapshot.kafka_connections) = super::kafka::totals();
+        (
+            snapshot.kafka_requests,
+            snapshot.kafka_connections,
+            snapshot.kafka_requests_with_trailing_bytes,
+        ) = super::kafka::totals();
         if let Some(rounds) = sync_rounds {
             (snapshot.sync_rounds, snapshot.sync_round_jobs) = (rounds.rounds(), rounds.jobs());
         }
@@ -327,7 +333,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
     type ShardValue = fn(&Snapshot) -> f64;
-    let per_shard: [(&str, &str, &str, ShardValue); 20] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 21] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -345,6 +351,12 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "gauge",
             "Kafka clients' connections open now.",
             |s| s.kafka_connections as f64,
+        ),
+        (
+            "strata_kafka_requests_with_trailing_bytes_total",
+            "counter",
+            "Kafka requests with bytes after their last field, ignored as Kafka's brokers do.",
+            |s| s.kafka_requests_with_trailing_bytes as f64,
         ),
         (
             "strata_partitions",

@@ -66,8 +66,11 @@ pub struct NodeConfig {
     /// The Kafka-protocol listener (every shard accepts on it); `None`: off.
     pub kafka: Option<SocketAddr>,
     /// Kafka's `auto.create.topics.enable`: a topic a Kafka client asks for that does not exist
-    /// is created (1 partition, replication factor 1).
+    /// is created, with [`NodeConfig::kafka_topic_defaults`].
     pub kafka_auto_create_topics: bool,
+    /// Partitions and replication factor of topics Kafka clients create without naming them
+    /// (Kafka's `num.partitions`, `default.replication.factor`).
+    pub kafka_topic_defaults: strata_kafka::admin::TopicDefaults,
     /// Replication (QUIC over UDP): shard `i` binds this port + i.
     pub replication: SocketAddr,
     /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).

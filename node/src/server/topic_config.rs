@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use strata_wire::batch::Codec;
+
 use crate::log::{DirectWrites, FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 
 /// A topic's settings, parsed.
@@ -15,6 +17,45 @@ pub struct TopicConfig {
     /// The most each leader broker sends per second to replicas of this topic outside the ISR
     /// (`replica.recovery.bytes.per.sec`; on top of the broker's own limit); `None`: no limit.
     pub recovery_bytes_per_sec: Option<u64>,
+    /// Kafka's `compression.type`, one of [`COMPRESSION_TYPES`]: the codec batches produced
+    /// through the Kafka listener are stored with ([`kafka_compression_codec`]). Native
+    /// producers' batches are stored as they were sent.
+    pub compression_type: &'static str,
+    /// Kafka's `message.format.version`: kept and shown, without effect, as on Kafka 3.0 and
+    /// later (KIP-724): every batch is stored in the current format.
+    pub message_format_version: String,
+}
+
+/// Kafka's `compression.type` values; `producer` (the default) keeps each batch's own codec.
+pub const COMPRESSION_TYPES: &[&str] =
+    &["producer", "uncompressed", "zstd", "lz4", "snappy", "gzip"];
+
+/// The codec a Kafka batch is stored with under `compression.type`, a value of
+/// [`COMPRESSION_TYPES`] (`None` for any other): `Some(None)` keeps the batch's own
+/// (`producer`). Strata's batches have LZ4 and zstd: snappy is stored as LZ4 and gzip as zstd,
+/// as a Kafka producer's snappy and gzip batches are.
+pub fn kafka_compression_codec(compression_type: &str) -> Option<Option<Codec>> {
+    match compression_type {
+        "producer" => Some(None),
+        "uncompressed" => Some(Some(Codec::None)),
+        "lz4" | "snappy" => Some(Some(Codec::Lz4)),
+        "zstd" | "gzip" => Some(Some(Codec::Zstd)),
+        _ => None,
+    }
+}
+
+/// What `message.format.version` shows when a topic does not set it (Kafka 3's).
+const DEFAULT_MESSAGE_FORMAT_VERSION: &str = "3.0-IV1";
+
+/// A Kafka version as `message.format.version` spells them: `0.10.2`, `2.8-IV1`, `3.0`.
+fn is_kafka_version(value: &str) -> bool {
+    let (release, iv) = value.split_once("-IV").unwrap_or((value, "0"));
+    let parts: Vec<&str> = release.split('.').collect();
+    (2..=4).contains(&parts.len())
+        && parts
+            .iter()
+            .chain([&iv])
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
 }
 
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -39,6 +80,8 @@ pub const KEYS: &[&str] = &[
     "min.insync.replicas",
     "unclean.leader.election",
     "replica.recovery.bytes.per.sec",
+    "compression.type",
+    "message.format.version",
 ];
 
 impl TopicConfig {
@@ -51,6 +94,8 @@ impl TopicConfig {
             min_insync_replicas: 1,
             unclean_leader_election: false,
             recovery_bytes_per_sec: None,
+            compression_type: "producer",
+            message_format_version: DEFAULT_MESSAGE_FORMAT_VERSION.to_string(),
         };
         let mut flush = None;
         let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
@@ -126,6 +171,18 @@ impl TopicConfig {
                         _ => return Err(bad("-1 (no limit) or a positive integer")),
                     };
                 }
+                "compression.type" => {
+                    config.compression_type = COMPRESSION_TYPES
+                        .iter()
+                        .find(|known| **known == value.as_str())
+                        .ok_or_else(|| bad(&COMPRESSION_TYPES.join(", ")))?;
+                }
+                "message.format.version" => {
+                    if !is_kafka_version(value) {
+                        return Err(bad("a Kafka version such as 2.8 or 3.0-IV1"));
+                    }
+                    config.message_format_version = value.clone();
+                }
                 _ => {
                     return Err(format!(
                         "unknown topic config {key:?} (known: {})",
@@ -192,6 +249,11 @@ impl TopicConfig {
             (
                 "replica.recovery.bytes.per.sec",
                 limit(self.recovery_bytes_per_sec.map(|n| n as i64)),
+            ),
+            ("compression.type", self.compression_type.to_string()),
+            (
+                "message.format.version",
+                self.message_format_version.clone(),
             ),
         ];
         debug_assert!(entries.iter().map(|(key, _)| *key).eq(KEYS.iter().copied()));
@@ -284,6 +346,41 @@ mod tests {
                 .contains("preallocate.step.bytes")
         );
         assert!(parse(&[("colour", "red")]).unwrap_err().contains("unknown"));
+        // Kafka's compression.type: every value Kafka takes, and only those.
+        assert_eq!(parse(&[]).unwrap().compression_type, "producer");
+        for value in COMPRESSION_TYPES {
+            let config = parse(&[("compression.type", value)]).unwrap();
+            assert_eq!(config.compression_type, *value);
+            assert!(kafka_compression_codec(value).is_some());
+        }
+        assert_eq!(kafka_compression_codec("producer"), Some(None));
+        assert_eq!(kafka_compression_codec("gzip"), Some(Some(Codec::Zstd)));
+        assert_eq!(kafka_compression_codec("snappy"), Some(Some(Codec::Lz4)));
+        assert_eq!(
+            kafka_compression_codec("uncompressed"),
+            Some(Some(Codec::None))
+        );
+        assert_eq!(kafka_compression_codec("brotli"), None);
+        assert!(
+            parse(&[("compression.type", "brotli")])
+                .unwrap_err()
+                .contains("compression.type")
+        );
+        // message.format.version: Kafka's version spellings, kept as given.
+        for value in ["0.10.2", "2.8-IV1", "3.0", "0.10.0-IV1", "1.1.0"] {
+            assert_eq!(
+                parse(&[("message.format.version", value)])
+                    .unwrap()
+                    .message_format_version,
+                value
+            );
+        }
+        for value in ["", "3", "x.y", "2.8-IV", "2.8-iv1", "3..0"] {
+            assert!(
+                parse(&[("message.format.version", value)]).is_err(),
+                "{value}"
+            );
+        }
         assert!(parse(&[("retention.ms", "-5")]).is_err());
     }
 
@@ -306,6 +403,8 @@ mod tests {
                 ("max.message.bytes", "2048"),
                 ("index.interval.bytes", "8192"),
                 ("segment.bytes", "65536"),
+                ("compression.type", "gzip"),
+                ("message.format.version", "0.10.2"),
             ],
             &[("flush.interval.ms", "250"), ("direct.writes", "auto")],
         ];

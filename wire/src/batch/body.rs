@@ -51,6 +51,7 @@ pub struct HeaderEntry {
     pub key_start: u32,
     pub key_len: u32,
     pub value_start: u32,
+    /// [`NULL_LEN`] for a null value (Kafka's headers may have one; keys may not).
     pub value_len: u32,
 }
 

@@ -123,17 +123,19 @@ impl BatchBuilder {
         value: &[u8],
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
     ) {
+        let headers = headers.into_iter().map(|(key, value)| (key, Some(value)));
         self.push_nullable(timestamp_ms, key, Some(value), headers);
     }
 
-    /// Appends a record whose value may be null (a tombstone: Kafka's delete marker for its
-    /// key, which Kafka's clients tell from an empty value).
+    /// Appends a record whose value, and header values, may be null (a null value is a
+    /// tombstone: Kafka's delete marker for its key, which Kafka's clients tell from an empty
+    /// value).
     pub fn push_nullable<'h>(
         &mut self,
         timestamp_ms: i64,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+        headers: impl IntoIterator<Item = (&'h [u8], Option<&'h [u8]>)>,
     ) {
         if self.records.is_empty() {
             self.first_timestamp_ms = timestamp_ms;
@@ -149,11 +151,16 @@ impl BatchBuilder {
         };
         let headers_start = self.headers.len() as u32;
         for (header_key, header_value) in headers {
+            let key_start = self.append_payload(header_key);
+            let (value_start, value_len) = match header_value {
+                Some(value) => (self.append_payload(value), value.len() as u32),
+                None => (self.payload_len(), NULL_LEN),
+            };
             let entry = HeaderEntry {
-                key_start: self.append_payload(header_key),
+                key_start,
                 key_len: header_key.len() as u32,
-                value_start: self.append_payload(header_value),
-                value_len: header_value.len() as u32,
+                value_start,
+                value_len,
             };
             self.headers.push(entry);
         }

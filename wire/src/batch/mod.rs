@@ -281,13 +281,13 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
             return Err(BatchError::OutOfBounds { index });
         };
         for record_header in own_headers {
+            let value_len = record_header.value_len.to_native();
             if !in_payload(
                 record_header.key_start.to_native(),
                 record_header.key_len.to_native(),
-            ) || !in_payload(
-                record_header.value_start.to_native(),
-                record_header.value_len.to_native(),
-            ) {
+            ) || (value_len != NULL_LEN
+                && !in_payload(record_header.value_start.to_native(), value_len))
+            {
                 return Err(BatchError::OutOfBounds { index });
             }
         }
@@ -338,21 +338,28 @@ impl<'a> Record<'a> {
         (!self.value_is_null).then_some(self.value)
     }
 
-    /// The record's headers as (key, value) byte slices.
+    /// The record's headers as (key, value) byte slices; a null value reads as empty
+    /// ([`Record::nullable_headers`] tells them apart).
     pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.nullable_headers()
+            .map(|(key, value)| (key, value.unwrap_or_default()))
+    }
+
+    /// The record's headers as (key, value) byte slices, `None` for a null value.
+    pub fn nullable_headers(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let payload = self.payload;
         self.headers.iter().map(move |entry| {
+            let value_len = entry.value_len.to_native();
             (
                 slice(
                     payload,
                     entry.key_start.to_native(),
                     entry.key_len.to_native(),
                 ),
-                slice(
-                    payload,
-                    entry.value_start.to_native(),
-                    entry.value_len.to_native(),
-                ),
+                (value_len != NULL_LEN)
+                    .then(|| slice(payload, entry.value_start.to_native(), value_len)),
             )
         })
     }

@@ -68,10 +68,18 @@ pub struct ServeArgs {
     /// metadata, idempotent producer ids. Off by default.
     #[arg(long, env = "STRATA_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
-    /// Create a topic a Kafka client asks for that does not exist, with one partition and
-    /// replication factor 1 (Kafka's auto.create.topics.enable; off by default).
+    /// Create a topic a Kafka client asks for that does not exist, with --num-partitions and
+    /// --default-replication-factor (Kafka's auto.create.topics.enable; off by default).
     #[arg(long, env = "STRATA_KAFKA_AUTO_CREATE_TOPICS")]
     kafka_auto_create_topics: bool,
+    /// Partitions of a topic a Kafka client creates without naming a count: on first use, or
+    /// CreateTopics with -1 (Kafka's num.partitions; default 1).
+    #[arg(long, env = "STRATA_NUM_PARTITIONS", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    num_partitions: Option<u32>,
+    /// Replication factor of a topic a Kafka client creates without naming one (Kafka's
+    /// default.replication.factor; default 1).
+    #[arg(long, env = "STRATA_DEFAULT_REPLICATION_FACTOR", value_parser = clap::value_parser!(u16).range(1..))]
+    default_replication_factor: Option<u16>,
     /// etcd endpoints (comma-separated) for a cluster; without it the node runs on its
     /// embedded coordinator.
     #[arg(long, env = "STRATA_ETCD")]
@@ -134,6 +142,8 @@ struct FileConfig {
     admin: Option<SocketAddr>,
     kafka_listen: Option<SocketAddr>,
     kafka_auto_create_topics: Option<bool>,
+    num_partitions: Option<u32>,
+    default_replication_factor: Option<u16>,
     etcd: Option<String>,
     lease_ttl_ms: Option<u64>,
     cluster: Option<String>,
@@ -201,6 +211,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => FileConfig::default(),
     };
+    let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
         endpoints
             .split(',')
@@ -312,6 +323,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         kafka: args.kafka_listen.or(file.kafka_listen),
         kafka_auto_create_topics: args.kafka_auto_create_topics
             || file.kafka_auto_create_topics.unwrap_or(false),
+        kafka_topic_defaults,
         replication,
         replica_lag_time_max_ms: args
             .replica_lag_time_max_ms
@@ -367,6 +379,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("strata: shutting down");
     node.shutdown();
     Ok(())
+}
+
+/// Kafka's num.partitions and default.replication.factor, from the flags or the file; zero is
+/// refused wherever it comes from.
+fn topic_defaults(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> anyhow::Result<strata_kafka::admin::TopicDefaults> {
+    let defaults = strata_kafka::admin::TopicDefaults::default();
+    let partitions = args
+        .num_partitions
+        .or(file.num_partitions)
+        .unwrap_or(defaults.partitions);
+    let replication_factor = args
+        .default_replication_factor
+        .or(file.default_replication_factor)
+        .unwrap_or(defaults.replication_factor);
+    anyhow::ensure!(partitions > 0, "num_partitions must be at least 1");
+    anyhow::ensure!(
+        replication_factor > 0,
+        "default_replication_factor must be at least 1"
+    );
+    Ok(strata_kafka::admin::TopicDefaults {
+        partitions,
+        replication_factor,
+    })
 }
 
 fn wait_for_signal() -> anyhow::Result<()> {

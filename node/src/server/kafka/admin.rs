@@ -27,9 +27,14 @@ pub(super) async fn create_topics(
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let mut results = Vec::new();
-    for (name, translated) in admin::create_topics_requests(&request) {
+    let defaults = shard.context.config.kafka_topic_defaults;
+    for (name, translated) in admin::create_topics_requests(&request, defaults) {
         let result = match translated {
             Err(refusal) => admin::create_topic_result(&name, Err(refusal)),
+            Ok(create) if request.validate_only => {
+                let checked = check_create(shard, &create);
+                admin::create_topic_result(&name, Ok((checked, &create)))
+            }
             Ok(create) => {
                 let response = match native(shard, Request::CreateTopic(create.clone())).await {
                     Ok(Response::CreateTopic(response)) => response,
@@ -44,6 +49,117 @@ pub(super) async fn create_topics(
         results.push(result);
     }
     CreateTopicsResponse::default().with_topics(results)
+}
+
+/// What creating `create` would answer, from this broker's view, creating nothing (Kafka's
+/// `validate_only`): the name, that no topic has it, the settings, the partition count and
+/// that enough brokers are live for the replication factor. The create itself can still fail
+/// if the cluster changes first, as Kafka's can.
+fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::CreateTopicResponse {
+    let failed = |error, message: String| native::CreateTopicResponse { error, message };
+    if let Err(error) = strata_coordinator::validate_topic_name(&create.name) {
+        return failed(native::ErrorCode::InvalidTopicName, error.to_string());
+    }
+    let view = shard.view.borrow();
+    if view.topics.iter().any(|topic| topic.name == create.name) {
+        return failed(
+            native::ErrorCode::TopicAlreadyExists,
+            format!("topic {} already exists", create.name),
+        );
+    }
+    let overrides = create
+        .configs
+        .iter()
+        .map(|entry| (entry.key.clone(), entry.value.clone()))
+        .collect();
+    if let Err(message) = crate::server::topic_config::TopicConfig::parse(&overrides) {
+        return failed(native::ErrorCode::InvalidConfig, message);
+    }
+    if create.partitions == 0 || create.partitions > 100_000 {
+        return failed(
+            native::ErrorCode::InvalidConfig,
+            format!("partitions={}: expected 1 to 100000", create.partitions),
+        );
+    }
+    if usize::from(create.replication_factor) > view.brokers.len() {
+        return failed(
+            native::ErrorCode::InvalidConfig,
+            format!(
+                "replication factor {} is more than the {} live brokers",
+                create.replication_factor,
+                view.brokers.len()
+            ),
+        );
+    }
+    native::CreateTopicResponse {
+        error: native::ErrorCode::None,
+        message: String::new(),
+    }
+}
+
+/// What growing a topic would answer, from this broker's view, growing nothing (Kafka's
+/// `validate_only`): the topic exists and the new count is above its current one.
+fn check_create_partitions(
+    shard: &Shard,
+    create: &native::CreatePartitionsRequest,
+) -> native::CreatePartitionsResponse {
+    let view = shard.view.borrow();
+    let Some(topic) = view.topics.iter().find(|topic| topic.name == create.topic) else {
+        return native::CreatePartitionsResponse {
+            error: native::ErrorCode::UnknownTopic,
+            message: format!("unknown topic {}", create.topic),
+        };
+    };
+    if create.partitions as usize <= topic.partitions.len() {
+        return native::CreatePartitionsResponse {
+            error: native::ErrorCode::InvalidConfig,
+            message: format!(
+                "topic {} has {} partitions: a new count must be higher",
+                create.topic,
+                topic.partitions.len()
+            ),
+        };
+    }
+    native::CreatePartitionsResponse {
+        error: native::ErrorCode::None,
+        message: String::new(),
+    }
+}
+
+/// What altering a topic's settings would answer, altering nothing (Kafka's `validate_only`):
+/// the topic's overrides with `alter` applied must parse.
+fn check_alter(
+    current: &native::DescribeTopicConfigResponse,
+    alter: &native::AlterTopicConfigRequest,
+) -> native::AlterTopicConfigResponse {
+    if current.error != native::ErrorCode::None {
+        return native::AlterTopicConfigResponse {
+            error: current.error,
+            message: format!("the topic's settings could not be read: {}", current.error),
+        };
+    }
+    let mut overrides: std::collections::BTreeMap<String, String> = current
+        .configs
+        .iter()
+        .filter(|entry| entry.is_override)
+        .map(|entry| (entry.key.clone(), entry.value.clone()))
+        .collect();
+    for key in &alter.delete {
+        overrides.remove(key);
+    }
+    for entry in &alter.set {
+        overrides.insert(entry.key.clone(), entry.value.clone());
+    }
+    match crate::server::topic_config::TopicConfig::parse(&overrides) {
+        Ok(_) => native::AlterTopicConfigResponse {
+            error: native::ErrorCode::None,
+            message: String::new(),
+        },
+        Err(message) => native::AlterTopicConfigResponse {
+            error: native::ErrorCode::InvalidConfig,
+            message,
+        },
+    }
 }
 
 pub(super) async fn delete_topics(
@@ -77,6 +193,7 @@ pub(super) async fn create_partitions(
     for (name, translated) in admin::create_partitions_requests(&request) {
         let created = match translated {
             Err(refusal) => Err(refusal),
+            Ok(create) if request.validate_only => Ok(check_create_partitions(shard, &create)),
             Ok(create) => match native(shard, Request::CreatePartitions(create)).await {
                 Ok(Response::CreatePartitions(response)) => Ok(response),
                 Ok(_) | Err(_) => Ok(native::CreatePartitionsResponse {
@@ -168,12 +285,18 @@ async fn topic_config(shard: &Rc<Shard>, topic: &str) -> native::DescribeTopicCo
     }
 }
 
+/// Runs a translated alter, or with `validate_only` checks it against the topic's settings.
 async fn alter(
     shard: &Rc<Shard>,
     alter: Result<native::AlterTopicConfigRequest, admin::Refusal>,
+    validate_only: bool,
 ) -> (i16, Option<StrBytes>) {
     let altered = match alter {
         Err(refusal) => Err(refusal),
+        Ok(alter) if validate_only => {
+            let current = topic_config(shard, &alter.topic).await;
+            Ok(check_alter(&current, &alter))
+        }
         Ok(alter) => match native(shard, Request::AlterTopicConfig(alter)).await {
             Ok(Response::AlterTopicConfig(altered)) => Ok(altered),
             Ok(_) | Err(_) => Ok(native::AlterTopicConfigResponse {
@@ -231,13 +354,8 @@ pub(super) async fn incremental_alter_configs(
                 config.value.as_ref().map(ToString::to_string),
             )
         });
-        let translated = admin::incremental_alter_request(
-            resource.resource_type,
-            &name,
-            configs,
-            request.validate_only,
-        );
-        let (error, message) = alter(shard, translated).await;
+        let translated = admin::incremental_alter_request(resource.resource_type, &name, configs);
+        let (error, message) = alter(shard, translated, request.validate_only).await;
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
@@ -265,20 +383,14 @@ pub(super) async fn alter_configs(
             )
         });
         let translated = if current.error == native::ErrorCode::None {
-            admin::replacing_alter_request(
-                resource.resource_type,
-                &name,
-                configs,
-                &current,
-                request.validate_only,
-            )
+            admin::replacing_alter_request(resource.resource_type, &name, configs, &current)
         } else {
             Err(admin::Refusal {
                 error: kafka_error(current.error),
                 message: format!("the topic's settings could not be read: {}", current.error),
             })
         };
-        let (error, message) = alter(shard, translated).await;
+        let (error, message) = alter(shard, translated, request.validate_only).await;
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)

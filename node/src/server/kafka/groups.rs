@@ -37,6 +37,13 @@ use crate::group::classic::{ClassicError, JoinRequest};
 /// FindCoordinator's key type for consumer groups (1 is transactions, which Strata has not).
 const KEY_TYPE_GROUP: i8 = 0;
 
+/// Why a transaction coordinator is refused. The error is TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+/// a client retries every other answer until its timeout (librdkafka any but the authorization
+/// errors, the Java client any retriable one), while this one fails `init_transactions` at once,
+/// and it is true here: no transactional id may be used on this broker.
+const NO_TRANSACTIONS: &str =
+    "transactions are not supported by this broker: no transactional id may be used";
+
 fn classic_kafka_error(error: ClassicError) -> i16 {
     match error {
         ClassicError::UnknownMember => errors::UNKNOWN_MEMBER_ID,
@@ -85,7 +92,7 @@ pub(super) async fn find_coordinator(
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
         let found = if request.key_type != KEY_TYPE_GROUP {
-            Err(errors::COORDINATOR_NOT_AVAILABLE)
+            Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         } else {
             match native(
                 shard,
@@ -117,6 +124,10 @@ pub(super) async fn find_coordinator(
             Err(error) => Coordinator::default()
                 .with_key(text(&key))
                 .with_error_code(error)
+                .with_error_message(
+                    (error == errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                        .then(|| text(NO_TRANSACTIONS)),
+                )
                 .with_node_id(BrokerId(-1))
                 .with_port(-1),
         });
@@ -127,6 +138,7 @@ pub(super) async fn find_coordinator(
     let only = coordinators.pop().unwrap_or_default();
     FindCoordinatorResponse::default()
         .with_error_code(only.error_code)
+        .with_error_message(only.error_message)
         .with_node_id(only.node_id)
         .with_host(only.host)
         .with_port(only.port)
@@ -286,42 +298,66 @@ pub(super) async fn leave(
 }
 
 /// Offsets go to the store through the native commit (fenced on the group's generation).
+/// A partition of a topic this broker does not know, or past the topic's last, is answered
+/// UNKNOWN_TOPIC_OR_PARTITION and not committed, as Kafka's brokers answer it (retriable: a
+/// topic just created may not have reached this broker's view yet); the rest share the
+/// commit's outcome.
 pub(super) async fn commit(
     shard: &Rc<Shard>,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
     let mut invalid = false;
-    let topics: Vec<native::OffsetCommitTopic> = request
-        .topics
-        .iter()
-        .map(|topic| native::OffsetCommitTopic {
-            name: topic.name.0.to_string(),
-            partitions: topic
-                .partitions
+    let mut errors_by_partition: Vec<Vec<Option<i16>>> = Vec::with_capacity(request.topics.len());
+    let mut topics: Vec<native::OffsetCommitTopic> = Vec::with_capacity(request.topics.len());
+    {
+        let view = shard.view.borrow();
+        for topic in &request.topics {
+            let name = topic.name.0.as_str();
+            let partition_count = view
+                .topics
                 .iter()
-                .filter_map(|partition| {
-                    let (Ok(index), Ok(offset)) = (
-                        u32::try_from(partition.partition_index),
-                        u64::try_from(partition.committed_offset),
-                    ) else {
-                        invalid = true;
-                        return None;
-                    };
-                    Some(native::OffsetCommitPartition {
-                        partition: index,
-                        offset,
-                        metadata: partition
-                            .committed_metadata
-                            .as_ref()
-                            .map(ToString::to_string)
-                            .unwrap_or_default(),
-                    })
-                })
-                .collect(),
-        })
-        .collect();
+                .find(|known| known.name == name)
+                .map(|known| known.partitions.len());
+            let mut committed = Vec::with_capacity(topic.partitions.len());
+            let mut errors = Vec::with_capacity(topic.partitions.len());
+            for partition in &topic.partitions {
+                let (Ok(index), Ok(offset)) = (
+                    u32::try_from(partition.partition_index),
+                    u64::try_from(partition.committed_offset),
+                ) else {
+                    invalid = true;
+                    errors.push(None);
+                    continue;
+                };
+                if partition_count.is_none_or(|count| index as usize >= count) {
+                    errors.push(Some(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                    continue;
+                }
+                errors.push(None);
+                committed.push(native::OffsetCommitPartition {
+                    partition: index,
+                    offset,
+                    metadata: partition
+                        .committed_metadata
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                });
+            }
+            errors_by_partition.push(errors);
+            if !committed.is_empty() {
+                topics.push(native::OffsetCommitTopic {
+                    name: name.to_string(),
+                    partitions: committed,
+                });
+            }
+        }
+    }
     let error = if invalid {
         errors::INVALID_REQUEST
+    } else if topics.is_empty() && !request.topics.is_empty() {
+        // Nothing left to commit: every partition was answered on sight.
+        errors::NONE
     } else {
         let commit = native::OffsetCommitRequest {
             group: request.group_id.0.to_string(),
@@ -339,17 +375,23 @@ pub(super) async fn commit(
         request
             .topics
             .into_iter()
-            .map(|topic| {
+            .zip(errors_by_partition)
+            .map(|(topic, partition_errors)| {
                 OffsetCommitResponseTopic::default()
                     .with_name(topic.name)
                     .with_partitions(
                         topic
                             .partitions
                             .iter()
-                            .map(|partition| {
+                            .zip(partition_errors)
+                            .map(|(partition, refused)| {
                                 OffsetCommitResponsePartition::default()
                                     .with_partition_index(partition.partition_index)
-                                    .with_error_code(error)
+                                    .with_error_code(if invalid {
+                                        error
+                                    } else {
+                                        refused.unwrap_or(error)
+                                    })
                             })
                             .collect(),
                     )

@@ -68,13 +68,17 @@ thread_local! {
     /// Requests this thread (a shard) took on the Kafka listener, and its connections open.
     static REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static CONNECTIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Requests that had bytes after their last field (ignored, as Kafka's brokers do).
+    static TRAILING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// This shard's Kafka requests so far and connections open now (for `/metrics`).
-pub fn totals() -> (u64, u64) {
+/// This shard's Kafka requests so far, connections open now, and requests with trailing
+/// bytes so far (for `/metrics`).
+pub fn totals() -> (u64, u64, u64) {
     (
         REQUESTS.with(std::cell::Cell::get),
         CONNECTIONS.with(std::cell::Cell::get),
+        TRAILING.with(std::cell::Cell::get),
     )
 }
 
@@ -139,7 +143,13 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         };
         REQUESTS.with(|requests| requests.set(requests.get() + 1));
         let (header, request) = match frame::decode_request(body) {
-            Ok(decoded) => decoded,
+            Ok(decoded) => {
+                if decoded.trailing_bytes > 0 {
+                    TRAILING.with(|trailing| trailing.set(trailing.get() + 1));
+                    tracing::trace!(%peer, api = ?decoded.header.api_key, bytes = decoded.trailing_bytes, "bytes after a kafka request, ignored");
+                }
+                (decoded.header, decoded.request)
+            }
             Err(Rejected::Unsupported {
                 api_key,
                 api_version,
@@ -241,7 +251,18 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
         }
         KafkaRequest::Produce(request) => {
             let acks = request.acks;
-            let produce = translate::produce_request(request, shard.context.config.max_frame_bytes);
+            let produce = {
+                let view = shard.view.borrow();
+                translate::produce_request(request, shard.context.config.max_frame_bytes, |topic| {
+                    let compression_type = view
+                        .topics
+                        .iter()
+                        .find(|known| known.name == topic)?
+                        .config
+                        .get("compression.type")?;
+                    crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
+                })
+            };
             let answered = if produce.native.topics.is_empty() {
                 Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
                     topics: Vec::new(),
@@ -366,11 +387,6 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
     }
 }
 
-/// Kafka's defaults for a topic created on first use (`num.partitions`,
-/// `default.replication.factor`).
-const AUTO_CREATED_PARTITIONS: u32 = 1;
-const AUTO_CREATED_REPLICATION_FACTOR: u16 = 1;
-
 /// Creates the topics a metadata answer found unknown, with Kafka's defaults; whether any was
 /// created (or appeared meanwhile).
 async fn create_unknown_topics(
@@ -384,8 +400,8 @@ async fn create_unknown_topics(
         }
         let create = strata_wire::protocol::CreateTopicRequest {
             name: topic.name.clone(),
-            partitions: AUTO_CREATED_PARTITIONS,
-            replication_factor: AUTO_CREATED_REPLICATION_FACTOR,
+            partitions: shard.context.config.kafka_topic_defaults.partitions,
+            replication_factor: shard.context.config.kafka_topic_defaults.replication_factor,
             configs: Vec::new(),
         };
         match native(shard, Request::CreateTopic(create)).await {

@@ -1,0 +1,253 @@
+//! The Kafka listener against a current librdkafka: confluent-kafka (PyPI, librdkafka 2.16),
+//! where `kafka.rs`'s kcat is Debian's librdkafka 2.0.2. Each test runs a scenario of
+//! `kafka_compat/confluent.py` and checks what the client saw, and what the broker kept, against
+//! what Kafka's brokers answer.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use support::{TestNode, free_base_port, metric_total};
+
+/// Runs a scenario of `confluent.py` against `kafka`; returns the JSON it prints.
+fn confluent(scenario: &str, kafka: &str, args: &[&str]) -> serde_json::Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/kafka_compat/confluent.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(scenario)
+        .arg(kafka)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 with confluent-kafka (scripts/test.sh installs it)");
+    assert!(
+        output.status.success(),
+        "the confluent-kafka scenario {scenario} failed"
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// A node with a Kafka listener and an admin endpoint on free ports: (node, kafka, admin).
+fn kafka_node(dir: &std::path::Path, extra: &[&str]) -> (TestNode, String, u16) {
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let mut args = vec!["--kafka-listen", &kafka, "--admin", &admin_address];
+    args.extend_from_slice(extra);
+    let node = TestNode::start_with(dir, 2, &args);
+    (node, kafka, admin)
+}
+
+fn strings(value: &serde_json::Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// librdkafka 2.1 and later send the all-topics Metadata v12 with three bytes past its end;
+/// Kafka's brokers ignore them, and so must Strata, or `list_topics()` and every regex
+/// subscription fail with a closed connection.
+#[test]
+fn a_current_librdkafka_lists_every_topic_and_a_regex_subscription_is_assigned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, admin) = kafka_node(dir.path(), &[]);
+    for topic in ["t-one", "t-two", "other"] {
+        node.cli(&["topic", "create", topic, "--partitions", "2"], None);
+    }
+    let seen = confluent("list_topics_and_regex", &kafka, &["regex-readers"]);
+    assert_eq!(strings(&seen["topics"]), ["other", "t-one", "t-two"]);
+    assert_eq!(strings(&seen["assigned"]), ["t-one", "t-two"]);
+    assert_eq!(strings(&seen["values"]), ["one", "two"]);
+    // The broker saw the trailing bytes, and counted them.
+    assert!(metric_total(admin, "strata_kafka_requests_with_trailing_bytes_total") >= 1.0);
+}
+
+/// Topics Kafka clients create without a count take the broker's `--num-partitions`, on first
+/// use and through CreateTopics with -1, as Kafka's take `num.partitions`.
+#[test]
+fn topics_kafka_clients_create_take_the_brokers_partition_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(
+        dir.path(),
+        &["--kafka-auto-create-topics", "--num-partitions", "4"],
+    );
+    let counts = confluent("created_topics", &kafka, &[]);
+    assert_eq!(counts["on-first-use"], 4);
+    assert_eq!(counts["by-defaults"], 4);
+    for topic in ["on-first-use", "by-defaults"] {
+        let described = support::describe(&node, topic);
+        assert_eq!(described["partitions"].as_array().unwrap().len(), 4);
+    }
+}
+
+/// A commit for a topic the broker does not know, or a partition past a topic's last, is
+/// answered UNKNOWN_TOPIC_OR_PARTITION for that partition and stored nowhere; the known
+/// partition of the same request is committed. (librdkafka reports the request's error on the
+/// partitions that had none, so the known one's success shows in what is committed.)
+#[test]
+fn offsets_committed_for_unknown_partitions_are_refused_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(dir.path(), &[]);
+    node.cli(&["topic", "create", "known", "--partitions", "1"], None);
+    let seen = confluent("commit_unknown", &kafka, &["committers"]);
+    let errors = &seen["errors"];
+    assert_eq!(errors["nowhere/0"], "UNKNOWN_TOPIC_OR_PART", "{seen}");
+    assert_eq!(errors["known/99"], "UNKNOWN_TOPIC_OR_PART", "{seen}");
+    assert_eq!(seen["committed"], 3);
+    let described = node.cli(
+        &["group", "describe", "committers", "--format", "json"],
+        None,
+    );
+    assert!(!described.contains("nowhere"), "{described}");
+}
+
+/// A header's null value comes back null, told apart from an empty one.
+#[test]
+fn null_header_values_come_back_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(dir.path(), &[]);
+    node.cli(&["topic", "create", "headers", "--partitions", "1"], None);
+    let seen = confluent("null_headers", &kafka, &[]);
+    assert_eq!(
+        seen["headers"],
+        serde_json::json!([["absent", null], ["blank", ""], ["set", "v"]])
+    );
+}
+
+/// Kafka takes any non-empty group id: ids with commas, slashes and non-ASCII letters form
+/// groups, commit, and a later member resumes from the commit, each apart from the others;
+/// the native CLI sees them by the same ids.
+#[test]
+fn any_non_empty_group_id_forms_a_group_that_commits_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(dir.path(), &[]);
+    node.cli(&["topic", "create", "shared", "--partitions", "1"], None);
+    node.cli(&["produce", "shared"], Some(b"first\nsecond\n"));
+    let groups = ["roundrobin,range", "team/a", "grüppe"];
+    let mut args = vec!["shared"];
+    args.extend_from_slice(&groups);
+    let seen = confluent("group_ids", &kafka, &args);
+    for (i, group) in groups.iter().enumerate() {
+        let group_seen = &seen[group];
+        // Each group reads what was there when it started, then only what came after its
+        // commit: the records the earlier groups added, and its own.
+        let mut expected_read = vec!["first".to_string(), "second".to_string()];
+        expected_read.extend(groups[..i].iter().map(|g| format!("after-{g}")));
+        expected_read.sort();
+        assert_eq!(strings(&group_seen["read"]), expected_read, "{group}");
+        assert_eq!(
+            strings(&group_seen["resumed"]),
+            [format!("after-{group}")],
+            "{group}"
+        );
+        let described: serde_json::Value = serde_json::from_str(
+            &node.cli(&["group", "describe", group, "--format", "json"], None),
+        )
+        .unwrap();
+        assert!(
+            described.to_string().contains("shared"),
+            "{group}: {described}"
+        );
+    }
+    let listed = node.cli(&["group", "list"], None);
+    for group in groups {
+        assert!(listed.contains(group), "{group} in {listed}");
+    }
+}
+
+/// Until transactions exist, a transactional producer's `init_transactions` is refused at once
+/// with a fatal error, instead of retrying COORDINATOR_NOT_AVAILABLE until its timeout.
+#[test]
+fn a_transactional_producer_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, kafka, _) = kafka_node(dir.path(), &[]);
+    let seen = confluent("transactions", &kafka, &[]);
+    assert_eq!(
+        seen["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "{seen}"
+    );
+    assert_eq!(seen["fatal"], true);
+}
+
+/// IncrementalAlterConfigs' APPEND and SUBTRACT on a list setting, Kafka's refusal of them on
+/// any other, Kafka's `compression.type` and `message.format.version` kept and described,
+/// and `validate_only` checking creates and alters without applying them.
+#[test]
+fn kafka_admin_tools_alter_list_settings_and_dry_run_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(dir.path(), &[]);
+    let seen = confluent("configs", &kafka, &[]);
+    let null = serde_json::Value::Null;
+    assert_eq!(seen["append_delete"], null, "{seen}");
+    assert_eq!(seen["subtract_compact"], null, "{seen}");
+    assert_eq!(seen["append_compact"], "INVALID_CONFIG", "{seen}");
+    assert_eq!(seen["append_retention"], "INVALID_CONFIG", "{seen}");
+    assert_eq!(seen["validate_only_set"], null, "{seen}");
+    assert_eq!(seen["validate_only_bad"], "INVALID_CONFIG", "{seen}");
+    // Nothing a dry run checked was applied.
+    assert_eq!(
+        seen["after_validate_only"]["retention.ms"], "604800000",
+        "{seen}"
+    );
+    assert_eq!(seen["after_validate_only"]["compression.type"], "zstd");
+    assert_eq!(
+        seen["after_validate_only"]["message.format.version"],
+        "2.8-IV1"
+    );
+    assert_eq!(seen["set_compression"], null);
+    assert_eq!(seen["described"]["compression.type"], "lz4");
+    assert_eq!(seen["described"]["cleanup.policy"], "delete");
+    assert_eq!(seen["validate_create"], null, "{seen}");
+    assert_eq!(seen["validate_create_bad"], "INVALID_CONFIG", "{seen}");
+    assert_eq!(
+        seen["validate_create_existing"], "TOPIC_ALREADY_EXISTS",
+        "{seen}"
+    );
+    assert_eq!(strings(&seen["topics"]), ["configured"]);
+    let described = support::describe(&node, "configured");
+    assert_eq!(described["partitions"].as_array().unwrap().len(), 2);
+}
+
+/// A topic's `compression.type` is the codec that batches produced through the Kafka listener
+/// are stored with, whatever the producer sent.
+#[test]
+fn a_topics_compression_type_is_the_codec_kafka_batches_are_stored_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, kafka, _) = kafka_node(dir.path(), &[]);
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "squeezed",
+            "--partitions",
+            "1",
+            "--config",
+            "compression.type=zstd",
+        ],
+        None,
+    );
+    confluent("compressed", &kafka, &["squeezed"]);
+    node.stop();
+    let dump = support::strata()
+        .args(["log", "dump"])
+        .arg(dir.path().join("squeezed-0"))
+        .output()
+        .unwrap();
+    assert!(dump.status.success());
+    let text = String::from_utf8(dump.stdout).unwrap();
+    let batches: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("batch "))
+        .collect();
+    assert!(!batches.is_empty(), "{text}");
+    assert!(
+        batches.iter().all(|batch| batch.ends_with("codec=zstd")),
+        "{text}"
+    );
+}

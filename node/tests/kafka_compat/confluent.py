@@ -1,0 +1,278 @@
+"""Scenarios for node/tests/kafka_compat.rs, run through confluent-kafka (librdkafka 2.16):
+`python3 confluent.py SCENARIO BOOTSTRAP [ARG...]` prints one JSON object with what it saw."""
+
+import json
+import sys
+import time
+
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+TIMEOUT_S = 30
+
+
+def admin(bootstrap):
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def error_name(error):
+    """A KafkaError (or the exception carrying one) as its code's name."""
+    if isinstance(error, KafkaException):
+        error = error.args[0]
+    return error.name() if error is not None else None
+
+
+def produce(bootstrap, topic, records, **config):
+    """Produces (key, value, headers) records and waits for each to be acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    delivered = []
+    for key, value, headers in records:
+        producer.produce(
+            topic,
+            key=key,
+            value=value,
+            headers=headers,
+            on_delivery=lambda err, msg: delivered.append(error_name(err)),
+        )
+    producer.flush(TIMEOUT_S)
+    assert delivered == [None] * len(records), delivered
+    return delivered
+
+
+def consume(consumer, count):
+    """Up to `count` records (fewer if none come for the timeout)."""
+    messages = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(messages) < count and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        if message.error():
+            raise KafkaException(message.error())
+        messages.append(message)
+    return messages
+
+
+def list_topics_and_regex(bootstrap, group):
+    """The all-topics Metadata request (list_topics) and a regex subscription's assignment."""
+    topics = sorted(admin(bootstrap).list_topics(timeout=TIMEOUT_S).topics)
+    produce(bootstrap, "t-one", [(b"k", b"one", None)])
+    produce(bootstrap, "t-two", [(b"k", b"two", None)])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe(["^t-.*"])
+    values = sorted(message.value().decode() for message in consume(consumer, 2))
+    assigned = sorted({tp.topic for tp in consumer.assignment()})
+    consumer.close()
+    return {"topics": topics, "values": values, "assigned": assigned}
+
+
+def created_topics(bootstrap):
+    """A topic created on first use and one created with the broker's defaults (-1)."""
+    produce(bootstrap, "on-first-use", [(None, b"x", None)])
+    client = admin(bootstrap)
+    futures = client.create_topics([NewTopic("by-defaults", num_partitions=-1, replication_factor=-1)])
+    futures["by-defaults"].result(TIMEOUT_S)
+    metadata = client.list_topics(timeout=TIMEOUT_S).topics
+    return {name: len(metadata[name].partitions) for name in ["on-first-use", "by-defaults"]}
+
+
+def commit_unknown(bootstrap, group):
+    """Offsets committed for a known topic, an unknown one and a partition past the last, in
+    one request: the commit callback has each partition's own error."""
+    answers = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "on_commit": lambda err, partitions: answers.append(partitions),
+        }
+    )
+    asked = [
+        TopicPartition("known", 0, 3),
+        TopicPartition("nowhere", 0, 5),
+        TopicPartition("known", 99, 1),
+    ]
+    consumer.commit(offsets=asked, asynchronous=True)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not answers and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    result = {f"{tp.topic}/{tp.partition}": error_name(tp.error) for tp in answers[0]}
+    committed = consumer.committed([TopicPartition("known", 0)], timeout=TIMEOUT_S)
+    consumer.close()
+    return {"errors": result, "committed": committed[0].offset}
+
+
+def null_headers(bootstrap):
+    """Header values: null, empty and set, produced and consumed back."""
+    sent = [("absent", None), ("blank", b""), ("set", b"v")]
+    produce(bootstrap, "headers", [(b"k", b"value", sent)])
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "headers-reader", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe(["headers"])
+    [message] = consume(consumer, 1)
+    consumer.close()
+    return {
+        "headers": [
+            [key, None if value is None else value.decode()] for key, value in message.headers()
+        ]
+    }
+
+
+def read_to_end(consumer, topic):
+    """Every record of partition 0 from where the consumer starts to the high watermark (as
+    it stands when the consumer is first asked): records a poll returns while the assignment
+    is still coming are kept too."""
+    values = []
+    high = None
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None:
+            if message.error():
+                raise KafkaException(message.error())
+            values.append(message.value().decode())
+        if not consumer.assignment():
+            continue
+        if high is None:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        [position] = consumer.position([TopicPartition(topic, 0)])
+        if position.offset >= high:
+            break
+    return values
+
+
+def group_ids(bootstrap, topic, *groups):
+    """Each group reads the topic, commits, and a second member of it resumes after the commit."""
+    result = {}
+    for group in groups:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+        first = Consumer(config)
+        first.subscribe([topic])
+        read = read_to_end(first, topic)
+        first.commit(asynchronous=False)
+        first.close()
+        produce(bootstrap, topic, [(None, f"after-{group}".encode(), None)])
+        second = Consumer(config)
+        second.subscribe([topic])
+        resumed = read_to_end(second, topic)
+        second.close()
+        result[group] = {"read": sorted(read), "resumed": resumed}
+    return result
+
+
+def transactions(bootstrap):
+    """A transactional producer's init_transactions: refused at once, not timed out."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"})
+    try:
+        producer.init_transactions(60)
+        return {"error": None}
+    except KafkaException as error:
+        kafka_error = error.args[0]
+        return {"error": kafka_error.name(), "fatal": kafka_error.fatal()}
+
+
+def configs(bootstrap):
+    """IncrementalAlterConfigs APPEND / SUBTRACT, Kafka's settings, validate_only."""
+    client = admin(bootstrap)
+    client.create_topics(
+        [
+            NewTopic(
+                "configured",
+                num_partitions=2,
+                replication_factor=1,
+                config={"compression.type": "zstd", "message.format.version": "2.8-IV1"},
+            )
+        ]
+    )["configured"].result(TIMEOUT_S)
+
+    def alter(name, op, value, validate_only=False):
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            "configured",
+            incremental_configs=[ConfigEntry(name, value, incremental_operation=op)],
+        )
+        futures = client.incremental_alter_configs([resource], validate_only=validate_only)
+        try:
+            list(futures.values())[0].result(TIMEOUT_S)
+            return None
+        except KafkaException as error:
+            return error_name(error)
+
+    def described():
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "configured")
+        entries = list(client.describe_configs([resource]).values())[0].result(TIMEOUT_S)
+        return {key: entries[key].value for key in ["cleanup.policy", "compression.type", "message.format.version", "retention.ms"]}
+
+    result = {
+        "append_delete": alter("cleanup.policy", AlterConfigOpType.APPEND, "delete"),
+        "subtract_compact": alter("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact"),
+        "append_compact": alter("cleanup.policy", AlterConfigOpType.APPEND, "compact"),
+        "append_retention": alter("retention.ms", AlterConfigOpType.APPEND, "5"),
+        "validate_only_set": alter("retention.ms", AlterConfigOpType.SET, "60000", validate_only=True),
+        "validate_only_bad": alter("retention.ms", AlterConfigOpType.SET, "soon", validate_only=True),
+    }
+    result["after_validate_only"] = described()
+    result["set_compression"] = alter("compression.type", AlterConfigOpType.SET, "lz4")
+    result["described"] = described()
+
+    def create(topic, validate_only, **config):
+        futures = client.create_topics(
+            [NewTopic(topic, num_partitions=3, replication_factor=1, config=config)],
+            validate_only=validate_only,
+        )
+        try:
+            futures[topic].result(TIMEOUT_S)
+            return None
+        except KafkaException as error:
+            return error_name(error)
+
+    result["validate_create"] = create("dry-run", True)
+    result["validate_create_bad"] = create("dry-run-bad", True, **{"retention.ms": "soon"})
+    result["validate_create_existing"] = create("configured", True)
+    result["topics"] = sorted(client.list_topics(timeout=TIMEOUT_S).topics)
+    return result
+
+
+def compressed(bootstrap, topic):
+    """Uncompressed batches produced to a topic whose compression.type names a codec."""
+    produce(bootstrap, topic, [(None, b"a" * 1000, None) for _ in range(50)], **{"compression.type": "none"})
+    return {"produced": 50}
+
+
+SCENARIOS = {
+    "list_topics_and_regex": list_topics_and_regex,
+    "created_topics": created_topics,
+    "commit_unknown": commit_unknown,
+    "null_headers": null_headers,
+    "group_ids": group_ids,
+    "transactions": transactions,
+    "configs": configs,
+    "compressed": compressed,
+}
+
+if __name__ == "__main__":
+    scenario, bootstrap, *args = sys.argv[1:]
+    version = tuple(int(part) for part in confluent_kafka.libversion()[0].split(".")[:2])
+    assert version >= (2, 16), confluent_kafka.libversion()
+    print(json.dumps(SCENARIOS[scenario](bootstrap, *args)))

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# librdkafka's own regression suite against one Strata node: a Kafka client's authors' view of
+# what a broker must do.
+#
+#   scripts/rdkafka-suite.sh                 every broker-facing test (0001-0999), a table
+#   scripts/rdkafka-suite.sh 0001 0017 0081  those tests only
+#   scripts/rdkafka-suite.sh --gate          the tests in scripts/rdkafka-gate.txt; exits
+#                                            non-zero if one of them does not pass (CI runs it)
+#
+# Builds librdkafka and its test runner from ../shared/peers/librdkafka-*-src.tar.gz (BSD-2)
+# into /var/tmp/strata-rdkafka (once), installs the Debian packages that build needs when
+# missing, starts a fresh release-built node with a Kafka listener, runs each test number in a
+# process of its own (after a failure the runner skips a number's remaining variants), and
+# restarts the node if a test took it down. Logs: $STRATA_RDKAFKA_LOGS (default a temporary
+# directory, printed). Not quick mode: -Q skips sub-tests and still reports PASSED.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+gate=false
+tests=()
+for arg in "$@"; do
+    case "$arg" in
+        --gate) gate=true ;;
+        [0-9][0-9][0-9][0-9]) tests+=("$arg") ;;
+        *) echo "usage: $0 [--gate | NNNN ...]" >&2; exit 2 ;;
+    esac
+done
+
+tarball="$(ls "$repo"/../shared/peers/librdkafka-*-src.tar.gz 2>/dev/null | head -1 || true)"
+[ -n "$tarball" ] || { echo "no librdkafka source in ../shared/peers" >&2; exit 1; }
+version="$(basename "$tarball" | sed 's/^librdkafka-\(.*\)-src.tar.gz$/\1/')"
+root="${STRATA_RDKAFKA_DIR:-/var/tmp/strata-rdkafka}/$version"
+src="$root/librdkafka"
+
+# --- build (once per tarball) ---------------------------------------------------------------
+if [ ! -x "$src/tests/test-runner" ]; then
+    need=()
+    for package in build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev; do
+        dpkg -s "$package" >/dev/null 2>&1 || need+=("$package")
+    done
+    if [ "${#need[@]}" -gt 0 ]; then
+        echo "installing: ${need[*]}"
+        sudo_cmd=""
+        [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+        $sudo_cmd apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+    echo "== building librdkafka $version and its test runner in $root"
+    rm -rf "$root"
+    mkdir -p "$root"
+    tar -xzf "$tarball" -C "$root"
+    (
+        cd "$src"
+        ./configure --disable-gssapi >"$root/configure.log" 2>&1
+        make -j"$(nproc)" libs >"$root/make.log" 2>&1
+        make -C tests -j"$(nproc)" test-runner >>"$root/make.log" 2>&1
+    ) || { echo "librdkafka build failed; see $root/*.log" >&2; exit 1; }
+fi
+
+# --- the tests to run -----------------------------------------------------------------------
+gate_file="$repo/scripts/rdkafka-gate.txt"
+if $gate; then
+    mapfile -t tests < <(sed 's/#.*//' "$gate_file" | awk 'NF {print $1}')
+elif [ "${#tests[@]}" -eq 0 ]; then
+    # Every numbered test below 1000 (0000 is the runner's own unit tests, local only).
+    mapfile -t tests < <(cd "$src/tests" && ls [0-9][0-9][0-9][0-9]-*.c [0-9][0-9][0-9][0-9]-*.cpp 2>/dev/null \
+        | cut -c1-4 | sort -u | awk '$1 > "0000" && $1 < "1000"')
+fi
+
+# --- the node -------------------------------------------------------------------------------
+source scripts/lib/build-cache.sh
+cargo build --release --locked --bin strata -q
+strata="$CARGO_TARGET_DIR/release/strata"
+
+logs="${STRATA_RDKAFKA_LOGS:-$(mktemp -d -t strata-rdkafka.XXXXXX)}"
+mkdir -p "$logs"
+work="$(mktemp -d -t strata-rdkafka-node.XXXXXX)"
+base_port="${STRATA_RDKAFKA_PORT:-19300}"
+kafka_port=$((base_port + 92))
+node=""
+
+start_node() {
+    "$strata" serve --data-dir "$work/data" --listen "127.0.0.1:$base_port" \
+        --replication "127.0.0.1:$((base_port + 1))" --admin "127.0.0.1:$((base_port + 80))" \
+        --kafka-listen "127.0.0.1:$kafka_port" --kafka-auto-create-topics \
+        --num-partitions 4 >>"$logs/node.log" 2>&1 &
+    node=$!
+    for _ in $(seq 1 300); do
+        if ! kill -0 "$node" 2>/dev/null; then
+            echo "the node did not start; $logs/node.log:" >&2
+            tail -20 "$logs/node.log" >&2
+            exit 1
+        fi
+        (exec 3<>"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "the node's Kafka listener did not open" >&2
+    exit 1
+}
+stop_node() {
+    [ -n "$node" ] && kill -TERM "$node" 2>/dev/null && wait "$node" 2>/dev/null || true
+}
+trap 'stop_node; rm -rf "$work"' EXIT
+start_node
+
+cat >"$work/test.conf" <<EOF
+bootstrap.servers=127.0.0.1:$kafka_port
+EOF
+
+# --- run ------------------------------------------------------------------------------------
+echo "== ${#tests[@]} tests against Strata on 127.0.0.1:$kafka_port (logs in $logs)"
+printf '%-6s %-8s %6s  %s\n' test result secs "first failure"
+passed=0 failed=0 skipped=0 restarts=0
+failed_gate=()
+per_test_timeout="${STRATA_RDKAFKA_TEST_TIMEOUT:-600}"
+for test in "${tests[@]}"; do
+    log="$logs/$test.log"
+    started=$(date +%s)
+    set +e
+    (
+        cd "$src/tests"
+        TESTS="$test" RDKAFKA_TEST_CONF="$work/test.conf" TEST_KAFKA_VERSION=3.9.0 \
+            LD_LIBRARY_PATH="../src:../src-cpp" \
+            timeout --kill-after=10 "$per_test_timeout" ./test-runner -p1 -L
+    ) >"$log" 2>&1
+    status=$?
+    set -e
+    secs=$(($(date +%s) - started))
+    # The runner's summary has a row per test variant it ran: `| 0017_compression | PASSED |`.
+    plain="$logs/$test.plain"
+    sed 's/\x1b\[[0-9;]*m//g' "$log" >"$plain"
+    rows="$(grep -E "^\|[[:space:]]*${test}_" "$plain" || true)"
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        result=HUNG
+    elif grep -q "| *FAILED *|" <<<"$rows"; then
+        result=FAILED
+    elif grep -q "| *PASSED *|" <<<"$rows"; then
+        result=PASSED
+    elif grep -q "| *SKIPPED *|" <<<"$rows" || { [ -z "$rows" ] && [ "$status" -eq 0 ]; }; then
+        result=SKIPPED
+    else
+        result=FAILED
+    fi
+    reason=""
+    if [ "$result" = FAILED ] || [ "$result" = HUNG ]; then
+        reason="$(grep -m1 -E "TEST FAILURE|Test failure|FAIL:|assert" "$plain" | cut -c1-160 || true)"
+    elif [ "$result" = SKIPPED ]; then
+        reason="$(grep -m1 -iE "skipping|skipped" "$plain" | cut -c1-160 || true)"
+    fi
+    case "$result" in
+        PASSED) passed=$((passed + 1)) ;;
+        SKIPPED) skipped=$((skipped + 1)) ;;
+        *) failed=$((failed + 1)); failed_gate+=("$test") ;;
+    esac
+    printf '%-6s %-8s %6s  %s\n' "$test" "$result" "$secs" "$reason"
+    if ! kill -0 "$node" 2>/dev/null; then
+        echo "       the node died during $test; restarting it (see $logs/node.log)"
+        restarts=$((restarts + 1))
+        failed_gate+=("node-died-$test")
+        start_node
+    fi
+done
+echo "$passed passed, $failed failed, $skipped skipped (node restarts: $restarts)"
+if $gate && [ "${#failed_gate[@]}" -gt 0 ]; then
+    echo "gate: these tests passed before and do not now: ${failed_gate[*]} (logs in $logs)" >&2
+    exit 1
+fi
