@@ -265,6 +265,41 @@ impl Client {
         replication_factor: u16,
         configs: &[(String, String)],
     ) -> Result<(), ClientError> {
+        self.create(name, partitions, replication_factor, Vec::new(), configs)
+            .await
+    }
+
+    /// Creates a topic whose partition `i` lives on `assignment[i]` (first the preferred
+    /// leader), as Kafka's `--replica-assignment` places them; every partition needs the same
+    /// number of replicas.
+    pub async fn create_topic_assigned(
+        &self,
+        name: &str,
+        assignment: Vec<Vec<i32>>,
+        configs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        let (Ok(partitions), Some(Ok(replication_factor))) = (
+            u32::try_from(assignment.len()),
+            assignment
+                .first()
+                .map(|replicas| u16::try_from(replicas.len())),
+        ) else {
+            return Err(ClientError::Protocol(
+                "a replica assignment needs at least one partition".into(),
+            ));
+        };
+        self.create(name, partitions, replication_factor, assignment, configs)
+            .await
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u16,
+        assignment: Vec<Vec<i32>>,
+        configs: &[(String, String)],
+    ) -> Result<(), ClientError> {
         let request = Request::CreateTopic(CreateTopicRequest {
             name: name.to_string(),
             partitions,
@@ -276,6 +311,7 @@ impl Client {
                     value: value.clone(),
                 })
                 .collect(),
+            replica_assignment: strata_wire::protocol::Appended(assignment),
         });
         let Response::CreateTopic(response) = self.any_broker(request).await? else {
             return Err(ClientError::Protocol(

@@ -764,9 +764,7 @@ impl Coordinator for EtcdCoordinator {
         validate_topic_name(&spec.name)?;
         let brokers = self.brokers().await?;
         let existing = self.topics().await?.len();
-        let partitions =
-            placement::place(&brokers, spec.partitions, spec.replication_factor, existing)
-                .map_err(CoordinatorError::Invalid)?;
+        let partitions = placement::for_new_topic(&brokers, &spec, existing)?;
         let topic_key = self.key(&format!("topics/{}", spec.name));
         let record = TopicRecord {
             name: spec.name.clone(),

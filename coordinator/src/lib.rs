@@ -95,6 +95,10 @@ pub struct TopicSpec {
     pub partitions: u32,
     pub replication_factor: u16,
     pub config: BTreeMap<String, String>,
+    /// Each partition's replicas, chosen by the client (first the preferred leader); empty:
+    /// [`placement::place`] chooses. When set, `partitions` and `replication_factor` must agree
+    /// with it.
+    pub assignment: Vec<Vec<i32>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +111,10 @@ pub enum CoordinatorError {
     InvalidTopicName { name: String, why: &'static str },
     #[error("invalid topic: {0}")]
     Invalid(String),
+    /// A replica assignment the cluster cannot take: unknown brokers, a broker twice in one
+    /// partition, partitions of different sizes.
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     /// Another live process holds this broker id.
     #[error("broker id {0} is already registered by a live process")]
     BrokerIdTaken(i32),

@@ -136,13 +136,7 @@ impl Coordinator for LocalCoordinator {
             if state.topics.iter().any(|topic| topic.name == spec.name) {
                 return Err(CoordinatorError::TopicExists(spec.name.clone()));
             }
-            let partitions = placement::place(
-                &state.brokers,
-                spec.partitions,
-                spec.replication_factor,
-                state.topics.len(),
-            )
-            .map_err(CoordinatorError::Invalid)?;
+            let partitions = placement::for_new_topic(&state.brokers, &spec, state.topics.len())?;
             let topic = TopicState {
                 name: spec.name.clone(),
                 replication_factor: spec.replication_factor,
@@ -273,6 +267,7 @@ mod tests {
             partitions,
             replication_factor: 1,
             config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
+            assignment: Vec::new(),
         }
     }
 

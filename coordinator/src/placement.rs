@@ -203,6 +203,68 @@ pub fn place(
         .collect())
 }
 
+/// A new topic's partitions as `spec` asks: placed by [`place`], or as its `assignment` says.
+pub fn for_new_topic(
+    brokers: &[BrokerInfo],
+    spec: &crate::TopicSpec,
+    start: usize,
+) -> Result<Vec<PartitionState>, crate::CoordinatorError> {
+    if spec.assignment.is_empty() {
+        return place(brokers, spec.partitions, spec.replication_factor, start)
+            .map_err(crate::CoordinatorError::Invalid);
+    }
+    let partitions = assigned(brokers, &spec.assignment)
+        .map_err(crate::CoordinatorError::InvalidReplicaAssignment)?;
+    if partitions.len() != spec.partitions as usize
+        || partitions[0].replicas.len() != usize::from(spec.replication_factor)
+    {
+        return Err(crate::CoordinatorError::InvalidReplicaAssignment(format!(
+            "{} partitions of {} replicas assigned, for a topic of {} partitions of {}",
+            partitions.len(),
+            partitions[0].replicas.len(),
+            spec.partitions,
+            spec.replication_factor
+        )));
+    }
+    Ok(partitions)
+}
+
+/// Partitions placed by hand (Kafka's replica assignment): partition `i` on `assignment[i]`,
+/// its first replica leading. Every partition needs the same number of replicas, each a
+/// registered broker and none twice.
+pub fn assigned(
+    brokers: &[BrokerInfo],
+    assignment: &[Vec<i32>],
+) -> Result<Vec<PartitionState>, String> {
+    let Some(first) = assignment.first() else {
+        return Err("no partitions assigned".into());
+    };
+    let replication_factor = first.len();
+    assignment
+        .iter()
+        .enumerate()
+        .map(|(partition, replicas)| {
+            if replicas.is_empty() || replicas.len() != replication_factor {
+                return Err(format!(
+                    "partition {partition} has {} replicas where partition 0 has {replication_factor}",
+                    replicas.len()
+                ));
+            }
+            for (at, id) in replicas.iter().enumerate() {
+                if replicas[..at].contains(id) {
+                    return Err(format!("partition {partition} names broker {id} twice"));
+                }
+                if !brokers.iter().any(|broker| broker.id == *id) {
+                    return Err(format!(
+                        "partition {partition} names broker {id}, which is not registered"
+                    ));
+                }
+            }
+            Ok(PartitionState::initial(partition as u32, replicas.clone()))
+        })
+        .collect()
+}
+
 /// The partitions that grow `topic` to `partitions` in total, numbered after the existing
 /// ones and placed as [`place`] places a new topic's (the rotation continues where it was).
 pub fn grow(
@@ -246,6 +308,40 @@ mod tests {
                 kafka_port: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn assigned_partitions_take_their_replicas_and_bad_assignments_are_refused() {
+        let brokers = brokers(3);
+        let placed = assigned(&brokers, &[vec![2, 0], vec![1, 2]]).unwrap();
+        assert_eq!(placed[0], PartitionState::initial(0, vec![2, 0]));
+        assert_eq!(placed[1].leader, 1);
+        assert_eq!(placed[1].isr, [1, 2]);
+        for (assignment, why) in [
+            (vec![], "no partitions"),
+            (vec![vec![0], vec![0, 1]], "replicas"),
+            (vec![vec![]], "replicas"),
+            (vec![vec![1, 1]], "twice"),
+            (vec![vec![3]], "not registered"),
+        ] {
+            let error = assigned(&brokers, &assignment).unwrap_err();
+            assert!(error.contains(why), "{assignment:?}: {error}");
+        }
+        // A spec's counts must agree with its assignment.
+        let spec = |partitions, replication_factor| crate::TopicSpec {
+            name: "t".into(),
+            partitions,
+            replication_factor,
+            config: Default::default(),
+            assignment: vec![vec![0, 1], vec![1, 2]],
+        };
+        assert_eq!(for_new_topic(&brokers, &spec(2, 2), 0).unwrap().len(), 2);
+        for (partitions, replication_factor) in [(3, 2), (2, 1)] {
+            assert!(matches!(
+                for_new_topic(&brokers, &spec(partitions, replication_factor), 0),
+                Err(crate::CoordinatorError::InvalidReplicaAssignment(_))
+            ));
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn spec(name: &str, partitions: u32, replication_factor: u16) -> TopicSpec {
         partitions,
         replication_factor,
         config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
+        assignment: Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_configs_response::{
@@ -102,21 +103,22 @@ pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntr
     }
 }
 
-/// The option of topic requests Strata has no counterpart for: replicas placed by hand
-/// (Strata places them; `strata topic reassign` moves them). `validate_only` is the caller's
-/// to honour: it checks the translated request against the cluster and applies nothing.
+/// CreatePartitions with the new partitions' replicas placed by hand: Strata places them
+/// (`strata topic reassign` moves them after). `validate_only` is the caller's to honour: it
+/// checks the translated request against the cluster and applies nothing.
 fn unsupported_options(assignments: bool) -> Result<(), Refusal> {
     if assignments {
         return Err(refuse(
             errors::INVALID_REQUEST,
-            "replica assignments are not supported: Strata places replicas (move them with `strata topic reassign`)",
+            "replica assignments of new partitions are not supported: Strata places them (move them with `strata topic reassign`)",
         ));
     }
     Ok(())
 }
 
-/// One native CreateTopic per topic, or why the topic is refused on sight (manual replica
-/// assignments: Strata places replicas itself).
+/// One native CreateTopic per topic, or why the topic is refused on sight. A topic with a
+/// replica assignment takes its partition count and replication factor from it (Kafka
+/// requires both to be -1 then); the broker checks the brokers it names.
 pub fn create_topics_requests(
     request: &CreateTopicsRequest,
     defaults: TopicDefaults,
@@ -125,51 +127,94 @@ pub fn create_topics_requests(
         .topics
         .iter()
         .map(|topic| {
-            let name = topic.name.0.to_string();
-            let native = if let Err(refusal) = unsupported_options(!topic.assignments.is_empty()) {
-                Err(refusal)
-            } else {
-                let partitions = match topic.num_partitions {
-                    -1 => Ok(defaults.partitions),
-                    count => u32::try_from(count)
-                        .ok()
-                        .filter(|&count| count > 0)
-                        .ok_or_else(|| {
-                            refuse(errors::INVALID_PARTITIONS, "partitions must be positive")
-                        }),
-                };
-                let replication_factor = match topic.replication_factor {
-                    -1 => Ok(defaults.replication_factor),
-                    factor => u16::try_from(factor)
-                        .ok()
-                        .filter(|&factor| factor > 0)
-                        .ok_or_else(|| {
-                            refuse(
-                                errors::INVALID_REPLICATION_FACTOR,
-                                "the replication factor must be positive",
-                            )
-                        }),
-                };
-                let configs: Result<Vec<native::ConfigEntry>, Refusal> = topic
-                    .configs
-                    .iter()
-                    .filter_map(|config| {
-                        let value = config.value.as_ref()?;
-                        strata_config(&config.name, value).transpose()
-                    })
-                    .collect();
-                partitions.and_then(|partitions| {
-                    Ok(native::CreateTopicRequest {
-                        name: name.clone(),
-                        partitions,
-                        replication_factor: replication_factor?,
-                        configs: configs?,
-                    })
-                })
-            };
-            (name, native)
+            (
+                topic.name.0.to_string(),
+                create_topic_request(topic, defaults),
+            )
         })
         .collect()
+}
+
+fn create_topic_request(
+    topic: &CreatableTopic,
+    defaults: TopicDefaults,
+) -> Result<native::CreateTopicRequest, Refusal> {
+    let configs = topic
+        .configs
+        .iter()
+        .filter_map(|config| {
+            let value = config.value.as_ref()?;
+            strata_config(&config.name, value).transpose()
+        })
+        .collect::<Result<Vec<native::ConfigEntry>, Refusal>>()?;
+    let (partitions, replication_factor, replica_assignment) = if topic.assignments.is_empty() {
+        let partitions = match topic.num_partitions {
+            -1 => defaults.partitions,
+            count => u32::try_from(count)
+                .ok()
+                .filter(|&count| count > 0)
+                .ok_or_else(|| refuse(errors::INVALID_PARTITIONS, "partitions must be positive"))?,
+        };
+        let replication_factor = match topic.replication_factor {
+            -1 => defaults.replication_factor,
+            factor => u16::try_from(factor)
+                .ok()
+                .filter(|&factor| factor > 0)
+                .ok_or_else(|| {
+                    refuse(
+                        errors::INVALID_REPLICATION_FACTOR,
+                        "the replication factor must be positive",
+                    )
+                })?,
+        };
+        (partitions, replication_factor, Vec::new())
+    } else {
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err(refuse(
+                errors::INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+            ));
+        }
+        let assignment = replica_assignment(&topic.assignments)?;
+        let replication_factor = u16::try_from(assignment[0].len())
+            .map_err(|_| refuse(errors::INVALID_REPLICA_ASSIGNMENT, "too many replicas"))?;
+        (assignment.len() as u32, replication_factor, assignment)
+    };
+    Ok(native::CreateTopicRequest {
+        name: topic.name.0.to_string(),
+        partitions,
+        replication_factor,
+        configs,
+        replica_assignment: native::Appended(replica_assignment),
+    })
+}
+
+/// A CreateTopics assignment in partition order: it must name partitions 0, 1, … each once.
+fn replica_assignment(
+    assignments: &[CreatableReplicaAssignment],
+) -> Result<Vec<Vec<i32>>, Refusal> {
+    let mut by_partition: Vec<Option<Vec<i32>>> = vec![None; assignments.len()];
+    for assignment in assignments {
+        let slot = usize::try_from(assignment.partition_index)
+            .ok()
+            .and_then(|index| by_partition.get_mut(index))
+            .filter(|slot| slot.is_none())
+            .ok_or_else(|| {
+                refuse(
+                    errors::INVALID_REPLICA_ASSIGNMENT,
+                    &format!(
+                        "partitions must be numbered 0 to {} each once; {} is not",
+                        assignments.len() - 1,
+                        assignment.partition_index
+                    ),
+                )
+            })?;
+        *slot = Some(assignment.broker_ids.iter().map(|id| id.0).collect());
+    }
+    Ok(by_partition
+        .into_iter()
+        .map(|replicas| replicas.expect("every slot filled"))
+        .collect())
 }
 
 /// A CreateTopics result per topic: its number of partitions and replication factor on
@@ -486,7 +531,8 @@ pub fn alter_outcome(
 
 #[cfg(test)]
 mod tests {
-    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
     use kafka_protocol::protocol::Decodable;
 
     use super::*;
@@ -529,6 +575,42 @@ mod tests {
         assert!(listed(&["Dead"]).is_empty());
     }
 
+    /// A replica assignment gives the partition count and replication factor, in partition
+    /// order; one that names partitions out of order, twice, or beside a count is refused.
+    #[test]
+    fn replica_assignments_become_native_creates_in_partition_order() {
+        let assign = |partition: i32, brokers: &[i32]| {
+            CreatableReplicaAssignment::default()
+                .with_partition_index(partition)
+                .with_broker_ids(brokers.iter().map(|id| BrokerId(*id)).collect())
+        };
+        let topic = |assignments: Vec<CreatableReplicaAssignment>, count: i32| {
+            CreatableTopic::default()
+                .with_name(TopicName(text("placed")))
+                .with_num_partitions(count)
+                .with_replication_factor(-1)
+                .with_assignments(assignments)
+        };
+        let create = |topic: CreatableTopic| create_topic_request(&topic, TopicDefaults::default());
+        let native = create(topic(vec![assign(1, &[3, 1]), assign(0, &[1, 2])], -1)).unwrap();
+        assert_eq!((native.partitions, native.replication_factor), (2, 2));
+        assert_eq!(native.replica_assignment.0, [vec![1, 2], vec![3, 1]]);
+        for assignments in [
+            vec![assign(0, &[1]), assign(0, &[2])],
+            vec![assign(1, &[1])],
+            vec![assign(-1, &[1])],
+        ] {
+            assert_eq!(
+                create(topic(assignments, -1)).unwrap_err().error,
+                errors::INVALID_REPLICA_ASSIGNMENT
+            );
+        }
+        assert_eq!(
+            create(topic(vec![assign(0, &[1])], 1)).unwrap_err().error,
+            errors::INVALID_REQUEST
+        );
+    }
+
     #[test]
     fn topics_with_defaults_become_native_creates_and_unsupported_options_are_refused() {
         let topic = |name: &str| CreatableTopic::default().with_name(TopicName(text(name)));
@@ -544,7 +626,7 @@ mod tests {
             topic("zero")
                 .with_num_partitions(0)
                 .with_replication_factor(1),
-            topic("placed")
+            topic("both")
                 .with_num_partitions(1)
                 .with_replication_factor(1)
                 .with_assignments(vec![Default::default()]),

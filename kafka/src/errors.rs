@@ -16,6 +16,7 @@ pub const NOT_COORDINATOR: i16 = 16;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_PARTITIONS: i16 = 37;
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const NOT_ENOUGH_REPLICAS: i16 = 19;
 pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 pub const ILLEGAL_GENERATION: i16 = 22;
@@ -79,6 +80,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::NonEmptyGroup => NON_EMPTY_GROUP,
         ErrorCode::GroupIdNotFound => GROUP_ID_NOT_FOUND,
         ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        ErrorCode::InvalidReplicaAssignment => INVALID_REPLICA_ASSIGNMENT,
     }
 }
 

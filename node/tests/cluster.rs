@@ -928,3 +928,53 @@ fn preferred_replicas(node: &TestNode, topic: &str) -> Vec<i64> {
         .map(|p| p["replicas"][0].as_i64().unwrap())
         .collect()
 }
+
+/// A topic placed by hand (`--replica-assignment`, Kafka's syntax) lives where it was put:
+/// each partition on its brokers, led by the first, and it takes writes there; an assignment
+/// naming a broker that is not registered, or a broker twice, is refused and creates nothing.
+#[test]
+fn a_topic_placed_by_hand_lives_on_the_brokers_it_names() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = support::etcd_nodes(&etcd, &dirs, &[]);
+    wait_for("three brokers", || {
+        alive_brokers(&cluster_info(&nodes[0])).len() == 3
+    });
+    let create = |name: &str, assignment: &str| {
+        nodes[1].cli_output(
+            &["topic", "create", name, "--replica-assignment", assignment],
+            None,
+        )
+    };
+    assert!(!create("placed", "2:3,3:1,1").status.success());
+    assert!(create("placed", "2:3,3:1,1:2").status.success());
+    let described = support::describe(&nodes[2], "placed");
+    let replicas: Vec<Vec<i64>> = described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_i64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(replicas, [vec![2, 3], vec![3, 1], vec![1, 2]]);
+    assert_eq!(leaders(&nodes[0], "placed"), [2, 3, 1]);
+    nodes[0].cli(
+        &["produce", "placed", "--partition", "0", "--acks", "all"],
+        Some(b"on two and three\n"),
+    );
+    assert_eq!(support::stored_records(&nodes[0], "placed"), 1);
+    for (name, assignment) in [("unknown-broker", "1:4"), ("twice", "2:2")] {
+        let refused = create(name, assignment);
+        assert!(!refused.status.success(), "{name}");
+        let error = String::from_utf8_lossy(&refused.stderr);
+        assert!(error.contains("replica assignment"), "{name}: {error}");
+    }
+    let listed = nodes[0].cli(&["topic", "list"], None);
+    assert_eq!(listed.trim(), "placed");
+}

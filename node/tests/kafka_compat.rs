@@ -214,6 +214,29 @@ fn kafka_admin_tools_alter_list_settings_and_dry_run_changes() {
     assert_eq!(described["partitions"].as_array().unwrap().len(), 2);
 }
 
+/// CreateTopics with a replica assignment places the partitions as asked; one naming a broker
+/// that is not registered is refused with Kafka's INVALID_REPLICA_ASSIGNMENT, dry run or not,
+/// and creates nothing.
+#[test]
+fn kafka_clients_create_topics_with_replica_assignments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, kafka, _) = kafka_node(dir.path(), &[]);
+    let seen = confluent("assigned", &kafka, &[]);
+    assert_eq!(seen["placed"], serde_json::Value::Null, "{seen}");
+    assert_eq!(
+        seen["unknown_broker"], "INVALID_REPLICA_ASSIGNMENT",
+        "{seen}"
+    );
+    assert_eq!(
+        seen["unknown_broker_dry_run"], "INVALID_REPLICA_ASSIGNMENT",
+        "{seen}"
+    );
+    assert_eq!(
+        seen["partitions"],
+        serde_json::json!({"placed": [[1], [1], [1]]})
+    );
+}
+
 /// A topic's `compression.type` is the codec that batches produced through the Kafka listener
 /// are stored with, whatever the producer sent.
 #[test]

@@ -89,6 +89,14 @@ fn every_request_round_trips() {
                 key: "flush".into(),
                 value: "always".into(),
             }],
+            replica_assignment: Appended(Vec::new()),
+        }),
+        Request::CreateTopic(CreateTopicRequest {
+            name: "placed".into(),
+            partitions: 2,
+            replication_factor: 2,
+            configs: vec![],
+            replica_assignment: Appended(vec![vec![1, 2], vec![2, 3]]),
         }),
         Request::DeleteTopic(DeleteTopicRequest { name: "t".into() }),
         produce(a_batch(&["x"])),
@@ -382,6 +390,7 @@ fn decoding_never_panics() {
                 partitions: 3,
                 replication_factor: 1,
                 configs: vec![],
+                replica_assignment: Appended(vec![vec![1], vec![2], vec![3]]),
             })
             .encode(2),
         ),

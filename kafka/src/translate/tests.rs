@@ -773,6 +773,7 @@ fn translated_responses_encode_at_every_served_version() {
                     partitions: 3,
                     replication_factor: 1,
                     configs: vec![],
+                    replica_assignment: Default::default(),
                 },
             )),
         )]);

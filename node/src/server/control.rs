@@ -822,6 +822,7 @@ async fn create_topic(
         partitions: request.partitions,
         replication_factor: request.replication_factor.max(1),
         config: overrides,
+        assignment: request.replica_assignment.0,
     };
     match each!(coordinator, c => c.create_topic(spec).await) {
         Ok(topic) => {
@@ -982,6 +983,7 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
         CoordinatorError::UnknownTopic(_) => ErrorCode::UnknownTopic,
         CoordinatorError::InvalidTopicName { .. } => ErrorCode::InvalidTopicName,
         CoordinatorError::Invalid(_) => ErrorCode::InvalidConfig,
+        CoordinatorError::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment,
         CoordinatorError::Unavailable(_) => ErrorCode::NotReady,
         CoordinatorError::BrokerIdTaken(_)
         | CoordinatorError::Storage { .. }

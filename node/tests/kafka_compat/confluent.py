@@ -254,6 +254,34 @@ def configs(bootstrap):
     return result
 
 
+def assigned(bootstrap):
+    """CreateTopics with replica assignments: one the broker can take, one naming a broker
+    that is not registered, and the same as a dry run."""
+    client = admin(bootstrap)
+
+    def create(topic, assignment, validate_only=False):
+        futures = client.create_topics(
+            [NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)],
+            validate_only=validate_only,
+        )
+        try:
+            futures[topic].result(TIMEOUT_S)
+            return None
+        except KafkaException as error:
+            return error_name(error)
+
+    result = {
+        "placed": create("placed", [[1], [1], [1]]),
+        "unknown_broker": create("elsewhere", [[1], [7]]),
+        "unknown_broker_dry_run": create("elsewhere", [[7]], validate_only=True),
+    }
+    metadata = client.list_topics(timeout=TIMEOUT_S).topics
+    result["partitions"] = {
+        name: sorted(p.replicas for p in topic.partitions.values()) for name, topic in metadata.items()
+    }
+    return result
+
+
 def compressed(bootstrap, topic):
     """Uncompressed batches produced to a topic whose compression.type names a codec."""
     produce(bootstrap, topic, [(None, b"a" * 1000, None) for _ in range(50)], **{"compression.type": "none"})
@@ -269,6 +297,7 @@ SCENARIOS = {
     "transactions": transactions,
     "configs": configs,
     "compressed": compressed,
+    "assigned": assigned,
 }
 
 if __name__ == "__main__":

@@ -391,6 +391,11 @@ impl Decoder {
         Ok(Records::Mutable(records))
     }
 
+    /// Whether every byte of the body has been read.
+    pub fn is_at_end(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// Ends decoding; leftover bytes mean the peer and we disagree on the message.
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.is_empty() {

@@ -106,6 +106,29 @@ impl<T: Wire> Wire for Option<T> {
     }
 }
 
+/// A field appended to a message after the message was first released: encoded only when it
+/// holds something other than its default, and read only when bytes remain. A peer built
+/// before the field existed exchanges the same bytes as before for every message that leaves it
+/// at its default, and refuses (trailing bytes) one that does not, which it could not honour.
+/// Only a message's last fields may be appended ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Appended<T>(pub T);
+
+impl<T: Wire + Default + PartialEq> Wire for Appended<T> {
+    const MIN_LEN: usize = 0;
+    fn encode(self, encoder: &mut Encoder) {
+        if self.0 != T::default() {
+            self.0.encode(encoder);
+        }
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        if decoder.is_at_end() {
+            return Ok(Appended(T::default()));
+        }
+        T::decode(decoder).map(Appended)
+    }
+}
+
 macro_rules! messages {
     ($($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)* })*) => {$(
         $(#[$meta])*
@@ -198,6 +221,10 @@ messages! {
         pub partitions: u32,
         pub replication_factor: u16,
         pub configs: Vec<ConfigEntry>,
+        /// The replicas of each partition, in partition order, first replica the preferred
+        /// leader (Kafka's manual replica assignment); empty: the broker places them. When set,
+        /// it gives the partition count and replication factor.
+        pub replica_assignment: Appended<Vec<Vec<i32>>>,
     }
 
     pub struct CreateTopicResponse {

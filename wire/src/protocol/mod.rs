@@ -200,6 +200,8 @@ error_codes! {
     GroupIdNotFound = 33, retriable = false;
     /// The group (of Kafka's classic protocol) is rebalancing: the member must rejoin first.
     RebalanceInProgress = 34, retriable = false;
+    /// A replica assignment the cluster cannot take (Kafka's INVALID_REPLICA_ASSIGNMENT).
+    InvalidReplicaAssignment = 35, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -45,6 +45,12 @@ pub enum TopicCommand {
         partitions: u32,
         #[arg(long, default_value_t = 1)]
         replication_factor: u16,
+        /// Each partition's brokers, placed by hand as Kafka's kafka-topics places them:
+        /// partitions separated by commas, a partition's brokers by colons, the first its
+        /// preferred leader (`1:2,2:3,3:1`: three partitions of two replicas). Gives the
+        /// partition count and replication factor.
+        #[arg(long, value_parser = parse_replica_assignment, conflicts_with_all = ["partitions", "replication_factor"])]
+        replica_assignment: Option<ReplicaAssignment>,
         #[arg(long)]
         min_insync: Option<u16>,
         #[arg(long)]
@@ -118,6 +124,37 @@ pub fn parse_acks(text: &str) -> Result<i8, String> {
     }
 }
 
+/// Each partition's brokers, in partition order (`topic create --replica-assignment`).
+#[derive(Debug, Clone)]
+pub struct ReplicaAssignment(Vec<Vec<i32>>);
+
+/// Kafka's `--replica-assignment` syntax: `1:2,2:3` is partition 0 on brokers 1 and 2,
+/// partition 1 on 2 and 3. Every partition must have the same number of brokers.
+pub fn parse_replica_assignment(text: &str) -> Result<ReplicaAssignment, String> {
+    let assignment = text
+        .split(',')
+        .map(|partition| {
+            partition
+                .split(':')
+                .map(|id| {
+                    id.trim()
+                        .parse::<i32>()
+                        .map_err(|_| format!("{id:?} in {text:?} is not a broker id"))
+                })
+                .collect::<Result<Vec<i32>, String>>()
+        })
+        .collect::<Result<Vec<Vec<i32>>, String>>()?;
+    if assignment
+        .iter()
+        .any(|replicas| replicas.len() != assignment[0].len())
+    {
+        return Err(format!(
+            "{text:?}: every partition needs the same number of brokers"
+        ));
+    }
+    Ok(ReplicaAssignment(assignment))
+}
+
 pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
     let (key, value) = text
         .split_once('=')
@@ -132,6 +169,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             name,
             partitions,
             replication_factor,
+            replica_assignment,
             min_insync,
             retention_ms,
             retention_bytes,
@@ -146,9 +184,21 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             if let Some(value) = retention_bytes {
                 configs.push(("retention.bytes".into(), value.to_string()));
             }
-            client
-                .create_topic(&name, partitions, replication_factor, &configs)
-                .await?;
+            let partitions = match replica_assignment {
+                Some(ReplicaAssignment(assignment)) => {
+                    let partitions = assignment.len();
+                    client
+                        .create_topic_assigned(&name, assignment, &configs)
+                        .await?;
+                    partitions as u32
+                }
+                None => {
+                    client
+                        .create_topic(&name, partitions, replication_factor, &configs)
+                        .await?;
+                    partitions
+                }
+            };
             outln!("created topic {name} with {partitions} partitions");
         }
         TopicCommand::List => {

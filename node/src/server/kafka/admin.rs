@@ -53,7 +53,8 @@ pub(super) async fn create_topics(
 
 /// What creating `create` would answer, from this broker's view, creating nothing (Kafka's
 /// `validate_only`): the name, that no topic has it, the settings, the partition count and
-/// that enough brokers are live for the replication factor. The create itself can still fail
+/// that enough brokers are live for the replication factor, or that the brokers a replica
+/// assignment names are registered. The create itself can still fail
 /// if the cluster changes first, as Kafka's can.
 fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::CreateTopicResponse {
     let failed = |error, message: String| native::CreateTopicResponse { error, message };
@@ -81,7 +82,13 @@ fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::C
             format!("partitions={}: expected 1 to 100000", create.partitions),
         );
     }
-    if usize::from(create.replication_factor) > view.brokers.len() {
+    if !create.replica_assignment.0.is_empty() {
+        if let Err(message) =
+            strata_coordinator::placement::assigned(&view.brokers, &create.replica_assignment.0)
+        {
+            return failed(native::ErrorCode::InvalidReplicaAssignment, message);
+        }
+    } else if usize::from(create.replication_factor) > view.brokers.len() {
         return failed(
             native::ErrorCode::InvalidConfig,
             format!(

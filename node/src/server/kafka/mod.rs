@@ -403,6 +403,7 @@ async fn create_unknown_topics(
             partitions: shard.context.config.kafka_topic_defaults.partitions,
             replication_factor: shard.context.config.kafka_topic_defaults.replication_factor,
             configs: Vec::new(),
+            replica_assignment: Default::default(),
         };
         match native(shard, Request::CreateTopic(create)).await {
             Ok(Response::CreateTopic(answer))
