@@ -30,7 +30,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 22] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 1, 12),
+    (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::FindCoordinator, 0, 4),

@@ -83,7 +83,12 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
 
 /// Topics asked for by name (`None`: all). Entries naming a topic only by id (Metadata v10+)
 /// are left out: Strata topics have no ids.
-pub fn metadata_request(request: &MetadataRequest) -> native::MetadataRequest {
+/// A Metadata request of `version` as the native one: `None` asks for every topic, which
+/// version 0 spells as an empty list (it has no null) and later versions as null.
+pub fn metadata_request(request: &MetadataRequest, version: i16) -> native::MetadataRequest {
+    if version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty) {
+        return native::MetadataRequest { topics: None };
+    }
     native::MetadataRequest {
         topics: request.topics.as_ref().map(|topics| {
             topics

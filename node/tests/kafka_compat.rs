@@ -214,6 +214,20 @@ fn kafka_admin_tools_alter_list_settings_and_dry_run_changes() {
     assert_eq!(described["partitions"].as_array().unwrap().len(), 2);
 }
 
+/// A topic name no topic may have is INVALID_TOPIC_EXCEPTION in Metadata when topics are
+/// created on first use, so a producer fails those records at once (librdkafka's
+/// TOPIC_EXCEPTION) instead of retrying until its timeout, and its good records still go.
+#[test]
+fn records_for_an_invalid_topic_name_fail_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka, _) = kafka_node(dir.path(), &["--kafka-auto-create-topics"]);
+    let seen = confluent("invalid_topic", &kafka, &[]);
+    assert_eq!(seen["reports"]["bad$#!"], "TOPIC_EXCEPTION", "{seen}");
+    assert_eq!(seen["reports"]["good"], serde_json::Value::Null, "{seen}");
+    assert_eq!(seen["left"], 0);
+    assert_eq!(node.cli(&["topic", "list"], None).trim(), "good");
+}
+
 /// CreateTopics with a replica assignment places the partitions as asked; one naming a broker
 /// that is not registered is refused with Kafka's INVALID_REPLICA_ASSIGNMENT, dry run or not,
 /// and creates nothing.

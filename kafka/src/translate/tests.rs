@@ -211,7 +211,7 @@ fn frame<R: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &R)
 /// is needed to answer or log them; responses carry the header their version calls for.
 #[test]
 fn frames_decode_at_served_versions_and_refuse_the_rest() {
-    for version in 1..=12 {
+    for version in 0..=12 {
         let request = kafka_protocol::messages::MetadataRequest::default();
         let decoded =
             decode_request(frame(ApiKey::Metadata, version, version as i32, &request)).unwrap();
@@ -299,6 +299,20 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
             Some("c")
         );
     }
+}
+
+/// Metadata v0 has no null topic array: an empty one asks for every topic, as Kafka's
+/// brokers read it; from v1 on, empty asks for none (brokers only) and null for every one.
+#[test]
+fn an_empty_metadata_v0_request_asks_for_every_topic() {
+    let empty = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
+    assert_eq!(crate::translate::metadata_request(&empty, 0).topics, None);
+    assert_eq!(
+        crate::translate::metadata_request(&empty, 1).topics,
+        Some(vec![])
+    );
+    let all = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
+    assert_eq!(crate::translate::metadata_request(&all, 12).topics, None);
 }
 
 /// The frames confluent-kafka 2.16 (librdkafka 2.16) sends for `AdminClient.list_topics()`,

@@ -24,7 +24,21 @@ pub struct TopicConfig {
     /// Kafka's `message.format.version`: kept and shown, without effect, as on Kafka 3.0 and
     /// later (KIP-724): every batch is stored in the current format.
     pub message_format_version: String,
+    /// Kafka's compaction settings (`delete.retention.ms`, `min.compaction.lag.ms`,
+    /// `max.compaction.lag.ms`, `min.cleanable.dirty.ratio`), in that order: validated, kept and
+    /// shown. They act only on compacted topics, in Kafka as here, and a Strata topic's
+    /// cleanup policy is `delete`.
+    pub compaction: [String; 4],
 }
+
+/// Kafka's compaction settings and their defaults (Kafka's), in [`TopicConfig::compaction`]'s
+/// order.
+const COMPACTION_KEYS: [(&str, &str); 4] = [
+    ("delete.retention.ms", "86400000"),
+    ("min.compaction.lag.ms", "0"),
+    ("max.compaction.lag.ms", "9223372036854775807"),
+    ("min.cleanable.dirty.ratio", "0.5"),
+];
 
 /// Kafka's `compression.type` values; `producer` (the default) keeps each batch's own codec.
 pub const COMPRESSION_TYPES: &[&str] =
@@ -82,6 +96,10 @@ pub const KEYS: &[&str] = &[
     "replica.recovery.bytes.per.sec",
     "compression.type",
     "message.format.version",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
 ];
 
 impl TopicConfig {
@@ -96,6 +114,7 @@ impl TopicConfig {
             recovery_bytes_per_sec: None,
             compression_type: "producer",
             message_format_version: DEFAULT_MESSAGE_FORMAT_VERSION.to_string(),
+            compaction: COMPACTION_KEYS.map(|(_, default)| default.to_string()),
         };
         let mut flush = None;
         let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
@@ -183,6 +202,30 @@ impl TopicConfig {
                     }
                     config.message_format_version = value.clone();
                 }
+                "delete.retention.ms"
+                | "min.compaction.lag.ms"
+                | "max.compaction.lag.ms"
+                | "min.cleanable.dirty.ratio" => {
+                    match key.as_str() {
+                        "min.cleanable.dirty.ratio" => {
+                            let ratio: f64 =
+                                value.parse().map_err(|_| bad("a number from 0 to 1"))?;
+                            if !(0.0..=1.0).contains(&ratio) {
+                                return Err(bad("a number from 0 to 1"));
+                            }
+                        }
+                        "max.compaction.lag.ms" if number()? < 1 => {
+                            return Err(bad("a positive integer"));
+                        }
+                        _ if number()? < 0 => return Err(bad("a non-negative integer")),
+                        _ => {}
+                    }
+                    let at = COMPACTION_KEYS
+                        .iter()
+                        .position(|(known, _)| known == key)
+                        .expect("a compaction key");
+                    config.compaction[at] = value.clone();
+                }
                 _ => {
                     return Err(format!(
                         "unknown topic config {key:?} (known: {})",
@@ -216,7 +259,7 @@ impl TopicConfig {
             FlushPolicy::Never => ("never", None),
             FlushPolicy::Interval { interval_ms } => ("interval", Some(interval_ms)),
         };
-        let entries = vec![
+        let mut entries = vec![
             ("flush", flush.to_string()),
             (
                 "flush.interval.ms",
@@ -256,6 +299,12 @@ impl TopicConfig {
                 self.message_format_version.clone(),
             ),
         ];
+        entries.extend(
+            COMPACTION_KEYS
+                .iter()
+                .zip(&self.compaction)
+                .map(|((key, _), value)| (*key, value.clone())),
+        );
         debug_assert!(entries.iter().map(|(key, _)| *key).eq(KEYS.iter().copied()));
         entries
     }
@@ -382,6 +431,26 @@ mod tests {
             );
         }
         assert!(parse(&[("retention.ms", "-5")]).is_err());
+        // Kafka's compaction settings: validated as Kafka validates them, kept as given.
+        let compaction = parse(&[
+            ("delete.retention.ms", "900"),
+            ("min.cleanable.dirty.ratio", "0.1"),
+        ])
+        .unwrap()
+        .compaction;
+        assert_eq!(compaction[0], "900");
+        assert_eq!(compaction[3], "0.1");
+        for (key, value) in [
+            ("delete.retention.ms", "-1"),
+            ("min.compaction.lag.ms", "soon"),
+            ("max.compaction.lag.ms", "0"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+        ] {
+            assert!(
+                parse(&[(key, value)]).unwrap_err().contains(key),
+                "{key}={value}"
+            );
+        }
     }
 
     #[test]
@@ -405,6 +474,10 @@ mod tests {
                 ("segment.bytes", "65536"),
                 ("compression.type", "gzip"),
                 ("message.format.version", "0.10.2"),
+                ("delete.retention.ms", "900"),
+                ("min.compaction.lag.ms", "5"),
+                ("max.compaction.lag.ms", "3600000"),
+                ("min.cleanable.dirty.ratio", "0.25"),
             ],
             &[("flush.interval.ms", "250"), ("direct.writes", "auto")],
         ];

@@ -282,6 +282,21 @@ def assigned(bootstrap):
     return result
 
 
+def invalid_topic(bootstrap):
+    """Records for a topic whose name no topic may have, beside a good one, with topics
+    created on first use: the bad ones fail (not retried until their timeout)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 60000})
+    reports = {}
+    for topic in ["bad$#!", "good"]:
+        producer.produce(
+            topic,
+            value=b"v",
+            on_delivery=lambda err, msg, topic=topic: reports.setdefault(topic, error_name(err)),
+        )
+    left = producer.flush(TIMEOUT_S)
+    return {"reports": reports, "left": left}
+
+
 def compressed(bootstrap, topic):
     """Uncompressed batches produced to a topic whose compression.type names a codec."""
     produce(bootstrap, topic, [(None, b"a" * 1000, None) for _ in range(50)], **{"compression.type": "none"})
@@ -298,6 +313,7 @@ SCENARIOS = {
     "configs": configs,
     "compressed": compressed,
     "assigned": assigned,
+    "invalid_topic": invalid_topic,
 }
 
 if __name__ == "__main__":

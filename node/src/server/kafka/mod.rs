@@ -227,7 +227,8 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             encoded(&header, &translate::api_versions_response(errors::NONE))
         }
         KafkaRequest::Metadata(request) => {
-            let asked = Request::Metadata(translate::metadata_request(&request));
+            let asked =
+                Request::Metadata(translate::metadata_request(&request, header.api_version));
             let mut metadata = match native(shard, asked.clone()).await {
                 Ok(Response::Metadata(metadata)) => metadata,
                 answer => return unanswered("Metadata", answer),
@@ -235,14 +236,21 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             // Kafka's auto.create.topics.enable, when the broker allows it and the client
             // asks for it (always, before Metadata v4).
             let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
-            if shard.context.config.kafka_auto_create_topics
-                && wants_creation
-                && create_unknown_topics(shard, &metadata).await
-            {
-                metadata = match native(shard, asked).await {
-                    Ok(Response::Metadata(metadata)) => metadata,
-                    answer => return unanswered("Metadata", answer),
-                };
+            if shard.context.config.kafka_auto_create_topics && wants_creation {
+                let created = create_unknown_topics(shard, &metadata).await;
+                if created.any {
+                    metadata = match native(shard, asked).await {
+                        Ok(Response::Metadata(metadata)) => metadata,
+                        answer => return unanswered("Metadata", answer),
+                    };
+                }
+                // A name no topic may have is INVALID_TOPIC_EXCEPTION, which clients do not
+                // retry, where a topic still to come is retried (Kafka answers both so).
+                for topic in &mut metadata.topics {
+                    if created.invalid_names.contains(&topic.name) {
+                        topic.error = ErrorCode::InvalidTopicName;
+                    }
+                }
             }
             encoded(
                 &header,
@@ -387,13 +395,23 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
     }
 }
 
-/// Creates the topics a metadata answer found unknown, with Kafka's defaults; whether any was
-/// created (or appeared meanwhile).
+/// What creating a metadata answer's unknown topics did.
+struct Created {
+    /// Some topic was created (or appeared meanwhile).
+    any: bool,
+    /// Names refused as names: no topic can have them.
+    invalid_names: Vec<String>,
+}
+
+/// Creates the topics a metadata answer found unknown, with the broker's topic defaults.
 async fn create_unknown_topics(
     shard: &Rc<Shard>,
     metadata: &strata_wire::protocol::MetadataResponse,
-) -> bool {
-    let mut created = false;
+) -> Created {
+    let mut created = Created {
+        any: false,
+        invalid_names: Vec::new(),
+    };
     for topic in &metadata.topics {
         if topic.error != ErrorCode::UnknownTopic {
             continue;
@@ -413,7 +431,11 @@ async fn create_unknown_topics(
                 ) =>
             {
                 tracing::info!(topic = %topic.name, "created on a Kafka client's first use");
-                created = true;
+                created.any = true;
+            }
+            Ok(Response::CreateTopic(answer)) if answer.error == ErrorCode::InvalidTopicName => {
+                tracing::debug!(topic = %topic.name, "not created on first use: {}", answer.message);
+                created.invalid_names.push(topic.name.clone());
             }
             answer => {
                 tracing::info!(topic = %topic.name, ?answer, "not created on first use");
