@@ -365,6 +365,7 @@ impl Client {
     /// Grows `topic` to `partitions` partitions in total.
     pub async fn add_partitions(&self, topic: &str, partitions: u32) -> Result<(), ClientError> {
         let request = Request::CreatePartitions(strata_wire::protocol::CreatePartitionsRequest {
+            replica_assignment: Default::default(),
             topic: topic.to_string(),
             partitions,
         });

@@ -801,14 +801,14 @@ impl Coordinator for EtcdCoordinator {
         &self,
         topic: &str,
         partitions: u32,
+        assignment: &[Vec<i32>],
     ) -> Result<TopicState, CoordinatorError> {
         let brokers = self.brokers().await?;
         let Some((mut record, _, revision)) = self.topic_record(topic).await? else {
             return Err(CoordinatorError::UnknownTopic(topic.to_string()));
         };
         let existing = record.clone().state(self.partitions_of(topic).await?);
-        let added =
-            placement::grow(&brokers, &existing, partitions).map_err(CoordinatorError::Invalid)?;
+        let added = placement::grow_as_asked(&brokers, &existing, partitions, assignment)?;
         // A record from before assignments were kept: its partitions' keys all exist, so their
         // replicas now stand in for the initial ones.
         if record.assignment.len() < existing.partitions.len() {

@@ -157,11 +157,13 @@ pub trait Coordinator {
         change: PartitionChange,
     ) -> Result<Option<PartitionState>, CoordinatorError>;
     /// Grows `topic` to `partitions` partitions, placing the new ones like a new topic's
-    /// (continuing the leader rotation). Partitions only grow: keys hash onto the new count.
+    /// (continuing the leader rotation), or on `assignment`'s brokers (one entry per new
+    /// partition) when it is not empty. Partitions only grow: keys hash onto the new count.
     async fn add_partitions(
         &self,
         topic: &str,
         partitions: u32,
+        assignment: &[Vec<i32>],
     ) -> Result<TopicState, CoordinatorError>;
     /// Applies `change` to `topic`'s config overrides if `validate` accepts the result, atomically
     /// against any other change of the topic. Returns the topic as stored.

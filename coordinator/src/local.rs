@@ -152,6 +152,7 @@ impl Coordinator for LocalCoordinator {
         &self,
         topic: &str,
         partitions: u32,
+        assignment: &[Vec<i32>],
     ) -> Result<TopicState, CoordinatorError> {
         self.update(|state| {
             let brokers = state.brokers.clone();
@@ -160,8 +161,7 @@ impl Coordinator for LocalCoordinator {
                 .iter_mut()
                 .find(|t| t.name == topic)
                 .ok_or_else(|| CoordinatorError::UnknownTopic(topic.to_string()))?;
-            let added = placement::grow(&brokers, existing, partitions)
-                .map_err(CoordinatorError::Invalid)?;
+            let added = placement::grow_as_asked(&brokers, existing, partitions, assignment)?;
             existing.partitions.extend(added);
             Ok(existing.clone())
         })

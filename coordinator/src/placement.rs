@@ -265,6 +265,42 @@ pub fn assigned(
         .collect()
 }
 
+/// The partitions that grow `topic` to `partitions` in total: placed by [`grow`], or, when
+/// `assignment` is not empty, on its brokers (one entry per new partition, each of the
+/// topic's replication factor).
+pub fn grow_as_asked(
+    brokers: &[BrokerInfo],
+    topic: &crate::TopicState,
+    partitions: u32,
+    assignment: &[Vec<i32>],
+) -> Result<Vec<PartitionState>, crate::CoordinatorError> {
+    if assignment.is_empty() {
+        return grow(brokers, topic, partitions).map_err(crate::CoordinatorError::Invalid);
+    }
+    let current = topic.partitions.len() as u32;
+    let invalid = crate::CoordinatorError::InvalidReplicaAssignment;
+    if partitions <= current || (partitions - current) as usize != assignment.len() {
+        return Err(invalid(format!(
+            "topic {} grows from {current} to {partitions} partitions: {} assigned",
+            topic.name,
+            assignment.len()
+        )));
+    }
+    if assignment[0].len() != usize::from(topic.replication_factor) {
+        return Err(invalid(format!(
+            "topic {} has {} replicas per partition; {} assigned",
+            topic.name,
+            topic.replication_factor,
+            assignment[0].len()
+        )));
+    }
+    let mut added = assigned(brokers, assignment).map_err(invalid)?;
+    for partition in &mut added {
+        partition.partition += current;
+    }
+    Ok(added)
+}
+
 /// The partitions that grow `topic` to `partitions` in total, numbered after the existing
 /// ones and placed as [`place`] places a new topic's (the rotation continues where it was).
 pub fn grow(
@@ -327,6 +363,27 @@ mod tests {
             let error = assigned(&brokers, &assignment).unwrap_err();
             assert!(error.contains(why), "{assignment:?}: {error}");
         }
+        // New partitions by hand: one entry each, of the topic's replication factor.
+        let topic = crate::TopicState {
+            name: "t".into(),
+            replication_factor: 2,
+            config: Default::default(),
+            partitions: placed.clone(),
+        };
+        let grown = grow_as_asked(&brokers, &topic, 3, &[vec![0, 1]]).unwrap();
+        assert_eq!(grown, [PartitionState::initial(2, vec![0, 1])]);
+        for (partitions, assignment) in [
+            (4, vec![vec![0, 1]]),
+            (3, vec![vec![0]]),
+            (3, vec![vec![0, 5]]),
+            (2, vec![vec![0, 1]]),
+        ] {
+            assert!(matches!(
+                grow_as_asked(&brokers, &topic, partitions, &assignment),
+                Err(crate::CoordinatorError::InvalidReplicaAssignment(_))
+            ));
+        }
+        assert_eq!(grow_as_asked(&brokers, &topic, 4, &[]).unwrap().len(), 2);
         // A spec's counts must agree with its assignment.
         let spec = |partitions, replication_factor| crate::TopicSpec {
             name: "t".into(),

@@ -244,7 +244,7 @@ fn topics_wider_than_one_etcd_transaction_are_created_grown_and_completed() {
             "{leaders:?}"
         );
 
-        let grown = nodes[2].add_partitions("wide", 1300).await.unwrap();
+        let grown = nodes[2].add_partitions("wide", 1300, &[]).await.unwrap();
         assert_eq!(grown.partitions.len(), 1300);
         assert_eq!(etcd.count_prefix(keys).await, 1300);
         assert_eq!(nodes[0].topics().await.unwrap(), vec![grown.clone()]);

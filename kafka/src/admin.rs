@@ -103,19 +103,6 @@ pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntr
     }
 }
 
-/// CreatePartitions with the new partitions' replicas placed by hand: Strata places them
-/// (`strata topic reassign` moves them after). `validate_only` is the caller's to honour: it
-/// checks the translated request against the cluster and applies nothing.
-fn unsupported_options(assignments: bool) -> Result<(), Refusal> {
-    if assignments {
-        return Err(refuse(
-            errors::INVALID_REQUEST,
-            "replica assignments of new partitions are not supported: Strata places them (move them with `strata topic reassign`)",
-        ));
-    }
-    Ok(())
-}
-
 /// One native CreateTopic per topic, or why the topic is refused on sight. A topic with a
 /// replica assignment takes its partition count and replication factor from it (Kafka
 /// requires both to be -1 then); the broker checks the brokers it names.
@@ -274,16 +261,19 @@ pub fn create_partitions_requests(
         .iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let native = if let Err(refusal) = unsupported_options(topic.assignments.is_some()) {
-                Err(refusal)
-            } else {
-                u32::try_from(topic.count)
-                    .map(|partitions| native::CreatePartitionsRequest {
-                        topic: name.clone(),
-                        partitions,
-                    })
-                    .map_err(|_| refuse(errors::INVALID_PARTITIONS, "partitions must be positive"))
-            };
+            let assignment: Vec<Vec<i32>> = topic
+                .assignments
+                .iter()
+                .flatten()
+                .map(|assignment| assignment.broker_ids.iter().map(|id| id.0).collect())
+                .collect();
+            let native = u32::try_from(topic.count)
+                .map(|partitions| native::CreatePartitionsRequest {
+                    topic: name.clone(),
+                    partitions,
+                    replica_assignment: native::Appended(assignment),
+                })
+                .map_err(|_| refuse(errors::INVALID_PARTITIONS, "partitions must be positive"));
             (name, native)
         })
         .collect()

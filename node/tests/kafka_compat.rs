@@ -228,9 +228,9 @@ fn records_for_an_invalid_topic_name_fail_at_once() {
     assert_eq!(node.cli(&["topic", "list"], None).trim(), "good");
 }
 
-/// CreateTopics with a replica assignment places the partitions as asked; one naming a broker
-/// that is not registered is refused with Kafka's INVALID_REPLICA_ASSIGNMENT, dry run or not,
-/// and creates nothing.
+/// CreateTopics and CreatePartitions with a replica assignment place the partitions as asked;
+/// one naming a broker that is not registered, or not one entry per new partition, is refused
+/// with Kafka's INVALID_REPLICA_ASSIGNMENT, dry run or not, and changes nothing.
 #[test]
 fn kafka_clients_create_topics_with_replica_assignments() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,9 +245,15 @@ fn kafka_clients_create_topics_with_replica_assignments() {
         seen["unknown_broker_dry_run"], "INVALID_REPLICA_ASSIGNMENT",
         "{seen}"
     );
+    assert_eq!(seen["grown"], serde_json::Value::Null, "{seen}");
+    assert_eq!(seen["grown_short"], "INVALID_REPLICA_ASSIGNMENT", "{seen}");
+    assert_eq!(
+        seen["grown_elsewhere_dry_run"], "INVALID_REPLICA_ASSIGNMENT",
+        "{seen}"
+    );
     assert_eq!(
         seen["partitions"],
-        serde_json::json!({"placed": [[1], [1], [1]]})
+        serde_json::json!({"placed": [[1], [1], [1], [1], [1]]})
     );
 }
 

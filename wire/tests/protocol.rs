@@ -170,6 +170,7 @@ fn every_request_round_trips() {
         Request::ListGroups(ListGroupsRequest {}),
         Request::DescribeGroup(DescribeGroupRequest { group: "g".into() }),
         Request::CreatePartitions(CreatePartitionsRequest {
+            replica_assignment: Appended(vec![vec![4, 5]]),
             topic: "t".into(),
             partitions: 12,
         }),

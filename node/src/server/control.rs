@@ -388,7 +388,7 @@ fn run(
                             let _ = reply.send(response);
                         }
                         ControlMessage::AddPartitions { request, reply } => {
-                            let result = each!(&coordinator, c => c.add_partitions(&request.topic, request.partitions).await);
+                            let result = each!(&coordinator, c => c.add_partitions(&request.topic, request.partitions, &request.replica_assignment.0).await);
                             let response = match result {
                                 Ok(state) => {
                                     tracing::info!(topic = %request.topic, partitions = state.partitions.len(), "partitions added");

@@ -12,6 +12,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 
@@ -270,10 +271,24 @@ def assigned(bootstrap):
         except KafkaException as error:
             return error_name(error)
 
+    def grow(count, assignment, validate_only=False):
+        futures = client.create_partitions(
+            [NewPartitions("placed", count, replica_assignment=assignment)],
+            validate_only=validate_only,
+        )
+        try:
+            futures["placed"].result(TIMEOUT_S)
+            return None
+        except KafkaException as error:
+            return error_name(error)
+
     result = {
         "placed": create("placed", [[1], [1], [1]]),
         "unknown_broker": create("elsewhere", [[1], [7]]),
         "unknown_broker_dry_run": create("elsewhere", [[7]], validate_only=True),
+        "grown": grow(5, [[1], [1]]),
+        "grown_short": grow(7, [[1]]),
+        "grown_elsewhere_dry_run": grow(6, [[9]], validate_only=True),
     }
     metadata = client.list_topics(timeout=TIMEOUT_S).topics
     result["partitions"] = {

@@ -565,6 +565,10 @@ messages! {
     pub struct CreatePartitionsRequest {
         pub topic: String,
         pub partitions: u32,
+        /// The replicas of each new partition, in partition order (Kafka's CreatePartitions
+        /// assignment); empty: the broker places them. Each needs the topic's replication
+        /// factor.
+        pub replica_assignment: Appended<Vec<Vec<i32>>>,
     }
 
     pub struct CreatePartitionsResponse {

@@ -105,7 +105,9 @@ fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::C
 }
 
 /// What growing a topic would answer, from this broker's view, growing nothing (Kafka's
-/// `validate_only`): the topic exists and the new count is above its current one.
+/// `validate_only`): the topic exists, the new count is above its current one, and an
+/// assignment of the new partitions names registered brokers, as many as the topic's
+/// replication factor.
 fn check_create_partitions(
     shard: &Shard,
     create: &native::CreatePartitionsRequest,
@@ -117,14 +119,21 @@ fn check_create_partitions(
             message: format!("unknown topic {}", create.topic),
         };
     };
-    if create.partitions as usize <= topic.partitions.len() {
+    if let Err(error) = strata_coordinator::placement::grow_as_asked(
+        &view.brokers,
+        topic,
+        create.partitions,
+        &create.replica_assignment.0,
+    ) {
+        let code = match error {
+            strata_coordinator::CoordinatorError::InvalidReplicaAssignment(_) => {
+                native::ErrorCode::InvalidReplicaAssignment
+            }
+            _ => native::ErrorCode::InvalidConfig,
+        };
         return native::CreatePartitionsResponse {
-            error: native::ErrorCode::InvalidConfig,
-            message: format!(
-                "topic {} has {} partitions: a new count must be higher",
-                create.topic,
-                topic.partitions.len()
-            ),
+            error: code,
+            message: error.to_string(),
         };
     }
     native::CreatePartitionsResponse {
