@@ -161,8 +161,9 @@ for test in "${tests[@]}"; do
         LOCAL) continue ;;
         PASSED) passed=$((passed + 1)) ;;
         SKIPPED) skipped=$((skipped + 1)) ;;
-        *) failed=$((failed + 1)); failed_gate+=("$test") ;;
+        *) failed=$((failed + 1)) ;;
     esac
+    [ "$result" = PASSED ] || failed_gate+=("$test:$result")
     printf '%-6s %-8s %6s  %s\n' "$test" "$result" "$secs" "$reason"
     if ! kill -0 "$node" 2>/dev/null; then
         echo "       the node died during $test; restarting it (see $logs/node.log)"
@@ -171,7 +172,8 @@ for test in "${tests[@]}"; do
         start_node
     fi
 done
-echo "$passed passed, $failed failed, $skipped skipped (node restarts: $restarts)"
+echo "node restarts: $restarts"
+echo "rdkafka: $passed passed, $failed failed, $skipped skipped"
 if $gate && [ "${#failed_gate[@]}" -gt 0 ]; then
     echo "gate: these tests passed before and do not now: ${failed_gate[*]} (logs in $logs)" >&2
     exit 1
