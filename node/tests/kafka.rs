@@ -643,7 +643,8 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     fetch_13[4..6].copy_from_slice(&1i16.to_be_bytes());
     fetch_13[6..8].copy_from_slice(&13i16.to_be_bytes());
     assert!(hung_up(&fetch_13));
-    // A body cut short, and bytes past the request.
+    // A body cut short is refused; bytes past a whole request are ignored, as Kafka's brokers
+    // ignore them (librdkafka 2.1 and later send some), and the request is answered.
     let mut short = metadata[..metadata.len() - 1].to_vec();
     let size = (short.len() - 4) as i32;
     short[..4].copy_from_slice(&size.to_be_bytes());
@@ -652,7 +653,12 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     long.extend_from_slice(b"zz");
     let size = (long.len() - 4) as i32;
     long[..4].copy_from_slice(&size.to_be_bytes());
-    assert!(hung_up(&long));
+    let mut stream = connect(&kafka);
+    stream.write_all(&long).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer to a request with bytes past it");
+    let header =
+        ResponseHeader::decode(&mut answer, ApiKey::Metadata.response_header_version(9)).unwrap();
+    assert_eq!(header.correlation_id, 1);
     // A frame too short for a header.
     assert!(hung_up(&[0, 0, 0, 3, 1, 2, 3]));
     // A Metadata request claiming 2^31 - 1 topics in 14 bytes: malformed, not a 154 GB
