@@ -796,7 +796,9 @@ fn kcat_consumer_groups_split_partitions_commit_and_resume() {
 #[test]
 fn kafka_python_produces_and_consumes_in_a_group() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    // Its consumers stop after 5 s without a record (consumer_timeout_ms), and a group's first
+    // generation would wait the initial delay (3 s by default) for more members.
+    let (node, kafka) = kafka_node(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
     node.cli(&["topic", "create", "py", "--partitions", "4"], None);
     let script = r#"
 import json, sys, threading
@@ -870,7 +872,9 @@ print(json.dumps({"acked": [[m.partition, m.offset] for m in acked], "seen": see
 #[test]
 fn a_kafka_admin_client_manages_topics_and_sees_groups() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka) = kafka_node(dir.path(), 2, &[]);
+    // Its consumer reads for 2 s (consumer_timeout_ms), less than a group's default initial
+    // rebalance delay.
+    let (node, kafka) = kafka_node(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
     let script = r#"
 import json, sys
 from kafka import KafkaConsumer

@@ -202,6 +202,14 @@ pub struct ClassicGroup {
     pending: BTreeMap<String, (u64, u32)>,
     /// When the rebalance in progress gives up on members that have not rejoined.
     rebalance_deadline_ms: Option<u64>,
+    /// Kafka's `group.initial.rebalance.delay.ms`: a rebalance out of `Empty` waits this long
+    /// for more members (0: complete as soon as everyone known has joined).
+    initial_delay_ms: u64,
+    /// A rebalance out of `Empty` in its initial delay: (the current delay, the time left
+    /// after it), Kafka's `delayMs` and `remainingMs`; `None` otherwise.
+    initial_join: Option<(u64, u64)>,
+    /// A new member joined during the initial delay: the delay is extended once more.
+    new_member_added: bool,
     /// Members waiting for an answer: true for a join, false for a sync.
     waiting: BTreeMap<String, bool>,
     /// Static members: instance id → the member id it holds now.
@@ -220,10 +228,19 @@ impl ClassicGroup {
             members: BTreeMap::new(),
             pending: BTreeMap::new(),
             rebalance_deadline_ms: None,
+            initial_delay_ms: 0,
+            initial_join: None,
+            new_member_added: false,
             waiting: BTreeMap::new(),
             instances: BTreeMap::new(),
             replies: Vec::new(),
         }
+    }
+
+    /// Kafka's `group.initial.rebalance.delay.ms` for this group.
+    pub fn with_initial_rebalance_delay(mut self, delay_ms: u64) -> ClassicGroup {
+        self.initial_delay_ms = delay_ms;
+        self
     }
 
     pub fn generation(&self) -> i32 {
@@ -411,6 +428,9 @@ impl ClassicGroup {
         if let Some(instance) = &request.instance_id {
             self.instances.insert(instance.clone(), member_id.clone());
         }
+        if !self.members.contains_key(&member_id) && self.initial_join.is_some() {
+            self.new_member_added = true;
+        }
         let assignment = self
             .members
             .get(&member_id)
@@ -495,7 +515,17 @@ impl ClassicGroup {
             .map(|member| member.rebalance_timeout_ms)
             .max()
             .unwrap_or(0);
-        self.rebalance_deadline_ms = Some(now_ms + u64::from(timeout));
+        if self.state == ClassicState::Empty && self.initial_delay_ms > 0 {
+            // As Kafka's coordinator: a group out of Empty waits the initial delay for more
+            // members before the first generation, even once everyone known has joined.
+            let delay = self.initial_delay_ms;
+            self.initial_join = Some((delay, u64::from(timeout).saturating_sub(delay)));
+            self.new_member_added = false;
+            self.rebalance_deadline_ms = Some(now_ms + delay);
+        } else {
+            self.initial_join = None;
+            self.rebalance_deadline_ms = Some(now_ms + u64::from(timeout));
+        }
         self.state = ClassicState::PreparingRebalance;
     }
 
@@ -514,7 +544,10 @@ impl ClassicGroup {
     }
 
     fn complete_join_if_all_joined(&mut self) {
+        // The initial delay waits for members to come; once none is left there is nothing to
+        // wait for, and the group is Empty again.
         if self.state == ClassicState::PreparingRebalance
+            && (self.initial_join.is_none() || self.members.is_empty())
             && self.members.values().all(|member| member.joined)
         {
             self.complete_join();
@@ -536,6 +569,8 @@ impl ClassicGroup {
         }
         self.generation += 1;
         self.rebalance_deadline_ms = None;
+        self.initial_join = None;
+        self.new_member_added = false;
         if self.members.is_empty() {
             self.state = ClassicState::Empty;
             self.protocol = None;
@@ -770,6 +805,19 @@ impl ClassicGroup {
                 .rebalance_deadline_ms
                 .is_some_and(|deadline| now_ms >= deadline)
         {
+            // Kafka's tryCompleteInitialRebalanceElseSchedule: a member came during the
+            // initial delay and time is left: wait once more.
+            if let Some((delay, remaining)) = self.initial_join
+                && self.new_member_added
+                && remaining > 0
+            {
+                let next = self.initial_delay_ms.min(remaining);
+                self.new_member_added = false;
+                self.initial_join = Some((next, remaining.saturating_sub(delay)));
+                self.rebalance_deadline_ms = Some(now_ms + next);
+                self.assert_invariants();
+                return expired;
+            }
             let stragglers = self.complete_join();
             self.assert_invariants();
             return expired.into_iter().chain(stragglers).collect();

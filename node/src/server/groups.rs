@@ -284,13 +284,17 @@ impl Coordinated {
         }
     }
 
-    /// The group's Kafka-protocol state machine, the same way round.
-    fn kafka(&mut self) -> Result<&mut ClassicGroup, ErrorCode> {
+    /// The group's Kafka-protocol state machine, the same way round; a new one waits
+    /// `initial_delay_ms` out of Empty (Kafka's `group.initial.rebalance.delay.ms`).
+    fn kafka(&mut self, initial_delay_ms: u64) -> Result<&mut ClassicGroup, ErrorCode> {
         if let Core::Strata(native) = &self.core {
             if !native.has_no_members() {
                 return Err(ErrorCode::InconsistentAssignor);
             }
-            self.core = Core::Kafka(ClassicGroup::new(native.generation()));
+            self.core = Core::Kafka(
+                ClassicGroup::new(native.generation())
+                    .with_initial_rebalance_delay(initial_delay_ms),
+            );
         }
         match &mut self.core {
             Core::Kafka(core) => Ok(core),
@@ -724,7 +728,9 @@ impl<S: GroupStore> Coordinator<S> {
                 // Kafka members know only their generation: it goes on unchanged.
                 StoredMembership::Kafka(snapshot) => {
                     let at = snapshot.generation;
-                    ClassicGroup::restore(snapshot, now_ms).map(|core| (Core::Kafka(core), at))
+                    let delay = self.config.group_initial_rebalance_delay_ms;
+                    ClassicGroup::restore(snapshot, now_ms)
+                        .map(|core| (Core::Kafka(core.with_initial_rebalance_delay(delay)), at))
                 }
             });
             let (core, stored_membership, generation) = match restored {
@@ -920,7 +926,8 @@ impl<S: GroupStore> Coordinator<S> {
 
     /// The group's Kafka-protocol state machine, claimed (and switched to) if needed.
     async fn kafka_group(&mut self, group: &str) -> Result<&mut ClassicGroup, ErrorCode> {
-        self.claim(group).await?.kafka()
+        let delay = self.config.group_initial_rebalance_delay_ms;
+        self.claim(group).await?.kafka(delay)
     }
 
     async fn handle_kafka(

@@ -89,6 +89,10 @@ pub struct NodeConfig {
     /// A consumer group without members and without commits for this long is deleted with
     /// its offsets (Kafka's `offsets.retention.minutes`); `None`: never.
     pub offsets_retention: Option<std::time::Duration>,
+    /// How long a Kafka consumer group out of Empty waits for more members before its first
+    /// generation, and again each time one more joins in that wait (Kafka's
+    /// `group.initial.rebalance.delay.ms`); 0: at once.
+    pub group_initial_rebalance_delay_ms: u64,
     /// How often shards enforce their partitions' retention.
     pub retention_check_interval: std::time::Duration,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.

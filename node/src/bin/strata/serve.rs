@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// its offsets (Kafka's offsets.retention.minutes; default 604800000, 7 days; 0 never).
     #[arg(long, env = "STRATA_OFFSETS_RETENTION_MS")]
     offsets_retention_ms: Option<u64>,
+    /// How long a Kafka consumer group that had no members waits for more before its first
+    /// generation, and again each time one more joins in that wait, so members starting
+    /// together share one rebalance (Kafka's group.initial.rebalance.delay.ms; default 3000, 0
+    /// at once; capped by the members' rebalance timeout).
+    #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<u64>,
     /// PEM certificate this node presents on replication links (with --tls-key and --tls-ca;
     /// without them each node makes a self-signed one and links are encrypted, not verified).
     #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
@@ -136,6 +142,7 @@ struct FileConfig {
     tail_cache_bytes: Option<u64>,
     leader_rebalance_interval_ms: Option<u64>,
     offsets_retention_ms: Option<u64>,
+    group_initial_rebalance_delay_ms: Option<u64>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -345,6 +352,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
         },
+        group_initial_rebalance_delay_ms: args
+            .group_initial_rebalance_delay_ms
+            .or(file.group_initial_rebalance_delay_ms)
+            .unwrap_or(3000),
         offsets_retention: match args
             .offsets_retention_ms
             .or(file.offsets_retention_ms)

@@ -393,3 +393,76 @@ fn a_stable_group_restored_from_its_snapshot_goes_on_without_a_rebalance() {
     leaderless.leader = "z".into();
     assert!(ClassicGroup::restore(leaderless, 0).is_err());
 }
+
+/// Kafka's `group.initial.rebalance.delay.ms`: a group out of Empty holds its first
+/// generation for the delay even once everyone it knows has joined, and for one more delay
+/// each time another member joins meanwhile, never past the members' rebalance timeout; so
+/// consumers that start together share one generation instead of a second rebalance.
+#[test]
+fn a_group_out_of_empty_waits_the_initial_delay_for_more_members() {
+    let mut group = ClassicGroup::new(1).with_initial_rebalance_delay(3_000);
+    assert_eq!(
+        waits(group.join(0, request("", &["range"]), "a".into())),
+        "a"
+    );
+    assert!(group.tick(2_999).is_empty());
+    assert!(join_replies(&mut group).is_empty(), "held for the delay");
+    // A second member within the delay: the wait runs one more delay from when it ends.
+    assert_eq!(
+        waits(group.join(1_000, request("", &["range"]), "b".into())),
+        "b"
+    );
+    group.tick(3_000);
+    assert!(
+        join_replies(&mut group).is_empty(),
+        "extended for the newcomer"
+    );
+    group.tick(5_999);
+    assert!(join_replies(&mut group).is_empty());
+    group.tick(6_000);
+    let answers = join_replies(&mut group);
+    assert_eq!(answers.len(), 2);
+    assert!(answers.values().all(|answer| answer.generation == 2));
+    assert_eq!(answers["a"].members.len(), 2, "the leader sees both");
+
+    // A rebalance of a group with members is not delayed: it completes once all rejoin.
+    group.sync(6_001, "a", 2, Vec::new()).unwrap();
+    group.sync(6_001, "b", 2, Vec::new()).unwrap();
+    group.take_replies();
+    assert_eq!(
+        waits(group.join(7_000, request("", &["range"]), "c".into())),
+        "c"
+    );
+    waits(group.join(7_001, request("a", &["range"]), String::new()));
+    waits(group.join(7_002, request("b", &["range"]), String::new()));
+    assert_eq!(
+        join_replies(&mut group).len(),
+        3,
+        "answered without a delay"
+    );
+
+    // The waits never run past the rebalance timeout (here 5 s): newcomers every second.
+    let mut group = ClassicGroup::new(1).with_initial_rebalance_delay(3_000);
+    let mut timed = request("", &["range"]);
+    timed.rebalance_timeout_ms = 5_000;
+    waits(group.join(0, timed.clone(), "m0".into()));
+    for second in 1..8u64 {
+        let now = second * 1_000;
+        group.join(now, timed.clone(), format!("m{second}"));
+        group.tick(now);
+        if !join_replies(&mut group).is_empty() {
+            assert!(now <= 5_000, "completed at {now} ms, past the 5 s timeout");
+            return;
+        }
+    }
+    panic!("the initial delay never ended");
+}
+
+/// The only member leaving during the initial delay leaves the group Empty, not waiting.
+#[test]
+fn the_last_member_leaving_in_the_initial_delay_empties_the_group() {
+    let mut group = ClassicGroup::new(1).with_initial_rebalance_delay(3_000);
+    waits(group.join(0, request("", &["range"]), "a".into()));
+    group.leave(10, "a").unwrap();
+    assert_eq!(group.state(), ClassicState::Empty);
+}
