@@ -48,18 +48,51 @@ fn wire_does_no_io() {
     }
 }
 
-/// The replication and consumer-group cores are state machines: no runtime, no sockets, no
-/// files, no clock (time comes in as `now_ms`). Their simulators depend on it.
+/// Every `.rs` file under `dir` (from the workspace root), recursively, as (path, text).
+fn sources_under(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut found = Vec::new();
+    let mut pending = vec![root.join(dir)];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}")) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(root).unwrap().display().to_string();
+                let text = std::fs::read_to_string(&path).unwrap();
+                found.push((relative, text));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A file's text up to its test module: tests may start clocks of their own.
+fn without_tests(text: &str) -> &str {
+    text.find("#[cfg(test)]").map_or(text, |at| &text[..at])
+}
+
+/// The replication and consumer-group cores, and the log's pure policies, are state machines:
+/// no runtime, no sockets, no files, no clock (time comes in as an argument). Their simulators
+/// depend on it. Whole folders are checked, so a new file there is held to it too.
 #[test]
 fn the_replication_and_group_cores_are_sans_io() {
-    for path in [
-        "node/src/replication/mod.rs",
-        "node/src/replication/leader.rs",
-        "node/src/replication/epochs.rs",
-        "node/src/group/mod.rs",
-        "node/src/group/assignor.rs",
-    ] {
-        let text = source(path);
+    let mut checked: Vec<(String, String)> = ["node/src/replication", "node/src/group"]
+        .into_iter()
+        .flat_map(sources_under)
+        .collect();
+    for path in ["node/src/log/append_path.rs", "node/src/log/tail_cache.rs"] {
+        checked.push((path.to_string(), source(path)));
+    }
+    assert!(
+        checked
+            .iter()
+            .any(|(path, _)| path.ends_with("group/classic.rs"))
+    );
+    for (path, text) in &checked {
+        let text = without_tests(text);
         for forbidden in [
             "tokio",
             "quinn",
@@ -74,4 +107,258 @@ fn the_replication_and_group_cores_are_sans_io() {
             assert!(!text.contains(forbidden), "{path} mentions {forbidden}");
         }
     }
+}
+
+/// The functions longer than [`FUNCTION_LINES_MAX`] today, with their length: none may grow,
+/// and none may join them. A function that gets under the limit leaves the list (the test says
+/// so), so the list only shrinks.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("node/src/bin/strata/bench_cmd.rs", "bench", 164),
+    ("node/src/bin/strata/client_cmd.rs", "topic", 181),
+    ("node/src/bin/strata/serve.rs", "run", 183),
+    ("node/src/log/mod.rs", "open", 167),
+    ("node/src/log/writer.rs", "run", 285),
+    ("node/src/server/control.rs", "run", 309),
+    ("node/src/server/kafka/mod.rs", "respond", 173),
+    ("node/src/server/metrics.rs", "render", 294),
+    ("node/src/server/replica.rs", "follow", 154),
+    ("node/src/server/replica.rs", "replica_fetch_local", 160),
+    ("node/src/server/shard.rs", "run", 206),
+    ("bench/src/lib.rs", "run", 400),
+    ("tuning/src/check.rs", "block_device", 232),
+    (
+        "kafka/src/translate/tests.rs",
+        "translated_responses_encode_at_every_served_version",
+        206,
+    ),
+];
+
+/// Longer than this, a function holds more than one idea: split it.
+const FUNCTION_LINES_MAX: usize = 150;
+
+/// Each function of a rustfmt-formatted file, as (name, lines from its `fn` to its closing
+/// brace). A signature ending in `;` (a trait's declaration) has no body and is passed over.
+fn functions(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let mut rest = trimmed;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+            "extern \"C\" ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        let Some(signature) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = signature
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = line.len() - trimmed.len();
+        let Some(open) = (at..lines.len()).find(|&i| {
+            let l = lines[i].trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            continue;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            continue;
+        }
+        let close = (open + 1..lines.len()).find(|&i| {
+            let l = lines[i];
+            l.len() - l.trim_start().len() == indent && l.trim_start().starts_with('}')
+        });
+        // A one-line body (`fn f() -> u8 { 1 }`) closes on its own line.
+        let close = if lines[open].trim_end().ends_with("{}") {
+            Some(open)
+        } else {
+            close
+        };
+        if let Some(close) = close {
+            found.push((name, close - at + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_grows_past_150_lines() {
+    let mut long = Vec::new();
+    for crate_dir in [
+        "wire/src",
+        "node/src",
+        "coordinator/src",
+        "client/src",
+        "bench/src",
+        "tuning/src",
+        "kafka/src",
+    ] {
+        for (path, text) in sources_under(crate_dir) {
+            for (name, lines) in functions(&text) {
+                if lines > FUNCTION_LINES_MAX {
+                    long.push((path.clone(), name, lines));
+                }
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for (path, name, lines) in &long {
+        match LONG_FUNCTIONS
+            .iter()
+            .find(|(known_path, known_name, _)| known_path == path && known_name == name)
+        {
+            None => problems.push(format!(
+                "{path}: fn {name} is {lines} lines, over {FUNCTION_LINES_MAX}: split it"
+            )),
+            Some((_, _, allowed)) if lines > allowed => problems.push(format!(
+                "{path}: fn {name} grew to {lines} lines (allowed {allowed}, over the limit): split it"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (path, name, allowed) in LONG_FUNCTIONS {
+        if !long.iter().any(|(p, n, _)| p == path && n == name) {
+            problems.push(format!(
+                "{path}: fn {name} is no longer over {FUNCTION_LINES_MAX} lines (was {allowed}): \
+                 take it off LONG_FUNCTIONS"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The modules of `node/src/server/` that import each other in a circle today. No other circle
+/// may form, and these may only come apart: each group must stay within one listed set, and a
+/// set that is no longer a circle must leave the list.
+const SERVER_IMPORT_CIRCLES: &[&[&str]] = &[&[
+    "connection",
+    "control",
+    "kafka",
+    "metrics",
+    "replica",
+    "shard",
+]];
+
+/// `node/src/server/`'s modules (its files and folders) and which of the others each names
+/// (`super::x`, `super::super::x` from a folder's files, `crate::server::x`).
+fn server_imports() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let files = sources_under("node/src/server");
+    let module_of = |path: &str| -> String {
+        let inside = path.strip_prefix("node/src/server/").unwrap();
+        let first = inside.split('/').next().unwrap();
+        first.trim_end_matches(".rs").to_string()
+    };
+    let modules: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|(path, _)| module_of(path))
+        .filter(|module| module != "mod")
+        .collect();
+    let mut imports = std::collections::BTreeMap::new();
+    for (path, text) in &files {
+        let module = module_of(path);
+        if module == "mod" {
+            continue;
+        }
+        // From a folder's files, `super::` is the folder and `super::super::` the server.
+        let nested = path.matches('/').count() > 3;
+        let prefixes: &[&str] = if nested {
+            &["super::super::", "crate::server::"]
+        } else {
+            &["super::", "crate::server::"]
+        };
+        let named = imports
+            .entry(module.clone())
+            .or_insert_with(std::collections::BTreeSet::new);
+        for prefix in prefixes {
+            for (at, _) in text.match_indices(prefix) {
+                let after = &text[at + prefix.len()..];
+                let target: String = after
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                // `super::super::` also starts with `super::`: only the longest prefix counts.
+                if !nested && target == "super" {
+                    continue;
+                }
+                if target != module && modules.contains(&target) {
+                    named.insert(target);
+                }
+            }
+        }
+    }
+    imports
+}
+
+/// Groups of modules that reach each other through imports (strongly connected, two or more).
+fn circles(
+    imports: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Vec<std::collections::BTreeSet<String>> {
+    let reaches = |from: &String| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut pending = vec![from.clone()];
+        while let Some(module) = pending.pop() {
+            for next in imports.get(&module).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    pending.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reach: std::collections::BTreeMap<&String, std::collections::BTreeSet<String>> = imports
+        .keys()
+        .map(|module| (module, reaches(module)))
+        .collect();
+    let mut groups: Vec<std::collections::BTreeSet<String>> = Vec::new();
+    for module in imports.keys() {
+        let group: std::collections::BTreeSet<String> = imports
+            .keys()
+            .filter(|other| {
+                *other == module
+                    || (reach[module].contains(*other) && reach[*other].contains(module))
+            })
+            .cloned()
+            .collect();
+        if group.len() > 1 && !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+#[test]
+fn no_new_import_circle_forms_between_the_servers_modules() {
+    let found = circles(&server_imports());
+    let mut problems = Vec::new();
+    for group in &found {
+        let within_known = SERVER_IMPORT_CIRCLES
+            .iter()
+            .any(|known| group.iter().all(|module| known.contains(&module.as_str())));
+        if !within_known {
+            problems.push(format!("a new import circle: {group:?}"));
+        }
+    }
+    for known in SERVER_IMPORT_CIRCLES {
+        let still = found
+            .iter()
+            .any(|group| group.len() == known.len() && known.iter().all(|m| group.contains(*m)));
+        if !still {
+            problems.push(format!(
+                "the circle {known:?} changed or came apart: list what is left of it"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nfound: {found:?}",
+        problems.join("\n")
+    );
 }

@@ -30,6 +30,16 @@ def error_name(error):
     return error.name() if error is not None else None
 
 
+def outcome(futures):
+    """The error name of an admin call's one result, None when it succeeded."""
+    [future] = futures.values()
+    try:
+        future.result(TIMEOUT_S)
+        return None
+    except KafkaException as error:
+        return error_name(error)
+
+
 def produce(bootstrap, topic, records, **config):
     """Produces (key, value, headers) records and waits for each to be acknowledged."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
@@ -214,11 +224,7 @@ def configs(bootstrap):
             incremental_configs=[ConfigEntry(name, value, incremental_operation=op)],
         )
         futures = client.incremental_alter_configs([resource], validate_only=validate_only)
-        try:
-            list(futures.values())[0].result(TIMEOUT_S)
-            return None
-        except KafkaException as error:
-            return error_name(error)
+        return outcome(futures)
 
     def described():
         resource = ConfigResource(ConfigResource.Type.TOPIC, "configured")
@@ -242,11 +248,7 @@ def configs(bootstrap):
             [NewTopic(topic, num_partitions=3, replication_factor=1, config=config)],
             validate_only=validate_only,
         )
-        try:
-            futures[topic].result(TIMEOUT_S)
-            return None
-        except KafkaException as error:
-            return error_name(error)
+        return outcome(futures)
 
     result["validate_create"] = create("dry-run", True)
     result["validate_create_bad"] = create("dry-run-bad", True, **{"retention.ms": "soon"})
@@ -265,22 +267,14 @@ def assigned(bootstrap):
             [NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)],
             validate_only=validate_only,
         )
-        try:
-            futures[topic].result(TIMEOUT_S)
-            return None
-        except KafkaException as error:
-            return error_name(error)
+        return outcome(futures)
 
     def grow(count, assignment, validate_only=False):
         futures = client.create_partitions(
             [NewPartitions("placed", count, replica_assignment=assignment)],
             validate_only=validate_only,
         )
-        try:
-            futures["placed"].result(TIMEOUT_S)
-            return None
-        except KafkaException as error:
-            return error_name(error)
+        return outcome(futures)
 
     result = {
         "placed": create("placed", [[1], [1], [1]]),
