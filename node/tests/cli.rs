@@ -104,3 +104,37 @@ fn a_closed_stdout_ends_a_command_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
+
+/// Durations and sizes take units on every command (`--duration 300ms`, `--batch-size
+/// 64KiB`), bare numbers keep the flag's own unit, and an unknown unit is a usage error that
+/// names the units known.
+#[test]
+fn durations_and_sizes_take_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let output = strata()
+        .args(["bench", "produce", "--null-sink", "--duration", "300ms"])
+        .args(["--batch-size", "64KiB", "--json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    // 300 ms, not 300 s nor the 10 s default.
+    let ran = report["duration_s"].as_f64().unwrap();
+    assert!((0.3..5.0).contains(&ran), "ran {ran} s");
+    for (flag, value) in [("--duration", "10x"), ("--batch-size", "1XB")] {
+        let output = strata()
+            .args(["bench", "produce", "--null-sink", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("unknown unit"));
+    }
+    let output = strata()
+        .args(["serve", "--tail-cache-bytes", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

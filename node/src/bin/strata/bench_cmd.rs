@@ -58,8 +58,8 @@ pub struct BenchArgs {
     /// Default 1024.
     #[arg(long)]
     record_size: Option<usize>,
-    /// Producer batch size in bytes. Default 1 MiB.
-    #[arg(long)]
+    /// Producer batch size (bytes, or with a unit: 1MiB). Default 1 MiB.
+    #[arg(long, value_parser = crate::units::parse_bytes_usize)]
     batch_size: Option<usize>,
     /// Default 2.
     #[arg(long)]
@@ -68,9 +68,9 @@ pub struct BenchArgs {
     /// max.in.flight.requests.per.connection); fewer makes batches grow with the load.
     #[arg(long)]
     max_in_flight: Option<usize>,
-    /// Bytes one fetch may bring per partition (Kafka's max.partition.fetch.bytes). Default
-    /// 4 MiB.
-    #[arg(long)]
+    /// Bytes one fetch may bring per partition (Kafka's max.partition.fetch.bytes; a unit may
+    /// follow: 4MiB). Default 4 MiB.
+    #[arg(long, value_parser = crate::units::parse_bytes_u32)]
     fetch_bytes: Option<u32>,
     /// 0, 1 or all. Default 1.
     #[arg(long, value_parser = crate::client_cmd::parse_acks)]
@@ -78,15 +78,16 @@ pub struct BenchArgs {
     /// Records per second over all producers (open loop); default: as fast as acks allow.
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds to run (after the warmup). Default 10 unless --records is given.
-    #[arg(long)]
-    duration: Option<f64>,
+    /// How long to run after the warmup (10s, 500ms, 2m; a bare number is seconds). Default
+    /// 10 s unless --records is given.
+    #[arg(long, value_parser = crate::units::parse_duration)]
+    duration: Option<Duration>,
     /// Records to send (produce, e2e) or to read (consume).
     #[arg(long)]
     records: Option<u64>,
-    /// Seconds not measured at the start. Default 0.
-    #[arg(long)]
-    warmup: Option<f64>,
+    /// How long not to measure at the start (as --duration). Default 0.
+    #[arg(long, value_parser = crate::units::parse_duration)]
+    warmup: Option<Duration>,
     /// Record keys: none (the default; the producer's sticky partitioner fills one partition a
     /// batch at a time), uniform or zipf over --keys keys (each key to its hash's partition).
     #[arg(long, value_enum)]
@@ -110,8 +111,9 @@ pub struct BenchArgs {
     /// 1000 per batch, per-batch latency too) or `pinned-consumer` (consumer i reads partition i).
     #[arg(long, value_enum)]
     preset: Option<Preset>,
-    /// With a preset: the byte budget (records = budget / record size). Default 1 GB.
-    #[arg(long)]
+    /// With a preset: the byte budget (records = budget / record size; a unit may follow:
+    /// 2GB). Default 1 GB.
+    #[arg(long, value_parser = crate::units::parse_bytes)]
     total_bytes: Option<u64>,
     /// Idempotent producers (producer ids and sequences; implies acks=all).
     #[arg(long)]
@@ -279,15 +281,16 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         rate: args.rate.or(file.rate),
         duration: args
             .duration
-            .or(file.duration)
-            .map(Duration::from_secs_f64)
+            .or(file.duration.map(Duration::from_secs_f64))
             .or(if records.is_none() {
                 defaults.duration
             } else {
                 None
             }),
         records,
-        warmup: Duration::from_secs_f64(args.warmup.or(file.warmup).unwrap_or(0.0)),
+        warmup: args
+            .warmup
+            .unwrap_or_else(|| Duration::from_secs_f64(file.warmup.unwrap_or(0.0))),
         key_distribution: match (args.key_distribution, file.key_distribution.as_deref()) {
             (Some(Keys::None), _) | (None, None | Some("none")) => KeyDistribution::None,
             (Some(Keys::Uniform), _) | (None, Some("uniform")) => KeyDistribution::Uniform,

@@ -19,6 +19,7 @@ mod group_reset;
 mod log_tools;
 mod serve;
 mod tune_cmd;
+mod units;
 
 use std::path::PathBuf;
 
@@ -85,7 +86,7 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
         /// How long to measure, e.g. 30s, 500ms or 10 (seconds).
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = units::parse_duration)]
         duration: std::time::Duration,
         /// Where to write (default: DATA_DIR/io-properties.toml).
         #[arg(long)]
@@ -208,25 +209,6 @@ fn main() {
         eprintln!("strata: {error:#}");
         std::process::exit(1);
     }
-}
-
-/// `30s`, `500ms`, `2m` or a plain number of seconds.
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: expected a duration like 30s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        other => return Err(format!("{text:?}: unknown unit {other:?} (ms, s or m)")),
-    };
-    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -32,13 +32,14 @@ pub struct ServeArgs {
     /// The most this node's leaders send per second to replicas catching up outside the ISR
     /// (a reassignment's new replicas, a restarted broker), split evenly over its shards, so a
     /// catch-up cannot take the disk and CPU producers need (Kafka's
-    /// leader.replication.throttled.rate). In-sync followers are never held. Default 0: no limit.
-    #[arg(long, env = "STRATA_REPLICA_RECOVERY_BYTES_PER_SEC")]
+    /// leader.replication.throttled.rate; bytes, or with a unit: 100MB). In-sync followers are
+    /// never held. Default 0: no limit.
+    #[arg(long, env = "STRATA_REPLICA_RECOVERY_BYTES_PER_SEC", value_parser = crate::units::parse_bytes)]
     replica_recovery_bytes_per_sec: Option<u64>,
     /// Memory for the newest appends that leaders wrote past the page cache (direct.writes), kept
     /// for consumers and followers reading at the tail, split evenly over the shards; the oldest
-    /// on a shard leaves first. Default: 64 MiB per shard.
-    #[arg(long, env = "STRATA_TAIL_CACHE_BYTES")]
+    /// on a shard leaves first (bytes, or with a unit: 256MiB). Default: 64 MiB per shard.
+    #[arg(long, env = "STRATA_TAIL_CACHE_BYTES", value_parser = crate::units::parse_bytes)]
     tail_cache_bytes: Option<u64>,
     /// How often the controller moves leaderships back to each partition's preferred replica
     /// (the first of its replicas) where that replica is live and in sync: after a broker
@@ -119,9 +120,9 @@ pub struct ServeArgs {
     /// when present; without one, default IO settings).
     #[arg(long, env = "STRATA_IO_PROPERTIES")]
     io_properties: Option<PathBuf>,
-    /// Largest request frame accepted (default 64 MiB); a larger one is refused with
-    /// MESSAGE_TOO_LARGE before anything is allocated for it.
-    #[arg(long, env = "STRATA_MAX_FRAME_BYTES")]
+    /// Largest request frame accepted (bytes, or with a unit: 64MiB; default 64 MiB); a larger
+    /// one is refused with MESSAGE_TOO_LARGE before anything is allocated for it.
+    #[arg(long, env = "STRATA_MAX_FRAME_BYTES", value_parser = crate::units::parse_bytes_usize)]
     max_frame_bytes: Option<usize>,
     /// How often each partition's retention (retention.ms, retention.bytes) is enforced
     /// (Kafka's log.retention.check.interval.ms; default 300000).
