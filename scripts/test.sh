@@ -7,19 +7,15 @@ cd "$(dirname "$0")/.."
 # Debian packages the tests use (the build needs none), as "command:package": the
 # control-plane tests start a real etcd; the dashboard test runs headless Chromium; the
 # network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
-# listener's tests produce and consume with kcat (librdkafka, a real Kafka client).
+# listener's tests produce and consume with kcat (librdkafka, a real Kafka client). A command
+# already on PATH (Node.js from elsewhere, say) needs no package.
+source scripts/lib/debian-packages.sh
 required=("etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
-if [ "${#need_apt[@]}" -gt 0 ]; then
-    echo "installing: ${need_apt[*]}"
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+install_debian_packages "${need_apt[@]}"
 # kafka-python: a second Kafka client, independent of librdkafka, for the Kafka listener's tests.
 if ! python3 -c 'from kafka import KafkaProducer' >/dev/null 2>&1; then
     echo "installing kafka-python"

@@ -544,10 +544,11 @@ impl ClassicGroup {
     }
 
     fn complete_join_if_all_joined(&mut self) {
-        // The initial delay waits for members to come; once none is left there is nothing to
-        // wait for, and the group is Empty again.
+        // The initial delay waits for members to come, and so does an id handed out with
+        // MEMBER_ID_REQUIRED (its client is on its way back, as Kafka's coordinator counts
+        // it); once no member is left there is nothing to wait for, and the group is Empty.
         if self.state == ClassicState::PreparingRebalance
-            && (self.initial_join.is_none() || self.members.is_empty())
+            && ((self.initial_join.is_none() && self.pending.is_empty()) || self.members.is_empty())
             && self.members.values().all(|member| member.joined)
         {
             self.complete_join();
@@ -783,8 +784,13 @@ impl ClassicGroup {
     /// wait out the rebalance instead), and ends a rebalance whose deadline passed. Returns
     /// the ids of the members dropped.
     pub fn tick(&mut self, now_ms: u64) -> Vec<String> {
+        let pending = self.pending.len();
         self.pending
             .retain(|_, (since, timeout)| now_ms <= *since + u64::from(*timeout));
+        if self.pending.len() < pending {
+            // A join held for a pending id that never came back goes on without it.
+            self.complete_join_if_all_joined();
+        }
         let expired: Vec<String> = self
             .members
             .iter()

@@ -466,3 +466,50 @@ fn the_last_member_leaving_in_the_initial_delay_empties_the_group() {
     group.leave(10, "a").unwrap();
     assert_eq!(group.state(), ClassicState::Empty);
 }
+
+/// A rebalance waits for the ids it handed out with MEMBER_ID_REQUIRED, as Kafka's coordinator
+/// does: a client that started while the others rejoined lands in the same generation, not a
+/// second rebalance after it; an id whose client never comes back is given up after its
+/// session timeout.
+#[test]
+fn a_rebalance_waits_for_members_told_to_come_back_with_their_ids() {
+    let mut group = ClassicGroup::new(1);
+    waits(group.join(0, request("", &["range"]), "a".into()));
+    join_replies(&mut group);
+    group.sync(1, "a", 2, Vec::new()).unwrap();
+    group.take_replies();
+    // b starts a rebalance; c's first join is told its id (pending) meanwhile.
+    waits(group.join(10, request("", &["range"]), "b".into()));
+    let mut first = request("", &["range"]);
+    first.require_known_member_id = true;
+    let told = join_now(group.join(11, first, "c".into()));
+    assert_eq!(told.member_id, "c");
+    waits(group.join(12, request("a", &["range"]), String::new()));
+    assert!(join_replies(&mut group).is_empty(), "waits for c");
+    waits(group.join(13, request("c", &["range"]), String::new()));
+    let answers = join_replies(&mut group);
+    assert_eq!(answers.len(), 3);
+    assert_eq!(
+        answers["a"].members.len(),
+        3,
+        "one generation for all three"
+    );
+
+    // An id never used again stops holding the rebalance once its session timeout passes.
+    let generation = answers["a"].generation;
+    for member in ["a", "b", "c"] {
+        group.sync(20, member, generation, Vec::new()).unwrap();
+    }
+    group.take_replies();
+    let mut first = request("", &["range"]);
+    first.require_known_member_id = true;
+    join_now(group.join(30, first, "d".into()));
+    group.leave(31, "c").unwrap();
+    waits(group.join(32, request("a", &["range"]), String::new()));
+    waits(group.join(33, request("b", &["range"]), String::new()));
+    assert!(join_replies(&mut group).is_empty(), "waits for d");
+    group.tick(30 + 10_001);
+    let answers = join_replies(&mut group);
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers["a"].members.len(), 2);
+}
