@@ -288,9 +288,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
                 None
             }),
         records,
-        warmup: args
-            .warmup
-            .unwrap_or_else(|| Duration::from_secs_f64(file.warmup.unwrap_or(0.0))),
+        warmup: (args.warmup).unwrap_or(Duration::from_secs_f64(file.warmup.unwrap_or(0.0))),
         key_distribution: match (args.key_distribution, file.key_distribution.as_deref()) {
             (Some(Keys::None), _) | (None, None | Some("none")) => KeyDistribution::None,
             (Some(Keys::Uniform), _) | (None, Some("uniform")) => KeyDistribution::Uniform,
