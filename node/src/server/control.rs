@@ -797,6 +797,14 @@ impl Controller {
     }
 }
 
+/// A new topic's partition count: 1 to 100,000.
+pub(super) fn check_partition_count(partitions: u32) -> Result<(), String> {
+    if partitions == 0 || partitions > 100_000 {
+        return Err(format!("partitions={partitions}: expected 1 to 100000"));
+    }
+    Ok(())
+}
+
 async fn create_topic(
     config: &NodeConfig,
     coordinator: &AnyCoordinator,
@@ -811,11 +819,8 @@ async fn create_topic(
     if let Err(message) = TopicConfig::parse(&overrides) {
         return failed(ErrorCode::InvalidConfig, message);
     }
-    if request.partitions == 0 || request.partitions > 100_000 {
-        return failed(
-            ErrorCode::InvalidConfig,
-            format!("partitions={}: expected 1 to 100000", request.partitions),
-        );
+    if let Err(message) = check_partition_count(request.partitions) {
+        return failed(ErrorCode::InvalidConfig, message);
     }
     let spec = TopicSpec {
         name: request.name.clone(),

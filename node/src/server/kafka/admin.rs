@@ -76,11 +76,8 @@ fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::C
     if let Err(message) = crate::server::topic_config::TopicConfig::parse(&overrides) {
         return failed(native::ErrorCode::InvalidConfig, message);
     }
-    if create.partitions == 0 || create.partitions > 100_000 {
-        return failed(
-            native::ErrorCode::InvalidConfig,
-            format!("partitions={}: expected 1 to 100000", create.partitions),
-        );
+    if let Err(message) = super::super::control::check_partition_count(create.partitions) {
+        return failed(native::ErrorCode::InvalidConfig, message);
     }
     if !create.replica_assignment.0.is_empty() {
         if let Err(message) =
