@@ -35,6 +35,7 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
+pub const OFFSET_NOT_AVAILABLE: i16 = 78;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
@@ -81,6 +82,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::GroupIdNotFound => GROUP_ID_NOT_FOUND,
         ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
         ErrorCode::InvalidReplicaAssignment => INVALID_REPLICA_ASSIGNMENT,
+        ErrorCode::OffsetNotAvailable => OFFSET_NOT_AVAILABLE,
     }
 }
 
@@ -106,6 +108,7 @@ mod tests {
             KAFKA_STORAGE_ERROR,
             FENCED_LEADER_EPOCH,
             UNKNOWN_LEADER_EPOCH,
+            OFFSET_NOT_AVAILABLE,
         ];
         for value in 0..=u16::MAX {
             let Some(code) = ErrorCode::from_u16(value) else {

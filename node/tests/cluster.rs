@@ -978,3 +978,118 @@ fn a_topic_placed_by_hand_lives_on_the_brokers_it_names() {
     let listed = nodes[0].cli(&["topic", "list"], None);
     assert_eq!(listed.trim(), "placed");
 }
+
+/// The end of a partition a reader is told (ListOffsets, latest) is never behind a write that
+/// was acknowledged before the question was asked, also while leaderships move: a new leader
+/// knows the high watermark a fetch late, so until its own has reached where its epoch began
+/// it answers OFFSET_NOT_AVAILABLE, which clients retry (as Kafka's brokers do). Leaderships
+/// move by clean restarts (each hands its partitions off) and preferred elections back, under
+/// `acks=all` load.
+#[test]
+fn the_end_a_reader_is_told_never_goes_behind_an_acknowledged_write() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const PARTITIONS: u32 = 6;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let flags = ["--leader-rebalance-interval-ms", "0"];
+    let mut nodes = three_brokers_with_a_topic(&etcd, &dirs, &flags, "ends");
+    let bootstrap: Vec<String> = nodes.iter().map(|node| node.bootstrap()).collect();
+    let bootstrap = bootstrap.join(",");
+    // Per partition, one past the highest acknowledged offset.
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..PARTITIONS).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = runtime();
+    let produce = {
+        let (bootstrap, acked, stop) = (bootstrap.clone(), acked.clone(), stop.clone());
+        runtime.spawn(async move {
+            let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
+            let producer = Producer::new(
+                client,
+                ProducerConfig {
+                    acks: -1,
+                    linger: Duration::from_millis(1),
+                    ..ProducerConfig::default()
+                },
+            );
+            // One writer per partition, each waiting for its acknowledgement.
+            let writers: Vec<_> = (0..PARTITIONS)
+                .map(|partition| {
+                    let (producer, acked, stop) = (producer.clone(), acked.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        let mut sent = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            sent += 1;
+                            let value = format!("{partition}-{sent}");
+                            let mut record = ProducerRecord::new("ends", None, value);
+                            record.partition = Some(partition);
+                            let outcome = match producer.send(record).await {
+                                Ok(ack) => ack.await.ok(),
+                                Err(_) => None,
+                            };
+                            match outcome {
+                                Some(ack) => {
+                                    let end = ack.offset as u64 + 1;
+                                    acked[partition as usize].fetch_max(end, Ordering::SeqCst);
+                                }
+                                None => tokio::time::sleep(Duration::from_millis(20)).await,
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for writer in writers {
+                writer.await.unwrap();
+            }
+        })
+    };
+    let check = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        runtime.spawn(async move {
+            let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
+            let (mut asked, mut behind) = (0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                for partition in 0..PARTITIONS {
+                    let floor = acked[partition as usize].load(Ordering::SeqCst);
+                    let latest = strata_wire::protocol::LATEST_TIMESTAMP;
+                    if let Ok(Some(end)) =
+                        client.list_offset_retrying("ends", partition, latest).await
+                    {
+                        asked += 1;
+                        if end < floor {
+                            behind
+                                .push(format!("partition {partition}: told {end}, acked {floor}"));
+                        }
+                    }
+                }
+            }
+            (asked, behind)
+        })
+    };
+
+    for broker in 0..3 {
+        std::thread::sleep(Duration::from_millis(500));
+        nodes[broker].stop();
+        nodes[broker].respawn();
+        let observer = &nodes[(broker + 1) % 3];
+        wait_for_at_most("the full ISR back", Duration::from_secs(30), || {
+            fully_in_sync(observer, "ends")
+        });
+        observer.cli(&["topic", "elect-leaders", "ends"], None);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    runtime.block_on(produce).unwrap();
+    let (asked, behind) = runtime.block_on(check).unwrap();
+    let acknowledged: u64 = acked.iter().map(|end| end.load(Ordering::SeqCst)).sum();
+    println!("{asked} ends asked, {acknowledged} records acknowledged");
+    assert!(
+        acknowledged > 100 && asked > 100,
+        "{acknowledged} acknowledged, {asked} asked"
+    );
+    assert!(
+        behind.is_empty(),
+        "ends behind acknowledged writes: {behind:?}"
+    );
+}

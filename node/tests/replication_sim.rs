@@ -13,7 +13,9 @@
 //!   disagrees with itself), so no consumer ever sees a record that later vanishes;
 //! - the leader the store names, once it acts as leader, holds every committed record, so no
 //!   acknowledged record is lost;
-//! - a leader's high watermark never goes backwards;
+//! - a leader's high watermark never goes backwards, and once settled (at its epoch's start)
+//!   it is past every record ever committed, so ends told to readers never go back across
+//!   leaders;
 //! - a follower never truncates below its high watermark.
 //!
 //! At the end it heals everything and checks that the replicas converge: all in the ISR, logs
@@ -1035,6 +1037,17 @@ impl Sim {
                     );
                 }
                 self.leader_verified = Some((term, self.committed.len()));
+                // Once settled, the end it tells readers is past every record any replica ever
+                // counted committed: offsets a reader is told never go backwards across leaders.
+                if state.high_watermark_settled() {
+                    assert!(
+                        state.high_watermark() >= self.committed.len() as u64,
+                        "leader {leader} (epoch {}) settled at {}, behind {} committed",
+                        state.epoch(),
+                        state.high_watermark(),
+                        self.committed.len()
+                    );
+                }
             }
         }
     }

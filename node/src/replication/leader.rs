@@ -175,6 +175,15 @@ impl<W> Leader<W> {
         self.log_end
     }
 
+    /// Whether the high watermark has reached the log end this epoch began at. Until then it
+    /// may be behind one an earlier leader answered with (a follower learns the high watermark
+    /// a fetch late), so offsets named from it would go backwards for a reader; from then on
+    /// it is at least every earlier leader's, since every ISR member then holds all this
+    /// leader's records from earlier epochs, and those hold every record committed before.
+    pub fn high_watermark_settled(&self) -> bool {
+        self.high_watermark >= self.epoch_start_offset
+    }
+
     /// Replicas assigned but out of the ISR.
     pub fn under_replicated(&self) -> bool {
         self.isr.len() < self.replicas.len()
@@ -540,6 +549,30 @@ mod tests {
         leader.handle_fetch(3, 3, 3, 10).unwrap();
         assert_eq!(leader.high_watermark(), 10);
         assert_eq!(leader.poll_acks().collect::<Vec<_>>(), vec![(7, Ok(()))]);
+    }
+
+    /// A new leader knows the high watermark a fetch late: the previous leader may have
+    /// answered up to its log end. Until every ISR member reports reaching the log end this
+    /// epoch began at, the high watermark is not settled, however far it moves.
+    #[test]
+    fn a_new_leaders_high_watermark_settles_at_its_epoch_start() {
+        // Log end 20, but only 12 was known committed when it was a follower.
+        let mut leader: Leader<u32> =
+            Leader::new(1, 4, 10, vec![1, 2, 3], vec![1, 2, 3], 20, 12, CONFIG, 0);
+        assert_eq!(leader.high_watermark(), 12);
+        assert!(!leader.high_watermark_settled());
+        leader.handle_fetch(1, 2, 4, 20).unwrap();
+        leader.handle_fetch(1, 3, 4, 16).unwrap();
+        assert_eq!(leader.high_watermark(), 16);
+        assert!(!leader.high_watermark_settled(), "replica 3 lacks 16..20");
+        leader.handle_appended(25);
+        leader.handle_fetch(2, 3, 4, 20).unwrap();
+        assert_eq!(leader.high_watermark(), 20);
+        assert!(leader.high_watermark_settled());
+        // Alone in its ISR, a leader is settled at once.
+        let alone: Leader<u32> = Leader::new(1, 4, 10, vec![1, 2], vec![1], 20, 12, CONFIG, 0);
+        assert_eq!(alone.high_watermark(), 20);
+        assert!(alone.high_watermark_settled());
     }
 
     /// Each follower's progress is timed from the append of the oldest records it newly holds,

@@ -1286,6 +1286,16 @@ impl Shard {
         ))
     }
 
+    /// Whether this replica leads `topic`-`partition` with a high watermark no earlier
+    /// leader's is ahead of ([`crate::replication::Leader::high_watermark_settled`]).
+    fn high_watermark_settled(&self, topic: &str, partition: u32) -> bool {
+        let partitions = self.partitions.borrow();
+        matches!(
+            partitions.get(&(topic.to_string(), partition)).map(|p| &p.role),
+            Some(Role::Leader(leader)) if leader.high_watermark_settled()
+        )
+    }
+
     /// Consumers see only committed records: below the high watermark. A fetch at the high
     /// watermark long-polls until it moves.
     async fn fetch_local(
@@ -1427,6 +1437,11 @@ impl Shard {
         let Some((log, high_watermark, _)) = self.leader_view(topic, index) else {
             return list_error(index, ErrorCode::NotLeader);
         };
+        // Offsets a reader is told never go backwards: a new leader answers only once its
+        // high watermark is at least every earlier leader's (as Kafka's brokers do).
+        if !self.high_watermark_settled(topic, index) {
+            return list_error(index, ErrorCode::OffsetNotAvailable);
+        }
         let found = match partition.timestamp {
             EARLIEST_TIMESTAMP => log
                 .offsets()
@@ -1434,7 +1449,12 @@ impl Shard {
                 .map(|offsets| Some((offsets.log_start, -1))),
             // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
             LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
-            timestamp => log.offset_for_timestamp(timestamp).await,
+            // Only committed records are found: one past the high watermark may yet be
+            // truncated away.
+            timestamp => log
+                .offset_for_timestamp(timestamp)
+                .await
+                .map(|found| found.filter(|(offset, _)| *offset < high_watermark)),
         };
         match found {
             Ok(Some((offset, timestamp))) => ListOffsetsPartitionResponse {

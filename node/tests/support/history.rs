@@ -81,12 +81,20 @@ pub fn check_partition<'a>(
     }
     let by_offset: BTreeMap<u64, &String> =
         log.iter().map(|(offset, value)| (*offset, value)).collect();
+    // Where the log read ends tells a lost record (a hole, or a log that ends before it)
+    // from a read that ended early.
+    let extent = match (log.first(), log.last()) {
+        (Some((first, _)), Some((last, _))) => {
+            format!("{} records read, offsets {first}..={last}", log.len())
+        }
+        _ => "nothing read".to_string(),
+    };
     for (sequence, offset) in acked {
         let expected = value(partition, sequence);
         assert_eq!(
             by_offset.get(&offset).map(|v| v.as_str()),
             Some(expected.as_str()),
-            "{topic}: acknowledged record {expected} at offset {offset} is missing"
+            "{topic}: acknowledged record {expected} at offset {offset} is missing ({extent})"
         );
     }
     for (offset, seen) in consumed {

@@ -202,6 +202,10 @@ error_codes! {
     RebalanceInProgress = 34, retriable = false;
     /// A replica assignment the cluster cannot take (Kafka's INVALID_REPLICA_ASSIGNMENT).
     InvalidReplicaAssignment = 35, retriable = false;
+    /// A new leader's high watermark has not yet reached where its epoch began, so the end
+    /// it could name might be behind one an earlier leader named (Kafka's
+    /// OFFSET_NOT_AVAILABLE): ask again shortly.
+    OffsetNotAvailable = 36, retriable = true;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -232,7 +232,8 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     let client = client.clone();
                     let name = name.clone();
                     async move {
-                        let lookup = client.list_offset(&name, index, timestamp);
+                        // A new leader answers once its high watermark settled: retried.
+                        let lookup = client.list_offset_retrying(&name, index, timestamp);
                         tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
                             .await
                             .ok()
