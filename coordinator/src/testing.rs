@@ -39,19 +39,29 @@ impl EtcdServer {
         EtcdServer::start_with(Some(ip.to_string()))
     }
 
+    /// Free ports are only free when probed: another test may take one before etcd binds it.
+    /// Then this etcd exits, and it starts again on other ports.
     fn start_with(also_on: Option<String>) -> EtcdServer {
-        let data = tempfile::tempdir().expect("temp dir");
-        let (client, peer) = (free_port(), free_port());
-        let child = spawn(data.path(), client, peer, also_on.as_deref());
-        let host = also_on.clone().unwrap_or_else(|| "127.0.0.1".into());
-        let server = EtcdServer {
-            child,
-            endpoint: format!("http://{host}:{client}"),
-            data,
-            ports: (client, peer),
-            also_on,
-        };
-        server.wait_ready()
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let data = tempfile::tempdir().expect("temp dir");
+            let (client, peer) = (free_port(), free_port());
+            let child = spawn(data.path(), client, peer, also_on.as_deref());
+            let host = also_on.clone().unwrap_or_else(|| "127.0.0.1".into());
+            let mut server = EtcdServer {
+                child,
+                endpoint: format!("http://{host}:{client}"),
+                data,
+                ports: (client, peer),
+                also_on: also_on.clone(),
+            };
+            match server.wait_healthy() {
+                Ok(()) => return server,
+                Err(why) if attempts < 5 => eprintln!("etcd: {why}; again on other ports"),
+                Err(why) => panic!("etcd did not start: {why}"),
+            }
+        }
     }
 
     /// Kills etcd and starts it again on the same ports and data: a restart of the control
@@ -141,20 +151,47 @@ impl EtcdServer {
     }
 
     fn wait_ready(self) -> EtcdServer {
-        let (client, peer) = self.ports;
         let mut server = self;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not start");
-            assert!(
-                matches!(server.child.try_wait(), Ok(None)),
-                "etcd exited while starting (port {client} or {peer} taken?)"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(why) = server.wait_healthy() {
+            panic!("etcd did not start again: {why}");
         }
-        assert!(matches!(server.child.try_wait(), Ok(None)), "etcd exited");
         server
     }
+
+    /// Waits until this etcd process answers its own `/health` with `true`: a port that
+    /// accepts connections may belong to another process.
+    fn wait_healthy(&mut self) -> Result<(), String> {
+        let (client, peer) = self.ports;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return Err(format!("it exited (port {client} or {peer} taken?)"));
+            }
+            if health_is_true(client) && matches!(self.child.try_wait(), Ok(None)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err("no healthy answer within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether the etcd on 127.0.0.1:`port` answers `GET /health` with `"health":"true"`.
+fn health_is_true(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if write!(stream, "GET /health HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.contains("\"health\":\"true\"")
 }
 
 fn spawn(data: &std::path::Path, client: u16, peer: u16, also_on: Option<&str>) -> Child {

@@ -29,11 +29,14 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     workload: Option<WorkloadArg>,
     /// A TOML workload file with any of the settings below (snake_case); flags win over it.
+    /// Without one, flags and defaults alone.
     #[arg(long = "workload", value_name = "FILE")]
     workload_file: Option<PathBuf>,
-    /// Print two JSON reports side by side with ratios (B / A) and exit.
+    /// Print two JSON reports side by side with ratios (B / A) and exit (without it, run a
+    /// benchmark).
     #[arg(long, num_args = 2, value_names = ["A.json", "B.json"])]
     compare: Option<Vec<PathBuf>>,
+    /// The topic to load, created when missing (default strata-bench).
     #[arg(long)]
     topic: Option<String>,
     /// Partitions of the topic when the bench creates it. Default 4.
@@ -42,11 +45,13 @@ pub struct BenchArgs {
     /// Replication factor of the topic when the bench creates it. Default 1.
     #[arg(long)]
     replication_factor: Option<u16>,
-    /// min.insync.replicas of the topic when the bench creates it.
+    /// min.insync.replicas of the topic when the bench creates it (default: the topic
+    /// default, 1).
     #[arg(long)]
     min_insync: Option<u16>,
     /// A topic setting (as `topic create --config`) when the bench creates the topic; repeat
     /// for several, e.g. `--topic-config flush=always --topic-config direct.writes=always`.
+    /// Settings not given take the topic defaults.
     #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = super::client_cmd::parse_key_value)]
     topic_config: Vec<(String, String)>,
     /// Default 2.
@@ -82,7 +87,8 @@ pub struct BenchArgs {
     /// 10 s unless --records is given.
     #[arg(long, value_parser = crate::units::parse_duration)]
     duration: Option<Duration>,
-    /// Records to send (produce, e2e) or to read (consume).
+    /// Records to send (produce, e2e) or to read (consume); without it, the run lasts
+    /// --duration.
     #[arg(long)]
     records: Option<u64>,
     /// How long not to measure at the start (as --duration). Default 0.
@@ -95,20 +101,23 @@ pub struct BenchArgs {
     /// Default 1000.
     #[arg(long)]
     keys: Option<u64>,
-    /// Write the report as JSON (field names are stable; see docs/benchmarks.md).
+    /// Write the report as JSON (field names are stable; docs/performance.md). Without it,
+    /// the report is printed only.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write the latency histograms as an HdrHistogram interval log.
+    /// Write the latency histograms as an HdrHistogram interval log (default: none).
     #[arg(long)]
     hdr_log: Option<PathBuf>,
     /// Build batches as producers would and drop them: what the tool alone sustains.
     #[arg(long)]
     null_sink: bool,
-    /// Draw the latency percentile distribution and throughput over time as an SVG.
+    /// Draw the latency percentile distribution and throughput over time as an SVG (default:
+    /// none).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Mirror iggy-bench: `pinned-producer` (producer i writes partition i, 1024 B records,
     /// 1000 per batch, per-batch latency too) or `pinned-consumer` (consumer i reads partition i).
+    /// Without one, the workload as the other settings give it.
     #[arg(long, value_enum)]
     preset: Option<Preset>,
     /// With a preset: the byte budget (records = budget / record size; a unit may follow:
@@ -119,11 +128,11 @@ pub struct BenchArgs {
     #[arg(long)]
     idempotent: bool,
     /// Compress batch bodies: none, lz4 or zstd. Record values are word text about as
-    /// compressible as logs or JSON.
+    /// compressible as logs or JSON. Default none.
     #[arg(long, value_parser = crate::client_cmd::parse_codec)]
     compression: Option<strata_client::Codec>,
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
-    /// the partitions among themselves.
+    /// the partitions among themselves (default: no group).
     #[arg(long)]
     group: Option<String>,
 }

@@ -48,16 +48,24 @@ pub enum TopicCommand {
         /// Each partition's brokers, placed by hand as Kafka's kafka-topics places them:
         /// partitions separated by commas, a partition's brokers by colons, the first its
         /// preferred leader (`1:2,2:3,3:1`: three partitions of two replicas). Gives the
-        /// partition count and replication factor.
+        /// partition count and replication factor. Without it, Strata places the replicas
+        /// (spread over brokers and racks).
         #[arg(long, value_parser = parse_replica_assignment, conflicts_with_all = ["partitions", "replication_factor"])]
         replica_assignment: Option<ReplicaAssignment>,
+        /// The topic's min.insync.replicas: acks=all needs this many in-sync replicas
+        /// (default 1).
         #[arg(long)]
         min_insync: Option<u16>,
+        /// The topic's retention.ms: closed segments older than this are deleted (default
+        /// 604800000, 7 days; -1 no limit).
         #[arg(long)]
         retention_ms: Option<i64>,
+        /// The topic's retention.bytes: closed segments past this size per partition are
+        /// deleted (default -1, no limit).
         #[arg(long)]
         retention_bytes: Option<i64>,
-        /// KEY=VALUE topic settings (flush=always|interval|never, segment.bytes, ...).
+        /// KEY=VALUE topic settings (flush=always|interval|never, segment.bytes, ...); repeat
+        /// for several. A key not given takes its default (`topic describe` shows them).
         #[arg(long = "config", value_parser = parse_key_value)]
         configs: Vec<(String, String)>,
     },
@@ -85,7 +93,8 @@ pub enum TopicCommand {
         /// Bytes per second each leader broker may send the new replicas while they catch up
         /// (sets the topic's replica.recovery.bytes.per.sec first, as Kafka's
         /// `kafka-reassign-partitions --throttle` sets its throttles; it stays until
-        /// `topic alter --delete-config replica.recovery.bytes.per.sec`).
+        /// `topic alter --delete-config replica.recovery.bytes.per.sec`). Without it, the
+        /// topic's throttle stays as it is.
         #[arg(long)]
         throttle: Option<u64>,
     },
@@ -94,8 +103,11 @@ pub enum TopicCommand {
     /// (rolls, retention, flush, direct writes, max.message.bytes, min.insync.replicas).
     Alter {
         name: String,
+        /// KEY=VALUE: set a setting; repeat for several. Settings not named stay as they are
+        /// (by default).
         #[arg(long = "config", value_parser = parse_key_value, required_unless_present = "delete")]
         configs: Vec<(String, String)>,
+        /// KEY: remove the topic's own value, so the setting takes its default again.
         #[arg(long = "delete-config")]
         delete: Vec<String>,
     },
@@ -225,14 +237,13 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             let mut partitions = Vec::new();
             for partition in &topic.partitions {
                 let index = partition.partition;
-                // A leader that cannot be reached leaves its offsets unknown (null), not the
-                // whole description.
-                // An unreachable leader (cut off, dead) costs at most a short wait.
+                // An unreachable leader (cut off, dead) costs a short wait and leaves its
+                // offsets unknown (null), not the whole description; a new leader answers once
+                // its high watermark settled (retried meanwhile).
                 let offset = |timestamp| {
                     let client = client.clone();
                     let name = name.clone();
                     async move {
-                        // A new leader answers once its high watermark settled: retried.
                         let lookup = client.list_offset_retrying(&name, index, timestamp);
                         tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
                             .await
@@ -348,9 +359,12 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
 #[derive(Args)]
 pub struct ProduceArgs {
     topic: String,
-    /// Split each line at the first occurrence of this character into key and value.
+    /// Split each line at the first occurrence of this character into key and value
+    /// (default: no key, the whole line is the value).
     #[arg(long)]
     key_separator: Option<char>,
+    /// Write every record to this partition (default: by key hash; records without a key
+    /// fill one partition a batch at a time, then the next).
     #[arg(long)]
     partition: Option<u32>,
     /// 0, 1 or all.
@@ -484,6 +498,8 @@ pub struct ConsumeArgs {
     /// committed offset, start at the beginning (else at the end).
     #[arg(long, conflicts_with = "offset")]
     from_beginning: bool,
+    /// Without --group: start at this offset (default: at the end, or the beginning with
+    /// --from-beginning).
     #[arg(long)]
     offset: Option<u64>,
     /// Stop after this many records (default: run until interrupted).
@@ -494,7 +510,8 @@ pub struct ConsumeArgs {
     /// With --group: commit before printing (a crash may skip records, never repeat them).
     #[arg(long, requires = "group")]
     at_most_once: bool,
-    /// With --group: static membership (`group.instance.id`).
+    /// With --group: static membership (`group.instance.id`): a restart within the session
+    /// timeout keeps the member's partitions (default: a dynamic member).
     #[arg(long, requires = "group")]
     instance_id: Option<String>,
     /// With --group: how long the group waits for a silent member.

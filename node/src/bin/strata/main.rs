@@ -17,6 +17,8 @@ mod bench_cmd;
 mod client_cmd;
 mod group_reset;
 mod log_tools;
+#[cfg(test)]
+mod reference;
 mod serve;
 mod tune_cmd;
 mod units;

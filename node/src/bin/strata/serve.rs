@@ -12,21 +12,26 @@ use strata_node::server::{Node, NodeConfig};
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// A TOML file with any of the settings below (snake_case keys, e.g. `data_dir`).
+    /// A TOML file with any of the settings below (snake_case keys, e.g. `data_dir`); flags
+    /// and STRATA_* variables win over it. Without one, flags and defaults alone.
     #[arg(long, env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
+    /// Where partitions, group offsets and the embedded coordinator's state live (default
+    /// ./strata-data).
     #[arg(long, env = "STRATA_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// This broker's id in its cluster, unique among live brokers (default 1).
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<i32>,
-    /// Client port; shard i also listens on this port + 10 + i.
+    /// Client port; shard i also listens on this port + 10 + i (default 127.0.0.1:7300).
     #[arg(long, env = "STRATA_LISTEN")]
     listen: Option<SocketAddr>,
     /// Replication (QUIC over UDP) address; shard i binds this port + i. Default: the client
     /// port + 1 on the listen address (7301).
     #[arg(long, env = "STRATA_REPLICATION")]
     replication: Option<SocketAddr>,
-    /// A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).
+    /// A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms;
+    /// default 10000).
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
     /// The most this node's leaders send per second to replicas catching up outside the ISR
@@ -61,10 +66,11 @@ pub struct ServeArgs {
     /// without them each node makes a self-signed one and links are encrypted, not verified).
     #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
     tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
+    /// PEM private key of --tls-cert (default: none, as --tls-cert).
     #[arg(long, env = "STRATA_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
     tls_key: Option<PathBuf>,
-    /// PEM CA that peers' certificates must chain to (checked against their advertised host).
+    /// PEM CA that peers' certificates must chain to (checked against their advertised host;
+    /// default: none, as --tls-cert).
     #[arg(long, env = "STRATA_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
     /// Admin HTTP address: /metrics (Prometheus), /health, /v1/cluster. Default 127.0.0.1:7380.
@@ -91,12 +97,15 @@ pub struct ServeArgs {
     /// embedded coordinator.
     #[arg(long, env = "STRATA_ETCD")]
     etcd: Option<String>,
-    /// How long this broker's registration outlives it in etcd.
+    /// How long this broker's registration outlives it in etcd: a dead broker's partitions
+    /// move after at most this long (default 5000).
     #[arg(long, env = "STRATA_LEASE_TTL_MS")]
     lease_ttl_ms: Option<u64>,
+    /// The cluster's name: brokers of one name on one etcd form one cluster (default strata).
     #[arg(long, env = "STRATA_CLUSTER")]
     cluster: Option<String>,
-    /// This broker's rack (failure domain): replicas spread over racks first.
+    /// This broker's rack (failure domain): replicas spread over racks first (default: no
+    /// rack).
     #[arg(long, env = "STRATA_RACK")]
     rack: Option<String>,
     /// Shards (threads, each pinned to a core). Default: the number of cores.
@@ -109,8 +118,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STRATA_OVERPROVISIONED")]
     overprovisioned: bool,
     /// TCP congestion control of client connections (default cubic; `system`: the host's
-    /// default). BBR without the fq qdisc paces each burst with a timer, which cost half of
-    /// a consumer's throughput over loopback in docs/benchmarks.md.
+    /// default). BBR without the fq qdisc paces each burst with a timer, which halved a
+    /// consumer's throughput over loopback (docs/performance.md).
     #[arg(long, env = "STRATA_TCP_CONGESTION")]
     tcp_congestion: Option<String>,
     /// Host to advertise to clients (default: the listen address, or 127.0.0.1 for 0.0.0.0).
