@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# iotune's settings vs the defaults, for docs/benchmarks.md, on this machine: `strata iotune`
+# iotune's settings vs the defaults, for docs/performance.md, on this machine: `strata iotune`
 # measures a data dir, then each measurement starts a fresh single node (release build,
 # 2 shards) either with that io-properties file or without one, and runs `strata bench
 # produce` on a flush=always topic (where group commits matter): at max rate, and open loop at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Kafka listener's cost, beside the native protocol's, for docs/benchmarks.md: one release
+# The Kafka listener's cost, beside the native protocol's, for docs/performance.md: one release
 # node (--shards 2, --overprovisioned), 1 KiB records, 4 partitions per topic. The same records
 # are produced by kcat (librdkafka, through --kafka-listen) and by `strata bench produce`
 # (native), then read back by kcat and by `strata bench consume`. Reported per run: wall time,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replication figures for docs/benchmarks.md, on this machine. Every measurement starts a fresh
+# Replication figures for docs/performance.md, on this machine. Every measurement starts a fresh
 # cluster (etcd + three brokers on loopback, release build, one shard each) and deletes it
 # after, so no run inherits the previous one's page-cache writeback:
 #   rf1, rf3-acks1, rf3-acksall at max rate; rf3-acksall-half and rf1-half at half of the

@@ -196,7 +196,7 @@ pub struct Report {
     /// kernel's pressure stall information, `/proc/pressure/memory`), in ms; `None` where the
     /// kernel keeps none. Page-cache reclaim under a broker shows here: a produce run that grew
     /// the page cache into full memory stalled 215 ms where the same run with free memory
-    /// stalled none (docs/benchmarks.md, eighteenth session).
+    /// stalled none (docs/performance.md).
     pub memory_stall_ms: Option<f64>,
     pub ack_latency_us: Option<Percentiles>,
     /// Per batch (pinned presets): from the batch's first record's send time to its last ack,
@@ -222,7 +222,7 @@ pub struct HostState {
     /// How long an idle vCPU of a KVM guest polls before it halts (the `haltpoll` cpuidle
     /// driver's `guest_halt_poll_ns`); `None` under another driver (bare metal) or unreadable.
     /// 0 puts every wake-up through the hypervisor, which moved small-message figures threefold
-    /// on this project's VM (docs/benchmarks.md, twelfth session).
+    /// on a 2-vCPU guest (docs/performance.md).
     pub guest_halt_poll_ns: Option<u64>,
 }
 
@@ -813,8 +813,8 @@ async fn produce(task: ProducerTask) -> ProducerOutcome {
     sender.finish().await
 }
 
-/// The paced rate one producer thread takes before the next thread starts. On this project's
-/// 2-core VM (2026-11-30), one thread at 200,000 records/s used 63% of a core where the earlier
+/// The paced rate one producer thread takes before the next thread starts. On a 2-core VM,
+/// one thread at 200,000 records/s used 63% of a core where the earlier
 /// design (a pacing thread feeding the shared runtime) used 104%, with the same latency and
 /// the same broker CPU; a second thread (a second client) lowered p50 by a fifth to a third but
 /// cost the broker a quarter more CPU (twice the requests), worth it only where one thread

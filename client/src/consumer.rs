@@ -112,7 +112,7 @@ pub struct Consumer {
 /// Fetches a broker shard has on their way from one consumer, each for its own share of the
 /// consumer's partitions there: while one answer travels and is checked, the shard reads and
 /// sends the next, where with one fetch it would idle (one consumer read 20% faster here; see
-/// docs/benchmarks.md, seventeenth session). Kafka's fetcher keeps one per broker.
+/// docs/performance.md). Kafka's fetcher keeps one per broker.
 const FETCHES_PER_SHARD: usize = 2;
 
 /// (topic, partition).

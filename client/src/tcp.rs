@@ -3,7 +3,7 @@
 /// The congestion control Strata's connections (broker and client ends) ask for unless told
 /// otherwise. Many hosts default to BBR, which needs paced sending; without the `fq` queueing
 /// discipline (and loopback has none) TCP paces by itself with a timer per burst of packets.
-/// On the VM of docs/benchmarks.md, that halved one consumer's throughput and tripled the
+/// On the VM of docs/performance.md, that halved one consumer's throughput and tripled the
 /// broker's CPU per consumed byte against cubic, Linux's own default.
 pub const DEFAULT_TCP_CONGESTION: &str = "cubic";
 

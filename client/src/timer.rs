@@ -2,7 +2,7 @@
 //!
 //! tokio's timer wheel ticks once a millisecond and rounds every deadline up to its next tick,
 //! so a 1 ms linger lasted 1-2 ms and a 2 ms one 2-3 ms (p50 1.65 ms at `linger 1` and 50,000
-//! records/s, docs/benchmarks.md). A `timerfd` watched by the runtime's IO driver wakes within
+//! records/s, docs/performance.md). A `timerfd` watched by the runtime's IO driver wakes within
 //! tens of microseconds.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

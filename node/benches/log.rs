@@ -2,7 +2,7 @@
 //!
 //! `cargo bench -p strata-node --bench log -- [--dir DIR] [--mib N]`
 //!
-//! Figures go to stdout as a table; `docs/benchmarks.md` records them with the machine. Only the
+//! Figures go to stdout as a table; `docs/performance.md` records them with the machine. Only the
 //! ratios within one run mean much on a shared VM.
 
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ fn main() {
         }
     );
 
-    // The memory state moves this VM's figures more than most code changes (docs/benchmarks.md).
+    // The memory state moves this VM's figures more than most code changes (docs/performance.md).
     println!("host: {}", strata_bench::HostState::now());
     // Measured with the host's default congestion control and with the one Strata's
     // connections use; ratios are taken against the higher of the two.

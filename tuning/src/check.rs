@@ -333,7 +333,7 @@ pub const STRATA_TCP_CONGESTION: &str = "cubic";
 fn tcp_congestion(host: &Host) -> Finding {
     let setting = "net.ipv4.tcp_congestion_control";
     let recommended = format!("{STRATA_TCP_CONGESTION} available and allowed");
-    let why = "Strata's connections ask for cubic: BBR without the fq qdisc paces every burst with a timer (half a consumer's throughput in docs/benchmarks.md)";
+    let why = "Strata's connections ask for cubic: BBR without the fq qdisc paces every burst with a timer (half a consumer's throughput in docs/performance.md)";
     let read = |name: &str| host.read(&crate::sysctl_path(name));
     let (default, allowed, available) = match (
         read("net.ipv4.tcp_congestion_control"),
@@ -819,7 +819,7 @@ const GUEST_HALT_POLL_NS: u64 = 200_000;
 fn guest_halt_polling(host: &Host) -> Finding {
     let setting = "cpuidle.guest_halt_poll_ns";
     let recommended = "200000 where the driver is haltpoll";
-    let why = "a KVM guest's idle vCPU halts to the host, and waking it costs an interrupt through the hypervisor, paid by the waker: small QUIC round trips between two brokers ran 3x as fast with 200 µs of polling, at half the CPU each (this project's VM, 2026-11-30); the cost is up to that long of spinning per idle period, on a CPU that had nothing to do";
+    let why = "a KVM guest's idle vCPU halts to the host, and waking it costs an interrupt through the hypervisor, paid by the waker: small QUIC round trips between two brokers ran 3x as fast with 200 µs of polling, at half the CPU each (docs/performance.md); the cost is up to that long of spinning per idle period, on a CPU that had nothing to do";
     match guest_halt_poll_ns(host) {
         Err(reason) => Finding::unreadable(setting, reason, recommended, why),
         Ok(HaltPolling::OtherDriver(driver)) => Finding::new(
@@ -888,7 +888,7 @@ const BALLOON_F_REPORTING: usize = 5;
 fn free_page_reporting(host: &Host) -> Finding {
     let setting = "vm.free_page_reporting";
     let recommended = "off (a broker VM keeps its memory)";
-    let why = "memory a VM reported free comes back unbacked: page-cache writes into it ran at ~400 MB/s per core on this project's VM, against memory speed once touched (docs/benchmarks.md, eleventh session)";
+    let why = "memory a VM reported free comes back unbacked: page-cache writes into it ran at ~400 MB/s per core on a 2-vCPU KVM guest, against memory speed once touched (docs/performance.md)";
     let drivers = "/sys/bus/virtio/drivers/virtio_balloon";
     if !host.exists(drivers) {
         return if host.exists("/sys/bus") {

@@ -280,7 +280,7 @@ const WRITEBACK_HINTS_QUEUED_MAX: usize = 64;
 /// call does not wait for the disk, but it waits to hand the pages to the device when the
 /// device's queue is full: 3–4 ms at times on this project's VM, for 1 MB hints while two
 /// producers wrote 2 GB, and on the shard thread that stalled every partition and connection of
-/// the shard (docs/benchmarks.md, nineteenth session). tokio-uring 0.5 has no opcode for it, so
+/// the shard (docs/performance.md). tokio-uring 0.5 has no opcode for it, so
 /// a thread of the shard's own makes the calls, each on a duplicate of the file's descriptor (a
 /// segment closed meanwhile stays valid for it). Started on a shard thread's first hint; it
 /// inherits that thread's core, and it ends with the thread.

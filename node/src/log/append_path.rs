@@ -3,18 +3,18 @@
 //! follower.
 //!
 //! Large appends are where the page cache's copy costs more than waiting for the disk, and
-//! where a page cache that must reclaim to grow slows the whole shard (`docs/benchmarks.md`,
-//! sixteenth to nineteenth sessions: 1 MB appends ran at 1.0–1.2 GB/s with p99 5–7 ms through a
+//! where a page cache that must reclaim to grow slows the whole shard (`docs/performance.md`:
+//! 1 MB appends ran at 1.0–1.2 GB/s with p99 5–7 ms through a
 //! full page cache, 1.3–1.7 GB/s with p99 2.1–3.0 ms direct). Small appends are where a direct
 //! write's wait for the disk shows in every ack. An append-by-append choice at one size sends
 //! a producer whose appends straddle it down both paths in turn, and each switch costs the
 //! kernel a write-back and re-read of the shared block: at 150,000 records/s of 150–300 KB
 //! appends, per-append choice at 256 KiB had p99 9.0–13.2 ms against 2.8–4.5 ms through the
-//! page cache alone (nineteenth session). So the choice follows a moving average of the
+//! page cache alone. So the choice follows a moving average of the
 //! partition's append sizes, with a gap between going direct and going back. Followers'
 //! copies straddle the same way (fetch answers of whatever arrived since the last): choosing
 //! them per append put RF 3 acks=all at 150,000 records/s at p99 21–27 ms, by the average
-//! 9.4–9.9 ms (twentieth session).
+//! 9.4–9.9 ms (`docs/performance.md`).
 
 /// A partition's path for one kind of append (its leader's own, or a follower's copies).
 #[derive(Debug, Clone, Copy, Default)]
@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn small_and_middling_appends_stay_in_the_page_cache() {
         assert!(run([40 << 10; 100]).iter().all(|&direct| !direct));
-        // Straddling the floor (the nineteenth session's 150,000 records/s): one path throughout.
+        // Straddling the floor (150,000 records/s of 150 and 300 KB appends): one path throughout.
         let straddling = (0..200).map(|i| if i % 2 == 0 { 150_000 } else { 300_000 });
         assert!(run(straddling).iter().all(|&direct| !direct));
     }

@@ -9,8 +9,8 @@
 //! shard leaves first, whichever log holds it, so the caches cover the same last stretch of time
 //! on every partition (a partition's share follows its write rate), and a shard's memory stays
 //! bounded however many partitions it holds. A fixed share per log either wastes memory on idle
-//! partitions or, at a few hundred MB/s, covers a reader only milliseconds behind (16 MiB each
-//! before the twentieth session).
+//! partitions or, at a few hundred MB/s, covers a reader only milliseconds behind (a fixed 16
+//! MiB each did).
 //!
 //! Invariants: a log's chunks are contiguous in offsets (each starts where the one before ends)
 //! and each holds whole batches, back to back, exactly as written. An append that does not
@@ -33,8 +33,8 @@ use strata_wire::batch::BatchHeader;
 /// 16 MiB per shard, from the disk; 3.7–4.2 GB/s with 768 MiB), but memory held by the cache is
 /// memory the allocator cannot hand out again, so each appended buffer until the cache is full
 /// is fresh memory to fault in: the pinned producer on a fresh node ran at 1,335 / 1,660 MB/s
-/// with 16 MiB per shard, 995 / 1,294 with 192 MiB and 872 / 1,230 with 768 MiB (twentieth
-/// session, `docs/benchmarks.md`).
+/// with 16 MiB per shard, 995 / 1,294 with 192 MiB and 872 / 1,230 with 768 MiB
+/// (`docs/performance.md`, the tail cache's size).
 pub const TAIL_CACHE_BYTES: usize = 64 << 20;
 
 thread_local! {

@@ -17,7 +17,7 @@ const ANSWER_BYTES_MIN: u64 = 64 << 10;
 /// catch-up answer carries. Short, because an answer is read and sealed on the leader's shard
 /// thread at once: during a catch-up at 200 MB/s, a producer to the same shard saw a p99 of
 /// about 3.3 ms with 8 MiB answers and about 2.1 ms with 2 MB ones (10 ms of the rate; 0.4 ms
-/// with no catch-up; docs/benchmarks.md, eighteenth session).
+/// with no catch-up; docs/performance.md).
 const BURST: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
