@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# iotune's settings vs the defaults, for docs/performance.md, on this machine: `strata iotune`
-# measures a data dir, then each measurement starts a fresh single node (release build,
-# 2 shards) either with that io-properties file or without one, and runs `strata bench
-# produce` on a flush=always topic (where group commits matter): at max rate, and open loop at
-# a fixed rate for latency. Pairs alternate (defaults, tuned) to share the machine's noise.
+# iotune's settings vs the defaults, for docs/performance.md, on the host it runs on:
+# `strata iotune` measures a data dir, then each measurement starts a fresh single node
+# (release build, 2 shards) either with that io-properties file or without one, and runs
+# `strata bench produce` on a flush=always topic (where group commits matter): at max rate, and
+# open loop at a fixed rate for latency. Pairs alternate (defaults, tuned) to share the
+# machine's noise.
 # Results go to $1 (default: a temp dir). ROUNDS (default 3), DURATION (default 6 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Replication figures for docs/performance.md, on this machine. Every measurement starts a fresh
-# cluster (etcd + three brokers on loopback, release build, one shard each) and deletes it
-# after, so no run inherits the previous one's page-cache writeback:
+# Replication figures for docs/performance.md, on the host it runs on. Every measurement
+# starts a fresh cluster (etcd + three brokers on loopback, release build, one shard each) and
+# deletes it after, so no run inherits the previous one's page-cache writeback:
 #   rf1, rf3-acks1, rf3-acksall at max rate; rf3-acksall-half and rf1-half at half of the
 #   max-rate figure (open loop, for latency); follower: one follower link catching up a
 #   backlog (time for a new replica to join the ISR); recovery: a producer's latency on a
@@ -11,7 +11,7 @@
 # BENCH_ARGS="--linger-ms 0 ..." adds flags to every measured `strata bench produce`.
 # SERVE_ARGS adds flags to every `strata serve`; default --overprovisioned (three brokers share
 # this host's cores with the bench: pinned, their one shard each landed on the same CPU 0).
-# SERVE_ARGS="" pins them as before 2026-11-30.
+# SERVE_ARGS="" runs them without --overprovisioned: each pins its shard, all three to CPU 0.
 # HALF_RATE=N runs the *-half measurements at N records/s instead of half the max measured
 # (to compare two settings at the same load). ONLY="rf1 follower ..." runs just those measurements; STRATA_BIN=path uses that binary instead
 # of building (to compare two builds side by side).
@@ -159,7 +159,7 @@ bytes=$(du -sb "$root/node$leader/backlog-0" | cut -f1)
 start=$(date +%s.%N)
 "$strata" topic reassign backlog --replicas "$leader,$other" --bootstrap $boot >/dev/null
 # Polled with the CLI and shell matching only: a python per poll (through pyenv's shims) took
-# a third of this machine's CPU and slowed the link it measured.
+# a third of a 2-core machine's CPU and slowed the link it measured.
 while :; do
     described=$("$strata" topic describe backlog --bootstrap $boot --format json | tr -d ' \n')
     [[ "$described" =~ \"isr\":\[[0-9]+,[0-9]+\] ]] && break

@@ -1770,7 +1770,7 @@ mod tests {
         assert_eq!(report.bytes, 100_000 * 1024);
         assert!(report.records_per_s > 0.0);
         assert!(report.bench_cpu_percent > 0.0);
-        // Read wherever the kernel keeps pressure stall information (this project's hosts do).
+        // Read where the kernel keeps pressure stall information (`/proc/pressure`, with PSI).
         assert_eq!(
             report.memory_stall_ms.is_some(),
             std::path::Path::new("/proc/pressure/memory").exists()

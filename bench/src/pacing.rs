@@ -4,7 +4,7 @@
 //! so a record due between ticks leaves up to 1 ms late. The bench counts latency from the
 //! intended send time (as it must, or a stalled broker would hide behind a waiting generator),
 //! so that lateness showed up as broker latency: a 1 ms floor under every percentile (p50
-//! 976 µs at 1,000 records/s with one record per request, 2026-11-29). Paced producers
+//! 976 µs at 1,000 records/s with one record per request). Paced producers
 //! therefore run on OS threads of their own, each with its own single-threaded runtime and
 //! client ([`on_own_runtime`]), and wait on a `timerfd` ([`PreciseTimer`]) that wakes within
 //! tens of microseconds; nothing they do crosses threads. (A pinned producer's per-batch loop
@@ -117,8 +117,9 @@ impl Schedule {
 }
 
 /// The shortest sleep a pacing thread takes: items due sooner wait for the next wake-up and
-/// leave together, at most this late. A wake-up costs ~28 µs of CPU on this VM (timer, thread
-/// switch), so sleeping until every item's exact time costs a core at ~35,000 items/s.
+/// leave together, at most this late. A wake-up costs ~28 µs of CPU on the 2-core cloud VM of
+/// docs/performance.md (timer, thread switch), so sleeping until every item's exact time costs
+/// a core at ~35,000 items/s.
 pub const QUANTUM: Duration = Duration::from_micros(100);
 
 /// Blocks this thread until `next_due`, but for at least [`QUANTUM`] when it is in the
@@ -141,9 +142,9 @@ pub fn sleep_until(deadline: Instant) {
 /// Runs the future `make` returns on a new OS thread with a single-threaded runtime of its own,
 /// and resolves to its output. Everything the future spawns (a client's connection and producer
 /// tasks) runs on that thread, so handing a record to the producer and its acknowledgement back
-/// wakes no other thread: on this VM such cross-thread wake-ups were 22% of the bench's samples
-/// at 200,000 records/s. Waits use [`PreciseTimer`], so pacing keeps its precision without a
-/// sleeping thread.
+/// wakes no other thread: on the VM of docs/performance.md such cross-thread wake-ups were 22%
+/// of the bench's samples at 200,000 records/s. Waits use [`PreciseTimer`], so pacing keeps
+/// its precision without a sleeping thread.
 pub fn on_own_runtime<F, Fut>(
     name: &str,
     make: F,

@@ -1,4 +1,4 @@
-//! Consumer groups, measured on a real 3-broker cluster (etcd) on this machine.
+//! Consumer groups, measured on a real 3-broker cluster (etcd) on the host running the bench.
 //!
 //! `cargo bench -p strata-node --bench groups -- [--members N] [--partitions N]`
 //!

@@ -46,10 +46,11 @@ fn main() {
 
     validate_and_iterate(&batch);
 
-    // This VM's disk is fast until the host's write cache fills, then slow until it drains, so
-    // the same command swings by 5x within a minute. Each of our figures is therefore paired
-    // with the fio run it is compared with, back to back, the order alternating per round, after
-    // a sync and a pause; reported: the medians and the median of the per-pair ratios.
+    // A cloud VM's disk can be fast until the host's write cache fills, then slow until it
+    // drains: on the VM of docs/performance.md the same command swings by 5x within a minute.
+    // Each of our figures is therefore paired with the fio run it is compared with, back to
+    // back, the order alternating per round, after a sync and a pause; reported: the medians
+    // and the median of the per-pair ratios.
     const ROUNDS: usize = 3;
     let pairs: [(&str, Workload, &str, &[&str]); 6] = [
         (

@@ -31,8 +31,9 @@ const TOPIC: &str = "bench";
 
 fn main() {
     // The same allocator settings as the `strata` binary (and so `strata bench`): without them
-    // glibc maps every 4 MiB fetch answer afresh, and on this VM fresh pages are slow to touch
-    // (the consume phase ran at 530 MB/s instead of 1.2-1.5 GB/s once free memory was cold).
+    // glibc maps every 4 MiB fetch answer afresh, and on a VM whose host backs memory on demand
+    // fresh pages are slow to touch (on the 2-core VM of docs/performance.md the consume phase
+    // ran at 530 MB/s instead of 1.2-1.5 GB/s once free memory was cold).
     strata_node::memory::keep_freed_buffers();
     let mut args = std::env::args().skip(1);
     let mut seconds = 5u64;
@@ -77,7 +78,8 @@ fn main() {
         }
     );
 
-    // The memory state moves this VM's figures more than most code changes (docs/performance.md).
+    // On a VM the host's memory state moves the figures more than most code changes
+    // (docs/performance.md).
     println!("host: {}", strata_bench::HostState::now());
     // Measured with the host's default congestion control and with the one Strata's
     // connections use; ratios are taken against the higher of the two.
@@ -90,7 +92,7 @@ fn main() {
     let loopback = host_default.max(ours);
 
     // One fixed folder, emptied at the start: the run writes up to ~17 GB, and a run killed
-    // before its end cannot remove its own (one left behind once filled this VM's disk).
+    // before its end cannot remove its own (a few left behind fill a small cloud VM's disk).
     let data = BenchDir::fresh(std::env::temp_dir().join("strata-node-bench"));
     let node = if overprovisioned {
         support::TestNode::start_with(data.path(), shards, &["--overprovisioned"])
@@ -150,7 +152,8 @@ fn main() {
         // The broker's own ceiling, apart from the client's per-record path: producers that hand
         // the client 1000 records per call (`send_batch`, as iggy-bench's pinned producers and
         // `strata bench --preset pinned-producer` do), one per partition. The per-record
-        // producer above took about a core of this machine's two at its max (perf, 2026-11-30).
+        // producer above takes about one of the bench machine's two cores at its max (`perf`;
+        // the machine is described in docs/performance.md).
         let (batched, _) = strata_bench::run(&strata_bench::BenchConfig {
             bootstrap: bootstrap.clone(),
             topic: TOPIC.into(),
@@ -246,7 +249,7 @@ impl Drop for BenchDir {
 
 /// Waits for the page cache's dirty data of the phase before to reach the disk. Without it the
 /// next phase measures the kernel's writeback throttling of that debt, not the load it offers
-/// (p50 of 271–1,283 ms at "half load", 2026-11-29).
+/// (without it this bench measured a p50 of 271–1,283 ms at "half load").
 async fn drain_writeback() {
     let drained = Instant::now();
     tokio::task::spawn_blocking(|| {
@@ -315,7 +318,8 @@ async fn consume_all(
     (consumed, start.elapsed())
 }
 
-/// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on this machine now.
+/// One writer, one reader thread, 1 MiB writes: what loopback TCP moves on the host running the
+/// bench, at the time of the run.
 fn tcp_loopback(duration: Duration, congestion: Option<&'static str>) -> f64 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();

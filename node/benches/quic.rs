@@ -1,5 +1,6 @@
 //! Raw quinn between two processes, with the transport settings replication uses
-//! (`server::quic::QuicPeer`): the ceiling a follower link can reach on this machine.
+//! (`server::quic::QuicPeer`): the ceiling a follower link can reach on the host running the
+//! bench.
 //!
 //! `cargo bench -p strata-node --bench quic` re-runs itself as the server process, then moves
 //! bytes two ways for a few seconds each:

@@ -4,10 +4,11 @@
 //! answered, often on another thread. With glibc's defaults such a buffer is sometimes
 //! `mmap`ed, and freed memory at the top of a heap is handed back to the kernel, so the next
 //! buffer faults its pages in again: ~20,000 page faults a second in the broker and up to
-//! 40,000 in the bench at ~550 MB/s of 1 KiB records (`perf stat`, 2026-11-29). On a VM whose
-//! host backs memory on demand a fault can be a first touch. Keeping freed memory for reuse
-//! removed nearly all of them: paired max-rate runs gave 598 / 575 / 667 MB/s against
-//! 524 / 567 / 541 MB/s, and the broker used 1–14% less CPU per record. (Page-fault counts
+//! 40,000 in the bench at ~550 MB/s of 1 KiB records (`perf stat` on the bench machine of
+//! docs/performance.md). On a VM whose host backs memory on demand a fault can be a first
+//! touch. Keeping freed memory for reuse removed nearly all of them: paired max-rate runs gave
+//! 598 / 575 / 667 MB/s against 524 / 567 / 541 MB/s, and the broker used 1–14% less CPU per
+//! record. (Page-fault counts
 //! depend on thread and arena timing; the test checks the two settings' effects instead.)
 
 /// Allocations below this come from the heap, never from their own `mmap`.

@@ -128,7 +128,7 @@ fn metrics_parse_and_count_the_traffic() {
     assert_eq!(infinite, produce_count, "buckets end at the count");
     let partitions = total(&samples, "strata_partitions");
     assert_eq!(partitions, 2.0);
-    // The host's memory stalls, wherever the kernel keeps them (this project's hosts do).
+    // The host's memory stalls, where the kernel keeps them (`/proc/pressure/memory`, with PSI).
     let stalls = samples
         .iter()
         .filter(|(name, _, _)| name == "strata_host_memory_stall_seconds_total")

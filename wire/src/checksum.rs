@@ -5,10 +5,11 @@
 ///
 /// Folded with carry-less multiplication (crc-fast: AVX-512 `VPCLMULQDQ` where the CPU has it,
 /// `PCLMULQDQ` or the `CRC32` instruction where it does not) rather than with the `CRC32`
-/// instruction alone (the crc32c crate): 61–66 GB/s against 29–33 GB/s on this project's EPYC
-/// VM, from 4 KiB to 16 MiB inputs. Every byte produced is checksummed by the producer and again
-/// by the broker, and every byte consumed by the consumer: the check was 31% of a consumer
-/// thread's time at 6.7 GB/s (perf, 2026-11-30).
+/// instruction alone (the crc32c crate): 61–66 GB/s against 29–33 GB/s on one core of an AMD
+/// EPYC cloud VM with AVX-512, from 4 KiB to 16 MiB inputs (`cargo bench -p strata-node --bench
+/// log` prints the rate; docs/performance.md). Every byte produced is checksummed by the
+/// producer and again by the broker, and every byte consumed by the consumer: the check was 31%
+/// of a consumer thread's time at 6.7 GB/s (measured with `perf`).
 pub fn crc32c(bytes: &[u8]) -> u32 {
     // CRC-32/ISCSI is CRC-32C; the 32-bit value comes back widened.
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32

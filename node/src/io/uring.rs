@@ -6,7 +6,7 @@
 //! small requests that hand-off is the broker's bottleneck: 50,000 records/s of 1 KiB in
 //! requests of ~2 records, one node `--shards 2`, broker time per produce request was
 //! 1.1–1.4 ms through the ring (the queue grew without bound: p50 0.6–0.85 s) against
-//! 98–116 µs with `pwrite` (p50 1.9–2.2 ms, p99 6–8 ms), alternating runs, 2026-11-29. The copy
+//! 98–116 µs with `pwrite` (p50 1.9–2.2 ms, p99 6–8 ms), alternating runs. The copy
 //! into the page cache is the same work on either thread. Reads (served inline by io_uring when
 //! cached), syncs and allocation stay on the ring, so a cold read or an `fdatasync` never
 //! blocks the shard; writeback hints go to a thread of the shard's own ([`WritebackHints`]). `STRATA_IO_WRITES=uring` sends appends through the ring again (for
@@ -278,7 +278,7 @@ const WRITEBACK_HINTS_QUEUED_MAX: usize = 64;
 
 /// A shard's thread for writeback hints (`sync_file_range(WRITE)`, [`start_writeback`]). The
 /// call does not wait for the disk, but it waits to hand the pages to the device when the
-/// device's queue is full: 3–4 ms at times on this project's VM, for 1 MB hints while two
+/// device's queue is full: 3–4 ms at times on a 2-core cloud VM, for 1 MB hints while two
 /// producers wrote 2 GB, and on the shard thread that stalled every partition and connection of
 /// the shard (docs/performance.md). tokio-uring 0.5 has no opcode for it, so
 /// a thread of the shard's own makes the calls, each on a duplicate of the file's descriptor (a

@@ -75,12 +75,12 @@ pub struct LogConfig {
 }
 
 /// The default [`LogConfig::direct_write_min_bytes`]. A direct write waits for the disk: on
-/// this project's VM a follower's 40 KB append took 0.7 ms (p50; 2.7 ms p99) against tens of
-/// microseconds into the page cache, which put that much on every `acks=all` round trip at
-/// moderate load. Large appends are where the page-cache copy costs more than the disk's
-/// latency (about 3.5 µs per KiB into never-used memory here), so only they go direct: a
-/// follower catching up, or keeping up with a high rate, writes direct; one keeping up with a
-/// moderate rate writes small answers through the page cache.
+/// a 2-core cloud VM (docs/performance.md) a follower's 40 KB append took 0.7 ms (p50; 2.7 ms
+/// p99) against tens of microseconds into the page cache, which put that much on every
+/// `acks=all` round trip at moderate load. Large appends are where the page-cache copy costs
+/// more than the disk's latency (about 3.5 µs per KiB into never-used memory there), so only
+/// they go direct: a follower catching up, or keeping up with a high rate, writes direct; one
+/// keeping up with a moderate rate writes small answers through the page cache.
 pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 
 /// The default [`LogConfig::preallocate_step_bytes`] (Redpanda's `segment_fallocation_step`).
@@ -89,8 +89,8 @@ pub const DIRECT_WRITE_MIN_BYTES: u64 = 256 << 10;
 /// the file's block-map lock, which the next buffered append to the file takes too: that
 /// append, and with it the shard thread and every partition and connection on it, slept behind
 /// writeback, 3 to 18 times in 4 s for up to 34 ms each (`perf` `sched_switch`, one node at
-/// 300,000 records/s of 1 KiB, 2026-11-30). Into reserved blocks an append allocates nothing:
-/// no such sleep in six runs of the same load. (An append that lengthens the file into reserved
+/// 300,000 records/s of 1 KiB). Into reserved blocks an append allocates nothing: no such
+/// sleep in six runs of the same load. (An append that lengthens the file into reserved
 /// blocks still takes that lock briefly, to move the on-disk size; with writeback hinted every
 /// MiB those waits were 2-4 per run of 0.4-1 ms.)
 pub const PREALLOCATE_STEP_BYTES: u64 = 32 << 20;
@@ -98,17 +98,17 @@ pub const PREALLOCATE_STEP_BYTES: u64 = 32 << 20;
 /// The least a segment reserves ahead of its appends. The reservation grows with the segment
 /// (as far ahead as the segment already holds, rounded up to a power of two, up to the step),
 /// so a partition that holds little reserves little. At a whole step from the first append,
-/// one node with a topic of 1,000 partitions and 20,000 keyed records filled the 42 GB of free
-/// disk on this project's VM with reserved blocks (2026-11-30). At this floor each such
-/// partition reserves at most twice the floor (512 KiB); a busy partition reaches the whole
-/// step after a few MiB, in a handful of `fallocate` calls.
+/// one node with a topic of 1,000 partitions and 20,000 keyed records filled 42 GB of free
+/// disk with reserved blocks. At this floor each such partition reserves at most twice the
+/// floor (512 KiB); a busy partition reaches the whole step after a few MiB, in a handful of
+/// `fallocate` calls.
 pub const PREALLOCATE_AHEAD_MIN_BYTES: u64 = 256 << 10;
 
 /// Which appends are written past the page cache (`O_DIRECT`), from a block-aligned copy of
 /// the batches straight to the disk.
 ///
 /// A write through the page cache copies every byte into kernel pages, and when those pages are
-/// new to the process that copy is the write path's main cost: on this project's VM, 2 GB
+/// new to the process that copy is the write path's main cost: on a 2-core cloud VM, 2 GB
 /// written with `dd` took 7 s of CPU through the page cache and 0.3–0.4 s with `O_DIRECT`
 /// (1.9 s wall), and a follower's catch-up spent 47% of the machine in that copy. The cost of
 /// going direct is that the data is not in the page cache afterwards, so a read of it goes to
@@ -1324,10 +1324,10 @@ impl<S: Storage> PartitionLog<S> {
     /// them on their way to the disk instead of all at once, and, whatever the flush policy,
     /// dirty pages never pile up for the kernel's flusher to write back in bursts: each burst
     /// took a core for a while and a shard waited behind it (`flush=never` at 300,000
-    /// records/s: ack p99 1.8–9.0 ms without these hints, 0.8–1.5 ms with them; 2026-11-30).
+    /// records/s: ack p99 1.8–9.0 ms without these hints, 0.8–1.5 ms with them).
     /// Not per write: the call runs on the shard thread and submits block IO there, and on
     /// small appends it cost a third of a shard's time (one disk request and one virtio
-    /// notification per 1 KiB record at 20,000 records/s, perf 2026-11-29).
+    /// notification per 1 KiB record at 20,000 records/s, measured with `perf`).
     async fn hint_writeback(&mut self, written_to: u64) {
         let active = self.active_mut();
         let from = active.writeback_from;

@@ -88,9 +88,9 @@ pub(crate) async fn read_file<F: StorageFile>(
 
 /// Reads `[position, position + len)` from the disk into memory, the whole blocks around it in
 /// one `O_DIRECT` read. Data appended direct is not in the page cache, and a buffered read of it
-/// would copy it there first, a page at a time behind readahead: on this project's VM `fio` read
-/// 1 MiB at a time at 606 MB/s buffered against 1,434 MB/s direct (2.6 GB/s with four in
-/// flight), and the page cache it fills then has to be reclaimed.
+/// would copy it there first, a page at a time behind readahead: on a 2-core cloud VM
+/// (docs/performance.md) `fio` read 1 MiB at a time at 606 MB/s buffered against 1,434 MB/s
+/// direct (2.6 GB/s with four in flight), and the page cache it fills then has to be reclaimed.
 async fn read_direct<F: StorageFile>(log: &F, position: u64, len: usize) -> io::Result<Bytes> {
     let block = DIRECT_BLOCK as u64;
     let start = position / block * block;

@@ -22,7 +22,7 @@ pub const APPEND_TIMES_MAX: usize = 256;
 
 /// Pairs folded in one pass once the entries are full (a quarter of them): 67 ns per append
 /// in all, with the pass, while a follower is that far behind (a release build's unit test
-/// timing, 2026-12-01); folding 16 pairs a pass took 199 ns, one pair 628 ns, for about 0.5
+/// timing); folding 16 pairs a pass took 199 ns, one pair 628 ns, for about 0.5
 /// points less error.
 const FOLDS_AT_ONCE: usize = APPEND_TIMES_MAX / 4;
 

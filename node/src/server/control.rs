@@ -15,58 +15,15 @@ use strata_coordinator::{
     PartitionChange, PartitionState, TopicSpec, TopicState, placement,
 };
 use strata_wire::protocol::{
-    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
-    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
-    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode,
-    ReassignPartitionRequest, ReassignPartitionResponse,
+    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsResponse,
+    CreateTopicRequest, CreateTopicResponse, DeleteTopicResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ErrorCode, ReassignPartitionResponse,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::NodeConfig;
-use super::shard::{ClusterView, ShardMessage};
+use super::messages::{ClusterView, ControlMessage, ShardMessage};
 use super::topic_config::TopicConfig;
-
-pub enum ControlMessage {
-    CreateTopic {
-        request: CreateTopicRequest,
-        reply: oneshot::Sender<CreateTopicResponse>,
-    },
-    DeleteTopic {
-        request: DeleteTopicRequest,
-        reply: oneshot::Sender<DeleteTopicResponse>,
-    },
-    Reassign {
-        request: ReassignPartitionRequest,
-        reply: oneshot::Sender<ReassignPartitionResponse>,
-    },
-    AddPartitions {
-        request: CreatePartitionsRequest,
-        reply: oneshot::Sender<CreatePartitionsResponse>,
-    },
-    AlterTopicConfig {
-        request: AlterTopicConfigRequest,
-        reply: oneshot::Sender<AlterTopicConfigResponse>,
-    },
-    /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
-    UpdatePartition {
-        topic: String,
-        expected: PartitionState,
-        change: PartitionChange,
-        reply: oneshot::Sender<Option<PartitionState>>,
-    },
-    /// Leave the cluster (revoke the broker lease) and answer once the partitions this node
-    /// led have moved to other replicas, as far as it can tell within [`LEAVE_PATIENCE`]: the
-    /// first step of a clean shutdown, while the shards still serve (Kafka's controlled
-    /// shutdown).
-    Leave { reply: oneshot::Sender<()> },
-    /// Move leaderships back to preferred replicas now (`strata topic elect-leaders`).
-    ElectLeaders {
-        request: ElectLeadersRequest,
-        reply: oneshot::Sender<ElectLeadersResponse>,
-    },
-    /// Resign from the cluster (revoke the broker lease, unless it left already) and stop.
-    Shutdown { reply: oneshot::Sender<()> },
-}
 
 /// How long a leaving node waits for its leaderships to move before it stops anyway (no other
 /// replica in sync, etcd unreachable).

@@ -38,74 +38,16 @@ use strata_wire::protocol::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{ClusterView, NodeConfig};
-use crate::group::classic::{
-    ClassicError, ClassicGroup, ClassicSnapshot, JoinAnswer, JoinRequest, Joined, Reply, Synced,
+use super::NodeConfig;
+use super::messages::{
+    ClusterView, GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest,
 };
+use crate::group::classic::{ClassicError, ClassicGroup, ClassicSnapshot, Joined, Reply, Synced};
 use crate::group::{
     AssignorKind, Group, GroupError, GroupSnapshot, GroupState, JoinParams, PartitionCounts,
     TopicPartition,
 };
 use crate::log::writer::system_clock_ms;
-
-pub enum GroupMessage {
-    /// A group request a shard hands to the group thread.
-    Request {
-        request: Request,
-        reply: oneshot::Sender<Response>,
-    },
-    /// The group metrics (Prometheus text) for the admin endpoint.
-    Metrics { reply: oneshot::Sender<String> },
-    /// A request of Kafka's classic group protocol, from the Kafka listener. Joins and
-    /// follower syncs are answered when the rebalance gets there.
-    Kafka {
-        request: KafkaGroupRequest,
-        reply: oneshot::Sender<KafkaGroupAnswer>,
-    },
-}
-
-/// Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup, as the group thread takes them.
-pub enum KafkaGroupRequest {
-    Join {
-        group: String,
-        request: JoinRequest,
-    },
-    Sync {
-        group: String,
-        member_id: String,
-        instance_id: Option<String>,
-        generation: i32,
-        assignments: Vec<(String, Bytes)>,
-    },
-    Heartbeat {
-        group: String,
-        member_id: String,
-        instance_id: Option<String>,
-        generation: i32,
-    },
-    /// Members by id, or (static members) by instance id with the member id empty.
-    Leave {
-        group: String,
-        members: Vec<(String, Option<String>)>,
-    },
-}
-
-/// Why a Kafka group request failed: the group's protocol said no, or this broker cannot run
-/// the group (not its coordinator, the store unreachable, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KafkaGroupError {
-    Classic(ClassicError),
-    Coordinator(ErrorCode),
-}
-
-#[derive(Debug)]
-pub enum KafkaGroupAnswer {
-    /// The protocol's refusals are in the answer (MEMBER_ID_REQUIRED carries the id to use).
-    Join(Result<JoinAnswer, ErrorCode>),
-    Sync(Result<Bytes, KafkaGroupError>),
-    Heartbeat(Result<(), KafkaGroupError>),
-    Leave(Vec<(String, Result<(), KafkaGroupError>)>),
-}
 
 /// How often the lag of coordinated groups is measured (high watermarks asked of the leaders).
 const LAG_REFRESH: Duration = Duration::from_secs(5);

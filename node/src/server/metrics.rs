@@ -205,6 +205,27 @@ impl ShardMetrics {
         self.inner.borrow_mut().recovery_throttled_us += held.as_micros() as u64;
     }
 
+    /// Bytes sent to a consumer straight from a segment file (`sendfile`).
+    pub fn sent_from_files(&self, bytes: u64) {
+        self.inner.borrow_mut().sent_from_files += bytes;
+    }
+
+    /// A request taken on the Kafka listener.
+    pub fn kafka_request(&self) {
+        self.inner.borrow_mut().kafka_requests += 1;
+    }
+
+    /// A Kafka request had bytes after its last field (ignored, as Kafka's brokers do).
+    pub fn kafka_request_with_trailing_bytes(&self) {
+        self.inner.borrow_mut().kafka_requests_with_trailing_bytes += 1;
+    }
+
+    /// A Kafka connection opened (`+1`) or closed (`-1`).
+    pub fn kafka_connections(&self, delta: i64) {
+        let mut inner = self.inner.borrow_mut();
+        inner.kafka_connections = inner.kafka_connections.saturating_add_signed(delta);
+    }
+
     pub fn isr_changed(&self, topic: &str) {
         topic_counters(&mut self.inner.borrow_mut().topics, topic).isr_changes += 1;
     }
@@ -226,12 +247,6 @@ impl ShardMetrics {
         snapshot.under_replicated = under_replicated;
         snapshot.direct_io = crate::io::direct_io_totals();
         snapshot.reads = crate::log::tail_cache::read_totals();
-        snapshot.sent_from_files = super::connection::sent_from_files();
-        (
-            snapshot.kafka_requests,
-            snapshot.kafka_connections,
-            snapshot.kafka_requests_with_trailing_bytes,
-        ) = super::kafka::totals();
         if let Some(rounds) = sync_rounds {
             (snapshot.sync_rounds, snapshot.sync_round_jobs) = (rounds.rounds(), rounds.jobs());
         }

@@ -13,17 +13,15 @@
 //! ```
 //!
 //! Invariants: only the owning shard touches a partition's files and state; shards share no
-//! locks, they exchange [`shard::ShardMessage`]s over channels (counted as cross-shard hops).
+//! locks, they exchange [`messages::ShardMessage`]s over channels (counted as cross-shard hops).
 //! Requests for another shard's partition are forwarded and answered there.
 
-mod admin;
-mod connection;
 mod control;
 mod groups;
-mod kafka;
+mod listener;
+mod messages;
 mod metrics;
 pub mod quic;
-mod replica;
 mod shard;
 pub mod topic_config;
 
@@ -36,7 +34,8 @@ use strata_coordinator::BrokerInfo;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::io::Backend;
-pub use shard::{ClusterView, ShardStats, shard_of};
+pub use messages::{ClusterView, ShardStats};
+pub use shard::shard_of;
 
 /// Everything `strata serve` needs (after config file, env and flags are merged).
 #[derive(Debug, Clone)]
@@ -137,8 +136,8 @@ impl NodeConfig {
 pub struct Node {
     shards: Vec<std::thread::JoinHandle<()>>,
     control: std::thread::JoinHandle<()>,
-    mailboxes: Arc<Vec<mpsc::UnboundedSender<shard::ShardMessage>>>,
-    control_mailbox: mpsc::UnboundedSender<control::ControlMessage>,
+    mailboxes: Arc<Vec<mpsc::UnboundedSender<messages::ShardMessage>>>,
+    control_mailbox: mpsc::UnboundedSender<messages::ControlMessage>,
     groups: std::thread::JoinHandle<()>,
 }
 
@@ -187,7 +186,9 @@ impl Node {
             shards.push(
                 std::thread::Builder::new()
                     .name(format!("strata-shard-{index}"))
-                    .spawn(move || shard::run(context, view, receiver, ready_sender))?,
+                    .spawn(move || {
+                        shard::run(context, view, receiver, ready_sender, listener::listen)
+                    })?,
             );
         }
         for (index, ready) in ready.into_iter().enumerate() {
@@ -199,7 +200,7 @@ impl Node {
         }
         if let Some(address) = config.admin {
             // A taken admin port must not stop the broker: say so and serve without it.
-            match admin::start(
+            match listener::admin::start(
                 config.clone(),
                 mailboxes.clone(),
                 groups_mailbox.clone(),
@@ -230,7 +231,10 @@ impl Node {
         let mut answers = Vec::new();
         for mailbox in self.mailboxes.iter() {
             let (reply, answer) = oneshot::channel();
-            if mailbox.send(shard::ShardMessage::Stats { reply }).is_ok() {
+            if mailbox
+                .send(messages::ShardMessage::Stats { reply })
+                .is_ok()
+            {
                 answers.push(answer);
             }
         }
@@ -241,7 +245,7 @@ impl Node {
     }
 
     /// Sends the control thread `message` and waits for its answer (or its end).
-    fn ask_control(&self, message: impl FnOnce(oneshot::Sender<()>) -> control::ControlMessage) {
+    fn ask_control(&self, message: impl FnOnce(oneshot::Sender<()>) -> messages::ControlMessage) {
         let (reply, answered) = oneshot::channel();
         if self.control_mailbox.send(message(reply)).is_ok() {
             let _ = answered.blocking_recv();
@@ -253,12 +257,12 @@ impl Node {
     /// waiting out the shutdown); then stops accepting, lets in-flight appends finish, flushes
     /// and closes every log.
     pub fn shutdown(self) {
-        self.ask_control(|reply| control::ControlMessage::Leave { reply });
+        self.ask_control(|reply| messages::ControlMessage::Leave { reply });
         let mut acks = Vec::new();
         for mailbox in self.mailboxes.iter() {
             let (reply, ack) = oneshot::channel();
             if mailbox
-                .send(shard::ShardMessage::Shutdown { reply })
+                .send(messages::ShardMessage::Shutdown { reply })
                 .is_ok()
             {
                 acks.push(ack);
@@ -267,7 +271,7 @@ impl Node {
         for ack in acks {
             let _ = ack.blocking_recv();
         }
-        self.ask_control(|reply| control::ControlMessage::Shutdown { reply });
+        self.ask_control(|reply| messages::ControlMessage::Shutdown { reply });
         drop(self.control_mailbox);
         drop(self.mailboxes);
         for shard in self.shards {

@@ -20,135 +20,58 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::FutureExt;
 use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
 use strata_kafka::kafka_protocol::messages::{ApiKey, FetchResponse};
 use strata_kafka::translate::{self, KafkaBroker};
 use strata_wire::protocol::{ErrorCode, Records, Request, Response};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 mod admin;
 mod groups;
 
-use super::connection;
-use super::shard::Shard;
+use super::{Decoded, Outcome, Protocol};
 use crate::log::FileRegion;
-
-/// Requests one Kafka connection may have in flight before the reader stops reading.
-const IN_FLIGHT_PER_CONNECTION: usize = 64;
+use crate::server::shard::Shard;
 
 /// Binds the Kafka address (every shard, SO_REUSEPORT) when one is configured.
 pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Option<JoinHandle<()>>> {
     let Some(address) = shard.context.config.kafka else {
         return Ok(None);
     };
-    let listener = connection::bind(address, true)?;
-    Ok(Some(connection::accept(shard.clone(), listener, serve)))
+    let listener = super::bind(address, true)?;
+    Ok(Some(super::accept::<Kafka>(shard.clone(), listener)))
 }
 
-/// What a request's task hands the writer.
-enum Outcome {
-    /// A response frame, as chunks for one vectored write.
-    Answer(Vec<Bytes>),
-    /// A produce with acks=0: Kafka clients expect no answer.
-    NoAnswer,
-    /// No answer can be given (a bug: the native handler answered something else, a response
-    /// did not encode, a handler panicked): the connection is closed, so the client retries
-    /// elsewhere instead of waiting out its request timeout.
-    Failed(String),
-}
+pub(super) struct Kafka;
 
-type Answer = oneshot::Receiver<Outcome>;
+impl Protocol for Kafka {
+    type Header = Header;
+    type Request = KafkaRequest;
+    const NAME: &'static str = "kafka";
+    const IN_FLIGHT: usize = 64;
+    const IN_ORDER: bool = true;
+    const BIG_ENDIAN: bool = true;
+    const HEAD_LEN: usize = 0;
+    const MIN_FRAME_LEN: usize = 0;
 
-thread_local! {
-    /// Requests this thread (a shard) took on the Kafka listener, and its connections open.
-    static REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    static CONNECTIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// Requests that had bytes after their last field (ignored, as Kafka's brokers do).
-    static TRAILING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// This shard's Kafka requests so far, connections open now, and requests with trailing
-/// bytes so far (for `/metrics`).
-pub fn totals() -> (u64, u64, u64) {
-    (
-        REQUESTS.with(std::cell::Cell::get),
-        CONNECTIONS.with(std::cell::Cell::get),
-        TRAILING.with(std::cell::Cell::get),
-    )
-}
-
-/// Counts a connection open for as long as it lives.
-struct Open;
-
-impl Open {
-    fn new() -> Open {
-        CONNECTIONS.with(|open| open.set(open.get() + 1));
-        Open
+    fn count_connection(shard: &Shard, delta: i64) {
+        shard.metrics.kafka_connections(delta);
     }
-}
 
-impl Drop for Open {
-    fn drop(&mut self) {
-        CONNECTIONS.with(|open| open.set(open.get() - 1));
+    fn refuse_frame(len: usize, _max: usize, _head: Option<&[u8]>) -> (Option<Outcome>, String) {
+        (None, format!("a frame of {len} bytes, over the size limit"))
     }
-}
 
-async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
-    let _open = Open::new();
-    let (reader, mut writer) = stream.into_split();
-    let mut frames = strata_client::FrameReader::big_endian(reader);
-    let (answers, mut in_order) = mpsc::unbounded_channel::<Answer>();
-    let writing = tokio::task::spawn_local(async move {
-        while let Some(answer) = in_order.recv().await {
-            let frame = match answer.await {
-                Ok(Outcome::Answer(frame)) => frame,
-                Ok(Outcome::NoAnswer) => continue,
-                Ok(Outcome::Failed(why)) => {
-                    tracing::warn!(%peer, "closing kafka connection: {why}");
-                    break;
-                }
-                Err(_) => {
-                    tracing::warn!(%peer, "closing kafka connection: a request got no answer");
-                    break;
-                }
-            };
-            if let Err(error) = strata_client::write_all_chunks(&mut writer, frame).await {
-                tracing::debug!(%peer, "kafka connection write failed: {error}");
-                return;
-            }
-        }
-        let _ = writer.shutdown().await;
-    });
-    let in_flight = std::sync::Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
-    let max_frame_bytes = shard.context.config.max_frame_bytes;
-    loop {
-        let Some(len) = connection::next_frame_len(&mut frames, peer).await else {
-            break;
-        };
-        if len > max_frame_bytes {
-            tracing::warn!(%peer, frame_bytes = len, max_frame_bytes, "closing kafka connection: frame over the size limit");
-            break;
-        }
-        let body = match frames.body(len).await {
-            Ok(body) => body.freeze(),
-            Err(error) => {
-                tracing::debug!(%peer, "kafka connection closed mid-frame: {error}");
-                break;
-            }
-        };
-        REQUESTS.with(|requests| requests.set(requests.get() + 1));
-        let (header, request) = match frame::decode_request(body) {
+    fn decode(shard: &Shard, peer: SocketAddr, body: BytesMut) -> Decoded<Kafka> {
+        shard.metrics.kafka_request();
+        match frame::decode_request(body.freeze()) {
             Ok(decoded) => {
                 if decoded.trailing_bytes > 0 {
-                    TRAILING.with(|trailing| trailing.set(trailing.get() + 1));
+                    shard.metrics.kafka_request_with_trailing_bytes();
                     tracing::trace!(%peer, api = ?decoded.header.api_key, bytes = decoded.trailing_bytes, "bytes after a kafka request, ignored");
                 }
-                (decoded.header, decoded.request)
+                Decoded::Request(decoded.header, decoded.request)
             }
             Err(Rejected::Unsupported {
                 api_key,
@@ -163,41 +86,27 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
                     client_id: String::new(),
                 };
                 let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
-                let (answer, slot) = oneshot::channel();
-                let _ = answer.send(encoded(&header, &response));
-                if answers.send(slot).is_err() {
-                    break;
-                }
-                continue;
+                Decoded::Answered(encoded(&header, &response))
             }
-            Err(rejected) => {
-                tracing::warn!(%peer, "closing kafka connection: {rejected}");
-                break;
-            }
-        };
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            break;
-        };
-        let (answer, slot) = oneshot::channel();
-        if answers.send(slot).is_err() {
-            // The writer closed the connection.
-            break;
+            Err(rejected) => Decoded::Close(None, rejected.to_string()),
         }
-        let shard = shard.clone();
-        tokio::task::spawn_local(async move {
-            let frame = std::panic::AssertUnwindSafe(respond(&shard, header.clone(), request))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| {
-                    tracing::error!(%peer, ?header, "a kafka request handler panicked");
-                    Outcome::Failed("a request handler panicked".into())
-                });
-            let _ = answer.send(frame);
-            drop(permit);
-        });
     }
-    drop(answers);
-    let _ = writing.await;
+
+    async fn respond(shard: Rc<Shard>, header: &Header, request: KafkaRequest) -> Outcome {
+        respond(&shard, header.clone(), request).await
+    }
+
+    fn panicked(_header: &Header) -> Outcome {
+        Outcome::Close("a request handler panicked".into())
+    }
+}
+
+/// A Kafka answer for the writer. Its chunks are all in memory (Kafka's batches are re-encoded,
+/// never sent from files), so empty ones, which the writer would take for records from a
+/// file, are dropped.
+fn answer(mut chunks: Vec<Bytes>) -> Outcome {
+    chunks.retain(|chunk| !chunk.is_empty());
+    Outcome::Answer(chunks.into())
 }
 
 fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
@@ -205,8 +114,8 @@ fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
     response: &R,
 ) -> Outcome {
     match frame::encode_response(header, response) {
-        Ok(frame) => Outcome::Answer(vec![frame.freeze()]),
-        Err(error) => Outcome::Failed(format!("a response did not encode: {error}")),
+        Ok(frame) => answer(vec![frame.freeze()]),
+        Err(error) => Outcome::Close(format!("a response did not encode: {error}")),
     }
 }
 
@@ -216,7 +125,7 @@ fn unanswered(api: &str, answer: Result<Response, ErrorCode>) -> Outcome {
         Ok(response) => format!("{:?}", response.api_key()),
         Err(code) => code.to_string(),
     };
-    Outcome::Failed(format!("{api} got no native answer ({answer})"))
+    Outcome::Close(format!("{api} got no native answer ({answer})"))
 }
 
 /// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
@@ -295,7 +204,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
                 Ok(fetch) => fetch,
                 Err(error) => {
                     let refused = FetchResponse::default().with_error_code(error);
-                    return Outcome::Answer(frame::encode_fetch_response(&header, &refused));
+                    return answer(frame::encode_fetch_response(&header, &refused));
                 }
             };
             let mut native = if fetch.native.topics.is_empty() {
@@ -309,7 +218,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             read_file_ranges(&mut native);
             // Chunked: the records go out as the buffers they were translated into.
             let response = translate::fetch_response(native, fetch.refused);
-            Outcome::Answer(frame::encode_fetch_response(&header, &response))
+            answer(frame::encode_fetch_response(&header, &response))
         }
         KafkaRequest::ListOffsets(request) => {
             let list = translate::list_offsets_request(&request);

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::NodeConfig;
-use super::groups::GroupMessage;
-use super::metrics;
-use super::shard::ShardMessage;
+use crate::server::NodeConfig;
+use crate::server::messages::GroupMessage;
+use crate::server::messages::ShardMessage;
+use crate::server::metrics;
 
 pub fn start(
     config: Arc<NodeConfig>,
@@ -134,7 +134,7 @@ async fn serve(
 
 /// Registered brokers (alive), then brokers that hold replicas but are not registered (dead,
 /// or cut off past their lease), not alive and without an address.
-fn brokers_with_liveness(view: &super::shard::ClusterView) -> Vec<serde_json::Value> {
+fn brokers_with_liveness(view: &crate::server::messages::ClusterView) -> Vec<serde_json::Value> {
     let mut brokers: Vec<serde_json::Value> = view
         .brokers
         .iter()

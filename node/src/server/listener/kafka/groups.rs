@@ -29,10 +29,10 @@ use strata_kafka::text;
 use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
 use tokio::sync::oneshot;
 
-use super::super::groups::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
-use super::super::shard::Shard;
 use super::native;
 use crate::group::classic::{ClassicError, JoinRequest};
+use crate::server::messages::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
+use crate::server::shard::Shard;
 
 /// FindCoordinator's key type for consumer groups (1 is transactions, which Strata has not).
 const KEY_TYPE_GROUP: i8 = 0;

@@ -18,9 +18,9 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
 
-use super::super::groups::coordinator_of;
-use super::super::shard::Shard;
 use super::native;
+use crate::server::groups::coordinator_of;
+use crate::server::shard::Shard;
 
 pub(super) async fn create_topics(
     shard: &Rc<Shard>,
@@ -76,7 +76,7 @@ fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::C
     if let Err(message) = crate::server::topic_config::TopicConfig::parse(&overrides) {
         return failed(native::ErrorCode::InvalidConfig, message);
     }
-    if let Err(message) = super::super::control::check_partition_count(create.partitions) {
+    if let Err(message) = crate::server::control::check_partition_count(create.partitions) {
         return failed(native::ErrorCode::InvalidConfig, message);
     }
     if !create.replica_assignment.0.is_empty() {

@@ -1,0 +1,213 @@
+//! What the broker's threads say to each other: shards, the control thread and the group
+//! thread exchange these over channels and share nothing else. A leaf: it names the other
+//! server modules' data, never their code.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use strata_coordinator::{BrokerInfo, PartitionChange, PartitionState, TopicState};
+use strata_wire::protocol::{
+    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
+    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
+    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode, FetchPartition,
+    FetchPartitionResponse, ListOffsetsPartition, ListOffsetsPartitionResponse,
+    ProducePartitionResponse, ReassignPartitionRequest, ReassignPartitionResponse,
+    ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
+};
+use tokio::sync::oneshot;
+
+use super::metrics;
+use crate::group::classic::{ClassicError, JoinAnswer, JoinRequest};
+
+/// What shards ask each other. Everything in it is `Send`; nothing is shared.
+pub enum ShardMessage {
+    Produce {
+        topic: String,
+        partition: u32,
+        records: BytesMut,
+        acks: i8,
+        timeout_ms: u32,
+        reply: oneshot::Sender<ProducePartitionResponse>,
+    },
+    ReplicaFetch {
+        request: ReplicaFetchRequest,
+        reply: oneshot::Sender<ReplicaFetchResponse>,
+    },
+    Fetch {
+        topic: String,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+        reply: oneshot::Sender<Fetched>,
+    },
+    ListOffset {
+        topic: String,
+        partition: ListOffsetsPartition,
+        reply: oneshot::Sender<ListOffsetsPartitionResponse>,
+    },
+    /// The cluster changed: open and close partitions to match, then reply.
+    ClusterChanged {
+        view: ClusterView,
+        reply: oneshot::Sender<()>,
+    },
+    /// Apply the view this shard holds again, for replicas it could not open (the shard's own
+    /// timer sends it: applied in mailbox order, it can never undo a newer view).
+    RetryUnopened,
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+    /// What this shard owns and how often it forwarded, for tests and metrics.
+    Stats {
+        reply: oneshot::Sender<ShardStats>,
+    },
+    /// A copy of this shard's metrics, for a scrape.
+    Metrics {
+        reply: oneshot::Sender<metrics::Snapshot>,
+    },
+    /// The cluster as this shard sees it.
+    View {
+        reply: oneshot::Sender<ClusterView>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStats {
+    pub shard: usize,
+    /// (topic, partition) this shard has open, sorted.
+    pub partitions: Vec<(String, u32)>,
+    /// Requests this shard forwarded to the owning shard.
+    pub cross_shard_hops: u64,
+}
+
+/// The cluster as the control thread last read it: shared, immutable snapshots.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub topics: Arc<Vec<TopicState>>,
+    pub brokers: Arc<Vec<BrokerInfo>>,
+    pub controller: i32,
+}
+
+/// One partition's part of a fetch answer, and what its records count for the metrics: the
+/// shard assembling the whole answer counts them if they are sent (see `answer_within`).
+pub struct Fetched {
+    pub(super) response: FetchPartitionResponse,
+    pub(super) served: Option<ServedRecords>,
+}
+
+/// Records a partition's fetch read: how many, the newest one's timestamp, and when the read
+/// began.
+pub(super) struct ServedRecords {
+    pub(super) records: u64,
+    pub(super) newest_ms: Option<i64>,
+    pub(super) started: Instant,
+}
+
+impl From<FetchPartitionResponse> for Fetched {
+    fn from(response: FetchPartitionResponse) -> Fetched {
+        Fetched {
+            response,
+            served: None,
+        }
+    }
+}
+
+pub enum ControlMessage {
+    CreateTopic {
+        request: CreateTopicRequest,
+        reply: oneshot::Sender<CreateTopicResponse>,
+    },
+    DeleteTopic {
+        request: DeleteTopicRequest,
+        reply: oneshot::Sender<DeleteTopicResponse>,
+    },
+    Reassign {
+        request: ReassignPartitionRequest,
+        reply: oneshot::Sender<ReassignPartitionResponse>,
+    },
+    AddPartitions {
+        request: CreatePartitionsRequest,
+        reply: oneshot::Sender<CreatePartitionsResponse>,
+    },
+    AlterTopicConfig {
+        request: AlterTopicConfigRequest,
+        reply: oneshot::Sender<AlterTopicConfigResponse>,
+    },
+    /// A partition leader's own change (ISR), fenced on the state it read (DESIGN §6).
+    UpdatePartition {
+        topic: String,
+        expected: PartitionState,
+        change: PartitionChange,
+        reply: oneshot::Sender<Option<PartitionState>>,
+    },
+    /// Leave the cluster (revoke the broker lease) and answer once the partitions this node
+    /// led have moved to other replicas, as far as it can tell within `LEAVE_PATIENCE`: the
+    /// first step of a clean shutdown, while the shards still serve (Kafka's controlled
+    /// shutdown).
+    Leave { reply: oneshot::Sender<()> },
+    /// Move leaderships back to preferred replicas now (`strata topic elect-leaders`).
+    ElectLeaders {
+        request: ElectLeadersRequest,
+        reply: oneshot::Sender<ElectLeadersResponse>,
+    },
+    /// Resign from the cluster (revoke the broker lease, unless it left already) and stop.
+    Shutdown { reply: oneshot::Sender<()> },
+}
+
+pub enum GroupMessage {
+    /// A group request a shard hands to the group thread.
+    Request {
+        request: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    /// The group metrics (Prometheus text) for the admin endpoint.
+    Metrics { reply: oneshot::Sender<String> },
+    /// A request of Kafka's classic group protocol, from the Kafka listener. Joins and
+    /// follower syncs are answered when the rebalance gets there.
+    Kafka {
+        request: KafkaGroupRequest,
+        reply: oneshot::Sender<KafkaGroupAnswer>,
+    },
+}
+
+/// Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup, as the group thread takes them.
+pub enum KafkaGroupRequest {
+    Join {
+        group: String,
+        request: JoinRequest,
+    },
+    Sync {
+        group: String,
+        member_id: String,
+        instance_id: Option<String>,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    },
+    Heartbeat {
+        group: String,
+        member_id: String,
+        instance_id: Option<String>,
+        generation: i32,
+    },
+    /// Members by id, or (static members) by instance id with the member id empty.
+    Leave {
+        group: String,
+        members: Vec<(String, Option<String>)>,
+    },
+}
+
+/// Why a Kafka group request failed: the group's protocol said no, or this broker cannot run
+/// the group (not its coordinator, the store unreachable, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaGroupError {
+    Classic(ClassicError),
+    Coordinator(ErrorCode),
+}
+
+#[derive(Debug)]
+pub enum KafkaGroupAnswer {
+    /// The protocol's refusals are in the answer (MEMBER_ID_REQUIRED carries the id to use).
+    Join(Result<JoinAnswer, ErrorCode>),
+    Sync(Result<Bytes, KafkaGroupError>),
+    Heartbeat(Result<(), KafkaGroupError>),
+    Leave(Vec<(String, Result<(), KafkaGroupError>)>),
+}

@@ -1,0 +1,316 @@
+//! Fetch: reads up to the high watermark from this shard's partitions (others' forwarded),
+//! long polls until there is data or the wait is over, and the answer cut to the request's
+//! byte limit. The shard counts the records it serves.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use strata_wire::protocol::{
+    Elsewhere, ErrorCode, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+    FetchTopicResponse, Records,
+};
+use tokio::sync::oneshot;
+
+use crate::log::{Served, writer};
+use crate::server::messages::{Fetched, ServedRecords, ShardMessage};
+
+use super::{Shard, log_error_code};
+
+impl Shard {
+    pub(super) async fn fetch(self: &Rc<Self>, request: FetchRequest) -> FetchResponse {
+        let deadline =
+            Instant::now() + std::time::Duration::from_millis(u64::from(request.max_wait_ms));
+        let min_bytes = request.min_bytes as usize;
+        // One pass that does not wait; if it found less than min_bytes, wait on every empty
+        // partition until the first one has data or the deadline passes.
+        let first = self.fetch_all(&request, None).await;
+        let found: usize = first
+            .iter()
+            .flat_map(|(_, partitions)| partitions.iter().map(|p| p.response.records.len()))
+            .sum();
+        if found >= min_bytes.max(1) || request.max_wait_ms == 0 {
+            return self.answer_within(first, request.max_bytes);
+        }
+        let waited = self.fetch_all(&request, Some(deadline)).await;
+        self.answer_within(waited, request.max_bytes)
+    }
+
+    /// The answer to a fetch, held to its `max_bytes` as Kafka holds one to `fetch.max.bytes`,
+    /// with the served records counted in the metrics. The partitions were read at once, each
+    /// up to its own limit (on this shard and others); here they are taken in request order,
+    /// each whole while the total stays within `max_bytes`. The first partition with records is
+    /// always taken, so a batch larger than the limit still makes progress. Those that no
+    /// longer fit answer without records and come with a later fetch from the same offset (a
+    /// file range left out is never read). Without this, a consumer of hundreds of partitions
+    /// with a backlog got hundreds of times the partition limit in one answer, past what
+    /// clients take in one frame (librdkafka's `receive.message.max.bytes`: 100 MB).
+    pub(super) fn answer_within(
+        &self,
+        slots: Vec<(String, Vec<Fetched>)>,
+        max_bytes: u32,
+    ) -> FetchResponse {
+        let mut left = max_bytes as usize;
+        let mut first = true;
+        let mut topics = Vec::with_capacity(slots.len());
+        for (name, fetched) in slots {
+            let mut partitions = Vec::with_capacity(fetched.len());
+            for Fetched {
+                mut response,
+                served,
+            } in fetched
+            {
+                let len = response.records.len();
+                if len > 0 && !first && len > left {
+                    response.records = Records::empty();
+                } else if len > 0 {
+                    first = false;
+                    left = left.saturating_sub(len);
+                    if let Some(served) = served {
+                        self.count_served(&name, len, &served);
+                    }
+                }
+                partitions.push(response);
+            }
+            topics.push(FetchTopicResponse { name, partitions });
+        }
+        FetchResponse { topics }
+    }
+
+    pub(super) fn count_served(&self, topic: &str, bytes: usize, served: &ServedRecords) {
+        self.metrics.fetched(
+            topic,
+            served.records,
+            bytes as u64,
+            served.started.elapsed().as_micros() as u64,
+        );
+        if let Some(newest_ms) = served.newest_ms {
+            let age_ms = writer::system_clock_ms().saturating_sub(newest_ms).max(0);
+            self.metrics.served_age(age_ms as u64 * 1000);
+        }
+    }
+
+    /// Fetches every partition of the request. With a deadline, returns as soon as any
+    /// partition has data (the others answer empty).
+    pub(super) async fn fetch_all(
+        self: &Rc<Self>,
+        request: &FetchRequest,
+        deadline: Option<Instant>,
+    ) -> Vec<(String, Vec<Fetched>)> {
+        let mut slots: Vec<(String, Vec<Fetched>)> = Vec::new();
+        let mut work = Vec::new();
+        for topic in &request.topics {
+            let mut partitions = Vec::new();
+            for partition in &topic.partitions {
+                partitions.push(fetch_error(partition.partition, ErrorCode::None, 0, 0).into());
+                let at = (slots.len(), partitions.len() - 1);
+                let shard = self.clone();
+                let name = topic.name.clone();
+                let partition = FetchPartition {
+                    partition: partition.partition,
+                    fetch_offset: partition.fetch_offset,
+                    max_bytes: partition.max_bytes.min(request.max_bytes),
+                };
+                work.push(Box::pin(async move {
+                    (at, shard.fetch_partition(name, partition, deadline).await)
+                }));
+            }
+            slots.push((topic.name.clone(), partitions));
+        }
+        if deadline.is_none() {
+            for ((topic, partition), response) in futures_util::future::join_all(work).await {
+                slots[topic].1[partition] = response;
+            }
+            return slots;
+        }
+        while !work.is_empty() {
+            let (((topic, partition), response), _, rest) =
+                futures_util::future::select_all(work).await;
+            let has_data =
+                !response.response.records.is_empty() || response.response.error != ErrorCode::None;
+            slots[topic].1[partition] = response;
+            if has_data {
+                break;
+            }
+            work = rest;
+        }
+        slots
+    }
+
+    pub(super) async fn fetch_partition(
+        self: &Rc<Self>,
+        topic: String,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+    ) -> Fetched {
+        let index = partition.partition;
+        match self.route(&topic, index) {
+            Err(error) => FetchPartitionResponse {
+                leader_hint: self.leader_hint(&topic, index, error),
+                ..fetch_error(index, error, 0, 0)
+            }
+            .into(),
+            Ok(owner) if owner == self.context.index => {
+                self.fetch_local(&topic, partition, deadline).await
+            }
+            Ok(owner) => {
+                let (reply, answer) = oneshot::channel();
+                let message = ShardMessage::Fetch {
+                    topic,
+                    partition,
+                    deadline,
+                    reply,
+                };
+                if !self.forward(owner, message) {
+                    return fetch_error(index, ErrorCode::NotReady, 0, 0).into();
+                }
+                answer
+                    .await
+                    .unwrap_or_else(|_| fetch_error(index, ErrorCode::NotReady, 0, 0).into())
+            }
+        }
+    }
+
+    /// The committed state of a partition this shard leads: its log, high watermark and the
+    /// notifier that wakes on each advance.
+    pub(super) fn leader_view(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Option<(writer::LogHandle, u64, Rc<tokio::sync::Notify>)> {
+        let partitions = self.partitions.borrow();
+        let partition = partitions.get(&(topic.to_string(), partition))?;
+        let high_watermark = partition.leader_high_watermark()?;
+        Some((
+            partition.log.clone(),
+            high_watermark,
+            partition.committed.clone(),
+        ))
+    }
+
+    /// Consumers see only committed records: below the high watermark. A fetch at the high
+    /// watermark long-polls until it moves.
+    pub(super) async fn fetch_local(
+        &self,
+        topic: &str,
+        partition: FetchPartition,
+        deadline: Option<Instant>,
+    ) -> Fetched {
+        let index = partition.partition;
+        let started = Instant::now();
+        let Some((log, mut high_watermark, committed)) = self.leader_view(topic, index) else {
+            let error = self.not_serving(topic, index);
+            return FetchPartitionResponse {
+                leader_hint: self.leader_hint(topic, index, error),
+                ..fetch_error(index, error, 0, 0)
+            }
+            .into();
+        };
+        let Ok(offsets) = log.offsets().await else {
+            return fetch_error(index, ErrorCode::StorageError, 0, 0).into();
+        };
+        let offset = partition.fetch_offset;
+        if offset < offsets.log_start || offset > offsets.log_end {
+            return fetch_error(
+                index,
+                ErrorCode::OffsetOutOfRange,
+                high_watermark,
+                offsets.log_start,
+            )
+            .into();
+        }
+        if let Some(deadline) = deadline {
+            // Single-threaded: nothing can advance the high watermark between the check and
+            // the wait's registration, so no wake-up is missed.
+            while offset >= high_watermark {
+                let wait = tokio::time::timeout_at(deadline.into(), committed.notified());
+                if wait.await.is_err() {
+                    break;
+                }
+                match self.leader_view(topic, index) {
+                    Some((_, now, _)) => high_watermark = now,
+                    None => {
+                        return fetch_error(index, ErrorCode::NotLeader, 0, 0).into();
+                    }
+                }
+            }
+        }
+        if offset >= high_watermark {
+            return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start).into();
+        }
+        match log
+            .read_for_sending(offset, partition.max_bytes as usize, high_watermark)
+            .await
+        {
+            Ok(served) => {
+                let (records, newest_ms, bytes) = match served {
+                    Served::Bytes(bytes) => {
+                        let (records, newest_ms) = records_in(&bytes);
+                        (records, newest_ms, Records::Shared(bytes))
+                    }
+                    Served::Region(region) => (
+                        region.records,
+                        region.newest_ms,
+                        Records::Elsewhere(Elsewhere {
+                            len: u32::try_from(region.len).expect("fetches below 4 GiB"),
+                            source: std::sync::Arc::new(region),
+                        }),
+                    ),
+                };
+                Fetched {
+                    response: FetchPartitionResponse {
+                        partition: index,
+                        error: ErrorCode::None,
+                        high_watermark,
+                        log_start_offset: offsets.log_start,
+                        leader_hint: -1,
+                        records: bytes,
+                    },
+                    served: Some(ServedRecords {
+                        records,
+                        newest_ms,
+                        started,
+                    }),
+                }
+            }
+            Err(error) => fetch_error(
+                index,
+                log_error_code(&error),
+                high_watermark,
+                offsets.log_start,
+            )
+            .into(),
+        }
+    }
+}
+
+/// Records in whole stored batches and the newest record's timestamp, from their headers (for
+/// metrics: no body is read).
+pub(super) fn records_in(batches: &[u8]) -> (u64, Option<i64>) {
+    let (mut records, mut newest_ms) = (0u64, None);
+    let mut at = 0;
+    while let Some(rest) = batches.get(at..).filter(|rest| !rest.is_empty()) {
+        let Ok(header) = strata_wire::batch::BatchHeader::parse(rest) else {
+            break;
+        };
+        records += u64::from(header.record_count);
+        newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
+        at += header.batch_len as usize;
+    }
+    (records, newest_ms)
+}
+
+pub(super) fn fetch_error(
+    partition: u32,
+    error: ErrorCode,
+    high_watermark: u64,
+    log_start_offset: u64,
+) -> FetchPartitionResponse {
+    FetchPartitionResponse {
+        partition,
+        error,
+        high_watermark,
+        log_start_offset,
+        leader_hint: -1,
+        records: Records::empty(),
+    }
+}

@@ -1,0 +1,123 @@
+//! ListOffsets: a partition's start, end (its high watermark) or the first offset at a time,
+//! answered only by a leader whose high watermark is settled, so an end is never behind an
+//! acknowledged write.
+
+use std::rc::Rc;
+
+use strata_wire::protocol::{
+    EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP, ListOffsetsPartition,
+    ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+};
+use tokio::sync::oneshot;
+
+use super::replica::Role;
+use crate::server::messages::ShardMessage;
+
+use super::{Shard, log_error_code};
+
+impl Shard {
+    pub(super) async fn list_offsets(
+        self: &Rc<Self>,
+        request: ListOffsetsRequest,
+    ) -> ListOffsetsResponse {
+        let mut topics = Vec::new();
+        for topic in request.topics {
+            let mut partitions = Vec::new();
+            for partition in topic.partitions {
+                let index = partition.partition;
+                let response = match self.route(&topic.name, index) {
+                    Err(error) => list_error(index, error),
+                    Ok(owner) if owner == self.context.index => {
+                        self.list_offset_local(&topic.name, partition).await
+                    }
+                    Ok(owner) => {
+                        let (reply, answer) = oneshot::channel();
+                        let message = ShardMessage::ListOffset {
+                            topic: topic.name.clone(),
+                            partition,
+                            reply,
+                        };
+                        if self.forward(owner, message) {
+                            answer
+                                .await
+                                .unwrap_or_else(|_| list_error(index, ErrorCode::NotReady))
+                        } else {
+                            list_error(index, ErrorCode::NotReady)
+                        }
+                    }
+                };
+                partitions.push(response);
+            }
+            topics.push(ListOffsetsTopicResponse {
+                name: topic.name,
+                partitions,
+            });
+        }
+        ListOffsetsResponse { topics }
+    }
+
+    /// Whether this replica leads `topic`-`partition` with a high watermark no earlier
+    /// leader's is ahead of ([`crate::replication::Leader::high_watermark_settled`]).
+    pub(super) fn high_watermark_settled(&self, topic: &str, partition: u32) -> bool {
+        let partitions = self.partitions.borrow();
+        matches!(
+            partitions.get(&(topic.to_string(), partition)).map(|p| &p.role),
+            Some(Role::Leader(leader)) if leader.high_watermark_settled()
+        )
+    }
+
+    pub(super) async fn list_offset_local(
+        &self,
+        topic: &str,
+        partition: ListOffsetsPartition,
+    ) -> ListOffsetsPartitionResponse {
+        let index = partition.partition;
+        let Some((log, high_watermark, _)) = self.leader_view(topic, index) else {
+            return list_error(index, ErrorCode::NotLeader);
+        };
+        // Offsets a reader is told never go backwards: a new leader answers only once its
+        // high watermark is at least every earlier leader's (as Kafka's brokers do).
+        if !self.high_watermark_settled(topic, index) {
+            return list_error(index, ErrorCode::OffsetNotAvailable);
+        }
+        let found = match partition.timestamp {
+            EARLIEST_TIMESTAMP => log
+                .offsets()
+                .await
+                .map(|offsets| Some((offsets.log_start, -1))),
+            // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
+            LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
+            // Only committed records are found: one past the high watermark may yet be
+            // truncated away.
+            timestamp => log
+                .offset_for_timestamp(timestamp)
+                .await
+                .map(|found| found.filter(|(offset, _)| *offset < high_watermark)),
+        };
+        match found {
+            Ok(Some((offset, timestamp))) => ListOffsetsPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                offset: offset as i64,
+                timestamp,
+            },
+            Ok(None) => ListOffsetsPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                offset: -1,
+                timestamp: -1,
+            },
+            Err(error) => list_error(index, log_error_code(&error)),
+        }
+    }
+}
+
+pub(super) fn list_error(partition: u32, error: ErrorCode) -> ListOffsetsPartitionResponse {
+    ListOffsetsPartitionResponse {
+        partition,
+        error,
+        offset: -1,
+        timestamp: -1,
+    }
+}

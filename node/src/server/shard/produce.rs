@@ -1,0 +1,223 @@
+//! Produce: a request's partitions appended where they live (this shard or, forwarded, its
+//! owner), each answered once its acks level is met.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use strata_wire::protocol::{
+    ACKS_ALL, ErrorCode, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ProduceTopicResponse,
+};
+use tokio::sync::oneshot;
+
+use super::replica::Role;
+use crate::log::LogError;
+use crate::server::messages::ShardMessage;
+use crate::server::metrics;
+
+use super::replica;
+use super::{Shard, log_error_code};
+
+impl Shard {
+    pub(super) async fn produce(self: &Rc<Self>, request: ProduceRequest) -> ProduceResponse {
+        let acks = request.acks;
+        let timeout_ms = request.timeout_ms;
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let name = topic.name;
+            let work = topic.partitions.into_iter().map(|partition| {
+                let shard = self.clone();
+                let name = name.clone();
+                async move {
+                    let index = partition.partition;
+                    let records = partition.records.into_mut();
+                    match shard.route(&name, index) {
+                        Err(error) => ProducePartitionResponse {
+                            leader_hint: shard.leader_hint(&name, index, error),
+                            ..produce_error(index, error)
+                        },
+                        Ok(owner) if owner == shard.context.index => {
+                            shard
+                                .produce_local(&name, index, records, acks, timeout_ms)
+                                .await
+                        }
+                        Ok(owner) => {
+                            let (reply, answer) = oneshot::channel();
+                            let message = ShardMessage::Produce {
+                                topic: name,
+                                partition: index,
+                                records,
+                                acks,
+                                timeout_ms,
+                                reply,
+                            };
+                            if !shard.forward(owner, message) {
+                                return produce_error(index, ErrorCode::NotReady);
+                            }
+                            answer
+                                .await
+                                .unwrap_or_else(|_| produce_error(index, ErrorCode::NotReady))
+                        }
+                    }
+                }
+            });
+            let partitions = futures_util::future::join_all(work).await;
+            topics.push(ProduceTopicResponse { name, partitions });
+        }
+        ProduceResponse { topics }
+    }
+
+    /// Appends to a partition this shard leads and answers per `acks`: with 1 (or 0) once the
+    /// append is as durable as the flush policy says, with `all` once the high watermark
+    /// passes it (every in-sync replica has it) and the ISR is at least `min.insync.replicas`.
+    pub(super) async fn produce_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: BytesMut,
+        acks: i8,
+        timeout_ms: u32,
+    ) -> ProducePartitionResponse {
+        let key = (topic.to_string(), partition);
+        let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
+            let error = self.not_serving(topic, partition);
+            return ProducePartitionResponse {
+                leader_hint: self.leader_hint(topic, partition, error),
+                ..produce_error(partition, error)
+            };
+        };
+        if records.len() > max_message_bytes {
+            self.metrics.produce_failed(topic);
+            return produce_error(partition, ErrorCode::MessageTooLarge);
+        }
+        if acks == ACKS_ALL {
+            let partitions = self.partitions.borrow();
+            if let Some(Role::Leader(leader)) = partitions.get(&key).map(|p| &p.role)
+                && let Err(error) = leader.check_acks_all()
+            {
+                drop(partitions);
+                self.metrics.produce_failed(topic);
+                return produce_error(partition, replica::ack_error_code(error));
+            }
+        }
+        let started = Instant::now();
+        let info = match log.append(records, leader_epoch).await {
+            Ok(info) => info,
+            Err(error) => {
+                self.metrics.produce_failed(topic);
+                if !matches!(
+                    error,
+                    LogError::CorruptBatch { .. }
+                        | LogError::StaleEpoch { .. }
+                        | LogError::InvalidProducerBatch(_)
+                        | LogError::Producer(_)
+                ) {
+                    tracing::warn!(%topic, partition, "produce failed: {error}");
+                } else {
+                    // The client's doing, and answered with a typed code: not worth a warning.
+                    tracing::debug!(%topic, partition, "produce refused: {error}");
+                }
+                return produce_error(partition, log_error_code(&error));
+            }
+        };
+        // The leader's own progress (the high watermark counts it), and the commit to wait for.
+        let committed = {
+            let mut partitions = self.partitions.borrow_mut();
+            match partitions.get_mut(&key) {
+                Some(partition_state) if partition_state.is_leader_at(leader_epoch) => {
+                    let Role::Leader(leader) = &mut partition_state.role else {
+                        unreachable!("checked: leads at this epoch")
+                    };
+                    let before = leader.high_watermark();
+                    leader.handle_appended(leader.log_end().max(info.last_offset + 1));
+                    leader.record_append_time(info.last_offset + 1, metrics::monotonic_us());
+                    let waiter = (acks == ACKS_ALL).then(|| {
+                        let (waiter, answer) = oneshot::channel();
+                        leader.wait_for_commit(info.last_offset, waiter);
+                        answer
+                    });
+                    partition_state.settle(before);
+                    waiter
+                }
+                // Leadership moved while the append ran: acks=all cannot be promised.
+                _ if acks == ACKS_ALL => {
+                    return produce_error(partition, ErrorCode::NotLeader);
+                }
+                _ => None,
+            }
+        };
+        if let Some(answer) = committed {
+            let timeout = std::time::Duration::from_millis(u64::from(timeout_ms.max(1)));
+            let outcome = match tokio::time::timeout(timeout, answer).await {
+                Ok(Ok(outcome)) => outcome.map_err(replica::ack_error_code),
+                Ok(Err(_)) => Err(ErrorCode::NotLeader),
+                Err(_) => Err(ErrorCode::RequestTimedOut),
+            };
+            if let Err(error) = outcome {
+                self.metrics.produce_failed(topic);
+                return produce_error(partition, error);
+            }
+        }
+        self.metrics.produced(
+            topic,
+            info.last_offset - info.base_offset + 1,
+            info.bytes,
+            started.elapsed().as_micros() as u64,
+        );
+        ProducePartitionResponse {
+            partition,
+            error: ErrorCode::None,
+            base_offset: info.base_offset,
+            log_start_offset: 0,
+            leader_hint: -1,
+        }
+    }
+}
+
+/// Test hook for lost acknowledgements, off unless `STRATA_FAULT_PRODUCE_RESPONSE` is set:
+/// `drop:N` drops the Nth produce response this process would send (counted from 1: the write
+/// happened, its answer never comes), `exit:N` aborts the process instead of sending it,
+/// `panic:N` panics in the request's handler instead. Idempotence tests use it to make
+/// producers retry writes the broker already has; the panic shows how a handler's bug is
+/// answered.
+pub(super) fn produce_response_lost() -> bool {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static FAULT: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static RESPONSES: AtomicU64 = AtomicU64::new(0);
+    let fault = FAULT.get_or_init(|| {
+        let spec = std::env::var("STRATA_FAULT_PRODUCE_RESPONSE").ok()?;
+        let (kind, count) = spec.split_once(':')?;
+        let count = count.parse().ok()?;
+        tracing::warn!(%spec, "fault injection: a produce response will be lost");
+        Some((kind.to_string(), count))
+    });
+    let Some((kind, nth)) = fault else {
+        return false;
+    };
+    if RESPONSES.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
+        return false;
+    }
+    match kind.as_str() {
+        "exit" => {
+            tracing::error!("fault injection: aborting instead of answering produce #{nth}");
+            std::process::abort();
+        }
+        "panic" => panic!("fault injection: panicking instead of answering produce #{nth}"),
+        _ => {
+            tracing::warn!("fault injection: dropping the answer to produce #{nth}");
+            true
+        }
+    }
+}
+
+pub(super) fn produce_error(partition: u32, error: ErrorCode) -> ProducePartitionResponse {
+    ProducePartitionResponse {
+        partition,
+        error,
+        base_offset: 0,
+        log_start_offset: 0,
+        leader_hint: -1,
+    }
+}
