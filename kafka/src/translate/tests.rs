@@ -716,7 +716,7 @@ fn translated_responses_encode_at_every_served_version() {
     check(ApiKey::ApiVersions, &|v| {
         at(&api_versions_response(0), ApiKey::ApiVersions, v)
     });
-    // The group answers as `node/src/server/kafka/groups.rs` builds them.
+    // The group answers as `node/src/server/listener/kafka/groups.rs` builds them.
     let text = |value: &str| StrBytes::from_string(value.to_string());
     let joined = JoinGroupResponse::default()
         .with_generation_id(3)
