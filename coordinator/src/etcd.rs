@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::failover::Etcd;
 use crate::{
-    BrokerInfo, ConfigChange, ConfigCheck, Coordinator, CoordinatorError, PartitionChange,
-    PartitionState, TopicSpec, TopicState, placement, validate_topic_name,
+    BrokerInfo, ConfigChange, ConfigCheck, ControllerKey, Coordinator, CoordinatorError,
+    PartitionChange, PartitionState, StoredPartition, TopicSpec, TopicState, placement,
+    validate_topic_name,
 };
 
 /// Broker liveness lease, unless configured otherwise.
@@ -176,11 +177,6 @@ pub(crate) async fn connect_client(
     Etcd::connect(endpoints, options).await.map_err(etcd_error)
 }
 
-/// Proof of being the controller: our key in the election. Fenced writes require it to still
-/// exist, so a controller whose lease expired (paused, partitioned) can write nothing.
-#[derive(Debug, Clone)]
-pub struct ControllerKey(Vec<u8>);
-
 pub(crate) fn etcd_error(error: etcd_client::Error) -> CoordinatorError {
     CoordinatorError::Unavailable(error.to_string())
 }
@@ -306,125 +302,8 @@ impl EtcdCoordinator {
         })
     }
 
-    /// Whether this node's lease may still be valid. Once it may not, another broker can have
-    /// taken over what this node led: stop acting on it (fail safe, not split brain).
-    pub fn lease_valid(&self) -> bool {
-        Instant::now() < *self.lease_deadline.lock().expect("lease deadline")
-    }
-
     fn election(&self) -> String {
         self.key("controller")
-    }
-
-    /// Campaigns to become the controller; resolves once elected (possibly never). Run it in
-    /// its own task, on a client clone.
-    pub fn campaign(
-        &self,
-    ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static {
-        let mut client = self.client.raw();
-        let (name, value, lease) = (
-            self.election(),
-            self.node_id.to_string(),
-            self.lease_id.get(),
-        );
-        async move {
-            let response = client
-                .campaign(name, value, lease)
-                .await
-                .map_err(etcd_error)?;
-            let key = response.leader().ok_or_else(|| {
-                CoordinatorError::Unavailable("campaign returned no leader key".into())
-            })?;
-            Ok(ControllerKey(key.key().to_vec()))
-        }
-    }
-
-    /// Reads who the controller is now (-1: none) and remembers it for `controller()`.
-    pub async fn refresh_controller(&self) -> Result<i32, CoordinatorError> {
-        let mut client = self.client.raw();
-        let controller = match client.leader(self.election()).await {
-            Ok(response) => response
-                .kv()
-                .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
-                .unwrap_or(-1),
-            // Not knowing is not "nobody": the caller keeps what it had.
-            Err(error) if crate::failover::unavailable(&error) => return Err(etcd_error(error)),
-            // No leader yet is an error in etcd's election API.
-            Err(_) => -1,
-        };
-        self.controller.set(controller);
-        Ok(controller)
-    }
-
-    /// Watches every key of the cluster from the revision after `read_at` (that of a read of
-    /// the state, see [`EtcdCoordinator::topics_at`]) and sends `()` on `changed` after each
-    /// batch of events: the control thread re-reads the state then, instead of polling. From
-    /// that revision no change made after the read can slip between the read and the watch's
-    /// start. Runs until the watch fails (a compacted revision, a lost member); the caller then
-    /// reads again and watches anew.
-    pub fn watch_changes(
-        &self,
-        read_at: i64,
-        changed: tokio::sync::mpsc::UnboundedSender<()>,
-    ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static {
-        let mut client = self.client.raw();
-        let prefix = self.prefix.clone();
-        async move {
-            let mut stream = client
-                .watch(
-                    prefix.clone(),
-                    Some(
-                        etcd_client::WatchOptions::new()
-                            .with_prefix()
-                            .with_start_revision(read_at + 1),
-                    ),
-                )
-                .await
-                .map_err(etcd_error)?;
-            while let Some(response) = stream.message().await.map_err(etcd_error)? {
-                if response.canceled() {
-                    return Err(CoordinatorError::Unavailable(
-                        "the etcd watch was cancelled".into(),
-                    ));
-                }
-                // Group and producer-id keys (groups.rs) share the prefix but are not
-                // cluster state: offset commits must not make every broker re-read it.
-                let cluster_changed = response.events().iter().any(|event| {
-                    event.kv().is_some_and(|kv| {
-                        let key = kv.key().strip_prefix(prefix.as_bytes()).unwrap_or(kv.key());
-                        !(key.starts_with(b"groups/")
-                            || key.starts_with(b"offsets/")
-                            || key == b"producer-ids")
-                    })
-                });
-                if cluster_changed && changed.send(()).is_err() {
-                    return Ok(());
-                }
-            }
-            Ok(())
-        }
-    }
-
-    /// Every topic, read at one etcd revision (records and partition keys agree), and that
-    /// revision: a watch from the next one sees every change the read did not.
-    pub async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError> {
-        let (records, partitions, revision) = self.read_state().await?;
-        let states = partitions
-            .into_iter()
-            .map(|(topic, state, _)| (topic, state));
-        Ok((assemble_topics(records, states), revision))
-    }
-
-    /// Every topic, and every stored partition key with the mod revision its state was read
-    /// at, all read at one etcd revision: what a controller pass acts on.
-    pub async fn topics_with_revisions(
-        &self,
-    ) -> Result<(Vec<TopicState>, Vec<(String, PartitionState, i64)>), CoordinatorError> {
-        let (records, partitions, _) = self.read_state().await?;
-        let states = partitions
-            .iter()
-            .map(|(topic, state, _)| (topic.clone(), state.clone()));
-        Ok((assemble_topics(records, states), partitions))
     }
 
     /// The topic records and every stored partition key (topic, state, mod revision), at one
@@ -476,15 +355,189 @@ impl EtcdCoordinator {
         Ok(response.succeeded())
     }
 
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
+    /// Stops keeping the lease alive and revokes it: this node's registration disappears now
+    /// instead of after the TTL (a clean shutdown).
+    pub async fn resign(self) -> Result<(), CoordinatorError> {
+        self.leave().await
+    }
+
+    /// Stops the keep-alive without revoking, as a crashed node would: the registration lasts
+    /// until the lease TTL runs out. For tests of failure detection.
+    pub fn abandon(self) {
+        self.keep_alive.borrow().abort();
+    }
+
+    /// The topic's record and the revision etcd created it at; `None` if there is no topic.
+    async fn topic_record(
+        &self,
+        topic: &str,
+    ) -> Result<Option<(TopicRecord, i64, i64)>, CoordinatorError> {
+        let key = self.key(&format!("topics/{topic}"));
+        let response = self
+            .client
+            .clone()
+            .get(key, None)
+            .await
+            .map_err(etcd_error)?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let record: TopicRecord = decode(kv.key(), kv.value())?;
+        Ok(Some((record, kv.create_revision(), kv.mod_revision())))
+    }
+
+    /// The partition keys etcd holds for `topic` (without the initial states of unwritten ones).
+    async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
+        let prefix = self.key(&format!("partitions/{topic}/"));
+        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, 0).await?;
+        let mut partitions: Vec<PartitionState> = keys
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        partitions.sort_by_key(|partition| partition.partition);
+        Ok(partitions)
+    }
+}
+
+impl Coordinator for EtcdCoordinator {
+    fn cluster_name(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Whether this node's lease may still be valid. Once it may not, another broker can have
+    /// taken over what this node led: stop acting on it (fail safe, not split brain).
+    fn lease_valid(&self) -> bool {
+        Instant::now() < *self.lease_deadline.lock().expect("lease deadline")
+    }
+
+    /// Campaigns to become the controller; resolves once elected (possibly never). Run it in
+    /// its own task, on a client clone.
+    fn campaign(
+        &self,
+    ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static {
+        let mut client = self.client.raw();
+        let (name, value, lease) = (
+            self.election(),
+            self.node_id.to_string(),
+            self.lease_id.get(),
+        );
+        async move {
+            let response = client
+                .campaign(name, value, lease)
+                .await
+                .map_err(etcd_error)?;
+            let key = response.leader().ok_or_else(|| {
+                CoordinatorError::Unavailable("campaign returned no leader key".into())
+            })?;
+            Ok(ControllerKey(key.key().to_vec()))
+        }
+    }
+
+    /// Reads who the controller is now (-1: none) and remembers it for `controller()`.
+    async fn refresh_controller(&self) -> Result<i32, CoordinatorError> {
+        let mut client = self.client.raw();
+        let controller = match client.leader(self.election()).await {
+            Ok(response) => response
+                .kv()
+                .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
+                .unwrap_or(-1),
+            // Not knowing is not "nobody": the caller keeps what it had.
+            Err(error) if crate::failover::unavailable(&error) => return Err(etcd_error(error)),
+            // No leader yet is an error in etcd's election API.
+            Err(_) => -1,
+        };
+        self.controller.set(controller);
+        Ok(controller)
+    }
+
+    /// Watches every key of the cluster from the revision after `read_at` (that of a read of
+    /// the state, see [`EtcdCoordinator::topics_at`]) and sends `()` on `changed` after each
+    /// batch of events: the control thread re-reads the state then, instead of polling. From
+    /// that revision no change made after the read can slip between the read and the watch's
+    /// start. Runs until the watch fails (a compacted revision, a lost member); the caller then
+    /// reads again and watches anew.
+    fn watch_changes(
+        &self,
+        read_at: i64,
+        changed: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static {
+        let mut client = self.client.raw();
+        let prefix = self.prefix.clone();
+        async move {
+            let mut stream = client
+                .watch(
+                    prefix.clone(),
+                    Some(
+                        etcd_client::WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(read_at + 1),
+                    ),
+                )
+                .await
+                .map_err(etcd_error)?;
+            while let Some(response) = stream.message().await.map_err(etcd_error)? {
+                if response.canceled() {
+                    return Err(CoordinatorError::Unavailable(
+                        "the etcd watch was cancelled".into(),
+                    ));
+                }
+                // Group and producer-id keys (groups.rs) share the prefix but are not
+                // cluster state: offset commits must not make every broker re-read it.
+                let cluster_changed = response.events().iter().any(|event| {
+                    event.kv().is_some_and(|kv| {
+                        let key = kv.key().strip_prefix(prefix.as_bytes()).unwrap_or(kv.key());
+                        !(key.starts_with(b"groups/")
+                            || key.starts_with(b"offsets/")
+                            || key == b"producer-ids")
+                    })
+                });
+                if cluster_changed && changed.send(()).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Every topic, read at one etcd revision (records and partition keys agree), and that
+    /// revision: a watch from the next one sees every change the read did not.
+    async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError> {
+        let (records, partitions, revision) = self.read_state().await?;
+        let states = partitions
+            .into_iter()
+            .map(|(topic, state, _)| (topic, state));
+        Ok((assemble_topics(records, states), revision))
+    }
+
+    /// Every topic, and every stored partition key with the mod revision its state was read
+    /// at, all read at one etcd revision: what a controller pass acts on.
+    async fn topics_with_revisions(
+        &self,
+    ) -> Result<(Vec<TopicState>, Vec<StoredPartition>), CoordinatorError> {
+        let (records, partitions, _) = self.read_state().await?;
+        let states = partitions
+            .iter()
+            .map(|(topic, state, _)| (topic.clone(), state.clone()));
+        Ok((assemble_topics(records, states), partitions))
+    }
+
     /// [`EtcdCoordinator::write_partition_fenced`] for many partitions `(topic, state, read
     /// revision)`, in transactions of up to [`PARTITION_KEYS_PER_TXN`]: a controller moving
     /// the leaderships of a dead broker's thousands of partitions wrote them one round trip
     /// each. A transaction whose compares fail (one of its partitions changed since it was
     /// read, or the controller lost its key) is written again one partition at a time, so one
     /// busy partition holds back no other. Returns whether each change was stored.
-    pub async fn write_partitions_fenced(
+    async fn write_partitions_fenced(
         &self,
-        changes: &[(String, PartitionState, i64)],
+        changes: &[StoredPartition],
         proof: &ControllerKey,
     ) -> Result<Vec<bool>, CoordinatorError> {
         let mut stored = Vec::with_capacity(changes.len());
@@ -541,28 +594,14 @@ impl EtcdCoordinator {
         Ok(stored)
     }
 
-    pub fn node_id(&self) -> i32 {
+    fn node_id(&self) -> i32 {
         self.node_id
-    }
-
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease_ttl
-    }
-
-    fn key(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.prefix)
-    }
-
-    /// Stops keeping the lease alive and revokes it: this node's registration disappears now
-    /// instead of after the TTL (a clean shutdown).
-    pub async fn resign(self) -> Result<(), CoordinatorError> {
-        self.leave().await
     }
 
     /// Leaves the cluster but keeps reading it: stops the keep-alive and revokes the lease, so
     /// the registration and the controller key (if held) go now and the controller moves this
     /// broker's leaderships at once (a clean shutdown hands them off before it stops).
-    pub async fn leave(&self) -> Result<(), CoordinatorError> {
+    async fn leave(&self) -> Result<(), CoordinatorError> {
         self.keep_alive.borrow().abort();
         let mut client = self.client.raw();
         client
@@ -572,16 +611,10 @@ impl EtcdCoordinator {
             .map_err(etcd_error)
     }
 
-    /// Stops the keep-alive without revoking, as a crashed node would: the registration lasts
-    /// until the lease TTL runs out. For tests of failure detection.
-    pub fn abandon(self) {
-        self.keep_alive.borrow().abort();
-    }
-
     /// After the lease lapsed (this node was paused or cut off from etcd for longer than the
     /// TTL): revokes what is left of it and takes a new one, so the node can register again.
     /// Whatever the old lease held (registration, controller candidacy) is gone for good.
-    pub async fn renew_lease(&self) -> Result<(), CoordinatorError> {
+    async fn renew_lease(&self) -> Result<(), CoordinatorError> {
         let mut client = self.client.raw();
         let _ = client.lease_revoke(self.lease_id.get()).await;
         let (lease_id, keep_alive) =
@@ -596,31 +629,12 @@ impl EtcdCoordinator {
         Ok(())
     }
 
-    /// The topic's record and the revision etcd created it at; `None` if there is no topic.
-    async fn topic_record(
-        &self,
-        topic: &str,
-    ) -> Result<Option<(TopicRecord, i64, i64)>, CoordinatorError> {
-        let key = self.key(&format!("topics/{topic}"));
-        let response = self
-            .client
-            .clone()
-            .get(key, None)
-            .await
-            .map_err(etcd_error)?;
-        let Some(kv) = response.kvs().first() else {
-            return Ok(None);
-        };
-        let record: TopicRecord = decode(kv.key(), kv.value())?;
-        Ok(Some((record, kv.create_revision(), kv.mod_revision())))
-    }
-
     /// Writes the partition keys of `topic` that its record assigns but etcd does not hold yet,
     /// each only where absent, in chunks that fit a transaction, and only while the topic is
     /// the one that assigned them (not deleted, nor deleted and created again). Returns how
     /// many it wrote. Safe to run from several brokers at once: the creator after writing the
     /// record, the controller for a creator that stopped half way.
-    pub async fn create_missing_partitions(&self, topic: &str) -> Result<usize, CoordinatorError> {
+    async fn create_missing_partitions(&self, topic: &str) -> Result<usize, CoordinatorError> {
         let topic_key = self.key(&format!("topics/{topic}"));
         let mut written = 0;
         // A lost race (another writer created some of the keys) reads again and goes on.
@@ -685,24 +699,6 @@ impl EtcdCoordinator {
         Err(CoordinatorError::Unavailable(format!(
             "the partitions of topic {topic} kept changing while being created; try again"
         )))
-    }
-
-    /// The partition keys etcd holds for `topic` (without the initial states of unwritten ones).
-    async fn partitions_of(&self, topic: &str) -> Result<Vec<PartitionState>, CoordinatorError> {
-        let prefix = self.key(&format!("partitions/{topic}/"));
-        let (keys, _) = get_prefix(&self.client, &prefix, SMALL_VALUES_PER_PAGE, 0).await?;
-        let mut partitions: Vec<PartitionState> = keys
-            .iter()
-            .map(|kv| decode(kv.key(), kv.value()))
-            .collect::<Result<_, _>>()?;
-        partitions.sort_by_key(|partition| partition.partition);
-        Ok(partitions)
-    }
-}
-
-impl Coordinator for EtcdCoordinator {
-    fn cluster_name(&self) -> &str {
-        &self.cluster
     }
 
     fn controller(&self) -> i32 {

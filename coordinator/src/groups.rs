@@ -622,10 +622,10 @@ mod tests {
     }
 
     #[test]
-    fn the_local_store_keeps_groups_of_any_id_apart() {
+    fn the_local_store_conforms() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalGroupStore::open(dir.path()).unwrap();
-        block_on(crate::testing::check_group_ids_are_kept_apart(&store));
+        block_on(crate::conformance::check_group_store(&store));
     }
 
     #[test]

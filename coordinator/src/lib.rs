@@ -3,12 +3,15 @@
 //! [`Coordinator`] is what a node asks about the cluster: which brokers exist, which topics, who
 //! leads each partition. [`LocalCoordinator`] implements it for a single node with its state in
 //! the data directory; [`EtcdCoordinator`] keeps it in etcd (leases, compare-first transactions),
-//! behind the same trait, so node code does not know which it has.
+//! behind the same trait, so node code does not know which it has: the control thread's
+//! membership (lease, controller election, fenced controller writes, change watches) is part
+//! of the trait, and the local store answers it as a cluster of one would.
 //!
 //! Placement and leader choice are pure functions ([`placement`]) over cluster state.
 
 #![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
 
+pub mod conformance;
 mod etcd;
 mod failover;
 pub mod groups;
@@ -16,11 +19,12 @@ mod local;
 pub mod placement;
 pub mod testing;
 
-pub use etcd::{ControllerKey, DEFAULT_LEASE_TTL, EtcdCoordinator};
+pub use etcd::{DEFAULT_LEASE_TTL, EtcdCoordinator};
 pub use groups::{EtcdGroupStore, GroupStore, LocalGroupStore};
 pub use local::LocalCoordinator;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
@@ -133,9 +137,20 @@ pub enum CoordinatorError {
     },
 }
 
+/// Proof of being the controller: this node's key in the election. Fenced writes require it to
+/// still exist, so a controller whose lease expired (paused, partitioned) can write nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerKey(pub(crate) Vec<u8>);
+
+/// A stored partition state as a controller pass reads it: the topic, the state, and the store's
+/// revision of that state (a fenced write of its successor compares against it).
+pub type StoredPartition = (String, PartitionState, i64);
+
 /// The control plane as a node sees it.
 pub trait Coordinator {
     fn cluster_name(&self) -> &str;
+    /// The broker this coordinator registers and campaigns for.
+    fn node_id(&self) -> i32;
     /// The broker currently acting as controller.
     fn controller(&self) -> i32;
     async fn brokers(&self) -> Result<Vec<BrokerInfo>, CoordinatorError>;
@@ -180,6 +195,91 @@ pub trait Coordinator {
         partition: u32,
         replicas: Vec<i32>,
     ) -> Result<PartitionState, CoordinatorError>;
+
+    // Membership: what the control thread needs to be one broker among several.
+
+    /// Whether this node's lease may still be valid. Once it may not, another broker can have
+    /// taken over what this node led: stop acting on it (fail safe, not split brain).
+    fn lease_valid(&self) -> bool;
+    /// After the lease lapsed: drops what is left of it and takes a new one, so the node can
+    /// register again. Whatever the old lease held (registration, candidacy) is gone for good.
+    async fn renew_lease(&self) -> Result<(), CoordinatorError>;
+    /// Leaves the cluster but keeps reading it: the registration and the controller key (if
+    /// held) go now, so the controller moves this broker's leaderships at once.
+    async fn leave(&self) -> Result<(), CoordinatorError>;
+    /// Every topic, read at one revision, and that revision: a watch from it sees every change
+    /// the read did not.
+    async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError>;
+    /// Sends `()` on `changed` after each batch of changes to the cluster's state made after
+    /// revision `read_at`; runs until the watch fails (the caller then reads and watches anew).
+    /// A store no other broker writes never reports a change: this node's control thread
+    /// makes them all and announces them itself.
+    fn watch_changes(
+        &self,
+        read_at: i64,
+        changed: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> impl Future<Output = Result<(), CoordinatorError>> + Send + 'static;
+    /// Campaigns to become the controller; resolves once elected (possibly never). Runs in a
+    /// task of its own.
+    fn campaign(
+        &self,
+    ) -> impl Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static;
+    /// Reads who the controller is now (-1: none) and remembers it for `controller()`.
+    async fn refresh_controller(&self) -> Result<i32, CoordinatorError>;
+    /// Every topic, and every stored partition with its revision, all read at one revision:
+    /// what a controller pass acts on.
+    async fn topics_with_revisions(
+        &self,
+    ) -> Result<(Vec<TopicState>, Vec<StoredPartition>), CoordinatorError>;
+    /// Writes each partition's new state `(topic, state, read revision)` only if it is unchanged
+    /// since that revision and `proof` is still the controller's key: a stale controller or a
+    /// lost race writes nothing. Returns whether each change was stored.
+    async fn write_partitions_fenced(
+        &self,
+        changes: &[StoredPartition],
+        proof: &ControllerKey,
+    ) -> Result<Vec<bool>, CoordinatorError>;
+    /// Stores the partitions `topic` was created with that the store does not hold yet (a
+    /// creator that stopped half way); returns how many.
+    async fn create_missing_partitions(&self, topic: &str) -> Result<usize, CoordinatorError>;
+    /// After a restart or a lapsed lease: every partition still naming this node leader takes
+    /// the next leader epoch, so nothing it appends shares an epoch with records its earlier life
+    /// may have lost while followers kept them. Returns how many partitions moved on.
+    async fn take_next_epochs(&self) -> usize {
+        let Ok(topics) = self.topics().await else {
+            return 0;
+        };
+        let mut taken = 0;
+        for topic in topics {
+            for partition in topic
+                .partitions
+                .iter()
+                .filter(|p| p.leader == self.node_id())
+            {
+                match self
+                    .update_partition(&topic.name, partition, PartitionChange::NextLeaderEpoch)
+                    .await
+                {
+                    Ok(Some(next)) => {
+                        taken += 1;
+                        tracing::info!(
+                            topic = %topic.name,
+                            partition = partition.partition,
+                            epoch = next.leader_epoch,
+                            "restarted as leader: took the next leader epoch"
+                        );
+                    }
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(
+                        topic = %topic.name,
+                        partition = partition.partition,
+                        "taking the next leader epoch: {error}"
+                    ),
+                }
+            }
+        }
+        taken
+    }
 }
 
 /// Judges a topic's config overrides as they would be after a change: `Err` says why not.

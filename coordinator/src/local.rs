@@ -2,6 +2,10 @@
 //!
 //! Every change is written to a temporary file, synced, renamed over the old state and the
 //! directory synced, so a crash leaves either the old or the new state, never a torn one.
+//!
+//! Membership is a cluster of one's: the lease never lapses, this node is the controller, and
+//! no other broker changes the state, so its watch never fires. A partition's revision, for
+//! fenced writes, is its partition epoch (every change bumps it).
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -10,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    BrokerInfo, Coordinator, CoordinatorError, TopicSpec, TopicState, placement,
-    validate_topic_name,
+    BrokerInfo, ControllerKey, Coordinator, CoordinatorError, StoredPartition, TopicSpec,
+    TopicState, placement, validate_topic_name,
 };
 use crate::{ConfigChange, ConfigCheck, PartitionChange, PartitionState};
 
@@ -106,6 +110,109 @@ pub(crate) fn write_atomically(
 impl Coordinator for LocalCoordinator {
     fn cluster_name(&self) -> &str {
         &self.cluster
+    }
+
+    fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    fn lease_valid(&self) -> bool {
+        true
+    }
+
+    async fn renew_lease(&self) -> Result<(), CoordinatorError> {
+        Ok(())
+    }
+
+    async fn leave(&self) -> Result<(), CoordinatorError> {
+        // No other broker can take over: the registration stays for the next start.
+        Ok(())
+    }
+
+    async fn topics_at(&self) -> Result<(Vec<TopicState>, i64), CoordinatorError> {
+        Ok((self.topics().await?, 0))
+    }
+
+    // Not an `async fn`: the watch outlives `&self` (it runs in a task of its own).
+    #[allow(clippy::manual_async_fn)]
+    fn watch_changes(
+        &self,
+        _read_at: i64,
+        changed: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> impl std::future::Future<Output = Result<(), CoordinatorError>> + Send + 'static {
+        async move {
+            // Held, not used: every change is this node's own, announced where it is made.
+            let _changed = changed;
+            std::future::pending().await
+        }
+    }
+
+    fn campaign(
+        &self,
+    ) -> impl std::future::Future<Output = Result<ControllerKey, CoordinatorError>> + Send + 'static
+    {
+        std::future::ready(Ok(ControllerKey(self.node_id.to_be_bytes().to_vec())))
+    }
+
+    async fn refresh_controller(&self) -> Result<i32, CoordinatorError> {
+        Ok(self.node_id)
+    }
+
+    async fn topics_with_revisions(
+        &self,
+    ) -> Result<(Vec<TopicState>, Vec<StoredPartition>), CoordinatorError> {
+        let topics = self.topics().await?;
+        let stored = topics
+            .iter()
+            .flat_map(|topic| {
+                topic.partitions.iter().map(|partition| {
+                    let revision = partition.partition_epoch as i64;
+                    (topic.name.clone(), partition.clone(), revision)
+                })
+            })
+            .collect();
+        Ok((topics, stored))
+    }
+
+    async fn write_partitions_fenced(
+        &self,
+        changes: &[StoredPartition],
+        proof: &ControllerKey,
+    ) -> Result<Vec<bool>, CoordinatorError> {
+        if proof.0 != self.node_id.to_be_bytes() {
+            return Ok(vec![false; changes.len()]);
+        }
+        self.update(|state| {
+            let stored = changes
+                .iter()
+                .map(|(topic, next, revision)| {
+                    let current = state
+                        .topics
+                        .iter_mut()
+                        .find(|t| &t.name == topic)
+                        .and_then(|t| t.partitions.get_mut(next.partition as usize));
+                    match current {
+                        Some(current) if current.partition_epoch as i64 == *revision => {
+                            *current = next.clone();
+                            true
+                        }
+                        _ => false,
+                    }
+                })
+                .collect();
+            Ok(stored)
+        })
+    }
+
+    async fn create_missing_partitions(&self, _topic: &str) -> Result<usize, CoordinatorError> {
+        // A topic is created whole, in one atomic write of the state.
+        Ok(0)
+    }
+
+    async fn take_next_epochs(&self) -> usize {
+        // Every replica of a cluster of one is this node: no follower can hold records under
+        // its epoch that its log lost.
+        0
     }
 
     fn controller(&self) -> i32 {
@@ -269,6 +376,13 @@ mod tests {
             config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
             assignment: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_local_coordinator_conforms() {
+        let temp = tempfile::tempdir().unwrap();
+        let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        block_on(crate::conformance::check_coordinator(&coordinator));
     }
 
     #[test]

@@ -482,13 +482,22 @@ fn controller_writes_are_batched_and_fenced() {
 }
 
 #[test]
-fn etcd_keeps_groups_of_any_id_apart() {
+fn the_etcd_group_store_conforms() {
     let etcd = EtcdServer::start();
     let endpoints = vec![etcd.endpoint.clone()];
     runtime().block_on(async {
         let store = strata_coordinator::EtcdGroupStore::connect(&endpoints, "test")
             .await
             .unwrap();
-        strata_coordinator::testing::check_group_ids_are_kept_apart(&store).await;
+        strata_coordinator::conformance::check_group_store(&store).await;
+    });
+}
+
+#[test]
+fn the_etcd_coordinator_conforms() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let coordinator = connect(&etcd, 1, Duration::from_secs(5)).await;
+        strata_coordinator::conformance::check_coordinator(&coordinator).await;
     });
 }

@@ -285,7 +285,7 @@ async fn through_writer(
     let (log, _) = PartitionLog::open(UringStorage, dir, config(flush), 0)
         .await
         .unwrap();
-    let handle = writer::spawn(log, || 0);
+    let handle = writer::spawn(log, strata_node::clock::Clock::with_wall_ms(|| 0));
     let per_appender = mib / appenders;
     let work: Vec<Vec<BytesMut>> = (0..appenders)
         .map(|_| copies(batch, per_appender))

@@ -19,7 +19,6 @@
 //! in `DIR/iotune-<pid>/` and are removed whatever happens.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -169,27 +168,24 @@ impl IoProperties {
     }
 }
 
-/// A progress line on a terminal (`\r`-rewritten), nothing otherwise.
-struct Progress {
+/// Told the fraction of the run done (0 to 1) and the phase starting; `(1.0, None)` at the end.
+pub type OnProgress<'a> = &'a dyn Fn(f64, Option<&str>);
+
+/// Reports each phase to the caller's [`OnProgress`].
+struct Progress<'a> {
     started: Instant,
     duration: Duration,
-    show: bool,
+    report: OnProgress<'a>,
 }
 
-impl Progress {
+impl Progress<'_> {
     fn phase(&self, name: &str) {
-        if !self.show {
-            return;
-        }
         let done = self.started.elapsed().as_secs_f64() / self.duration.as_secs_f64();
-        eprint!("\r{} {name:<40}", strata_bench::progress_bar(done, 30));
-        let _ = std::io::stderr().flush();
+        (self.report)(done.min(1.0), Some(name));
     }
 
     fn done(&self) {
-        if self.show {
-            eprintln!("\r{} done{:<40}", strata_bench::progress_bar(1.0, 30), "");
-        }
+        (self.report)(1.0, None);
     }
 }
 
@@ -314,16 +310,17 @@ async fn read_bandwidth(path: &Path, until: Instant) -> std::io::Result<f64> {
     Ok(read as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
-/// Runs every phase in `data_dir` (on a tokio-uring runtime) for about `duration`.
+/// Runs every phase in `data_dir` (on a tokio-uring runtime) for about `duration`, telling
+/// `on_progress` as each starts.
 pub fn measure(
     data_dir: &Path,
     duration: Duration,
-    show_progress: bool,
+    on_progress: OnProgress<'_>,
 ) -> std::io::Result<IoProperties> {
     std::fs::create_dir_all(data_dir)?;
     let work = data_dir.join(format!("iotune-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
-    let result = tokio_uring::start(run(&work, duration, show_progress));
+    let result = tokio_uring::start(run(&work, duration, on_progress));
     // The scratch files go whatever happened.
     let _ = std::fs::remove_dir_all(&work);
     let measured = result?;
@@ -342,11 +339,15 @@ fn humanize_now() -> String {
     format!("unix time {seconds}")
 }
 
-async fn run(work: &Path, duration: Duration, show_progress: bool) -> std::io::Result<Measured> {
+async fn run(
+    work: &Path,
+    duration: Duration,
+    on_progress: OnProgress<'_>,
+) -> std::io::Result<Measured> {
     let progress = Progress {
         started: Instant::now(),
         duration,
-        show: show_progress,
+        report: on_progress,
     };
     let share = |fraction: f64| duration.mul_f64(fraction);
     let data = work.join("data");

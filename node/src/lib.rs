@@ -1,5 +1,10 @@
-//! `strata-node`: the broker. So far: the IO seam and the partition log.
+//! `strata-node`: the broker library. `io` is the storage seam (io_uring, blocking, simulated);
+//! `log` the partition log; `replication` and `group` the sans-IO cores of replication and
+//! consumer groups; `server` the broker's threads (shards, listeners, control, groups) that
+//! drive them; `clock` the one seam for time; `iotune` measures a disk; `memory` sets the
+//! allocator for batch buffers.
 
+pub mod clock;
 pub mod group;
 pub mod io;
 pub mod iotune;

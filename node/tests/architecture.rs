@@ -13,14 +13,19 @@ fn source(path: &str) -> String {
 /// know the runtime.
 #[test]
 fn the_log_core_knows_no_runtime_and_no_os_files() {
-    for path in [
-        "node/src/log/mod.rs",
-        "node/src/log/segment.rs",
-        "node/src/log/index.rs",
-        "node/src/log/checkpoint.rs",
-        "node/src/log/producers.rs",
-    ] {
-        let text = source(path);
+    // The two adapters at the log's edge: the writer thread and the shared
+    // filesystem sync it drives. Every other file of log/ is the core.
+    let adapters = ["node/src/log/writer.rs", "node/src/log/shared_sync.rs"];
+    let core: Vec<_> = sources_under("node/src/log")
+        .into_iter()
+        .filter(|(path, _)| !adapters.contains(&path.as_str()))
+        .collect();
+    assert!(
+        core.len() >= 10,
+        "only {} files of the log core found",
+        core.len()
+    );
+    for (path, text) in core {
         for forbidden in ["tokio", "io_uring", "std::fs", "libc::"] {
             assert!(!text.contains(forbidden), "{path} mentions {forbidden}");
         }
@@ -116,9 +121,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("node/src/bin/strata/bench_cmd.rs", "bench", 164),
     ("node/src/bin/strata/client_cmd.rs", "topic", 181),
     ("node/src/bin/strata/serve.rs", "run", 183),
-    ("node/src/log/mod.rs", "open", 167),
-    ("node/src/log/writer.rs", "run", 285),
-    ("node/src/server/control.rs", "run", 309),
     ("node/src/server/listener/kafka/mod.rs", "respond", 173),
     ("node/src/server/metrics.rs", "render", 294),
     ("node/src/server/shard/replica/follower.rs", "follow", 154),
@@ -353,4 +355,115 @@ fn the_servers_modules_import_one_way() {
             "{below} names the listeners: they serve it, not the other way round"
         );
     }
+}
+
+/// The module a source file under `node/src/` is: `server/groups/mod.rs` is
+/// `["server", "groups"]`, `server/groups/lag.rs` is `["server", "groups", "lag"]`.
+fn module_of_file(path: &str) -> Vec<String> {
+    let inside = path
+        .strip_prefix("node/src/")
+        .unwrap()
+        .trim_end_matches(".rs");
+    let mut module: Vec<String> = inside.split('/').map(str::to_string).collect();
+    if module
+        .last()
+        .is_some_and(|last| last == "mod" || last == "lib")
+    {
+        module.pop();
+    }
+    module
+}
+
+/// Every module path a file names (`crate::a::b`, `super::c`, `self::d`, and each first name
+/// of a `{...}` list after one), made absolute from the file's own module.
+fn named_modules(module: &[String], text: &str) -> Vec<Vec<String>> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut named = Vec::new();
+    let bytes = text.as_bytes();
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in text.match_indices(start) {
+            // Only where a path starts (not `a::super::`, not `my_crate::`).
+            if at > 0 && (is_ident(bytes[at - 1] as char) || text[..at].ends_with("::")) {
+                continue;
+            }
+            let mut base: Vec<String> = match start {
+                "crate::" => Vec::new(),
+                "self::" => module.to_vec(),
+                _ => module[..module.len().saturating_sub(1)].to_vec(),
+            };
+            let mut rest = &text[at + start.len()..];
+            while let Some(tail) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = tail;
+            }
+            let mut path = base;
+            loop {
+                let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+                // Modules are lower case; a type, trait or constant ends the module path.
+                if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                    break;
+                }
+                rest = &rest[name.len()..];
+                path.push(name);
+                match rest.strip_prefix("::") {
+                    Some(tail) => rest = tail,
+                    None => break,
+                }
+            }
+            if let Some(list) = rest.strip_prefix('{') {
+                let list = &list[..list.find('}').unwrap_or(list.len())];
+                for item in list.split(',') {
+                    let first: String = item.trim().chars().take_while(|c| is_ident(*c)).collect();
+                    if first.starts_with(|c: char| c.is_ascii_lowercase()) && first != "self" {
+                        let mut listed = path.clone();
+                        listed.push(first);
+                        named.push(listed);
+                    }
+                }
+            }
+            named.push(path);
+        }
+    }
+    named
+}
+
+/// Within every folder of `node/src/server/`, the modules side by side import one way: no
+/// two reach each other (a folder's `mod.rs` is the root its children hang from, and a module
+/// may always name its own ancestors and descendants). The server's top level is checked with
+/// its leaves in `the_servers_modules_import_one_way`.
+#[test]
+fn modules_side_by_side_import_one_way_in_every_folder() {
+    type Imports = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+    let mut folders: std::collections::BTreeMap<Vec<String>, Imports> = Default::default();
+    for (path, text) in sources_under("node/src/server") {
+        let module = module_of_file(&path);
+        for target in named_modules(&module, without_tests(&text)) {
+            let common = module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if common == module.len() || common == target.len() {
+                continue;
+            }
+            let folder = module[..common].to_vec();
+            let imports = folders.entry(folder).or_default();
+            imports
+                .entry(module[common].clone())
+                .or_default()
+                .insert(target[common].clone());
+        }
+    }
+    assert!(folders.contains_key(&vec!["server".to_string(), "groups".to_string()]));
+    let mut found = Vec::new();
+    for (folder, imports) in &folders {
+        for circle in circles(imports) {
+            found.push(format!("{}: {circle:?}", folder.join("/")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import each other:\n{}",
+        found.join("\n")
+    );
 }

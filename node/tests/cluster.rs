@@ -5,6 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use strata_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use strata_coordinator::Coordinator;
 use strata_coordinator::testing::EtcdServer;
 use support::{
     TestNode, alive_brokers, cluster_info, etcd_args, leaders, runtime, strata, wait_for,

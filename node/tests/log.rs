@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use bytes::BytesMut;
 use common::*;
 use proptest::prelude::*;
+use strata_node::clock::Clock;
 use strata_node::io::DIRECT_BLOCK;
 use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
@@ -1118,7 +1119,7 @@ fn group_commit_shares_one_sync_among_concurrent_appenders() {
             &small_config(1 << 20, FlushPolicy::Always),
         )
         .await;
-        let handle = writer::spawn(log, || 0);
+        let handle = writer::spawn(log, Clock::with_wall_ms(|| 0));
         let syncs_before = storage.sync_count();
         let mut tasks = Vec::new();
         for producer in 0..8u64 {
@@ -1165,12 +1166,12 @@ fn interval_and_never_policies() {
     block_on(async {
         let storage = SimStorage::new(12);
         let config = small_config(1 << 20, FlushPolicy::Interval { interval_ms: 20 });
-        let now = writer::system_clock_ms();
+        let now = Clock::SYSTEM.wall_ms();
         let log = PartitionLog::open(storage.clone(), sim_dir(), config, now)
             .await
             .unwrap()
             .0;
-        let handle = writer::spawn(log, writer::system_clock_ms);
+        let handle = writer::spawn(log, Clock::SYSTEM);
         handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
         assert_eq!(
             handle.offsets().await.unwrap().durable,
@@ -1187,7 +1188,7 @@ fn interval_and_never_policies() {
         let config = small_config(1 << 20, FlushPolicy::Never);
         let handle = writer::spawn(
             open(&storage, Path::new("/data/never-0"), &config).await,
-            || 0,
+            Clock::with_wall_ms(|| 0),
         );
         // The first batch of an epoch writes the leader-epoch checkpoint durably (once per
         // epoch, whatever the policy); the records themselves are never synced.
@@ -1211,7 +1212,7 @@ fn appends_go_on_while_a_read_waits_for_the_disk() {
         let config = small_config(1 << 20, FlushPolicy::Never);
         let handle = writer::spawn(
             open(&storage, Path::new("/data/slow-0"), &config).await,
-            || 0,
+            Clock::with_wall_ms(|| 0),
         );
         handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
         storage.hold_reads();
@@ -1252,7 +1253,10 @@ fn follower_reads_park_until_an_append_and_carry_the_offsets() {
     block_on(async {
         let storage = SimStorage::new(15);
         let config = small_config(1 << 20, FlushPolicy::Never);
-        let handle = writer::spawn(open(&storage, &sim_dir(), &config).await, || 0);
+        let handle = writer::spawn(
+            open(&storage, &sim_dir(), &config).await,
+            Clock::with_wall_ms(|| 0),
+        );
         handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
 
         let (records, offsets) = handle.read_for_follower(0, 1 << 20, true).await.unwrap();
@@ -1331,11 +1335,7 @@ fn interval_syncs_of_many_logs_share_syncfs_rounds() {
                 let dir = root.path().join(format!("{failing_rounds}-{index}"));
                 std::fs::create_dir(&dir).unwrap();
                 let log = open(&storage, &dir, &config).await;
-                handles.push(writer::spawn_tuned(
-                    log,
-                    writer::system_clock_ms,
-                    tuning.clone(),
-                ));
+                handles.push(writer::spawn_tuned(log, Clock::SYSTEM, tuning.clone()));
             }
             for handle in &handles {
                 handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
@@ -2293,7 +2293,7 @@ fn duplicates_wait_for_the_original_to_be_durable() {
         let storage = SimStorage::new(107);
         let config = small_config(1 << 20, FlushPolicy::Always);
         let log = open(&storage, &sim_dir(), &config).await;
-        let handle = writer::spawn(log, || 0);
+        let handle = writer::spawn(log, Clock::with_wall_ms(|| 0));
         // Original and retry queued together: one group, one sync, which fails.
         storage.fail(FaultOp::Sync, 0);
         let original = handle.append(producer_batch(3, 0, 0, 2, 0), 1);
@@ -2314,7 +2314,7 @@ fn duplicates_wait_for_the_original_to_be_durable() {
             log.producers().is_empty(),
             "the failed group never reached the disk"
         );
-        let handle = writer::spawn(log, || 0);
+        let handle = writer::spawn(log, Clock::with_wall_ms(|| 0));
         let (original, retry) = futures_util::future::join(
             handle.append(producer_batch(3, 0, 0, 2, 0), 1),
             handle.append(producer_batch(3, 0, 0, 2, 0), 1),

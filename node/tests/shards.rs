@@ -43,6 +43,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         retention_check_interval: std::time::Duration::from_secs(300),
         tls: None,
         io_properties: None,
+        clock: strata_node::clock::Clock::SYSTEM,
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -20,23 +20,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use super::group_commit::{GroupCommit, SyncStart};
 use super::shared_sync::SharedSync;
 use super::{
     AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
-    PlannedRead, RetentionReport, Served,
+    PlannedRead, PlannedSend, RetentionReport, Served,
 };
+use crate::clock::Clock;
 use crate::io::Storage;
 use crate::replication::{self, Divergence};
-
-/// Milliseconds since the Unix epoch; a parameter so tests can run on virtual time.
-pub type Clock = fn() -> i64;
-
-pub fn system_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// The most commands taken into one group; bounds the latency one group can add.
 const GROUP_COMMANDS_MAX: usize = 1024;
@@ -425,14 +417,31 @@ fn answer_read<F: crate::io::StorageFile>(
     }
 }
 
-/// A sync running on the disk and the appends waiting for it.
-struct SyncInFlight {
-    outcome: Pin<Box<dyn Future<Output = FlushOutcome>>>,
-    waiters: Vec<(AppendReply, AppendInfo)>,
+/// [`answer_read`] for a read to send: a file region or bytes at hand are answered at once.
+fn answer_read_for_sending<F: crate::io::StorageFile>(
+    planned: Result<PlannedSend<F>, LogError>,
+    answer: impl FnOnce(Result<Served, LogError>) + 'static,
+) {
+    match planned {
+        Ok(PlannedSend::File(read)) => {
+            tokio::task::spawn_local(async move { answer(read.run().await.map(Served::Bytes)) });
+        }
+        Ok(PlannedSend::Region(region)) => answer(Ok(Served::Region(region))),
+        Ok(PlannedSend::Ready(bytes)) => answer(Ok(Served::Bytes(bytes))),
+        Err(error) => answer(Err(error)),
+    }
 }
 
+type Waiter = (AppendReply, AppendInfo);
+
+/// The sync on the disk, if one runs (its waiters are [`GroupCommit`]'s).
+type SyncInFlight = Option<Pin<Box<dyn Future<Output = FlushOutcome>>>>;
+
+/// The log task: takes commands in groups, writes appends, and runs the syncs
+/// [`GroupCommit`] asks for. The policy (what waits for which sync, when one starts) is
+/// `GroupCommit`'s; this task only dispatches.
 async fn run<S: Storage>(
-    mut log: PartitionLog<S>,
+    log: PartitionLog<S>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     clock: Clock,
     tuning: WriterTuning,
@@ -443,82 +452,33 @@ async fn run<S: Storage>(
         .shared_sync
         .clone()
         .filter(|shared| shared.covers(log.dir()));
+    let mut task = LogTask {
+        commit: GroupCommit::new(tuning.group_commit_window),
+        log,
+        clock,
+        tuning,
+        shared_sync,
+        direct_phase,
+        in_flight: None,
+        parked_reads: Vec::new(),
+        appends: Vec::with_capacity(64),
+        append_replies: Vec::with_capacity(64),
+        others: Vec::with_capacity(64),
+    };
     let mut group = Vec::with_capacity(64);
-    let mut appends = Vec::with_capacity(64);
-    let mut append_replies = Vec::with_capacity(64);
-    let mut others = Vec::with_capacity(64);
-    let mut parked_reads: Vec<ParkedRead> = Vec::new();
-    // Written, acknowledged only once a sync that started after the write completes.
-    let mut unsynced: Vec<(AppendReply, AppendInfo)> = Vec::with_capacity(64);
-    let mut in_flight: Option<SyncInFlight> = None;
-    // When the oldest unsynced append was written (the group-commit window counts from it).
-    let mut unsynced_since: Option<tokio::time::Instant> = None;
     loop {
         // Appends, rolls and truncations all move it; reading it is a few loads.
-        direct_phase.set(log.direct_phase());
-        // At most one sync runs; the appends written meanwhile form the next group.
-        let interval_due = log.flush_due(clock()) && log.config().flush != FlushPolicy::Always;
-        if unsynced.is_empty() {
-            unsynced_since = None;
-        } else if unsynced_since.is_none() {
-            unsynced_since = Some(tokio::time::Instant::now());
-        }
-        let window_open =
-            unsynced_since.is_some_and(|since| since.elapsed() < tuning.group_commit_window);
-        if in_flight.is_none() && ((!unsynced.is_empty() && !window_open) || interval_due) {
-            match log.begin_flush() {
-                Ok(job) => {
-                    tracing::debug!(
-                        appends = unsynced.len(),
-                        target = job.target_offset(),
-                        "sync starts"
-                    );
-                    // Nothing waits on an interval sync, so it may join the shard's round.
-                    let shared = shared_sync.clone().filter(|_| unsynced.is_empty());
-                    in_flight = Some(SyncInFlight {
-                        outcome: Box::pin(sync_job(
-                            job,
-                            shared,
-                            tuning.device_writes.clone(),
-                            tuning.sync_latency_us.clone(),
-                        )),
-                        waiters: std::mem::take(&mut unsynced),
-                    });
-                }
-                Err(error) => answer_failed(&mut unsynced, &error),
-            }
-        }
-        let idle_flush_wait = match log.config().flush {
-            FlushPolicy::Interval { interval_ms }
-                if log.durable_offset() < log.log_end_offset() =>
-            {
-                Some(std::time::Duration::from_millis(interval_ms))
-            }
-            // Waiting out the group-commit window before the sync starts.
-            FlushPolicy::Always if in_flight.is_none() && window_open => unsynced_since
-                .map(|since| tuning.group_commit_window.saturating_sub(since.elapsed())),
-            _ => None,
-        };
+        task.direct_phase.set(task.log.direct_phase());
+        let now = task.clock.now();
+        task.poll_sync(now);
+        let idle_flush_wait = task.poll_timeout(now);
         tokio::select! {
             outcome = async {
-                match in_flight.as_mut() {
-                    Some(sync) => sync.outcome.as_mut().await,
+                match task.in_flight.as_mut() {
+                    Some(sync) => sync.as_mut().await,
                     None => std::future::pending().await,
                 }
-            } => {
-                let sync = in_flight.take().expect("the branch ran on a sync");
-                tracing::debug!(appends = sync.waiters.len(), "sync done");
-                let result = log.complete_flush(outcome, clock()).await;
-                let mut waiters = sync.waiters;
-                match result {
-                    Ok(_) => {
-                        for (reply, info) in waiters.drain(..) {
-                            let _ = reply.send(Ok(info));
-                        }
-                    }
-                    Err(error) => answer_failed(&mut waiters, &error),
-                }
-            }
+            } => task.on_synced(outcome).await,
             _ = async {
                 match idle_flush_wait {
                     Some(wait) => tokio::time::sleep(wait).await,
@@ -528,190 +488,326 @@ async fn run<S: Storage>(
             command = commands.recv() => {
                 let Some(first) = command else {
                     // Every handle is gone: finish the sync in flight and shut down cleanly.
-                    finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                    let _ = log.close(clock()).await;
+                    task.finish().await;
+                    let _ = task.log.close(task.clock.wall_ms()).await;
                     return;
                 };
-                let append_bytes = |command: &Command| match command {
-                    Command::Append { batches, .. } => batches.len(),
-                    _ => 0,
-                };
-                let mut group_bytes = append_bytes(&first);
-                group.push(first);
-                while group.len() < GROUP_COMMANDS_MAX && group_bytes < tuning.group_bytes_max {
-                    match commands.try_recv() {
-                        Ok(command) => {
-                            group_bytes += append_bytes(&command);
-                            group.push(command);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let mut close = None;
-                // The group's appends are validated together and written back to back.
-                for command in group.drain(..) {
-                    match command {
-                        Command::Append { batches, leader_epoch, reply } => {
-                            appends.push((batches, leader_epoch));
-                            append_replies.push(reply);
-                        }
-                        other => others.push(other),
-                    }
-                }
-                if !appends.is_empty() {
-                    let results = log.append_group(std::mem::take(&mut appends), clock()).await;
-                    for (reply, result) in append_replies.drain(..).zip(results) {
-                        match result {
-                            // A retry whose original is already durable. One that is not waits
-                            // for a sync like any append (below): the loop starts one whenever
-                            // `unsynced` has waiters, even if this group wrote nothing new.
-                            Ok(info)
-                                if info.duplicate && info.last_offset < log.durable_offset() =>
-                            {
-                                let _ = reply.send(Ok(info));
-                            }
-                            Ok(info) if log.config().flush == FlushPolicy::Always => {
-                                unsynced.push((reply, info));
-                            }
-                            result => {
-                                let _ = reply.send(result);
-                            }
-                        }
-                    }
-                }
-                for command in others.drain(..) {
-                    match command {
-                        Command::Append { .. } => unreachable!("appends were taken above"),
-                        Command::AppendReplicated { batches, reply } => {
-                            let appended = match batches {
-                                ReplicatedBatches::Bytes(batches) => {
-                                    log.append_replicated(batches, clock()).await
-                                }
-                                ReplicatedBatches::Placed(placed) => {
-                                    log.append_replicated_placed(placed, clock()).await
-                                }
-                            };
-                            direct_phase.set(log.direct_phase());
-                            match appended {
-                                Ok(info) if log.config().flush == FlushPolicy::Always => {
-                                    unsynced.push((reply, info));
-                                }
-                                result => {
-                                    let _ = reply.send(result);
-                                }
-                            }
-                        }
-                        Command::ReplicaInfo { reply } => {
-                            let _ = reply.send(ReplicaInfo {
-                                offsets: offsets_of(&log),
-                                latest_epoch: log.epochs().latest_epoch(),
-                                high_watermark_checkpoint: log.high_watermark_checkpoint(),
-                            });
-                        }
-                        Command::Diverging { fetch_offset, last_fetched_epoch, reply } => {
-                            let divergence = replication::diverging(
-                                log.epochs(),
-                                log.log_end_offset(),
-                                fetch_offset,
-                                last_fetched_epoch,
-                            );
-                            let _ = reply.send((divergence, offsets_of(&log)));
-                        }
-                        Command::TruncateDiverged { divergence, reply } => {
-                            let cut = replication::truncation_offset(
-                                log.epochs(),
-                                log.log_end_offset(),
-                                divergence,
-                            );
-                            // Nothing unsynced may be answered as durable past the cut.
-                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                            let _ = reply.send(log.truncate_to(cut, clock()).await);
-                        }
-                        Command::RestartAt { offset, reply } => {
-                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                            let _ = reply.send(log.restart_at(offset, clock()).await);
-                        }
-                        Command::CheckpointHighWatermark { high_watermark } => {
-                            log.checkpoint_high_watermark(high_watermark).await;
-                        }
-                        Command::Reconfigure { config } => {
-                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                            log.reconfigure(config);
-                        }
-                        Command::Sync { reply } => {
-                            finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                            let _ = reply.send(log.flush(clock()).await);
-                        }
-                        // File reads run beside the appends (see `PartitionLog::plan_read`).
-                        Command::Read { offset, max_bytes, max_offset, reply } => {
-                            answer_read(
-                                log.plan_read(offset, max_bytes, max_offset).await,
-                                move |read| {
-                                    let _ = reply.send(read);
-                                },
-                            );
-                        }
-                        Command::ReadForSending { offset, max_bytes, max_offset, reply } => {
-                            match log.plan_read_for_sending(offset, max_bytes, max_offset).await {
-                                Ok(Err(read)) => {
-                                    tokio::task::spawn_local(async move {
-                                        let _ = reply.send(read.run().await.map(Served::Bytes));
-                                    });
-                                }
-                                Ok(Ok(served)) => {
-                                    let _ = reply.send(Ok(served));
-                                }
-                                Err(error) => {
-                                    let _ = reply.send(Err(error));
-                                }
-                            }
-                        }
-                        Command::Retention { below_offset, reply } => {
-                            let _ = reply.send(log.enforce_retention(clock(), below_offset).await);
-                        }
-                        Command::Offsets { reply } => {
-                            let _ = reply.send(offsets_of(&log));
-                        }
-                        Command::ReadForFollower { read, wait } => {
-                            if wait && read.offset >= log.log_end_offset() {
-                                parked_reads.push(read);
-                            } else {
-                                read.answer(&mut log).await;
-                            }
-                        }
-                        Command::OffsetForTimestamp { timestamp_ms, reply } => {
-                            let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
-                        }
-                        Command::Close { reply } => close = Some(reply),
-                    }
-                }
-                // Answer the follower reads the appends satisfied; forget withdrawn ones.
-                let log_end = log.log_end_offset();
-                parked_reads.retain(|read| !read.reply.is_closed());
-                let mut index = 0;
-                while index < parked_reads.len() {
-                    if parked_reads[index].offset < log_end {
-                        parked_reads.swap_remove(index).answer(&mut log).await;
-                    } else {
-                        index += 1;
-                    }
-                }
-                if let Some(reply) = close {
-                    finish(&mut log, &mut in_flight, &mut unsynced, clock).await;
-                    let _ = reply.send(log.close(clock()).await);
-                    // Answer whatever raced in after the close.
-                    commands.close();
-                    while let Some(command) = commands.recv().await {
-                        match command {
-                            Command::Append { reply, .. }
-                            | Command::AppendReplicated { reply, .. } => {
-                                let _ = reply.send(Err(stopped()));
-                            }
-                            _ => {}
-                        }
-                    }
+                take_group(first, &mut commands, &mut group, task.tuning.group_bytes_max);
+                if let Some(reply) = task.handle_group(&mut group).await {
+                    task.finish().await;
+                    let _ = reply.send(task.log.close(task.clock.wall_ms()).await);
+                    refuse_the_rest(commands).await;
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// Takes `first` and whatever else is waiting into `group`, up to [`GROUP_COMMANDS_MAX`]
+/// commands and `bytes_max` of appends.
+fn take_group(
+    first: Command,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    group: &mut Vec<Command>,
+    bytes_max: usize,
+) {
+    let append_bytes = |command: &Command| match command {
+        Command::Append { batches, .. } => batches.len(),
+        _ => 0,
+    };
+    let mut group_bytes = append_bytes(&first);
+    group.push(first);
+    while group.len() < GROUP_COMMANDS_MAX && group_bytes < bytes_max {
+        match commands.try_recv() {
+            Ok(command) => {
+                group_bytes += append_bytes(&command);
+                group.push(command);
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+/// After a close: answers whatever raced in after it.
+async fn refuse_the_rest(mut commands: mpsc::UnboundedReceiver<Command>) {
+    commands.close();
+    while let Some(command) = commands.recv().await {
+        match command {
+            Command::Append { reply, .. } | Command::AppendReplicated { reply, .. } => {
+                let _ = reply.send(Err(stopped()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the log task owns: the log, its group commit and the sync on the disk.
+struct LogTask<S: Storage> {
+    log: PartitionLog<S>,
+    commit: GroupCommit<Waiter>,
+    clock: Clock,
+    tuning: WriterTuning,
+    /// The shard's `syncfs` rounds, if they cover this log.
+    shared_sync: Option<Rc<SharedSync>>,
+    direct_phase: Rc<Cell<Option<usize>>>,
+    in_flight: SyncInFlight,
+    parked_reads: Vec<ParkedRead>,
+    /// A group's appends and their replies, reused from group to group.
+    appends: Vec<(BytesMut, u32)>,
+    append_replies: Vec<AppendReply>,
+    /// A group's other commands, likewise.
+    others: Vec<Command>,
+}
+
+impl<S: Storage> LogTask<S> {
+    /// Starts the sync [`GroupCommit`] asks for, if it asks for one.
+    fn poll_sync(&mut self, now: std::time::Instant) {
+        let log = &mut self.log;
+        let interval_due =
+            log.flush_due(self.clock.wall_ms()) && log.config().flush != FlushPolicy::Always;
+        let Some(start) = self.commit.poll_sync(now, interval_due) else {
+            return;
+        };
+        match log.begin_flush() {
+            Ok(job) => {
+                tracing::debug!(target = job.target_offset(), "sync starts");
+                // Nothing waits on an interval sync, so it may join the shard's round.
+                let shared = self
+                    .shared_sync
+                    .clone()
+                    .filter(|_| start == SyncStart::Unwaited);
+                self.in_flight = Some(Box::pin(sync_job(
+                    job,
+                    shared,
+                    self.tuning.device_writes.clone(),
+                    self.tuning.sync_latency_us.clone(),
+                )));
+            }
+            Err(error) => answer_failed(self.commit.on_synced(), &error),
+        }
+    }
+
+    /// How long to wait for commands before polling again.
+    fn poll_timeout(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        let interval_wait = match self.log.config().flush {
+            FlushPolicy::Interval { interval_ms }
+                if self.log.durable_offset() < self.log.log_end_offset() =>
+            {
+                Some(std::time::Duration::from_millis(interval_ms))
+            }
+            _ => None,
+        };
+        self.commit.poll_timeout(now, interval_wait)
+    }
+
+    async fn on_synced(&mut self, outcome: FlushOutcome) {
+        self.in_flight = None;
+        let waiters = self.commit.on_synced();
+        tracing::debug!(appends = waiters.len(), "sync done");
+        let result = self.log.complete_flush(outcome, self.clock.wall_ms()).await;
+        answer_synced(result, waiters);
+    }
+
+    /// Completes the sync in flight and syncs what is left, answering every waiter.
+    async fn finish(&mut self) {
+        if let Some(sync) = self.in_flight.take() {
+            let outcome = sync.await;
+            let waiters = self.commit.on_synced();
+            let result = self.log.complete_flush(outcome, self.clock.wall_ms()).await;
+            answer_synced(result, waiters);
+        }
+        let unsynced = self.commit.take_unsynced();
+        if !unsynced.is_empty() {
+            answer_synced(self.log.flush(self.clock.wall_ms()).await, unsynced);
+        }
+    }
+
+    /// An append is written: answered now, or when a sync covers it.
+    fn on_written(&mut self, reply: AppendReply, written: Result<AppendInfo, LogError>) {
+        match written {
+            // A retry whose original is already durable. One that is not waits for a sync
+            // like any append: `GroupCommit` starts one whenever appends wait, even if this
+            // group wrote nothing new.
+            Ok(info) if info.duplicate && info.last_offset < self.log.durable_offset() => {
+                let _ = reply.send(Ok(info));
+            }
+            Ok(info) if self.log.config().flush == FlushPolicy::Always => {
+                self.commit.on_appended((reply, info), self.clock.now());
+            }
+            result => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// Runs a group of commands: its appends validated together and written back to back,
+    /// then the rest in order. Returns the reply of a close among them.
+    async fn handle_group(
+        &mut self,
+        group: &mut Vec<Command>,
+    ) -> Option<oneshot::Sender<Result<(), LogError>>> {
+        let mut others = std::mem::take(&mut self.others);
+        for command in group.drain(..) {
+            match command {
+                Command::Append {
+                    batches,
+                    leader_epoch,
+                    reply,
+                } => {
+                    self.appends.push((batches, leader_epoch));
+                    self.append_replies.push(reply);
+                }
+                other => others.push(other),
+            }
+        }
+        if !self.appends.is_empty() {
+            let appends = std::mem::take(&mut self.appends);
+            let results = self.log.append_group(appends, self.clock.wall_ms()).await;
+            // Taken out and put back, so its capacity is kept from group to group.
+            let mut replies = std::mem::take(&mut self.append_replies);
+            for (reply, result) in replies.drain(..).zip(results) {
+                self.on_written(reply, result);
+            }
+            self.append_replies = replies;
+        }
+        let mut close = None;
+        for command in others.drain(..) {
+            if let Command::Close { reply } = command {
+                close = Some(reply);
+            } else {
+                self.handle(command).await;
+            }
+        }
+        self.others = others;
+        self.answer_parked_reads().await;
+        close
+    }
+
+    /// Every command but appends and close.
+    async fn handle(&mut self, command: Command) {
+        let now_ms = self.clock.wall_ms();
+        let log = &mut self.log;
+        match command {
+            Command::Append { .. } | Command::Close { .. } => {
+                unreachable!("appends and close are the group's")
+            }
+            Command::AppendReplicated { batches, reply } => {
+                let appended = match batches {
+                    ReplicatedBatches::Bytes(batches) => {
+                        log.append_replicated(batches, now_ms).await
+                    }
+                    ReplicatedBatches::Placed(placed) => {
+                        log.append_replicated_placed(placed, now_ms).await
+                    }
+                };
+                self.direct_phase.set(log.direct_phase());
+                self.on_written(reply, appended);
+            }
+            Command::ReplicaInfo { reply } => {
+                let _ = reply.send(ReplicaInfo {
+                    offsets: offsets_of(log),
+                    latest_epoch: log.epochs().latest_epoch(),
+                    high_watermark_checkpoint: log.high_watermark_checkpoint(),
+                });
+            }
+            Command::Diverging {
+                fetch_offset,
+                last_fetched_epoch,
+                reply,
+            } => {
+                let divergence = replication::diverging(
+                    log.epochs(),
+                    log.log_end_offset(),
+                    fetch_offset,
+                    last_fetched_epoch,
+                );
+                let _ = reply.send((divergence, offsets_of(log)));
+            }
+            Command::TruncateDiverged { divergence, reply } => {
+                let cut =
+                    replication::truncation_offset(log.epochs(), log.log_end_offset(), divergence);
+                // Nothing unsynced may be answered as durable past the cut.
+                self.finish().await;
+                let _ = reply.send(self.log.truncate_to(cut, now_ms).await);
+            }
+            Command::RestartAt { offset, reply } => {
+                self.finish().await;
+                let _ = reply.send(self.log.restart_at(offset, now_ms).await);
+            }
+            Command::CheckpointHighWatermark { high_watermark } => {
+                log.checkpoint_high_watermark(high_watermark).await;
+            }
+            Command::Reconfigure { config } => {
+                self.finish().await;
+                self.log.reconfigure(config);
+            }
+            Command::Sync { reply } => {
+                self.finish().await;
+                let _ = reply.send(self.log.flush(now_ms).await);
+            }
+            // File reads run beside the appends (see `PartitionLog::plan_read`).
+            Command::Read {
+                offset,
+                max_bytes,
+                max_offset,
+                reply,
+            } => answer_read(
+                log.plan_read(offset, max_bytes, max_offset).await,
+                move |read| {
+                    let _ = reply.send(read);
+                },
+            ),
+            Command::ReadForSending {
+                offset,
+                max_bytes,
+                max_offset,
+                reply,
+            } => answer_read_for_sending(
+                log.plan_read_for_sending(offset, max_bytes, max_offset)
+                    .await,
+                move |read| {
+                    let _ = reply.send(read);
+                },
+            ),
+            Command::Retention {
+                below_offset,
+                reply,
+            } => {
+                let _ = reply.send(log.enforce_retention(now_ms, below_offset).await);
+            }
+            Command::Offsets { reply } => {
+                let _ = reply.send(offsets_of(log));
+            }
+            Command::ReadForFollower { read, wait } => {
+                if wait && read.offset >= log.log_end_offset() {
+                    self.parked_reads.push(read);
+                } else {
+                    read.answer(log).await;
+                }
+            }
+            Command::OffsetForTimestamp {
+                timestamp_ms,
+                reply,
+            } => {
+                let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
+            }
+        }
+    }
+
+    /// Answers the follower reads the appends satisfied; forgets withdrawn ones.
+    async fn answer_parked_reads(&mut self) {
+        let log_end = self.log.log_end_offset();
+        self.parked_reads.retain(|read| !read.reply.is_closed());
+        let mut index = 0;
+        while index < self.parked_reads.len() {
+            if self.parked_reads[index].offset < log_end {
+                self.parked_reads
+                    .swap_remove(index)
+                    .answer(&mut self.log)
+                    .await;
+            } else {
+                index += 1;
             }
         }
     }
@@ -776,35 +872,20 @@ async fn join_shared_round<F: crate::io::StorageFile>(
     })
 }
 
-/// Completes the sync in flight and syncs what is left, answering every waiter.
-async fn finish<S: Storage>(
-    log: &mut PartitionLog<S>,
-    in_flight: &mut Option<SyncInFlight>,
-    unsynced: &mut Vec<(AppendReply, AppendInfo)>,
-    clock: Clock,
-) {
-    if let Some(sync) = in_flight.take() {
-        let outcome = sync.outcome.await;
-        let mut waiters = sync.waiters;
-        match log.complete_flush(outcome, clock()).await {
-            Ok(_) => waiters.drain(..).for_each(|(reply, info)| {
+/// Answers a sync's waiters with its outcome.
+fn answer_synced(result: Result<u64, LogError>, waiters: Vec<Waiter>) {
+    match result {
+        Ok(_) => {
+            for (reply, info) in waiters {
                 let _ = reply.send(Ok(info));
-            }),
-            Err(error) => answer_failed(&mut waiters, &error),
+            }
         }
-    }
-    if !unsynced.is_empty() {
-        match log.flush(clock()).await {
-            Ok(_) => unsynced.drain(..).for_each(|(reply, info)| {
-                let _ = reply.send(Ok(info));
-            }),
-            Err(error) => answer_failed(unsynced, &error),
-        }
+        Err(error) => answer_failed(waiters, &error),
     }
 }
 
-fn answer_failed(waiters: &mut Vec<(AppendReply, AppendInfo)>, error: &LogError) {
-    for (reply, _) in waiters.drain(..) {
+fn answer_failed(waiters: Vec<Waiter>, error: &LogError) {
+    for (reply, _) in waiters {
         let _ = reply.send(Err(LogError::Failed {
             dir: Default::default(),
             reason: error.to_string(),

@@ -38,6 +38,7 @@ pub enum ShardMessage {
         topic: String,
         partition: FetchPartition,
         deadline: Option<Instant>,
+        delivery: Delivery,
         reply: oneshot::Sender<Fetched>,
     },
     ListOffset {
@@ -68,6 +69,16 @@ pub enum ShardMessage {
     View {
         reply: oneshot::Sender<ClusterView>,
     },
+}
+
+/// How a fetch wants its records: as ranges of segment files where they are large and cached
+/// (the native listener sends those with `sendfile`, untouched), or always as bytes in memory
+/// (the Kafka listener re-encodes every batch, so it needs the bytes: read through the log's IO
+/// seam, never behind it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    FileRanges,
+    Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

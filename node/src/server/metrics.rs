@@ -255,14 +255,6 @@ impl ShardMetrics {
 }
 
 /// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
-/// Microseconds on a monotonic clock shared by the process's threads, for intervals measured
-/// across tasks (a leader's append to a follower's report of it).
-pub fn monotonic_us() -> u64 {
-    static START: std::sync::LazyLock<std::time::Instant> =
-        std::sync::LazyLock::new(std::time::Instant::now);
-    START.elapsed().as_micros() as u64
-}
-
 pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
     let mut out = String::new();
     let _ = writeln!(

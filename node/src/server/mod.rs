@@ -98,6 +98,8 @@ pub struct NodeConfig {
     pub tls: Option<quic::TlsFiles>,
     /// What `strata iotune` measured and chose; `None`: default IO settings.
     pub io_properties: Option<crate::iotune::IoProperties>,
+    /// Where every thread of the node reads the time.
+    pub clock: crate::clock::Clock,
 }
 
 impl NodeConfig {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use bytes::BytesMut;
+use strata_node::clock::Clock;
 use strata_node::io::AnyStorage;
 use strata_node::log::{LogConfig, PartitionLog, writer};
 use strata_wire::batch::{BatchBuilder, split_batches};
@@ -15,7 +16,7 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
     if !dir.is_dir() {
         bail!("{} is not a partition folder", dir.display());
     }
-    let now = writer::system_clock_ms();
+    let now = Clock::SYSTEM.wall_ms();
     let (mut log, report) = PartitionLog::open(storage, &dir, LogConfig::default(), now)
         .await
         .with_context(|| format!("opening {}", dir.display()))?;
@@ -72,9 +73,9 @@ pub async fn stress(
     value_bytes: usize,
     appends: u64,
 ) -> anyhow::Result<()> {
-    let now = writer::system_clock_ms();
+    let now = Clock::SYSTEM.wall_ms();
     let (log, _) = PartitionLog::open(storage, &dir, config, now).await?;
-    let handle = writer::spawn(log, writer::system_clock_ms);
+    let handle = writer::spawn(log, Clock::SYSTEM);
     let started = Rc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for producer in 0..producers {
@@ -92,7 +93,7 @@ pub async fn stress(
                     // record that was written from one that was made up or torn.
                     let mut value = format!("p{producer}:a{sequence}:r{i}:").into_bytes();
                     value.resize(value_bytes.max(value.len()), b'.');
-                    builder.push(writer::system_clock_ms(), Some(b"stress"), &value);
+                    builder.push(Clock::SYSTEM.wall_ms(), Some(b"stress"), &value);
                 }
                 let batch = BytesMut::from(&builder.finish()[..]);
                 let info = handle.append(batch, 0).await?;

@@ -242,8 +242,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration,
             out,
         } => {
+            // A progress line on a terminal (`\r`-rewritten), nothing otherwise.
             let show_progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let properties = strata_node::iotune::measure(&data_dir, duration, show_progress)
+            let on_progress = |done: f64, phase: Option<&str>| {
+                if !show_progress {
+                    return;
+                }
+                let bar = strata_bench::progress_bar(done, 30);
+                match phase {
+                    Some(name) => eprint!("\r{bar} {name:<40}"),
+                    None => eprintln!("\r{bar} done{:<40}", ""),
+                }
+                let _ = std::io::Write::flush(&mut std::io::stderr());
+            };
+            let properties = strata_node::iotune::measure(&data_dir, duration, &on_progress)
                 .map_err(|error| anyhow::anyhow!("measuring {}: {error}", data_dir.display()))?;
             let out = out.unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
             strata_node::iotune::write(&properties, &out)

@@ -288,30 +288,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .io_properties
         .or(file.io_properties)
         .unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
-    let io_properties = strata_node::iotune::IoProperties::load(&io_properties_path)?;
-    match &io_properties {
-        Some(properties) => {
-            let chosen = &properties.chosen;
-            tracing::info!(
-                file = %io_properties_path.display(),
-                write_bytes = chosen.write_bytes,
-                writes_in_flight = chosen.writes_in_flight,
-                group_commit_window_us = chosen.group_commit_window_us,
-                "io properties loaded: group writes up to write_bytes x writes_in_flight, writes_in_flight shared over the shards"
-            );
-            eprintln!(
-                "strata: io properties from {}: write {} B, {} writes in flight, group-commit window {} us",
-                io_properties_path.display(),
-                chosen.write_bytes,
-                chosen.writes_in_flight,
-                chosen.group_commit_window_us
-            );
-        }
-        None => tracing::info!(
-            file = %io_properties_path.display(),
-            "no io-properties file: default IO settings (`strata iotune` measures the disk)"
-        ),
-    }
+    let io_properties = load_io_properties(&io_properties_path)?;
     let config = NodeConfig {
         data_dir,
         node_id: args.node_id.or(file.node_id).unwrap_or(1),
@@ -382,6 +359,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         tls,
         io_properties,
+        clock: strata_node::clock::Clock::SYSTEM,
     };
     let node = Node::start(config.clone())?;
     eprintln!(
@@ -442,4 +420,35 @@ fn wait_for_signal() -> anyhow::Result<()> {
         Ok::<(), std::io::Error>(())
     })?;
     Ok(())
+}
+
+/// The io-properties `strata iotune` wrote, if the file exists; says which settings apply.
+fn load_io_properties(
+    path: &std::path::Path,
+) -> anyhow::Result<Option<strata_node::iotune::IoProperties>> {
+    let io_properties = strata_node::iotune::IoProperties::load(path)?;
+    match &io_properties {
+        Some(properties) => {
+            let chosen = &properties.chosen;
+            tracing::info!(
+                file = %path.display(),
+                write_bytes = chosen.write_bytes,
+                writes_in_flight = chosen.writes_in_flight,
+                group_commit_window_us = chosen.group_commit_window_us,
+                "io properties loaded: group writes up to write_bytes x writes_in_flight, writes_in_flight shared over the shards"
+            );
+            eprintln!(
+                "strata: io properties from {}: write {} B, {} writes in flight, group-commit window {} us",
+                path.display(),
+                chosen.write_bytes,
+                chosen.writes_in_flight,
+                chosen.group_commit_window_us
+            );
+        }
+        None => tracing::info!(
+            file = %path.display(),
+            "no io-properties file: default IO settings (`strata iotune` measures the disk)"
+        ),
+    }
+    Ok(io_properties)
 }

@@ -12,18 +12,23 @@ use strata_wire::protocol::{
 use tokio::sync::oneshot;
 
 use crate::log::{Served, writer};
-use crate::server::messages::{Fetched, ServedRecords, ShardMessage};
+use crate::server::messages::{Delivery, Fetched, ServedRecords, ShardMessage};
 
 use super::{Shard, log_error_code};
 
 impl Shard {
-    pub(super) async fn fetch(self: &Rc<Self>, request: FetchRequest) -> FetchResponse {
+    /// A fetch of many partitions, here and on other shards, with its records as `delivery` asks.
+    pub(in crate::server) async fn fetch(
+        self: &Rc<Self>,
+        request: FetchRequest,
+        delivery: Delivery,
+    ) -> FetchResponse {
         let deadline =
             Instant::now() + std::time::Duration::from_millis(u64::from(request.max_wait_ms));
         let min_bytes = request.min_bytes as usize;
         // One pass that does not wait; if it found less than min_bytes, wait on every empty
         // partition until the first one has data or the deadline passes.
-        let first = self.fetch_all(&request, None).await;
+        let first = self.fetch_all(&request, None, delivery).await;
         let found: usize = first
             .iter()
             .flat_map(|(_, partitions)| partitions.iter().map(|p| p.response.records.len()))
@@ -31,7 +36,7 @@ impl Shard {
         if found >= min_bytes.max(1) || request.max_wait_ms == 0 {
             return self.answer_within(first, request.max_bytes);
         }
-        let waited = self.fetch_all(&request, Some(deadline)).await;
+        let waited = self.fetch_all(&request, Some(deadline), delivery).await;
         self.answer_within(waited, request.max_bytes)
     }
 
@@ -84,7 +89,7 @@ impl Shard {
             served.started.elapsed().as_micros() as u64,
         );
         if let Some(newest_ms) = served.newest_ms {
-            let age_ms = writer::system_clock_ms().saturating_sub(newest_ms).max(0);
+            let age_ms = self.clock().wall_ms().saturating_sub(newest_ms).max(0);
             self.metrics.served_age(age_ms as u64 * 1000);
         }
     }
@@ -95,6 +100,7 @@ impl Shard {
         self: &Rc<Self>,
         request: &FetchRequest,
         deadline: Option<Instant>,
+        delivery: Delivery,
     ) -> Vec<(String, Vec<Fetched>)> {
         let mut slots: Vec<(String, Vec<Fetched>)> = Vec::new();
         let mut work = Vec::new();
@@ -111,7 +117,12 @@ impl Shard {
                     max_bytes: partition.max_bytes.min(request.max_bytes),
                 };
                 work.push(Box::pin(async move {
-                    (at, shard.fetch_partition(name, partition, deadline).await)
+                    (
+                        at,
+                        shard
+                            .fetch_partition(name, partition, deadline, delivery)
+                            .await,
+                    )
                 }));
             }
             slots.push((topic.name.clone(), partitions));
@@ -141,6 +152,7 @@ impl Shard {
         topic: String,
         partition: FetchPartition,
         deadline: Option<Instant>,
+        delivery: Delivery,
     ) -> Fetched {
         let index = partition.partition;
         match self.route(&topic, index) {
@@ -150,7 +162,8 @@ impl Shard {
             }
             .into(),
             Ok(owner) if owner == self.context.index => {
-                self.fetch_local(&topic, partition, deadline).await
+                self.fetch_local(&topic, partition, deadline, delivery)
+                    .await
             }
             Ok(owner) => {
                 let (reply, answer) = oneshot::channel();
@@ -158,6 +171,7 @@ impl Shard {
                     topic,
                     partition,
                     deadline,
+                    delivery,
                     reply,
                 };
                 if !self.forward(owner, message) {
@@ -194,6 +208,7 @@ impl Shard {
         topic: &str,
         partition: FetchPartition,
         deadline: Option<Instant>,
+        delivery: Delivery,
     ) -> Fetched {
         let index = partition.partition;
         let started = Instant::now();
@@ -237,10 +252,18 @@ impl Shard {
         if offset >= high_watermark {
             return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start).into();
         }
-        match log
-            .read_for_sending(offset, partition.max_bytes as usize, high_watermark)
-            .await
-        {
+        let max_bytes = partition.max_bytes as usize;
+        let read = match delivery {
+            Delivery::FileRanges => {
+                log.read_for_sending(offset, max_bytes, high_watermark)
+                    .await
+            }
+            Delivery::Bytes => log
+                .read(offset, max_bytes, high_watermark)
+                .await
+                .map(Served::Bytes),
+        };
+        match read {
             Ok(served) => {
                 let (records, newest_ms, bytes) = match served {
                     Served::Bytes(bytes) => {

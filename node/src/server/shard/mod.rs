@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::NodeConfig;
 use super::messages::ControlMessage;
-use super::messages::{ClusterView, GroupMessage, ShardMessage, ShardStats};
+use super::messages::{ClusterView, Delivery, GroupMessage, ShardMessage, ShardStats};
 use super::metrics;
 use super::quic::QuicPeer;
 use super::topic_config::TopicConfig;
@@ -206,11 +206,14 @@ pub fn run(
                     topic,
                     partition,
                     deadline,
+                    delivery,
                     reply,
                 } => {
                     let shard = shard.clone();
                     tokio::task::spawn_local(async move {
-                        let response = shard.fetch_local(&topic, partition, deadline).await;
+                        let response = shard
+                            .fetch_local(&topic, partition, deadline, delivery)
+                            .await;
                         let _ = reply.send(response);
                     });
                 }
@@ -335,6 +338,11 @@ fn log_error_code(error: &LogError) -> ErrorCode {
 }
 
 impl Shard {
+    /// Where this shard reads the time (the node's one clock).
+    pub(super) fn clock(&self) -> crate::clock::Clock {
+        self.context.config.clock
+    }
+
     fn owns(&self, topic: &str, partition: u32) -> bool {
         shard_of(topic, partition, self.context.config.shards) == self.context.index
     }
@@ -436,7 +444,7 @@ impl Shard {
                     let topic_config = TopicConfig::parse(&topic.config)
                         .map_err(|error| format!("topic {}: {error}", topic.name))?;
                     let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
-                    let now = writer::system_clock_ms();
+                    let now = self.clock().wall_ms();
                     PartitionLog::open(self.storage, &dir, topic_config.log.clone(), now)
                         .await
                         .map(|(mut log, _report)| {
@@ -456,8 +464,7 @@ impl Shard {
                 self.unopened.borrow_mut().remove(&key);
                 let flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
                 let high_watermark = log.high_watermark_checkpoint();
-                let handle =
-                    writer::spawn_tuned(log, writer::system_clock_ms, self.writer_tuning.clone());
+                let handle = writer::spawn_tuned(log, self.clock(), self.writer_tuning.clone());
                 // `assume_role` sees a change from this placeholder state.
                 let mut placeholder = state.clone();
                 placeholder.leader_epoch = u32::MAX;
@@ -664,7 +671,9 @@ impl Shard {
                 }
                 Response::Produce(response)
             }
-            Request::Fetch(request) => Response::Fetch(self.fetch(request).await),
+            Request::Fetch(request) => {
+                Response::Fetch(self.fetch(request, Delivery::FileRanges).await)
+            }
             Request::ListOffsets(request) => {
                 Response::ListOffsets(self.list_offsets(request).await)
             }

@@ -14,7 +14,6 @@ use tokio::sync::oneshot;
 use super::replica::Role;
 use crate::log::LogError;
 use crate::server::messages::ShardMessage;
-use crate::server::metrics;
 
 use super::replica;
 use super::{Shard, log_error_code};
@@ -131,7 +130,7 @@ impl Shard {
                     };
                     let before = leader.high_watermark();
                     leader.handle_appended(leader.log_end().max(info.last_offset + 1));
-                    leader.record_append_time(info.last_offset + 1, metrics::monotonic_us());
+                    leader.record_append_time(info.last_offset + 1, self.clock().monotonic_us());
                     let waiter = (acks == ACKS_ALL).then(|| {
                         let (waiter, answer) = oneshot::channel();
                         leader.wait_for_commit(info.last_offset, waiter);

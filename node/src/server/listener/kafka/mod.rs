@@ -24,14 +24,14 @@ use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
 use strata_kafka::kafka_protocol::messages::{ApiKey, FetchResponse};
 use strata_kafka::translate::{self, KafkaBroker};
-use strata_wire::protocol::{ErrorCode, Records, Request, Response};
+use strata_wire::protocol::{ErrorCode, Request, Response};
 use tokio::task::JoinHandle;
 
 mod admin;
 mod groups;
 
 use super::{Decoded, Outcome, Protocol};
-use crate::log::FileRegion;
+use crate::server::messages::Delivery;
 use crate::server::shard::Shard;
 
 /// Binds the Kafka address (every shard, SO_REUSEPORT) when one is configured.
@@ -207,15 +207,12 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
                     return answer(frame::encode_fetch_response(&header, &refused));
                 }
             };
-            let mut native = if fetch.native.topics.is_empty() {
+            // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
+            let native = if fetch.native.topics.is_empty() {
                 strata_wire::protocol::FetchResponse { topics: Vec::new() }
             } else {
-                match native(shard, Request::Fetch(fetch.native)).await {
-                    Ok(Response::Fetch(native)) => native,
-                    answer => return unanswered("Fetch", answer),
-                }
+                shard.fetch(fetch.native, Delivery::Bytes).await
             };
-            read_file_ranges(&mut native);
             // Chunked: the records go out as the buffers they were translated into.
             let response = translate::fetch_response(native, fetch.refused);
             answer(frame::encode_fetch_response(&header, &response))
@@ -375,69 +372,4 @@ fn kafka_brokers(shard: &Shard) -> Vec<KafkaBroker> {
             })
         })
         .collect()
-}
-
-/// Fetched ranges the native path would `sendfile` are read into memory: Kafka's batches are
-/// re-encoded from them. They are in the page cache (only cached ranges are handed out as
-/// file ranges), so the read does not wait for the disk. A range that cannot be read becomes
-/// that partition's storage error.
-fn read_file_ranges(response: &mut strata_wire::protocol::FetchResponse) {
-    for topic in &mut response.topics {
-        for partition in &mut topic.partitions {
-            let Records::Elsewhere(elsewhere) = &partition.records else {
-                continue;
-            };
-            let read = elsewhere
-                .source
-                .downcast_ref::<FileRegion>()
-                .ok_or_else(|| std::io::Error::other("records elsewhere that are not a file range"))
-                .and_then(read_region);
-            match read {
-                Ok(bytes) => partition.records = Records::Shared(bytes),
-                Err(error) => {
-                    tracing::warn!(topic = %topic.name, partition = partition.partition, "reading a fetched range failed: {error}");
-                    partition.error = ErrorCode::StorageError;
-                    partition.records = Records::empty();
-                }
-            }
-        }
-    }
-}
-
-/// Reads a file range into a buffer of its own, never zeroed first (zeroing cost 3% of the
-/// broker's time serving a Kafka consumer; the read overwrites every byte).
-fn read_region(region: &FileRegion) -> std::io::Result<Bytes> {
-    use std::os::fd::AsRawFd;
-    let mut bytes = BytesMut::with_capacity(region.len);
-    while bytes.len() < region.len {
-        let filled = bytes.len();
-        let left = region.len - filled;
-        // SAFETY: the kernel writes at most `left` bytes into the spare capacity, which has
-        // room for them (capacity `region.len`); the descriptor is open (the region owns it).
-        let read = unsafe {
-            libc::pread(
-                region.file.as_raw_fd(),
-                bytes.as_mut_ptr().add(filled).cast(),
-                left,
-                (region.position + filled as u64) as libc::off_t,
-            )
-        };
-        match read {
-            -1 => {
-                let error = std::io::Error::last_os_error();
-                if error.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(error);
-                }
-            }
-            0 => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the segment file ends before the fetched range (truncated meanwhile)",
-                ));
-            }
-            // SAFETY: the kernel initialized these `read` bytes just past the filled ones.
-            read => unsafe { bytes.set_len(filled + read as usize) },
-        }
-    }
-    Ok(bytes.freeze())
 }

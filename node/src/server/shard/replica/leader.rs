@@ -12,7 +12,7 @@ use strata_wire::protocol::{
 use tokio::sync::oneshot;
 
 use crate::log::LogError;
-use crate::log::writer::{self};
+
 use crate::replication::{IsrProposal, RecoveryThrottle, ReplicaFetchError};
 use crate::server::messages::ControlMessage;
 use crate::server::messages::ShardMessage;
@@ -121,11 +121,11 @@ impl Shard {
                 return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
             };
             let before = leader.high_watermark();
-            let now = writer::system_clock_ms();
+            let now = self.clock().wall_ms();
             if let Some(latency_us) = leader.time_follower_progress(
                 request.replica_id,
                 request.log_end,
-                crate::server::metrics::monotonic_us(),
+                self.clock().monotonic_us(),
             ) {
                 self.metrics.replication_reached(latency_us);
             }

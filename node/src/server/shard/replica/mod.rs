@@ -20,7 +20,7 @@ use strata_wire::protocol::ErrorCode;
 use tokio::sync::{Notify, oneshot};
 
 use super::Shard;
-use crate::log::writer::{self, LogHandle};
+use crate::log::writer::LogHandle;
 use crate::replication::{AckError, Leader, LeaderConfig};
 
 /// Answered when the high watermark passes an `acks=all` produce.
@@ -167,7 +167,7 @@ impl Shard {
                         state.replicas.clone(),
                         state.isr.clone(),
                         state.partition_epoch,
-                        writer::system_clock_ms(),
+                        self.clock().wall_ms(),
                     );
                     // Counted once: a view that only repeats what this leader already applied
                     // (its own change, written back below in `propose_isr`) changes nothing.
@@ -191,7 +191,7 @@ impl Shard {
         let Ok(info) = log.replica_info().await else {
             return;
         };
-        let now = writer::system_clock_ms();
+        let now = self.clock().wall_ms();
         let mut partitions = self.partitions.borrow_mut();
         let Some(partition) = partitions.get_mut(key) else {
             return;
@@ -325,7 +325,7 @@ impl Shard {
         let mut interval = tokio::time::interval(TICK);
         loop {
             interval.tick().await;
-            let now = writer::system_clock_ms();
+            let now = self.clock().wall_ms();
             let mut proposals = Vec::new();
             {
                 let mut partitions = self.partitions.borrow_mut();

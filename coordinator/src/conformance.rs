@@ -1,0 +1,343 @@
+//! What every store behind the crate's traits must do, as checks run against each of them: the
+//! file-backed stores in their unit tests, the etcd ones in `tests/etcd.rs` against a real etcd.
+//! A difference between the two is a bug in one of them; each check panics on it.
+
+use std::collections::BTreeMap;
+
+use crate::groups::{GroupOffsets, GroupRecord, GroupStore, LoadedGroup, StoredOffset};
+use crate::{BrokerInfo, ConfigChange, Coordinator, CoordinatorError, PartitionChange, TopicSpec};
+
+/// A broker for the checks: id `id`, ports that nothing needs to listen on.
+pub fn broker(id: i32) -> BrokerInfo {
+    BrokerInfo {
+        id,
+        host: "127.0.0.1".into(),
+        port: 7300 + id as u16,
+        shard_ports: vec![7310 + id as u16],
+        replication_ports: vec![],
+        replication_host: None,
+        rack: None,
+        kafka_port: None,
+    }
+}
+
+fn spec(name: &str, partitions: u32) -> TopicSpec {
+    TopicSpec {
+        name: name.into(),
+        partitions,
+        replication_factor: 1,
+        config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
+        assignment: Vec::new(),
+    }
+}
+
+/// A [`Coordinator`] of an empty cluster, for the broker it was opened as: registration, the
+/// topic operations and their typed errors, the leader's fenced partition change, the
+/// controller's election and fenced writes, and the epoch rule after a restart.
+pub async fn check_coordinator(coordinator: &impl Coordinator) {
+    let id = coordinator.node_id();
+    coordinator.register_broker(broker(id)).await.unwrap();
+    assert_eq!(coordinator.brokers().await.unwrap(), vec![broker(id)]);
+    assert!(coordinator.lease_valid());
+
+    // Topics: created whole, once, under valid names; read back at one revision.
+    let created = coordinator
+        .create_topic(spec("conformance", 3))
+        .await
+        .unwrap();
+    assert_eq!(created.partitions.len(), 3);
+    assert!(
+        created
+            .partitions
+            .iter()
+            .all(|p| p.leader == id && p.isr == [id])
+    );
+    assert!(matches!(
+        coordinator.create_topic(spec("conformance", 1)).await,
+        Err(CoordinatorError::TopicExists(_))
+    ));
+    assert!(matches!(
+        coordinator.create_topic(spec("bad/name", 1)).await,
+        Err(CoordinatorError::InvalidTopicName { .. })
+    ));
+    let (topics, revision) = coordinator.topics_at().await.unwrap();
+    assert!(revision >= 0);
+    assert_eq!(topics, coordinator.topics().await.unwrap());
+    assert_eq!(topics, vec![created.clone()]);
+
+    // A leader's own change applies to the state it read, and only to that.
+    let first = &created.partitions[0];
+    let next = coordinator
+        .update_partition("conformance", first, PartitionChange::NextLeaderEpoch)
+        .await
+        .unwrap()
+        .expect("the state as read takes the change");
+    assert_eq!(next.leader_epoch, first.leader_epoch + 1);
+    assert_eq!(next.partition_epoch, first.partition_epoch + 1);
+    assert_eq!(
+        coordinator
+            .update_partition("conformance", first, PartitionChange::NextLeaderEpoch)
+            .await
+            .unwrap(),
+        None,
+        "a stale expected state is fenced"
+    );
+
+    // The controller: elected (the only candidate), named, and writing fenced on revisions.
+    let key = coordinator.campaign().await.unwrap();
+    assert_eq!(coordinator.refresh_controller().await.unwrap(), id);
+    assert_eq!(coordinator.controller(), id);
+    let (topics, stored) = coordinator.topics_with_revisions().await.unwrap();
+    assert_eq!(stored.len(), 3, "every partition with its revision");
+    assert_eq!(topics[0].partitions[0], next);
+    let (topic, state, revision) = stored
+        .iter()
+        .find(|(_, state, _)| state.partition == 1)
+        .cloned()
+        .unwrap();
+    let mut moved = state.clone();
+    moved.partition_epoch += 1;
+    moved.leader_epoch += 1;
+    let stale = (topic.clone(), moved.clone(), revision - 1);
+    let current = (topic.clone(), moved.clone(), revision);
+    // (One batch names a partition once: etcd refuses a transaction that writes a key twice.)
+    assert_eq!(
+        coordinator
+            .write_partitions_fenced(&[stale], &key)
+            .await
+            .unwrap(),
+        vec![false],
+        "a write on a revision the partition has left"
+    );
+    assert_eq!(
+        coordinator
+            .write_partitions_fenced(std::slice::from_ref(&current), &key)
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    assert_eq!(
+        coordinator
+            .write_partitions_fenced(&[current], &key)
+            .await
+            .unwrap(),
+        vec![false],
+        "the revision moved with the write"
+    );
+    assert_eq!(coordinator.topics().await.unwrap()[0].partitions[1], moved);
+    assert_eq!(
+        coordinator
+            .create_missing_partitions("conformance")
+            .await
+            .unwrap(),
+        0
+    );
+
+    // Configuration changes are judged whole; partitions only grow.
+    let change = ConfigChange {
+        set: BTreeMap::from([("retention.ms".to_string(), "60000".to_string())]),
+        delete: vec!["flush".into()],
+    };
+    let refuse_all = |_: &BTreeMap<String, String>| Err("refused".to_string());
+    assert!(matches!(
+        coordinator.alter_topic_config("conformance", &change, &refuse_all).await,
+        Err(CoordinatorError::Invalid(why)) if why == "refused"
+    ));
+    let altered = coordinator
+        .alter_topic_config("conformance", &change, &|_| Ok(()))
+        .await
+        .unwrap();
+    assert_eq!(altered.config, change.set);
+    assert!(matches!(
+        coordinator
+            .alter_topic_config("nope", &change, &|_| Ok(()))
+            .await,
+        Err(CoordinatorError::UnknownTopic(_))
+    ));
+    let grown = coordinator
+        .add_partitions("conformance", 5, &[])
+        .await
+        .unwrap();
+    assert_eq!(grown.partitions.len(), 5);
+    assert_eq!(grown.partitions[4].leader, id);
+
+    // After a restart, what this node still leads moves to its next epoch where a follower
+    // could hold records under the old one; a store of one broker has none.
+    let before = coordinator.topics().await.unwrap();
+    let taken = coordinator.take_next_epochs().await;
+    let after = coordinator.topics().await.unwrap();
+    assert!(
+        taken == 0 || taken == 5,
+        "all or none of its partitions: {taken}"
+    );
+    for (old, new) in before[0].partitions.iter().zip(&after[0].partitions) {
+        let bump = u32::from(taken > 0);
+        assert_eq!(new.leader_epoch, old.leader_epoch + bump);
+    }
+
+    let deleted = coordinator.delete_topic("conformance").await.unwrap();
+    assert_eq!(deleted.name, "conformance");
+    assert!(matches!(
+        coordinator.delete_topic("conformance").await,
+        Err(CoordinatorError::UnknownTopic(_))
+    ));
+    assert!(coordinator.topics().await.unwrap().is_empty());
+}
+
+fn offsets(topic: &str, partitions: &[(u32, u64)]) -> GroupOffsets {
+    let partitions = partitions
+        .iter()
+        .map(|&(partition, offset)| {
+            (
+                partition,
+                StoredOffset {
+                    offset,
+                    metadata: String::new(),
+                    committed_ms: None,
+                },
+            )
+        })
+        .collect();
+    GroupOffsets::from([(topic.to_string(), partitions)])
+}
+
+/// A [`GroupStore`] holding no groups: the group record fences the claim, commits and deletion;
+/// a commit replaces the committed topics' offsets; producer ids come in disjoint blocks.
+pub async fn check_group_store(store: &impl GroupStore) {
+    assert_eq!(store.load_group("g").await.unwrap(), LoadedGroup::default());
+    let first = store
+        .store_group("g", 0, &GroupRecord::at(1))
+        .await
+        .unwrap()
+        .expect("the first claim wins");
+    // A second coordinator that read revision 0 is fenced.
+    assert_eq!(
+        store
+            .store_group("g", 0, &GroupRecord::at(1))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .commit_offsets("g", first, &offsets("t", &[(0, 5), (1, 7)]))
+            .await
+            .unwrap()
+    );
+    let second = store
+        .store_group("g", first, &GroupRecord::at(2))
+        .await
+        .unwrap()
+        .unwrap();
+    // The old revision no longer commits.
+    assert!(
+        !store
+            .commit_offsets("g", first, &offsets("t", &[(0, 99)]))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .commit_offsets("g", second, &offsets("u", &[(0, 1)]))
+            .await
+            .unwrap()
+    );
+    let loaded = store.load_group("g").await.unwrap();
+    assert_eq!(loaded.record, Some(GroupRecord::at(2)));
+    assert_eq!(loaded.revision, second);
+    assert_eq!(loaded.offsets["t"][&0].offset, 5);
+    assert_eq!(loaded.offsets["t"][&1].offset, 7);
+    assert_eq!(loaded.offsets["u"][&0].offset, 1);
+    // A commit replaces a topic's offsets whole (partitions it names no more are gone).
+    assert!(
+        store
+            .commit_offsets("g", second, &offsets("t", &[(1, 8)]))
+            .await
+            .unwrap()
+    );
+    let loaded = store.load_group("g").await.unwrap();
+    assert_eq!(loaded.offsets["t"].len(), 1);
+    assert_eq!(loaded.offsets["t"][&1].offset, 8);
+    assert_eq!(loaded.offsets["u"][&0].offset, 1);
+    assert_eq!(
+        store.list_groups().await.unwrap(),
+        vec![("g".to_string(), 2)]
+    );
+
+    // Producer ids: each call a block of its own.
+    let a = store
+        .allocate_producer_ids(crate::groups::PRODUCER_ID_BLOCK)
+        .await
+        .unwrap();
+    let b = store
+        .allocate_producer_ids(crate::groups::PRODUCER_ID_BLOCK)
+        .await
+        .unwrap();
+    assert!(a >= 0);
+    assert_eq!(b, a + crate::groups::PRODUCER_ID_BLOCK);
+
+    // Deleting takes the record and every offset, fenced like a commit.
+    let revision = store.load_group("g").await.unwrap().revision;
+    assert!(!store.delete_group("g", revision - 1).await.unwrap());
+    assert!(store.delete_group("g", revision).await.unwrap());
+    assert_eq!(store.load_group("g").await.unwrap(), LoadedGroup::default());
+    assert!(store.list_groups().await.unwrap().is_empty());
+
+    check_group_ids_are_kept_apart(store).await;
+}
+
+/// What every [`GroupStore`] must do with group ids that are not
+/// topic names (Kafka allows any non-empty string): keep each group's record and offsets apart
+/// from every other's, however alike their ids, and list each by its own id.
+async fn check_group_ids_are_kept_apart(store: &impl GroupStore) {
+    // "a/b" must not fall under "a"'s keys, nor "a%2Fb" (a literal escape) meet "a/b".
+    let ids = [
+        "a",
+        "a/b",
+        "a%2Fb",
+        "roundrobin,range",
+        "grüppe",
+        " spaced ",
+    ];
+    for (generation, id) in (1..).zip(ids) {
+        let revision = store
+            .store_group(id, 0, &GroupRecord::at(generation))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("group {id:?} claimed"));
+        let offsets = GroupOffsets::from([(
+            "t".to_string(),
+            std::collections::BTreeMap::from([(
+                0,
+                StoredOffset {
+                    offset: generation as u64 * 10,
+                    metadata: id.to_string(),
+                    committed_ms: None,
+                },
+            )]),
+        )]);
+        assert!(store.commit_offsets(id, revision, &offsets).await.unwrap());
+    }
+    let listed = store.list_groups().await.unwrap();
+    let mut expected: Vec<(String, i32)> = (1..).zip(ids).map(|(g, id)| (id.into(), g)).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for (generation, id) in (1..).zip(ids) {
+        let loaded = store.load_group(id).await.unwrap();
+        assert_eq!(loaded.record.unwrap().generation, generation, "{id:?}");
+        let offset = &loaded.offsets["t"][&0];
+        assert_eq!(
+            (offset.offset, offset.metadata.as_str()),
+            (generation as u64 * 10, id)
+        );
+    }
+    // Deleting "a" leaves "a/b" whole.
+    let revision = store.load_group("a").await.unwrap().revision;
+    assert!(store.delete_group("a", revision).await.unwrap());
+    assert_eq!(store.load_group("a/b").await.unwrap().offsets["t"].len(), 1);
+    assert_eq!(store.list_groups().await.unwrap().len(), ids.len() - 1);
+    // An empty id, or one too long once escaped, is refused.
+    assert!(store.load_group("").await.is_err());
+    assert!(store.load_group(&"/".repeat(84)).await.is_err());
+    assert!(store.load_group(&"/".repeat(83)).await.is_ok());
+}

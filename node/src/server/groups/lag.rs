@@ -1,0 +1,140 @@
+//! Consumer lag: each coordinated group's committed offsets against its partitions' high
+//! watermarks, asked of the leaders every few seconds and rendered as metrics.
+
+use std::time::Duration;
+
+use strata_coordinator::GroupStore;
+
+use super::GroupManager;
+
+/// How often the lag of coordinated groups is measured (high watermarks asked of the leaders).
+pub(super) const LAG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Committed offset and lag of one partition of one group, as last measured.
+#[derive(Debug, Clone)]
+pub(super) struct Lag {
+    pub(super) group: String,
+    pub(super) topic: String,
+    pub(super) partition: u32,
+    pub(super) committed: u64,
+    /// `None` when the partition's leader could not be asked.
+    pub(super) lag: Option<u64>,
+}
+
+impl<S: GroupStore> GroupManager<S> {
+    /// Starts measuring every coordinated group's lag in the background (high watermarks from
+    /// the leaders, through this node's own client port).
+    pub(super) async fn refresh_lag(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        let committed: Vec<(String, String, u32, u64)> = self
+            .groups
+            .iter()
+            .flat_map(|(group, coordinated)| {
+                coordinated
+                    .offsets
+                    .iter()
+                    .flat_map(move |(topic, partitions)| {
+                        partitions.iter().map(move |(partition, stored)| {
+                            (group.clone(), topic.clone(), *partition, stored.offset)
+                        })
+                    })
+            })
+            .collect();
+        if committed.is_empty() {
+            self.lags.lock().expect("lags").clear();
+            return None;
+        }
+        if self.lag_client.is_none() {
+            // This node's own client port: on its listen address, or loopback for 0.0.0.0.
+            let listen = self.config.listen;
+            let host = if listen.ip().is_unspecified() {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            } else {
+                listen.ip()
+            };
+            let address = std::net::SocketAddr::new(host, listen.port()).to_string();
+            let mut config = strata_client::ClientConfig::new(address);
+            config.request_timeout = Duration::from_secs(2);
+            config.tcp_congestion = self.config.tcp_congestion.clone();
+            self.lag_client = strata_client::Client::connect(config).await.ok();
+        }
+        let client = self.lag_client.clone()?;
+        let lags = self.lags.clone();
+        Some(tokio::spawn(async move {
+            let mut measured = Vec::with_capacity(committed.len());
+            let _ = client.refresh_metadata().await;
+            for (group, topic, partition, committed) in committed {
+                let end = client
+                    .list_offset(&topic, partition, strata_wire::protocol::LATEST_TIMESTAMP)
+                    .await
+                    .ok()
+                    .flatten();
+                measured.push(Lag {
+                    group,
+                    topic,
+                    partition,
+                    committed,
+                    lag: end.map(|end| end.saturating_sub(committed)),
+                });
+            }
+            *lags.lock().expect("lags") = measured;
+        }))
+    }
+
+    /// Group gauges for `/metrics`: members and generation of each group this broker
+    /// coordinates, and each partition's committed offset and lag (as of the last refresh).
+    pub(super) fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let node = self.config.node_id;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_members Members of each group this broker coordinates.\n# TYPE strata_group_members gauge"
+        );
+        let mut names: Vec<&String> = self.groups.keys().collect();
+        names.sort();
+        for name in &names {
+            let _ = writeln!(
+                out,
+                "strata_group_members{{node=\"{node}\",group=\"{name}\"}} {}",
+                self.groups[*name].core.member_count()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_generation Generation of each group this broker coordinates.\n# TYPE strata_group_generation gauge"
+        );
+        for name in &names {
+            let _ = writeln!(
+                out,
+                "strata_group_generation{{node=\"{node}\",group=\"{name}\"}} {}",
+                self.groups[*name].core.generation()
+            );
+        }
+        let lags = self.lags.lock().expect("lags");
+        let _ = writeln!(
+            out,
+            "# HELP strata_group_committed_offset The next offset a group consumes, per partition.\n# TYPE strata_group_committed_offset gauge"
+        );
+        for lag in lags.iter() {
+            let _ = writeln!(
+                out,
+                "strata_group_committed_offset{{node=\"{node}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+                lag.group, lag.topic, lag.partition, lag.committed
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP strata_consumer_lag Records between a group's committed offset and the high watermark.\n# TYPE strata_consumer_lag gauge"
+        );
+        for lag in lags.iter() {
+            if let Some(value) = lag.lag {
+                let _ = writeln!(
+                    out,
+                    "strata_consumer_lag{{node=\"{node}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {value}",
+                    lag.group, lag.topic, lag.partition
+                );
+            }
+        }
+        out
+    }
+}
