@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
-cargo build --release -q -p strata-node
+cargo build --release -q -p strata-cli
 strata="$CARGO_TARGET_DIR/release/strata"
 root=$(mktemp -d /var/tmp/strata-iotune-bench.XXXXXX)
 out="${1:-$root/results}"

@@ -12,7 +12,7 @@ source scripts/lib/build-cache.sh
 if [ -n "${STRATA_BIN:-}" ]; then
     strata=$STRATA_BIN
 else
-    cargo build --release -q -p strata-node --bin strata
+    cargo build --release -q -p strata-cli --bin strata
     strata="$CARGO_TARGET_DIR/release/strata"
 fi
 command -v kcat >/dev/null || { echo "kcat is needed (apt-get install kcat)" >&2; exit 1; }

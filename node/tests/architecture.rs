@@ -118,9 +118,9 @@ fn the_replication_and_group_cores_are_sans_io() {
 /// and none may join them. A function that gets under the limit leaves the list (the test says
 /// so), so the list only shrinks.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("node/src/bin/strata/bench_cmd.rs", "bench", 164),
-    ("node/src/bin/strata/client_cmd.rs", "topic", 181),
-    ("node/src/bin/strata/serve.rs", "run", 183),
+    ("cli/src/bench_cmd.rs", "bench", 164),
+    ("cli/src/client_cmd.rs", "topic", 181),
+    ("cli/src/serve.rs", "run", 183),
     ("node/src/server/listener/kafka/mod.rs", "respond", 173),
     ("node/src/server/metrics.rs", "render", 294),
     ("node/src/server/shard/replica/follower.rs", "follow", 154),
@@ -202,6 +202,7 @@ fn no_function_grows_past_150_lines() {
         "bench/src",
         "tuning/src",
         "kafka/src",
+        "cli/src",
     ] {
         for (path, text) in sources_under(crate_dir) {
             for (name, lines) in functions(&text) {
@@ -466,4 +467,20 @@ fn modules_side_by_side_import_one_way_in_every_folder() {
         "modules that import each other:\n{}",
         found.join("\n")
     );
+}
+
+/// The broker library depends on no bench or command-line code: the `strata` binary, which
+/// needs both, is a crate of its own (`cli/`).
+#[test]
+fn the_broker_library_depends_on_no_bench_code() {
+    let manifest = source("node/Cargo.toml");
+    for forbidden in ["strata-bench", "[[bin]]"] {
+        assert!(
+            !manifest.contains(forbidden),
+            "node/Cargo.toml names {forbidden}"
+        );
+    }
+    for (path, text) in sources_under("node/src") {
+        assert!(!text.contains("strata_bench"), "{path} uses strata_bench");
+    }
 }

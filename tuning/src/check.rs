@@ -322,7 +322,7 @@ fn sysctls(host: &Host) -> Vec<Finding> {
 }
 
 /// The congestion control Strata's connections ask for (`strata serve --tcp-congestion`):
-/// the client crate's `DEFAULT_TCP_CONGESTION`, which a test in `node/tests/tune.rs` holds
+/// the client crate's `DEFAULT_TCP_CONGESTION`, which a test in `cli/tests/tune.rs` holds
 /// this to (this crate reads the host and depends on no other Strata crate).
 pub const STRATA_TCP_CONGESTION: &str = "cubic";
 

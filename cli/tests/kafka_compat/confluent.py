@@ -1,4 +1,4 @@
-"""Scenarios for node/tests/kafka_compat.rs, run through confluent-kafka (librdkafka 2.16):
+"""Scenarios for cli/tests/kafka_compat.rs, run through confluent-kafka (librdkafka 2.16):
 `python3 confluent.py SCENARIO BOOTSTRAP [ARG...]` prints one JSON object with what it saw."""
 
 import json

@@ -4,8 +4,6 @@
 //! is torn. Repeated on the same log, so each round also recovers on top of earlier recoveries;
 //! every other round appends past the page cache (`O_DIRECT`).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

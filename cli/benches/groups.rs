@@ -1,6 +1,6 @@
 //! Consumer groups, measured on a real 3-broker cluster (etcd) on the host running the bench.
 //!
-//! `cargo bench -p strata-node --bench groups -- [--members N] [--partitions N]`
+//! `cargo bench -p strata-cli --bench groups -- [--members N] [--partitions N]`
 //!
 //! 1. Rebalance time: N members (default 10) join a group on a topic of P partitions (default
 //!    100) at once; time until every partition is owned and the group is settled. Then one more

@@ -1,6 +1,6 @@
 //! One node over loopback, next to a plain TCP socket pair measured in the same run.
 //!
-//! `cargo bench -p strata-node --bench node -- [--seconds N] [--shards N] [--linger-ms N]
+//! `cargo bench -p strata-cli --bench node -- [--seconds N] [--shards N] [--linger-ms N]
 //! [--latency-linger-ms N] [--load F] [--direct-writes never|replicated|always] [--overprovisioned]
 //! [--partition-fetch-bytes B]`
 //!

@@ -17,9 +17,9 @@ pub fn markdown(cli: Command) -> String {
     cli.build();
     let mut out = String::from(
         "# `strata` command reference\n\n\
-         Every command's `--help`, generated from the definitions in `node/src/bin/strata/`.\n\
+         Every command's `--help`, generated from the definitions in `cli/src/`.\n\
          A test (`reference::tests`) fails when this file and the binary disagree; regenerate it\n\
-         with `STRATA_UPDATE_DOCS=1 cargo nextest run -p strata-node --bin strata reference`.\n\n\
+         with `STRATA_UPDATE_DOCS=1 cargo nextest run -p strata-cli --bin strata reference`.\n\n\
          Durations take a unit (`500ms`, `10s`, `2m`, `1h`) or are bare seconds; sizes take\n\
          `KiB`/`MiB`/`GiB` (powers of two), `KB`/`MB`/`GB` (powers of ten) or are bare bytes.\n\
          Exit codes: 0 success, 1 error (one line on stderr), 2 usage.\n",
@@ -146,7 +146,7 @@ mod tests {
         assert!(
             written == rendered,
             "docs/cli.md is out of date with the CLI's definitions: regenerate it with \
-             {UPDATE_VAR}=1 cargo nextest run -p strata-node --bin strata reference"
+             {UPDATE_VAR}=1 cargo nextest run -p strata-cli --bin strata reference"
         );
     }
 
