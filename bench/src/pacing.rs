@@ -213,7 +213,7 @@ mod tests {
         })
         .await
         .unwrap();
-        // tokio rounds deadlines up to its next 1 ms tick (a median near 500 µs here); the
+        // tokio rounds deadlines up to its next 1 ms tick (a median near 500 µs late); the
         // pacing thread wakes within tens of µs on an idle host.
         assert!(
             pacing_thread * 2 < tokio_timer,

@@ -1064,7 +1064,7 @@ fn congestion_controls(side: &str, port: u16) -> Vec<String> {
 
 /// Both ends of a client connection use the congestion control they are set to: cubic by
 /// default, whatever the host's default is (BBR without the fq qdisc paces every burst with
-/// a timer: half a consumer's throughput over loopback here), and what `--tcp-congestion` and
+/// a timer: half a consumer's throughput over loopback, measured), and what `--tcp-congestion` and
 /// `ClientConfig::tcp_congestion` name otherwise.
 #[test]
 fn connections_use_the_tcp_congestion_control_they_are_set_to() {

@@ -1007,7 +1007,7 @@ mod tests {
         }
         let (min, max) = (bytes.iter().min().unwrap(), bytes.iter().max().unwrap());
         // Each turn gives a partition a batch's worth plus part of a record: even to within
-        // what those overshoots add up to (under 1% here).
+        // what those overshoots add up to (under 1% for these sizes).
         let mean = bytes.iter().sum::<usize>() / bytes.len();
         assert!(max - min <= mean / 100, "{bytes:?}");
     }

@@ -51,6 +51,15 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// [`Clock::monotonic_us`] in milliseconds, for the sans-IO cores that keep time in `i64`
+    /// ms (a follower's lag against `replica.lag.time.max.ms`): a step of the wall clock must
+    /// not push followers out of the ISR.
+    pub fn monotonic_ms(&self) -> i64 {
+        (self.monotonic_us() / 1000) as i64
+    }
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Clock::SYSTEM

@@ -431,7 +431,7 @@ async fn read_frame(receive: &mut quinn::RecvStream, max_bytes: usize) -> Result
 /// (1,500-byte Ethernet). On loopback a datagram already fills a 64 KiB send, and with GSO on
 /// quinn lost packets in bursts (its black-hole detector then dropped the path MTU to 1200)
 /// and moved a third of the bytes: `cargo bench --bench quic` gave 380–390 MB/s with it and
-/// 1.2 GB/s without (fetch-shaped, 2026-11-29).
+/// 1.2 GB/s without (fetch-shaped; docs/performance.md).
 fn transport(segmentation_offload: bool) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.enable_segmentation_offload(segmentation_offload);

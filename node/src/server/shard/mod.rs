@@ -10,7 +10,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 
 use strata_wire::protocol::{
     ApiKey, ApiVersionRange, ApiVersionsResponse, ErrorCode, Request, Response,
@@ -484,7 +483,7 @@ impl Shard {
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
-                        high_watermark_checkpointed_at: Instant::now(),
+                        high_watermark_checkpointed_at: self.clock().now(),
                     },
                 );
             }

@@ -121,7 +121,7 @@ impl Shard {
                 return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
             };
             let before = leader.high_watermark();
-            let now = self.clock().wall_ms();
+            let now = self.clock().monotonic_ms();
             if let Some(latency_us) = leader.time_follower_progress(
                 request.replica_id,
                 request.log_end,

@@ -167,7 +167,7 @@ impl Shard {
                         state.replicas.clone(),
                         state.isr.clone(),
                         state.partition_epoch,
-                        self.clock().wall_ms(),
+                        self.clock().monotonic_ms(),
                     );
                     // Counted once: a view that only repeats what this leader already applied
                     // (its own change, written back below in `propose_isr`) changes nothing.
@@ -191,7 +191,7 @@ impl Shard {
         let Ok(info) = log.replica_info().await else {
             return;
         };
-        let now = self.clock().wall_ms();
+        let now = self.clock().monotonic_ms();
         let mut partitions = self.partitions.borrow_mut();
         let Some(partition) = partitions.get_mut(key) else {
             return;
@@ -325,7 +325,7 @@ impl Shard {
         let mut interval = tokio::time::interval(TICK);
         loop {
             interval.tick().await;
-            let now = self.clock().wall_ms();
+            let now = self.clock().monotonic_ms();
             let mut proposals = Vec::new();
             {
                 let mut partitions = self.partitions.borrow_mut();
@@ -342,7 +342,7 @@ impl Shard {
                     {
                         partition.log.checkpoint_high_watermark(high_watermark);
                         partition.high_watermark_checkpointed = high_watermark;
-                        partition.high_watermark_checkpointed_at = Instant::now();
+                        partition.high_watermark_checkpointed_at = self.clock().now();
                     }
                 }
             }
