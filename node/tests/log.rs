@@ -14,7 +14,7 @@ use strata_node::io::sim::{FaultOp, SimStorage};
 use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
 use strata_node::log::shared_sync::SharedSync;
-use strata_node::log::tail_cache::{self, TailCaches};
+use strata_node::log::tail_cache::TailCaches;
 use strata_node::log::{
     AppendInfo, DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES,
     PartitionLog, PlacedBatches, REGION_MIN_BYTES, Served, writer,
@@ -746,6 +746,9 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
         };
         assert_eq!(LogConfig::default().direct_writes, DirectWrites::Auto);
         let mut log = open(&storage, &sim_dir(), &config).await;
+        // Its shard's caches, which count where its reads were served from.
+        let caches = TailCaches::new(1 << 30);
+        log.share_tail_cache(&caches);
         let mut follower = open(&storage, Path::new("/data/orders-1"), &config).await;
         let mut written = Vec::new();
         // (appends, value bytes of each of 4 records): small, in between, large, in between,
@@ -760,9 +763,9 @@ fn auto_sends_a_leaders_appends_direct_while_they_are_large() {
                 let info = append_recorded(&mut log, batch, 1, &mut written).await;
                 let went_direct = storage.direct_writes().len() > before;
                 // Read the append back at once, as a consumer at the tail does.
-                let reads_before = tail_cache::read_totals();
+                let reads_before = caches.read_totals();
                 let appended = log.read(info.base_offset, 1 << 20, u64::MAX).await.unwrap();
-                let from_cache = tail_cache::read_totals().from_cache > reads_before.from_cache;
+                let from_cache = caches.read_totals().from_cache > reads_before.from_cache;
                 assert_eq!(from_cache, went_direct, "phase {phase}, append {i}");
                 let before = storage.direct_writes().len();
                 follower.append_replicated(appended, 0).await.unwrap();

@@ -5,7 +5,6 @@
 use super::PartitionLog;
 use super::error::LogError;
 use super::segment;
-use super::tail_cache;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -339,10 +338,10 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(PlannedRead::Ready(Bytes::new()));
         }
         if let Some(cached) = self.tail_cache.read(offset, max_bytes, max_offset) {
-            tail_cache::count_read(true);
+            self.tail_cache.count_read(true);
             return Ok(PlannedRead::Ready(cached));
         }
-        tail_cache::count_read(false);
+        self.tail_cache.count_read(false);
         let at = self.segment_holding(offset);
         let relative = (offset - self.segments[at].base_offset) as u32;
         let budget = max_bytes.max(batch::HEADER_LEN);

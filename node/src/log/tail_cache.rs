@@ -37,34 +37,11 @@ use strata_wire::batch::BatchHeader;
 /// (`docs/performance.md`, the tail cache's size).
 pub const TAIL_CACHE_BYTES: usize = 64 << 20;
 
-thread_local! {
-    /// Reads this thread (a shard) served from tail caches, and from segment files.
-    static READS: std::cell::Cell<ReadTotals> = const { std::cell::Cell::new(ReadTotals { from_cache: 0, from_files: 0 }) };
-}
-
 /// Reads (fetches of consumers and followers) a shard has served, by where the bytes came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadTotals {
     pub from_cache: u64,
     pub from_files: u64,
-}
-
-/// Counts one read on this thread.
-pub(crate) fn count_read(from_cache: bool) {
-    READS.with(|reads| {
-        let mut totals = reads.get();
-        if from_cache {
-            totals.from_cache += 1;
-        } else {
-            totals.from_files += 1;
-        }
-        reads.set(totals);
-    });
-}
-
-/// This thread's reads so far (for `/metrics`).
-pub fn read_totals() -> ReadTotals {
-    READS.with(std::cell::Cell::get)
 }
 
 /// One shard's tail caches under one byte budget. Cloning shares them.
@@ -92,6 +69,8 @@ struct Shared {
     bytes: usize,
     budget: usize,
     next_sequence: u64,
+    /// Reads of the logs sharing these caches, by where they were served from.
+    reads: ReadTotals,
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +100,7 @@ impl TailCaches {
                 bytes: 0,
                 budget,
                 next_sequence: 0,
+                reads: ReadTotals::default(),
             })),
         }
     }
@@ -142,6 +122,11 @@ impl TailCaches {
     }
 
     /// Bytes held by all of this shard's logs.
+    /// Reads the logs sharing these caches served so far (for `/metrics`).
+    pub fn read_totals(&self) -> ReadTotals {
+        self.shared.borrow().reads
+    }
+
     pub fn len(&self) -> usize {
         self.shared.borrow().bytes
     }
@@ -246,6 +231,17 @@ impl Drop for TailCache {
 }
 
 impl TailCache {
+    /// Counts one read of this log, served from the cache or from its segment files, in the
+    /// totals of the caches it shares.
+    pub fn count_read(&self, from_cache: bool) {
+        let reads = &mut self.shared.borrow_mut().reads;
+        if from_cache {
+            reads.from_cache += 1;
+        } else {
+            reads.from_files += 1;
+        }
+    }
+
     /// A cache of its own with `budget` bytes (a log not on a broker's shard).
     pub fn new(budget: usize) -> TailCache {
         TailCaches::new(budget).cache()

@@ -246,7 +246,6 @@ impl ShardMetrics {
         (snapshot.io_in_flight, snapshot.io_in_flight_max) = crate::io::uring::take_in_flight();
         snapshot.under_replicated = under_replicated;
         snapshot.direct_io = crate::io::direct_io_totals();
-        snapshot.reads = crate::log::tail_cache::read_totals();
         if let Some(rounds) = sync_rounds {
             (snapshot.sync_rounds, snapshot.sync_round_jobs) = (rounds.rounds(), rounds.jobs());
         }

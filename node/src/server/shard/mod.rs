@@ -263,6 +263,7 @@ pub fn run(
                     );
                     snapshot.replica_lags = shard.replica_lags();
                     snapshot.tail_cache_bytes = shard.tail_caches.len() as u64;
+                    snapshot.reads = shard.tail_caches.read_totals();
                     let _ = reply.send(snapshot);
                 }
                 ShardMessage::View { reply } => {
