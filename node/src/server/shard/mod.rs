@@ -252,19 +252,7 @@ pub fn run(
                     });
                 }
                 ShardMessage::Metrics { reply } => {
-                    let (led, under_replicated) = shard.leadership_counts();
-                    let replicas = shard.partitions.borrow().len() as u64;
-                    let mut snapshot = shard.metrics.snapshot(
-                        shard.cross_shard_hops.get(),
-                        led,
-                        replicas,
-                        under_replicated,
-                        shard.writer_tuning.shared_sync.as_deref(),
-                    );
-                    snapshot.replica_lags = shard.replica_lags();
-                    snapshot.tail_cache_bytes = shard.tail_caches.len() as u64;
-                    snapshot.reads = shard.tail_caches.read_totals();
-                    let _ = reply.send(snapshot);
+                    let _ = reply.send(shard.metrics_snapshot());
                 }
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
@@ -338,6 +326,23 @@ fn log_error_code(error: &LogError) -> ErrorCode {
 }
 
 impl Shard {
+    /// This shard's metrics as `/metrics` renders them.
+    fn metrics_snapshot(&self) -> metrics::Snapshot {
+        let (led, under_replicated) = self.leadership_counts();
+        let replicas = self.partitions.borrow().len() as u64;
+        let mut snapshot = self.metrics.snapshot(
+            self.cross_shard_hops.get(),
+            led,
+            replicas,
+            under_replicated,
+            self.writer_tuning.shared_sync.as_deref(),
+        );
+        snapshot.replica_lags = self.replica_lags();
+        snapshot.tail_cache_bytes = self.tail_caches.len() as u64;
+        snapshot.reads = self.tail_caches.read_totals();
+        snapshot
+    }
+
     /// Where this shard reads the time (the node's one clock).
     pub(super) fn clock(&self) -> crate::clock::Clock {
         self.context.config.clock
