@@ -21,7 +21,8 @@ pub fn broker(id: i32) -> BrokerInfo {
     }
 }
 
-fn spec(name: &str, partitions: u32) -> TopicSpec {
+/// A topic of `partitions` partitions, replication factor 1, `flush=always`.
+pub fn spec(name: &str, partitions: u32) -> TopicSpec {
     TopicSpec {
         name: name.into(),
         partitions,
@@ -184,7 +185,8 @@ pub async fn check_coordinator(coordinator: &impl Coordinator) {
     assert!(coordinator.topics().await.unwrap().is_empty());
 }
 
-fn offsets(topic: &str, partitions: &[(u32, u64)]) -> GroupOffsets {
+/// `topic`'s offsets as committed: `(partition, offset)` pairs, no metadata.
+pub fn offsets(topic: &str, partitions: &[(u32, u64)]) -> GroupOffsets {
     let partitions = partitions
         .iter()
         .map(|&(partition, offset)| {

@@ -368,15 +368,7 @@ mod tests {
         }
     }
 
-    fn spec(name: &str, partitions: u32) -> TopicSpec {
-        TopicSpec {
-            name: name.into(),
-            partitions,
-            replication_factor: 1,
-            config: BTreeMap::from([("flush".to_string(), "always".to_string())]),
-            assignment: Vec::new(),
-        }
-    }
+    use crate::conformance::spec;
 
     #[test]
     fn the_local_coordinator_conforms() {
