@@ -343,3 +343,133 @@ async fn check_group_ids_are_kept_apart(store: &impl GroupStore) {
     assert!(store.load_group(&"/".repeat(84)).await.is_err());
     assert!(store.load_group(&"/".repeat(83)).await.is_ok());
 }
+
+/// The users and ACLs of a [`Coordinator`] (empty at the start): credentials stored per
+/// mechanism and never as passwords, removal per mechanism and whole, ACLs stored once and
+/// removed by filter.
+pub async fn check_security_store(coordinator: &impl Coordinator) {
+    use strata_auth::acl::{
+        AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType,
+    };
+    use strata_auth::scram::{ScramCredential, ScramMechanism};
+
+    assert!(coordinator.users().await.unwrap().is_empty());
+    let sha256 =
+        ScramCredential::new(ScramMechanism::Sha256, b"first-password", b"salt-a", 4096).unwrap();
+    let sha512 =
+        ScramCredential::new(ScramMechanism::Sha512, b"first-password", b"salt-b", 8192).unwrap();
+    coordinator
+        .upsert_scram_credential("alice", sha256.clone())
+        .await
+        .unwrap();
+    coordinator
+        .upsert_scram_credential("alice", sha512.clone())
+        .await
+        .unwrap();
+    coordinator
+        .upsert_scram_credential("bob", sha512.clone())
+        .await
+        .unwrap();
+    let users = coordinator.users().await.unwrap();
+    assert_eq!(
+        users
+            .iter()
+            .map(|user| user.name.as_str())
+            .collect::<Vec<_>>(),
+        ["alice", "bob"]
+    );
+    assert_eq!(users[0].credentials, vec![sha256.clone(), sha512.clone()]);
+    // A new password replaces the credential of its mechanism only.
+    let changed =
+        ScramCredential::new(ScramMechanism::Sha256, b"second-password", b"salt-c", 4096).unwrap();
+    coordinator
+        .upsert_scram_credential("alice", changed.clone())
+        .await
+        .unwrap();
+    let alice = coordinator.users().await.unwrap().remove(0);
+    assert_eq!(alice.credential(ScramMechanism::Sha256), Some(&changed));
+    assert_eq!(alice.credential(ScramMechanism::Sha512), Some(&sha512));
+    assert!(matches!(
+        coordinator
+            .upsert_scram_credential("", sha256.clone())
+            .await,
+        Err(CoordinatorError::InvalidArgument(_))
+    ));
+    let mut bad = sha256.clone();
+    bad.stored_key.truncate(3);
+    assert!(matches!(
+        coordinator.upsert_scram_credential("carol", bad).await,
+        Err(CoordinatorError::InvalidArgument(_))
+    ));
+    assert!(
+        coordinator
+            .delete_scram_credential("alice", Some(ScramMechanism::Sha256))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !coordinator
+            .delete_scram_credential("alice", Some(ScramMechanism::Sha256))
+            .await
+            .unwrap()
+    );
+    assert!(
+        coordinator
+            .delete_scram_credential("bob", None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !coordinator
+            .delete_scram_credential("nobody", None)
+            .await
+            .unwrap()
+    );
+    let users = coordinator.users().await.unwrap();
+    assert_eq!(users.len(), 1);
+    assert_eq!(users[0].credentials, vec![sha512]);
+
+    assert!(coordinator.acls().await.unwrap().is_empty());
+    let read = AclBinding {
+        resource_type: ResourceType::Topic,
+        resource_name: "orders".into(),
+        pattern_type: PatternType::Literal,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: Operation::Read,
+        permission: Permission::Allow,
+    };
+    let write = AclBinding {
+        resource_name: "orders-".into(),
+        pattern_type: PatternType::Prefixed,
+        operation: Operation::Write,
+        ..read.clone()
+    };
+    coordinator
+        .create_acls(&[read.clone(), write.clone()])
+        .await
+        .unwrap();
+    coordinator.create_acls(&[read.clone()]).await.unwrap();
+    let mut both = vec![read.clone(), write.clone()];
+    both.sort();
+    assert_eq!(coordinator.acls().await.unwrap(), both);
+    let mut invalid = read.clone();
+    invalid.host = "not-an-address".into();
+    assert!(matches!(
+        coordinator.create_acls(&[invalid]).await,
+        Err(CoordinatorError::InvalidArgument(_))
+    ));
+    let mut prefixed = AclFilter::any();
+    prefixed.pattern = PatternFilter::Exactly(PatternType::Prefixed);
+    let deleted = coordinator
+        .delete_acls(&[prefixed, AclFilter::exactly(&write)])
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![vec![write.clone()], vec![write]]);
+    assert_eq!(coordinator.acls().await.unwrap(), vec![read]);
+    assert_eq!(
+        coordinator.delete_acls(&[AclFilter::any()]).await.unwrap()[0].len(),
+        1
+    );
+    assert!(coordinator.acls().await.unwrap().is_empty());
+}

@@ -28,11 +28,14 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::failover::Etcd;
+use crate::security::{UserRecord, split_by_filters, validate_user_name};
 use crate::{
     BrokerInfo, ConfigChange, ConfigCheck, ControllerKey, Coordinator, CoordinatorError,
     PartitionChange, PartitionState, StoredPartition, TopicSpec, TopicState, placement,
     validate_topic_name,
 };
+use strata_auth::acl::{AclBinding, AclFilter};
+use strata_auth::scram::{ScramCredential, ScramMechanism};
 
 /// Broker liveness lease, unless configured otherwise.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
@@ -40,6 +43,8 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 /// Partition keys created per transaction: each takes a compare and a put, and the chunk one
 /// compare more, within etcd's default cap of 128 operations per transaction.
 const PARTITION_KEYS_PER_TXN: usize = 60;
+/// Operations per transaction of independent writes (etcd allows 128 by default).
+const TXN_OPS: usize = 100;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TopicRecord {
@@ -363,6 +368,72 @@ impl EtcdCoordinator {
         format!("{}{suffix}", self.prefix)
     }
 
+    /// `acls/<sha-256 of the binding's JSON>`: the same binding always has the same key.
+    fn acl_key(&self, binding: &AclBinding) -> String {
+        let json = serde_json::to_vec(binding).expect("an ACL serializes");
+        let digest = ring::digest::digest(&ring::digest::SHA256, &json);
+        let hex: String = digest
+            .as_ref()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        self.key(&format!("acls/{hex}"))
+    }
+
+    /// Applies `change` to `user`'s record (a new, empty one when absent) and stores it only if
+    /// the key is unchanged since read, retrying on a race; a record left without credentials
+    /// is deleted. Returns what `change` returned.
+    async fn change_user(
+        &self,
+        user: &str,
+        mut change: impl FnMut(&mut UserRecord) -> bool,
+    ) -> Result<bool, CoordinatorError> {
+        let key = self.key(&format!("users/{user}"));
+        loop {
+            let response = self
+                .client
+                .get(key.clone(), None)
+                .await
+                .map_err(etcd_error)?;
+            let (mut record, revision) = match response.kvs().first() {
+                Some(kv) => (
+                    decode::<UserRecord>(kv.key(), kv.value())?,
+                    kv.mod_revision(),
+                ),
+                None => (
+                    UserRecord {
+                        name: user.to_string(),
+                        credentials: Vec::new(),
+                    },
+                    0,
+                ),
+            };
+            let changed = change(&mut record);
+            if !changed {
+                return Ok(false);
+            }
+            let write = if record.credentials.is_empty() {
+                TxnOp::delete(key.clone(), None)
+            } else {
+                TxnOp::put(
+                    key.clone(),
+                    serde_json::to_vec(&record).expect("a user serializes"),
+                    None,
+                )
+            };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
+                .and_then([write]);
+            if self.client.txn(txn).await.map_err(etcd_error)?.succeeded() {
+                return Ok(true);
+            }
+        }
+    }
+
     /// Stops keeping the lease alive and revokes it: this node's registration disappears now
     /// instead of after the TTL (a clean shutdown).
     pub async fn resign(self) -> Result<(), CoordinatorError> {
@@ -596,6 +667,102 @@ impl Coordinator for EtcdCoordinator {
 
     fn node_id(&self) -> i32 {
         self.node_id
+    }
+
+    async fn users(&self) -> Result<Vec<UserRecord>, CoordinatorError> {
+        let (keys, _) =
+            get_prefix(&self.client, &self.key("users/"), SMALL_VALUES_PER_PAGE, 0).await?;
+        let mut users: Vec<UserRecord> = keys
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(users)
+    }
+
+    async fn upsert_scram_credential(
+        &self,
+        user: &str,
+        credential: ScramCredential,
+    ) -> Result<(), CoordinatorError> {
+        validate_user_name(user)?;
+        credential
+            .validate()
+            .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        self.change_user(user, |record| {
+            record.set(credential.clone());
+            true
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn delete_scram_credential(
+        &self,
+        user: &str,
+        mechanism: Option<ScramMechanism>,
+    ) -> Result<bool, CoordinatorError> {
+        self.change_user(user, |record| record.remove(mechanism))
+            .await
+    }
+
+    async fn acls(&self) -> Result<Vec<AclBinding>, CoordinatorError> {
+        let (keys, _) =
+            get_prefix(&self.client, &self.key("acls/"), SMALL_VALUES_PER_PAGE, 0).await?;
+        let mut acls: Vec<AclBinding> = keys
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        acls.sort();
+        Ok(acls)
+    }
+
+    /// One key per binding, named by the hash of its content: creating it twice writes the
+    /// same key.
+    async fn create_acls(&self, bindings: &[AclBinding]) -> Result<(), CoordinatorError> {
+        for binding in bindings {
+            binding
+                .validate()
+                .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        }
+        for chunk in bindings.chunks(TXN_OPS) {
+            let puts: Vec<TxnOp> = chunk
+                .iter()
+                .map(|binding| {
+                    TxnOp::put(
+                        self.acl_key(binding),
+                        serde_json::to_vec(binding).expect("an ACL serializes"),
+                        None,
+                    )
+                })
+                .collect();
+            self.client
+                .txn(Txn::new().and_then(puts))
+                .await
+                .map_err(etcd_error)?;
+        }
+        Ok(())
+    }
+
+    async fn delete_acls(
+        &self,
+        filters: &[AclFilter],
+    ) -> Result<Vec<Vec<AclBinding>>, CoordinatorError> {
+        let (deleted, _) = split_by_filters(self.acls().await?, filters);
+        let mut keys: Vec<String> = deleted.iter().flatten().map(|b| self.acl_key(b)).collect();
+        keys.sort();
+        keys.dedup();
+        for chunk in keys.chunks(TXN_OPS) {
+            let deletes: Vec<TxnOp> = chunk
+                .iter()
+                .map(|key| TxnOp::delete(key.clone(), None))
+                .collect();
+            self.client
+                .txn(Txn::new().and_then(deletes))
+                .await
+                .map_err(etcd_error)?;
+        }
+        Ok(deleted)
     }
 
     /// Leaves the cluster but keeps reading it: stops the keep-alive and revokes the lease, so

@@ -17,6 +17,7 @@ mod failover;
 pub mod groups;
 mod local;
 pub mod placement;
+pub mod security;
 pub mod testing;
 
 pub use etcd::{DEFAULT_LEASE_TTL, EtcdCoordinator};
@@ -115,6 +116,9 @@ pub enum CoordinatorError {
     InvalidTopicName { name: String, why: &'static str },
     #[error("invalid topic: {0}")]
     Invalid(String),
+    /// A user, credential or ACL the store refuses as given.
+    #[error("{0}")]
+    InvalidArgument(String),
     /// A replica assignment the cluster cannot take: unknown brokers, a broker twice in one
     /// partition, partitions of different sizes.
     #[error("invalid replica assignment: {0}")]
@@ -239,6 +243,37 @@ pub trait Coordinator {
         changes: &[StoredPartition],
         proof: &ControllerKey,
     ) -> Result<Vec<bool>, CoordinatorError>;
+    // Users and ACLs: read by every broker's authenticator and authorizer (see [`security`]).
+
+    /// Every user with stored SCRAM credentials, in name order.
+    async fn users(&self) -> Result<Vec<security::UserRecord>, CoordinatorError>;
+    /// Sets `user`'s credential for its mechanism (creating the user, replacing an older
+    /// credential of that mechanism).
+    async fn upsert_scram_credential(
+        &self,
+        user: &str,
+        credential: strata_auth::scram::ScramCredential,
+    ) -> Result<(), CoordinatorError>;
+    /// Removes `user`'s credential of `mechanism` (every one for `None`; a user left with none
+    /// is gone). Returns whether there was one to remove.
+    async fn delete_scram_credential(
+        &self,
+        user: &str,
+        mechanism: Option<strata_auth::scram::ScramMechanism>,
+    ) -> Result<bool, CoordinatorError>;
+    /// Every ACL binding, each once, in a stable order.
+    async fn acls(&self) -> Result<Vec<strata_auth::acl::AclBinding>, CoordinatorError>;
+    /// Stores `bindings` (each validated; one already stored stays once).
+    async fn create_acls(
+        &self,
+        bindings: &[strata_auth::acl::AclBinding],
+    ) -> Result<(), CoordinatorError>;
+    /// Removes every binding any filter matches; returns each filter's matches.
+    async fn delete_acls(
+        &self,
+        filters: &[strata_auth::acl::AclFilter],
+    ) -> Result<Vec<Vec<strata_auth::acl::AclBinding>>, CoordinatorError>;
+
     /// Stores the partitions `topic` was created with that the store does not hold yet (a
     /// creator that stopped half way); returns how many.
     async fn create_missing_partitions(&self, topic: &str) -> Result<usize, CoordinatorError>;

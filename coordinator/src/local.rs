@@ -13,11 +13,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::security::{UserRecord, split_by_filters, validate_user_name};
 use crate::{
     BrokerInfo, ControllerKey, Coordinator, CoordinatorError, StoredPartition, TopicSpec,
     TopicState, placement, validate_topic_name,
 };
 use crate::{ConfigChange, ConfigCheck, PartitionChange, PartitionState};
+use strata_auth::acl::{AclBinding, AclFilter};
+use strata_auth::scram::{ScramCredential, ScramMechanism};
 
 const STATE_FILE: &str = "state.json";
 
@@ -25,6 +28,10 @@ const STATE_FILE: &str = "state.json";
 struct State {
     brokers: Vec<BrokerInfo>,
     topics: Vec<TopicState>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    users: Vec<UserRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    acls: Vec<AclBinding>,
 }
 
 pub struct LocalCoordinator {
@@ -108,6 +115,92 @@ pub(crate) fn write_atomically(
 }
 
 impl Coordinator for LocalCoordinator {
+    async fn users(&self) -> Result<Vec<UserRecord>, CoordinatorError> {
+        Ok(self.state.borrow().users.clone())
+    }
+
+    async fn upsert_scram_credential(
+        &self,
+        user: &str,
+        credential: ScramCredential,
+    ) -> Result<(), CoordinatorError> {
+        validate_user_name(user)?;
+        credential
+            .validate()
+            .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        self.update(|state| {
+            match state.users.iter_mut().find(|known| known.name == user) {
+                Some(known) => known.set(credential),
+                None => {
+                    let mut record = UserRecord {
+                        name: user.to_string(),
+                        credentials: Vec::new(),
+                    };
+                    record.set(credential);
+                    state.users.push(record);
+                    state.users.sort_by(|a, b| a.name.cmp(&b.name));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn delete_scram_credential(
+        &self,
+        user: &str,
+        mechanism: Option<ScramMechanism>,
+    ) -> Result<bool, CoordinatorError> {
+        let present = self
+            .state
+            .borrow()
+            .users
+            .iter()
+            .any(|known| known.name == user);
+        if !present {
+            return Ok(false);
+        }
+        self.update(|state| {
+            let Some(known) = state.users.iter_mut().find(|known| known.name == user) else {
+                return Ok(false);
+            };
+            let removed = known.remove(mechanism);
+            state.users.retain(|known| !known.credentials.is_empty());
+            Ok(removed)
+        })
+    }
+
+    async fn acls(&self) -> Result<Vec<AclBinding>, CoordinatorError> {
+        Ok(self.state.borrow().acls.clone())
+    }
+
+    async fn create_acls(&self, bindings: &[AclBinding]) -> Result<(), CoordinatorError> {
+        for binding in bindings {
+            binding
+                .validate()
+                .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        }
+        self.update(|state| {
+            state.acls.extend(bindings.iter().cloned());
+            state.acls.sort();
+            state.acls.dedup();
+            Ok(())
+        })
+    }
+
+    async fn delete_acls(
+        &self,
+        filters: &[AclFilter],
+    ) -> Result<Vec<Vec<AclBinding>>, CoordinatorError> {
+        let (deleted, kept) = split_by_filters(self.state.borrow().acls.clone(), filters);
+        if deleted.iter().any(|matches| !matches.is_empty()) {
+            self.update(|state| {
+                state.acls = kept;
+                Ok(())
+            })?;
+        }
+        Ok(deleted)
+    }
+
     fn cluster_name(&self) -> &str {
         &self.cluster
     }
@@ -375,6 +468,28 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
         block_on(crate::conformance::check_coordinator(&coordinator));
+    }
+
+    #[test]
+    fn the_local_security_store_conforms_and_keeps_no_password() {
+        let temp = tempfile::tempdir().unwrap();
+        let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        block_on(crate::conformance::check_security_store(&coordinator));
+        let credential = strata_auth::scram::ScramCredential::new(
+            strata_auth::scram::ScramMechanism::Sha512,
+            b"a-password-on-disk",
+            b"salt",
+            4096,
+        )
+        .unwrap();
+        block_on(coordinator.upsert_scram_credential("dora", credential.clone())).unwrap();
+        let stored = std::fs::read_to_string(temp.path().join(STATE_FILE)).unwrap();
+        assert!(!stored.contains("a-password-on-disk"));
+        // Users outlive the process.
+        drop(coordinator);
+        let reopened = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
+        let users = block_on(reopened.users()).unwrap();
+        assert_eq!(users.last().unwrap().credentials, vec![credential]);
     }
 
     #[test]

@@ -501,3 +501,12 @@ fn the_etcd_coordinator_conforms() {
         strata_coordinator::conformance::check_coordinator(&coordinator).await;
     });
 }
+
+#[test]
+fn the_etcd_security_store_conforms() {
+    let etcd = EtcdServer::start();
+    runtime().block_on(async {
+        let coordinator = connect(&etcd, 1, Duration::from_secs(5)).await;
+        strata_coordinator::conformance::check_security_store(&coordinator).await;
+    });
+}

@@ -271,6 +271,7 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
         CoordinatorError::UnknownTopic(_) => ErrorCode::UnknownTopic,
         CoordinatorError::InvalidTopicName { .. } => ErrorCode::InvalidTopicName,
         CoordinatorError::Invalid(_) => ErrorCode::InvalidConfig,
+        CoordinatorError::InvalidArgument(_) => ErrorCode::InvalidRequest,
         CoordinatorError::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment,
         CoordinatorError::Unavailable(_) => ErrorCode::NotReady,
         CoordinatorError::BrokerIdTaken(_)
