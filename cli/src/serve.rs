@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
 use strata_node::log::tail_cache::TAIL_CACHE_BYTES;
+use strata_node::server::security::{ListenerSpec, SecurityConfig, parse_listeners};
 use strata_node::server::{Node, NodeConfig};
 
 #[derive(Args)]
@@ -23,9 +24,11 @@ pub struct ServeArgs {
     /// This broker's id in its cluster, unique among live brokers (default 1).
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<i32>,
-    /// Client port; shard i also listens on this port + 10 + i (default 127.0.0.1:7300).
+    /// Client listener, `[SCHEME://]HOST:PORT` with SCHEME one of plaintext (the default), ssl,
+    /// sasl_plaintext, sasl_ssl; shard i also listens on PORT + 10 + i, with the same security
+    /// (default plaintext://127.0.0.1:7300).
     #[arg(long, env = "STRATA_LISTEN")]
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     /// Replication (QUIC over UDP) address; shard i binds this port + i. Default: the client
     /// port + 1 on the listen address (7301).
     #[arg(long, env = "STRATA_REPLICATION")]
@@ -76,11 +79,31 @@ pub struct ServeArgs {
     /// Admin HTTP address: /metrics (Prometheus), /health, /v1/cluster. Default 127.0.0.1:7380.
     #[arg(long, env = "STRATA_ADMIN")]
     admin: Option<SocketAddr>,
-    /// Also serve Kafka's protocol on this address (e.g. 0.0.0.0:9092), for existing Kafka
-    /// clients (kcat, librdkafka, franz-go, the Java client): produce, fetch, list offsets,
-    /// metadata, idempotent producer ids. Off by default.
+    /// Also serve Kafka's protocol, for existing Kafka clients (kcat, librdkafka, franz-go, the
+    /// Java client), on these listeners: `SCHEME://HOST:PORT[,SCHEME://HOST:PORT]` (as Kafka's
+    /// `listeners`; SCHEME one of plaintext, ssl, sasl_plaintext, sasl_ssl; a bare HOST:PORT is
+    /// plaintext), at most one per scheme. Off by default.
     #[arg(long, env = "STRATA_KAFKA_LISTEN")]
-    kafka_listen: Option<SocketAddr>,
+    kafka_listen: Option<String>,
+    /// Whether TLS listeners ask clients for a certificate that chains to --tls-ca: none,
+    /// requested, required (Kafka's ssl.client.auth; default none). A verified certificate's
+    /// subject is the connection's principal (User:CN=...), unless SASL names another.
+    #[arg(long, env = "STRATA_TLS_CLIENT_AUTH")]
+    tls_client_auth: Option<String>,
+    /// SASL mechanisms the sasl_* listeners offer, comma-separated, from SCRAM-SHA-256,
+    /// SCRAM-SHA-512 and PLAIN (default SCRAM-SHA-512,SCRAM-SHA-256; PLAIN sends the password
+    /// itself: offer it on sasl_ssl only).
+    #[arg(long, env = "STRATA_SASL_MECHANISMS")]
+    sasl_mechanisms: Option<String>,
+    /// A SASL session lasts this long; the client must authenticate again on the same
+    /// connection before it ends or be disconnected (Kafka's connections.max.reauth.ms, KIP-368;
+    /// e.g. 1h; default 0: sessions never end).
+    #[arg(long, env = "STRATA_CONNECTIONS_MAX_REAUTH", value_parser = crate::units::parse_duration)]
+    connections_max_reauth: Option<std::time::Duration>,
+    /// A failed authentication is answered this late, so guessing passwords is slow (Kafka's
+    /// connection.failed.authentication.delay.ms; default 100ms).
+    #[arg(long, env = "STRATA_FAILED_AUTHENTICATION_DELAY", value_parser = crate::units::parse_duration)]
+    failed_authentication_delay: Option<std::time::Duration>,
     /// Create a topic a Kafka client asks for that does not exist, with --num-partitions and
     /// --default-replication-factor (Kafka's auto.create.topics.enable; off by default).
     #[arg(long, env = "STRATA_KAFKA_AUTO_CREATE_TOPICS")]
@@ -145,7 +168,7 @@ pub struct ServeArgs {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     replication: Option<SocketAddr>,
     replica_lag_time_max_ms: Option<u64>,
     replica_recovery_bytes_per_sec: Option<u64>,
@@ -157,7 +180,19 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     admin: Option<SocketAddr>,
-    kafka_listen: Option<SocketAddr>,
+    kafka_listen: Option<String>,
+    tls_client_auth: Option<String>,
+    sasl_mechanisms: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "crate::units::serde_duration_option::deserialize"
+    )]
+    connections_max_reauth: Option<std::time::Duration>,
+    #[serde(
+        default,
+        deserialize_with = "crate::units::serde_duration_option::deserialize"
+    )]
+    failed_authentication_delay: Option<std::time::Duration>,
     kafka_auto_create_topics: Option<bool>,
     num_partitions: Option<u32>,
     default_replication_factor: Option<u16>,
@@ -229,6 +264,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => FileConfig::default(),
     };
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
+    let security = security_config(&args, &file)?;
     let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
         endpoints
             .split(',')
@@ -247,10 +283,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .admin
         .or(file.admin)
         .unwrap_or_else(|| "127.0.0.1:7380".parse().expect("a valid address"));
-    let listen = args
-        .listen
-        .or(file.listen)
-        .unwrap_or_else(|| "127.0.0.1:7300".parse().expect("a valid address"));
+    let native_listener = match args.listen.clone().or(file.listen.clone()) {
+        Some(text) => {
+            let mut listeners =
+                parse_listeners(&text).map_err(|why| anyhow::anyhow!("--listen: {why}"))?;
+            anyhow::ensure!(
+                listeners.len() == 1,
+                "--listen takes one listener (its shards' ports follow it)"
+            );
+            listeners.remove(0)
+        }
+        None => ListenerSpec::plaintext("127.0.0.1:7300".parse().expect("a valid address")),
+    };
+    let listen = native_listener.address;
+    let kafka_listeners = match args.kafka_listen.clone().or(file.kafka_listen.clone()) {
+        Some(text) => {
+            parse_listeners(&text).map_err(|why| anyhow::anyhow!("--kafka-listen: {why}"))?
+        }
+        None => Vec::new(),
+    };
     let advertised_host = args
         .advertised_host
         .or(file.advertised_host)
@@ -297,6 +348,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .or(file.cluster)
             .unwrap_or_else(|| "strata".to_string()),
         listen,
+        listen_protocol: native_listener.protocol,
         advertised_host,
         shards,
         max_frame_bytes: args
@@ -314,7 +366,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
         rack: args.rack.or(file.rack),
         admin: Some(admin),
-        kafka: args.kafka_listen.or(file.kafka_listen),
+        kafka: kafka_listeners,
+        security,
         kafka_auto_create_topics: args.kafka_auto_create_topics
             || file.kafka_auto_create_topics.unwrap_or(false),
         kafka_topic_defaults,
@@ -361,6 +414,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
     };
+    let tls_listeners = config
+        .kafka
+        .iter()
+        .chain(std::iter::once(&native_listener))
+        .filter(|listener| listener.protocol.uses_tls())
+        .count();
+    anyhow::ensure!(
+        tls_listeners == 0 || config.tls.is_some(),
+        "ssl and sasl_ssl listeners need --tls-cert, --tls-key and --tls-ca"
+    );
     let node = Node::start(config.clone())?;
     eprintln!(
         "strata: node {} serving on {} (shards {}, ports {}..{}), data in {}",
@@ -371,13 +434,64 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.shard_port(config.shards - 1),
         config.data_dir.display()
     );
-    if let Some(kafka) = config.kafka {
+    for kafka in &config.kafka {
         eprintln!("strata: Kafka protocol on {kafka}");
     }
     wait_for_signal()?;
     eprintln!("strata: shutting down");
     node.shutdown();
     Ok(())
+}
+
+/// TLS client authentication, SASL and the bootstrap user, from the flags, the file and the
+/// environment.
+fn security_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<SecurityConfig> {
+    let mut security = SecurityConfig::default();
+    if let Some(client_auth) = args
+        .tls_client_auth
+        .as_ref()
+        .or(file.tls_client_auth.as_ref())
+    {
+        security.client_auth = client_auth
+            .parse()
+            .map_err(|why: String| anyhow::anyhow!("--tls-client-auth: {why}"))?;
+    }
+    if let Some(mechanisms) = args
+        .sasl_mechanisms
+        .as_ref()
+        .or(file.sasl_mechanisms.as_ref())
+    {
+        security.sasl_mechanisms = mechanisms
+            .split(',')
+            .filter(|name| !name.trim().is_empty())
+            .map(str::parse)
+            .collect::<Result<_, String>>()
+            .map_err(|why| anyhow::anyhow!("--sasl-mechanisms: {why}"))?;
+        anyhow::ensure!(
+            !security.sasl_mechanisms.is_empty(),
+            "--sasl-mechanisms names no mechanism"
+        );
+    }
+    security.connections_max_reauth = args
+        .connections_max_reauth
+        .or(file.connections_max_reauth)
+        .filter(|lifetime| !lifetime.is_zero());
+    if let Some(delay) = args
+        .failed_authentication_delay
+        .or(file.failed_authentication_delay)
+    {
+        security.failed_authentication_delay = delay;
+    }
+    // Only from the environment: a password does not belong in a command line or a file
+    // that is kept.
+    if let Ok(user) = std::env::var("STRATA_BOOTSTRAP_USER") {
+        let (name, password) = user
+            .split_once(':')
+            .filter(|(name, password)| !name.is_empty() && !password.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("STRATA_BOOTSTRAP_USER is NAME:PASSWORD"))?;
+        security.bootstrap_user = Some((name.to_string(), password.to_string()));
+    }
+    Ok(security)
 }
 
 /// Kafka's num.partitions and default.replication.factor, from the flags or the file; zero is

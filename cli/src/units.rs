@@ -115,3 +115,32 @@ mod tests {
         assert_eq!(parse_bytes_u32("4MiB"), Ok(4 << 20));
     }
 }
+
+/// A duration in the config file: a string in [`parse_duration`]'s grammar (`"1h"`), or a
+/// number of seconds.
+pub mod serde_duration_option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Text(String),
+        Seconds(f64),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let written = Option::<Written>::deserialize(deserializer)?;
+        written
+            .map(|written| match written {
+                Written::Text(text) => super::parse_duration(&text),
+                Written::Seconds(seconds) => Duration::try_from_secs_f64(seconds)
+                    .map_err(|_| format!("{seconds}: out of range")),
+            })
+            .transpose()
+            .map_err(serde::de::Error::custom)
+    }
+}

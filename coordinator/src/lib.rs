@@ -48,9 +48,22 @@ pub struct BrokerInfo {
     /// Failure domain (`--rack`): replicas of a partition go to different racks first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
-    /// The Kafka-protocol listener's port (`--kafka-listen`), at `host`; `None`: no listener.
+    /// The first Kafka-protocol listener's port (`--kafka-listen`), at `host`; `None`: no
+    /// listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka_port: Option<u16>,
+    /// Every Kafka-protocol listener, by name: a client is sent to the listener of the name it
+    /// connected through, on every broker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kafka_listeners: Vec<AdvertisedListener>,
+}
+
+/// A named listener a broker advertises (Kafka's `advertised.listeners`), at the broker's host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertisedListener {
+    /// The security protocol's name: `PLAINTEXT`, `SASL_SSL`, ...
+    pub name: String,
+    pub port: u16,
 }
 
 /// One partition's replication state (DESIGN §6: `partitions/<topic>/<p>`).

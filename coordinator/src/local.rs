@@ -504,6 +504,7 @@ mod tests {
             replication_host: None,
             rack: None,
             kafka_port: None,
+            kafka_listeners: Vec::new(),
         };
         {
             let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
@@ -560,6 +561,7 @@ mod tests {
                 replication_host: None,
                 rack: None,
                 kafka_port: None,
+                kafka_listeners: Vec::new(),
             }))
             .unwrap();
             block_on(coordinator.create_topic(spec("orders", 2))).unwrap();
@@ -613,6 +615,7 @@ mod tests {
             replication_host: None,
             rack: None,
             kafka_port: None,
+            kafka_listeners: Vec::new(),
         }))
         .unwrap();
         // Replication factor 2 cannot be placed on one broker: nothing is stored.

@@ -342,6 +342,7 @@ mod tests {
                 replication_host: None,
                 rack: None,
                 kafka_port: None,
+                kafka_listeners: Vec::new(),
             })
             .collect()
     }

@@ -26,6 +26,7 @@ fn broker(id: i32) -> BrokerInfo {
         replication_host: None,
         rack: None,
         kafka_port: None,
+        kafka_listeners: Vec::new(),
     }
 }
 

@@ -12,7 +12,8 @@ use kafka_protocol::messages::{
     FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -25,8 +26,9 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
-/// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 22] = [
+/// group protocols. SaslHandshake starts at 1: after a version-0 handshake the tokens would
+/// travel without Kafka framing, which no client of the last years sends.
+pub const SUPPORTED: [(ApiKey, i16, i16); 24] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -49,6 +51,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 22] = [
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// What every request carries ahead of its body.
@@ -97,6 +101,8 @@ pub enum KafkaRequest {
     DescribeConfigs(DescribeConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
 }
 
 /// Why a request was not decoded.
@@ -170,6 +176,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::DescribeConfigs => decoded!(DescribeConfigs),
         ApiKey::AlterConfigs => decoded!(AlterConfigs),
         ApiKey::IncrementalAlterConfigs => decoded!(IncrementalAlterConfigs),
+        ApiKey::SaslHandshake => decoded!(SaslHandshake),
+        ApiKey::SaslAuthenticate => decoded!(SaslAuthenticate),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

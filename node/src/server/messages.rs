@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use strata_auth::acl::AclBinding;
+use strata_auth::scram::{ScramCredential, ScramMechanism};
+use strata_coordinator::security::UserRecord;
 use strata_coordinator::{BrokerInfo, PartitionChange, PartitionState, TopicState};
 use strata_wire::protocol::{
     AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
@@ -96,6 +99,33 @@ pub struct ClusterView {
     pub topics: Arc<Vec<TopicState>>,
     pub brokers: Arc<Vec<BrokerInfo>>,
     pub controller: i32,
+    /// Users and ACLs: what the listeners authenticate and authorize against.
+    pub security: Arc<SecurityView>,
+}
+
+/// The users and ACLs as the control thread last read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityView {
+    /// In name order.
+    pub users: Vec<UserRecord>,
+    pub acls: Vec<AclBinding>,
+}
+
+impl SecurityView {
+    /// `user`'s stored credential for `mechanism`.
+    pub fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        let at = self
+            .users
+            .binary_search_by(|known| known.name.as_str().cmp(user))
+            .ok()?;
+        self.users[at].credential(mechanism)
+    }
+
+    /// `user`'s strongest stored credential (SASL/PLAIN checks a password against it).
+    pub fn any_credential(&self, user: &str) -> Option<&ScramCredential> {
+        self.credential(user, ScramMechanism::Sha512)
+            .or_else(|| self.credential(user, ScramMechanism::Sha256))
+    }
 }
 
 /// One partition's part of a fetch answer, and what its records count for the metrics: the

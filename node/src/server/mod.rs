@@ -22,6 +22,7 @@ mod listener;
 mod messages;
 mod metrics;
 pub mod quic;
+pub mod security;
 mod shard;
 pub mod topic_config;
 
@@ -34,7 +35,7 @@ use strata_coordinator::BrokerInfo;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::io::Backend;
-pub use messages::{ClusterView, ShardStats};
+pub use messages::{ClusterView, SecurityView, ShardStats};
 pub use shard::shard_of;
 
 /// Everything `strata serve` needs (after config file, env and flags are merged).
@@ -45,6 +46,8 @@ pub struct NodeConfig {
     pub cluster: String,
     /// The shared client port; shard `i` also listens on port + 10 + i.
     pub listen: SocketAddr,
+    /// The security protocol of the native listener (`--listen ssl://...`).
+    pub listen_protocol: security::SecurityProtocol,
     /// The host clients are told to connect to.
     pub advertised_host: String,
     pub shards: usize,
@@ -62,8 +65,11 @@ pub struct NodeConfig {
     pub rack: Option<String>,
     /// The admin HTTP endpoint (`/metrics`, `/health`, `/v1/cluster`); `None`: off.
     pub admin: Option<SocketAddr>,
-    /// The Kafka-protocol listener (every shard accepts on it); `None`: off.
-    pub kafka: Option<SocketAddr>,
+    /// The Kafka-protocol listeners, at most one per security protocol (every shard accepts
+    /// on each); empty: off.
+    pub kafka: Vec<security::ListenerSpec>,
+    /// TLS client certificates, SASL mechanisms, authorization.
+    pub security: security::SecurityConfig,
     /// Kafka's `auto.create.topics.enable`: a topic a Kafka client asks for that does not exist
     /// is created, with [`NodeConfig::kafka_topic_defaults`].
     pub kafka_auto_create_topics: bool,
@@ -129,7 +135,15 @@ impl NodeConfig {
                 && self.replication.ip() != self.listen.ip())
             .then(|| self.replication.ip().to_string()),
             rack: self.rack.clone(),
-            kafka_port: self.kafka.map(|kafka| kafka.port()),
+            kafka_port: self.kafka.first().map(|kafka| kafka.address.port()),
+            kafka_listeners: self
+                .kafka
+                .iter()
+                .map(|listener| strata_coordinator::AdvertisedListener {
+                    name: listener.protocol.name().to_string(),
+                    port: listener.address.port(),
+                })
+                .collect(),
         }
     }
 }

@@ -235,6 +235,7 @@ mod tests {
             }]),
             brokers: Arc::new(brokers.iter().copied().map(broker).collect()),
             controller: 2,
+            security: Default::default(),
         }
     }
 

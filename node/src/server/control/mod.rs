@@ -146,6 +146,10 @@ async fn serve<C: Coordinator>(
         )));
         return;
     }
+    if let Err(error) = bootstrap_user(&coordinator, config).await {
+        let _ = ready.send(Err(format!("creating the bootstrap user: {error}")));
+        return;
+    }
     coordinator.take_next_epochs().await;
     let view = match view::read_view(&coordinator).await {
         Ok((view, _)) => view,
@@ -192,6 +196,40 @@ async fn serve<C: Coordinator>(
         }
         control.carry_out_steps().await;
     }
+}
+
+/// Creates `STRATA_BOOTSTRAP_USER` with a credential of each SCRAM mechanism when no user of
+/// that name exists (as Redpanda's `RP_BOOTSTRAP_USER`): a secured cluster's first user, so
+/// that the first `strata user create` or `kafka-configs` call can authenticate. An existing
+/// user is left as it is: the variable never resets a password.
+async fn bootstrap_user(
+    coordinator: &impl Coordinator,
+    config: &NodeConfig,
+) -> Result<(), CoordinatorError> {
+    let Some((name, password)) = &config.security.bootstrap_user else {
+        return Ok(());
+    };
+    if coordinator
+        .users()
+        .await?
+        .iter()
+        .any(|user| &user.name == name)
+    {
+        return Ok(());
+    }
+    for mechanism in strata_auth::scram::ScramMechanism::ALL {
+        let credential = crate::server::security::new_credential(
+            mechanism,
+            password.as_bytes(),
+            strata_auth::scram::DEFAULT_ITERATIONS,
+        )
+        .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        coordinator
+            .upsert_scram_credential(name, credential)
+            .await?;
+    }
+    tracing::info!(user = %name, "created the bootstrap user");
+    Ok(())
 }
 
 /// The control thread's state between events: the membership machine and what carries out

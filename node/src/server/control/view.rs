@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use strata_coordinator::{Coordinator, CoordinatorError, TopicState, placement};
 
-use crate::server::messages::ClusterView;
+use crate::server::messages::{ClusterView, SecurityView};
 
 /// The cluster view and the revision it was read at. A node whose lease may have lapsed reads
 /// nothing: what it would see is not its to act on.
@@ -25,10 +25,15 @@ pub(super) async fn read_view(
     if !brokers.iter().any(|broker| broker.id == node_id) {
         demote(&mut topics, node_id);
     }
+    let security = SecurityView {
+        users: coordinator.users().await?,
+        acls: coordinator.acls().await?,
+    };
     let view = ClusterView {
         topics: Arc::new(topics),
         brokers: Arc::new(brokers),
         controller: coordinator.controller(),
+        security: Arc::new(security),
     };
     Ok((view, revision))
 }
@@ -70,6 +75,7 @@ pub(super) fn out_of_the_cluster(view: &ClusterView, node_id: i32) -> Option<Clu
         topics: Arc::new(topics),
         brokers: Arc::new(brokers),
         controller: view.controller,
+        security: view.security.clone(),
     })
 }
 

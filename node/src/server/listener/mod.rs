@@ -13,6 +13,13 @@
 //! or closes the connection, as that protocol says; a handler that panics costs its request
 //! only; a broken socket ends that connection only. Each is logged with why.
 //!
+//! Each listening socket is an [`Endpoint`]: an address with a security protocol. On a TLS
+//! endpoint the driver runs over rustls ([`tls`]) and answers carry their records as bytes (no
+//! `sendfile` through TLS); a verified client certificate names the connection's principal. A
+//! protocol may authenticate its connections: a request it marks as an authentication step
+//! ([`Decoded::Authenticate`]) is run by the reader itself before it reads on, so nothing a
+//! client pipelines behind it runs as anyone but who the step decides.
+//!
 //! Replication has a listener of its own ([`replication`]): QUIC, one stream per request.
 //! The admin HTTP endpoint ([`admin`]) runs on the control side, not on a shard.
 
@@ -20,6 +27,7 @@ pub(super) mod admin;
 pub(super) mod kafka;
 pub(super) mod native;
 pub(super) mod replication;
+pub(crate) mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,20 +35,144 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
+use strata_auth::Principal;
 use strata_wire::protocol::FrameParts;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::log::FileRegion;
+use crate::server::security::ListenerSpec;
 use crate::server::shard::Shard;
+
+/// How long a client may take over its TLS handshake before the connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One listening socket of a shard: its address and security protocol, and what serves them.
+pub(super) struct Endpoint {
+    pub(super) spec: ListenerSpec,
+    /// The TLS side of a TLS endpoint.
+    tls: Option<tls::TlsListener>,
+    /// What every endpoint of the shard shares for authentication.
+    pub(super) auth: Rc<Authentication>,
+}
+
+impl Endpoint {
+    /// The endpoint for `spec`; a TLS one loads the node's certificate files now, so a
+    /// listener that cannot speak TLS never starts.
+    pub(super) fn new(
+        shard: &Shard,
+        spec: ListenerSpec,
+        auth: Rc<Authentication>,
+    ) -> std::io::Result<Rc<Endpoint>> {
+        let config = &shard.context.config;
+        let tls = if spec.protocol.uses_tls() {
+            let files = config.tls.as_ref().ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "the {} listener on {} needs --tls-cert, --tls-key and --tls-ca",
+                    spec.protocol, spec.address
+                ))
+            })?;
+            let loaded =
+                tls::TlsListener::load(files, config.security.client_auth, config.clock.now())
+                    .map_err(|error| {
+                        std::io::Error::other(format!("TLS for {}: {error:#}", spec.address))
+                    })?;
+            Some(loaded)
+        } else {
+            None
+        };
+        Ok(Rc::new(Endpoint { spec, tls, auth }))
+    }
+}
+
+/// What a shard's endpoints share for authentication.
+pub(super) struct Authentication {
+    /// Keys the salts made up for unknown SCRAM users (see `strata_auth::scram`).
+    pub(super) unknown_user_key: [u8; 32],
+    /// Failed authentications are logged at most once a second per shard, with a count of
+    /// those not logged, so a password-guessing client cannot flood the log.
+    failures_logged: std::cell::Cell<Option<std::time::Instant>>,
+    failures_unlogged: std::cell::Cell<u64>,
+}
+
+impl Authentication {
+    pub(super) fn new() -> Rc<Authentication> {
+        let mut unknown_user_key = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut unknown_user_key)
+            .expect("the system's random source works");
+        Rc::new(Authentication {
+            unknown_user_key,
+            failures_logged: std::cell::Cell::new(None),
+            failures_unlogged: std::cell::Cell::new(0),
+        })
+    }
+
+    /// Logs a failed authentication (rate-limited, see the field).
+    pub(super) fn log_failure(
+        &self,
+        now: std::time::Instant,
+        peer: SocketAddr,
+        mechanism: &str,
+        user: Option<&str>,
+        why: &str,
+    ) {
+        let due = self.failures_logged.get().is_none_or(|last| {
+            now.saturating_duration_since(last) >= std::time::Duration::from_secs(1)
+        });
+        if !due {
+            self.failures_unlogged.set(self.failures_unlogged.get() + 1);
+            return;
+        }
+        let unlogged = self.failures_unlogged.replace(0);
+        self.failures_logged.set(Some(now));
+        tracing::warn!(%peer, mechanism, user = user.unwrap_or("?"), unlogged_failures = unlogged, "authentication failed: {why}");
+    }
+}
+
+/// A connection as each of its requests sees it.
+#[derive(Debug, Clone)]
+pub(super) struct Client {
+    pub(super) peer: SocketAddr,
+    pub(super) listener: ListenerSpec,
+    /// Who the connection acts as: its SASL user once authenticated, else its verified client
+    /// certificate's subject, else `User:ANONYMOUS`.
+    pub(super) principal: Principal,
+}
+
+impl Client {
+    /// Whether answers may carry records from files (`sendfile`), which TLS cannot.
+    pub(super) fn takes_file_ranges(&self) -> bool {
+        !self.listener.protocol.uses_tls()
+    }
+}
+
+/// The writing half of a connection, and its socket when records may go from files straight
+/// to it.
+pub(super) trait AnswerWriter: AsyncWrite + Unpin + 'static {
+    /// `None` under TLS: bytes must pass through the TLS session.
+    fn socket(&self) -> Option<&TcpStream>;
+}
+
+impl AnswerWriter for tokio::net::tcp::OwnedWriteHalf {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl AnswerWriter for tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>> {
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
+}
 
 /// Starts every listener a shard serves: the shared client port (SO_REUSEPORT, every
 /// shard), this shard's own port, the Kafka address when one is configured, and replication.
 pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let mut listeners = native::listen(shard)?;
-    listeners.extend(kafka::listen(shard)?);
+    let auth = Authentication::new();
+    let mut listeners = native::listen(shard, &auth)?;
+    listeners.extend(kafka::listen(shard, &auth)?);
     listeners.extend(replication::listen(shard));
     Ok(listeners)
 }
@@ -81,6 +213,9 @@ pub(super) enum Decoded<P: Protocol> {
     Request(P::Header, P::Request),
     /// Answered at once, without a handler (a request refused as it decoded); keep reading.
     Answered(Outcome),
+    /// An authentication step, run by the reader before it reads the next frame
+    /// ([`Protocol::authenticate`]).
+    Authenticate(P::Header, P::Request),
     /// Close the connection, after this answer if there is one.
     Close(Option<Outcome>, String),
 }
@@ -104,17 +239,42 @@ pub(super) trait Protocol: 'static {
     /// Shorter frames cannot be a request at all, and are refused by their length.
     const MIN_FRAME_LEN: usize;
 
+    /// What the protocol remembers of one connection (its authentication state).
+    type Session: 'static;
+
     /// Counts a connection opening (`+1`) or closing (`-1`) in the shard's metrics.
     fn count_connection(shard: &Shard, delta: i64);
+    /// A new connection's session.
+    fn open(endpoint: &Endpoint) -> Self::Session;
+    /// The largest frame the session takes now (smaller before authentication).
+    fn max_frame_bytes(session: &Self::Session, configured: usize) -> usize;
     /// The answer to a frame refused by its length (over `max`, or shorter than a header)
     /// before the connection closes; `head` is its first [`Protocol::HEAD_LEN`] bytes when the
     /// frame has that many.
     fn refuse_frame(len: usize, max: usize, head: Option<&[u8]>) -> (Option<Outcome>, String);
-    fn decode(shard: &Shard, peer: SocketAddr, body: BytesMut) -> Decoded<Self>
+    fn decode(
+        shard: &Shard,
+        session: &Self::Session,
+        client: &Client,
+        body: BytesMut,
+    ) -> Decoded<Self>
+    where
+        Self: Sized;
+    /// Runs an authentication step; gives what to do next (answer and read on, or close). May
+    /// change who `client` is.
+    fn authenticate(
+        shard: &Rc<Shard>,
+        endpoint: &Endpoint,
+        session: &mut Self::Session,
+        client: &mut Client,
+        header: Self::Header,
+        request: Self::Request,
+    ) -> impl std::future::Future<Output = Decoded<Self>>
     where
         Self: Sized;
     fn respond(
         shard: Rc<Shard>,
+        client: Client,
         header: &Self::Header,
         request: Self::Request,
     ) -> impl std::future::Future<Output = Outcome>;
@@ -123,7 +283,11 @@ pub(super) trait Protocol: 'static {
 }
 
 /// Accepts connections on `listener` and drives each with protocol `P`.
-pub(super) fn accept<P: Protocol>(shard: Rc<Shard>, listener: TcpListener) -> JoinHandle<()> {
+pub(super) fn accept<P: Protocol>(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    endpoint: Rc<Endpoint>,
+) -> JoinHandle<()> {
     tokio::task::spawn_local(async move {
         loop {
             match listener.accept().await {
@@ -133,7 +297,12 @@ pub(super) fn accept<P: Protocol>(shard: Rc<Shard>, listener: TcpListener) -> Jo
                         &stream,
                         shard.context.config.tcp_congestion.as_deref(),
                     );
-                    tokio::task::spawn_local(drive::<P>(shard.clone(), stream, peer));
+                    tokio::task::spawn_local(serve::<P>(
+                        shard.clone(),
+                        endpoint.clone(),
+                        stream,
+                        peer,
+                    ));
                 }
                 Err(error) => {
                     tracing::warn!(shard = shard.context.index, "accept failed: {error}");
@@ -179,10 +348,53 @@ impl<P: Protocol> Drop for Open<P> {
     }
 }
 
+/// Serves one accepted connection: in the clear, or after a TLS handshake.
+async fn serve<P: Protocol>(
+    shard: Rc<Shard>,
+    endpoint: Rc<Endpoint>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let mut client = Client {
+        peer,
+        listener: endpoint.spec,
+        principal: Principal::anonymous(),
+    };
+    let Some(tls) = &endpoint.tls else {
+        let (reader, writer) = stream.into_split();
+        return drive::<P, _, _>(shard, endpoint, client, reader, writer).await;
+    };
+    let acceptor = tls.acceptor(shard.context.config.clock.now());
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            if let Some(principal) =
+                tls::certificate_principal(stream.get_ref().1.peer_certificates())
+            {
+                client.principal = principal;
+            }
+            let (reader, writer) = tokio::io::split(stream);
+            drive::<P, _, _>(shard, endpoint, client, reader, writer).await
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%peer, protocol = P::NAME, listener = %endpoint.spec, "TLS handshake failed: {error}");
+        }
+        Err(_) => {
+            tracing::warn!(%peer, protocol = P::NAME, listener = %endpoint.spec, "TLS handshake not finished in {TLS_HANDSHAKE_TIMEOUT:?}");
+        }
+    }
+}
+
 /// Serves one connection with protocol `P` until either side ends it.
-async fn drive<P: Protocol>(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
+    shard: Rc<Shard>,
+    endpoint: Rc<Endpoint>,
+    mut client: Client,
+    reader: R,
+    writer: W,
+) {
     let _open = Open::<P>::new(&shard);
-    let (reader, writer) = stream.into_split();
+    let peer = client.peer;
+    let mut session = P::open(&endpoint);
     let mut frames = if P::BIG_ENDIAN {
         strata_client::FrameReader::big_endian(reader)
     } else {
@@ -190,9 +402,8 @@ async fn drive<P: Protocol>(shard: Rc<Shard>, stream: TcpStream, peer: SocketAdd
     };
     let (answers, outcomes) = mpsc::unbounded_channel::<Numbered>();
     let writing =
-        tokio::task::spawn_local(write_answers::<P>(shard.clone(), writer, outcomes, peer));
+        tokio::task::spawn_local(write_answers::<P, W>(shard.clone(), writer, outcomes, peer));
     let in_flight = std::sync::Arc::new(Semaphore::new(P::IN_FLIGHT));
-    let max_frame_bytes = shard.context.config.max_frame_bytes;
     let mut sequence = 0u64;
     loop {
         if answers.is_closed() {
@@ -204,6 +415,7 @@ async fn drive<P: Protocol>(shard: Rc<Shard>, stream: TcpStream, peer: SocketAdd
         };
         let number = sequence;
         sequence += 1;
+        let max_frame_bytes = P::max_frame_bytes(&session, shard.context.config.max_frame_bytes);
         if len > max_frame_bytes || len < P::MIN_FRAME_LEN {
             // Refused by its length alone: the body is never read, so a huge length costs
             // nothing. The head is read when the protocol answers with what it holds.
@@ -225,7 +437,19 @@ async fn drive<P: Protocol>(shard: Rc<Shard>, stream: TcpStream, peer: SocketAdd
                 break;
             }
         };
-        let (header, request) = match P::decode(&shard, peer, body) {
+        let mut decoded = P::decode(&shard, &session, &client, body);
+        if let Decoded::Authenticate(header, request) = decoded {
+            decoded = P::authenticate(
+                &shard,
+                &endpoint,
+                &mut session,
+                &mut client,
+                header,
+                request,
+            )
+            .await;
+        }
+        let (header, request) = match decoded {
             Decoded::Request(header, request) => (header, request),
             Decoded::Answered(answer) => {
                 let _ = answers.send((number, answer));
@@ -238,16 +462,21 @@ async fn drive<P: Protocol>(shard: Rc<Shard>, stream: TcpStream, peer: SocketAdd
                 }
                 break;
             }
+            Decoded::Authenticate(..) => {
+                tracing::error!(%peer, protocol = P::NAME, "an authentication step answered with another");
+                break;
+            }
         };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             break;
         };
         let shard = shard.clone();
         let answers = answers.clone();
+        let client = client.clone();
         tokio::task::spawn_local(async move {
             // A bug that panics in a handler costs its request: the protocol says how that is
             // answered.
-            let outcome = std::panic::AssertUnwindSafe(P::respond(shard, &header, request))
+            let outcome = std::panic::AssertUnwindSafe(P::respond(shard, client, &header, request))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -268,9 +497,9 @@ const WRITE_COALESCE_CHUNKS: usize = 256;
 /// The connection's writer: sends answers (in request order when the protocol asks for it),
 /// every answer already waiting in the same write, until the reader and every request are
 /// done or an answer closes the connection.
-async fn write_answers<P: Protocol>(
+async fn write_answers<P: Protocol, W: AnswerWriter>(
     shard: Rc<Shard>,
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut writer: W,
     mut outcomes: mpsc::UnboundedReceiver<Numbered>,
     peer: SocketAddr,
 ) {
@@ -327,9 +556,9 @@ async fn write_answers<P: Protocol>(
 
 /// Writes frames' chunks with vectored writes and their records from elsewhere (file regions)
 /// with `sendfile`, each where its empty chunk stands.
-async fn write_frames(
+async fn write_frames<W: AnswerWriter>(
     shard: &Shard,
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    writer: &mut W,
     frames: FrameParts,
 ) -> std::io::Result<()> {
     let mut sources = frames.elsewhere.into_iter();
@@ -348,7 +577,12 @@ async fn write_frames(
             .downcast_ref::<FileRegion>()
             .ok_or_else(|| std::io::Error::other("records elsewhere that are not a file region"))?;
         debug_assert_eq!(region.len, source.len as usize);
-        send_region(shard, writer.as_ref(), region).await?;
+        let socket = writer.socket().ok_or_else(|| {
+            std::io::Error::other(
+                "records from a file on a TLS connection (answers there carry bytes)",
+            )
+        })?;
+        send_region(shard, socket, region).await?;
     }
     strata_client::write_all_chunks(writer, chunks).await
 }

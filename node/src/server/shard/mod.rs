@@ -150,9 +150,8 @@ pub fn run(
             context,
             storage,
             view: RefCell::new(ClusterView {
-                topics: Arc::new(Vec::new()),
-                brokers: Arc::new(Vec::new()),
                 controller: -1,
+                ..ClusterView::default()
             }),
             partitions: RefCell::new(HashMap::new()),
             unopened: RefCell::new(HashMap::new()),

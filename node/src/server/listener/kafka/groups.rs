@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 
 use super::native;
 use crate::group::classic::{ClassicError, JoinRequest};
+use crate::server::listener::Client;
 use crate::server::messages::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
 use crate::server::shard::Shard;
 
@@ -77,6 +78,7 @@ async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<KafkaGroupAnsw
 /// Where a group's coordinator takes Kafka clients: its broker's Kafka listener.
 pub(super) async fn find_coordinator(
     shard: &Rc<Shard>,
+    client: &Client,
     header: &Header,
     request: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
@@ -106,7 +108,11 @@ pub(super) async fn find_coordinator(
                         .iter()
                         .find(|broker| broker.id == found.node_id)
                         .and_then(|broker| {
-                            Some((broker.id, broker.host.clone(), broker.kafka_port?))
+                            Some((
+                                broker.id,
+                                broker.host.clone(),
+                                super::kafka_port(broker, client)?,
+                            ))
                         })
                         .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
                 }

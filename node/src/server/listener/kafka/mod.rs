@@ -16,7 +16,6 @@
 //! logged reason, as Kafka's brokers do; an ApiVersions request of a version not served is
 //! answered (version 0, with the versions served) so the client can pick one (KIP-511).
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -29,18 +28,25 @@ use tokio::task::JoinHandle;
 
 mod admin;
 mod groups;
+mod sasl;
 
-use super::{Decoded, Outcome, Protocol};
+use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
 use crate::server::messages::Delivery;
 use crate::server::shard::Shard;
+use sasl::{SaslSession, TokenOutcome};
 
-/// Binds the Kafka address (every shard, SO_REUSEPORT) when one is configured.
-pub(super) fn listen(shard: &Rc<Shard>) -> std::io::Result<Option<JoinHandle<()>>> {
-    let Some(address) = shard.context.config.kafka else {
-        return Ok(None);
-    };
-    let listener = super::bind(address, true)?;
-    Ok(Some(super::accept::<Kafka>(shard.clone(), listener)))
+/// Binds each Kafka listener (every shard, SO_REUSEPORT).
+pub(super) fn listen(
+    shard: &Rc<Shard>,
+    auth: &Rc<Authentication>,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let mut accepting = Vec::new();
+    for spec in &shard.context.config.kafka {
+        let endpoint = Endpoint::new(shard, *spec, auth.clone())?;
+        let listener = super::bind(spec.address, true)?;
+        accepting.push(super::accept::<Kafka>(shard.clone(), listener, endpoint));
+    }
+    Ok(accepting)
 }
 
 pub(super) struct Kafka;
@@ -48,6 +54,7 @@ pub(super) struct Kafka;
 impl Protocol for Kafka {
     type Header = Header;
     type Request = KafkaRequest;
+    type Session = SaslSession;
     const NAME: &'static str = "kafka";
     const IN_FLIGHT: usize = 64;
     const IN_ORDER: bool = true;
@@ -59,17 +66,46 @@ impl Protocol for Kafka {
         shard.metrics.kafka_connections(delta);
     }
 
+    fn open(endpoint: &Endpoint) -> SaslSession {
+        SaslSession::new(endpoint.spec.protocol.uses_sasl())
+    }
+
+    fn max_frame_bytes(session: &SaslSession, configured: usize) -> usize {
+        if session.unauthenticated() {
+            configured.min(sasl::UNAUTHENTICATED_MAX_FRAME_BYTES)
+        } else {
+            configured
+        }
+    }
+
     fn refuse_frame(len: usize, _max: usize, _head: Option<&[u8]>) -> (Option<Outcome>, String) {
         (None, format!("a frame of {len} bytes, over the size limit"))
     }
 
-    fn decode(shard: &Shard, peer: SocketAddr, body: BytesMut) -> Decoded<Kafka> {
+    fn decode(
+        shard: &Shard,
+        session: &SaslSession,
+        client: &Client,
+        body: BytesMut,
+    ) -> Decoded<Kafka> {
+        let peer = client.peer;
         shard.metrics.kafka_request();
         match frame::decode_request(body.freeze()) {
             Ok(decoded) => {
                 if decoded.trailing_bytes > 0 {
                     shard.metrics.kafka_request_with_trailing_bytes();
                     tracing::trace!(%peer, api = ?decoded.header.api_key, bytes = decoded.trailing_bytes, "bytes after a kafka request, ignored");
+                }
+                if matches!(
+                    decoded.request,
+                    KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_)
+                ) {
+                    return Decoded::Authenticate(decoded.header, decoded.request);
+                }
+                if let Err(why) =
+                    session.admit(decoded.header.api_key, shard.context.config.clock.now())
+                {
+                    return Decoded::Close(None, why);
                 }
                 Decoded::Request(decoded.header, decoded.request)
             }
@@ -92,8 +128,24 @@ impl Protocol for Kafka {
         }
     }
 
-    async fn respond(shard: Rc<Shard>, header: &Header, request: KafkaRequest) -> Outcome {
-        respond(&shard, header.clone(), request).await
+    async fn authenticate(
+        shard: &Rc<Shard>,
+        endpoint: &Endpoint,
+        session: &mut SaslSession,
+        client: &mut Client,
+        header: Header,
+        request: KafkaRequest,
+    ) -> Decoded<Kafka> {
+        authenticate(shard, endpoint, session, client, header, request).await
+    }
+
+    async fn respond(
+        shard: Rc<Shard>,
+        client: Client,
+        header: &Header,
+        request: KafkaRequest,
+    ) -> Outcome {
+        respond(&shard, &client, header.clone(), request).await
     }
 
     fn panicked(_header: &Header) -> Outcome {
@@ -128,9 +180,139 @@ fn unanswered(api: &str, answer: Result<Response, ErrorCode>) -> Outcome {
     Outcome::Close(format!("{api} got no native answer ({answer})"))
 }
 
+/// Runs a SaslHandshake or SaslAuthenticate (see [`sasl`]): answered and read on, or, when it
+/// fails, answered after the failed-authentication delay and closed.
+async fn authenticate(
+    shard: &Rc<Shard>,
+    endpoint: &Endpoint,
+    session: &mut SaslSession,
+    client: &mut Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Decoded<Kafka> {
+    use strata_kafka::kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+    let security = &shard.context.config.security;
+    let clock = &shard.context.config.clock;
+    match request {
+        KafkaRequest::SaslHandshake(request) => {
+            let offered: Vec<_> = if endpoint.spec.protocol.uses_sasl() {
+                security.sasl_mechanisms.clone()
+            } else {
+                Vec::new()
+            };
+            let names = offered
+                .iter()
+                .map(|mechanism| mechanism.name().to_string().into())
+                .collect();
+            let chosen = session.handle_handshake(
+                &request.mechanism,
+                &offered,
+                crate::server::security::random_nonce(18),
+                endpoint.auth.unknown_user_key,
+            );
+            let error_code = chosen.err().unwrap_or(errors::NONE);
+            let answer = encoded(
+                &header,
+                &SaslHandshakeResponse::default()
+                    .with_error_code(error_code)
+                    .with_mechanisms(names),
+            );
+            if error_code == errors::NONE {
+                Decoded::Answered(answer)
+            } else {
+                Decoded::Close(
+                    Some(answer),
+                    format!(
+                        "SaslHandshake for {:?} refused (error {error_code})",
+                        request.mechanism.as_str()
+                    ),
+                )
+            }
+        }
+        KafkaRequest::SaslAuthenticate(request) => {
+            let mechanism = session
+                .mechanism()
+                .map_or("none", |mechanism| mechanism.name());
+            let lifetime = security.connections_max_reauth;
+            let security_view = shard.view.borrow().security.clone();
+            let mut outcome =
+                session.handle_token(&request.auth_bytes, &security_view, lifetime, clock.now());
+            if let TokenOutcome::CheckPassword {
+                user,
+                password,
+                credential,
+            } = outcome
+            {
+                // PBKDF2 takes milliseconds: off the shard thread, which serves everyone else.
+                let matches = tokio::task::spawn_blocking(move || {
+                    credential.is_some_and(|credential| credential.verify_password(&password))
+                })
+                .await
+                .unwrap_or(false);
+                outcome = session.finish_plain(user, matches, lifetime, clock.now());
+            }
+            let response = SaslAuthenticateResponse::default();
+            match outcome {
+                TokenOutcome::Continue(bytes) => {
+                    Decoded::Answered(encoded(&header, &response.with_auth_bytes(bytes.into())))
+                }
+                TokenOutcome::Authenticated {
+                    bytes,
+                    principal,
+                    lifetime,
+                } => {
+                    tracing::debug!(peer = %client.peer, %principal, mechanism, "authenticated");
+                    client.principal = principal;
+                    let lifetime_ms = lifetime.map_or(0, |lifetime| {
+                        i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
+                    });
+                    Decoded::Answered(encoded(
+                        &header,
+                        &response
+                            .with_auth_bytes(bytes.into())
+                            .with_session_lifetime_ms(lifetime_ms),
+                    ))
+                }
+                TokenOutcome::Failed { user, why } => {
+                    endpoint.auth.log_failure(
+                        clock.now(),
+                        client.peer,
+                        mechanism,
+                        user.as_deref(),
+                        &why,
+                    );
+                    // Kafka's connection.failed.authentication.delay.ms: guessing is slow.
+                    tokio::time::sleep(security.failed_authentication_delay).await;
+                    let message = format!(
+                        "Authentication failed: invalid credentials with SASL mechanism {mechanism}"
+                    );
+                    Decoded::Close(
+                        Some(encoded(
+                            &header,
+                            &response
+                                .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
+                                .with_error_message(Some(message.into())),
+                        )),
+                        format!("SASL authentication failed: {why}"),
+                    )
+                }
+                TokenOutcome::CheckPassword { .. } => {
+                    unreachable!("the password check was made above")
+                }
+            }
+        }
+        _ => Decoded::Close(None, "an authentication step that is not one".into()),
+    }
+}
+
 /// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
 /// answer is due (acks=0).
-async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Outcome {
+async fn respond(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
     match request {
         KafkaRequest::ApiVersions(_) => {
             encoded(&header, &translate::api_versions_response(errors::NONE))
@@ -163,7 +345,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             }
             encoded(
                 &header,
-                &translate::metadata_response(metadata, &kafka_brokers(shard)),
+                &translate::metadata_response(metadata, &kafka_brokers(shard, client)),
             )
         }
         KafkaRequest::Produce(request) => {
@@ -248,7 +430,7 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
         }
         KafkaRequest::FindCoordinator(request) => encoded(
             &header,
-            &groups::find_coordinator(shard, &header, request).await,
+            &groups::find_coordinator(shard, client, &header, request).await,
         ),
         KafkaRequest::JoinGroup(request) => {
             encoded(&header, &groups::join(shard, &header, request).await)
@@ -298,6 +480,9 @@ async fn respond(shard: &Rc<Shard>, header: Header, request: KafkaRequest) -> Ou
             &header,
             &admin::incremental_alter_configs(shard, request).await,
         ),
+        KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
+            Outcome::Close("an authentication step outside the reader".into())
+        }
     }
 }
 
@@ -359,7 +544,7 @@ async fn native(shard: &Rc<Shard>, request: Request) -> Result<Response, ErrorCo
 }
 
 /// The brokers a Kafka client can reach: those with a Kafka listener, at their advertised host.
-fn kafka_brokers(shard: &Shard) -> Vec<KafkaBroker> {
+fn kafka_brokers(shard: &Shard, client: &Client) -> Vec<KafkaBroker> {
     let view = shard.view.borrow();
     view.brokers
         .iter()
@@ -367,9 +552,24 @@ fn kafka_brokers(shard: &Shard) -> Vec<KafkaBroker> {
             Some(KafkaBroker {
                 node_id: broker.id,
                 host: broker.host.clone(),
-                port: broker.kafka_port?,
+                port: kafka_port(broker, client)?,
                 rack: broker.rack.clone(),
             })
         })
         .collect()
+}
+
+/// Where `broker` takes Kafka clients like `client`: its listener of the same name as the one
+/// `client` connected through (Kafka's rule), or, for a broker that advertises no names, its
+/// one Kafka port.
+pub(super) fn kafka_port(broker: &strata_coordinator::BrokerInfo, client: &Client) -> Option<u16> {
+    if broker.kafka_listeners.is_empty() {
+        return broker.kafka_port;
+    }
+    let name = client.listener.protocol.name();
+    broker
+        .kafka_listeners
+        .iter()
+        .find(|listener| listener.name == name)
+        .map(|listener| listener.port)
 }
