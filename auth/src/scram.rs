@@ -374,7 +374,10 @@ impl ScramServer {
                 "the channel binding does not match the first message".into(),
             ));
         }
-        if last.nonce != pending.nonce {
+        // librdkafka before 2.6 sends the client's nonce twice (client + client + server);
+        // Kafka's brokers accept a nonce that ends with the right one since 3.8.1, and so does
+        // this. The proof signs the message as sent, nonce included, so nothing is weakened.
+        if !last.nonce.ends_with(&pending.nonce) {
             return Err(AuthError::Failed("the nonce does not match".into()));
         }
         let proof = BASE64
@@ -824,6 +827,7 @@ mod tests {
         for tamper in [
             |m: String| m.replace("c=biws", "c=eSws"),
             |m: String| m.replace("r=abc", "r=abd"),
+            |m: String| m.replace("srv,p=", "srw,p="),
         ] {
             let mut client = ScramClient::new(ScramMechanism::Sha256, "u", b"pw", "abc".into());
             let mut server = ScramServer::new(ScramMechanism::Sha256, "srv".into(), KEY);
@@ -841,6 +845,41 @@ mod tests {
                     .is_err()
             );
         }
+    }
+
+    /// librdkafka before 2.6 repeats its nonce in the final message (see the server).
+    #[test]
+    fn a_final_nonce_with_the_client_part_repeated_is_taken() {
+        let credential =
+            ScramCredential::new(ScramMechanism::Sha256, b"pw", b"salt", 4096).unwrap();
+        let mut server = ScramServer::new(ScramMechanism::Sha256, "srv".into(), KEY);
+        let first = "n,,n=u,r=abc";
+        let ScramStep::Challenge(server_first) = server
+            .handle_message(first.as_bytes(), |_| Some(credential.clone()))
+            .unwrap()
+        else {
+            panic!()
+        };
+        // The final message as librdkafka 2.0 builds it, signed over what it sends.
+        let mechanism = ScramMechanism::Sha256;
+        let salted = mechanism.salted_password(b"pw", b"salt", NonZeroU32::new(4096).unwrap());
+        let client_key = mechanism.client_key(&salted);
+        let without_proof = "c=biws,r=abcabcsrv";
+        let auth_message = format!(
+            "n=u,r=abc,{},{without_proof}",
+            std::str::from_utf8(&server_first).unwrap()
+        );
+        let signature = mechanism.hmac(&mechanism.hash(&client_key), auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let last = format!("{without_proof},p={}", BASE64.encode(proof));
+        assert!(matches!(
+            server.handle_message(last.as_bytes(), |_| None),
+            Ok(ScramStep::Authenticated { .. })
+        ));
     }
 
     #[test]

@@ -26,8 +26,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
-/// group protocols. SaslHandshake starts at 1: after a version-0 handshake the tokens would
-/// travel without Kafka framing, which no client of the last years sends.
+/// group protocols.
 pub const SUPPORTED: [(ApiKey, i16, i16); 24] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
@@ -51,7 +50,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 24] = [
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 

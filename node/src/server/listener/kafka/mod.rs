@@ -89,6 +89,20 @@ impl Protocol for Kafka {
         body: BytesMut,
     ) -> Decoded<Kafka> {
         let peer = client.peer;
+        if session.unframed() {
+            // A bare token of a version-0 handshake's exchange: given to the same step as
+            // SaslAuthenticate's, and answered bare.
+            let header = Header {
+                api_key: ApiKey::SaslAuthenticate,
+                api_version: 0,
+                correlation_id: 0,
+                client_id: String::new(),
+            };
+            let request =
+                strata_kafka::kafka_protocol::messages::SaslAuthenticateRequest::default()
+                    .with_auth_bytes(body.freeze());
+            return Decoded::Authenticate(header, KafkaRequest::SaslAuthenticate(request));
+        }
         shard.metrics.kafka_request();
         match frame::decode_request(body.freeze()) {
             Ok(decoded) => {
@@ -205,6 +219,7 @@ async fn authenticate(
                 .map(|mechanism| mechanism.name().to_string().into())
                 .collect();
             let chosen = session.handle_handshake(
+                header.api_version,
                 &request.mechanism,
                 &offered,
                 crate::server::security::random_nonce(18),
@@ -230,6 +245,7 @@ async fn authenticate(
             }
         }
         KafkaRequest::SaslAuthenticate(request) => {
+            let unframed = session.unframed();
             let mechanism = session
                 .mechanism()
                 .map_or("none", |mechanism| mechanism.name());
@@ -251,10 +267,21 @@ async fn authenticate(
                 .unwrap_or(false);
                 outcome = session.finish_plain(user, matches, lifetime, clock.now());
             }
+            // The answer to a bare token is a bare token.
+            let reply = |response: SaslAuthenticateResponse| {
+                if unframed {
+                    let mut frame = BytesMut::with_capacity(4 + response.auth_bytes.len());
+                    frame.extend_from_slice(&(response.auth_bytes.len() as u32).to_be_bytes());
+                    frame.extend_from_slice(&response.auth_bytes);
+                    answer(vec![frame.freeze()])
+                } else {
+                    encoded(&header, &response)
+                }
+            };
             let response = SaslAuthenticateResponse::default();
             match outcome {
                 TokenOutcome::Continue(bytes) => {
-                    Decoded::Answered(encoded(&header, &response.with_auth_bytes(bytes.into())))
+                    Decoded::Answered(reply(response.with_auth_bytes(bytes.into())))
                 }
                 TokenOutcome::Authenticated {
                     bytes,
@@ -266,9 +293,8 @@ async fn authenticate(
                     let lifetime_ms = lifetime.map_or(0, |lifetime| {
                         i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
                     });
-                    Decoded::Answered(encoded(
-                        &header,
-                        &response
+                    Decoded::Answered(reply(
+                        response
                             .with_auth_bytes(bytes.into())
                             .with_session_lifetime_ms(lifetime_ms),
                     ))
@@ -286,15 +312,16 @@ async fn authenticate(
                     let message = format!(
                         "Authentication failed: invalid credentials with SASL mechanism {mechanism}"
                     );
-                    Decoded::Close(
-                        Some(encoded(
+                    // A bare exchange has no way to say why: the connection just closes.
+                    let refusal = (!unframed).then(|| {
+                        encoded(
                             &header,
                             &response
                                 .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
                                 .with_error_message(Some(message.into())),
-                        )),
-                        format!("SASL authentication failed: {why}"),
-                    )
+                        )
+                    });
+                    Decoded::Close(refusal, format!("SASL authentication failed: {why}"))
                 }
                 TokenOutcome::CheckPassword { .. } => {
                     unreachable!("the password check was made above")

@@ -1,6 +1,8 @@
-//! SASL on the Kafka listener: SaslHandshake (v1) chooses a mechanism, SaslAuthenticate
-//! (v0–2) carries its messages, and KIP-368's session lifetime asks clients to authenticate
-//! again on the same connection before it ends.
+//! SASL on the Kafka listener: SaslHandshake chooses a mechanism, SaslAuthenticate (v0–2)
+//! carries its messages, and KIP-368's session lifetime asks clients to authenticate again on
+//! the same connection before it ends. After a version-0 handshake the messages travel as
+//! bare length-prefixed tokens instead, without Kafka headers (Kafka's pre-1.0 framing, which
+//! librdkafka before 2.1 still checks a broker for).
 //!
 //! [`SaslSession`] is one connection's state, sans-IO: it takes the two requests' contents and
 //! the time, and says what to answer. Which requests a connection may send in each state:
@@ -37,6 +39,8 @@ pub(in crate::server) struct SaslSession {
     authenticated: Option<Principal>,
     /// When the session ends (`connections.max.reauth.ms`); `None`: never.
     expires_at: Option<Instant>,
+    /// The exchange under way began with a version-0 handshake: its messages are bare tokens.
+    unframed: bool,
 }
 
 /// What a SaslAuthenticate request leads to.
@@ -67,7 +71,13 @@ impl SaslSession {
             exchange: None,
             authenticated: None,
             expires_at: None,
+            unframed: false,
         }
+    }
+
+    /// Whether the next frame is a bare SASL token (see the module doc).
+    pub(super) fn unframed(&self) -> bool {
+        self.unframed && self.exchange.is_some()
     }
 
     /// Whether the connection has proven nothing yet on a listener that asks it to.
@@ -97,6 +107,7 @@ impl SaslSession {
     /// begins), else the error code to answer with before closing.
     pub(super) fn handle_handshake(
         &mut self,
+        version: i16,
         mechanism: &str,
         offered: &[SaslMechanism],
         server_nonce: String,
@@ -119,6 +130,7 @@ impl SaslSession {
             }
         };
         self.exchange = Some((chosen, exchange));
+        self.unframed = version == 0;
         Ok(())
     }
 
@@ -249,7 +261,7 @@ mod tests {
 
     fn scram_login(session: &mut SaslSession, password: &[u8], now: Instant) -> TokenOutcome {
         session
-            .handle_handshake("SCRAM-SHA-512", &[SCRAM], "server".into(), [1; 32])
+            .handle_handshake(1, "SCRAM-SHA-512", &[SCRAM], "server".into(), [1; 32])
             .unwrap();
         let mut client = ScramClient::new(ScramMechanism::Sha512, "alice", password, "c".into());
         let TokenOutcome::Continue(first) =
@@ -294,7 +306,7 @@ mod tests {
         ));
         assert!(session.unauthenticated());
         assert_eq!(
-            session.handle_handshake("GSSAPI", &[SCRAM], "s".into(), [1; 32]),
+            session.handle_handshake(1, "GSSAPI", &[SCRAM], "s".into(), [1; 32]),
             Err(strata_kafka::errors::UNSUPPORTED_SASL_MECHANISM)
         );
         assert!(matches!(
@@ -317,7 +329,7 @@ mod tests {
         let now = Instant::now();
         let mut session = SaslSession::new(true);
         session
-            .handle_handshake("PLAIN", &[SaslMechanism::Plain], "s".into(), [1; 32])
+            .handle_handshake(1, "PLAIN", &[SaslMechanism::Plain], "s".into(), [1; 32])
             .unwrap();
         let TokenOutcome::CheckPassword {
             user,
