@@ -85,9 +85,10 @@ pub struct ServeArgs {
     /// plaintext), at most one per scheme. Off by default.
     #[arg(long, env = "STRATA_KAFKA_LISTEN")]
     kafka_listen: Option<String>,
-    /// Whether TLS listeners ask clients for a certificate that chains to --tls-ca: none,
-    /// requested, required (Kafka's ssl.client.auth; default none). A verified certificate's
-    /// subject is the connection's principal (User:CN=...), unless SASL names another.
+    /// Whether ssl listeners ask clients for a certificate that chains to --tls-ca: none,
+    /// requested, required (Kafka's ssl.client.auth; default none; sasl_ssl listeners never
+    /// ask: SASL says who the client is). A verified certificate's subject is the connection's
+    /// principal (User:CN=...,O=...).
     #[arg(long, env = "STRATA_TLS_CLIENT_AUTH")]
     tls_client_auth: Option<String>,
     /// SASL mechanisms the sasl_* listeners offer, comma-separated, from SCRAM-SHA-256,

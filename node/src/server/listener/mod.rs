@@ -43,7 +43,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::log::FileRegion;
-use crate::server::security::ListenerSpec;
+use crate::server::security::{ClientAuth, ListenerSpec, SecurityProtocol};
 use crate::server::shard::Shard;
 
 /// How long a client may take over its TLS handshake before the connection is dropped.
@@ -74,11 +74,15 @@ impl Endpoint {
                     spec.protocol, spec.address
                 ))
             })?;
-            let loaded =
-                tls::TlsListener::load(files, config.security.client_auth, config.clock.now())
-                    .map_err(|error| {
-                        std::io::Error::other(format!("TLS for {}: {error:#}", spec.address))
-                    })?;
+            // As in Kafka, client certificates are asked for on SSL listeners only: a
+            // SASL_SSL client proves who it is with SASL.
+            let client_auth = match spec.protocol {
+                SecurityProtocol::Ssl => config.security.client_auth,
+                _ => ClientAuth::None,
+            };
+            let loaded = tls::TlsListener::load(files, client_auth, config.clock.now()).map_err(
+                |error| std::io::Error::other(format!("TLS for {}: {error:#}", spec.address)),
+            )?;
             Some(loaded)
         } else {
             None

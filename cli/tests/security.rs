@@ -1,0 +1,510 @@
+//! TLS and SASL on the Kafka listener, seen from real clients: kcat (librdkafka 2.0.2),
+//! confluent-kafka (librdkafka 2.16), kafka-python and kafkajs produce and consume in a group
+//! over `sasl_ssl` with SCRAM-SHA-512 and over `ssl` with a client certificate, against
+//! certificates openssl makes here; and each refusal a client can meet is met: plaintext to a
+//! TLS port, a wrong CA, a wrong password, an unknown user, a certificate from another CA, a
+//! request before authentication, a huge frame before authentication.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use support::{TestNode, free_base_port};
+
+/// A CA with a broker certificate (for 127.0.0.1) and a client certificate (CN=alice), made
+/// with Debian's openssl.
+struct Pki {
+    dir: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl (Debian's openssl)");
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+impl Pki {
+    /// A CA named `name` and its certificates in `dir`.
+    fn new(dir: &Path, name: &str) -> Pki {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        std::fs::write(
+            dir.join("broker.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("client.ext"),
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        )
+        .unwrap();
+        for (who, subject) in [
+            ("broker", "/CN=localhost"),
+            ("client", "/O=acme/OU=eng/CN=alice"),
+        ] {
+            openssl(
+                &dir,
+                &[
+                    "req",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-keyout",
+                    &format!("{who}.key"),
+                    "-out",
+                    &format!("{who}.csr"),
+                    "-subj",
+                    subject,
+                ],
+            );
+            openssl(
+                &dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{who}.csr"),
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &format!("{who}.pem"),
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &format!("{who}.ext"),
+                ],
+            );
+        }
+        Pki { dir }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+}
+
+const ADMIN_PASSWORD: &str = "bootstrap-secret-8d1f";
+
+/// A node with `sasl_ssl`, `ssl` and `plaintext` Kafka listeners, the bootstrap user `admin`,
+/// and client certificates asked for as `client_auth` says: (node, sasl_ssl, ssl, plaintext).
+fn secured_node(
+    dir: &Path,
+    pki: &Pki,
+    client_auth: &str,
+    extra: &[&str],
+) -> (TestNode, String, String, String) {
+    let [sasl_ssl, ssl, plaintext] = [0, 0, 0].map(|_| format!("127.0.0.1:{}", free_base_port(0)));
+    let listeners = format!("sasl_ssl://{sasl_ssl},ssl://{ssl},plaintext://{plaintext}");
+    let (cert, key, ca) = (
+        pki.path("broker.pem"),
+        pki.path("broker.key"),
+        pki.path("ca.pem"),
+    );
+    let mut args = vec![
+        "--kafka-listen",
+        &listeners,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-ca",
+        &ca,
+        "--tls-client-auth",
+        client_auth,
+        "--sasl-mechanisms",
+        "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+    ];
+    args.extend_from_slice(extra);
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let node = TestNode::start_with_env(
+        &dir.join("data"),
+        2,
+        &args,
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    (node, sasl_ssl, ssl, plaintext)
+}
+
+fn scram(pki: &Pki, user: &str, password: &str) -> serde_json::Value {
+    serde_json::json!({
+        "protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "user": user,
+        "password": password, "ca": pki.path("ca.pem"),
+    })
+}
+
+fn mtls(pki: &Pki, client: &Pki) -> serde_json::Value {
+    serde_json::json!({
+        "protocol": "SSL", "ca": pki.path("ca.pem"),
+        "cert": client.path("client.pem"), "key": client.path("client.key"),
+    })
+}
+
+/// kcat's `-X` settings for `security` (as `clients.py` takes it).
+fn kcat_settings(security: &serde_json::Value) -> Vec<String> {
+    let mut settings = vec![format!(
+        "security.protocol={}",
+        security["protocol"].as_str().unwrap()
+    )];
+    for (field, setting) in [
+        ("mechanism", "sasl.mechanisms"),
+        ("user", "sasl.username"),
+        ("password", "sasl.password"),
+        ("ca", "ssl.ca.location"),
+        ("cert", "ssl.certificate.location"),
+        ("key", "ssl.key.location"),
+    ] {
+        if let Some(value) = security[field].as_str() {
+            settings.push(format!("{setting}={value}"));
+        }
+    }
+    settings
+        .into_iter()
+        .flat_map(|setting| ["-X".to_string(), setting])
+        .collect()
+}
+
+/// Produces three records with kcat and reads them back; `Err` has kcat's complaint.
+fn kcat_round_trip(
+    bootstrap: &str,
+    topic: &str,
+    security: &serde_json::Value,
+) -> Result<Vec<String>, String> {
+    let settings = kcat_settings(security);
+    let mut producer = Command::new("kcat")
+        .args([
+            "-b",
+            bootstrap,
+            "-P",
+            "-t",
+            topic,
+            "-X",
+            "message.timeout.ms=10000",
+        ])
+        .args(&settings)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (Debian's kcat)");
+    producer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\ntwo\nthree\n")
+        .unwrap();
+    let produced = producer.wait_with_output().unwrap();
+    let complaint = String::from_utf8_lossy(&produced.stderr).to_string();
+    if !produced.status.success() || complaint.contains("ERROR") {
+        return Err(complaint);
+    }
+    let consumed = Command::new("kcat")
+        .args([
+            "-b",
+            bootstrap,
+            "-C",
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-m",
+            "10",
+        ])
+        .args(&settings)
+        .output()
+        .unwrap();
+    if !consumed.status.success() {
+        return Err(String::from_utf8_lossy(&consumed.stderr).to_string());
+    }
+    Ok(String::from_utf8_lossy(&consumed.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// A round trip through `library` (`confluent`, `kafka-python`, `kafkajs`): its JSON.
+fn client_round_trip(
+    library: &str,
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    security: &serde_json::Value,
+) -> serde_json::Value {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/security");
+    let mut command = if library == "kafkajs" {
+        let modules = std::env::var("STRATA_KAFKAJS_DIR")
+            .unwrap_or_else(|_| "/var/tmp/strata-kafkajs".to_string());
+        let mut command = Command::new("node");
+        command
+            .arg(format!("{dir}/kafkajs.js"))
+            .env("NODE_PATH", Path::new(&modules).join("node_modules"))
+            .env("KAFKAJS_NO_PARTITIONER_WARNING", "1");
+        command
+    } else {
+        let mut command = Command::new("python3");
+        command.arg(format!("{dir}/clients.py")).arg(library);
+        command
+    };
+    let output = command
+        .args([bootstrap, topic, group, &security.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 / node with the Kafka clients (scripts/test.sh installs them)");
+    assert!(output.status.success(), "the {library} round trip crashed");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{library} printed {:?}: {error}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn values(result: &serde_json::Value) -> Vec<String> {
+    result["values"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no values: {result}"))
+        .iter()
+        .map(|value| value.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every client library produces and consumes in a group over `sasl_ssl` with SCRAM-SHA-512
+/// (as the bootstrap user) and over `ssl` with a client certificate; each request is answered
+/// on the listener it came through (Metadata and FindCoordinator name the same listener on
+/// every broker).
+#[test]
+fn every_kafka_client_round_trips_over_sasl_ssl_and_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (node, sasl_ssl, ssl, _) = secured_node(dir.path(), &pki, "required", &[]);
+    let admin = scram(&pki, "admin", ADMIN_PASSWORD);
+    let certificate = mtls(&pki, &pki);
+    for (i, library) in ["kcat", "confluent", "kafka-python", "kafkajs"]
+        .iter()
+        .enumerate()
+    {
+        for (protocol, bootstrap, security) in
+            [("sasl", &sasl_ssl, &admin), ("mtls", &ssl, &certificate)]
+        {
+            let topic = format!("{protocol}-{i}");
+            node.cli(&["topic", "create", &topic, "--partitions", "2"], None);
+            let mut seen = if *library == "kcat" {
+                kcat_round_trip(bootstrap, &topic, security)
+                    .unwrap_or_else(|why| panic!("kcat over {protocol}: {why}"))
+            } else {
+                values(&client_round_trip(
+                    library,
+                    bootstrap,
+                    &topic,
+                    &format!("g-{topic}"),
+                    security,
+                ))
+            };
+            seen.sort();
+            assert_eq!(seen, ["one", "three", "two"], "{library} over {protocol}");
+        }
+    }
+}
+
+/// What a client that may not come in meets, each as the client reports it.
+#[test]
+fn refusals_are_seen_by_real_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let other = Pki::new(dir.path(), "other-ca");
+    let (node, sasl_ssl, ssl, _) = secured_node(dir.path(), &pki, "required", &[]);
+    node.cli(&["topic", "create", "guarded"], None);
+
+    // A wrong password and an unknown user: SASL_AUTHENTICATION_FAILED, in the client's words.
+    for (user, password) in [("admin", "not-the-password"), ("nobody", ADMIN_PASSWORD)] {
+        let why = kcat_round_trip(&sasl_ssl, "guarded", &scram(&pki, user, password)).unwrap_err();
+        assert!(
+            why.contains("Authentication failed"),
+            "kcat as {user}: {why}"
+        );
+        let refused = client_round_trip(
+            "confluent",
+            &sasl_ssl,
+            "guarded",
+            "g",
+            &scram(&pki, user, password),
+        );
+        let error = refused["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{refused}"));
+        assert!(
+            error.contains("Authentication failed"),
+            "confluent as {user}: {error}"
+        );
+    }
+    // Plaintext to a TLS port.
+    let plaintext = serde_json::json!({"protocol": "PLAINTEXT"});
+    assert!(kcat_round_trip(&ssl, "guarded", &plaintext).is_err());
+    // A client that trusts another CA does not take the broker's certificate.
+    let wrong_ca = serde_json::json!({
+        "protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "user": "admin",
+        "password": ADMIN_PASSWORD, "ca": other.path("ca.pem"),
+    });
+    let why = kcat_round_trip(&sasl_ssl, "guarded", &wrong_ca).unwrap_err();
+    assert!(why.contains("certificate verify failed"), "{why}");
+    // A client certificate from another CA, or none, where one is required.
+    assert!(kcat_round_trip(&ssl, "guarded", &mtls(&pki, &other)).is_err());
+    let no_certificate = serde_json::json!({"protocol": "SSL", "ca": pki.path("ca.pem")});
+    assert!(kcat_round_trip(&ssl, "guarded", &no_certificate).is_err());
+    // The broker took none of it.
+    assert_eq!(support::stored_records(&node, "guarded"), 0);
+    // And it still serves the right client.
+    assert_eq!(
+        kcat_round_trip(&sasl_ssl, "guarded", &scram(&pki, "admin", ADMIN_PASSWORD))
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+/// A request before authentication closes the connection, and so does a frame length no
+/// unauthenticated peer may send (nothing is allocated for it); the broker serves on.
+#[test]
+fn an_unauthenticated_peer_gets_nothing_but_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let sasl_plaintext = format!("127.0.0.1:{}", free_base_port(0));
+    let listeners = format!("sasl_plaintext://{sasl_plaintext}");
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let node = TestNode::start_with_env(
+        &dir.path().join("data"),
+        1,
+        &[
+            "--kafka-listen",
+            &listeners,
+            "--tls-cert",
+            &pki.path("broker.pem"),
+            "--tls-key",
+            &pki.path("broker.key"),
+            "--tls-ca",
+            &pki.path("ca.pem"),
+        ],
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    node.cli(&["topic", "create", "hidden"], None);
+    // Metadata v1 for every topic, correlation id 7, client id "x".
+    let metadata = [0u8, 3, 0, 1, 0, 0, 0, 7, 0, 1, b'x', 0xff, 0xff, 0xff, 0xff];
+    let mut frame = (metadata.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&metadata);
+    let closed = |bytes: &[u8]| {
+        let mut stream = std::net::TcpStream::connect(&sasl_plaintext).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        read.is_ok() && answer.is_empty()
+    };
+    assert!(
+        closed(&frame),
+        "Metadata before authentication is not answered"
+    );
+    assert!(
+        closed(&(1u32 << 30).to_be_bytes()),
+        "a 1 GiB frame before authentication"
+    );
+    // The SASL client that follows the rules still gets in.
+    let security = serde_json::json!({
+        "protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-256", "user": "admin",
+        "password": ADMIN_PASSWORD,
+    });
+    assert_eq!(
+        kcat_round_trip(&sasl_plaintext, "hidden", &security)
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+/// New certificate files are taken without a restart: after the broker's files are replaced
+/// by ones from another CA, clients trusting the new CA connect and those trusting the old one
+/// do not.
+#[test]
+fn certificates_rotate_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = Pki::new(dir.path(), "live");
+    let next = Pki::new(dir.path(), "next");
+    let (node, sasl_ssl, _, _) = secured_node(dir.path(), &live, "none", &[]);
+    node.cli(&["topic", "create", "rotating"], None);
+    let first_ca = dir.path().join("first-ca.pem");
+    std::fs::copy(live.dir.join("ca.pem"), &first_ca).unwrap();
+    let trusting = |ca: &Path| {
+        serde_json::json!({
+            "protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "user": "admin",
+            "password": ADMIN_PASSWORD, "ca": ca.display().to_string(),
+        })
+    };
+    assert!(kcat_round_trip(&sasl_ssl, "rotating", &trusting(&first_ca)).is_ok());
+    for file in ["broker.pem", "broker.key", "ca.pem"] {
+        std::fs::copy(next.dir.join(file), live.dir.join(file)).unwrap();
+    }
+    support::wait_for("the broker to present the new certificate", || {
+        kcat_round_trip(&sasl_ssl, "rotating", &trusting(&next.dir.join("ca.pem"))).is_ok()
+    });
+    assert!(kcat_round_trip(&sasl_ssl, "rotating", &trusting(&first_ca)).is_err());
+}
+
+/// The bootstrap user's password is nowhere on disk: the data directory keeps salted keys.
+#[test]
+fn no_password_is_kept_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (node, sasl_ssl, _, _) = secured_node(dir.path(), &pki, "none", &[]);
+    node.cli(&["topic", "create", "t"], None);
+    assert!(kcat_round_trip(&sasl_ssl, "t", &scram(&pki, "admin", ADMIN_PASSWORD)).is_ok());
+    let mut files = vec![dir.path().join("data")];
+    let mut checked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .unwrap()
+                    .map(|entry| entry.unwrap().path()),
+            );
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            checked += 1;
+            assert!(
+                !bytes
+                    .windows(ADMIN_PASSWORD.len())
+                    .any(|window| window == ADMIN_PASSWORD.as_bytes()),
+                "{} holds the password",
+                path.display()
+            );
+        }
+    }
+    assert!(checked > 0);
+}
