@@ -190,6 +190,31 @@ impl ScramCredential {
         })
     }
 
+    /// The credential of a salted password a client computed itself (Kafka's
+    /// AlterUserScramCredentials sends `Hi(password, salt, iterations)`, never the password).
+    pub fn from_salted_password(
+        mechanism: ScramMechanism,
+        salted_password: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> Result<ScramCredential, AuthError> {
+        check_iterations(iterations)?;
+        if salted_password.len() != mechanism.hash_len() || salt.is_empty() {
+            return Err(AuthError::Invalid(format!(
+                "a {mechanism} salted password is {} bytes, with a salt",
+                mechanism.hash_len()
+            )));
+        }
+        let client_key = mechanism.client_key(salted_password);
+        Ok(ScramCredential {
+            mechanism,
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: mechanism.hash(&client_key),
+            server_key: mechanism.hmac(salted_password, b"Server Key"),
+        })
+    }
+
     /// Whether `password` is the one this credential was made from (SASL/PLAIN checks a
     /// password this way), compared in constant time.
     pub fn verify_password(&self, password: &[u8]) -> bool {
@@ -917,6 +942,19 @@ mod tests {
         assert!(credential.verify_password(b"pw"));
         assert!(!credential.verify_password(b"pW"));
         assert!(!credential.verify_password(b""));
+    }
+
+    #[test]
+    fn a_salted_password_gives_the_same_credential_as_the_password() {
+        let mechanism = ScramMechanism::Sha512;
+        let salted = mechanism.salted_password(b"pw", b"salt", NonZeroU32::new(4096).unwrap());
+        assert_eq!(
+            ScramCredential::from_salted_password(mechanism, &salted, b"salt", 4096).unwrap(),
+            ScramCredential::new(mechanism, b"pw", b"salt", 4096).unwrap()
+        );
+        assert!(
+            ScramCredential::from_salted_password(mechanism, &salted[1..], b"salt", 4096).is_err()
+        );
     }
 
     #[test]

@@ -101,6 +101,18 @@ pub struct ServeArgs {
     /// e.g. 1h; default 0: sessions never end).
     #[arg(long, env = "STRATA_CONNECTIONS_MAX_REAUTH", value_parser = crate::units::parse_duration)]
     connections_max_reauth: Option<std::time::Duration>,
+    /// `acl`: every request is checked against the ACLs (`strata acl`, `kafka-acls`), as
+    /// Kafka's authorizer checks it; unset (the default): every client may do everything.
+    #[arg(long, env = "STRATA_AUTHORIZER")]
+    authorizer: Option<String>,
+    /// Principals allowed everything whatever the ACLs say, separated by `;` or `,`
+    /// (Kafka's super.users, e.g. `User:admin;User:CN=ops,O=acme`; default none).
+    #[arg(long, env = "STRATA_SUPER_USERS")]
+    super_users: Option<String>,
+    /// With --authorizer acl, a resource no ACL names is open to every client (Kafka's
+    /// allow.everyone.if.no.acl.found; default off: closed).
+    #[arg(long, env = "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    allow_everyone_if_no_acl_found: bool,
     /// A failed authentication is answered this late, so guessing passwords is slow (Kafka's
     /// connection.failed.authentication.delay.ms; default 100ms).
     #[arg(long, env = "STRATA_FAILED_AUTHENTICATION_DELAY", value_parser = crate::units::parse_duration)]
@@ -184,6 +196,9 @@ struct FileConfig {
     kafka_listen: Option<String>,
     tls_client_auth: Option<String>,
     sasl_mechanisms: Option<String>,
+    authorizer: Option<String>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     #[serde(
         default,
         deserialize_with = "crate::units::serde_duration_option::deserialize"
@@ -472,6 +487,27 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Securi
             !security.sasl_mechanisms.is_empty(),
             "--sasl-mechanisms names no mechanism"
         );
+    }
+    match args.authorizer.as_deref().or(file.authorizer.as_deref()) {
+        None | Some("") | Some("none") => {}
+        Some("acl") => {
+            let super_users = args
+                .super_users
+                .as_deref()
+                .or(file.super_users.as_deref())
+                .unwrap_or("")
+                .split([';', ','])
+                .filter(|text| !text.trim().is_empty())
+                .map(|text| strata_auth::Principal::parse(text.trim()))
+                .collect::<Result<_, _>>()
+                .map_err(|error| anyhow::anyhow!("--super-users: {error}"))?;
+            security.authorizer = Some(strata_auth::acl::AuthorizerConfig {
+                super_users,
+                allow_everyone_if_no_acl_found: args.allow_everyone_if_no_acl_found
+                    || file.allow_everyone_if_no_acl_found.unwrap_or(false),
+            });
+        }
+        Some(other) => anyhow::bail!("--authorizer: {other:?} is not one (acl)"),
     }
     security.connections_max_reauth = args
         .connections_max_reauth

@@ -35,6 +35,10 @@ pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 pub const ILLEGAL_SASL_STATE: i16 = 34;
 pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+pub const SECURITY_DISABLED: i16 = 54;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
@@ -89,6 +93,10 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
         ErrorCode::InvalidReplicaAssignment => INVALID_REPLICA_ASSIGNMENT,
         ErrorCode::OffsetNotAvailable => OFFSET_NOT_AVAILABLE,
+        ErrorCode::TopicAuthorizationFailed => TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode::GroupAuthorizationFailed => GROUP_AUTHORIZATION_FAILED,
+        ErrorCode::ClusterAuthorizationFailed => CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode::AuthenticationFailed => SASL_AUTHENTICATION_FAILED,
     }
 }
 

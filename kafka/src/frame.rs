@@ -7,13 +7,14 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
-    SaslHandshakeRequest, SyncGroupRequest,
+    AlterConfigsRequest, AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest,
+    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeUserScramCredentialsRequest, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -27,7 +28,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
 /// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 24] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 29] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -52,6 +53,11 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 24] = [
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// What every request carries ahead of its body.
@@ -102,6 +108,11 @@ pub enum KafkaRequest {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
+    CreateAcls(CreateAclsRequest),
+    DescribeAcls(DescribeAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// Why a request was not decoded.
@@ -177,6 +188,11 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::IncrementalAlterConfigs => decoded!(IncrementalAlterConfigs),
         ApiKey::SaslHandshake => decoded!(SaslHandshake),
         ApiKey::SaslAuthenticate => decoded!(SaslAuthenticate),
+        ApiKey::CreateAcls => decoded!(CreateAcls),
+        ApiKey::DescribeAcls => decoded!(DescribeAcls),
+        ApiKey::DeleteAcls => decoded!(DeleteAcls),
+        ApiKey::DescribeUserScramCredentials => decoded!(DescribeUserScramCredentials),
+        ApiKey::AlterUserScramCredentials => decoded!(AlterUserScramCredentials),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

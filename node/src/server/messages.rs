@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use strata_auth::acl::AclBinding;
+use strata_auth::acl::{
+    AclBinding, AclFilter, Authorizer, AuthorizerConfig, Operation, ResourceType,
+};
 use strata_auth::scram::{ScramCredential, ScramMechanism};
 use strata_coordinator::security::UserRecord;
 use strata_coordinator::{BrokerInfo, PartitionChange, PartitionState, TopicState};
@@ -103,15 +105,56 @@ pub struct ClusterView {
     pub security: Arc<SecurityView>,
 }
 
-/// The users and ACLs as the control thread last read them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The users and ACLs as the control thread last read them, and the ACLs compiled for checks.
+#[derive(Debug, Clone, Default)]
 pub struct SecurityView {
     /// In name order.
     pub users: Vec<UserRecord>,
     pub acls: Vec<AclBinding>,
+    /// `None` when the node does not authorize (`--authorizer` unset): every authenticated
+    /// client may do everything.
+    pub authorizer: Option<Authorizer>,
 }
 
+impl PartialEq for SecurityView {
+    /// The authorizer is compiled from the ACLs and the node's settings: equal when they are.
+    fn eq(&self, other: &Self) -> bool {
+        self.users == other.users
+            && self.acls == other.acls
+            && self.authorizer.is_some() == other.authorizer.is_some()
+    }
+}
+
+impl Eq for SecurityView {}
+
 impl SecurityView {
+    pub fn new(
+        users: Vec<UserRecord>,
+        acls: Vec<AclBinding>,
+        authorizer: Option<&AuthorizerConfig>,
+    ) -> SecurityView {
+        let authorizer = authorizer.map(|config| Authorizer::new(config.clone(), &acls));
+        SecurityView {
+            users,
+            acls,
+            authorizer,
+        }
+    }
+
+    /// Whether `principal` from `host` may do `operation` on `kind`/`name`.
+    pub fn authorize(
+        &self,
+        principal: &strata_auth::Principal,
+        host: Option<std::net::IpAddr>,
+        operation: Operation,
+        kind: ResourceType,
+        name: &str,
+    ) -> bool {
+        self.authorizer
+            .as_ref()
+            .is_none_or(|authorizer| authorizer.authorize(principal, host, operation, kind, name))
+    }
+
     /// `user`'s stored credential for `mechanism`.
     pub fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
         let at = self
@@ -152,7 +195,38 @@ impl From<FetchPartitionResponse> for Fetched {
     }
 }
 
+/// A change to the users or the ACLs, made by the control thread in the coordinator.
+pub enum SecurityChange {
+    /// Set (`Some`) or delete (`None`: every mechanism's, or the one given) credentials, one
+    /// answer per entry.
+    Credentials(Vec<CredentialChange>),
+    CreateAcls(Vec<AclBinding>),
+    /// The bindings each filter removed.
+    DeleteAcls(Vec<AclFilter>),
+}
+
+/// One user's credential set or deleted.
+pub struct CredentialChange {
+    pub user: String,
+    pub mechanism: ScramMechanism,
+    /// `None`: delete the user's credential of `mechanism`.
+    pub credential: Option<ScramCredential>,
+}
+
+/// What a [`SecurityChange`] did.
+pub enum SecurityChanged {
+    /// Per credential change: `Ok(false)` when a deletion found nothing.
+    Credentials(Vec<Result<bool, String>>),
+    CreateAcls(Result<(), String>),
+    DeleteAcls(Result<Vec<Vec<AclBinding>>, String>),
+}
+
 pub enum ControlMessage {
+    /// Users and ACLs (SCRAM credentials, CreateAcls, DeleteAcls).
+    Security {
+        change: SecurityChange,
+        reply: oneshot::Sender<SecurityChanged>,
+    },
     CreateTopic {
         request: CreateTopicRequest,
         reply: oneshot::Sender<CreateTopicResponse>,

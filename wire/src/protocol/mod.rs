@@ -206,6 +206,15 @@ error_codes! {
     /// it could name might be behind one an earlier leader named (Kafka's
     /// OFFSET_NOT_AVAILABLE): ask again shortly.
     OffsetNotAvailable = 36, retriable = true;
+    /// The principal may not do this to the topic (Kafka's TOPIC_AUTHORIZATION_FAILED).
+    TopicAuthorizationFailed = 37, retriable = false;
+    /// The principal may not do this to the group (Kafka's GROUP_AUTHORIZATION_FAILED).
+    GroupAuthorizationFailed = 38, retriable = false;
+    /// The principal may not do this to the cluster (Kafka's CLUSTER_AUTHORIZATION_FAILED).
+    ClusterAuthorizationFailed = 39, retriable = false;
+    /// The connection has not authenticated, or its credentials were refused (Kafka's
+    /// SASL_AUTHENTICATION_FAILED).
+    AuthenticationFailed = 40, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -16,6 +16,7 @@ use strata_wire::protocol::{
     ReassignPartitionRequest, ReassignPartitionResponse,
 };
 
+use crate::server::messages::{SecurityChange, SecurityChanged};
 use crate::server::topic_config::{self, TopicConfig};
 
 pub(super) async fn delete_topic(
@@ -277,5 +278,44 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
         CoordinatorError::BrokerIdTaken(_)
         | CoordinatorError::Storage { .. }
         | CoordinatorError::Corrupt { .. } => ErrorCode::Internal,
+    }
+}
+
+/// Makes a change to the users or the ACLs in the coordinator.
+pub(super) async fn change_security(
+    coordinator: &impl Coordinator,
+    change: SecurityChange,
+) -> SecurityChanged {
+    match change {
+        SecurityChange::Credentials(changes) => {
+            let mut answers = Vec::with_capacity(changes.len());
+            for change in changes {
+                let answer = match change.credential {
+                    Some(credential) => coordinator
+                        .upsert_scram_credential(&change.user, credential)
+                        .await
+                        .map(|()| true),
+                    None => {
+                        coordinator
+                            .delete_scram_credential(&change.user, Some(change.mechanism))
+                            .await
+                    }
+                };
+                answers.push(answer.map_err(|error| error.to_string()));
+            }
+            SecurityChanged::Credentials(answers)
+        }
+        SecurityChange::CreateAcls(bindings) => SecurityChanged::CreateAcls(
+            coordinator
+                .create_acls(&bindings)
+                .await
+                .map_err(|error| error.to_string()),
+        ),
+        SecurityChange::DeleteAcls(filters) => SecurityChanged::DeleteAcls(
+            coordinator
+                .delete_acls(&filters)
+                .await
+                .map_err(|error| error.to_string()),
+        ),
     }
 }

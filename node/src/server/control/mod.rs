@@ -151,7 +151,7 @@ async fn serve<C: Coordinator>(
         return;
     }
     coordinator.take_next_epochs().await;
-    let view = match view::read_view(&coordinator).await {
+    let view = match view::read_view(&coordinator, &config.security).await {
         Ok((view, _)) => view,
         Err(error) => {
             let _ = ready.send(Err(format!("reading cluster state: {error}")));
@@ -296,6 +296,11 @@ impl<C: Coordinator> ControlThread<'_, C> {
                 }
                 let _ = reply.send(stored);
             }
+            ControlMessage::Security { change, reply } => {
+                let changed = admin::change_security(coordinator, change).await;
+                self.announce().await;
+                let _ = reply.send(changed);
+            }
             ControlMessage::Leave { reply } => {
                 if let Err(error) = coordinator.leave().await {
                     tracing::warn!("leaving the cluster: {error}");
@@ -347,7 +352,7 @@ impl<C: Coordinator> ControlThread<'_, C> {
         if !read_now {
             return;
         }
-        let read = view::read_view(coordinator).await;
+        let read = view::read_view(coordinator, &self.config.security).await;
         if let Err(error) = &read {
             // A node that left gave up its lease on purpose: no alarm.
             if self.membership.left() {
@@ -406,7 +411,7 @@ impl<C: Coordinator> ControlThread<'_, C> {
     /// closed its partitions to match, so a client that saw CreateTopic succeed can produce at
     /// once.
     async fn announce(&mut self) {
-        match view::read_view(&self.coordinator).await {
+        match view::read_view(&self.coordinator, &self.config.security).await {
             Ok((view, _)) => {
                 send_view(&self.audience, view.clone()).await;
                 self.membership.handle_announced(view);

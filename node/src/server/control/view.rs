@@ -6,11 +6,13 @@ use std::sync::Arc;
 use strata_coordinator::{Coordinator, CoordinatorError, TopicState, placement};
 
 use crate::server::messages::{ClusterView, SecurityView};
+use crate::server::security::SecurityConfig;
 
 /// The cluster view and the revision it was read at. A node whose lease may have lapsed reads
 /// nothing: what it would see is not its to act on.
 pub(super) async fn read_view(
     coordinator: &impl Coordinator,
+    security: &SecurityConfig,
 ) -> Result<(ClusterView, i64), CoordinatorError> {
     if !coordinator.lease_valid() {
         return Err(CoordinatorError::Unavailable(
@@ -25,10 +27,11 @@ pub(super) async fn read_view(
     if !brokers.iter().any(|broker| broker.id == node_id) {
         demote(&mut topics, node_id);
     }
-    let security = SecurityView {
-        users: coordinator.users().await?,
-        acls: coordinator.acls().await?,
-    };
+    let security = SecurityView::new(
+        coordinator.users().await?,
+        coordinator.acls().await?,
+        security.authorizer.as_ref(),
+    );
     let view = ClusterView {
         topics: Arc::new(topics),
         brokers: Arc::new(brokers),

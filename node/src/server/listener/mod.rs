@@ -146,6 +146,24 @@ pub(super) struct Client {
 }
 
 impl Client {
+    /// Whether this client may do `operation` on the resource `kind`/`name` (always, when the
+    /// node does not authorize). Reads the shard's copy of the ACLs: no lock, no allocation.
+    pub(super) fn may(
+        &self,
+        shard: &Shard,
+        operation: strata_auth::acl::Operation,
+        kind: strata_auth::acl::ResourceType,
+        name: &str,
+    ) -> bool {
+        shard.view.borrow().security.authorize(
+            &self.principal,
+            Some(self.peer.ip()),
+            operation,
+            kind,
+            name,
+        )
+    }
+
     /// Whether answers may carry records from files (`sendfile`), which TLS cannot.
     pub(super) fn takes_file_ranges(&self) -> bool {
         !self.listener.protocol.uses_tls()

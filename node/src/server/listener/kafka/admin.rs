@@ -18,12 +18,15 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
 
-use super::native;
+use super::{authorize, native};
 use crate::server::groups::coordinator_of;
+use crate::server::listener::Client;
 use crate::server::shard::Shard;
+use strata_auth::acl::Operation;
 
 pub(super) async fn create_topics(
     shard: &Rc<Shard>,
+    client: &Client,
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let mut results = Vec::new();
@@ -31,6 +34,13 @@ pub(super) async fn create_topics(
     for (name, translated) in admin::create_topics_requests(&request, defaults) {
         let result = match translated {
             Err(refusal) => admin::create_topic_result(&name, Err(refusal)),
+            Ok(_) if !authorize::create_topic(shard, client, &name) => admin::create_topic_result(
+                &name,
+                Err(admin::Refusal {
+                    error: errors::TOPIC_AUTHORIZATION_FAILED,
+                    message: "Create on the cluster or the topic is needed".into(),
+                }),
+            ),
             Ok(create) if request.validate_only => {
                 let checked = check_create(shard, &create);
                 admin::create_topic_result(&name, Ok((checked, &create)))
@@ -177,6 +187,7 @@ fn check_alter(
 
 pub(super) async fn delete_topics(
     shard: &Rc<Shard>,
+    client: &Client,
     version: i16,
     request: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
@@ -184,6 +195,9 @@ pub(super) async fn delete_topics(
     for name in admin::delete_topics_names(&request, version) {
         let error = match &name {
             None => errors::UNKNOWN_TOPIC_OR_PARTITION,
+            Some(name) if !authorize::topic(shard, client, Operation::Delete, name) => {
+                errors::TOPIC_AUTHORIZATION_FAILED
+            }
             Some(name) => {
                 let delete = native::DeleteTopicRequest { name: name.clone() };
                 match native(shard, Request::DeleteTopic(delete)).await {
@@ -200,12 +214,19 @@ pub(super) async fn delete_topics(
 
 pub(super) async fn create_partitions(
     shard: &Rc<Shard>,
+    client: &Client,
     request: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::new();
     for (name, translated) in admin::create_partitions_requests(&request) {
         let created = match translated {
             Err(refusal) => Err(refusal),
+            Ok(_) if !authorize::topic(shard, client, Operation::Alter, &name) => {
+                Err(admin::Refusal {
+                    error: errors::TOPIC_AUTHORIZATION_FAILED,
+                    message: "Alter on the topic is needed".into(),
+                })
+            }
             Ok(create) if request.validate_only => Ok(check_create_partitions(shard, &create)),
             Ok(create) => match native(shard, Request::CreatePartitions(create)).await {
                 Ok(Response::CreatePartitions(response)) => Ok(response),
@@ -222,6 +243,7 @@ pub(super) async fn create_partitions(
 
 pub(super) async fn list_groups(
     shard: &Rc<Shard>,
+    client: &Client,
     request: ListGroupsRequest,
 ) -> ListGroupsResponse {
     match native(shard, Request::ListGroups(native::ListGroupsRequest {})).await {
@@ -231,9 +253,12 @@ pub(super) async fn list_groups(
             // broker.
             let brokers: Vec<i32> = shard.view.borrow().brokers.iter().map(|b| b.id).collect();
             let here = shard.context.config.node_id;
-            groups
-                .groups
-                .retain(|listed| coordinator_of(&listed.group, &brokers) == Some(here));
+            // Without Describe on the cluster, only the groups the client may Describe.
+            let all = authorize::cluster(shard, client, Operation::Describe);
+            groups.groups.retain(|listed| {
+                coordinator_of(&listed.group, &brokers) == Some(here)
+                    && (all || authorize::group(shard, client, Operation::Describe, &listed.group))
+            });
             // Their states, as this broker (their coordinator) describes them; a group whose
             // description fails is listed with an empty state.
             let mut states = Vec::with_capacity(groups.groups.len());
@@ -261,6 +286,7 @@ pub(super) async fn list_groups(
 
 pub(super) async fn describe_groups(
     shard: &Rc<Shard>,
+    client: &Client,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let mut groups = Vec::new();
@@ -268,17 +294,22 @@ pub(super) async fn describe_groups(
         let describe = native::DescribeGroupRequest {
             group: group.0.to_string(),
         };
-        let described = match native(shard, Request::DescribeGroup(describe)).await {
-            Ok(Response::DescribeGroup(described)) => described,
-            Ok(_) | Err(_) => native::DescribeGroupResponse {
-                error: native::ErrorCode::CoordinatorNotAvailable,
-                group: group.0.to_string(),
-                generation: -1,
-                state: String::new(),
-                assignor: String::new(),
-                members: Vec::new(),
-                offsets: Vec::new(),
-            },
+        let refused = |error| native::DescribeGroupResponse {
+            error,
+            group: group.0.to_string(),
+            generation: -1,
+            state: String::new(),
+            assignor: String::new(),
+            members: Vec::new(),
+            offsets: Vec::new(),
+        };
+        let described = if !authorize::group(shard, client, Operation::Describe, &group.0) {
+            refused(native::ErrorCode::GroupAuthorizationFailed)
+        } else {
+            match native(shard, Request::DescribeGroup(describe)).await {
+                Ok(Response::DescribeGroup(described)) => described,
+                Ok(_) | Err(_) => refused(native::ErrorCode::CoordinatorNotAvailable),
+            }
         };
         groups.push(admin::described_group(described));
     }
@@ -323,6 +354,7 @@ async fn alter(
 
 pub(super) async fn describe_configs(
     shard: &Rc<Shard>,
+    client: &Client,
     request: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
     let mut results = Vec::new();
@@ -336,6 +368,18 @@ pub(super) async fn describe_configs(
                     .with_error_code(errors::INVALID_REQUEST)
                     .with_error_message(Some(StrBytes::from_static_str(
                         "only topic configs are served",
+                    ))),
+            );
+            continue;
+        }
+        if !authorize::topic(shard, client, Operation::DescribeConfigs, &name) {
+            results.push(
+                DescribeConfigsResult::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        "DescribeConfigs on the topic is needed",
                     ))),
             );
             continue;
@@ -355,6 +399,7 @@ pub(super) async fn describe_configs(
 
 pub(super) async fn incremental_alter_configs(
     shard: &Rc<Shard>,
+    client: &Client,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::new();
@@ -367,7 +412,14 @@ pub(super) async fn incremental_alter_configs(
                 config.value.as_ref().map(ToString::to_string),
             )
         });
-        let translated = admin::incremental_alter_request(resource.resource_type, &name, configs);
+        let translated = if authorize::topic(shard, client, Operation::AlterConfigs, &name) {
+            admin::incremental_alter_request(resource.resource_type, &name, configs)
+        } else {
+            Err(admin::Refusal {
+                error: errors::TOPIC_AUTHORIZATION_FAILED,
+                message: "AlterConfigs on the topic is needed".into(),
+            })
+        };
         let (error, message) = alter(shard, translated, request.validate_only).await;
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
@@ -383,6 +435,7 @@ pub(super) async fn incremental_alter_configs(
 /// The legacy AlterConfigs: each resource's settings replace the topic's overrides.
 pub(super) async fn alter_configs(
     shard: &Rc<Shard>,
+    client: &Client,
     request: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
     let mut responses = Vec::new();
@@ -395,7 +448,12 @@ pub(super) async fn alter_configs(
                 config.value.as_ref().map(ToString::to_string),
             )
         });
-        let translated = if current.error == native::ErrorCode::None {
+        let translated = if !authorize::topic(shard, client, Operation::AlterConfigs, &name) {
+            Err(admin::Refusal {
+                error: errors::TOPIC_AUTHORIZATION_FAILED,
+                message: "AlterConfigs on the topic is needed".into(),
+            })
+        } else if current.error == native::ErrorCode::None {
             admin::replacing_alter_request(resource.resource_type, &name, configs, &current)
         } else {
             Err(admin::Refusal {
@@ -419,6 +477,7 @@ pub(super) async fn alter_configs(
 /// NON_EMPTY_GROUP while a group has members, GROUP_ID_NOT_FOUND for one never seen).
 pub(super) async fn delete_groups(
     shard: &Rc<Shard>,
+    client: &Client,
     request: DeleteGroupsRequest,
 ) -> DeleteGroupsResponse {
     let mut results = Vec::new();
@@ -426,6 +485,14 @@ pub(super) async fn delete_groups(
         let delete = native::DeleteGroupRequest {
             group: group.0.to_string(),
         };
+        if !authorize::group(shard, client, Operation::Delete, &group.0) {
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(group)
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
         let error = match native(shard, Request::DeleteGroup(delete)).await {
             Ok(Response::DeleteGroup(deleted)) => kafka_error(deleted.error),
             Ok(_) => errors::UNKNOWN_SERVER_ERROR,

@@ -29,11 +29,12 @@ use strata_kafka::text;
 use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
 use tokio::sync::oneshot;
 
-use super::native;
+use super::{authorize, native};
 use crate::group::classic::{ClassicError, JoinRequest};
 use crate::server::listener::Client;
 use crate::server::messages::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
 use crate::server::shard::Shard;
+use strata_auth::acl::Operation;
 
 /// FindCoordinator's key type for consumer groups (1 is transactions, which Strata has not).
 const KEY_TYPE_GROUP: i8 = 0;
@@ -95,6 +96,8 @@ pub(super) async fn find_coordinator(
     for key in keys {
         let found = if request.key_type != KEY_TYPE_GROUP {
             Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if !authorize::group(shard, client, Operation::Describe, &key) {
+            Err(errors::GROUP_AUTHORIZATION_FAILED)
         } else {
             match native(
                 shard,
@@ -310,8 +313,11 @@ pub(super) async fn leave(
 /// commit's outcome.
 pub(super) async fn commit(
     shard: &Rc<Shard>,
+    client: &Client,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
+    let group_allowed =
+        authorize::group(shard, client, Operation::Read, request.group_id.0.as_str());
     let mut invalid = false;
     let mut errors_by_partition: Vec<Vec<Option<i16>>> = Vec::with_capacity(request.topics.len());
     let mut topics: Vec<native::OffsetCommitTopic> = Vec::with_capacity(request.topics.len());
@@ -319,6 +325,13 @@ pub(super) async fn commit(
         let view = shard.view.borrow();
         for topic in &request.topics {
             let name = topic.name.0.as_str();
+            let refusal = if !group_allowed {
+                Some(errors::GROUP_AUTHORIZATION_FAILED)
+            } else if !authorize::topic(shard, client, Operation::Read, name) {
+                Some(errors::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                None
+            };
             let partition_count = view
                 .topics
                 .iter()
@@ -335,6 +348,10 @@ pub(super) async fn commit(
                     errors.push(None);
                     continue;
                 };
+                if refusal.is_some() {
+                    errors.push(refusal);
+                    continue;
+                }
                 if partition_count.is_none_or(|count| index as usize >= count) {
                     errors.push(Some(errors::UNKNOWN_TOPIC_OR_PARTITION));
                     continue;
@@ -408,8 +425,17 @@ pub(super) async fn commit(
 
 pub(super) async fn fetch_offsets(
     shard: &Rc<Shard>,
+    client: &Client,
     request: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
+    if !authorize::group(
+        shard,
+        client,
+        Operation::Describe,
+        request.group_id.0.as_str(),
+    ) {
+        return OffsetFetchResponse::default().with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
     let fetch = native::OffsetFetchRequest {
         group: request.group_id.0.to_string(),
         topics: request.topics.as_ref().map(|topics| {
@@ -433,6 +459,10 @@ pub(super) async fn fetch_offsets(
     };
     let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
     for committed in offsets {
+        // A topic the client may not Describe is not shown, its offsets included.
+        if !authorize::topic(shard, client, Operation::Describe, &committed.topic) {
+            continue;
+        }
         let partition = OffsetFetchResponsePartition::default()
             .with_partition_index(committed.partition as i32)
             .with_committed_offset(committed.offset)

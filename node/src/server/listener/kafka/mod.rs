@@ -19,16 +19,22 @@
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use strata_auth::acl::Operation;
 use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
-use strata_kafka::kafka_protocol::messages::{ApiKey, FetchResponse};
+use strata_kafka::kafka_protocol::messages::{
+    ApiKey, FetchResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+    SyncGroupResponse,
+};
 use strata_kafka::translate::{self, KafkaBroker};
 use strata_wire::protocol::{ErrorCode, Request, Response};
 use tokio::task::JoinHandle;
 
 mod admin;
+mod authorize;
 mod groups;
 mod sasl;
+mod security_admin;
 
 use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
 use crate::server::messages::Delivery;
@@ -347,6 +353,7 @@ async fn respond(
         KafkaRequest::Metadata(request) => {
             let asked =
                 Request::Metadata(translate::metadata_request(&request, header.api_version));
+            let listing_all = matches!(&asked, Request::Metadata(m) if m.topics.is_none());
             let mut metadata = match native(shard, asked.clone()).await {
                 Ok(Response::Metadata(metadata)) => metadata,
                 answer => return unanswered("Metadata", answer),
@@ -355,7 +362,11 @@ async fn respond(
             // asks for it (always, before Metadata v4).
             let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
             if shard.context.config.kafka_auto_create_topics && wants_creation {
-                let created = create_unknown_topics(shard, &metadata).await;
+                let created = create_unknown_topics(shard, &metadata, |name| {
+                    authorize::topic(shard, client, Operation::Describe, name)
+                        && authorize::create_topic(shard, client, name)
+                })
+                .await;
                 if created.any {
                     metadata = match native(shard, asked).await {
                         Ok(Response::Metadata(metadata)) => metadata,
@@ -370,6 +381,16 @@ async fn respond(
                     }
                 }
             }
+            // Only the topics the client may Describe: left out of a list of all, refused
+            // where it named them.
+            metadata.topics.retain_mut(|topic| {
+                if authorize::topic(shard, client, Operation::Describe, &topic.name) {
+                    return true;
+                }
+                topic.error = ErrorCode::TopicAuthorizationFailed;
+                topic.partitions.clear();
+                !listing_all
+            });
             encoded(
                 &header,
                 &translate::metadata_response(metadata, &kafka_brokers(shard, client)),
@@ -389,6 +410,16 @@ async fn respond(
                     crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
                 })
             };
+            let mut produce = produce;
+            authorize::refuse_topics(
+                shard,
+                client,
+                Operation::Write,
+                &mut produce.native.topics,
+                &mut produce.refused,
+                |topic| &topic.name,
+                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+            );
             let answered = if produce.native.topics.is_empty() {
                 Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
                     topics: Vec::new(),
@@ -409,13 +440,22 @@ async fn respond(
             )
         }
         KafkaRequest::Fetch(request) => {
-            let fetch = match translate::fetch_request(&request) {
+            let mut fetch = match translate::fetch_request(&request) {
                 Ok(fetch) => fetch,
                 Err(error) => {
                     let refused = FetchResponse::default().with_error_code(error);
                     return answer(frame::encode_fetch_response(&header, &refused));
                 }
             };
+            authorize::refuse_topics(
+                shard,
+                client,
+                Operation::Read,
+                &mut fetch.native.topics,
+                &mut fetch.refused,
+                |topic| &topic.name,
+                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+            );
             // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
             let native = if fetch.native.topics.is_empty() {
                 strata_wire::protocol::FetchResponse { topics: Vec::new() }
@@ -427,7 +467,16 @@ async fn respond(
             answer(frame::encode_fetch_response(&header, &response))
         }
         KafkaRequest::ListOffsets(request) => {
-            let list = translate::list_offsets_request(&request);
+            let mut list = translate::list_offsets_request(&request);
+            authorize::refuse_topics(
+                shard,
+                client,
+                Operation::Describe,
+                &mut list.native.topics,
+                &mut list.refused,
+                |topic| &topic.name,
+                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+            );
             let native = if list.native.topics.is_empty() {
                 strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
             } else {
@@ -444,6 +493,9 @@ async fn respond(
         KafkaRequest::InitProducerId(request) => {
             let answered = match translate::init_producer_id_request(&request) {
                 Err(error) => Err(error),
+                Ok(_) if !authorize::idempotent_producer(shard, client) => {
+                    Err(errors::CLUSTER_AUTHORIZATION_FAILED)
+                }
                 Ok(request) => match native(shard, Request::InitProducerId(request)).await {
                     Ok(Response::InitProducerId(native)) => Ok(native),
                     Err(code) => Err(errors::kafka_error(code)),
@@ -460,52 +512,99 @@ async fn respond(
             &groups::find_coordinator(shard, client, &header, request).await,
         ),
         KafkaRequest::JoinGroup(request) => {
+            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
+                let refused = JoinGroupResponse::default()
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
+                    .with_generation_id(-1);
+                return encoded(&header, &refused);
+            }
             encoded(&header, &groups::join(shard, &header, request).await)
         }
-        KafkaRequest::SyncGroup(request) => encoded(&header, &groups::sync(shard, request).await),
+        KafkaRequest::SyncGroup(request) => {
+            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
+                let refused = SyncGroupResponse::default()
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+                return encoded(&header, &refused);
+            }
+            encoded(&header, &groups::sync(shard, request).await)
+        }
         KafkaRequest::Heartbeat(request) => {
+            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
+                let refused = HeartbeatResponse::default()
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+                return encoded(&header, &refused);
+            }
             encoded(&header, &groups::heartbeat(shard, request).await)
         }
         KafkaRequest::LeaveGroup(request) => {
+            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
+                let refused = LeaveGroupResponse::default()
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+                return encoded(&header, &refused);
+            }
             encoded(&header, &groups::leave(shard, &header, request).await)
         }
         KafkaRequest::OffsetCommit(request) => {
-            encoded(&header, &groups::commit(shard, request).await)
+            encoded(&header, &groups::commit(shard, client, request).await)
         }
-        KafkaRequest::OffsetFetch(request) => {
-            encoded(&header, &groups::fetch_offsets(shard, request).await)
-        }
+        KafkaRequest::OffsetFetch(request) => encoded(
+            &header,
+            &groups::fetch_offsets(shard, client, request).await,
+        ),
         KafkaRequest::ListGroups(request) => {
-            encoded(&header, &admin::list_groups(shard, request).await)
+            encoded(&header, &admin::list_groups(shard, client, request).await)
         }
         KafkaRequest::DeleteGroups(request) => {
-            encoded(&header, &admin::delete_groups(shard, request).await)
+            encoded(&header, &admin::delete_groups(shard, client, request).await)
         }
-        KafkaRequest::DescribeGroups(request) => {
-            encoded(&header, &admin::describe_groups(shard, request).await)
-        }
+        KafkaRequest::DescribeGroups(request) => encoded(
+            &header,
+            &admin::describe_groups(shard, client, request).await,
+        ),
         KafkaRequest::CreateTopics(request) => {
-            encoded(&header, &admin::create_topics(shard, request).await)
+            encoded(&header, &admin::create_topics(shard, client, request).await)
         }
         KafkaRequest::DeleteTopics(request) => {
             let version = header.api_version;
             encoded(
                 &header,
-                &admin::delete_topics(shard, version, request).await,
+                &admin::delete_topics(shard, client, version, request).await,
             )
         }
-        KafkaRequest::CreatePartitions(request) => {
-            encoded(&header, &admin::create_partitions(shard, request).await)
-        }
-        KafkaRequest::DescribeConfigs(request) => {
-            encoded(&header, &admin::describe_configs(shard, request).await)
-        }
+        KafkaRequest::CreatePartitions(request) => encoded(
+            &header,
+            &admin::create_partitions(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeConfigs(request) => encoded(
+            &header,
+            &admin::describe_configs(shard, client, request).await,
+        ),
         KafkaRequest::AlterConfigs(request) => {
-            encoded(&header, &admin::alter_configs(shard, request).await)
+            encoded(&header, &admin::alter_configs(shard, client, request).await)
         }
         KafkaRequest::IncrementalAlterConfigs(request) => encoded(
             &header,
-            &admin::incremental_alter_configs(shard, request).await,
+            &admin::incremental_alter_configs(shard, client, request).await,
+        ),
+        KafkaRequest::CreateAcls(request) => encoded(
+            &header,
+            &security_admin::create_acls(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeAcls(request) => encoded(
+            &header,
+            &security_admin::describe_acls(shard, client, request),
+        ),
+        KafkaRequest::DeleteAcls(request) => encoded(
+            &header,
+            &security_admin::delete_acls(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeUserScramCredentials(request) => encoded(
+            &header,
+            &security_admin::describe_user_scram_credentials(shard, client, request),
+        ),
+        KafkaRequest::AlterUserScramCredentials(request) => encoded(
+            &header,
+            &security_admin::alter_user_scram_credentials(shard, client, request).await,
         ),
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
@@ -525,13 +624,14 @@ struct Created {
 async fn create_unknown_topics(
     shard: &Rc<Shard>,
     metadata: &strata_wire::protocol::MetadataResponse,
+    allowed: impl Fn(&str) -> bool,
 ) -> Created {
     let mut created = Created {
         any: false,
         invalid_names: Vec::new(),
     };
     for topic in &metadata.topics {
-        if topic.error != ErrorCode::UnknownTopic {
+        if topic.error != ErrorCode::UnknownTopic || !allowed(&topic.name) {
             continue;
         }
         let create = strata_wire::protocol::CreateTopicRequest {

@@ -1,0 +1,95 @@
+//! What Kafka's authorizer checks for each API, applied to the Kafka listener's requests before
+//! they run: the parts a client may not touch are taken out of the request and answered with
+//! Kafka's error for them (TOPIC_AUTHORIZATION_FAILED per partition, GROUP_AUTHORIZATION_FAILED
+//! for a group, CLUSTER_AUTHORIZATION_FAILED for the cluster), the rest runs as usual.
+//!
+//! | API | needs |
+//! |---|---|
+//! | Produce | Write on the topic |
+//! | Fetch | Read on the topic |
+//! | ListOffsets, Metadata | Describe on the topic (Metadata lists only those) |
+//! | Metadata creating a topic | Create on the cluster or the topic |
+//! | InitProducerId | IdempotentWrite on the cluster, or Write on any topic |
+//! | FindCoordinator, DescribeGroups, OffsetFetch | Describe on the group |
+//! | JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit | Read on the group |
+//! | OffsetCommit | Read on each topic; OffsetFetch: Describe on each topic |
+//! | ListGroups | Describe on the cluster, or lists the groups it may Describe |
+//! | DeleteGroups | Delete on the group |
+//! | CreateTopics | Create on the cluster or the topic |
+//! | DeleteTopics | Delete on the topic |
+//! | CreatePartitions | Alter on the topic |
+//! | DescribeConfigs | DescribeConfigs on the topic, or the cluster for a broker |
+//! | AlterConfigs, IncrementalAlterConfigs | AlterConfigs on the topic, or the cluster |
+//! | ACLs and SCRAM users | Describe / Alter on the cluster (see `security_admin`) |
+//!
+//! A node without `--authorizer` allows everything, and every check here is then a no-op.
+
+use strata_auth::acl::{CLUSTER_NAME, Operation, ResourceType};
+use strata_kafka::errors;
+use strata_kafka::translate::Refused;
+
+use crate::server::listener::Client;
+use crate::server::shard::Shard;
+
+/// Whether `client` may do `operation` on topic `name`.
+pub(super) fn topic(shard: &Shard, client: &Client, operation: Operation, name: &str) -> bool {
+    client.may(shard, operation, ResourceType::Topic, name)
+}
+
+/// Whether `client` may do `operation` on group `name`.
+pub(super) fn group(shard: &Shard, client: &Client, operation: Operation, name: &str) -> bool {
+    client.may(shard, operation, ResourceType::Group, name)
+}
+
+/// Whether `client` may do `operation` on the cluster.
+pub(super) fn cluster(shard: &Shard, client: &Client, operation: Operation) -> bool {
+    client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME)
+}
+
+/// Whether `client` may create topic `name` (Create on the cluster or on the topic).
+pub(super) fn create_topic(shard: &Shard, client: &Client, name: &str) -> bool {
+    cluster(shard, client, Operation::Create) || topic(shard, client, Operation::Create, name)
+}
+
+/// Takes the topics `client` may not `operation` out of `topics`, each partition of them
+/// answered TOPIC_AUTHORIZATION_FAILED in `refused`.
+pub(super) fn refuse_topics<T>(
+    shard: &Shard,
+    client: &Client,
+    operation: Operation,
+    topics: &mut Vec<T>,
+    refused: &mut Vec<Refused>,
+    name: impl Fn(&T) -> &str,
+    partitions: impl Fn(&T) -> Vec<u32>,
+) {
+    topics.retain(|item| {
+        let name = name(item);
+        if topic(shard, client, operation, name) {
+            return true;
+        }
+        refused.extend(partitions(item).into_iter().map(|partition| Refused {
+            topic: name.to_string(),
+            partition: partition as i32,
+            error: errors::TOPIC_AUTHORIZATION_FAILED,
+        }));
+        false
+    });
+}
+
+/// InitProducerId without a transactional id: IdempotentWrite on the cluster, or Write on any
+/// topic (Kafka's rule since 2.8).
+pub(super) fn idempotent_producer(shard: &Shard, client: &Client) -> bool {
+    if cluster(shard, client, Operation::IdempotentWrite) {
+        return true;
+    }
+    let view = shard.view.borrow();
+    view.topics.iter().any(|known| {
+        view.security.authorize(
+            &client.principal,
+            Some(client.peer.ip()),
+            Operation::Write,
+            ResourceType::Topic,
+            &known.name,
+        )
+    })
+}
