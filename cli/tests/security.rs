@@ -508,3 +508,256 @@ fn no_password_is_kept_on_disk() {
     }
     assert!(checked > 0);
 }
+
+/// confluent-kafka's AdminClient (`security/admin.py`) as `security`: its JSON.
+fn kafka_admin(bootstrap: &str, security: &serde_json::Value, args: &[&str]) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/security/admin.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(bootstrap)
+        .arg(security.to_string())
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 with confluent-kafka");
+    assert!(output.status.success(), "admin.py {args:?} crashed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn strings(value: &serde_json::Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|item| item.as_str().unwrap_or("null").to_string())
+        .collect()
+}
+
+/// Users made and ACLs set through Kafka's admin APIs decide what each principal may do, as
+/// Kafka's authorizer decides it: prefixed and literal patterns, a deny beating an allow,
+/// Describe implied by Write, topics hidden from Metadata, Create needed to create, a super
+/// user passing everything, a client certificate's subject as a principal.
+#[test]
+fn acls_decide_what_each_principal_may_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (node, sasl_ssl, ssl, _) = secured_node(
+        dir.path(),
+        &pki,
+        "required",
+        &["--authorizer", "acl", "--super-users", "User:admin"],
+    );
+    let admin = scram(&pki, "admin", ADMIN_PASSWORD);
+    let alice = scram(&pki, "alice", "alice-password");
+    assert_eq!(
+        strings(
+            &kafka_admin(
+                &sasl_ssl,
+                &admin,
+                &["user", "alice", "alice-password", "SCRAM-SHA-512"]
+            )["result"]
+        ),
+        ["null"]
+    );
+    let users = kafka_admin(&sasl_ssl, &admin, &["users"]);
+    assert_eq!(
+        strings(&users["users"]["alice"]),
+        ["SCRAM_SHA_512"],
+        "{users}"
+    );
+    // alice may not manage users or ACLs.
+    assert_eq!(
+        strings(
+            &kafka_admin(
+                &sasl_ssl,
+                &alice,
+                &["user", "mallory", "pw", "SCRAM-SHA-256"]
+            )["result"]
+        ),
+        ["CLUSTER_AUTHORIZATION_FAILED"]
+    );
+    for topic in [
+        "orders-eu",
+        "orders-us",
+        "orders-blocked",
+        "payments",
+        "certs",
+    ] {
+        assert_eq!(
+            strings(&kafka_admin(&sasl_ssl, &admin, &["create-topic", topic])["result"]),
+            ["null"],
+            "the super user creates {topic}"
+        );
+    }
+    let certificate = "User:CN=alice,OU=eng,O=acme";
+    let acls = serde_json::json!([
+        [
+            "topic",
+            "orders-",
+            "prefixed",
+            "User:alice",
+            "write",
+            "allow"
+        ],
+        [
+            "topic",
+            "orders-eu",
+            "literal",
+            "User:alice",
+            "read",
+            "allow"
+        ],
+        [
+            "topic",
+            "orders-blocked",
+            "literal",
+            "User:alice",
+            "write",
+            "deny"
+        ],
+        ["group", "g-", "prefixed", "User:alice", "read", "allow"],
+        ["topic", "certs", "literal", certificate, "all", "allow"],
+        ["group", "g-certs", "literal", certificate, "read", "allow"],
+    ]);
+    let created = kafka_admin(&sasl_ssl, &admin, &["acls-create", &acls.to_string()]);
+    assert_eq!(strings(&created["result"]), ["null"; 6], "{created}");
+    assert_eq!(
+        strings(&kafka_admin(&sasl_ssl, &admin, &["acls"])["acls"]).len(),
+        6
+    );
+
+    // Read and Write: the whole round trip.
+    let round_trip = |topic: &str, group: &str, security: &serde_json::Value, bootstrap: &str| {
+        client_round_trip("confluent", bootstrap, topic, group, security)
+    };
+    assert_eq!(
+        values(&round_trip("orders-eu", "g-eu", &alice, &sasl_ssl)).len(),
+        3
+    );
+    // Write without Read: produced, but not consumed.
+    let write_only = round_trip("orders-us", "g-us", &alice, &sasl_ssl);
+    assert!(values(&write_only).is_empty(), "{write_only}");
+    assert!(
+        write_only["errors"]
+            .to_string()
+            .contains("TOPIC_AUTHORIZATION_FAILED"),
+        "{write_only}"
+    );
+    assert_eq!(support::stored_records(&node, "orders-us"), 3);
+    // A deny beats the prefixed allow; no ACL at all refuses.
+    for topic in ["orders-blocked", "payments"] {
+        let refused = round_trip(topic, "g-x", &alice, &sasl_ssl);
+        assert!(
+            strings(&refused["refused"])
+                .iter()
+                .all(|e| e == "TOPIC_AUTHORIZATION_FAILED"),
+            "{topic}: {refused}"
+        );
+        assert_eq!(support::stored_records(&node, topic), 0);
+    }
+    // Metadata lists what alice may Describe (Write implies it), and she may not create.
+    assert_eq!(
+        strings(&kafka_admin(&sasl_ssl, &alice, &["topics"])["topics"]),
+        ["orders-blocked", "orders-eu", "orders-us"]
+    );
+    assert_eq!(
+        strings(&kafka_admin(&sasl_ssl, &alice, &["create-topic", "orders-new"])["result"]),
+        ["TOPIC_AUTHORIZATION_FAILED"]
+    );
+    // The client certificate's subject is a principal of its own.
+    assert_eq!(
+        values(&round_trip("certs", "g-certs", &mtls(&pki, &pki), &ssl)).len(),
+        3
+    );
+    let not_alice = round_trip("orders-eu", "g-eu", &mtls(&pki, &pki), &ssl);
+    assert!(not_alice["error"].as_str().is_some(), "{not_alice}");
+    // Deleting the deny lets alice write there.
+    let deny = serde_json::json!([
+        "topic",
+        "orders-blocked",
+        "literal",
+        "User:alice",
+        "write",
+        "deny"
+    ]);
+    let deleted = kafka_admin(&sasl_ssl, &admin, &["acls-delete", &deny.to_string()]);
+    assert_eq!(strings(&deleted["deleted"]).len(), 1, "{deleted}");
+    let refused = round_trip("orders-blocked", "g-x", &alice, &sasl_ssl);
+    assert!(refused["refused"].is_null(), "{refused}");
+    assert_eq!(support::stored_records(&node, "orders-blocked"), 3);
+}
+
+/// ACLs and users changed through one broker of three reach the other two (the coordinator's
+/// watch): a user made on broker 1 logs in on broker 3, an ACL added on broker 2 lets it
+/// write on broker 3, and removed there, stops it.
+#[test]
+fn acl_and_user_changes_on_one_broker_take_effect_on_the_others() {
+    let etcd = strata_coordinator::testing::EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let mut nodes = Vec::new();
+    let mut listeners = Vec::new();
+    for id in ["1", "2", "3"] {
+        let kafka = format!("127.0.0.1:{}", free_base_port(0));
+        let listener = format!("sasl_ssl://{kafka}");
+        let mut args = support::etcd_args(&etcd, id);
+        let (cert, key, ca) = (
+            pki.path("broker.pem"),
+            pki.path("broker.key"),
+            pki.path("ca.pem"),
+        );
+        args.extend_from_slice(&[
+            "--kafka-listen",
+            &listener,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca,
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+        ]);
+        nodes.push(TestNode::start_with_env(
+            &dir.path().join(format!("node-{id}")),
+            1,
+            &args,
+            &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+        ));
+        listeners.push(kafka);
+    }
+    let admin = scram(&pki, "admin", ADMIN_PASSWORD);
+    let bob = scram(&pki, "bob", "bob-password");
+    assert_eq!(
+        strings(&kafka_admin(&listeners[0], &admin, &["create-topic", "shared"])["result"]),
+        ["null"]
+    );
+    kafka_admin(
+        &listeners[0],
+        &admin,
+        &["user", "bob", "bob-password", "SCRAM-SHA-512"],
+    );
+    support::wait_for("broker 3 to know bob", || {
+        kafka_admin(&listeners[2], &bob, &["topics"])["topics"].is_array()
+    });
+    let grant = serde_json::json!([["topic", "shared", "literal", "User:bob", "write", "allow"]]);
+    kafka_admin(&listeners[1], &admin, &["acls-create", &grant.to_string()]);
+    support::wait_for("broker 3 to let bob write", || {
+        strings(&kafka_admin(&listeners[2], &bob, &["topics"])["topics"]) == ["shared"]
+    });
+    let written = client_round_trip("confluent", &listeners[2], "shared", "g", &bob);
+    assert!(written["refused"].is_null(), "{written}");
+    let revoke = serde_json::json!(["topic", "shared", "literal", "User:bob", null, null]);
+    kafka_admin(&listeners[2], &admin, &["acls-delete", &revoke.to_string()]);
+    for listener in &listeners {
+        support::wait_for("every broker to hide the topic from bob again", || {
+            kafka_admin(listener, &bob, &["topics"])["topics"]
+                .as_array()
+                .is_some_and(|topics| topics.is_empty())
+        });
+    }
+    drop(nodes);
+}

@@ -43,14 +43,20 @@ def confluent(bootstrap, topic, group, security):
         producer.produce(topic, value=value, on_delivery=lambda err, msg: delivered.append(err))
     producer.flush(TIMEOUT_S)
     if len(delivered) != len(VALUES) or any(delivered):
-        return {"error": "; ".join(errors + [str(e) for e in delivered if e])}
+        refused = [e.name() for e in delivered if e]
+        return {"error": "; ".join(errors + refused), "refused": refused}
     consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     values = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(values) < len(VALUES) and time.monotonic() < deadline:
         message = consumer.poll(1.0)
-        if message is None or message.error():
+        if message is None:
+            continue
+        if message.error():
+            errors.append(message.error().name())
+            if "AUTHORIZATION" in message.error().name():
+                break  # refused for good: nothing more will come
             continue
         values.append(message.value().decode())
     consumer.close()
