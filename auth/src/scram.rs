@@ -115,8 +115,9 @@ impl ScramMechanism {
         hmac::sign(&key, data).as_ref().to_vec()
     }
 
-    /// `Hi(password, salt, iterations)`: PBKDF2 with this mechanism's HMAC.
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
+    /// `Hi(password, salt, iterations)`: PBKDF2 with this mechanism's HMAC (what a client sends
+    /// to set a credential without sending the password).
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
         let mut salted = vec![0u8; self.hash_len()];
         pbkdf2::derive(
             self.pbkdf2_algorithm(),

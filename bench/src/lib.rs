@@ -55,6 +55,8 @@ pub struct BenchConfig {
     pub bootstrap: String,
     /// TCP congestion control of the bench's connections; `None`: the host's default.
     pub tcp_congestion: Option<String>,
+    /// TLS and SASL of the bench's connections.
+    pub security: strata_client::Security,
     pub topic: String,
     pub partitions: u32,
     pub replication_factor: u16,
@@ -103,6 +105,7 @@ impl Default for BenchConfig {
             workload: Workload::Produce,
             bootstrap: "127.0.0.1:7300".into(),
             tcp_congestion: Some(strata_client::DEFAULT_TCP_CONGESTION.to_string()),
+            security: strata_client::Security::default(),
             topic: "strata-bench".into(),
             partitions: 4,
             replication_factor: 1,
@@ -138,6 +141,7 @@ impl BenchConfig {
     fn client_config(&self) -> ClientConfig {
         ClientConfig {
             tcp_congestion: self.tcp_congestion.clone(),
+            security: self.security.clone(),
             ..ClientConfig::new(&self.bootstrap)
         }
     }

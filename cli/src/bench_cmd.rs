@@ -231,7 +231,8 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     let records = args.records.or(file.records);
     let config = BenchConfig {
         workload,
-        bootstrap: connection.bootstrap.clone(),
+        bootstrap: connection.bootstrap_addresses()?.1,
+        security: connection.client_config()?.security,
         topic: args.topic.or(file.topic).unwrap_or(defaults.topic),
         partitions: args
             .partitions

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use base64::Engine;
 use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
@@ -24,10 +24,19 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-async fn connect(connection: &Connection) -> anyhow::Result<Arc<Client>> {
-    Client::connect(connection.client_config())
-        .await
-        .with_context(|| format!("connecting to {}", connection.bootstrap))
+pub(crate) async fn connect(connection: &Connection) -> anyhow::Result<Arc<Client>> {
+    let config = connection.client_config()?;
+    let plaintext = config.security.tls.is_none();
+    Client::connect(config).await.map_err(|error| {
+        // A TLS listener hangs up on a client that does not speak TLS.
+        let hint = match &error {
+            strata_client::ClientError::Disconnected(_) if plaintext => {
+                " (if the listener is TLS, name it: --bootstrap ssl://... or sasl_ssl://...)"
+            }
+            _ => "",
+        };
+        anyhow::anyhow!("connecting to {}: {error}{hint}", connection.bootstrap)
+    })
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

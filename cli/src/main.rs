@@ -19,15 +19,18 @@ mod group_reset;
 mod log_tools;
 #[cfg(test)]
 mod reference;
+mod security_cmd;
 mod serve;
 mod tune_cmd;
 mod units;
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use strata_node::io::{self, Backend};
 use strata_node::log::{DirectWrites, FlushPolicy, LogConfig};
+use strata_node::server::security::SecurityProtocol;
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Strata: a distributed commit log")]
@@ -75,6 +78,20 @@ enum Command {
         #[command(subcommand)]
         command: client_cmd::GroupCommand,
     },
+    /// SCRAM users: create (or set a password), delete, list.
+    User {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: security_cmd::UserCommand,
+    },
+    /// ACLs: add, remove, list (checked with `strata serve --authorizer acl`).
+    Acl {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: security_cmd::AclCommand,
+    },
     /// Cluster-wide information.
     Cluster {
         #[command(flatten)]
@@ -106,10 +123,11 @@ enum Command {
     },
 }
 
-/// Where client commands connect.
+/// Where client commands connect, and as whom.
 #[derive(Args, Clone)]
 pub struct Connection {
-    /// Brokers to bootstrap from.
+    /// Brokers to bootstrap from, `[SCHEME://]HOST:PORT[,...]` with SCHEME one of plaintext
+    /// (the default), ssl, sasl_plaintext, sasl_ssl, as the broker's --listen.
     #[arg(
         long,
         global = true,
@@ -117,6 +135,35 @@ pub struct Connection {
         default_value = "127.0.0.1:7300"
     )]
     pub bootstrap: String,
+    /// PEM CA the brokers' certificates must chain to (ssl, sasl_ssl).
+    #[arg(long = "tls-ca", global = true, env = "STRATA_CLIENT_TLS_CA")]
+    pub client_tls_ca: Option<PathBuf>,
+    /// PEM client certificate to present (brokers asking for one; with --tls-key).
+    #[arg(
+        long = "tls-cert",
+        global = true,
+        env = "STRATA_CLIENT_TLS_CERT",
+        requires = "client_tls_key"
+    )]
+    pub client_tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long = "tls-key",
+        global = true,
+        env = "STRATA_CLIENT_TLS_KEY",
+        requires = "client_tls_cert"
+    )]
+    pub client_tls_key: Option<PathBuf>,
+    /// SASL mechanism (sasl_plaintext, sasl_ssl): SCRAM-SHA-512 (the default), SCRAM-SHA-256,
+    /// PLAIN.
+    #[arg(long, global = true, env = "STRATA_SASL_MECHANISM")]
+    pub sasl_mechanism: Option<String>,
+    /// SASL user; the password comes from STRATA_PASSWORD or --password-file.
+    #[arg(long, global = true, env = "STRATA_USER")]
+    pub user: Option<String>,
+    /// A file holding the SASL password (its first line).
+    #[arg(long, global = true, env = "STRATA_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
     /// TCP congestion control of the connections to brokers (default cubic; `system`: the
     /// host's default), as `strata serve --tcp-congestion`.
     #[arg(long, global = true, env = "STRATA_TCP_CONGESTION")]
@@ -124,12 +171,90 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// The client settings these flags ask for.
-    pub fn client_config(&self) -> strata_client::ClientConfig {
-        strata_client::ClientConfig {
+    /// The client settings these flags ask for; a refusal says which flag is missing.
+    pub fn client_config(&self) -> anyhow::Result<strata_client::ClientConfig> {
+        let (protocol, addresses) = self.bootstrap_addresses()?;
+        Ok(strata_client::ClientConfig {
             tcp_congestion: self.tcp_congestion(None),
-            ..strata_client::ClientConfig::new(&self.bootstrap)
+            security: self.security(protocol)?,
+            ..strata_client::ClientConfig::new(addresses)
+        })
+    }
+
+    /// `--bootstrap` without its scheme, and the scheme's security protocol (one for all).
+    pub fn bootstrap_addresses(&self) -> anyhow::Result<(SecurityProtocol, String)> {
+        let mut protocol = None;
+        let mut addresses = Vec::new();
+        for part in self
+            .bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (scheme, address) = match part.split_once("://") {
+                Some((scheme, address)) => (
+                    scheme
+                        .parse::<SecurityProtocol>()
+                        .map_err(|why| anyhow::anyhow!("--bootstrap: {why}"))?,
+                    address,
+                ),
+                None => (SecurityProtocol::Plaintext, part),
+            };
+            anyhow::ensure!(
+                protocol.is_none_or(|known| known == scheme),
+                "--bootstrap names two security protocols"
+            );
+            protocol = Some(scheme);
+            addresses.push(address.to_string());
         }
+        Ok((
+            protocol.unwrap_or(SecurityProtocol::Plaintext),
+            addresses.join(","),
+        ))
+    }
+
+    /// TLS and SASL as `protocol` and the flags ask for.
+    fn security(&self, protocol: SecurityProtocol) -> anyhow::Result<strata_client::Security> {
+        let mut security = strata_client::Security::default();
+        if protocol.uses_tls() {
+            let ca = self.client_tls_ca.as_deref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{protocol} needs --tls-ca (the CA the brokers' certificates chain to)"
+                )
+            })?;
+            let client = self
+                .client_tls_cert
+                .as_deref()
+                .zip(self.client_tls_key.as_deref());
+            security.tls = Some(strata_client::tls_config(ca, client)?);
+        }
+        if protocol.uses_sasl() {
+            let user = self.user.clone().ok_or_else(|| {
+                anyhow::anyhow!("{protocol} needs --user (and STRATA_PASSWORD or --password-file)")
+            })?;
+            let password = match (&self.password_file, std::env::var("STRATA_PASSWORD")) {
+                (Some(path), _) => std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --password-file {}", path.display()))?
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                (None, Ok(password)) => password,
+                (None, Err(_)) => {
+                    anyhow::bail!("{protocol} needs a password: STRATA_PASSWORD or --password-file")
+                }
+            };
+            anyhow::ensure!(!password.is_empty(), "the SASL password is empty");
+            security.sasl = Some(strata_client::SaslCredentials {
+                mechanism: self
+                    .sasl_mechanism
+                    .clone()
+                    .unwrap_or_else(|| "SCRAM-SHA-512".to_string()),
+                user,
+                password,
+            });
+        }
+        Ok(security)
     }
 
     /// `--tcp-congestion` (or `file`'s) as the client takes it: `None` for the host's default.
@@ -234,6 +359,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => client_cmd::runtime()?.block_on(client_cmd::group(connection, command)),
+        Command::User {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(security_cmd::user(connection, command)),
+        Command::Acl {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(security_cmd::acl(connection, command)),
         Command::Bench { connection, args } => {
             client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
         }

@@ -13,30 +13,46 @@ use bytes::{Buf, Bytes};
 use strata_wire::protocol::{ApiKey, Request, Response};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 
 use crate::ClientError;
 use crate::frames::FrameReader;
+use crate::security::Security;
 
 type Pending = Arc<Mutex<HashMap<u32, (ApiKey, oneshot::Sender<Result<Response, ClientError>>)>>>;
 
 /// The largest response frame a client accepts.
 const MAX_RESPONSE_BYTES: usize = 1 << 30;
 
+/// The writing half of a connection, in the clear or through TLS.
+type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+type Reader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
 pub struct Connection {
     address: SocketAddr,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<Writer>,
     pending: Pending,
     next_correlation_id: AtomicU32,
 }
 
 impl Connection {
-    /// Connects to `address`, with the congestion control `tcp_congestion` (`None`: the
-    /// host's default).
+    /// Connects to `address` in the clear, with the congestion control `tcp_congestion`
+    /// (`None`: the host's default).
     pub async fn connect(
         address: SocketAddr,
         tcp_congestion: Option<&str>,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let host = address.ip().to_string();
+        Connection::connect_secured(address, &host, tcp_congestion, &Security::default()).await
+    }
+
+    /// Connects to `address` (the broker named `host`, which its TLS certificate must name)
+    /// with `security`: TLS around the connection, then the SASL exchange, before it is used.
+    pub async fn connect_secured(
+        address: SocketAddr,
+        host: &str,
+        tcp_congestion: Option<&str>,
+        security: &Security,
     ) -> Result<Arc<Connection>, ClientError> {
         let stream = TcpStream::connect(address)
             .await
@@ -46,7 +62,33 @@ impl Connection {
             })?;
         let _ = stream.set_nodelay(true);
         crate::apply_tcp_congestion(&stream, tcp_congestion);
-        let (reader, writer) = stream.into_split();
+        let (reader, writer): (Reader, Writer) = match &security.tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                (Box::new(reader), Box::new(writer))
+            }
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|error| ClientError::InvalidArgument(format!("{host}: {error}")))?;
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|error| {
+                        ClientError::Authentication(format!("TLS with {address}: {error}"))
+                    })?;
+                let (reader, writer) = tokio::io::split(tls);
+                (Box::new(reader), Box::new(writer))
+            }
+        };
+        let connection = Connection::start(address, reader, writer);
+        if let Some(credentials) = &security.sasl {
+            crate::security::authenticate(&connection, credentials).await?;
+        }
+        Ok(connection)
+    }
+
+    /// Starts the reader task of a connection whose stream is set up.
+    fn start(address: SocketAddr, reader: Reader, writer: Writer) -> Arc<Connection> {
         let mut frames = FrameReader::new(reader);
         let pending: Pending = Arc::default();
         let connection = Arc::new(Connection {
@@ -59,7 +101,9 @@ impl Connection {
             let failure = loop {
                 let len = match frames.next_len().await {
                     Ok(Some(len)) => len,
-                    Ok(None) => break ClientError::Disconnected("connection closed".into()),
+                    Ok(None) => {
+                        break ClientError::Disconnected("connection closed by the broker".into());
+                    }
                     Err(error) => break ClientError::Disconnected(error.to_string()),
                 };
                 if len > MAX_RESPONSE_BYTES {
@@ -90,7 +134,7 @@ impl Connection {
                 let _ = reply.send(Err(failure.clone()));
             }
         });
-        Ok(connection)
+        connection
     }
 
     pub fn address(&self) -> SocketAddr {

@@ -21,6 +21,7 @@ mod frames;
 mod group;
 mod metadata;
 mod producer;
+mod security;
 mod tcp;
 mod timer;
 
@@ -32,6 +33,7 @@ pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,
 };
+pub use security::{SaslCredentials, Security, tls_config};
 pub use strata_wire::batch::Codec;
 pub use strata_wire::protocol::ErrorCode;
 pub use tcp::{
@@ -73,6 +75,9 @@ pub enum ClientError {
     Timeout(std::time::Duration),
     #[error("the producer is closed")]
     Closed,
+    /// The broker refused the credentials, or the TLS handshake failed.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
 }
 
 impl ClientError {

@@ -23,6 +23,8 @@ pub struct ClientConfig {
     /// TCP congestion control for connections to brokers; `None`: the host's default (see
     /// [`DEFAULT_TCP_CONGESTION`](crate::DEFAULT_TCP_CONGESTION)).
     pub tcp_congestion: Option<String>,
+    /// TLS and SASL for every connection (default: neither).
+    pub security: crate::Security,
 }
 
 impl ClientConfig {
@@ -37,6 +39,7 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(30),
             shard_aware: true,
             tcp_congestion: Some(crate::DEFAULT_TCP_CONGESTION.to_string()),
+            security: crate::Security::default(),
         }
     }
 }
@@ -162,8 +165,14 @@ impl Client {
             .map_err(|error| ClientError::InvalidArgument(format!("{address}: {error}")))?
             .next()
             .ok_or_else(|| ClientError::InvalidArgument(format!("{address}: no address")))?;
-        let connection =
-            Connection::connect(resolved, self.config.tcp_congestion.as_deref()).await?;
+        let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+        let connection = Connection::connect_secured(
+            resolved,
+            host.trim_start_matches('[').trim_end_matches(']'),
+            self.config.tcp_congestion.as_deref(),
+            &self.config.security,
+        )
+        .await?;
         self.connections
             .lock()
             .expect("connections")

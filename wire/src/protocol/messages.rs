@@ -592,6 +592,102 @@ messages! {
         pub moved: u32,
     }
 
+    /// One step of a SASL exchange (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN), before any other
+    /// request on a listener that asks for authentication; `token` is the mechanism's message.
+    pub struct AuthenticateRequest {
+        pub mechanism: String,
+        pub token: String,
+    }
+
+    pub struct AuthenticateResponse {
+        pub error: ErrorCode,
+        /// For people: why, when `error` is not `None`.
+        pub message: String,
+        /// The server's next message (SCRAM's challenge, then its proof).
+        pub token: String,
+        /// Whether the exchange is over and the connection authenticated.
+        pub authenticated: bool,
+        /// The session lasts this long, then the client must authenticate again (0: forever).
+        pub session_lifetime_ms: u64,
+    }
+
+    /// A user and the SCRAM mechanisms it has credentials for.
+    pub struct UserCredentials {
+        pub name: String,
+        pub mechanisms: Vec<String>,
+        pub iterations: Vec<u32>,
+    }
+
+    pub struct DescribeUsersRequest {
+        pub users: Option<Vec<String>>,
+    }
+
+    pub struct DescribeUsersResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        pub users: Vec<UserCredentials>,
+    }
+
+    /// Sets a user's SCRAM credential for `mechanism` from a salted password the client
+    /// computed (the password itself never travels), or with `delete`, removes it.
+    pub struct AlterUserRequest {
+        pub user: String,
+        pub mechanism: String,
+        pub delete: bool,
+        pub iterations: u32,
+        /// Base64.
+        pub salt: String,
+        /// Base64 of `Hi(password, salt, iterations)`.
+        pub salted_password: String,
+    }
+
+    pub struct AlterUserResponse {
+        pub error: ErrorCode,
+        pub message: String,
+    }
+
+    /// An ACL binding with Kafka's names (`Topic`, `Prefixed`, `User:alice`, `*`, `Write`,
+    /// `Allow`); in a filter, an empty field matches anything.
+    pub struct AclEntry {
+        pub resource_type: String,
+        pub resource_name: String,
+        pub pattern_type: String,
+        pub principal: String,
+        pub host: String,
+        pub operation: String,
+        pub permission: String,
+    }
+
+    pub struct DescribeAclsRequest {
+        pub filter: AclEntry,
+    }
+
+    pub struct DescribeAclsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        pub acls: Vec<AclEntry>,
+    }
+
+    pub struct CreateAclsRequest {
+        pub acls: Vec<AclEntry>,
+    }
+
+    pub struct CreateAclsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+    }
+
+    /// Removes every binding `filter` matches (exact names, or empty for any).
+    pub struct DeleteAclsRequest {
+        pub filter: AclEntry,
+    }
+
+    pub struct DeleteAclsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        pub deleted: Vec<AclEntry>,
+    }
+
     /// Removes `group` (its record and committed offsets), if it has no members.
     pub struct DeleteGroupRequest {
         pub group: String,

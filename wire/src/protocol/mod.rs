@@ -63,10 +63,20 @@ pub enum ApiKey {
     ElectLeaders = 21,
     /// Removes a consumer group without members, and its committed offsets (`strata group delete`).
     DeleteGroup = 22,
+    /// A SASL step: the first requests on a listener that asks for authentication.
+    Authenticate = 23,
+    /// Users and their SCRAM mechanisms (`strata user list`).
+    DescribeUsers = 24,
+    /// Sets or removes a user's SCRAM credential (`strata user create|delete`).
+    AlterUser = 25,
+    /// ACL bindings matching a filter (`strata acl list`).
+    DescribeAcls = 26,
+    CreateAcls = 27,
+    DeleteAcls = 28,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 23] = [
+    pub const ALL: [ApiKey; 29] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -90,6 +100,12 @@ impl ApiKey {
         ApiKey::DescribeTopicConfig,
         ApiKey::ElectLeaders,
         ApiKey::DeleteGroup,
+        ApiKey::Authenticate,
+        ApiKey::DescribeUsers,
+        ApiKey::AlterUser,
+        ApiKey::DescribeAcls,
+        ApiKey::CreateAcls,
+        ApiKey::DeleteAcls,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -409,4 +425,10 @@ requests! {
     DescribeTopicConfig(DescribeTopicConfigRequest, DescribeTopicConfigResponse),
     ElectLeaders(ElectLeadersRequest, ElectLeadersResponse),
     DeleteGroup(DeleteGroupRequest, DeleteGroupResponse),
+    Authenticate(AuthenticateRequest, AuthenticateResponse),
+    DescribeUsers(DescribeUsersRequest, DescribeUsersResponse),
+    AlterUser(AlterUserRequest, AlterUserResponse),
+    DescribeAcls(DescribeAclsRequest, DescribeAclsResponse),
+    CreateAcls(CreateAclsRequest, CreateAclsResponse),
+    DeleteAcls(DeleteAclsRequest, DeleteAclsResponse),
 }

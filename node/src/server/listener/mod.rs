@@ -26,7 +26,9 @@
 pub(super) mod admin;
 pub(super) mod kafka;
 pub(super) mod native;
+mod native_security;
 pub(super) mod replication;
+mod sasl;
 pub(crate) mod tls;
 
 use std::collections::BTreeMap;

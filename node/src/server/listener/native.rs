@@ -4,15 +4,22 @@
 //! An oversized frame gets MESSAGE_TOO_LARGE (with its correlation id when its header came)
 //! and the connection is closed; an undecodable request gets a typed error response; a
 //! handler's panic is answered INTERNAL, so the client need not wait out its request timeout.
+//!
+//! On a SASL listener the first requests are Authenticate steps ([`super::sasl`]); anything
+//! else before them is answered AUTHENTICATION_FAILED and the connection closed. Every request
+//! is then checked against the ACLs ([`super::native_security`]).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Buf, BytesMut};
-use strata_wire::protocol::{ErrorCode, REQUEST_HEADER_LEN, Request, RequestHeader, Response};
+use strata_wire::protocol::{
+    AuthenticateResponse, ErrorCode, REQUEST_HEADER_LEN, Request, RequestHeader, Response,
+};
 use tokio::task::JoinHandle;
 
-use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
+use super::sasl::{self, SaslSession};
+use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol, native_security};
 use crate::server::messages::Delivery;
 use crate::server::security::ListenerSpec;
 use crate::server::shard::Shard;
@@ -52,7 +59,7 @@ fn error_answer(correlation_id: u32, code: ErrorCode) -> Outcome {
 impl Protocol for Native {
     type Header = RequestHeader;
     type Request = Request;
-    type Session = ();
+    type Session = SaslSession;
     const NAME: &'static str = "native";
     const IN_FLIGHT: usize = 256;
     const IN_ORDER: bool = false;
@@ -62,10 +69,16 @@ impl Protocol for Native {
 
     fn count_connection(_shard: &Shard, _delta: i64) {}
 
-    fn open(_endpoint: &Endpoint) {}
+    fn open(endpoint: &Endpoint) -> SaslSession {
+        SaslSession::new(endpoint.spec.protocol.uses_sasl())
+    }
 
-    fn max_frame_bytes(_session: &(), configured: usize) -> usize {
-        configured
+    fn max_frame_bytes(session: &SaslSession, configured: usize) -> usize {
+        if session.unauthenticated() {
+            configured.min(sasl::UNAUTHENTICATED_MAX_FRAME_BYTES)
+        } else {
+            configured
+        }
     }
 
     fn refuse_frame(len: usize, max: usize, head: Option<&[u8]>) -> (Option<Outcome>, String) {
@@ -78,10 +91,27 @@ impl Protocol for Native {
         (answer, format!("frame of {len} bytes ({code})"))
     }
 
-    fn decode(_shard: &Shard, _session: &(), client: &Client, body: BytesMut) -> Decoded<Native> {
+    fn decode(
+        shard: &Shard,
+        session: &SaslSession,
+        client: &Client,
+        body: BytesMut,
+    ) -> Decoded<Native> {
         let peer = client.peer;
         match Request::decode(body) {
-            Ok((header, request)) => Decoded::Request(header, request),
+            Ok((header, request @ Request::Authenticate(_))) => {
+                Decoded::Authenticate(header, request)
+            }
+            Ok((header, request)) => match session.admit(shard.context.config.clock.now()) {
+                Ok(()) => Decoded::Request(header, request),
+                Err(why) => Decoded::Close(
+                    Some(error_answer(
+                        header.correlation_id,
+                        ErrorCode::AuthenticationFailed,
+                    )),
+                    format!("{:?} {why}", request.api_key()),
+                ),
+            },
             Err(rejected) => {
                 tracing::warn!(%peer, code = %rejected.code, "rejected request: {}", rejected.reason);
                 match rejected.header {
@@ -95,17 +125,74 @@ impl Protocol for Native {
     }
 
     async fn authenticate(
-        _shard: &Rc<Shard>,
-        _endpoint: &Endpoint,
-        _session: &mut (),
-        _client: &mut Client,
+        shard: &Rc<Shard>,
+        endpoint: &Endpoint,
+        session: &mut SaslSession,
+        client: &mut Client,
         header: RequestHeader,
-        _request: Request,
+        request: Request,
     ) -> Decoded<Native> {
-        Decoded::Answered(error_answer(
-            header.correlation_id,
-            ErrorCode::InvalidRequest,
-        ))
+        let Request::Authenticate(request) = request else {
+            return Decoded::Close(None, "an authentication step that is not one".into());
+        };
+        let answer = |response: AuthenticateResponse| {
+            Outcome::Answer(Response::Authenticate(response).encode_parts(header.correlation_id))
+        };
+        let refused = |message: String| AuthenticateResponse {
+            error: ErrorCode::AuthenticationFailed,
+            message,
+            token: String::new(),
+            authenticated: false,
+            session_lifetime_ms: 0,
+        };
+        if !session.exchanging() {
+            let offered: &[_] = if endpoint.spec.protocol.uses_sasl() {
+                &shard.context.config.security.sasl_mechanisms
+            } else {
+                &[]
+            };
+            let started = session.handle_handshake(
+                1,
+                &request.mechanism,
+                offered,
+                crate::server::security::random_nonce(18),
+                endpoint.auth.unknown_user_key,
+            );
+            if started.is_err() {
+                let names: Vec<&str> = offered.iter().map(|m| m.name()).collect();
+                let why = format!(
+                    "{} is not offered here (offered: {})",
+                    request.mechanism,
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                );
+                return Decoded::Close(Some(answer(refused(why.clone()))), why);
+            }
+        }
+        let step = sasl::step(shard, endpoint, session, client, request.token.as_bytes()).await;
+        let (token, authenticated, session_lifetime_ms) = match step {
+            sasl::Step::Continue(bytes) => (bytes, false, 0),
+            sasl::Step::Authenticated { bytes, lifetime_ms } => {
+                (bytes, true, lifetime_ms.max(0) as u64)
+            }
+            sasl::Step::Failed { mechanism, why } => {
+                let message = format!("invalid credentials with SASL mechanism {mechanism}");
+                return Decoded::Close(
+                    Some(answer(refused(message))),
+                    format!("SASL authentication failed: {why}"),
+                );
+            }
+        };
+        Decoded::Answered(answer(AuthenticateResponse {
+            error: ErrorCode::None,
+            message: String::new(),
+            token: String::from_utf8_lossy(&token).into_owned(),
+            authenticated,
+            session_lifetime_ms,
+        }))
     }
 
     async fn respond(
@@ -114,13 +201,22 @@ impl Protocol for Native {
         header: &RequestHeader,
         request: Request,
     ) -> Outcome {
-        let answer = match request {
+        if let Some(code) = native_security::refusal(&shard, &client, &request) {
+            return error_answer(header.correlation_id, code);
+        }
+        if let Some(response) = native_security::respond(&shard, &request).await {
+            return Outcome::Answer(response.encode_parts(header.correlation_id));
+        }
+        let mut answer = match request {
             // Through TLS, records travel as bytes: sendfile would bypass the session.
             Request::Fetch(fetch) if !client.takes_file_ranges() => Some(Ok(Response::Fetch(
                 shard.fetch(fetch, Delivery::Bytes).await,
             ))),
             request => shard.handle(request).await,
         };
+        if let Some(Ok(response)) = &mut answer {
+            native_security::filter_answer(&shard, &client, response);
+        }
         match answer {
             Some(Ok(response)) => Outcome::Answer(response.encode_parts(header.correlation_id)),
             Some(Err(code)) => error_answer(header.correlation_id, code),

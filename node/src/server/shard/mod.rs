@@ -718,6 +718,13 @@ impl Shard {
                 Response::DescribeTopicConfig(self.describe_topic_config(&request.topic))
             }
             // Followers use QUIC; served here too so a TCP peer gets an answer, not a hang.
+            // Answered by the listener, which knows who asks.
+            Request::Authenticate(_)
+            | Request::DescribeUsers(_)
+            | Request::AlterUser(_)
+            | Request::DescribeAcls(_)
+            | Request::CreateAcls(_)
+            | Request::DeleteAcls(_) => return Some(Err(ErrorCode::InvalidRequest)),
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
             }

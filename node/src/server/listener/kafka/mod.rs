@@ -33,13 +33,12 @@ use tokio::task::JoinHandle;
 mod admin;
 mod authorize;
 mod groups;
-mod sasl;
 mod security_admin;
 
+use super::sasl::{self, SaslSession};
 use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
 use crate::server::messages::Delivery;
 use crate::server::shard::Shard;
-use sasl::{SaslSession, TokenOutcome};
 
 /// Binds each Kafka listener (every shard, SO_REUSEPORT).
 pub(super) fn listen(
@@ -122,10 +121,10 @@ impl Protocol for Kafka {
                 ) {
                     return Decoded::Authenticate(decoded.header, decoded.request);
                 }
-                if let Err(why) =
-                    session.admit(decoded.header.api_key, shard.context.config.clock.now())
+                if decoded.header.api_key != ApiKey::ApiVersions
+                    && let Err(why) = session.admit(shard.context.config.clock.now())
                 {
-                    return Decoded::Close(None, why);
+                    return Decoded::Close(None, format!("{:?} {why}", decoded.header.api_key));
                 }
                 Decoded::Request(decoded.header, decoded.request)
             }
@@ -212,7 +211,6 @@ async fn authenticate(
 ) -> Decoded<Kafka> {
     use strata_kafka::kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
     let security = &shard.context.config.security;
-    let clock = &shard.context.config.clock;
     match request {
         KafkaRequest::SaslHandshake(request) => {
             let offered: Vec<_> = if endpoint.spec.protocol.uses_sasl() {
@@ -252,27 +250,6 @@ async fn authenticate(
         }
         KafkaRequest::SaslAuthenticate(request) => {
             let unframed = session.unframed();
-            let mechanism = session
-                .mechanism()
-                .map_or("none", |mechanism| mechanism.name());
-            let lifetime = security.connections_max_reauth;
-            let security_view = shard.view.borrow().security.clone();
-            let mut outcome =
-                session.handle_token(&request.auth_bytes, &security_view, lifetime, clock.now());
-            if let TokenOutcome::CheckPassword {
-                user,
-                password,
-                credential,
-            } = outcome
-            {
-                // PBKDF2 takes milliseconds: off the shard thread, which serves everyone else.
-                let matches = tokio::task::spawn_blocking(move || {
-                    credential.is_some_and(|credential| credential.verify_password(&password))
-                })
-                .await
-                .unwrap_or(false);
-                outcome = session.finish_plain(user, matches, lifetime, clock.now());
-            }
             // The answer to a bare token is a bare token.
             let reply = |response: SaslAuthenticateResponse| {
                 if unframed {
@@ -285,36 +262,16 @@ async fn authenticate(
                 }
             };
             let response = SaslAuthenticateResponse::default();
-            match outcome {
-                TokenOutcome::Continue(bytes) => {
+            match sasl::step(shard, endpoint, session, client, &request.auth_bytes).await {
+                sasl::Step::Continue(bytes) => {
                     Decoded::Answered(reply(response.with_auth_bytes(bytes.into())))
                 }
-                TokenOutcome::Authenticated {
-                    bytes,
-                    principal,
-                    lifetime,
-                } => {
-                    tracing::debug!(peer = %client.peer, %principal, mechanism, "authenticated");
-                    client.principal = principal;
-                    let lifetime_ms = lifetime.map_or(0, |lifetime| {
-                        i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
-                    });
-                    Decoded::Answered(reply(
-                        response
-                            .with_auth_bytes(bytes.into())
-                            .with_session_lifetime_ms(lifetime_ms),
-                    ))
-                }
-                TokenOutcome::Failed { user, why } => {
-                    endpoint.auth.log_failure(
-                        clock.now(),
-                        client.peer,
-                        mechanism,
-                        user.as_deref(),
-                        &why,
-                    );
-                    // Kafka's connection.failed.authentication.delay.ms: guessing is slow.
-                    tokio::time::sleep(security.failed_authentication_delay).await;
+                sasl::Step::Authenticated { bytes, lifetime_ms } => Decoded::Answered(reply(
+                    response
+                        .with_auth_bytes(bytes.into())
+                        .with_session_lifetime_ms(lifetime_ms),
+                )),
+                sasl::Step::Failed { mechanism, why } => {
                     let message = format!(
                         "Authentication failed: invalid credentials with SASL mechanism {mechanism}"
                     );
@@ -328,9 +285,6 @@ async fn authenticate(
                         )
                     });
                     Decoded::Close(refusal, format!("SASL authentication failed: {why}"))
-                }
-                TokenOutcome::CheckPassword { .. } => {
-                    unreachable!("the password check was made above")
                 }
             }
         }

@@ -1,21 +1,21 @@
-//! SASL on the Kafka listener: SaslHandshake chooses a mechanism, SaslAuthenticate (v0–2)
-//! carries its messages, and KIP-368's session lifetime asks clients to authenticate again on
-//! the same connection before it ends. After a version-0 handshake the messages travel as
-//! bare length-prefixed tokens instead, without Kafka headers (Kafka's pre-1.0 framing, which
-//! librdkafka before 2.1 still checks a broker for).
+//! One connection's SASL state, for both protocols: on Kafka's, SaslHandshake chooses a
+//! mechanism and SaslAuthenticate (v0–2) carries its messages (after a version-0 handshake the
+//! messages travel as bare length-prefixed tokens, Kafka's pre-1.0 framing, which librdkafka
+//! before 2.1 still checks a broker for); on the native protocol, Authenticate does both.
+//! KIP-368's session lifetime asks clients to authenticate again on the same connection
+//! before it ends.
 //!
-//! [`SaslSession`] is one connection's state, sans-IO: it takes the two requests' contents and
-//! the time, and says what to answer. Which requests a connection may send in each state:
-//! - before authentication, on a SASL listener: ApiVersions, SaslHandshake, SaslAuthenticate
-//!   (anything else closes the connection: Kafka's ILLEGAL_SASL_STATE);
+//! [`SaslSession`] is sans-IO: it takes the messages and the time, and says what to answer.
+//! What a connection may send in each state:
+//! - before authentication, on a SASL listener: only the authentication requests (and Kafka's
+//!   ApiVersions); anything else closes the connection (Kafka's ILLEGAL_SASL_STATE);
 //! - authenticated: everything, until the session's lifetime is over; past it only a new
-//!   handshake (re-authentication, which must name the same user) or ApiVersions.
+//!   exchange (re-authentication, which must name the same user).
 
 use std::time::{Duration, Instant};
 
 use strata_auth::scram::{ScramServer, ScramStep};
 use strata_auth::{AuthError, Principal, plain};
-use strata_kafka::kafka_protocol::messages::ApiKey;
 
 use crate::server::messages::SecurityView;
 use crate::server::security::SaslMechanism;
@@ -85,22 +85,27 @@ impl SaslSession {
         self.required && self.authenticated.is_none()
     }
 
-    /// Whether a request of `api` may run now; `Err` says why the connection closes.
-    pub(super) fn admit(&self, api: ApiKey, now: Instant) -> Result<(), String> {
-        if matches!(api, ApiKey::ApiVersions) || !self.required {
+    /// Whether a request other than an authentication step may run now; `Err` says why not
+    /// (the connection then closes).
+    pub(super) fn admit(&self, now: Instant) -> Result<(), &'static str> {
+        if !self.required {
             return Ok(());
         }
         if self.authenticated.is_none() {
-            return Err(format!(
-                "{api:?} before SASL authentication (ILLEGAL_SASL_STATE)"
-            ));
+            return Err("before SASL authentication (ILLEGAL_SASL_STATE)");
         }
         if self.exchange.is_none() && self.expires_at.is_some_and(|end| now >= end) {
-            return Err(format!(
-                "{api:?} after the SASL session expired without re-authentication (connections.max.reauth.ms)"
-            ));
+            return Err(
+                "after the SASL session expired without re-authentication (connections.max.reauth.ms)",
+            );
         }
         Ok(())
+    }
+
+    /// Whether an exchange is under way (a native Authenticate continues it rather than
+    /// starting one).
+    pub(super) fn exchanging(&self) -> bool {
+        self.exchange.is_some()
     }
 
     /// A SaslHandshake naming `mechanism`: `Ok` when it is one of `offered` (the exchange
@@ -232,6 +237,77 @@ impl SaslSession {
     }
 }
 
+/// What one authentication message led to, for the protocol to answer.
+pub(super) enum Step {
+    /// Answer with these bytes; the exchange goes on.
+    Continue(Vec<u8>),
+    /// Authenticated (`client` now names its user): answer with these bytes and the session's
+    /// lifetime in milliseconds (0: no end).
+    Authenticated { bytes: Vec<u8>, lifetime_ms: i64 },
+    /// Refused, after the failed-authentication delay and a (rate-limited) log line: answer
+    /// the refusal and close.
+    Failed {
+        mechanism: &'static str,
+        why: String,
+    },
+}
+
+/// Runs one message of the exchange under way: PLAIN's password check off the shard thread
+/// (PBKDF2 takes milliseconds the shard's other connections should not wait), a failure logged
+/// and answered late (Kafka's `connection.failed.authentication.delay.ms`).
+pub(super) async fn step(
+    shard: &crate::server::shard::Shard,
+    endpoint: &super::Endpoint,
+    session: &mut SaslSession,
+    client: &mut super::Client,
+    token: &[u8],
+) -> Step {
+    let security = &shard.context.config.security;
+    let clock = &shard.context.config.clock;
+    let mechanism = session
+        .mechanism()
+        .map_or("none", |mechanism| mechanism.name());
+    let lifetime = security.connections_max_reauth;
+    let users = shard.view.borrow().security.clone();
+    let mut outcome = session.handle_token(token, &users, lifetime, clock.now());
+    if let TokenOutcome::CheckPassword {
+        user,
+        password,
+        credential,
+    } = outcome
+    {
+        let matches = tokio::task::spawn_blocking(move || {
+            credential.is_some_and(|credential| credential.verify_password(&password))
+        })
+        .await
+        .unwrap_or(false);
+        outcome = session.finish_plain(user, matches, lifetime, clock.now());
+    }
+    match outcome {
+        TokenOutcome::Continue(bytes) => Step::Continue(bytes),
+        TokenOutcome::Authenticated {
+            bytes,
+            principal,
+            lifetime,
+        } => {
+            tracing::debug!(peer = %client.peer, %principal, mechanism, "authenticated");
+            client.principal = principal;
+            let lifetime_ms = lifetime.map_or(0, |lifetime| {
+                i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
+            });
+            Step::Authenticated { bytes, lifetime_ms }
+        }
+        TokenOutcome::Failed { user, why } => {
+            endpoint
+                .auth
+                .log_failure(clock.now(), client.peer, mechanism, user.as_deref(), &why);
+            tokio::time::sleep(security.failed_authentication_delay).await;
+            Step::Failed { mechanism, why }
+        }
+        TokenOutcome::CheckPassword { .. } => unreachable!("the password check was made above"),
+    }
+}
+
 fn describe(error: &AuthError) -> String {
     match error {
         AuthError::Failed(why) => why.clone(),
@@ -253,10 +329,7 @@ mod tests {
             credentials: Vec::new(),
         };
         alice.set(ScramCredential::new(ScramMechanism::Sha512, b"pw", b"salt", 4096).unwrap());
-        SecurityView {
-            users: vec![alice],
-            acls: Vec::new(),
-        }
+        SecurityView::new(vec![alice], Vec::new(), None)
     }
 
     fn scram_login(session: &mut SaslSession, password: &[u8], now: Instant) -> TokenOutcome {
@@ -278,22 +351,21 @@ mod tests {
         let now = Instant::now();
         let mut session = SaslSession::new(true);
         assert!(session.unauthenticated());
-        assert!(session.admit(ApiKey::ApiVersions, now).is_ok());
-        assert!(session.admit(ApiKey::Metadata, now).is_err());
+        assert!(session.admit(now).is_err());
         let TokenOutcome::Authenticated { principal, .. } = scram_login(&mut session, b"pw", now)
         else {
             panic!("the right password authenticates");
         };
         assert_eq!(principal.as_str(), "User:alice");
-        assert!(session.admit(ApiKey::Metadata, now).is_ok());
+        assert!(session.admit(now).is_ok());
         // Past its lifetime the session admits nothing until it authenticates again.
         let later = now + Duration::from_secs(61);
-        assert!(session.admit(ApiKey::Produce, later).is_err());
+        assert!(session.admit(later).is_err());
         assert!(matches!(
             scram_login(&mut session, b"pw", later),
             TokenOutcome::Authenticated { .. }
         ));
-        assert!(session.admit(ApiKey::Produce, later).is_ok());
+        assert!(session.admit(later).is_ok());
     }
 
     #[test]
@@ -315,6 +387,7 @@ mod tests {
         ));
         assert_eq!(
             SaslSession::new(false).handle_handshake(
+                1,
                 "SCRAM-SHA-512",
                 &[SCRAM],
                 "s".into(),
@@ -344,7 +417,7 @@ mod tests {
             session.finish_plain(user, true, None, now),
             TokenOutcome::Authenticated { .. }
         ));
-        assert!(session.admit(ApiKey::Fetch, now).is_ok());
+        assert!(session.admit(now).is_ok());
     }
 
     #[test]

@@ -1,0 +1,371 @@
+//! Authorization and security administration on the native protocol: what each native API
+//! needs (the same operations Kafka's authorizer checks for its counterpart), and the users
+//! and ACL requests `strata user` and `strata acl` send.
+//!
+//! A native request is refused whole, with a response-level TOPIC_, GROUP_ or
+//! CLUSTER_AUTHORIZATION_FAILED, when any resource it names is not allowed (the native client
+//! reports it as one error); Metadata and ListGroups leave out what the client may not
+//! Describe instead.
+
+use std::rc::Rc;
+
+use base64::Engine;
+use strata_auth::acl::{
+    AclBinding, AclFilter, CLUSTER_NAME, Operation, PatternFilter, PatternType, Permission,
+    ResourceType,
+};
+use strata_auth::scram::{ScramCredential, ScramMechanism};
+use strata_wire::protocol::{
+    AclEntry, AlterUserRequest, AlterUserResponse, CreateAclsRequest, CreateAclsResponse,
+    DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest, DescribeAclsResponse,
+    DescribeUsersRequest, DescribeUsersResponse, ErrorCode, Request, Response, UserCredentials,
+};
+use tokio::sync::oneshot;
+
+use super::Client;
+use crate::server::messages::{ControlMessage, CredentialChange, SecurityChange, SecurityChanged};
+use crate::server::shard::Shard;
+
+/// Why `client` may not send `request`, as the code to answer; `None` when it may.
+pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Option<ErrorCode> {
+    let topic = |operation, name: &str| {
+        (!client.may(shard, operation, ResourceType::Topic, name))
+            .then_some(ErrorCode::TopicAuthorizationFailed)
+    };
+    let group = |operation, name: &str| {
+        (!client.may(shard, operation, ResourceType::Group, name))
+            .then_some(ErrorCode::GroupAuthorizationFailed)
+    };
+    let cluster = |operation| {
+        (!client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME))
+            .then_some(ErrorCode::ClusterAuthorizationFailed)
+    };
+    match request {
+        // Open to all: version discovery, and the answers filtered by what the client may see.
+        Request::ApiVersions(_)
+        | Request::Metadata(_)
+        | Request::ListGroups(_)
+        | Request::Authenticate(_) => None,
+        Request::Produce(produce) => produce
+            .topics
+            .iter()
+            .find_map(|t| topic(Operation::Write, &t.name)),
+        Request::Fetch(fetch) => fetch
+            .topics
+            .iter()
+            .find_map(|t| topic(Operation::Read, &t.name)),
+        Request::ListOffsets(list) => list
+            .topics
+            .iter()
+            .find_map(|t| topic(Operation::Describe, &t.name)),
+        Request::CreateTopic(create) => {
+            cluster(Operation::Create).and(topic(Operation::Create, &create.name))
+        }
+        Request::DeleteTopic(delete) => topic(Operation::Delete, &delete.name),
+        Request::CreatePartitions(create) => topic(Operation::Alter, &create.topic),
+        Request::AlterTopicConfig(alter) => topic(Operation::AlterConfigs, &alter.topic),
+        Request::DescribeTopicConfig(describe) => {
+            topic(Operation::DescribeConfigs, &describe.topic)
+        }
+        Request::ReassignPartition(_) | Request::ElectLeaders(_) => cluster(Operation::Alter),
+        // Between brokers only (QUIC); a client sending one acts for the cluster.
+        Request::ReplicaFetch(_) => cluster(Operation::ClusterAction),
+        Request::InitProducerId(_) => {
+            let any_topic =
+                shard.view.borrow().topics.iter().any(|known| {
+                    client.may(shard, Operation::Write, ResourceType::Topic, &known.name)
+                });
+            cluster(Operation::IdempotentWrite).filter(|_| !any_topic)
+        }
+        Request::FindCoordinator(find) => group(Operation::Describe, &find.group),
+        Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),
+        Request::DeleteGroup(delete) => group(Operation::Delete, &delete.group),
+        Request::JoinGroup(join) => group(Operation::Read, &join.group),
+        Request::Heartbeat(heartbeat) => group(Operation::Read, &heartbeat.group),
+        Request::LeaveGroup(leave) => group(Operation::Read, &leave.group),
+        Request::OffsetCommit(commit) => group(Operation::Read, &commit.group).or_else(|| {
+            commit
+                .topics
+                .iter()
+                .find_map(|t| topic(Operation::Read, &t.name))
+        }),
+        Request::OffsetFetch(fetch) => group(Operation::Describe, &fetch.group).or_else(|| {
+            fetch
+                .topics
+                .iter()
+                .flatten()
+                .find_map(|t| topic(Operation::Describe, &t.topic))
+        }),
+        Request::DescribeUsers(_) | Request::DescribeAcls(_) => cluster(Operation::Describe),
+        Request::AlterUser(_) | Request::CreateAcls(_) | Request::DeleteAcls(_) => {
+            cluster(Operation::Alter)
+        }
+    }
+}
+
+/// Leaves out of an answer what `client` may not Describe (topics in Metadata, groups in
+/// ListGroups).
+pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Response) {
+    match response {
+        Response::Metadata(metadata) => metadata
+            .topics
+            .retain(|t| client.may(shard, Operation::Describe, ResourceType::Topic, &t.name)),
+        Response::ListGroups(groups)
+            if !client.may(
+                shard,
+                Operation::Describe,
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+            ) =>
+        {
+            groups
+                .groups
+                .retain(|g| client.may(shard, Operation::Describe, ResourceType::Group, &g.group))
+        }
+        _ => {}
+    }
+}
+
+async fn change(shard: &Shard, change: SecurityChange) -> Option<SecurityChanged> {
+    let (reply, answer) = oneshot::channel();
+    shard
+        .context
+        .control
+        .send(ControlMessage::Security { change, reply })
+        .ok()?;
+    answer.await.ok()
+}
+
+/// Answers a users or ACL request; `None` for any other request.
+pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Response> {
+    Some(match request {
+        Request::DescribeUsers(request) => Response::DescribeUsers(describe_users(shard, request)),
+        Request::AlterUser(request) => Response::AlterUser(alter_user(shard, request).await),
+        Request::DescribeAcls(request) => Response::DescribeAcls(describe_acls(shard, request)),
+        Request::CreateAcls(request) => Response::CreateAcls(create_acls(shard, request).await),
+        Request::DeleteAcls(request) => Response::DeleteAcls(delete_acls(shard, request).await),
+        _ => return None,
+    })
+}
+
+fn describe_users(shard: &Shard, request: &DescribeUsersRequest) -> DescribeUsersResponse {
+    let view = shard.view.borrow();
+    let users = view
+        .security
+        .users
+        .iter()
+        .filter(|user| {
+            request
+                .users
+                .as_ref()
+                .is_none_or(|names| names.contains(&user.name))
+        })
+        .map(|user| UserCredentials {
+            name: user.name.clone(),
+            mechanisms: user
+                .credentials
+                .iter()
+                .map(|credential| credential.mechanism.name().to_string())
+                .collect(),
+            iterations: user.credentials.iter().map(|c| c.iterations).collect(),
+        })
+        .collect();
+    DescribeUsersResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        users,
+    }
+}
+
+async fn alter_user(shard: &Shard, request: &AlterUserRequest) -> AlterUserResponse {
+    let refused = |error, message: String| AlterUserResponse { error, message };
+    let Some(mechanism) = ScramMechanism::from_name(&request.mechanism) else {
+        return refused(
+            ErrorCode::InvalidRequest,
+            format!("unknown SCRAM mechanism {:?}", request.mechanism),
+        );
+    };
+    let credential = if request.delete {
+        None
+    } else {
+        let base64 = base64::engine::general_purpose::STANDARD;
+        let (Ok(salt), Ok(salted)) = (
+            base64.decode(&request.salt),
+            base64.decode(&request.salted_password),
+        ) else {
+            return refused(
+                ErrorCode::InvalidRequest,
+                "salt and salted password are base64".into(),
+            );
+        };
+        match ScramCredential::from_salted_password(mechanism, &salted, &salt, request.iterations) {
+            Ok(credential) => Some(credential),
+            Err(error) => return refused(ErrorCode::InvalidRequest, error.to_string()),
+        }
+    };
+    let deleting = credential.is_none();
+    let changes = vec![CredentialChange {
+        user: request.user.clone(),
+        mechanism,
+        credential,
+    }];
+    match change(shard, SecurityChange::Credentials(changes)).await {
+        Some(SecurityChanged::Credentials(answers)) => match answers.into_iter().next() {
+            Some(Ok(true)) => refused(ErrorCode::None, String::new()),
+            Some(Ok(false)) if deleting => refused(
+                ErrorCode::InvalidRequest,
+                format!("user {} has no {mechanism} credential", request.user),
+            ),
+            Some(Ok(false)) => refused(ErrorCode::None, String::new()),
+            Some(Err(why)) => refused(ErrorCode::InvalidRequest, why),
+            None => refused(ErrorCode::Internal, "no answer".into()),
+        },
+        _ => refused(ErrorCode::NotReady, "the control thread is stopping".into()),
+    }
+}
+
+fn entry(binding: &AclBinding) -> AclEntry {
+    AclEntry {
+        resource_type: binding.resource_type.name().to_string(),
+        resource_name: binding.resource_name.clone(),
+        pattern_type: binding.pattern_type.name().to_string(),
+        principal: binding.principal.clone(),
+        host: binding.host.clone(),
+        operation: binding.operation.name().to_string(),
+        permission: binding.permission.name().to_string(),
+    }
+}
+
+fn binding(entry: &AclEntry) -> Result<AclBinding, String> {
+    let parse = |what: &str, text: &str| format!("unknown {what} {text:?}");
+    let binding = AclBinding {
+        resource_type: ResourceType::parse(&entry.resource_type)
+            .ok_or_else(|| parse("resource type", &entry.resource_type))?,
+        resource_name: entry.resource_name.clone(),
+        pattern_type: PatternType::parse(&entry.pattern_type)
+            .ok_or_else(|| parse("pattern type", &entry.pattern_type))?,
+        principal: entry.principal.clone(),
+        host: if entry.host.is_empty() {
+            "*".into()
+        } else {
+            entry.host.clone()
+        },
+        operation: Operation::parse(&entry.operation)
+            .ok_or_else(|| parse("operation", &entry.operation))?,
+        permission: Permission::parse(&entry.permission)
+            .ok_or_else(|| parse("permission", &entry.permission))?,
+    };
+    binding.validate().map_err(|error| error.to_string())?;
+    Ok(binding)
+}
+
+/// A filter: each empty field matches anything; a name matches as given (literal and prefixed
+/// alike, unless a pattern type is named).
+fn filter(entry: &AclEntry) -> Result<AclFilter, String> {
+    let optional = |text: &str| (!text.is_empty()).then(|| text.to_string());
+    fn parsed<T>(
+        what: &str,
+        text: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        parse(text)
+            .map(Some)
+            .ok_or_else(|| format!("unknown {what} {text:?}"))
+    }
+    Ok(AclFilter {
+        resource_type: parsed("resource type", &entry.resource_type, ResourceType::parse)?,
+        resource_name: optional(&entry.resource_name),
+        pattern: match optional(&entry.pattern_type) {
+            None => PatternFilter::Any,
+            Some(text) if text.eq_ignore_ascii_case("match") => PatternFilter::Match,
+            Some(text) => PatternFilter::Exactly(
+                PatternType::parse(&text)
+                    .ok_or_else(|| format!("unknown pattern type {text:?}"))?,
+            ),
+        },
+        principal: optional(&entry.principal),
+        host: optional(&entry.host),
+        operation: parsed("operation", &entry.operation, Operation::parse)?,
+        permission: parsed("permission", &entry.permission, Permission::parse)?,
+    })
+}
+
+fn authorizer_off(shard: &Shard) -> Option<(ErrorCode, String)> {
+    shard.context.config.security.authorizer.is_none().then(|| {
+        (
+            ErrorCode::InvalidRequest,
+            "no authorizer is configured (strata serve --authorizer acl)".to_string(),
+        )
+    })
+}
+
+fn describe_acls(shard: &Shard, request: &DescribeAclsRequest) -> DescribeAclsResponse {
+    let refused = |(error, message)| DescribeAclsResponse {
+        error,
+        message,
+        acls: Vec::new(),
+    };
+    if let Some(off) = authorizer_off(shard) {
+        return refused(off);
+    }
+    match filter(&request.filter) {
+        Err(why) => refused((ErrorCode::InvalidRequest, why)),
+        Ok(filter) => DescribeAclsResponse {
+            error: ErrorCode::None,
+            message: String::new(),
+            acls: shard
+                .view
+                .borrow()
+                .security
+                .acls
+                .iter()
+                .filter(|binding| filter.matches(binding))
+                .map(entry)
+                .collect(),
+        },
+    }
+}
+
+async fn create_acls(shard: &Shard, request: &CreateAclsRequest) -> CreateAclsResponse {
+    let refused = |(error, message)| CreateAclsResponse { error, message };
+    if let Some(off) = authorizer_off(shard) {
+        return refused(off);
+    }
+    let bindings: Result<Vec<AclBinding>, String> = request.acls.iter().map(binding).collect();
+    let bindings = match bindings {
+        Ok(bindings) => bindings,
+        Err(why) => return refused((ErrorCode::InvalidRequest, why)),
+    };
+    match change(shard, SecurityChange::CreateAcls(bindings)).await {
+        Some(SecurityChanged::CreateAcls(Ok(()))) => refused((ErrorCode::None, String::new())),
+        Some(SecurityChanged::CreateAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
+        _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
+    }
+}
+
+async fn delete_acls(shard: &Shard, request: &DeleteAclsRequest) -> DeleteAclsResponse {
+    let refused = |(error, message)| DeleteAclsResponse {
+        error,
+        message,
+        deleted: Vec::new(),
+    };
+    if let Some(off) = authorizer_off(shard) {
+        return refused(off);
+    }
+    let filter = match filter(&request.filter) {
+        Ok(filter) => filter,
+        Err(why) => return refused((ErrorCode::InvalidRequest, why)),
+    };
+    match change(shard, SecurityChange::DeleteAcls(vec![filter])).await {
+        Some(SecurityChanged::DeleteAcls(Ok(deleted))) => DeleteAclsResponse {
+            error: ErrorCode::None,
+            message: String::new(),
+            deleted: deleted.iter().flatten().map(entry).collect(),
+        },
+        Some(SecurityChanged::DeleteAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
+        _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
+    }
+}
