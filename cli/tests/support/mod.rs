@@ -117,6 +117,17 @@ impl TestNode {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> TestNode {
+        TestNode::start_listening(data_dir, shards, "plaintext", extra, env)
+    }
+
+    /// A node whose client listener speaks `scheme` (`plaintext`, `ssl`, `sasl_ssl`, ...).
+    pub fn start_listening(
+        data_dir: &Path,
+        shards: usize,
+        scheme: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestNode {
         let port = free_base_port(shards);
         let mut node = TestNode {
             port,
@@ -128,7 +139,7 @@ impl TestNode {
                 "--data-dir".into(),
                 data_dir.display().to_string(),
                 "--listen".into(),
-                format!("127.0.0.1:{port}"),
+                format!("{scheme}://127.0.0.1:{port}"),
                 "--shards".into(),
                 shards.to_string(),
             ]
