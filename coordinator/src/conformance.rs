@@ -450,7 +450,10 @@ pub async fn check_security_store(coordinator: &impl Coordinator) {
         .create_acls(&[read.clone(), write.clone()])
         .await
         .unwrap();
-    coordinator.create_acls(&[read.clone()]).await.unwrap();
+    coordinator
+        .create_acls(std::slice::from_ref(&read))
+        .await
+        .unwrap();
     let mut both = vec![read.clone(), write.clone()];
     both.sort();
     assert_eq!(coordinator.acls().await.unwrap(), both);

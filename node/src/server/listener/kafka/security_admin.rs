@@ -408,6 +408,9 @@ pub(super) fn describe_user_scram_credentials(
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
 
+/// A Kafka error code and its message.
+type Refusal = (i16, String);
+
 pub(super) async fn alter_user_scram_credentials(
     shard: &Rc<Shard>,
     client: &Client,
@@ -444,7 +447,7 @@ pub(super) async fn alter_user_scram_credentials(
         return AlterUserScramCredentialsResponse::default().with_results(results);
     }
     // Each change as Kafka checks it; a user named twice in one request is refused whole.
-    let mut checked: Vec<(String, Result<CredentialChange, (i16, String)>)> = Vec::new();
+    let mut checked: Vec<(String, Result<CredentialChange, Refusal>)> = Vec::new();
     for deletion in &request.deletions {
         let change = ScramMechanism::from_kafka_type(deletion.mechanism)
             .map(|mechanism| CredentialChange {
@@ -486,7 +489,7 @@ pub(super) async fn alter_user_scram_credentials(
         .filter(|name| names.iter().filter(|other| other == name).count() > 1)
         .cloned()
         .collect();
-    let mut results: Vec<(String, Result<(), (i16, String)>)> = Vec::new();
+    let mut results: Vec<(String, Result<(), Refusal>)> = Vec::new();
     let mut changes = Vec::new();
     for (name, change) in checked {
         if twice.contains(&name) {
