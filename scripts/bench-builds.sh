@@ -8,6 +8,14 @@
 #
 # BENCH_BYTES (default 2000000000) is what each producer run writes; BENCH_DIR (default
 # $TMPDIR/strata-bench-builds) holds the data dir, emptied before each run.
+#
+# The two sides may also be one build run two ways (security on and off, say):
+#   A_SCHEME / B_SCHEME         the client listener's scheme (default plaintext): ssl, sasl_ssl
+#   A_SERVE_ARGS / B_SERVE_ARGS more `strata serve` flags (TLS files, --authorizer acl, ...)
+#   A_CLIENT_ARGS / B_CLIENT_ARGS more client flags (--tls-ca, --user, ...), for bench and setup
+#   A_SETUP / B_SETUP           a command run once the node is up (with $STRATA and $BOOTSTRAP
+#                               set), e.g. to create users and ACLs
+# with the environment (STRATA_PASSWORD, STRATA_BOOTSTRAP_USER) passed to both.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -38,22 +46,32 @@ cpu_seconds() {
 
 run_once() {
     local label="$1" binary="$2" round="$3"
+    local scheme_var="${label}_SCHEME" serve_var="${label}_SERVE_ARGS"
+    local client_var="${label}_CLIENT_ARGS" setup_var="${label}_SETUP"
+    local scheme="${!scheme_var:-plaintext}"
+    local -a serve_args client_args
+    read -r -a serve_args <<<"${!serve_var:-}"
+    read -r -a client_args <<<"${!client_var:-}"
+    local bootstrap="$scheme://127.0.0.1:$port"
     rm -rf "$dir" && mkdir -p "$dir"
-    "$binary" serve --shards 2 --data-dir "$dir/data" --listen "127.0.0.1:$port" \
+    "$binary" serve --shards 2 --data-dir "$dir/data" --listen "$bootstrap" "${serve_args[@]}" \
         >"$dir/node.log" 2>&1 &
     node_pid=$!
     for _ in $(seq 100); do
-        "$binary" cluster info --bootstrap "127.0.0.1:$port" >/dev/null 2>&1 && break
+        "$binary" cluster info --bootstrap "$bootstrap" "${client_args[@]}" >/dev/null 2>&1 && break
         sleep 0.1
     done
+    if [ -n "${!setup_var:-}" ]; then
+        STRATA="$binary" BOOTSTRAP="$bootstrap" bash -c "${!setup_var}" >/dev/null
+    fi
     local before after
     before="$(cpu_seconds "$node_pid")"
-    "$binary" bench --bootstrap "127.0.0.1:$port" --preset pinned-producer --producers 2 \
+    "$binary" bench --bootstrap "$bootstrap" "${client_args[@]}" --preset pinned-producer --producers 2 \
         --total-bytes "$bytes" --json "$results/$label-$round-produce.json" >/dev/null
     after="$(cpu_seconds "$node_pid")"
     echo "$before $after" >"$results/$label-$round-produce.cpu"
     before="$after"
-    "$binary" bench --bootstrap "127.0.0.1:$port" --preset pinned-consumer --consumers 2 \
+    "$binary" bench --bootstrap "$bootstrap" "${client_args[@]}" --preset pinned-consumer --consumers 2 \
         --total-bytes "$bytes" --json "$results/$label-$round-consume.json" >/dev/null
     after="$(cpu_seconds "$node_pid")"
     echo "$before $after" >"$results/$label-$round-consume.cpu"

@@ -174,6 +174,28 @@ struct WorkloadFile {
     keys: Option<u64>,
 }
 
+/// What a preset fills in of a workload that does not say it (flags still win).
+fn preset_defaults(file: &mut WorkloadFile, preset: Preset, args: &BenchArgs) {
+    let streams = match preset {
+        Preset::PinnedProducer => args.producers.unwrap_or(2),
+        Preset::PinnedConsumer => args.consumers.unwrap_or(2),
+    };
+    let record_size = args.record_size.unwrap_or(1024);
+    let budget = args.total_bytes.unwrap_or(1_000_000_000);
+    file.workload.get_or_insert_with(|| match preset {
+        Preset::PinnedProducer => "produce".into(),
+        Preset::PinnedConsumer => "consume".into(),
+    });
+    file.topic.get_or_insert_with(|| "pinned".into());
+    file.partitions.get_or_insert(streams as u32);
+    file.producers.get_or_insert(streams);
+    file.consumers.get_or_insert(streams);
+    file.record_size.get_or_insert(record_size);
+    file.batch_size.get_or_insert(4 << 20);
+    file.linger_ms.get_or_insert(1);
+    file.records.get_or_insert(budget / record_size as u64);
+}
+
 pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()> {
     if let Some(paths) = &args.compare {
         return compare(&paths[0], &paths[1]);
@@ -187,24 +209,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         None => WorkloadFile::default(),
     };
     if let Some(preset) = args.preset {
-        let streams = match preset {
-            Preset::PinnedProducer => args.producers.unwrap_or(2),
-            Preset::PinnedConsumer => args.consumers.unwrap_or(2),
-        };
-        let record_size = args.record_size.unwrap_or(1024);
-        let budget = args.total_bytes.unwrap_or(1_000_000_000);
-        file.workload.get_or_insert_with(|| match preset {
-            Preset::PinnedProducer => "produce".into(),
-            Preset::PinnedConsumer => "consume".into(),
-        });
-        file.topic.get_or_insert_with(|| "pinned".into());
-        file.partitions.get_or_insert(streams as u32);
-        file.producers.get_or_insert(streams);
-        file.consumers.get_or_insert(streams);
-        file.record_size.get_or_insert(record_size);
-        file.batch_size.get_or_insert(4 << 20);
-        file.linger_ms.get_or_insert(1);
-        file.records.get_or_insert(budget / record_size as u64);
+        preset_defaults(&mut file, preset, &args);
     }
     let workload = match (args.workload, file.workload.as_deref()) {
         (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,

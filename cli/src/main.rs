@@ -135,10 +135,12 @@ pub struct Connection {
         default_value = "127.0.0.1:7300"
     )]
     pub bootstrap: String,
-    /// PEM CA the brokers' certificates must chain to (ssl, sasl_ssl).
+    /// PEM CA the brokers' certificates must chain to (ssl, sasl_ssl; default: none, needed
+    /// by those).
     #[arg(long = "tls-ca", global = true, env = "STRATA_CLIENT_TLS_CA")]
     pub client_tls_ca: Option<PathBuf>,
-    /// PEM client certificate to present (brokers asking for one; with --tls-key).
+    /// PEM client certificate to present to brokers that ask for one (with --tls-key; default:
+    /// none).
     #[arg(
         long = "tls-cert",
         global = true,
@@ -146,7 +148,7 @@ pub struct Connection {
         requires = "client_tls_key"
     )]
     pub client_tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
+    /// PEM private key of --tls-cert (default: none).
     #[arg(
         long = "tls-key",
         global = true,
@@ -158,10 +160,11 @@ pub struct Connection {
     /// PLAIN.
     #[arg(long, global = true, env = "STRATA_SASL_MECHANISM")]
     pub sasl_mechanism: Option<String>,
-    /// SASL user; the password comes from STRATA_PASSWORD or --password-file.
+    /// SASL user, needed by sasl_* listeners (default: none); the password comes from
+    /// STRATA_PASSWORD or --password-file.
     #[arg(long, global = true, env = "STRATA_USER")]
     pub user: Option<String>,
-    /// A file holding the SASL password (its first line).
+    /// A file holding the SASL password, its first line (default: STRATA_PASSWORD).
     #[arg(long, global = true, env = "STRATA_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
     /// TCP congestion control of the connections to brokers (default cubic; `system`: the

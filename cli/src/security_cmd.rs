@@ -36,6 +36,7 @@ pub enum UserCommand {
     /// Delete a user's credentials (of one mechanism, or all).
     Delete {
         name: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512 (default: every mechanism the user has).
         #[arg(long)]
         mechanism: Option<String>,
     },
@@ -59,12 +60,17 @@ pub struct AclArgs {
     /// AlterConfigs, IdempotentWrite or All.
     #[arg(long)]
     operation: String,
+    /// The topic it is about (one of --topic, --group, --cluster, --transactional-id is
+    /// needed; default: none).
     #[arg(long, group = "resource")]
     topic: Option<String>,
+    /// The consumer group it is about (default: none).
     #[arg(long, group = "resource")]
     group: Option<String>,
+    /// The cluster (its one resource, kafka-cluster): admin operations (default: off).
     #[arg(long, group = "resource")]
     cluster: bool,
+    /// The transactional id it is about (default: none).
     #[arg(long, group = "resource")]
     transactional_id: Option<String>,
     /// The name is a prefix: the binding covers every resource whose name starts with it.

@@ -281,6 +281,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
+    let (native_listener, kafka_listeners) = listeners(&args, &file)?;
     let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
         endpoints
             .split(',')
@@ -299,25 +300,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .admin
         .or(file.admin)
         .unwrap_or_else(|| "127.0.0.1:7380".parse().expect("a valid address"));
-    let native_listener = match args.listen.clone().or(file.listen.clone()) {
-        Some(text) => {
-            let mut listeners =
-                parse_listeners(&text).map_err(|why| anyhow::anyhow!("--listen: {why}"))?;
-            anyhow::ensure!(
-                listeners.len() == 1,
-                "--listen takes one listener (its shards' ports follow it)"
-            );
-            listeners.remove(0)
-        }
-        None => ListenerSpec::plaintext("127.0.0.1:7300".parse().expect("a valid address")),
-    };
     let listen = native_listener.address;
-    let kafka_listeners = match args.kafka_listen.clone().or(file.kafka_listen.clone()) {
-        Some(text) => {
-            parse_listeners(&text).map_err(|why| anyhow::anyhow!("--kafka-listen: {why}"))?
-        }
-        None => Vec::new(),
-    };
     let advertised_host = args
         .advertised_host
         .or(file.advertised_host)
@@ -332,17 +315,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .replication
         .or(file.replication)
         .unwrap_or_else(|| SocketAddr::new(listen.ip(), listen.port() + 1));
-    let tls = match (
+    let tls = tls_files(
         args.tls_cert.or(file.tls_cert),
         args.tls_key.or(file.tls_key),
         args.tls_ca.or(file.tls_ca),
-    ) {
-        (Some(cert), Some(key), Some(ca)) => {
-            Some(strata_node::server::quic::TlsFiles { cert, key, ca })
-        }
-        (None, None, None) => None,
-        _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
-    };
+    )?;
     let shards = args
         .shards
         .or(file.shards)
@@ -430,14 +407,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
     };
-    let tls_listeners = config
-        .kafka
-        .iter()
-        .chain(std::iter::once(&native_listener))
-        .filter(|listener| listener.protocol.uses_tls())
-        .count();
+    let mut tls_listeners = config.kafka.iter().chain([&native_listener]);
     anyhow::ensure!(
-        tls_listeners == 0 || config.tls.is_some(),
+        config.tls.is_some() || !tls_listeners.any(|listener| listener.protocol.uses_tls()),
         "ssl and sasl_ssl listeners need --tls-cert, --tls-key and --tls-ca"
     );
     let node = Node::start(config.clone())?;
@@ -457,6 +429,47 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("strata: shutting down");
     node.shutdown();
     Ok(())
+}
+
+/// `--tls-cert`, `--tls-key` and `--tls-ca`: all three, or none.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    ca: Option<PathBuf>,
+) -> anyhow::Result<Option<strata_node::server::quic::TlsFiles>> {
+    match (cert, key, ca) {
+        (Some(cert), Some(key), Some(ca)) => {
+            Ok(Some(strata_node::server::quic::TlsFiles { cert, key, ca }))
+        }
+        (None, None, None) => Ok(None),
+        _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
+    }
+}
+
+/// The native listener (`--listen`, one) and the Kafka listeners (`--kafka-listen`, any).
+fn listeners(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> anyhow::Result<(ListenerSpec, Vec<ListenerSpec>)> {
+    let native = match args.listen.as_ref().or(file.listen.as_ref()) {
+        Some(text) => {
+            let mut listeners =
+                parse_listeners(text).map_err(|why| anyhow::anyhow!("--listen: {why}"))?;
+            anyhow::ensure!(
+                listeners.len() == 1,
+                "--listen takes one listener (its shards' ports follow it)"
+            );
+            listeners.remove(0)
+        }
+        None => ListenerSpec::plaintext("127.0.0.1:7300".parse().expect("a valid address")),
+    };
+    let kafka = match args.kafka_listen.as_ref().or(file.kafka_listen.as_ref()) {
+        Some(text) => {
+            parse_listeners(text).map_err(|why| anyhow::anyhow!("--kafka-listen: {why}"))?
+        }
+        None => Vec::new(),
+    };
+    Ok((native, kafka))
 }
 
 /// TLS client authentication, SASL and the bootstrap user, from the flags, the file and the

@@ -940,3 +940,62 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
         "unknown topic ledger",
     );
 }
+
+/// With ACLs on, the admin endpoint keeps `/metrics` and `/health` open (Prometheus scrapes
+/// them) and asks a super user's credentials for the cluster's layout.
+#[test]
+fn the_admin_endpoint_shows_the_cluster_to_super_users_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let admin_port = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin_port}");
+    let (node, sasl_ssl, _, _) = secured_node(
+        dir.path(),
+        &pki,
+        "none",
+        &[
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+            "--admin",
+            &admin_address,
+        ],
+    );
+    kafka_admin(
+        &sasl_ssl,
+        &scram(&pki, "admin", ADMIN_PASSWORD),
+        &["user", "eve", "eve-password", "SCRAM-SHA-256"],
+    );
+    let get = |path: &str, login: Option<&str>| {
+        use base64::Engine;
+        let mut stream = std::net::TcpStream::connect(&admin_address).unwrap();
+        let authorization = login
+            .map(|login| {
+                format!(
+                    "authorization: Basic {}\r\n",
+                    base64::engine::general_purpose::STANDARD.encode(login)
+                )
+            })
+            .unwrap_or_default();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: x\r\n{authorization}\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_string()
+    };
+    assert!(get("/metrics", None).contains("200"));
+    assert!(get("/health", None).contains("200"));
+    assert!(get("/v1/cluster", None).contains("401"));
+    assert!(
+        get("/v1/cluster", Some("eve:eve-password")).contains("401"),
+        "not a super user"
+    );
+    assert!(get("/v1/cluster", Some("admin:wrong")).contains("401"));
+    let admin_login = format!("admin:{ADMIN_PASSWORD}");
+    assert!(get("/v1/cluster", Some(&admin_login)).contains("200"));
+    drop(node);
+}

@@ -118,10 +118,8 @@ fn the_replication_and_group_cores_are_sans_io() {
 /// and none may join them. A function that gets under the limit leaves the list (the test says
 /// so), so the list only shrinks.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("cli/src/bench_cmd.rs", "bench", 163),
     ("cli/src/client_cmd.rs", "topic", 181),
     ("cli/src/serve.rs", "run", 161),
-    ("node/src/server/listener/kafka/mod.rs", "respond", 170),
     ("node/src/server/metrics.rs", "render", 294),
     ("node/src/server/shard/replica/follower.rs", "follow", 154),
     (

@@ -185,6 +185,30 @@ fn every_request_round_trips() {
         Request::DescribeTopicConfig(DescribeTopicConfigRequest { topic: "t".into() }),
         Request::ElectLeaders(ElectLeadersRequest { topic: "t".into() }),
         Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
+        Request::Authenticate(AuthenticateRequest {
+            mechanism: "SCRAM-SHA-512".into(),
+            token: "n,,n=alice,r=abc".into(),
+        }),
+        Request::DescribeUsers(DescribeUsersRequest {
+            users: Some(vec!["alice".into()]),
+        }),
+        Request::AlterUser(AlterUserRequest {
+            user: "alice".into(),
+            mechanism: "SCRAM-SHA-256".into(),
+            delete: false,
+            iterations: 4096,
+            salt: "c2FsdA==".into(),
+            salted_password: "cGFzcw==".into(),
+        }),
+        Request::DescribeAcls(DescribeAclsRequest {
+            filter: acl_entry(),
+        }),
+        Request::CreateAcls(CreateAclsRequest {
+            acls: vec![acl_entry(), acl_entry()],
+        }),
+        Request::DeleteAcls(DeleteAclsRequest {
+            filter: acl_entry(),
+        }),
         Request::ReplicaFetch(ReplicaFetchRequest {
             replica_id: 2,
             topic: "t".into(),
@@ -481,4 +505,16 @@ fn a_replica_fetch_head_decodes_alone_and_locates_its_records() {
     let (_, head, placed) = Response::decode_head(ApiKey::ReplicaFetch, refused).unwrap();
     assert!(matches!(head, Err(ErrorCode::NotLeader)));
     assert_eq!(placed, None);
+}
+
+fn acl_entry() -> AclEntry {
+    AclEntry {
+        resource_type: "Topic".into(),
+        resource_name: "orders-".into(),
+        pattern_type: "Prefixed".into(),
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: "Write".into(),
+        permission: "Allow".into(),
+    }
 }

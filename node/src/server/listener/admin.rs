@@ -2,6 +2,10 @@
 //! `/health`, `/v1/cluster` (JSON), and `/dashboard`, a self-contained live latency page (plain
 //! HTML and JS polling `/metrics`; no build step, no CDN). Runs on its own thread; gathers per-shard snapshots over the
 //! shards' mailboxes, so recording a metric never takes a lock shared between shards.
+//!
+//! With `--authorizer acl`, `/v1/cluster` (the cluster's layout, more than metrics) needs a super
+//! user's credentials (HTTP Basic, checked against the user's stored SCRAM credential); the
+//! metrics, health and the dashboard that plots the metrics stay open, as Prometheus expects.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -101,7 +105,13 @@ async fn serve(
                 }
                 _ => None,
             };
+            let credentials = basic_credentials(&text);
             match view {
+                Some(view) if !admitted(config, &view, credentials).await => (
+                    "401 Unauthorized",
+                    "text/plain",
+                    "a super user's credentials are needed (HTTP Basic)\n".into(),
+                ),
                 Some(view) => (
                     "200 OK",
                     "application/json",
@@ -130,6 +140,53 @@ async fn serve(
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The user and password of an `Authorization: Basic` header.
+fn basic_credentials(request: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let value = request.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    })?;
+    let encoded = value
+        .strip_prefix("Basic ")
+        .or(value.strip_prefix("basic "))?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
+/// Whether a request with `credentials` may read what only super users may (always, when the
+/// node does not authorize).
+async fn admitted(
+    config: &NodeConfig,
+    view: &crate::server::messages::ClusterView,
+    credentials: Option<(String, String)>,
+) -> bool {
+    let Some(authorizer) = &config.security.authorizer else {
+        return true;
+    };
+    let Some((user, password)) = credentials else {
+        return false;
+    };
+    if !authorizer
+        .super_users
+        .contains(&strata_auth::Principal::user(&user))
+    {
+        return false;
+    }
+    let Some(credential) = view.security.any_credential(&user).cloned() else {
+        return false;
+    };
+    // PBKDF2 takes milliseconds: off the admin thread's runtime.
+    tokio::task::spawn_blocking(move || credential.verify_password(password.as_bytes()))
+        .await
+        .unwrap_or(false)
 }
 
 /// Registered brokers (alive), then brokers that hold replicas but are not registered (dead,

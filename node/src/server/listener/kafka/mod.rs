@@ -304,146 +304,10 @@ async fn respond(
         KafkaRequest::ApiVersions(_) => {
             encoded(&header, &translate::api_versions_response(errors::NONE))
         }
-        KafkaRequest::Metadata(request) => {
-            let asked =
-                Request::Metadata(translate::metadata_request(&request, header.api_version));
-            let listing_all = matches!(&asked, Request::Metadata(m) if m.topics.is_none());
-            let mut metadata = match native(shard, asked.clone()).await {
-                Ok(Response::Metadata(metadata)) => metadata,
-                answer => return unanswered("Metadata", answer),
-            };
-            // Kafka's auto.create.topics.enable, when the broker allows it and the client
-            // asks for it (always, before Metadata v4).
-            let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
-            if shard.context.config.kafka_auto_create_topics && wants_creation {
-                let created = create_unknown_topics(shard, &metadata, |name| {
-                    authorize::topic(shard, client, Operation::Describe, name)
-                        && authorize::create_topic(shard, client, name)
-                })
-                .await;
-                if created.any {
-                    metadata = match native(shard, asked).await {
-                        Ok(Response::Metadata(metadata)) => metadata,
-                        answer => return unanswered("Metadata", answer),
-                    };
-                }
-                // A name no topic may have is INVALID_TOPIC_EXCEPTION, which clients do not
-                // retry, where a topic still to come is retried (Kafka answers both so).
-                for topic in &mut metadata.topics {
-                    if created.invalid_names.contains(&topic.name) {
-                        topic.error = ErrorCode::InvalidTopicName;
-                    }
-                }
-            }
-            // Only the topics the client may Describe: left out of a list of all, refused
-            // where it named them.
-            metadata.topics.retain_mut(|topic| {
-                if authorize::topic(shard, client, Operation::Describe, &topic.name) {
-                    return true;
-                }
-                topic.error = ErrorCode::TopicAuthorizationFailed;
-                topic.partitions.clear();
-                !listing_all
-            });
-            encoded(
-                &header,
-                &translate::metadata_response(metadata, &kafka_brokers(shard, client)),
-            )
-        }
-        KafkaRequest::Produce(request) => {
-            let acks = request.acks;
-            let produce = {
-                let view = shard.view.borrow();
-                translate::produce_request(request, shard.context.config.max_frame_bytes, |topic| {
-                    let compression_type = view
-                        .topics
-                        .iter()
-                        .find(|known| known.name == topic)?
-                        .config
-                        .get("compression.type")?;
-                    crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
-                })
-            };
-            let mut produce = produce;
-            authorize::refuse_topics(
-                shard,
-                client,
-                Operation::Write,
-                &mut produce.native.topics,
-                &mut produce.refused,
-                |topic| &topic.name,
-                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
-            );
-            let answered = if produce.native.topics.is_empty() {
-                Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
-                    topics: Vec::new(),
-                }))
-            } else {
-                native(shard, Request::Produce(produce.native)).await
-            };
-            if acks == 0 {
-                return Outcome::NoAnswer;
-            }
-            let native = match answered {
-                Ok(Response::Produce(native)) => native,
-                answer => return unanswered("Produce", answer),
-            };
-            encoded(
-                &header,
-                &translate::produce_response(native, produce.refused),
-            )
-        }
-        KafkaRequest::Fetch(request) => {
-            let mut fetch = match translate::fetch_request(&request) {
-                Ok(fetch) => fetch,
-                Err(error) => {
-                    let refused = FetchResponse::default().with_error_code(error);
-                    return answer(frame::encode_fetch_response(&header, &refused));
-                }
-            };
-            authorize::refuse_topics(
-                shard,
-                client,
-                Operation::Read,
-                &mut fetch.native.topics,
-                &mut fetch.refused,
-                |topic| &topic.name,
-                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
-            );
-            // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
-            let native = if fetch.native.topics.is_empty() {
-                strata_wire::protocol::FetchResponse { topics: Vec::new() }
-            } else {
-                shard.fetch(fetch.native, Delivery::Bytes).await
-            };
-            // Chunked: the records go out as the buffers they were translated into.
-            let response = translate::fetch_response(native, fetch.refused);
-            answer(frame::encode_fetch_response(&header, &response))
-        }
-        KafkaRequest::ListOffsets(request) => {
-            let mut list = translate::list_offsets_request(&request);
-            authorize::refuse_topics(
-                shard,
-                client,
-                Operation::Describe,
-                &mut list.native.topics,
-                &mut list.refused,
-                |topic| &topic.name,
-                |topic| topic.partitions.iter().map(|p| p.partition).collect(),
-            );
-            let native = if list.native.topics.is_empty() {
-                strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
-            } else {
-                match native(shard, Request::ListOffsets(list.native)).await {
-                    Ok(Response::ListOffsets(native)) => native,
-                    answer => return unanswered("ListOffsets", answer),
-                }
-            };
-            encoded(
-                &header,
-                &translate::list_offsets_response(native, list.refused),
-            )
-        }
+        KafkaRequest::Metadata(request) => metadata(shard, client, header, request).await,
+        KafkaRequest::Produce(request) => produce(shard, client, header, request).await,
+        KafkaRequest::Fetch(request) => fetch(shard, client, header, request).await,
+        KafkaRequest::ListOffsets(request) => list_offsets(shard, client, header, request).await,
         KafkaRequest::InitProducerId(request) => {
             let answered = match translate::init_producer_id_request(&request) {
                 Err(error) => Err(error),
@@ -564,6 +428,173 @@ async fn respond(
             Outcome::Close("an authentication step outside the reader".into())
         }
     }
+}
+
+/// Metadata: the topics the client may Describe, created on first use where allowed.
+async fn metadata(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::MetadataRequest,
+) -> Outcome {
+    let asked = Request::Metadata(translate::metadata_request(&request, header.api_version));
+    let listing_all = matches!(&asked, Request::Metadata(m) if m.topics.is_none());
+    let mut metadata = match native(shard, asked.clone()).await {
+        Ok(Response::Metadata(metadata)) => metadata,
+        answer => return unanswered("Metadata", answer),
+    };
+    // Kafka's auto.create.topics.enable, when the broker allows it and the client
+    // asks for it (always, before Metadata v4).
+    let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
+    if shard.context.config.kafka_auto_create_topics && wants_creation {
+        let created = create_unknown_topics(shard, &metadata, |name| {
+            authorize::topic(shard, client, Operation::Describe, name)
+                && authorize::create_topic(shard, client, name)
+        })
+        .await;
+        if created.any {
+            metadata = match native(shard, asked).await {
+                Ok(Response::Metadata(metadata)) => metadata,
+                answer => return unanswered("Metadata", answer),
+            };
+        }
+        // A name no topic may have is INVALID_TOPIC_EXCEPTION, which clients do not
+        // retry, where a topic still to come is retried (Kafka answers both so).
+        for topic in &mut metadata.topics {
+            if created.invalid_names.contains(&topic.name) {
+                topic.error = ErrorCode::InvalidTopicName;
+            }
+        }
+    }
+    // Only the topics the client may Describe: left out of a list of all, refused
+    // where it named them.
+    metadata.topics.retain_mut(|topic| {
+        if authorize::topic(shard, client, Operation::Describe, &topic.name) {
+            return true;
+        }
+        topic.error = ErrorCode::TopicAuthorizationFailed;
+        topic.partitions.clear();
+        !listing_all
+    });
+    encoded(
+        &header,
+        &translate::metadata_response(metadata, &kafka_brokers(shard, client)),
+    )
+}
+
+/// Produce, to the topics the client may Write.
+async fn produce(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::ProduceRequest,
+) -> Outcome {
+    let acks = request.acks;
+    let produce = {
+        let view = shard.view.borrow();
+        translate::produce_request(request, shard.context.config.max_frame_bytes, |topic| {
+            let compression_type = view
+                .topics
+                .iter()
+                .find(|known| known.name == topic)?
+                .config
+                .get("compression.type")?;
+            crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
+        })
+    };
+    let mut produce = produce;
+    authorize::refuse_topics(
+        shard,
+        client,
+        Operation::Write,
+        &mut produce.native.topics,
+        &mut produce.refused,
+        |topic| &topic.name,
+        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+    );
+    let answered = if produce.native.topics.is_empty() {
+        Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
+            topics: Vec::new(),
+        }))
+    } else {
+        native(shard, Request::Produce(produce.native)).await
+    };
+    if acks == 0 {
+        return Outcome::NoAnswer;
+    }
+    let native = match answered {
+        Ok(Response::Produce(native)) => native,
+        answer => return unanswered("Produce", answer),
+    };
+    encoded(
+        &header,
+        &translate::produce_response(native, produce.refused),
+    )
+}
+
+/// Fetch, from the topics the client may Read.
+async fn fetch(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::FetchRequest,
+) -> Outcome {
+    let mut fetch = match translate::fetch_request(&request) {
+        Ok(fetch) => fetch,
+        Err(error) => {
+            let refused = FetchResponse::default().with_error_code(error);
+            return answer(frame::encode_fetch_response(&header, &refused));
+        }
+    };
+    authorize::refuse_topics(
+        shard,
+        client,
+        Operation::Read,
+        &mut fetch.native.topics,
+        &mut fetch.refused,
+        |topic| &topic.name,
+        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+    );
+    // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
+    let native = if fetch.native.topics.is_empty() {
+        strata_wire::protocol::FetchResponse { topics: Vec::new() }
+    } else {
+        shard.fetch(fetch.native, Delivery::Bytes).await
+    };
+    // Chunked: the records go out as the buffers they were translated into.
+    let response = translate::fetch_response(native, fetch.refused);
+    answer(frame::encode_fetch_response(&header, &response))
+}
+
+/// ListOffsets, of the topics the client may Describe.
+async fn list_offsets(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::ListOffsetsRequest,
+) -> Outcome {
+    let mut list = translate::list_offsets_request(&request);
+    authorize::refuse_topics(
+        shard,
+        client,
+        Operation::Describe,
+        &mut list.native.topics,
+        &mut list.refused,
+        |topic| &topic.name,
+        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
+    );
+    let native = if list.native.topics.is_empty() {
+        strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
+    } else {
+        match native(shard, Request::ListOffsets(list.native)).await {
+            Ok(Response::ListOffsets(native)) => native,
+            answer => return unanswered("ListOffsets", answer),
+        }
+    };
+    encoded(
+        &header,
+        &translate::list_offsets_response(native, list.refused),
+    )
 }
 
 /// What creating a metadata answer's unknown topics did.
