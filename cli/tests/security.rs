@@ -999,3 +999,67 @@ fn the_admin_endpoint_shows_the_cluster_to_super_users_only() {
     assert!(get("/v1/cluster", Some(&admin_login)).contains("200"));
     drop(node);
 }
+
+/// Kafka's pre-1.0 SASL framing, which librdkafka before 2.1 checks a broker for: after a
+/// version-0 SaslHandshake the SCRAM messages travel as bare length-prefixed tokens, and the
+/// connection then serves Kafka requests as its user.
+#[test]
+fn a_version_0_handshake_authenticates_with_bare_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let listener = format!("127.0.0.1:{}", free_base_port(0));
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let _node = TestNode::start_with_env(
+        &dir.path().join("data"),
+        1,
+        &[
+            "--kafka-listen",
+            &format!("sasl_plaintext://{listener}"),
+            "--tls-cert",
+            &pki.path("broker.pem"),
+            "--tls-key",
+            &pki.path("broker.key"),
+            "--tls-ca",
+            &pki.path("ca.pem"),
+        ],
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    let mut stream = std::net::TcpStream::connect(&listener).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut send = |bytes: &[u8]| {
+        let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(bytes);
+        stream.write_all(&frame).unwrap();
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).unwrap();
+        let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+        stream.read_exact(&mut answer).unwrap();
+        answer
+    };
+    // SaslHandshake v0, correlation id 1, client id "t", mechanism SCRAM-SHA-256.
+    let mechanism = b"SCRAM-SHA-256";
+    let mut handshake = vec![0, 17, 0, 0, 0, 0, 0, 1, 0, 1, b't'];
+    handshake.extend_from_slice(&(mechanism.len() as u16).to_be_bytes());
+    handshake.extend_from_slice(mechanism);
+    let answer = send(&handshake);
+    assert_eq!(&answer[..4], &1i32.to_be_bytes(), "the correlation id");
+    assert_eq!(&answer[4..6], &0i16.to_be_bytes(), "no error");
+    // The exchange, bare.
+    let mut scram = strata_auth::scram::ScramClient::new(
+        strata_auth::scram::ScramMechanism::Sha256,
+        "admin",
+        ADMIN_PASSWORD.as_bytes(),
+        "v0nonce".into(),
+    );
+    let server_first = send(&scram.first_message());
+    let last = scram.handle_server_first(&server_first).unwrap();
+    let server_final = send(&last);
+    scram
+        .handle_server_final(&server_final)
+        .expect("the broker proves it knows the user");
+    // Now a Kafka request (Metadata v1, every topic) is served.
+    let answer = send(&[0, 3, 0, 1, 0, 0, 0, 9, 0, 1, b't', 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(&answer[..4], &9i32.to_be_bytes());
+}

@@ -43,7 +43,12 @@ def error_name(error):
 
 
 def enum(kind, name):
-    return kind[name.upper()] if name is not None else kind.ANY
+    if name is None:
+        return kind.ANY
+    # librdkafka calls the cluster resource BROKER.
+    if kind is ResourceType and name.upper() == "CLUSTER":
+        return ResourceType.BROKER
+    return kind[name.upper()]
 
 
 def run(client, command, args):
