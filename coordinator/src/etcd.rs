@@ -28,7 +28,7 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::failover::Etcd;
-use crate::security::{UserRecord, split_by_filters, validate_user_name};
+use crate::security::{UserRecord, check_acls, check_credential, split_by_filters};
 use crate::{
     BrokerInfo, ConfigChange, ConfigCheck, ControllerKey, Coordinator, CoordinatorError,
     PartitionChange, PartitionState, StoredPartition, TopicSpec, TopicState, placement,
@@ -685,10 +685,7 @@ impl Coordinator for EtcdCoordinator {
         user: &str,
         credential: ScramCredential,
     ) -> Result<(), CoordinatorError> {
-        validate_user_name(user)?;
-        credential
-            .validate()
-            .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        check_credential(user, &credential)?;
         self.change_user(user, |record| {
             record.set(credential.clone());
             true
@@ -720,11 +717,7 @@ impl Coordinator for EtcdCoordinator {
     /// One key per binding, named by the hash of its content: creating it twice writes the
     /// same key.
     async fn create_acls(&self, bindings: &[AclBinding]) -> Result<(), CoordinatorError> {
-        for binding in bindings {
-            binding
-                .validate()
-                .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
-        }
+        check_acls(bindings)?;
         for chunk in bindings.chunks(TXN_OPS) {
             let puts: Vec<TxnOp> = chunk
                 .iter()

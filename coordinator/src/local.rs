@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::security::{UserRecord, split_by_filters, validate_user_name};
+use crate::security::{UserRecord, check_acls, check_credential, split_by_filters};
 use crate::{
     BrokerInfo, ControllerKey, Coordinator, CoordinatorError, StoredPartition, TopicSpec,
     TopicState, placement, validate_topic_name,
@@ -124,10 +124,7 @@ impl Coordinator for LocalCoordinator {
         user: &str,
         credential: ScramCredential,
     ) -> Result<(), CoordinatorError> {
-        validate_user_name(user)?;
-        credential
-            .validate()
-            .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
+        check_credential(user, &credential)?;
         self.update(|state| {
             match state.users.iter_mut().find(|known| known.name == user) {
                 Some(known) => known.set(credential),
@@ -174,11 +171,7 @@ impl Coordinator for LocalCoordinator {
     }
 
     async fn create_acls(&self, bindings: &[AclBinding]) -> Result<(), CoordinatorError> {
-        for binding in bindings {
-            binding
-                .validate()
-                .map_err(|error| CoordinatorError::InvalidArgument(error.to_string()))?;
-        }
+        check_acls(bindings)?;
         self.update(|state| {
             state.acls.extend(bindings.iter().cloned());
             state.acls.sort();

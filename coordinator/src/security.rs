@@ -54,6 +54,28 @@ pub fn validate_user_name(name: &str) -> Result<(), crate::CoordinatorError> {
     Ok(())
 }
 
+/// A credential that can be stored for `user`: a valid name, a credential whose parts fit its
+/// mechanism.
+pub(crate) fn check_credential(
+    user: &str,
+    credential: &ScramCredential,
+) -> Result<(), crate::CoordinatorError> {
+    validate_user_name(user)?;
+    credential
+        .validate()
+        .map_err(|error| crate::CoordinatorError::InvalidArgument(error.to_string()))
+}
+
+/// Bindings that can be stored: each valid (see [`AclBinding::validate`]).
+pub(crate) fn check_acls(bindings: &[AclBinding]) -> Result<(), crate::CoordinatorError> {
+    for binding in bindings {
+        binding
+            .validate()
+            .map_err(|error| crate::CoordinatorError::InvalidArgument(error.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Each filter's matches in `bindings`, and `bindings` without any of them.
 pub fn split_by_filters(
     bindings: Vec<AclBinding>,

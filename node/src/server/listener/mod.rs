@@ -47,6 +47,7 @@ use tokio::task::JoinHandle;
 use crate::log::FileRegion;
 use crate::server::security::{ClientAuth, ListenerSpec, SecurityProtocol};
 use crate::server::shard::Shard;
+use sasl::SaslSession;
 
 /// How long a client may take over its TLS handshake before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -135,6 +136,20 @@ impl Authentication {
         self.failures_logged.set(Some(now));
         tracing::warn!(%peer, mechanism, user = user.unwrap_or("?"), unlogged_failures = unlogged, "authentication failed: {why}");
     }
+}
+
+/// Has the control thread make a change to the users or ACLs; `None` once it is stopping.
+pub(super) async fn change_security(
+    shard: &Shard,
+    change: crate::server::messages::SecurityChange,
+) -> Option<crate::server::messages::SecurityChanged> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    shard
+        .context
+        .control
+        .send(crate::server::messages::ControlMessage::Security { change, reply })
+        .ok()?;
+    answer.await.ok()
 }
 
 /// A connection as each of its requests sees it.
@@ -263,22 +278,15 @@ pub(super) trait Protocol: 'static {
     /// Shorter frames cannot be a request at all, and are refused by their length.
     const MIN_FRAME_LEN: usize;
 
-    /// What the protocol remembers of one connection (its authentication state).
-    type Session: 'static;
-
     /// Counts a connection opening (`+1`) or closing (`-1`) in the shard's metrics.
     fn count_connection(shard: &Shard, delta: i64);
-    /// A new connection's session.
-    fn open(endpoint: &Endpoint) -> Self::Session;
-    /// The largest frame the session takes now (smaller before authentication).
-    fn max_frame_bytes(session: &Self::Session, configured: usize) -> usize;
     /// The answer to a frame refused by its length (over `max`, or shorter than a header)
     /// before the connection closes; `head` is its first [`Protocol::HEAD_LEN`] bytes when the
     /// frame has that many.
     fn refuse_frame(len: usize, max: usize, head: Option<&[u8]>) -> (Option<Outcome>, String);
     fn decode(
         shard: &Shard,
-        session: &Self::Session,
+        session: &SaslSession,
         client: &Client,
         body: BytesMut,
     ) -> Decoded<Self>
@@ -289,7 +297,7 @@ pub(super) trait Protocol: 'static {
     fn authenticate(
         shard: &Rc<Shard>,
         endpoint: &Endpoint,
-        session: &mut Self::Session,
+        session: &mut SaslSession,
         client: &mut Client,
         header: Self::Header,
         request: Self::Request,
@@ -418,7 +426,7 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
 ) {
     let _open = Open::<P>::new(&shard);
     let peer = client.peer;
-    let mut session = P::open(&endpoint);
+    let mut session = SaslSession::new(endpoint.spec.protocol.uses_sasl());
     let mut frames = if P::BIG_ENDIAN {
         strata_client::FrameReader::big_endian(reader)
     } else {
@@ -439,7 +447,7 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
         };
         let number = sequence;
         sequence += 1;
-        let max_frame_bytes = P::max_frame_bytes(&session, shard.context.config.max_frame_bytes);
+        let max_frame_bytes = session.max_frame_bytes(shard.context.config.max_frame_bytes);
         if len > max_frame_bytes || len < P::MIN_FRAME_LEN {
             // Refused by its length alone: the body is never read, so a huge length costs
             // nothing. The head is read when the protocol answers with what it holds.

@@ -59,7 +59,6 @@ fn error_answer(correlation_id: u32, code: ErrorCode) -> Outcome {
 impl Protocol for Native {
     type Header = RequestHeader;
     type Request = Request;
-    type Session = SaslSession;
     const NAME: &'static str = "native";
     const IN_FLIGHT: usize = 256;
     const IN_ORDER: bool = false;
@@ -68,18 +67,6 @@ impl Protocol for Native {
     const MIN_FRAME_LEN: usize = REQUEST_HEADER_LEN;
 
     fn count_connection(_shard: &Shard, _delta: i64) {}
-
-    fn open(endpoint: &Endpoint) -> SaslSession {
-        SaslSession::new(endpoint.spec.protocol.uses_sasl())
-    }
-
-    fn max_frame_bytes(session: &SaslSession, configured: usize) -> usize {
-        if session.unauthenticated() {
-            configured.min(sasl::UNAUTHENTICATED_MAX_FRAME_BYTES)
-        } else {
-            configured
-        }
-    }
 
     fn refuse_frame(len: usize, max: usize, head: Option<&[u8]>) -> (Option<Outcome>, String) {
         let code = if len > max {

@@ -20,10 +20,9 @@ use strata_wire::protocol::{
     DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest, DescribeAclsResponse,
     DescribeUsersRequest, DescribeUsersResponse, ErrorCode, Request, Response, UserCredentials,
 };
-use tokio::sync::oneshot;
 
 use super::Client;
-use crate::server::messages::{ControlMessage, CredentialChange, SecurityChange, SecurityChanged};
+use crate::server::messages::{CredentialChange, SecurityChange, SecurityChanged};
 use crate::server::shard::Shard;
 
 /// Why `client` may not send `request`, as the code to answer; `None` when it may.
@@ -126,16 +125,6 @@ pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Respo
     }
 }
 
-async fn change(shard: &Shard, change: SecurityChange) -> Option<SecurityChanged> {
-    let (reply, answer) = oneshot::channel();
-    shard
-        .context
-        .control
-        .send(ControlMessage::Security { change, reply })
-        .ok()?;
-    answer.await.ok()
-}
-
 /// Answers a users or ACL request; `None` for any other request.
 pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Response> {
     Some(match request {
@@ -209,7 +198,7 @@ async fn alter_user(shard: &Shard, request: &AlterUserRequest) -> AlterUserRespo
         mechanism,
         credential,
     }];
-    match change(shard, SecurityChange::Credentials(changes)).await {
+    match super::change_security(shard, SecurityChange::Credentials(changes)).await {
         Some(SecurityChanged::Credentials(answers)) => match answers.into_iter().next() {
             Some(Ok(true)) => refused(ErrorCode::None, String::new()),
             Some(Ok(false)) if deleting => refused(
@@ -339,7 +328,7 @@ async fn create_acls(shard: &Shard, request: &CreateAclsRequest) -> CreateAclsRe
         Ok(bindings) => bindings,
         Err(why) => return refused((ErrorCode::InvalidRequest, why)),
     };
-    match change(shard, SecurityChange::CreateAcls(bindings)).await {
+    match super::change_security(shard, SecurityChange::CreateAcls(bindings)).await {
         Some(SecurityChanged::CreateAcls(Ok(()))) => refused((ErrorCode::None, String::new())),
         Some(SecurityChanged::CreateAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
         _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
@@ -359,7 +348,7 @@ async fn delete_acls(shard: &Shard, request: &DeleteAclsRequest) -> DeleteAclsRe
         Ok(filter) => filter,
         Err(why) => return refused((ErrorCode::InvalidRequest, why)),
     };
-    match change(shard, SecurityChange::DeleteAcls(vec![filter])).await {
+    match super::change_security(shard, SecurityChange::DeleteAcls(vec![filter])).await {
         Some(SecurityChanged::DeleteAcls(Ok(deleted))) => DeleteAclsResponse {
             error: ErrorCode::None,
             message: String::new(),

@@ -80,6 +80,16 @@ impl SaslSession {
         self.unframed && self.exchange.is_some()
     }
 
+    /// The largest frame the connection may send now: before authentication, a SASL
+    /// message's worth.
+    pub(super) fn max_frame_bytes(&self, configured: usize) -> usize {
+        if self.unauthenticated() {
+            configured.min(UNAUTHENTICATED_MAX_FRAME_BYTES)
+        } else {
+            configured
+        }
+    }
+
     /// Whether the connection has proven nothing yet on a listener that asks it to.
     pub(super) fn unauthenticated(&self) -> bool {
         self.required && self.authenticated.is_none()

@@ -27,6 +27,7 @@
 use strata_auth::acl::{CLUSTER_NAME, Operation, ResourceType};
 use strata_kafka::errors;
 use strata_kafka::translate::Refused;
+use strata_wire::protocol::{FetchTopic, ListOffsetsTopic, ProduceTopic};
 
 use crate::server::listener::Client;
 use crate::server::shard::Shard;
@@ -51,23 +52,42 @@ pub(super) fn create_topic(shard: &Shard, client: &Client, name: &str) -> bool {
     cluster(shard, client, Operation::Create) || topic(shard, client, Operation::Create, name)
 }
 
+/// A topic of a translated request: its name and partitions.
+pub(super) trait TopicEntry {
+    fn topic(&self) -> &str;
+    fn partitions(&self) -> impl Iterator<Item = u32>;
+}
+
+macro_rules! topic_entries {
+    ($($entry:ty),*) => {$(
+        impl TopicEntry for $entry {
+            fn topic(&self) -> &str {
+                &self.name
+            }
+            fn partitions(&self) -> impl Iterator<Item = u32> {
+                self.partitions.iter().map(|partition| partition.partition)
+            }
+        }
+    )*};
+}
+
+topic_entries!(ProduceTopic, FetchTopic, ListOffsetsTopic);
+
 /// Takes the topics `client` may not `operation` out of `topics`, each partition of them
 /// answered TOPIC_AUTHORIZATION_FAILED in `refused`.
-pub(super) fn refuse_topics<T>(
+pub(super) fn refuse_topics<T: TopicEntry>(
     shard: &Shard,
     client: &Client,
     operation: Operation,
     topics: &mut Vec<T>,
     refused: &mut Vec<Refused>,
-    name: impl Fn(&T) -> &str,
-    partitions: impl Fn(&T) -> Vec<u32>,
 ) {
-    topics.retain(|item| {
-        let name = name(item);
+    topics.retain(|entry| {
+        let name = entry.topic();
         if topic(shard, client, operation, name) {
             return true;
         }
-        refused.extend(partitions(item).into_iter().map(|partition| Refused {
+        refused.extend(entry.partitions().map(|partition| Refused {
             topic: name.to_string(),
             partition: partition as i32,
             error: errors::TOPIC_AUTHORIZATION_FAILED,

@@ -59,7 +59,6 @@ pub(super) struct Kafka;
 impl Protocol for Kafka {
     type Header = Header;
     type Request = KafkaRequest;
-    type Session = SaslSession;
     const NAME: &'static str = "kafka";
     const IN_FLIGHT: usize = 64;
     const IN_ORDER: bool = true;
@@ -69,18 +68,6 @@ impl Protocol for Kafka {
 
     fn count_connection(shard: &Shard, delta: i64) {
         shard.metrics.kafka_connections(delta);
-    }
-
-    fn open(endpoint: &Endpoint) -> SaslSession {
-        SaslSession::new(endpoint.spec.protocol.uses_sasl())
-    }
-
-    fn max_frame_bytes(session: &SaslSession, configured: usize) -> usize {
-        if session.unauthenticated() {
-            configured.min(sasl::UNAUTHENTICATED_MAX_FRAME_BYTES)
-        } else {
-            configured
-        }
     }
 
     fn refuse_frame(len: usize, _max: usize, _head: Option<&[u8]>) -> (Option<Outcome>, String) {
@@ -509,8 +496,6 @@ async fn produce(
         Operation::Write,
         &mut produce.native.topics,
         &mut produce.refused,
-        |topic| &topic.name,
-        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
     );
     let answered = if produce.native.topics.is_empty() {
         Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
@@ -552,8 +537,6 @@ async fn fetch(
         Operation::Read,
         &mut fetch.native.topics,
         &mut fetch.refused,
-        |topic| &topic.name,
-        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
     );
     // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
     let native = if fetch.native.topics.is_empty() {
@@ -580,8 +563,6 @@ async fn list_offsets(
         Operation::Describe,
         &mut list.native.topics,
         &mut list.refused,
-        |topic| &topic.name,
-        |topic| topic.partitions.iter().map(|p| p.partition).collect(),
     );
     let native = if list.native.topics.is_empty() {
         strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }

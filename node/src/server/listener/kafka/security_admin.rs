@@ -34,10 +34,9 @@ use strata_kafka::kafka_protocol::messages::{
     DescribeUserScramCredentialsResponse,
 };
 use strata_kafka::text;
-use tokio::sync::oneshot;
 
 use crate::server::listener::Client;
-use crate::server::messages::{ControlMessage, CredentialChange, SecurityChange, SecurityChanged};
+use crate::server::messages::{CredentialChange, SecurityChange, SecurityChanged};
 use crate::server::shard::Shard;
 
 /// Whether `client` may do `operation` on the cluster.
@@ -45,18 +44,26 @@ pub(super) fn on_cluster(shard: &Shard, client: &Client, operation: Operation) -
     client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME)
 }
 
-async fn change(shard: &Shard, change: SecurityChange) -> Option<SecurityChanged> {
-    let (reply, answer) = oneshot::channel();
-    shard
-        .context
-        .control
-        .send(ControlMessage::Security { change, reply })
-        .ok()?;
-    answer.await.ok()
-}
-
-fn authorizer_on(shard: &Shard) -> bool {
-    shard.context.config.security.authorizer.is_some()
+/// Why an ACL API is refused before it runs: no authorizer (SECURITY_DISABLED, as Kafka
+/// answers), or the client may not do `operation` on the cluster.
+fn acl_api_refusal(
+    shard: &Shard,
+    client: &Client,
+    operation: Operation,
+) -> Option<(i16, &'static str)> {
+    if shard.context.config.security.authorizer.is_none() {
+        return Some((errors::SECURITY_DISABLED, "no authorizer is configured"));
+    }
+    if !on_cluster(shard, client, operation) {
+        return Some((
+            errors::CLUSTER_AUTHORIZATION_FAILED,
+            match operation {
+                Operation::Describe => "Describe on the cluster is needed",
+                _ => "Alter on the cluster is needed",
+            },
+        ));
+    }
+    None
 }
 
 /// A binding as Kafka's wire carries one; `Err` with the reason it is not valid.
@@ -146,14 +153,8 @@ pub(super) async fn create_acls(
             .collect();
         CreateAclsResponse::default().with_results(results)
     };
-    if !authorizer_on(shard) {
-        return refuse_all(errors::SECURITY_DISABLED, "no authorizer is configured");
-    }
-    if !on_cluster(shard, client, Operation::Alter) {
-        return refuse_all(
-            errors::CLUSTER_AUTHORIZATION_FAILED,
-            "Alter on the cluster is needed",
-        );
+    if let Some((code, message)) = acl_api_refusal(shard, client, Operation::Alter) {
+        return refuse_all(code, message);
     }
     let parsed: Vec<Result<AclBinding, String>> = request
         .creations
@@ -177,7 +178,9 @@ pub(super) async fn create_acls(
     let stored = if valid.is_empty() {
         Ok(())
     } else {
-        match change(shard, SecurityChange::CreateAcls(valid)).await {
+        match crate::server::listener::change_security(shard, SecurityChange::CreateAcls(valid))
+            .await
+        {
             Some(SecurityChanged::CreateAcls(stored)) => stored,
             _ => Err("the control thread is stopping".into()),
         }
@@ -235,14 +238,8 @@ pub(super) fn describe_acls(
             .with_error_code(code)
             .with_error_message(Some(text(message)))
     };
-    if !authorizer_on(shard) {
-        return refuse(errors::SECURITY_DISABLED, "no authorizer is configured");
-    }
-    if !on_cluster(shard, client, Operation::Describe) {
-        return refuse(
-            errors::CLUSTER_AUTHORIZATION_FAILED,
-            "Describe on the cluster is needed",
-        );
+    if let Some((code, message)) = acl_api_refusal(shard, client, Operation::Describe) {
+        return refuse(code, message);
     }
     let selected = filter(
         request.resource_type_filter,
@@ -280,14 +277,8 @@ pub(super) async fn delete_acls(
             .collect();
         DeleteAclsResponse::default().with_filter_results(results)
     };
-    if !authorizer_on(shard) {
-        return refuse_all(errors::SECURITY_DISABLED, "no authorizer is configured");
-    }
-    if !on_cluster(shard, client, Operation::Alter) {
-        return refuse_all(
-            errors::CLUSTER_AUTHORIZATION_FAILED,
-            "Alter on the cluster is needed",
-        );
+    if let Some((code, message)) = acl_api_refusal(shard, client, Operation::Alter) {
+        return refuse_all(code, message);
     }
     let parsed: Vec<Result<AclFilter, String>> = request
         .filters
@@ -311,7 +302,9 @@ pub(super) async fn delete_acls(
     let deleted = if valid.is_empty() {
         Ok(Vec::new())
     } else {
-        match change(shard, SecurityChange::DeleteAcls(valid)).await {
+        match crate::server::listener::change_security(shard, SecurityChange::DeleteAcls(valid))
+            .await
+        {
             Some(SecurityChanged::DeleteAcls(deleted)) => deleted,
             _ => Err("the control thread is stopping".into()),
         }
@@ -518,7 +511,12 @@ pub(super) async fn alter_user_scram_credentials(
             .map(|change| change.credential.is_none())
             .collect();
         let names_changed: Vec<String> = changes.iter().map(|change| change.user.clone()).collect();
-        let answers = match change(shard, SecurityChange::Credentials(changes)).await {
+        let answers = match crate::server::listener::change_security(
+            shard,
+            SecurityChange::Credentials(changes),
+        )
+        .await
+        {
             Some(SecurityChanged::Credentials(answers)) => answers,
             _ => vec![Err("the control thread is stopping".to_string()); names_changed.len()],
         };
