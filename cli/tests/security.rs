@@ -468,24 +468,33 @@ fn refusals_are_seen_by_real_clients() {
     );
 }
 
-/// A node with one `sasl_plaintext` Kafka listener and the bootstrap user: (node, listener).
-fn sasl_plaintext_node(dir: &Path) -> (TestNode, String) {
+/// A node with one `sasl_plaintext` Kafka listener, the bootstrap user and `extra` flags:
+/// (node, listener).
+fn sasl_plaintext_node(dir: &Path, extra: &[&str]) -> (TestNode, String) {
     let pki = Pki::new(dir, "ca");
     let listener = format!("127.0.0.1:{}", free_base_port(0));
     let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let kafka = format!("sasl_plaintext://{listener}");
+    let (cert, key, ca) = (
+        pki.path("broker.pem"),
+        pki.path("broker.key"),
+        pki.path("ca.pem"),
+    );
+    let mut args = vec![
+        "--kafka-listen",
+        &kafka,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-ca",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
     let node = TestNode::start_with_env(
         &dir.join("data"),
         1,
-        &[
-            "--kafka-listen",
-            &format!("sasl_plaintext://{listener}"),
-            "--tls-cert",
-            &pki.path("broker.pem"),
-            "--tls-key",
-            &pki.path("broker.key"),
-            "--tls-ca",
-            &pki.path("ca.pem"),
-        ],
+        &args,
         &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
     );
     (node, listener)
@@ -496,7 +505,7 @@ fn sasl_plaintext_node(dir: &Path) -> (TestNode, String) {
 #[test]
 fn an_unauthenticated_peer_gets_nothing_but_the_handshake() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, sasl_plaintext) = sasl_plaintext_node(dir.path());
+    let (node, sasl_plaintext) = sasl_plaintext_node(dir.path(), &[]);
     node.cli(&["topic", "create", "hidden"], None);
     // Metadata v1 for every topic, correlation id 7, client id "x".
     let metadata = [0u8, 3, 0, 1, 0, 0, 0, 7, 0, 1, b'x', 0xff, 0xff, 0xff, 0xff];
@@ -561,15 +570,9 @@ fn certificates_rotate_without_a_restart() {
     assert!(kcat_round_trip(&sasl_ssl, "rotating", &trusting(&first_ca)).is_err());
 }
 
-/// The bootstrap user's password is nowhere on disk: the data directory keeps salted keys.
-#[test]
-fn no_password_is_kept_on_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path(), "ca");
-    let (node, sasl_ssl, _, _) = secured_node(dir.path(), &pki, "none", &[]);
-    node.cli(&["topic", "create", "t"], None);
-    assert!(kcat_round_trip(&sasl_ssl, "t", &scram(&pki, "admin", ADMIN_PASSWORD)).is_ok());
-    let mut files = vec![dir.path().join("data")];
+/// Fails if any file under `root` holds `secret`.
+fn assert_nowhere_on_disk(root: &Path, secret: &str) {
+    let mut files = vec![root.to_path_buf()];
     let mut checked = 0;
     while let Some(path) = files.pop() {
         if path.is_dir() {
@@ -582,14 +585,25 @@ fn no_password_is_kept_on_disk() {
             checked += 1;
             assert!(
                 !bytes
-                    .windows(ADMIN_PASSWORD.len())
-                    .any(|window| window == ADMIN_PASSWORD.as_bytes()),
+                    .windows(secret.len())
+                    .any(|window| window == secret.as_bytes()),
                 "{} holds the password",
                 path.display()
             );
         }
     }
-    assert!(checked > 0);
+    assert!(checked > 0, "no file under {}", root.display());
+}
+
+/// The bootstrap user's password is nowhere on disk: the data directory keeps salted keys.
+#[test]
+fn no_password_is_kept_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (node, sasl_ssl, _, _) = secured_node(dir.path(), &pki, "none", &[]);
+    node.cli(&["topic", "create", "t"], None);
+    assert!(kcat_round_trip(&sasl_ssl, "t", &scram(&pki, "admin", ADMIN_PASSWORD)).is_ok());
+    assert_nowhere_on_disk(&dir.path().join("data"), ADMIN_PASSWORD);
 }
 
 /// confluent-kafka's AdminClient (`security/admin.py`) as `security`: its JSON.
@@ -840,6 +854,9 @@ fn acl_and_user_changes_on_one_broker_take_effect_on_the_others() {
     });
     let written = client_round_trip("confluent", &listeners[2], "shared", "g", &bob);
     assert!(written["refused"].is_null(), "{written}");
+    // bob's password is in no etcd key (nor anywhere in etcd's files) and no broker's files.
+    assert_nowhere_on_disk(etcd.data_dir(), "bob-password");
+    assert_nowhere_on_disk(dir.path(), "bob-password");
     let revoke = serde_json::json!(["topic", "shared", "literal", "User:bob", null, null]);
     kafka_admin(&listeners[2], &admin, &["acls-delete", &revoke.to_string()]);
     for listener in &listeners {
@@ -1083,49 +1100,86 @@ fn the_admin_endpoint_shows_the_cluster_to_super_users_only() {
     drop(node);
 }
 
-/// Kafka's pre-1.0 SASL framing, which librdkafka before 2.1 checks a broker for: after a
-/// version-0 SaslHandshake the SCRAM messages travel as bare length-prefixed tokens, and the
-/// connection then serves Kafka requests as its user.
-#[test]
-fn a_version_0_handshake_authenticates_with_bare_tokens() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_node, listener) = sasl_plaintext_node(dir.path());
-    let mut stream = std::net::TcpStream::connect(&listener).unwrap();
+/// Sends `bytes` as one Kafka frame and reads one frame back; `None` when the broker closed
+/// the connection instead.
+fn exchange_frame(stream: &mut std::net::TcpStream, bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(bytes);
+    stream.write_all(&frame).ok()?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).ok()?;
+    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// Authenticates a new connection to `listener` as admin with a version-0 SaslHandshake and
+/// bare SCRAM-SHA-256 tokens.
+fn authenticate_bare(listener: &str) -> std::net::TcpStream {
+    let mut stream = std::net::TcpStream::connect(listener).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    let mut send = |bytes: &[u8]| {
-        let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
-        frame.extend_from_slice(bytes);
-        stream.write_all(&frame).unwrap();
-        let mut len = [0u8; 4];
-        stream.read_exact(&mut len).unwrap();
-        let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
-        stream.read_exact(&mut answer).unwrap();
-        answer
-    };
     // SaslHandshake v0, correlation id 1, client id "t", mechanism SCRAM-SHA-256.
     let mechanism = b"SCRAM-SHA-256";
     let mut handshake = vec![0, 17, 0, 0, 0, 0, 0, 1, 0, 1, b't'];
     handshake.extend_from_slice(&(mechanism.len() as u16).to_be_bytes());
     handshake.extend_from_slice(mechanism);
-    let answer = send(&handshake);
+    let answer = exchange_frame(&mut stream, &handshake).expect("a handshake answer");
     assert_eq!(&answer[..4], &1i32.to_be_bytes(), "the correlation id");
     assert_eq!(&answer[4..6], &0i16.to_be_bytes(), "no error");
-    // The exchange, bare.
     let mut scram = strata_auth::scram::ScramClient::new(
         strata_auth::scram::ScramMechanism::Sha256,
         "admin",
         ADMIN_PASSWORD.as_bytes(),
         "v0nonce".into(),
     );
-    let server_first = send(&scram.first_message());
+    let server_first = exchange_frame(&mut stream, &scram.first_message()).unwrap();
     let last = scram.handle_server_first(&server_first).unwrap();
-    let server_final = send(&last);
+    let server_final = exchange_frame(&mut stream, &last).unwrap();
     scram
         .handle_server_final(&server_final)
         .expect("the broker proves it knows the user");
-    // Now a Kafka request (Metadata v1, every topic) is served.
-    let answer = send(&[0, 3, 0, 1, 0, 0, 0, 9, 0, 1, b't', 0xff, 0xff, 0xff, 0xff]);
+    stream
+}
+
+/// Metadata v1 for every topic, with correlation id `id`.
+fn metadata_request(id: u8) -> Vec<u8> {
+    vec![0, 3, 0, 1, 0, 0, 0, id, 0, 1, b't', 0xff, 0xff, 0xff, 0xff]
+}
+
+/// Kafka's pre-1.0 SASL framing, which librdkafka before 2.1 checks a broker for: after a
+/// version-0 SaslHandshake the SCRAM messages travel as bare length-prefixed tokens, and the
+/// connection then serves Kafka requests as its user.
+#[test]
+fn a_version_0_handshake_authenticates_with_bare_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, listener) = sasl_plaintext_node(dir.path(), &[]);
+    let mut stream = authenticate_bare(&listener);
+    let answer = exchange_frame(&mut stream, &metadata_request(9)).expect("served");
     assert_eq!(&answer[..4], &9i32.to_be_bytes());
+}
+
+/// KIP-368: with `--connections-max-reauth`, a session that outlives it without a new
+/// exchange is closed at its next request; clients that re-authenticate (librdkafka 2.2+, the
+/// Java client) keep producing through several lifetimes.
+#[test]
+fn sessions_past_their_lifetime_must_authenticate_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, listener) = sasl_plaintext_node(dir.path(), &["--connections-max-reauth", "2s"]);
+    let mut stream = authenticate_bare(&listener);
+    assert!(exchange_frame(&mut stream, &metadata_request(1)).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(
+        exchange_frame(&mut stream, &metadata_request(2)).is_none(),
+        "a request after the session's end closes the connection"
+    );
+    // A client that re-authenticates keeps its connection working past several lifetimes.
+    node.cli(&["topic", "create", "long-lived"], None);
+    let security = serde_json::json!({
+        "protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-512", "user": "admin",
+        "password": ADMIN_PASSWORD,
+    });
+    let result = client_round_trip("confluent-slow", &listener, "long-lived", "g", &security);
+    assert_eq!(values(&result).len(), 3, "{result}");
 }

@@ -146,6 +146,11 @@ impl EtcdServer {
     }
 
     /// The etcd process's id (to pause it with SIGSTOP: an outage that keeps its state).
+    /// Where this etcd keeps its data (its WAL and its database).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.data.path()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -1,7 +1,8 @@
 """Secured round trips for cli/tests/security.rs, through a Kafka client library:
 `python3 clients.py LIBRARY BOOTSTRAP TOPIC GROUP SECURITY_JSON` produces three records to TOPIC,
 consumes them back in consumer group GROUP and prints one JSON object with what it saw.
-LIBRARY is `confluent` (confluent-kafka, librdkafka 2.16) or `kafka-python`. SECURITY_JSON
+LIBRARY is `confluent` (confluent-kafka, librdkafka 2.16), `confluent-slow` (the same, 2.5 s
+between records, to outlive a short SASL session) or `kafka-python`. SECURITY_JSON
 names: protocol (SASL_SSL, SSL, ...), and as needed mechanism, user, password, ca, cert, key.
 A failure prints {"error": "..."} with the client's own words and exits 0: refusals are results."""
 
@@ -31,7 +32,7 @@ def confluent_config(bootstrap, security):
     return config
 
 
-def confluent(bootstrap, topic, group, security):
+def confluent(bootstrap, topic, group, security, pause_s=0.0):
     from confluent_kafka import Consumer, Producer
 
     errors = []
@@ -41,6 +42,10 @@ def confluent(bootstrap, topic, group, security):
     delivered = []
     for value in VALUES:
         producer.produce(topic, value=value, on_delivery=lambda err, msg: delivered.append(err))
+        if pause_s:
+            # Each record on its own, the session's lifetime apart (re-authentication).
+            producer.flush(TIMEOUT_S)
+            time.sleep(pause_s)
     producer.flush(TIMEOUT_S)
     if len(delivered) != len(VALUES) or any(delivered):
         refused = [e.name() for e in delivered if e]
@@ -105,5 +110,9 @@ def kafka_python(bootstrap, topic, group, security):
 
 if __name__ == "__main__":
     library, bootstrap, topic, group, security = sys.argv[1:]
-    run = {"confluent": confluent, "kafka-python": kafka_python}[library]
+    run = {
+        "confluent": confluent,
+        "confluent-slow": lambda *args: confluent(*args, pause_s=2.5),
+        "kafka-python": kafka_python,
+    }[library]
     print(json.dumps(run(bootstrap, topic, group, json.loads(security))))
