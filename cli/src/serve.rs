@@ -24,8 +24,9 @@ pub struct ServeArgs {
     /// This broker's id in its cluster, unique among live brokers (default 1).
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<i32>,
-    /// Client listener, `[SCHEME://]HOST:PORT` with SCHEME one of plaintext (the default), ssl,
-    /// sasl_plaintext, sasl_ssl; shard i also listens on PORT + 10 + i, with the same security
+    /// Client listeners, `[SCHEME://]HOST:PORT[,SCHEME://HOST:PORT]` with SCHEME one of
+    /// plaintext (the default), ssl, sasl_plaintext, sasl_ssl, at most one per scheme; shard i
+    /// also listens on PORT + 10 + i of each, with its security. The first names the broker
     /// (default plaintext://127.0.0.1:7300).
     #[arg(long, env = "STRATA_LISTEN")]
     listen: Option<String>,
@@ -281,7 +282,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
-    let (native_listener, kafka_listeners) = listeners(&args, &file)?;
+    let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
+    let native_listener = native_listeners[0];
     let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
         endpoints
             .split(',')
@@ -342,6 +344,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "strata".to_string()),
         listen,
         listen_protocol: native_listener.protocol,
+        more_listeners: native_listeners[1..].to_vec(),
         advertised_host,
         shards,
         max_frame_bytes: args
@@ -407,7 +410,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
     };
-    let mut tls_listeners = config.kafka.iter().chain([&native_listener]);
+    let mut tls_listeners = config.kafka.iter().chain(&native_listeners);
     anyhow::ensure!(
         config.tls.is_some() || !tls_listeners.any(|listener| listener.protocol.uses_tls()),
         "ssl and sasl_ssl listeners need --tls-cert, --tls-key and --tls-ca"
@@ -446,22 +449,17 @@ fn tls_files(
     }
 }
 
-/// The native listener (`--listen`, one) and the Kafka listeners (`--kafka-listen`, any).
+/// The native listeners (`--listen`, the first one's address names the broker) and the Kafka
+/// listeners (`--kafka-listen`).
 fn listeners(
     args: &ServeArgs,
     file: &FileConfig,
-) -> anyhow::Result<(ListenerSpec, Vec<ListenerSpec>)> {
+) -> anyhow::Result<(Vec<ListenerSpec>, Vec<ListenerSpec>)> {
     let native = match args.listen.as_ref().or(file.listen.as_ref()) {
-        Some(text) => {
-            let mut listeners =
-                parse_listeners(text).map_err(|why| anyhow::anyhow!("--listen: {why}"))?;
-            anyhow::ensure!(
-                listeners.len() == 1,
-                "--listen takes one listener (its shards' ports follow it)"
-            );
-            listeners.remove(0)
-        }
-        None => ListenerSpec::plaintext("127.0.0.1:7300".parse().expect("a valid address")),
+        Some(text) => parse_listeners(text).map_err(|why| anyhow::anyhow!("--listen: {why}"))?,
+        None => vec![ListenerSpec::plaintext(
+            "127.0.0.1:7300".parse().expect("a valid address"),
+        )],
     };
     let kafka = match args.kafka_listen.as_ref().or(file.kafka_listen.as_ref()) {
         Some(text) => {

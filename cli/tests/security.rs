@@ -1183,3 +1183,91 @@ fn sessions_past_their_lifetime_must_authenticate_again() {
     let result = client_round_trip("confluent-slow", &listener, "long-lived", "g", &security);
     assert_eq!(values(&result).len(), 3, "{result}");
 }
+
+/// Two native listeners side by side, as Kafka's operators run a loopback one for local tools
+/// beside a secured one: each serves with its own security, and Metadata sends each client to
+/// the shard ports of the listener it came through (a TLS client sent to plaintext ports would
+/// fail its handshake).
+#[test]
+fn native_listeners_side_by_side_send_clients_to_their_own_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let secured = format!("127.0.0.1:{}", free_base_port(2));
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let (cert, key, ca) = (
+        pki.path("broker.pem"),
+        pki.path("broker.key"),
+        pki.path("ca.pem"),
+    );
+    let node = TestNode::start_listening(
+        &dir.path().join("data"),
+        2,
+        &format!("plaintext,sasl_ssl://{secured}"),
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca,
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin;User:ANONYMOUS",
+        ],
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    // The plaintext listener: the local tools' (its anonymous clients are super users here).
+    node.cli(&["topic", "create", "both", "--partitions", "4"], None);
+    node.cli(&["produce", "both"], Some(b"plain-1\nplain-2\n"));
+    // The secured one: produce and consume through it, every partition's shard port included.
+    let secured_cli = |args: &[&str], stdin: &[u8]| {
+        let mut child = support::strata()
+            .args(args)
+            .args([
+                "--bootstrap",
+                &format!("sasl_ssl://{secured}"),
+                "--tls-ca",
+                &ca,
+            ])
+            .args(["--user", "admin"])
+            .env("STRATA_PASSWORD", ADMIN_PASSWORD)
+            .env_remove("STRATA_BOOTSTRAP")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    secured_cli(&["produce", "both"], b"tls-1\ntls-2\ntls-3\ntls-4\n");
+    let consumed = secured_cli(
+        &["consume", "both", "--from-beginning", "--max-messages", "6"],
+        b"",
+    );
+    let mut lines: Vec<&str> = consumed.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["plain-1", "plain-2", "tls-1", "tls-2", "tls-3", "tls-4"]
+    );
+    // The secured listener's shard ports speak TLS: plaintext there is turned away.
+    let shard_port = secured.rsplit_once(':').unwrap().1.parse::<u16>().unwrap() + 10;
+    let output = support::strata()
+        .args([
+            "topic",
+            "list",
+            "--bootstrap",
+            &format!("127.0.0.1:{shard_port}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+}

@@ -22,6 +22,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         cluster: "shards".into(),
         listen: SocketAddr::from(([127, 0, 0, 1], port)),
         listen_protocol: strata_node::server::security::SecurityProtocol::Plaintext,
+        more_listeners: Vec::new(),
         advertised_host: "127.0.0.1".into(),
         shards: 2,
         max_frame_bytes: 64 << 20,

@@ -19,6 +19,7 @@ pub fn broker(id: i32) -> BrokerInfo {
         rack: None,
         kafka_port: None,
         kafka_listeners: Vec::new(),
+        native_listeners: Vec::new(),
     }
 }
 

@@ -56,6 +56,19 @@ pub struct BrokerInfo {
     /// connected through, on every broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kafka_listeners: Vec<AdvertisedListener>,
+    /// The native listeners after the first (whose ports are `port` and `shard_ports`), by
+    /// name: a native client is sent to the ports of the listener it connected through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub native_listeners: Vec<AdvertisedNativeListener>,
+}
+
+/// A further native listener a broker advertises: its shared port and its shards' ports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertisedNativeListener {
+    /// The security protocol's name: `PLAINTEXT`, `SASL_SSL`, ...
+    pub name: String,
+    pub port: u16,
+    pub shard_ports: Vec<u16>,
 }
 
 /// A named listener a broker advertises (Kafka's `advertised.listeners`), at the broker's host.

@@ -498,6 +498,7 @@ mod tests {
             rack: None,
             kafka_port: None,
             kafka_listeners: Vec::new(),
+            native_listeners: Vec::new(),
         };
         {
             let coordinator = LocalCoordinator::open(temp.path(), "test", 1).unwrap();
@@ -555,6 +556,7 @@ mod tests {
                 rack: None,
                 kafka_port: None,
                 kafka_listeners: Vec::new(),
+                native_listeners: Vec::new(),
             }))
             .unwrap();
             block_on(coordinator.create_topic(spec("orders", 2))).unwrap();
@@ -609,6 +611,7 @@ mod tests {
             rack: None,
             kafka_port: None,
             kafka_listeners: Vec::new(),
+            native_listeners: Vec::new(),
         }))
         .unwrap();
         // Replication factor 2 cannot be placed on one broker: nothing is stored.

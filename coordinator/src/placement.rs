@@ -343,6 +343,7 @@ mod tests {
                 rack: None,
                 kafka_port: None,
                 kafka_listeners: Vec::new(),
+                native_listeners: Vec::new(),
             })
             .collect()
     }

@@ -27,6 +27,7 @@ fn broker(id: i32) -> BrokerInfo {
         rack: None,
         kafka_port: None,
         kafka_listeners: Vec::new(),
+        native_listeners: Vec::new(),
     }
 }
 

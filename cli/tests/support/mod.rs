@@ -120,7 +120,9 @@ impl TestNode {
         TestNode::start_listening(data_dir, shards, "plaintext", extra, env)
     }
 
-    /// A node whose client listener speaks `scheme` (`plaintext`, `ssl`, `sasl_ssl`, ...).
+    /// A node whose client listener speaks `scheme` (`plaintext`, `ssl`, `sasl_ssl`, ...),
+    /// followed by `,`-prefixed further listeners when `scheme` has them
+    /// (`plaintext,sasl_ssl://127.0.0.1:7500`).
     pub fn start_listening(
         data_dir: &Path,
         shards: usize,
@@ -128,6 +130,12 @@ impl TestNode {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> TestNode {
+        let (scheme, more) = scheme.split_once(',').unwrap_or((scheme, ""));
+        let more = if more.is_empty() {
+            String::new()
+        } else {
+            format!(",{more}")
+        };
         let port = free_base_port(shards);
         let mut node = TestNode {
             port,
@@ -139,7 +147,7 @@ impl TestNode {
                 "--data-dir".into(),
                 data_dir.display().to_string(),
                 "--listen".into(),
-                format!("{scheme}://127.0.0.1:{port}"),
+                format!("{scheme}://127.0.0.1:{port}{more}"),
                 "--shards".into(),
                 shards.to_string(),
             ]

@@ -48,6 +48,9 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// The security protocol of the native listener (`--listen ssl://...`).
     pub listen_protocol: security::SecurityProtocol,
+    /// Further native listeners, at most one per security protocol (each with its own shard
+    /// ports, `PORT + 10 + i`), e.g. a plaintext one on loopback beside a `sasl_ssl` one.
+    pub more_listeners: Vec<security::ListenerSpec>,
     /// The host clients are told to connect to.
     pub advertised_host: String,
     pub shards: usize,
@@ -110,7 +113,18 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     pub fn shard_port(&self, shard: usize) -> u16 {
-        self.listen.port() + 10 + shard as u16
+        listener_shard_port(self.listen.port(), shard)
+    }
+
+    /// Every native listener: `listen` first.
+    pub fn native_listeners(&self) -> Vec<security::ListenerSpec> {
+        let first = security::ListenerSpec {
+            protocol: self.listen_protocol,
+            address: self.listen,
+        };
+        std::iter::once(first)
+            .chain(self.more_listeners.iter().copied())
+            .collect()
     }
 
     pub fn replication_addr(&self, shard: usize) -> SocketAddr {
@@ -144,8 +158,24 @@ impl NodeConfig {
                     port: listener.address.port(),
                 })
                 .collect(),
+            native_listeners: self
+                .more_listeners
+                .iter()
+                .map(|listener| strata_coordinator::AdvertisedNativeListener {
+                    name: listener.protocol.name().to_string(),
+                    port: listener.address.port(),
+                    shard_ports: (0..self.shards)
+                        .map(|shard| listener_shard_port(listener.address.port(), shard))
+                        .collect(),
+                })
+                .collect(),
         }
     }
+}
+
+/// Shard `shard`'s own port of a native listener on `port`.
+pub fn listener_shard_port(port: u16, shard: usize) -> u16 {
+    port + 10 + shard as u16
 }
 
 /// A running node; `shutdown` stops it cleanly (in-flight appends finish and are flushed).

@@ -30,24 +30,35 @@ pub(super) fn listen(
     shard: &Rc<Shard>,
     auth: &Rc<Authentication>,
 ) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let config = &shard.context.config;
-    let shared = super::bind(config.listen, true)?;
-    let own_address = SocketAddr::new(config.listen.ip(), config.shard_port(shard.context.index));
-    let own = super::bind(own_address, false)?;
-    let endpoint = |address| {
-        Endpoint::new(
-            shard,
-            ListenerSpec {
-                protocol: config.listen_protocol,
-                address,
-            },
-            auth.clone(),
-        )
-    };
-    Ok(vec![
-        super::accept::<Native>(shard.clone(), shared, endpoint(config.listen)?),
-        super::accept::<Native>(shard.clone(), own, endpoint(own_address)?),
-    ])
+    let mut accepting = Vec::new();
+    for listener in shard.context.config.native_listeners() {
+        let shared = super::bind(listener.address, true)?;
+        let own_port =
+            crate::server::listener_shard_port(listener.address.port(), shard.context.index);
+        let own_address = SocketAddr::new(listener.address.ip(), own_port);
+        let own = super::bind(own_address, false)?;
+        let endpoint = |address| {
+            Endpoint::new(
+                shard,
+                ListenerSpec {
+                    protocol: listener.protocol,
+                    address,
+                },
+                auth.clone(),
+            )
+        };
+        accepting.push(super::accept::<Native>(
+            shard.clone(),
+            shared,
+            endpoint(listener.address)?,
+        ));
+        accepting.push(super::accept::<Native>(
+            shard.clone(),
+            own,
+            endpoint(own_address)?,
+        ));
+    }
+    Ok(accepting)
 }
 
 pub(super) struct Native;
@@ -203,6 +214,9 @@ impl Protocol for Native {
         };
         if let Some(Ok(response)) = &mut answer {
             native_security::filter_answer(&shard, &client, response);
+            if let Response::Metadata(metadata) = response {
+                same_listener_ports(&shard, &client, metadata);
+            }
         }
         match answer {
             Some(Ok(response)) => Outcome::Answer(response.encode_parts(header.correlation_id)),
@@ -213,5 +227,27 @@ impl Protocol for Native {
 
     fn panicked(header: &RequestHeader) -> Outcome {
         error_answer(header.correlation_id, ErrorCode::Internal)
+    }
+}
+
+/// Points each broker of a Metadata answer at the ports of the listener `client` came through
+/// (its name, on every broker), when that is not the broker's first listener.
+fn same_listener_ports(
+    shard: &Shard,
+    client: &Client,
+    metadata: &mut strata_wire::protocol::MetadataResponse,
+) {
+    let name = client.listener.protocol.name();
+    let view = shard.view.borrow();
+    for broker in &mut metadata.brokers {
+        let listener = view
+            .brokers
+            .iter()
+            .find(|known| known.id == broker.node_id)
+            .and_then(|known| known.native_listeners.iter().find(|l| l.name == name));
+        if let Some(listener) = listener {
+            broker.port = listener.port;
+            broker.shard_ports = listener.shard_ports.clone();
+        }
     }
 }
