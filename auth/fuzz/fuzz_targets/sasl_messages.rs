@@ -8,16 +8,25 @@
 use libfuzzer_sys::fuzz_target;
 use strata_auth::scram::{ScramCredential, ScramMechanism, ScramServer, ScramStep};
 
+/// Each mechanism's stored credential, made once (PBKDF2 would dominate every run).
+fn credentials() -> &'static [ScramCredential; 2] {
+    static CREDENTIALS: std::sync::OnceLock<[ScramCredential; 2]> = std::sync::OnceLock::new();
+    CREDENTIALS.get_or_init(|| {
+        ScramMechanism::ALL.map(|mechanism| {
+            ScramCredential::new(mechanism, b"fuzz-password", b"salt", 4096)
+                .expect("a valid credential")
+        })
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     let _ = strata_auth::plain::parse(data);
     let (first, last) = match data.iter().position(|&byte| byte == 0) {
         Some(at) => (&data[..at], &data[at + 1..]),
         None => (data, &[][..]),
     };
-    for mechanism in ScramMechanism::ALL {
-        let credential = ScramCredential::new(mechanism, b"fuzz-password", b"salt", 4096)
-            .expect("a valid credential");
-        for stored in [Some(credential), None] {
+    for (mechanism, credential) in ScramMechanism::ALL.into_iter().zip(credentials()) {
+        for stored in [Some(credential.clone()), None] {
             let mut server = ScramServer::new(mechanism, "server-nonce".into(), [3; 32]);
             let _ = server.handle_message(first, |_| stored.clone());
             let step = server.handle_message(last, |_| stored.clone());
