@@ -1097,6 +1097,19 @@ fn the_admin_endpoint_shows_the_cluster_to_super_users_only() {
     assert!(get("/v1/cluster", Some("admin:wrong")).contains("401"));
     let admin_login = format!("admin:{ADMIN_PASSWORD}");
     assert!(get("/v1/cluster", Some(&admin_login)).contains("200"));
+    // SASL exchanges are counted, those refused apart.
+    assert!(support::metric_total(admin_port, "strata_authentications_total") >= 1.0);
+    assert_eq!(
+        support::metric_total(admin_port, "strata_authentication_failures_total"),
+        0.0
+    );
+    let refused = kafka_admin(
+        &sasl_ssl,
+        &scram(&pki, "eve", "not-eves-password"),
+        &["topics"],
+    );
+    assert!(refused["error"].is_string(), "{refused}");
+    assert!(support::metric_total(admin_port, "strata_authentication_failures_total") >= 1.0);
     drop(node);
 }
 

@@ -103,6 +103,10 @@ pub struct Snapshot {
     pub kafka_requests: u64,
     pub kafka_connections: u64,
     pub kafka_requests_with_trailing_bytes: u64,
+    /// SASL exchanges on this shard's listeners (both protocols) that authenticated, and that
+    /// failed (a wrong password, an unknown user, a malformed message).
+    pub authentications: u64,
+    pub authentication_failures: u64,
     /// Each follower of each partition this shard leads: records it is behind the leader's
     /// log end, as of its last fetch (followers not heard from yet are left out).
     pub replica_lags: Vec<ReplicaLag>,
@@ -144,6 +148,8 @@ impl Default for Snapshot {
             kafka_requests: 0,
             kafka_connections: 0,
             kafka_requests_with_trailing_bytes: 0,
+            authentications: 0,
+            authentication_failures: 0,
             replica_lags: Vec::new(),
         }
     }
@@ -218,6 +224,16 @@ impl ShardMetrics {
     /// A Kafka request had bytes after its last field (ignored, as Kafka's brokers do).
     pub fn kafka_request_with_trailing_bytes(&self) {
         self.inner.borrow_mut().kafka_requests_with_trailing_bytes += 1;
+    }
+
+    /// A SASL exchange ended: authenticated, or refused.
+    pub fn authentication(&self, authenticated: bool) {
+        let mut inner = self.inner.borrow_mut();
+        if authenticated {
+            inner.authentications += 1;
+        } else {
+            inner.authentication_failures += 1;
+        }
     }
 
     /// A Kafka connection opened (`+1`) or closed (`-1`).
@@ -339,7 +355,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
     type ShardValue = fn(&Snapshot) -> f64;
-    let per_shard: [(&str, &str, &str, ShardValue); 21] = [
+    let per_shard: [(&str, &str, &str, ShardValue); 23] = [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -363,6 +379,18 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "counter",
             "Kafka requests with bytes after their last field, ignored as Kafka's brokers do.",
             |s| s.kafka_requests_with_trailing_bytes as f64,
+        ),
+        (
+            "strata_authentications_total",
+            "counter",
+            "SASL exchanges that authenticated (re-authentications included).",
+            |s| s.authentications as f64,
+        ),
+        (
+            "strata_authentication_failures_total",
+            "counter",
+            "SASL exchanges refused: wrong password, unknown user, malformed message.",
+            |s| s.authentication_failures as f64,
         ),
         (
             "strata_partitions",

@@ -301,6 +301,7 @@ pub(super) async fn step(
             lifetime,
         } => {
             tracing::debug!(peer = %client.peer, %principal, mechanism, "authenticated");
+            shard.metrics.authentication(true);
             client.principal = principal;
             let lifetime_ms = lifetime.map_or(0, |lifetime| {
                 i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
@@ -308,6 +309,7 @@ pub(super) async fn step(
             Step::Authenticated { bytes, lifetime_ms }
         }
         TokenOutcome::Failed { user, why } => {
+            shard.metrics.authentication(false);
             endpoint
                 .auth
                 .log_failure(clock.now(), client.peer, mechanism, user.as_deref(), &why);
