@@ -284,19 +284,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let security = security_config(&args, &file)?;
     let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
     let native_listener = native_listeners[0];
-    let etcd: Option<Vec<String>> = args.etcd.or(file.etcd).map(|endpoints| {
-        endpoints
-            .split(',')
-            .map(|endpoint| {
-                let endpoint = endpoint.trim();
-                if endpoint.contains("://") {
-                    endpoint.to_string()
-                } else {
-                    format!("http://{endpoint}")
-                }
-            })
-            .collect()
-    });
+    let etcd = args
+        .etcd
+        .or(file.etcd)
+        .map(|endpoints| etcd_endpoints(&endpoints));
     let lease_ttl_ms = args.lease_ttl_ms.or(file.lease_ttl_ms).unwrap_or(5_000);
     let admin = args
         .admin
@@ -432,6 +423,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("strata: shutting down");
     node.shutdown();
     Ok(())
+}
+
+/// `--etcd`'s comma-separated endpoints, `http://` where no scheme is named.
+fn etcd_endpoints(endpoints: &str) -> Vec<String> {
+    endpoints
+        .split(',')
+        .map(|endpoint| {
+            let endpoint = endpoint.trim();
+            if endpoint.contains("://") {
+                endpoint.to_string()
+            } else {
+                format!("http://{endpoint}")
+            }
+        })
+        .collect()
 }
 
 /// `--tls-cert`, `--tls-key` and `--tls-ca`: all three, or none.

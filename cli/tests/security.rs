@@ -869,6 +869,37 @@ fn acl_and_user_changes_on_one_broker_take_effect_on_the_others() {
     drop(nodes);
 }
 
+/// `strata ARGS` against `bootstrap` (a TLS listener whose CA is `ca`), as `login` (user,
+/// password) when given, with `stdin`: its output.
+fn secured_strata(
+    bootstrap: &str,
+    ca: &str,
+    login: Option<(&str, &str)>,
+    args: &[&str],
+    stdin: &[u8],
+) -> std::process::Output {
+    let mut command = support::strata();
+    command
+        .args(args)
+        .args(["--bootstrap", bootstrap, "--tls-ca", ca])
+        .env_remove("STRATA_BOOTSTRAP")
+        .env_remove("STRATA_PASSWORD")
+        .env_remove("STRATA_USER");
+    if let Some((user, password)) = login {
+        command
+            .args(["--user", user])
+            .env("STRATA_PASSWORD", password);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn strata");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The native CLI against a broker whose client listener is `sasl_ssl` with ACLs on: with
 /// credentials every command works (topics, users, ACLs, produce, consume); without them, with
 /// a wrong password or without TLS, each fails with one clear line and exit 1; a user's ACLs
@@ -903,25 +934,7 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
     );
     let bootstrap = format!("sasl_ssl://{}", node.bootstrap());
     let run = |login: Option<(&str, &str)>, args: &[&str], stdin: &[u8]| {
-        let mut command = support::strata();
-        command
-            .args(args)
-            .args(["--bootstrap", &bootstrap, "--tls-ca", &ca])
-            .env_remove("STRATA_PASSWORD")
-            .env_remove("STRATA_USER");
-        if let Some((user, password)) = login {
-            command
-                .args(["--user", user])
-                .env("STRATA_PASSWORD", password);
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn strata");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
+        secured_strata(&bootstrap, &ca, login, args, stdin)
     };
     let admin = Some(("admin", ADMIN_PASSWORD));
     let ok = |output: std::process::Output| {
@@ -1234,25 +1247,10 @@ fn native_listeners_side_by_side_send_clients_to_their_own_ports() {
     node.cli(&["topic", "create", "both", "--partitions", "4"], None);
     node.cli(&["produce", "both"], Some(b"plain-1\nplain-2\n"));
     // The secured one: produce and consume through it, every partition's shard port included.
+    let secured_bootstrap = format!("sasl_ssl://{secured}");
     let secured_cli = |args: &[&str], stdin: &[u8]| {
-        let mut child = support::strata()
-            .args(args)
-            .args([
-                "--bootstrap",
-                &format!("sasl_ssl://{secured}"),
-                "--tls-ca",
-                &ca,
-            ])
-            .args(["--user", "admin"])
-            .env("STRATA_PASSWORD", ADMIN_PASSWORD)
-            .env_remove("STRATA_BOOTSTRAP")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let output = child.wait_with_output().unwrap();
+        let login = Some(("admin", ADMIN_PASSWORD));
+        let output = secured_strata(&secured_bootstrap, &ca, login, args, stdin);
         assert!(
             output.status.success(),
             "{}",

@@ -269,93 +269,17 @@ impl ShardMetrics {
     }
 }
 
-/// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
-pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
-        uptime.as_secs_f64()
-    );
-    // Read on the admin thread at scrape time, never on a shard.
-    if let Some(stalled_us) = strata_tuning::memory_stalls_us(&strata_tuning::Host::live()) {
-        let _ = writeln!(
-            out,
-            "# HELP strata_host_memory_stall_seconds_total Time some task on this host stalled waiting for memory (the kernel's pressure stall information, /proc/pressure/memory): page-cache reclaim under the broker shows here.\n# TYPE strata_host_memory_stall_seconds_total counter\nstrata_host_memory_stall_seconds_total{{node=\"{node_id}\"}} {}",
-            stalled_us as f64 / 1e6
-        );
-    }
-    let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
-    for snapshot in snapshots {
-        for (topic, counters) in &snapshot.topics {
-            let total = topics.entry(topic).or_default();
-            total.records_in += counters.records_in;
-            total.bytes_in += counters.bytes_in;
-            total.bytes_out += counters.bytes_out;
-            total.records_out += counters.records_out;
-            total.produce_errors += counters.produce_errors;
-            total.bytes_replicated += counters.bytes_replicated;
-            total.isr_changes += counters.isr_changes;
-        }
-    }
-    let counter =
-        |out: &mut String, name: &str, help: &str, value: &dyn Fn(&TopicCounters) -> u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (topic, counters) in &topics {
-                let _ = writeln!(
-                    out,
-                    "{name}{{node=\"{node_id}\",topic=\"{topic}\"}} {}",
-                    value(counters)
-                );
-            }
-        };
-    counter(
-        &mut out,
-        "strata_records_in_total",
-        "Records appended.",
-        &|c| c.records_in,
-    );
-    counter(
-        &mut out,
-        "strata_bytes_in_total",
-        "Bytes of record batches appended.",
-        &|c| c.bytes_in,
-    );
-    counter(
-        &mut out,
-        "strata_bytes_out_total",
-        "Bytes of record batches fetched.",
-        &|c| c.bytes_out,
-    );
-    counter(
-        &mut out,
-        "strata_records_out_total",
-        "Records fetched by consumers (whole batches served).",
-        &|c| c.records_out,
-    );
-    counter(
-        &mut out,
-        "strata_produce_errors_total",
-        "Produce requests that failed.",
-        &|c| c.produce_errors,
-    );
-    counter(
-        &mut out,
-        "strata_bytes_replicated_total",
-        "Bytes of record batches this node appended as a follower.",
-        &|c| c.bytes_replicated,
-    );
-    counter(
-        &mut out,
-        "strata_isr_changes_total",
-        "ISR shrinks and expansions of partitions this node leads.",
-        &|c| c.isr_changes,
-    );
+/// A per-shard series: name, type, help, and how a shard's snapshot gives its value.
+type ShardSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Snapshot) -> f64,
+);
 
-    // Per-shard numbers: (name, type, help, value).
-    // As f64: a duration in seconds sits among the counts (which print as integers).
-    type ShardValue = fn(&Snapshot) -> f64;
-    let per_shard: [(&str, &str, &str, ShardValue); 23] = [
+/// The series every shard reports, summed or per shard by `render`.
+fn per_shard_series() -> [ShardSeries; 23] {
+    [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -494,7 +418,95 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             "Bytes sent to consumers straight from the page cache (sendfile), never copied by the broker.",
             |s| s.sent_from_files as f64,
         ),
-    ];
+    ]
+}
+
+/// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
+pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
+        uptime.as_secs_f64()
+    );
+    // Read on the admin thread at scrape time, never on a shard.
+    if let Some(stalled_us) = strata_tuning::memory_stalls_us(&strata_tuning::Host::live()) {
+        let _ = writeln!(
+            out,
+            "# HELP strata_host_memory_stall_seconds_total Time some task on this host stalled waiting for memory (the kernel's pressure stall information, /proc/pressure/memory): page-cache reclaim under the broker shows here.\n# TYPE strata_host_memory_stall_seconds_total counter\nstrata_host_memory_stall_seconds_total{{node=\"{node_id}\"}} {}",
+            stalled_us as f64 / 1e6
+        );
+    }
+    let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
+    for snapshot in snapshots {
+        for (topic, counters) in &snapshot.topics {
+            let total = topics.entry(topic).or_default();
+            total.records_in += counters.records_in;
+            total.bytes_in += counters.bytes_in;
+            total.bytes_out += counters.bytes_out;
+            total.records_out += counters.records_out;
+            total.produce_errors += counters.produce_errors;
+            total.bytes_replicated += counters.bytes_replicated;
+            total.isr_changes += counters.isr_changes;
+        }
+    }
+    let counter =
+        |out: &mut String, name: &str, help: &str, value: &dyn Fn(&TopicCounters) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (topic, counters) in &topics {
+                let _ = writeln!(
+                    out,
+                    "{name}{{node=\"{node_id}\",topic=\"{topic}\"}} {}",
+                    value(counters)
+                );
+            }
+        };
+    counter(
+        &mut out,
+        "strata_records_in_total",
+        "Records appended.",
+        &|c| c.records_in,
+    );
+    counter(
+        &mut out,
+        "strata_bytes_in_total",
+        "Bytes of record batches appended.",
+        &|c| c.bytes_in,
+    );
+    counter(
+        &mut out,
+        "strata_bytes_out_total",
+        "Bytes of record batches fetched.",
+        &|c| c.bytes_out,
+    );
+    counter(
+        &mut out,
+        "strata_records_out_total",
+        "Records fetched by consumers (whole batches served).",
+        &|c| c.records_out,
+    );
+    counter(
+        &mut out,
+        "strata_produce_errors_total",
+        "Produce requests that failed.",
+        &|c| c.produce_errors,
+    );
+    counter(
+        &mut out,
+        "strata_bytes_replicated_total",
+        "Bytes of record batches this node appended as a follower.",
+        &|c| c.bytes_replicated,
+    );
+    counter(
+        &mut out,
+        "strata_isr_changes_total",
+        "ISR shrinks and expansions of partitions this node leads.",
+        &|c| c.isr_changes,
+    );
+
+    // Per-shard numbers: (name, type, help, value).
+    // As f64: a duration in seconds sits among the counts (which print as integers).
+    let per_shard = per_shard_series();
     for (name, kind, help, pick) in per_shard {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (shard, snapshot) in snapshots.iter().enumerate() {
