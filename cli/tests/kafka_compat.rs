@@ -203,6 +203,8 @@ fn kafka_admin_tools_alter_list_settings_and_dry_run_changes() {
     assert_eq!(seen["set_compression"], null);
     assert_eq!(seen["described"]["compression.type"], "lz4");
     assert_eq!(seen["described"]["cleanup.policy"], "delete");
+    assert_eq!(seen["described"]["message.timestamp.type"], "CreateTime");
+    assert_eq!(seen["create_log_append_time"], "INVALID_CONFIG", "{seen}");
     assert_eq!(seen["validate_create"], null, "{seen}");
     assert_eq!(seen["validate_create_bad"], "INVALID_CONFIG", "{seen}");
     assert_eq!(

@@ -83,8 +83,53 @@ const STRATA_UNCLEAN: &str = "unclean.leader.election";
 const CLEANUP_POLICY: &str = "cleanup.policy";
 const CLEANUP_DELETE: &str = "delete";
 
-/// A Kafka topic setting as Strata's: Kafka's names mapped, `cleanup.policy=delete` (what
-/// every Strata topic does) dropped, compaction refused. `None`: nothing to set.
+/// Kafka topic settings whose every valid value is what Strata does anyway (or that change
+/// nothing Strata has), with the value they are described with. Kafka Streams puts several on
+/// every internal topic, so CreateTopics must take them: they are accepted (when valid, as
+/// Kafka checks them) and dropped, and DescribeConfigs shows them at these values.
+const WHAT_STRATA_DOES: &[(&str, &str)] = &[
+    // Strata keeps the producer's timestamps; LogAppendTime is refused.
+    ("message.timestamp.type", "CreateTime"),
+    // Strata has one batch format and never converts it down.
+    ("message.downconversion.enable", "true"),
+    // Segments are unlinked once no reader holds them: there is no delay to set.
+    ("file.delete.delay.ms", "60000"),
+    // Offset indexes are sized by their segment, not preallocated to a size.
+    ("segment.index.bytes", "10485760"),
+    // Segments roll at `segment.ms` exactly.
+    ("segment.jitter.ms", "0"),
+];
+
+/// Whether `value` is one Kafka takes for the setting `key` of [`WHAT_STRATA_DOES`], and one
+/// Strata does.
+fn does_already(key: &str, value: &str) -> Result<(), Refusal> {
+    let valid = match key {
+        "message.timestamp.type" => {
+            if value == "LogAppendTime" {
+                return Err(refuse(
+                    errors::INVALID_CONFIG,
+                    "message.timestamp.type: only CreateTime (the producer's timestamps) is served",
+                ));
+            }
+            value == "CreateTime"
+        }
+        "message.downconversion.enable" => value == "true" || value == "false",
+        "segment.index.bytes" => value.parse::<i32>().is_ok_and(|bytes| bytes >= 4),
+        _ => value.parse::<i64>().is_ok_and(|ms| ms >= 0),
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(refuse(
+            errors::INVALID_CONFIG,
+            &format!("{key}={value}: not a value Kafka takes"),
+        ))
+    }
+}
+
+/// A Kafka topic setting as Strata's: Kafka's names mapped, `cleanup.policy=delete` and the
+/// settings of [`WHAT_STRATA_DOES`] (what every Strata topic does) dropped, compaction refused.
+/// `None`: nothing to set.
 pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntry>, Refusal> {
     let entry = |key: &str| {
         Ok(Some(native::ConfigEntry {
@@ -94,6 +139,9 @@ pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntr
     };
     match key {
         CLEANUP_POLICY if value == CLEANUP_DELETE => Ok(None),
+        _ if WHAT_STRATA_DOES.iter().any(|(known, _)| *known == key) => {
+            does_already(key, value).map(|()| None)
+        }
         CLEANUP_POLICY => Err(refuse(
             errors::INVALID_CONFIG,
             "cleanup.policy: only delete (retention) is supported; log compaction is not",
@@ -381,12 +429,15 @@ pub fn describe_configs_result(
         .with_resource_type(RESOURCE_TOPIC)
         .with_resource_name(text(topic))
         .with_error_code(kafka_error(native.error));
-    // Under Kafka's names, with the cleanup policy every Strata topic has.
-    let cleanup = native::TopicConfigEntry {
-        key: CLEANUP_POLICY.to_string(),
-        value: CLEANUP_DELETE.to_string(),
-        is_override: false,
-    };
+    // Under Kafka's names, with the cleanup policy every Strata topic has and the settings
+    // whose value is what Strata does.
+    let fixed = std::iter::once((CLEANUP_POLICY, CLEANUP_DELETE))
+        .chain(WHAT_STRATA_DOES.iter().copied())
+        .map(|(key, value)| native::TopicConfigEntry {
+            key: key.to_string(),
+            value: value.to_string(),
+            is_override: false,
+        });
     let configs = native.configs.into_iter().map(|mut config| {
         if config.key == STRATA_UNCLEAN {
             config.key = KAFKA_UNCLEAN.to_string();
@@ -394,7 +445,7 @@ pub fn describe_configs_result(
         config
     });
     result.with_configs(
-        std::iter::once(cleanup)
+        fixed
             .chain(configs)
             .filter(|config| keys.is_none_or(|keys| keys.contains(&config.key)))
             .map(|config| {
@@ -433,7 +484,8 @@ pub fn incremental_alter_request(
     for (key, operation, value) in configs {
         match (operation, value) {
             (OPERATION_SET, Some(value)) => alter.set.extend(strata_config(&key, &value)?),
-            (OPERATION_DELETE, _) if key == CLEANUP_POLICY => {}
+            (OPERATION_DELETE, _)
+                if key == CLEANUP_POLICY || WHAT_STRATA_DOES.iter().any(|(k, _)| *k == key) => {}
             (OPERATION_DELETE, _) if key == KAFKA_UNCLEAN => {
                 alter.delete.push(STRATA_UNCLEAN.to_string());
             }
@@ -697,6 +749,30 @@ mod tests {
     #[test]
     fn kafka_topic_settings_map_to_strata_and_compaction_is_refused() {
         assert!(strata_config("cleanup.policy", "delete").unwrap().is_none());
+        // What Kafka Streams sets on its internal topics, and the rest of what changes nothing.
+        for (key, value) in [
+            ("message.timestamp.type", "CreateTime"),
+            ("message.downconversion.enable", "false"),
+            ("file.delete.delay.ms", "0"),
+            ("segment.index.bytes", "1048576"),
+            ("segment.jitter.ms", "100"),
+        ] {
+            assert!(
+                strata_config(key, value).unwrap().is_none(),
+                "{key}={value}"
+            );
+        }
+        for (key, value) in [
+            ("message.timestamp.type", "LogAppendTime"),
+            ("message.timestamp.type", "Whenever"),
+            ("message.downconversion.enable", "maybe"),
+            ("file.delete.delay.ms", "-5"),
+            ("segment.index.bytes", "2"),
+        ] {
+            let refused = strata_config(key, value).unwrap_err();
+            assert_eq!(refused.error, errors::INVALID_CONFIG);
+            assert!(refused.message.contains(key), "{}", refused.message);
+        }
         assert_eq!(
             strata_config("cleanup.policy", "compact")
                 .unwrap_err()
@@ -746,7 +822,18 @@ mod tests {
             .iter()
             .map(|c| c.name.to_string())
             .collect();
-        assert_eq!(names, ["cleanup.policy", "unclean.leader.election.enable"]);
+        assert_eq!(
+            names,
+            [
+                "cleanup.policy",
+                "message.timestamp.type",
+                "message.downconversion.enable",
+                "file.delete.delay.ms",
+                "segment.index.bytes",
+                "segment.jitter.ms",
+                "unclean.leader.election.enable"
+            ]
+        );
     }
 
     /// APPEND and SUBTRACT work on list-valued settings, from the value every topic has, and

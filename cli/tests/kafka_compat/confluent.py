@@ -212,7 +212,13 @@ def configs(bootstrap):
                 "configured",
                 num_partitions=2,
                 replication_factor=1,
-                config={"compression.type": "zstd", "message.format.version": "2.8-IV1"},
+                # With settings Kafka Streams puts on its internal topics, which change nothing.
+                config={
+                    "compression.type": "zstd",
+                    "message.format.version": "2.8-IV1",
+                    "message.timestamp.type": "CreateTime",
+                    "segment.index.bytes": "1048576",
+                },
             )
         ]
     )["configured"].result(TIMEOUT_S)
@@ -229,7 +235,8 @@ def configs(bootstrap):
     def described():
         resource = ConfigResource(ConfigResource.Type.TOPIC, "configured")
         entries = list(client.describe_configs([resource]).values())[0].result(TIMEOUT_S)
-        return {key: entries[key].value for key in ["cleanup.policy", "compression.type", "message.format.version", "retention.ms"]}
+        keys = ["cleanup.policy", "compression.type", "message.format.version", "retention.ms", "message.timestamp.type"]
+        return {key: entries[key].value for key in keys}
 
     result = {
         "append_delete": alter("cleanup.policy", AlterConfigOpType.APPEND, "delete"),
@@ -253,6 +260,7 @@ def configs(bootstrap):
     result["validate_create"] = create("dry-run", True)
     result["validate_create_bad"] = create("dry-run-bad", True, **{"retention.ms": "soon"})
     result["validate_create_existing"] = create("configured", True)
+    result["create_log_append_time"] = create("appended", False, **{"message.timestamp.type": "LogAppendTime"})
     result["topics"] = sorted(client.list_topics(timeout=TIMEOUT_S).topics)
     return result
 
