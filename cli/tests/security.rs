@@ -614,6 +614,8 @@ fn kafka_admin(bootstrap: &str, security: &serde_json::Value, args: &[&str]) -> 
         .arg(bootstrap)
         .arg(security.to_string())
         .args(args)
+        // Successful calls take well under a second; a refused login is retried until then.
+        .env("ADMIN_TIMEOUT_S", "8")
         .stderr(Stdio::inherit())
         .output()
         .expect("python3 with confluent-kafka");

@@ -12,6 +12,7 @@ JSON object. Commands:
 Errors are results ({"error": ...}), not crashes."""
 
 import json
+import os
 import sys
 
 from confluent_kafka import KafkaException
@@ -33,7 +34,8 @@ from confluent_kafka.admin import (
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from clients import confluent_config  # noqa: E402
 
-TIMEOUT_S = 30
+# How long a call may take: a refused login makes librdkafka retry until then.
+TIMEOUT_S = float(os.environ.get("ADMIN_TIMEOUT_S", "30"))
 
 
 def error_name(error):
