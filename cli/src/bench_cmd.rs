@@ -234,10 +234,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     };
     let defaults = BenchConfig::default();
     let records = args.records.or(file.records);
+    let client = connection.client_config()?;
     let config = BenchConfig {
         workload,
-        bootstrap: connection.bootstrap_addresses()?.1,
-        security: connection.client_config()?.security,
+        bootstrap: client.bootstrap.join(","),
+        security: client.security,
         topic: args.topic.or(file.topic).unwrap_or(defaults.topic),
         partitions: args
             .partitions

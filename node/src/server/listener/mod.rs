@@ -181,6 +181,24 @@ impl Client {
         )
     }
 
+    /// Whether this client may ask for an idempotent producer id: IdempotentWrite on the
+    /// cluster, or Write on any topic (Kafka's rule since 2.8). The topics are scanned only
+    /// when the cluster grant is missing.
+    pub(super) fn may_write_idempotently(&self, shard: &Shard) -> bool {
+        use strata_auth::acl::{CLUSTER_NAME, Operation, ResourceType};
+        self.may(
+            shard,
+            Operation::IdempotentWrite,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        ) || shard
+            .view
+            .borrow()
+            .topics
+            .iter()
+            .any(|known| self.may(shard, Operation::Write, ResourceType::Topic, &known.name))
+    }
+
     /// Whether answers may carry records from files (`sendfile`), which TLS cannot.
     pub(super) fn takes_file_ranges(&self) -> bool {
         !self.listener.protocol.uses_tls()

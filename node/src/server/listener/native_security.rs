@@ -70,11 +70,7 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         // Between brokers only (QUIC); a client sending one acts for the cluster.
         Request::ReplicaFetch(_) => cluster(Operation::ClusterAction),
         Request::InitProducerId(_) => {
-            let any_topic =
-                shard.view.borrow().topics.iter().any(|known| {
-                    client.may(shard, Operation::Write, ResourceType::Topic, &known.name)
-                });
-            cluster(Operation::IdempotentWrite).filter(|_| !any_topic)
+            (!client.may_write_idempotently(shard)).then_some(ErrorCode::ClusterAuthorizationFailed)
         }
         Request::FindCoordinator(find) => group(Operation::Describe, &find.group),
         Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),

@@ -95,21 +95,3 @@ pub(super) fn refuse_topics<T: TopicEntry>(
         false
     });
 }
-
-/// InitProducerId without a transactional id: IdempotentWrite on the cluster, or Write on any
-/// topic (Kafka's rule since 2.8).
-pub(super) fn idempotent_producer(shard: &Shard, client: &Client) -> bool {
-    if cluster(shard, client, Operation::IdempotentWrite) {
-        return true;
-    }
-    let view = shard.view.borrow();
-    view.topics.iter().any(|known| {
-        view.security.authorize(
-            &client.principal,
-            Some(client.peer.ip()),
-            Operation::Write,
-            ResourceType::Topic,
-            &known.name,
-        )
-    })
-}

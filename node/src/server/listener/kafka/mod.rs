@@ -298,7 +298,7 @@ async fn respond(
         KafkaRequest::InitProducerId(request) => {
             let answered = match translate::init_producer_id_request(&request) {
                 Err(error) => Err(error),
-                Ok(_) if !authorize::idempotent_producer(shard, client) => {
+                Ok(_) if !client.may_write_idempotently(shard) => {
                     Err(errors::CLUSTER_AUTHORIZATION_FAILED)
                 }
                 Ok(request) => match native(shard, Request::InitProducerId(request)).await {

@@ -11,8 +11,7 @@
 use std::rc::Rc;
 
 use strata_auth::acl::{
-    AclBinding, AclFilter, CLUSTER_NAME, Operation, PatternFilter, PatternType, Permission,
-    ResourceType,
+    AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType,
 };
 use strata_auth::scram::{ScramCredential, ScramMechanism};
 use strata_kafka::errors;
@@ -39,11 +38,6 @@ use crate::server::listener::Client;
 use crate::server::messages::{CredentialChange, SecurityChange, SecurityChanged};
 use crate::server::shard::Shard;
 
-/// Whether `client` may do `operation` on the cluster.
-pub(super) fn on_cluster(shard: &Shard, client: &Client, operation: Operation) -> bool {
-    client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME)
-}
-
 /// Why an ACL API is refused before it runs: no authorizer (SECURITY_DISABLED, as Kafka
 /// answers), or the client may not do `operation` on the cluster.
 fn acl_api_refusal(
@@ -54,7 +48,7 @@ fn acl_api_refusal(
     if shard.context.config.security.authorizer.is_none() {
         return Some((errors::SECURITY_DISABLED, "no authorizer is configured"));
     }
-    if !on_cluster(shard, client, operation) {
+    if !super::authorize::cluster(shard, client, operation) {
         return Some((
             errors::CLUSTER_AUTHORIZATION_FAILED,
             match operation {
@@ -350,7 +344,7 @@ pub(super) fn describe_user_scram_credentials(
     client: &Client,
     request: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
-    if !on_cluster(shard, client, Operation::Describe) {
+    if !super::authorize::cluster(shard, client, Operation::Describe) {
         return DescribeUserScramCredentialsResponse::default()
             .with_error_code(errors::CLUSTER_AUTHORIZATION_FAILED)
             .with_error_message(Some(text("Describe on the cluster is needed")));
@@ -426,7 +420,7 @@ pub(super) async fn alter_user_scram_credentials(
             .with_error_code(code)
             .with_error_message(Some(text(message)))
     };
-    if !on_cluster(shard, client, Operation::Alter) {
+    if !super::authorize::cluster(shard, client, Operation::Alter) {
         let results = names
             .iter()
             .map(|name| {
