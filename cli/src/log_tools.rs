@@ -36,10 +36,11 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
             let header = batch.header();
             writeln!(
                 stdout,
-                "batch base={} last={} records={} bytes={} epoch={} max_ts={} producer={} codec={}",
+                "batch base={} last={} offsets={} records={} bytes={} epoch={} max_ts={} producer={} codec={}",
                 header.base_offset,
                 header.last_offset(),
-                header.record_count,
+                header.offset_count,
+                batch.record_count(),
                 header.batch_len,
                 header.leader_epoch,
                 header.max_timestamp_ms,

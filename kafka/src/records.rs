@@ -347,6 +347,11 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
         base_timestamp = base_timestamp.min(record.timestamp_ms);
         max_timestamp = max_timestamp.max(record.timestamp_ms);
     }
+    if batch.record_count() == 0 {
+        // Compaction removed every record; the batch stays for its offsets and producer fields
+        // (a Kafka client skips to its last offset + 1, as after Kafka's own cleaner).
+        (base_timestamp, max_timestamp) = (header.first_timestamp_ms, header.max_timestamp_ms);
+    }
     let start = out.len();
     let mut attributes = 0i16; // uncompressed, create time
     if header.attributes & attributes::TRANSACTIONAL != 0 {
@@ -361,13 +366,14 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
     out.put_i8(MAGIC);
     out.put_u32(0); // the CRC, filled in below
     out.put_i16(attributes);
-    out.put_i32(header.record_count as i32 - 1);
+    // Kafka's lastOffsetDelta, kept by compaction as Kafka keeps it.
+    out.put_i32(header.offset_count as i32 - 1);
     out.put_i64(base_timestamp);
     out.put_i64(max_timestamp);
     out.put_i64(header.producer_id);
     out.put_i16(header.producer_epoch);
     out.put_i32(header.base_sequence);
-    out.put_i32(header.record_count as i32);
+    out.put_i32(batch.record_count() as i32);
     debug_assert_eq!(out.len() - start, KAFKA_BATCH_HEADER_LEN);
     let mut lossy_key = String::new();
     for record in batch.records() {

@@ -64,7 +64,7 @@ fn round_trip_keeps_every_field() {
     let batch = Batch::validate(bytes).unwrap();
     assert_eq!(read_back(&batch), records);
     let header = batch.header();
-    assert_eq!(header.record_count, 3);
+    assert_eq!(header.offset_count, 3);
     assert_eq!(header.first_timestamp_ms, 1_700_000_000_000);
     assert_eq!(header.max_timestamp_ms, 1_700_000_000_005);
     assert!(!header.is_idempotent());
@@ -584,5 +584,132 @@ fn null_header_values_are_told_from_empty_ones() {
             [&b""[..], b"", b"v"],
             "{codec:?}"
         );
+    }
+}
+
+/// Rewrites `batch` as the log cleaner does, keeping the records `keep` picks by index.
+fn compact_keeping(batch: &Batch, codec: Codec, keep: &[usize]) -> Bytes {
+    let mut builder = BatchBuilder::default();
+    builder.set_codec(codec);
+    builder.start_compacted(batch.header());
+    for (index, record) in batch.records().enumerate() {
+        if keep.contains(&index) {
+            builder.push_kept(&record);
+        }
+    }
+    builder.finish_compacted()
+}
+
+#[test]
+fn a_compacted_batch_keeps_offsets_timestamps_and_producer_fields_of_the_original() {
+    for codec in [Codec::None, Codec::Lz4, Codec::Zstd] {
+        let records = compressible(10);
+        let mut original = build_with(codec, &records).to_vec();
+        stamp(&mut original, 1_000, 7);
+        let original = Batch::validate(Bytes::from(original)).unwrap();
+        // The builder's own codec does not matter: the original's is kept.
+        let compacted = compact_keeping(&original, Codec::None, &[2, 5]);
+        let batch = Batch::validate(compacted.clone()).unwrap();
+        let header = batch.header();
+        assert!(header.is_compacted(), "{codec}");
+        assert_eq!(batch.codec(), codec);
+        assert_eq!(
+            (header.base_offset, header.leader_epoch, header.offset_count),
+            (1_000, 7, 10)
+        );
+        assert_eq!(batch.last_offset(), 1_009, "the last offset outlives its record");
+        assert_eq!(batch.record_count(), 2);
+        let original_header = original.header();
+        assert_eq!(header.first_timestamp_ms, original_header.first_timestamp_ms);
+        assert_eq!(header.max_timestamp_ms, original_header.max_timestamp_ms);
+        let kept: Vec<(u64, i64)> = batch
+            .records()
+            .map(|record| (record.offset, record.timestamp_ms))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (1_002, records[2].timestamp_ms),
+                (1_005, records[5].timestamp_ms)
+            ]
+        );
+        assert_eq!(read_back(&batch), vec![records[2].clone(), records[5].clone()]);
+        // A producer may not send one: only the cleaner writes compacted batches.
+        assert_eq!(
+            strata_wire::batch::check(&compacted),
+            Err(BatchError::Compacted)
+        );
+        assert!(strata_wire::batch::check_integrity(&compacted).is_ok());
+    }
+}
+
+#[test]
+fn a_compacted_batch_may_hold_no_records_and_keeps_its_producer() {
+    let mut builder = BatchBuilder::default();
+    builder.set_producer(42, 3, 100);
+    for record in sample() {
+        builder.push(record.timestamp_ms, record.key.as_deref(), &record.value);
+    }
+    let mut original = builder.finish().to_vec();
+    stamp(&mut original, 50, 2);
+    let original = Batch::validate(Bytes::from(original)).unwrap();
+    let empty = Batch::validate(compact_keeping(&original, Codec::None, &[])).unwrap();
+    assert_eq!(empty.record_count(), 0);
+    assert_eq!(empty.records().count(), 0);
+    let header = empty.header();
+    assert_eq!((header.base_offset, header.last_offset()), (50, 52));
+    assert_eq!(
+        (header.producer_id, header.producer_epoch, header.base_sequence),
+        (42, 3, 100)
+    );
+    assert_eq!(header.max_timestamp_ms, original.header().max_timestamp_ms);
+}
+
+#[test]
+fn a_batch_whose_offsets_are_not_dense_is_refused_unless_compacted() {
+    let mut original = build(&sample()).to_vec();
+    stamp(&mut original, 10, 0);
+    let original = Batch::validate(Bytes::from(original)).unwrap();
+    let compacted = compact_keeping(&original, Codec::None, &[0, 2]).to_vec();
+    // Clearing the compacted bit (and fixing the CRC) leaves a batch with a gap in its deltas
+    // and fewer records than offsets: refused.
+    let mut forged = compacted.clone();
+    let attributes = u16::from_le_bytes([forged[26], forged[27]]) & !(1 << 6);
+    forged[26..28].copy_from_slice(&attributes.to_le_bytes());
+    fix_crc(&mut forged);
+    assert!(matches!(
+        Batch::validate(Bytes::from(forged)),
+        Err(BatchError::InconsistentRecord { .. })
+    ));
+    // Claiming fewer offsets than the kept records span is refused too.
+    let mut short = compacted.clone();
+    short[28..32].copy_from_slice(&2u32.to_le_bytes());
+    fix_crc(&mut short);
+    assert!(matches!(
+        Batch::validate(Bytes::from(short)),
+        Err(BatchError::InconsistentRecord { .. })
+    ));
+    assert!(Batch::validate(Bytes::from(compacted)).is_ok());
+}
+
+proptest! {
+    #[test]
+    fn any_subset_of_a_batch_compacts_to_a_valid_batch_with_the_same_offsets(
+        records in proptest::collection::vec(arb_record(), 1..40),
+        keep in proptest::collection::vec(any::<bool>(), 40),
+        base_offset in 0u64..(1 << 50),
+    ) {
+        let mut bytes = build(&records).to_vec();
+        stamp(&mut bytes, base_offset, 1);
+        let original = Batch::validate(Bytes::from(bytes)).unwrap();
+        let kept: Vec<usize> = (0..records.len()).filter(|index| keep[*index]).collect();
+        let batch = Batch::validate(compact_keeping(&original, Codec::None, &kept)).unwrap();
+        prop_assert_eq!(batch.last_offset(), original.last_offset());
+        let offsets: Vec<u64> = batch.records().map(|record| record.offset).collect();
+        let expected: Vec<u64> = kept.iter().map(|index| base_offset + *index as u64).collect();
+        prop_assert_eq!(offsets, expected);
+        let expected_records: Vec<OwnedRecord> =
+            kept.iter().map(|index| records[*index].clone()).collect();
+        prop_assert_eq!(read_back(&batch), expected_records);
     }
 }

@@ -499,3 +499,44 @@ fn header_keys_that_are_not_utf8_go_out_replaced() {
         .to_string();
     assert_eq!(key, "\u{fffd}k");
 }
+
+/// A compacted batch goes out as Kafka's cleaner leaves one: the records kept at their own
+/// offsets, the batch's lastOffsetDelta unchanged, and a batch compaction emptied with no
+/// records at all, so a Kafka consumer moves past both.
+#[test]
+fn compacted_batches_keep_their_offsets_and_last_offset_delta() {
+    use strata_wire::batch::BatchBuilder;
+    let sent: Vec<KafkaRecord> = (0..6).map(|offset| record(offset, Some(b"k"), b"v")).collect();
+    let mut stored = to_strata(kafka_batch(&sent, Compression::None), LIMIT, None).unwrap();
+    stamp(&mut stored, 200, 3);
+    let original = split_batches(stored.freeze()).next().unwrap().unwrap();
+    let mut builder = BatchBuilder::default();
+    let mut compacted = BytesMut::new();
+    for keep in [&[1usize, 4][..], &[]] {
+        builder.start_compacted(original.header());
+        for (index, record) in original.records().enumerate() {
+            if keep.contains(&index) {
+                builder.push_kept(&record);
+            }
+        }
+        compacted.extend_from_slice(&builder.finish_compacted());
+    }
+    let mut fetched = BytesMut::new();
+    to_kafka(compacted.freeze(), &mut fetched).unwrap();
+    let fetched = fetched.freeze();
+    // Header fields straight from the bytes: lastOffsetDelta at 23, recordCount at 57.
+    let be_i32 = |at: usize| i32::from_be_bytes(fetched[at..at + 4].try_into().unwrap());
+    let first_len = 12 + be_i32(8) as usize;
+    assert_eq!((be_i32(23), be_i32(57)), (5, 2));
+    assert_eq!(
+        (be_i32(first_len + 23), be_i32(first_len + 57)),
+        (5, 0),
+        "the emptied batch"
+    );
+    let sets = RecordBatchDecoder::decode_all(&mut fetched.clone()).unwrap();
+    let offsets: Vec<i64> = sets
+        .iter()
+        .flat_map(|set| set.records.iter().map(|record| record.offset))
+        .collect();
+    assert_eq!(offsets, vec![201, 204]);
+}

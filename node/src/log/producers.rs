@@ -158,7 +158,7 @@ pub fn sequence_add(seq: i32, delta: i64) -> i32 {
 
 /// The sequence of the batch's last record.
 fn last_sequence(header: &BatchHeader) -> i32 {
-    sequence_add(header.base_sequence, i64::from(header.record_count) - 1)
+    sequence_add(header.base_sequence, i64::from(header.offset_count) - 1)
 }
 
 const MAGIC: &[u8; 8] = b"STRATAP1";
@@ -424,7 +424,7 @@ mod tests {
             body_len: 0,
             version: FORMAT_VERSION,
             attributes: 0,
-            record_count: records,
+            offset_count: records,
             first_timestamp_ms: timestamp_ms,
             max_timestamp_ms: timestamp_ms,
             producer_id,

@@ -276,7 +276,7 @@ impl<S: Storage> PartitionLog<S> {
                 break;
             }
             first.get_or_insert(position);
-            records += u64::from(header.record_count);
+            records += u64::from(header.offset_count);
             newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
             position += batch_len;
         }

@@ -5,7 +5,10 @@ use rkyv::util::AlignedVec;
 
 use super::body::{BodyParts, HeaderEntry, NULL_LEN, RecordEntry};
 use super::compression;
-use super::layout::{self, BATCH_LEN_MAX, Codec, FORMAT_VERSION, HEADER_LEN, padded_len};
+use super::Record;
+use super::layout::{
+    self, BATCH_LEN_MAX, BatchHeader, Codec, FORMAT_VERSION, HEADER_LEN, attributes, padded_len,
+};
 
 /// Size of one archived record entry and header entry, for size estimates.
 const RECORD_ENTRY_LEN: usize = 40;
@@ -33,6 +36,9 @@ pub struct BatchBuilder {
     /// How `finish` stores the body; kept across batches (a producer's setting).
     codec: Codec,
     capacity_bytes: usize,
+    /// Set between [`BatchBuilder::start_compacted`] and [`BatchBuilder::finish_compacted`]:
+    /// the batch being rewritten, whose offsets, timestamps and producer fields the new one keeps.
+    compacting: Option<BatchHeader>,
 }
 
 impl Default for BatchBuilder {
@@ -56,6 +62,7 @@ impl BatchBuilder {
             attributes: 0,
             codec: Codec::None,
             capacity_bytes: capacity_bytes.max(HEADER_LEN),
+            compacting: None,
         };
         builder.reset_buffer();
         builder
@@ -137,10 +144,83 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: impl IntoIterator<Item = (&'h [u8], Option<&'h [u8]>)>,
     ) {
+        assert!(
+            self.compacting.is_none(),
+            "a compacted batch takes push_kept"
+        );
         if self.records.is_empty() {
             self.first_timestamp_ms = timestamp_ms;
         }
         let offset_delta = u32::try_from(self.records.len()).expect("record count fits u32");
+        self.push_entry(offset_delta, timestamp_ms, key, value, headers);
+    }
+
+    /// Starts the compacted batch that replaces `original` (the log cleaner's): it keeps
+    /// `original`'s offsets, epoch, timestamps, producer fields, transaction bits and codec, and
+    /// holds the records then given to [`BatchBuilder::push_kept`], none at all if none is.
+    pub fn start_compacted(&mut self, original: &BatchHeader) {
+        assert!(
+            self.records.is_empty() && self.compacting.is_none(),
+            "start_compacted on an empty builder"
+        );
+        self.compacting = Some(*original);
+        self.first_timestamp_ms = original.first_timestamp_ms;
+    }
+
+    /// Adds one of the compacted batch's original records, at its original offset and timestamp.
+    /// Panics if `record` is not within the batch [`BatchBuilder::start_compacted`] named, or
+    /// not after the record kept before it.
+    pub fn push_kept(&mut self, record: &Record<'_>) {
+        let original = self.compacting.expect("push_kept follows start_compacted");
+        assert!(
+            record.offset >= original.base_offset && record.offset <= original.last_offset(),
+            "a kept record lies within its batch"
+        );
+        let offset_delta = (record.offset - original.base_offset) as u32;
+        assert!(
+            self.records
+                .last()
+                .is_none_or(|last| last.offset_delta < offset_delta),
+            "kept records stay in offset order"
+        );
+        self.push_entry(
+            offset_delta,
+            record.timestamp_ms,
+            record.key,
+            record.nullable_value(),
+            record.nullable_headers(),
+        );
+    }
+
+    /// Seals the compacted batch started by [`BatchBuilder::start_compacted`], stamped with the
+    /// original's base offset and epoch, and leaves the builder empty.
+    pub fn finish_compacted(&mut self) -> Bytes {
+        let original = self
+            .compacting
+            .expect("finish_compacted follows start_compacted");
+        let codec = self.codec;
+        self.codec = original.codec().expect("the original batch was validated");
+        let mut batch = self.seal();
+        self.codec = codec;
+        let batch_mut = &mut batch[..];
+        layout::stamp(batch_mut, original.base_offset, original.leader_epoch);
+        let batch = Bytes::from_owner(batch);
+        self.compacting = None;
+        self.records.clear();
+        self.headers.clear();
+        self.max_timestamp_ms = i64::MIN;
+        self.reset_buffer();
+        batch
+    }
+
+    fn push_entry<'h>(
+        &mut self,
+        offset_delta: u32,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl IntoIterator<Item = (&'h [u8], Option<&'h [u8]>)>,
+    ) {
         let (key_start, key_len) = match key {
             Some(key) => (self.append_payload(key), key.len() as u32),
             None => (self.payload_len(), NULL_LEN),
@@ -188,7 +268,7 @@ impl BatchBuilder {
     /// Seals the records pushed so far into a batch (base offset 0, epoch 0: the leader stamps
     /// both) and leaves the builder empty for the next batch. Panics if no record was pushed.
     pub fn finish(&mut self) -> Bytes {
-        let batch = self.seal();
+        let batch = Bytes::from_owner(self.seal());
         self.records.clear();
         self.headers.clear();
         self.max_timestamp_ms = i64::MIN;
@@ -203,13 +283,16 @@ impl BatchBuilder {
     /// [`BatchBuilder::finish`] for a builder's last batch: nothing is prepared for a next one
     /// (no fresh buffer is allocated). Panics if no record was pushed.
     pub fn into_batch(mut self) -> Bytes {
-        self.seal()
+        Bytes::from_owner(self.seal())
     }
 
     /// Writes the entry arrays, the root, the header and the CRC (compressing the body first
     /// when a codec is set) and takes the buffer out.
-    fn seal(&mut self) -> Bytes {
-        assert!(!self.records.is_empty(), "finish needs at least one record");
+    fn seal(&mut self) -> AlignedVec<16> {
+        assert!(
+            !self.records.is_empty() || self.compacting.is_some(),
+            "finish needs at least one record"
+        );
         let payload_len = self.buf.len() - HEADER_LEN;
         let parts = BodyParts {
             payload_pos: HEADER_LEN,
@@ -228,7 +311,24 @@ impl BatchBuilder {
             buf = compressed;
         }
         let body_len = buf.len() - HEADER_LEN;
-        let attributes = self.attributes | self.codec as u16;
+        let (mut attributes, mut offset_count, mut max_timestamp_ms) = (
+            self.attributes,
+            self.records.len() as u32,
+            self.max_timestamp_ms,
+        );
+        let (mut producer_id, mut producer_epoch, mut base_sequence) =
+            (self.producer_id, self.producer_epoch, self.base_sequence);
+        if let Some(original) = &self.compacting {
+            attributes = original.attributes & !attributes::CODEC_MASK | attributes::COMPACTED;
+            offset_count = original.offset_count;
+            max_timestamp_ms = original.max_timestamp_ms;
+            (producer_id, producer_epoch, base_sequence) = (
+                original.producer_id,
+                original.producer_epoch,
+                original.base_sequence,
+            );
+        }
+        let attributes = attributes | self.codec as u16;
         let batch_len = padded_len(buf.len());
         buf.resize(batch_len, 0);
 
@@ -237,19 +337,16 @@ impl BatchBuilder {
         header[layout::AT_BODY_LEN..][..4].copy_from_slice(&(body_len as u32).to_le_bytes());
         header[layout::AT_VERSION] = FORMAT_VERSION;
         header[layout::AT_ATTRIBUTES..][..2].copy_from_slice(&attributes.to_le_bytes());
-        header[layout::AT_RECORD_COUNT..][..4]
-            .copy_from_slice(&(self.records.len() as u32).to_le_bytes());
+        header[layout::AT_OFFSET_COUNT..][..4].copy_from_slice(&offset_count.to_le_bytes());
         header[layout::AT_FIRST_TIMESTAMP..][..8]
             .copy_from_slice(&self.first_timestamp_ms.to_le_bytes());
-        header[layout::AT_MAX_TIMESTAMP..][..8]
-            .copy_from_slice(&self.max_timestamp_ms.to_le_bytes());
-        header[layout::AT_PRODUCER_ID..][..8].copy_from_slice(&self.producer_id.to_le_bytes());
-        header[layout::AT_BASE_SEQUENCE..][..4].copy_from_slice(&self.base_sequence.to_le_bytes());
-        header[layout::AT_PRODUCER_EPOCH..][..2]
-            .copy_from_slice(&self.producer_epoch.to_le_bytes());
+        header[layout::AT_MAX_TIMESTAMP..][..8].copy_from_slice(&max_timestamp_ms.to_le_bytes());
+        header[layout::AT_PRODUCER_ID..][..8].copy_from_slice(&producer_id.to_le_bytes());
+        header[layout::AT_BASE_SEQUENCE..][..4].copy_from_slice(&base_sequence.to_le_bytes());
+        header[layout::AT_PRODUCER_EPOCH..][..2].copy_from_slice(&producer_epoch.to_le_bytes());
         let crc = crate::crc32c(&buf[layout::CRC_START..HEADER_LEN + body_len]);
         buf[layout::AT_CRC..][..4].copy_from_slice(&crc.to_le_bytes());
-        Bytes::from_owner(buf)
+        buf
     }
 
     fn reset_buffer(&mut self) {

@@ -11,15 +11,22 @@
 //! | 20 |  4   | body_len              | exact length of the rkyv archive (its root sits at the end)   |
 //! | 24 |  1   | version               | [`FORMAT_VERSION`]                                            |
 //! | 25 |  1   | reserved              | zero                                                          |
-//! | 26 |  2   | attributes            | bits 0-2 codec, bit 4 transactional, bit 5 control            |
-//! | 28 |  4   | record_count          | records carry offset deltas `0..record_count`                 |
-//! | 32 |  8   | first_timestamp_ms    | timestamp of record 0; records store deltas to it             |
-//! | 40 |  8   | max_timestamp_ms      | largest record timestamp (time index, retention)              |
+//! | 26 |  2   | attributes            | bits 0-2 codec, bit 4 transactional, bit 5 control, 6 compacted |
+//! | 28 |  4   | offset_count          | offsets spanned: last offset - base offset + 1                |
+//! | 32 |  8   | first_timestamp_ms    | timestamp of the first record written; records store deltas   |
+//! | 40 |  8   | max_timestamp_ms      | largest record timestamp written (time index, retention)      |
 //! | 48 |  8   | producer_id           | -1 when not idempotent                                        |
 //! | 56 |  4   | base_sequence         | -1 when not idempotent                                        |
 //! | 60 |  2   | producer_epoch        | -1 when not idempotent                                        |
 //! | 62 |  2   | reserved              | zero                                                          |
 //! | 64 |  ..  | body                  | rkyv archive of [`super::body::ArchivedBody`]                 |
+//!
+//! A batch as a producer writes it holds `offset_count` records with the dense offset deltas
+//! `0..offset_count`, the first at delta 0 of `first_timestamp_ms`. Only the log cleaner writes a
+//! *compacted* batch (attribute bit 6): the records compaction kept, at their original deltas
+//! (strictly increasing, below `offset_count`), none at all when every one went; the header keeps
+//! the original batch's offsets, timestamps and producer fields, so offsets, the time index and
+//! idempotent producers' sequences read as before the clean.
 
 use super::BatchError;
 
@@ -48,7 +55,7 @@ pub(crate) const AT_BODY_LEN: usize = 20;
 pub(crate) const AT_VERSION: usize = 24;
 pub(crate) const AT_RESERVED_A: usize = 25;
 pub(crate) const AT_ATTRIBUTES: usize = 26;
-pub(crate) const AT_RECORD_COUNT: usize = 28;
+pub(crate) const AT_OFFSET_COUNT: usize = 28;
 pub(crate) const AT_FIRST_TIMESTAMP: usize = 32;
 pub(crate) const AT_MAX_TIMESTAMP: usize = 40;
 pub(crate) const AT_PRODUCER_ID: usize = 48;
@@ -103,8 +110,10 @@ pub mod attributes {
     pub const CODEC_MASK: u16 = 0b111;
     pub const TRANSACTIONAL: u16 = 1 << 4;
     pub const CONTROL: u16 = 1 << 5;
+    /// Written by the log cleaner: the records left may be fewer than the offsets spanned.
+    pub const COMPACTED: u16 = 1 << 6;
     /// Bits this version knows; any other bit set is an error, so a newer writer cannot be misread.
-    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL;
+    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED;
 }
 
 /// Rounds `len` up to the next multiple of [`BATCH_ALIGN`].
@@ -123,7 +132,9 @@ pub struct BatchHeader {
     pub body_len: u32,
     pub version: u8,
     pub attributes: u16,
-    pub record_count: u32,
+    /// Offsets the batch spans (`last_offset - base_offset + 1`): its record count, unless it is
+    /// compacted.
+    pub offset_count: u32,
     pub first_timestamp_ms: i64,
     pub max_timestamp_ms: i64,
     pub producer_id: i64,
@@ -149,7 +160,7 @@ impl BatchHeader {
             body_len: read_u32(bytes, AT_BODY_LEN),
             version: bytes[AT_VERSION],
             attributes: u16::from_le_bytes([bytes[AT_ATTRIBUTES], bytes[AT_ATTRIBUTES + 1]]),
-            record_count: read_u32(bytes, AT_RECORD_COUNT),
+            offset_count: read_u32(bytes, AT_OFFSET_COUNT),
             first_timestamp_ms: read_u64(bytes, AT_FIRST_TIMESTAMP) as i64,
             max_timestamp_ms: read_u64(bytes, AT_MAX_TIMESTAMP) as i64,
             producer_id: read_u64(bytes, AT_PRODUCER_ID) as i64,
@@ -176,24 +187,30 @@ impl BatchHeader {
                 body_len: header.body_len,
             });
         }
-        if header.record_count == 0 {
+        if header.offset_count == 0 {
             return Err(BatchError::NoRecords);
         }
         // Offsets stay within i64 (as Kafka's do), so `last_offset` and record offsets never wrap.
-        if header.base_offset > OFFSET_MAX - u64::from(header.record_count) {
+        if header.base_offset > OFFSET_MAX - u64::from(header.offset_count) {
             return Err(BatchError::OffsetOverflow(header.base_offset));
         }
         Ok(header)
     }
 
-    /// Offset of the last record: batches hold dense offsets.
+    /// The last offset the batch spans: its last record's, or, compacted, the last its
+    /// producer wrote (Kafka's `lastOffsetDelta`, kept when that record is gone).
     pub fn last_offset(&self) -> u64 {
-        self.base_offset + u64::from(self.record_count) - 1
+        self.base_offset + u64::from(self.offset_count) - 1
     }
 
-    /// The offset after this batch.
+    /// The offset after this batch: batches tile the offsets, compacted ones too.
     pub fn next_offset(&self) -> u64 {
-        self.base_offset + u64::from(self.record_count)
+        self.base_offset + u64::from(self.offset_count)
+    }
+
+    /// Written by the log cleaner ([`attributes::COMPACTED`]).
+    pub fn is_compacted(&self) -> bool {
+        self.attributes & attributes::COMPACTED != 0
     }
 
     pub fn codec(&self) -> Result<Codec, BatchError> {

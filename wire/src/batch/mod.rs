@@ -45,9 +45,13 @@ pub enum BatchError {
     /// The stamped base offset leaves no room for the batch's records.
     #[error("base offset {0} overflows the offset range")]
     OffsetOverflow(u64),
-    /// A batch must carry at least one record.
+    /// A batch must span at least one offset.
     #[error("batch has no records")]
     NoRecords,
+    /// Only the log cleaner writes compacted batches; a producer's batch holds every offset it
+    /// spans.
+    #[error("a compacted batch is written by the log cleaner, never produced")]
+    Compacted,
     /// The checksum does not match: the bytes were damaged after the producer wrote them.
     #[error("CRC mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
     CrcMismatch { expected: u32, actual: u32 },
@@ -128,8 +132,10 @@ impl Batch {
         self.header.last_offset()
     }
 
+    /// The records the batch holds: [`BatchHeader::offset_count`] unless compaction removed
+    /// some.
     pub fn record_count(&self) -> u32 {
-        self.header.record_count
+        self.body().records.len() as u32
     }
 
     /// The codec the body is stored with (validated: never an unknown one).
@@ -181,9 +187,13 @@ impl Batch {
 /// If `bytes` does not start at a [`BATCH_ALIGN`] boundary, the body is copied once into aligned
 /// scratch memory for the structural check (our own buffers are always aligned). A compressed
 /// body is decompressed to be checked (as Kafka's broker does), so no consumer is ever handed a
-/// batch it cannot read.
+/// batch it cannot read. A compacted batch is refused: only the log cleaner writes those.
 pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    check_keeping_archive(bytes).map(|(header, _)| header)
+    let (header, _) = check_keeping_archive(bytes)?;
+    if header.is_compacted() {
+        return Err(BatchError::Compacted);
+    }
+    Ok(header)
 }
 
 /// The checks for a batch that a leader already checked whole (a follower's append): header
@@ -251,7 +261,13 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
     let records = body.records.as_slice();
     let headers = body.headers.as_slice();
     let payload_len = body.payload.len() as u64;
-    if records.len() != header.record_count as usize {
+    let compacted = header.is_compacted();
+    let count_agrees = if compacted {
+        records.len() <= header.offset_count as usize
+    } else {
+        records.len() == header.offset_count as usize
+    };
+    if !count_agrees {
         return Err(BatchError::InconsistentRecord {
             index: 0,
             what: "record count differs from the header",
@@ -259,14 +275,23 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
     }
     let in_payload = |start: u32, len: u32| u64::from(start) + u64::from(len) <= payload_len;
     let mut max_timestamp_ms = i64::MIN;
+    let mut next_delta = 0u32;
     for (index, entry) in records.iter().enumerate() {
         let index = index as u32;
-        if entry.offset_delta.to_native() != index {
+        let offset_delta = entry.offset_delta.to_native();
+        // A producer's batch holds every offset it spans; a compacted one a subset, in order.
+        let delta_fits = if compacted {
+            offset_delta >= next_delta && offset_delta < header.offset_count
+        } else {
+            offset_delta == index
+        };
+        if !delta_fits {
             return Err(BatchError::InconsistentRecord {
                 index,
                 what: "offset deltas are not dense",
             });
         }
+        next_delta = offset_delta + 1;
         let key_len = entry.key_len.to_native();
         if key_len != NULL_LEN && !in_payload(entry.key_start.to_native(), key_len) {
             return Err(BatchError::OutOfBounds { index });
@@ -300,7 +325,7 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
                 what: "timestamp overflows",
             });
         };
-        if index == 0 && timestamp_ms != header.first_timestamp_ms {
+        if !compacted && index == 0 && timestamp_ms != header.first_timestamp_ms {
             return Err(BatchError::InconsistentRecord {
                 index,
                 what: "first record's timestamp delta is not zero",
@@ -308,7 +333,14 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
         }
         max_timestamp_ms = max_timestamp_ms.max(timestamp_ms);
     }
-    if max_timestamp_ms != header.max_timestamp_ms {
+    // A compacted batch keeps the max timestamp of the records its producer wrote, so the time
+    // index and retention see the segment as before the clean.
+    let max_agrees = if compacted {
+        max_timestamp_ms <= header.max_timestamp_ms
+    } else {
+        max_timestamp_ms == header.max_timestamp_ms
+    };
+    if !max_agrees {
         return Err(BatchError::InconsistentRecord {
             index: 0,
             what: "max timestamp differs from the header",

@@ -315,7 +315,7 @@ pub(super) fn records_in(batches: &[u8]) -> (u64, Option<i64>) {
         let Ok(header) = strata_wire::batch::BatchHeader::parse(rest) else {
             break;
         };
-        records += u64::from(header.record_count);
+        records += u64::from(header.offset_count);
         newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
         at += header.batch_len as usize;
     }
