@@ -591,7 +591,7 @@ fn null_header_values_are_told_from_empty_ones() {
 fn compact_keeping(batch: &Batch, codec: Codec, keep: &[usize]) -> Bytes {
     let mut builder = BatchBuilder::default();
     builder.set_codec(codec);
-    builder.start_compacted(batch.header());
+    builder.start_compacted(batch.header(), None);
     for (index, record) in batch.records().enumerate() {
         if keep.contains(&index) {
             builder.push_kept(&record);
@@ -617,10 +617,17 @@ fn a_compacted_batch_keeps_offsets_timestamps_and_producer_fields_of_the_origina
             (header.base_offset, header.leader_epoch, header.offset_count),
             (1_000, 7, 10)
         );
-        assert_eq!(batch.last_offset(), 1_009, "the last offset outlives its record");
+        assert_eq!(
+            batch.last_offset(),
+            1_009,
+            "the last offset outlives its record"
+        );
         assert_eq!(batch.record_count(), 2);
         let original_header = original.header();
-        assert_eq!(header.first_timestamp_ms, original_header.first_timestamp_ms);
+        assert_eq!(
+            header.first_timestamp_ms,
+            original_header.first_timestamp_ms
+        );
         assert_eq!(header.max_timestamp_ms, original_header.max_timestamp_ms);
         let kept: Vec<(u64, i64)> = batch
             .records()
@@ -633,7 +640,10 @@ fn a_compacted_batch_keeps_offsets_timestamps_and_producer_fields_of_the_origina
                 (1_005, records[5].timestamp_ms)
             ]
         );
-        assert_eq!(read_back(&batch), vec![records[2].clone(), records[5].clone()]);
+        assert_eq!(
+            read_back(&batch),
+            vec![records[2].clone(), records[5].clone()]
+        );
         // A producer may not send one: only the cleaner writes compacted batches.
         assert_eq!(
             strata_wire::batch::check(&compacted),
@@ -659,7 +669,11 @@ fn a_compacted_batch_may_hold_no_records_and_keeps_its_producer() {
     let header = empty.header();
     assert_eq!((header.base_offset, header.last_offset()), (50, 52));
     assert_eq!(
-        (header.producer_id, header.producer_epoch, header.base_sequence),
+        (
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence
+        ),
         (42, 3, 100)
     );
     assert_eq!(header.max_timestamp_ms, original.header().max_timestamp_ms);
@@ -712,4 +726,41 @@ proptest! {
             kept.iter().map(|index| records[*index].clone()).collect();
         prop_assert_eq!(read_back(&batch), expected_records);
     }
+}
+
+#[test]
+fn a_delete_horizon_is_set_once_and_record_timestamps_stay_exact() {
+    let mut original = build(&sample()).to_vec();
+    stamp(&mut original, 0, 0);
+    let original = Batch::validate(Bytes::from(original)).unwrap();
+    assert_eq!(original.header().delete_horizon_ms(), None);
+    let horizon = 1_800_000_000_000;
+    let mut builder = BatchBuilder::default();
+    builder.start_compacted(original.header(), Some(horizon));
+    for record in original.records() {
+        builder.push_kept(&record);
+    }
+    let first = Batch::validate(builder.finish_compacted()).unwrap();
+    assert_eq!(first.header().delete_horizon_ms(), Some(horizon));
+    assert_eq!(
+        read_back(&first),
+        sample(),
+        "timestamps survive the new base"
+    );
+    // A later clean keeps the horizon the first one set.
+    builder.start_compacted(first.header(), Some(horizon + 1_000));
+    for record in first.records().skip(1) {
+        builder.push_kept(&record);
+    }
+    let second = Batch::validate(builder.finish_compacted()).unwrap();
+    assert_eq!(second.header().delete_horizon_ms(), Some(horizon));
+    assert_eq!(read_back(&second), sample()[1..].to_vec());
+    // The horizon bit means nothing on a batch that is not compacted: refused.
+    let mut forged = original.as_bytes().to_vec();
+    forged[26..28].copy_from_slice(&(1u16 << 7).to_le_bytes());
+    fix_crc(&mut forged);
+    assert_eq!(
+        Batch::validate(Bytes::from(forged)).map(|_| ()),
+        Err(BatchError::ReservedBitsSet)
+    );
 }

@@ -506,14 +506,16 @@ fn header_keys_that_are_not_utf8_go_out_replaced() {
 #[test]
 fn compacted_batches_keep_their_offsets_and_last_offset_delta() {
     use strata_wire::batch::BatchBuilder;
-    let sent: Vec<KafkaRecord> = (0..6).map(|offset| record(offset, Some(b"k"), b"v")).collect();
+    let sent: Vec<KafkaRecord> = (0..6)
+        .map(|offset| record(offset, Some(b"k"), b"v"))
+        .collect();
     let mut stored = to_strata(kafka_batch(&sent, Compression::None), LIMIT, None).unwrap();
     stamp(&mut stored, 200, 3);
     let original = split_batches(stored.freeze()).next().unwrap().unwrap();
     let mut builder = BatchBuilder::default();
     let mut compacted = BytesMut::new();
     for keep in [&[1usize, 4][..], &[]] {
-        builder.start_compacted(original.header());
+        builder.start_compacted(original.header(), None);
         for (index, record) in original.records().enumerate() {
             if keep.contains(&index) {
                 builder.push_kept(&record);

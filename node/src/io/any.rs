@@ -119,6 +119,13 @@ impl Storage for AnyStorage {
         }
     }
 
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        match self {
+            AnyStorage::Uring(storage) => storage.rename(from, to).await,
+            AnyStorage::Blocking(storage) => storage.rename(from, to).await,
+        }
+    }
+
     async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         match self {
             AnyStorage::Uring(storage) => storage.create_dir_all(path).await,

@@ -133,6 +133,10 @@ impl Storage for BlockingStorage {
         std::fs::remove_file(path)
     }
 
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
     async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         std::fs::create_dir_all(path)
     }

@@ -337,6 +337,9 @@ pub trait Storage: Clone + 'static {
         self.open(path, create).await
     }
     async fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` atomically, replacing `to` if it exists; durable after
+    /// [`Storage::sync_dir`].
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     async fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     async fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Makes the creation and removal of entries in `dir` durable.

@@ -5,6 +5,9 @@
 //! operations that followed, the last write of that prefix torn at a random byte: the page cache
 //! lost, in order, whatever had not been synced. Faults make the next matching operation fail with
 //! `EIO`; a failed sync leaves the file's unsynced operations undecided, as Linux does.
+//! Names are kept the same way: creations, removals and renames since the last `sync_dir` are
+//! undecided until it, and a crash keeps a random prefix of them, in order (as a journaling file
+//! system commits them), each rename whole.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -29,6 +32,32 @@ pub enum FaultOp {
 enum Op {
     Write { pos: u64, bytes: Bytes },
     Truncate { len: u64 },
+}
+
+/// A change to the names of files, durable after the next `sync_dir`.
+#[derive(Debug, Clone)]
+enum NameOp {
+    Link(PathBuf, u64),
+    Unlink(PathBuf),
+    Rename(PathBuf, PathBuf),
+}
+
+impl NameOp {
+    fn apply(&self, names: &mut BTreeMap<PathBuf, u64>) {
+        match self {
+            NameOp::Link(path, inode) => {
+                names.insert(path.clone(), *inode);
+            }
+            NameOp::Unlink(path) => {
+                names.remove(path);
+            }
+            NameOp::Rename(from, to) => {
+                if let Some(inode) = names.remove(from) {
+                    names.insert(to.clone(), inode);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -73,10 +102,17 @@ impl Inode {
 struct SimFs {
     inodes: HashMap<u64, Inode>,
     names: BTreeMap<PathBuf, u64>,
+    /// The names as of the last `sync_dir`, and the changes since, in order.
+    durable_names: BTreeMap<PathBuf, u64>,
+    unsynced_names: Vec<NameOp>,
     dirs: BTreeSet<PathBuf>,
     next_inode: u64,
     /// Fail the operation after this many more of its kind succeed.
     faults: HashMap<FaultOp, u32>,
+    /// After this many more changes (writes, truncations, syncs, creations, removals, renames)
+    /// every change fails: the process died there (see [`SimStorage::stop_after`]).
+    stop_after: Option<u32>,
+    stopped: bool,
     rng: StdRng,
     syncs: u64,
     /// Ranges handed to `start_writeback`, in call order.
@@ -110,9 +146,13 @@ impl SimStorage {
             fs: Rc::new(RefCell::new(SimFs {
                 inodes: HashMap::new(),
                 names: BTreeMap::new(),
+                durable_names: BTreeMap::new(),
+                unsynced_names: Vec::new(),
                 dirs: BTreeSet::new(),
                 next_inode: 1,
                 faults: HashMap::new(),
+                stop_after: None,
+                stopped: false,
                 rng: StdRng::seed_from_u64(seed),
                 syncs: 0,
                 writeback_hints: Vec::new(),
@@ -128,6 +168,19 @@ impl SimStorage {
     /// Makes the operation of kind `op` fail with EIO after `after` more succeed.
     pub fn fail(&self, op: FaultOp, after: u32) {
         self.fs.borrow_mut().faults.insert(op, after);
+    }
+
+    /// Lets `changes` more changes reach the file system, then fails every one after: the
+    /// process stops at that step (a crash test then calls [`SimStorage::crash`] and reopens).
+    pub fn stop_after(&self, changes: u32) {
+        let mut fs = self.fs.borrow_mut();
+        fs.stop_after = Some(changes);
+        fs.stopped = false;
+    }
+
+    /// Whether a change was refused since [`SimStorage::stop_after`].
+    pub fn stopped(&self) -> bool {
+        self.fs.borrow().stopped
     }
 
     /// Simulates power loss: every file keeps its synced contents plus a random prefix of the
@@ -147,6 +200,14 @@ impl SimStorage {
 
     fn crash_with(&self, reordered: bool) {
         let mut fs = self.fs.borrow_mut();
+        let unsynced = fs.unsynced_names.len();
+        let kept = fs.rng.random_range(0..=unsynced);
+        let mut names = std::mem::take(&mut fs.durable_names);
+        for op in fs.unsynced_names.drain(..).take(kept) {
+            op.apply(&mut names);
+        }
+        fs.durable_names = names.clone();
+        fs.names = names;
         let SimFs { inodes, rng, .. } = &mut *fs;
         for inode in inodes.values_mut() {
             let mut data = inode.durable.clone();
@@ -189,6 +250,7 @@ impl SimStorage {
             inode.unsynced.clear();
         }
         fs.faults.clear();
+        fs.stop_after = None;
     }
 
     /// Number of successful `sync_data` calls so far (group commit tests count them).
@@ -274,6 +336,21 @@ impl SimStorage {
 }
 
 impl SimFs {
+    /// Counts one change against [`SimStorage::stop_after`].
+    fn change(&mut self) -> io::Result<()> {
+        match &mut self.stop_after {
+            Some(0) => {
+                self.stopped = true;
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            Some(left) => {
+                *left -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     fn check_fault(&mut self, op: FaultOp) -> io::Result<()> {
         match self.faults.get_mut(&op) {
             Some(0) => {
@@ -333,6 +410,7 @@ impl StorageFile for SimFile {
 
     async fn write_all_at(&self, bytes: Bytes, pos: u64) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
+        fs.change()?;
         if let Err(error) = fs.check_fault(FaultOp::Write) {
             // A failed write may still have reached the page cache in part.
             let torn = fs.rng.random_range(0..=bytes.len());
@@ -395,6 +473,7 @@ impl StorageFile for SimFile {
 
     async fn sync_data(&self) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
+        fs.change()?;
         fs.check_fault(FaultOp::Sync)?;
         fs.syncs += 1;
         let inode = fs.inode(self.inode);
@@ -405,6 +484,7 @@ impl StorageFile for SimFile {
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
+        fs.change()?;
         let op = Op::Truncate { len };
         let inode = fs.inode(self.inode);
         Inode::apply(&mut inode.data, &op);
@@ -447,10 +527,13 @@ impl Storage for SimStorage {
         let inode = match fs.names.get(path) {
             Some(inode) => *inode,
             None if create => {
+                fs.change()?;
                 let inode = fs.next_inode;
                 fs.next_inode += 1;
                 fs.inodes.insert(inode, Inode::default());
                 fs.names.insert(path.to_path_buf(), inode);
+                fs.unsynced_names
+                    .push(NameOp::Link(path.to_path_buf(), inode));
                 inode
             }
             None => return Err(not_found(path)),
@@ -470,10 +553,24 @@ impl Storage for SimStorage {
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
-        fs.names
-            .remove(path)
-            .map(drop)
-            .ok_or_else(|| not_found(path))
+        fs.change()?;
+        fs.names.remove(path).ok_or_else(|| not_found(path))?;
+        fs.unsynced_names.push(NameOp::Unlink(path.to_path_buf()));
+        Ok(())
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        fs.change()?;
+        let parent = to.parent().unwrap_or(Path::new(""));
+        if !fs.dirs.contains(parent) {
+            return Err(not_found(parent));
+        }
+        let inode = fs.names.remove(from).ok_or_else(|| not_found(from))?;
+        fs.names.insert(to.to_path_buf(), inode);
+        fs.unsynced_names
+            .push(NameOp::Rename(from.to_path_buf(), to.to_path_buf()));
+        Ok(())
     }
 
     async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -486,12 +583,27 @@ impl Storage for SimStorage {
 
     async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
+        // Removing a whole tree is made durable at once (the tests that do it start over).
         fs.names.retain(|name, _| !name.starts_with(path));
+        fs.durable_names.retain(|name, _| !name.starts_with(path));
+        fs.unsynced_names.retain(|op| match op {
+            NameOp::Link(name, _) | NameOp::Unlink(name) => !name.starts_with(path),
+            NameOp::Rename(from, to) => !from.starts_with(path) && !to.starts_with(path),
+        });
         fs.dirs.retain(|dir| !dir.starts_with(path));
         Ok(())
     }
 
+    /// Makes every change to names so far durable, in every directory: a journaling file
+    /// system commits them in order, so a sync of one directory's entries commits all before.
     async fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        let mut fs = self.fs.borrow_mut();
+        fs.change()?;
+        let mut names = std::mem::take(&mut fs.durable_names);
+        for op in fs.unsynced_names.drain(..) {
+            op.apply(&mut names);
+        }
+        fs.durable_names = names;
         Ok(())
     }
 

@@ -383,6 +383,10 @@ impl Storage for UringStorage {
         tokio_uring::fs::remove_file(path).await
     }
 
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        tokio_uring::fs::rename(from, to).await
+    }
+
     async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         tokio_uring::fs::create_dir_all(path).await
     }

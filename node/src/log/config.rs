@@ -37,6 +37,78 @@ pub struct LogConfig {
     /// send them direct (see [`DIRECT_WRITE_MIN_BYTES`]); under `auto`, the average append size
     /// below which appends go back to the page cache (see [`append_path`]).
     pub direct_write_min_bytes: u64,
+    /// What happens to old data: deleted by retention, compacted, or both.
+    pub cleanup: CleanupPolicy,
+    /// When and how a compacted log is cleaned.
+    pub compaction: CompactionConfig,
+}
+
+/// Kafka's `cleanup.policy`: `delete`, `compact` or `compact,delete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Retention by time and size deletes old segments.
+    pub delete: bool,
+    /// The cleaner keeps each key's last record.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+    pub const COMPACT: CleanupPolicy = CleanupPolicy {
+        delete: false,
+        compact: true,
+    };
+
+    /// Kafka's spelling: a comma-separated list of `delete` and `compact`, at least one.
+    pub fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut policy = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for part in value.split(',').map(str::trim) {
+            match part {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                _ => return None,
+            }
+        }
+        (policy.delete || policy.compact).then_some(policy)
+    }
+
+    pub fn name(self) -> &'static str {
+        match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        }
+    }
+}
+
+/// Kafka's compaction settings of a topic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionConfig {
+    /// Clean once the part not yet cleaned is at least this share of the cleanable log.
+    pub min_cleanable_dirty_ratio: f64,
+    /// A record stays uncompacted at least this long (its segment's newest record's age).
+    pub min_lag_ms: i64,
+    /// A record is compacted within about this long whatever the dirty ratio.
+    pub max_lag_ms: i64,
+    /// A tombstone stays this long after the clean that first kept it.
+    pub delete_retention_ms: i64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            min_cleanable_dirty_ratio: 0.5,
+            min_lag_ms: 0,
+            max_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
+        }
+    }
 }
 
 /// The default [`LogConfig::direct_write_min_bytes`]. A direct write waits for the disk: on
@@ -135,6 +207,8 @@ impl Default for LogConfig {
             preallocate_step_bytes: PREALLOCATE_STEP_BYTES,
             direct_writes: DirectWrites::Auto,
             direct_write_min_bytes: DIRECT_WRITE_MIN_BYTES,
+            cleanup: CleanupPolicy::DELETE,
+            compaction: CompactionConfig::default(),
         }
     }
 }

@@ -158,6 +158,10 @@ impl<S: Storage> PartitionLog<S> {
         below_offset: u64,
     ) -> Result<RetentionReport, LogError> {
         let mut report = RetentionReport::default();
+        if !self.config.cleanup.delete {
+            // A compacted topic without `delete` keeps every key's last record however old.
+            return Ok(report);
+        }
         let expired = |segment: &Segment<S::File>, retention_ms: Option<i64>| {
             retention_ms.is_some_and(|retention_ms| {
                 !segment.is_empty() && segment.max_timestamp_ms < now_ms - retention_ms

@@ -3,8 +3,9 @@
 //! Invariants:
 //! - Single owner: every method takes `&mut self`; there are no locks, and no other task touches
 //!   the files. Concurrency (group commit) is layered on top by [`writer`].
-//! - Offsets are dense and contiguous: segment `k + 1` starts where segment `k` ends, and every
-//!   batch's base offset is the previous batch's next offset. Asserted on every append.
+//! - Batches tile the offsets: segment `k + 1` starts where segment `k` ends, and every batch's
+//!   base offset is the previous batch's next offset. Asserted on every append. Compaction keeps
+//!   this: a cleaned batch keeps its offsets however few records it keeps (see [`cleaner`]).
 //! - The `.log` files are the truth; index files are a cache, rebuilt on open where they disagree.
 //! - Time is an argument (`now_ms`), never read from a clock here, so tests control it.
 //! - Fail-stop: once a write or sync fails, the log refuses appends and flushes until reopened,
@@ -21,6 +22,8 @@
 mod append;
 pub mod append_path;
 mod checkpoints;
+pub mod cleaner;
+pub mod compaction;
 mod config;
 mod error;
 mod flush;
@@ -56,9 +59,10 @@ pub use self::append::{AppendInfo, PlacedBatches};
 pub use self::checkpoints::{
     EPOCH_FILE_NAME, HIGH_WATERMARK_FILE_NAME, PRODUCER_SNAPSHOT_FILE_NAME,
 };
+pub use self::compaction::{CLEANER_CHECKPOINT_FILE_NAME, CleanPlan, CompactionStatus, SwapReport};
 pub use self::config::{
-    DIRECT_WRITE_MIN_BYTES, DirectWrites, FlushPolicy, LogConfig, PREALLOCATE_AHEAD_MIN_BYTES,
-    PREALLOCATE_STEP_BYTES, SEGMENT_BYTES_MAX,
+    CleanupPolicy, CompactionConfig, DIRECT_WRITE_MIN_BYTES, DirectWrites, FlushPolicy, LogConfig,
+    PREALLOCATE_AHEAD_MIN_BYTES, PREALLOCATE_STEP_BYTES, SEGMENT_BYTES_MAX,
 };
 pub use self::error::LogError;
 pub use self::flush::{FlushJob, FlushOutcome};
@@ -102,6 +106,10 @@ pub struct PartitionLog<S: Storage> {
     /// The path of the batches it copies from a leader, under `direct_writes: auto` (kept apart:
     /// a leader's own appends and a follower's copies come in sizes of their own).
     replicated_appends: LargeAppends,
+    /// Everything below this has been cleaned (compacted logs; see [`compaction`]). Persisted in
+    /// [`CLEANER_CHECKPOINT_FILE_NAME`]; read through [`PartitionLog::clean_offset`], which
+    /// keeps it within the log.
+    clean_offset: u64,
 }
 
 /// How many closed segments' indexes stay loaded.

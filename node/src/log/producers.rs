@@ -180,6 +180,14 @@ impl ProducerStates {
         self.producers.len()
     }
 
+    /// Each producer's last batch, by its last offset (what the cleaner must keep).
+    pub fn last_offsets(&self) -> std::collections::HashMap<i64, u64> {
+        self.producers
+            .iter()
+            .map(|(producer_id, entry)| (*producer_id, entry.last().last_offset))
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }

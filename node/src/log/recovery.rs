@@ -74,6 +74,8 @@ impl<S: Storage> PartitionLog<S> {
             .create_dir_all(&dir)
             .await
             .map_err(io_error("create", &dir))?;
+        super::compaction::finish_interrupted_swaps(&storage, &dir).await?;
+        let clean_offset = PartitionLog::read_clean_offset(&storage, &dir).await;
         let mut bases: Vec<u64> = storage
             .list_dir(&dir)
             .await
@@ -144,6 +146,7 @@ impl<S: Storage> PartitionLog<S> {
             tail_cache: TailCache::new(TAIL_CACHE_BYTES),
             own_appends: LargeAppends::default(),
             replicated_appends: LargeAppends::default(),
+            clean_offset,
         };
         let mut report = RecoveryReport::default();
         let mut validated_any = log.recover_segments(&bases, now_ms, &mut report).await?;

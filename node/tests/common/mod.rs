@@ -64,6 +64,7 @@ pub fn small_config(segment_bytes: u64, flush: FlushPolicy) -> LogConfig {
         direct_writes: DirectWrites::Replicated,
         // Every direct-eligible append goes direct, however small, so tests exercise the path.
         direct_write_min_bytes: 0,
+        ..LogConfig::default()
     }
 }
 

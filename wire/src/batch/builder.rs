@@ -3,9 +3,9 @@
 use bytes::Bytes;
 use rkyv::util::AlignedVec;
 
+use super::Record;
 use super::body::{BodyParts, HeaderEntry, NULL_LEN, RecordEntry};
 use super::compression;
-use super::Record;
 use super::layout::{
     self, BATCH_LEN_MAX, BatchHeader, Codec, FORMAT_VERSION, HEADER_LEN, attributes, padded_len,
 };
@@ -158,12 +158,21 @@ impl BatchBuilder {
     /// Starts the compacted batch that replaces `original` (the log cleaner's): it keeps
     /// `original`'s offsets, epoch, timestamps, producer fields, transaction bits and codec, and
     /// holds the records then given to [`BatchBuilder::push_kept`], none at all if none is.
-    pub fn start_compacted(&mut self, original: &BatchHeader) {
+    /// `delete_horizon_ms` sets the time its tombstones may go from
+    /// ([`BatchHeader::delete_horizon_ms`]) where `original` has none yet; one already set stays.
+    pub fn start_compacted(&mut self, original: &BatchHeader, delete_horizon_ms: Option<i64>) {
         assert!(
             self.records.is_empty() && self.compacting.is_none(),
             "start_compacted on an empty builder"
         );
-        self.compacting = Some(*original);
+        let mut original = *original;
+        if let Some(horizon) = delete_horizon_ms
+            && original.delete_horizon_ms().is_none()
+        {
+            original.attributes |= attributes::DELETE_HORIZON;
+            original.first_timestamp_ms = horizon;
+        }
+        self.compacting = Some(original);
         self.first_timestamp_ms = original.first_timestamp_ms;
     }
 

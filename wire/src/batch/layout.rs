@@ -26,7 +26,9 @@
 //! *compacted* batch (attribute bit 6): the records compaction kept, at their original deltas
 //! (strictly increasing, below `offset_count`), none at all when every one went; the header keeps
 //! the original batch's offsets, timestamps and producer fields, so offsets, the time index and
-//! idempotent producers' sequences read as before the clean.
+//! idempotent producers' sequences read as before the clean. Once it kept a tombstone (a null
+//! value) in a batch, the cleaner sets bit 7 and `first_timestamp_ms` becomes the time from which
+//! that batch's tombstones may go (the record deltas then count from it).
 
 use super::BatchError;
 
@@ -112,8 +114,12 @@ pub mod attributes {
     pub const CONTROL: u16 = 1 << 5;
     /// Written by the log cleaner: the records left may be fewer than the offsets spanned.
     pub const COMPACTED: u16 = 1 << 6;
+    /// On a compacted batch only: `first_timestamp_ms` holds the time from which the cleaner
+    /// may remove the batch's tombstones (Kafka's delete horizon, KIP-534), and the records'
+    /// timestamp deltas are relative to it.
+    pub const DELETE_HORIZON: u16 = 1 << 7;
     /// Bits this version knows; any other bit set is an error, so a newer writer cannot be misread.
-    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED;
+    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED | DELETE_HORIZON;
 }
 
 /// Rounds `len` up to the next multiple of [`BATCH_ALIGN`].
@@ -176,7 +182,9 @@ impl BatchHeader {
         if bytes[AT_RESERVED_A] != 0 || bytes[AT_RESERVED_B] != 0 || bytes[AT_RESERVED_B + 1] != 0 {
             return Err(BatchError::ReservedBitsSet);
         }
-        if header.attributes & !attributes::KNOWN != 0 {
+        if header.attributes & !attributes::KNOWN != 0
+            || (header.attributes & attributes::DELETE_HORIZON != 0 && !header.is_compacted())
+        {
             return Err(BatchError::ReservedBitsSet);
         }
         let batch_len = header.batch_len as usize;
@@ -211,6 +219,12 @@ impl BatchHeader {
     /// Written by the log cleaner ([`attributes::COMPACTED`]).
     pub fn is_compacted(&self) -> bool {
         self.attributes & attributes::COMPACTED != 0
+    }
+
+    /// When the cleaner may remove this batch's tombstones, once it has set that
+    /// ([`attributes::DELETE_HORIZON`]).
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & attributes::DELETE_HORIZON != 0).then_some(self.first_timestamp_ms)
     }
 
     pub fn codec(&self) -> Result<Codec, BatchError> {

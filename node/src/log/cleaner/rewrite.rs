@@ -1,0 +1,281 @@
+//! What the cleaner keeps of each batch, and the cleaned segment it writes: pure, given the
+//! key map and the time.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use strata_wire::batch::{Batch, BatchBuilder, BatchHeader, FORMAT_VERSION, HEADER_LEN};
+
+use super::offset_map::OffsetMap;
+use crate::log::index::{IndexCadence, SegmentIndex};
+
+/// What decides a record's fate in one clean.
+pub struct Rules {
+    /// Each key's last offset in `[map_start, map_end)`.
+    pub map: OffsetMap,
+    /// Records at or past this are beyond what the map saw, and are kept.
+    pub map_end: u64,
+    pub now_ms: i64,
+    /// How long a tombstone stays after the clean that first kept it.
+    pub delete_retention_ms: i64,
+    /// Each idempotent producer's last batch (its last offset): kept, emptied if need be, so the
+    /// producer's sequence survives the clean (Kafka keeps it the same way).
+    pub producer_last_offsets: HashMap<i64, u64>,
+}
+
+/// What a clean did, for the logs and `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CleanStats {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_read: u64,
+    pub records_removed: u64,
+    pub tombstones_removed: u64,
+    /// Records without a key (written before the topic was compacted): Kafka's cleaner drops
+    /// them too.
+    pub keyless_removed: u64,
+}
+
+impl CleanStats {
+    pub fn add(&mut self, other: &CleanStats) {
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.records_read += other.records_read;
+        self.records_removed += other.records_removed;
+        self.tombstones_removed += other.tombstones_removed;
+        self.keyless_removed += other.keyless_removed;
+    }
+}
+
+impl Rules {
+    /// Whether the record at `offset` stays: the last of its key (as far as the map saw), and,
+    /// a tombstone, not past its batch's delete horizon.
+    fn keeps(
+        &self,
+        key: Option<&[u8]>,
+        is_tombstone: bool,
+        offset: u64,
+        horizon: Option<i64>,
+    ) -> Fate {
+        if offset >= self.map_end {
+            return Fate::Keep;
+        }
+        let Some(key) = key else {
+            return Fate::RemoveKeyless;
+        };
+        if self.map.get(key).is_some_and(|latest| latest > offset) {
+            return Fate::Remove;
+        }
+        if is_tombstone && horizon.is_some_and(|horizon| horizon <= self.now_ms) {
+            return Fate::RemoveTombstone;
+        }
+        Fate::Keep
+    }
+}
+
+enum Fate {
+    Keep,
+    Remove,
+    RemoveTombstone,
+    RemoveKeyless,
+}
+
+/// Builds one cleaned segment from the batches of the source segments it replaces, in order:
+/// batches kept whole go out as they are, others rewritten as compacted batches, and runs of
+/// batches that lost every record become one empty batch spanning them, so the cleaned
+/// segment's batches still tile its offsets.
+pub struct SegmentWriter {
+    base_offset: u64,
+    next_offset: u64,
+    size: u64,
+    /// Cleaned batches not yet handed out for writing.
+    pending: Vec<Bytes>,
+    index: SegmentIndex,
+    cadence: IndexCadence,
+    /// A run of batches that lost every record, not yet written.
+    gap: Option<BatchHeader>,
+    builder: BatchBuilder,
+    /// Whether anything differs from the sources.
+    changed: bool,
+}
+
+impl SegmentWriter {
+    pub fn new(base_offset: u64, index_interval_bytes: u32) -> SegmentWriter {
+        SegmentWriter {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            pending: Vec::new(),
+            index: SegmentIndex::default(),
+            cadence: IndexCadence::new(index_interval_bytes),
+            gap: None,
+            builder: BatchBuilder::with_capacity(64 << 10),
+            changed: false,
+        }
+    }
+
+    /// The next source batch. Panics unless it starts where the previous one ended.
+    pub fn push(&mut self, batch: &Batch, rules: &Rules, stats: &mut CleanStats) {
+        let header = *batch.header();
+        assert_eq!(
+            header.base_offset,
+            self.gap.map_or(self.next_offset, |gap| gap.next_offset()),
+            "source batches tile the offsets"
+        );
+        stats.bytes_read += u64::from(header.batch_len);
+        let horizon = header.delete_horizon_ms();
+        let mut kept = 0u32;
+        let mut tombstone_kept = false;
+        let records = batch.record_count();
+        stats.records_read += u64::from(records);
+        // First pass: decide, without building anything (most batches of a clean part keep all).
+        for record in batch.records() {
+            match rules.keeps(
+                record.key,
+                record.nullable_value().is_none(),
+                record.offset,
+                horizon,
+            ) {
+                Fate::Keep => {
+                    kept += 1;
+                    tombstone_kept |= record.nullable_value().is_none();
+                }
+                Fate::Remove => stats.records_removed += 1,
+                Fate::RemoveTombstone => {
+                    stats.records_removed += 1;
+                    stats.tombstones_removed += 1;
+                }
+                Fate::RemoveKeyless => {
+                    stats.records_removed += 1;
+                    stats.keyless_removed += 1;
+                }
+            }
+        }
+        let needs_horizon = tombstone_kept && horizon.is_none();
+        if kept == records && !needs_horizon {
+            self.emit(batch.as_bytes().clone(), &header);
+            return;
+        }
+        self.changed = true;
+        let producer_keeps = header.is_idempotent()
+            && rules.producer_last_offsets.get(&header.producer_id) == Some(&header.last_offset());
+        if kept == 0 && !producer_keeps {
+            self.extend_gap(&header);
+            return;
+        }
+        let new_horizon =
+            needs_horizon.then(|| rules.now_ms.saturating_add(rules.delete_retention_ms));
+        self.builder.start_compacted(&header, new_horizon);
+        for record in batch.records() {
+            if matches!(
+                rules.keeps(
+                    record.key,
+                    record.nullable_value().is_none(),
+                    record.offset,
+                    horizon
+                ),
+                Fate::Keep
+            ) {
+                self.builder.push_kept(&record);
+            }
+        }
+        let bytes = self.builder.finish_compacted();
+        let rewritten = BatchHeader::parse(&bytes).expect("the builder writes valid batches");
+        self.emit(bytes, &rewritten);
+    }
+
+    /// Cleaned batches ready to be written, in order, since the last call.
+    pub fn take_pending(&mut self) -> Vec<Bytes> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Ends the segment: returns the last batches to write and what the segment holds.
+    pub fn finish(mut self) -> (Vec<Bytes>, CleanedSegment) {
+        self.flush_gap();
+        let pending = std::mem::take(&mut self.pending);
+        (
+            pending,
+            CleanedSegment {
+                base_offset: self.base_offset,
+                next_offset: self.next_offset,
+                size: self.size,
+                index: self.index,
+                max_timestamp_ms: self.cadence.max_timestamp_ms(),
+                changed: self.changed,
+            },
+        )
+    }
+
+    fn emit(&mut self, bytes: Bytes, header: &BatchHeader) {
+        self.flush_gap();
+        self.append(bytes, header);
+    }
+
+    fn append(&mut self, bytes: Bytes, header: &BatchHeader) {
+        debug_assert_eq!(header.base_offset, self.next_offset);
+        let relative = u32::try_from(header.base_offset - self.base_offset)
+            .expect("a cleaned segment's offsets fit its index");
+        let position = u32::try_from(self.size).expect("a cleaned segment fits u32 positions");
+        if let Some(entry) = self.cadence.on_batch(
+            relative,
+            position,
+            header.batch_len,
+            header.max_timestamp_ms,
+        ) {
+            self.index.push(entry);
+        }
+        self.size += bytes.len() as u64;
+        self.next_offset = header.next_offset();
+        self.pending.push(bytes);
+    }
+
+    /// Adds a batch that lost every record to the run of such batches, starting a new run where
+    /// the epoch changes or the run would span more offsets than a batch can.
+    fn extend_gap(&mut self, header: &BatchHeader) {
+        if let Some(gap) = &mut self.gap {
+            let span = header.next_offset() - gap.base_offset;
+            if gap.leader_epoch == header.leader_epoch && span <= u64::from(u32::MAX) {
+                gap.offset_count = span as u32;
+                gap.max_timestamp_ms = gap.max_timestamp_ms.max(header.max_timestamp_ms);
+                return;
+            }
+            self.flush_gap();
+        }
+        self.gap = Some(BatchHeader {
+            base_offset: header.base_offset,
+            leader_epoch: header.leader_epoch,
+            crc: 0,
+            batch_len: HEADER_LEN as u32,
+            body_len: 0,
+            version: FORMAT_VERSION,
+            attributes: 0,
+            offset_count: header.offset_count,
+            first_timestamp_ms: header.max_timestamp_ms,
+            max_timestamp_ms: header.max_timestamp_ms,
+            producer_id: strata_wire::batch::NO_PRODUCER_ID,
+            base_sequence: strata_wire::batch::NO_SEQUENCE,
+            producer_epoch: strata_wire::batch::NO_PRODUCER_EPOCH,
+        });
+    }
+
+    fn flush_gap(&mut self) {
+        let Some(gap) = self.gap.take() else {
+            return;
+        };
+        self.builder.start_compacted(&gap, None);
+        let bytes = self.builder.finish_compacted();
+        let header = BatchHeader::parse(&bytes).expect("the builder writes valid batches");
+        self.append(bytes, &header);
+    }
+}
+
+/// A cleaned segment as written.
+pub struct CleanedSegment {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub size: u64,
+    pub index: SegmentIndex,
+    pub max_timestamp_ms: i64,
+    /// False when it holds exactly the batches of its sources.
+    pub changed: bool,
+}

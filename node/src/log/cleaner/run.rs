@@ -1,0 +1,357 @@
+//! One clean's IO: read the plan's segments, build the key map, write the cleaned segments.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use strata_wire::batch::{Batch, BatchHeader, HEADER_LEN};
+
+use super::offset_map::OffsetMap;
+use super::rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
+use crate::io::{ReadBuf, Storage, StorageFile};
+use crate::log::LogError;
+use crate::log::compaction::{CleanPlan, SourceSegment, SourceSummary, cleaned_path};
+use crate::replication::RecoveryThrottle;
+
+/// How much of a segment one read takes.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// What a clean wrote, for [`crate::log::PartitionLog::finish_clean`] to swap in.
+pub struct CleanOutcome {
+    pub segments: Vec<CleanedFiles>,
+    /// The first offset the next clean treats as dirty.
+    pub clean_offset: u64,
+    pub stats: CleanStats,
+}
+
+/// One cleaned segment's files (`<base>.*.cleaned`, synced) and the segments it replaces.
+pub struct CleanedFiles {
+    pub segment: CleanedSegment,
+    pub sources: Vec<SourceSummary>,
+}
+
+fn corrupt(dir: &std::path::Path, base: u64, error: impl std::fmt::Display) -> LogError {
+    LogError::Io {
+        what: "clean",
+        path: dir.join(format!("{base:020}.log")),
+        source: Arc::new(io::Error::new(
+            io::ErrorKind::InvalidData,
+            error.to_string(),
+        )),
+    }
+}
+
+/// Runs the clean `plan` describes, with `map` (emptied first; handed back for the next clean)
+/// and the shard's IO limit. Writes the cleaned segments' files and syncs them; swapping them in
+/// is the log's ([`crate::log::PartitionLog::finish_clean`]).
+pub async fn clean<S: Storage>(
+    plan: CleanPlan<S>,
+    mut map: OffsetMap,
+    throttle: &mut Option<RecoveryThrottle>,
+) -> (OffsetMap, Result<CleanOutcome, LogError>) {
+    map.clear();
+    let mut stats = CleanStats::default();
+    let map_end = match build_map(&plan, &mut map, throttle, &mut stats).await {
+        Ok(end) => end,
+        Err(error) => return (map, Err(error)),
+    };
+    let mut rules = Rules {
+        map,
+        map_end,
+        now_ms: plan.now_ms,
+        delete_retention_ms: plan.delete_retention_ms,
+        producer_last_offsets: plan.producer_last_offsets.clone(),
+    };
+    let result = rewrite_all(&plan, &mut rules, throttle, &mut stats).await;
+    let outcome = result.map(|segments| CleanOutcome {
+        segments,
+        clean_offset: map_end,
+        stats,
+    });
+    (rules.map, outcome)
+}
+
+/// Step 1: each key's last offset in the dirty part, until the map is full. Returns where the
+/// map stops (the cleanable end when everything fit).
+async fn build_map<S: Storage>(
+    plan: &CleanPlan<S>,
+    map: &mut OffsetMap,
+    throttle: &mut Option<RecoveryThrottle>,
+    stats: &mut CleanStats,
+) -> Result<u64, LogError> {
+    for source in plan
+        .sources
+        .iter()
+        .filter(|source| source.next_offset > plan.first_dirty)
+    {
+        let mut reader = SegmentReader::new(source);
+        while let Some(batches) = reader.next_chunk(&plan.dir, throttle).await? {
+            stats.bytes_read += batches
+                .iter()
+                .map(|b| b.as_bytes().len() as u64)
+                .sum::<u64>();
+            for batch in &batches {
+                if batch.last_offset() < plan.first_dirty {
+                    continue;
+                }
+                for record in batch.records() {
+                    if record.offset < plan.first_dirty || record.offset >= plan.cleanable_end {
+                        continue;
+                    }
+                    if let Some(key) = record.key
+                        && !map.put(key, record.offset)
+                    {
+                        return Ok(record.offset);
+                    }
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(plan.cleanable_end)
+}
+
+/// Step 2: the segments up to `rules.map_end`, rewritten in groups of at most `segment.bytes`.
+async fn rewrite_all<S: Storage>(
+    plan: &CleanPlan<S>,
+    rules: &mut Rules,
+    throttle: &mut Option<RecoveryThrottle>,
+    stats: &mut CleanStats,
+) -> Result<Vec<CleanedFiles>, LogError> {
+    let sources: Vec<&SourceSegment<S::File>> = plan
+        .sources
+        .iter()
+        .filter(|source| source.base_offset < rules.map_end)
+        .collect();
+    let mut written = Vec::new();
+    for group in groups(&sources, plan.segment_bytes) {
+        match rewrite_group(plan, group, rules, throttle, stats).await {
+            Ok(Some(files)) => written.push(files),
+            Ok(None) => {}
+            Err(error) => {
+                // Leave nothing behind: what was written is discarded with the clean.
+                for files in &written {
+                    remove_cleaned(plan, files.segment.base_offset).await;
+                }
+                remove_cleaned(plan, group[0].base_offset).await;
+                return Err(error);
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Consecutive sources whose sizes add up to at most `segment_bytes` (at least one each), and
+/// whose offsets a segment's index can address.
+fn groups<'a, F>(
+    sources: &'a [&'a SourceSegment<F>],
+    segment_bytes: u64,
+) -> Vec<&'a [&'a SourceSegment<F>]> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < sources.len() {
+        let mut end = start + 1;
+        let mut bytes = sources[start].size;
+        while end < sources.len()
+            && bytes + sources[end].size <= segment_bytes
+            && sources[end].next_offset - sources[start].base_offset <= u64::from(u32::MAX)
+        {
+            bytes += sources[end].size;
+            end += 1;
+        }
+        groups.push(&sources[start..end]);
+        start = end;
+    }
+    groups
+}
+
+async fn remove_cleaned<S: Storage>(plan: &CleanPlan<S>, base: u64) {
+    for extension in ["log", "index", "timeindex"] {
+        let _ = plan
+            .storage
+            .remove_file(&cleaned_path(&plan.dir, base, extension))
+            .await;
+    }
+}
+
+/// Writes one group's cleaned segment; `None` when it would be one source unchanged.
+async fn rewrite_group<S: Storage>(
+    plan: &CleanPlan<S>,
+    group: &[&SourceSegment<S::File>],
+    rules: &Rules,
+    throttle: &mut Option<RecoveryThrottle>,
+    stats: &mut CleanStats,
+) -> Result<Option<CleanedFiles>, LogError> {
+    let base = group[0].base_offset;
+    let open = |extension: &'static str| {
+        let path = cleaned_path(&plan.dir, base, extension);
+        let storage = plan.storage.clone();
+        async move {
+            let file = storage.open(&path, true).await?;
+            file.truncate(0).await?;
+            Ok::<_, io::Error>(file)
+        }
+    };
+    let io_error = |what: &'static str| {
+        let path = cleaned_path(&plan.dir, base, "log");
+        move |source| LogError::Io {
+            what,
+            path,
+            source: Arc::new(source),
+        }
+    };
+    let log = open("log").await.map_err(io_error("create"))?;
+    let mut writer = SegmentWriter::new(base, plan.index_interval_bytes);
+    let mut position = 0u64;
+    for source in group {
+        let mut reader = SegmentReader::new(source);
+        while let Some(batches) = reader.next_chunk(&plan.dir, throttle).await? {
+            for batch in &batches {
+                writer.push(batch, rules, stats);
+            }
+            position = write(&log, writer.take_pending(), position, throttle)
+                .await
+                .map_err(io_error("write"))?;
+            tokio::task::yield_now().await;
+        }
+    }
+    let (last, mut segment) = writer.finish();
+    let size = write(&log, last, position, throttle)
+        .await
+        .map_err(io_error("write"))?;
+    debug_assert_eq!(size, segment.size);
+    stats.bytes_written += size;
+    if !segment.changed && group.len() == 1 {
+        drop(log);
+        remove_cleaned(plan, base).await;
+        return Ok(None);
+    }
+    let (mut offsets, mut times) = (Vec::new(), Vec::new());
+    segment.index.take_unpersisted(&mut offsets, &mut times);
+    let offset_index = open("index").await.map_err(io_error("create"))?;
+    let time_index = open("timeindex").await.map_err(io_error("create"))?;
+    for (file, bytes) in [(&offset_index, offsets), (&time_index, times)] {
+        if !bytes.is_empty() {
+            file.write_all_at(Bytes::from(bytes), 0)
+                .await
+                .map_err(io_error("write"))?;
+        }
+    }
+    for file in [&log, &offset_index, &time_index] {
+        file.sync_data().await.map_err(io_error("sync"))?;
+    }
+    Ok(Some(CleanedFiles {
+        segment,
+        sources: group
+            .iter()
+            .map(|source| SourceSummary {
+                base_offset: source.base_offset,
+                next_offset: source.next_offset,
+                size: source.size,
+            })
+            .collect(),
+    }))
+}
+
+/// Writes `pieces` back to back at `position`; returns the position after them.
+async fn write<F: StorageFile>(
+    file: &F,
+    pieces: Vec<Bytes>,
+    position: u64,
+    throttle: &mut Option<RecoveryThrottle>,
+) -> io::Result<u64> {
+    let len: u64 = pieces.iter().map(|piece| piece.len() as u64).sum();
+    if len == 0 {
+        return Ok(position);
+    }
+    pace(throttle, len).await;
+    file.write_all_in_order_at(pieces, position).await?;
+    Ok(position + len)
+}
+
+/// Waits until the shard's cleaner IO limit lets `bytes` more go.
+async fn pace(throttle: &mut Option<RecoveryThrottle>, bytes: u64) {
+    if let Some(throttle) = throttle {
+        let delay = throttle.delay(Instant::now());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        throttle.charge(bytes, Instant::now());
+    }
+}
+
+/// Reads a closed segment's batches a chunk at a time, each batch whole and validated.
+struct SegmentReader<'a, F> {
+    source: &'a SourceSegment<F>,
+    position: u64,
+}
+
+impl<'a, F: StorageFile> SegmentReader<'a, F> {
+    fn new(source: &'a SourceSegment<F>) -> Self {
+        SegmentReader {
+            source,
+            position: 0,
+        }
+    }
+
+    /// The next whole batches, or `None` at the segment's end.
+    async fn next_chunk(
+        &mut self,
+        dir: &std::path::Path,
+        throttle: &mut Option<RecoveryThrottle>,
+    ) -> Result<Option<Vec<Batch>>, LogError> {
+        let source = self.source;
+        let left = source.size - self.position;
+        if left == 0 {
+            return Ok(None);
+        }
+        let mut want = (CHUNK_BYTES as u64).min(left) as usize;
+        loop {
+            pace(throttle, want as u64).await;
+            let (result, buf) = source
+                .log
+                .read_at(ReadBuf::with_capacity(want), self.position)
+                .await;
+            result.map_err(|error| corrupt(dir, source.base_offset, error))?;
+            let bytes = buf.into_bytes();
+            if bytes.len() < want {
+                return Err(corrupt(
+                    dir,
+                    source.base_offset,
+                    "the segment is shorter than its data",
+                ));
+            }
+            let mut batches = Vec::new();
+            let mut at = 0;
+            while bytes.len() - at >= HEADER_LEN {
+                let header = BatchHeader::parse(&bytes[at..])
+                    .map_err(|error| corrupt(dir, source.base_offset, error))?;
+                let len = header.batch_len as usize;
+                if len > bytes.len() - at {
+                    break;
+                }
+                let batch = Batch::validate(bytes.slice(at..at + len))
+                    .map_err(|error| corrupt(dir, source.base_offset, error))?;
+                batches.push(batch);
+                at += len;
+            }
+            if at == 0 {
+                // One batch larger than a chunk: read it whole.
+                let header = BatchHeader::parse(&bytes)
+                    .map_err(|error| corrupt(dir, source.base_offset, error))?;
+                want = (header.batch_len as usize).max(want + 1);
+                if want as u64 > left {
+                    return Err(corrupt(
+                        dir,
+                        source.base_offset,
+                        "a batch runs past the data",
+                    ));
+                }
+                continue;
+            }
+            self.position += at as u64;
+            return Ok(Some(batches));
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Log compaction on the simulated storage: what a clean keeps, and that a crash at any step of
+//! one leaves the log as before it or as after it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::BytesMut;
+use common::block_on;
+use strata_node::io::Storage;
+use strata_node::io::sim::SimStorage;
+use strata_node::log::cleaner::{OffsetMap, clean};
+use strata_node::log::{
+    CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, PartitionLog, SwapReport,
+};
+use strata_wire::batch::{BatchBuilder, split_batches};
+
+const DIR: &str = "/data/topic-0";
+const DELETE_RETENTION_MS: i64 = 1_000;
+
+fn config() -> LogConfig {
+    LogConfig {
+        cleanup: CleanupPolicy::COMPACT,
+        compaction: CompactionConfig {
+            min_cleanable_dirty_ratio: 0.0,
+            delete_retention_ms: DELETE_RETENTION_MS,
+            ..CompactionConfig::default()
+        },
+        ..common::small_config(2 << 10, FlushPolicy::Never)
+    }
+}
+
+/// A keyed record as read back: offset, key, value (`None`: a tombstone).
+type Read = (u64, Vec<u8>, Option<Vec<u8>>);
+
+fn keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut {
+    let mut builder = BatchBuilder::default();
+    for (key, value) in records {
+        builder.push_nullable(
+            timestamp_ms,
+            Some(key.as_bytes()),
+            value.map(str::as_bytes),
+            std::iter::empty(),
+        );
+    }
+    BytesMut::from(&builder.finish()[..])
+}
+
+/// Every record from the log start, checking that batches tile the offsets and that records'
+/// offsets only grow.
+async fn read_all<S: Storage>(log: &mut PartitionLog<S>) -> Vec<Read> {
+    let mut out: Vec<Read> = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let bytes = log.read(offset, 1 << 20, u64::MAX).await.unwrap();
+        assert!(
+            !bytes.is_empty(),
+            "a read below the log end returns a batch"
+        );
+        for batch in split_batches(bytes) {
+            let batch = batch.unwrap();
+            if batch.last_offset() < offset {
+                continue;
+            }
+            assert_eq!(batch.base_offset(), offset, "batches tile the offsets");
+            for record in batch.records() {
+                assert!(out.last().is_none_or(|last| last.0 < record.offset));
+                out.push((
+                    record.offset,
+                    record.key.unwrap().to_vec(),
+                    record.nullable_value().map(<[u8]>::to_vec),
+                ));
+            }
+            offset = batch.last_offset() + 1;
+        }
+    }
+    out
+}
+
+/// Each key's last write: (offset, value).
+fn last_writes(records: &[Read]) -> BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> {
+    records
+        .iter()
+        .map(|(offset, key, value)| (key.clone(), (*offset, value.clone())))
+        .collect()
+}
+
+/// Runs one clean (if the log plans one) and swaps it in.
+async fn clean_once<S: Storage>(
+    log: &mut PartitionLog<S>,
+    now_ms: i64,
+    map_bytes: usize,
+) -> Option<SwapReport> {
+    let plan = log.plan_clean(now_ms, log.log_end_offset())?;
+    let (_, outcome) = clean(plan, OffsetMap::with_memory(map_bytes), &mut None).await;
+    Some(log.finish_clean(outcome.ok()?, now_ms).await.unwrap())
+}
+
+/// 20 keys written 10 times each, one record per batch, then tombstones for keys 0-2, then
+/// enough of another key to close the segment holding them.
+async fn fill<S: Storage>(log: &mut PartitionLog<S>, now_ms: i64) -> Vec<Read> {
+    for round in 0..10 {
+        for key in 0..20 {
+            let value = format!("v{round}-{key}");
+            let batch = keyed_batch(&[(&format!("key{key}"), Some(&value))], now_ms);
+            log.append(batch, 0, now_ms).await.unwrap();
+        }
+    }
+    for key in 0..3 {
+        let batch = keyed_batch(&[(&format!("key{key}"), None)], now_ms);
+        log.append(batch, 0, now_ms).await.unwrap();
+    }
+    for round in 0..40 {
+        let value = format!("filler-{round}");
+        let batch = keyed_batch(
+            &[("filler", Some(&value)), ("filler", Some(&value))],
+            now_ms,
+        );
+        log.append(batch, 0, now_ms).await.unwrap();
+    }
+    read_all(log).await
+}
+
+#[test]
+fn a_clean_keeps_each_keys_last_record_at_its_offset_and_tombstones_until_their_horizon() {
+    block_on(async {
+        let storage = SimStorage::new(1);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let now = 1_000_000;
+        let written = fill(&mut log, now).await;
+        let expected = last_writes(&written);
+        let segments_before = log.segment_count();
+        let log_end = log.log_end_offset();
+        let report = clean_once(&mut log, now, 1 << 20)
+            .await
+            .expect("a clean is due");
+        assert!(
+            report.swapped > 0 && report.bytes_after < report.bytes_before,
+            "{report:?}"
+        );
+        assert!(log.segment_count() <= segments_before);
+        assert_eq!(log.log_end_offset(), log_end);
+        let cleaned = read_all(&mut log).await;
+        assert_eq!(
+            last_writes(&cleaned),
+            expected,
+            "every key keeps its last write"
+        );
+        let clean_offset = log.clean_offset();
+        assert!(clean_offset > 0);
+        // Below the clean offset each key appears once; above it nothing was touched.
+        let below: Vec<&Read> = cleaned.iter().filter(|r| r.0 < clean_offset).collect();
+        let keys: std::collections::BTreeSet<&Vec<u8>> = below.iter().map(|r| &r.1).collect();
+        assert_eq!(
+            keys.len(),
+            below.len(),
+            "one record per key below the clean offset"
+        );
+        let above = |records: &[Read]| -> Vec<Read> {
+            records
+                .iter()
+                .filter(|r| r.0 >= clean_offset)
+                .cloned()
+                .collect()
+        };
+        assert_eq!(above(&cleaned), above(&written));
+        let tombstones = |records: &[Read]| records.iter().filter(|r| r.2.is_none()).count();
+        assert_eq!(
+            tombstones(&cleaned),
+            3,
+            "tombstones stay until their horizon"
+        );
+
+        // Reopened, the log reads the same.
+        log.close(now).await.unwrap();
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), now)
+            .await
+            .unwrap();
+        assert_eq!(read_all(&mut log).await, cleaned);
+        assert_eq!(log.clean_offset(), clean_offset);
+
+        // Past the delete horizon, the next clean removes the tombstones (and their keys).
+        let later = now + DELETE_RETENTION_MS + 1;
+        for round in 0..40 {
+            let value = format!("more-{round}");
+            let batch = keyed_batch(&[("other", Some(&value)), ("other", Some(&value))], later);
+            log.append(batch, 0, later).await.unwrap();
+        }
+        let before_second = read_all(&mut log).await;
+        let cleaned_segments = log.segment_count();
+        let report = clean_once(&mut log, later, 1 << 20)
+            .await
+            .expect("a clean is due");
+        assert!(
+            report.replaced > report.swapped,
+            "small cleaned segments merge: {report:?}"
+        );
+        assert!(log.segment_count() < cleaned_segments);
+        let second = read_all(&mut log).await;
+        assert_eq!(tombstones(&second), 0, "{second:?}");
+        let mut expected = last_writes(&before_second);
+        expected.retain(|_, (_, value)| value.is_some());
+        let mut got = last_writes(&second);
+        got.retain(|key, _| expected.contains_key(key));
+        assert_eq!(got, expected);
+    });
+}
+
+#[test]
+fn a_map_too_small_for_the_dirty_keys_cleans_in_several_passes() {
+    block_on(async {
+        let storage = SimStorage::new(2);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let now = 5_000;
+        let written = fill(&mut log, now).await;
+        // Room for 7 keys: 21 keys in the dirty part need several cleans.
+        let map_bytes = 10 * strata_node::log::cleaner::ENTRY_BYTES;
+        let mut passes = 0;
+        while let Some(report) = clean_once(&mut log, now, map_bytes).await {
+            passes += 1;
+            assert!(!report.discarded);
+            assert!(passes < 50, "each pass moves the clean offset on");
+        }
+        assert!(passes >= 3, "{passes} passes");
+        let cleaned = read_all(&mut log).await;
+        assert_eq!(last_writes(&cleaned), last_writes(&written));
+        let clean_offset = log.clean_offset();
+        let below: Vec<&Read> = cleaned.iter().filter(|r| r.0 < clean_offset).collect();
+        let keys: std::collections::BTreeSet<&Vec<u8>> = below.iter().map(|r| &r.1).collect();
+        assert_eq!(keys.len(), below.len());
+    });
+}
+
+/// Writes the same log on a fresh simulated disk, synced.
+async fn prepared(seed: u64) -> (SimStorage, PartitionLog<SimStorage>, Vec<Read>) {
+    let storage = SimStorage::new(seed);
+    let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+        .await
+        .unwrap();
+    let written = fill(&mut log, 1_000).await;
+    log.flush(1_000).await.unwrap();
+    (storage, log, written)
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_clean_leaves_the_log_as_before_or_after_it() {
+    block_on(async {
+        let (_, mut log, before) = prepared(3).await;
+        clean_once(&mut log, 1_000, 1 << 20).await.unwrap();
+        let after = read_all(&mut log).await;
+        assert_ne!(before, after);
+        let (mut saw_before, mut saw_after) = (false, false);
+        for step in 0.. {
+            for seed in [3, 4] {
+                let (storage, mut log, written) = prepared(seed).await;
+                assert_eq!(written, before);
+                storage.stop_after(step);
+                let plan = log.plan_clean(1_000, log.log_end_offset()).unwrap();
+                let (_, outcome) = clean(plan, OffsetMap::with_memory(1 << 20), &mut None).await;
+                if let Ok(outcome) = outcome {
+                    let _ = log.finish_clean(outcome, 1_000).await;
+                }
+                let stopped = storage.stopped();
+                drop(log);
+                storage.crash();
+                let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 2_000)
+                    .await
+                    .unwrap_or_else(|error| panic!("step {step}: reopening failed: {error}"));
+                let read = read_all(&mut log).await;
+                assert!(
+                    read == before || read == after,
+                    "step {step}, seed {seed}: the log is neither as before nor as after the clean"
+                );
+                saw_before |= read == before;
+                saw_after |= read == after;
+                for name in storage.list_dir(Path::new(DIR)).await.unwrap() {
+                    let name = name.to_str().unwrap().to_string();
+                    assert!(
+                        !name.ends_with(".cleaned") && !name.ends_with(".swap"),
+                        "step {step}: {name} left behind"
+                    );
+                }
+                if !stopped && seed == 4 {
+                    assert!(saw_before && saw_after);
+                    return;
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn an_idempotent_producers_last_batch_survives_a_clean_emptied() {
+    block_on(async {
+        let storage = SimStorage::new(5);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let now = 1_000;
+        // The producer writes key "a" twice; later writes of "a" by others supersede both.
+        for sequence in 0..2 {
+            let mut builder = BatchBuilder::default();
+            builder.set_producer(77, 0, sequence);
+            builder.push(now, Some(b"a"), b"from the producer");
+            log.append(BytesMut::from(&builder.finish()[..]), 0, now)
+                .await
+                .unwrap();
+        }
+        let last_of_producer = log.log_end_offset() - 1;
+        fill(&mut log, now).await;
+        for round in 0..30 {
+            let value = format!("a-{round}");
+            log.append(
+                keyed_batch(&[("a", Some(&value)), ("b", Some("b"))], now),
+                0,
+                now,
+            )
+            .await
+            .unwrap();
+        }
+        clean_once(&mut log, now, 1 << 20).await.unwrap();
+        let bytes = log.read(0, 1 << 20, u64::MAX).await.unwrap();
+        let kept: Vec<_> = split_batches(bytes)
+            .map(|batch| batch.unwrap())
+            .filter(|batch| batch.header().producer_id == 77)
+            .map(|batch| (batch.last_offset(), batch.record_count()))
+            .collect();
+        assert_eq!(kept, vec![(last_of_producer, 0)], "its last batch, emptied");
+        // A retry of that batch is still recognised after a restart rebuilt the state.
+        log.close(now).await.unwrap();
+        // Without the snapshot, the state is rebuilt from the batches the clean left.
+        storage
+            .remove_file(&Path::new(DIR).join(strata_node::log::PRODUCER_SNAPSHOT_FILE_NAME))
+            .await
+            .unwrap();
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), now)
+            .await
+            .unwrap();
+        let mut builder = BatchBuilder::default();
+        builder.set_producer(77, 0, 1);
+        builder.push(now, Some(b"a"), b"from the producer");
+        let retry = log
+            .append(BytesMut::from(&builder.finish()[..]), 0, now)
+            .await
+            .unwrap();
+        assert!(
+            retry.duplicate,
+            "the retry is answered as the duplicate it is"
+        );
+        assert_eq!(retry.last_offset, last_of_producer);
+    });
+}
