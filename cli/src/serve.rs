@@ -174,6 +174,18 @@ pub struct ServeArgs {
     /// (Kafka's log.retention.check.interval.ms; default 300000).
     #[arg(long, env = "STRATA_RETENTION_CHECK_INTERVAL_MS")]
     retention_check_interval_ms: Option<u64>,
+    /// Memory for each shard's log cleaner key map (24 bytes a key; at least 1MiB; default
+    /// 64MiB). A compacted partition whose dirty part holds more keys is cleaned in passes.
+    #[arg(long, env = "STRATA_CLEANER_MEMORY_BYTES", value_parser = crate::units::parse_bytes_usize)]
+    cleaner_memory_bytes: Option<usize>,
+    /// The node's log cleaner reads and writes per second, shared by its shards (default: no
+    /// limit).
+    #[arg(long, env = "STRATA_CLEANER_IO_BYTES_PER_SEC", value_parser = crate::units::parse_bytes)]
+    cleaner_io_bytes_per_sec: Option<u64>,
+    /// How often each shard looks for a compacted partition due for cleaning (Kafka's
+    /// log.cleaner.backoff.ms; default 15000).
+    #[arg(long, env = "STRATA_CLEANER_BACKOFF_MS")]
+    cleaner_backoff_ms: Option<u64>,
 }
 
 /// The same settings as a config file.
@@ -224,6 +236,9 @@ struct FileConfig {
     io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
     retention_check_interval_ms: Option<u64>,
+    cleaner_memory_bytes: Option<usize>,
+    cleaner_io_bytes_per_sec: Option<u64>,
+    cleaner_backoff_ms: Option<u64>,
 }
 
 /// Open files each partition replica keeps: the active segment's log (twice: buffered and
@@ -282,6 +297,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
+    let cleaner = cleaner_config(&args, &file)?;
     let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
     let native_listener = native_listeners[0];
     let etcd = args
@@ -397,6 +413,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or(300_000)
                 .max(1),
         ),
+        cleaner,
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
@@ -550,6 +567,39 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Securi
 
 /// Kafka's num.partitions and default.replication.factor, from the flags or the file; zero is
 /// refused wherever it comes from.
+/// The log cleaner's settings, checked: a key map too small to clean anything is refused.
+fn cleaner_config(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> anyhow::Result<strata_node::server::CleanerConfig> {
+    let defaults = strata_node::server::CleanerConfig::default();
+    let memory_bytes = args
+        .cleaner_memory_bytes
+        .or(file.cleaner_memory_bytes)
+        .unwrap_or(defaults.memory_bytes);
+    anyhow::ensure!(
+        memory_bytes >= strata_node::server::CLEANER_MEMORY_MIN_BYTES,
+        "--cleaner-memory-bytes must be at least 1MiB (got {memory_bytes})"
+    );
+    let io_bytes_per_sec = args
+        .cleaner_io_bytes_per_sec
+        .or(file.cleaner_io_bytes_per_sec);
+    anyhow::ensure!(
+        io_bytes_per_sec != Some(0),
+        "--cleaner-io-bytes-per-sec must be positive (leave it unset for no limit)"
+    );
+    Ok(strata_node::server::CleanerConfig {
+        memory_bytes,
+        io_bytes_per_sec,
+        check_interval: args
+            .cleaner_backoff_ms
+            .or(file.cleaner_backoff_ms)
+            .map_or(defaults.check_interval, |ms| {
+                std::time::Duration::from_millis(ms.max(1))
+            }),
+    })
+}
+
 fn topic_defaults(
     args: &ServeArgs,
     file: &FileConfig,

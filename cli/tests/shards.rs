@@ -44,6 +44,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         leader_rebalance_interval: None,
         offsets_retention: None,
         retention_check_interval: std::time::Duration::from_secs(300),
+        cleaner: Default::default(),
         tls: None,
         io_properties: None,
         clock: strata_node::clock::Clock::SYSTEM,

@@ -57,6 +57,7 @@ const OPERATION_SUBTRACT: i8 = 3;
 /// Kafka's list-valued topic settings that Strata serves, with the value every topic has:
 /// only these take APPEND and SUBTRACT. Every topic's cleanup policy is `delete` (compaction
 /// is refused), so a list operation starts from it.
+/// (Their defaults, for a topic that does not set them.)
 const LIST_CONFIGS: &[(&str, &str)] = &[(CLEANUP_POLICY, CLEANUP_DELETE)];
 
 /// The version of ConsumerProtocolAssignment that DescribeGroups answers carry.
@@ -79,7 +80,7 @@ fn refuse(error: i16, message: &str) -> Refusal {
 /// Kafka's name for a topic setting Strata names otherwise.
 const KAFKA_UNCLEAN: &str = "unclean.leader.election.enable";
 const STRATA_UNCLEAN: &str = "unclean.leader.election";
-/// Kafka's cleanup policy: every Strata topic deletes by retention (there is no compaction).
+/// Kafka's cleanup policy (`delete`, `compact`, or both), a list-valued setting.
 const CLEANUP_POLICY: &str = "cleanup.policy";
 const CLEANUP_DELETE: &str = "delete";
 
@@ -127,9 +128,8 @@ fn does_already(key: &str, value: &str) -> Result<(), Refusal> {
     }
 }
 
-/// A Kafka topic setting as Strata's: Kafka's names mapped, `cleanup.policy=delete` and the
-/// settings of [`WHAT_STRATA_DOES`] (what every Strata topic does) dropped, compaction refused.
-/// `None`: nothing to set.
+/// A Kafka topic setting as Strata's: Kafka's names mapped, the settings of
+/// [`WHAT_STRATA_DOES`] (what every Strata topic does) dropped. `None`: nothing to set.
 pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntry>, Refusal> {
     let entry = |key: &str| {
         Ok(Some(native::ConfigEntry {
@@ -138,14 +138,9 @@ pub fn strata_config(key: &str, value: &str) -> Result<Option<native::ConfigEntr
         }))
     };
     match key {
-        CLEANUP_POLICY if value == CLEANUP_DELETE => Ok(None),
         _ if WHAT_STRATA_DOES.iter().any(|(known, _)| *known == key) => {
             does_already(key, value).map(|()| None)
         }
-        CLEANUP_POLICY => Err(refuse(
-            errors::INVALID_CONFIG,
-            "cleanup.policy: only delete (retention) is supported; log compaction is not",
-        )),
         KAFKA_UNCLEAN => entry(STRATA_UNCLEAN),
         _ => entry(key),
     }
@@ -429,10 +424,10 @@ pub fn describe_configs_result(
         .with_resource_type(RESOURCE_TOPIC)
         .with_resource_name(text(topic))
         .with_error_code(kafka_error(native.error));
-    // Under Kafka's names, with the cleanup policy every Strata topic has and the settings
-    // whose value is what Strata does.
-    let fixed = std::iter::once((CLEANUP_POLICY, CLEANUP_DELETE))
-        .chain(WHAT_STRATA_DOES.iter().copied())
+    // Under Kafka's names, with the settings whose value is what Strata does.
+    let fixed = WHAT_STRATA_DOES
+        .iter()
+        .copied()
         .map(|(key, value)| native::TopicConfigEntry {
             key: key.to_string(),
             value: value.to_string(),
@@ -464,11 +459,13 @@ pub fn describe_configs_result(
 
 /// An IncrementalAlterConfigs resource as a native alter. SET and DELETE change a setting;
 /// APPEND and SUBTRACT add values to, or take them from, a list-valued setting
-/// ([`LIST_CONFIGS`]) and are refused for any other, with Kafka's error.
+/// ([`LIST_CONFIGS`]) and are refused for any other, with Kafka's error. `overrides` are the
+/// topic's current settings, which APPEND and SUBTRACT start from.
 pub fn incremental_alter_request(
     resource_type: i8,
     topic: &str,
     configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+    overrides: &std::collections::BTreeMap<String, String>,
 ) -> Result<native::AlterTopicConfigRequest, Refusal> {
     if resource_type != RESOURCE_TOPIC {
         return Err(refuse(
@@ -484,14 +481,13 @@ pub fn incremental_alter_request(
     for (key, operation, value) in configs {
         match (operation, value) {
             (OPERATION_SET, Some(value)) => alter.set.extend(strata_config(&key, &value)?),
-            (OPERATION_DELETE, _)
-                if key == CLEANUP_POLICY || WHAT_STRATA_DOES.iter().any(|(k, _)| *k == key) => {}
+            (OPERATION_DELETE, _) if WHAT_STRATA_DOES.iter().any(|(k, _)| *k == key) => {}
             (OPERATION_DELETE, _) if key == KAFKA_UNCLEAN => {
                 alter.delete.push(STRATA_UNCLEAN.to_string());
             }
             (OPERATION_DELETE, _) => alter.delete.push(key),
             (operation @ (OPERATION_APPEND | OPERATION_SUBTRACT), Some(value)) => {
-                let Some((_, current)) = LIST_CONFIGS.iter().find(|(list, _)| *list == key) else {
+                let Some((_, default)) = LIST_CONFIGS.iter().find(|(list, _)| *list == key) else {
                     let verb = if operation == OPERATION_APPEND {
                         "append"
                     } else {
@@ -502,8 +498,9 @@ pub fn incremental_alter_request(
                         &format!("Config value {verb} is not allowed for config key: {key}"),
                     ));
                 };
+                let current = overrides.get(&key).map_or(*default, String::as_str);
                 let given: Vec<&str> = value.split(',').map(str::trim).collect();
-                let mut values: Vec<&str> = current.split(',').collect();
+                let mut values: Vec<&str> = current.split(',').map(str::trim).collect();
                 if operation == OPERATION_APPEND {
                     for value in given {
                         if !values.contains(&value) {
@@ -550,7 +547,12 @@ pub fn replacing_alter_request(
         .into_iter()
         .map(|(key, value)| (key, OPERATION_SET, value))
         .collect();
-    let mut alter = incremental_alter_request(resource_type, topic, set)?;
+    let mut alter = incremental_alter_request(
+        resource_type,
+        topic,
+        set,
+        &std::collections::BTreeMap::new(),
+    )?;
     alter.delete = current
         .configs
         .iter()
@@ -693,6 +695,7 @@ mod tests {
 
     #[test]
     fn config_changes_become_native_alters_and_a_replacing_alter_drops_other_overrides() {
+        let none = std::collections::BTreeMap::new();
         let incremental = incremental_alter_request(
             RESOURCE_TOPIC,
             "t",
@@ -704,13 +707,15 @@ mod tests {
                 ),
                 ("flush".to_string(), OPERATION_DELETE, None),
             ],
+            &none,
         )
         .unwrap();
         assert_eq!(incremental.set[0].key, "retention.ms");
         assert_eq!(incremental.delete, ["flush"]);
-        let no_value = incremental_alter_request(RESOURCE_TOPIC, "t", [("x".into(), 2, None)]);
+        let no_value =
+            incremental_alter_request(RESOURCE_TOPIC, "t", [("x".into(), 2, None)], &none);
         assert_eq!(no_value.unwrap_err().error, errors::INVALID_REQUEST);
-        let broker = incremental_alter_request(4, "1", []);
+        let broker = incremental_alter_request(4, "1", [], &none);
         assert_eq!(broker.unwrap_err().error, errors::INVALID_REQUEST);
 
         let entry = |key: &str, is_override| native::TopicConfigEntry {
@@ -747,8 +752,14 @@ mod tests {
     /// Kafka's names and its cleanup policy: delete is what Strata does, compaction is refused
     /// (Kafka Connect and Streams check for it and must hear no), and described topics say so.
     #[test]
-    fn kafka_topic_settings_map_to_strata_and_compaction_is_refused() {
-        assert!(strata_config("cleanup.policy", "delete").unwrap().is_none());
+    fn kafka_topic_settings_map_to_strata() {
+        assert_eq!(
+            strata_config("cleanup.policy", "delete")
+                .unwrap()
+                .unwrap()
+                .value,
+            "delete"
+        );
         // What Kafka Streams sets on its internal topics, and the rest of what changes nothing.
         for (key, value) in [
             ("message.timestamp.type", "CreateTime"),
@@ -775,9 +786,11 @@ mod tests {
         }
         assert_eq!(
             strata_config("cleanup.policy", "compact")
-                .unwrap_err()
-                .error,
-            errors::INVALID_CONFIG
+                .unwrap()
+                .unwrap()
+                .value,
+            "compact",
+            "compaction is a setting the broker checks"
         );
         assert_eq!(
             strata_config("unclean.leader.election.enable", "true")
@@ -786,6 +799,7 @@ mod tests {
                 .key,
             "unclean.leader.election"
         );
+        let none = std::collections::BTreeMap::new();
         let altered = incremental_alter_request(
             RESOURCE_TOPIC,
             "t",
@@ -801,9 +815,14 @@ mod tests {
                     None,
                 ),
             ],
+            &none,
         )
         .unwrap();
-        assert!(altered.set.is_empty());
+        assert_eq!(
+            altered.set.len(),
+            1,
+            "the cleanup policy is the topic's own"
+        );
         assert_eq!(altered.delete, ["unclean.leader.election"]);
         let described = describe_configs_result(
             "t",
@@ -825,7 +844,6 @@ mod tests {
         assert_eq!(
             names,
             [
-                "cleanup.policy",
                 "message.timestamp.type",
                 "message.downconversion.enable",
                 "file.delete.delay.ms",
@@ -836,46 +854,59 @@ mod tests {
         );
     }
 
-    /// APPEND and SUBTRACT work on list-valued settings, from the value every topic has, and
-    /// are refused for any other setting with Kafka's error and words.
+    /// APPEND and SUBTRACT work on list-valued settings, from the topic's value, and are
+    /// refused for any other setting with Kafka's error and words.
     #[test]
     fn list_settings_take_append_and_subtract_and_others_refuse_them() {
-        let one = |key: &str, operation, value: &str| {
+        let one = |key: &str, operation, value: &str, overrides: &[(&str, &str)]| {
+            let overrides = overrides
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .collect();
             incremental_alter_request(
                 RESOURCE_TOPIC,
                 "t",
                 [(key.to_string(), operation, Some(value.to_string()))],
+                &overrides,
             )
         };
-        // What the policy already holds, or takes away what it does not: nothing to store.
-        for (operation, value) in [
-            (OPERATION_APPEND, "delete"),
-            (OPERATION_SUBTRACT, "compact"),
-        ] {
-            let alter = one(CLEANUP_POLICY, operation, value).unwrap();
-            assert!(alter.set.is_empty() && alter.delete.is_empty());
-        }
-        // Appending compaction asks for compaction: refused as setting it is.
+        let set = |alter: native::AlterTopicConfigRequest| -> Vec<(String, String)> {
+            alter
+                .set
+                .into_iter()
+                .map(|entry| (entry.key, entry.value))
+                .collect()
+        };
+        // From the default (delete), and from what the topic holds.
         assert_eq!(
-            one(CLEANUP_POLICY, OPERATION_APPEND, "compact")
-                .unwrap_err()
-                .error,
-            errors::INVALID_CONFIG
+            set(one(CLEANUP_POLICY, OPERATION_APPEND, "compact", &[]).unwrap()),
+            vec![(CLEANUP_POLICY.to_string(), "delete,compact".to_string())]
         );
         assert_eq!(
-            one(CLEANUP_POLICY, OPERATION_SUBTRACT, "delete")
+            set(one(
+                CLEANUP_POLICY,
+                OPERATION_SUBTRACT,
+                "delete",
+                &[("cleanup.policy", "compact,delete")]
+            )
+            .unwrap()),
+            vec![(CLEANUP_POLICY.to_string(), "compact".to_string())]
+        );
+        assert_eq!(
+            one(CLEANUP_POLICY, OPERATION_SUBTRACT, "delete", &[])
                 .unwrap_err()
                 .error,
-            errors::INVALID_CONFIG
+            errors::INVALID_CONFIG,
+            "a policy left empty"
         );
-        let refused = one("retention.ms", OPERATION_APPEND, "5").unwrap_err();
+        let refused = one("retention.ms", OPERATION_APPEND, "5", &[]).unwrap_err();
         assert_eq!(refused.error, errors::INVALID_CONFIG);
         assert_eq!(
             refused.message,
             "Config value append is not allowed for config key: retention.ms"
         );
         assert_eq!(
-            one("retention.ms", 9, "5").unwrap_err().error,
+            one("retention.ms", 9, "5", &[]).unwrap_err().error,
             errors::INVALID_REQUEST
         );
     }

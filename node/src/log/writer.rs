@@ -20,14 +20,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use super::cleaner::{CleanOutcome, OffsetMap, clean};
 use super::group_commit::{GroupCommit, SyncStart};
 use super::shared_sync::SharedSync;
 use super::{
     AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
-    PlannedRead, PlannedSend, RetentionReport, Served,
+    PlannedRead, PlannedSend, RetentionReport, Served, SwapReport,
 };
 use crate::clock::Clock;
 use crate::io::Storage;
+use crate::replication::RecoveryThrottle;
 use crate::replication::{self, Divergence};
 
 /// The most commands taken into one group; bounds the latency one group can add.
@@ -92,6 +94,18 @@ enum Command {
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
     },
+    /// Plans a clean of a compacted log and runs it beside the log's other work.
+    Clean {
+        below_offset: u64,
+        resources: CleanerResources,
+        reply: CleanReply,
+    },
+    /// Swaps in what a clean started by [`Command::Clean`] wrote.
+    FinishClean {
+        outcome: CleanOutcome,
+        resources: CleanerResources,
+        reply: CleanReply,
+    },
     /// A follower's read: what `Read` and `Offsets` answer together, parked until the log
     /// holds something past `offset` when `wait` is set (answered by the log task right after
     /// the append that brings it, with no trip back through the fetching task).
@@ -106,6 +120,14 @@ enum Command {
     Close {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
+}
+
+type CleanReply = oneshot::Sender<(CleanerResources, Option<Result<SwapReport, LogError>>)>;
+
+/// What a shard lends each clean it runs: one key map and one IO limit for all its logs.
+pub struct CleanerResources {
+    pub map: OffsetMap,
+    pub throttle: Option<RecoveryThrottle>,
 }
 
 /// What a replica needs to know about its log to fetch or to lead.
@@ -281,6 +303,22 @@ impl LogHandle {
         .await?
     }
 
+    /// Cleans the log if it is compacted and due, below `below_offset` (the high watermark):
+    /// the reading and writing run beside the log's appends and reads, only the plan and the
+    /// swap in the log's task. Hands `resources` back, with the swap's report if a clean ran.
+    pub async fn clean(
+        &self,
+        below_offset: u64,
+        resources: CleanerResources,
+    ) -> Result<(CleanerResources, Option<Result<SwapReport, LogError>>), LogError> {
+        self.ask(|reply| Command::Clean {
+            below_offset,
+            resources,
+            reply,
+        })
+        .await
+    }
+
     pub async fn offsets(&self) -> Result<LogOffsets, LogError> {
         self.ask(|reply| Command::Offsets { reply }).await
     }
@@ -371,7 +409,14 @@ pub fn spawn_tuned<S: Storage>(
     );
     let (commands, receiver) = mpsc::unbounded_channel();
     let direct_phase = Rc::new(Cell::new(log.direct_phase()));
-    tokio::task::spawn_local(run(log, receiver, clock, tuning, direct_phase.clone()));
+    tokio::task::spawn_local(run(
+        log,
+        receiver,
+        commands.downgrade(),
+        clock,
+        tuning,
+        direct_phase.clone(),
+    ));
     LogHandle {
         commands,
         direct_phase,
@@ -443,6 +488,7 @@ type SyncInFlight = Option<Pin<Box<dyn Future<Output = FlushOutcome>>>>;
 async fn run<S: Storage>(
     log: PartitionLog<S>,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    own_commands: mpsc::WeakUnboundedSender<Command>,
     clock: Clock,
     tuning: WriterTuning,
     direct_phase: Rc<Cell<Option<usize>>>,
@@ -453,6 +499,7 @@ async fn run<S: Storage>(
         .clone()
         .filter(|shared| shared.covers(log.dir()));
     let mut task = LogTask {
+        own_commands,
         commit: GroupCommit::new(tuning.group_commit_window),
         log,
         clock,
@@ -545,6 +592,9 @@ async fn refuse_the_rest(mut commands: mpsc::UnboundedReceiver<Command>) {
 /// What the log task owns: the log, its group commit and the sync on the disk.
 struct LogTask<S: Storage> {
     log: PartitionLog<S>,
+    /// The task's own mailbox, for a clean running beside it to hand its outcome back; weak,
+    /// so the task still ends when every handle is dropped.
+    own_commands: mpsc::WeakUnboundedSender<Command>,
     commit: GroupCommit<Waiter>,
     clock: Clock,
     tuning: WriterTuning,
@@ -775,6 +825,43 @@ impl<S: Storage> LogTask<S> {
                 reply,
             } => {
                 let _ = reply.send(log.enforce_retention(now_ms, below_offset).await);
+            }
+            Command::Clean {
+                below_offset,
+                mut resources,
+                reply,
+            } => {
+                let Some(plan) = log.plan_clean(now_ms, below_offset) else {
+                    let _ = reply.send((resources, None));
+                    return;
+                };
+                let own_commands = self.own_commands.clone();
+                tokio::task::spawn_local(async move {
+                    let (map, outcome) = clean(plan, resources.map, &mut resources.throttle).await;
+                    resources.map = map;
+                    let outcome = match outcome {
+                        Ok(outcome) => outcome,
+                        Err(error) => {
+                            let _ = reply.send((resources, Some(Err(error))));
+                            return;
+                        }
+                    };
+                    if let Some(commands) = own_commands.upgrade() {
+                        let _ = commands.send(Command::FinishClean {
+                            outcome,
+                            resources,
+                            reply,
+                        });
+                    }
+                });
+            }
+            Command::FinishClean {
+                outcome,
+                resources,
+                reply,
+            } => {
+                let report = log.finish_clean(outcome, now_ms).await;
+                let _ = reply.send((resources, Some(report)));
             }
             Command::Offsets { reply } => {
                 let _ = reply.send(offsets_of(log));

@@ -103,12 +103,41 @@ pub struct NodeConfig {
     pub group_initial_rebalance_delay_ms: u64,
     /// How often shards enforce their partitions' retention.
     pub retention_check_interval: std::time::Duration,
+    /// Each shard's log cleaner (compacted topics).
+    pub cleaner: CleanerConfig,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.
     pub tls: Option<quic::TlsFiles>,
     /// What `strata iotune` measured and chose; `None`: default IO settings.
     pub io_properties: Option<crate::iotune::IoProperties>,
     /// Where every thread of the node reads the time.
     pub clock: crate::clock::Clock,
+}
+
+/// What each shard's log cleaner may use, and how often it looks for work.
+#[derive(Debug, Clone)]
+pub struct CleanerConfig {
+    /// The key map's memory, per shard (`--cleaner-memory-bytes`); allocated at the shard's
+    /// first clean.
+    pub memory_bytes: usize,
+    /// The node's cleaner reads and writes per second, shared evenly by its shards; `None`:
+    /// no limit.
+    pub io_bytes_per_sec: Option<u64>,
+    /// How often each shard looks for a compacted partition due for a clean (Kafka's
+    /// `log.cleaner.backoff.ms`).
+    pub check_interval: std::time::Duration,
+}
+
+/// The least `--cleaner-memory-bytes` takes: room for about 44,000 keys a pass.
+pub const CLEANER_MEMORY_MIN_BYTES: usize = 1 << 20;
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            memory_bytes: 64 << 20,
+            io_bytes_per_sec: None,
+            check_interval: std::time::Duration::from_secs(15),
+        }
+    }
 }
 
 impl NodeConfig {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use strata_wire::batch::Codec;
 
-use crate::log::{DirectWrites, FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
+use crate::log::{CleanupPolicy, DirectWrites, FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 
 /// A topic's settings, parsed.
 #[derive(Debug, Clone)]
@@ -25,9 +25,8 @@ pub struct TopicConfig {
     /// later (KIP-724): every batch is stored in the current format.
     pub message_format_version: String,
     /// Kafka's compaction settings (`delete.retention.ms`, `min.compaction.lag.ms`,
-    /// `max.compaction.lag.ms`, `min.cleanable.dirty.ratio`), in that order: validated, kept and
-    /// shown. They act only on compacted topics, in Kafka as here, and a Strata topic's
-    /// cleanup policy is `delete`.
+    /// `max.compaction.lag.ms`, `min.cleanable.dirty.ratio`), in that order, as given (and shown
+    /// so); parsed into `log.compaction`. They act only on compacted topics, in Kafka as here.
     pub compaction: [String; 4],
 }
 
@@ -96,6 +95,7 @@ pub const KEYS: &[&str] = &[
     "replica.recovery.bytes.per.sec",
     "compression.type",
     "message.format.version",
+    "cleanup.policy",
     "delete.retention.ms",
     "min.compaction.lag.ms",
     "max.compaction.lag.ms",
@@ -202,29 +202,15 @@ impl TopicConfig {
                     }
                     config.message_format_version = value.clone();
                 }
+                "cleanup.policy" => {
+                    config.log.cleanup = CleanupPolicy::parse(value)
+                        .ok_or_else(|| bad("delete, compact or compact,delete"))?;
+                }
                 "delete.retention.ms"
                 | "min.compaction.lag.ms"
                 | "max.compaction.lag.ms"
                 | "min.cleanable.dirty.ratio" => {
-                    match key.as_str() {
-                        "min.cleanable.dirty.ratio" => {
-                            let ratio: f64 =
-                                value.parse().map_err(|_| bad("a number from 0 to 1"))?;
-                            if !(0.0..=1.0).contains(&ratio) {
-                                return Err(bad("a number from 0 to 1"));
-                            }
-                        }
-                        "max.compaction.lag.ms" if number()? < 1 => {
-                            return Err(bad("a positive integer"));
-                        }
-                        _ if number()? < 0 => return Err(bad("a non-negative integer")),
-                        _ => {}
-                    }
-                    let at = COMPACTION_KEYS
-                        .iter()
-                        .position(|(known, _)| known == key)
-                        .expect("a compaction key");
-                    config.compaction[at] = value.clone();
+                    set_compaction(&mut config, key, value)?;
                 }
                 _ => {
                     return Err(format!(
@@ -233,6 +219,13 @@ impl TopicConfig {
                     ));
                 }
             }
+        }
+        let compaction = config.log.compaction;
+        if compaction.min_lag_ms > compaction.max_lag_ms {
+            return Err(format!(
+                "min.compaction.lag.ms={} is greater than max.compaction.lag.ms={}",
+                compaction.min_lag_ms, compaction.max_lag_ms
+            ));
         }
         config.log.flush = match flush {
             None | Some("interval") => FlushPolicy::Interval {
@@ -246,6 +239,35 @@ impl TopicConfig {
         };
         Ok(config)
     }
+}
+
+/// One of Kafka's compaction settings, checked as Kafka checks it, into `config`.
+fn set_compaction(config: &mut TopicConfig, key: &str, value: &str) -> Result<(), String> {
+    let bad = |expected: &str| format!("{key}={value}: expected {expected}");
+    let number = || value.parse::<i64>().map_err(|_| bad("an integer"));
+    let compaction = &mut config.log.compaction;
+    match key {
+        "min.cleanable.dirty.ratio" => {
+            let ratio: f64 = value.parse().map_err(|_| bad("a number from 0 to 1"))?;
+            if !(0.0..=1.0).contains(&ratio) {
+                return Err(bad("a number from 0 to 1"));
+            }
+            compaction.min_cleanable_dirty_ratio = ratio;
+        }
+        "max.compaction.lag.ms" if number()? < 1 => {
+            return Err(bad("a positive integer"));
+        }
+        _ if number()? < 0 => return Err(bad("a non-negative integer")),
+        "max.compaction.lag.ms" => compaction.max_lag_ms = number()?,
+        "min.compaction.lag.ms" => compaction.min_lag_ms = number()?,
+        _ => compaction.delete_retention_ms = number()?,
+    }
+    let at = COMPACTION_KEYS
+        .iter()
+        .position(|(known, _)| *known == key)
+        .expect("a compaction key");
+    config.compaction[at] = value.to_string();
+    Ok(())
 }
 
 impl TopicConfig {
@@ -298,6 +320,7 @@ impl TopicConfig {
                 "message.format.version",
                 self.message_format_version.clone(),
             ),
+            ("cleanup.policy", log.cleanup.name().to_string()),
         ];
         entries.extend(
             COMPACTION_KEYS

@@ -173,6 +173,7 @@ pub fn run(
         let replication = [
             tokio::task::spawn_local(shard.clone().replication_ticks()),
             tokio::task::spawn_local(shard.clone().retention_ticks()),
+            tokio::task::spawn_local(shard.clone().cleaner_ticks()),
             tokio::task::spawn_local(shard.clone().retry_unopened_ticks()),
         ];
         let _ = ready.send(Ok(()));
@@ -485,6 +486,7 @@ impl Shard {
                         flush_always,
                         overrides: topic.config.clone(),
                         recovery_bytes_per_sec: topic_config.recovery_bytes_per_sec,
+                        compacted: topic_config.log.cleanup.compact,
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
@@ -554,6 +556,7 @@ impl Shard {
             TopicConfig::parse(overrides).map_err(|error| format!("topic {}: {error}", key.0))?;
         tracing::info!(topic = %key.0, partition = key.1, ?overrides, "applying altered topic config");
         partition.flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
+        partition.compacted = topic_config.log.cleanup.compact;
         partition.log.reconfigure(topic_config.log);
         partition.max_message_bytes = topic_config.max_message_bytes;
         partition.leader_config.min_insync_replicas = usize::from(topic_config.min_insync_replicas);

@@ -405,6 +405,19 @@ pub(super) async fn incremental_alter_configs(
     let mut responses = Vec::new();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        // APPEND and SUBTRACT start from the topic's current value.
+        let mut overrides = std::collections::BTreeMap::new();
+        if resource
+            .configs
+            .iter()
+            .any(|config| matches!(config.config_operation, 2 | 3))
+        {
+            for entry in topic_config(shard, &name).await.configs {
+                if entry.is_override {
+                    overrides.insert(entry.key, entry.value);
+                }
+            }
+        }
         let configs = resource.configs.iter().map(|config| {
             (
                 config.name.to_string(),
@@ -413,7 +426,7 @@ pub(super) async fn incremental_alter_configs(
             )
         });
         let translated = if authorize::topic(shard, client, Operation::AlterConfigs, &name) {
-            admin::incremental_alter_request(resource.resource_type, &name, configs)
+            admin::incremental_alter_request(resource.resource_type, &name, configs, &overrides)
         } else {
             Err(admin::Refusal {
                 error: errors::TOPIC_AUTHORIZATION_FAILED,

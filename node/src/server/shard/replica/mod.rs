@@ -20,8 +20,9 @@ use strata_wire::protocol::ErrorCode;
 use tokio::sync::{Notify, oneshot};
 
 use super::Shard;
-use crate::log::writer::LogHandle;
-use crate::replication::{AckError, Leader, LeaderConfig};
+use crate::log::cleaner::OffsetMap;
+use crate::log::writer::{CleanerResources, LogHandle};
+use crate::replication::{AckError, Leader, LeaderConfig, RecoveryThrottle};
 
 /// Answered when the high watermark passes an `acks=all` produce.
 pub(in crate::server) type AckWaiter = oneshot::Sender<Result<(), AckError>>;
@@ -69,6 +70,8 @@ pub(in crate::server) struct Partition {
     pub overrides: BTreeMap<String, String>,
     /// The topic's own limit on catch-up replication (`replica.recovery.bytes.per.sec`).
     pub recovery_bytes_per_sec: Option<u64>,
+    /// `cleanup.policy` includes `compact`: the shard's cleaner looks after it.
+    pub compacted: bool,
     pub role: Role,
     /// Woken whenever the high watermark moves: long-polling consumers wait on it.
     pub committed: Rc<Notify>,
@@ -313,6 +316,71 @@ impl Shard {
                     Ok(_) => {}
                     Err(error) => {
                         tracing::warn!(%topic, partition, "enforcing retention: {error}")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cleans this shard's compacted partitions, one at a time, each below its own high
+    /// watermark (a leader and each follower compact their own logs, as Kafka's replicas do).
+    /// One key map serves every clean of the shard: its memory is the shard's whole budget.
+    pub(in crate::server) async fn cleaner_ticks(self: Rc<Self>) {
+        let config = self.context.config.cleaner.clone();
+        let mut interval = tokio::time::interval(config.check_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let shards = self.context.config.shards.max(1);
+        let mut resources: Option<CleanerResources> = None;
+        loop {
+            interval.tick().await;
+            let replicas: Vec<((String, u32), LogHandle, u64)> = self
+                .partitions
+                .borrow()
+                .iter()
+                .filter(|(_, partition)| partition.compacted)
+                .map(|(key, partition)| {
+                    (
+                        key.clone(),
+                        partition.log.clone(),
+                        partition.high_watermark(),
+                    )
+                })
+                .collect();
+            for ((topic, partition), log, high_watermark) in replicas {
+                let lent = resources.take().unwrap_or_else(|| CleanerResources {
+                    map: OffsetMap::with_memory(config.memory_bytes),
+                    throttle: config.io_bytes_per_sec.map(|rate| {
+                        RecoveryThrottle::new(
+                            RecoveryThrottle::shard_share(rate, shards),
+                            std::time::Instant::now(),
+                        )
+                    }),
+                });
+                let started = std::time::Instant::now();
+                let (returned, report) = match log.clean(high_watermark, lent).await {
+                    Ok(answer) => answer,
+                    // The log task stopped (the replica was closed): its resources went with it.
+                    Err(_) => continue,
+                };
+                resources = Some(returned);
+                match report {
+                    None => {}
+                    Some(Ok(report)) => {
+                        tracing::info!(
+                            %topic,
+                            partition,
+                            swapped = report.swapped,
+                            replaced = report.replaced,
+                            bytes_before = report.bytes_before,
+                            bytes_after = report.bytes_after,
+                            records_removed = report.stats.records_removed,
+                            discarded = report.discarded,
+                            took_ms = started.elapsed().as_millis() as u64,
+                            "cleaned"
+                        );
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(%topic, partition, "cleaning: {error}");
                     }
                 }
             }
