@@ -86,7 +86,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::InconsistentAssignor => INCONSISTENT_GROUP_PROTOCOL,
         ErrorCode::OutOfOrderSequence => OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::InvalidProducerEpoch => INVALID_PRODUCER_EPOCH,
-        ErrorCode::InvalidProducerBatch => INVALID_RECORD,
+        ErrorCode::InvalidProducerBatch | ErrorCode::InvalidRecord => INVALID_RECORD,
         ErrorCode::InvalidGroupId => INVALID_GROUP_ID,
         ErrorCode::NonEmptyGroup => NON_EMPTY_GROUP,
         ErrorCode::GroupIdNotFound => GROUP_ID_NOT_FOUND,

@@ -355,3 +355,46 @@ fn an_idempotent_producers_last_batch_survives_a_clean_emptied() {
         assert_eq!(retry.last_offset, last_of_producer);
     });
 }
+
+#[test]
+fn a_compacted_log_refuses_records_without_a_key_and_writes_nothing() {
+    block_on(async {
+        let storage = SimStorage::new(6);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let mut builder = BatchBuilder::default();
+        builder.push(1, Some(b"keyed"), b"a");
+        builder.push(1, None, b"no key");
+        let refused = log
+            .append(BytesMut::from(&builder.finish()[..]), 0, 1)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                strata_node::log::LogError::CorruptBatch {
+                    source: strata_wire::batch::BatchError::MissingKey { index: 1 },
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(log.log_end_offset(), 0);
+        // The same batch is fine where the topic deletes by retention.
+        let (mut plain, _) = PartitionLog::open(
+            storage.clone(),
+            "/data/plain-0",
+            common::small_config(2 << 10, FlushPolicy::Never),
+            0,
+        )
+        .await
+        .unwrap();
+        let mut builder = BatchBuilder::default();
+        builder.push(1, None, b"no key");
+        plain
+            .append(BytesMut::from(&builder.finish()[..]), 0, 1)
+            .await
+            .unwrap();
+    });
+}

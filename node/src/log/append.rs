@@ -224,8 +224,12 @@ impl<S: Storage> PartitionLog<S> {
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len() - first_header;
-            let mut header = batch::check(&batches[at..])
-                .map_err(|source| LogError::CorruptBatch { index, source })?;
+            let checked = if self.config.cleanup.compact {
+                batch::check_keyed(&batches[at..])
+            } else {
+                batch::check(&batches[at..])
+            };
+            let mut header = checked.map_err(|source| LogError::CorruptBatch { index, source })?;
             let batch_len = header.batch_len as usize;
             batch::stamp(&mut batches[at..at + batch_len], next_offset, leader_epoch);
             header.base_offset = next_offset;

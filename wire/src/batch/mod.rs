@@ -52,6 +52,9 @@ pub enum BatchError {
     /// spans.
     #[error("a compacted batch is written by the log cleaner, never produced")]
     Compacted,
+    /// A compacted topic keys every record: compaction keeps each key's last one.
+    #[error("record {index} has no key, and a compacted topic keeps records by key")]
+    MissingKey { index: u32 },
     /// The checksum does not match: the bytes were damaged after the producer wrote them.
     #[error("CRC mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
     CrcMismatch { expected: u32, actual: u32 },
@@ -102,7 +105,7 @@ impl Batch {
     /// borrows from that.
     pub fn validate(bytes: Bytes) -> Result<Batch, BatchError> {
         let bytes = aligned(bytes);
-        let (header, archive) = check_keeping_archive(&bytes)?;
+        let (header, archive) = check_keeping_archive(&bytes, false)?;
         let bytes = bytes.slice(..header.batch_len as usize);
         Ok(Batch {
             bytes,
@@ -189,7 +192,16 @@ impl Batch {
 /// body is decompressed to be checked (as Kafka's broker does), so no consumer is ever handed a
 /// batch it cannot read. A compacted batch is refused: only the log cleaner writes those.
 pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    let (header, _) = check_keeping_archive(bytes)?;
+    check_produced(bytes, false)
+}
+
+/// [`check`] for a compacted topic's produce: every record must have a key.
+pub fn check_keyed(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    check_produced(bytes, true)
+}
+
+fn check_produced(bytes: &[u8], require_keys: bool) -> Result<BatchHeader, BatchError> {
+    let (header, _) = check_keeping_archive(bytes, require_keys)?;
     if header.is_compacted() {
         return Err(BatchError::Compacted);
     }
@@ -223,13 +235,14 @@ pub fn check_integrity(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
 /// [`check`], returning a compressed batch's decompressed archive too.
 fn check_keeping_archive(
     bytes: &[u8],
+    require_keys: bool,
 ) -> Result<(BatchHeader, Option<AlignedVec<16>>), BatchError> {
     let header = check_integrity(bytes)?;
     let body_end = HEADER_LEN + header.body_len as usize;
     let check_body = |body: &[u8]| -> Result<(), BatchError> {
         let body = rkyv::api::low::access::<ArchivedBody, rkyv::rancor::Error>(body)
             .map_err(|_| BatchError::MalformedBody)?;
-        check_records(&header, body)
+        check_records(&header, body, require_keys)
     };
     let codec = header.codec()?;
     if codec != Codec::None {
@@ -257,7 +270,11 @@ fn aligned(bytes: Bytes) -> Bytes {
     Bytes::from_owner(copy)
 }
 
-fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchError> {
+fn check_records(
+    header: &BatchHeader,
+    body: &ArchivedBody,
+    require_keys: bool,
+) -> Result<(), BatchError> {
     let records = body.records.as_slice();
     let headers = body.headers.as_slice();
     let payload_len = body.payload.len() as u64;
@@ -295,6 +312,9 @@ fn check_records(header: &BatchHeader, body: &ArchivedBody) -> Result<(), BatchE
         let key_len = entry.key_len.to_native();
         if key_len != NULL_LEN && !in_payload(entry.key_start.to_native(), key_len) {
             return Err(BatchError::OutOfBounds { index });
+        }
+        if require_keys && key_len == NULL_LEN {
+            return Err(BatchError::MissingKey { index });
         }
         let value_len = entry.value_len.to_native();
         if value_len != NULL_LEN && !in_payload(entry.value_start.to_native(), value_len) {

@@ -231,6 +231,9 @@ error_codes! {
     /// The connection has not authenticated, or its credentials were refused (Kafka's
     /// SASL_AUTHENTICATION_FAILED).
     AuthenticationFailed = 40, retriable = false;
+    /// A record the topic cannot take: on a compacted topic, one without a key (Kafka's
+    /// INVALID_RECORD). Nothing of the batch was written.
+    InvalidRecord = 41, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

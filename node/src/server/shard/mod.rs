@@ -311,6 +311,10 @@ fn pin_to_core(index: usize) {
 
 fn log_error_code(error: &LogError) -> ErrorCode {
     match error {
+        LogError::CorruptBatch {
+            source: strata_wire::batch::BatchError::MissingKey { .. },
+            ..
+        } => ErrorCode::InvalidRecord,
         LogError::CorruptBatch { .. } => ErrorCode::CorruptBatch,
         LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
         LogError::Failed { .. } | LogError::Io { .. } => ErrorCode::StorageError,
