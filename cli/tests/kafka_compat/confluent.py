@@ -320,7 +320,81 @@ def compressed(bootstrap, topic):
     return {"produced": 50}
 
 
+def read_keyed(bootstrap, topic, partition=0):
+    """Every record of a partition from its start to its high watermark, as
+    [offset, key, value or None], read by assignment (no group). When compaction removed the
+    last records, librdkafka's position stays where they were (below the high watermark, as on
+    Kafka, whose cleaner leaves a gap there): reading also ends after 2 s without a record."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+    consumer.assign([TopicPartition(topic, partition, low)])
+    records = []
+    deadline = time.monotonic() + TIMEOUT_S
+    last_record = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - last_record < 2.0:
+        message = consumer.poll(0.2)
+        if message is not None:
+            if message.error():
+                raise KafkaException(message.error())
+            last_record = time.monotonic()
+            value = message.value()
+            records.append([message.offset(), message.key().decode(), None if value is None else value.decode()])
+        [position] = consumer.position([TopicPartition(topic, partition)])
+        if position.offset >= high:
+            break
+    consumer.close()
+    return records
+
+
+def wait_for_records(bootstrap, topic, count, patience_s):
+    """Reads the partition until it holds `count` records (the cleaner's work), or gives up."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        records = read_keyed(bootstrap, topic)
+        if len(records) == count or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def compacted(bootstrap, topic, delete_retention_ms):
+    """A compacted topic created through CreateTopics: 100 keys written 100 times and then
+    tombstones for 10 of them; what reading from the start gives once the cleaner has run, and
+    once the tombstones' delete.retention.ms has passed."""
+    client = admin(bootstrap)
+    client.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=1,
+                replication_factor=-1,
+                config={
+                    "cleanup.policy": "compact",
+                    "segment.ms": "1000",
+                    "segment.bytes": "262144",
+                    "min.cleanable.dirty.ratio": "0.01",
+                    "delete.retention.ms": delete_retention_ms,
+                },
+            )
+        ]
+    )[topic].result(TIMEOUT_S)
+    records = [
+        (f"key{key}".encode(), f"v{version}-{key}".encode(), None)
+        for version in range(100)
+        for key in range(100)
+    ]
+    produce(bootstrap, topic, records)
+    produce(bootstrap, topic, [(f"key{key}".encode(), None, None) for key in range(10)])
+    refused = []
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: refused.append(error_name(err)))
+    producer.flush(TIMEOUT_S)
+    cleaned = wait_for_records(bootstrap, topic, 100, 30)
+    forgotten = wait_for_records(bootstrap, topic, 90, 30 + int(delete_retention_ms) / 1000)
+    return {"refused": refused, "cleaned": cleaned, "forgotten": forgotten}
+
+
 SCENARIOS = {
+    "compacted": compacted,
     "list_topics_and_regex": list_topics_and_regex,
     "created_topics": created_topics,
     "commit_unknown": commit_unknown,

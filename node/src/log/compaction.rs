@@ -288,6 +288,29 @@ impl<S: Storage> PartitionLog<S> {
         (self.segments[end].base_offset, end)
     }
 
+    /// Whether a tombstone kept by an earlier clean of this process may go now (a clean is
+    /// then due even with nothing new to clean, as under Kafka's KIP-534).
+    fn tombstones_due(&self, now_ms: i64) -> bool {
+        self.tombstone_horizon_ms
+            .is_some_and(|horizon| horizon <= now_ms)
+    }
+
+    /// For a compacted log: rolls an active segment older than `segment.ms` though nothing is
+    /// appended (a roll otherwise waits for the next append), so its records become cleanable.
+    pub async fn roll_for_compaction(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let due = self.config.cleanup.compact
+            && !self.active().is_empty()
+            && self
+                .config
+                .segment_ms
+                .is_some_and(|segment_ms| now_ms - self.active().opened_at_ms >= segment_ms);
+        if due {
+            self.check_writable()?;
+            self.roll(now_ms).await?;
+        }
+        Ok(())
+    }
+
     /// The dirty ratio and whether a clean could run now.
     pub fn compaction_status(&self, now_ms: i64, below_offset: u64) -> CompactionStatus {
         let clean_offset = self.clean_offset();
@@ -305,7 +328,7 @@ impl<S: Storage> PartitionLog<S> {
             Some("the topic is not compacted")
         } else if self.failed.is_some() {
             Some("the log has failed")
-        } else if end == 0 || cleanable_end <= clean_offset {
+        } else if end == 0 || (cleanable_end <= clean_offset && !self.tombstones_due(now_ms)) {
             Some(
                 "nothing new is cleanable yet (the active segment and what is within min.compaction.lag.ms or above the high watermark are never cleaned)",
             )
@@ -338,7 +361,7 @@ impl<S: Storage> PartitionLog<S> {
         let overdue = self.segments[..end].iter().any(|segment| {
             segment.next_offset > status.clean_offset
                 && segment.max_timestamp_ms < now_ms.saturating_sub(compaction.max_lag_ms)
-        });
+        }) || self.tombstones_due(now_ms);
         if status.dirty_ratio < compaction.min_cleanable_dirty_ratio && !overdue {
             return None;
         }
@@ -435,6 +458,7 @@ impl<S: Storage> PartitionLog<S> {
             report.replaced += count;
         }
         self.clean_offset = outcome.clean_offset;
+        self.tombstone_horizon_ms = outcome.tombstone_horizon_ms;
         self.checkpoint_clean_offset().await;
         Ok(report)
     }

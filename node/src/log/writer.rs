@@ -831,6 +831,10 @@ impl<S: Storage> LogTask<S> {
                 mut resources,
                 reply,
             } => {
+                if let Err(error) = log.roll_for_compaction(now_ms).await {
+                    let _ = reply.send((resources, Some(Err(error))));
+                    return;
+                }
                 let Some(plan) = log.plan_clean(now_ms, below_offset) else {
                     let _ = reply.send((resources, None));
                     return;

@@ -97,6 +97,8 @@ pub struct SegmentWriter {
     builder: BatchBuilder,
     /// Whether anything differs from the sources.
     changed: bool,
+    /// The earliest delete horizon of a batch that kept a tombstone.
+    tombstone_horizon_ms: Option<i64>,
 }
 
 impl SegmentWriter {
@@ -111,6 +113,7 @@ impl SegmentWriter {
             gap: None,
             builder: BatchBuilder::with_capacity(64 << 10),
             changed: false,
+            tombstone_horizon_ms: None,
         }
     }
 
@@ -152,6 +155,14 @@ impl SegmentWriter {
             }
         }
         let needs_horizon = tombstone_kept && horizon.is_none();
+        let new_horizon =
+            needs_horizon.then(|| rules.now_ms.saturating_add(rules.delete_retention_ms));
+        if tombstone_kept && let Some(batch_horizon) = horizon.or(new_horizon) {
+            self.tombstone_horizon_ms = Some(
+                self.tombstone_horizon_ms
+                    .map_or(batch_horizon, |earliest| earliest.min(batch_horizon)),
+            );
+        }
         if kept == records && !needs_horizon {
             self.emit(batch.as_bytes().clone(), &header);
             return;
@@ -163,8 +174,6 @@ impl SegmentWriter {
             self.extend_gap(&header);
             return;
         }
-        let new_horizon =
-            needs_horizon.then(|| rules.now_ms.saturating_add(rules.delete_retention_ms));
         self.builder.start_compacted(&header, new_horizon);
         for record in batch.records() {
             if matches!(
@@ -202,6 +211,7 @@ impl SegmentWriter {
                 index: self.index,
                 max_timestamp_ms: self.cadence.max_timestamp_ms(),
                 changed: self.changed,
+                tombstone_horizon_ms: self.tombstone_horizon_ms,
             },
         )
     }
@@ -278,4 +288,6 @@ pub struct CleanedSegment {
     pub max_timestamp_ms: i64,
     /// False when it holds exactly the batches of its sources.
     pub changed: bool,
+    /// When its earliest tombstone may go (`None`: it keeps none).
+    pub tombstone_horizon_ms: Option<i64>,
 }

@@ -23,6 +23,9 @@ pub struct CleanOutcome {
     /// The first offset the next clean treats as dirty.
     pub clean_offset: u64,
     pub stats: CleanStats,
+    /// When the earliest tombstone the cleaned part keeps may go (`None`: it keeps none), so
+    /// the log asks for a clean then even if nothing new is dirty.
+    pub tombstone_horizon_ms: Option<i64>,
 }
 
 /// One cleaned segment's files (`<base>.*.cleaned`, synced) and the segments it replaces.
@@ -63,11 +66,20 @@ pub async fn clean<S: Storage>(
         delete_retention_ms: plan.delete_retention_ms,
         producer_last_offsets: plan.producer_last_offsets.clone(),
     };
-    let result = rewrite_all(&plan, &mut rules, throttle, &mut stats).await;
+    let mut tombstone_horizon_ms = None;
+    let result = rewrite_all(
+        &plan,
+        &mut rules,
+        throttle,
+        &mut stats,
+        &mut tombstone_horizon_ms,
+    )
+    .await;
     let outcome = result.map(|segments| CleanOutcome {
         segments,
         clean_offset: map_end,
         stats,
+        tombstone_horizon_ms,
     });
     (rules.map, outcome)
 }
@@ -118,6 +130,7 @@ async fn rewrite_all<S: Storage>(
     rules: &mut Rules,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
+    tombstone_horizon_ms: &mut Option<i64>,
 ) -> Result<Vec<CleanedFiles>, LogError> {
     let sources: Vec<&SourceSegment<S::File>> = plan
         .sources
@@ -126,7 +139,7 @@ async fn rewrite_all<S: Storage>(
         .collect();
     let mut written = Vec::new();
     for group in groups(&sources, plan.segment_bytes) {
-        match rewrite_group(plan, group, rules, throttle, stats).await {
+        match rewrite_group(plan, group, rules, throttle, stats, tombstone_horizon_ms).await {
             Ok(Some(files)) => written.push(files),
             Ok(None) => {}
             Err(error) => {
@@ -182,6 +195,7 @@ async fn rewrite_group<S: Storage>(
     rules: &Rules,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
+    tombstone_horizon_ms: &mut Option<i64>,
 ) -> Result<Option<CleanedFiles>, LogError> {
     let base = group[0].base_offset;
     let open = |extension: &'static str| {
@@ -222,6 +236,10 @@ async fn rewrite_group<S: Storage>(
         .map_err(io_error("write"))?;
     debug_assert_eq!(size, segment.size);
     stats.bytes_written += size;
+    if let Some(horizon) = segment.tombstone_horizon_ms {
+        *tombstone_horizon_ms =
+            Some(tombstone_horizon_ms.map_or(horizon, |earliest| earliest.min(horizon)));
+    }
     if !segment.changed && group.len() == 1 {
         drop(log);
         remove_cleaned(plan, base).await;
