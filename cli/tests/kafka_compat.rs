@@ -307,7 +307,11 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
     let dir = tempfile::tempdir().unwrap();
     let (node, kafka, _) = kafka_node(dir.path(), &["--cleaner-backoff-ms", "200"]);
     let seen = confluent("compacted", &kafka, &["changelog", "3000"]);
-    assert_eq!(seen["refused"], serde_json::json!(["INVALID_RECORD"]), "{seen}");
+    assert_eq!(
+        seen["refused"],
+        serde_json::json!(["INVALID_RECORD"]),
+        "{seen}"
+    );
     let cleaned = seen["cleaned"].as_array().unwrap();
     assert_eq!(cleaned.len(), 100, "{seen}");
     // Each key's last write: versions 0..100 of key k at offset version * 100 + k, then the
@@ -326,13 +330,26 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
         assert_eq!(*got, expected);
     }
     let offsets: Vec<u64> = cleaned.iter().map(|r| r[0].as_u64().unwrap()).collect();
-    assert!(offsets.windows(2).all(|pair| pair[0] < pair[1]), "{offsets:?}");
+    assert!(
+        offsets.windows(2).all(|pair| pair[0] < pair[1]),
+        "{offsets:?}"
+    );
     let forgotten = seen["forgotten"].as_array().unwrap();
     assert_eq!(forgotten.len(), 90, "{seen}");
     assert!(forgotten.iter().all(|r| !r[2].is_null()), "{seen}");
     // kcat (librdkafka 2.0.2) reads the same, gaps and all.
     let output = Command::new("kcat")
-        .args(["-b", &kafka, "-C", "-t", "changelog", "-e", "-o", "beginning", "-q"])
+        .args([
+            "-b",
+            &kafka,
+            "-C",
+            "-t",
+            "changelog",
+            "-e",
+            "-o",
+            "beginning",
+            "-q",
+        ])
         .args(["-f", "%o %k %s\n"])
         .output()
         .expect("kcat");
@@ -344,7 +361,14 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
         .collect();
     let expected: Vec<String> = forgotten
         .iter()
-        .map(|r| format!("{} {} {}", r[0], r[1].as_str().unwrap(), r[2].as_str().unwrap()))
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r[0],
+                r[1].as_str().unwrap(),
+                r[2].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(lines, expected);
     drop(node);

@@ -398,3 +398,75 @@ fn a_compacted_log_refuses_records_without_a_key_and_writes_nothing() {
             .unwrap();
     });
 }
+
+/// Batches stored from `from` up to (not including) `below`, as a follower would fetch them.
+async fn stored_range<S: Storage>(
+    log: &mut PartitionLog<S>,
+    from: u64,
+    below: u64,
+) -> bytes::Bytes {
+    let mut out = BytesMut::new();
+    let mut offset = from;
+    while offset < below {
+        let bytes = log.read(offset, 1 << 20, u64::MAX).await.unwrap();
+        for batch in split_batches(bytes) {
+            let batch = batch.unwrap();
+            if batch.base_offset() < offset {
+                continue;
+            }
+            if batch.base_offset() >= below {
+                return out.freeze();
+            }
+            out.extend_from_slice(batch.as_bytes());
+            offset = batch.last_offset() + 1;
+        }
+    }
+    out.freeze()
+}
+
+#[test]
+fn a_follower_behind_its_leaders_cleaner_takes_the_cleaned_batches_over_its_own() {
+    block_on(async {
+        let storage = SimStorage::new(7);
+        let (mut leader, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let written = fill(&mut leader, 1_000).await;
+        let log_end = leader.log_end_offset();
+        let as_written = stored_range(&mut leader, 0, log_end).await;
+        clean_once(&mut leader, 1_000, 1 << 20).await.unwrap();
+        // A batch the cleaner emptied, standing for several batches as written.
+        let cleaned = stored_range(&mut leader, 0, log_end).await;
+        let emptied = split_batches(cleaned)
+            .map(|batch| batch.unwrap())
+            .find(|batch| batch.record_count() == 0 && batch.header().offset_count > 1)
+            .expect("a run of emptied batches");
+        // The follower had copied up to the middle of that run before the leader cleaned.
+        let middle = emptied.base_offset() + 1;
+        let (mut follower, _) =
+            PartitionLog::open(storage.clone(), "/data/follower-0", config(), 0)
+                .await
+                .unwrap();
+        let mut early = BytesMut::new();
+        for batch in split_batches(as_written).map(|batch| batch.unwrap()) {
+            if batch.base_offset() < middle {
+                early.extend_from_slice(batch.as_bytes());
+            }
+        }
+        follower
+            .append_replicated(early.freeze(), 1_000)
+            .await
+            .unwrap();
+        assert_eq!(follower.log_end_offset(), middle);
+        // Its next fetch, from there, starts inside the emptied batch.
+        let end = leader.log_end_offset();
+        let rest = stored_range(&mut leader, emptied.base_offset(), end).await;
+        follower.append_replicated(rest, 1_000).await.unwrap();
+        assert_eq!(follower.log_end_offset(), end);
+        assert_eq!(read_all(&mut follower).await, read_all(&mut leader).await);
+        assert_eq!(
+            last_writes(&read_all(&mut follower).await),
+            last_writes(&written)
+        );
+    });
+}

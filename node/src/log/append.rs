@@ -304,6 +304,7 @@ impl<S: Storage> PartitionLog<S> {
         batches: Bytes,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        self.take_compacted_overlap(&batches, now_ms).await?;
         self.check_replicated(&batches)?;
         self.write_batches(Buffers::One(batches), true, now_ms)
             .await?;
@@ -316,10 +317,41 @@ impl<S: Storage> PartitionLog<S> {
         placed: PlacedBatches,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        self.take_compacted_overlap(placed.batches(), now_ms)
+            .await?;
         self.check_replicated(placed.batches())?;
         self.write_batches(Buffers::Placed(placed), true, now_ms)
             .await?;
         Ok(AppendInfo::of(&self.headers))
+    }
+
+    /// A follower behind its leader's cleaner may fetch from inside a compacted batch that spans
+    /// offsets the follower holds as written (the leader's cleaner merged a run of batches that
+    /// lost every record into one). The leader's clean says nothing at those offsets survives,
+    /// so the follower drops its own batches from where the leader's begins and takes it.
+    async fn take_compacted_overlap(
+        &mut self,
+        batches: &[u8],
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let Ok(first) = BatchHeader::parse(batches) else {
+            return Ok(());
+        };
+        let end = self.log_end_offset();
+        if first.is_compacted()
+            && first.base_offset < end
+            && first.next_offset() > end
+            && first.base_offset >= self.log_start_offset()
+        {
+            tracing::info!(
+                dir = %self.dir.display(),
+                from = first.base_offset,
+                to = end,
+                "replacing offsets the leader's cleaner emptied"
+            );
+            self.truncate_to(first.base_offset, now_ms).await?;
+        }
+        Ok(())
     }
 
     /// Where the next replicated batches should start within a block for a direct write of them
