@@ -55,7 +55,8 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
                         record.offset,
                         record.timestamp_ms,
                         record.key.map(String::from_utf8_lossy),
-                        String::from_utf8_lossy(record.value)
+                        // A tombstone (null value) prints as None.
+                        record.nullable_value().map(String::from_utf8_lossy)
                     )?;
                 }
             }

@@ -231,6 +231,12 @@ class Worker:
                 # ServiceLoader manifests, so skip the slow reflective scan.
                 "plugin.discovery=service_load",
                 "offset.flush.interval.ms=1000",
+                # Internal topics roll a segment every second, so Strata's cleaner (run it
+                # with --cleaner-backoff-ms 500) compacts them while the test runs and the
+                # restarts read config and offsets back from cleaned logs.
+                *(f"{store}.storage.{key}={value}"
+                  for store in ("config", "offset", "status")
+                  for key, value in (("segment.ms", 1000), ("min.cleanable.dirty.ratio", 0.01))),
                 "scheduled.rebalance.max.delay.ms=10000",
                 "",
             ]))
@@ -299,11 +305,11 @@ class Worker:
         except OSError:
             return ""
 
-    def stop(self, timeout=60):
+    def stop(self, timeout=60, hard=False):
         if self.process is None or self.process.poll() is not None:
             return
-        log(f"{self.name}: stopping (SIGTERM)")
-        os.killpg(self.process.pid, signal.SIGTERM)
+        log(f"{self.name}: stopping ({'SIGKILL' if hard else 'SIGTERM'})")
+        os.killpg(self.process.pid, signal.SIGKILL if hard else signal.SIGTERM)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -330,6 +336,25 @@ def consume(bootstrap, topic, timeout=30):
         _partition, _offset, value = line.split(" ", 2)
         values.append(json.loads(value))
     return values
+
+
+def report_compaction(bootstrap, topics):
+    """Say whether Strata's cleaner has compacted Connect's internal topics (offset gaps)."""
+    for store in ("configs", "offsets", "status"):
+        topic = f"{topics}-{store}"
+        result = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-e", "-o", "beginning",
+                                 "-q", "-f", "%p %o\\n"], capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            raise Failure(f"kcat -C -t {topic} failed: {result.stderr.strip()}")
+        by_partition = {}
+        for line in result.stdout.splitlines():
+            partition, offset = map(int, line.split())
+            by_partition.setdefault(partition, []).append(offset)
+        records = sum(len(offsets) for offsets in by_partition.values())
+        spanned = sum(offsets[-1] - offsets[0] + 1 for offsets in by_partition.values())
+        first = sum(offsets[0] for offsets in by_partition.values())
+        log(f"internal topic {topic}: {records} records over {len(by_partition)} partitions, "
+            f"{spanned - records} offsets cleaned away in between, {first} below the first")
 
 
 def wait_lines(bootstrap, topic, expected, timeout=90):
@@ -427,24 +452,33 @@ def run(workdir):
         config = create_connector(one, "file-source-a", source, topic)
         wait_lines(bootstrap, topic, lines)
 
-        # 2. Restart: config and source offsets survive.
-        time.sleep(2.5)  # past offset.flush.interval.ms, so the offsets of the lines are committed
-        one.stop()
-        one.start()
-        one.wait_joined()
-        status, connectors = http("GET", one.url + "/connectors")
-        if status != 200 or connectors != ["file-source-a"]:
-            raise Failure(f"after restart GET /connectors answered {status} {connectors!r}, expected ['file-source-a']")
-        status, stored = http("GET", one.url + "/connectors/file-source-a/config")
-        if status != 200 or any(stored.get(k) != v for k, v in config.items()):
-            raise Failure(f"after restart the connector config is {stored!r}, expected {config!r}")
-        log("after restart: connector and its config survived")
-        wait_for("file-source-a RUNNING after restart", lambda: connector_running(one, "file-source-a"), 90)
-        more = [f"a-line-{i}" for i in range(6, 9)]
-        append(source, more)
-        lines += more
-        wait_lines(bootstrap, topic, lines)
-        log("after restart: the appended lines arrived exactly once (source offsets kept)")
+        # 2. Restarts, graceful then hard (a killed worker's member must time out of the
+        # group): config and source offsets survive, appended lines arrive exactly once.
+        next_line = 6
+        for hard in (False, True):
+            kind = "kill -9" if hard else "graceful"
+            # Past offset.flush.interval.ms, so the source offsets of the lines are committed.
+            time.sleep(2.5)
+            one.stop(hard=hard)
+            one.start()
+            one.wait_joined(timeout=180)
+            status, connectors = http("GET", one.url + "/connectors")
+            if status != 200 or connectors != ["file-source-a"]:
+                raise Failure(f"after {kind} restart GET /connectors answered {status} {connectors!r}, "
+                              "expected ['file-source-a']")
+            status, stored = http("GET", one.url + "/connectors/file-source-a/config")
+            if status != 200 or any(stored.get(k) != v for k, v in config.items()):
+                raise Failure(f"after {kind} restart the connector config is {stored!r}, expected {config!r}")
+            log(f"after {kind} restart: connector and its config survived")
+            wait_for(f"file-source-a RUNNING after {kind} restart",
+                     lambda: connector_running(one, "file-source-a"), 90)
+            more = [f"a-line-{i}" for i in range(next_line, next_line + 3)]
+            next_line += 3
+            append(source, more)
+            lines += more
+            wait_lines(bootstrap, topic, lines)
+            log(f"after {kind} restart: the appended lines arrived exactly once (source offsets kept)")
+        report_compaction(bootstrap, topics)
 
         # 3. A second worker in the same group.
         two = Worker("worker2", workdir, libs, bootstrap, group, topics)
@@ -482,7 +516,7 @@ def run(workdir):
             status, connectors = http("GET", worker.url + "/connectors")
             if status != 200 or sorted(connectors) != ["file-source-a", "file-source-b"]:
                 raise Failure(f"{worker.name}: GET /connectors answered {status} {connectors!r}")
-        more = [f"a-line-{i}" for i in range(9, 12)]
+        more = [f"a-line-{i}" for i in range(next_line, next_line + 3)]
         append(source, more)
         lines += more
         wait_lines(bootstrap, topic, lines)

@@ -356,7 +356,7 @@ def wait_for_records(bootstrap, topic, count, patience_s):
         time.sleep(0.5)
 
 
-def compacted(bootstrap, topic, delete_retention_ms):
+def compacted(bootstrap, topic, delete_retention_ms, replication_factor="-1"):
     """A compacted topic created through CreateTopics: 100 keys written 100 times and then
     tombstones for 10 of them; what reading from the start gives once the cleaner has run, and
     once the tombstones' delete.retention.ms has passed."""
@@ -366,7 +366,7 @@ def compacted(bootstrap, topic, delete_retention_ms):
             NewTopic(
                 topic,
                 num_partitions=1,
-                replication_factor=-1,
+                replication_factor=int(replication_factor),
                 config={
                     "cleanup.policy": "compact",
                     "segment.ms": "1000",
@@ -382,8 +382,8 @@ def compacted(bootstrap, topic, delete_retention_ms):
         for version in range(100)
         for key in range(100)
     ]
-    produce(bootstrap, topic, records)
-    produce(bootstrap, topic, [(f"key{key}".encode(), None, None) for key in range(10)])
+    produce(bootstrap, topic, records, acks="all")
+    produce(bootstrap, topic, [(f"key{key}".encode(), None, None) for key in range(10)], acks="all")
     refused = []
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: refused.append(error_name(err)))
@@ -393,8 +393,14 @@ def compacted(bootstrap, topic, delete_retention_ms):
     return {"refused": refused, "cleaned": cleaned, "forgotten": forgotten}
 
 
+def read(bootstrap, topic):
+    """The records of partition 0 from its start, as [offset, key, value or None]."""
+    return read_keyed(bootstrap, topic)
+
+
 SCENARIOS = {
     "compacted": compacted,
+    "read": read,
     "list_topics_and_regex": list_topics_and_regex,
     "created_topics": created_topics,
     "commit_unknown": commit_unknown,

@@ -428,10 +428,13 @@ impl<S: Storage> PartitionLog<S> {
             .iter()
             .map(|cleaned| (cleaned.segment.base_offset, cleaned.segment.next_offset))
             .collect();
-        if !decided.is_empty()
-            && let Err(error) = self.swap_all(&decided).await
-        {
-            return Err(self.fail(format!("swapping in a clean: {error}")));
+        if !decided.is_empty() {
+            // Before the swap: the tail cache may still hold batches of the segments replaced,
+            // and a read must never be served records the log no longer holds.
+            self.tail_cache.clear();
+            if let Err(error) = self.swap_all(&decided).await {
+                return Err(self.fail(format!("swapping in a clean: {error}")));
+            }
         }
         for cleaned in outcome.segments {
             let base = cleaned.segment.base_offset;
