@@ -12,7 +12,9 @@ use strata_client::{
     Client, Consumer, ConsumerConfig, Delivery, GroupConfig, GroupConsumer, OffsetReset, Producer,
     ProducerConfig, ProducerRecord, SeekTo,
 };
-use strata_wire::protocol::{EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP};
+use strata_wire::protocol::{
+    CLEAN_OFFSET_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP,
+};
 use tokio::io::AsyncBufReadExt;
 
 use super::Connection;
@@ -263,6 +265,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 };
                 let start = offset(EARLIEST_TIMESTAMP).await;
                 let end = offset(LATEST_TIMESTAMP).await;
+                let clean = offset(CLEAN_OFFSET_TIMESTAMP).await;
                 partitions.push(json!({
                     "partition": index,
                     "leader": partition.leader,
@@ -272,6 +275,8 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     "under_replicated": partition.isr.len() < partition.replicas.len(),
                     "log_start_offset": start,
                     "high_watermark": end,
+                    // Compacted topics: below this, each key's last record (see docs).
+                    "clean_offset": clean,
                     "shard": partition.shard,
                 }));
             }
@@ -298,11 +303,14 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                         format!("{}={}{mark}", entry.key, entry.value)
                     })
                     .collect();
+                let compacted = settings
+                    .iter()
+                    .any(|entry| entry.key == "cleanup.policy" && entry.value.contains("compact"));
                 outln!("topic {name}: {} partitions", partitions.len());
                 outln!("  config: {}", shown.join(", "));
                 for p in &partitions {
                     outln!(
-                        "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{} shard {}",
+                        "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{}{} shard {}",
                         p["partition"],
                         p["leader"],
                         p["leader_epoch"],
@@ -315,6 +323,11 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                         },
                         p["log_start_offset"],
                         p["high_watermark"],
+                        if compacted {
+                            format!(" cleaned to {}", p["clean_offset"])
+                        } else {
+                            String::new()
+                        },
                         p["shard"]
                     );
                 }

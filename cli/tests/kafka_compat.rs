@@ -306,7 +306,7 @@ fn a_topics_compression_type_is_the_codec_kafka_batches_are_stored_with() {
 #[test]
 fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_their_retention() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka, _) = kafka_node(dir.path(), &["--cleaner-backoff-ms", "200"]);
+    let (node, kafka, admin) = kafka_node(dir.path(), &["--cleaner-backoff-ms", "200"]);
     let seen = confluent("compacted", &kafka, &["changelog", "3000"]);
     assert_eq!(
         seen["refused"],
@@ -372,6 +372,25 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
         })
         .collect();
     assert_eq!(lines, expected);
+    // What the cleaner did, on /metrics and in `topic describe`.
+    assert!(metric_total(admin, "strata_log_cleaner_cleans_total") >= 2.0);
+    assert!(metric_total(admin, "strata_log_cleaner_removed_records_total") >= 9_910.0);
+    assert!(metric_total(admin, "strata_log_cleaner_written_bytes_total") > 0.0);
+    let (_, metrics) = support::http_get(admin, "/metrics");
+    assert!(
+        metrics.contains(
+            "strata_log_cleaner_dirty_ratio{node=\"1\",topic=\"changelog\",partition=\"0\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("strata_log_cleaner_uncleanable{"),
+        "{metrics}"
+    );
+    let described = support::describe(&node, "changelog");
+    let clean_offset = described["partitions"][0]["clean_offset"].as_u64().unwrap();
+    assert!(clean_offset >= 10_000, "{described}");
+    assert_eq!(described["config"]["cleanup.policy"], "compact");
     drop(node);
 }
 

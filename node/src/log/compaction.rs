@@ -82,7 +82,7 @@ pub struct CompactionStatus {
     pub clean_offset: u64,
     /// Bytes not yet cleaned over the bytes a clean may rewrite (0 when there is nothing).
     pub dirty_ratio: f64,
-    /// Why nothing can be cleaned, when nothing can.
+    /// Why the log cannot be cleaned at all, when it cannot.
     pub uncleanable: Option<&'static str>,
 }
 
@@ -314,7 +314,7 @@ impl<S: Storage> PartitionLog<S> {
     /// The dirty ratio and whether a clean could run now.
     pub fn compaction_status(&self, now_ms: i64, below_offset: u64) -> CompactionStatus {
         let clean_offset = self.clean_offset();
-        let (cleanable_end, end) = self.cleanable_end(now_ms, below_offset);
+        let (_, end) = self.cleanable_end(now_ms, below_offset);
         let (mut clean, mut dirty) = (0u64, 0u64);
         for segment in &self.segments[..end] {
             if segment.next_offset <= clean_offset {
@@ -328,10 +328,6 @@ impl<S: Storage> PartitionLog<S> {
             Some("the topic is not compacted")
         } else if self.failed.is_some() {
             Some("the log has failed")
-        } else if end == 0 || (cleanable_end <= clean_offset && !self.tombstones_due(now_ms)) {
-            Some(
-                "nothing new is cleanable yet (the active segment and what is within min.compaction.lag.ms or above the high watermark are never cleaned)",
-            )
         } else {
             None
         };
@@ -351,11 +347,12 @@ impl<S: Storage> PartitionLog<S> {
     /// `max.compaction.lag.ms`.
     pub fn plan_clean(&self, now_ms: i64, below_offset: u64) -> Option<CleanPlan<S>> {
         let status = self.compaction_status(now_ms, below_offset);
-        if status.uncleanable.is_some() {
+        let (cleanable_end, end) = self.cleanable_end(now_ms, below_offset);
+        let nothing_new = cleanable_end <= status.clean_offset && !self.tombstones_due(now_ms);
+        if status.uncleanable.is_some() || end == 0 || nothing_new {
             return None;
         }
         let compaction = self.config.compaction;
-        let (cleanable_end, end) = self.cleanable_end(now_ms, below_offset);
         // Kafka compares the first dirty batch's time; a segment's newest record is what the
         // log keeps, so a record may wait up to a segment's span past the lag.
         let overdue = self.segments[..end].iter().any(|segment| {

@@ -24,8 +24,8 @@ use super::cleaner::{CleanOutcome, OffsetMap, clean};
 use super::group_commit::{GroupCommit, SyncStart};
 use super::shared_sync::SharedSync;
 use super::{
-    AppendInfo, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog, PlacedBatches,
-    PlannedRead, PlannedSend, RetentionReport, Served, SwapReport,
+    AppendInfo, CompactionStatus, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog,
+    PlacedBatches, PlannedRead, PlannedSend, RetentionReport, Served, SwapReport,
 };
 use crate::clock::Clock;
 use crate::io::Storage;
@@ -104,6 +104,8 @@ enum Command {
     FinishClean {
         outcome: CleanOutcome,
         resources: CleanerResources,
+        /// Where the clean stopped (for the state reported after it).
+        below_offset: u64,
         reply: CleanReply,
     },
     /// A follower's read: what `Read` and `Offsets` answer together, parked until the log
@@ -122,7 +124,15 @@ enum Command {
     },
 }
 
-type CleanReply = oneshot::Sender<(CleanerResources, Option<Result<SwapReport, LogError>>)>;
+type CleanReply = oneshot::Sender<CleanAnswer>;
+
+/// What [`LogHandle::clean`] answers: the resources lent, the swap's report if a clean ran,
+/// and the log's compaction state after it.
+pub struct CleanAnswer {
+    pub resources: CleanerResources,
+    pub report: Option<Result<SwapReport, LogError>>,
+    pub status: CompactionStatus,
+}
 
 /// What a shard lends each clean it runs: one key map and one IO limit for all its logs.
 pub struct CleanerResources {
@@ -143,6 +153,8 @@ pub struct LogOffsets {
     pub log_start: u64,
     pub log_end: u64,
     pub durable: u64,
+    /// The first offset the cleaner has not cleaned (the log start where it never has).
+    pub clean: u64,
 }
 
 /// Cheap handle to a log task; clone it for each producer.
@@ -310,7 +322,7 @@ impl LogHandle {
         &self,
         below_offset: u64,
         resources: CleanerResources,
-    ) -> Result<(CleanerResources, Option<Result<SwapReport, LogError>>), LogError> {
+    ) -> Result<CleanAnswer, LogError> {
         self.ask(|reply| Command::Clean {
             below_offset,
             resources,
@@ -831,12 +843,22 @@ impl<S: Storage> LogTask<S> {
                 mut resources,
                 reply,
             } => {
+                let status = log.compaction_status(now_ms, below_offset);
                 if let Err(error) = log.roll_for_compaction(now_ms).await {
-                    let _ = reply.send((resources, Some(Err(error))));
+                    let report = Some(Err(error));
+                    let _ = reply.send(CleanAnswer {
+                        resources,
+                        report,
+                        status,
+                    });
                     return;
                 }
                 let Some(plan) = log.plan_clean(now_ms, below_offset) else {
-                    let _ = reply.send((resources, None));
+                    let _ = reply.send(CleanAnswer {
+                        resources,
+                        report: None,
+                        status,
+                    });
                     return;
                 };
                 let own_commands = self.own_commands.clone();
@@ -846,7 +868,12 @@ impl<S: Storage> LogTask<S> {
                     let outcome = match outcome {
                         Ok(outcome) => outcome,
                         Err(error) => {
-                            let _ = reply.send((resources, Some(Err(error))));
+                            let report = Some(Err(error));
+                            let _ = reply.send(CleanAnswer {
+                                resources,
+                                report,
+                                status,
+                            });
                             return;
                         }
                     };
@@ -854,6 +881,7 @@ impl<S: Storage> LogTask<S> {
                         let _ = commands.send(Command::FinishClean {
                             outcome,
                             resources,
+                            below_offset,
                             reply,
                         });
                     }
@@ -862,10 +890,16 @@ impl<S: Storage> LogTask<S> {
             Command::FinishClean {
                 outcome,
                 resources,
+                below_offset,
                 reply,
             } => {
-                let report = log.finish_clean(outcome, now_ms).await;
-                let _ = reply.send((resources, Some(report)));
+                let report = Some(log.finish_clean(outcome, now_ms).await);
+                let status = log.compaction_status(now_ms, below_offset);
+                let _ = reply.send(CleanAnswer {
+                    resources,
+                    report,
+                    status,
+                });
             }
             Command::Offsets { reply } => {
                 let _ = reply.send(offsets_of(log));
@@ -906,6 +940,7 @@ impl<S: Storage> LogTask<S> {
 
 fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
     LogOffsets {
+        clean: log.clean_offset(),
         log_start: log.log_start_offset(),
         log_end: log.log_end_offset(),
         durable: log.durable_offset(),

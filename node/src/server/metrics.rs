@@ -110,6 +110,29 @@ pub struct Snapshot {
     /// Each follower of each partition this shard leads: records it is behind the leader's
     /// log end, as of its last fetch (followers not heard from yet are left out).
     pub replica_lags: Vec<ReplicaLag>,
+    /// The log cleaner's work on this shard.
+    pub cleaner: CleanerTotals,
+    /// Each compacted replica on this shard, as of the cleaner's last look at it.
+    pub compaction: BTreeMap<(String, u32), PartitionCompaction>,
+}
+
+/// What a shard's log cleaner did since the node started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CleanerTotals {
+    pub cleans: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
+    pub busy_us: u64,
+}
+
+/// A compacted replica's state for `/metrics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionCompaction {
+    pub dirty_ratio: f64,
+    pub clean_offset: u64,
+    /// Why the cleaner cannot clean it (its last error, or a failed log); `None` when it can.
+    pub uncleanable: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +174,8 @@ impl Default for Snapshot {
             authentications: 0,
             authentication_failures: 0,
             replica_lags: Vec::new(),
+            cleaner: CleanerTotals::default(),
+            compaction: BTreeMap::new(),
         }
     }
 }
@@ -242,6 +267,32 @@ impl ShardMetrics {
         inner.kafka_connections = inner.kafka_connections.saturating_add_signed(delta);
     }
 
+    /// One clean swapped in (or discarded), and how long it took.
+    pub fn cleaned(&self, stats: &crate::log::cleaner::CleanStats, took: std::time::Duration) {
+        let cleaner = &mut self.inner.borrow_mut().cleaner;
+        cleaner.cleans += 1;
+        cleaner.bytes_read += stats.bytes_read;
+        cleaner.bytes_written += stats.bytes_written;
+        cleaner.records_removed += stats.records_removed;
+        cleaner.busy_us += took.as_micros() as u64;
+    }
+
+    /// A compacted replica's state as the cleaner last saw it.
+    pub fn compaction(&self, topic: &str, partition: u32, state: PartitionCompaction) {
+        self.inner
+            .borrow_mut()
+            .compaction
+            .insert((topic.to_string(), partition), state);
+    }
+
+    /// Forgets the compaction state of replicas this shard no longer holds compacted.
+    pub fn retain_compaction(&self, keep: impl Fn(&(String, u32)) -> bool) {
+        self.inner
+            .borrow_mut()
+            .compaction
+            .retain(|key, _| keep(key));
+    }
+
     pub fn isr_changed(&self, topic: &str) {
         topic_counters(&mut self.inner.borrow_mut().topics, topic).isr_changes += 1;
     }
@@ -278,8 +329,38 @@ type ShardSeries = (
 );
 
 /// The series every shard reports, summed or per shard by `render`.
-fn per_shard_series() -> [ShardSeries; 23] {
+fn per_shard_series() -> [ShardSeries; 28] {
     [
+        (
+            "strata_log_cleaner_cleans_total",
+            "counter",
+            "Cleans of compacted partitions the shard's log cleaner finished.",
+            |s| s.cleaner.cleans as f64,
+        ),
+        (
+            "strata_log_cleaner_read_bytes_total",
+            "counter",
+            "Bytes of segments the log cleaner read (key maps and rewrites).",
+            |s| s.cleaner.bytes_read as f64,
+        ),
+        (
+            "strata_log_cleaner_written_bytes_total",
+            "counter",
+            "Bytes of cleaned segments the log cleaner wrote.",
+            |s| s.cleaner.bytes_written as f64,
+        ),
+        (
+            "strata_log_cleaner_removed_records_total",
+            "counter",
+            "Records the log cleaner removed (superseded, expired tombstones, keyless).",
+            |s| s.cleaner.records_removed as f64,
+        ),
+        (
+            "strata_log_cleaner_busy_seconds_total",
+            "counter",
+            "Time the shard's log cleaner spent cleaning.",
+            |s| s.cleaner.busy_us as f64 / 1e6,
+        ),
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -422,6 +503,50 @@ fn per_shard_series() -> [ShardSeries; 23] {
 }
 
 /// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
+/// Each compacted replica's dirty ratio and clean offset, and the ones the cleaner cannot clean
+/// (with why, as a label).
+fn render_compaction(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    let replicas: Vec<(&(String, u32), &PartitionCompaction)> = snapshots
+        .iter()
+        .flat_map(|snapshot| &snapshot.compaction)
+        .collect();
+    let _ = writeln!(
+        out,
+        "# HELP strata_log_cleaner_dirty_ratio Share of a compacted replica's cleanable log not yet cleaned (a clean starts at the topic's min.cleanable.dirty.ratio).\n# TYPE strata_log_cleaner_dirty_ratio gauge"
+    );
+    for ((topic, partition), state) in &replicas {
+        let _ = writeln!(
+            out,
+            "strata_log_cleaner_dirty_ratio{{node=\"{node_id}\",topic=\"{topic}\",partition=\"{partition}\"}} {}",
+            state.dirty_ratio
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_log_cleaner_clean_offset The first offset of a compacted replica the cleaner has not cleaned.\n# TYPE strata_log_cleaner_clean_offset gauge"
+    );
+    for ((topic, partition), state) in &replicas {
+        let _ = writeln!(
+            out,
+            "strata_log_cleaner_clean_offset{{node=\"{node_id}\",topic=\"{topic}\",partition=\"{partition}\"}} {}",
+            state.clean_offset
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_log_cleaner_uncleanable Compacted replicas the cleaner cannot clean, with why (its last error).\n# TYPE strata_log_cleaner_uncleanable gauge"
+    );
+    for ((topic, partition), state) in &replicas {
+        if let Some(reason) = &state.uncleanable {
+            let reason = reason.replace(['"', '\\', '\n'], " ");
+            let _ = writeln!(
+                out,
+                "strata_log_cleaner_uncleanable{{node=\"{node_id}\",topic=\"{topic}\",partition=\"{partition}\",reason=\"{reason}\"}} 1"
+            );
+        }
+    }
+}
+
 pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -528,6 +653,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             lag.topic, lag.partition, lag.replica, lag.records
         );
     }
+    render_compaction(&mut out, node_id, snapshots);
     for (name, help, pick) in [
         (
             "strata_produce_latency_seconds",

@@ -154,6 +154,9 @@ macro_rules! messages {
 /// `ListOffsets` timestamps with special meaning.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const LATEST_TIMESTAMP: i64 = -1;
+/// Strata's own: the first offset the log cleaner has not cleaned (a compacted topic's clean
+/// point; the log start for a topic never cleaned). Far from Kafka's specs (-1 to -5).
+pub const CLEAN_OFFSET_TIMESTAMP: i64 = -100;
 
 /// `ProduceRequest::acks` values.
 pub const ACKS_NONE: i8 = 0;

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use strata_wire::protocol::{
-    EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP, ListOffsetsPartition,
+    CLEAN_OFFSET_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP, ListOffsetsPartition,
     ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopicResponse,
 };
@@ -88,6 +88,10 @@ impl Shard {
                 .map(|offsets| Some((offsets.log_start, -1))),
             // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
             LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
+            CLEAN_OFFSET_TIMESTAMP => log
+                .offsets()
+                .await
+                .map(|offsets| Some((offsets.clean.min(high_watermark), -1))),
             // Only committed records are found: one past the high watermark may yet be
             // truncated away.
             timestamp => log

@@ -23,6 +23,7 @@ use super::Shard;
 use crate::log::cleaner::OffsetMap;
 use crate::log::writer::{CleanerResources, LogHandle};
 use crate::replication::{AckError, Leader, LeaderConfig, RecoveryThrottle};
+use crate::server::metrics::PartitionCompaction;
 
 /// Answered when the high watermark passes an `acks=all` produce.
 pub(in crate::server) type AckWaiter = oneshot::Sender<Result<(), AckError>>;
@@ -346,6 +347,8 @@ impl Shard {
                     )
                 })
                 .collect();
+            self.metrics
+                .retain_compaction(|key| replicas.iter().any(|(held, _, _)| held == key));
             for ((topic, partition), log, high_watermark) in replicas {
                 let lent = resources.take().unwrap_or_else(|| CleanerResources {
                     map: OffsetMap::with_memory(config.memory_bytes),
@@ -357,15 +360,17 @@ impl Shard {
                     }),
                 });
                 let started = std::time::Instant::now();
-                let (returned, report) = match log.clean(high_watermark, lent).await {
+                let answer = match log.clean(high_watermark, lent).await {
                     Ok(answer) => answer,
                     // The log task stopped (the replica was closed): its resources went with it.
                     Err(_) => continue,
                 };
-                resources = Some(returned);
-                match report {
+                resources = Some(answer.resources);
+                let mut uncleanable = answer.status.uncleanable.map(str::to_string);
+                match answer.report {
                     None => {}
                     Some(Ok(report)) => {
+                        self.metrics.cleaned(&report.stats, started.elapsed());
                         tracing::info!(
                             %topic,
                             partition,
@@ -381,8 +386,18 @@ impl Shard {
                     }
                     Some(Err(error)) => {
                         tracing::warn!(%topic, partition, "cleaning: {error}");
+                        uncleanable = Some(error.to_string());
                     }
                 }
+                self.metrics.compaction(
+                    &topic,
+                    partition,
+                    PartitionCompaction {
+                        dirty_ratio: answer.status.dirty_ratio,
+                        clean_offset: answer.status.clean_offset,
+                        uncleanable,
+                    },
+                );
             }
         }
     }
