@@ -494,3 +494,121 @@ fn reads_after_a_clean_see_the_cleaned_log_not_the_tail_cache() {
         assert_eq!(keys.len(), below.len(), "nothing superseded is served");
     });
 }
+
+/// What the model-checking test does to a log.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Appends one record (`None`: a tombstone) of a key among a few.
+    Put(u8, Option<u16>),
+    /// Lets time pass.
+    Wait(i64),
+    /// Runs a clean with a key map of room for `keys` keys (several passes when they do not fit).
+    Clean(usize),
+    /// Power loss and a restart (every append was synced: `flush=always`).
+    Crash,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        8 => (0u8..6, proptest::option::weighted(0.8, any::<u16>())).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (0i64..1_500).prop_map(Op::Wait),
+        2 => (2usize..8).prop_map(Op::Clean),
+        1 => Just(Op::Crash),
+    ]
+}
+
+/// Checks the log against the model of every record appended (offset, key, value, time):
+/// offsets only grow; every record read is the one appended at its offset; at and past the
+/// clean offset nothing is gone; each key's last record is there, unless it is a tombstone past
+/// `delete.retention.ms`, and then no older record of the key is there either.
+fn check_against(
+    model: &[(u64, u8, Option<u16>, i64)],
+    read: &[Read],
+    clean_offset: u64,
+    now: i64,
+) {
+    let key = |k: u8| format!("key{k}").into_bytes();
+    let value = |v: Option<u16>| v.map(|v| format!("value{v}").into_bytes());
+    for (offset, k, v) in read {
+        let (_, mk, mv, _) = model
+            .iter()
+            .find(|(o, ..)| o == offset)
+            .unwrap_or_else(|| panic!("offset {offset} was never written"));
+        assert_eq!((&key(*mk), &value(*mv)), (k, v), "offset {offset}");
+    }
+    for (offset, k, v, _) in model.iter().filter(|(o, ..)| *o >= clean_offset) {
+        assert!(
+            read.contains(&(*offset, key(*k), value(*v))),
+            "offset {offset} at or past the clean offset {clean_offset} is gone"
+        );
+    }
+    let mut last: BTreeMap<u8, &(u64, u8, Option<u16>, i64)> = BTreeMap::new();
+    for record in model {
+        last.insert(record.1, record);
+    }
+    for (k, (offset, _, v, written_ms)) in last {
+        let present = read.iter().any(|r| r.0 == *offset);
+        if present {
+            continue;
+        }
+        assert!(
+            v.is_none() && now - written_ms >= DELETE_RETENTION_MS,
+            "the last record of key{k} (offset {offset}) is gone"
+        );
+        assert!(
+            !read.iter().any(|r| r.1 == key(k)),
+            "key{k} came back after its tombstone went"
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    #[test]
+    fn any_history_of_appends_cleans_and_crashes_keeps_what_compaction_must(
+        ops in proptest::collection::vec(op(), 1..80),
+        seed in 0u64..1_000,
+    ) {
+        block_on(async {
+            let config = LogConfig {
+                segment_bytes: 600,
+                flush: FlushPolicy::Always,
+                ..config()
+            };
+            let storage = SimStorage::new(seed);
+            let mut now = 1_000i64;
+            let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config.clone(), now)
+                .await
+                .unwrap();
+            let mut model: Vec<(u64, u8, Option<u16>, i64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => {
+                        let value = v.map(|v| format!("value{v}"));
+                        let batch = keyed_batch(&[(&format!("key{k}"), value.as_deref())], now);
+                        let info = log.append(batch, 0, now).await.unwrap();
+                        // Acknowledged once synced (what the writer does under flush=always).
+                        log.flush(now).await.unwrap();
+                        model.push((info.base_offset, k, v, now));
+                    }
+                    Op::Wait(ms) => now += ms,
+                    Op::Clean(keys) => {
+                        let map_bytes = (keys * 4 / 3 + 1) * strata_node::log::cleaner::ENTRY_BYTES;
+                        clean_once(&mut log, now, map_bytes).await;
+                    }
+                    Op::Crash => {
+                        drop(log);
+                        storage.crash();
+                        log = PartitionLog::open(storage.clone(), DIR, config.clone(), now)
+                            .await
+                            .unwrap()
+                            .0;
+                    }
+                }
+                let read = read_all(&mut log).await;
+                check_against(&model, &read, log.clean_offset(), now);
+            }
+        });
+    }
+}

@@ -431,6 +431,7 @@ def run(workdir):
     for tool in ("java", "kcat"):
         if shutil.which(tool) is None:
             raise Failure(f"{tool} is not on PATH")
+    workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     suffix = f"{int(time.time())}-{os.getpid()}"
     group = f"strata-connect-{suffix}"
