@@ -19,16 +19,35 @@ fn dumped(dir: &Path) -> BTreeMap<u64, (String, String)> {
         .arg(dir)
         .output()
         .unwrap();
-    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
     String::from_utf8(dump.stdout)
         .unwrap()
         .lines()
         .filter_map(|line| line.strip_prefix("  offset="))
         .map(|record| {
             let (offset, rest) = record.split_once(" ts=").unwrap();
-            let key = rest.split("key=Some(\"").nth(1).unwrap().split('"').next().unwrap();
-            let value = rest.split("value=Some(\"").nth(1).unwrap().split('"').next().unwrap();
-            (offset.parse().unwrap(), (key.to_string(), value.to_string()))
+            let key = rest
+                .split("key=Some(\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let value = rest
+                .split("value=Some(\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            (
+                offset.parse().unwrap(),
+                (key.to_string(), value.to_string()),
+            )
         })
         .collect()
 }
@@ -93,9 +112,13 @@ fn sigkill_during_cleans_of_a_large_partition_loses_nothing_compaction_must_keep
     let partition = dir.path().join("big-0");
     for (round, delay_ms) in [0u64, 150, 400].into_iter().enumerate() {
         wait_for_at_most("a clean under way", Duration::from_secs(30), || {
-            std::fs::read_dir(&partition)
-                .unwrap()
-                .any(|entry| entry.unwrap().file_name().to_string_lossy().ends_with(".cleaned"))
+            std::fs::read_dir(&partition).unwrap().any(|entry| {
+                entry
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".cleaned")
+            })
         });
         std::thread::sleep(Duration::from_millis(delay_ms));
         node.kill();
@@ -103,7 +126,9 @@ fn sigkill_during_cleans_of_a_large_partition_loses_nothing_compaction_must_keep
         let started = Instant::now();
         // Opening finished or discarded what the kill interrupted.
         wait_for_at_most("the node serves again", Duration::from_secs(30), || {
-            node.cli_output(&["topic", "describe", "big"], None).status.success()
+            node.cli_output(&["topic", "describe", "big"], None)
+                .status
+                .success()
         });
         assert!(started.elapsed() < Duration::from_secs(30), "round {round}");
     }
@@ -122,5 +147,9 @@ fn sigkill_during_cleans_of_a_large_partition_loses_nothing_compaction_must_keep
             "the last record of {key}"
         );
     }
-    assert_eq!(records.len(), KEYS, "each key once, once cleaned to the end");
+    assert_eq!(
+        records.len(),
+        KEYS,
+        "each key once, once cleaned to the end"
+    );
 }

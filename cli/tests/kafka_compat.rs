@@ -372,6 +372,25 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
         })
         .collect();
     assert_eq!(lines, expected);
+    // A fetch at an offset the cleaner removed answers from the next record left.
+    let output = Command::new("kcat")
+        .args([
+            "-b",
+            &kafka,
+            "-C",
+            "-t",
+            "changelog",
+            "-p",
+            "0",
+            "-o",
+            "5000",
+            "-c",
+            "1",
+        ])
+        .args(["-q", "-f", "%o %k\\n"])
+        .output()
+        .expect("kcat");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "9910 key10\n");
     // What the cleaner did, on /metrics and in `topic describe`.
     assert!(metric_total(admin, "strata_log_cleaner_cleans_total") >= 2.0);
     assert!(metric_total(admin, "strata_log_cleaner_removed_records_total") >= 9_910.0);

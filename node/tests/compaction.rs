@@ -612,3 +612,80 @@ proptest::proptest! {
         });
     }
 }
+
+/// Timestamp lookups (ListOffsets, `offsetsForTimes`) over a cleaned log agree with a scan of
+/// the records left, though cleaned batches keep the max timestamps of records they lost.
+#[test]
+fn timestamp_lookups_find_the_first_record_left_at_or_after_the_time() {
+    block_on(async {
+        let storage = SimStorage::new(9);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        for i in 0..300i64 {
+            let value = format!("v{i}");
+            let batch = keyed_batch(&[(&format!("key{}", i % 7), Some(&value))], 10_000 + i * 10);
+            log.append(batch, 0, 20_000).await.unwrap();
+        }
+        clean_once(&mut log, 20_000, 1 << 20).await.unwrap();
+        let mut left: Vec<(u64, i64)> = Vec::new();
+        let mut offset = 0;
+        while offset < log.log_end_offset() {
+            let bytes = log.read(offset, 1 << 20, u64::MAX).await.unwrap();
+            for batch in split_batches(bytes) {
+                let batch = batch.unwrap();
+                if batch.last_offset() >= offset {
+                    left.extend(batch.records().map(|r| (r.offset, r.timestamp_ms)));
+                    offset = batch.last_offset() + 1;
+                }
+            }
+        }
+        assert!(left.len() < 300);
+        for timestamp in (9_990..13_100).step_by(7) {
+            let scan = left.iter().copied().find(|(_, ts)| *ts >= timestamp);
+            assert_eq!(
+                log.offset_for_timestamp(timestamp).await.unwrap(),
+                scan,
+                "at {timestamp}"
+            );
+        }
+    });
+}
+
+/// `compact,delete`: retention by time still deletes old segments of a compacted log, and
+/// `compact` alone never does.
+#[test]
+fn compact_delete_still_expires_old_segments_and_compact_alone_does_not() {
+    block_on(async {
+        for (policy, expires) in [
+            (
+                CleanupPolicy {
+                    delete: true,
+                    compact: true,
+                },
+                true,
+            ),
+            (CleanupPolicy::COMPACT, false),
+        ] {
+            let storage = SimStorage::new(10);
+            let config = LogConfig {
+                cleanup: policy,
+                retention_ms: Some(60_000),
+                ..config()
+            };
+            let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config, 0)
+                .await
+                .unwrap();
+            fill(&mut log, 1_000).await;
+            clean_once(&mut log, 1_000, 1 << 20).await.unwrap();
+            let segments = log.segment_count();
+            assert!(segments > 1);
+            let report = log
+                .enforce_retention(1_000 + 61_000, log.log_end_offset())
+                .await
+                .unwrap();
+            assert_eq!(report.deleted_segments > 0, expires, "{policy:?}");
+            assert_eq!(log.log_start_offset() > 0, expires, "{policy:?}");
+        }
+    });
+}

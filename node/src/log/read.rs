@@ -378,31 +378,53 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// The first record whose timestamp is at or after `timestamp_ms`, as (offset, timestamp).
-    /// Agrees with a linear scan of the log, even with out-of-order timestamps.
+    /// Agrees with a linear scan of the log, even with out-of-order timestamps. A compacted
+    /// batch keeps the max timestamp of records it no longer holds, so a batch (or a segment)
+    /// whose max reaches the target may hold no such record: the search goes on past it.
     pub async fn offset_for_timestamp(
         &mut self,
         timestamp_ms: i64,
     ) -> Result<Option<(u64, i64)>, LogError> {
         // Every record in a segment before the first whose max reaches the target is older.
-        let Some(at) = self
+        let Some(first) = self
             .segments
             .iter()
             .position(|segment| segment.max_timestamp_ms >= timestamp_ms)
         else {
             return Ok(None);
         };
-        let start = self
-            .index_entry(at, |index| index.floor_by_timestamp(timestamp_ms).copied())
-            .await?
-            .map_or(0, |entry| u64::from(entry.position));
+        for at in first..self.segments.len() {
+            if self.segments[at].max_timestamp_ms < timestamp_ms {
+                continue;
+            }
+            let start = if at == first {
+                self.index_entry(at, |index| index.floor_by_timestamp(timestamp_ms).copied())
+                    .await?
+                    .map_or(0, |entry| u64::from(entry.position))
+            } else {
+                0
+            };
+            if let Some(found) = self.first_at_or_after(at, start, timestamp_ms).await? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// In segment `at`, from byte `start`, the first record whose timestamp reaches
+    /// `timestamp_ms`. Walks batch headers and decodes only the batches whose max reaches it.
+    async fn first_at_or_after(
+        &self,
+        at: usize,
+        start: u64,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, LogError> {
         let segment = &self.segments[at];
         let io_error = |source| LogError::Io {
             what: "read",
             path: self.segment_path(segment.base_offset, "log"),
             source: Arc::new(source),
         };
-        // Walk batch headers from the index entry; decode only the first batch that reaches
-        // the target (the segment's max timestamp guarantees there is one).
         let mut position = start;
         let mut want = SCAN_CHUNK_BYTES;
         while position < segment.size {
@@ -428,18 +450,18 @@ impl<S: Storage> PartitionLog<S> {
                         .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
                     let found = batch
                         .records()
-                        .find(|record| record.timestamp_ms >= timestamp_ms)
-                        .expect("a batch whose max reaches the target has such a record");
-                    return Ok(Some((found.offset, found.timestamp_ms)));
+                        .find(|record| record.timestamp_ms >= timestamp_ms);
+                    if let Some(found) = found {
+                        return Ok(Some((found.offset, found.timestamp_ms)));
+                    }
+                    // Only a compacted batch may lack the record its max timestamp names.
+                    debug_assert!(header.is_compacted());
                 }
                 at_byte += batch_len;
             }
             position += at_byte as u64;
         }
-        unreachable!(
-            "segment {} claims max timestamp {} but no batch reaches {timestamp_ms}",
-            segment.base_offset, segment.max_timestamp_ms
-        )
+        Ok(None)
     }
 
     /// Looks something up in segment `at`'s index: the active segment's lives in memory; a closed
