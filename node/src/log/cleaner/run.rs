@@ -55,21 +55,23 @@ pub async fn clean<S: Storage>(
 ) -> (OffsetMap, Result<CleanOutcome, LogError>) {
     map.clear();
     let mut stats = CleanStats::default();
-    let map_end = match build_map(&plan, &mut map, throttle, &mut stats).await {
+    let (map, map_end) = build_map(&plan, map, throttle, &mut stats).await;
+    let map_end = match map_end {
         Ok(end) => end,
         Err(error) => return (map, Err(error)),
     };
-    let mut rules = Rules {
+    // Read-only from here: each chunk's rewrite on the blocking pool shares it.
+    let rules = Arc::new(Rules {
         map,
         map_end,
         now_ms: plan.now_ms,
         delete_retention_ms: plan.delete_retention_ms,
         producer_last_offsets: plan.producer_last_offsets.clone(),
-    };
+    });
     let mut tombstone_horizon_ms = None;
     let result = rewrite_all(
         &plan,
-        &mut rules,
+        &rules,
         throttle,
         &mut stats,
         &mut tombstone_horizon_ms,
@@ -81,53 +83,93 @@ pub async fn clean<S: Storage>(
         stats,
         tombstone_horizon_ms,
     });
+    let rules = Arc::into_inner(rules).expect("no chunk's work outlives the clean");
     (rules.map, outcome)
 }
 
-/// Step 1: each key's last offset in the dirty part, until the map is full. Returns where the
-/// map stops (the cleanable end when everything fit).
+/// Runs a chunk's CPU work (checking batches, hashing keys, rebuilding batches) on the blocking
+/// pool, so the shard's thread, which serves the partitions' requests, only issues the IO.
+async fn off_the_shard<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+/// The batches of a chunk, each checked whole (CRC, structure) before the cleaner uses it.
+fn batches_of(chunk: Bytes) -> impl Iterator<Item = Result<Batch, strata_wire::batch::BatchError>> {
+    strata_wire::batch::split_batches(chunk)
+}
+
+/// Step 1: each key's last offset in the dirty part, until the map is full. Returns the map
+/// and where it stops (the cleanable end when everything fit).
 async fn build_map<S: Storage>(
     plan: &CleanPlan<S>,
-    map: &mut OffsetMap,
+    mut map: OffsetMap,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
-) -> Result<u64, LogError> {
+) -> (OffsetMap, Result<u64, LogError>) {
+    let (first_dirty, cleanable_end) = (plan.first_dirty, plan.cleanable_end);
     for source in plan
         .sources
         .iter()
-        .filter(|source| source.next_offset > plan.first_dirty)
+        .filter(|source| source.next_offset > first_dirty)
     {
         let mut reader = SegmentReader::new(source);
-        while let Some(batches) = reader.next_chunk(&plan.dir, throttle).await? {
-            stats.bytes_read += batches
-                .iter()
-                .map(|b| b.as_bytes().len() as u64)
-                .sum::<u64>();
-            for batch in &batches {
-                if batch.last_offset() < plan.first_dirty {
-                    continue;
-                }
-                for record in batch.records() {
-                    if record.offset < plan.first_dirty || record.offset >= plan.cleanable_end {
-                        continue;
-                    }
-                    if let Some(key) = record.key
-                        && !map.put(key, record.offset)
-                    {
-                        return Ok(record.offset);
-                    }
-                }
+        loop {
+            let chunk = match reader.next_chunk(&plan.dir, throttle).await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(error) => return (map, Err(error)),
+            };
+            stats.bytes_read += chunk.len() as u64;
+            let (returned, filled) = off_the_shard(move || {
+                let filled = map_chunk(&mut map, chunk, first_dirty, cleanable_end);
+                (map, filled)
+            })
+            .await;
+            map = returned;
+            match filled {
+                Ok(Some(end)) => return (map, Ok(end)),
+                Ok(None) => {}
+                Err(error) => return (map, Err(corrupt(&plan.dir, source.base_offset, error))),
             }
-            tokio::task::yield_now().await;
         }
     }
-    Ok(plan.cleanable_end)
+    (map, Ok(cleanable_end))
+}
+
+/// Puts a chunk's keys in `[first_dirty, cleanable_end)` into the map; `Some(offset)`: the
+/// record at `offset` did not fit, and the map stops there.
+fn map_chunk(
+    map: &mut OffsetMap,
+    chunk: Bytes,
+    first_dirty: u64,
+    cleanable_end: u64,
+) -> Result<Option<u64>, strata_wire::batch::BatchError> {
+    for batch in batches_of(chunk) {
+        let batch = batch?;
+        if batch.last_offset() < first_dirty {
+            continue;
+        }
+        for record in batch.records() {
+            if record.offset < first_dirty || record.offset >= cleanable_end {
+                continue;
+            }
+            if let Some(key) = record.key
+                && !map.put(key, record.offset)
+            {
+                return Ok(Some(record.offset));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Step 2: the segments up to `rules.map_end`, rewritten in groups of at most `segment.bytes`.
 async fn rewrite_all<S: Storage>(
     plan: &CleanPlan<S>,
-    rules: &mut Rules,
+    rules: &Arc<Rules>,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
     tombstone_horizon_ms: &mut Option<i64>,
@@ -192,7 +234,7 @@ async fn remove_cleaned<S: Storage>(plan: &CleanPlan<S>, base: u64) {
 async fn rewrite_group<S: Storage>(
     plan: &CleanPlan<S>,
     group: &[&SourceSegment<S::File>],
-    rules: &Rules,
+    rules: &Arc<Rules>,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
     tombstone_horizon_ms: &mut Option<i64>,
@@ -220,14 +262,24 @@ async fn rewrite_group<S: Storage>(
     let mut position = 0u64;
     for source in group {
         let mut reader = SegmentReader::new(source);
-        while let Some(batches) = reader.next_chunk(&plan.dir, throttle).await? {
-            for batch in &batches {
-                writer.push(batch, rules, stats);
-            }
-            position = write(&log, writer.take_pending(), position, throttle)
+        while let Some(chunk) = reader.next_chunk(&plan.dir, throttle).await? {
+            let rules = rules.clone();
+            let (returned, chunk_stats, pending) = off_the_shard(move || {
+                let mut chunk_stats = CleanStats::default();
+                let pushed = batches_of(chunk).try_for_each(|batch| {
+                    writer.push(&batch?, &rules, &mut chunk_stats);
+                    Ok::<(), strata_wire::batch::BatchError>(())
+                });
+                let pending = pushed.map(|()| writer.take_pending());
+                (writer, chunk_stats, pending)
+            })
+            .await;
+            writer = returned;
+            stats.add(&chunk_stats);
+            let pending = pending.map_err(|error| corrupt(&plan.dir, source.base_offset, error))?;
+            position = write(&log, pending, position, throttle)
                 .await
                 .map_err(io_error("write"))?;
-            tokio::task::yield_now().await;
         }
     }
     let (last, mut segment) = writer.finish();
@@ -313,12 +365,13 @@ impl<'a, F: StorageFile> SegmentReader<'a, F> {
         }
     }
 
-    /// The next whole batches, or `None` at the segment's end.
+    /// The next whole batches, as read (their headers parsed, nothing else checked yet), or
+    /// `None` at the segment's end.
     async fn next_chunk(
         &mut self,
         dir: &std::path::Path,
         throttle: &mut Option<RecoveryThrottle>,
-    ) -> Result<Option<Vec<Batch>>, LogError> {
+    ) -> Result<Option<Bytes>, LogError> {
         let source = self.source;
         let left = source.size - self.position;
         if left == 0 {
@@ -340,7 +393,6 @@ impl<'a, F: StorageFile> SegmentReader<'a, F> {
                     "the segment is shorter than its data",
                 ));
             }
-            let mut batches = Vec::new();
             let mut at = 0;
             while bytes.len() - at >= HEADER_LEN {
                 let header = BatchHeader::parse(&bytes[at..])
@@ -349,9 +401,6 @@ impl<'a, F: StorageFile> SegmentReader<'a, F> {
                 if len > bytes.len() - at {
                     break;
                 }
-                let batch = Batch::validate(bytes.slice(at..at + len))
-                    .map_err(|error| corrupt(dir, source.base_offset, error))?;
-                batches.push(batch);
                 at += len;
             }
             if at == 0 {
@@ -369,7 +418,7 @@ impl<'a, F: StorageFile> SegmentReader<'a, F> {
                 continue;
             }
             self.position += at as u64;
-            return Ok(Some(batches));
+            return Ok(Some(bytes.slice(..at)));
         }
     }
 }
