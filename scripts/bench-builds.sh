@@ -30,19 +30,9 @@ port="${BENCH_PORT:-7400}"
 results="$(mktemp -d)"
 node_pid=""
 
-stop_node() {
-    if [ -n "$node_pid" ] && kill -0 "$node_pid" 2>/dev/null; then
-        kill "$node_pid"
-        wait "$node_pid" 2>/dev/null || true
-    fi
-    node_pid=""
-}
+source "$(dirname "$0")/lib/bench-node.sh"
 trap 'stop_node; rm -rf "$results"' EXIT
 
-# Broker CPU seconds (user + system) of a process so far.
-cpu_seconds() {
-    awk -v ticks="$(getconf CLK_TCK)" '{ print ($14 + $15) / ticks }' "/proc/$1/stat"
-}
 
 run_once() {
     local label="$1" binary="$2" round="$3"

@@ -27,18 +27,9 @@ bootstrap="127.0.0.1:$port"
 results="$(mktemp -d)"
 node_pid=""
 
-stop_node() {
-    if [ -n "$node_pid" ] && kill -0 "$node_pid" 2>/dev/null; then
-        kill "$node_pid"
-        wait "$node_pid" 2>/dev/null || true
-    fi
-    node_pid=""
-}
+source "$(dirname "$0")/lib/bench-node.sh"
 trap 'stop_node; rm -rf "$results"' EXIT
 
-cpu_seconds() {
-    awk -v ticks="$(getconf CLK_TCK)" '{ print ($14 + $15) / ticks }' "/proc/$1/stat"
-}
 
 metric() {
     curl -s "http://127.0.0.1:$admin_port/metrics" |

@@ -12,44 +12,9 @@ use support::{TestNode, wait_for_at_most};
 const KEYS: usize = 2_000;
 const RECORDS: usize = 40_000;
 
-/// `strata log dump --records` of a partition folder: offset → (key, value).
-fn dumped(dir: &Path) -> BTreeMap<u64, (String, String)> {
-    let dump = support::strata()
-        .args(["log", "dump", "--records"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        dump.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dump.stderr)
-    );
-    String::from_utf8(dump.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| line.strip_prefix("  offset="))
-        .map(|record| {
-            let (offset, rest) = record.split_once(" ts=").unwrap();
-            let key = rest
-                .split("key=Some(\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            let value = rest
-                .split("value=Some(\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            (
-                offset.parse().unwrap(),
-                (key.to_string(), value.to_string()),
-            )
-        })
-        .collect()
+/// `strata log dump --records` of a partition folder: offset → "key=... value=...".
+fn dumped(dir: &Path) -> BTreeMap<u64, String> {
+    support::dumped_records(dir).into_iter().collect()
 }
 
 fn leftovers(dir: &Path) -> Vec<String> {
@@ -143,7 +108,7 @@ fn sigkill_during_cleans_of_a_large_partition_loses_nothing_compaction_must_keep
     for (key, (offset, value)) in &expected {
         assert_eq!(
             records.get(offset),
-            Some(&(key.clone(), value.clone())),
+            Some(&format!("key=Some({key:?}) value=Some({value:?})")),
             "the last record of {key}"
         );
     }

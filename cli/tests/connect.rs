@@ -53,7 +53,10 @@ fn a_kafka_connect_cluster_runs_on_strata_and_survives_restarts() {
         .stderr(Stdio::inherit())
         .status()
         .expect("python3, java and kcat (scripts/test.sh installs them)");
-    assert!(status.success(), "the Connect scenario failed (its output is above)");
+    assert!(
+        status.success(),
+        "the Connect scenario failed (its output is above)"
+    );
     assert!(Path::new(&work).exists());
     drop(node);
 }

@@ -413,31 +413,6 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
     drop(node);
 }
 
-/// The records `strata log dump --records` shows of a partition folder: (offset, key, value).
-fn dumped_records(dir: &std::path::Path) -> Vec<String> {
-    let dump = support::strata()
-        .args(["log", "dump", "--records"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        dump.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dump.stderr)
-    );
-    String::from_utf8(dump.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| line.strip_prefix("  offset="))
-        .map(|record| {
-            // Without the timestamp, which is the producer's and the same on every replica.
-            let (offset, rest) = record.split_once(" ts=").unwrap();
-            let (_, key_value) = rest.split_once(' ').unwrap();
-            format!("{offset} {key_value}")
-        })
-        .collect()
-}
-
 /// The same on three brokers (replication factor 3): every replica compacts its own log, and
 /// after a leader change the new leader serves what the old one did; once stopped, the three
 /// replicas hold the same records at the same offsets.
@@ -495,6 +470,10 @@ fn every_replica_of_a_compacted_topic_compacts_to_the_same_records() {
         node.stop();
     }
     for dir in &dirs {
-        assert_eq!(dumped_records(&dir.path().join("changelog-0")), expected);
+        let records: Vec<String> = support::dumped_records(&dir.path().join("changelog-0"))
+            .into_iter()
+            .map(|(offset, key_value)| format!("{offset} {key_value}"))
+            .collect();
+        assert_eq!(records, expected);
     }
 }

@@ -502,3 +502,28 @@ pub fn leaders(node: &TestNode, topic: &str) -> Vec<i64> {
         .map(|p| p["leader"].as_i64().unwrap())
         .collect()
 }
+
+/// The records `strata log dump --records` shows of a partition folder, as (offset,
+/// "key=... value=..."), without the producer's timestamps.
+pub fn dumped_records(dir: &Path) -> Vec<(u64, String)> {
+    let dump = strata()
+        .args(["log", "dump", "--records"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    String::from_utf8(dump.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.strip_prefix("  offset="))
+        .map(|record| {
+            let (offset, rest) = record.split_once(" ts=").unwrap();
+            let (_, key_value) = rest.split_once(' ').unwrap();
+            (offset.parse().unwrap(), key_value.to_string())
+        })
+        .collect()
+}

@@ -282,6 +282,26 @@ impl Shard {
         }
     }
 
+    /// The replicas this shard holds that `keep` picks: key, log and high watermark, taken out
+    /// of the partitions' map so the housekeeping that follows holds no borrow of it.
+    fn replicas_where(
+        &self,
+        keep: impl Fn(&Partition) -> bool,
+    ) -> Vec<((String, u32), LogHandle, u64)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter(|(_, partition)| keep(partition))
+            .map(|(key, partition)| {
+                (
+                    key.clone(),
+                    partition.log.clone(),
+                    partition.high_watermark(),
+                )
+            })
+            .collect()
+    }
+
     /// Enforces retention (`retention.ms`, `retention.bytes`) on every replica this shard holds,
     /// once per `retention_check_interval`: each replica below its own high watermark, so a
     /// leader never deletes what a follower in the ISR may still fetch, nor what consumers
@@ -293,18 +313,7 @@ impl Shard {
         interval.tick().await;
         loop {
             interval.tick().await;
-            let replicas: Vec<((String, u32), LogHandle, u64)> = self
-                .partitions
-                .borrow()
-                .iter()
-                .map(|(key, partition)| {
-                    (
-                        key.clone(),
-                        partition.log.clone(),
-                        partition.high_watermark(),
-                    )
-                })
-                .collect();
+            let replicas = self.replicas_where(|_| true);
             for ((topic, partition), log, high_watermark) in replicas {
                 match log.enforce_retention(high_watermark).await {
                     Ok(report) if report.deleted_segments > 0 => tracing::info!(
@@ -334,19 +343,7 @@ impl Shard {
         let mut resources: Option<CleanerResources> = None;
         loop {
             interval.tick().await;
-            let replicas: Vec<((String, u32), LogHandle, u64)> = self
-                .partitions
-                .borrow()
-                .iter()
-                .filter(|(_, partition)| partition.compacted)
-                .map(|(key, partition)| {
-                    (
-                        key.clone(),
-                        partition.log.clone(),
-                        partition.high_watermark(),
-                    )
-                })
-                .collect();
+            let replicas = self.replicas_where(|partition| partition.compacted);
             self.metrics
                 .retain_compaction(|key| replicas.iter().any(|(held, _, _)| held == key));
             for ((topic, partition), log, high_watermark) in replicas {
