@@ -240,99 +240,7 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             client.alter_topic_config(&name, &configs, &delete).await?;
             outln!("altered topic {name}");
         }
-        TopicCommand::Describe { name, format } => {
-            let metadata = client.metadata_for(&name).await?;
-            let Some(topic) = metadata.topics.get(&name) else {
-                bail!("unknown topic {name}");
-            };
-            let mut partitions = Vec::new();
-            for partition in &topic.partitions {
-                let index = partition.partition;
-                // An unreachable leader (cut off, dead) costs a short wait and leaves its
-                // offsets unknown (null), not the whole description; a new leader answers once
-                // its high watermark settled (retried meanwhile).
-                let offset = |timestamp| {
-                    let client = client.clone();
-                    let name = name.clone();
-                    async move {
-                        let lookup = client.list_offset_retrying(&name, index, timestamp);
-                        tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
-                            .await
-                            .ok()
-                            .and_then(Result::ok)
-                            .flatten()
-                    }
-                };
-                let start = offset(EARLIEST_TIMESTAMP).await;
-                let end = offset(LATEST_TIMESTAMP).await;
-                let clean = offset(CLEAN_OFFSET_TIMESTAMP).await;
-                partitions.push(json!({
-                    "partition": index,
-                    "leader": partition.leader,
-                    "leader_epoch": partition.leader_epoch,
-                    "replicas": partition.replicas,
-                    "isr": partition.isr,
-                    "under_replicated": partition.isr.len() < partition.replicas.len(),
-                    "log_start_offset": start,
-                    "high_watermark": end,
-                    // Compacted topics: below this, each key's last record (see docs).
-                    "clean_offset": clean,
-                    "shard": partition.shard,
-                }));
-            }
-            let settings = client.describe_topic_config(&name).await?;
-            if format == Format::Json {
-                let config: serde_json::Map<String, serde_json::Value> = settings
-                    .iter()
-                    .map(|entry| (entry.key.clone(), json!(entry.value)))
-                    .collect();
-                let overrides: Vec<&String> = settings
-                    .iter()
-                    .filter(|entry| entry.is_override)
-                    .map(|entry| &entry.key)
-                    .collect();
-                outln!(
-                    "{}",
-                    json!({ "name": name, "partitions": partitions, "config": config, "overrides": overrides })
-                );
-            } else {
-                let shown: Vec<String> = settings
-                    .iter()
-                    .map(|entry| {
-                        let mark = if entry.is_override { "" } else { " (default)" };
-                        format!("{}={}{mark}", entry.key, entry.value)
-                    })
-                    .collect();
-                let compacted = settings
-                    .iter()
-                    .any(|entry| entry.key == "cleanup.policy" && entry.value.contains("compact"));
-                outln!("topic {name}: {} partitions", partitions.len());
-                outln!("  config: {}", shown.join(", "));
-                for p in &partitions {
-                    outln!(
-                        "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{}{} shard {}",
-                        p["partition"],
-                        p["leader"],
-                        p["leader_epoch"],
-                        p["replicas"],
-                        p["isr"],
-                        if p["under_replicated"] == true {
-                            " (under-replicated)"
-                        } else {
-                            ""
-                        },
-                        p["log_start_offset"],
-                        p["high_watermark"],
-                        if compacted {
-                            format!(" cleaned to {}", p["clean_offset"])
-                        } else {
-                            String::new()
-                        },
-                        p["shard"]
-                    );
-                }
-            }
-        }
+        TopicCommand::Describe { name, format } => describe_topic(&client, name, format).await?,
         TopicCommand::AddPartitions { name, partitions } => {
             client.add_partitions(&name, partitions).await?;
             outln!("topic {name} now has {partitions} partitions");
@@ -373,6 +281,102 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;
             outln!("deleted topic {name}");
+        }
+    }
+    Ok(())
+}
+
+/// `strata topic describe`: partitions with their leaders, ISRs and offsets, and the settings.
+async fn describe_topic(client: &Arc<Client>, name: String, format: Format) -> anyhow::Result<()> {
+    let metadata = client.metadata_for(&name).await?;
+    let Some(topic) = metadata.topics.get(&name) else {
+        bail!("unknown topic {name}");
+    };
+    let mut partitions = Vec::new();
+    for partition in &topic.partitions {
+        let index = partition.partition;
+        // An unreachable leader (cut off, dead) costs a short wait and leaves its
+        // offsets unknown (null), not the whole description; a new leader answers once
+        // its high watermark settled (retried meanwhile).
+        let offset = |timestamp| {
+            let client = client.clone();
+            let name = name.clone();
+            async move {
+                let lookup = client.list_offset_retrying(&name, index, timestamp);
+                tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+            }
+        };
+        let start = offset(EARLIEST_TIMESTAMP).await;
+        let end = offset(LATEST_TIMESTAMP).await;
+        let clean = offset(CLEAN_OFFSET_TIMESTAMP).await;
+        partitions.push(json!({
+            "partition": index,
+            "leader": partition.leader,
+            "leader_epoch": partition.leader_epoch,
+            "replicas": partition.replicas,
+            "isr": partition.isr,
+            "under_replicated": partition.isr.len() < partition.replicas.len(),
+            "log_start_offset": start,
+            "high_watermark": end,
+            // Compacted topics: below this, each key's last record (see docs).
+            "clean_offset": clean,
+            "shard": partition.shard,
+        }));
+    }
+    let settings = client.describe_topic_config(&name).await?;
+    if format == Format::Json {
+        let config: serde_json::Map<String, serde_json::Value> = settings
+            .iter()
+            .map(|entry| (entry.key.clone(), json!(entry.value)))
+            .collect();
+        let overrides: Vec<&String> = settings
+            .iter()
+            .filter(|entry| entry.is_override)
+            .map(|entry| &entry.key)
+            .collect();
+        outln!(
+            "{}",
+            json!({ "name": name, "partitions": partitions, "config": config, "overrides": overrides })
+        );
+    } else {
+        let shown: Vec<String> = settings
+            .iter()
+            .map(|entry| {
+                let mark = if entry.is_override { "" } else { " (default)" };
+                format!("{}={}{mark}", entry.key, entry.value)
+            })
+            .collect();
+        let compacted = settings
+            .iter()
+            .any(|entry| entry.key == "cleanup.policy" && entry.value.contains("compact"));
+        outln!("topic {name}: {} partitions", partitions.len());
+        outln!("  config: {}", shown.join(", "));
+        for p in &partitions {
+            outln!(
+                "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{}{} shard {}",
+                p["partition"],
+                p["leader"],
+                p["leader_epoch"],
+                p["replicas"],
+                p["isr"],
+                if p["under_replicated"] == true {
+                    " (under-replicated)"
+                } else {
+                    ""
+                },
+                p["log_start_offset"],
+                p["high_watermark"],
+                if compacted {
+                    format!(" cleaned to {}", p["clean_offset"])
+                } else {
+                    String::new()
+                },
+                p["shard"]
+            );
         }
     }
     Ok(())

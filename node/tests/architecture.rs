@@ -123,7 +123,6 @@ fn the_replication_and_group_cores_are_sans_io() {
 /// and none may join them. A function that gets under the limit leaves the list (the test says
 /// so), so the list only shrinks.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("cli/src/client_cmd.rs", "topic", 181),
     ("cli/src/serve.rs", "run", 156),
     ("node/src/server/metrics.rs", "render", 166),
     ("node/src/server/shard/replica/follower.rs", "follow", 154),

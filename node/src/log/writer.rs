@@ -747,6 +747,61 @@ impl<S: Storage> LogTask<S> {
     }
 
     /// Every command but appends and close.
+    /// Plans a clean and runs it beside this task; the outcome comes back as
+    /// [`Command::FinishClean`] (see [`LogHandle::clean`]).
+    async fn start_clean(
+        &mut self,
+        below_offset: u64,
+        mut resources: CleanerResources,
+        reply: CleanReply,
+        now_ms: i64,
+    ) {
+        let log = &mut self.log;
+        let status = log.compaction_status(now_ms, below_offset);
+        if let Err(error) = log.roll_for_compaction(now_ms).await {
+            let report = Some(Err(error));
+            let _ = reply.send(CleanAnswer {
+                resources,
+                report,
+                status,
+            });
+            return;
+        }
+        let Some(plan) = log.plan_clean(now_ms, below_offset) else {
+            let _ = reply.send(CleanAnswer {
+                resources,
+                report: None,
+                status,
+            });
+            return;
+        };
+        let own_commands = self.own_commands.clone();
+        tokio::task::spawn_local(async move {
+            let (map, outcome) = clean(plan, resources.map, &mut resources.throttle).await;
+            resources.map = map;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    let report = Some(Err(error));
+                    let _ = reply.send(CleanAnswer {
+                        resources,
+                        report,
+                        status,
+                    });
+                    return;
+                }
+            };
+            if let Some(commands) = own_commands.upgrade() {
+                let _ = commands.send(Command::FinishClean {
+                    outcome,
+                    resources,
+                    below_offset,
+                    reply,
+                });
+            }
+        });
+    }
+
     async fn handle(&mut self, command: Command) {
         let now_ms = self.clock.wall_ms();
         let log = &mut self.log;
@@ -840,52 +895,11 @@ impl<S: Storage> LogTask<S> {
             }
             Command::Clean {
                 below_offset,
-                mut resources,
+                resources,
                 reply,
             } => {
-                let status = log.compaction_status(now_ms, below_offset);
-                if let Err(error) = log.roll_for_compaction(now_ms).await {
-                    let report = Some(Err(error));
-                    let _ = reply.send(CleanAnswer {
-                        resources,
-                        report,
-                        status,
-                    });
-                    return;
-                }
-                let Some(plan) = log.plan_clean(now_ms, below_offset) else {
-                    let _ = reply.send(CleanAnswer {
-                        resources,
-                        report: None,
-                        status,
-                    });
-                    return;
-                };
-                let own_commands = self.own_commands.clone();
-                tokio::task::spawn_local(async move {
-                    let (map, outcome) = clean(plan, resources.map, &mut resources.throttle).await;
-                    resources.map = map;
-                    let outcome = match outcome {
-                        Ok(outcome) => outcome,
-                        Err(error) => {
-                            let report = Some(Err(error));
-                            let _ = reply.send(CleanAnswer {
-                                resources,
-                                report,
-                                status,
-                            });
-                            return;
-                        }
-                    };
-                    if let Some(commands) = own_commands.upgrade() {
-                        let _ = commands.send(Command::FinishClean {
-                            outcome,
-                            resources,
-                            below_offset,
-                            reply,
-                        });
-                    }
-                });
+                self.start_clean(below_offset, resources, reply, now_ms)
+                    .await
             }
             Command::FinishClean {
                 outcome,

@@ -328,8 +328,8 @@ type ShardSeries = (
     fn(&Snapshot) -> f64,
 );
 
-/// The series every shard reports, summed or per shard by `render`.
-fn per_shard_series() -> [ShardSeries; 28] {
+/// The log cleaner's series, per shard like [`per_shard_series`].
+fn cleaner_series() -> [ShardSeries; 5] {
     [
         (
             "strata_log_cleaner_cleans_total",
@@ -361,6 +361,12 @@ fn per_shard_series() -> [ShardSeries; 28] {
             "Time the shard's log cleaner spent cleaning.",
             |s| s.cleaner.busy_us as f64 / 1e6,
         ),
+    ]
+}
+
+/// The series every shard reports, summed or per shard by `render`.
+fn per_shard_series() -> [ShardSeries; 23] {
+    [
         (
             "strata_cross_shard_hops_total",
             "counter",
@@ -631,8 +637,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
-    let per_shard = per_shard_series();
-    for (name, kind, help, pick) in per_shard {
+    for (name, kind, help, pick) in per_shard_series().into_iter().chain(cleaner_series()) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (shard, snapshot) in snapshots.iter().enumerate() {
             let _ = writeln!(
