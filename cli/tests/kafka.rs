@@ -931,17 +931,21 @@ print(json.dumps(out))
     assert_eq!(result["grown"], serde_json::json!([0]));
     assert_eq!(result["deleted"], serde_json::json!([0]));
     assert_eq!(result["topics"], serde_json::json!(["compacted", "kept"]));
-    // Configs: the override set at creation, one added incrementally, one replaced (the
+    // Configs: the overrides set at creation, one added incrementally, one replaced (the
     // legacy AlterConfigs replaces the overrides; kafka-python sends the others along).
     assert_eq!(
         result["overrides"],
-        serde_json::json!({"retention.ms": "60000"})
+        serde_json::json!({"retention.ms": "60000", "cleanup.policy": "delete"})
     );
     assert_eq!(result["altered"], "OK");
     assert_eq!(result["replaced"], "OK");
     assert_eq!(
         result["after"],
-        serde_json::json!({"retention.ms": "120000", "segment.bytes": "1048576"})
+        serde_json::json!({
+            "retention.ms": "120000",
+            "segment.bytes": "1048576",
+            "cleanup.policy": "delete"
+        })
     );
     assert_eq!(result["groups"], serde_json::json!(["watchers"]));
     assert_eq!(result["state"], "Stable");
@@ -958,7 +962,7 @@ print(json.dumps(out))
     let config = node.cli(&["topic", "describe", "kept"], None);
     assert!(config.contains("retention.ms=120000"), "{config}");
     assert!(config.contains("segment.bytes=1048576"), "{config}");
-    assert_eq!(node.cli(&["topic", "list"], None).trim(), "kept");
+    assert_eq!(node.cli(&["topic", "list"], None).trim(), "compacted\nkept");
 }
 
 /// A Kafka consumer group outlives its coordinator: kill -9 of the broker coordinating the

@@ -413,6 +413,58 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
     drop(node);
 }
 
+/// kcat (librdkafka 2.0.2) as the producer: 20 keys written 5 times and tombstones for 3 of them
+/// (`-Z`: an empty value is a null) into a compacted topic created through CreateTopics.
+#[test]
+fn records_kcat_produces_into_a_compacted_topic_are_compacted_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, kafka, _) = kafka_node(dir.path(), &["--cleaner-backoff-ms", "200"]);
+    confluent("create_compacted", &kafka, &["kcat-table", "2000"]);
+    let mut input: String = (0..5)
+        .flat_map(|version| (0..20).map(move |key| format!("key{key}:v{version}-{key}\n")))
+        .collect();
+    input.push_str("key0:\nkey1:\nkey2:\n");
+    let mut kcat = Command::new("kcat")
+        .args([
+            "-b",
+            &kafka,
+            "-P",
+            "-t",
+            "kcat-table",
+            "-K:",
+            "-Z",
+            "-X",
+            "acks=all",
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("kcat");
+    use std::io::Write;
+    kcat.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    assert!(kcat.wait().unwrap().success());
+    // Cleaned: each key once, the three tombstones still there.
+    let cleaned = confluent("wait_for", &kafka, &["kcat-table", "20", "30"]);
+    let cleaned = cleaned.as_array().unwrap();
+    assert_eq!(cleaned.len(), 20, "{cleaned:?}");
+    for record in cleaned {
+        let key: u64 = record[1].as_str().unwrap()[3..].parse().unwrap();
+        if key < 3 {
+            assert_eq!(record[0], 100 + key, "{record}");
+            assert!(record[2].is_null(), "{record}");
+        } else {
+            assert_eq!(record[0], 80 + key, "{record}");
+            assert_eq!(record[2], format!("v4-{key}"), "{record}");
+        }
+    }
+    // Past delete.retention.ms, the tombstones go.
+    let forgotten = confluent("wait_for", &kafka, &["kcat-table", "17", "30"]);
+    assert_eq!(forgotten.as_array().unwrap().len(), 17, "{forgotten}");
+}
+
 /// The same on three brokers (replication factor 3): every replica compacts its own log, and
 /// after a leader change the new leader serves what the old one did; once stopped, the three
 /// replicas hold the same records at the same offsets.

@@ -1,6 +1,7 @@
 //! The log cleaner's rate on one core against the rate at which the same thread appends.
 //!
-//! `cargo bench -p strata-node --bench cleaner -- [--dir DIR] [--mib N] [--rounds N]`
+//! `cargo bench -p strata-node --bench cleaner -- [--dir DIR] [--mib N] [--rounds N] [--map-mib N]
+//! [--record-bytes N] [--overwritten SHARE]`
 //!
 //! For each share of overwritten keys (10% and 90% of 1 KiB records overwrite an earlier key),
 //! alternately in each round: append N MiB to a fresh compacted log (the append rate), then clean
@@ -17,7 +18,6 @@ use strata_node::log::cleaner::{OffsetMap, clean};
 use strata_node::log::{CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, PartitionLog};
 use strata_wire::batch::BatchBuilder;
 
-const RECORD_BYTES: usize = 1024;
 const RECORDS_PER_BATCH: usize = 64;
 
 fn main() {
@@ -26,31 +26,49 @@ fn main() {
     let mut mib: usize = 256;
     let mut rounds = 3;
     let mut map_mib: usize = 64;
+    let mut record_bytes: usize = 1024;
+    let mut shares = vec![0.1f64, 0.9];
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--dir" => dir = PathBuf::from(args.next().expect("--dir DIR")),
             "--mib" => mib = args.next().expect("--mib N").parse().expect("a number"),
             "--rounds" => rounds = args.next().expect("--rounds N").parse().expect("a number"),
             "--map-mib" => map_mib = args.next().expect("--map-mib N").parse().expect("a number"),
+            "--overwritten" => {
+                shares = vec![
+                    args.next()
+                        .expect("--overwritten SHARE")
+                        .parse()
+                        .expect("a number"),
+                ];
+            }
+            "--record-bytes" => {
+                record_bytes = args
+                    .next()
+                    .expect("--record-bytes N")
+                    .parse()
+                    .expect("a number");
+                assert!(record_bytes > 16, "a record holds its 16-byte key");
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
     println!(
-        "log cleaner vs appends: {mib} MiB of {RECORD_BYTES}-byte records, {RECORDS_PER_BATCH} a batch, key map {map_mib} MiB, {rounds} rounds"
+        "log cleaner vs appends: {mib} MiB of {record_bytes}-byte records, {RECORDS_PER_BATCH} a batch, key map {map_mib} MiB, {rounds} rounds"
     );
     println!(
         "{:<12} {:>14} {:>14} {:>10} {:>16} {:>14}",
         "overwritten", "append MB/s", "clean MB/s", "clean/app", "clean CPU s/GB", "RSS growth MiB"
     );
-    for overwritten in [0.1f64, 0.9] {
+    for overwritten in shares {
         let (mut appends, mut cleans, mut cpu, mut rss) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             let path = dir.join(format!("{}-{round}", (overwritten * 100.0) as u32));
             let _ = std::fs::remove_dir_all(&path);
             let (append, clean_rate, cpu_per_gb, rss_growth) =
-                tokio_uring::start(one_round(&path, mib, overwritten, map_mib));
+                tokio_uring::start(one_round(&path, mib, record_bytes, overwritten, map_mib));
             appends.push(append);
             cleans.push(clean_rate);
             cpu.push(cpu_per_gb);
@@ -101,18 +119,19 @@ fn config() -> LogConfig {
 async fn one_round(
     dir: &Path,
     mib: usize,
+    record_bytes: usize,
     overwritten: f64,
     map_mib: usize,
 ) -> (f64, f64, f64, f64) {
-    let records = mib * (1 << 20) / RECORD_BYTES;
+    let records = mib * (1 << 20) / record_bytes;
     let distinct = ((records as f64) * (1.0 - overwritten)).max(1.0) as usize;
-    let value = vec![b'v'; RECORD_BYTES - 16];
+    let value = vec![b'v'; record_bytes - 16];
     let (mut log, _) = PartitionLog::open(UringStorage, dir, config(), 0)
         .await
         .unwrap();
     // Batches built before the clock starts: the producer's work, not the log's.
     let mut batches = Vec::with_capacity(records / RECORDS_PER_BATCH);
-    let mut builder = BatchBuilder::with_capacity(RECORDS_PER_BATCH * RECORD_BYTES + 4096);
+    let mut builder = BatchBuilder::with_capacity(RECORDS_PER_BATCH * record_bytes + 4096);
     for i in 0..records {
         // Every key appears once in the first `distinct` records; the rest overwrite them.
         let key = format!("key-{:012}", (i % distinct));

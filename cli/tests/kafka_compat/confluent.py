@@ -393,6 +393,32 @@ def compacted(bootstrap, topic, delete_retention_ms, replication_factor="-1"):
     return {"refused": refused, "cleaned": cleaned, "forgotten": forgotten}
 
 
+def create_compacted(bootstrap, topic, delete_retention_ms):
+    """A compacted topic created through CreateTopics, as `compacted` creates one."""
+    client = admin(bootstrap)
+    client.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=1,
+                replication_factor=-1,
+                config={
+                    "cleanup.policy": "compact",
+                    "segment.ms": "1000",
+                    "min.cleanable.dirty.ratio": "0.01",
+                    "delete.retention.ms": delete_retention_ms,
+                },
+            )
+        ]
+    )[topic].result(TIMEOUT_S)
+    return {"created": topic}
+
+
+def wait_for(bootstrap, topic, count, patience_s):
+    """The partition's records once it holds `count` of them (or when patience runs out)."""
+    return wait_for_records(bootstrap, topic, int(count), float(patience_s))
+
+
 def read(bootstrap, topic):
     """The records of partition 0 from its start, as [offset, key, value or None]."""
     return read_keyed(bootstrap, topic)
@@ -401,6 +427,8 @@ def read(bootstrap, topic):
 SCENARIOS = {
     "compacted": compacted,
     "read": read,
+    "create_compacted": create_compacted,
+    "wait_for": wait_for,
     "list_topics_and_regex": list_topics_and_regex,
     "created_topics": created_topics,
     "commit_unknown": commit_unknown,
