@@ -52,7 +52,6 @@ pub struct SourceSegment<F> {
     pub base_offset: u64,
     pub next_offset: u64,
     pub size: u64,
-    pub max_timestamp_ms: i64,
     /// The segment's log file, readable even if the log removes it meanwhile.
     pub log: Rc<F>,
 }
@@ -371,7 +370,6 @@ impl<S: Storage> PartitionLog<S> {
                     base_offset: segment.base_offset,
                     next_offset: segment.next_offset,
                     size: segment.size,
-                    max_timestamp_ms: segment.max_timestamp_ms,
                     log: segment.log.clone(),
                 })
                 .collect(),

@@ -209,7 +209,6 @@ impl SegmentWriter {
                 next_offset: self.next_offset,
                 size: self.size,
                 index: self.index,
-                max_timestamp_ms: self.cadence.max_timestamp_ms(),
                 changed: self.changed,
                 tombstone_horizon_ms: self.tombstone_horizon_ms,
             },
@@ -285,7 +284,6 @@ pub struct CleanedSegment {
     pub next_offset: u64,
     pub size: u64,
     pub index: SegmentIndex,
-    pub max_timestamp_ms: i64,
     /// False when it holds exactly the batches of its sources.
     pub changed: bool,
     /// When its earliest tombstone may go (`None`: it keeps none).
