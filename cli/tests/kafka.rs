@@ -16,8 +16,9 @@ use strata_kafka::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
 };
 use strata_kafka::kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, FetchResponse, ListGroupsRequest, ListGroupsResponse,
+    MetadataRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    UpdateFeaturesRequest, UpdateFeaturesResponse,
 };
 use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use support::{
@@ -148,6 +149,52 @@ fn kafka_fetch_answers_are_held_to_fetch_max_bytes() {
             .map(|p| (p, RECORDS))
             .collect::<BTreeMap<_, _>>()
     );
+}
+
+/// kcat (librdkafka 2.0.2) compresses with every codec it is asked for. librdkafka before 2.10
+/// turns gzip and snappy on only when the broker advertises Produce from version 0, and sent
+/// those batches uncompressed while the listener advertised Produce from 3
+/// (apache/kafka#18727): Strata advertises v0–2 and refuses them, as Kafka 4 does. (The broker
+/// does not compress what a producer left uncompressed: what is stored shows what was sent.)
+#[test]
+fn kcat_compresses_with_every_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &[]);
+    let lines: String = (0..200)
+        .map(|i| format!("record {i:04} of a highly compressible payload payload payload\n"))
+        .collect();
+    // Strata keeps LZ4 and zstd, and stores snappy as LZ4 and gzip as zstd.
+    for (codec, stored) in [
+        ("gzip", "zstd"),
+        ("snappy", "lz4"),
+        ("lz4", "lz4"),
+        ("zstd", "zstd"),
+    ] {
+        let topic = format!("c-{codec}");
+        node.cli(&["topic", "create", &topic, "--partitions", "1"], None);
+        kcat(
+            &kafka,
+            &["-P", "-t", &topic, "-z", codec],
+            Some(lines.as_bytes()),
+        );
+        assert_eq!(stored_records(&node, &topic), 200, "{codec}");
+        let dump = support::strata()
+            .args(["log", "dump"])
+            .arg(dir.path().join(format!("{topic}-0")))
+            .output()
+            .unwrap();
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        let batches: Vec<&str> = dump.lines().filter(|l| l.starts_with("batch ")).collect();
+        assert!(!batches.is_empty(), "{dump}");
+        assert!(
+            batches
+                .iter()
+                .all(|batch| batch.ends_with(&format!("codec={stored}"))),
+            "kcat -z {codec} stored as: {dump}"
+        );
+        let read = kcat(&kafka, &["-C", "-t", &topic, "-e", "-q"], None);
+        assert_eq!(read, lines, "{codec}");
+    }
 }
 
 /// A Kafka tombstone (a null value) is stored as one and read back as one, told from an
@@ -543,6 +590,30 @@ fn kcat_reaches_every_leader_of_a_replicated_cluster() {
     }
 }
 
+/// A Produce v2 request (Kafka 4's schemas, and so `kafka-protocol`, start at v3) of one
+/// record set to partition 0 of `topic`, with acks=1.
+fn produce_v2(correlation_id: i32, topic: &str) -> Vec<u8> {
+    let mut content = BytesMut::new();
+    content.put_i16(ApiKey::Produce as i16);
+    content.put_i16(2);
+    content.put_i32(correlation_id);
+    content.put_i16(3);
+    content.put_slice(b"raw");
+    content.put_i16(1); // acks
+    content.put_i32(5000); // timeout
+    content.put_i32(1);
+    content.put_i16(topic.len() as i16);
+    content.put_slice(topic.as_bytes());
+    content.put_i32(1);
+    content.put_i32(0);
+    let message_set = [0u8; 40];
+    content.put_i32(message_set.len() as i32);
+    content.put_slice(&message_set);
+    let mut frame = (content.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&content);
+    frame
+}
+
 fn request_frame<R: Encodable>(
     api: ApiKey,
     version: i16,
@@ -587,7 +658,13 @@ fn connect(kafka: &str) -> TcpStream {
 #[test]
 fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka) = kafka_node(dir.path(), 1, &["--max-frame-bytes", "1048576"]);
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let (node, kafka) = kafka_node(
+        dir.path(),
+        1,
+        &["--max-frame-bytes", "1048576", "--admin", &admin_address],
+    );
     node.cli(&["topic", "create", "t", "--partitions", "1"], None);
 
     // ApiVersions of a version not served: answered at version 0 with the versions served.
@@ -634,15 +711,71 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     };
     // A frame over --max-frame-bytes: closed before its body is read.
     assert!(hung_up(&(64i32 << 20).to_be_bytes()));
-    // An API the listener does not serve (DescribeAcls), and a version it does not (Fetch 13).
     let metadata = request_frame(ApiKey::Metadata, 9, 1, &MetadataRequest::default());
-    let mut unknown = metadata.clone();
-    unknown[4..6].copy_from_slice(&29i16.to_be_bytes());
-    assert!(hung_up(&unknown));
+    // An API or version not served is answered UNSUPPORTED_VERSION in its own response, and
+    // the connection stays usable: a version it does not serve (Fetch 13), an API it does
+    // not (UpdateFeatures), Produce v2 (advertised, as Kafka 4 does, so that librdkafka
+    // before 2.10 compresses with gzip and snappy; refused per partition, nothing stored).
+    let mut stream = connect(&kafka);
     let mut fetch_13 = metadata.clone();
     fetch_13[4..6].copy_from_slice(&1i16.to_be_bytes());
     fetch_13[6..8].copy_from_slice(&13i16.to_be_bytes());
-    assert!(hung_up(&fetch_13));
+    stream.write_all(&fetch_13).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer to Fetch 13");
+    ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(13)).unwrap();
+    assert_eq!(
+        FetchResponse::decode(&mut answer, 13).unwrap().error_code,
+        35
+    );
+    let features = request_frame(
+        ApiKey::UpdateFeatures,
+        1,
+        2,
+        &UpdateFeaturesRequest::default(),
+    );
+    stream.write_all(&features).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer to UpdateFeatures");
+    let header = ResponseHeader::decode(
+        &mut answer,
+        ApiKey::UpdateFeatures.response_header_version(1),
+    );
+    assert_eq!(header.unwrap().correlation_id, 2);
+    assert_eq!(
+        UpdateFeaturesResponse::decode(&mut answer, 1)
+            .unwrap()
+            .error_code,
+        35
+    );
+    stream.write_all(&produce_v2(3, "t")).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer to Produce v2");
+    assert_eq!(answer.get_i32(), 3, "correlation id");
+    assert_eq!(answer.get_i32(), 1, "one topic");
+    let name_len = answer.get_i16() as usize;
+    assert_eq!(&answer.split_to(name_len)[..], b"t");
+    assert_eq!(answer.get_i32(), 1, "one partition");
+    assert_eq!(answer.get_i32(), 0, "partition 0");
+    assert_eq!(answer.get_i16(), 35, "UNSUPPORTED_VERSION");
+    stream.write_all(&metadata).unwrap();
+    read_frame(&mut stream).expect("the connection still serves");
+    assert_eq!(stored_records(&node, "t"), 0);
+    let refused = |api: &str| {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .find(|line| {
+                line.starts_with("strata_kafka_unsupported_requests_total")
+                    && line.contains(&format!("api=\"{api}\""))
+            })
+            .and_then(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+    };
+    assert_eq!(refused("Fetch"), Some(1));
+    assert_eq!(refused("UpdateFeatures"), Some(1));
+    assert_eq!(refused("Produce"), Some(1));
+    // An API whose answer has no place for the code (TxnOffsetCommit's errors are per
+    // partition) closes the connection, as Kafka does for a request it cannot take.
+    let mut txn_commit = metadata.clone();
+    txn_commit[4..6].copy_from_slice(&(ApiKey::TxnOffsetCommit as i16).to_be_bytes());
+    txn_commit[6..8].copy_from_slice(&0i16.to_be_bytes());
+    assert!(hung_up(&txn_commit));
     // A body cut short is refused; bytes past a whole request are ignored, as Kafka's brokers
     // ignore them (librdkafka 2.1 and later send some), and the request is answered.
     let mut short = metadata[..metadata.len() - 1].to_vec();

@@ -13,6 +13,7 @@
 //! - [`admin`]: the administration APIs (topics, partitions, groups) the same way.
 //! - [`records`]: record batch v2 to Strata batches and back.
 //! - [`errors`]: Strata's typed error codes as Kafka's.
+//! - [`refusal`]: the UNSUPPORTED_VERSION answer to a request of an API or version not served.
 //!
 //! Message schemas (every version, flexible encodings, tagged fields) come from the
 //! `kafka-protocol` crate, generated from Kafka's own JSON definitions.
@@ -21,6 +22,7 @@ pub mod admin;
 pub mod errors;
 pub mod frame;
 pub mod records;
+pub mod refusal;
 pub mod translate;
 
 #[cfg(test)]

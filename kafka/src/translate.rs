@@ -72,6 +72,13 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
             SUPPORTED
                 .iter()
                 .map(|&(api, min, max)| {
+                    // Produce's oldest versions are advertised and refused (see `refusal`).
+                    let min = match api {
+                        kafka_protocol::messages::ApiKey::Produce => {
+                            *crate::refusal::PRODUCE_REFUSED_VERSIONS.start()
+                        }
+                        _ => min,
+                    };
                     ApiVersion::default()
                         .with_api_key(api as i16)
                         .with_min_version(min)

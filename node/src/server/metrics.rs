@@ -103,6 +103,8 @@ pub struct Snapshot {
     pub kafka_requests: u64,
     pub kafka_connections: u64,
     pub kafka_requests_with_trailing_bytes: u64,
+    /// Kafka requests of an API or version not served, by API key.
+    pub kafka_unsupported: BTreeMap<i16, u64>,
     /// SASL exchanges on this shard's listeners (both protocols) that authenticated, and that
     /// failed (a wrong password, an unknown user, a malformed message).
     pub authentications: u64,
@@ -171,6 +173,7 @@ impl Default for Snapshot {
             kafka_requests: 0,
             kafka_connections: 0,
             kafka_requests_with_trailing_bytes: 0,
+            kafka_unsupported: BTreeMap::new(),
             authentications: 0,
             authentication_failures: 0,
             replica_lags: Vec::new(),
@@ -249,6 +252,16 @@ impl ShardMetrics {
     /// A Kafka request had bytes after its last field (ignored, as Kafka's brokers do).
     pub fn kafka_request_with_trailing_bytes(&self) {
         self.inner.borrow_mut().kafka_requests_with_trailing_bytes += 1;
+    }
+
+    /// A Kafka request of an API or version not served.
+    pub fn kafka_unsupported_request(&self, api_key: i16) {
+        *self
+            .inner
+            .borrow_mut()
+            .kafka_unsupported
+            .entry(api_key)
+            .or_default() += 1;
     }
 
     /// A SASL exchange ended: authenticated, or refused.
@@ -553,6 +566,27 @@ fn render_compaction(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
     }
 }
 
+/// Kafka requests of APIs or versions the listener does not serve, by API key: what operators'
+/// tools ask for that Strata does not do.
+fn render_kafka_unsupported(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    let mut refused: BTreeMap<i16, u64> = BTreeMap::new();
+    for (api_key, count) in snapshots.iter().flat_map(|s| &s.kafka_unsupported) {
+        *refused.entry(*api_key).or_default() += count;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_kafka_unsupported_requests_total Kafka requests of an API or version the listener does not serve (answered UNSUPPORTED_VERSION where the API's answer has a place for it), by API key.\n# TYPE strata_kafka_unsupported_requests_total counter"
+    );
+    for (api_key, count) in refused {
+        let api = strata_kafka::kafka_protocol::messages::ApiKey::try_from(api_key)
+            .map_or_else(|_| "unknown".to_string(), |api| format!("{api:?}"));
+        let _ = writeln!(
+            out,
+            "strata_kafka_unsupported_requests_total{{node=\"{node_id}\",api_key=\"{api_key}\",api=\"{api}\"}} {count}"
+        );
+    }
+}
+
 pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -659,6 +693,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         );
     }
     render_compaction(&mut out, node_id, snapshots);
+    render_kafka_unsupported(&mut out, node_id, snapshots);
     for (name, help, pick) in [
         (
             "strata_produce_latency_seconds",

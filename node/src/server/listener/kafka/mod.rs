@@ -11,10 +11,12 @@
 //!
 //! Responses leave in request order, as Kafka's clients expect (the Java client checks each
 //! answer against its oldest request), while the requests themselves run concurrently. A
-//! produce with acks=0 gets no answer, as in Kafka. A frame over the size limit, a request of
-//! an API or version not served, or one that does not decode closes the connection with a
-//! logged reason, as Kafka's brokers do; an ApiVersions request of a version not served is
-//! answered (version 0, with the versions served) so the client can pick one (KIP-511).
+//! produce with acks=0 gets no answer, as in Kafka. A frame over the size limit or a request
+//! that does not decode closes the connection with a logged reason, as Kafka's brokers do. A
+//! request of an API or version not served is counted by API key and answered
+//! UNSUPPORTED_VERSION in its own response (`strata_kafka::refusal`), so an operator's tool
+//! fails with a clear error; an ApiVersions request of a version not served is answered
+//! (version 0, with the versions served) so the client can pick one (KIP-511).
 
 use std::rc::Rc;
 
@@ -96,7 +98,8 @@ impl Protocol for Kafka {
             return Decoded::Authenticate(header, KafkaRequest::SaslAuthenticate(request));
         }
         shard.metrics.kafka_request();
-        match frame::decode_request(body.freeze()) {
+        let body = body.freeze();
+        match frame::decode_request(body.clone()) {
             Ok(decoded) => {
                 if decoded.trailing_bytes > 0 {
                     shard.metrics.kafka_request_with_trailing_bytes();
@@ -130,7 +133,36 @@ impl Protocol for Kafka {
                 let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
                 Decoded::Answered(encoded(&header, &response))
             }
-            Err(rejected) => Decoded::Close(None, rejected.to_string()),
+            Err(Rejected::Unsupported {
+                api_key,
+                api_version,
+                correlation_id,
+            }) => {
+                shard.metrics.kafka_unsupported_request(api_key);
+                if let Err(why) = session.admit(shard.context.config.clock.now()) {
+                    return Decoded::Close(None, format!("api key {api_key} {why}"));
+                }
+                let api = ApiKey::try_from(api_key)
+                    .map_or_else(|_| format!("api key {api_key}"), |api| format!("{api:?}"));
+                match strata_kafka::refusal::unsupported_version_answer(
+                    api_key,
+                    api_version,
+                    correlation_id,
+                    &body,
+                ) {
+                    Some(refusal) => {
+                        tracing::debug!(%peer, api, api_version, "a request not served: answered UNSUPPORTED_VERSION");
+                        Decoded::Answered(answer(vec![refusal.freeze()]))
+                    }
+                    None => Decoded::Close(
+                        None,
+                        format!(
+                            "{api} v{api_version} is not served, and its answer has no place for UNSUPPORTED_VERSION"
+                        ),
+                    ),
+                }
+            }
+            Err(rejected @ Rejected::Malformed(_)) => Decoded::Close(None, rejected.to_string()),
         }
     }
 
