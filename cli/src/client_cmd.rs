@@ -96,8 +96,12 @@ pub enum TopicCommand {
     Reassign {
         name: String,
         /// Broker ids, comma-separated; the first is the preferred leader.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
         replicas: Vec<i32>,
+        /// Cancel the reassignment of --partition under way instead: back to the replicas it
+        /// started from (Kafka's kafka-reassign-partitions --cancel).
+        #[arg(long, conflicts_with_all = ["replicas", "throttle"], requires = "partition")]
+        cancel: bool,
         /// Only this partition (default: every partition of the topic).
         #[arg(long)]
         partition: Option<u32>,
@@ -134,7 +138,17 @@ pub enum TopicCommand {
     /// where that replica is live and in sync, now: what the controller does every
     /// --leader-rebalance-interval-ms (Kafka's kafka-leader-election --election-type
     /// preferred). Every topic without NAME.
-    ElectLeaders { name: Option<String> },
+    ElectLeaders {
+        name: Option<String>,
+        /// Only these partitions of NAME, comma-separated; each gets its result.
+        #[arg(long, value_delimiter = ',', requires = "name")]
+        partitions: Vec<u32>,
+        /// An unclean election instead: a partition whose in-sync replicas are all down gets
+        /// a live replica outside the ISR as its leader, and the records only the old leader
+        /// had are lost (Kafka's --election-type unclean).
+        #[arg(long)]
+        unclean: bool,
+    },
 }
 
 /// `--acks` as Kafka spells it: 0, 1, or all (-1).
@@ -245,13 +259,35 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             client.add_partitions(&name, partitions).await?;
             outln!("topic {name} now has {partitions} partitions");
         }
-        TopicCommand::ElectLeaders { name } => {
-            let moved = client.elect_leaders(name.as_deref()).await?;
-            outln!("moved {moved} leaderships to their preferred replicas");
+        TopicCommand::ElectLeaders {
+            name,
+            partitions,
+            unclean,
+        } => {
+            let topic = name.unwrap_or_default();
+            let elected = client
+                .elect_partition_leaders(&topic, &partitions, unclean)
+                .await?;
+            let kind = if unclean { "unclean" } else { "preferred" };
+            for result in &elected.results.0 {
+                match result.error {
+                    ErrorCode::None => {
+                        outln!("{}-{}: elected ({kind})", result.topic, result.partition)
+                    }
+                    error => outln!(
+                        "{}-{}: not elected: {error} ({})",
+                        result.topic,
+                        result.partition,
+                        result.message
+                    ),
+                }
+            }
+            outln!("moved {} leaderships", elected.moved);
         }
         TopicCommand::Reassign {
             name,
             replicas,
+            cancel,
             partition,
             throttle,
         } => {
@@ -272,6 +308,11 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                 None => topic.partitions.iter().map(|p| p.partition).collect(),
             };
             for partition in partitions {
+                if cancel {
+                    client.reassign_partition(&name, partition, &[]).await?;
+                    outln!("cancelled the reassignment of {name}-{partition}");
+                    continue;
+                }
                 client
                     .reassign_partition(&name, partition, &replicas)
                     .await?;

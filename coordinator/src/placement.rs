@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::{BrokerInfo, PartitionState};
+use crate::{BrokerInfo, CoordinatorError, PartitionState};
 
 /// The leader value of a partition that has none (every in-sync replica is down).
 pub const NO_LEADER: i32 = -1;
@@ -68,30 +68,50 @@ pub fn failover(
 }
 
 /// The first step of a reassignment: validates `target` against the live brokers and returns
-/// the partition with the new replicas added to the old (`target_replicas` remembers the goal).
-/// New replicas catch up as followers and join the ISR like any lagging follower.
+/// the partition with the new replicas added to the old (`target_replicas` remembers the goal,
+/// `reassigning_from` the replicas the first of a run of reassignments started from). New
+/// replicas catch up as followers and join the ISR like any lagging follower. An empty
+/// `target` cancels the reassignment under way: the goal becomes the replicas it started from,
+/// all still replicas and so soon complete (Kafka's cancel).
 pub fn start_reassignment(
     current: &PartitionState,
     target: &[i32],
     brokers: &BTreeSet<i32>,
-) -> Result<PartitionState, String> {
-    if target.is_empty() {
-        return Err("a partition needs at least one replica".into());
-    }
+) -> Result<PartitionState, CoordinatorError> {
+    let invalid = |why: String| Err(CoordinatorError::InvalidReplicaAssignment(why));
+    let target = if target.is_empty() {
+        match (&current.target_replicas, &current.reassigning_from) {
+            (Some(_), Some(from)) => from.clone(),
+            _ => {
+                return Err(CoordinatorError::NoReassignmentInProgress(format!(
+                    "partition {} is not being reassigned",
+                    current.partition
+                )));
+            }
+        }
+    } else {
+        target.to_vec()
+    };
     let distinct: BTreeSet<i32> = target.iter().copied().collect();
     if distinct.len() != target.len() {
-        return Err(format!("replicas {target:?} repeat a broker"));
+        return invalid(format!("replicas {target:?} repeat a broker"));
     }
-    if let Some(unknown) = target.iter().find(|id| !brokers.contains(id)) {
-        return Err(format!("broker {unknown} is not registered"));
+    if let Some(unknown) = target
+        .iter()
+        .find(|id| !brokers.contains(id) && !current.replicas.contains(id))
+    {
+        return invalid(format!("broker {unknown} is not registered"));
     }
     let mut next = current.clone();
-    for id in target {
+    for id in &target {
         if !next.replicas.contains(id) {
             next.replicas.push(*id);
         }
     }
-    next.target_replicas = Some(target.to_vec());
+    if next.reassigning_from.is_none() {
+        next.reassigning_from = Some(current.replicas.clone());
+    }
+    next.target_replicas = Some(target);
     next.partition_epoch += 1;
     Ok(next)
 }
@@ -109,6 +129,7 @@ pub fn complete_reassignment(current: &PartitionState) -> Option<PartitionState>
     next.replicas = target.clone();
     next.isr.retain(|id| target.contains(id));
     next.target_replicas = None;
+    next.reassigning_from = None;
     next.partition_epoch += 1;
     if !target.contains(&current.leader) {
         next.leader = target[0];
@@ -325,6 +346,53 @@ pub fn grow(
         partition.partition += current;
     }
     Ok(added)
+}
+
+/// Why an election on request moves nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionRefused {
+    /// The replica the election wants already leads.
+    NotNeeded,
+    /// A preferred election's preferred replica is down or out of sync, or the partition is
+    /// being reassigned (the reassignment decides its replicas).
+    PreferredNotAvailable,
+    /// An unclean election found no live replica.
+    NoEligibleLeader,
+}
+
+/// Kafka's ElectLeaders for one partition. Preferred: leadership goes to the first replica
+/// when it is live and in sync, also when the partition has no leader. Unclean: only for a
+/// partition whose leader is down; its first live in-sync replica if any (a clean election),
+/// else its first live replica, records the old leader had beyond it lost.
+pub fn elect(
+    current: &PartitionState,
+    live: &BTreeSet<i32>,
+    unclean: bool,
+) -> Result<crate::PartitionChange, ElectionRefused> {
+    if unclean {
+        if live.contains(&current.leader) {
+            return Err(ElectionRefused::NotNeeded);
+        }
+        let in_sync = current.isr.iter().find(|id| live.contains(id));
+        let any = current.replicas.iter().find(|id| live.contains(id));
+        return match (in_sync, any) {
+            (Some(&leader), _) | (None, Some(&leader)) => {
+                Ok(crate::PartitionChange::UncleanLeader(leader))
+            }
+            (None, None) => Err(ElectionRefused::NoEligibleLeader),
+        };
+    }
+    let preferred = current.replicas[0];
+    if preferred == current.leader {
+        return Err(ElectionRefused::NotNeeded);
+    }
+    if current.target_replicas.is_some()
+        || !live.contains(&preferred)
+        || !current.isr.contains(&preferred)
+    {
+        return Err(ElectionRefused::PreferredNotAvailable);
+    }
+    Ok(crate::PartitionChange::PreferredLeader)
 }
 
 #[cfg(test)]
@@ -590,5 +658,67 @@ mod tests {
         assert!(place(&brokers(1), 3, 2, 0).is_err());
         assert!(place(&brokers(1), 0, 1, 0).is_err());
         assert!(place(&[], 1, 1, 0).is_err());
+    }
+
+    #[test]
+    fn elections_on_request_move_only_what_they_may() {
+        let live: BTreeSet<i32> = [1, 2, 3].into();
+        let mut state = PartitionState::initial(0, vec![1, 2, 3]);
+        assert_eq!(elect(&state, &live, false), Err(ElectionRefused::NotNeeded));
+        state.leader = 2;
+        assert_eq!(
+            elect(&state, &live, false),
+            Ok(crate::PartitionChange::PreferredLeader)
+        );
+        // Leading, so an unclean election is not needed.
+        assert_eq!(elect(&state, &live, true), Err(ElectionRefused::NotNeeded));
+        state.isr = vec![2, 3];
+        assert_eq!(
+            elect(&state, &live, false),
+            Err(ElectionRefused::PreferredNotAvailable)
+        );
+        // Leader and ISR down: an unclean election takes the first live replica, whose log
+        // becomes the ISR.
+        state.leader = NO_LEADER;
+        state.isr = vec![3];
+        let only_one: BTreeSet<i32> = [1].into();
+        let change = elect(&state, &only_one, true).unwrap();
+        assert_eq!(change, crate::PartitionChange::UncleanLeader(1));
+        let next = change.apply(&state);
+        assert_eq!((next.leader, next.isr.clone()), (1, vec![1]));
+        assert_eq!(next.leader_epoch, state.leader_epoch + 1);
+        // ... but an in-sync replica first, keeping the ISR.
+        let next = elect(&state, &live, true).unwrap().apply(&state);
+        assert_eq!((next.leader, next.isr), (3, vec![3]));
+        assert_eq!(
+            elect(&state, &BTreeSet::new(), true),
+            Err(ElectionRefused::NoEligibleLeader)
+        );
+    }
+
+    #[test]
+    fn a_cancelled_reassignment_goes_back_to_where_it_started() {
+        let brokers: BTreeSet<i32> = [1, 2, 3, 4].into();
+        let state = PartitionState::initial(0, vec![1, 2]);
+        assert!(matches!(
+            start_reassignment(&state, &[], &brokers),
+            Err(CoordinatorError::NoReassignmentInProgress(_))
+        ));
+        let moving = start_reassignment(&state, &[2, 3], &brokers).unwrap();
+        assert_eq!(moving.replicas, vec![1, 2, 3]);
+        assert_eq!(moving.reassigning_from, Some(vec![1, 2]));
+        // A second target on top of the first still started from [1, 2].
+        let again = start_reassignment(&moving, &[3, 4], &brokers).unwrap();
+        assert_eq!(again.replicas, vec![1, 2, 3, 4]);
+        assert_eq!(again.reassigning_from, Some(vec![1, 2]));
+        let cancelled = start_reassignment(&again, &[], &brokers).unwrap();
+        assert_eq!(cancelled.target_replicas, Some(vec![1, 2]));
+        let done = complete_reassignment(&cancelled).expect("1 and 2 are in sync");
+        assert_eq!(done.replicas, vec![1, 2]);
+        assert_eq!((done.target_replicas, done.reassigning_from), (None, None));
+        assert!(matches!(
+            start_reassignment(&state, &[1, 1], &brokers),
+            Err(CoordinatorError::InvalidReplicaAssignment(_))
+        ));
     }
 }

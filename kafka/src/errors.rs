@@ -51,6 +51,11 @@ pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const FENCED_INSTANCE_ID: i16 = 82;
 pub const INVALID_RECORD: i16 = 87;
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+pub const ELECTION_NOT_NEEDED: i16 = 84;
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// The Kafka error a Kafka client handles the way a Strata client handles `code` (retriable
 /// stays retriable: a not-ready shard is LEADER_NOT_AVAILABLE, which clients retry after a
@@ -97,6 +102,10 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::GroupAuthorizationFailed => GROUP_AUTHORIZATION_FAILED,
         ErrorCode::ClusterAuthorizationFailed => CLUSTER_AUTHORIZATION_FAILED,
         ErrorCode::AuthenticationFailed => SASL_AUTHENTICATION_FAILED,
+        ErrorCode::ElectionNotNeeded => ELECTION_NOT_NEEDED,
+        ErrorCode::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
     }
 }
 
@@ -123,6 +132,8 @@ mod tests {
             FENCED_LEADER_EPOCH,
             UNKNOWN_LEADER_EPOCH,
             OFFSET_NOT_AVAILABLE,
+            PREFERRED_LEADER_NOT_AVAILABLE,
+            ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ];
         for value in 0..=u16::MAX {
             let Some(code) = ErrorCode::from_u16(value) else {

@@ -7,14 +7,16 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest,
-    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
-    DeleteGroupsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, DescribeUserScramCredentialsRequest, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
+    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteAclsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeAclsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -28,7 +30,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
 /// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
 /// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 29] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 34] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -58,6 +60,11 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 29] = [
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// What every request carries ahead of its body.
@@ -113,6 +120,11 @@ pub enum KafkaRequest {
     DeleteAcls(DeleteAclsRequest),
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    DescribeCluster(DescribeClusterRequest),
+    DescribeTopicPartitions(DescribeTopicPartitionsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ElectLeaders(ElectLeadersRequest),
 }
 
 /// Why a request was not decoded.
@@ -193,6 +205,11 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::DeleteAcls => decoded!(DeleteAcls),
         ApiKey::DescribeUserScramCredentials => decoded!(DescribeUserScramCredentials),
         ApiKey::AlterUserScramCredentials => decoded!(AlterUserScramCredentials),
+        ApiKey::DescribeCluster => decoded!(DescribeCluster),
+        ApiKey::DescribeTopicPartitions => decoded!(DescribeTopicPartitions),
+        ApiKey::ListPartitionReassignments => decoded!(ListPartitionReassignments),
+        ApiKey::AlterPartitionReassignments => decoded!(AlterPartitionReassignments),
+        ApiKey::ElectLeaders => decoded!(ElectLeaders),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

@@ -272,6 +272,7 @@ impl Sim {
                 isr: IDS.to_vec(),
                 partition_epoch: 1,
                 target_replicas: None,
+                reassigning_from: None,
             },
             live: IDS.iter().copied().collect(),
             committed: Vec::new(),

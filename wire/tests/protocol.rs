@@ -183,7 +183,16 @@ fn every_request_round_trips() {
             delete: vec!["flush".into()],
         }),
         Request::DescribeTopicConfig(DescribeTopicConfigRequest { topic: "t".into() }),
-        Request::ElectLeaders(ElectLeadersRequest { topic: "t".into() }),
+        Request::ElectLeaders(ElectLeadersRequest {
+            topic: "t".into(),
+            partitions: Appended(vec![]),
+            unclean: Appended(false),
+        }),
+        Request::ElectLeaders(ElectLeadersRequest {
+            topic: "t".into(),
+            partitions: Appended(vec![0, 3]),
+            unclean: Appended(true),
+        }),
         Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
         Request::Authenticate(AuthenticateRequest {
             mechanism: "SCRAM-SHA-512".into(),
@@ -517,4 +526,41 @@ fn acl_entry() -> AclEntry {
         operation: "Write".into(),
         permission: "Allow".into(),
     }
+}
+
+/// An election's answer carries each partition's result; one without results (as a broker
+/// before per-partition elections sent it) still decodes, with none.
+#[test]
+fn election_results_round_trip_and_are_optional() {
+    let result = |partition, error| ElectionResult {
+        topic: "t".into(),
+        partition,
+        error,
+        message: String::new(),
+    };
+    let response = Response::ElectLeaders(ElectLeadersResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        moved: 1,
+        results: Appended(vec![
+            result(0, ErrorCode::None),
+            result(1, ErrorCode::ElectionNotNeeded),
+        ]),
+    });
+    let (_, decoded) = Response::decode(ApiKey::ElectLeaders, body_of(response.encode(3))).unwrap();
+    let Ok(Response::ElectLeaders(decoded)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert_eq!(decoded.results.0.len(), 2);
+    assert_eq!(decoded.results.0[1].error, ErrorCode::ElectionNotNeeded);
+    let bare = Response::ElectLeaders(ElectLeadersResponse {
+        results: Appended(vec![]),
+        ..decoded
+    });
+    let (_, decoded) = Response::decode(ApiKey::ElectLeaders, body_of(bare.encode(4))).unwrap();
+    let Ok(Response::ElectLeaders(decoded)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert!(decoded.results.0.is_empty());
+    assert_eq!(decoded.moved, 1);
 }

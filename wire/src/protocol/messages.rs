@@ -394,6 +394,8 @@ messages! {
     /// Moves a partition to `replicas` (Kafka's reassignment): new replicas are added, catch
     /// up and join the ISR; then the replicas not in the list are dropped (leadership moves
     /// first if the leader is one of them).
+    /// Starts moving a partition to `replicas`; empty `replicas` cancels the reassignment under
+    /// way, back to the replicas it started from (Kafka's cancel).
     pub struct ReassignPartitionRequest {
         pub topic: String,
         pub partition: u32,
@@ -582,9 +584,25 @@ messages! {
 
     /// Moves each partition's leadership to its preferred replica (the first of its replicas)
     /// where that replica is live, in sync and not leading: what the controller does every
-    /// leader-rebalance interval, now. `topic` empty: every topic.
+    /// leader-rebalance interval, now. `topic` empty: every topic. `partitions` names some of
+    /// `topic`'s (empty: all), and each named one gets a result. `unclean` instead gives a
+    /// partition with no live in-sync replica a live replica outside the ISR as its leader
+    /// (Kafka's unclean election), whatever the topic's `unclean.leader.election.enable`.
     pub struct ElectLeadersRequest {
         pub topic: String,
+        pub partitions: Appended<Vec<u32>>,
+        pub unclean: Appended<bool>,
+    }
+
+    /// One partition's election: `None` when its leader moved, `ElectionNotNeeded` when the
+    /// wanted replica already leads, `PreferredLeaderNotAvailable` or
+    /// `EligibleLeadersNotAvailable` when no replica can take it.
+    #[derive(Default, PartialEq, Eq)]
+    pub struct ElectionResult {
+        pub topic: String,
+        pub partition: u32,
+        pub error: ErrorCode,
+        pub message: String,
     }
 
     pub struct ElectLeadersResponse {
@@ -593,6 +611,9 @@ messages! {
         pub message: String,
         /// Leaderships moved.
         pub moved: u32,
+        /// Each partition named, and each partition of an election over whole topics whose
+        /// leader moved or could not.
+        pub results: Appended<Vec<ElectionResult>>,
     }
 
     /// One step of a SASL exchange (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN), before any other

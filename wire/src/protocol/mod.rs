@@ -121,7 +121,7 @@ impl ApiKey {
 macro_rules! error_codes {
     ($($(#[$meta:meta])* $name:ident = $value:literal, retriable = $retriable:literal;)*) => {
         /// Typed error codes: what went wrong, as a number both sides agree on.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(u16)]
         pub enum ErrorCode {
             $($(#[$meta])* $name = $value,)*
@@ -147,6 +147,7 @@ macro_rules! error_codes {
 }
 
 error_codes! {
+    #[default]
     None = 0, retriable = false;
     /// The request's api key is not one this broker knows.
     UnknownApi = 1, retriable = false;
@@ -234,6 +235,16 @@ error_codes! {
     /// A record the topic cannot take: on a compacted topic, one without a key (Kafka's
     /// INVALID_RECORD). Nothing of the batch was written.
     InvalidRecord = 41, retriable = false;
+    /// The replica an election wants already leads (Kafka's ELECTION_NOT_NEEDED).
+    ElectionNotNeeded = 42, retriable = false;
+    /// A preferred election's preferred replica is down or out of sync (Kafka's
+    /// PREFERRED_LEADER_NOT_AVAILABLE).
+    PreferredLeaderNotAvailable = 43, retriable = true;
+    /// An unclean election found no live replica (Kafka's ELIGIBLE_LEADERS_NOT_AVAILABLE).
+    EligibleLeadersNotAvailable = 44, retriable = true;
+    /// A cancel of a reassignment when none is under way (Kafka's
+    /// NO_REASSIGNMENT_IN_PROGRESS).
+    NoReassignmentInProgress = 45, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

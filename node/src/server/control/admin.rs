@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use strata_coordinator::placement::ElectionRefused;
 use strata_coordinator::{
     ConfigChange, Coordinator, CoordinatorError, PartitionChange, PartitionState, TopicSpec,
     placement,
 };
 use strata_wire::protocol::{
-    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
+    AlterTopicConfigRequest, AlterTopicConfigResponse, Appended, CreatePartitionsRequest,
     CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
-    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode,
+    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ElectionResult, ErrorCode,
     ReassignPartitionRequest, ReassignPartitionResponse,
 };
 
@@ -164,10 +165,11 @@ pub(super) async fn create_topic(
     }
 }
 
-/// Moves leadership to the preferred replica of every partition of `request.topic` (all topics
-/// when empty) where `placement::prefer_leader` allows it, each with a compare-first write (a
-/// partition that changed meanwhile is left alone). Any broker may do it: the write is as safe
-/// as the controller's, since the new leader is in the ISR of the state it replaces.
+/// Kafka's ElectLeaders: for each partition of `request.topic` (every topic when empty; the
+/// named partitions when some are), `placement::elect` decides, and the change is written
+/// compare-first (a partition that changed meanwhile is left alone). Any broker may do it: a
+/// preferred election is as safe as the controller's, since the new leader is in the ISR of
+/// the state it replaces; an unclean one is the operator's decision, as in Kafka.
 pub(super) async fn elect_leaders(
     coordinator: &impl Coordinator,
     request: ElectLeadersRequest,
@@ -176,6 +178,7 @@ pub(super) async fn elect_leaders(
         error: error_code(error),
         message: error.to_string(),
         moved: 0,
+        results: Default::default(),
     };
     let (topics, brokers) = match (coordinator.topics().await, coordinator.brokers().await) {
         (Ok(topics), Ok(brokers)) => (topics, brokers),
@@ -184,33 +187,78 @@ pub(super) async fn elect_leaders(
     if !request.topic.is_empty() && !topics.iter().any(|topic| topic.name == request.topic) {
         return failed(&CoordinatorError::UnknownTopic(request.topic));
     }
+    let named = &request.partitions.0;
+    let unclean = request.unclean.0;
     let live: std::collections::BTreeSet<i32> = brokers.iter().map(|broker| broker.id).collect();
     let mut moved = 0;
+    let mut results = Vec::new();
+    let result = |topic: &str, partition: u32, error: ErrorCode, message: String| ElectionResult {
+        topic: topic.to_string(),
+        partition,
+        error,
+        message,
+    };
     for topic in topics
         .iter()
         .filter(|topic| request.topic.is_empty() || topic.name == request.topic)
     {
+        for &missing in named
+            .iter()
+            .filter(|p| **p as usize >= topic.partitions.len())
+        {
+            let why = format!("{} has no partition {missing}", topic.name);
+            results.push(result(
+                &topic.name,
+                missing,
+                ErrorCode::UnknownPartition,
+                why,
+            ));
+        }
         for partition in &topic.partitions {
-            if placement::prefer_leader(partition, &live).is_none() {
+            let index = partition.partition;
+            if !named.is_empty() && !named.contains(&index) {
                 continue;
             }
-            let change = PartitionChange::PreferredLeader;
+            let change = match placement::elect(partition, &live, unclean) {
+                Ok(change) => change,
+                Err(refused) => {
+                    // Over whole topics only the partitions that moved or should have are
+                    // reported, not every one already led by the replica wanted.
+                    if !named.is_empty() || refused != ElectionRefused::NotNeeded {
+                        let (error, why) = election_refused(refused);
+                        results.push(result(&topic.name, index, error, why.into()));
+                    }
+                    continue;
+                }
+            };
             match coordinator
                 .update_partition(&topic.name, partition, change)
                 .await
             {
                 Ok(Some(next)) => {
                     moved += 1;
-                    tracing::info!(topic = %topic.name, partition = partition.partition,
-                        from = partition.leader, to = next.leader, epoch = next.leader_epoch,
-                        "moved leadership back to the preferred replica (on request)");
+                    results.push(result(&topic.name, index, ErrorCode::None, String::new()));
+                    if unclean && !partition.isr.contains(&next.leader) {
+                        tracing::warn!(topic = %topic.name, partition = index, leader = next.leader,
+                            epoch = next.leader_epoch,
+                            "UNCLEAN leader election on request: records the old leader had may be lost");
+                    } else {
+                        tracing::info!(topic = %topic.name, partition = index,
+                            from = partition.leader, to = next.leader, epoch = next.leader_epoch,
+                            "leadership moved on request");
+                    }
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    let why = "the partition changed meanwhile; try again".to_string();
+                    results.push(result(&topic.name, index, ErrorCode::NotReady, why));
+                }
                 Err(error) => {
-                    return ElectLeadersResponse {
-                        moved,
-                        ..failed(&error)
-                    };
+                    results.push(result(
+                        &topic.name,
+                        index,
+                        error_code(&error),
+                        error.to_string(),
+                    ));
                 }
             }
         }
@@ -219,6 +267,24 @@ pub(super) async fn elect_leaders(
         error: ErrorCode::None,
         message: String::new(),
         moved,
+        results: Appended(results),
+    }
+}
+
+fn election_refused(refused: ElectionRefused) -> (ErrorCode, &'static str) {
+    match refused {
+        ElectionRefused::NotNeeded => (
+            ErrorCode::ElectionNotNeeded,
+            "the replica the election wants already leads",
+        ),
+        ElectionRefused::PreferredNotAvailable => (
+            ErrorCode::PreferredLeaderNotAvailable,
+            "the preferred replica is down, out of sync, or the partition is being reassigned",
+        ),
+        ElectionRefused::NoEligibleLeader => (
+            ErrorCode::EligibleLeadersNotAvailable,
+            "no replica of the partition is live",
+        ),
     }
 }
 
@@ -275,6 +341,7 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
         CoordinatorError::InvalidArgument(_) => ErrorCode::InvalidRequest,
         CoordinatorError::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment,
         CoordinatorError::Unavailable(_) => ErrorCode::NotReady,
+        CoordinatorError::NoReassignmentInProgress(_) => ErrorCode::NoReassignmentInProgress,
         CoordinatorError::BrokerIdTaken(_)
         | CoordinatorError::Storage { .. }
         | CoordinatorError::Corrupt { .. } => ErrorCode::Internal,

@@ -711,6 +711,7 @@ impl Shard {
                         error: ErrorCode::NotReady,
                         message: "the node is shutting down".into(),
                         moved: 0,
+                        results: Default::default(),
                     }),
             ),
             Request::AlterTopicConfig(request) => Response::AlterTopicConfig(

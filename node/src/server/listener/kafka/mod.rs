@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 
 mod admin;
 mod authorize;
+mod cluster_admin;
 mod groups;
 mod security_admin;
 
@@ -443,6 +444,29 @@ async fn respond(
             &header,
             &security_admin::alter_user_scram_credentials(shard, client, request).await,
         ),
+        KafkaRequest::DescribeCluster(request) => encoded(
+            &header,
+            &cluster_admin::describe_cluster(shard, client, request),
+        ),
+        KafkaRequest::DescribeTopicPartitions(request) => encoded(
+            &header,
+            &cluster_admin::describe_topic_partitions(shard, client, request),
+        ),
+        KafkaRequest::ListPartitionReassignments(request) => encoded(
+            &header,
+            &cluster_admin::list_partition_reassignments(shard, client, request),
+        ),
+        KafkaRequest::AlterPartitionReassignments(request) => encoded(
+            &header,
+            &cluster_admin::alter_partition_reassignments(shard, client, request).await,
+        ),
+        KafkaRequest::ElectLeaders(request) => {
+            let version = header.api_version;
+            encoded(
+                &header,
+                &cluster_admin::elect_leaders(shard, client, version, request).await,
+            )
+        }
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }

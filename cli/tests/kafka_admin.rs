@@ -1,0 +1,254 @@
+//! The Kafka surface operators' tools call, through the Java client's AdminClient
+//! (`kafka_admin/AdminSurface.java`, one step per run, each printing one JSON line), on one
+//! node and on three brokers: each API checked for its effect, not only for an answer.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_coordinator::testing::EtcdServer;
+use support::{TestNode, etcd_args, free_base_port, wait_for_at_most};
+
+/// `AdminSurface.java` compiled once per test into its own directory.
+struct Java {
+    classpath: String,
+    _classes: tempfile::TempDir,
+}
+
+impl Java {
+    fn compile() -> Java {
+        let classes = tempfile::tempdir().unwrap();
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/kafka_admin/AdminSurface.java"
+        );
+        Java {
+            classpath: support::java_classpath(source, classes.path()),
+            _classes: classes,
+        }
+    }
+
+    /// Runs one step against `bootstrap`: its JSON line.
+    fn step(&self, bootstrap: &str, args: &[&str]) -> Value {
+        let output = Command::new("java")
+            .args(["-cp", &self.classpath, "AdminSurface", bootstrap])
+            .args(args)
+            .output()
+            .expect("java (Debian's default-jdk-headless)");
+        assert!(
+            output.status.success(),
+            "AdminSurface {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!(
+                "AdminSurface {args:?} printed no JSON ({error}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+}
+
+/// Broker `id` on `etcd` with a Kafka listener: (node, its Kafka address).
+fn broker(etcd: &EtcdServer, dir: &Path, id: &str, extra: &[&str]) -> (TestNode, String) {
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let mut args = etcd_args(etcd, id);
+    args.extend_from_slice(&["--kafka-listen", &kafka]);
+    args.extend_from_slice(extra);
+    (TestNode::start_with(dir, 1, &args), kafka)
+}
+
+/// The replicas, ISR and leader of `topic`'s partition `partition` as AdminClient describes it
+/// (waiting for a new topic to reach the broker answering).
+fn described(java: &Java, bootstrap: &str, topic: &str, partition: usize) -> Value {
+    let mut described = Value::Null;
+    wait_for_at_most("the topic described", Duration::from_secs(10), || {
+        let topics = java.step(bootstrap, &["describe-topics", topic]);
+        described = topics["topics"][0]["partitions"][partition].clone();
+        !described.is_null()
+    });
+    described
+}
+
+/// DescribeCluster, DescribeTopicPartitions, a reassignment listed while it runs, cancelled,
+/// run again to completion; preferred and unclean elections, each with its effect on the
+/// partition's leader.
+#[test]
+fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_brokers() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
+        .collect();
+    let all: Vec<String> = brokers.iter().map(|(_, kafka)| kafka.clone()).collect();
+    let bootstrap = all.join(",");
+    let java = Java::compile();
+
+    let cluster = java.step(&bootstrap, &["describe-cluster"]);
+    assert_eq!(cluster["cluster_id"], "itest", "{cluster}");
+    let ids: Vec<i64> = cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| node["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2, 3], "{cluster}");
+    assert!(ids.contains(&cluster["controller"].as_i64().unwrap()));
+    for (id, node) in cluster["nodes"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            node["port"].as_i64().unwrap().to_string(),
+            all[id].split(':').nth(1).unwrap()
+        );
+    }
+
+    // A reassignment slowed by its catch-up throttle is listed while it runs, with the
+    // replicas it adds and removes; a cancel goes back to where it started.
+    let created = java.step(
+        &bootstrap,
+        &[
+            "create-topic",
+            "moves",
+            "1",
+            "2",
+            "replica.recovery.bytes.per.sec=20000",
+        ],
+    );
+    assert_eq!(created, json!({"created": true}));
+    let partition = described(&java, &bootstrap, "moves", 0);
+    let from: Vec<i64> = serde_json::from_value(partition["replicas"].clone()).unwrap();
+    let spare = (1..=3).find(|id| !from.contains(id)).unwrap();
+    let produced = java.step(&bootstrap, &["produce", "moves", "3000", "none"]);
+    assert_eq!(produced["acked"], 3000, "{produced}");
+    let target = format!("{},{spare}", from[1]);
+    let started = java.step(&bootstrap, &["reassign", "moves", "0", &target]);
+    assert_eq!(started, json!({"reassigned": true}));
+    let listed = java.step(&bootstrap, &["list-reassignments"]);
+    let moving = &listed["reassignments"]["moves-0"];
+    assert_eq!(moving["adding"], json!([spare]), "{listed}");
+    assert_eq!(moving["removing"], json!([from[0]]), "{listed}");
+    assert_eq!(
+        moving["replicas"],
+        json!([from[0], from[1], spare]),
+        "{listed}"
+    );
+    let cancelled = java.step(&bootstrap, &["reassign", "moves", "0", "cancel"]);
+    assert_eq!(cancelled, json!({"reassigned": true}));
+    wait_for_at_most("the cancel to complete", Duration::from_secs(20), || {
+        let listed = java.step(&bootstrap, &["list-reassignments"]);
+        listed["reassignments"].as_object().unwrap().is_empty()
+    });
+    let partition = described(&java, &bootstrap, "moves", 0);
+    assert_eq!(partition["replicas"], json!(from), "{partition}");
+    let again = java.step(&bootstrap, &["reassign", "moves", "0", "cancel"]);
+    assert_eq!(
+        again["error"], "NoReassignmentInProgressException",
+        "{again}"
+    );
+    // Without the throttle it runs to completion and leaves the listing.
+    let unthrottled = java.step(
+        &bootstrap,
+        &[
+            "alter-config",
+            "topic",
+            "moves",
+            "replica.recovery.bytes.per.sec",
+            "--delete",
+        ],
+    );
+    assert_eq!(unthrottled, json!({"altered": true}));
+    java.step(&bootstrap, &["reassign", "moves", "0", &target]);
+    wait_for_at_most(
+        "the reassignment to complete",
+        Duration::from_secs(30),
+        || {
+            let listed = java.step(&bootstrap, &["list-reassignments"]);
+            listed["reassignments"].as_object().unwrap().is_empty()
+        },
+    );
+    let partition = described(&java, &bootstrap, "moves", 0);
+    assert_eq!(
+        partition["replicas"],
+        json!([from[1], spare]),
+        "{partition}"
+    );
+    // Preferred election: the preferred replica's broker restarts, its leadership stays with
+    // the other replica (the controller's own rebalance is minutes away) until asked back.
+    java.step(&bootstrap, &["create-topic", "elect", "1", "2"]);
+    let partition = described(&java, &bootstrap, "elect", 0);
+    let replicas: Vec<i64> = serde_json::from_value(partition["replicas"].clone()).unwrap();
+    let (preferred, other) = (replicas[0], replicas[1]);
+    assert_eq!(partition["leader"], preferred);
+    let not_needed = java.step(&bootstrap, &["elect-leaders", "preferred", "elect", "0"]);
+    assert_eq!(
+        not_needed["results"]["elect-0"],
+        "ElectionNotNeededException"
+    );
+    let at = |id: i64| (id - 1) as usize;
+    brokers[at(preferred)].0.stop();
+    let survivors = |down: &[i64]| -> String {
+        (1..=3)
+            .filter(|id| !down.contains(id))
+            .map(|id| all[at(id)].as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let up = survivors(&[preferred]);
+    wait_for_at_most("the other replica to lead", Duration::from_secs(20), || {
+        described(&java, &up, "elect", 0)["leader"] == other
+    });
+    brokers[at(preferred)].0.restart();
+    wait_for_at_most(
+        "the preferred replica back in sync",
+        Duration::from_secs(20),
+        || {
+            let isr = &described(&java, &bootstrap, "elect", 0)["isr"];
+            isr.as_array().unwrap().len() == 2
+        },
+    );
+    assert_eq!(described(&java, &bootstrap, "elect", 0)["leader"], other);
+    let elected = java.step(&bootstrap, &["elect-leaders", "preferred", "elect", "0"]);
+    assert_eq!(elected["results"]["elect-0"], Value::Null, "{elected}");
+    assert_eq!(
+        described(&java, &bootstrap, "elect", 0)["leader"],
+        preferred
+    );
+
+    // Unclean election: the leader stops, then the last in-sync replica; the first comes
+    // back out of sync and the partition stays leaderless (unclean.leader.election.enable is
+    // off) until an unclean election gives it that replica.
+    brokers[at(preferred)].0.stop();
+    let up = survivors(&[preferred]);
+    wait_for_at_most(
+        "the other replica to lead alone",
+        Duration::from_secs(20),
+        || {
+            let partition = described(&java, &up, "elect", 0);
+            partition["leader"] == other && partition["isr"] == json!([other])
+        },
+    );
+    brokers[at(other)].0.stop();
+    brokers[at(preferred)].0.restart();
+    let up = survivors(&[other]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(described(&java, &up, "elect", 0)["leader"], -1);
+    let refused = java.step(&up, &["elect-leaders", "preferred", "elect", "0"]);
+    assert_eq!(
+        refused["results"]["elect-0"],
+        "PreferredLeaderNotAvailableException"
+    );
+    let unclean = java.step(&up, &["elect-leaders", "unclean", "elect", "0"]);
+    assert_eq!(unclean["results"]["elect-0"], Value::Null, "{unclean}");
+    let partition = described(&java, &up, "elect", 0);
+    assert_eq!(partition["leader"], preferred, "{partition}");
+    assert_eq!(partition["isr"], json!([preferred]), "{partition}");
+    let led = java.step(&up, &["elect-leaders", "unclean", "elect", "0"]);
+    assert_eq!(
+        led["results"]["elect-0"], "ElectionNotNeededException",
+        "{led}"
+    );
+}
