@@ -22,8 +22,8 @@ use strata_kafka::kafka_protocol::messages::{
 };
 use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use support::{
-    TestNode, etcd_args, free_base_port, history::read_to_end, runtime, stored_records, wait_for,
-    wait_for_at_most,
+    TestNode, etcd_args, free_base_port, history::read_to_end, read_frame, request_frame, runtime,
+    stored_records, wait_for, wait_for_at_most,
 };
 
 /// kcat, librdkafka's command-line client (Debian's `kcat`, which `scripts/test.sh` installs).
@@ -612,37 +612,6 @@ fn produce_v2(correlation_id: i32, topic: &str) -> Vec<u8> {
     let mut frame = (content.len() as i32).to_be_bytes().to_vec();
     frame.extend_from_slice(&content);
     frame
-}
-
-fn request_frame<R: Encodable>(
-    api: ApiKey,
-    version: i16,
-    correlation_id: i32,
-    body: &R,
-) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("raw")));
-    let mut content = BytesMut::new();
-    header
-        .encode(&mut content, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut content, version).unwrap();
-    let mut frame = Vec::new();
-    frame.put_i32(content.len() as i32);
-    frame.extend_from_slice(&content);
-    frame
-}
-
-/// One response frame's content (after its size), or `None` when the broker hung up.
-fn read_frame(stream: &mut TcpStream) -> Option<Bytes> {
-    let mut size = [0; 4];
-    stream.read_exact(&mut size).ok()?;
-    let mut content = vec![0; i32::from_be_bytes(size) as usize];
-    stream.read_exact(&mut content).ok()?;
-    Some(Bytes::from(content))
 }
 
 fn connect(kafka: &str) -> TcpStream {

@@ -61,6 +61,58 @@ fn broker(etcd: &EtcdServer, dir: &Path, id: &str, extra: &[&str]) -> (TestNode,
     (TestNode::start_with(dir, 1, &args), kafka)
 }
 
+/// `count` records produced to partition 0 of `topic`.
+fn produce_to_partition_0(java: &Java, bootstrap: &str, topic: &str, count: u64) {
+    let count_text = count.to_string();
+    let produced = java.step(
+        bootstrap,
+        &["produce", topic, &count_text, "none", "partition=0"],
+    );
+    assert_eq!(produced["acked"], count, "{produced}");
+}
+
+/// OffsetForLeaderEpoch v4 for partition 0 of `elect` at `leader` (a Kafka address):
+/// (error code, leader epoch, end offset).
+fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, i64) {
+    use strata_kafka::kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use strata_kafka::kafka_protocol::messages::{
+        ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ResponseHeader,
+        TopicName,
+    };
+    use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(strata_kafka::kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("elect")))
+                .with_partitions(vec![
+                    OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(current_leader_epoch)
+                        .with_leader_epoch(epoch),
+                ]),
+        ]);
+    let mut stream = std::net::TcpStream::connect(leader).unwrap();
+    use std::io::Write;
+    let frame = support::request_frame(ApiKey::OffsetForLeaderEpoch, 4, 1, &request);
+    stream.write_all(&frame).unwrap();
+    let mut answer = support::read_frame(&mut stream).expect("an answer");
+    ResponseHeader::decode(
+        &mut answer,
+        ApiKey::OffsetForLeaderEpoch.response_header_version(4),
+    )
+    .unwrap();
+    let response = OffsetForLeaderEpochResponse::decode(&mut answer, 4).unwrap();
+    let partition = &response.topics[0].partitions[0];
+    (
+        partition.error_code,
+        partition.leader_epoch,
+        partition.end_offset,
+    )
+}
+
 /// The replicas, ISR and leader of `topic`'s partition `partition` as AdminClient describes it
 /// (waiting for a new topic to reach the broker answering).
 fn described(java: &Java, bootstrap: &str, topic: &str, partition: usize) -> Value {
@@ -115,7 +167,7 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
             "moves",
             "1",
             "2",
-            "replica.recovery.bytes.per.sec=20000",
+            "replica.recovery.bytes.per.sec=4000",
         ],
     );
     assert_eq!(created, json!({"created": true}));
@@ -251,4 +303,88 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
         led["results"]["elect-0"], "ElectionNotNeededException",
         "{led}"
     );
+}
+
+/// The sum of the `.log` segment files' sizes in a partition folder: what Kafka (and
+/// DescribeLogDirs) counts as a replica's size.
+fn segment_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .map(|path| std::fs::metadata(path).unwrap().len())
+        .sum()
+}
+
+/// On one node: ListOffsets' specs with their leader epochs, DescribeLogDirs sizes that are
+/// the segment files', DescribeProducers showing the Java client's idempotent producer, and
+/// an API Strata does not serve answered UNSUPPORTED_VERSION (the client says so).
+#[test]
+fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let _node = TestNode::start_with(dir.path(), 2, &["--kafka-listen", &kafka]);
+    let java = Java::compile();
+
+    let cluster = java.step(&kafka, &["describe-cluster"]);
+    assert_eq!(cluster["nodes"].as_array().unwrap().len(), 1, "{cluster}");
+    assert_eq!(cluster["controller"], 1);
+
+    java.step(&kafka, &["create-topic", "reads", "3", "1"]);
+    let produced = java.step(&kafka, &["produce", "reads", "600", "lz4"]);
+    assert_eq!(produced["acked"], 600, "{produced}");
+    let last: Vec<i64> = (0..3)
+        .map(|p| produced["offsets"][p.to_string()][1].as_i64().unwrap())
+        .collect();
+
+    let list = |spec: &str| java.step(&kafka, &["list-offsets", "reads", "0", spec]);
+    assert_eq!(
+        list("earliest"),
+        json!({"offset": 0, "timestamp": -1, "leader_epoch": 0})
+    );
+    assert_eq!(list("earliest-local")["offset"], 0);
+    assert_eq!(list("latest")["offset"], last[0] + 1);
+    assert_eq!(list("latest-tiered")["offset"], -1);
+    // The record with the largest timestamp is the first record at that time.
+    let max = list("max-timestamp");
+    let at_max = list(&max["timestamp"].as_i64().unwrap().to_string());
+    assert_eq!(at_max["offset"], max["offset"], "{max} {at_max}");
+    assert!(max["offset"].as_i64().unwrap() <= last[0]);
+    let later = list(&(max["timestamp"].as_i64().unwrap() + 1).to_string());
+    assert_eq!(later["offset"], -1, "nothing after the max: {later}");
+
+    let dirs = java.step(&kafka, &["log-dirs", "1"]);
+    let (path, described) = dirs["brokers"]["1"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert_eq!(
+        Path::new(path),
+        std::fs::canonicalize(dir.path()).unwrap(),
+        "{dirs}"
+    );
+    for partition in 0..3 {
+        let replica = &described["partitions"][format!("reads-{partition}")];
+        let folder = dir.path().join(format!("reads-{partition}"));
+        assert_eq!(replica["size"].as_u64().unwrap(), segment_bytes(&folder));
+        assert_eq!(replica["offset_lag"], 0);
+    }
+
+    for partition in 0..3 {
+        let producers = java.step(
+            &kafka,
+            &["describe-producers", "reads", &partition.to_string()],
+        );
+        let producers = producers["producers"].as_array().unwrap();
+        assert_eq!(producers.len(), 1, "{producers:?}");
+        assert_eq!(producers[0]["epoch"], 0);
+        assert_eq!(
+            producers[0]["last_sequence"], last[partition],
+            "{producers:?}"
+        );
+    }
+    let quotas = java.step(&kafka, &["describe-quotas"]);
+    assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");
 }

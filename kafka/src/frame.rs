@@ -10,13 +10,13 @@ use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteAclsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeAclsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -27,13 +27,12 @@ pub const SIZE_LEN: usize = 4;
 const HEADER_PREFIX_LEN: usize = 8;
 
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
-/// Strata does not keep: Fetch 13 and Produce 13 address topics by id, ListOffsets 8 asks for
-/// tiered-storage offsets, OffsetFetch 8 and JoinGroup 8 bring batching and fields of newer
-/// group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 34] = [
+/// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
+/// JoinGroup 8 bring batching and fields of newer group protocols.
+pub const SUPPORTED: [(ApiKey, i16, i16); 37] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
@@ -65,6 +64,9 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 34] = [
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// What every request carries ahead of its body.
@@ -125,6 +127,9 @@ pub enum KafkaRequest {
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ElectLeaders(ElectLeadersRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
+    DescribeProducers(DescribeProducersRequest),
 }
 
 /// Why a request was not decoded.
@@ -210,6 +215,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::ListPartitionReassignments => decoded!(ListPartitionReassignments),
         ApiKey::AlterPartitionReassignments => decoded!(AlterPartitionReassignments),
         ApiKey::ElectLeaders => decoded!(ElectLeaders),
+        ApiKey::OffsetForLeaderEpoch => decoded!(OffsetForLeaderEpoch),
+        ApiKey::DescribeLogDirs => decoded!(DescribeLogDirs),
+        ApiKey::DescribeProducers => decoded!(DescribeProducers),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

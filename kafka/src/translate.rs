@@ -409,8 +409,8 @@ pub struct ListOffsets {
     pub refused: Vec<Refused>,
 }
 
-/// Earliest (-2), latest (-1) and by time; Kafka's other special timestamps (-3, the record
-/// with the largest timestamp; -4/-5, tiered storage) are INVALID_REQUEST.
+/// Earliest (-2), latest (-1), by time, the record with the largest timestamp (-3), earliest
+/// local (-4) and latest tiered (-5); other negative timestamps are INVALID_REQUEST.
 pub fn list_offsets_request(request: &ListOffsetsRequest) -> ListOffsets {
     let mut refused = Vec::new();
     let mut topics = Vec::new();
@@ -420,11 +420,7 @@ pub fn list_offsets_request(request: &ListOffsetsRequest) -> ListOffsets {
         for partition in &topic.partitions {
             let timestamp = partition.timestamp;
             match u32::try_from(partition.partition_index) {
-                Ok(index)
-                    if timestamp >= 0
-                        || timestamp == native::EARLIEST_TIMESTAMP
-                        || timestamp == native::LATEST_TIMESTAMP =>
-                {
+                Ok(index) if timestamp >= native::LATEST_TIERED_TIMESTAMP => {
                     partitions.push(native::ListOffsetsPartition {
                         partition: index,
                         timestamp,
@@ -451,23 +447,33 @@ pub fn list_offsets_request(request: &ListOffsetsRequest) -> ListOffsets {
     }
 }
 
+/// `leader_epoch` gives the leader epoch of the record at an answered offset (-1 unknown).
 pub fn list_offsets_response(
     native: native::ListOffsetsResponse,
     refused: Vec<Refused>,
+    leader_epoch: impl Fn(&str, u32, i64) -> i32,
 ) -> ListOffsetsResponse {
     let answered = native.topics.into_iter().flat_map(|topic| {
         let name = topic.name;
-        topic.partitions.into_iter().map(move |partition| {
-            (
-                name.clone(),
-                ListOffsetsPartitionResponse::default()
-                    .with_partition_index(partition.partition as i32)
-                    .with_error_code(kafka_error(partition.error))
-                    .with_timestamp(partition.timestamp)
-                    .with_offset(partition.offset)
-                    .with_leader_epoch(-1),
-            )
-        })
+        topic
+            .partitions
+            .into_iter()
+            .map(|partition| {
+                let epoch = match partition.offset {
+                    offset if offset >= 0 => leader_epoch(&name, partition.partition, offset),
+                    _ => -1,
+                };
+                (
+                    name.clone(),
+                    ListOffsetsPartitionResponse::default()
+                        .with_partition_index(partition.partition as i32)
+                        .with_error_code(kafka_error(partition.error))
+                        .with_timestamp(partition.timestamp)
+                        .with_offset(partition.offset)
+                        .with_leader_epoch(epoch),
+                )
+            })
+            .collect::<Vec<_>>()
     });
     let refused = refused.into_iter().map(|refused| {
         (

@@ -76,7 +76,7 @@ public class AdminSurface {
           list-offsets TOPIC PARTITION earliest|latest|max-timestamp|earliest-local|latest-tiered|TIMESTAMP_MS
           describe-producers TOPIC PARTITION | describe-quotas
           alter-quota user|client-id|user+client-id NAME|default [CLIENT|default] KEY=VALUE|KEY=--delete...
-          produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false]
+          produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false] [partition=N]
           consume-assign TOPIC PARTITION FROM_OFFSET COUNT | consume-beginning TOPIC PARTITION COUNT
           group-member GROUP TOPIC SECONDS [classic|consumer]""";
 
@@ -468,11 +468,15 @@ public class AdminSurface {
         // The producer has no default.api.timeout.ms; max.block.ms bounds its metadata waits.
         config.put("max.block.ms", "30000");
         config.put("compression.type", a.get(2));
+        Integer onlyPartition = null;
         for (String option : a.subList(3, a.size())) {
-            if (!option.startsWith("idempotent=")) {
+            if (option.startsWith("idempotent=")) {
+                config.put("enable.idempotence", option.substring("idempotent=".length()));
+            } else if (option.startsWith("partition=")) {
+                onlyPartition = Integer.valueOf(option.substring("partition=".length()));
+            } else {
                 throw new IllegalArgumentException("unknown produce option " + option);
             }
-            config.put("enable.idempotence", option.substring("idempotent=".length()));
         }
         // Otherwise the 4.x defaults stand: idempotence on, acks=all.
         List<Future<RecordMetadata>> sends = new ArrayList<>();
@@ -481,7 +485,7 @@ public class AdminSurface {
                 new KafkaProducer<>(config, new StringSerializer(), new StringSerializer()),
                 client -> client.close(CLOSE_TIMEOUT))) {
             for (int i = 0; i < count; i++) {
-                sends.add(producer.client().send(new ProducerRecord<>(topic, "k" + i, "v" + i)));
+                sends.add(producer.client().send(new ProducerRecord<>(topic, onlyPartition, "k" + i, "v" + i)));
             }
             producer.client().flush();
             for (Future<RecordMetadata> send : sends) {

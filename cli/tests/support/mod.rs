@@ -547,3 +547,38 @@ pub fn java_classpath(source: &str, out: &Path) -> String {
     assert!(status.success(), "{source} did not compile");
     format!("{}:{classpath}", out.display())
 }
+
+/// A Kafka request frame (size prefix included) of `api` at `version`.
+pub fn request_frame<R: strata_kafka::kafka_protocol::protocol::Encodable>(
+    api: strata_kafka::kafka_protocol::messages::ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Vec<u8> {
+    use bytes::BufMut;
+    use strata_kafka::kafka_protocol::protocol::{Encodable, StrBytes};
+    let header = strata_kafka::kafka_protocol::messages::RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("raw")));
+    let mut content = bytes::BytesMut::new();
+    header
+        .encode(&mut content, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut content, version).unwrap();
+    let mut frame = Vec::new();
+    frame.put_i32(content.len() as i32);
+    frame.extend_from_slice(&content);
+    frame
+}
+
+/// One response frame's content (after its size), or `None` when the broker hung up.
+pub fn read_frame(stream: &mut std::net::TcpStream) -> Option<bytes::Bytes> {
+    use std::io::Read;
+    let mut size = [0; 4];
+    stream.read_exact(&mut size).ok()?;
+    let mut content = vec![0; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut content).ok()?;
+    Some(bytes::Bytes::from(content))
+}

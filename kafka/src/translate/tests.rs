@@ -685,6 +685,7 @@ fn translated_responses_encode_at_every_served_version() {
             }],
         },
         vec![],
+        |_, _, _| -1,
     );
     let mut failures = Vec::new();
     let mut check = |api: ApiKey, encode: &dyn Fn(i16) -> Result<(), String>| {
@@ -833,4 +834,42 @@ fn translated_responses_encode_at_every_served_version() {
         at(&configs, ApiKey::DescribeConfigs, v)
     });
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Kafka's special ListOffsets timestamps down to -5 (max timestamp, earliest local, latest
+/// tiered) go to the broker; below them (Strata's own -100 among them) they are refused.
+#[test]
+fn list_offsets_takes_kafkas_specs_and_refuses_others() {
+    use kafka_protocol::messages::ListOffsetsRequest;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let partitions = [-1, -2, -3, -4, -5, -6, -100, 1_000]
+        .iter()
+        .enumerate()
+        .map(|(index, timestamp)| {
+            ListOffsetsPartition::default()
+                .with_partition_index(index as i32)
+                .with_timestamp(*timestamp)
+        })
+        .collect();
+    let request = ListOffsetsRequest::default().with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(name("t"))
+            .with_partitions(partitions),
+    ]);
+    let listed = list_offsets_request(&request);
+    let sent: Vec<i64> = listed.native.topics[0]
+        .partitions
+        .iter()
+        .map(|partition| partition.timestamp)
+        .collect();
+    assert_eq!(sent, [-1, -2, -3, -4, -5, 1_000]);
+    let refused: Vec<(i32, i16)> = listed
+        .refused
+        .iter()
+        .map(|refused| (refused.partition, refused.error))
+        .collect();
+    assert_eq!(
+        refused,
+        [(5, errors::INVALID_REQUEST), (6, errors::INVALID_REQUEST)]
+    );
 }

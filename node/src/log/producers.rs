@@ -180,6 +180,11 @@ impl ProducerStates {
         self.producers.len()
     }
 
+    /// Every producer's state, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, entry)| (*id, entry))
+    }
+
     /// Each producer's last batch, by its last offset (what the cleaner must keep).
     pub fn last_offsets(&self) -> std::collections::HashMap<i64, u64> {
         self.producers

@@ -5,6 +5,7 @@
 use super::PartitionLog;
 use super::error::LogError;
 use super::segment;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -411,6 +412,57 @@ impl<S: Storage> PartitionLog<S> {
         Ok(None)
     }
 
+    /// The record with the largest timestamp (the first of several with it), as (offset,
+    /// timestamp): Kafka's max-timestamp spec (KIP-734). Segments are tried by their max
+    /// timestamp, largest first: a compacted segment may keep the max of a record it lost,
+    /// and then the next largest holds the answer.
+    pub async fn offset_of_max_timestamp(&mut self) -> Result<Option<(u64, i64)>, LogError> {
+        let mut order: Vec<usize> = (0..self.segments.len())
+            .filter(|&at| self.segments[at].max_timestamp_ms != i64::MIN)
+            .collect();
+        // Largest max first; among equal ones the earliest segment, whose record comes first.
+        order.sort_by_key(|&at| (std::cmp::Reverse(self.segments[at].max_timestamp_ms), at));
+        let mut best: Option<(u64, i64)> = None;
+        for at in order {
+            let segment_max = self.segments[at].max_timestamp_ms;
+            if best.is_some_and(|(_, found)| found >= segment_max) {
+                break;
+            }
+            // The largest timestamp actually held: the first record at the segment's max, or
+            // (a compacted segment that lost it) below it, found by the batches' own maxima.
+            if let Some(found) = self.first_at_or_after(at, 0, segment_max).await? {
+                best = Some(found);
+                break;
+            }
+            if let Some(found) = self.largest_in_segment(at).await? {
+                best = match best {
+                    Some(current) if current.1 >= found.1 => Some(current),
+                    _ => Some(found),
+                };
+            }
+        }
+        Ok(best)
+    }
+
+    /// The largest record timestamp segment `at` holds (the first record with it), as
+    /// (offset, timestamp): every batch whose max is above the best so far is decoded.
+    async fn largest_in_segment(&self, at: usize) -> Result<Option<(u64, i64)>, LogError> {
+        let mut best: Option<(u64, i64)> = None;
+        self.walk_batches(at, 0, |header, batch| {
+            if best.is_some_and(|(_, found)| found >= header.max_timestamp_ms) {
+                return Ok(ControlFlow::Continue(()));
+            }
+            for record in batch()?.records() {
+                if best.is_none_or(|(_, found)| record.timestamp_ms > found) {
+                    best = Some((record.offset, record.timestamp_ms));
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })
+        .await?;
+        Ok(best)
+    }
+
     /// In segment `at`, from byte `start`, the first record whose timestamp reaches
     /// `timestamp_ms`. Walks batch headers and decodes only the batches whose max reaches it.
     async fn first_at_or_after(
@@ -419,6 +471,38 @@ impl<S: Storage> PartitionLog<S> {
         start: u64,
         timestamp_ms: i64,
     ) -> Result<Option<(u64, i64)>, LogError> {
+        let mut found = None;
+        self.walk_batches(at, start, |header, batch| {
+            if header.max_timestamp_ms < timestamp_ms {
+                return Ok(ControlFlow::Continue(()));
+            }
+            if let Some(record) = batch()?
+                .records()
+                .find(|record| record.timestamp_ms >= timestamp_ms)
+            {
+                found = Some((record.offset, record.timestamp_ms));
+                return Ok(ControlFlow::Break(()));
+            }
+            // Only a compacted batch may lack the record its max timestamp names.
+            debug_assert!(header.is_compacted());
+            Ok(ControlFlow::Continue(()))
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// Visits each batch of segment `at` from byte `start`, in order, reading the file in
+    /// chunks: `visit` gets the batch's header and a way to decode it (only the batches it
+    /// needs are checked whole), and stops the walk with `Break`.
+    async fn walk_batches(
+        &self,
+        at: usize,
+        start: u64,
+        mut visit: impl FnMut(
+            &BatchHeader,
+            &dyn Fn() -> Result<Batch, LogError>,
+        ) -> Result<ControlFlow<()>, LogError>,
+    ) -> Result<(), LogError> {
         let segment = &self.segments[at];
         let io_error = |source| LogError::Io {
             what: "read",
@@ -445,23 +529,18 @@ impl<S: Storage> PartitionLog<S> {
                     want = want.max(batch_len);
                     break;
                 }
-                if header.max_timestamp_ms >= timestamp_ms {
-                    let batch = Batch::validate(chunk.slice(at_byte..at_byte + batch_len))
-                        .map_err(|source| LogError::CorruptBatch { index: 0, source })?;
-                    let found = batch
-                        .records()
-                        .find(|record| record.timestamp_ms >= timestamp_ms);
-                    if let Some(found) = found {
-                        return Ok(Some((found.offset, found.timestamp_ms)));
-                    }
-                    // Only a compacted batch may lack the record its max timestamp names.
-                    debug_assert!(header.is_compacted());
+                let decode = || {
+                    Batch::validate(chunk.slice(at_byte..at_byte + batch_len))
+                        .map_err(|source| LogError::CorruptBatch { index: 0, source })
+                };
+                if visit(&header, &decode)?.is_break() {
+                    return Ok(());
                 }
                 at_byte += batch_len;
             }
             position += at_byte as u64;
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Looks something up in segment `at`'s index: the active segment's lives in memory; a closed

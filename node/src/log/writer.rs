@@ -49,6 +49,10 @@ enum Command {
     ReplicaInfo {
         reply: oneshot::Sender<ReplicaInfo>,
     },
+    /// What the admin APIs read of a log.
+    Summary {
+        reply: oneshot::Sender<LogSummary>,
+    },
     /// The leader side of a follower fetch: does the follower's log diverge from this one?
     Diverging {
         fetch_offset: u64,
@@ -119,6 +123,9 @@ enum Command {
         timestamp_ms: i64,
         reply: oneshot::Sender<Result<Option<(u64, i64)>, LogError>>,
     },
+    OffsetOfMaxTimestamp {
+        reply: oneshot::Sender<Result<Option<(u64, i64)>, LogError>>,
+    },
     Close {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
@@ -138,6 +145,25 @@ pub struct CleanAnswer {
 pub struct CleanerResources {
     pub map: OffsetMap,
     pub throttle: Option<RecoveryThrottle>,
+}
+
+/// What the admin APIs read of a log (Kafka's OffsetForLeaderEpoch, DescribeLogDirs,
+/// DescribeProducers, ListOffsets' epochs): a copy, taken between two of the log's commands.
+#[derive(Debug, Clone)]
+pub struct LogSummary {
+    pub offsets: LogOffsets,
+    pub size_bytes: u64,
+    pub epochs: crate::replication::EpochCache,
+    /// Each idempotent producer's id, epoch, last sequence and last timestamp.
+    pub producers: Vec<ProducerSummary>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp_ms: i64,
 }
 
 /// What a replica needs to know about its log to fetch or to lead.
@@ -231,6 +257,10 @@ impl LogHandle {
 
     pub async fn replica_info(&self) -> Result<ReplicaInfo, LogError> {
         self.ask(|reply| Command::ReplicaInfo { reply }).await
+    }
+
+    pub async fn summary(&self) -> Result<LogSummary, LogError> {
+        self.ask(|reply| Command::Summary { reply }).await
     }
 
     pub async fn diverging(
@@ -365,6 +395,12 @@ impl LogHandle {
             reply,
         })
         .await?
+    }
+
+    /// The record with the largest timestamp, as (offset, timestamp).
+    pub async fn offset_of_max_timestamp(&self) -> Result<Option<(u64, i64)>, LogError> {
+        self.ask(|reply| Command::OffsetOfMaxTimestamp { reply })
+            .await?
     }
 
     /// Flushes and closes the log; later calls fail.
@@ -821,6 +857,24 @@ impl<S: Storage> LogTask<S> {
                 self.direct_phase.set(log.direct_phase());
                 self.on_written(reply, appended);
             }
+            Command::Summary { reply } => {
+                let producers = log
+                    .producers()
+                    .iter()
+                    .map(|(producer_id, entry)| ProducerSummary {
+                        producer_id,
+                        epoch: entry.epoch,
+                        last_sequence: entry.last().last_seq,
+                        last_timestamp_ms: entry.last_timestamp_ms,
+                    })
+                    .collect();
+                let _ = reply.send(LogSummary {
+                    offsets: offsets_of(log),
+                    size_bytes: log.size_bytes(),
+                    epochs: log.epochs().clone(),
+                    producers,
+                });
+            }
             Command::ReplicaInfo { reply } => {
                 let _ = reply.send(ReplicaInfo {
                     offsets: offsets_of(log),
@@ -930,6 +984,9 @@ impl<S: Storage> LogTask<S> {
                 reply,
             } => {
                 let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
+            }
+            Command::OffsetOfMaxTimestamp { reply } => {
+                let _ = reply.send(log.offset_of_max_timestamp().await);
             }
         }
     }

@@ -58,6 +58,14 @@ impl EpochCache {
         }
     }
 
+    /// The epoch that wrote `offset`: the last one that started at or before it.
+    pub fn epoch_of(&self, offset: u64) -> Option<u32> {
+        let at = self
+            .entries
+            .partition_point(|entry| entry.start_offset <= offset);
+        at.checked_sub(1).map(|at| self.entries[at].epoch)
+    }
+
     /// The largest epoch not above `epoch` and the offset where it ends: where the next epoch
     /// starts, or `log_end` for the latest. `None` when every epoch here is above `epoch`.
     pub fn end_offset_for(&self, epoch: u32, log_end: u64) -> Option<(u32, u64)> {
@@ -143,6 +151,19 @@ impl EpochCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_epoch_of_an_offset_is_the_last_that_started_at_or_before_it() {
+        let mut cache = EpochCache::default();
+        assert_eq!(cache.epoch_of(0), None);
+        cache.assign(2, 10);
+        cache.assign(5, 40);
+        assert_eq!(cache.epoch_of(9), None);
+        assert_eq!(cache.epoch_of(10), Some(2));
+        assert_eq!(cache.epoch_of(39), Some(2));
+        assert_eq!(cache.epoch_of(40), Some(5));
+        assert_eq!(cache.epoch_of(1_000), Some(5));
+    }
 
     #[test]
     fn assign_lookup_truncate_and_round_trip() {

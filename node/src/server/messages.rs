@@ -74,6 +74,10 @@ pub enum ShardMessage {
     View {
         reply: oneshot::Sender<ClusterView>,
     },
+    /// Work another shard hands over, run on this shard's thread with this shard (the admin
+    /// APIs' per-partition and per-shard reads, `shard::admin`); it answers over a channel of
+    /// its own.
+    Run(Box<dyn FnOnce(std::rc::Rc<crate::server::shard::Shard>) + Send>),
 }
 
 /// How a fetch wants its records: as ranges of segment files where they are large and cached

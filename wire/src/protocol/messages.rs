@@ -154,6 +154,12 @@ macro_rules! messages {
 /// `ListOffsets` timestamps with special meaning.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const LATEST_TIMESTAMP: i64 = -1;
+/// The record with the largest timestamp (KIP-734): its offset and timestamp.
+pub const MAX_TIMESTAMP: i64 = -3;
+/// The first offset on local disk (KIP-1005): the log start, as Strata keeps no tiered log.
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// The last offset in tiered storage (KIP-1005): none (-1), as Strata keeps no tiered log.
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
 /// Strata's own: the first offset the log cleaner has not cleaned (a compacted topic's clean
 /// point; the log start for a topic never cleaned). Far from Kafka's specs (-1 to -5).
 pub const CLEAN_OFFSET_TIMESTAMP: i64 = -100;
@@ -393,8 +399,7 @@ messages! {
 
     /// Moves a partition to `replicas` (Kafka's reassignment): new replicas are added, catch
     /// up and join the ISR; then the replicas not in the list are dropped (leadership moves
-    /// first if the leader is one of them).
-    /// Starts moving a partition to `replicas`; empty `replicas` cancels the reassignment under
+    /// first if the leader is one of them). Empty `replicas` cancels the reassignment under
     /// way, back to the replicas it started from (Kafka's cancel).
     pub struct ReassignPartitionRequest {
         pub topic: String,

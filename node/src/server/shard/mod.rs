@@ -1,5 +1,6 @@
 //! One shard: a thread, its runtime, the partitions it owns, and its listeners.
 
+pub(crate) mod admin;
 mod fetch;
 mod metadata;
 mod offsets;
@@ -257,6 +258,7 @@ pub fn run(
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
                 }
+                ShardMessage::Run(work) => work(shard.clone()),
                 ShardMessage::Shutdown { reply } => {
                     for listener in &listeners {
                         listener.abort();

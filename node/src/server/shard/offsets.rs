@@ -5,9 +5,9 @@
 use std::rc::Rc;
 
 use strata_wire::protocol::{
-    CLEAN_OFFSET_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP, ListOffsetsPartition,
-    ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
-    ListOffsetsTopicResponse,
+    CLEAN_OFFSET_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode,
+    LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MAX_TIMESTAMP,
 };
 use tokio::sync::oneshot;
 
@@ -82,12 +82,19 @@ impl Shard {
             return list_error(index, ErrorCode::OffsetNotAvailable);
         }
         let found = match partition.timestamp {
-            EARLIEST_TIMESTAMP => log
+            // No tiered log: everything is local, and nothing is tiered.
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => log
                 .offsets()
                 .await
                 .map(|offsets| Some((offsets.log_start, -1))),
             // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
             LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
+            LATEST_TIERED_TIMESTAMP => Ok(None),
+            // Among committed records only, as for a time.
+            MAX_TIMESTAMP => log
+                .offset_of_max_timestamp()
+                .await
+                .map(|found| found.filter(|(offset, _)| *offset < high_watermark)),
             CLEAN_OFFSET_TIMESTAMP => log
                 .offsets()
                 .await

@@ -36,6 +36,7 @@ mod admin;
 mod authorize;
 mod cluster_admin;
 mod groups;
+mod partition_admin;
 mod security_admin;
 
 use super::sasl::{self, SaslSession};
@@ -467,6 +468,18 @@ async fn respond(
                 &cluster_admin::elect_leaders(shard, client, version, request).await,
             )
         }
+        KafkaRequest::OffsetForLeaderEpoch(request) => encoded(
+            &header,
+            &partition_admin::offset_for_leader_epoch(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeLogDirs(request) => encoded(
+            &header,
+            &partition_admin::describe_log_dirs(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeProducers(request) => encoded(
+            &header,
+            &partition_admin::describe_producers(shard, client, request).await,
+        ),
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }
@@ -628,9 +641,28 @@ async fn list_offsets(
             answer => return unanswered("ListOffsets", answer),
         }
     };
+    // Each answered offset's leader epoch (v4+), from the leader's epoch cache: the epoch of
+    // the record there, or of the last one before it (the end of the log).
+    let mut epochs = std::collections::HashMap::new();
+    if header.api_version >= 4 {
+        for topic in &native.topics {
+            for partition in topic.partitions.iter().filter(|p| p.offset >= 0) {
+                let key = (topic.name.clone(), partition.partition);
+                if let Ok((summary, _)) = shard.leader_summary(&key.0, key.1).await {
+                    epochs.insert(key, summary.epochs);
+                }
+            }
+        }
+    }
+    let leader_epoch = |topic: &str, partition: u32, offset: i64| {
+        epochs
+            .get(&(topic.to_string(), partition))
+            .and_then(|epochs| epochs.epoch_of(offset as u64))
+            .map_or(-1, |epoch| epoch as i32)
+    };
     encoded(
         &header,
-        &translate::list_offsets_response(native, list.refused),
+        &translate::list_offsets_response(native, list.refused, leader_epoch),
     )
 }
 

@@ -1,0 +1,229 @@
+//! Kafka's per-partition admin reads on the Kafka listener, answered from the partition's log
+//! on the shard that holds it (`shard::admin`): OffsetForLeaderEpoch (how a consumer tells
+//! its position was truncated away after a leader change), DescribeLogDirs (each replica's
+//! size on this broker) and DescribeProducers (a partition's idempotent producers).
+//!
+//! | API | needs |
+//! |---|---|
+//! | OffsetForLeaderEpoch | Describe on the topic |
+//! | DescribeLogDirs | Describe on the cluster |
+//! | DescribeProducers | Read on the topic |
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use strata_auth::acl::Operation;
+use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use strata_kafka::kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use strata_kafka::kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use strata_kafka::kafka_protocol::messages::{
+    DescribeLogDirsRequest, DescribeLogDirsResponse, DescribeProducersRequest,
+    DescribeProducersResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    ProducerId, TopicName,
+};
+use strata_kafka::text;
+use strata_wire::protocol::ErrorCode;
+
+use super::authorize;
+use crate::server::listener::Client;
+use crate::server::shard::Shard;
+
+/// For each partition: the largest leader epoch not above the one asked for and the offset
+/// where it ends (the log end for the latest), as the partition's leader knows them. A
+/// consumer whose position is past that end after an unclean election was truncated, and
+/// says so instead of silently resetting. The caller's `current_leader_epoch` is checked
+/// first, as a fetch's is (FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer).
+pub(super) async fn offset_for_leader_epoch(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::new();
+    for topic in request.topics {
+        let name = topic.topic.0.to_string();
+        let allowed = authorize::topic(shard, client, Operation::Describe, &name);
+        let mut partitions = Vec::new();
+        for asked in topic.partitions {
+            let answer = |error: i16, epoch: i32, end: i64| {
+                EpochEndOffset::default()
+                    .with_partition(asked.partition)
+                    .with_error_code(error)
+                    .with_leader_epoch(epoch)
+                    .with_end_offset(end)
+            };
+            let Ok(index) = u32::try_from(asked.partition) else {
+                partitions.push(answer(errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1));
+                continue;
+            };
+            if !allowed {
+                partitions.push(answer(errors::TOPIC_AUTHORIZATION_FAILED, -1, -1));
+                continue;
+            }
+            let (summary, leader_epoch) = match shard.leader_summary(&name, index).await {
+                Ok(found) => found,
+                Err(code) => {
+                    partitions.push(answer(kafka_error(code), -1, -1));
+                    continue;
+                }
+            };
+            let current = asked.current_leader_epoch;
+            if current >= 0 && (current as u32) < leader_epoch {
+                partitions.push(answer(errors::FENCED_LEADER_EPOCH, -1, -1));
+                continue;
+            }
+            if current >= 0 && (current as u32) > leader_epoch {
+                partitions.push(answer(errors::UNKNOWN_LEADER_EPOCH, -1, -1));
+                continue;
+            }
+            let found = u32::try_from(asked.leader_epoch).ok().and_then(|epoch| {
+                summary
+                    .epochs
+                    .end_offset_for(epoch, summary.offsets.log_end)
+            });
+            partitions.push(match found {
+                Some((epoch, end)) => answer(errors::NONE, epoch as i32, end as i64),
+                // Older than every epoch this log has: Kafka's UNDEFINED (-1, -1).
+                None => answer(errors::NONE, -1, -1),
+            });
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(topic.topic)
+                .with_partitions(partitions),
+        );
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+/// This broker's one log directory (the data dir) with every replica it holds there (or the
+/// ones asked for), each with its log's size in bytes (its segments, as Kafka counts it) and
+/// how far it is behind its leader; the file system's total and usable bytes.
+pub(super) async fn describe_log_dirs(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: DescribeLogDirsRequest,
+) -> DescribeLogDirsResponse {
+    if !authorize::cluster(shard, client, Operation::Describe) {
+        return DescribeLogDirsResponse::default()
+            .with_error_code(errors::CLUSTER_AUTHORIZATION_FAILED);
+    }
+    let asked = |topic: &str, partition: u32| match &request.topics {
+        None => true,
+        Some(topics) => topics.iter().any(|asked| {
+            asked.topic.0.as_str() == topic && asked.partitions.contains(&(partition as i32))
+        }),
+    };
+    let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for replica in shard.replica_sizes().await {
+        if !asked(&replica.topic, replica.partition) {
+            continue;
+        }
+        by_topic.entry(replica.topic).or_default().push(
+            DescribeLogDirsPartition::default()
+                .with_partition_index(replica.partition as i32)
+                .with_partition_size(replica.size_bytes as i64)
+                .with_offset_lag(replica.offset_lag as i64),
+        );
+    }
+    let data_dir = &shard.context.config.data_dir;
+    let (total_bytes, usable_bytes) = file_system_bytes(data_dir).unwrap_or((-1, -1));
+    let topics = by_topic
+        .into_iter()
+        .map(|(name, mut partitions)| {
+            partitions.sort_by_key(|partition| partition.partition_index);
+            DescribeLogDirsTopic::default()
+                .with_name(TopicName(text(&name)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let directory = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.clone());
+    DescribeLogDirsResponse::default().with_results(vec![
+        DescribeLogDirsResult::default()
+            .with_log_dir(text(&directory.display().to_string()))
+            .with_topics(topics)
+            .with_total_bytes(total_bytes)
+            .with_usable_bytes(usable_bytes),
+    ])
+}
+
+/// The size and free space (for unprivileged users) of the file system holding `path`.
+fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value for the kernel to overwrite.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stats` a valid statvfs to write into.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+        return None;
+    }
+    let block = stats.f_frsize as i64;
+    Some((stats.f_blocks as i64 * block, stats.f_bavail as i64 * block))
+}
+
+/// Each partition's idempotent producers as its leader's log keeps them: id, epoch, last
+/// sequence and last timestamp (no transactions, so no coordinator epoch or open one).
+pub(super) async fn describe_producers(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let mut topics = Vec::new();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let allowed = authorize::topic(shard, client, Operation::Read, &name);
+        let mut partitions = Vec::new();
+        for index in topic.partition_indexes {
+            let refused = |error: i16| {
+                PartitionResponse::default()
+                    .with_partition_index(index)
+                    .with_error_code(error)
+            };
+            if !allowed {
+                partitions.push(refused(errors::TOPIC_AUTHORIZATION_FAILED));
+                continue;
+            }
+            let Ok(partition) = u32::try_from(index) else {
+                partitions.push(refused(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                continue;
+            };
+            let summary = match shard.leader_summary(&name, partition).await {
+                Ok((summary, _)) => summary,
+                Err(code) => {
+                    let code = match code {
+                        ErrorCode::UnknownPartition => ErrorCode::UnknownTopic,
+                        code => code,
+                    };
+                    partitions.push(refused(kafka_error(code)));
+                    continue;
+                }
+            };
+            let producers = summary
+                .producers
+                .iter()
+                .map(|producer| {
+                    ProducerState::default()
+                        .with_producer_id(ProducerId(producer.producer_id))
+                        .with_producer_epoch(i32::from(producer.epoch))
+                        .with_last_sequence(producer.last_sequence)
+                        .with_last_timestamp(producer.last_timestamp_ms)
+                        .with_coordinator_epoch(-1)
+                        .with_current_txn_start_offset(-1)
+                })
+                .collect();
+            partitions.push(refused(errors::NONE).with_active_producers(producers));
+        }
+        topics.push(
+            TopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions),
+        );
+    }
+    DescribeProducersResponse::default().with_topics(topics)
+}
