@@ -5,7 +5,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -17,10 +17,10 @@ use strata_kafka::kafka_protocol::messages::produce_request::{
 };
 use strata_kafka::kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, FetchResponse, ListGroupsRequest, ListGroupsResponse,
-    MetadataRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    MetadataRequest, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
     UpdateFeaturesRequest, UpdateFeaturesResponse,
 };
-use strata_kafka::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
 use support::{
     TestNode, etcd_args, free_base_port, history::read_to_end, read_frame, request_frame, runtime,
     stored_records, wait_for, wait_for_at_most,

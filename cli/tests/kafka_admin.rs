@@ -240,6 +240,8 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
         not_needed["results"]["elect-0"],
         "ElectionNotNeededException"
     );
+    // 20 records at leader epoch 0 here, 20 more at epoch 1 once the other replica leads.
+    produce_to_partition_0(&java, &bootstrap, "elect", 20);
     let at = |id: i64| (id - 1) as usize;
     brokers[at(preferred)].0.stop();
     let survivors = |down: &[i64]| -> String {
@@ -253,6 +255,20 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
     wait_for_at_most("the other replica to lead", Duration::from_secs(20), || {
         described(&java, &up, "elect", 0)["leader"] == other
     });
+    produce_to_partition_0(&java, &up, "elect", 20);
+    let list = |spec: &str| java.step(&up, &["list-offsets", "elect", "0", spec]);
+    assert_eq!(list("earliest")["leader_epoch"], 0);
+    assert_eq!(
+        list("latest"),
+        json!({"offset": 40, "timestamp": -1, "leader_epoch": 1})
+    );
+    // OffsetForLeaderEpoch: where each epoch ended, and the caller's epoch fenced.
+    let leader = all[at(other)].as_str();
+    assert_eq!(epoch_end(leader, 0, -1), (0, 0, 20));
+    assert_eq!(epoch_end(leader, 1, 1), (0, 1, 40));
+    assert_eq!(epoch_end(leader, 7, -1), (0, 1, 40));
+    assert_eq!(epoch_end(leader, 0, 0).0, 74, "FENCED_LEADER_EPOCH");
+    assert_eq!(epoch_end(leader, 0, 9).0, 75, "UNKNOWN_LEADER_EPOCH");
     brokers[at(preferred)].0.restart();
     wait_for_at_most(
         "the preferred replica back in sync",
@@ -372,7 +388,7 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
         assert_eq!(replica["offset_lag"], 0);
     }
 
-    for partition in 0..3 {
+    for (partition, last) in last.iter().enumerate() {
         let producers = java.step(
             &kafka,
             &["describe-producers", "reads", &partition.to_string()],
@@ -380,10 +396,7 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
         let producers = producers["producers"].as_array().unwrap();
         assert_eq!(producers.len(), 1, "{producers:?}");
         assert_eq!(producers[0]["epoch"], 0);
-        assert_eq!(
-            producers[0]["last_sequence"], last[partition],
-            "{producers:?}"
-        );
+        assert_eq!(producers[0]["last_sequence"], *last, "{producers:?}");
     }
     let quotas = java.step(&kafka, &["describe-quotas"]);
     assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");
