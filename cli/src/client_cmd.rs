@@ -780,6 +780,17 @@ pub enum GroupCommand {
     /// Delete a group without members, and every offset it committed (it disappears from
     /// `group list` and from lag metrics; a consumer joining it later starts afresh).
     Delete { group: String },
+    /// Forget a group's committed offsets of a topic (its partitions named, or all), as
+    /// Kafka's kafka-consumer-groups --delete-offsets: refused while a member of the group
+    /// reads the topic.
+    DeleteOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// Comma-separated; default: every partition of the topic.
+        #[arg(long, value_delimiter = ',')]
+        partitions: Vec<u32>,
+    },
 }
 
 pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Result<()> {
@@ -809,6 +820,58 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                 _ => return Err(anyhow::Error::new(error).context(format!("deleting {group}"))),
             },
         },
+        GroupCommand::DeleteOffsets {
+            group,
+            topic,
+            partitions,
+        } => {
+            let partitions = if partitions.is_empty() {
+                let metadata = client.metadata_for(&topic).await?;
+                let Some(known) = metadata.topics.get(&topic) else {
+                    bail!("unknown topic {topic}");
+                };
+                known.partitions.iter().map(|p| p.partition).collect()
+            } else {
+                partitions
+            };
+            let asked = vec![strata_wire::protocol::TopicPartitions {
+                topic: topic.clone(),
+                partitions,
+            }];
+            let deleted = match client.delete_offsets(&group, asked).await {
+                Ok(deleted) => deleted,
+                Err(error) if error.code() == Some(ErrorCode::GroupIdNotFound) => {
+                    bail!("no group {group}")
+                }
+                Err(error) if error.code() == Some(ErrorCode::NonEmptyGroup) => {
+                    bail!("group {group} has members whose subscriptions are unknown")
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let mut refused = 0;
+            for partition in deleted.iter().flat_map(|t| &t.partitions) {
+                match partition.error {
+                    ErrorCode::None => outln!(
+                        "{group}: deleted the offset of {topic}-{}",
+                        partition.partition
+                    ),
+                    ErrorCode::GroupSubscribedToTopic => {
+                        refused += 1;
+                        outln!(
+                            "{group}: {topic}-{}: a member of the group reads {topic}",
+                            partition.partition
+                        );
+                    }
+                    error => {
+                        refused += 1;
+                        outln!("{group}: {topic}-{}: {error}", partition.partition);
+                    }
+                }
+            }
+            if refused > 0 {
+                bail!("{refused} offsets of {group} not deleted");
+            }
+        }
         GroupCommand::ResetOffsets(args) => {
             super::group_reset::reset_offsets(&client, args).await?
         }

@@ -339,7 +339,7 @@ fn segment_bytes(dir: &Path) -> u64 {
 fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     let dir = tempfile::tempdir().unwrap();
     let kafka = format!("127.0.0.1:{}", free_base_port(0));
-    let _node = TestNode::start_with(dir.path(), 2, &["--kafka-listen", &kafka]);
+    let node = TestNode::start_with(dir.path(), 2, &["--kafka-listen", &kafka]);
     let java = Java::compile();
 
     let cluster = java.step(&kafka, &["describe-cluster"]);
@@ -398,6 +398,36 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
         assert_eq!(producers[0]["epoch"], 0);
         assert_eq!(producers[0]["last_sequence"], *last, "{producers:?}");
     }
+    // OffsetDelete: refused while a member reads the topic, done once it left; the rest with
+    // `strata group delete-offsets`.
+    std::thread::scope(|scope| {
+        let member = scope.spawn(|| java.step(&kafka, &["group-member", "readers", "reads", "10"]));
+        wait_for_at_most("the member's commits", Duration::from_secs(20), || {
+            let offsets = java.step(&kafka, &["group-offsets", "readers"]);
+            offsets["offsets"].as_object().is_some_and(|o| o.len() == 3)
+        });
+        let refused = java.step(&kafka, &["delete-offsets", "readers", "reads", "0"]);
+        assert_eq!(
+            refused["error"], "GroupSubscribedToTopicException",
+            "{refused}"
+        );
+        let read = member.join().unwrap();
+        assert_eq!(read["records"], 600, "{read}");
+    });
+    let deleted = java.step(&kafka, &["delete-offsets", "readers", "reads", "0"]);
+    assert_eq!(deleted, json!({"deleted": true}));
+    let offsets = java.step(&kafka, &["group-offsets", "readers"]);
+    let left: Vec<&String> = offsets["offsets"].as_object().unwrap().keys().collect();
+    assert_eq!(left, ["reads-1", "reads-2"], "{offsets}");
+    node.cli(
+        &["group", "delete-offsets", "readers", "--topic", "reads"],
+        None,
+    );
+    let offsets = java.step(&kafka, &["group-offsets", "readers"]);
+    assert_eq!(offsets, json!({"offsets": {}}));
+    let unknown = java.step(&kafka, &["delete-offsets", "nobody", "reads", "0"]);
+    assert_eq!(unknown["error"], "GroupIdNotFoundException", "{unknown}");
+
     let quotas = java.step(&kafka, &["describe-quotas"]);
     assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");
 }

@@ -215,6 +215,31 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Forgets `group`'s committed offsets of `topics`' partitions (Kafka's OffsetDelete):
+    /// each partition's result, `GroupSubscribedToTopic` where a member still reads its topic.
+    pub async fn delete_offsets(
+        &self,
+        group: &str,
+        topics: Vec<strata_wire::protocol::TopicPartitions>,
+    ) -> Result<Vec<strata_wire::protocol::DeleteOffsetsTopic>, ClientError> {
+        let request = Request::DeleteOffsets(strata_wire::protocol::DeleteOffsetsRequest {
+            group: group.to_string(),
+            topics,
+        });
+        let response = self
+            .group_request(group, request, |r| match r {
+                Response::DeleteOffsets(r) => r.error,
+                _ => ErrorCode::InvalidRequest,
+            })
+            .await?;
+        match response {
+            Response::DeleteOffsets(response) => Ok(response.topics),
+            _ => unreachable!("checked by group_request"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Delivery {
     /// Commit what earlier polls returned (after the application processed it).

@@ -56,6 +56,7 @@ pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
 /// The Kafka error a Kafka client handles the way a Strata client handles `code` (retriable
 /// stays retriable: a not-ready shard is LEADER_NOT_AVAILABLE, which clients retry after a
@@ -106,6 +107,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
         ErrorCode::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
+        ErrorCode::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
     }
 }
 

@@ -15,8 +15,9 @@ use kafka_protocol::messages::{
     ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -29,7 +30,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 37] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 38] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -67,6 +68,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 37] = [
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// What every request carries ahead of its body.
@@ -130,6 +132,7 @@ pub enum KafkaRequest {
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     DescribeLogDirs(DescribeLogDirsRequest),
     DescribeProducers(DescribeProducersRequest),
+    OffsetDelete(OffsetDeleteRequest),
 }
 
 /// Why a request was not decoded.
@@ -218,6 +221,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::OffsetForLeaderEpoch => decoded!(OffsetForLeaderEpoch),
         ApiKey::DescribeLogDirs => decoded!(DescribeLogDirs),
         ApiKey::DescribeProducers => decoded!(DescribeProducers),
+        ApiKey::OffsetDelete => decoded!(OffsetDelete),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

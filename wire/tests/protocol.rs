@@ -194,6 +194,13 @@ fn every_request_round_trips() {
             unclean: Appended(true),
         }),
         Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
+        Request::DeleteOffsets(DeleteOffsetsRequest {
+            group: "g".into(),
+            topics: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0, 2],
+            }],
+        }),
         Request::Authenticate(AuthenticateRequest {
             mechanism: "SCRAM-SHA-512".into(),
             token: "n,,n=alice,r=abc".into(),

@@ -190,6 +190,9 @@ pub struct ClassicMemberDescription {
     pub member_id: String,
     pub client_id: String,
     pub assignment: Bytes,
+    /// Its metadata for the group's chosen protocol (a consumer's subscription); empty before
+    /// one is chosen.
+    pub metadata: Bytes,
 }
 
 pub struct ClassicGroup {
@@ -273,8 +276,20 @@ impl ClassicGroup {
                 member_id: member_id.clone(),
                 client_id: member.client_id.clone(),
                 assignment: member.assignment.clone(),
+                metadata: self.chosen_metadata(member),
             })
             .collect()
+    }
+
+    /// `member`'s metadata for the chosen protocol (empty before one is chosen).
+    fn chosen_metadata(&self, member: &Member) -> Bytes {
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        member
+            .protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, metadata)| metadata.clone())
+            .unwrap_or_default()
     }
 
     /// The group as its record stores it; `None` unless it is `Stable`.
@@ -604,15 +619,7 @@ impl ClassicGroup {
         let members = if leader == member_id {
             self.members
                 .iter()
-                .map(|(id, member)| {
-                    let metadata = member
-                        .protocols
-                        .iter()
-                        .find(|(name, _)| *name == protocol)
-                        .map(|(_, metadata)| metadata.clone())
-                        .unwrap_or_default();
-                    (id.clone(), metadata)
-                })
+                .map(|(id, member)| (id.clone(), self.chosen_metadata(member)))
                 .collect()
         } else {
             Vec::new()

@@ -726,6 +726,31 @@ messages! {
         pub error: ErrorCode,
     }
 
+    /// Forgets `group`'s committed offsets of these partitions (Kafka's OffsetDelete): each
+    /// is refused with `GroupSubscribedToTopic` while a member of the group subscribes to its
+    /// topic.
+    pub struct DeleteOffsetsRequest {
+        pub group: String,
+        pub topics: Vec<TopicPartitions>,
+    }
+
+    pub struct PartitionError {
+        pub partition: u32,
+        pub error: ErrorCode,
+    }
+
+    pub struct DeleteOffsetsTopic {
+        pub name: String,
+        pub partitions: Vec<PartitionError>,
+    }
+
+    /// `error` for the whole group (`GroupIdNotFound`, `NotCoordinator`), else each
+    /// partition's.
+    pub struct DeleteOffsetsResponse {
+        pub error: ErrorCode,
+        pub topics: Vec<DeleteOffsetsTopic>,
+    }
+
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
     /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
     pub struct AlterTopicConfigRequest {

@@ -73,10 +73,12 @@ pub enum ApiKey {
     DescribeAcls = 26,
     CreateAcls = 27,
     DeleteAcls = 28,
+    /// Forgets a group's committed offsets of some partitions (`strata group delete-offsets`).
+    DeleteOffsets = 29,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 29] = [
+    pub const ALL: [ApiKey; 30] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -106,6 +108,7 @@ impl ApiKey {
         ApiKey::DescribeAcls,
         ApiKey::CreateAcls,
         ApiKey::DeleteAcls,
+        ApiKey::DeleteOffsets,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -245,6 +248,9 @@ error_codes! {
     /// A cancel of a reassignment when none is under way (Kafka's
     /// NO_REASSIGNMENT_IN_PROGRESS).
     NoReassignmentInProgress = 45, retriable = false;
+    /// An offset delete of a topic a member of the group still subscribes to (Kafka's
+    /// GROUP_SUBSCRIBED_TO_TOPIC).
+    GroupSubscribedToTopic = 46, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -445,4 +451,5 @@ requests! {
     DescribeAcls(DescribeAclsRequest, DescribeAclsResponse),
     CreateAcls(CreateAclsRequest, CreateAclsResponse),
     DeleteAcls(DeleteAclsRequest, DeleteAclsResponse),
+    DeleteOffsets(DeleteOffsetsRequest, DeleteOffsetsResponse),
 }

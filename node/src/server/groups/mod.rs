@@ -66,6 +66,7 @@ pub fn is_group_request(request: &Request) -> bool {
             | Request::ListGroups(_)
             | Request::DescribeGroup(_)
             | Request::DeleteGroup(_)
+            | Request::DeleteOffsets(_)
     )
 }
 
@@ -260,6 +261,9 @@ impl<S: GroupStore> GroupManager<S> {
             }
             Request::DeleteGroup(request) => {
                 Response::DeleteGroup(self.delete_group(request).await)
+            }
+            Request::DeleteOffsets(request) => {
+                Response::DeleteOffsets(self.delete_offsets(request).await)
             }
             other => unreachable!(
                 "shards forward only group requests, not {:?}",

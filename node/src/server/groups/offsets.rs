@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use strata_coordinator::GroupStore;
 use strata_coordinator::groups::{GroupOffsets, StoredOffset, offsets_expired};
 use strata_wire::protocol::{
-    CommittedOffset, ErrorCode, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, Response,
+    CommittedOffset, DeleteOffsetsRequest, DeleteOffsetsResponse, DeleteOffsetsTopic, ErrorCode,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    PartitionError, Response,
 };
 use tokio::sync::oneshot;
 
 use super::GroupManager;
-use super::manager::Coordinated;
-use super::wire::{committed, from_wire, store_error};
+use super::manager::{Coordinated, Core};
+use super::wire::{committed, consumer_subscription, from_wire, store_error};
 
 /// A commit checked against its group, waiting to be written with the others that arrived
 /// together.
@@ -126,6 +127,103 @@ impl<S: GroupStore> GroupManager<S> {
     }
 
     /// The group's offsets: from memory when this broker runs it, else from the store.
+    /// Forgets the group's committed offsets of the partitions asked for (Kafka's
+    /// OffsetDelete), in one fenced write: an empty group's, or those of topics no member of
+    /// a consumer group subscribes to (the others are refused GroupSubscribedToTopic, so a
+    /// running consumer never loses its position). A non-empty group of another kind
+    /// (Connect's, say) is NonEmptyGroup, as in Kafka.
+    pub(super) async fn delete_offsets(
+        &mut self,
+        request: DeleteOffsetsRequest,
+    ) -> DeleteOffsetsResponse {
+        let failed = |error| DeleteOffsetsResponse {
+            error,
+            topics: Vec::new(),
+        };
+        let group = request.group.as_str();
+        if strata_coordinator::groups::validate_group_id(group).is_err() {
+            return failed(ErrorCode::InvalidGroupId);
+        }
+        if !self.is_coordinator(group) {
+            return failed(ErrorCode::NotCoordinator);
+        }
+        if !self.groups.contains_key(group) {
+            // Claiming would store a record: an unknown group must stay unknown.
+            match self.store.load_group(group).await {
+                Ok(loaded) if loaded.record.is_none() && loaded.offsets.is_empty() => {
+                    return failed(ErrorCode::GroupIdNotFound);
+                }
+                Ok(_) => {}
+                Err(error) => return failed(store_error(&error)),
+            }
+        }
+        let coordinated = match self.claim(group).await {
+            Ok(coordinated) => coordinated,
+            Err(error) => return failed(error),
+        };
+        let subscribed = match subscribed_topics(&coordinated.core) {
+            Subscribed::Nothing => None,
+            Subscribed::Topics(topics) => Some(topics),
+            Subscribed::NotAConsumerGroup => return failed(ErrorCode::NonEmptyGroup),
+        };
+        let fence = coordinated.fence;
+        let mut touched = GroupOffsets::new();
+        let mut topics = Vec::new();
+        for asked in request.topics {
+            let held = subscribed
+                .as_ref()
+                .is_some_and(|topics| topics.contains(&asked.topic));
+            if !held {
+                let mut kept = coordinated
+                    .offsets
+                    .get(&asked.topic)
+                    .cloned()
+                    .unwrap_or_default();
+                for partition in &asked.partitions {
+                    kept.remove(partition);
+                }
+                touched.insert(asked.topic.clone(), kept);
+            }
+            let error = if held {
+                ErrorCode::GroupSubscribedToTopic
+            } else {
+                ErrorCode::None
+            };
+            topics.push(DeleteOffsetsTopic {
+                name: asked.topic,
+                partitions: asked
+                    .partitions
+                    .into_iter()
+                    .map(|partition| PartitionError { partition, error })
+                    .collect(),
+            });
+        }
+        if !touched.is_empty() {
+            match self.store.commit_offsets(group, fence, &touched).await {
+                Ok(true) => {
+                    let coordinated = self.groups.get_mut(group).expect("claimed above");
+                    for (topic, kept) in touched {
+                        if kept.is_empty() {
+                            coordinated.offsets.remove(&topic);
+                        } else {
+                            coordinated.offsets.insert(topic, kept);
+                        }
+                    }
+                    tracing::info!(%group, "committed offsets deleted on request");
+                }
+                Ok(false) => {
+                    self.groups.remove(group);
+                    return failed(ErrorCode::NotCoordinator);
+                }
+                Err(error) => return failed(store_error(&error)),
+            }
+        }
+        DeleteOffsetsResponse {
+            error: ErrorCode::None,
+            topics,
+        }
+    }
+
     pub(super) async fn offsets_of(
         &self,
         group: &str,
@@ -220,5 +318,41 @@ impl<S: GroupStore> GroupManager<S> {
                 error => tracing::debug!(%group, "offsets expired, not deleted: {error}"),
             }
         }
+    }
+}
+
+/// What a group's members subscribe to, for an offset delete.
+enum Subscribed {
+    /// No members: every offset may go.
+    Nothing,
+    /// The topics some member subscribes to.
+    Topics(std::collections::BTreeSet<String>),
+    /// Members of a Kafka group whose protocol is not the consumer's (or whose subscription
+    /// does not decode): what they read is unknown.
+    NotAConsumerGroup,
+}
+
+fn subscribed_topics(core: &Core) -> Subscribed {
+    match core {
+        _ if core.has_no_members() => Subscribed::Nothing,
+        Core::Strata(group) => Subscribed::Topics(
+            group
+                .describe()
+                .members
+                .into_iter()
+                .flat_map(|member| member.topics)
+                .collect(),
+        ),
+        Core::Kafka(classic) if classic.protocol_type() == Some("consumer") => {
+            let mut topics = std::collections::BTreeSet::new();
+            for member in classic.describe() {
+                match consumer_subscription(member.metadata) {
+                    Some(subscribed) => topics.extend(subscribed),
+                    None => return Subscribed::NotAConsumerGroup,
+                }
+            }
+            Subscribed::Topics(topics)
+        }
+        Core::Kafka(_) => Subscribed::NotAConsumerGroup,
     }
 }

@@ -67,6 +67,26 @@ pub(super) fn consumer_assignment(mut assignment: Bytes) -> Vec<TopicPartitions>
         .collect()
 }
 
+/// The topics a Kafka consumer subscribes to (its ConsumerProtocolSubscription, whose first
+/// two bytes are its version); `None` if it does not decode.
+pub(super) fn consumer_subscription(mut metadata: Bytes) -> Option<Vec<String>> {
+    use strata_kafka::kafka_protocol::messages::ConsumerProtocolSubscription;
+    use strata_kafka::kafka_protocol::protocol::Decodable;
+    if metadata.len() < 2 {
+        return None;
+    }
+    let version = i16::from_be_bytes([metadata[0], metadata[1]]);
+    let _ = bytes::Buf::get_i16(&mut metadata);
+    let decoded = ConsumerProtocolSubscription::decode(&mut metadata, version).ok()?;
+    Some(
+        decoded
+            .topics
+            .into_iter()
+            .map(|topic| topic.to_string())
+            .collect(),
+    )
+}
+
 pub(super) fn to_wire(partitions: &[TopicPartition]) -> Vec<TopicPartitions> {
     let mut grouped: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
     for tp in partitions {

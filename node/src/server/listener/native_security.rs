@@ -75,6 +75,12 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         Request::FindCoordinator(find) => group(Operation::Describe, &find.group),
         Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),
         Request::DeleteGroup(delete) => group(Operation::Delete, &delete.group),
+        Request::DeleteOffsets(delete) => group(Operation::Delete, &delete.group).or_else(|| {
+            delete
+                .topics
+                .iter()
+                .find_map(|t| topic(Operation::Read, &t.topic))
+        }),
         Request::JoinGroup(join) => group(Operation::Read, &join.group),
         Request::Heartbeat(heartbeat) => group(Operation::Read, &heartbeat.group),
         Request::LeaveGroup(leave) => group(Operation::Read, &leave.group),

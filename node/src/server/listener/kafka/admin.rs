@@ -12,8 +12,8 @@ use strata_kafka::kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     DescribeGroupsRequest, DescribeGroupsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, ListGroupsRequest, ListGroupsResponse, alter_configs_response,
-    incremental_alter_configs_response,
+    IncrementalAlterConfigsResponse, ListGroupsRequest, ListGroupsResponse, OffsetDeleteRequest,
+    OffsetDeleteResponse, TopicName, alter_configs_response, incremental_alter_configs_response,
 };
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
@@ -518,4 +518,78 @@ pub(super) async fn delete_groups(
         );
     }
     DeleteGroupsResponse::default().with_results(results)
+}
+
+/// OffsetDelete: Delete on the group, Read on each topic (a topic refused is
+/// TOPIC_AUTHORIZATION_FAILED, the rest go on), then the group's coordinator forgets the
+/// offsets of partitions its members do not read.
+pub(super) async fn offset_delete(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    use strata_kafka::kafka_protocol::messages::offset_delete_response::{
+        OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+    };
+    let group = request.group_id.0.to_string();
+    if !authorize::group(shard, client, Operation::Delete, &group) {
+        return OffsetDeleteResponse::default().with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
+    let answer = |name: TopicName, partitions: Vec<(i32, i16)>| {
+        OffsetDeleteResponseTopic::default()
+            .with_name(name)
+            .with_partitions(
+                partitions
+                    .into_iter()
+                    .map(|(index, error)| {
+                        OffsetDeleteResponsePartition::default()
+                            .with_partition_index(index)
+                            .with_error_code(error)
+                    })
+                    .collect(),
+            )
+    };
+    let mut topics = Vec::new();
+    let mut asked = Vec::new();
+    for topic in request.topics {
+        let indexes = topic.partitions.iter().map(|p| p.partition_index);
+        if !authorize::topic(shard, client, Operation::Read, &topic.name.0) {
+            let refused = indexes.map(|i| (i, errors::TOPIC_AUTHORIZATION_FAILED));
+            topics.push(answer(topic.name, refused.collect()));
+            continue;
+        }
+        asked.push(native::TopicPartitions {
+            topic: topic.name.0.to_string(),
+            partitions: indexes.filter_map(|i| u32::try_from(i).ok()).collect(),
+        });
+    }
+    if !asked.is_empty() {
+        let delete = native::DeleteOffsetsRequest {
+            group,
+            topics: asked,
+        };
+        let deleted = match native(shard, Request::DeleteOffsets(delete)).await {
+            Ok(Response::DeleteOffsets(deleted)) => deleted,
+            Ok(_) => {
+                return OffsetDeleteResponse::default()
+                    .with_error_code(errors::UNKNOWN_SERVER_ERROR);
+            }
+            Err(code) => return OffsetDeleteResponse::default().with_error_code(kafka_error(code)),
+        };
+        if deleted.error != native::ErrorCode::None {
+            return OffsetDeleteResponse::default().with_error_code(kafka_error(deleted.error));
+        }
+        for topic in deleted.topics {
+            let partitions = topic
+                .partitions
+                .into_iter()
+                .map(|p| (p.partition as i32, kafka_error(p.error)))
+                .collect();
+            topics.push(answer(
+                TopicName(StrBytes::from_string(topic.name)),
+                partitions,
+            ));
+        }
+    }
+    OffsetDeleteResponse::default().with_topics(topics)
 }

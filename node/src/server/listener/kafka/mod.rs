@@ -480,6 +480,9 @@ async fn respond(
             &header,
             &partition_admin::describe_producers(shard, client, request).await,
         ),
+        KafkaRequest::OffsetDelete(request) => {
+            encoded(&header, &admin::offset_delete(shard, client, request).await)
+        }
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }
