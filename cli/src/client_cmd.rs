@@ -134,6 +134,16 @@ pub enum TopicCommand {
         #[arg(long)]
         partitions: u32,
     },
+    /// Delete the records of a partition below an offset (Kafka's kafka-delete-records): its
+    /// log start moves there on every replica, and consumers from the beginning start there.
+    DeleteRecords {
+        name: String,
+        #[arg(long)]
+        partition: u32,
+        /// The first offset to keep; default: the high watermark (everything goes).
+        #[arg(long)]
+        before: Option<u64>,
+    },
     /// Move leaderships back to each partition's preferred replica (the first of its replicas)
     /// where that replica is live and in sync, now: what the controller does every
     /// --leader-rebalance-interval-ms (Kafka's kafka-leader-election --election-type
@@ -318,6 +328,15 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
                     .await?;
                 outln!("reassigning {name}-{partition} to {replicas:?}");
             }
+        }
+        TopicCommand::DeleteRecords {
+            name,
+            partition,
+            before,
+        } => {
+            let before = before.map_or(-1, |offset| offset as i64);
+            let start = client.delete_records(&name, partition, before).await?;
+            outln!("{name}-{partition} now starts at {start}");
         }
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;

@@ -158,6 +158,36 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
         );
     }
 
+    // DeleteRecords: the log start moves on the leader and on its followers, so a consumer
+    // from the beginning starts there after the leader is gone too.
+    java.step(&bootstrap, &["create-topic", "trim", "1", "3"]);
+    produce_to_partition_0(&java, &bootstrap, "trim", 200);
+    let deleted = java.step(&bootstrap, &["delete-records", "trim", "0", "150"]);
+    assert_eq!(deleted, json!({"low_watermark": 150}));
+    let first = java.step(&bootstrap, &["consume-beginning", "trim", "0", "1"]);
+    assert_eq!(first["records"][0]["offset"], 150, "{first}");
+    let leader = described(&java, &bootstrap, "trim", 0)["leader"]
+        .as_i64()
+        .unwrap();
+    let at = |id: i64| (id - 1) as usize;
+    brokers[at(leader)].0.stop();
+    let others: Vec<&str> = (1..=3)
+        .filter(|id| *id != leader)
+        .map(|id| all[at(id)].as_str())
+        .collect();
+    let others = others.join(",");
+    wait_for_at_most("a new leader of trim", Duration::from_secs(20), || {
+        let now = described(&java, &others, "trim", 0)["leader"].clone();
+        now != leader && now != -1
+    });
+    let first = java.step(&others, &["consume-beginning", "trim", "0", "1"]);
+    assert_eq!(first["records"][0]["offset"], 150, "{first}");
+    let earliest = java.step(&others, &["list-offsets", "trim", "0", "earliest"]);
+    assert_eq!(earliest["offset"], 150, "{earliest}");
+    let past = java.step(&others, &["delete-records", "trim", "0", "999"]);
+    assert_eq!(past["error"], "OffsetOutOfRangeException", "{past}");
+    brokers[at(leader)].0.restart();
+
     // A reassignment slowed by its catch-up throttle is listed while it runs, with the
     // replicas it adds and removes; a cancel goes back to where it started.
     let created = java.step(

@@ -516,6 +516,46 @@ impl Client {
         }
     }
 
+    /// Deletes the records of `topic`-`partition` below `before` (-1: below the high
+    /// watermark), Kafka's DeleteRecords: its log start moves there, on its followers too;
+    /// returns the new log start.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        before: i64,
+    ) -> Result<u64, ClientError> {
+        let metadata = self.metadata_for(topic).await?;
+        let address = metadata.leader_address(topic, partition, self.config.shard_aware)?;
+        let request = Request::DeleteRecords(strata_wire::protocol::DeleteRecordsRequest {
+            topics: vec![strata_wire::protocol::DeleteRecordsTopic {
+                name: topic.to_string(),
+                partitions: vec![strata_wire::protocol::DeleteRecordsPartition {
+                    partition,
+                    offset: before,
+                }],
+            }],
+        });
+        let Response::DeleteRecords(response) = self.request(&address, request).await? else {
+            return Err(ClientError::Protocol(
+                "delete records answered with another api".into(),
+            ));
+        };
+        let answer = response
+            .topics
+            .first()
+            .and_then(|topic| topic.partitions.first())
+            .ok_or_else(|| ClientError::Protocol("empty delete records response".into()))?;
+        if answer.error != ErrorCode::None {
+            return Err(ClientError::Partition {
+                topic: topic.to_string(),
+                partition,
+                code: answer.error,
+            });
+        }
+        Ok(answer.log_start_offset as u64)
+    }
+
     /// The offset for `timestamp` (or the `EARLIEST`/`LATEST` sentinels); `None` when no record
     /// is at or after the timestamp.
     pub async fn list_offset(

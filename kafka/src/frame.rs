@@ -9,15 +9,15 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteAclsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeAclsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
-    ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-    SyncGroupRequest,
+    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest,
+    DescribeUserScramCredentialsRequest, ElectLeadersRequest, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -30,7 +30,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 38] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 39] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -69,6 +69,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 38] = [
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DeleteRecords, 0, 2),
 ];
 
 /// What every request carries ahead of its body.
@@ -133,6 +134,7 @@ pub enum KafkaRequest {
     DescribeLogDirs(DescribeLogDirsRequest),
     DescribeProducers(DescribeProducersRequest),
     OffsetDelete(OffsetDeleteRequest),
+    DeleteRecords(DeleteRecordsRequest),
 }
 
 /// Why a request was not decoded.
@@ -222,6 +224,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::DescribeLogDirs => decoded!(DescribeLogDirs),
         ApiKey::DescribeProducers => decoded!(DescribeProducers),
         ApiKey::OffsetDelete => decoded!(OffsetDelete),
+        ApiKey::DeleteRecords => decoded!(DeleteRecords),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {

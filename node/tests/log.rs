@@ -859,6 +859,55 @@ fn truncation_cuts_at_batch_boundaries() {
     });
 }
 
+/// DeleteRecords: the log start moves inside a segment (reads below it are out of range, a
+/// read at it gets the records from it), survives a crash once answered, deletes the segments
+/// wholly below it, never goes back or past the end, and everything going rolls the segment.
+#[test]
+fn deleting_records_moves_the_log_start_durably() {
+    block_on(async {
+        let storage = SimStorage::new(11);
+        let config = small_config(2048, FlushPolicy::Never);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 200, 100, 1_000).await;
+        log.flush(0).await.unwrap();
+        let segments = log.segment_count();
+        let cut = 301;
+        assert_eq!(log.delete_records_before(cut, 0).await.unwrap(), cut);
+        assert_eq!(log.log_start_offset(), cut);
+        assert!(
+            log.segment_count() < segments,
+            "segments wholly below the cut went"
+        );
+        assert!(matches!(
+            log.read(cut - 1, 1000, u64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(read_all(&mut log, cut, 1000).await, written[cut as usize..]);
+        // Never back, never past the end.
+        assert_eq!(log.delete_records_before(10, 0).await.unwrap(), cut);
+        storage.crash();
+        let (mut log, _) = PartitionLog::open(storage.clone(), sim_dir(), config.clone(), 0)
+            .await
+            .unwrap();
+        assert_eq!(
+            log.log_start_offset(),
+            cut,
+            "the new start survives a crash"
+        );
+        assert_eq!(read_all(&mut log, cut, 1000).await, written[cut as usize..]);
+        let end = log.log_end_offset();
+        assert_eq!(log.delete_records_before(end + 50, 0).await.unwrap(), end);
+        assert_eq!(
+            log.segment_count(),
+            1,
+            "everything went: rolled and deleted"
+        );
+        assert_eq!(log.log_end_offset(), end, "offsets never go back");
+        let more = append_many(&mut log, 3, 10, 5_000).await;
+        assert_eq!(read_all(&mut log, end, 1000).await.len(), more.len());
+    });
+}
+
 #[test]
 fn retention_by_size_and_time() {
     block_on(async {

@@ -194,6 +194,15 @@ fn every_request_round_trips() {
             unclean: Appended(true),
         }),
         Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
+        Request::DeleteRecords(DeleteRecordsRequest {
+            topics: vec![DeleteRecordsTopic {
+                name: "t".into(),
+                partitions: vec![DeleteRecordsPartition {
+                    partition: 1,
+                    offset: -1,
+                }],
+            }],
+        }),
         Request::DeleteOffsets(DeleteOffsetsRequest {
             group: "g".into(),
             topics: vec![TopicPartitions {

@@ -17,6 +17,10 @@ pub const EPOCH_FILE_NAME: &str = "leader-epoch-checkpoint";
 /// The high watermark checkpoint inside the partition folder.
 pub const HIGH_WATERMARK_FILE_NAME: &str = "high-watermark";
 
+/// The log start a DeleteRecords set (inside a segment, or past it), inside the partition
+/// folder: Kafka's `log-start-offset-checkpoint`, one per partition.
+pub const LOG_START_FILE_NAME: &str = "log-start-offset";
+
 /// The idempotent-producer snapshot inside the partition folder (see [`producers`]).
 pub const PRODUCER_SNAPSHOT_FILE_NAME: &str = "producer-snapshot";
 
@@ -72,6 +76,27 @@ impl<S: Storage> PartitionLog<S> {
             self.storage.sync_dir(&self.dir).await?;
         }
         Ok(())
+    }
+
+    /// Reads the log start a DeleteRecords set (0 when there is none).
+    pub(super) async fn read_deleted_before(storage: &S, dir: &Path) -> u64 {
+        let path = dir.join(LOG_START_FILE_NAME);
+        let Ok(file) = storage.open(&path, false).await else {
+            return 0;
+        };
+        super::segment::read_whole(&file)
+            .await
+            .ok()
+            .and_then(|bytes| decode_high_watermark(bytes.as_slice()))
+            .unwrap_or(0)
+    }
+
+    /// Writes the log start a DeleteRecords set, durably.
+    pub(super) async fn persist_deleted_before(&mut self) -> Result<(), LogError> {
+        let path = self.dir.join(LOG_START_FILE_NAME);
+        let bytes = Bytes::copy_from_slice(&encode_high_watermark(self.deleted_before));
+        let written = self.rewrite_checkpoint(&path, bytes).await;
+        written.map_err(|error| self.fail(format!("writing {} failed: {error}", path.display())))
     }
 
     /// Writes the epoch cache durably (rare: once per leader epoch, and after truncations).

@@ -29,6 +29,10 @@ impl<S: Storage> PartitionLog<S> {
         self.discard_producer_snapshot().await?;
         self.producers = ProducerStates::default();
         let log_start = offset;
+        if self.deleted_before > log_start {
+            self.deleted_before = log_start;
+            self.persist_deleted_before().await?;
+        }
         let bases = self.segment_bases();
         self.segments.clear();
         self.index_cache = IndexCache::default();
@@ -146,6 +150,43 @@ impl<S: Storage> PartitionLog<S> {
         // cut) or from the log start. Truncations are rare; correctness beats speed here.
         self.rebuild_producers(now_ms).await?;
         Ok(end.next_offset)
+    }
+
+    /// Moves the log start up to `offset` (at most the log end): Kafka's DeleteRecords, and a
+    /// follower following its leader's start. Readers lose the records below it at once
+    /// (durably: the new start is synced before this returns); closed segments wholly below
+    /// it are deleted, the rest of their bytes stay until retention or a roll removes them.
+    /// Returns the log start.
+    pub async fn delete_records_before(
+        &mut self,
+        offset: u64,
+        now_ms: i64,
+    ) -> Result<u64, LogError> {
+        self.check_writable()?;
+        let offset = offset.min(self.log_end_offset());
+        if offset <= self.log_start_offset() {
+            return Ok(self.log_start_offset());
+        }
+        if offset == self.log_end_offset() && !self.active().is_empty() {
+            // Everything goes: roll, so the segment holding it can go too.
+            self.roll(now_ms).await?;
+            self.snapshot_producers(now_ms).await;
+        }
+        self.deleted_before = offset;
+        self.persist_deleted_before().await?;
+        while self.segments.len() > 1 && self.segments[1].base_offset <= offset {
+            let segment = self.segments.remove(0);
+            let base = segment.base_offset;
+            drop(segment);
+            self.index_cache.remove(base);
+            self.remove_segment_files(base).await?;
+        }
+        self.tail_cache.drop_below(offset);
+        if self.epochs.trim_before(offset) {
+            self.persist_epochs().await?;
+        }
+        tracing::info!(dir = %self.dir.display(), log_start = offset, "records deleted below the new log start");
+        Ok(offset)
     }
 
     /// Deletes closed segments past the time and size limits, only those wholly below

@@ -91,6 +91,10 @@ pub struct PartitionLog<S: Storage> {
     epochs: EpochCache,
     high_watermark_file: S::File,
     high_watermark_checkpoint: u64,
+    /// Records below this were deleted on request (Kafka's DeleteRecords) though their segment
+    /// may remain: the log starts at the larger of this and the first segment's base.
+    /// Persisted in [`LOG_START_FILE_NAME`] before the delete is acknowledged.
+    deleted_before: u64,
     /// Idempotent producers' state after every batch stamped so far (applied at stamp time, so
     /// a later request of the same group sees an earlier one).
     producers: ProducerStates,
@@ -205,7 +209,7 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     pub fn log_start_offset(&self) -> u64 {
-        self.segments[0].base_offset
+        self.segments[0].base_offset.max(self.deleted_before)
     }
 
     /// The offset the next appended record gets.

@@ -76,6 +76,7 @@ impl<S: Storage> PartitionLog<S> {
             .map_err(io_error("create", &dir))?;
         super::compaction::finish_interrupted_swaps(&storage, &dir).await?;
         let clean_offset = PartitionLog::read_clean_offset(&storage, &dir).await;
+        let deleted_before = PartitionLog::read_deleted_before(&storage, &dir).await;
         let mut bases: Vec<u64> = storage
             .list_dir(&dir)
             .await
@@ -132,6 +133,7 @@ impl<S: Storage> PartitionLog<S> {
             epochs: epochs.unwrap_or_default(),
             high_watermark_file,
             high_watermark_checkpoint,
+            deleted_before: 0,
             recovery_file,
             recovery_point,
             storage,
@@ -171,6 +173,8 @@ impl<S: Storage> PartitionLog<S> {
             log.flush(now_ms).await?;
         }
         log.durable_offset = log.log_end_offset();
+        // A delete whose records a crash then lost leaves the log starting at its end.
+        log.deleted_before = deleted_before.min(log.log_end_offset());
         if !epochs_trusted && log.log_end_offset() > log.log_start_offset() {
             log.rebuild_epochs().await?;
         }

@@ -126,6 +126,10 @@ enum Command {
     OffsetOfMaxTimestamp {
         reply: oneshot::Sender<Result<Option<(u64, i64)>, LogError>>,
     },
+    DeleteRecordsBefore {
+        offset: u64,
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
     Close {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
@@ -395,6 +399,13 @@ impl LogHandle {
             reply,
         })
         .await?
+    }
+
+    /// Moves the log start up to `offset` (see [`PartitionLog::delete_records_before`]);
+    /// returns the log start.
+    pub async fn delete_records_before(&self, offset: u64) -> Result<u64, LogError> {
+        self.ask(|reply| Command::DeleteRecordsBefore { offset, reply })
+            .await?
     }
 
     /// The record with the largest timestamp, as (offset, timestamp).
@@ -984,6 +995,10 @@ impl<S: Storage> LogTask<S> {
                 reply,
             } => {
                 let _ = reply.send(log.offset_for_timestamp(timestamp_ms).await);
+            }
+            Command::DeleteRecordsBefore { offset, reply } => {
+                self.finish().await;
+                let _ = reply.send(self.log.delete_records_before(offset, now_ms).await);
             }
             Command::OffsetOfMaxTimestamp { reply } => {
                 let _ = reply.send(log.offset_of_max_timestamp().await);

@@ -726,6 +726,39 @@ messages! {
         pub error: ErrorCode,
     }
 
+    /// Moves each partition's log start up to `offset` (Kafka's DeleteRecords): records below
+    /// it are gone for every reader; -1 means the high watermark. Followers follow.
+    pub struct DeleteRecordsPartition {
+        pub partition: u32,
+        pub offset: i64,
+    }
+
+    pub struct DeleteRecordsTopic {
+        pub name: String,
+        pub partitions: Vec<DeleteRecordsPartition>,
+    }
+
+    pub struct DeleteRecordsRequest {
+        pub topics: Vec<DeleteRecordsTopic>,
+    }
+
+    /// The partition's log start after the delete (Kafka's low watermark), or why not
+    /// (`OffsetOutOfRange` past the high watermark, `NotLeader`).
+    pub struct DeletedRecordsPartition {
+        pub partition: u32,
+        pub error: ErrorCode,
+        pub log_start_offset: i64,
+    }
+
+    pub struct DeletedRecordsTopic {
+        pub name: String,
+        pub partitions: Vec<DeletedRecordsPartition>,
+    }
+
+    pub struct DeleteRecordsResponse {
+        pub topics: Vec<DeletedRecordsTopic>,
+    }
+
     /// Forgets `group`'s committed offsets of these partitions (Kafka's OffsetDelete): each
     /// is refused with `GroupSubscribedToTopic` while a member of the group subscribes to its
     /// topic.

@@ -75,10 +75,12 @@ pub enum ApiKey {
     DeleteAcls = 28,
     /// Forgets a group's committed offsets of some partitions (`strata group delete-offsets`).
     DeleteOffsets = 29,
+    /// Moves partitions' log starts up (`strata topic delete-records`).
+    DeleteRecords = 30,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 30] = [
+    pub const ALL: [ApiKey; 31] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -109,6 +111,7 @@ impl ApiKey {
         ApiKey::CreateAcls,
         ApiKey::DeleteAcls,
         ApiKey::DeleteOffsets,
+        ApiKey::DeleteRecords,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -452,4 +455,5 @@ requests! {
     CreateAcls(CreateAclsRequest, CreateAclsResponse),
     DeleteAcls(DeleteAclsRequest, DeleteAclsResponse),
     DeleteOffsets(DeleteOffsetsRequest, DeleteOffsetsResponse),
+    DeleteRecords(DeleteRecordsRequest, DeleteRecordsResponse),
 }

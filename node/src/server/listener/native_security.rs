@@ -61,6 +61,10 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
             cluster(Operation::Create).and(topic(Operation::Create, &create.name))
         }
         Request::DeleteTopic(delete) => topic(Operation::Delete, &delete.name),
+        Request::DeleteRecords(delete) => delete
+            .topics
+            .iter()
+            .find_map(|t| topic(Operation::Delete, &t.name)),
         Request::CreatePartitions(create) => topic(Operation::Alter, &create.topic),
         Request::AlterTopicConfig(alter) => topic(Operation::AlterConfigs, &alter.topic),
         Request::DescribeTopicConfig(describe) => {

@@ -6,7 +6,10 @@
 use std::future::Future;
 use std::rc::Rc;
 
-use strata_wire::protocol::ErrorCode;
+use strata_wire::protocol::{
+    DeleteRecordsRequest, DeleteRecordsResponse, DeletedRecordsPartition, DeletedRecordsTopic,
+    ErrorCode,
+};
 use tokio::sync::oneshot;
 
 use super::Shard;
@@ -90,6 +93,75 @@ impl Shard {
         })
         .await
         .unwrap_or(Err(ErrorCode::NotReady))
+    }
+
+    /// Kafka's DeleteRecords on the partitions this node leads: each log start moves up to the
+    /// offset asked (-1: the high watermark; past it, OffsetOutOfRange) and the answer is the
+    /// new log start once it is durable on the leader; followers move theirs on their next
+    /// fetch, which carries it.
+    pub(crate) async fn delete_records(
+        self: &Rc<Self>,
+        request: DeleteRecordsRequest,
+    ) -> DeleteRecordsResponse {
+        let mut topics = Vec::new();
+        for topic in request.topics {
+            let mut partitions = Vec::new();
+            for asked in topic.partitions {
+                let index = asked.partition;
+                let answer = match self.route(&topic.name, index) {
+                    Err(error) => Err(error),
+                    Ok(owner) => {
+                        let name = topic.name.clone();
+                        self.run_on(owner, move |shard| async move {
+                            shard.delete_records_local(&name, index, asked.offset).await
+                        })
+                        .await
+                        .unwrap_or(Err(ErrorCode::NotReady))
+                    }
+                };
+                partitions.push(match answer {
+                    Ok(log_start) => DeletedRecordsPartition {
+                        partition: index,
+                        error: ErrorCode::None,
+                        log_start_offset: log_start as i64,
+                    },
+                    Err(error) => DeletedRecordsPartition {
+                        partition: index,
+                        error,
+                        log_start_offset: -1,
+                    },
+                });
+            }
+            topics.push(DeletedRecordsTopic {
+                name: topic.name,
+                partitions,
+            });
+        }
+        DeleteRecordsResponse { topics }
+    }
+
+    async fn delete_records_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+    ) -> Result<u64, ErrorCode> {
+        let Some((log, high_watermark, _)) = self.leader_view(topic, partition) else {
+            return Err(ErrorCode::NotLeader);
+        };
+        if !self.high_watermark_settled(topic, partition) {
+            return Err(ErrorCode::OffsetNotAvailable);
+        }
+        let offset = match offset {
+            -1 => high_watermark,
+            offset => match u64::try_from(offset) {
+                Ok(offset) if offset <= high_watermark => offset,
+                _ => return Err(ErrorCode::OffsetOutOfRange),
+            },
+        };
+        log.delete_records_before(offset)
+            .await
+            .map_err(|error| super::log_error_code(&error))
     }
 
     /// Every replica this node holds, led or followed, with its size on disk.

@@ -687,6 +687,9 @@ impl Shard {
             Request::Fetch(request) => {
                 Response::Fetch(self.fetch(request, Delivery::FileRanges).await)
             }
+            Request::DeleteRecords(request) => {
+                Response::DeleteRecords(self.delete_records(request).await)
+            }
             Request::ListOffsets(request) => {
                 Response::ListOffsets(self.list_offsets(request).await)
             }

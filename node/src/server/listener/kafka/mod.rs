@@ -480,6 +480,10 @@ async fn respond(
             &header,
             &partition_admin::describe_producers(shard, client, request).await,
         ),
+        KafkaRequest::DeleteRecords(request) => encoded(
+            &header,
+            &partition_admin::delete_records(shard, client, request).await,
+        ),
         KafkaRequest::OffsetDelete(request) => {
             encoded(&header, &admin::offset_delete(shard, client, request).await)
         }

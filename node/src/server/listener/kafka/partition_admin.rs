@@ -1,13 +1,15 @@
 //! Kafka's per-partition admin reads on the Kafka listener, answered from the partition's log
 //! on the shard that holds it (`shard::admin`): OffsetForLeaderEpoch (how a consumer tells
 //! its position was truncated away after a leader change), DescribeLogDirs (each replica's
-//! size on this broker) and DescribeProducers (a partition's idempotent producers).
+//! size on this broker) and DescribeProducers (a partition's idempotent producers); and
+//! DeleteRecords, which moves partitions' log starts.
 //!
 //! | API | needs |
 //! |---|---|
 //! | OffsetForLeaderEpoch | Describe on the topic |
 //! | DescribeLogDirs | Describe on the cluster |
 //! | DescribeProducers | Read on the topic |
+//! | DeleteRecords | Delete on the topic |
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -24,9 +26,9 @@ use strata_kafka::kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use strata_kafka::kafka_protocol::messages::{
-    DescribeLogDirsRequest, DescribeLogDirsResponse, DescribeProducersRequest,
-    DescribeProducersResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-    ProducerId, TopicName,
+    DeleteRecordsRequest, DeleteRecordsResponse, DescribeLogDirsRequest, DescribeLogDirsResponse,
+    DescribeProducersRequest, DescribeProducersResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, ProducerId, TopicName,
 };
 use strata_kafka::text;
 use strata_wire::protocol::ErrorCode;
@@ -226,4 +228,64 @@ pub(super) async fn describe_producers(
         );
     }
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// Each partition's log start moved up to the offset asked (-1: the high watermark), by its
+/// leader on this broker; the answer's low watermark is the new log start.
+pub(super) async fn delete_records(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    use strata_kafka::kafka_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    use strata_wire::protocol as native;
+    let mut topics = Vec::new();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let result = |index: i32, error: i16, low_watermark: i64| {
+            DeleteRecordsPartitionResult::default()
+                .with_partition_index(index)
+                .with_error_code(error)
+                .with_low_watermark(low_watermark)
+        };
+        let mut partitions = Vec::new();
+        let mut asked = Vec::new();
+        for partition in topic.partitions {
+            let index = partition.partition_index;
+            match u32::try_from(index) {
+                _ if !authorize::topic(shard, client, Operation::Delete, &name) => {
+                    partitions.push(result(index, errors::TOPIC_AUTHORIZATION_FAILED, -1));
+                }
+                Err(_) => partitions.push(result(index, errors::UNKNOWN_TOPIC_OR_PARTITION, -1)),
+                Ok(partition_index) => asked.push(native::DeleteRecordsPartition {
+                    partition: partition_index,
+                    offset: partition.offset,
+                }),
+            }
+        }
+        if !asked.is_empty() {
+            let request = native::DeleteRecordsRequest {
+                topics: vec![native::DeleteRecordsTopic {
+                    name: name.clone(),
+                    partitions: asked,
+                }],
+            };
+            let deleted = shard.delete_records(request).await;
+            for partition in deleted.topics.into_iter().flat_map(|t| t.partitions) {
+                partitions.push(result(
+                    partition.partition as i32,
+                    kafka_error(partition.error),
+                    partition.log_start_offset,
+                ));
+            }
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(topic.name)
+                .with_partitions(partitions),
+        );
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
 }

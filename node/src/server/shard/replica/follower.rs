@@ -76,6 +76,7 @@ impl Shard {
                 }
             };
             let mut log_end = info.offsets.log_end;
+            let mut log_start = info.offsets.log_start;
             let mut last_epoch = info.latest_epoch;
             let mut ahead: Option<FetchAhead> = None;
             loop {
@@ -197,6 +198,18 @@ impl Shard {
                 let known = response.high_watermark.min(log_end);
                 if known > high_watermark.get() {
                     high_watermark.set(known);
+                }
+                // The leader's log start moved (DeleteRecords, retention): follow it, up to
+                // what this replica holds of the committed log, as Kafka's followers do.
+                let leader_start = response.log_start_offset.min(known);
+                if leader_start > log_start {
+                    match log.delete_records_before(leader_start).await {
+                        Ok(start) => log_start = start,
+                        Err(error) => {
+                            tracing::error!(%topic, partition, "follower stops: moving the log start failed: {error}");
+                            return;
+                        }
+                    }
                 }
             }
         }
