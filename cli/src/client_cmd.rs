@@ -95,7 +95,8 @@ pub enum TopicCommand {
     /// old ones are dropped (leadership moves first if the leader is dropped).
     Reassign {
         name: String,
-        /// Broker ids, comma-separated; the first is the preferred leader.
+        /// Broker ids, comma-separated; the first is the preferred leader. Required unless
+        /// --cancel.
         #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
         replicas: Vec<i32>,
         /// Cancel the reassignment of --partition under way instead: back to the replicas it
@@ -150,7 +151,8 @@ pub enum TopicCommand {
     /// preferred). Every topic without NAME.
     ElectLeaders {
         name: Option<String>,
-        /// Only these partitions of NAME, comma-separated; each gets its result.
+        /// Only these partitions of NAME, comma-separated; each gets its result. Default:
+        /// every partition.
         #[arg(long, value_delimiter = ',', requires = "name")]
         partitions: Vec<u32>,
         /// An unclean election instead: a partition whose in-sync replicas are all down gets
@@ -342,6 +344,62 @@ pub async fn topic(connection: Connection, command: TopicCommand) -> anyhow::Res
             client.delete_topic(&name).await?;
             outln!("deleted topic {name}");
         }
+    }
+    Ok(())
+}
+
+/// `strata group delete-offsets`: each partition's result; an error if any was not deleted.
+async fn delete_offsets(
+    client: &Arc<Client>,
+    group: &str,
+    topic: &str,
+    partitions: Vec<u32>,
+) -> anyhow::Result<()> {
+    let partitions = if partitions.is_empty() {
+        let metadata = client.metadata_for(topic).await?;
+        let Some(known) = metadata.topics.get(topic) else {
+            bail!("unknown topic {topic}");
+        };
+        known.partitions.iter().map(|p| p.partition).collect()
+    } else {
+        partitions
+    };
+    let asked = vec![strata_wire::protocol::TopicPartitions {
+        topic: topic.to_string(),
+        partitions,
+    }];
+    let deleted = match client.delete_offsets(group, asked).await {
+        Ok(deleted) => deleted,
+        Err(error) if error.code() == Some(ErrorCode::GroupIdNotFound) => {
+            bail!("no group {group}")
+        }
+        Err(error) if error.code() == Some(ErrorCode::NonEmptyGroup) => {
+            bail!("group {group} has members whose subscriptions are unknown")
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let mut refused = 0;
+    for partition in deleted.iter().flat_map(|t| &t.partitions) {
+        match partition.error {
+            ErrorCode::None => outln!(
+                "{group}: deleted the offset of {topic}-{}",
+                partition.partition
+            ),
+            ErrorCode::GroupSubscribedToTopic => {
+                refused += 1;
+                outln!(
+                    "{group}: {topic}-{}: a member of the group reads {topic}",
+                    partition.partition
+                );
+            }
+            error => {
+                refused += 1;
+                outln!("{group}: {topic}-{}: {error}", partition.partition);
+            }
+        }
+    }
+    if refused > 0 {
+        bail!("{refused} offsets of {group} not deleted");
     }
     Ok(())
 }
@@ -843,54 +901,7 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
             group,
             topic,
             partitions,
-        } => {
-            let partitions = if partitions.is_empty() {
-                let metadata = client.metadata_for(&topic).await?;
-                let Some(known) = metadata.topics.get(&topic) else {
-                    bail!("unknown topic {topic}");
-                };
-                known.partitions.iter().map(|p| p.partition).collect()
-            } else {
-                partitions
-            };
-            let asked = vec![strata_wire::protocol::TopicPartitions {
-                topic: topic.clone(),
-                partitions,
-            }];
-            let deleted = match client.delete_offsets(&group, asked).await {
-                Ok(deleted) => deleted,
-                Err(error) if error.code() == Some(ErrorCode::GroupIdNotFound) => {
-                    bail!("no group {group}")
-                }
-                Err(error) if error.code() == Some(ErrorCode::NonEmptyGroup) => {
-                    bail!("group {group} has members whose subscriptions are unknown")
-                }
-                Err(error) => return Err(error.into()),
-            };
-            let mut refused = 0;
-            for partition in deleted.iter().flat_map(|t| &t.partitions) {
-                match partition.error {
-                    ErrorCode::None => outln!(
-                        "{group}: deleted the offset of {topic}-{}",
-                        partition.partition
-                    ),
-                    ErrorCode::GroupSubscribedToTopic => {
-                        refused += 1;
-                        outln!(
-                            "{group}: {topic}-{}: a member of the group reads {topic}",
-                            partition.partition
-                        );
-                    }
-                    error => {
-                        refused += 1;
-                        outln!("{group}: {topic}-{}: {error}", partition.partition);
-                    }
-                }
-            }
-            if refused > 0 {
-                bail!("{refused} offsets of {group} not deleted");
-            }
-        }
+        } => delete_offsets(&client, &group, &topic, partitions).await?,
         GroupCommand::ResetOffsets(args) => {
             super::group_reset::reset_offsets(&client, args).await?
         }

@@ -431,7 +431,7 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     // OffsetDelete: refused while a member reads the topic, done once it left; the rest with
     // `strata group delete-offsets`.
     std::thread::scope(|scope| {
-        let member = scope.spawn(|| java.step(&kafka, &["group-member", "readers", "reads", "10"]));
+        let member = scope.spawn(|| java.step(&kafka, &["group-member", "readers", "reads", "25"]));
         wait_for_at_most("the member's commits", Duration::from_secs(20), || {
             let offsets = java.step(&kafka, &["group-offsets", "readers"]);
             offsets["offsets"].as_object().is_some_and(|o| o.len() == 3)
@@ -457,6 +457,29 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     assert_eq!(offsets, json!({"offsets": {}}));
     let unknown = java.step(&kafka, &["delete-offsets", "nobody", "reads", "0"]);
     assert_eq!(unknown["error"], "GroupIdNotFoundException", "{unknown}");
+
+    // The broker's settings, under Kafka's names where they mean the same, all read-only.
+    let configs = java.step(&kafka, &["describe-configs", "broker", "1"]);
+    let configs = &configs["configs"];
+    assert_eq!(configs["broker.id"]["value"], "1", "{configs}");
+    assert_eq!(configs["strata.shards"]["value"], "2", "{configs}");
+    assert_eq!(
+        configs["log.retention.ms"]["value"], "604800000",
+        "{configs}"
+    );
+    assert_eq!(configs["log.retention.ms"]["source"], "DEFAULT_CONFIG");
+    assert_eq!(
+        configs["log.dirs"]["value"],
+        dir.path().display().to_string()
+    );
+    assert!(
+        configs
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|config| config["read_only"] == true),
+        "{configs}"
+    );
 
     let quotas = java.step(&kafka, &["describe-quotas"]);
     assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");

@@ -45,9 +45,13 @@ impl Default for TopicDefaults {
 
 /// Config resource types (DescribeConfigs, AlterConfigs): only topics have settings here.
 pub const RESOURCE_TOPIC: i8 = 2;
+/// Kafka's resource type of a broker's configs (DescribeConfigs).
+pub const RESOURCE_BROKER: i8 = 4;
 /// Where a config value comes from: a topic's override, or the default.
 const SOURCE_TOPIC_OVERRIDE: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
+/// A broker setting given at start (Kafka's STATIC_BROKER_CONFIG).
+const SOURCE_STATIC_BROKER: i8 = 4;
 /// IncrementalAlterConfigs operations (APPEND and SUBTRACT, for list values, are refused).
 const OPERATION_SET: i8 = 0;
 const OPERATION_DELETE: i8 = 1;
@@ -415,6 +419,35 @@ fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
 }
 
 /// A topic's settings as DescribeConfigs reports them (`keys`: only those, when asked).
+/// A broker's settings (name, value, whether it is the default) as DescribeConfigs answers
+/// them: all read-only (none changes live), only `keys` when given.
+pub fn describe_broker_configs_result(
+    broker: &str,
+    settings: &[(String, Option<String>, bool)],
+    keys: Option<&[String]>,
+) -> DescribeConfigsResult {
+    DescribeConfigsResult::default()
+        .with_resource_type(RESOURCE_BROKER)
+        .with_resource_name(text(broker))
+        .with_configs(
+            settings
+                .iter()
+                .filter(|(name, _, _)| keys.is_none_or(|keys| keys.contains(name)))
+                .map(|(name, value, is_default)| {
+                    DescribeConfigsResourceResult::default()
+                        .with_name(text(name))
+                        .with_value(value.as_deref().map(text))
+                        .with_read_only(true)
+                        .with_config_source(if *is_default {
+                            SOURCE_DEFAULT
+                        } else {
+                            SOURCE_STATIC_BROKER
+                        })
+                })
+                .collect(),
+        )
+}
+
 pub fn describe_configs_result(
     topic: &str,
     native: native::DescribeTopicConfigResponse,

@@ -627,6 +627,25 @@ mod fetch_chunks {
 /// Every response the listener builds encodes at every version it serves: Kafka's schemas
 /// refuse a field set to something other than its default in a version without it, and such a
 /// refusal would close the client's connection.
+/// A ListOffsets answer of one partition, for the encoding checks.
+fn listed_offsets() -> ListOffsetsResponse {
+    list_offsets_response(
+        native::ListOffsetsResponse {
+            topics: vec![native::ListOffsetsTopicResponse {
+                name: "t".into(),
+                partitions: vec![native::ListOffsetsPartitionResponse {
+                    partition: 0,
+                    error: native::ErrorCode::None,
+                    offset: 9,
+                    timestamp: 1,
+                }],
+            }],
+        },
+        vec![],
+        |_, _, _| -1,
+    )
+}
+
 #[test]
 fn translated_responses_encode_at_every_served_version() {
     use kafka_protocol::messages::*;
@@ -672,21 +691,7 @@ fn translated_responses_encode_at_every_served_version() {
         },
         vec![],
     );
-    let listed = list_offsets_response(
-        native::ListOffsetsResponse {
-            topics: vec![native::ListOffsetsTopicResponse {
-                name: "t".into(),
-                partitions: vec![native::ListOffsetsPartitionResponse {
-                    partition: 0,
-                    error: native::ErrorCode::None,
-                    offset: 9,
-                    timestamp: 1,
-                }],
-            }],
-        },
-        vec![],
-        |_, _, _| -1,
-    );
+    let listed = listed_offsets();
     let mut failures = Vec::new();
     let mut check = |api: ApiKey, encode: &dyn Fn(i16) -> Result<(), String>| {
         let (_, min, max) = crate::frame::SUPPORTED

@@ -869,22 +869,7 @@ impl<S: Storage> LogTask<S> {
                 self.on_written(reply, appended);
             }
             Command::Summary { reply } => {
-                let producers = log
-                    .producers()
-                    .iter()
-                    .map(|(producer_id, entry)| ProducerSummary {
-                        producer_id,
-                        epoch: entry.epoch,
-                        last_sequence: entry.last().last_seq,
-                        last_timestamp_ms: entry.last_timestamp_ms,
-                    })
-                    .collect();
-                let _ = reply.send(LogSummary {
-                    offsets: offsets_of(log),
-                    size_bytes: log.size_bytes(),
-                    epochs: log.epochs().clone(),
-                    producers,
-                });
+                let _ = reply.send(summary_of(log));
             }
             Command::ReplicaInfo { reply } => {
                 let _ = reply.send(ReplicaInfo {
@@ -1021,6 +1006,25 @@ impl<S: Storage> LogTask<S> {
                 index += 1;
             }
         }
+    }
+}
+
+fn summary_of<S: Storage>(log: &PartitionLog<S>) -> LogSummary {
+    let producers = log
+        .producers()
+        .iter()
+        .map(|(producer_id, entry)| ProducerSummary {
+            producer_id,
+            epoch: entry.epoch,
+            last_sequence: entry.last().last_seq,
+            last_timestamp_ms: entry.last_timestamp_ms,
+        })
+        .collect();
+    LogSummary {
+        offsets: offsets_of(log),
+        size_bytes: log.size_bytes(),
+        epochs: log.epochs().clone(),
+        producers,
     }
 }
 

@@ -16,9 +16,8 @@ use strata_wire::protocol::{
     AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
     CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
     DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode, FetchPartition,
-    FetchPartitionResponse, ListOffsetsPartition, ListOffsetsPartitionResponse,
-    ProducePartitionResponse, ReassignPartitionRequest, ReassignPartitionResponse,
-    ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
+    FetchPartitionResponse, ProducePartitionResponse, ReassignPartitionRequest,
+    ReassignPartitionResponse, ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
 };
 use tokio::sync::oneshot;
 
@@ -46,11 +45,6 @@ pub enum ShardMessage {
         delivery: Delivery,
         reply: oneshot::Sender<Fetched>,
     },
-    ListOffset {
-        topic: String,
-        partition: ListOffsetsPartition,
-        reply: oneshot::Sender<ListOffsetsPartitionResponse>,
-    },
     /// The cluster changed: open and close partitions to match, then reply.
     ClusterChanged {
         view: ClusterView,
@@ -76,8 +70,8 @@ pub enum ShardMessage {
     },
     /// Work another shard hands over, run on this shard's thread with this shard (the admin
     /// APIs' per-partition and per-shard reads, `shard::admin`); it answers over a channel of
-    /// its own.
-    Run(Box<dyn FnOnce(std::rc::Rc<crate::server::shard::Shard>) + Send>),
+    /// its own. The shard comes as `Any` so that this leaf names no shard code.
+    Run(Box<dyn FnOnce(std::rc::Rc<dyn std::any::Any>) + Send>),
 }
 
 /// How a fetch wants its records: as ranges of segment files where they are large and cached

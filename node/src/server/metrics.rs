@@ -566,6 +566,12 @@ fn render_compaction(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
     }
 }
 
+/// The series labelled by more than topic: compacted replicas, unserved Kafka APIs.
+fn render_labelled(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    render_compaction(out, node_id, snapshots);
+    render_kafka_unsupported(out, node_id, snapshots);
+}
+
 /// Kafka requests of APIs or versions the listener does not serve, by API key: what operators'
 /// tools ask for that Strata does not do.
 fn render_kafka_unsupported(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
@@ -692,8 +698,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             lag.topic, lag.partition, lag.replica, lag.records
         );
     }
-    render_compaction(&mut out, node_id, snapshots);
-    render_kafka_unsupported(&mut out, node_id, snapshots);
+    render_labelled(&mut out, node_id, snapshots);
     for (name, help, pick) in [
         (
             "strata_produce_latency_seconds",

@@ -41,7 +41,10 @@ impl Shard {
             return Some(work(self.clone()).await);
         }
         let (reply, answer) = oneshot::channel();
-        let message = ShardMessage::Run(Box::new(move |shard: Rc<Shard>| {
+        let message = ShardMessage::Run(Box::new(move |shard: Rc<dyn std::any::Any>| {
+            let shard = shard
+                .downcast::<Shard>()
+                .expect("a shard runs its mailbox's work");
             tokio::task::spawn_local(async move {
                 let _ = reply.send(work(shard).await);
             });

@@ -217,16 +217,6 @@ pub fn run(
                         let _ = reply.send(response);
                     });
                 }
-                ShardMessage::ListOffset {
-                    topic,
-                    partition,
-                    reply,
-                } => {
-                    let shard = shard.clone();
-                    tokio::task::spawn_local(async move {
-                        let _ = reply.send(shard.list_offset_local(&topic, partition).await);
-                    });
-                }
                 ShardMessage::ClusterChanged { view, reply } => {
                     if let Err(error) = shard.apply_view(view).await {
                         tracing::error!(shard = shard.context.index, "applying topics: {error}");
@@ -258,7 +248,7 @@ pub fn run(
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
                 }
-                ShardMessage::Run(work) => work(shard.clone()),
+                ShardMessage::Run(work) => work(shard.clone() as Rc<dyn std::any::Any>),
                 ShardMessage::Shutdown { reply } => {
                     for listener in &listeners {
                         listener.abort();

@@ -9,10 +9,8 @@ use strata_wire::protocol::{
     LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsPartition, ListOffsetsPartitionResponse,
     ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MAX_TIMESTAMP,
 };
-use tokio::sync::oneshot;
 
 use super::replica::Role;
-use crate::server::messages::ShardMessage;
 
 use super::{Shard, log_error_code};
 
@@ -32,19 +30,12 @@ impl Shard {
                         self.list_offset_local(&topic.name, partition).await
                     }
                     Ok(owner) => {
-                        let (reply, answer) = oneshot::channel();
-                        let message = ShardMessage::ListOffset {
-                            topic: topic.name.clone(),
-                            partition,
-                            reply,
-                        };
-                        if self.forward(owner, message) {
-                            answer
-                                .await
-                                .unwrap_or_else(|_| list_error(index, ErrorCode::NotReady))
-                        } else {
-                            list_error(index, ErrorCode::NotReady)
-                        }
+                        let name = topic.name.clone();
+                        self.run_on(owner, move |shard| async move {
+                            shard.list_offset_local(&name, partition).await
+                        })
+                        .await
+                        .unwrap_or_else(|| list_error(index, ErrorCode::NotReady))
                     }
                 };
                 partitions.push(response);

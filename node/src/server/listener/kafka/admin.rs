@@ -360,6 +360,10 @@ pub(super) async fn describe_configs(
     let mut results = Vec::new();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        if resource.resource_type == admin::RESOURCE_BROKER {
+            results.push(describe_broker_configs(shard, client, resource));
+            continue;
+        }
         if resource.resource_type != admin::RESOURCE_TOPIC {
             results.push(
                 DescribeConfigsResult::default()
@@ -367,7 +371,7 @@ pub(super) async fn describe_configs(
                     .with_resource_name(resource.resource_name)
                     .with_error_code(errors::INVALID_REQUEST)
                     .with_error_message(Some(StrBytes::from_static_str(
-                        "only topic configs are served",
+                        "only topic and broker configs are served",
                     ))),
             );
             continue;
@@ -395,6 +399,48 @@ pub(super) async fn describe_configs(
         ));
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// This broker's settings (DescribeConfigs on the cluster needed): a client asks each broker
+/// for its own, by id; the empty name is the cluster-wide defaults, which are this broker's
+/// too (none is set cluster-wide yet).
+fn describe_broker_configs(
+    shard: &Shard,
+    client: &Client,
+    resource: strata_kafka::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
+) -> DescribeConfigsResult {
+    let refused = |error, message: String| {
+        DescribeConfigsResult::default()
+            .with_resource_type(resource.resource_type)
+            .with_resource_name(resource.resource_name.clone())
+            .with_error_code(error)
+            .with_error_message(Some(StrBytes::from_string(message)))
+    };
+    if !authorize::cluster(shard, client, Operation::DescribeConfigs) {
+        return refused(
+            errors::CLUSTER_AUTHORIZATION_FAILED,
+            "DescribeConfigs on the cluster is needed".into(),
+        );
+    }
+    let node_id = shard.context.config.node_id;
+    let name = resource.resource_name.to_string();
+    if !name.is_empty() && name != node_id.to_string() {
+        return refused(
+            errors::INVALID_REQUEST,
+            format!("this is broker {node_id}, not broker {name}"),
+        );
+    }
+    let settings: Vec<(String, Option<String>, bool)> = shard
+        .context
+        .config
+        .broker_settings()
+        .into_iter()
+        .map(|setting| (setting.name, setting.value, setting.is_default))
+        .collect();
+    let keys: Option<Vec<String>> = resource
+        .configuration_keys
+        .map(|keys| keys.iter().map(ToString::to_string).collect());
+    admin::describe_broker_configs_result(&name, &settings, keys.as_deref())
 }
 
 pub(super) async fn incremental_alter_configs(

@@ -445,6 +445,32 @@ async fn respond(
             &header,
             &security_admin::alter_user_scram_credentials(shard, client, request).await,
         ),
+        request @ (KafkaRequest::DescribeCluster(_)
+        | KafkaRequest::DescribeTopicPartitions(_)
+        | KafkaRequest::ListPartitionReassignments(_)
+        | KafkaRequest::AlterPartitionReassignments(_)
+        | KafkaRequest::ElectLeaders(_)
+        | KafkaRequest::OffsetForLeaderEpoch(_)
+        | KafkaRequest::DescribeLogDirs(_)
+        | KafkaRequest::DescribeProducers(_)
+        | KafkaRequest::DeleteRecords(_)
+        | KafkaRequest::OffsetDelete(_)) => {
+            respond_cluster_admin(shard, client, header, request).await
+        }
+        KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
+            Outcome::Close("an authentication step outside the reader".into())
+        }
+    }
+}
+
+/// The cluster and partition administration APIs (`cluster_admin`, `partition_admin`).
+async fn respond_cluster_admin(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
         KafkaRequest::DescribeCluster(request) => encoded(
             &header,
             &cluster_admin::describe_cluster(shard, client, request),
@@ -487,9 +513,7 @@ async fn respond(
         KafkaRequest::OffsetDelete(request) => {
             encoded(&header, &admin::offset_delete(shard, client, request).await)
         }
-        KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
-            Outcome::Close("an authentication step outside the reader".into())
-        }
+        _ => unreachable!("only the cluster administration APIs come here"),
     }
 }
 

@@ -40,6 +40,26 @@ impl Shard {
         Some((addr, broker.host.clone()))
     }
 
+    /// The next fetch, sent before the answer in hand (`bytes` long, ending at `next` in leader
+    /// epoch `next_epoch`) is written: see [`Self::follow`].
+    fn fetch_ahead(
+        self: &Rc<Self>,
+        key: &(String, u32),
+        epoch: u32,
+        log_end: u64,
+        (next, next_epoch, bytes): (u64, u32, u64),
+        (addr, host): (SocketAddr, String),
+        log: &LogHandle,
+    ) -> FetchAhead {
+        let request = self.follower_fetch(key, epoch, next, Some(next_epoch), log_end);
+        // Where these records will leave the log's last block (a roll in between only costs
+        // that answer's placement: it is copied instead).
+        let phase = log
+            .direct_phase()
+            .map(|phase| (phase + bytes as usize) % DIRECT_BLOCK);
+        FetchAhead::send(self, addr, host, request, phase)
+    }
+
     /// The follower's loop: fetch from the leader, truncate where the leader says the logs
     /// diverge, append what it sends verbatim, repeat. Runs until its role ends (aborted).
     ///
@@ -136,16 +156,18 @@ impl Shard {
                         epoch: u32::try_from(diverging.epoch).ok(),
                         end_offset: diverging.end_offset,
                     };
-                    match log.truncate_diverged(divergence).await {
-                        Ok(end) => {
-                            tracing::warn!(%topic, partition, from = log_end, to = end, ?divergence,
-                                "log diverged from the leader's: truncated");
-                            high_watermark.set(high_watermark.get().min(end));
-                        }
-                        Err(error) => {
-                            tracing::error!(%topic, partition, "follower stops: truncation failed: {error}");
-                            return;
-                        }
+                    if truncate_diverged(
+                        &log,
+                        &topic,
+                        partition,
+                        log_end,
+                        divergence,
+                        &high_watermark,
+                    )
+                    .await
+                    .is_err()
+                    {
+                        return;
                     }
                     continue 'resync;
                 }
@@ -163,19 +185,9 @@ impl Shard {
                         && last.next_offset() < response.log_end_offset
                         && bytes >= FETCH_AHEAD_BYTES_MIN
                     {
-                        let request = self.follower_fetch(
-                            &key,
-                            epoch,
-                            last.next_offset(),
-                            Some(last.leader_epoch),
-                            log_end,
-                        );
-                        // Where these records will leave the log's last block (a roll in
-                        // between only costs that answer's placement: it is copied instead).
-                        let phase = log
-                            .direct_phase()
-                            .map(|phase| (phase + bytes as usize) % DIRECT_BLOCK);
-                        ahead = Some(FetchAhead::send(&self, addr, host.clone(), request, phase));
+                        let after = (last.next_offset(), last.leader_epoch, bytes);
+                        let target = (addr, host.clone());
+                        ahead = Some(self.fetch_ahead(&key, epoch, log_end, after, target, &log));
                     }
                     match log.append_replicated(records).await {
                         Ok(appended) => {
@@ -195,20 +207,12 @@ impl Shard {
                         }
                     }
                 }
-                let known = response.high_watermark.min(log_end);
-                if known > high_watermark.get() {
-                    high_watermark.set(known);
-                }
-                // The leader's log start moved (DeleteRecords, retention): follow it, up to
-                // what this replica holds of the committed log, as Kafka's followers do.
-                let leader_start = response.log_start_offset.min(known);
-                if leader_start > log_start {
-                    match log.delete_records_before(leader_start).await {
-                        Ok(start) => log_start = start,
-                        Err(error) => {
-                            tracing::error!(%topic, partition, "follower stops: moving the log start failed: {error}");
-                            return;
-                        }
+                let marks = (response.high_watermark, response.log_start_offset);
+                match follow_marks(&log, &high_watermark, log_start, log_end, marks).await {
+                    Ok(start) => log_start = start,
+                    Err(error) => {
+                        tracing::error!(%topic, partition, "follower stops: moving the log start failed: {error}");
+                        return;
                     }
                 }
             }
@@ -303,5 +307,51 @@ impl FetchAhead {
 impl Drop for FetchAhead {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Takes the leader's high watermark and log start (`marks`) as far as this replica's log
+/// (ending at `log_end`) holds them: the high watermark for its readers, and the log start
+/// moved up when the leader's moved (DeleteRecords, retention), as Kafka's followers do.
+/// Returns this replica's log start.
+async fn follow_marks(
+    log: &LogHandle,
+    high_watermark: &Cell<u64>,
+    log_start: u64,
+    log_end: u64,
+    (leader_high_watermark, leader_start): (u64, u64),
+) -> Result<u64, LogError> {
+    let known = leader_high_watermark.min(log_end);
+    if known > high_watermark.get() {
+        high_watermark.set(known);
+    }
+    let leader_start = leader_start.min(known);
+    if leader_start <= log_start {
+        return Ok(log_start);
+    }
+    log.delete_records_before(leader_start).await
+}
+
+/// Cuts the log where the leader said it diverges; the high watermark comes down with it.
+/// An error (logged) stops the follower.
+async fn truncate_diverged(
+    log: &LogHandle,
+    topic: &str,
+    partition: u32,
+    log_end: u64,
+    divergence: Divergence,
+    high_watermark: &Cell<u64>,
+) -> Result<(), LogError> {
+    match log.truncate_diverged(divergence).await {
+        Ok(end) => {
+            tracing::warn!(%topic, partition, from = log_end, to = end, ?divergence,
+                "log diverged from the leader's: truncated");
+            high_watermark.set(high_watermark.get().min(end));
+            Ok(())
+        }
+        Err(error) => {
+            tracing::error!(%topic, partition, "follower stops: truncation failed: {error}");
+            Err(error)
+        }
     }
 }
