@@ -484,3 +484,81 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     let quotas = java.step(&kafka, &["describe-quotas"]);
     assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");
 }
+
+/// `kafka_admin/python_admin.py` with `args`: its JSON.
+fn python_admin(args: &[&str]) -> Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/kafka_admin/python_admin.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 with kafka-python and confluent-kafka (scripts/test.sh installs them)");
+    assert!(
+        output.status.success(),
+        "python_admin.py {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// kafka-python's and confluent-kafka's admin clients against one node: each call answered,
+/// and each change seen by the next read (records deleted below their offsets, a group's
+/// offset of one partition forgotten, the others kept).
+#[test]
+fn the_python_admin_clients_describe_and_change_what_they_ask_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let _node = TestNode::start_with(dir.path(), 2, &["--kafka-listen", &kafka]);
+    let committed = python_admin(&["prepare", &kafka, "py", "pygroup"]);
+    let ends: Vec<i64> = (0..3)
+        .map(|p| committed[format!("py-{p}")].as_i64().unwrap())
+        .collect();
+    assert_eq!(ends.iter().sum::<i64>(), 300, "{committed}");
+
+    let seen = python_admin(&[&kafka, "py", "pygroup"]);
+    let kafka_python = &seen["kafka_python"];
+    assert_eq!(kafka_python["cluster"]["broker_ids"], json!([1]), "{seen}");
+    assert_eq!(kafka_python["cluster"]["controller_id"], 1);
+    assert_eq!(
+        kafka_python["leaders"],
+        json!({"py-0": 1, "py-1": 1, "py-2": 1})
+    );
+    for partition in 0..3 {
+        let size = &kafka_python["log_dirs"][format!("py-{partition}")];
+        assert!(size.as_u64().is_some_and(|size| size > 0), "{seen}");
+    }
+    assert_eq!(kafka_python["reassignments"], json!({}));
+    assert_eq!(kafka_python["delete_records"], json!({"py-0": 10}));
+    assert_eq!(kafka_python["delete_group_offsets"], json!({"py-1": null}));
+    assert_eq!(
+        kafka_python["group_offsets"],
+        json!({"py-0": ends[0], "py-2": ends[2]})
+    );
+    assert_eq!(
+        kafka_python["elect_leaders"],
+        json!({"py-0": "ElectionNotNeededError"})
+    );
+    assert_eq!(
+        kafka_python["producers"]["py-0"].as_array().unwrap().len(),
+        1
+    );
+
+    let confluent = &seen["confluent"];
+    assert_eq!(confluent["cluster"]["node_ids"], json!([1]), "{seen}");
+    assert_eq!(confluent["delete_records"], json!({"py-2": 20}));
+    assert_eq!(confluent["earliest"]["offset"], 20);
+    assert_eq!(confluent["latest"]["offset"], ends[2]);
+    let max = confluent["max_timestamp"]["offset"].as_i64().unwrap();
+    assert!((20..ends[2]).contains(&max), "{seen}");
+    assert_eq!(
+        confluent["elect_leaders"],
+        json!({"py-1": "ELECTION_NOT_NEEDED"})
+    );
+    assert_eq!(
+        confluent["broker_configs"]["num.partitions"],
+        json!({"read_only": true, "value": "1"})
+    );
+}
