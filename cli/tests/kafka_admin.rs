@@ -562,3 +562,82 @@ fn the_python_admin_clients_describe_and_change_what_they_ask_for() {
         json!({"read_only": true, "value": "1"})
     );
 }
+
+/// The Java client's data path on three brokers: the default (idempotent, acks=all) producer
+/// with every codec, a consumer by assign reading each back, and a group of three consumers
+/// of which one is killed outright: the other two take its partitions and, between them,
+/// read everything.
+#[test]
+fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_member() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
+        .collect();
+    let all: Vec<&str> = brokers.iter().map(|(_, kafka)| kafka.as_str()).collect();
+    let bootstrap = all.join(",");
+    let java = Java::compile();
+    java.step(&bootstrap, &["create-topic", "codecs", "6", "3"]);
+    described(&java, &bootstrap, "codecs", 5);
+    let mut produced = 0;
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let acked = java.step(&bootstrap, &["produce", "codecs", "400", codec]);
+        assert_eq!(acked["acked"], 400, "{codec}: {acked}");
+        produced += 400;
+        let held = acked["offsets"]["0"][1].as_i64().unwrap() + 1;
+        let held = held.to_string();
+        let read = java.step(&bootstrap, &["consume-assign", "codecs", "0", "0", &held]);
+        let offsets: Vec<i64> = read["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|record| record["offset"].as_i64().unwrap())
+            .collect();
+        let expected: Vec<i64> = (0..held.parse().unwrap()).collect();
+        assert_eq!(
+            offsets, expected,
+            "{codec}: partition 0 read back whole, in order"
+        );
+    }
+
+    let member = |name: &str| {
+        Command::new("java")
+            .args(["-cp", &java.classpath, "AdminSurface", &bootstrap])
+            .args(["group-member", "trio", "codecs", "30", "classic", "6000"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("member {name}: {error}"))
+    };
+    let mut members: Vec<_> = ["a", "b", "c"].into_iter().map(member).collect();
+    // Let the three share the partitions, then kill one without a goodbye.
+    std::thread::sleep(Duration::from_secs(12));
+    members[0].kill().unwrap();
+    let _ = members[0].wait();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut records = 0;
+    for member in members.drain(1..) {
+        let output = member.wait_with_output().unwrap();
+        assert!(output.status.success());
+        let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+        records += result["records"].as_i64().unwrap();
+        let last = result["assignments"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        seen.extend(
+            last.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string()),
+        );
+    }
+    let every: std::collections::BTreeSet<String> = (0..6).map(|p| format!("codecs-{p}")).collect();
+    assert_eq!(seen, every, "the survivors hold every partition at the end");
+    // What the killed member read but did not commit is read again: at least everything.
+    assert!(records >= produced, "{records} of {produced}");
+}

@@ -78,7 +78,7 @@ public class AdminSurface {
           alter-quota user|client-id|user+client-id NAME|default [CLIENT|default] KEY=VALUE|KEY=--delete...
           produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false] [partition=N]
           consume-assign TOPIC PARTITION FROM_OFFSET COUNT | consume-beginning TOPIC PARTITION COUNT
-          group-member GROUP TOPIC SECONDS [classic|consumer]""";
+          group-member GROUP TOPIC SECONDS [classic|consumer] [SESSION_TIMEOUT_MS]""";
 
     // A client's plain close() may wait up to its whole API timeout for a broker the test has
     // already stopped; five seconds is plenty for a clean close and keeps a run short.
@@ -125,7 +125,7 @@ public class AdminSurface {
                     Optional.empty(), Integer.parseInt(a.get(2)));
             case "group-member":
                 return groupMember(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
-                    a.size() > 3 ? a.get(3) : "classic");
+                    a.size() > 3 ? a.get(3) : "classic", a.size() > 4 ? a.get(4) : null);
             default:
                 try (var admin = new Closing<>(Admin.create(clientConfig(bootstrap)),
                         client -> client.close(CLOSE_TIMEOUT))) {
@@ -538,11 +538,16 @@ public class AdminSurface {
      * can start or stop other members at the right moment. partitions_seen are the partitions
      * records came from.
      */
-    private static String groupMember(String bootstrap, String group, String topic, int seconds, String protocol)
-            throws Exception {
+    private static String groupMember(String bootstrap, String group, String topic, int seconds, String protocol,
+            String sessionTimeoutMs) throws Exception {
         Properties config = clientConfig(bootstrap);
         config.put("group.id", group);
         config.put("group.protocol", protocol);
+        if (sessionTimeoutMs != null) {
+            // A member killed outright is noticed only when its session times out (45 s by default).
+            config.put("session.timeout.ms", sessionTimeoutMs);
+            config.put("heartbeat.interval.ms", "1000");
+        }
         config.put("auto.offset.reset", "earliest");
         config.put("enable.auto.commit", "true");
         int records = 0;
