@@ -113,6 +113,39 @@ fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, 
     )
 }
 
+/// ListOffsets v7 (latest) for partition 0 of `elect` at `leader`, naming
+/// `current_leader_epoch`: (error code, offset).
+fn latest_offset(leader: &str, current_leader_epoch: i32) -> (i16, i64) {
+    use strata_kafka::kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsTopic,
+    };
+    use strata_kafka::kafka_protocol::messages::{
+        ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, ResponseHeader, TopicName,
+    };
+    use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("elect")))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_current_leader_epoch(current_leader_epoch)
+                        .with_timestamp(-1),
+                ]),
+        ]);
+    let mut stream = std::net::TcpStream::connect(leader).unwrap();
+    use std::io::Write;
+    let frame = support::request_frame(ApiKey::ListOffsets, 7, 1, &request);
+    stream.write_all(&frame).unwrap();
+    let mut answer = support::read_frame(&mut stream).expect("an answer");
+    ResponseHeader::decode(&mut answer, ApiKey::ListOffsets.response_header_version(7)).unwrap();
+    let response = ListOffsetsResponse::decode(&mut answer, 7).unwrap();
+    let partition = &response.topics[0].partitions[0];
+    (partition.error_code, partition.offset)
+}
+
 /// The replicas, ISR and leader of `topic`'s partition `partition` as AdminClient describes it
 /// (waiting for a new topic to reach the broker answering).
 fn described(java: &Java, bootstrap: &str, topic: &str, partition: usize) -> Value {
@@ -299,6 +332,15 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
     assert_eq!(epoch_end(leader, 7, -1), (0, 1, 40));
     assert_eq!(epoch_end(leader, 0, 0).0, 74, "FENCED_LEADER_EPOCH");
     assert_eq!(epoch_end(leader, 0, 9).0, 75, "UNKNOWN_LEADER_EPOCH");
+    // ListOffsets checks the caller's leader epoch the same way.
+    assert_eq!(latest_offset(leader, 1), (0, 40));
+    assert_eq!(latest_offset(leader, 0).0, 74, "FENCED_LEADER_EPOCH");
+    assert_eq!(latest_offset(leader, 9).0, 75, "UNKNOWN_LEADER_EPOCH");
+    assert_eq!(
+        latest_offset(leader, -1),
+        (0, 40),
+        "no epoch named: not checked"
+    );
     brokers[at(preferred)].0.restart();
     wait_for_at_most(
         "the preferred replica back in sync",
@@ -480,6 +522,12 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
             .all(|config| config["read_only"] == true),
         "{configs}"
     );
+
+    let altered = java.step(
+        &kafka,
+        &["alter-config", "broker", "1", "log.retention.ms", "1000"],
+    );
+    assert_eq!(altered["error"], "InvalidRequestException", "{altered}");
 
     let quotas = java.step(&kafka, &["describe-quotas"]);
     assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");

@@ -500,6 +500,12 @@ pub fn incremental_alter_request(
     configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
     overrides: &std::collections::BTreeMap<String, String>,
 ) -> Result<native::AlterTopicConfigRequest, Refusal> {
+    if resource_type == RESOURCE_BROKER {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "broker settings do not change live: they are set when the broker starts",
+        ));
+    }
     if resource_type != RESOURCE_TOPIC {
         return Err(refuse(
             errors::INVALID_REQUEST,

@@ -664,6 +664,7 @@ async fn list_offsets(
         &mut list.native.topics,
         &mut list.refused,
     );
+    refuse_other_leader_epochs(shard, &request, &mut list);
     let native = if list.native.topics.is_empty() {
         strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
     } else {
@@ -695,6 +696,54 @@ async fn list_offsets(
         &header,
         &translate::list_offsets_response(native, list.refused, leader_epoch),
     )
+}
+
+/// A ListOffsets partition whose caller names a leader epoch (v4+) other than the one this
+/// broker's view has is refused, as a fetch is: FENCED_LEADER_EPOCH when the caller's is
+/// older (its leader moved on), UNKNOWN_LEADER_EPOCH when newer (this broker has not heard yet).
+fn refuse_other_leader_epochs(
+    shard: &Shard,
+    request: &strata_kafka::kafka_protocol::messages::ListOffsetsRequest,
+    list: &mut translate::ListOffsets,
+) {
+    let view = shard.view.borrow();
+    for asked in &request.topics {
+        let Some(known) = view.topics.iter().find(|t| t.name == asked.name.0.as_str()) else {
+            continue;
+        };
+        for partition in &asked.partitions {
+            let current = partition.current_leader_epoch;
+            let Some(state) = usize::try_from(partition.partition_index)
+                .ok()
+                .and_then(|index| known.partitions.get(index))
+            else {
+                continue;
+            };
+            let error = match i64::from(current).cmp(&i64::from(state.leader_epoch)) {
+                _ if current < 0 => continue,
+                std::cmp::Ordering::Less => errors::FENCED_LEADER_EPOCH,
+                std::cmp::Ordering::Greater => errors::UNKNOWN_LEADER_EPOCH,
+                std::cmp::Ordering::Equal => continue,
+            };
+            // Only a partition still asked (not refused already, for its ACL say).
+            let Some(topic) = list.native.topics.iter_mut().find(|t| t.name == known.name) else {
+                continue;
+            };
+            let before = topic.partitions.len();
+            topic.partitions.retain(|p| p.partition != state.partition);
+            if topic.partitions.len() == before {
+                continue;
+            }
+            list.refused.push(translate::Refused {
+                topic: known.name.clone(),
+                partition: partition.partition_index,
+                error,
+            });
+        }
+    }
+    list.native
+        .topics
+        .retain(|topic| !topic.partitions.is_empty());
 }
 
 /// What creating a metadata answer's unknown topics did.
