@@ -71,6 +71,29 @@ fn produce_to_partition_0(java: &Java, bootstrap: &str, topic: &str, count: u64)
     assert_eq!(produced["acked"], count, "{produced}");
 }
 
+/// One Kafka request of `api` at `version` to `broker`, and its decoded answer.
+fn raw_request<Req, Resp>(
+    broker: &str,
+    api: strata_kafka::kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &Req,
+) -> Resp
+where
+    Req: strata_kafka::kafka_protocol::protocol::Encodable,
+    Resp: strata_kafka::kafka_protocol::protocol::Decodable,
+{
+    use std::io::Write;
+    use strata_kafka::kafka_protocol::messages::ResponseHeader;
+    use strata_kafka::kafka_protocol::protocol::Decodable;
+    let mut stream = std::net::TcpStream::connect(broker).unwrap();
+    stream
+        .write_all(&support::request_frame(api, version, 1, request))
+        .unwrap();
+    let mut answer = support::read_frame(&mut stream).expect("an answer");
+    ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
+    Resp::decode(&mut answer, version).unwrap()
+}
+
 /// OffsetForLeaderEpoch v4 for partition 0 of `elect` at `leader` (a Kafka address):
 /// (error code, leader epoch, end offset).
 fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, i64) {
@@ -78,10 +101,9 @@ fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, 
         OffsetForLeaderPartition, OffsetForLeaderTopic,
     };
     use strata_kafka::kafka_protocol::messages::{
-        ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ResponseHeader,
-        TopicName,
+        ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
     };
-    use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
+    use strata_kafka::kafka_protocol::protocol::StrBytes;
     let request = OffsetForLeaderEpochRequest::default()
         .with_replica_id(strata_kafka::kafka_protocol::messages::BrokerId(-1))
         .with_topics(vec![
@@ -94,17 +116,8 @@ fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, 
                         .with_leader_epoch(epoch),
                 ]),
         ]);
-    let mut stream = std::net::TcpStream::connect(leader).unwrap();
-    use std::io::Write;
-    let frame = support::request_frame(ApiKey::OffsetForLeaderEpoch, 4, 1, &request);
-    stream.write_all(&frame).unwrap();
-    let mut answer = support::read_frame(&mut stream).expect("an answer");
-    ResponseHeader::decode(
-        &mut answer,
-        ApiKey::OffsetForLeaderEpoch.response_header_version(4),
-    )
-    .unwrap();
-    let response = OffsetForLeaderEpochResponse::decode(&mut answer, 4).unwrap();
+    let response: OffsetForLeaderEpochResponse =
+        raw_request(leader, ApiKey::OffsetForLeaderEpoch, 4, &request);
     let partition = &response.topics[0].partitions[0];
     (
         partition.error_code,
@@ -120,9 +133,9 @@ fn latest_offset(leader: &str, current_leader_epoch: i32) -> (i16, i64) {
         ListOffsetsPartition, ListOffsetsTopic,
     };
     use strata_kafka::kafka_protocol::messages::{
-        ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, ResponseHeader, TopicName,
+        ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName,
     };
-    use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
+    use strata_kafka::kafka_protocol::protocol::StrBytes;
     let request = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![
@@ -135,13 +148,7 @@ fn latest_offset(leader: &str, current_leader_epoch: i32) -> (i16, i64) {
                         .with_timestamp(-1),
                 ]),
         ]);
-    let mut stream = std::net::TcpStream::connect(leader).unwrap();
-    use std::io::Write;
-    let frame = support::request_frame(ApiKey::ListOffsets, 7, 1, &request);
-    stream.write_all(&frame).unwrap();
-    let mut answer = support::read_frame(&mut stream).expect("an answer");
-    ResponseHeader::decode(&mut answer, ApiKey::ListOffsets.response_header_version(7)).unwrap();
-    let response = ListOffsetsResponse::decode(&mut answer, 7).unwrap();
+    let response: ListOffsetsResponse = raw_request(leader, ApiKey::ListOffsets, 7, &request);
     let partition = &response.topics[0].partitions[0];
     (partition.error_code, partition.offset)
 }
