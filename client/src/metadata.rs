@@ -541,18 +541,8 @@ impl Client {
                 "delete records answered with another api".into(),
             ));
         };
-        let answer = response
-            .topics
-            .first()
-            .and_then(|topic| topic.partitions.first())
-            .ok_or_else(|| ClientError::Protocol("empty delete records response".into()))?;
-        if answer.error != ErrorCode::None {
-            return Err(ClientError::Partition {
-                topic: topic.to_string(),
-                partition,
-                code: answer.error,
-            });
-        }
+        let first = response.topics.first().and_then(|t| t.partitions.first());
+        let answer = only_partition(first, topic, partition, |p| p.error)?;
         Ok(answer.log_start_offset as u64)
     }
 
@@ -580,19 +570,28 @@ impl Client {
                 "list offsets answered with another api".into(),
             ));
         };
-        let answer = response
-            .topics
-            .first()
-            .and_then(|topic| topic.partitions.first())
-            .ok_or_else(|| ClientError::Protocol("empty list offsets response".into()))?;
-        if answer.error != ErrorCode::None {
-            return Err(ClientError::Partition {
-                topic: topic.to_string(),
-                partition,
-                code: answer.error,
-            });
-        }
+        let first = response.topics.first().and_then(|t| t.partitions.first());
+        let answer = only_partition(first, topic, partition, |p| p.error)?;
         Ok(u64::try_from(answer.offset).ok())
+    }
+}
+
+/// The answer of the one partition a request named, or its error.
+fn only_partition<'a, P>(
+    answer: Option<&'a P>,
+    topic: &str,
+    partition: u32,
+    error_of: impl Fn(&P) -> ErrorCode,
+) -> Result<&'a P, ClientError> {
+    let answer =
+        answer.ok_or_else(|| ClientError::Protocol("an answer without its partition".into()))?;
+    match error_of(answer) {
+        ErrorCode::None => Ok(answer),
+        code => Err(ClientError::Partition {
+            topic: topic.to_string(),
+            partition,
+            code,
+        }),
     }
 }
 
