@@ -477,4 +477,88 @@ pub async fn check_security_store(coordinator: &impl Coordinator) {
         1
     );
     assert!(coordinator.acls().await.unwrap().is_empty());
+    check_quota_store(coordinator).await;
+}
+
+/// Client quotas: set, replaced, removed key by key, an entity gone with its last quota, and
+/// nothing applied when one alteration of several is invalid.
+async fn check_quota_store(coordinator: &impl Coordinator) {
+    use crate::quotas::{EntityName, QuotaAlteration, QuotaEntity, QuotaKey};
+    assert!(coordinator.client_quotas().await.unwrap().is_empty());
+    let alice = QuotaEntity {
+        user: Some(EntityName::Named("alice".into())),
+        client_id: None,
+    };
+    let any_client = QuotaEntity {
+        user: None,
+        client_id: Some(EntityName::Default),
+    };
+    coordinator
+        .alter_client_quotas(&[
+            QuotaAlteration {
+                entity: alice.clone(),
+                changes: vec![
+                    (QuotaKey::ProducerByteRate, Some(1_048_576.0)),
+                    (QuotaKey::RequestPercentage, Some(25.0)),
+                ],
+            },
+            QuotaAlteration {
+                entity: any_client.clone(),
+                changes: vec![(QuotaKey::ConsumerByteRate, Some(2_097_152.0))],
+            },
+        ])
+        .await
+        .unwrap();
+    let stored = coordinator.client_quotas().await.unwrap();
+    assert_eq!(stored.len(), 2);
+    assert_eq!(
+        stored[0].entity, any_client,
+        "entity order: user None first"
+    );
+    assert_eq!(stored[1].values[&QuotaKey::RequestPercentage], 25.0);
+    let invalid = coordinator
+        .alter_client_quotas(&[
+            QuotaAlteration {
+                entity: alice.clone(),
+                changes: vec![(QuotaKey::RequestPercentage, None)],
+            },
+            QuotaAlteration {
+                entity: any_client.clone(),
+                changes: vec![(QuotaKey::ConsumerByteRate, Some(-1.0))],
+            },
+        ])
+        .await;
+    assert!(invalid.is_err());
+    assert_eq!(coordinator.client_quotas().await.unwrap(), stored);
+    coordinator
+        .alter_client_quotas(&[
+            QuotaAlteration {
+                entity: alice.clone(),
+                changes: vec![
+                    (QuotaKey::RequestPercentage, None),
+                    (QuotaKey::ProducerByteRate, Some(4096.0)),
+                ],
+            },
+            QuotaAlteration {
+                entity: any_client,
+                changes: vec![(QuotaKey::ConsumerByteRate, None)],
+            },
+        ])
+        .await
+        .unwrap();
+    let stored = coordinator.client_quotas().await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].entity, alice);
+    assert_eq!(
+        stored[0].values,
+        std::collections::BTreeMap::from([(QuotaKey::ProducerByteRate, 4096.0)])
+    );
+    coordinator
+        .alter_client_quotas(&[QuotaAlteration {
+            entity: alice,
+            changes: vec![(QuotaKey::ProducerByteRate, None)],
+        }])
+        .await
+        .unwrap();
+    assert!(coordinator.client_quotas().await.unwrap().is_empty());
 }

@@ -28,6 +28,7 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::failover::Etcd;
+use crate::quotas::{QuotaAlteration, QuotaEntity, QuotaRecord};
 use crate::security::{UserRecord, check_acls, check_credential, split_by_filters};
 use crate::{
     BrokerInfo, ConfigChange, ConfigCheck, ControllerKey, Coordinator, CoordinatorError,
@@ -370,14 +371,24 @@ impl EtcdCoordinator {
 
     /// `acls/<sha-256 of the binding's JSON>`: the same binding always has the same key.
     fn acl_key(&self, binding: &AclBinding) -> String {
-        let json = serde_json::to_vec(binding).expect("an ACL serializes");
+        self.hashed_key("acls", binding)
+    }
+
+    /// `<dir>/<sha-256 of value's JSON>`: one key per value, whatever characters it holds.
+    fn hashed_key(&self, dir: &str, value: &impl serde::Serialize) -> String {
+        let json = serde_json::to_vec(value).expect("a stored value serializes");
         let digest = ring::digest::digest(&ring::digest::SHA256, &json);
         let hex: String = digest
             .as_ref()
             .iter()
             .map(|byte| format!("{byte:02x}"))
             .collect();
-        self.key(&format!("acls/{hex}"))
+        self.key(&format!("{dir}/{hex}"))
+    }
+
+    /// `quotas/<sha-256 of the entity's JSON>`.
+    fn quota_key(&self, entity: &QuotaEntity) -> String {
+        self.hashed_key("quotas", entity)
     }
 
     /// Applies `change` to `user`'s record (a new, empty one when absent) and stores it only if
@@ -701,6 +712,68 @@ impl Coordinator for EtcdCoordinator {
     ) -> Result<bool, CoordinatorError> {
         self.change_user(user, |record| record.remove(mechanism))
             .await
+    }
+
+    async fn client_quotas(&self) -> Result<Vec<QuotaRecord>, CoordinatorError> {
+        let (keys, _) =
+            get_prefix(&self.client, &self.key("quotas/"), SMALL_VALUES_PER_PAGE, 0).await?;
+        let mut quotas: Vec<QuotaRecord> = keys
+            .iter()
+            .map(|kv| decode(kv.key(), kv.value()))
+            .collect::<Result<_, _>>()?;
+        quotas.sort_by(|a, b| a.entity.cmp(&b.entity));
+        Ok(quotas)
+    }
+
+    /// One key per entity; each alteration reads it and writes only if it is unchanged
+    /// since, retrying on a race with another broker's change.
+    async fn alter_client_quotas(
+        &self,
+        alterations: &[QuotaAlteration],
+    ) -> Result<(), CoordinatorError> {
+        crate::quotas::check_alterations(alterations)?;
+        for alteration in alterations {
+            let key = self.quota_key(&alteration.entity);
+            loop {
+                let response = self
+                    .client
+                    .get(key.clone(), None)
+                    .await
+                    .map_err(etcd_error)?;
+                let (current, revision) = match response.kvs().first() {
+                    Some(kv) => (
+                        decode::<QuotaRecord>(kv.key(), kv.value())?.values,
+                        kv.mod_revision(),
+                    ),
+                    None => (Default::default(), 0),
+                };
+                let values = alteration.apply(&current);
+                let write = if values.is_empty() {
+                    TxnOp::delete(key.clone(), None)
+                } else {
+                    let record = QuotaRecord {
+                        entity: alteration.entity.clone(),
+                        values,
+                    };
+                    TxnOp::put(
+                        key.clone(),
+                        serde_json::to_vec(&record).expect("a quota serializes"),
+                        None,
+                    )
+                };
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([write]);
+                if self.client.txn(txn).await.map_err(etcd_error)?.succeeded() {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn acls(&self) -> Result<Vec<AclBinding>, CoordinatorError> {

@@ -17,6 +17,7 @@ mod failover;
 pub mod groups;
 mod local;
 pub mod placement;
+pub mod quotas;
 pub mod security;
 pub mod testing;
 
@@ -308,6 +309,16 @@ pub trait Coordinator {
         &self,
         filters: &[strata_auth::acl::AclFilter],
     ) -> Result<Vec<Vec<strata_auth::acl::AclBinding>>, CoordinatorError>;
+
+    // Client quotas: read by every broker, which enforces them on its own traffic (see [`quotas`]).
+
+    /// Every entity's quotas, in entity order.
+    async fn client_quotas(&self) -> Result<Vec<quotas::QuotaRecord>, CoordinatorError>;
+    /// Applies `alterations` (each validated first; nothing is applied when one is invalid).
+    async fn alter_client_quotas(
+        &self,
+        alterations: &[quotas::QuotaAlteration],
+    ) -> Result<(), CoordinatorError>;
 
     /// Stores the partitions `topic` was created with that the store does not hold yet (a
     /// creator that stopped half way); returns how many.

@@ -32,6 +32,8 @@ struct State {
     users: Vec<UserRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     acls: Vec<AclBinding>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    quotas: Vec<crate::quotas::QuotaRecord>,
 }
 
 pub struct LocalCoordinator {
@@ -163,6 +165,21 @@ impl Coordinator for LocalCoordinator {
             let removed = known.remove(mechanism);
             state.users.retain(|known| !known.credentials.is_empty());
             Ok(removed)
+        })
+    }
+
+    async fn client_quotas(&self) -> Result<Vec<crate::quotas::QuotaRecord>, CoordinatorError> {
+        Ok(self.state.borrow().quotas.clone())
+    }
+
+    async fn alter_client_quotas(
+        &self,
+        alterations: &[crate::quotas::QuotaAlteration],
+    ) -> Result<(), CoordinatorError> {
+        crate::quotas::check_alterations(alterations)?;
+        self.update(|state| {
+            crate::quotas::apply_all(&mut state.quotas, alterations);
+            Ok(())
         })
     }
 

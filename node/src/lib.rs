@@ -10,5 +10,6 @@ pub mod io;
 pub mod iotune;
 pub mod log;
 pub mod memory;
+pub mod quota;
 pub mod replication;
 pub mod server;
