@@ -17,6 +17,7 @@ mod bench_cmd;
 mod client_cmd;
 mod group_reset;
 mod log_tools;
+mod quota_cmd;
 #[cfg(test)]
 mod reference;
 mod security_cmd;
@@ -91,6 +92,13 @@ enum Command {
         connection: Connection,
         #[command(subcommand)]
         command: security_cmd::AclCommand,
+    },
+    /// Client quotas: set, remove, list (produce and fetch byte rates, request time).
+    Quota {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: quota_cmd::QuotaCommand,
     },
     /// Cluster-wide information.
     Cluster {
@@ -370,6 +378,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => client_cmd::runtime()?.block_on(security_cmd::acl(connection, command)),
+        Command::Quota {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(quota_cmd::quota(connection, command)),
         Command::Bench { connection, args } => {
             client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
         }

@@ -122,7 +122,8 @@ pub enum AclCommand {
     },
 }
 
-fn refused(error: ErrorCode, message: &str) -> anyhow::Result<()> {
+/// An answer's error as the command's, with the broker's message where it gave one.
+pub(crate) fn refused(error: ErrorCode, message: &str) -> anyhow::Result<()> {
     match error {
         ErrorCode::None => Ok(()),
         _ if message.is_empty() => anyhow::bail!("refused: {error}"),

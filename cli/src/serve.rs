@@ -186,6 +186,14 @@ pub struct ServeArgs {
     /// log.cleaner.backoff.ms; default 15000).
     #[arg(long, env = "STRATA_CLEANER_BACKOFF_MS")]
     cleaner_backoff_ms: Option<u64>,
+    /// How many sampled windows client quotas are measured over (Kafka's quota.window.num;
+    /// 2 to 100, default 11).
+    #[arg(long, env = "STRATA_QUOTA_WINDOW_NUM")]
+    quota_window_num: Option<u32>,
+    /// Each quota window's length in seconds (Kafka's quota.window.size.seconds; 1 to 3600,
+    /// default 1).
+    #[arg(long, env = "STRATA_QUOTA_WINDOW_SIZE_SECONDS")]
+    quota_window_size_seconds: Option<u64>,
 }
 
 /// The same settings as a config file.
@@ -239,6 +247,8 @@ struct FileConfig {
     cleaner_memory_bytes: Option<usize>,
     cleaner_io_bytes_per_sec: Option<u64>,
     cleaner_backoff_ms: Option<u64>,
+    quota_window_num: Option<u32>,
+    quota_window_size_seconds: Option<u64>,
 }
 
 /// Open files each partition replica keeps: the active segment's log (twice: buffered and
@@ -297,7 +307,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
-    let cleaner = cleaner_config(&args, &file)?;
     let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
     let native_listener = native_listeners[0];
     let etcd = args
@@ -413,7 +422,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or(300_000)
                 .max(1),
         ),
-        cleaner,
+        cleaner: cleaner_config(&args, &file)?,
+        quota_window: quota_window(&args, &file)?,
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
@@ -565,8 +575,34 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Securi
     Ok(security)
 }
 
-/// Kafka's num.partitions and default.replication.factor, from the flags or the file; zero is
-/// refused wherever it comes from.
+/// The windows client quotas are measured over, checked.
+fn quota_window(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> anyhow::Result<strata_node::quota::QuotaWindow> {
+    let defaults = strata_node::quota::QuotaWindow::default();
+    let samples = args
+        .quota_window_num
+        .or(file.quota_window_num)
+        .unwrap_or(defaults.samples);
+    anyhow::ensure!(
+        (2..=100).contains(&samples),
+        "--quota-window-num must be 2 to 100 (got {samples})"
+    );
+    let seconds = args
+        .quota_window_size_seconds
+        .or(file.quota_window_size_seconds)
+        .unwrap_or(defaults.window.as_secs());
+    anyhow::ensure!(
+        (1..=3600).contains(&seconds),
+        "--quota-window-size-seconds must be 1 to 3600 (got {seconds})"
+    );
+    Ok(strata_node::quota::QuotaWindow {
+        samples,
+        window: std::time::Duration::from_secs(seconds),
+    })
+}
+
 /// The log cleaner's settings, checked: a key map too small to clean anything is refused.
 fn cleaner_config(
     args: &ServeArgs,
@@ -600,6 +636,8 @@ fn cleaner_config(
     })
 }
 
+/// Kafka's num.partitions and default.replication.factor, from the flags or the file; zero is
+/// refused wherever it comes from.
 fn topic_defaults(
     args: &ServeArgs,
     file: &FileConfig,

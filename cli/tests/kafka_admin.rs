@@ -536,8 +536,106 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     );
     assert_eq!(altered["error"], "InvalidRequestException", "{altered}");
 
-    let quotas = java.step(&kafka, &["describe-quotas"]);
-    assert_eq!(quotas["error"], "UnsupportedVersionException", "{quotas}");
+    check_client_quotas(&java, &node, &kafka);
+}
+
+/// DescribeClientQuotas and AlterClientQuotas through the Java AdminClient: quotas of every
+/// entity shape set, read back (also by `strata quota list`, over the native protocol),
+/// changed key by key and removed; invalid ones refused.
+fn check_client_quotas(java: &Java, node: &TestNode, kafka: &str) {
+    let quotas = java.step(kafka, &["describe-quotas"]);
+    assert_eq!(quotas["quotas"], json!([]), "{quotas}");
+    for alteration in [
+        &["user", "default", "producer_byte_rate=1048576"][..],
+        &[
+            "user",
+            "alice",
+            "consumer_byte_rate=2097152",
+            "request_percentage=25.5",
+        ],
+        &["client-id", "etl", "producer_byte_rate=524288"],
+        &[
+            "user+client-id",
+            "alice",
+            "default",
+            "request_percentage=10",
+        ],
+    ] {
+        let altered = java.step(kafka, &[&["alter-quota"][..], alteration].concat());
+        assert_eq!(altered["altered"], true, "{alteration:?}: {altered}");
+    }
+    let quotas = java.step(kafka, &["describe-quotas"]);
+    let described: Vec<(Value, Value)> = quotas["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|quota| (quota["entity"].clone(), quota["values"].clone()))
+        .collect();
+    let expected = [
+        (
+            json!({"client-id": "etl"}),
+            json!({"producer_byte_rate": 524288.0}),
+        ),
+        (
+            json!({"user": "alice"}),
+            json!({"consumer_byte_rate": 2097152.0, "request_percentage": 25.5}),
+        ),
+        (
+            json!({"client-id": null, "user": "alice"}),
+            json!({"request_percentage": 10.0}),
+        ),
+        (
+            json!({"user": null}),
+            json!({"producer_byte_rate": 1048576.0}),
+        ),
+    ];
+    for (entity, values) in &expected {
+        assert!(
+            described.iter().any(|(e, v)| e == entity && v == values),
+            "{entity} {values} in {quotas}"
+        );
+    }
+    assert_eq!(described.len(), expected.len(), "{quotas}");
+    let listed = node.cli(&["quota", "list", "--user", "alice"], None);
+    assert_eq!(
+        listed.trim(),
+        "user=alice: consumer_byte_rate=2097152 request_percentage=25.5",
+        "strata quota list reads what the Java client set"
+    );
+    let removed = java.step(
+        kafka,
+        &[
+            "alter-quota",
+            "user",
+            "alice",
+            "consumer_byte_rate=--delete",
+        ],
+    );
+    assert_eq!(removed["altered"], true, "{removed}");
+    node.cli(&["quota", "remove", "--client-id", "etl"], None);
+    let listed = node.cli(&["quota", "list", "--format", "json"], None);
+    let listed: Vec<Value> = support::json_lines(&listed);
+    assert_eq!(
+        listed,
+        vec![
+            json!({"user": "alice", "request_percentage": 25.5}),
+            json!({"user": "alice", "client-id": null, "request_percentage": 10.0}),
+            json!({"user": null, "producer_byte_rate": 1048576.0}),
+        ],
+        "the etl quota and alice's consumer rate are gone"
+    );
+    for invalid in [
+        &["user", "bob", "producer_byte_rate=1.5"][..],
+        &["user", "bob", "producer_byte_rate=-1"],
+        &["user", "bob", "controller_mutation_rate=10"],
+        &["user", "bob", "no_such_quota=1"],
+    ] {
+        let refused = java.step(kafka, &[&["alter-quota"][..], invalid].concat());
+        assert_eq!(
+            refused["error"], "InvalidRequestException",
+            "{invalid:?}: {refused}"
+        );
+    }
 }
 
 /// `kafka_admin/python_admin.py` with `args`: its JSON.

@@ -45,6 +45,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         offsets_retention: None,
         retention_check_interval: std::time::Duration::from_secs(300),
         cleaner: Default::default(),
+        quota_window: Default::default(),
         tls: None,
         io_properties: None,
         clock: strata_node::clock::Clock::SYSTEM,

@@ -72,6 +72,140 @@ impl QuotaEntity {
     }
 }
 
+/// The entity types Kafka names a quota entity's parts by.
+pub const USER: &str = "user";
+pub const CLIENT_ID: &str = "client-id";
+
+impl QuotaEntity {
+    /// The entity of Kafka's (entity type, name or null for the default) parts: `user` and
+    /// `client-id`, each at most once.
+    pub fn from_parts<'a>(
+        parts: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<QuotaEntity, CoordinatorError> {
+        let mut entity = QuotaEntity {
+            user: None,
+            client_id: None,
+        };
+        for (kind, name) in parts {
+            let part = match kind {
+                USER => &mut entity.user,
+                CLIENT_ID => &mut entity.client_id,
+                "ip" => {
+                    return Err(CoordinatorError::InvalidArgument(
+                        "IP quotas (connection_creation_rate) are not enforced by Strata".into(),
+                    ));
+                }
+                other => {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "unknown quota entity type {other:?}: user or client-id"
+                    )));
+                }
+            };
+            if part.is_some() {
+                return Err(CoordinatorError::InvalidArgument(format!(
+                    "the entity type {kind} is given twice"
+                )));
+            }
+            *part = Some(EntityName::from_option(name));
+        }
+        entity.validate()?;
+        Ok(entity)
+    }
+
+    /// Kafka's (entity type, name or null for the default) parts, user first.
+    pub fn parts(&self) -> Vec<(&'static str, Option<&str>)> {
+        let mut parts = Vec::with_capacity(2);
+        if let Some(user) = &self.user {
+            parts.push((USER, user.as_option()));
+        }
+        if let Some(client_id) = &self.client_id {
+            parts.push((CLIENT_ID, client_id.as_option()));
+        }
+        parts
+    }
+}
+
+/// How a filter matches one part of an entity (Kafka's match types 0, 1 and 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaMatch {
+    Exactly(String),
+    Default,
+    /// Any name or the default, as long as the entity has this part.
+    Any,
+}
+
+/// Which entities a describe answers: each part given must match; with `strict`, an entity may
+/// have no part the filter leaves out (Kafka's DescribeClientQuotas filter).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuotaFilter {
+    pub user: Option<QuotaMatch>,
+    pub client_id: Option<QuotaMatch>,
+    pub strict: bool,
+}
+
+impl QuotaFilter {
+    /// The filter of Kafka's (entity type, match type, name) components.
+    pub fn from_components<'a>(
+        components: impl IntoIterator<Item = (&'a str, i8, Option<&'a str>)>,
+        strict: bool,
+    ) -> Result<QuotaFilter, CoordinatorError> {
+        let mut filter = QuotaFilter {
+            strict,
+            ..QuotaFilter::default()
+        };
+        for (kind, match_type, name) in components {
+            let matching = match (match_type, name) {
+                (0, Some(name)) => QuotaMatch::Exactly(name.to_string()),
+                (1, _) => QuotaMatch::Default,
+                (2, _) => QuotaMatch::Any,
+                (0, None) => {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "an exact match of {kind} needs a name"
+                    )));
+                }
+                (other, _) => {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "unknown match type {other}"
+                    )));
+                }
+            };
+            let part = match kind {
+                USER => &mut filter.user,
+                CLIENT_ID => &mut filter.client_id,
+                other => {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "unknown quota entity type {other:?}: user or client-id"
+                    )));
+                }
+            };
+            if part.is_some() {
+                return Err(CoordinatorError::InvalidArgument(format!(
+                    "the entity type {kind} is filtered twice"
+                )));
+            }
+            *part = Some(matching);
+        }
+        Ok(filter)
+    }
+
+    pub fn matches(&self, entity: &QuotaEntity) -> bool {
+        fn part(filter: &Option<QuotaMatch>, name: &Option<EntityName>, strict: bool) -> bool {
+            match (filter, name) {
+                (None, None) => true,
+                (None, Some(_)) => !strict,
+                (Some(_), None) => false,
+                (Some(QuotaMatch::Any), Some(_)) => true,
+                (Some(QuotaMatch::Default), Some(name)) => *name == EntityName::Default,
+                (Some(QuotaMatch::Exactly(wanted)), Some(name)) => {
+                    name.as_option() == Some(wanted.as_str())
+                }
+            }
+        }
+        part(&self.user, &entity.user, self.strict)
+            && part(&self.client_id, &entity.client_id, self.strict)
+    }
+}
+
 impl fmt::Display for QuotaEntity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.user, &self.client_id) {
@@ -273,6 +407,43 @@ mod tests {
             .to_string(),
             "user=<default>,client-id=app"
         );
+    }
+
+    #[test]
+    fn filters_match_as_kafkas_do() {
+        let entity = |user: Option<EntityName>, client_id: Option<EntityName>| QuotaEntity {
+            user,
+            client_id,
+        };
+        let alice_app = entity(
+            Some(EntityName::Named("alice".into())),
+            Some(EntityName::Named("app".into())),
+        );
+        let alice = entity(Some(EntityName::Named("alice".into())), None);
+        let default_user = entity(Some(EntityName::Default), None);
+        let any_alice = QuotaFilter::from_components([(USER, 0, Some("alice"))], false).unwrap();
+        assert!(any_alice.matches(&alice_app) && any_alice.matches(&alice));
+        assert!(!any_alice.matches(&default_user));
+        let only_alice = QuotaFilter::from_components([(USER, 0, Some("alice"))], true).unwrap();
+        assert!(only_alice.matches(&alice) && !only_alice.matches(&alice_app));
+        let defaults = QuotaFilter::from_components([(USER, 1, None)], true).unwrap();
+        assert!(defaults.matches(&default_user) && !defaults.matches(&alice));
+        let users = QuotaFilter::from_components([(USER, 2, None)], false).unwrap();
+        assert!(users.matches(&alice_app) && users.matches(&default_user));
+        assert!(
+            QuotaFilter::default().matches(&alice_app),
+            "no components: everything"
+        );
+        assert!(QuotaFilter::from_components([(USER, 0, None)], false).is_err());
+        assert!(QuotaFilter::from_components([(USER, 2, None), (USER, 1, None)], false).is_err());
+        assert!(QuotaFilter::from_components([("group", 2, None)], false).is_err());
+        assert_eq!(
+            QuotaEntity::from_parts(alice_app.parts()).unwrap(),
+            alice_app
+        );
+        assert!(QuotaEntity::from_parts([(USER, Some("a")), (USER, None)]).is_err());
+        assert!(QuotaEntity::from_parts([("ip", Some("10.0.0.1"))]).is_err());
+        assert!(QuotaEntity::from_parts([]).is_err());
     }
 
     #[test]

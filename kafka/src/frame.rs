@@ -7,17 +7,18 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
-    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest,
-    DescribeUserScramCredentialsRequest, ElectLeadersRequest, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    AlterClientQuotasRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
+    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, CreateAclsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClientQuotasRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -30,7 +31,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 39] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 41] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -70,6 +71,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 39] = [
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// What every request carries ahead of its body.
@@ -80,6 +83,9 @@ pub struct Header {
     pub correlation_id: i32,
     /// The client's `client.id` (empty when it sent none).
     pub client_id: String,
+    /// The `throttle_time_ms` the answer reports: 0 as decoded; the listener sets it from the
+    /// client's quotas (see [`Throttled`]).
+    pub throttle_ms: i32,
 }
 
 /// A request decoded from its frame.
@@ -135,6 +141,8 @@ pub enum KafkaRequest {
     DescribeProducers(DescribeProducersRequest),
     OffsetDelete(OffsetDeleteRequest),
     DeleteRecords(DeleteRecordsRequest),
+    DescribeClientQuotas(DescribeClientQuotasRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
 }
 
 /// Why a request was not decoded.
@@ -225,6 +233,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::DescribeProducers => decoded!(DescribeProducers),
         ApiKey::OffsetDelete => decoded!(OffsetDelete),
         ApiKey::DeleteRecords => decoded!(DeleteRecords),
+        ApiKey::DescribeClientQuotas => decoded!(DescribeClientQuotas),
+        ApiKey::AlterClientQuotas => decoded!(AlterClientQuotas),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {
@@ -236,6 +246,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
                 .client_id
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
+            throttle_ms: 0,
         },
         request,
         trailing_bytes: frame.remaining(),
@@ -269,6 +280,72 @@ pub fn encode_response<R: Encodable>(header: &Header, response: &R) -> Result<By
         .map_err(|error| format!("{:?} v{}: {error:#}", header.api_key, header.api_version))?;
     debug_assert_eq!(out.len(), SIZE_LEN + size);
     Ok(out)
+}
+
+/// A response that reports how long its client must wait for its quotas (KIP-219): every
+/// response of a served API but the SASL ones, whose answers have no such field.
+pub trait Throttled {
+    fn set_throttle_time_ms(&mut self, throttle_ms: i32);
+}
+
+macro_rules! throttled {
+    ($($response:ident),* $(,)?) => {$(
+        impl Throttled for kafka_protocol::messages::$response {
+            fn set_throttle_time_ms(&mut self, throttle_ms: i32) {
+                self.throttle_time_ms = throttle_ms;
+            }
+        }
+    )*};
+}
+
+throttled!(
+    ProduceResponse,
+    FetchResponse,
+    ListOffsetsResponse,
+    MetadataResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    FindCoordinatorResponse,
+    JoinGroupResponse,
+    HeartbeatResponse,
+    LeaveGroupResponse,
+    SyncGroupResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+    DeleteGroupsResponse,
+    ApiVersionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    CreatePartitionsResponse,
+    DescribeConfigsResponse,
+    AlterConfigsResponse,
+    IncrementalAlterConfigsResponse,
+    InitProducerIdResponse,
+    CreateAclsResponse,
+    DescribeAclsResponse,
+    DeleteAclsResponse,
+    DescribeUserScramCredentialsResponse,
+    AlterUserScramCredentialsResponse,
+    DescribeClusterResponse,
+    DescribeTopicPartitionsResponse,
+    ListPartitionReassignmentsResponse,
+    AlterPartitionReassignmentsResponse,
+    ElectLeadersResponse,
+    OffsetForLeaderEpochResponse,
+    DescribeLogDirsResponse,
+    DescribeProducersResponse,
+    OffsetDeleteResponse,
+    DeleteRecordsResponse,
+    DescribeClientQuotasResponse,
+    AlterClientQuotasResponse,
+);
+
+impl Throttled for kafka_protocol::messages::SaslHandshakeResponse {
+    fn set_throttle_time_ms(&mut self, _throttle_ms: i32) {}
+}
+
+impl Throttled for kafka_protocol::messages::SaslAuthenticateResponse {
+    fn set_throttle_time_ms(&mut self, _throttle_ms: i32) {}
 }
 
 /// Encodes a Fetch response frame as chunks for a vectored write: the records of each

@@ -37,6 +37,7 @@ pub fn unsupported_version_answer(
         api_version,
         correlation_id,
         client_id: String::new(),
+        throttle_ms: 0,
     };
     macro_rules! with_error_code {
         ($($key:ident => $response:ident),* $(,)?) => {

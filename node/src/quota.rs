@@ -98,6 +98,16 @@ pub struct Governing {
     pub by_client_id: bool,
 }
 
+impl Governing {
+    /// The names a request of `user` as `client_id` is counted under.
+    pub fn counted<'a>(&self, user: &'a str, client_id: &'a str) -> (&'a str, &'a str) {
+        (
+            if self.by_user { user } else { "" },
+            if self.by_client_id { client_id } else { "" },
+        )
+    }
+}
+
 /// The cluster's quotas, compiled for lookups.
 #[derive(Debug, Clone, Default)]
 pub struct QuotaBook {
@@ -305,18 +315,6 @@ impl QuotaUsage {
         clients.get_mut(client_id).expect("inserted above")
     }
 
-    /// The names `governing` counts a request of `user` as `client_id` under.
-    fn counted<'a>(governing: &Governing, user: &'a str, client_id: &'a str) -> (&'a str, &'a str) {
-        (
-            if governing.by_user { user } else { "" },
-            if governing.by_client_id {
-                client_id
-            } else {
-                ""
-            },
-        )
-    }
-
     /// Counts `amount` (bytes; for request time, percent-seconds) used by this shard's client
     /// and returns how long it must now wait.
     pub fn record(
@@ -329,7 +327,7 @@ impl QuotaUsage {
         now: Instant,
     ) -> Duration {
         let window = self.window;
-        let (user, client_id) = Self::counted(governing, user, client_id);
+        let (user, client_id) = governing.counted(user, client_id);
         let usage = self.usage(user, client_id);
         usage.rates[slot(key)].record(amount, now, &window);
         usage.unreported[slot(key)] += amount;
@@ -345,7 +343,7 @@ impl QuotaUsage {
         client_id: &str,
         now: Instant,
     ) -> Duration {
-        let (user, client_id) = Self::counted(governing, user, client_id);
+        let (user, client_id) = governing.counted(user, client_id);
         self.usage
             .get(user)
             .and_then(|clients| clients.get(client_id))

@@ -84,7 +84,7 @@ fn without_tests(text: &str) -> &str {
     text.find("#[cfg(test)]").map_or(text, |at| &text[..at])
 }
 
-/// The replication and consumer-group cores, and the log's pure policies, are state machines:
+/// The replication, consumer-group and quota cores, and the log's pure policies, are state machines:
 /// no runtime, no sockets, no files, no clock (time comes in as an argument). Their simulators
 /// depend on it. Whole folders are checked, so a new file there is held to it too.
 #[test]
@@ -93,7 +93,11 @@ fn the_replication_and_group_cores_are_sans_io() {
         .into_iter()
         .flat_map(sources_under)
         .collect();
-    for path in ["node/src/log/append_path.rs", "node/src/log/tail_cache.rs"] {
+    for path in [
+        "node/src/log/append_path.rs",
+        "node/src/log/tail_cache.rs",
+        "node/src/quota.rs",
+    ] {
         checked.push((path.to_string(), source(path)));
     }
     assert!(

@@ -203,6 +203,34 @@ fn every_request_round_trips() {
                 }],
             }],
         }),
+        Request::DescribeQuotas(DescribeQuotasRequest {
+            filter: vec![QuotaFilterPart {
+                kind: "user".into(),
+                match_type: 0,
+                name: Some("alice".into()),
+            }],
+            strict: true,
+        }),
+        Request::AlterQuotas(AlterQuotasRequest {
+            entries: vec![QuotaAlteration {
+                entity: vec![
+                    QuotaEntityPart {
+                        kind: "user".into(),
+                        name: None,
+                    },
+                    QuotaEntityPart {
+                        kind: "client-id".into(),
+                        name: Some("app".into()),
+                    },
+                ],
+                changes: vec![QuotaChange {
+                    key: "request_percentage".into(),
+                    value: 12.5,
+                    remove: false,
+                }],
+            }],
+            validate_only: true,
+        }),
         Request::DeleteOffsets(DeleteOffsetsRequest {
             group: "g".into(),
             topics: vec![TopicPartitions {

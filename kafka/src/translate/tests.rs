@@ -282,6 +282,7 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
             api_version: version,
             correlation_id: 77,
             client_id: String::new(),
+            throttle_ms: 0,
         };
         let response =
             MetadataResponse::default().with_cluster_id(Some(StrBytes::from_static_str("c")));
@@ -603,6 +604,7 @@ mod fetch_chunks {
                 api_version: version,
                 correlation_id: 99,
                 client_id: String::new(),
+                throttle_ms: 0,
             };
             // Fields a version lacks stay at their defaults (kafka-protocol refuses others).
             let mut response = response;
@@ -711,6 +713,7 @@ fn translated_responses_encode_at_every_served_version() {
             api_version: version,
             correlation_id: 1,
             client_id: String::new(),
+            throttle_ms: 0,
         };
         encode_response(&header, response).map(|_| ())
     }

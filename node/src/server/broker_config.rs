@@ -127,6 +127,11 @@ impl NodeConfig {
                 "log.cleaner.backoff.ms",
                 self.cleaner.check_interval.as_millis().to_string(),
             ),
+            set("quota.window.num", self.quota_window.samples.to_string()),
+            set(
+                "quota.window.size.seconds",
+                self.quota_window.window.as_secs().to_string(),
+            ),
             optional(
                 "strata.replica.recovery.bytes.per.sec",
                 self.replica_recovery_bytes_per_sec

@@ -101,6 +101,8 @@ pub struct ClusterView {
     pub controller: i32,
     /// Users and ACLs: what the listeners authenticate and authorize against.
     pub security: Arc<SecurityView>,
+    /// Client quotas: what the listeners hold clients to.
+    pub quotas: Arc<crate::quota::QuotaBook>,
 }
 
 /// The users and ACLs as the control thread last read them, and the ACLs compiled for checks.
@@ -201,6 +203,8 @@ pub enum SecurityChange {
     CreateAcls(Vec<AclBinding>),
     /// The bindings each filter removed.
     DeleteAcls(Vec<AclFilter>),
+    /// Client quotas travel the same path: set or removed, all or none.
+    AlterQuotas(Vec<strata_coordinator::quotas::QuotaAlteration>),
 }
 
 /// One user's credential set or deleted.
@@ -217,6 +221,7 @@ pub enum SecurityChanged {
     Credentials(Vec<Result<bool, String>>),
     CreateAcls(Result<(), String>),
     DeleteAcls(Result<Vec<Vec<AclBinding>>, String>),
+    AlterQuotas(Result<(), String>),
 }
 
 pub enum ControlMessage {

@@ -116,6 +116,19 @@ pub struct Snapshot {
     pub cleaner: CleanerTotals,
     /// Each compacted replica on this shard, as of the cleaner's last look at it.
     pub compaction: BTreeMap<(String, u32), PartitionCompaction>,
+    /// Answers that told a client to wait for its quota, by quota and the (user, client id)
+    /// it is counted under.
+    pub quota_throttles: BTreeMap<QuotaThrottleKey, QuotaThrottled>,
+}
+
+/// A quota (its Kafka name) and the names its usage is counted under.
+pub type QuotaThrottleKey = (&'static str, String, String);
+
+/// How often and for how long a quota held its clients back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuotaThrottled {
+    pub answers: u64,
+    pub seconds: f64,
 }
 
 /// What a shard's log cleaner did since the node started.
@@ -179,6 +192,7 @@ impl Default for Snapshot {
             replica_lags: Vec::new(),
             cleaner: CleanerTotals::default(),
             compaction: BTreeMap::new(),
+            quota_throttles: BTreeMap::new(),
         }
     }
 }
@@ -262,6 +276,22 @@ impl ShardMetrics {
             .kafka_unsupported
             .entry(api_key)
             .or_default() += 1;
+    }
+
+    /// An answer told a client counted as (`user`, `client_id`) to wait `throttle` for
+    /// `quota`.
+    pub fn quota_throttled(
+        &self,
+        quota: &'static str,
+        user: &str,
+        client_id: &str,
+        throttle: std::time::Duration,
+    ) {
+        let mut inner = self.inner.borrow_mut();
+        let key = (quota, user.to_string(), client_id.to_string());
+        let throttled = inner.quota_throttles.entry(key).or_default();
+        throttled.answers += 1;
+        throttled.seconds += throttle.as_secs_f64();
     }
 
     /// A SASL exchange ended: authenticated, or refused.
@@ -570,6 +600,44 @@ fn render_compaction(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
 fn render_labelled(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
     render_compaction(out, node_id, snapshots);
     render_kafka_unsupported(out, node_id, snapshots);
+    render_quota_throttles(out, node_id, snapshots);
+}
+
+/// How long each quota held its clients back, by the (user, client id) counted.
+fn render_quota_throttles(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    let mut merged: BTreeMap<&QuotaThrottleKey, QuotaThrottled> = BTreeMap::new();
+    for (key, throttled) in snapshots.iter().flat_map(|s| &s.quota_throttles) {
+        let total = merged.entry(key).or_default();
+        total.answers += throttled.answers;
+        total.seconds += throttled.seconds;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_quota_throttle_seconds_total Time clients were told to wait (throttle_time_ms) for a quota, by quota and the user and client id its usage is counted under (empty where the quota's entity has no such part).\n# TYPE strata_quota_throttle_seconds_total counter"
+    );
+    let label = |value: &str| value.replace(['"', '\\', '\n'], " ");
+    for ((quota, user, client_id), throttled) in &merged {
+        let _ = writeln!(
+            out,
+            "strata_quota_throttle_seconds_total{{node=\"{node_id}\",quota=\"{quota}\",user=\"{}\",client_id=\"{}\"}} {}",
+            label(user),
+            label(client_id),
+            throttled.seconds
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_quota_throttled_answers_total Answers that told a client to wait for a quota.\n# TYPE strata_quota_throttled_answers_total counter"
+    );
+    for ((quota, user, client_id), throttled) in &merged {
+        let _ = writeln!(
+            out,
+            "strata_quota_throttled_answers_total{{node=\"{node_id}\",quota=\"{quota}\",user=\"{}\",client_id=\"{}\"}} {}",
+            label(user),
+            label(client_id),
+            throttled.answers
+        );
+    }
 }
 
 /// Kafka requests of APIs or versions the listener does not serve, by API key: what operators'

@@ -106,6 +106,8 @@ pub struct NodeConfig {
     pub retention_check_interval: std::time::Duration,
     /// Each shard's log cleaner (compacted topics).
     pub cleaner: CleanerConfig,
+    /// The sampled windows client quotas are measured over.
+    pub quota_window: crate::quota::QuotaWindow,
     /// Certificates for replication's TLS; `None`: a self-signed certificate per node.
     pub tls: Option<quic::TlsFiles>,
     /// What `strata iotune` measured and chose; `None`: default IO settings.

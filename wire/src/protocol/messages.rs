@@ -37,6 +37,16 @@ primitive! {
     bool: 1, put_bool, get_bool;
 }
 
+impl Wire for f64 {
+    const MIN_LEN: usize = 8;
+    fn encode(self, encoder: &mut Encoder) {
+        encoder.put_u64(self.to_bits());
+    }
+    fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
+        decoder.get_u64().map(f64::from_bits)
+    }
+}
+
 impl Wire for String {
     const MIN_LEN: usize = 2;
     fn encode(self, encoder: &mut Encoder) {
@@ -782,6 +792,73 @@ messages! {
     pub struct DeleteOffsetsResponse {
         pub error: ErrorCode,
         pub topics: Vec<DeleteOffsetsTopic>,
+    }
+
+    /// One part of a client quota entity, with Kafka's names: `kind` is `user` or
+    /// `client-id`; `name` is `None` for the default.
+    pub struct QuotaEntityPart {
+        pub kind: String,
+        pub name: Option<String>,
+    }
+
+    /// A quota (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`) and its value.
+    pub struct QuotaValue {
+        pub key: String,
+        pub value: f64,
+    }
+
+    pub struct QuotaEntry {
+        pub entity: Vec<QuotaEntityPart>,
+        pub values: Vec<QuotaValue>,
+    }
+
+    /// Kafka's filter component: `match_type` 0 is `name` exactly, 1 the default, 2 any.
+    pub struct QuotaFilterPart {
+        pub kind: String,
+        pub match_type: u8,
+        pub name: Option<String>,
+    }
+
+    /// The client quotas every filter part matches (all of them, without parts); with
+    /// `strict`, only entities without other parts (`strata quota list`).
+    pub struct DescribeQuotasRequest {
+        pub filter: Vec<QuotaFilterPart>,
+        pub strict: bool,
+    }
+
+    pub struct DescribeQuotasResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        pub entries: Vec<QuotaEntry>,
+    }
+
+    /// Sets (`remove` false) or removes a quota of an entity.
+    pub struct QuotaChange {
+        pub key: String,
+        pub value: f64,
+        pub remove: bool,
+    }
+
+    pub struct QuotaAlteration {
+        pub entity: Vec<QuotaEntityPart>,
+        pub changes: Vec<QuotaChange>,
+    }
+
+    /// Changes client quotas (`strata quota set|remove`): the valid entries together.
+    pub struct AlterQuotasRequest {
+        pub entries: Vec<QuotaAlteration>,
+        pub validate_only: bool,
+    }
+
+    pub struct QuotaAlterResult {
+        pub error: ErrorCode,
+        pub message: String,
+    }
+
+    /// One result per entry, in order; `error` refuses the whole request.
+    pub struct AlterQuotasResponse {
+        pub error: ErrorCode,
+        pub results: Vec<QuotaAlterResult>,
     }
 
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes

@@ -77,10 +77,14 @@ pub enum ApiKey {
     DeleteOffsets = 29,
     /// Moves partitions' log starts up (`strata topic delete-records`).
     DeleteRecords = 30,
+    /// Client quotas matching a filter (`strata quota list`).
+    DescribeQuotas = 31,
+    /// Sets or removes client quotas (`strata quota set|remove`).
+    AlterQuotas = 32,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 31] = [
+    pub const ALL: [ApiKey; 33] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -112,6 +116,8 @@ impl ApiKey {
         ApiKey::DeleteAcls,
         ApiKey::DeleteOffsets,
         ApiKey::DeleteRecords,
+        ApiKey::DescribeQuotas,
+        ApiKey::AlterQuotas,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -456,4 +462,6 @@ requests! {
     DeleteAcls(DeleteAclsRequest, DeleteAclsResponse),
     DeleteOffsets(DeleteOffsetsRequest, DeleteOffsetsResponse),
     DeleteRecords(DeleteRecordsRequest, DeleteRecordsResponse),
+    DescribeQuotas(DescribeQuotasRequest, DescribeQuotasResponse),
+    AlterQuotas(AlterQuotasRequest, AlterQuotasResponse),
 }

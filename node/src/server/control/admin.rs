@@ -384,5 +384,11 @@ pub(super) async fn change_security(
                 .await
                 .map_err(|error| error.to_string()),
         ),
+        SecurityChange::AlterQuotas(alterations) => SecurityChanged::AlterQuotas(
+            coordinator
+                .alter_client_quotas(&alterations)
+                .await
+                .map_err(|error| error.to_string()),
+        ),
     }
 }

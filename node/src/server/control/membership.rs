@@ -236,6 +236,7 @@ mod tests {
             brokers: Arc::new(brokers.iter().copied().map(broker).collect()),
             controller: 2,
             security: Default::default(),
+            quotas: Default::default(),
         }
     }
 

@@ -37,6 +37,9 @@ pub(super) async fn read_view(
         brokers: Arc::new(brokers),
         controller: coordinator.controller(),
         security: Arc::new(security),
+        quotas: Arc::new(crate::quota::QuotaBook::new(
+            coordinator.client_quotas().await?,
+        )),
     };
     Ok((view, revision))
 }
@@ -79,6 +82,7 @@ pub(super) fn out_of_the_cluster(view: &ClusterView, node_id: i32) -> Option<Clu
         brokers: Arc::new(brokers),
         controller: view.controller,
         security: view.security.clone(),
+        quotas: view.quotas.clone(),
     })
 }
 

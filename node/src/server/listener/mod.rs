@@ -27,6 +27,7 @@ pub(super) mod admin;
 pub(super) mod kafka;
 pub(super) mod native;
 mod native_security;
+mod quota;
 pub(super) mod replication;
 mod sasl;
 pub(crate) mod tls;
@@ -160,6 +161,8 @@ pub(super) struct Client {
     /// Who the connection acts as: its SASL user once authenticated, else its verified client
     /// certificate's subject, else `User:ANONYMOUS`.
     pub(super) principal: Principal,
+    /// Until when the connection is not read, its client being over a quota.
+    muted: quota::Muted,
 }
 
 impl Client {
@@ -409,6 +412,7 @@ async fn serve<P: Protocol>(
         peer,
         listener: endpoint.spec,
         principal: Principal::anonymous(),
+        muted: quota::Muted::default(),
     };
     let Some(tls) = &endpoint.tls else {
         let (reader, writer) = stream.into_split();
@@ -460,6 +464,9 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
             // The writer closed the connection.
             break;
         }
+        // A client over a quota is not read from for as long as its last answer told it to
+        // wait (KIP-219); a hold set while the next frame was awaited is kept below.
+        client.muted.wait(shard.context.config.clock.now()).await;
         let Some(len) = next_frame_len(&mut frames, peer).await else {
             break;
         };
@@ -487,6 +494,7 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
                 break;
             }
         };
+        client.muted.wait(shard.context.config.clock.now()).await;
         let mut decoded = P::decode(&shard, &session, &client, body);
         if let Decoded::Authenticate(header, request) = decoded {
             decoded = P::authenticate(

@@ -13,13 +13,14 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Buf, BytesMut};
+use strata_coordinator::quotas::QuotaKey;
 use strata_wire::protocol::{
     AuthenticateResponse, ErrorCode, REQUEST_HEADER_LEN, Request, RequestHeader, Response,
 };
 use tokio::task::JoinHandle;
 
 use super::sasl::{self, SaslSession};
-use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol, native_security};
+use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol, native_security, quota};
 use crate::server::messages::Delivery;
 use crate::server::security::ListenerSpec;
 use crate::server::shard::Shard;
@@ -101,7 +102,18 @@ impl Protocol for Native {
                 Decoded::Authenticate(header, request)
             }
             Ok((header, request)) => match session.admit(shard.context.config.clock.now()) {
-                Ok(()) => Decoded::Request(header, request),
+                Ok(()) => {
+                    if let Request::Produce(produce) = &request {
+                        let bytes = produce
+                            .topics
+                            .iter()
+                            .flat_map(|topic| &topic.partitions)
+                            .map(|partition| partition.records.len())
+                            .sum();
+                        quota::charge_produce(shard, client, "", bytes);
+                    }
+                    Decoded::Request(header, request)
+                }
                 Err(why) => Decoded::Close(
                     Some(error_answer(
                         header.correlation_id,
@@ -205,13 +217,7 @@ impl Protocol for Native {
         if let Some(response) = native_security::respond(&shard, &request).await {
             return Outcome::Answer(response.encode_parts(header.correlation_id));
         }
-        let mut answer = match request {
-            // Through TLS, records travel as bytes: sendfile would bypass the session.
-            Request::Fetch(fetch) if !client.takes_file_ranges() => Some(Ok(Response::Fetch(
-                shard.fetch(fetch, Delivery::Bytes).await,
-            ))),
-            request => shard.handle(request).await,
-        };
+        let mut answer = serve_under_quotas(&shard, &client, request).await;
         if let Some(Ok(response)) = &mut answer {
             native_security::filter_answer(&shard, &client, response);
             if let Response::Metadata(metadata) = response {
@@ -228,6 +234,65 @@ impl Protocol for Native {
     fn panicked(header: &RequestHeader) -> Outcome {
         error_answer(header.correlation_id, ErrorCode::Internal)
     }
+}
+
+/// Runs a request under the client's fetch and request-time quotas (its produce bytes were
+/// counted as it was read). Native clients send no client id: their quotas are their user's
+/// and the default client id's. Native answers have no throttle field: the connection is
+/// held instead, and a fetch over its rate is answered empty once its wait is over.
+async fn serve_under_quotas(
+    shard: &Rc<Shard>,
+    client: &Client,
+    mut request: Request,
+) -> Option<Result<Response, ErrorCode>> {
+    let charge = quota::Charge::new(shard, client, "");
+    let now = shard.context.config.clock.now();
+    if let Request::Fetch(fetch) = &mut request {
+        let wait = charge.throttle(QuotaKey::ConsumerByteRate, now);
+        if !wait.is_zero() {
+            charge.hold(QuotaKey::ConsumerByteRate, wait, now);
+            tokio::time::sleep(wait).await;
+            let empty = strata_wire::protocol::FetchResponse { topics: Vec::new() };
+            return Some(Ok(Response::Fetch(empty)));
+        }
+        if let Some(most) = charge.max_answer_bytes(QuotaKey::ConsumerByteRate) {
+            let most = u32::try_from(most.max(1)).unwrap_or(u32::MAX);
+            fetch.max_bytes = fetch.max_bytes.min(most);
+        }
+    }
+    let serve = async {
+        match request {
+            // Through TLS, records travel as bytes: sendfile would bypass the session.
+            Request::Fetch(fetch) if !client.takes_file_ranges() => Some(Ok(Response::Fetch(
+                shard.fetch(fetch, Delivery::Bytes).await,
+            ))),
+            request => shard.handle(request).await,
+        }
+    };
+    let answer = if charge.governs(QuotaKey::RequestPercentage).is_some() {
+        let (answer, spent) = quota::timed(serve).await;
+        let now = shard.context.config.clock.now();
+        let share = quota::request_share(spent);
+        let wait = charge.record(QuotaKey::RequestPercentage, share, now);
+        charge.hold(QuotaKey::RequestPercentage, wait, now);
+        answer
+    } else {
+        serve.await
+    };
+    if let Some(Ok(Response::Fetch(fetched))) = &answer
+        && charge.governs(QuotaKey::ConsumerByteRate).is_some()
+    {
+        let bytes: usize = fetched
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .map(|partition| partition.records.len())
+            .sum();
+        let now = shard.context.config.clock.now();
+        let wait = charge.record(QuotaKey::ConsumerByteRate, bytes as f64, now);
+        charge.hold(QuotaKey::ConsumerByteRate, wait, now);
+    }
+    answer
 }
 
 /// Points each broker of a Metadata answer at the ports of the listener `client` came through

@@ -1,6 +1,6 @@
 //! Authorization and security administration on the native protocol: what each native API
-//! needs (the same operations Kafka's authorizer checks for its counterpart), and the users
-//! and ACL requests `strata user` and `strata acl` send.
+//! needs (the same operations Kafka's authorizer checks for its counterpart), and the users,
+//! ACL and quota requests `strata user`, `strata acl` and `strata quota` send.
 //!
 //! A native request is refused whole, with a response-level TOPIC_, GROUP_ or
 //! CLUSTER_AUTHORIZATION_FAILED, when any resource it names is not allowed (the native client
@@ -15,10 +15,15 @@ use strata_auth::acl::{
     ResourceType,
 };
 use strata_auth::scram::{ScramCredential, ScramMechanism};
+use strata_coordinator::quotas::{QuotaFilter, QuotaKey};
 use strata_wire::protocol::{
     AclEntry, AlterUserRequest, AlterUserResponse, CreateAclsRequest, CreateAclsResponse,
     DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest, DescribeAclsResponse,
     DescribeUsersRequest, DescribeUsersResponse, ErrorCode, Request, Response, UserCredentials,
+};
+use strata_wire::protocol::{
+    AlterQuotasRequest, AlterQuotasResponse, DescribeQuotasRequest, DescribeQuotasResponse,
+    QuotaAlterResult, QuotaEntityPart, QuotaEntry, QuotaValue,
 };
 
 use super::Client;
@@ -102,6 +107,8 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
                 .find_map(|t| topic(Operation::Describe, &t.topic))
         }),
         Request::DescribeUsers(_) | Request::DescribeAcls(_) => cluster(Operation::Describe),
+        Request::DescribeQuotas(_) => cluster(Operation::DescribeConfigs),
+        Request::AlterQuotas(_) => cluster(Operation::AlterConfigs),
         Request::AlterUser(_) | Request::CreateAcls(_) | Request::DeleteAcls(_) => {
             cluster(Operation::Alter)
         }
@@ -139,6 +146,10 @@ pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Resp
         Request::DescribeAcls(request) => Response::DescribeAcls(describe_acls(shard, request)),
         Request::CreateAcls(request) => Response::CreateAcls(create_acls(shard, request).await),
         Request::DeleteAcls(request) => Response::DeleteAcls(delete_acls(shard, request).await),
+        Request::DescribeQuotas(request) => {
+            Response::DescribeQuotas(describe_quotas(shard, request))
+        }
+        Request::AlterQuotas(request) => Response::AlterQuotas(alter_quotas(shard, request).await),
         _ => return None,
     })
 }
@@ -362,5 +373,99 @@ async fn delete_acls(shard: &Shard, request: &DeleteAclsRequest) -> DeleteAclsRe
         },
         Some(SecurityChanged::DeleteAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
         _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
+    }
+}
+
+fn describe_quotas(shard: &Shard, request: &DescribeQuotasRequest) -> DescribeQuotasResponse {
+    let parts = request.filter.iter().map(|part| {
+        (
+            part.kind.as_str(),
+            part.match_type as i8,
+            part.name.as_deref(),
+        )
+    });
+    let filter = match QuotaFilter::from_components(parts, request.strict) {
+        Ok(filter) => filter,
+        Err(error) => {
+            return DescribeQuotasResponse {
+                error: ErrorCode::InvalidRequest,
+                message: error.to_string(),
+                entries: Vec::new(),
+            };
+        }
+    };
+    let entries = super::quota::describe(shard, &filter)
+        .into_iter()
+        .map(|record| QuotaEntry {
+            entity: record
+                .entity
+                .parts()
+                .into_iter()
+                .map(|(kind, name)| QuotaEntityPart {
+                    kind: kind.to_string(),
+                    name: name.map(str::to_string),
+                })
+                .collect(),
+            values: record
+                .values
+                .iter()
+                .map(|(key, value)| QuotaValue {
+                    key: key.name().to_string(),
+                    value: *value,
+                })
+                .collect(),
+        })
+        .collect();
+    DescribeQuotasResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        entries,
+    }
+}
+
+async fn alter_quotas(shard: &Shard, request: &AlterQuotasRequest) -> AlterQuotasResponse {
+    let alterations = request
+        .entries
+        .iter()
+        .map(|entry| {
+            let entity = strata_coordinator::quotas::QuotaEntity::from_parts(
+                entry
+                    .entity
+                    .iter()
+                    .map(|part| (part.kind.as_str(), part.name.as_deref())),
+            )
+            .map_err(|error| error.to_string())?;
+            let changes = entry
+                .changes
+                .iter()
+                .map(|change| {
+                    let key = QuotaKey::parse(&change.key).map_err(|e| e.to_string())?;
+                    Ok((key, (!change.remove).then_some(change.value)))
+                })
+                .collect::<Result<_, String>>()?;
+            Ok(strata_coordinator::quotas::QuotaAlteration { entity, changes })
+        })
+        .collect();
+    let results = super::quota::alter(shard, alterations, request.validate_only)
+        .await
+        .into_iter()
+        .map(|answer| match answer {
+            Ok(()) => QuotaAlterResult {
+                error: ErrorCode::None,
+                message: String::new(),
+            },
+            Err(super::quota::AlterRefused::Invalid(why)) => QuotaAlterResult {
+                error: ErrorCode::InvalidRequest,
+                message: why,
+            },
+            Err(super::quota::AlterRefused::Failed(why)) => QuotaAlterResult {
+                error: ErrorCode::Internal,
+                message: why,
+            },
+        })
+        .collect();
+    AlterQuotasResponse {
+        error: ErrorCode::None,
+        results,
     }
 }

@@ -75,10 +75,16 @@ pub(super) struct Shard {
     /// How this shard's log tasks group their IO (from `strata iotune`, or the defaults); its
     /// write limit is shared by this shard's logs only.
     writer_tuning: writer::WriterTuning,
+    /// What this shard's clients and, as reported, the other shards' used of their quotas.
+    pub(super) quota_usage: RefCell<crate::quota::QuotaUsage>,
 }
 
 /// Starts a shard's listeners once its partitions are open (given by the server, which knows
 /// the listeners: the shard knows only that it is served).
+/// How often a shard reports its clients' quota usage to the other shards: well within a
+/// quota window, so a client spread over shards overshoots by at most this much of its usage.
+const QUOTA_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub type Listen = fn(&Rc<Shard>) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>;
 
 pub fn run(
@@ -112,6 +118,7 @@ pub fn run(
             }
         };
         let (context_io, shards) = (context.config.io_properties.clone(), context.config.shards);
+        let context_quota_window = context.config.quota_window;
         let metrics = metrics::ShardMetrics::default();
         let fsync_histogram = metrics.fsync_histogram();
         let mut writer_tuning = writer::WriterTuning {
@@ -159,6 +166,7 @@ pub fn run(
             cross_shard_hops: Cell::new(0),
             metrics,
             writer_tuning,
+            quota_usage: RefCell::new(crate::quota::QuotaUsage::new(context_quota_window)),
         });
         if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
@@ -171,12 +179,7 @@ pub fn run(
                 return;
             }
         };
-        let replication = [
-            tokio::task::spawn_local(shard.clone().replication_ticks()),
-            tokio::task::spawn_local(shard.clone().retention_ticks()),
-            tokio::task::spawn_local(shard.clone().cleaner_ticks()),
-            tokio::task::spawn_local(shard.clone().retry_unopened_ticks()),
-        ];
+        let replication = shard.start_ticks();
         let _ = ready.send(Ok(()));
         while let Some(message) = mailbox.recv().await {
             match message {
@@ -519,6 +522,51 @@ impl Shard {
         }
     }
 
+    /// Starts the shard's periodic work: replication, retention, the cleaner, retries of
+    /// replicas not opened, quota reports.
+    fn start_ticks(self: &Rc<Self>) -> [tokio::task::JoinHandle<()>; 5] {
+        [
+            tokio::task::spawn_local(self.clone().replication_ticks()),
+            tokio::task::spawn_local(self.clone().retention_ticks()),
+            tokio::task::spawn_local(self.clone().cleaner_ticks()),
+            tokio::task::spawn_local(self.clone().retry_unopened_ticks()),
+            tokio::task::spawn_local(self.clone().quota_ticks()),
+        ]
+    }
+
+    /// Tells the other shards what this shard's clients used of their quotas, a few times a
+    /// second while they use any, so each shard holds a client to its quota for the whole
+    /// broker (see [`crate::quota`]).
+    pub(super) async fn quota_ticks(self: Rc<Self>) {
+        let mut interval = tokio::time::interval(QUOTA_REPORT_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let reports = self
+                .quota_usage
+                .borrow_mut()
+                .take_reports(self.context.config.clock.now());
+            if reports.is_empty() {
+                continue;
+            }
+            let reports = std::sync::Arc::new(reports);
+            for owner in (0..self.context.config.shards).filter(|&i| i != self.context.index) {
+                let reports = reports.clone();
+                let message = ShardMessage::Run(Box::new(move |shard: Rc<dyn std::any::Any>| {
+                    let shard = shard
+                        .downcast::<Shard>()
+                        .expect("a shard runs its mailbox's work");
+                    let now = shard.context.config.clock.now();
+                    let mut usage = shard.quota_usage.borrow_mut();
+                    for report in reports.iter() {
+                        usage.record_remote(report, now);
+                    }
+                }));
+                let _ = self.context.peers[owner].send(message);
+            }
+        }
+    }
+
     /// Why this shard does not serve `partition` of `topic` as its leader: STORAGE_ERROR for a
     /// replica it could not open, NOT_LEADER otherwise.
     fn not_serving(&self, topic: &str, partition: u32) -> ErrorCode {
@@ -727,7 +775,9 @@ impl Shard {
             | Request::AlterUser(_)
             | Request::DescribeAcls(_)
             | Request::CreateAcls(_)
-            | Request::DeleteAcls(_) => return Some(Err(ErrorCode::InvalidRequest)),
+            | Request::DeleteAcls(_)
+            | Request::DescribeQuotas(_)
+            | Request::AlterQuotas(_) => return Some(Err(ErrorCode::InvalidRequest)),
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
             }

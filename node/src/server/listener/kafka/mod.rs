@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use strata_auth::acl::Operation;
+use strata_coordinator::quotas::QuotaKey;
 use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
 use strata_kafka::kafka_protocol::messages::{
@@ -37,8 +38,10 @@ mod authorize;
 mod cluster_admin;
 mod groups;
 mod partition_admin;
+mod quotas;
 mod security_admin;
 
+use super::quota;
 use super::sasl::{self, SaslSession};
 use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
 use crate::server::messages::Delivery;
@@ -93,6 +96,7 @@ impl Protocol for Kafka {
                 api_version: 0,
                 correlation_id: 0,
                 client_id: String::new(),
+                throttle_ms: 0,
             };
             let request =
                 strata_kafka::kafka_protocol::messages::SaslAuthenticateRequest::default()
@@ -118,7 +122,13 @@ impl Protocol for Kafka {
                 {
                     return Decoded::Close(None, format!("{:?} {why}", decoded.header.api_key));
                 }
-                Decoded::Request(decoded.header, decoded.request)
+                let mut header = decoded.header;
+                if let KafkaRequest::Produce(produce) = &decoded.request {
+                    let bytes = produced_bytes(produce);
+                    let wait = quota::charge_produce(shard, client, &header.client_id, bytes);
+                    header.throttle_ms = millis(wait);
+                }
+                Decoded::Request(header, decoded.request)
             }
             Err(Rejected::Unsupported {
                 api_key,
@@ -131,9 +141,10 @@ impl Protocol for Kafka {
                     api_version: 0,
                     correlation_id,
                     client_id: String::new(),
+                    throttle_ms: 0,
                 };
                 let response = translate::api_versions_response(errors::UNSUPPORTED_VERSION);
-                Decoded::Answered(encoded(&header, &response))
+                Decoded::Answered(encoded(&header, response))
             }
             Err(Rejected::Unsupported {
                 api_key,
@@ -201,11 +212,13 @@ fn answer(mut chunks: Vec<Bytes>) -> Outcome {
     Outcome::Answer(chunks.into())
 }
 
-fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable>(
+/// Encodes `response`, reporting the throttle the header carries.
+fn encoded<R: strata_kafka::kafka_protocol::protocol::Encodable + frame::Throttled>(
     header: &Header,
-    response: &R,
+    mut response: R,
 ) -> Outcome {
-    match frame::encode_response(header, response) {
+    response.set_throttle_time_ms(header.throttle_ms);
+    match frame::encode_response(header, &response) {
         Ok(frame) => answer(vec![frame.freeze()]),
         Err(error) => Outcome::Close(format!("a response did not encode: {error}")),
     }
@@ -253,7 +266,7 @@ async fn authenticate(
             let error_code = chosen.err().unwrap_or(errors::NONE);
             let answer = encoded(
                 &header,
-                &SaslHandshakeResponse::default()
+                SaslHandshakeResponse::default()
                     .with_error_code(error_code)
                     .with_mechanisms(names),
             );
@@ -279,7 +292,7 @@ async fn authenticate(
                     frame.extend_from_slice(&response.auth_bytes);
                     answer(vec![frame.freeze()])
                 } else {
-                    encoded(&header, &response)
+                    encoded(&header, response)
                 }
             };
             let response = SaslAuthenticateResponse::default();
@@ -300,7 +313,7 @@ async fn authenticate(
                     let refusal = (!unframed).then(|| {
                         encoded(
                             &header,
-                            &response
+                            response
                                 .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
                                 .with_error_message(Some(message.into())),
                         )
@@ -313,137 +326,166 @@ async fn authenticate(
     }
 }
 
-/// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
-/// answer is due (acks=0).
+/// Answers a request under the client's quotas: an answer reports how long the client must
+/// wait (`throttle_time_ms`: the longest of its quotas' waits) and the connection is not read
+/// until then. The request-time quota is decided by the time the client's earlier requests
+/// took (this one's is known only once it is answered) and counts the time the shard spent
+/// inside the request's handler.
 async fn respond(
     shard: &Rc<Shard>,
     client: &Client,
+    mut header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    let exempt = matches!(
+        request,
+        KafkaRequest::ApiVersions(_)
+            | KafkaRequest::SaslHandshake(_)
+            | KafkaRequest::SaslAuthenticate(_)
+    );
+    let client_id = header.client_id.clone();
+    let charge = quota::Charge::new(shard, client, &client_id);
+    let timed = !exempt && charge.governs(QuotaKey::RequestPercentage).is_some();
+    if !timed {
+        return serve_request(shard, client, &charge, header, request).await;
+    }
+    let now = shard.context.config.clock.now();
+    let wait = charge.throttle(QuotaKey::RequestPercentage, now);
+    charge.hold(QuotaKey::RequestPercentage, wait, now);
+    header.throttle_ms = header.throttle_ms.max(millis(wait));
+    let (outcome, spent) =
+        quota::timed(serve_request(shard, client, &charge, header, request)).await;
+    let now = shard.context.config.clock.now();
+    charge.record(
+        QuotaKey::RequestPercentage,
+        quota::request_share(spent),
+        now,
+    );
+    outcome
+}
+
+/// A wait in Kafka's `throttle_time_ms`.
+fn millis(wait: std::time::Duration) -> i32 {
+    i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
+/// answer is due (acks=0).
+async fn serve_request(
+    shard: &Rc<Shard>,
+    client: &Client,
+    charge: &quota::Charge<'_>,
     header: Header,
     request: KafkaRequest,
 ) -> Outcome {
     match request {
         KafkaRequest::ApiVersions(_) => {
-            encoded(&header, &translate::api_versions_response(errors::NONE))
+            encoded(&header, translate::api_versions_response(errors::NONE))
         }
         KafkaRequest::Metadata(request) => metadata(shard, client, header, request).await,
         KafkaRequest::Produce(request) => produce(shard, client, header, request).await,
-        KafkaRequest::Fetch(request) => fetch(shard, client, header, request).await,
+        KafkaRequest::Fetch(request) => fetch(shard, client, charge, header, request).await,
         KafkaRequest::ListOffsets(request) => list_offsets(shard, client, header, request).await,
         KafkaRequest::InitProducerId(request) => {
-            let answered = match translate::init_producer_id_request(&request) {
-                Err(error) => Err(error),
-                Ok(_) if !client.may_write_idempotently(shard) => {
-                    Err(errors::CLUSTER_AUTHORIZATION_FAILED)
-                }
-                Ok(request) => match native(shard, Request::InitProducerId(request)).await {
-                    Ok(Response::InitProducerId(native)) => Ok(native),
-                    Err(code) => Err(errors::kafka_error(code)),
-                    Ok(other) => {
-                        tracing::warn!(?other, "init-producer-id got another answer");
-                        Err(errors::UNKNOWN_SERVER_ERROR)
-                    }
-                },
-            };
-            encoded(&header, &translate::init_producer_id_response(answered))
+            init_producer_id(shard, client, header, request).await
         }
         KafkaRequest::FindCoordinator(request) => encoded(
             &header,
-            &groups::find_coordinator(shard, client, &header, request).await,
+            groups::find_coordinator(shard, client, &header, request).await,
         ),
         KafkaRequest::JoinGroup(request) => {
             if !authorize::group(shard, client, Operation::Read, &request.group_id) {
                 let refused = JoinGroupResponse::default()
                     .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
                     .with_generation_id(-1);
-                return encoded(&header, &refused);
+                return encoded(&header, refused);
             }
-            encoded(&header, &groups::join(shard, &header, request).await)
+            encoded(&header, groups::join(shard, &header, request).await)
         }
         KafkaRequest::SyncGroup(request) => {
             if !authorize::group(shard, client, Operation::Read, &request.group_id) {
                 let refused = SyncGroupResponse::default()
                     .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, &refused);
+                return encoded(&header, refused);
             }
-            encoded(&header, &groups::sync(shard, request).await)
+            encoded(&header, groups::sync(shard, request).await)
         }
         KafkaRequest::Heartbeat(request) => {
             if !authorize::group(shard, client, Operation::Read, &request.group_id) {
                 let refused = HeartbeatResponse::default()
                     .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, &refused);
+                return encoded(&header, refused);
             }
-            encoded(&header, &groups::heartbeat(shard, request).await)
+            encoded(&header, groups::heartbeat(shard, request).await)
         }
         KafkaRequest::LeaveGroup(request) => {
             if !authorize::group(shard, client, Operation::Read, &request.group_id) {
                 let refused = LeaveGroupResponse::default()
                     .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, &refused);
+                return encoded(&header, refused);
             }
-            encoded(&header, &groups::leave(shard, &header, request).await)
+            encoded(&header, groups::leave(shard, &header, request).await)
         }
         KafkaRequest::OffsetCommit(request) => {
-            encoded(&header, &groups::commit(shard, client, request).await)
+            encoded(&header, groups::commit(shard, client, request).await)
         }
-        KafkaRequest::OffsetFetch(request) => encoded(
-            &header,
-            &groups::fetch_offsets(shard, client, request).await,
-        ),
+        KafkaRequest::OffsetFetch(request) => {
+            encoded(&header, groups::fetch_offsets(shard, client, request).await)
+        }
         KafkaRequest::ListGroups(request) => {
-            encoded(&header, &admin::list_groups(shard, client, request).await)
+            encoded(&header, admin::list_groups(shard, client, request).await)
         }
         KafkaRequest::DeleteGroups(request) => {
-            encoded(&header, &admin::delete_groups(shard, client, request).await)
+            encoded(&header, admin::delete_groups(shard, client, request).await)
         }
         KafkaRequest::DescribeGroups(request) => encoded(
             &header,
-            &admin::describe_groups(shard, client, request).await,
+            admin::describe_groups(shard, client, request).await,
         ),
         KafkaRequest::CreateTopics(request) => {
-            encoded(&header, &admin::create_topics(shard, client, request).await)
+            encoded(&header, admin::create_topics(shard, client, request).await)
         }
         KafkaRequest::DeleteTopics(request) => {
             let version = header.api_version;
             encoded(
                 &header,
-                &admin::delete_topics(shard, client, version, request).await,
+                admin::delete_topics(shard, client, version, request).await,
             )
         }
         KafkaRequest::CreatePartitions(request) => encoded(
             &header,
-            &admin::create_partitions(shard, client, request).await,
+            admin::create_partitions(shard, client, request).await,
         ),
         KafkaRequest::DescribeConfigs(request) => encoded(
             &header,
-            &admin::describe_configs(shard, client, request).await,
+            admin::describe_configs(shard, client, request).await,
         ),
         KafkaRequest::AlterConfigs(request) => {
-            encoded(&header, &admin::alter_configs(shard, client, request).await)
+            encoded(&header, admin::alter_configs(shard, client, request).await)
         }
         KafkaRequest::IncrementalAlterConfigs(request) => encoded(
             &header,
-            &admin::incremental_alter_configs(shard, client, request).await,
+            admin::incremental_alter_configs(shard, client, request).await,
         ),
         KafkaRequest::CreateAcls(request) => encoded(
             &header,
-            &security_admin::create_acls(shard, client, request).await,
+            security_admin::create_acls(shard, client, request).await,
         ),
         KafkaRequest::DescribeAcls(request) => encoded(
             &header,
-            &security_admin::describe_acls(shard, client, request),
+            security_admin::describe_acls(shard, client, request),
         ),
         KafkaRequest::DeleteAcls(request) => encoded(
             &header,
-            &security_admin::delete_acls(shard, client, request).await,
+            security_admin::delete_acls(shard, client, request).await,
         ),
         KafkaRequest::DescribeUserScramCredentials(request) => encoded(
             &header,
-            &security_admin::describe_user_scram_credentials(shard, client, request),
+            security_admin::describe_user_scram_credentials(shard, client, request),
         ),
         KafkaRequest::AlterUserScramCredentials(request) => encoded(
             &header,
-            &security_admin::alter_user_scram_credentials(shard, client, request).await,
+            security_admin::alter_user_scram_credentials(shard, client, request).await,
         ),
         request @ (KafkaRequest::DescribeCluster(_)
         | KafkaRequest::DescribeTopicPartitions(_)
@@ -454,16 +496,42 @@ async fn respond(
         | KafkaRequest::DescribeLogDirs(_)
         | KafkaRequest::DescribeProducers(_)
         | KafkaRequest::DeleteRecords(_)
-        | KafkaRequest::OffsetDelete(_)) => {
+        | KafkaRequest::OffsetDelete(_)
+        | KafkaRequest::DescribeClientQuotas(_)
+        | KafkaRequest::AlterClientQuotas(_)) => {
             respond_cluster_admin(shard, client, header, request).await
         }
+
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }
     }
 }
 
-/// The cluster and partition administration APIs (`cluster_admin`, `partition_admin`).
+/// InitProducerId: an idempotent producer's id, for a client allowed to write idempotently.
+async fn init_producer_id(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::InitProducerIdRequest,
+) -> Outcome {
+    let answered = match translate::init_producer_id_request(&request) {
+        Err(error) => Err(error),
+        Ok(_) if !client.may_write_idempotently(shard) => Err(errors::CLUSTER_AUTHORIZATION_FAILED),
+        Ok(request) => match native(shard, Request::InitProducerId(request)).await {
+            Ok(Response::InitProducerId(native)) => Ok(native),
+            Err(code) => Err(errors::kafka_error(code)),
+            Ok(other) => {
+                tracing::warn!(?other, "init-producer-id got another answer");
+                Err(errors::UNKNOWN_SERVER_ERROR)
+            }
+        },
+    };
+    encoded(&header, translate::init_producer_id_response(answered))
+}
+
+/// The cluster and partition administration APIs (`cluster_admin`, `partition_admin`,
+/// `quotas`).
 async fn respond_cluster_admin(
     shard: &Rc<Shard>,
     client: &Client,
@@ -473,46 +541,54 @@ async fn respond_cluster_admin(
     match request {
         KafkaRequest::DescribeCluster(request) => encoded(
             &header,
-            &cluster_admin::describe_cluster(shard, client, request),
+            cluster_admin::describe_cluster(shard, client, request),
         ),
         KafkaRequest::DescribeTopicPartitions(request) => encoded(
             &header,
-            &cluster_admin::describe_topic_partitions(shard, client, request),
+            cluster_admin::describe_topic_partitions(shard, client, request),
         ),
         KafkaRequest::ListPartitionReassignments(request) => encoded(
             &header,
-            &cluster_admin::list_partition_reassignments(shard, client, request),
+            cluster_admin::list_partition_reassignments(shard, client, request),
         ),
         KafkaRequest::AlterPartitionReassignments(request) => encoded(
             &header,
-            &cluster_admin::alter_partition_reassignments(shard, client, request).await,
+            cluster_admin::alter_partition_reassignments(shard, client, request).await,
         ),
         KafkaRequest::ElectLeaders(request) => {
             let version = header.api_version;
             encoded(
                 &header,
-                &cluster_admin::elect_leaders(shard, client, version, request).await,
+                cluster_admin::elect_leaders(shard, client, version, request).await,
             )
         }
         KafkaRequest::OffsetForLeaderEpoch(request) => encoded(
             &header,
-            &partition_admin::offset_for_leader_epoch(shard, client, request).await,
+            partition_admin::offset_for_leader_epoch(shard, client, request).await,
         ),
         KafkaRequest::DescribeLogDirs(request) => encoded(
             &header,
-            &partition_admin::describe_log_dirs(shard, client, request).await,
+            partition_admin::describe_log_dirs(shard, client, request).await,
         ),
         KafkaRequest::DescribeProducers(request) => encoded(
             &header,
-            &partition_admin::describe_producers(shard, client, request).await,
+            partition_admin::describe_producers(shard, client, request).await,
         ),
         KafkaRequest::DeleteRecords(request) => encoded(
             &header,
-            &partition_admin::delete_records(shard, client, request).await,
+            partition_admin::delete_records(shard, client, request).await,
         ),
         KafkaRequest::OffsetDelete(request) => {
-            encoded(&header, &admin::offset_delete(shard, client, request).await)
+            encoded(&header, admin::offset_delete(shard, client, request).await)
         }
+        KafkaRequest::DescribeClientQuotas(request) => encoded(
+            &header,
+            quotas::describe_client_quotas(shard, client, request),
+        ),
+        KafkaRequest::AlterClientQuotas(request) => encoded(
+            &header,
+            quotas::alter_client_quotas(shard, client, request).await,
+        ),
         _ => unreachable!("only the cluster administration APIs come here"),
     }
 }
@@ -565,11 +641,24 @@ async fn metadata(
     });
     encoded(
         &header,
-        &translate::metadata_response(metadata, &kafka_brokers(shard, client)),
+        translate::metadata_response(metadata, &kafka_brokers(shard, client)),
     )
 }
 
 /// Produce, to the topics the client may Write.
+/// The record bytes of a produce request: what its byte-rate quota counts, whatever becomes
+/// of them (counted as the request is read, see `quota::charge_produce`).
+fn produced_bytes(request: &strata_kafka::kafka_protocol::messages::ProduceRequest) -> usize {
+    request
+        .topic_data
+        .iter()
+        .flat_map(|topic| &topic.partition_data)
+        .filter_map(|partition| partition.records.as_ref().map(|records| records.len()))
+        .sum()
+}
+
+/// Produce, to the topics the client may Write. Written whatever the client's quota: its wait
+/// was counted as the request was read and is reported in the answer.
 async fn produce(
     shard: &Rc<Shard>,
     client: &Client,
@@ -613,7 +702,7 @@ async fn produce(
     };
     encoded(
         &header,
-        &translate::produce_response(native, produce.refused),
+        translate::produce_response(native, produce.refused),
     )
 }
 
@@ -621,7 +710,8 @@ async fn produce(
 async fn fetch(
     shard: &Rc<Shard>,
     client: &Client,
-    header: Header,
+    charge: &quota::Charge<'_>,
+    mut header: Header,
     request: strata_kafka::kafka_protocol::messages::FetchRequest,
 ) -> Outcome {
     let mut fetch = match translate::fetch_request(&request) {
@@ -631,6 +721,20 @@ async fn fetch(
             return answer(frame::encode_fetch_response(&header, &refused));
         }
     };
+    // A consumer over its byte rate gets an empty answer, without a read, saying how long to
+    // wait (Kafka reads, then answers empty; reading what is not sent is wasted).
+    let now = shard.context.config.clock.now();
+    let wait = charge.throttle(QuotaKey::ConsumerByteRate, now);
+    if !wait.is_zero() {
+        charge.hold(QuotaKey::ConsumerByteRate, wait, now);
+        let throttled =
+            FetchResponse::default().with_throttle_time_ms(header.throttle_ms.max(millis(wait)));
+        return answer(frame::encode_fetch_response(&header, &throttled));
+    }
+    if let Some(most) = charge.max_answer_bytes(QuotaKey::ConsumerByteRate) {
+        let most = u32::try_from(most.max(1)).unwrap_or(u32::MAX);
+        fetch.native.max_bytes = fetch.native.max_bytes.min(most);
+    }
     authorize::refuse_topics(
         shard,
         client,
@@ -645,7 +749,20 @@ async fn fetch(
         shard.fetch(fetch.native, Delivery::Bytes).await
     };
     // Chunked: the records go out as the buffers they were translated into.
-    let response = translate::fetch_response(native, fetch.refused);
+    let mut response = translate::fetch_response(native, fetch.refused);
+    if charge.governs(QuotaKey::ConsumerByteRate).is_some() {
+        let bytes: usize = response
+            .responses
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .filter_map(|partition| partition.records.as_ref().map(|records| records.len()))
+            .sum();
+        let now = shard.context.config.clock.now();
+        let wait = charge.record(QuotaKey::ConsumerByteRate, bytes as f64, now);
+        charge.hold(QuotaKey::ConsumerByteRate, wait, now);
+        header.throttle_ms = header.throttle_ms.max(millis(wait));
+    }
+    response.throttle_time_ms = header.throttle_ms;
     answer(frame::encode_fetch_response(&header, &response))
 }
 
@@ -694,7 +811,7 @@ async fn list_offsets(
     };
     encoded(
         &header,
-        &translate::list_offsets_response(native, list.refused, leader_epoch),
+        translate::list_offsets_response(native, list.refused, leader_epoch),
     )
 }
 
