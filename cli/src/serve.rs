@@ -295,18 +295,22 @@ fn raise_open_file_limit() {
     }
 }
 
+/// The settings of `--config`'s file; none without one.
+fn read_config_file(path: Option<&std::path::Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     raise_open_file_limit();
-    let file: FileConfig = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let file = read_config_file(args.config.as_deref())?;
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
+    let (cleaner, quota_window) = (cleaner_config(&args, &file)?, quota_window(&args, &file)?);
     let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
     let native_listener = native_listeners[0];
     let etcd = args
@@ -422,8 +426,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or(300_000)
                 .max(1),
         ),
-        cleaner: cleaner_config(&args, &file)?,
-        quota_window: quota_window(&args, &file)?,
+        cleaner,
+        quota_window,
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,

@@ -1019,6 +1019,25 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
         run(carol, &["user", "list"], b""),
         "ClusterAuthorizationFailed",
     );
+    // Quotas need DescribeConfigs and AlterConfigs on the cluster, as in Kafka.
+    let carol_quota = [
+        "quota",
+        "set",
+        "--user",
+        "carol",
+        "--producer-byte-rate",
+        "1GiB",
+    ];
+    refused(run(carol, &carol_quota, b""), "ClusterAuthorizationFailed");
+    refused(
+        run(carol, &["quota", "list"], b""),
+        "ClusterAuthorizationFailed",
+    );
+    ok(run(admin, &carol_quota, b""));
+    assert_eq!(
+        ok(run(admin, &["quota", "list"], b"")).trim(),
+        "user=carol: producer_byte_rate=1073741824"
+    );
     assert_eq!(ok(run(carol, &["topic", "list"], b"")).trim(), "ledger");
     // Removing the binding takes the right away...
     ok(run(

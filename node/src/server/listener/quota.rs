@@ -123,12 +123,11 @@ impl<'a> Charge<'a> {
         self.client.muted.hold(now, wait);
     }
 
-    /// The largest byte count an answer of `key` should carry: what the quota's windows before
-    /// the current one hold, so one answer never earns a wait longer than the windows.
+    /// The largest byte count an answer of `key` should carry: one quota window's worth.
     pub(super) fn max_answer_bytes(&self, key: QuotaKey) -> Option<usize> {
         self.governs(key).map(|governing| {
             let window = self.shard.quota_usage.borrow().window();
-            window.max_in_windows(governing.bound) as usize
+            window.max_in_window(governing.bound) as usize
         })
     }
 }
