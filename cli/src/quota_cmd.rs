@@ -14,37 +14,40 @@ use super::Connection;
 use crate::client_cmd::{Format, connect};
 use crate::security_cmd::refused;
 
-/// Who a quota applies to: a user, a client id, or both; each named or the default.
+/// Who a quota applies to: a user, a client id, or both; each named or the default (Kafka's
+/// `--entity-type users|clients --entity-name|--entity-default`).
 #[derive(Args)]
 pub struct EntityArgs {
     /// The user (as authenticated: a SASL user or a certificate's subject; `ANONYMOUS` without
-    /// authentication).
-    #[arg(long, conflicts_with = "user_default")]
-    user: Option<String>,
+    /// authentication). Without it or --entity-user-default, the quota is the client id's
+    /// alone.
+    #[arg(long, conflicts_with = "entity_user_default")]
+    entity_user: Option<String>,
     /// Every user without a quota of their own (Kafka's `<default>` user).
     #[arg(long)]
-    user_default: bool,
-    /// The client id (Kafka's `client.id`; native clients send none, an empty one).
-    #[arg(long, conflicts_with = "client_id_default")]
-    client_id: Option<String>,
+    entity_user_default: bool,
+    /// The client id (Kafka's `client.id`; native clients send none, an empty one). Without
+    /// it or --entity-client-id-default, the quota is the user's alone.
+    #[arg(long, conflicts_with = "entity_client_id_default")]
+    entity_client_id: Option<String>,
     /// Every client id without a quota of its own (Kafka's `<default>` client id).
     #[arg(long)]
-    client_id_default: bool,
+    entity_client_id_default: bool,
 }
 
 impl EntityArgs {
     fn parts(&self) -> Vec<QuotaEntityPart> {
         let mut parts = Vec::new();
-        if self.user.is_some() || self.user_default {
+        if self.entity_user.is_some() || self.entity_user_default {
             parts.push(QuotaEntityPart {
                 kind: "user".into(),
-                name: self.user.clone(),
+                name: self.entity_user.clone(),
             });
         }
-        if self.client_id.is_some() || self.client_id_default {
+        if self.entity_client_id.is_some() || self.entity_client_id_default {
             parts.push(QuotaEntityPart {
                 kind: "client-id".into(),
-                name: self.client_id.clone(),
+                name: self.entity_client_id.clone(),
             });
         }
         parts
@@ -70,13 +73,14 @@ pub enum QuotaCommand {
     Set {
         #[command(flatten)]
         entity: EntityArgs,
-        /// Produced bytes per second (64KiB, 10MB, ...).
+        /// Produced bytes per second (64KiB, 10MB, ...); unchanged when not given.
         #[arg(long, value_parser = crate::units::parse_bytes)]
         producer_byte_rate: Option<u64>,
-        /// Fetched bytes per second.
+        /// Fetched bytes per second; unchanged when not given.
         #[arg(long, value_parser = crate::units::parse_bytes)]
         consumer_byte_rate: Option<u64>,
-        /// Percent of one request-handling thread's time (100: a whole shard thread).
+        /// Percent of one request-handling thread's time (100: a whole shard thread); unchanged
+        /// when not given.
         #[arg(long)]
         request_percentage: Option<f64>,
     },
@@ -209,7 +213,7 @@ async fn alter(
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         !entity.is_empty(),
-        "name the entity: --user, --user-default, --client-id or --client-id-default"
+        "name the entity: --entity-user, --entity-user-default, --entity-client-id or --entity-client-id-default"
     );
     let request = Request::AlterQuotas(AlterQuotasRequest {
         entries: vec![QuotaAlteration { entity, changes }],

@@ -596,7 +596,7 @@ fn check_client_quotas(java: &Java, node: &TestNode, kafka: &str) {
         );
     }
     assert_eq!(described.len(), expected.len(), "{quotas}");
-    let listed = node.cli(&["quota", "list", "--user", "alice"], None);
+    let listed = node.cli(&["quota", "list", "--entity-user", "alice"], None);
     assert_eq!(
         listed.trim(),
         "user=alice: consumer_byte_rate=2097152 request_percentage=25.5",
@@ -612,7 +612,7 @@ fn check_client_quotas(java: &Java, node: &TestNode, kafka: &str) {
         ],
     );
     assert_eq!(removed["altered"], true, "{removed}");
-    node.cli(&["quota", "remove", "--client-id", "etl"], None);
+    node.cli(&["quota", "remove", "--entity-client-id", "etl"], None);
     let listed = node.cli(&["quota", "list", "--format", "json"], None);
     let listed: Vec<Value> = support::json_lines(&listed);
     assert_eq!(

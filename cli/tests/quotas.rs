@@ -83,7 +83,7 @@ fn a_produce_quota_holds_a_flat_out_producer_and_spares_another_client() {
         &[
             "quota",
             "set",
-            "--client-id",
+            "--entity-client-id",
             "throttled",
             "--producer-byte-rate",
             "2MiB",
@@ -150,7 +150,7 @@ fn a_fetch_quota_holds_a_consumer_and_a_request_quota_throttles() {
         &[
             "quota",
             "set",
-            "--client-id",
+            "--entity-client-id",
             "reader",
             "--consumer-byte-rate",
             "2MiB",
@@ -173,7 +173,7 @@ fn a_fetch_quota_holds_a_consumer_and_a_request_quota_throttles() {
         &[
             "quota",
             "set",
-            "--client-id",
+            "--entity-client-id",
             "busy",
             "--request-percentage",
             "0.01",
@@ -196,7 +196,7 @@ fn a_user_quota_holds_native_producers_too() {
         &[
             "quota",
             "set",
-            "--user",
+            "--entity-user",
             "ANONYMOUS",
             "--producer-byte-rate",
             "1MiB",
