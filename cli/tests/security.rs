@@ -965,8 +965,8 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
 
     // Without credentials, with a wrong password, or in the clear: one line, exit 1.
     let refused = |output: std::process::Output, expected: &str| {
-        assert_eq!(output.status.code(), Some(1));
         let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
     };
@@ -1023,7 +1023,7 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
     let carol_quota = [
         "quota",
         "set",
-        "--user",
+        "--entity-user",
         "carol",
         "--producer-byte-rate",
         "1GiB",
