@@ -57,6 +57,8 @@ struct TopicRecord {
     /// (their partition keys were all written with the record).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     assignment: Vec<Vec<i32>>,
+    #[serde(default, skip_serializing_if = "crate::TopicId::is_unset")]
+    id: crate::TopicId,
 }
 
 impl TopicRecord {
@@ -78,6 +80,7 @@ impl TopicRecord {
             replication_factor: self.replication_factor,
             config: self.config,
             partitions,
+            id: self.id,
         }
     }
 }
@@ -1000,6 +1003,7 @@ impl Coordinator for EtcdCoordinator {
             replication_factor: spec.replication_factor,
             config: spec.config.clone(),
             assignment: partitions.iter().map(|p| p.replicas.clone()).collect(),
+            id: crate::TopicId::random(),
         };
         let txn = Txn::new()
             .when([Compare::create_revision(

@@ -124,6 +124,74 @@ pub struct TopicState {
     pub replication_factor: u16,
     pub config: BTreeMap<String, String>,
     pub partitions: Vec<PartitionState>,
+    /// Kafka's topic id (KIP-516), chosen at random when the topic is created; see
+    /// [`TopicState::topic_id`] for topics stored before topics had one.
+    #[serde(default, skip_serializing_if = "TopicId::is_unset")]
+    pub id: TopicId,
+}
+
+impl TopicState {
+    /// The topic's id: the stored one, or for a topic created before topics had ids, one
+    /// derived from its name (the same on every broker; a topic of that name deleted and
+    /// created again gets a random one).
+    pub fn topic_id(&self) -> TopicId {
+        if !self.id.is_unset() {
+            return self.id;
+        }
+        let digest = ring::digest::digest(
+            &ring::digest::SHA256,
+            format!("strata topic {}", self.name).as_bytes(),
+        );
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&digest.as_ref()[..16]);
+        TopicId(id)
+    }
+}
+
+/// A topic id: 16 bytes, all zero while unset (Kafka's `Uuid.ZERO_UUID` means "none"), stored
+/// as hex.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicId(pub [u8; 16]);
+
+impl TopicId {
+    /// A new random id (never zero, never Kafka's reserved metadata topic id 1).
+    pub fn random() -> TopicId {
+        loop {
+            let mut bytes = [0u8; 16];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+                .expect("the system's random source works");
+            if u128::from_be_bytes(bytes) > 1 {
+                return TopicId(bytes);
+            }
+        }
+    }
+
+    pub fn is_unset(&self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl Serialize for TopicId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let hex: String = self.0.iter().map(|byte| format!("{byte:02x}")).collect();
+        serializer.serialize_str(&hex)
+    }
+}
+
+impl<'de> Deserialize<'de> for TopicId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let hex = String::deserialize(deserializer)?;
+        let invalid =
+            || serde::de::Error::custom(format!("a topic id is 32 hex digits, not {hex:?}"));
+        if hex.len() != 32 {
+            return Err(invalid());
+        }
+        let mut id = [0u8; 16];
+        for (at, byte) in id.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * at..2 * at + 2], 16).map_err(|_| invalid())?;
+        }
+        Ok(TopicId(id))
+    }
 }
 
 /// What a client asks for when it creates a topic.

@@ -352,6 +352,7 @@ impl Coordinator for LocalCoordinator {
                 replication_factor: spec.replication_factor,
                 config: spec.config.clone(),
                 partitions,
+                id: crate::TopicId::random(),
             };
             state.topics.push(topic.clone());
             Ok(topic)

@@ -439,6 +439,7 @@ mod tests {
             replication_factor: 2,
             config: Default::default(),
             partitions: placed.clone(),
+            id: Default::default(),
         };
         let grown = grow_as_asked(&brokers, &topic, 3, &[vec![0, 1]]).unwrap();
         assert_eq!(grown, [PartitionState::initial(2, vec![0, 1])]);

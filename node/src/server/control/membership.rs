@@ -232,6 +232,7 @@ mod tests {
                 replication_factor: 2,
                 config: Default::default(),
                 partitions: vec![partition],
+                id: Default::default(),
             }]),
             brokers: Arc::new(brokers.iter().copied().map(broker).collect()),
             controller: 2,

@@ -53,7 +53,12 @@ pub(super) async fn create_topics(
                         message: "no answer from the broker".into(),
                     },
                 };
-                admin::create_topic_result(&name, Ok((response, &create)))
+                let mut result = admin::create_topic_result(&name, Ok((response, &create)));
+                let view = shard.view.borrow();
+                if let Some(topic) = view.topics.iter().find(|topic| topic.name == name) {
+                    result.topic_id = super::kafka_topic_id(topic);
+                }
+                result
             }
         };
         results.push(result);

@@ -177,6 +177,7 @@ pub(super) fn describe_topic_partitions(
         topics.push(
             DescribeTopicPartitionsResponseTopic::default()
                 .with_name(Some(topic_name))
+                .with_topic_id(super::kafka_topic_id(topic))
                 .with_partitions(partitions)
                 .with_topic_authorized_operations(OPERATIONS_NOT_ASKED),
         );

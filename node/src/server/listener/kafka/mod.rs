@@ -639,13 +639,28 @@ async fn metadata(
         topic.partitions.clear();
         !listing_all
     });
-    encoded(
-        &header,
-        translate::metadata_response(metadata, &kafka_brokers(shard, client)),
-    )
+    let mut response = translate::metadata_response(metadata, &kafka_brokers(shard, client));
+    // Topic ids (KIP-516): a KIP-848 consumer's assignment names its topics by id.
+    let view = shard.view.borrow();
+    for topic in &mut response.topics {
+        let name = topic.name.as_ref().map(|name| name.as_str());
+        if let Some(known) = view
+            .topics
+            .iter()
+            .find(|known| Some(known.name.as_str()) == name)
+        {
+            topic.topic_id = kafka_topic_id(known);
+        }
+    }
+    drop(view);
+    encoded(&header, response)
 }
 
-/// Produce, to the topics the client may Write.
+/// A topic's id as Kafka's clients read it.
+pub(super) fn kafka_topic_id(topic: &strata_coordinator::TopicState) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(topic.topic_id().0)
+}
+
 /// The record bytes of a produce request: what its byte-rate quota counts, whatever becomes
 /// of them (counted as the request is read, see `quota::charge_produce`).
 fn produced_bytes(request: &strata_kafka::kafka_protocol::messages::ProduceRequest) -> usize {
