@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// at once; capped by the members' rebalance timeout).
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<u64>,
+    /// How long a member of a KIP-848 consumer group (Kafka clients with
+    /// group.protocol=consumer) may be silent before it is expired and its partitions move
+    /// (Kafka's group.consumer.session.timeout.ms; 1000 to 300000, default 45000).
+    #[arg(long, env = "STRATA_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
+    group_consumer_session_timeout_ms: Option<u32>,
     /// PEM certificate this node presents on replication links (with --tls-key and --tls-ca;
     /// without them each node makes a self-signed one and links are encrypted, not verified).
     #[arg(long, env = "STRATA_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
@@ -210,6 +215,7 @@ struct FileConfig {
     leader_rebalance_interval_ms: Option<u64>,
     offsets_retention_ms: Option<u64>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    group_consumer_session_timeout_ms: Option<u32>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -310,7 +316,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file = read_config_file(args.config.as_deref())?;
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
-    let (cleaner, quota_window) = (cleaner_config(&args, &file)?, quota_window(&args, &file)?);
+    let checked = checked_settings(&args, &file)?;
     let (native_listeners, kafka_listeners) = listeners(&args, &file)?;
     let native_listener = native_listeners[0];
     let etcd = args
@@ -400,34 +406,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .tail_cache_bytes
             .or(file.tail_cache_bytes)
             .unwrap_or((TAIL_CACHE_BYTES * shards) as u64),
-        leader_rebalance_interval: match args
-            .leader_rebalance_interval_ms
-            .or(file.leader_rebalance_interval_ms)
-            .unwrap_or(300_000)
-        {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        },
+        leader_rebalance_interval: never_if_zero(
+            args.leader_rebalance_interval_ms
+                .or(file.leader_rebalance_interval_ms)
+                .unwrap_or(300_000),
+        ),
         group_initial_rebalance_delay_ms: args
             .group_initial_rebalance_delay_ms
             .or(file.group_initial_rebalance_delay_ms)
             .unwrap_or(3000),
-        offsets_retention: match args
-            .offsets_retention_ms
-            .or(file.offsets_retention_ms)
-            .unwrap_or(7 * 24 * 3600 * 1000)
-        {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        },
+        offsets_retention: never_if_zero(
+            args.offsets_retention_ms
+                .or(file.offsets_retention_ms)
+                .unwrap_or(7 * 24 * 3600 * 1000),
+        ),
         retention_check_interval: std::time::Duration::from_millis(
             args.retention_check_interval_ms
                 .or(file.retention_check_interval_ms)
                 .unwrap_or(300_000)
                 .max(1),
         ),
-        cleaner,
-        quota_window,
+        cleaner: checked.cleaner,
+        quota_window: checked.quota_window,
+        group_consumer_session_timeout_ms: checked.consumer_session_timeout_ms,
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
@@ -577,6 +578,34 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Securi
         security.bootstrap_user = Some((name.to_string(), password.to_string()));
     }
     Ok(security)
+}
+
+/// A period in milliseconds where 0 means never.
+fn never_if_zero(ms: u64) -> Option<std::time::Duration> {
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
+}
+
+/// The settings whose values are checked beyond their type.
+struct CheckedSettings {
+    cleaner: strata_node::server::CleanerConfig,
+    quota_window: strata_node::quota::QuotaWindow,
+    consumer_session_timeout_ms: u32,
+}
+
+fn checked_settings(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<CheckedSettings> {
+    let consumer_session_timeout_ms = args
+        .group_consumer_session_timeout_ms
+        .or(file.group_consumer_session_timeout_ms)
+        .unwrap_or(45_000);
+    anyhow::ensure!(
+        (1_000..=300_000).contains(&consumer_session_timeout_ms),
+        "--group-consumer-session-timeout-ms must be 1000 to 300000 (got {consumer_session_timeout_ms})"
+    );
+    Ok(CheckedSettings {
+        cleaner: cleaner_config(args, file)?,
+        quota_window: quota_window(args, file)?,
+        consumer_session_timeout_ms,
+    })
 }
 
 /// The windows client quotas are measured over, checked.

@@ -37,6 +37,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         kafka_auto_create_topics: false,
         kafka_topic_defaults: Default::default(),
         group_initial_rebalance_delay_ms: 0,
+        group_consumer_session_timeout_ms: 45_000,
         replication: SocketAddr::from(([127, 0, 0, 1], port + 1)),
         replica_lag_time_max_ms: 10_000,
         replica_recovery_bytes_per_sec: None,

@@ -57,6 +57,14 @@ pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+/// KIP-516: a request names a topic by an id no topic has.
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// KIP-848: a member's epoch is not the one the group has for it (it rejoins at epoch 0).
+pub const FENCED_MEMBER_EPOCH: i16 = 110;
+/// KIP-848: a member asked for a server-side assignor the broker does not have.
+pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+/// KIP-848: a subscription's regular expression does not compile.
+pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
 
 /// The Kafka error a Kafka client handles the way a Strata client handles `code` (retriable
 /// stays retriable: a not-ready shard is LEADER_NOT_AVAILABLE, which clients retry after a

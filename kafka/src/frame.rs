@@ -8,10 +8,11 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
-    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, CreateAclsRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
-    DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClientQuotasRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
     DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
     ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
@@ -31,7 +32,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 41] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 43] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -73,6 +74,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 41] = [
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// What every request carries ahead of its body.
@@ -143,6 +146,8 @@ pub enum KafkaRequest {
     DeleteRecords(DeleteRecordsRequest),
     DescribeClientQuotas(DescribeClientQuotasRequest),
     AlterClientQuotas(AlterClientQuotasRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
 }
 
 /// Why a request was not decoded.
@@ -235,6 +240,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::DeleteRecords => decoded!(DeleteRecords),
         ApiKey::DescribeClientQuotas => decoded!(DescribeClientQuotas),
         ApiKey::AlterClientQuotas => decoded!(AlterClientQuotas),
+        ApiKey::ConsumerGroupHeartbeat => decoded!(ConsumerGroupHeartbeat),
+        ApiKey::ConsumerGroupDescribe => decoded!(ConsumerGroupDescribe),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {
@@ -338,6 +345,8 @@ throttled!(
     DeleteRecordsResponse,
     DescribeClientQuotasResponse,
     AlterClientQuotasResponse,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupDescribeResponse,
 );
 
 impl Throttled for kafka_protocol::messages::SaslHandshakeResponse {

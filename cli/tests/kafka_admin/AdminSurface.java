@@ -543,8 +543,10 @@ public class AdminSurface {
         Properties config = clientConfig(bootstrap);
         config.put("group.id", group);
         config.put("group.protocol", protocol);
-        if (sessionTimeoutMs != null) {
-            // A member killed outright is noticed only when its session times out (45 s by default).
+        // A member killed outright is noticed only when its session times out (45 s by default).
+        // KIP-848 members have the broker's session timeout (group.consumer.session.timeout.ms)
+        // and refuse one of their own.
+        if (sessionTimeoutMs != null && protocol.equals("classic")) {
             config.put("session.timeout.ms", sessionTimeoutMs);
             config.put("heartbeat.interval.ms", "1000");
         }

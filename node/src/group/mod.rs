@@ -88,6 +88,15 @@ impl AssignorKind {
         }
     }
 
+    /// The name KIP-848's server-side assignors go by: Kafka's `uniform` balances and keeps
+    /// partitions where they are, as the sticky assignor does.
+    pub fn server_assignor_name(self) -> &'static str {
+        match self {
+            AssignorKind::Range => "range",
+            AssignorKind::Sticky | AssignorKind::RoundRobin => "uniform",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             AssignorKind::Range => "range",
@@ -667,6 +676,21 @@ impl Group {
             };
         }
         self.check_member(member_id, generation)
+    }
+
+    /// The topics member `member_id` subscribes to; `None` for a member not in the group.
+    pub fn member_topics(&self, member_id: &str) -> Option<&BTreeSet<String>> {
+        self.members.get(member_id).map(|member| &member.topics)
+    }
+
+    /// Whether `member_id` was a static member whose instance id another process took over.
+    pub fn was_fenced(&self, member_id: &str) -> bool {
+        self.fenced.contains_key(member_id)
+    }
+
+    /// The assignor the group's members use.
+    pub fn assignor(&self) -> AssignorKind {
+        self.assignor
     }
 
     pub fn describe(&self) -> GroupDescription {

@@ -112,6 +112,10 @@ impl NodeConfig {
                 self.group_initial_rebalance_delay_ms.to_string(),
             ),
             set(
+                "group.consumer.session.timeout.ms",
+                self.group_consumer_session_timeout_ms.to_string(),
+            ),
+            set(
                 "log.retention.check.interval.ms",
                 self.retention_check_interval.as_millis().to_string(),
             ),

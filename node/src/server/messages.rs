@@ -311,6 +311,62 @@ pub enum KafkaGroupRequest {
         group: String,
         members: Vec<(String, Option<String>)>,
     },
+    /// KIP-848's ConsumerGroupHeartbeat: the group is one of Strata's own (server-side,
+    /// cooperative), the member speaking Kafka's protocol.
+    ConsumerHeartbeat(ConsumerHeartbeat),
+    /// KIP-848's ConsumerGroupDescribe of one group.
+    ConsumerDescribe {
+        group: String,
+    },
+}
+
+/// A KIP-848 member's heartbeat, its topics named (ids resolved by the listener).
+#[derive(Debug, Clone)]
+pub struct ConsumerHeartbeat {
+    pub group: String,
+    /// Chosen by the member (KIP-1082); empty from older clients: the group names it.
+    pub member_id: String,
+    /// 0 to join, -1 to leave, -2 for a static member leaving for now; else its epoch.
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub rebalance_timeout_ms: i32,
+    /// The subscription, when the member sent it (it sends it when it changes).
+    pub topics: Option<Vec<String>>,
+    pub regex: Option<String>,
+    /// `uniform` or `range`, when the member names one.
+    pub assignor: Option<String>,
+    /// What the member owns, when it sent it.
+    pub owned: Option<Vec<crate::group::TopicPartition>>,
+}
+
+/// What a KIP-848 heartbeat answers.
+#[derive(Debug, Clone)]
+pub struct ConsumerAssignment {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// What the member may own now; `None` when it left.
+    pub partitions: Option<Vec<crate::group::TopicPartition>>,
+}
+
+/// Why a KIP-848 heartbeat was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerRefusal {
+    /// This broker cannot run the group, or the group's rules refuse (an unknown member, a
+    /// fenced instance id, a group on the classic protocol).
+    Group(ErrorCode),
+    /// The epoch is not the member's: it drops its partitions and joins again at epoch 0.
+    FencedEpoch,
+    UnsupportedAssignor(String),
+    InvalidRegex(String),
+}
+
+/// A KIP-848 group as ConsumerGroupDescribe shows it, with each member's regular expression.
+#[derive(Debug, Clone)]
+pub struct ConsumerGroupDescription {
+    pub description: crate::group::GroupDescription,
+    pub regexes: std::collections::HashMap<String, String>,
 }
 
 /// Why a Kafka group request failed: the group's protocol said no, or this broker cannot run
@@ -328,4 +384,7 @@ pub enum KafkaGroupAnswer {
     Sync(Result<Bytes, KafkaGroupError>),
     Heartbeat(Result<(), KafkaGroupError>),
     Leave(Vec<(String, Result<(), KafkaGroupError>)>),
+    ConsumerHeartbeat(Result<ConsumerAssignment, ConsumerRefusal>),
+    /// `Ok(None)`: no KIP-848 group of that name runs here (unknown, or a classic group).
+    ConsumerDescribed(Result<Option<ConsumerGroupDescription>, ErrorCode>),
 }

@@ -102,6 +102,9 @@ pub struct NodeConfig {
     /// generation, and again each time one more joins in that wait (Kafka's
     /// `group.initial.rebalance.delay.ms`); 0: at once.
     pub group_initial_rebalance_delay_ms: u64,
+    /// How long a KIP-848 consumer group member may be silent before it is expired (Kafka's
+    /// `group.consumer.session.timeout.ms`: such members do not choose their own).
+    pub group_consumer_session_timeout_ms: u32,
     /// How often shards enforce their partitions' retention.
     pub retention_check_interval: std::time::Duration,
     /// Each shard's log cleaner (compacted topics).

@@ -40,6 +40,16 @@ impl<S: GroupStore> GroupManager<S> {
     ) {
         let now_ms = self.now_ms();
         let group = match request {
+            KafkaGroupRequest::ConsumerHeartbeat(heartbeat) => {
+                let answer = self.consumer_heartbeat(heartbeat).await;
+                let _ = reply.send(KafkaGroupAnswer::ConsumerHeartbeat(answer));
+                return;
+            }
+            KafkaGroupRequest::ConsumerDescribe { group } => {
+                let answer = self.consumer_describe(&group).await;
+                let _ = reply.send(KafkaGroupAnswer::ConsumerDescribed(answer));
+                return;
+            }
             KafkaGroupRequest::Join { group, request } => {
                 if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX)
                     .contains(&request.session_timeout_ms)

@@ -23,12 +23,14 @@
 //! - [`manager`]: the groups this broker coordinates, claimed and stored; producer ids.
 //! - [`native`]: Strata's own protocol (join, heartbeat, leave).
 //! - [`classic`]: Kafka's classic protocol (JoinGroup/SyncGroup waiting on the rebalance).
+//! - [`consumer`]: Kafka's KIP-848 protocol (ConsumerGroupHeartbeat) on Strata's own groups.
 //! - [`offsets`]: commits written together, fetches, expiry.
 //! - [`admin`]: list, describe, delete.
 //! - [`lag`]: consumer lag, measured and rendered as metrics.
 
 mod admin;
 mod classic;
+mod consumer;
 mod lag;
 mod manager;
 mod native;
@@ -136,6 +138,8 @@ struct GroupManager<S> {
     lags: Arc<std::sync::Mutex<Vec<Lag>>>,
     /// Kafka members waiting on a join (true) or a sync (false), by (group, member).
     kafka_waiters: HashMap<(String, String), (bool, oneshot::Sender<KafkaGroupAnswer>)>,
+    /// KIP-848 members subscribed by regular expression, by (group, member).
+    consumer_patterns: HashMap<(String, String), consumer::Pattern>,
 }
 
 async fn serve<S: GroupStore>(
@@ -158,6 +162,7 @@ async fn serve<S: GroupStore>(
         lag_client: None,
         lags: Arc::default(),
         kafka_waiters: HashMap::new(),
+        consumer_patterns: HashMap::new(),
     };
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

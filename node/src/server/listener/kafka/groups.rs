@@ -66,7 +66,7 @@ fn group_error(error: KafkaGroupError) -> i16 {
 
 /// Hands a request to the group thread and waits for its answer (a join or sync waits for the
 /// rebalance).
-async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<KafkaGroupAnswer> {
+pub(super) async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<KafkaGroupAnswer> {
     let (reply, answer) = oneshot::channel();
     shard
         .context

@@ -27,7 +27,7 @@ use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
 use strata_kafka::kafka_protocol::messages::{
     ApiKey, FetchResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    SyncGroupResponse,
+    SyncGroupResponse, TopicName,
 };
 use strata_kafka::translate::{self, KafkaBroker};
 use strata_wire::protocol::{ErrorCode, Request, Response};
@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 mod admin;
 mod authorize;
 mod cluster_admin;
+mod consumer_groups;
 mod groups;
 mod partition_admin;
 mod quotas;
@@ -429,6 +430,17 @@ async fn serve_request(
         KafkaRequest::OffsetCommit(request) => {
             encoded(&header, groups::commit(shard, client, request).await)
         }
+        KafkaRequest::ConsumerGroupHeartbeat(request) => {
+            let client_id = header.client_id.clone();
+            encoded(
+                &header,
+                consumer_groups::consumer_group_heartbeat(shard, client, &client_id, request).await,
+            )
+        }
+        KafkaRequest::ConsumerGroupDescribe(request) => encoded(
+            &header,
+            consumer_groups::consumer_group_describe(shard, client, request).await,
+        ),
         KafkaRequest::OffsetFetch(request) => {
             encoded(&header, groups::fetch_offsets(shard, client, request).await)
         }
@@ -598,8 +610,27 @@ async fn metadata(
     shard: &Rc<Shard>,
     client: &Client,
     header: Header,
-    request: strata_kafka::kafka_protocol::messages::MetadataRequest,
+    mut request: strata_kafka::kafka_protocol::messages::MetadataRequest,
 ) -> Outcome {
+    // Topics asked for by id (KIP-516: a KIP-848 consumer resolves its assignment so) are
+    // named from the view; an id no topic has is UNKNOWN_TOPIC_ID.
+    let mut unknown_ids = Vec::new();
+    {
+        let view = shard.view.borrow();
+        for topic in request.topics.iter_mut().flatten() {
+            if topic.name.is_some() || topic.topic_id.is_nil() {
+                continue;
+            }
+            match view
+                .topics
+                .iter()
+                .find(|known| kafka_topic_id(known) == topic.topic_id)
+            {
+                Some(known) => topic.name = Some(TopicName(strata_kafka::text(&known.name))),
+                None => unknown_ids.push(topic.topic_id),
+            }
+        }
+    }
     let asked = Request::Metadata(translate::metadata_request(&request, header.api_version));
     let listing_all = matches!(&asked, Request::Metadata(m) if m.topics.is_none());
     let mut metadata = match native(shard, asked.clone()).await {
@@ -653,6 +684,11 @@ async fn metadata(
         }
     }
     drop(view);
+    response.topics.extend(unknown_ids.into_iter().map(|id| {
+        strata_kafka::kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
+            .with_error_code(errors::UNKNOWN_TOPIC_ID)
+            .with_topic_id(id)
+    }));
     encoded(&header, response)
 }
 
