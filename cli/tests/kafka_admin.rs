@@ -794,3 +794,158 @@ fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_membe
     // What the killed member read but did not commit is read again: at least everything.
     assert!(records >= produced, "{records} of {produced}");
 }
+
+/// What a group member (AdminSurface's group-member step, or kip848_member.py) printed.
+fn member_result(child: std::process::Child, name: &str) -> Value {
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "member {name} failed");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("member {name} printed no JSON: {error}"))
+}
+
+/// A member's assignments, in order, as sets of "TOPIC-PARTITION".
+fn assignments(result: &Value) -> Vec<std::collections::BTreeSet<String>> {
+    result["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|assignment| {
+            assignment
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// KIP-848 (`group.protocol=consumer`): two Java consumers and a librdkafka one share a topic
+/// through the broker's assignor, one of the Java ones is killed outright, and the other two
+/// take its partitions without giving up theirs meanwhile (no stop-the-world rebalance). The
+/// group is a consumer group to the Java AdminClient (ConsumerGroupDescribe), a classic member
+/// cannot join it while it has members, and a subscription by regular expression picks up a
+/// topic created later.
+#[test]
+fn kip848_groups_split_topics_and_rebalance_without_stopping_their_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let _node = TestNode::start_with(
+        dir.path(),
+        2,
+        &[
+            "--kafka-listen",
+            &kafka,
+            "--group-consumer-session-timeout-ms",
+            "6000",
+        ],
+    );
+    let java = Java::compile();
+    java.step(&kafka, &["create-topic", "split", "6", "1"]);
+    let produced = java.step(&kafka, &["produce", "split", "600", "none"]);
+    assert_eq!(produced["acked"], 600, "{produced}");
+    let java_member = || {
+        Command::new("java")
+            .args(["-cp", &java.classpath, "AdminSurface", &kafka])
+            .args(["group-member", "kip848", "split", "30", "consumer"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/kafka_admin/kip848_member.py"
+    );
+    let librdkafka_member = |group: &str, subscription: &str, seconds: &str| {
+        Command::new("python3")
+            .args([script, &kafka, group, subscription, seconds])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 with confluent-kafka")
+    };
+    let mut killed = java_member();
+    let survivor = java_member();
+    let librdkafka = librdkafka_member("kip848", "split", "30");
+    // A subscription by regular expression, in a group of its own, from before its second
+    // topic exists.
+    let by_regex = librdkafka_member("kip848-regex", "^split.*", "25");
+    std::thread::sleep(Duration::from_secs(12));
+
+    let described = java.step(&kafka, &["describe-group", "kip848"]);
+    assert_eq!(described["type"], "Consumer", "{described}");
+    let members = described["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{described}");
+    let mut held: Vec<String> = members
+        .iter()
+        .flat_map(|member| member["partitions"].as_array().unwrap().clone())
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    held.sort();
+    let every: Vec<String> = (0..6).map(|p| format!("split-{p}")).collect();
+    assert_eq!(held, every, "the broker split the topic: {described}");
+    assert!(
+        members
+            .iter()
+            .all(|member| member["partitions"].as_array().unwrap().len() == 2),
+        "uniform: two each: {described}"
+    );
+    // One protocol at a time: a classic member is refused while the group has members.
+    let join: strata_kafka::kafka_protocol::messages::JoinGroupResponse = raw_request(
+        &kafka,
+        strata_kafka::kafka_protocol::messages::ApiKey::JoinGroup,
+        5,
+        &strata_kafka::kafka_protocol::messages::JoinGroupRequest::default()
+            .with_group_id(strata_kafka::kafka_protocol::messages::GroupId(
+                strata_kafka::text("kip848"),
+            ))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(strata_kafka::text("consumer")),
+    );
+    assert_eq!(
+        join.error_code,
+        strata_kafka::errors::INCONSISTENT_GROUP_PROTOCOL
+    );
+    java.step(&kafka, &["create-topic", "split-late", "2", "1"]);
+
+    killed.kill().unwrap();
+    let _ = killed.wait();
+    let survivors = [
+        member_result(survivor, "java"),
+        member_result(librdkafka, "librdkafka"),
+    ];
+    let mut finally_held = std::collections::BTreeSet::new();
+    let mut records = 0;
+    for result in &survivors {
+        records += result["records"].as_i64().unwrap();
+        let history = assignments(result);
+        let first_held = history.iter().position(|held| !held.is_empty()).unwrap();
+        for (before, after) in history[first_held..].iter().zip(&history[first_held + 1..]) {
+            assert!(!after.is_empty(), "a member stopped everything: {result}");
+            // Cooperative: what a member keeps, it keeps throughout; its last change, taking
+            // the killed member's partitions, only adds.
+            assert!(
+                !before.is_disjoint(after),
+                "a member lost all it held at once: {result}"
+            );
+        }
+        let last = history.last().unwrap();
+        assert!(
+            last.is_superset(&history[history.len() - 2]),
+            "the rebalance after the kill took partitions away: {result}"
+        );
+        finally_held.extend(last.iter().cloned());
+    }
+    let every: std::collections::BTreeSet<String> = every.into_iter().collect();
+    assert_eq!(finally_held, every, "the survivors hold every partition");
+    assert!(records >= 600, "everything read: {records}");
+
+    let regex = member_result(by_regex, "regex");
+    let last = assignments(&regex).pop().unwrap();
+    assert!(
+        last.contains("split-late-0") && last.contains("split-late-1") && last.contains("split-0"),
+        "the regular expression took the later topic in: {regex}"
+    );
+}
