@@ -394,58 +394,69 @@ impl EtcdCoordinator {
         self.hashed_key("quotas", entity)
     }
 
-    /// Applies `change` to `user`'s record (a new, empty one when absent) and stores it only if
-    /// the key is unchanged since read, retrying on a race; a record left without credentials
-    /// is deleted. Returns what `change` returned.
+    /// Applies `change` to `user`'s record (a new, empty one when absent); a record left
+    /// without credentials is deleted. Returns what `change` returned.
     async fn change_user(
         &self,
         user: &str,
         mut change: impl FnMut(&mut UserRecord) -> bool,
     ) -> Result<bool, CoordinatorError> {
         let key = self.key(&format!("users/{user}"));
-        loop {
-            let response = self
-                .client
-                .get(key.clone(), None)
-                .await
-                .map_err(etcd_error)?;
-            let (mut record, revision) = match response.kvs().first() {
-                Some(kv) => (
-                    decode::<UserRecord>(kv.key(), kv.value())?,
-                    kv.mod_revision(),
-                ),
-                None => (
-                    UserRecord {
-                        name: user.to_string(),
-                        credentials: Vec::new(),
-                    },
-                    0,
-                ),
-            };
-            let changed = change(&mut record);
-            if !changed {
-                return Ok(false);
+        self.change_record(&key, |stored: Option<UserRecord>| {
+            let mut record = stored.unwrap_or_else(|| UserRecord {
+                name: user.to_string(),
+                credentials: Vec::new(),
+            });
+            if !change(&mut record) {
+                return None;
             }
-            let write = if record.credentials.is_empty() {
-                TxnOp::delete(key.clone(), None)
-            } else {
-                TxnOp::put(
-                    key.clone(),
-                    serde_json::to_vec(&record).expect("a user serializes"),
+            Some((!record.credentials.is_empty()).then_some(record))
+        })
+        .await
+    }
+
+    /// Reads `key`'s record, lets `change` decide what becomes of it (`None`: nothing changes;
+    /// `Some(None)`: deleted; `Some(Some(record))`: stored) and writes that only if the key is
+    /// unchanged since it was read, reading again after a race with another broker's write.
+    /// Returns whether anything was written.
+    async fn change_record<T: serde::Serialize + for<'de> Deserialize<'de>>(
+        &self,
+        key: &str,
+        mut change: impl FnMut(Option<T>) -> Option<Option<T>>,
+    ) -> Result<bool, CoordinatorError> {
+        loop {
+            let response = self.client.get(key, None).await.map_err(etcd_error)?;
+            let (stored, revision) = match response.kvs().first() {
+                Some(kv) => (Some(decode::<T>(kv.key(), kv.value())?), kv.mod_revision()),
+                None => (None, 0),
+            };
+            let Some(next) = change(stored) else {
+                return Ok(false);
+            };
+            let write = match next {
+                None => TxnOp::delete(key, None),
+                Some(record) => TxnOp::put(
+                    key,
+                    serde_json::to_vec(&record).expect("a stored record serializes"),
                     None,
-                )
+                ),
             };
             let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
+                .when([Compare::mod_revision(key, CompareOp::Equal, revision)])
                 .and_then([write]);
             if self.client.txn(txn).await.map_err(etcd_error)?.succeeded() {
                 return Ok(true);
             }
         }
+    }
+
+    /// Every record stored under `dir/`, in key order.
+    async fn records_under<T: for<'de> Deserialize<'de>>(
+        &self,
+        dir: &str,
+    ) -> Result<Vec<T>, CoordinatorError> {
+        let (keys, _) = get_prefix(&self.client, &self.key(dir), SMALL_VALUES_PER_PAGE, 0).await?;
+        keys.iter().map(|kv| decode(kv.key(), kv.value())).collect()
     }
 
     /// Stops keeping the lease alive and revokes it: this node's registration disappears now
@@ -684,12 +695,7 @@ impl Coordinator for EtcdCoordinator {
     }
 
     async fn users(&self) -> Result<Vec<UserRecord>, CoordinatorError> {
-        let (keys, _) =
-            get_prefix(&self.client, &self.key("users/"), SMALL_VALUES_PER_PAGE, 0).await?;
-        let mut users: Vec<UserRecord> = keys
-            .iter()
-            .map(|kv| decode(kv.key(), kv.value()))
-            .collect::<Result<_, _>>()?;
+        let mut users: Vec<UserRecord> = self.records_under("users/").await?;
         users.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(users)
     }
@@ -718,18 +724,12 @@ impl Coordinator for EtcdCoordinator {
     }
 
     async fn client_quotas(&self) -> Result<Vec<QuotaRecord>, CoordinatorError> {
-        let (keys, _) =
-            get_prefix(&self.client, &self.key("quotas/"), SMALL_VALUES_PER_PAGE, 0).await?;
-        let mut quotas: Vec<QuotaRecord> = keys
-            .iter()
-            .map(|kv| decode(kv.key(), kv.value()))
-            .collect::<Result<_, _>>()?;
+        let mut quotas: Vec<QuotaRecord> = self.records_under("quotas/").await?;
         quotas.sort_by(|a, b| a.entity.cmp(&b.entity));
         Ok(quotas)
     }
 
-    /// One key per entity; each alteration reads it and writes only if it is unchanged
-    /// since, retrying on a race with another broker's change.
+    /// One key per entity, each changed where it is unchanged since read.
     async fn alter_client_quotas(
         &self,
         alterations: &[QuotaAlteration],
@@ -737,55 +737,21 @@ impl Coordinator for EtcdCoordinator {
         crate::quotas::check_alterations(alterations)?;
         for alteration in alterations {
             let key = self.quota_key(&alteration.entity);
-            loop {
-                let response = self
-                    .client
-                    .get(key.clone(), None)
-                    .await
-                    .map_err(etcd_error)?;
-                let (current, revision) = match response.kvs().first() {
-                    Some(kv) => (
-                        decode::<QuotaRecord>(kv.key(), kv.value())?.values,
-                        kv.mod_revision(),
-                    ),
-                    None => (Default::default(), 0),
-                };
+            self.change_record(&key, |stored: Option<QuotaRecord>| {
+                let current = stored.map(|record| record.values).unwrap_or_default();
                 let values = alteration.apply(&current);
-                let write = if values.is_empty() {
-                    TxnOp::delete(key.clone(), None)
-                } else {
-                    let record = QuotaRecord {
-                        entity: alteration.entity.clone(),
-                        values,
-                    };
-                    TxnOp::put(
-                        key.clone(),
-                        serde_json::to_vec(&record).expect("a quota serializes"),
-                        None,
-                    )
-                };
-                let txn = Txn::new()
-                    .when([Compare::mod_revision(
-                        key.clone(),
-                        CompareOp::Equal,
-                        revision,
-                    )])
-                    .and_then([write]);
-                if self.client.txn(txn).await.map_err(etcd_error)?.succeeded() {
-                    break;
-                }
-            }
+                Some((!values.is_empty()).then(|| QuotaRecord {
+                    entity: alteration.entity.clone(),
+                    values,
+                }))
+            })
+            .await?;
         }
         Ok(())
     }
 
     async fn acls(&self) -> Result<Vec<AclBinding>, CoordinatorError> {
-        let (keys, _) =
-            get_prefix(&self.client, &self.key("acls/"), SMALL_VALUES_PER_PAGE, 0).await?;
-        let mut acls: Vec<AclBinding> = keys
-            .iter()
-            .map(|kv| decode(kv.key(), kv.value()))
-            .collect::<Result<_, _>>()?;
+        let mut acls: Vec<AclBinding> = self.records_under("acls/").await?;
         acls.sort();
         Ok(acls)
     }
