@@ -758,15 +758,31 @@ fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_membe
     let member = |name: &str| {
         Command::new("java")
             .args(["-cp", &java.classpath, "AdminSurface", &bootstrap])
-            .args(["group-member", "trio", "codecs", "30", "classic", "6000"])
+            .args(["group-member", "trio", "codecs", "45", "classic", "6000"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|error| panic!("member {name}: {error}"))
     };
     let mut members: Vec<_> = ["a", "b", "c"].into_iter().map(member).collect();
-    // Let the three share the partitions, then kill one without a goodbye.
-    std::thread::sleep(Duration::from_secs(12));
+    // Let the three share the partitions, then kill one without a goodbye. Not mid-rebalance:
+    // a classic member that stops while the group waits for it to rejoin is dropped only at
+    // its rebalance timeout (max.poll.interval.ms, 5 minutes), as in Kafka.
+    wait_for_at_most(
+        "the three members to share the topic",
+        Duration::from_secs(40),
+        || {
+            let group = java.step(&bootstrap, &["describe-group", "trio"]);
+            let members = group["members"].as_array().cloned().unwrap_or_default();
+            group["state"] == "Stable"
+                && members.len() == 3
+                && members.iter().all(|member| {
+                    member["partitions"]
+                        .as_array()
+                        .is_some_and(|p| !p.is_empty())
+                })
+        },
+    );
     members[0].kill().unwrap();
     let _ = members[0].wait();
     let mut seen = std::collections::BTreeSet::new();
