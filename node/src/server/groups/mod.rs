@@ -311,6 +311,8 @@ impl<S: GroupStore> GroupManager<S> {
             };
             for member in &expired {
                 tracing::info!(group = %name, %member, "member expired (session or rebalance timeout)");
+                self.consumer_patterns
+                    .remove(&(name.clone(), member.clone()));
             }
             if coordinated.core.generation() != coordinated.stored_generation {
                 changed.push(name.clone());
