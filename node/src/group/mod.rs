@@ -664,11 +664,12 @@ impl Group {
         }
     }
 
-    /// May this member commit offsets at this generation? Member id "" with generation -1 is a
-    /// simple (assign-mode) commit: allowed only while the group has no members, so that it
-    /// cannot overwrite the progress of members consuming the same partitions.
+    /// May this member commit offsets at this generation? A negative generation is a simple
+    /// (assign-mode) commit, whatever member id it names (a KIP-848 client names its own even
+    /// when it only assigns): allowed only while the group has no members, so that it cannot
+    /// overwrite the progress of members consuming the same partitions, as Kafka rules.
     pub fn check_commit(&self, member_id: &str, generation: i32) -> Result<(), GroupError> {
-        if member_id.is_empty() && generation == -1 {
+        if generation < 0 {
             return if self.members.is_empty() {
                 Ok(())
             } else {

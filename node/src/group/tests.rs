@@ -467,6 +467,7 @@ fn zombie_and_simple_commits() {
         ("b", 3, Err(GroupError::IllegalGeneration)),
         ("c", 3, Err(GroupError::UnknownMember)),
         ("", -1, Err(GroupError::IllegalGeneration)),
+        ("b", -1, Err(GroupError::IllegalGeneration)),
     ];
     for (id, generation, expect) in cases {
         assert_eq!(
@@ -477,6 +478,11 @@ fn zombie_and_simple_commits() {
     }
     group.leave(1_300, "b", &partitions).unwrap();
     assert_eq!(group.check_commit("", -1), Ok(()));
+    assert_eq!(
+        group.check_commit("assigning-client", -1),
+        Ok(()),
+        "a KIP-848 client that only assigns names its own member id"
+    );
     assert_eq!(
         group.leave(1_300, "b", &partitions),
         Err(GroupError::UnknownMember)
