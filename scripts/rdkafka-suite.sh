@@ -5,7 +5,10 @@
 #   scripts/rdkafka-suite.sh                 every broker-facing test (0001-0999), a table
 #   scripts/rdkafka-suite.sh 0001 0017 0081  those tests only
 #   scripts/rdkafka-suite.sh --gate          the tests in scripts/rdkafka-gate.txt; exits
-#                                            non-zero if one of them does not pass (CI runs it)
+#                                            non-zero if one of them does not pass (CI runs it);
+#                                            those tagged kip848 run twice, the second time with
+#                                            group.protocol=consumer (NNNN:consumer in the table)
+#   scripts/rdkafka-suite.sh 0030:consumer   a test with group.protocol=consumer
 #
 # Builds librdkafka and its test runner from ../shared/peers/librdkafka-*-src.tar.gz (BSD-2)
 # into /var/tmp/strata-rdkafka (once), installs the Debian packages that build needs when
@@ -22,7 +25,7 @@ tests=()
 for arg in "$@"; do
     case "$arg" in
         --gate) gate=true ;;
-        [0-9][0-9][0-9][0-9]) tests+=("$arg") ;;
+        [0-9][0-9][0-9][0-9] | [0-9][0-9][0-9][0-9]:consumer) tests+=("$arg") ;;
         *) echo "usage: $0 [--gate | NNNN ...]" >&2; exit 2 ;;
     esac
 done
@@ -56,7 +59,10 @@ fi
 # --- the tests to run -----------------------------------------------------------------------
 gate_file="$repo/scripts/rdkafka-gate.txt"
 if $gate; then
-    mapfile -t tests < <(sed 's/#.*//' "$gate_file" | awk 'NF {print $1}')
+    mapfile -t tests < <(
+        sed 's/#.*//' "$gate_file" | awk 'NF {print $1}'
+        sed 's/#.*//' "$gate_file" | awk '$3 == "kip848" {print $1 ":consumer"}'
+    )
 elif [ "${#tests[@]}" -eq 0 ]; then
     # Every numbered test below 1000 but those against librdkafka's mock cluster, which never
     # reach the broker (0000 is the runner's own unit tests, local only).
@@ -111,22 +117,27 @@ passed=0 failed=0 skipped=0 restarts=0
 failed_gate=()
 # 0113 (cooperative rebalancing) alone runs about 10 minutes.
 per_test_timeout="${STRATA_RDKAFKA_TEST_TIMEOUT:-1200}"
-for test in "${tests[@]}"; do
-    log="$logs/$test.log"
+for entry in "${tests[@]}"; do
+    # NNNN:consumer: the test's consumers use KIP-848's group protocol.
+    test="${entry%%:*}"
+    protocol=""
+    [ "$entry" != "$test" ] && protocol=consumer
+    log="$logs/${entry/:/-}.log"
     started=$(date +%s)
     # The runner aborts (SIGABRT) on a failure: its status is written down inside the
     # subshell, so the abort is reported into the test's log rather than this table.
     (
         cd "$src/tests"
+        if [ -n "$protocol" ]; then export TEST_CONSUMER_GROUP_PROTOCOL="$protocol"; fi
         TESTS="$test" RDKAFKA_TEST_CONF="$work/test.conf" TEST_KAFKA_VERSION=3.9.0 \
             LD_LIBRARY_PATH="../src:../src-cpp" \
             timeout --kill-after=10 "$per_test_timeout" ./test-runner -p1 -L
-        echo $? >"$logs/$test.status"
+        echo $? >"$logs/${entry/:/-}.status"
     ) >"$log" 2>&1 || true
-    status="$(cat "$logs/$test.status" 2>/dev/null || echo 1)"
+    status="$(cat "$logs/${entry/:/-}.status" 2>/dev/null || echo 1)"
     secs=$(($(date +%s) - started))
     # The runner's summary has a row per test variant it ran: `| 0017_compression | PASSED |`.
-    plain="$logs/$test.plain"
+    plain="$logs/${entry/:/-}.plain"
     sed 's/\x1b\[[0-9;]*m//g' "$log" >"$plain"
     rows="$(grep -E "^\|[[:space:]]*${test}_" "$plain" || true)"
     if [ "$status" -eq 0 ] && [ -n "$rows" ] \
@@ -157,12 +168,12 @@ for test in "${tests[@]}"; do
         SKIPPED) skipped=$((skipped + 1)) ;;
         *) failed=$((failed + 1)) ;;
     esac
-    [ "$result" = PASSED ] || failed_gate+=("$test:$result")
-    printf '%-6s %-8s %6s  %s\n' "$test" "$result" "$secs" "$reason"
+    [ "$result" = PASSED ] || failed_gate+=("$entry:$result")
+    printf '%-6s %-8s %6s  %s\n' "$entry" "$result" "$secs" "$reason"
     if ! kill -0 "$node" 2>/dev/null; then
         echo "       the node died during $test; restarting it (see $logs/node.log)"
         restarts=$((restarts + 1))
-        failed_gate+=("node-died-$test")
+        failed_gate+=("node-died-$entry")
         start_node
     fi
 done
