@@ -74,7 +74,8 @@ impl Limits {
     }
 }
 
-fn slot(key: QuotaKey) -> usize {
+/// A kind's place in arrays kept per kind, in [`QuotaKey::ALL`] order.
+pub fn slot(key: QuotaKey) -> usize {
     match key {
         QuotaKey::ProducerByteRate => 0,
         QuotaKey::ConsumerByteRate => 1,

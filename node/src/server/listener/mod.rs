@@ -466,7 +466,7 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
         }
         // A client over a quota is not read from for as long as its last answer told it to
         // wait (KIP-219); a hold set while the next frame was awaited is kept below.
-        client.muted.wait(shard.context.config.clock.now()).await;
+        client.muted.wait(&shard.context.config.clock).await;
         let Some(len) = next_frame_len(&mut frames, peer).await else {
             break;
         };
@@ -494,7 +494,7 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
                 break;
             }
         };
-        client.muted.wait(shard.context.config.clock.now()).await;
+        client.muted.wait(&shard.context.config.clock).await;
         let mut decoded = P::decode(&shard, &session, &client, body);
         if let Decoded::Authenticate(header, request) = decoded {
             decoded = P::authenticate(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use strata_coordinator::quotas::{QuotaAlteration, QuotaFilter, QuotaKey, QuotaRecord};
 
 use super::Client;
-use crate::quota::Governing;
+use crate::quota::{Governing, slot};
 use crate::server::messages::{SecurityChange, SecurityChanged};
 use crate::server::shard::Shard;
 
@@ -32,12 +32,13 @@ impl Muted {
         }
     }
 
-    /// Waits out the hold, if the connection has one.
-    pub(super) async fn wait(&self, now: Instant) {
-        if let Some(until) = self.0.take()
-            && until > now
-        {
-            tokio::time::sleep(until - now).await;
+    /// Waits out the hold, if the connection has one (the clock is read only then).
+    pub(super) async fn wait(&self, clock: &crate::clock::Clock) {
+        if let Some(until) = self.0.take() {
+            let now = clock.now();
+            if until > now {
+                tokio::time::sleep(until - now).await;
+            }
         }
     }
 }
@@ -49,13 +50,6 @@ pub(super) struct Charge<'a> {
     user: &'a str,
     client_id: &'a str,
     governing: [Option<Governing>; 3],
-}
-
-fn slot(key: QuotaKey) -> usize {
-    QuotaKey::ALL
-        .iter()
-        .position(|known| *known == key)
-        .expect("every key is in ALL")
 }
 
 impl<'a> Charge<'a> {
