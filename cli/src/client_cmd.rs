@@ -1006,11 +1006,22 @@ pub enum ClusterCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Broker settings: list them, or set and remove those that change live (for every
+    /// broker, or for one).
+    Config {
+        #[command(subcommand)]
+        command: crate::cluster_config_cmd::ClusterConfigCommand,
+    },
 }
 
 pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow::Result<()> {
+    let format = match command {
+        ClusterCommand::Info { format } => format,
+        ClusterCommand::Config { command } => {
+            return crate::cluster_config_cmd::cluster_config(&connection, command).await;
+        }
+    };
     let client = connect(&connection).await?;
-    let ClusterCommand::Info { format } = command;
     let metadata = client.refresh_metadata().await?;
     let mut brokers: Vec<_> = metadata.brokers.values().collect();
     brokers.sort_by_key(|broker| broker.node_id);

@@ -15,6 +15,7 @@ macro_rules! outln {
 
 mod bench_cmd;
 mod client_cmd;
+mod cluster_config_cmd;
 mod group_reset;
 mod log_tools;
 mod quota_cmd;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use strata_coordinator::testing::EtcdServer;
-use support::{TestNode, etcd_args, free_base_port, wait_for_at_most};
+use support::{TestNode, etcd_args, free_base_port, log_segments, wait_for_at_most};
 
 /// `AdminSurface.java` compiled once per test into its own directory.
 struct Java {
@@ -507,7 +507,8 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     let unknown = java.step(&kafka, &["delete-offsets", "nobody", "reads", "0"]);
     assert_eq!(unknown["error"], "GroupIdNotFoundException", "{unknown}");
 
-    // The broker's settings, under Kafka's names where they mean the same, all read-only.
+    // The broker's settings, under Kafka's names where they mean the same; read-only but for
+    // those that change live.
     let configs = java.step(&kafka, &["describe-configs", "broker", "1"]);
     let configs = &configs["configs"];
     assert_eq!(configs["broker.id"]["value"], "1", "{configs}");
@@ -521,20 +522,45 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
         configs["log.dirs"]["value"],
         dir.path().display().to_string()
     );
-    assert!(
-        configs
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|config| config["read_only"] == true),
-        "{configs}"
-    );
+    assert_eq!(configs["log.retention.ms"]["read_only"], false);
+    assert_eq!(configs["broker.id"]["read_only"], true);
+    assert_eq!(configs["log.dirs"]["read_only"], true);
 
+    // Set live for this broker: the broker says so, and so does a topic without its own.
     let altered = java.step(
         &kafka,
         &["alter-config", "broker", "1", "log.retention.ms", "1000"],
     );
-    assert_eq!(altered["error"], "InvalidRequestException", "{altered}");
+    assert_eq!(altered, json!({"altered": true}));
+    let configs = java.step(&kafka, &["describe-configs", "broker", "1"]);
+    assert_eq!(
+        configs["configs"]["log.retention.ms"],
+        json!({"value": "1000", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"})
+    );
+    let topic = java.step(&kafka, &["describe-configs", "topic", "reads"]);
+    assert_eq!(
+        topic["configs"]["retention.ms"],
+        json!({"value": "1000", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"}),
+        "{topic}"
+    );
+    let altered = java.step(
+        &kafka,
+        &[
+            "alter-config",
+            "broker",
+            "1",
+            "log.retention.ms",
+            "--delete",
+        ],
+    );
+    assert_eq!(altered, json!({"altered": true}));
+    let topic = java.step(&kafka, &["describe-configs", "topic", "reads"]);
+    assert_eq!(topic["configs"]["retention.ms"]["source"], "DEFAULT_CONFIG");
+    let refused = java.step(&kafka, &["alter-config", "broker", "1", "broker.id", "7"]);
+    assert_eq!(
+        refused["error"], "InvalidConfigurationException",
+        "{refused}"
+    );
 
     check_client_quotas(&java, &node, &kafka);
 }
@@ -712,7 +738,7 @@ fn the_python_admin_clients_describe_and_change_what_they_ask_for() {
     );
     assert_eq!(
         confluent["broker_configs"]["num.partitions"],
-        json!({"read_only": true, "value": "1"})
+        json!({"read_only": false, "value": "1"})
     );
 }
 
@@ -809,6 +835,231 @@ fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_membe
     assert_eq!(seen, every, "the survivors hold every partition at the end");
     // What the killed member read but did not commit is read again: at least everything.
     assert!(records >= produced, "{records} of {produced}");
+}
+
+/// `kafka_admin/broker_settings.py` with `args`: its JSON.
+fn python_broker_settings(args: &[&str]) -> Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/kafka_admin/broker_settings.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 with confluent-kafka and kafka-python");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "broker_settings.py {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// Broker settings set live (Kafka's dynamic broker configs) on three brokers, through the
+/// Java AdminClient, both Python admin clients and the CLI: a broker's own setting applies to
+/// it alone and wins over the one for every broker; a topic default reaches every topic
+/// without an override of its own at once (here, the segment size each replica rolls at);
+/// `num.partitions` sizes the topics clients create without saying; removing a setting
+/// brings back what the broker started with; settings that cannot change live, and
+/// defaults a topic could not open with, are refused.
+#[test]
+fn broker_settings_change_live_for_every_broker_or_for_one() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
+        .collect();
+    let all: Vec<&str> = brokers.iter().map(|(_, kafka)| kafka.as_str()).collect();
+    let bootstrap = all.join(",");
+    let java = Java::compile();
+    java.step(&bootstrap, &["create-topic", "plain", "1", "3"]);
+    java.step(
+        &bootstrap,
+        &["create-topic", "own", "1", "3", "segment.bytes=1073741824"],
+    );
+    java.step(
+        &bootstrap,
+        &[
+            "create-topic",
+            "lagged",
+            "1",
+            "1",
+            "max.compaction.lag.ms=60000",
+        ],
+    );
+
+    // Every broker's and broker 2's own, through the Java client; broker 3's, through
+    // kafka-python's legacy AlterConfigs; broker 1's, through confluent-kafka (which names no
+    // resource "", so sets no default for every broker).
+    for (broker, name, value) in [
+        ("", "num.partitions", "5"),
+        ("2", "log.segment.bytes", "16384"),
+    ] {
+        let altered = java.step(&bootstrap, &["alter-config", "broker", broker, name, value]);
+        assert_eq!(altered, json!({"altered": true}));
+    }
+    let altered =
+        python_broker_settings(&["kafka-python", &bootstrap, "3", "log.segment.bytes=65536"]);
+    assert_eq!(altered, json!({"altered": true}));
+    let altered = python_broker_settings(&[
+        "confluent",
+        &bootstrap,
+        "1",
+        "log.retention.bytes=1073741824",
+    ]);
+    assert_eq!(altered, json!({"altered": true}));
+    let setting = |broker: &str, name: &str| {
+        java.step(&bootstrap, &["describe-configs", "broker", broker])["configs"][name].clone()
+    };
+    wait_for_at_most(
+        "every broker to apply the settings",
+        Duration::from_secs(20),
+        || {
+            setting("3", "log.segment.bytes")["value"] == "65536"
+                && ["1", "2", "3"]
+                    .iter()
+                    .all(|broker| setting(broker, "num.partitions")["value"] == "5")
+        },
+    );
+    assert_eq!(
+        setting("2", "log.segment.bytes"),
+        json!({"value": "16384", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"})
+    );
+    assert_eq!(
+        setting("1", "log.segment.bytes")["source"],
+        "DEFAULT_CONFIG"
+    );
+    assert_eq!(
+        setting("1", "log.retention.bytes"),
+        json!({"value": "1073741824", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"})
+    );
+    assert_eq!(
+        setting("1", "num.partitions"),
+        json!({"value": "5", "read_only": false, "source": "DYNAMIC_DEFAULT_BROKER_CONFIG"})
+    );
+
+    // Each replica rolls at its own broker's size; a topic's own size wins everywhere.
+    for topic in ["plain", "own"] {
+        produce_to_partition_0(&java, &bootstrap, topic, 8000);
+    }
+    let segments = |broker: usize, topic: &str| {
+        log_segments(&dirs[broker - 1].path().join(format!("{topic}-0")))
+    };
+    wait_for_at_most(
+        "the followers to copy the records",
+        Duration::from_secs(20),
+        || segments(2, "plain") > segments(3, "plain") && segments(3, "plain") > 1,
+    );
+    assert_eq!(
+        segments(1, "plain"),
+        1,
+        "broker 1 has no setting of its own"
+    );
+    for broker in 1..=3 {
+        assert_eq!(
+            segments(broker, "own"),
+            1,
+            "broker {broker}: the topic's own size"
+        );
+    }
+
+    // num.partitions sizes a topic created without a count, whichever broker creates it.
+    java.step(&bootstrap, &["create-topic", "sized", "-1", "-1"]);
+    let sized = java.step(&bootstrap, &["describe-topics", "sized"]);
+    assert_eq!(
+        sized["topics"][0]["partitions"].as_array().unwrap().len(),
+        5,
+        "{sized}"
+    );
+
+    // The CLI sees the same, over the native protocol.
+    let cli = &brokers[0].0;
+    let every = cli.cli(&["cluster", "config", "list"], None);
+    assert_eq!(every.trim(), "num.partitions=5 (every-broker live)");
+    let two: Value = serde_json::from_str(&cli.cli(
+        &[
+            "cluster", "config", "list", "--broker", "2", "--format", "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let segment_bytes = two["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["name"] == "log.segment.bytes")
+        .cloned();
+    assert_eq!(
+        segment_bytes,
+        Some(
+            json!({"name": "log.segment.bytes", "value": "16384", "source": "broker", "live": true})
+        )
+    );
+
+    // Refused: a setting that cannot change live, and a default the topic "lagged" could not
+    // open with (its own maximum compaction lag is below it).
+    let refused = java.step(
+        &bootstrap,
+        &["alter-config", "broker", "", "broker.id", "9"],
+    );
+    assert_eq!(
+        refused["error"], "InvalidConfigurationException",
+        "{refused}"
+    );
+    let refused = java.step(
+        &bootstrap,
+        &[
+            "alter-config",
+            "broker",
+            "",
+            "log.cleaner.min.compaction.lag.ms",
+            "120000",
+        ],
+    );
+    let why = refused["message"].as_str().unwrap_or_default();
+    assert!(why.contains("lagged"), "{refused}");
+    let refused = python_broker_settings(&["confluent", &bootstrap, "2", "strata.shards=4"]);
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|why| why.contains("cannot change")),
+        "{refused}"
+    );
+    let output = cli.cli_output(&["cluster", "config", "set", "log.segment.bytes=12"], None);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("segment.bytes"),
+        "{output:?}"
+    );
+
+    // Removed, the brokers' own defaults apply again.
+    cli.cli(&["cluster", "config", "remove", "num.partitions"], None);
+    wait_for_at_most(
+        "every broker to drop the setting",
+        Duration::from_secs(20),
+        || {
+            ["1", "2", "3"]
+                .iter()
+                .all(|broker| setting(broker, "num.partitions")["source"] == "STATIC_BROKER_CONFIG")
+        },
+    );
+    java.step(&bootstrap, &["create-topic", "unsized", "-1", "-1"]);
+    let described = java.step(&bootstrap, &["describe-topics", "unsized"]);
+    assert_eq!(
+        described["topics"][0]["partitions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        cli.cli(&["cluster", "config", "list"], None).trim(),
+        "",
+        "nothing set for every broker"
+    );
 }
 
 /// What a group member (AdminSurface's group-member step, or kip848_member.py) printed.

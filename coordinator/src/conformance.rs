@@ -478,6 +478,106 @@ pub async fn check_security_store(coordinator: &impl Coordinator) {
     );
     assert!(coordinator.acls().await.unwrap().is_empty());
     check_quota_store(coordinator).await;
+    check_broker_config_store(coordinator).await;
+}
+
+/// Dynamic broker settings: each scope's set, changed, replaced and removed on its own, a
+/// scope gone with its last setting, and an invalid alteration stored nowhere.
+async fn check_broker_config_store(coordinator: &impl Coordinator) {
+    use crate::broker_configs::{BrokerConfigAlteration, BrokerScope};
+    assert!(coordinator.broker_configs().await.unwrap().is_empty());
+    let change = |scope, set: &[(&str, &str)], delete: &[&str], replace| BrokerConfigAlteration {
+        scope,
+        set: set
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        delete: delete.iter().map(|name| name.to_string()).collect(),
+        replace,
+    };
+    let stored = || async {
+        coordinator
+            .broker_configs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| (record.scope, record.values.into_iter().collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    coordinator
+        .alter_broker_configs(&change(
+            BrokerScope::Broker(2),
+            &[("log.retention.ms", "1000")],
+            &[],
+            false,
+        ))
+        .await
+        .unwrap();
+    coordinator
+        .alter_broker_configs(&change(
+            BrokerScope::Default,
+            &[("num.partitions", "3"), ("log.retention.ms", "5000")],
+            &[],
+            false,
+        ))
+        .await
+        .unwrap();
+    coordinator
+        .alter_broker_configs(&change(
+            BrokerScope::Default,
+            &[("num.partitions", "4")],
+            &["log.retention.ms"],
+            false,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored().await,
+        vec![
+            (BrokerScope::Default, vec![pair("num.partitions", "4")]),
+            (
+                BrokerScope::Broker(2),
+                vec![pair("log.retention.ms", "1000")]
+            ),
+        ]
+    );
+    coordinator
+        .alter_broker_configs(&change(
+            BrokerScope::Broker(2),
+            &[("log.segment.bytes", "1048576")],
+            &[],
+            true,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        coordinator
+            .alter_broker_configs(&change(BrokerScope::Default, &[("", "1")], &[], false))
+            .await
+            .is_err()
+    );
+    coordinator
+        .alter_broker_configs(&change(
+            BrokerScope::Default,
+            &[],
+            &["num.partitions"],
+            false,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored().await,
+        vec![(
+            BrokerScope::Broker(2),
+            vec![pair("log.segment.bytes", "1048576")]
+        )]
+    );
+    coordinator
+        .alter_broker_configs(&change(BrokerScope::Broker(2), &[], &[], true))
+        .await
+        .unwrap();
+    assert!(coordinator.broker_configs().await.unwrap().is_empty());
 }
 
 /// Client quotas: set, replaced, removed key by key, an entity gone with its last quota, and

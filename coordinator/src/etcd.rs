@@ -27,6 +27,7 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::broker_configs::{BrokerConfigAlteration, BrokerConfigRecord, BrokerScope};
 use crate::failover::Etcd;
 use crate::quotas::{QuotaAlteration, QuotaEntity, QuotaRecord};
 use crate::security::{UserRecord, check_acls, check_credential, split_by_filters};
@@ -748,6 +749,37 @@ impl Coordinator for EtcdCoordinator {
             .await?;
         }
         Ok(())
+    }
+
+    async fn broker_configs(&self) -> Result<Vec<BrokerConfigRecord>, CoordinatorError> {
+        let mut records: Vec<BrokerConfigRecord> = self.records_under("broker-configs/").await?;
+        records.sort_by_key(|record| record.scope);
+        Ok(records)
+    }
+
+    /// One key per scope, changed where it is unchanged since read.
+    async fn alter_broker_configs(
+        &self,
+        alteration: &BrokerConfigAlteration,
+    ) -> Result<(), CoordinatorError> {
+        alteration.check()?;
+        let key = self.key(&format!(
+            "broker-configs/{}",
+            match alteration.scope {
+                BrokerScope::Default => "default".to_string(),
+                BrokerScope::Broker(id) => id.to_string(),
+            }
+        ));
+        self.change_record(&key, |stored: Option<BrokerConfigRecord>| {
+            let current = stored.map(|record| record.values).unwrap_or_default();
+            let values = alteration.apply(&current);
+            Some((!values.is_empty()).then_some(BrokerConfigRecord {
+                scope: alteration.scope,
+                values,
+            }))
+        })
+        .await
+        .map(drop)
     }
 
     async fn acls(&self) -> Result<Vec<AclBinding>, CoordinatorError> {

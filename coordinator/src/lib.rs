@@ -11,6 +11,7 @@
 
 #![allow(async_fn_in_trait)] // The control plane runs on one thread; futures need not be Send.
 
+pub mod broker_configs;
 pub mod conformance;
 mod etcd;
 mod failover;
@@ -386,6 +387,18 @@ pub trait Coordinator {
     async fn alter_client_quotas(
         &self,
         alterations: &[quotas::QuotaAlteration],
+    ) -> Result<(), CoordinatorError>;
+
+    // Dynamic broker settings: read by every broker, applied to itself (see [`broker_configs`]).
+
+    /// Every scope's dynamic settings, in scope order.
+    async fn broker_configs(
+        &self,
+    ) -> Result<Vec<broker_configs::BrokerConfigRecord>, CoordinatorError>;
+    /// Applies `alteration` to its scope's settings, checked first.
+    async fn alter_broker_configs(
+        &self,
+        alteration: &broker_configs::BrokerConfigAlteration,
     ) -> Result<(), CoordinatorError>;
 
     /// Stores the partitions `topic` was created with that the store does not hold yet (a

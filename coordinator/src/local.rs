@@ -34,6 +34,8 @@ struct State {
     acls: Vec<AclBinding>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     quotas: Vec<crate::quotas::QuotaRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    broker_configs: Vec<crate::broker_configs::BrokerConfigRecord>,
 }
 
 pub struct LocalCoordinator {
@@ -179,6 +181,23 @@ impl Coordinator for LocalCoordinator {
         crate::quotas::check_alterations(alterations)?;
         self.update(|state| {
             crate::quotas::apply_all(&mut state.quotas, alterations);
+            Ok(())
+        })
+    }
+
+    async fn broker_configs(
+        &self,
+    ) -> Result<Vec<crate::broker_configs::BrokerConfigRecord>, CoordinatorError> {
+        Ok(self.state.borrow().broker_configs.clone())
+    }
+
+    async fn alter_broker_configs(
+        &self,
+        alteration: &crate::broker_configs::BrokerConfigAlteration,
+    ) -> Result<(), CoordinatorError> {
+        alteration.check()?;
+        self.update(|state| {
+            crate::broker_configs::apply(&mut state.broker_configs, alteration);
             Ok(())
         })
     }

@@ -47,11 +47,13 @@ impl Default for TopicDefaults {
 pub const RESOURCE_TOPIC: i8 = 2;
 /// Kafka's resource type of a broker's configs (DescribeConfigs).
 pub const RESOURCE_BROKER: i8 = 4;
-/// Where a config value comes from: a topic's override, or the default.
-const SOURCE_TOPIC_OVERRIDE: i8 = 1;
-const SOURCE_DEFAULT: i8 = 5;
-/// A broker setting given at start (Kafka's STATIC_BROKER_CONFIG).
-const SOURCE_STATIC_BROKER: i8 = 4;
+/// Where a config value comes from (Kafka's ConfigSource): a topic's override, a broker
+/// setting set live for that broker or for every broker, one given at start, or the default.
+pub const SOURCE_TOPIC_OVERRIDE: i8 = 1;
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
 /// IncrementalAlterConfigs operations (APPEND and SUBTRACT, for list values, are refused).
 const OPERATION_SET: i8 = 0;
 const OPERATION_DELETE: i8 = 1;
@@ -418,40 +420,110 @@ fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
     out.freeze()
 }
 
-/// A topic's settings as DescribeConfigs reports them (`keys`: only those, when asked).
-/// A broker's settings (name, value, whether it is the default) as DescribeConfigs answers
-/// them: all read-only (none changes live), only `keys` when given.
+/// A broker's settings as DescribeConfigs answers them (only `keys` when given): those that
+/// cannot change live are read-only, and each says where its value comes from.
 pub fn describe_broker_configs_result(
     broker: &str,
-    settings: &[(String, Option<String>, bool)],
+    described: native::DescribeBrokerConfigsResponse,
     keys: Option<&[String]>,
 ) -> DescribeConfigsResult {
-    DescribeConfigsResult::default()
+    let result = DescribeConfigsResult::default()
         .with_resource_type(RESOURCE_BROKER)
-        .with_resource_name(text(broker))
-        .with_configs(
-            settings
-                .iter()
-                .filter(|(name, _, _)| keys.is_none_or(|keys| keys.contains(name)))
-                .map(|(name, value, is_default)| {
-                    DescribeConfigsResourceResult::default()
-                        .with_name(text(name))
-                        .with_value(value.as_deref().map(text))
-                        .with_read_only(true)
-                        .with_config_source(if *is_default {
-                            SOURCE_DEFAULT
-                        } else {
-                            SOURCE_STATIC_BROKER
-                        })
-                })
-                .collect(),
-        )
+        .with_resource_name(text(broker));
+    if described.error != native::ErrorCode::None {
+        return result
+            .with_error_code(kafka_error(described.error))
+            .with_error_message(Some(text(&described.message)));
+    }
+    result.with_configs(
+        described
+            .entries
+            .into_iter()
+            .filter(|entry| keys.is_none_or(|keys| keys.contains(&entry.name)))
+            .map(|entry| {
+                DescribeConfigsResourceResult::default()
+                    .with_name(text(&entry.name))
+                    .with_value(entry.value.as_deref().map(text))
+                    .with_read_only(!entry.live)
+                    .with_config_source(match entry.source {
+                        3 => SOURCE_DYNAMIC_BROKER,
+                        2 => SOURCE_DYNAMIC_DEFAULT_BROKER,
+                        1 => SOURCE_STATIC_BROKER,
+                        _ => SOURCE_DEFAULT,
+                    })
+            })
+            .collect(),
+    )
 }
 
+/// A BROKER resource's changes as a native alter of the settings set live: the resource
+/// named "" is every broker's, a broker id that broker's. SET and DELETE only (no broker
+/// setting that changes live is a list); with `replace` (the legacy AlterConfigs), the
+/// settings given become the whole of them.
+pub fn broker_alter_request(
+    broker: &str,
+    configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+    replace: bool,
+    validate_only: bool,
+) -> Result<native::AlterBrokerConfigsRequest, Refusal> {
+    let broker = if broker.is_empty() {
+        None
+    } else {
+        Some(
+            broker
+                .parse::<i32>()
+                .ok()
+                .filter(|id| *id >= 0)
+                .ok_or_else(|| {
+                    refuse(
+                        errors::INVALID_REQUEST,
+                        &format!("{broker:?} is not a broker id (or \"\" for every broker)"),
+                    )
+                })?,
+        )
+    };
+    let mut alter = native::AlterBrokerConfigsRequest {
+        broker,
+        set: Vec::new(),
+        delete: Vec::new(),
+        replace,
+        validate_only,
+    };
+    for (key, operation, value) in configs {
+        match (operation, value) {
+            (OPERATION_SET, Some(value)) => alter.set.push(native::ConfigEntry { key, value }),
+            (OPERATION_DELETE, _) => alter.delete.push(key),
+            (OPERATION_SET, None) => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    &format!("{key}: a value is needed"),
+                ));
+            }
+            (OPERATION_APPEND | OPERATION_SUBTRACT, _) => {
+                return Err(refuse(
+                    errors::INVALID_CONFIG,
+                    &format!("{key}: no broker setting that changes live is a list"),
+                ));
+            }
+            (operation, _) => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    &format!("unknown config operation {operation}"),
+                ));
+            }
+        }
+    }
+    Ok(alter)
+}
+
+/// A topic's settings as DescribeConfigs reports them (`keys`: only those, when asked). A
+/// setting the topic does not override has the source `default_source` gives its (Strata)
+/// name: a broker default set live, or the default.
 pub fn describe_configs_result(
     topic: &str,
     native: native::DescribeTopicConfigResponse,
     keys: Option<&[String]>,
+    default_source: impl Fn(&str) -> i8,
 ) -> DescribeConfigsResult {
     let result = DescribeConfigsResult::default()
         .with_resource_type(RESOURCE_TOPIC)
@@ -465,26 +537,28 @@ pub fn describe_configs_result(
             key: key.to_string(),
             value: value.to_string(),
             is_override: false,
-        });
+        })
+        .map(|config| (config, SOURCE_DEFAULT));
     let configs = native.configs.into_iter().map(|mut config| {
+        let source = if config.is_override {
+            SOURCE_TOPIC_OVERRIDE
+        } else {
+            default_source(&config.key)
+        };
         if config.key == STRATA_UNCLEAN {
             config.key = KAFKA_UNCLEAN.to_string();
         }
-        config
+        (config, source)
     });
     result.with_configs(
         fixed
             .chain(configs)
-            .filter(|config| keys.is_none_or(|keys| keys.contains(&config.key)))
-            .map(|config| {
+            .filter(|(config, _)| keys.is_none_or(|keys| keys.contains(&config.key)))
+            .map(|(config, source)| {
                 DescribeConfigsResourceResult::default()
                     .with_name(text(&config.key))
                     .with_value(Some(text(&config.value)))
-                    .with_config_source(if config.is_override {
-                        SOURCE_TOPIC_OVERRIDE
-                    } else {
-                        SOURCE_DEFAULT
-                    })
+                    .with_config_source(source)
             })
             .collect(),
     )
@@ -500,12 +574,6 @@ pub fn incremental_alter_request(
     configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
     overrides: &std::collections::BTreeMap<String, String>,
 ) -> Result<native::AlterTopicConfigRequest, Refusal> {
-    if resource_type == RESOURCE_BROKER {
-        return Err(refuse(
-            errors::INVALID_REQUEST,
-            "broker settings do not change live: they are set when the broker starts",
-        ));
-    }
     if resource_type != RESOURCE_TOPIC {
         return Err(refuse(
             errors::INVALID_REQUEST,
@@ -756,6 +824,26 @@ mod tests {
         assert_eq!(no_value.unwrap_err().error, errors::INVALID_REQUEST);
         let broker = incremental_alter_request(4, "1", [], &none);
         assert_eq!(broker.unwrap_err().error, errors::INVALID_REQUEST);
+        let every = broker_alter_request(
+            "",
+            [
+                ("num.partitions".into(), OPERATION_SET, Some("3".into())),
+                ("log.retention.ms".into(), OPERATION_DELETE, None),
+            ],
+            false,
+            true,
+        )
+        .unwrap();
+        assert_eq!((every.broker, every.validate_only), (None, true));
+        assert_eq!(every.set[0].key, "num.partitions");
+        assert_eq!(every.delete, ["log.retention.ms"]);
+        assert_eq!(
+            broker_alter_request("2", [], true, false).unwrap().broker,
+            Some(2)
+        );
+        assert!(broker_alter_request("-1", [], false, false).is_err());
+        let list = broker_alter_request("", [("x".into(), OPERATION_APPEND, None)], false, false);
+        assert_eq!(list.unwrap_err().error, errors::INVALID_CONFIG);
 
         let entry = |key: &str, is_override| native::TopicConfigEntry {
             key: key.into(),
@@ -783,9 +871,28 @@ mod tests {
             ["segment.bytes"],
             "only other overrides go"
         );
-        let described = describe_configs_result("t", current, Some(&["flush".to_string()]));
+        let described =
+            describe_configs_result("t", current.clone(), Some(&["flush".to_string()]), |_| {
+                SOURCE_DEFAULT
+            });
         assert_eq!(described.configs.len(), 1);
         assert_eq!(described.configs[0].config_source, SOURCE_DEFAULT);
+        let described = describe_configs_result("t", current, None, |key| {
+            if key == "flush" {
+                SOURCE_DYNAMIC_DEFAULT_BROKER
+            } else {
+                SOURCE_DEFAULT
+            }
+        });
+        let source = |name: &str| {
+            described
+                .configs
+                .iter()
+                .find(|config| config.name.as_str() == name)
+                .map(|config| config.config_source)
+        };
+        assert_eq!(source("flush"), Some(SOURCE_DYNAMIC_DEFAULT_BROKER));
+        assert_eq!(source("retention.ms"), Some(SOURCE_TOPIC_OVERRIDE));
     }
 
     /// Kafka's names and its cleanup policy: delete is what Strata does, compaction is refused
@@ -874,6 +981,7 @@ mod tests {
                 }],
             },
             None,
+            |_| SOURCE_DEFAULT,
         );
         let names: Vec<String> = described
             .configs

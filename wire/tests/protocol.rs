@@ -231,6 +231,18 @@ fn every_request_round_trips() {
             }],
             validate_only: true,
         }),
+        Request::DescribeBrokerConfigs(DescribeBrokerConfigsRequest { broker: Some(2) }),
+        Request::DescribeBrokerConfigs(DescribeBrokerConfigsRequest { broker: None }),
+        Request::AlterBrokerConfigs(AlterBrokerConfigsRequest {
+            broker: None,
+            set: vec![ConfigEntry {
+                key: "log.retention.ms".into(),
+                value: "60000".into(),
+            }],
+            delete: vec!["num.partitions".into()],
+            replace: false,
+            validate_only: true,
+        }),
         Request::DeleteOffsets(DeleteOffsetsRequest {
             group: "g".into(),
             topics: vec![TopicPartitions {

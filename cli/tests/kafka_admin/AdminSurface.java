@@ -206,7 +206,12 @@ public class AdminSurface {
             }
             configs.put(pair.substring(0, equals), pair.substring(equals + 1));
         }
-        NewTopic topic = new NewTopic(a.get(0), Integer.parseInt(a.get(1)), Short.parseShort(a.get(2)))
+        // -1: the broker's default (num.partitions, default.replication.factor).
+        int partitions = Integer.parseInt(a.get(1));
+        short replicationFactor = Short.parseShort(a.get(2));
+        NewTopic topic = new NewTopic(a.get(0),
+                partitions < 0 ? Optional.empty() : Optional.of(partitions),
+                replicationFactor < 0 ? Optional.empty() : Optional.of(replicationFactor))
             .configs(configs);
         admin.createTopics(List.of(topic)).all().get();
         return object("created", "true");

@@ -836,6 +836,7 @@ fn translated_responses_encode_at_every_served_version() {
                 }],
             },
             None,
+            |_| crate::admin::SOURCE_DEFAULT,
         ),
     ]);
     check(ApiKey::DescribeConfigs, &|v| {

@@ -48,6 +48,23 @@ impl RecoveryThrottle {
         (bytes_per_sec / shards.max(1) as u64).max(1)
     }
 
+    /// Keeps `throttle` (and what it holds back) while its rate is `bytes_per_sec`; makes it
+    /// anew at a changed rate; drops it without one.
+    pub fn retune(
+        throttle: &mut Option<RecoveryThrottle>,
+        bytes_per_sec: Option<u64>,
+        now: Instant,
+    ) {
+        match bytes_per_sec {
+            None => *throttle = None,
+            Some(rate)
+                if throttle
+                    .as_ref()
+                    .is_some_and(|kept| kept.bytes_per_sec == rate) => {}
+            Some(rate) => *throttle = Some(RecoveryThrottle::new(rate, now)),
+        }
+    }
+
     pub fn bytes_per_sec(&self) -> u64 {
         self.bytes_per_sec
     }

@@ -103,6 +103,8 @@ pub struct ClusterView {
     pub security: Arc<SecurityView>,
     /// Client quotas: what the listeners hold clients to.
     pub quotas: Arc<crate::quota::QuotaBook>,
+    /// The broker settings set live that apply to this broker.
+    pub dynamic: Arc<crate::server::broker_config::DynamicSettings>,
 }
 
 /// The users and ACLs as the control thread last read them, and the ACLs compiled for checks.
@@ -195,8 +197,9 @@ impl From<FetchPartitionResponse> for Fetched {
     }
 }
 
-/// A change to the users or the ACLs, made by the control thread in the coordinator.
-pub enum SecurityChange {
+/// A change to what the coordinator keeps for the whole cluster besides topics (users, ACLs,
+/// client quotas, broker settings), made by the control thread.
+pub enum SettingsChange {
     /// Set (`Some`) or delete (`None`: every mechanism's, or the one given) credentials, one
     /// answer per entry.
     Credentials(Vec<CredentialChange>),
@@ -205,6 +208,8 @@ pub enum SecurityChange {
     DeleteAcls(Vec<AclFilter>),
     /// Client quotas travel the same path: set or removed, all or none.
     AlterQuotas(Vec<strata_coordinator::quotas::QuotaAlteration>),
+    /// Broker settings set live, checked against the cluster view before they come here.
+    AlterBrokerConfigs(strata_coordinator::broker_configs::BrokerConfigAlteration),
 }
 
 /// One user's credential set or deleted.
@@ -215,20 +220,21 @@ pub struct CredentialChange {
     pub credential: Option<ScramCredential>,
 }
 
-/// What a [`SecurityChange`] did.
-pub enum SecurityChanged {
+/// What a [`SettingsChange`] did.
+pub enum SettingsChanged {
     /// Per credential change: `Ok(false)` when a deletion found nothing.
     Credentials(Vec<Result<bool, String>>),
     CreateAcls(Result<(), String>),
     DeleteAcls(Result<Vec<Vec<AclBinding>>, String>),
     AlterQuotas(Result<(), String>),
+    AlterBrokerConfigs(Result<(), String>),
 }
 
 pub enum ControlMessage {
-    /// Users and ACLs (SCRAM credentials, CreateAcls, DeleteAcls).
-    Security {
-        change: SecurityChange,
-        reply: oneshot::Sender<SecurityChanged>,
+    /// Users, ACLs, client quotas and broker settings.
+    Settings {
+        change: SettingsChange,
+        reply: oneshot::Sender<SettingsChanged>,
     },
     CreateTopic {
         request: CreateTopicRequest,

@@ -16,7 +16,7 @@
 //! locks, they exchange [`messages::ShardMessage`]s over channels (counted as cross-shard hops).
 //! Requests for another shard's partition are forwarded and answered there.
 
-mod broker_config;
+pub(crate) mod broker_config;
 mod control;
 mod groups;
 mod listener;

@@ -861,6 +861,45 @@ messages! {
         pub results: Vec<QuotaAlterResult>,
     }
 
+    /// A broker's settings: with `broker`, every setting that broker runs with (asked of
+    /// that broker: only it knows what it started with); without, the settings set live for
+    /// every broker (`strata cluster config list`).
+    pub struct DescribeBrokerConfigsRequest {
+        pub broker: Option<i32>,
+    }
+
+    /// One broker setting. `source`: 0 nobody set it, 1 set at start, 2 set live for every
+    /// broker, 3 set live for this broker. `live`: it can change while the broker runs.
+    pub struct BrokerConfigEntry {
+        pub name: String,
+        pub value: Option<String>,
+        pub source: u8,
+        pub live: bool,
+    }
+
+    pub struct DescribeBrokerConfigsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        /// In name order.
+        pub entries: Vec<BrokerConfigEntry>,
+    }
+
+    /// Changes the settings set live of one broker (`broker`) or of every broker: `set` adds
+    /// or replaces, `delete` removes; with `replace`, `set` becomes the whole of them. Checked
+    /// as a whole; nothing changes if any of it is refused.
+    pub struct AlterBrokerConfigsRequest {
+        pub broker: Option<i32>,
+        pub set: Vec<ConfigEntry>,
+        pub delete: Vec<String>,
+        pub replace: bool,
+        pub validate_only: bool,
+    }
+
+    pub struct AlterBrokerConfigsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+    }
+
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
     /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
     pub struct AlterTopicConfigRequest {

@@ -81,10 +81,14 @@ pub enum ApiKey {
     DescribeQuotas = 31,
     /// Sets or removes client quotas (`strata quota set|remove`).
     AlterQuotas = 32,
+    /// A broker's settings, or those set live for every broker (`strata cluster config list`).
+    DescribeBrokerConfigs = 33,
+    /// Sets or removes broker settings while the cluster runs (`strata cluster config set`).
+    AlterBrokerConfigs = 34,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 33] = [
+    pub const ALL: [ApiKey; 35] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -118,6 +122,8 @@ impl ApiKey {
         ApiKey::DeleteRecords,
         ApiKey::DescribeQuotas,
         ApiKey::AlterQuotas,
+        ApiKey::DescribeBrokerConfigs,
+        ApiKey::AlterBrokerConfigs,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -464,4 +470,6 @@ requests! {
     DeleteRecords(DeleteRecordsRequest, DeleteRecordsResponse),
     DescribeQuotas(DescribeQuotasRequest, DescribeQuotasResponse),
     AlterQuotas(AlterQuotasRequest, AlterQuotasResponse),
+    DescribeBrokerConfigs(DescribeBrokerConfigsRequest, DescribeBrokerConfigsResponse),
+    AlterBrokerConfigs(AlterBrokerConfigsRequest, AlterBrokerConfigsResponse),
 }

@@ -17,7 +17,7 @@ use strata_wire::protocol::{
     ReassignPartitionRequest, ReassignPartitionResponse,
 };
 
-use crate::server::messages::{SecurityChange, SecurityChanged};
+use crate::server::messages::{SettingsChange, SettingsChanged};
 use crate::server::topic_config::{self, TopicConfig};
 
 pub(super) async fn delete_topic(
@@ -348,13 +348,14 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
     }
 }
 
-/// Makes a change to the users or the ACLs in the coordinator.
-pub(super) async fn change_security(
+/// Makes a change to the cluster's settings (users, ACLs, quotas, broker settings) in the
+/// coordinator.
+pub(super) async fn change_settings(
     coordinator: &impl Coordinator,
-    change: SecurityChange,
-) -> SecurityChanged {
+    change: SettingsChange,
+) -> SettingsChanged {
     match change {
-        SecurityChange::Credentials(changes) => {
+        SettingsChange::Credentials(changes) => {
             let mut answers = Vec::with_capacity(changes.len());
             for change in changes {
                 let answer = match change.credential {
@@ -370,23 +371,29 @@ pub(super) async fn change_security(
                 };
                 answers.push(answer.map_err(|error| error.to_string()));
             }
-            SecurityChanged::Credentials(answers)
+            SettingsChanged::Credentials(answers)
         }
-        SecurityChange::CreateAcls(bindings) => SecurityChanged::CreateAcls(
+        SettingsChange::CreateAcls(bindings) => SettingsChanged::CreateAcls(
             coordinator
                 .create_acls(&bindings)
                 .await
                 .map_err(|error| error.to_string()),
         ),
-        SecurityChange::DeleteAcls(filters) => SecurityChanged::DeleteAcls(
+        SettingsChange::DeleteAcls(filters) => SettingsChanged::DeleteAcls(
             coordinator
                 .delete_acls(&filters)
                 .await
                 .map_err(|error| error.to_string()),
         ),
-        SecurityChange::AlterQuotas(alterations) => SecurityChanged::AlterQuotas(
+        SettingsChange::AlterQuotas(alterations) => SettingsChanged::AlterQuotas(
             coordinator
                 .alter_client_quotas(&alterations)
+                .await
+                .map_err(|error| error.to_string()),
+        ),
+        SettingsChange::AlterBrokerConfigs(alteration) => SettingsChanged::AlterBrokerConfigs(
+            coordinator
+                .alter_broker_configs(&alteration)
                 .await
                 .map_err(|error| error.to_string()),
         ),

@@ -9,7 +9,7 @@ use strata_coordinator::{
 };
 use tokio::sync::mpsc;
 
-use super::view::unclean_election;
+use super::view::dynamic_settings;
 
 /// This node's part in the controller election, and the controller's job once elected:
 /// moving leadership off dead brokers with fenced writes, and back to preferred replicas.
@@ -119,6 +119,8 @@ impl Controller {
             .map(|broker| broker.id)
             .collect();
         let (topics, stored) = coordinator.topics_with_revisions().await?;
+        // A topic without its own `unclean.leader.election` takes the default set live.
+        let dynamic = dynamic_settings(coordinator).await?;
         // A creator that stopped between a topic's record and its last partition key leaves
         // partitions without keys (readers see their initial state): write them.
         let mut keys: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -137,7 +139,7 @@ impl Controller {
             let unclean = topics
                 .iter()
                 .find(|t| t.name == topic)
-                .is_some_and(unclean_election);
+                .is_some_and(|topic| dynamic.unclean_election(topic));
             let failover = placement::failover(std::slice::from_ref(&state), &live, unclean).pop();
             let preferred = || {
                 rebalance

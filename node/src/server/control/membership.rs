@@ -238,6 +238,7 @@ mod tests {
             controller: 2,
             security: Default::default(),
             quotas: Default::default(),
+            dynamic: Default::default(),
         }
     }
 

@@ -296,8 +296,8 @@ impl<C: Coordinator> ControlThread<'_, C> {
                 }
                 let _ = reply.send(stored);
             }
-            ControlMessage::Security { change, reply } => {
-                let changed = admin::change_security(coordinator, change).await;
+            ControlMessage::Settings { change, reply } => {
+                let changed = admin::change_settings(coordinator, change).await;
                 self.announce().await;
                 let _ = reply.send(changed);
             }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use strata_coordinator::{Coordinator, CoordinatorError, TopicState, placement};
 
+use crate::server::broker_config::DynamicSettings;
 use crate::server::messages::{ClusterView, SecurityView};
 use crate::server::security::SecurityConfig;
 
@@ -39,6 +40,10 @@ pub(super) async fn read_view(
         security: Arc::new(security),
         quotas: Arc::new(crate::quota::QuotaBook::new(
             coordinator.client_quotas().await?,
+        )),
+        dynamic: Arc::new(DynamicSettings::new(
+            coordinator.broker_configs().await?,
+            node_id,
         )),
     };
     Ok((view, revision))
@@ -83,6 +88,7 @@ pub(super) fn out_of_the_cluster(view: &ClusterView, node_id: i32) -> Option<Clu
         controller: view.controller,
         security: view.security.clone(),
         quotas: view.quotas.clone(),
+        dynamic: view.dynamic.clone(),
     })
 }
 
@@ -97,11 +103,14 @@ pub(super) async fn nothing_to_hand_off(coordinator: &impl Coordinator) -> bool 
         return false;
     };
     let node_id = coordinator.node_id();
+    let Ok(dynamic) = dynamic_settings(coordinator).await else {
+        return false;
+    };
     let successor = |candidate: &i32| {
         *candidate != node_id && brokers.iter().any(|broker| broker.id == *candidate)
     };
     !topics.iter().any(|topic| {
-        let unclean = unclean_election(topic);
+        let unclean = dynamic.unclean_election(topic);
         topic.partitions.iter().any(|p| {
             p.leader == node_id
                 && if unclean {
@@ -113,10 +122,12 @@ pub(super) async fn nothing_to_hand_off(coordinator: &impl Coordinator) -> bool 
     })
 }
 
-/// The topic lets the controller elect a leader from outside the ISR.
-pub(super) fn unclean_election(topic: &TopicState) -> bool {
-    topic
-        .config
-        .get("unclean.leader.election")
-        .is_some_and(|value| value == "true")
+/// The broker settings set live that apply to this node, read now.
+pub(super) async fn dynamic_settings(
+    coordinator: &impl Coordinator,
+) -> Result<DynamicSettings, CoordinatorError> {
+    Ok(DynamicSettings::new(
+        coordinator.broker_configs().await?,
+        coordinator.node_id(),
+    ))
 }

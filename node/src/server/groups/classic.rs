@@ -65,8 +65,10 @@ impl<S: GroupStore> GroupManager<S> {
                         return;
                     }
                 };
+                let asked = request.member_id.clone();
                 match classic.join(now_ms, request, new_member_id) {
                     Joined::Now(answer) => {
+                        tracing::debug!(%group, member = %asked, error = ?answer.error, generation = answer.generation, "kafka join answered at once");
                         let _ = reply.send(KafkaGroupAnswer::Join(Ok(answer)));
                     }
                     Joined::Wait { member_id } => {
@@ -90,6 +92,7 @@ impl<S: GroupStore> GroupManager<S> {
                         .map_err(KafkaGroupError::Classic),
                     Err(error) => Err(KafkaGroupError::Coordinator(error)),
                 };
+                tracing::debug!(%group, member = %member_id, generation, waiting = matches!(synced, Ok(Synced::Wait)), error = ?synced.as_ref().err(), "kafka sync");
                 match synced {
                     Ok(Synced::Now(assignment)) => {
                         let _ = reply.send(KafkaGroupAnswer::Sync(Ok(assignment)));
@@ -114,6 +117,7 @@ impl<S: GroupStore> GroupManager<S> {
                         .map_err(KafkaGroupError::Classic),
                     Err(error) => Err(KafkaGroupError::Coordinator(error)),
                 };
+                tracing::debug!(%group, member = %member_id, generation, outcome = ?beat, "kafka heartbeat");
                 let _ = reply.send(KafkaGroupAnswer::Heartbeat(beat));
                 // A heartbeat changes only when its member was last heard from, which is not
                 // stored: nothing to store (no snapshot of the group to build) or deliver.
@@ -162,6 +166,7 @@ impl<S: GroupStore> GroupManager<S> {
             .kafka_waiters
             .insert((group.to_string(), member_id), (join, reply))
         {
+            tracing::debug!(%group, join = was_join, "a member's earlier request superseded");
             let _ = earlier.send(superseded(was_join));
         }
     }
@@ -180,9 +185,14 @@ impl<S: GroupStore> GroupManager<S> {
             return;
         }
         for (member, reply) in replies {
-            let Some((_, waiter)) = self.kafka_waiters.remove(&(group.to_string(), member)) else {
+            let Some((_, waiter)) = self
+                .kafka_waiters
+                .remove(&(group.to_string(), member.clone()))
+            else {
+                tracing::debug!(%group, %member, "a reply for a member not waiting");
                 continue;
             };
+            tracing::debug!(%group, %member, join = matches!(reply, Reply::Join(_)), "reply delivered");
             let answer = match reply {
                 Reply::Join(answer) => KafkaGroupAnswer::Join(Ok(answer)),
                 Reply::Sync(synced) => {

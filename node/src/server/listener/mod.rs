@@ -24,6 +24,7 @@
 //! The admin HTTP endpoint ([`admin`]) runs on the control side, not on a shard.
 
 pub(super) mod admin;
+mod broker_configs;
 pub(super) mod kafka;
 pub(super) mod native;
 mod native_security;
@@ -139,16 +140,17 @@ impl Authentication {
     }
 }
 
-/// Has the control thread make a change to the users or ACLs; `None` once it is stopping.
-pub(super) async fn change_security(
+/// Has the control thread make a change to the cluster's settings (users, ACLs, quotas,
+/// broker settings); `None` once it is stopping.
+pub(super) async fn change_settings(
     shard: &Shard,
-    change: crate::server::messages::SecurityChange,
-) -> Option<crate::server::messages::SecurityChanged> {
+    change: crate::server::messages::SettingsChange,
+) -> Option<crate::server::messages::SettingsChanged> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     shard
         .context
         .control
-        .send(crate::server::messages::ControlMessage::Security { change, reply })
+        .send(crate::server::messages::ControlMessage::Settings { change, reply })
         .ok()?;
     answer.await.ok()
 }

@@ -27,7 +27,7 @@ use strata_wire::protocol::{
 };
 
 use super::Client;
-use crate::server::messages::{CredentialChange, SecurityChange, SecurityChanged};
+use crate::server::messages::{CredentialChange, SettingsChange, SettingsChanged};
 use crate::server::shard::Shard;
 
 /// Why `client` may not send `request`, as the code to answer; `None` when it may.
@@ -107,8 +107,12 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
                 .find_map(|t| topic(Operation::Describe, &t.topic))
         }),
         Request::DescribeUsers(_) | Request::DescribeAcls(_) => cluster(Operation::Describe),
-        Request::DescribeQuotas(_) => cluster(Operation::DescribeConfigs),
-        Request::AlterQuotas(_) => cluster(Operation::AlterConfigs),
+        Request::DescribeQuotas(_) | Request::DescribeBrokerConfigs(_) => {
+            cluster(Operation::DescribeConfigs)
+        }
+        Request::AlterQuotas(_) | Request::AlterBrokerConfigs(_) => {
+            cluster(Operation::AlterConfigs)
+        }
         Request::AlterUser(_) | Request::CreateAcls(_) | Request::DeleteAcls(_) => {
             cluster(Operation::Alter)
         }
@@ -138,7 +142,7 @@ pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Respo
     }
 }
 
-/// Answers a users or ACL request; `None` for any other request.
+/// Answers a users, ACL, quota or broker settings request; `None` for any other request.
 pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Response> {
     Some(match request {
         Request::DescribeUsers(request) => Response::DescribeUsers(describe_users(shard, request)),
@@ -150,6 +154,12 @@ pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Resp
             Response::DescribeQuotas(describe_quotas(shard, request))
         }
         Request::AlterQuotas(request) => Response::AlterQuotas(alter_quotas(shard, request).await),
+        Request::DescribeBrokerConfigs(request) => {
+            Response::DescribeBrokerConfigs(super::broker_configs::describe(shard, request))
+        }
+        Request::AlterBrokerConfigs(request) => {
+            Response::AlterBrokerConfigs(super::broker_configs::alter(shard, request).await)
+        }
         _ => return None,
     })
 }
@@ -215,8 +225,8 @@ async fn alter_user(shard: &Shard, request: &AlterUserRequest) -> AlterUserRespo
         mechanism,
         credential,
     }];
-    match super::change_security(shard, SecurityChange::Credentials(changes)).await {
-        Some(SecurityChanged::Credentials(answers)) => match answers.into_iter().next() {
+    match super::change_settings(shard, SettingsChange::Credentials(changes)).await {
+        Some(SettingsChanged::Credentials(answers)) => match answers.into_iter().next() {
             Some(Ok(true)) => refused(ErrorCode::None, String::new()),
             Some(Ok(false)) if deleting => refused(
                 ErrorCode::InvalidRequest,
@@ -345,9 +355,9 @@ async fn create_acls(shard: &Shard, request: &CreateAclsRequest) -> CreateAclsRe
         Ok(bindings) => bindings,
         Err(why) => return refused((ErrorCode::InvalidRequest, why)),
     };
-    match super::change_security(shard, SecurityChange::CreateAcls(bindings)).await {
-        Some(SecurityChanged::CreateAcls(Ok(()))) => refused((ErrorCode::None, String::new())),
-        Some(SecurityChanged::CreateAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
+    match super::change_settings(shard, SettingsChange::CreateAcls(bindings)).await {
+        Some(SettingsChanged::CreateAcls(Ok(()))) => refused((ErrorCode::None, String::new())),
+        Some(SettingsChanged::CreateAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
         _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
     }
 }
@@ -365,13 +375,13 @@ async fn delete_acls(shard: &Shard, request: &DeleteAclsRequest) -> DeleteAclsRe
         Ok(filter) => filter,
         Err(why) => return refused((ErrorCode::InvalidRequest, why)),
     };
-    match super::change_security(shard, SecurityChange::DeleteAcls(vec![filter])).await {
-        Some(SecurityChanged::DeleteAcls(Ok(deleted))) => DeleteAclsResponse {
+    match super::change_settings(shard, SettingsChange::DeleteAcls(vec![filter])).await {
+        Some(SettingsChanged::DeleteAcls(Ok(deleted))) => DeleteAclsResponse {
             error: ErrorCode::None,
             message: String::new(),
             deleted: deleted.iter().flatten().map(entry).collect(),
         },
-        Some(SecurityChanged::DeleteAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
+        Some(SettingsChanged::DeleteAcls(Err(why))) => refused((ErrorCode::InvalidRequest, why)),
         _ => refused((ErrorCode::NotReady, "the control thread is stopping".into())),
     }
 }

@@ -16,7 +16,7 @@ use strata_coordinator::quotas::{QuotaAlteration, QuotaFilter, QuotaKey, QuotaRe
 
 use super::Client;
 use crate::quota::{Governing, slot};
-use crate::server::messages::{SecurityChange, SecurityChanged};
+use crate::server::messages::{SettingsChange, SettingsChanged};
 use crate::server::shard::Shard;
 
 /// When a connection may be read again, shared by its reader and its requests.
@@ -209,9 +209,9 @@ pub(super) async fn alter(
     if validate_only || valid.is_empty() {
         return answers;
     }
-    let failed = match super::change_security(shard, SecurityChange::AlterQuotas(valid)).await {
-        Some(SecurityChanged::AlterQuotas(Ok(()))) => None,
-        Some(SecurityChanged::AlterQuotas(Err(why))) => Some(why),
+    let failed = match super::change_settings(shard, SettingsChange::AlterQuotas(valid)).await {
+        Some(SettingsChanged::AlterQuotas(Ok(()))) => None,
+        Some(SettingsChanged::AlterQuotas(Err(why))) => Some(why),
         Some(_) => Some("the change got another answer".to_string()),
         None => Some("the node is stopping".to_string()),
     };

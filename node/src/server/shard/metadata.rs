@@ -70,8 +70,22 @@ impl Shard {
         }
     }
 
+    /// What a topic a Kafka client creates without saying gets: the broker's `num.partitions`
+    /// and `default.replication.factor`, as set live, else as the broker started.
+    pub(in crate::server) fn kafka_topic_defaults(&self) -> strata_kafka::admin::TopicDefaults {
+        use crate::server::broker_config::{DEFAULT_REPLICATION_FACTOR, NUM_PARTITIONS};
+        let started = self.context.config.kafka_topic_defaults;
+        let dynamic = &self.view.borrow().dynamic;
+        strata_kafka::admin::TopicDefaults {
+            partitions: dynamic.number(NUM_PARTITIONS).unwrap_or(started.partitions),
+            replication_factor: dynamic
+                .number(DEFAULT_REPLICATION_FACTOR)
+                .unwrap_or(started.replication_factor),
+        }
+    }
+
     /// A topic's effective settings from the cluster view (the coordinator's state as this node
-    /// last read it).
+    /// last read it): its overrides on top of the topic defaults set live.
     pub(super) fn describe_topic_config(
         &self,
         topic: &str,
@@ -84,7 +98,7 @@ impl Shard {
                 configs: Vec::new(),
             };
         };
-        let Ok(parsed) = TopicConfig::parse(&state.config) else {
+        let Ok(parsed) = TopicConfig::parse(&view.dynamic.topic_config(&state.config)) else {
             // Stored configs were validated before they were stored.
             return DescribeTopicConfigResponse {
                 error: ErrorCode::Internal,

@@ -65,8 +65,9 @@ pub(super) struct Shard {
     pub(super) metrics: metrics::ShardMetrics,
     /// This shard's replication endpoint.
     pub(super) quic: Option<QuicPeer>,
-    /// This shard's share of the node's limit on catch-up replication; `None`: no limit.
-    pub(super) recovery_throttle: Option<RefCell<RecoveryThrottle>>,
+    /// This shard's share of the node's limit on catch-up replication (as set live, else at
+    /// start); `None`: no limit.
+    pub(super) recovery_throttle: RefCell<Option<RecoveryThrottle>>,
     /// The memory budget every log on this shard keeps its newest appends within.
     tail_caches: TailCaches,
     /// This shard's share of each topic's own catch-up limit (`replica.recovery.bytes.per.sec`),
@@ -143,10 +144,11 @@ pub fn run(
                 None
             }
         };
-        let recovery_throttle = context.config.replica_recovery_bytes_per_sec.map(|rate| {
-            let share = RecoveryThrottle::shard_share(rate, shards);
-            RefCell::new(RecoveryThrottle::new(share, std::time::Instant::now()))
-        });
+        let recovery_throttle =
+            RefCell::new(context.config.replica_recovery_bytes_per_sec.map(|rate| {
+                let share = RecoveryThrottle::shard_share(rate, shards);
+                RecoveryThrottle::new(share, std::time::Instant::now())
+            }));
         let tail_caches = TailCaches::new(
             usize::try_from(context.config.tail_cache_bytes / shards as u64).unwrap_or(usize::MAX),
         );
@@ -394,6 +396,8 @@ impl Shard {
     /// follower), puts each into the role the cluster state says, and closes the rest.
     async fn apply_view(self: &Rc<Self>, view: ClusterView) -> Result<(), String> {
         let topics = view.topics.clone();
+        // Each topic's overrides on top of the topic defaults set live.
+        let dynamic = view.dynamic.clone();
         let config = &self.context.config;
         // The view first: followers look up their leader's address in it.
         *self.view.borrow_mut() = view;
@@ -443,9 +447,10 @@ impl Shard {
         // left) must not keep the others from opening or from taking their roles.
         let mut failures = Vec::new();
         for (key, (topic, state)) in wanted {
+            let settings = dynamic.topic_config(&topic.config);
             if !self.partitions.borrow().contains_key(&key) {
                 let opened = async {
-                    let topic_config = TopicConfig::parse(&topic.config)
+                    let topic_config = TopicConfig::parse(&settings)
                         .map_err(|error| format!("topic {}: {error}", topic.name))?;
                     let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
                     let now = self.clock().wall_ms();
@@ -483,7 +488,7 @@ impl Shard {
                             min_insync_replicas: usize::from(topic_config.min_insync_replicas),
                         },
                         flush_always,
-                        overrides: topic.config.clone(),
+                        settings: settings.clone(),
                         recovery_bytes_per_sec: topic_config.recovery_bytes_per_sec,
                         compacted: topic_config.log.cleanup.compact,
                         role: Role::Idle,
@@ -493,7 +498,7 @@ impl Shard {
                     },
                 );
             }
-            if let Err(error) = self.reconfigure(&key, &topic.config) {
+            if let Err(error) = self.reconfigure(&key, &settings) {
                 failures.push(error);
             }
             self.assume_role(&key, state).await;
@@ -587,18 +592,18 @@ impl Shard {
     fn reconfigure(
         &self,
         key: &(String, u32),
-        overrides: &std::collections::BTreeMap<String, String>,
+        settings: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), String> {
         let mut partitions = self.partitions.borrow_mut();
         let Some(partition) = partitions.get_mut(key) else {
             return Ok(());
         };
-        if partition.overrides == *overrides {
+        if partition.settings == *settings {
             return Ok(());
         }
         let topic_config =
-            TopicConfig::parse(overrides).map_err(|error| format!("topic {}: {error}", key.0))?;
-        tracing::info!(topic = %key.0, partition = key.1, ?overrides, "applying altered topic config");
+            TopicConfig::parse(settings).map_err(|error| format!("topic {}: {error}", key.0))?;
+        tracing::info!(topic = %key.0, partition = key.1, ?settings, "applying altered topic config");
         partition.flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
         partition.compacted = topic_config.log.cleanup.compact;
         partition.log.reconfigure(topic_config.log);
@@ -608,7 +613,7 @@ impl Shard {
         if let Role::Leader(leader) = &mut partition.role {
             leader.set_config(partition.leader_config);
         }
-        partition.overrides = overrides.clone();
+        partition.settings = settings.clone();
         Ok(())
     }
 
@@ -777,7 +782,9 @@ impl Shard {
             | Request::CreateAcls(_)
             | Request::DeleteAcls(_)
             | Request::DescribeQuotas(_)
-            | Request::AlterQuotas(_) => return Some(Err(ErrorCode::InvalidRequest)),
+            | Request::AlterQuotas(_)
+            | Request::DescribeBrokerConfigs(_)
+            | Request::AlterBrokerConfigs(_) => return Some(Err(ErrorCode::InvalidRequest)),
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
             }

@@ -23,6 +23,7 @@ use crate::server::groups::coordinator_of;
 use crate::server::listener::Client;
 use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
+use strata_coordinator::broker_configs::BrokerScope;
 
 pub(super) async fn create_topics(
     shard: &Rc<Shard>,
@@ -30,7 +31,7 @@ pub(super) async fn create_topics(
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let mut results = Vec::new();
-    let defaults = shard.context.config.kafka_topic_defaults;
+    let defaults = shard.kafka_topic_defaults();
     for (name, translated) in admin::create_topics_requests(&request, defaults) {
         let result = match translated {
             Err(refusal) => admin::create_topic_result(&name, Err(refusal)),
@@ -397,18 +398,23 @@ pub(super) async fn describe_configs(
             .configuration_keys
             .map(|keys| keys.iter().map(ToString::to_string).collect());
         let described = topic_config(shard, &name).await;
+        let dynamic = shard.view.borrow().dynamic.clone();
         results.push(admin::describe_configs_result(
             &name,
             described,
             keys.as_deref(),
+            |key| match dynamic.topic_default_scope(key) {
+                Some(BrokerScope::Broker(_)) => admin::SOURCE_DYNAMIC_BROKER,
+                Some(BrokerScope::Default) => admin::SOURCE_DYNAMIC_DEFAULT_BROKER,
+                None => admin::SOURCE_DEFAULT,
+            },
         ));
     }
     DescribeConfigsResponse::default().with_results(results)
 }
 
 /// This broker's settings (DescribeConfigs on the cluster needed): a client asks each broker
-/// for its own, by id; the empty name is the cluster-wide defaults, which are this broker's
-/// too (none is set cluster-wide yet).
+/// for its own, by id; the empty name is the settings set live for every broker.
 fn describe_broker_configs(
     shard: &Shard,
     client: &Client,
@@ -427,25 +433,59 @@ fn describe_broker_configs(
             "DescribeConfigs on the cluster is needed".into(),
         );
     }
-    let node_id = shard.context.config.node_id;
     let name = resource.resource_name.to_string();
-    if !name.is_empty() && name != node_id.to_string() {
-        return refused(
-            errors::INVALID_REQUEST,
-            format!("this is broker {node_id}, not broker {name}"),
-        );
-    }
-    let settings: Vec<(String, Option<String>, bool)> = shard
-        .context
-        .config
-        .broker_settings()
-        .into_iter()
-        .map(|setting| (setting.name, setting.value, setting.is_default))
-        .collect();
+    let broker = match BrokerScope::from_resource_name(&name) {
+        Some(BrokerScope::Default) => None,
+        Some(BrokerScope::Broker(id)) => Some(id),
+        None => {
+            return refused(
+                errors::INVALID_REQUEST,
+                format!("{name:?} is not a broker id (or \"\" for every broker)"),
+            );
+        }
+    };
+    let described = super::super::broker_configs::describe(
+        shard,
+        &native::DescribeBrokerConfigsRequest { broker },
+    );
     let keys: Option<Vec<String>> = resource
         .configuration_keys
         .map(|keys| keys.iter().map(ToString::to_string).collect());
-    admin::describe_broker_configs_result(&name, &settings, keys.as_deref())
+    admin::describe_broker_configs_result(&name, described, keys.as_deref())
+}
+
+/// A BROKER resource's changes (AlterConfigs on the cluster needed), translated and applied.
+async fn alter_broker_configs(
+    shard: &Shard,
+    client: &Client,
+    name: &str,
+    translated: Result<native::AlterBrokerConfigsRequest, admin::Refusal>,
+) -> (i16, Option<StrBytes>) {
+    if !authorize::cluster(shard, client, Operation::AlterConfigs) {
+        return (
+            errors::CLUSTER_AUTHORIZATION_FAILED,
+            Some(StrBytes::from_static_str(
+                "AlterConfigs on the cluster is needed",
+            )),
+        );
+    }
+    let request = match translated {
+        Ok(request) => request,
+        Err(refusal) => return (refusal.error, Some(StrBytes::from_string(refusal.message))),
+    };
+    let altered = super::super::broker_configs::alter(shard, &request).await;
+    if altered.error == native::ErrorCode::None {
+        return (errors::NONE, None);
+    }
+    tracing::debug!(
+        broker = name,
+        "broker settings refused: {}",
+        altered.message
+    );
+    (
+        kafka_error(altered.error),
+        Some(StrBytes::from_string(altered.message)),
+    )
 }
 
 pub(super) async fn incremental_alter_configs(
@@ -456,6 +496,26 @@ pub(super) async fn incremental_alter_configs(
     let mut responses = Vec::new();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        if resource.resource_type == admin::RESOURCE_BROKER {
+            let configs = resource.configs.iter().map(|config| {
+                (
+                    config.name.to_string(),
+                    config.config_operation,
+                    config.value.as_ref().map(ToString::to_string),
+                )
+            });
+            let translated =
+                admin::broker_alter_request(&name, configs, false, request.validate_only);
+            let (error, message) = alter_broker_configs(shard, client, &name, translated).await;
+            responses.push(
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(error)
+                    .with_error_message(message),
+            );
+            continue;
+        }
         // APPEND and SUBTRACT start from the topic's current value.
         let mut overrides = std::collections::BTreeMap::new();
         if resource
@@ -505,6 +565,26 @@ pub(super) async fn alter_configs(
     let mut responses = Vec::new();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        if resource.resource_type == admin::RESOURCE_BROKER {
+            let configs = resource.configs.iter().map(|config| {
+                (
+                    config.name.to_string(),
+                    0,
+                    config.value.as_ref().map(ToString::to_string),
+                )
+            });
+            let translated =
+                admin::broker_alter_request(&name, configs, true, request.validate_only);
+            let (error, message) = alter_broker_configs(shard, client, &name, translated).await;
+            responses.push(
+                alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(error)
+                    .with_error_message(message),
+            );
+            continue;
+        }
         let current = topic_config(shard, &name).await;
         let configs = resource.configs.iter().map(|config| {
             (

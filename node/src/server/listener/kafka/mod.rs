@@ -936,10 +936,11 @@ async fn create_unknown_topics(
         if topic.error != ErrorCode::UnknownTopic || !allowed(&topic.name) {
             continue;
         }
+        let defaults = shard.kafka_topic_defaults();
         let create = strata_wire::protocol::CreateTopicRequest {
             name: topic.name.clone(),
-            partitions: shard.context.config.kafka_topic_defaults.partitions,
-            replication_factor: shard.context.config.kafka_topic_defaults.replication_factor,
+            partitions: defaults.partitions,
+            replication_factor: defaults.replication_factor,
             configs: Vec::new(),
             replica_assignment: Default::default(),
         };

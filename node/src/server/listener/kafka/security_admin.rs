@@ -35,7 +35,7 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::text;
 
 use crate::server::listener::Client;
-use crate::server::messages::{CredentialChange, SecurityChange, SecurityChanged};
+use crate::server::messages::{CredentialChange, SettingsChange, SettingsChanged};
 use crate::server::shard::Shard;
 
 /// Why an ACL API is refused before it runs: no authorizer (SECURITY_DISABLED, as Kafka
@@ -172,10 +172,10 @@ pub(super) async fn create_acls(
     let stored = if valid.is_empty() {
         Ok(())
     } else {
-        match crate::server::listener::change_security(shard, SecurityChange::CreateAcls(valid))
+        match crate::server::listener::change_settings(shard, SettingsChange::CreateAcls(valid))
             .await
         {
-            Some(SecurityChanged::CreateAcls(stored)) => stored,
+            Some(SettingsChanged::CreateAcls(stored)) => stored,
             _ => Err("the control thread is stopping".into()),
         }
     };
@@ -296,10 +296,10 @@ pub(super) async fn delete_acls(
     let deleted = if valid.is_empty() {
         Ok(Vec::new())
     } else {
-        match crate::server::listener::change_security(shard, SecurityChange::DeleteAcls(valid))
+        match crate::server::listener::change_settings(shard, SettingsChange::DeleteAcls(valid))
             .await
         {
-            Some(SecurityChanged::DeleteAcls(deleted)) => deleted,
+            Some(SettingsChanged::DeleteAcls(deleted)) => deleted,
             _ => Err("the control thread is stopping".into()),
         }
     };
@@ -505,13 +505,13 @@ pub(super) async fn alter_user_scram_credentials(
             .map(|change| change.credential.is_none())
             .collect();
         let names_changed: Vec<String> = changes.iter().map(|change| change.user.clone()).collect();
-        let answers = match crate::server::listener::change_security(
+        let answers = match crate::server::listener::change_settings(
             shard,
-            SecurityChange::Credentials(changes),
+            SettingsChange::Credentials(changes),
         )
         .await
         {
-            Some(SecurityChanged::Credentials(answers)) => answers,
+            Some(SettingsChanged::Credentials(answers)) => answers,
             _ => vec![Err("the control thread is stopping".to_string()); names_changed.len()],
         };
         for ((name, deletion), answer) in names_changed.iter().zip(deletions).zip(answers) {

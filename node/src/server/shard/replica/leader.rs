@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use crate::log::LogError;
 
 use crate::replication::{IsrProposal, RecoveryThrottle, ReplicaFetchError};
+use crate::server::broker_config::REPLICA_RECOVERY_RATE;
 use crate::server::messages::ControlMessage;
 use crate::server::messages::ShardMessage;
 use crate::server::shard::{Shard, shard_of};
@@ -207,27 +208,29 @@ impl Shard {
     /// Holds a catch-up answer (to a replica outside the ISR) until the node's limit and the
     /// topic's allow it; `Some(the most it may carry)` when either limit is set.
     pub(super) async fn hold_catch_up(&self, topic: &str, topic_rate: Option<u64>) -> Option<u64> {
+        let shards = self.context.config.shards;
+        let share = |rate| RecoveryThrottle::shard_share(rate, shards);
         {
+            let now = Instant::now();
             let mut topics = self.topic_recovery_throttles.borrow_mut();
-            match topic_rate {
-                Some(rate) => {
-                    let share = RecoveryThrottle::shard_share(rate, self.context.config.shards);
-                    if topics
-                        .get(topic)
-                        .is_none_or(|throttle| throttle.bytes_per_sec() != share)
-                    {
-                        topics.insert(
-                            topic.to_string(),
-                            RecoveryThrottle::new(share, Instant::now()),
-                        );
-                    }
-                }
-                None => {
-                    topics.remove(topic);
-                }
+            let mut throttle = topics.remove(topic);
+            RecoveryThrottle::retune(&mut throttle, topic_rate.map(share), now);
+            if let Some(throttle) = throttle {
+                topics.insert(topic.to_string(), throttle);
             }
+            let node_rate = self
+                .view
+                .borrow()
+                .dynamic
+                .number(REPLICA_RECOVERY_RATE)
+                .or(self.context.config.replica_recovery_bytes_per_sec);
+            RecoveryThrottle::retune(
+                &mut self.recovery_throttle.borrow_mut(),
+                node_rate.map(share),
+                now,
+            );
         }
-        if self.recovery_throttle.is_none() && topic_rate.is_none() {
+        if self.recovery_throttle.borrow().is_none() && topic_rate.is_none() {
             return None;
         }
         let held = Instant::now();
@@ -235,8 +238,9 @@ impl Shard {
             let now = Instant::now();
             let node = self
                 .recovery_throttle
-                .as_ref()
-                .map_or(Duration::ZERO, |throttle| throttle.borrow_mut().delay(now));
+                .borrow_mut()
+                .as_mut()
+                .map_or(Duration::ZERO, |throttle| throttle.delay(now));
             let topic = self
                 .topic_recovery_throttles
                 .borrow_mut()
@@ -251,8 +255,9 @@ impl Shard {
         self.metrics.recovery_throttled(held.elapsed());
         let node_most = self
             .recovery_throttle
+            .borrow()
             .as_ref()
-            .map(|throttle| throttle.borrow().capacity());
+            .map(RecoveryThrottle::capacity);
         let topic_most = self
             .topic_recovery_throttles
             .borrow()
@@ -264,8 +269,8 @@ impl Shard {
     /// Charges a catch-up answer's bytes to the limits that held it.
     pub(super) fn charge_catch_up(&self, topic: &str, bytes: u64) {
         let now = Instant::now();
-        if let Some(throttle) = &self.recovery_throttle {
-            throttle.borrow_mut().charge(bytes, now);
+        if let Some(throttle) = self.recovery_throttle.borrow_mut().as_mut() {
+            throttle.charge(bytes, now);
         }
         if let Some(throttle) = self.topic_recovery_throttles.borrow_mut().get_mut(topic) {
             throttle.charge(bytes, now);

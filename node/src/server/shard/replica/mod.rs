@@ -23,6 +23,7 @@ use super::Shard;
 use crate::log::cleaner::OffsetMap;
 use crate::log::writer::{CleanerResources, LogHandle};
 use crate::replication::{AckError, Leader, LeaderConfig, RecoveryThrottle};
+use crate::server::broker_config::CLEANER_IO_RATE;
 use crate::server::metrics::PartitionCompaction;
 
 /// Answered when the high watermark passes an `acks=all` produce.
@@ -67,8 +68,9 @@ pub(in crate::server) struct Partition {
     pub leader_config: LeaderConfig,
     /// `flush=always`: an append counts (for acks and the high watermark) once synced.
     pub flush_always: bool,
-    /// The topic's config overrides these settings came from (a change re-applies them).
-    pub overrides: BTreeMap<String, String>,
+    /// The topic settings these came from: its overrides on top of the defaults set live (a
+    /// change of either re-applies them).
+    pub settings: BTreeMap<String, String>,
     /// The topic's own limit on catch-up replication (`replica.recovery.bytes.per.sec`).
     pub recovery_bytes_per_sec: Option<u64>,
     /// `cleanup.policy` includes `compact`: the shard's cleaner looks after it.
@@ -347,15 +349,22 @@ impl Shard {
             self.metrics
                 .retain_compaction(|key| replicas.iter().any(|(held, _, _)| held == key));
             for ((topic, partition), log, high_watermark) in replicas {
-                let lent = resources.take().unwrap_or_else(|| CleanerResources {
+                let mut lent = resources.take().unwrap_or_else(|| CleanerResources {
                     map: OffsetMap::with_memory(config.memory_bytes),
-                    throttle: config.io_bytes_per_sec.map(|rate| {
-                        RecoveryThrottle::new(
-                            RecoveryThrottle::shard_share(rate, shards),
-                            std::time::Instant::now(),
-                        )
-                    }),
+                    throttle: None,
                 });
+                // The rate as set live, else as the broker started: this shard's share.
+                let rate = self
+                    .view
+                    .borrow()
+                    .dynamic
+                    .number(CLEANER_IO_RATE)
+                    .or(config.io_bytes_per_sec);
+                RecoveryThrottle::retune(
+                    &mut lent.throttle,
+                    rate.map(|rate| RecoveryThrottle::shard_share(rate, shards)),
+                    std::time::Instant::now(),
+                );
                 let started = std::time::Instant::now();
                 let answer = match log.clean(high_watermark, lent).await {
                     Ok(answer) => answer,
