@@ -1028,6 +1028,32 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
             .is_some_and(|why| why.contains("cannot change")),
         "{refused}"
     );
+    // A topic some broker could not open under its defaults is refused too.
+    cli.cli(
+        &[
+            "cluster",
+            "config",
+            "set",
+            "log.cleaner.max.compaction.lag.ms=100000",
+            "--broker",
+            "3",
+        ],
+        None,
+    );
+    let refused = java.step(
+        &bootstrap,
+        &[
+            "create-topic",
+            "slow",
+            "1",
+            "1",
+            "min.compaction.lag.ms=200000",
+        ],
+    );
+    assert_eq!(
+        refused["error"], "InvalidConfigurationException",
+        "{refused}"
+    );
     let output = cli.cli_output(&["cluster", "config", "set", "log.segment.bytes=12"], None);
     assert!(!output.status.success());
     assert!(

@@ -210,21 +210,7 @@ impl DynamicSettings {
         }
         let mut records = self.records.clone();
         strata_coordinator::broker_configs::apply(&mut records, alteration);
-        // The brokers whose settings change: one, or (for the default) each with settings of
-        // its own and every other.
-        let mut brokers: Vec<Option<i32>> = match alteration.scope {
-            BrokerScope::Broker(id) => vec![Some(id)],
-            BrokerScope::Default => records
-                .iter()
-                .filter_map(|record| match record.scope {
-                    BrokerScope::Broker(id) => Some(Some(id)),
-                    BrokerScope::Default => None,
-                })
-                .collect(),
-        };
-        brokers.push(None);
-        for broker in brokers {
-            let settings = DynamicSettings::new(records.clone(), broker.unwrap_or(-1));
+        for settings in every_broker(&records) {
             let defaults = settings.topic_defaults();
             TopicConfig::parse(defaults).map_err(|error| format!("the topic defaults: {error}"))?;
             for topic in topics {
@@ -235,6 +221,32 @@ impl DynamicSettings {
         }
         Ok(())
     }
+}
+
+/// The settings `records` give each broker that can have different ones: each broker with
+/// settings of its own, and any other.
+fn every_broker(records: &[BrokerConfigRecord]) -> Vec<DynamicSettings> {
+    records
+        .iter()
+        .filter_map(|record| match record.scope {
+            BrokerScope::Broker(id) => Some(id),
+            BrokerScope::Default => None,
+        })
+        .chain([-1])
+        .map(|id| DynamicSettings::new(records.to_vec(), id))
+        .collect()
+}
+
+/// Checks a topic's overrides as every broker would apply them, over its topic defaults set
+/// live (`records`): a topic some broker could not open is refused before it is stored.
+pub fn check_topic_settings(
+    records: &[BrokerConfigRecord],
+    overrides: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    for settings in every_broker(records) {
+        TopicConfig::parse(&settings.topic_config(overrides))?;
+    }
+    Ok(())
 }
 
 /// A topic setting's broker-level name in Kafka (`retention.ms` is the broker's
@@ -579,6 +591,16 @@ mod tests {
         let lag = [("log.cleaner.min.compaction.lag.ms", "1000")];
         assert!(check(alteration(BrokerScope::Default, &lag)).is_err());
         assert_eq!(check(alteration(BrokerScope::Broker(3), &lag)), Ok(()));
+
+        // A new topic's overrides, as each broker would apply them.
+        let records = settings.records();
+        let min_lag =
+            |ms: &str| BTreeMap::from([("min.compaction.lag.ms".to_string(), ms.to_string())]);
+        assert_eq!(check_topic_settings(records, &min_lag("50")), Ok(()));
+        assert!(
+            check_topic_settings(records, &min_lag("500")).is_err(),
+            "above broker 2's maximum"
+        );
     }
 
     #[test]

@@ -17,8 +17,9 @@ use strata_wire::protocol::{
     ReassignPartitionRequest, ReassignPartitionResponse,
 };
 
+use crate::server::broker_config::check_topic_settings;
 use crate::server::messages::{SettingsChange, SettingsChanged};
-use crate::server::topic_config::{self, TopicConfig};
+use crate::server::topic_config;
 
 pub(super) async fn delete_topic(
     coordinator: &impl Coordinator,
@@ -135,7 +136,11 @@ pub(super) async fn create_topic(
         .into_iter()
         .map(|entry| (entry.key, entry.value))
         .collect();
-    if let Err(message) = TopicConfig::parse(&overrides) {
+    let live_defaults = match coordinator.broker_configs().await {
+        Ok(records) => records,
+        Err(error) => return failed(error_code(&error), error.to_string()),
+    };
+    if let Err(message) = check_topic_settings(&live_defaults, &overrides) {
         return failed(ErrorCode::InvalidConfig, message);
     }
     if let Err(message) = check_partition_count(request.partitions) {
@@ -313,7 +318,16 @@ pub(super) async fn alter_topic_config(
             message: format!("unknown topic config {unknown:?}"),
         };
     }
-    let validate = |config: &BTreeMap<String, String>| TopicConfig::parse(config).map(drop);
+    let live_defaults = match coordinator.broker_configs().await {
+        Ok(records) => records,
+        Err(error) => {
+            return AlterTopicConfigResponse {
+                error: error_code(&error),
+                message: error.to_string(),
+            };
+        }
+    };
+    let validate = |config: &BTreeMap<String, String>| check_topic_settings(&live_defaults, config);
     match coordinator
         .alter_topic_config(&request.topic, &change, &validate)
         .await

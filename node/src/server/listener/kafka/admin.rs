@@ -25,6 +25,8 @@ use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
 use strata_coordinator::broker_configs::BrokerScope;
 
+use crate::server::broker_config::check_topic_settings;
+
 pub(super) async fn create_topics(
     shard: &Rc<Shard>,
     client: &Client,
@@ -89,7 +91,7 @@ fn check_create(shard: &Shard, create: &native::CreateTopicRequest) -> native::C
         .iter()
         .map(|entry| (entry.key.clone(), entry.value.clone()))
         .collect();
-    if let Err(message) = crate::server::topic_config::TopicConfig::parse(&overrides) {
+    if let Err(message) = check_topic_settings(view.dynamic.records(), &overrides) {
         return failed(native::ErrorCode::InvalidConfig, message);
     }
     if let Err(message) = crate::server::control::check_partition_count(create.partitions) {
@@ -160,6 +162,7 @@ fn check_create_partitions(
 fn check_alter(
     current: &native::DescribeTopicConfigResponse,
     alter: &native::AlterTopicConfigRequest,
+    live_defaults: &[strata_coordinator::broker_configs::BrokerConfigRecord],
 ) -> native::AlterTopicConfigResponse {
     if current.error != native::ErrorCode::None {
         return native::AlterTopicConfigResponse {
@@ -179,8 +182,8 @@ fn check_alter(
     for entry in &alter.set {
         overrides.insert(entry.key.clone(), entry.value.clone());
     }
-    match crate::server::topic_config::TopicConfig::parse(&overrides) {
-        Ok(_) => native::AlterTopicConfigResponse {
+    match check_topic_settings(live_defaults, &overrides) {
+        Ok(()) => native::AlterTopicConfigResponse {
             error: native::ErrorCode::None,
             message: String::new(),
         },
@@ -345,7 +348,8 @@ async fn alter(
         Err(refusal) => Err(refusal),
         Ok(alter) if validate_only => {
             let current = topic_config(shard, &alter.topic).await;
-            Ok(check_alter(&current, &alter))
+            let dynamic = shard.view.borrow().dynamic.clone();
+            Ok(check_alter(&current, &alter, dynamic.records()))
         }
         Ok(alter) => match native(shard, Request::AlterTopicConfig(alter)).await {
             Ok(Response::AlterTopicConfig(altered)) => Ok(altered),
