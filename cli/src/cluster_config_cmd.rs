@@ -18,7 +18,7 @@ pub enum ClusterConfigCommand {
     /// Without --broker, the settings set live for every broker; with it, every setting that
     /// broker runs with, where each comes from, and which change live.
     List {
-        /// A broker's id.
+        /// A broker's id (without it: the settings set for every broker).
         #[arg(long)]
         broker: Option<i32>,
         #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -30,6 +30,7 @@ pub enum ClusterConfigCommand {
         /// KEY=VALUE (log.retention.ms=86400000, num.partitions=3, ...); repeat for several.
         #[arg(value_parser = parse_key_value, required = true)]
         settings: Vec<(String, String)>,
+        /// The broker they are for (without it: every broker).
         #[arg(long)]
         broker: Option<i32>,
     },
@@ -38,6 +39,7 @@ pub enum ClusterConfigCommand {
     Remove {
         #[arg(required = true)]
         names: Vec<String>,
+        /// The broker they were set for (without it: every broker).
         #[arg(long)]
         broker: Option<i32>,
     },
