@@ -456,13 +456,56 @@ pub fn describe_broker_configs_result(
     )
 }
 
+/// An APPEND or SUBTRACT of `value` (comma-separated) to or from `current`, a list-valued
+/// setting's value (`None`: the setting is not a list, refused with Kafka's error).
+fn list_operation(
+    key: &str,
+    operation: i8,
+    value: &str,
+    current: Option<&str>,
+) -> Result<String, Refusal> {
+    let Some(current) = current else {
+        let verb = if operation == OPERATION_APPEND {
+            "append"
+        } else {
+            "subtract"
+        };
+        return Err(refuse(
+            errors::INVALID_CONFIG,
+            &format!("Config value {verb} is not allowed for config key: {key}"),
+        ));
+    };
+    let given: Vec<&str> = value.split(',').map(str::trim).collect();
+    let mut values: Vec<&str> = current.split(',').map(str::trim).collect();
+    if operation == OPERATION_APPEND {
+        for value in given {
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        }
+    } else {
+        values.retain(|value| !given.contains(value));
+    }
+    if values.is_empty() {
+        return Err(refuse(
+            errors::INVALID_CONFIG,
+            &format!("{key} cannot be left empty"),
+        ));
+    }
+    Ok(values.join(","))
+}
+
+/// The broker's name of the list-valued topic default, and its value when none is set.
+const BROKER_CLEANUP_POLICY: (&str, &str) = ("log.cleanup.policy", CLEANUP_DELETE);
+
 /// A BROKER resource's changes as a native alter of the settings set live: the resource
-/// named "" is every broker's, a broker id that broker's. SET and DELETE only (no broker
-/// setting that changes live is a list); with `replace` (the legacy AlterConfigs), the
-/// settings given become the whole of them.
+/// named "" is every broker's, a broker id that broker's. APPEND and SUBTRACT work on the one
+/// list, `log.cleanup.policy`, from its value set live (`current`) or its default; with
+/// `replace` (the legacy AlterConfigs), the settings given become the whole of them.
 pub fn broker_alter_request(
     broker: &str,
     configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+    current: impl Fn(&str) -> Option<String>,
     replace: bool,
     validate_only: bool,
 ) -> Result<native::AlterBrokerConfigsRequest, Refusal> {
@@ -499,10 +542,16 @@ pub fn broker_alter_request(
                     &format!("{key}: a value is needed"),
                 ));
             }
-            (OPERATION_APPEND | OPERATION_SUBTRACT, _) => {
+            (operation @ (OPERATION_APPEND | OPERATION_SUBTRACT), Some(value)) => {
+                let (list, default) = BROKER_CLEANUP_POLICY;
+                let base = (key == list).then(|| current(&key).unwrap_or(default.to_string()));
+                let value = list_operation(&key, operation, &value, base.as_deref())?;
+                alter.set.push(native::ConfigEntry { key, value });
+            }
+            (OPERATION_APPEND | OPERATION_SUBTRACT, None) => {
                 return Err(refuse(
-                    errors::INVALID_CONFIG,
-                    &format!("{key}: no broker setting that changes live is a list"),
+                    errors::INVALID_REQUEST,
+                    &format!("{key}: APPEND and SUBTRACT need a value"),
                 ));
             }
             (operation, _) => {
@@ -594,36 +643,11 @@ pub fn incremental_alter_request(
             }
             (OPERATION_DELETE, _) => alter.delete.push(key),
             (operation @ (OPERATION_APPEND | OPERATION_SUBTRACT), Some(value)) => {
-                let Some((_, default)) = LIST_CONFIGS.iter().find(|(list, _)| *list == key) else {
-                    let verb = if operation == OPERATION_APPEND {
-                        "append"
-                    } else {
-                        "subtract"
-                    };
-                    return Err(refuse(
-                        errors::INVALID_CONFIG,
-                        &format!("Config value {verb} is not allowed for config key: {key}"),
-                    ));
-                };
-                let current = overrides.get(&key).map_or(*default, String::as_str);
-                let given: Vec<&str> = value.split(',').map(str::trim).collect();
-                let mut values: Vec<&str> = current.split(',').map(str::trim).collect();
-                if operation == OPERATION_APPEND {
-                    for value in given {
-                        if !values.contains(&value) {
-                            values.push(value);
-                        }
-                    }
-                } else {
-                    values.retain(|value| !given.contains(value));
-                }
-                if values.is_empty() {
-                    return Err(refuse(
-                        errors::INVALID_CONFIG,
-                        &format!("{key} cannot be left empty"),
-                    ));
-                }
-                alter.set.extend(strata_config(&key, &values.join(","))?);
+                let list = LIST_CONFIGS.iter().find(|(list, _)| *list == key);
+                let current =
+                    list.map(|(_, default)| overrides.get(&key).map_or(*default, String::as_str));
+                let values = list_operation(&key, operation, &value, current)?;
+                alter.set.extend(strata_config(&key, &values)?);
             }
             (OPERATION_SET | OPERATION_APPEND | OPERATION_SUBTRACT, None) => {
                 return Err(refuse(
@@ -824,25 +848,61 @@ mod tests {
         assert_eq!(no_value.unwrap_err().error, errors::INVALID_REQUEST);
         let broker = incremental_alter_request(4, "1", [], &none);
         assert_eq!(broker.unwrap_err().error, errors::INVALID_REQUEST);
+        let nothing = |_: &str| None;
         let every = broker_alter_request(
             "",
             [
                 ("num.partitions".into(), OPERATION_SET, Some("3".into())),
                 ("log.retention.ms".into(), OPERATION_DELETE, None),
+                (
+                    "log.cleanup.policy".into(),
+                    OPERATION_APPEND,
+                    Some("compact".into()),
+                ),
             ],
+            nothing,
             false,
             true,
         )
         .unwrap();
         assert_eq!((every.broker, every.validate_only), (None, true));
         assert_eq!(every.set[0].key, "num.partitions");
-        assert_eq!(every.delete, ["log.retention.ms"]);
         assert_eq!(
-            broker_alter_request("2", [], true, false).unwrap().broker,
+            every.set[1].value, "delete,compact",
+            "appended to the default"
+        );
+        assert_eq!(every.delete, ["log.retention.ms"]);
+        let compacting = |_: &str| Some("compact,delete".to_string());
+        let subtracted = broker_alter_request(
+            "1",
+            [(
+                "log.cleanup.policy".into(),
+                OPERATION_SUBTRACT,
+                Some("delete".into()),
+            )],
+            compacting,
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            subtracted.set[0].value, "compact",
+            "taken from the value set live"
+        );
+        assert_eq!(
+            broker_alter_request("2", [], nothing, true, false)
+                .unwrap()
+                .broker,
             Some(2)
         );
-        assert!(broker_alter_request("-1", [], false, false).is_err());
-        let list = broker_alter_request("", [("x".into(), OPERATION_APPEND, None)], false, false);
+        assert!(broker_alter_request("-1", [], nothing, false, false).is_err());
+        let list = broker_alter_request(
+            "",
+            [("num.partitions".into(), OPERATION_APPEND, Some("1".into()))],
+            nothing,
+            false,
+            false,
+        );
         assert_eq!(list.unwrap_err().error, errors::INVALID_CONFIG);
 
         let entry = |key: &str, is_override| native::TopicConfigEntry {

@@ -13,7 +13,9 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{
     ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest,
     InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
@@ -249,11 +251,19 @@ pub fn records_error(error: &RecordsError) -> i16 {
     }
 }
 
+/// The native answer in Kafka's shape: a partition refused for some of its records names them
+/// (`record_errors`, KIP-467) and why (`error_message`), so the client fails those records and
+/// not the rest.
 pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) -> ProduceResponse {
+    let record_errors = native.record_errors.0;
     let answered = native.topics.into_iter().flat_map(|topic| {
         let name = topic.name;
+        let record_errors = &record_errors;
         topic.partitions.into_iter().map(move |partition| {
             let failed = partition.error != native::ErrorCode::None;
+            let why = record_errors
+                .iter()
+                .find(|errors| errors.topic == name && errors.partition == partition.partition);
             (
                 name.clone(),
                 PartitionProduceResponse::default()
@@ -269,7 +279,9 @@ pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) 
                         -1
                     } else {
                         partition.log_start_offset as i64
-                    }),
+                    })
+                    .with_record_errors(why.map_or_else(Vec::new, batch_index_errors))
+                    .with_error_message(why.map(|why| crate::text(&why.message))),
             )
         })
     });
@@ -294,6 +306,18 @@ pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) 
             })
             .collect(),
     )
+}
+
+/// Each record a partition's batch was refused for, by index, with why.
+fn batch_index_errors(why: &native::RecordErrors) -> Vec<BatchIndexAndErrorMessage> {
+    why.indices
+        .iter()
+        .map(|&index| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(index as i32)
+                .with_batch_index_error_message(Some(crate::text(&why.message)))
+        })
+        .collect()
 }
 
 /// A fetch request for the broker, and the partitions refused on sight.

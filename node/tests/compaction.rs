@@ -366,6 +366,8 @@ fn a_compacted_log_refuses_records_without_a_key_and_writes_nothing() {
         let mut builder = BatchBuilder::default();
         builder.push(1, Some(b"keyed"), b"a");
         builder.push(1, None, b"no key");
+        builder.push(1, Some(b"keyed"), b"b");
+        builder.push(1, None, b"no key either");
         let refused = log
             .append(BytesMut::from(&builder.finish()[..]), 0, 1)
             .await
@@ -374,9 +376,9 @@ fn a_compacted_log_refuses_records_without_a_key_and_writes_nothing() {
             matches!(
                 refused,
                 strata_node::log::LogError::CorruptBatch {
-                    source: strata_wire::batch::BatchError::MissingKey { index: 1 },
+                    source: strata_wire::batch::BatchError::MissingKeys { ref indices },
                     ..
-                }
+                } if indices == &[1, 3]
             ),
             "{refused:?}"
         );

@@ -68,14 +68,29 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
     let answered = native::ProduceResponse {
         topics: vec![native::ProduceTopicResponse {
             name: "orders".into(),
-            partitions: vec![native::ProducePartitionResponse {
-                partition: 0,
-                error: native::ErrorCode::None,
-                base_offset: 41,
-                log_start_offset: 0,
-                leader_hint: -1,
-            }],
+            partitions: vec![
+                native::ProducePartitionResponse {
+                    partition: 0,
+                    error: native::ErrorCode::None,
+                    base_offset: 41,
+                    log_start_offset: 0,
+                    leader_hint: -1,
+                },
+                native::ProducePartitionResponse {
+                    partition: 1,
+                    error: native::ErrorCode::InvalidRecord,
+                    base_offset: 0,
+                    log_start_offset: 0,
+                    leader_hint: -1,
+                },
+            ],
         }],
+        record_errors: native::Appended(vec![native::RecordErrors {
+            topic: "orders".into(),
+            partition: 1,
+            indices: vec![0, 10],
+            message: "records [0, 10] have no key".into(),
+        }]),
     };
     let response = produce_response(answered, translated.refused);
     assert_eq!(response.responses.len(), 1, "one entry per topic");
@@ -88,10 +103,24 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
         summary,
         [
             (0, errors::NONE, 41),
+            (1, errors::INVALID_RECORD, -1),
             (-1, errors::UNKNOWN_TOPIC_OR_PARTITION, -1),
             (2, errors::CORRUPT_MESSAGE, -1)
         ]
     );
+    // KIP-467: the records a batch was refused for, by index, and why.
+    let refused_records: Vec<i32> = partitions[1]
+        .record_errors
+        .iter()
+        .map(|error| error.batch_index)
+        .collect();
+    assert_eq!(refused_records, [0, 10]);
+    assert_eq!(
+        partitions[1].error_message.as_deref(),
+        Some("records [0, 10] have no key")
+    );
+    assert!(partitions[0].record_errors.is_empty());
+    assert_eq!(partitions[0].error_message, None);
 
     let bad_acks = produce_request(
         ProduceRequest::default().with_acks(2).with_topic_data(vec![
@@ -690,6 +719,7 @@ fn translated_responses_encode_at_every_served_version() {
                     leader_hint: -1,
                 }],
             }],
+            record_errors: Default::default(),
         },
         vec![],
     );

@@ -32,7 +32,7 @@ pub enum ShardMessage {
         records: BytesMut,
         acks: i8,
         timeout_ms: u32,
-        reply: oneshot::Sender<ProducePartitionResponse>,
+        reply: oneshot::Sender<PartitionProduced>,
     },
     ReplicaFetch {
         request: ReplicaFetchRequest,
@@ -170,6 +170,21 @@ impl SecurityView {
     pub fn any_credential(&self, user: &str) -> Option<&ScramCredential> {
         self.credential(user, ScramMechanism::Sha512)
             .or_else(|| self.credential(user, ScramMechanism::Sha256))
+    }
+}
+
+/// One partition's produce answer, and the records its batch was refused for (KIP-467).
+pub struct PartitionProduced {
+    pub response: ProducePartitionResponse,
+    pub record_errors: Option<strata_wire::protocol::RecordErrors>,
+}
+
+impl From<ProducePartitionResponse> for PartitionProduced {
+    fn from(response: ProducePartitionResponse) -> PartitionProduced {
+        PartitionProduced {
+            response,
+            record_errors: None,
+        }
     }
 }
 

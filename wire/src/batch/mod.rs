@@ -52,9 +52,10 @@ pub enum BatchError {
     /// spans.
     #[error("a compacted batch is written by the log cleaner, never produced")]
     Compacted,
-    /// A compacted topic keys every record: compaction keeps each key's last one.
-    #[error("record {index} has no key, and a compacted topic keeps records by key")]
-    MissingKey { index: u32 },
+    /// A compacted topic keys every record: compaction keeps each key's last one. Every
+    /// keyless record is named (a Kafka client fails those and not the rest, KIP-467).
+    #[error("records {indices:?} have no key, and a compacted topic keeps records by key")]
+    MissingKeys { indices: Vec<u32> },
     /// The checksum does not match: the bytes were damaged after the producer wrote them.
     #[error("CRC mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
     CrcMismatch { expected: u32, actual: u32 },
@@ -291,6 +292,7 @@ fn check_records(
         });
     }
     let in_payload = |start: u32, len: u32| u64::from(start) + u64::from(len) <= payload_len;
+    let mut keyless = Vec::new();
     let mut max_timestamp_ms = i64::MIN;
     let mut next_delta = 0u32;
     for (index, entry) in records.iter().enumerate() {
@@ -314,7 +316,7 @@ fn check_records(
             return Err(BatchError::OutOfBounds { index });
         }
         if require_keys && key_len == NULL_LEN {
-            return Err(BatchError::MissingKey { index });
+            keyless.push(index);
         }
         let value_len = entry.value_len.to_native();
         if value_len != NULL_LEN && !in_payload(entry.value_start.to_native(), value_len) {
@@ -365,6 +367,9 @@ fn check_records(
             index: 0,
             what: "max timestamp differs from the header",
         });
+    }
+    if !keyless.is_empty() {
+        return Err(BatchError::MissingKeys { indices: keyless });
     }
     Ok(())
 }

@@ -292,8 +292,21 @@ messages! {
         pub partitions: Vec<ProducePartitionResponse>,
     }
 
+    /// Why a partition's batch was refused, record by record (Kafka's KIP-467): the batch was
+    /// refused whole (its partition's error says how), and these records, by index in the
+    /// batch, are why.
+    #[derive(PartialEq, Default)]
+    pub struct RecordErrors {
+        pub topic: String,
+        pub partition: u32,
+        pub indices: Vec<u32>,
+        pub message: String,
+    }
+
     pub struct ProduceResponse {
         pub topics: Vec<ProduceTopicResponse>,
+        /// The partitions refused for some of their records, and which.
+        pub record_errors: Appended<Vec<RecordErrors>>,
     }
 
     pub struct FetchPartition {

@@ -309,7 +309,7 @@ fn pin_to_core(index: usize) {
 fn log_error_code(error: &LogError) -> ErrorCode {
     match error {
         LogError::CorruptBatch {
-            source: strata_wire::batch::BatchError::MissingKey { .. },
+            source: strata_wire::batch::BatchError::MissingKeys { .. },
             ..
         } => ErrorCode::InvalidRecord,
         LogError::CorruptBatch { .. } => ErrorCode::CorruptBatch,

@@ -5,15 +5,16 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::BytesMut;
+use strata_wire::batch::BatchError;
 use strata_wire::protocol::{
-    ACKS_ALL, ErrorCode, ProducePartitionResponse, ProduceRequest, ProduceResponse,
-    ProduceTopicResponse,
+    ACKS_ALL, Appended, ErrorCode, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ProduceTopicResponse, RecordErrors,
 };
 use tokio::sync::oneshot;
 
 use super::replica::Role;
 use crate::log::LogError;
-use crate::server::messages::ShardMessage;
+use crate::server::messages::{PartitionProduced, ShardMessage};
 
 use super::replica;
 use super::{Shard, log_error_code};
@@ -23,6 +24,7 @@ impl Shard {
         let acks = request.acks;
         let timeout_ms = request.timeout_ms;
         let mut topics = Vec::with_capacity(request.topics.len());
+        let mut record_errors = Vec::new();
         for topic in request.topics {
             let name = topic.name;
             let work = topic.partitions.into_iter().map(|partition| {
@@ -35,7 +37,8 @@ impl Shard {
                         Err(error) => ProducePartitionResponse {
                             leader_hint: shard.leader_hint(&name, index, error),
                             ..produce_error(index, error)
-                        },
+                        }
+                        .into(),
                         Ok(owner) if owner == shard.context.index => {
                             shard
                                 .produce_local(&name, index, records, acks, timeout_ms)
@@ -52,19 +55,26 @@ impl Shard {
                                 reply,
                             };
                             if !shard.forward(owner, message) {
-                                return produce_error(index, ErrorCode::NotReady);
+                                return produce_error(index, ErrorCode::NotReady).into();
                             }
                             answer
                                 .await
-                                .unwrap_or_else(|_| produce_error(index, ErrorCode::NotReady))
+                                .unwrap_or_else(|_| produce_error(index, ErrorCode::NotReady).into())
                         }
                     }
                 }
             });
-            let partitions = futures_util::future::join_all(work).await;
+            let mut partitions = Vec::new();
+            for produced in futures_util::future::join_all(work).await {
+                partitions.push(produced.response);
+                record_errors.extend(produced.record_errors);
+            }
             topics.push(ProduceTopicResponse { name, partitions });
         }
-        ProduceResponse { topics }
+        ProduceResponse {
+            topics,
+            record_errors: Appended(record_errors),
+        }
     }
 
     /// Appends to a partition this shard leads and answers per `acks`: with 1 (or 0) once the
@@ -77,18 +87,19 @@ impl Shard {
         records: BytesMut,
         acks: i8,
         timeout_ms: u32,
-    ) -> ProducePartitionResponse {
+    ) -> PartitionProduced {
         let key = (topic.to_string(), partition);
         let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
             let error = self.not_serving(topic, partition);
             return ProducePartitionResponse {
                 leader_hint: self.leader_hint(topic, partition, error),
                 ..produce_error(partition, error)
-            };
+            }
+            .into();
         };
         if records.len() > max_message_bytes {
             self.metrics.produce_failed(topic);
-            return produce_error(partition, ErrorCode::MessageTooLarge);
+            return produce_error(partition, ErrorCode::MessageTooLarge).into();
         }
         if acks == ACKS_ALL {
             let partitions = self.partitions.borrow();
@@ -97,7 +108,7 @@ impl Shard {
             {
                 drop(partitions);
                 self.metrics.produce_failed(topic);
-                return produce_error(partition, replica::ack_error_code(error));
+                return produce_error(partition, replica::ack_error_code(error)).into();
             }
         }
         let started = Instant::now();
@@ -117,7 +128,22 @@ impl Shard {
                     // The client's doing, and answered with a typed code: not worth a warning.
                     tracing::debug!(%topic, partition, "produce refused: {error}");
                 }
-                return produce_error(partition, log_error_code(&error));
+                let record_errors = match &error {
+                    LogError::CorruptBatch {
+                        source: BatchError::MissingKeys { indices },
+                        ..
+                    } => Some(RecordErrors {
+                        topic: topic.to_string(),
+                        partition,
+                        indices: indices.clone(),
+                        message: error.to_string(),
+                    }),
+                    _ => None,
+                };
+                return PartitionProduced {
+                    response: produce_error(partition, log_error_code(&error)),
+                    record_errors,
+                };
             }
         };
         // The leader's own progress (the high watermark counts it), and the commit to wait for.
@@ -141,7 +167,7 @@ impl Shard {
                 }
                 // Leadership moved while the append ran: acks=all cannot be promised.
                 _ if acks == ACKS_ALL => {
-                    return produce_error(partition, ErrorCode::NotLeader);
+                    return produce_error(partition, ErrorCode::NotLeader).into();
                 }
                 _ => None,
             }
@@ -155,7 +181,7 @@ impl Shard {
             };
             if let Err(error) = outcome {
                 self.metrics.produce_failed(topic);
-                return produce_error(partition, error);
+                return produce_error(partition, error).into();
             }
         }
         self.metrics.produced(
@@ -171,6 +197,7 @@ impl Shard {
             log_start_offset: 0,
             leader_hint: -1,
         }
+        .into()
     }
 }
 

@@ -25,7 +25,7 @@ use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
 use strata_coordinator::broker_configs::BrokerScope;
 
-use crate::server::broker_config::check_topic_settings;
+use crate::server::broker_config::{DynamicSettings, check_topic_settings};
 
 pub(super) async fn create_topics(
     shard: &Rc<Shard>,
@@ -458,6 +458,17 @@ fn describe_broker_configs(
     admin::describe_broker_configs_result(&name, described, keys.as_deref())
 }
 
+/// The value set live of `setting` for the BROKER resource `name` ("" every broker's, else
+/// that broker's own or, without one, every broker's).
+fn live_value(dynamic: &DynamicSettings, name: &str, setting: &str) -> Option<String> {
+    match BrokerScope::from_resource_name(name)? {
+        BrokerScope::Default => dynamic.of_scope(BrokerScope::Default).remove(setting),
+        BrokerScope::Broker(id) => DynamicSettings::new(dynamic.records().to_vec(), id)
+            .get(setting)
+            .map(|(value, _)| value.to_string()),
+    }
+}
+
 /// A BROKER resource's changes (AlterConfigs on the cluster needed), translated and applied.
 async fn alter_broker_configs(
     shard: &Shard,
@@ -508,8 +519,10 @@ pub(super) async fn incremental_alter_configs(
                     config.value.as_ref().map(ToString::to_string),
                 )
             });
+            let dynamic = shard.view.borrow().dynamic.clone();
+            let current = |setting: &str| live_value(&dynamic, &name, setting);
             let translated =
-                admin::broker_alter_request(&name, configs, false, request.validate_only);
+                admin::broker_alter_request(&name, configs, current, false, request.validate_only);
             let (error, message) = alter_broker_configs(shard, client, &name, translated).await;
             responses.push(
                 incremental_alter_configs_response::AlterConfigsResourceResponse::default()
@@ -578,7 +591,7 @@ pub(super) async fn alter_configs(
                 )
             });
             let translated =
-                admin::broker_alter_request(&name, configs, true, request.validate_only);
+                admin::broker_alter_request(&name, configs, |_| None, true, request.validate_only);
             let (error, message) = alter_broker_configs(shard, client, &name, translated).await;
             responses.push(
                 alter_configs_response::AlterConfigsResourceResponse::default()

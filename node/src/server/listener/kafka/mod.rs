@@ -720,12 +720,14 @@ async fn produce(
     let produce = {
         let view = shard.view.borrow();
         translate::produce_request(request, shard.context.config.max_frame_bytes, |topic| {
+            // The topic's own, else the broker's default set live.
             let compression_type = view
                 .topics
                 .iter()
                 .find(|known| known.name == topic)?
                 .config
-                .get("compression.type")?;
+                .get("compression.type")
+                .or_else(|| view.dynamic.topic_defaults().get("compression.type"))?;
             crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
         })
     };
@@ -740,6 +742,7 @@ async fn produce(
     let answered = if produce.native.topics.is_empty() {
         Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
             topics: Vec::new(),
+            record_errors: Default::default(),
         }))
     } else {
         native(shard, Request::Produce(produce.native)).await
