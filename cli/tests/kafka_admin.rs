@@ -862,7 +862,8 @@ fn python_broker_settings(args: &[&str]) -> Value {
 /// without an override of its own at once (here, the segment size each replica rolls at);
 /// `num.partitions` sizes the topics clients create without saying; removing a setting
 /// brings back what the broker started with; settings that cannot change live, and
-/// defaults a topic could not open with, are refused.
+/// defaults a topic could not open with, are refused. The Python clients also reassign a
+/// partition and elect its leader here, on three brokers.
 #[test]
 fn broker_settings_change_live_for_every_broker_or_for_one() {
     let etcd = EtcdServer::start();
@@ -916,7 +917,7 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
     };
     wait_for_at_most(
         "every broker to apply the settings",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || {
             setting("3", "log.segment.bytes")["value"] == "65536"
                 && ["1", "2", "3"]
@@ -950,7 +951,7 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
     };
     wait_for_at_most(
         "the followers to copy the records",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || segments(2, "plain") > segments(3, "plain") && segments(3, "plain") > 1,
     );
     assert_eq!(
@@ -965,6 +966,23 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
             "broker {broker}: the topic's own size"
         );
     }
+
+    // The Python admin clients on three brokers: kafka-python reverses a partition's replicas
+    // (AlterPartitionReassignments, listed until done, read with DescribeTopicPartitions), the
+    // leader stays, and confluent-kafka's preferred election moves it to the new first replica.
+    java.step(&bootstrap, &["create-topic", "moves", "1", "2"]);
+    let moved = python_admin(&["move", &bootstrap, "moves"]);
+    let before: Vec<i64> = serde_json::from_value(moved["before"]["replicas"].clone())
+        .unwrap_or_else(|_| panic!("{moved}"));
+    let reversed: Vec<i64> = before.iter().rev().copied().collect();
+    assert_eq!(moved["reassigned"], json!({"moves-0": null}), "{moved}");
+    assert_eq!(moved["after"]["replicas"], json!(reversed), "{moved}");
+    assert_eq!(
+        moved["after"]["leader"], before[0],
+        "the leader stays: {moved}"
+    );
+    assert_eq!(moved["elected"], json!({"moves-0": null}), "{moved}");
+    assert_eq!(moved["leader"], reversed[0], "{moved}");
 
     // num.partitions sizes a topic created without a count, whichever broker creates it.
     java.step(&bootstrap, &["create-topic", "sized", "-1", "-1"]);
@@ -1065,7 +1083,7 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
     cli.cli(&["cluster", "config", "remove", "num.partitions"], None);
     wait_for_at_most(
         "every broker to drop the setting",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || {
             ["1", "2", "3"]
                 .iter()

@@ -2,6 +2,7 @@
 
     python3 python_admin.py prepare BOOTSTRAP TOPIC GROUP
     python3 python_admin.py BOOTSTRAP TOPIC GROUP
+    python3 python_admin.py move BOOTSTRAP TOPIC
 
 `prepare` creates TOPIC (3 partitions, replication factor 1), produces 300 keyed records (about
 100 to each partition) and runs a consumer group GROUP that commits offsets for all three
@@ -15,9 +16,16 @@ call raised (the traceback goes to stderr), so the Rust test can tell which call
 why. Per-partition maps are keyed "TOPIC-PARTITION". The calls change the data: kafka-python
 deletes records below offset 10 of partition 0 and the group's offset of partition 1,
 confluent-kafka deletes records below offset 20 of partition 2.
+
+`move` (three brokers, TOPIC with one partition of two replicas) reverses partition 0's
+replicas with kafka-python's AlterPartitionReassignments, waits until ListPartitionReassignments
+no longer lists it, reads the partition with DescribeTopicPartitions before and after, then asks
+confluent-kafka for a preferred election and waits for the new first replica to lead. It prints
+{"before": {...}, "reassigned": ..., "after": {...}, "elected": ..., "leader": ID}.
 """
 import json
 import sys
+import time
 import traceback
 
 from confluent_kafka import ElectionType as ConfluentElectionType
@@ -178,9 +186,9 @@ def ck_list_offsets(admin, topic, spec):
     return {"offset": info.offset, "timestamp": info.timestamp, "leader_epoch": info.leader_epoch}
 
 
-def ck_elect_leaders(admin, topic):
+def ck_elect_leaders(admin, topic, partition=1):
     results = admin.elect_leaders(
-        ConfluentElectionType.PREFERRED, [ConfluentTopicPartition(topic, 1)]
+        ConfluentElectionType.PREFERRED, [ConfluentTopicPartition(topic, partition)]
     ).result(timeout=TIMEOUT_S)
     # Each value is None or the partition's KafkaError (the docstring's "KafkaException" is not
     # what 2.16 delivers).
@@ -198,6 +206,50 @@ def ck_broker_configs(admin):
         if name in entries else None
         for name in ("num.partitions", "log.retention.ms")
     }
+
+
+def described_partition(admin, topic):
+    """Partition 0 of topic as DescribeTopicPartitions gives it: leader and replicas."""
+    described = admin.describe_topic_partitions([topic])["topics"][0]
+    partition = next(p for p in described["partitions"] if p["partition_index"] == 0)
+    return {"leader": partition["leader_id"], "replicas": partition["replica_nodes"]}
+
+
+def wait_until(condition, what, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+def move(bootstrap, topic):
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        before = described_partition(admin, topic)
+        reversed_replicas = list(reversed(before["replicas"]))
+        accepted = admin.alter_partition_reassignments(
+            {TopicPartition(topic, 0): reversed_replicas})
+        reassigned = {key(tp.topic, tp.partition): None if error is None else error.__name__
+                      for tp, error in accepted.items()}
+        wait_until(lambda: not admin.list_partition_reassignments(),
+                   "the reassignment to leave the listing")
+        wait_until(lambda: described_partition(admin, topic)["replicas"] == reversed_replicas,
+                   "the reversed replicas")
+        after = described_partition(admin, topic)
+        confluent_admin = AdminClient({"bootstrap.servers": bootstrap})
+        elected = ck_elect_leaders(confluent_admin, topic, 0)
+        wait_until(lambda: described_partition(admin, topic)["leader"] == reversed_replicas[0],
+                   "the preferred replica to lead")
+        return {
+            "before": before,
+            "reassigned": reassigned,
+            "after": after,
+            "elected": elected,
+            "leader": described_partition(admin, topic)["leader"],
+        }
+    finally:
+        admin.close()
 
 
 def prepare(bootstrap, topic, group):
@@ -228,6 +280,9 @@ def prepare(bootstrap, topic, group):
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "prepare":
         prepare(*sys.argv[2:])
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "move":
+        print(json.dumps(slot(lambda: move(*sys.argv[2:])), sort_keys=True))
         return
     if len(sys.argv) != 4:
         sys.exit("usage: python_admin.py [prepare] BOOTSTRAP TOPIC GROUP")

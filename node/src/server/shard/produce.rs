@@ -57,9 +57,9 @@ impl Shard {
                             if !shard.forward(owner, message) {
                                 return produce_error(index, ErrorCode::NotReady).into();
                             }
-                            answer
-                                .await
-                                .unwrap_or_else(|_| produce_error(index, ErrorCode::NotReady).into())
+                            answer.await.unwrap_or_else(|_| {
+                                produce_error(index, ErrorCode::NotReady).into()
+                            })
                         }
                     }
                 }
