@@ -333,13 +333,21 @@ impl<S: GroupStore> GroupManager<S> {
         self.partitions = partition_counts(&self.view);
         let node_id = self.config.node_id;
         let brokers: Vec<i32> = self.view.brokers.iter().map(|broker| broker.id).collect();
+        let mut handed_over = Vec::new();
         self.groups.retain(|group, _| {
             let ours = coordinator_of(group, &brokers) == Some(node_id);
             if !ours {
                 tracing::info!(group, "no longer coordinating the group (brokers changed)");
+                handed_over.push(group.clone());
             }
             ours
         });
+        // Members waiting on a join or sync here would wait for good: they hear the group moved
+        // and find its coordinator again.
+        for group in handed_over {
+            self.fail_kafka_waiters(&group, ErrorCode::NotCoordinator);
+            self.consumer_patterns.retain(|(name, _), _| *name != group);
+        }
         let mut changed = Vec::new();
         for (name, coordinated) in &mut self.groups {
             if let Core::Strata(core) = &mut coordinated.core {
