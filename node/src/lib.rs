@@ -13,3 +13,4 @@ pub mod memory;
 pub mod quota;
 pub mod replication;
 pub mod server;
+pub mod txn;

@@ -84,15 +84,16 @@ fn without_tests(text: &str) -> &str {
     text.find("#[cfg(test)]").map_or(text, |at| &text[..at])
 }
 
-/// The replication, consumer-group and quota cores, and the log's pure policies, are state
+/// The replication, consumer-group, transaction and quota cores, and the log's pure policies, are state
 /// machines: no runtime, no sockets, no files, no clock (time comes in as an argument). Their
 /// simulators depend on it. Whole folders are checked, so a new file there is held to it too.
 #[test]
 fn the_replication_and_group_cores_are_sans_io() {
-    let mut checked: Vec<(String, String)> = ["node/src/replication", "node/src/group"]
-        .into_iter()
-        .flat_map(sources_under)
-        .collect();
+    let mut checked: Vec<(String, String)> =
+        ["node/src/replication", "node/src/group", "node/src/txn"]
+            .into_iter()
+            .flat_map(sources_under)
+            .collect();
     for path in [
         "node/src/log/append_path.rs",
         "node/src/log/tail_cache.rs",
