@@ -158,6 +158,31 @@ mod tests {
         assert!(throttle.delay(later) > Duration::ZERO);
     }
 
+    /// A rate set live: the same rate keeps the throttle and what it holds back, a new one
+    /// makes it anew, none drops it.
+    #[test]
+    fn a_throttle_is_retuned_only_when_its_rate_changes() {
+        let start = Instant::now();
+        let mut throttle = None;
+        RecoveryThrottle::retune(&mut throttle, Some(1_000_000), start);
+        let held = throttle.as_mut().unwrap();
+        held.charge(held.capacity() * 2, start);
+        let owed = held.delay(start);
+        assert!(owed > Duration::ZERO);
+        RecoveryThrottle::retune(&mut throttle, Some(1_000_000), start);
+        assert_eq!(
+            throttle.as_mut().unwrap().delay(start),
+            owed,
+            "kept, debt and all"
+        );
+        RecoveryThrottle::retune(&mut throttle, Some(2_000_000), start);
+        let retuned = throttle.as_mut().unwrap();
+        assert_eq!(retuned.bytes_per_sec(), 2_000_000);
+        assert_eq!(retuned.delay(start), Duration::ZERO, "a new bucket");
+        RecoveryThrottle::retune(&mut throttle, None, start);
+        assert!(throttle.is_none());
+    }
+
     #[test]
     fn a_low_rate_still_moves_whole_batches() {
         let throttle = RecoveryThrottle::new(1_000, Instant::now());
