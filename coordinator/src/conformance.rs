@@ -288,6 +288,49 @@ pub async fn check_group_store(store: &impl GroupStore) {
     assert!(store.list_groups().await.unwrap().is_empty());
 
     check_group_ids_are_kept_apart(store).await;
+    check_txn_store(store).await;
+}
+
+/// Transactional ids' records: fenced on the revision read like group records, each id apart
+/// from the others (however alike), listed by id, and apart from the groups of the same name.
+async fn check_txn_store(store: &impl GroupStore) {
+    assert_eq!(store.load_txn("app").await.unwrap(), (None, 0));
+    let record = |epoch: i64| serde_json::json!({"producer_id": 7, "epoch": epoch});
+    let first = store
+        .store_txn("app", 0, &record(0))
+        .await
+        .unwrap()
+        .expect("the first write wins");
+    // A coordinator that read revision 0 is fenced once another stored.
+    assert_eq!(store.store_txn("app", 0, &record(5)).await.unwrap(), None);
+    let second = store
+        .store_txn("app", first, &record(1))
+        .await
+        .unwrap()
+        .expect("at the revision read");
+    assert_eq!(
+        store.load_txn("app").await.unwrap(),
+        (Some(record(1)), second)
+    );
+    assert_eq!(
+        store.store_txn("app", first, &record(9)).await.unwrap(),
+        None,
+        "an old revision no longer writes"
+    );
+    for id in ["app/b", "app%2Fb"] {
+        store.store_txn(id, 0, &record(3)).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        store.list_txns().await.unwrap(),
+        ["app", "app%2Fb", "app/b"]
+    );
+    assert_eq!(store.load_txn("app").await.unwrap().0, Some(record(1)));
+    assert_eq!(
+        store.load_group("app").await.unwrap(),
+        LoadedGroup::default(),
+        "a transactional id is not a group"
+    );
+    assert!(store.load_txn("").await.is_err(), "ids are never empty");
 }
 
 /// What every [`GroupStore`] must do with group ids that are not

@@ -586,13 +586,14 @@ impl Coordinator for EtcdCoordinator {
                         "the etcd watch was cancelled".into(),
                     ));
                 }
-                // Group and producer-id keys (groups.rs) share the prefix but are not
-                // cluster state: offset commits must not make every broker re-read it.
+                // Group, transaction and producer-id keys (groups.rs) share the prefix but are
+                // not cluster state: offset commits must not make every broker re-read it.
                 let cluster_changed = response.events().iter().any(|event| {
                     event.kv().is_some_and(|kv| {
                         let key = kv.key().strip_prefix(prefix.as_bytes()).unwrap_or(kv.key());
                         !(key.starts_with(b"groups/")
                             || key.starts_with(b"offsets/")
+                            || key.starts_with(b"txns/")
                             || key == b"producer-ids")
                     })
                 });

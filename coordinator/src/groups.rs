@@ -14,7 +14,11 @@
 //! groups/<group>             GroupRecord (JSON): generation, membership (members, holdings)
 //! offsets/<group>/<topic>    {partition: {offset, metadata}} for the whole topic (JSON)
 //! producer-ids               the next free producer id (decimal)
+//! txns/<transactional id>    a transactional id's state (JSON, the transaction coordinator's)
 //! ```
+//! Transactional ids are coordinated like groups (hashed onto the same brokers, by the same
+//! thread), and their records are fenced the same way: a write names the revision its writer
+//! read, so a coordinator another has taken over from stores nothing.
 //! Offsets are kept per (group, topic) rather than per partition so that a commit of hundreds
 //! of partitions stays one transaction within etcd's default limit of 128 operations.
 
@@ -208,6 +212,29 @@ pub trait GroupStore {
     async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError>;
     /// Takes `count` producer ids for this broker; returns the first.
     async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError>;
+    /// A transactional id's record (opaque here: the transaction coordinator's) and its
+    /// revision (0: never stored).
+    async fn load_txn(
+        &self,
+        transactional_id: &str,
+    ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError>;
+    /// Writes a transactional id's record if the stored one is still at `expected`; `None`
+    /// when fenced.
+    async fn store_txn(
+        &self,
+        transactional_id: &str,
+        expected: Revision,
+        record: &serde_json::Value,
+    ) -> Result<Option<Revision>, CoordinatorError>;
+    /// Every stored transactional id, sorted.
+    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError>;
+}
+
+/// A transactional id's record as the single-node store keeps it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LocalTxnFile {
+    record: Option<serde_json::Value>,
+    revision: Revision,
 }
 
 /// Single node: `<dir>/groups/<group>.json` and `<dir>/producer-ids`, written atomically.
@@ -225,12 +252,14 @@ struct LocalGroupFile {
 impl LocalGroupStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<LocalGroupStore, CoordinatorError> {
         let dir = dir.into();
-        std::fs::create_dir_all(dir.join("groups")).map_err(|source| {
-            CoordinatorError::Storage {
-                path: dir.clone(),
-                source,
-            }
-        })?;
+        for folder in ["groups", "txns"] {
+            std::fs::create_dir_all(dir.join(folder)).map_err(|source| {
+                CoordinatorError::Storage {
+                    path: dir.clone(),
+                    source,
+                }
+            })?;
+        }
         Ok(LocalGroupStore { dir })
     }
 
@@ -355,6 +384,59 @@ impl GroupStore for LocalGroupStore {
         let bytes = serde_json::to_vec(&(next + count)).expect("an integer serializes");
         write_atomically(&self.dir, "producer-ids", &bytes)?;
         Ok(next)
+    }
+
+    async fn load_txn(
+        &self,
+        transactional_id: &str,
+    ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError> {
+        validate_group_id(transactional_id)?;
+        let file: LocalTxnFile = self.read_json(self.txn_path(transactional_id))?;
+        Ok((file.record, file.revision))
+    }
+
+    async fn store_txn(
+        &self,
+        transactional_id: &str,
+        expected: Revision,
+        record: &serde_json::Value,
+    ) -> Result<Option<Revision>, CoordinatorError> {
+        validate_group_id(transactional_id)?;
+        let mut file: LocalTxnFile = self.read_json(self.txn_path(transactional_id))?;
+        if file.revision != expected {
+            return Ok(None);
+        }
+        file.record = Some(record.clone());
+        file.revision += 1;
+        let bytes = serde_json::to_vec(&file).expect("a transaction record serializes");
+        let name = format!("{}.json", group_key(transactional_id));
+        write_atomically(&self.dir.join("txns"), &name, &bytes)?;
+        Ok(Some(file.revision))
+    }
+
+    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError> {
+        let dir = self.dir.join("txns");
+        let entries = std::fs::read_dir(&dir).map_err(|source| CoordinatorError::Storage {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".json").and_then(group_from_key)
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+impl LocalGroupStore {
+    fn txn_path(&self, transactional_id: &str) -> PathBuf {
+        self.dir
+            .join("txns")
+            .join(format!("{}.json", group_key(transactional_id)))
     }
 }
 
@@ -532,6 +614,58 @@ impl GroupStore for EtcdGroupStore {
         Err(CoordinatorError::Unavailable(
             "the producer id counter is contended; try again".into(),
         ))
+    }
+
+    async fn load_txn(
+        &self,
+        transactional_id: &str,
+    ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError> {
+        validate_group_id(transactional_id)?;
+        let key = self.key(&format!("txns/{}", group_key(transactional_id)));
+        let response = self.client.get(key, None).await.map_err(etcd_error)?;
+        Ok(match response.kvs().first() {
+            Some(kv) => (Some(decode(kv.key(), kv.value())?), kv.mod_revision()),
+            None => (None, 0),
+        })
+    }
+
+    async fn store_txn(
+        &self,
+        transactional_id: &str,
+        expected: Revision,
+        record: &serde_json::Value,
+    ) -> Result<Option<Revision>, CoordinatorError> {
+        validate_group_id(transactional_id)?;
+        let key = self.key(&format!("txns/{}", group_key(transactional_id)));
+        let value = serde_json::to_vec(record).expect("a transaction record serializes");
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                expected,
+            )])
+            .and_then([TxnOp::put(key, value, None)]);
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Ok(None);
+        }
+        Ok(Some(
+            response.header().map_or(0, |header| header.revision()),
+        ))
+    }
+
+    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError> {
+        let prefix = self.key("txns/");
+        let (records, _) = get_prefix(&self.client, &prefix, LARGE_VALUES_PER_PAGE, 0).await?;
+        let mut ids: Vec<String> = records
+            .iter()
+            .filter_map(|kv| {
+                let key = String::from_utf8_lossy(kv.key());
+                key.strip_prefix(&prefix).and_then(group_from_key)
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
     }
 }
 
