@@ -97,6 +97,7 @@ fn the_replication_and_group_cores_are_sans_io() {
     for path in [
         "node/src/log/append_path.rs",
         "node/src/log/tail_cache.rs",
+        "node/src/log/transactions.rs",
         "node/src/quota.rs",
     ] {
         checked.push((path.to_string(), source(path)));

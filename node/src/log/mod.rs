@@ -37,6 +37,7 @@ pub mod recovery_point;
 mod segment;
 pub mod shared_sync;
 pub mod tail_cache;
+pub mod transactions;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
