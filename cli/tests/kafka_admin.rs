@@ -666,21 +666,28 @@ fn check_client_quotas(java: &Java, node: &TestNode, kafka: &str) {
 
 /// `kafka_admin/python_admin.py` with `args`: its JSON.
 fn python_admin(args: &[&str]) -> Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/kafka_admin/python_admin.py"
-    );
+    python_json("python_admin.py", args)
+}
+
+/// The JSON `kafka_admin/<script>` prints with `args` (it exits 0 and reports failures in it).
+fn python_json(script: &str, args: &[&str]) -> Value {
+    let path = format!("{}/tests/kafka_admin/{script}", env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("python3")
-        .arg(script)
+        .arg(path)
         .args(args)
         .output()
         .expect("python3 with kafka-python and confluent-kafka (scripts/test.sh installs them)");
     assert!(
         output.status.success(),
-        "python_admin.py {args:?}: {}",
+        "{script} {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{script} {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
 }
 
 /// kafka-python's and confluent-kafka's admin clients against one node: each call answered,
@@ -839,21 +846,7 @@ fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_membe
 
 /// `kafka_admin/broker_settings.py` with `args`: its JSON.
 fn python_broker_settings(args: &[&str]) -> Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/kafka_admin/broker_settings.py"
-    );
-    let output = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 with confluent-kafka and kafka-python");
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "broker_settings.py {args:?} printed no JSON ({error}): {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
+    python_json("broker_settings.py", args)
 }
 
 /// Broker settings set live (Kafka's dynamic broker configs) on three brokers, through the
@@ -892,23 +885,33 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
         ],
     );
 
-    // Every broker's and broker 2's own, through the Java client; broker 3's, through
-    // kafka-python's legacy AlterConfigs; broker 1's, through confluent-kafka (which names no
-    // resource "", so sets no default for every broker).
+    // Every broker's and the leader's own, through the Java client; a follower's, through
+    // kafka-python's legacy AlterConfigs; the other follower's, through confluent-kafka
+    // (which names no resource "", so sets no default for every broker).
+    let leader = described(&java, &bootstrap, "plain", 0)["leader"]
+        .as_i64()
+        .unwrap();
+    let followers: Vec<i64> = (1..=3).filter(|id| *id != leader).collect();
+    let [leader_id, follower, other] =
+        [leader, followers[0], followers[1]].map(|id| id.to_string());
     for (broker, name, value) in [
         ("", "num.partitions", "5"),
-        ("2", "log.segment.bytes", "16384"),
+        (leader_id.as_str(), "log.segment.bytes", "16384"),
     ] {
         let altered = java.step(&bootstrap, &["alter-config", "broker", broker, name, value]);
         assert_eq!(altered, json!({"altered": true}));
     }
-    let altered =
-        python_broker_settings(&["kafka-python", &bootstrap, "3", "log.segment.bytes=65536"]);
+    let altered = python_broker_settings(&[
+        "kafka-python",
+        &bootstrap,
+        &follower,
+        "log.segment.bytes=65536",
+    ]);
     assert_eq!(altered, json!({"altered": true}));
     let altered = python_broker_settings(&[
         "confluent",
         &bootstrap,
-        "1",
+        &other,
         "log.retention.bytes=1073741824",
     ]);
     assert_eq!(altered, json!({"altered": true}));
@@ -919,47 +922,50 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
         "every broker to apply the settings",
         Duration::from_secs(60),
         || {
-            setting("3", "log.segment.bytes")["value"] == "65536"
+            setting(&follower, "log.segment.bytes")["value"] == "65536"
                 && ["1", "2", "3"]
                     .iter()
                     .all(|broker| setting(broker, "num.partitions")["value"] == "5")
         },
     );
     assert_eq!(
-        setting("2", "log.segment.bytes"),
+        setting(&leader_id, "log.segment.bytes"),
         json!({"value": "16384", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"})
     );
     assert_eq!(
-        setting("1", "log.segment.bytes")["source"],
+        setting(&other, "log.segment.bytes")["source"],
         "DEFAULT_CONFIG"
     );
     assert_eq!(
-        setting("1", "log.retention.bytes"),
+        setting(&other, "log.retention.bytes"),
         json!({"value": "1073741824", "read_only": false, "source": "DYNAMIC_BROKER_CONFIG"})
     );
     assert_eq!(
-        setting("1", "num.partitions"),
+        setting(&other, "num.partitions"),
         json!({"value": "5", "read_only": false, "source": "DYNAMIC_DEFAULT_BROKER_CONFIG"})
     );
 
-    // Each replica rolls at its own broker's size; a topic's own size wins everywhere.
+    // The leader rolls at its own size, batch by batch as they are produced; a broker without
+    // a size of its own keeps one segment, and a topic's own size wins everywhere. (A
+    // follower appends what it copies a fetch at a time, so where it rolls depends on how
+    // far behind it was.)
     for topic in ["plain", "own"] {
         produce_to_partition_0(&java, &bootstrap, topic, 8000);
     }
-    let segments = |broker: usize, topic: &str| {
-        log_segments(&dirs[broker - 1].path().join(format!("{topic}-0")))
+    let segments = |broker: &str, topic: &str| {
+        let at: usize = broker.parse().unwrap();
+        log_segments(&dirs[at - 1].path().join(format!("{topic}-0")))
     };
-    wait_for_at_most(
-        "the followers to copy the records",
-        Duration::from_secs(60),
-        || segments(2, "plain") > segments(3, "plain") && segments(3, "plain") > 1,
+    assert!(
+        segments(&leader_id, "plain") > 3,
+        "the leader rolls at 16 KiB"
     );
     assert_eq!(
-        segments(1, "plain"),
+        segments(&other, "plain"),
         1,
-        "broker 1 has no setting of its own"
+        "broker {other} has no size of its own"
     );
-    for broker in 1..=3 {
+    for broker in ["1", "2", "3"] {
         assert_eq!(
             segments(broker, "own"),
             1,
@@ -997,14 +1003,14 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
     let cli = &brokers[0].0;
     let every = cli.cli(&["cluster", "config", "list"], None);
     assert_eq!(every.trim(), "num.partitions=5 (every-broker live)");
-    let two: Value = serde_json::from_str(&cli.cli(
+    let led: Value = serde_json::from_str(&cli.cli(
         &[
-            "cluster", "config", "list", "--broker", "2", "--format", "json",
+            "cluster", "config", "list", "--broker", &leader_id, "--format", "json",
         ],
         None,
     ))
     .unwrap();
-    let segment_bytes = two["settings"]
+    let segment_bytes = led["settings"]
         .as_array()
         .unwrap()
         .iter()

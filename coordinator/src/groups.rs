@@ -462,6 +462,31 @@ impl EtcdGroupStore {
     fn key(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.prefix)
     }
+
+    /// Puts `value` at `key` if the key's revision is still `expected` (0: absent); its new
+    /// revision, or `None` when fenced.
+    async fn fenced_put(
+        &self,
+        key: String,
+        expected: Revision,
+        value: Vec<u8>,
+    ) -> Result<Option<Revision>, CoordinatorError> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                expected,
+            )])
+            .and_then([TxnOp::put(key, value, None)]);
+        let response = self.client.txn(txn).await.map_err(etcd_error)?;
+        if !response.succeeded() {
+            return Ok(None);
+        }
+        // The put's revision is the transaction's: the key's new mod revision.
+        Ok(Some(
+            response.header().map_or(0, |header| header.revision()),
+        ))
+    }
 }
 
 impl GroupStore for EtcdGroupStore {
@@ -500,21 +525,7 @@ impl GroupStore for EtcdGroupStore {
         validate_group_id(group)?;
         let key = self.key(&format!("groups/{}", group_key(group)));
         let value = serde_json::to_vec(record).expect("a group record serializes");
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                expected,
-            )])
-            .and_then([TxnOp::put(key, value, None)]);
-        let response = self.client.txn(txn).await.map_err(etcd_error)?;
-        if !response.succeeded() {
-            return Ok(None);
-        }
-        // The put's revision is the transaction's: the key's new mod revision.
-        Ok(Some(
-            response.header().map_or(0, |header| header.revision()),
-        ))
+        self.fenced_put(key, expected, value).await
     }
 
     async fn commit_offsets(
@@ -638,20 +649,7 @@ impl GroupStore for EtcdGroupStore {
         validate_group_id(transactional_id)?;
         let key = self.key(&format!("txns/{}", group_key(transactional_id)));
         let value = serde_json::to_vec(record).expect("a transaction record serializes");
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                expected,
-            )])
-            .and_then([TxnOp::put(key, value, None)]);
-        let response = self.client.txn(txn).await.map_err(etcd_error)?;
-        if !response.succeeded() {
-            return Ok(None);
-        }
-        Ok(Some(
-            response.header().map_or(0, |header| header.revision()),
-        ))
+        self.fenced_put(key, expected, value).await
     }
 
     async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError> {
