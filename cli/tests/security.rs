@@ -1038,6 +1038,21 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
         ok(run(admin, &["quota", "list"], b"")).trim(),
         "user=carol: producer_byte_rate=1073741824"
     );
+    // So do broker settings.
+    let carol_setting = ["cluster", "config", "set", "log.retention.ms=60000"];
+    refused(
+        run(carol, &carol_setting, b""),
+        "ClusterAuthorizationFailed",
+    );
+    refused(
+        run(carol, &["cluster", "config", "list"], b""),
+        "ClusterAuthorizationFailed",
+    );
+    ok(run(admin, &carol_setting, b""));
+    assert_eq!(
+        ok(run(admin, &["cluster", "config", "list"], b"")).trim(),
+        "log.retention.ms=60000 (every-broker live)"
+    );
     assert_eq!(ok(run(carol, &["topic", "list"], b"")).trim(), "ledger");
     // Removing the binding takes the right away...
     ok(run(
