@@ -61,6 +61,21 @@ fn broker(etcd: &EtcdServer, dir: &Path, id: &str, extra: &[&str]) -> (TestNode,
     (TestNode::start_with(dir, 1, &args), kafka)
 }
 
+/// Brokers 1, 2 and 3 on `etcd`, in `dirs`, and their Kafka listeners as a bootstrap list.
+fn three_brokers(
+    etcd: &EtcdServer,
+    dirs: &[tempfile::TempDir],
+) -> (Vec<(TestNode, String)>, String) {
+    let brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| broker(etcd, dir.path(), &(i + 1).to_string(), &[]))
+        .collect();
+    let all: Vec<&str> = brokers.iter().map(|(_, kafka)| kafka.as_str()).collect();
+    let bootstrap = all.join(",");
+    (brokers, bootstrap)
+}
+
 /// `count` records produced to partition 0 of `topic`.
 fn produce_to_partition_0(java: &Java, bootstrap: &str, topic: &str, count: u64) {
     let count_text = count.to_string();
@@ -757,13 +772,7 @@ fn the_python_admin_clients_describe_and_change_what_they_ask_for() {
 fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_member() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let brokers: Vec<(TestNode, String)> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
-        .collect();
-    let all: Vec<&str> = brokers.iter().map(|(_, kafka)| kafka.as_str()).collect();
-    let bootstrap = all.join(",");
+    let (_brokers, bootstrap) = three_brokers(&etcd, &dirs);
     let java = Java::compile();
     java.step(&bootstrap, &["create-topic", "codecs", "6", "3"]);
     described(&java, &bootstrap, "codecs", 5);
@@ -861,13 +870,7 @@ fn python_broker_settings(args: &[&str]) -> Value {
 fn broker_settings_change_live_for_every_broker_or_for_one() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let brokers: Vec<(TestNode, String)> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
-        .collect();
-    let all: Vec<&str> = brokers.iter().map(|(_, kafka)| kafka.as_str()).collect();
-    let bootstrap = all.join(",");
+    let (brokers, bootstrap) = three_brokers(&etcd, &dirs);
     let java = Java::compile();
     java.step(&bootstrap, &["create-topic", "plain", "1", "3"]);
     java.step(
