@@ -1,9 +1,10 @@
 """A librdkafka (confluent-kafka 2.16) member of a KIP-848 consumer group
 (group.protocol=consumer), for cli/tests/kafka_admin.rs.
 
-    python3 kip848_member.py BOOTSTRAP GROUP TOPIC_OR_REGEX SECONDS
+    python3 kip848_member.py BOOTSTRAP GROUP TOPICS_OR_REGEXES SECONDS
 
-Subscribes (a name starting with ^ is a regular expression, matched by the broker), polls for
+Subscribes to the comma-separated names (one starting with ^ is a regular expression, matched
+by the broker), polls for
 SECONDS and prints one JSON line: the records read, the partitions they came from, and each
 assignment it held, in order ("TOPIC-PARTITION" names), as AdminSurface's group-member step
 prints them.
@@ -21,7 +22,7 @@ consumer = Consumer({
     "group.protocol": "consumer",
     "auto.offset.reset": "earliest",
 })
-consumer.subscribe([subscription])
+consumer.subscribe(subscription.split(","))
 records = 0
 seen = set()
 assignments = []

@@ -25,10 +25,12 @@ use super::GroupManager;
 use super::manager::Core;
 use super::native::heartbeat_interval_ms;
 
-/// A member's subscription by regular expression, as it sent it and compiled.
+/// A member's subscription by regular expression, as it sent it and compiled, and the topics
+/// it names besides (a subscription is the names and the pattern's matches together).
 pub(super) struct Pattern {
     pub(super) source: String,
     regex: regex_automata::meta::Regex,
+    names: BTreeSet<String>,
 }
 
 impl Pattern {
@@ -40,6 +42,7 @@ impl Pattern {
             .map(|regex| Pattern {
                 source: source.to_string(),
                 regex,
+                names: BTreeSet::new(),
             })
             .map_err(|error| ConsumerRefusal::InvalidRegex(format!("{source:?}: {error}")))
     }
@@ -202,33 +205,46 @@ impl<S: GroupStore> GroupManager<S> {
         })
     }
 
-    /// The member's subscription: as it sent it, else as kept (a regular expression kept here
-    /// is matched again against the topics now); `None` when it sent none and has no pattern.
+    /// The member's subscription: the topics it names and those its regular expression
+    /// matches now, each as it sent it or, where it sent nothing (unchanged), as kept; `None`
+    /// when it sent no names and has no pattern (its subscription is the group's record of it).
+    /// An empty expression clears the pattern.
     fn subscription(
         &mut self,
         request: &ConsumerHeartbeat,
         pattern: Option<Pattern>,
     ) -> Option<BTreeSet<String>> {
         let key = (request.group.clone(), request.member_id.clone());
+        let sent_names = request
+            .topics
+            .as_ref()
+            .map(|topics| topics.iter().cloned().collect::<BTreeSet<String>>());
         if request.member_epoch == -1 {
             self.consumer_patterns.remove(&key);
-        } else if let Some(pattern) = pattern {
+        } else if let Some(mut pattern) = pattern {
+            let kept = self.consumer_patterns.remove(&key);
+            pattern.names = sent_names
+                .clone()
+                .or(kept.map(|kept| kept.names))
+                .unwrap_or_default();
             self.consumer_patterns.insert(key.clone(), pattern);
-        } else if request.topics.is_some() || request.regex.is_some() {
+        } else if request.regex.is_some() {
             self.consumer_patterns.remove(&key);
+        } else if let (Some(names), Some(kept)) =
+            (&sent_names, self.consumer_patterns.get_mut(&key))
+        {
+            kept.names = names.clone();
         }
         match self.consumer_patterns.get(&key) {
             Some(pattern) => Some(
                 self.partitions
                     .keys()
                     .filter(|topic| pattern.matches(topic))
+                    .chain(&pattern.names)
                     .cloned()
                     .collect(),
             ),
-            None => request
-                .topics
-                .clone()
-                .map(|topics| topics.into_iter().collect()),
+            None => sent_names,
         }
     }
 
