@@ -2116,7 +2116,7 @@ async fn append_producers<S: Storage>(
             let sequence = log
                 .producers()
                 .get(producer_id)
-                .map_or(0, |entry| entry.last().last_seq + 1);
+                .map_or(0, |entry| entry.last().unwrap().last_seq + 1);
             let batch = producer_batch(producer_id, 0, sequence, count, timestamp_ms);
             let info = log.append(batch, 1, 0).await.unwrap();
             assert!(!info.duplicate);
@@ -2244,7 +2244,7 @@ fn truncation_forgets_the_cut_batches() {
         assert!(!storage.contents(&snapshot_path).unwrap().is_empty());
         let sequence = cut as i32;
         assert_eq!(
-            log.producers().get(5).unwrap().last().last_seq,
+            log.producers().get(5).unwrap().last().unwrap().last_seq,
             sequence - 1
         );
         let retried = log
@@ -2260,7 +2260,7 @@ fn truncation_forgets_the_cut_batches() {
         // Cut below the last roll's snapshot: it goes, and a reopen agrees.
         log.truncate_to(2, 0).await.unwrap();
         assert!(storage.contents(&snapshot_path).unwrap().is_empty());
-        assert_eq!(log.producers().get(5).unwrap().last().last_seq, 1);
+        assert_eq!(log.producers().get(5).unwrap().last().unwrap().last_seq, 1);
         let expected = log.producers().clone();
         drop(log);
         let mut log = open(&storage, &sim_dir(), &config).await;
@@ -2462,4 +2462,159 @@ fn simulated_crashes_rebuild_the_producer_state_of_the_surviving_batches() {
             assert_eq!(log.log_end_offset(), end, "seed {seed}");
         });
     }
+}
+
+/// One transactional batch of `count` records (see [`producer_batch`]).
+fn txn_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> BytesMut {
+    let mut builder = BatchBuilder::with_capacity(count * 64 + 256);
+    builder.set_producer(producer_id, epoch, sequence);
+    builder.set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
+    for i in 0..count {
+        builder.push(
+            0,
+            None,
+            format!("t{producer_id}:{}", sequence as usize + i).as_bytes(),
+        );
+    }
+    BytesMut::from(&builder.finish()[..])
+}
+
+/// Appends a marker as the leader does; returns its offset.
+async fn append_marker<S: Storage>(
+    log: &mut PartitionLog<S>,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+) -> Result<u64, LogError> {
+    let marker = strata_wire::batch::marker(producer_id, epoch, commit, 0, 0);
+    let request = (
+        BytesMut::from(&marker[..]),
+        1,
+        strata_node::log::AppendSource::Markers,
+    );
+    let [result] = &log.append_group_from(vec![request], 0).await[..] else {
+        unreachable!("one request, one result")
+    };
+    result.clone().map(|info| info.base_offset)
+}
+
+/// The partition's transactions as its log records them: the LSO waits below the first open
+/// one; markers close them (an abort is kept for `read_committed` fetches); a marker at a newer
+/// epoch fences the older producer, and one at an older epoch is refused; producers may not
+/// send markers. The state is the same after a close, a crash, a lost snapshot, on a follower
+/// that copied the log, and a truncation below a marker reopens its transaction.
+#[test]
+fn transactions_follow_the_log_through_restarts_followers_and_truncation() {
+    use strata_node::log::transactions::AbortedTxn;
+    use strata_wire::batch::BatchError;
+    block_on(async {
+        let storage = SimStorage::new(107);
+        let config = small_config(512, FlushPolicy::Always);
+        let snapshot_path = sim_dir().join(PRODUCER_SNAPSHOT_FILE_NAME);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let lso = |log: &PartitionLog<SimStorage>| {
+            log.producers()
+                .transactions()
+                .last_stable_offset(log.log_end_offset())
+        };
+        log.append(producer_batch(9, 0, 0, 2, 0), 1, 0)
+            .await
+            .unwrap(); // 0..=1
+        assert_eq!(lso(&log), 2, "no transaction: the log end");
+        let first = log.append(txn_batch(1, 0, 0, 3), 1, 0).await.unwrap(); // 2..=4
+        log.append(txn_batch(3, 0, 0, 2), 1, 0).await.unwrap(); // 5..=6
+        log.append(producer_batch(9, 0, 2, 1, 0), 1, 0)
+            .await
+            .unwrap(); // 7
+        assert_eq!((first.base_offset, lso(&log)), (2, 2));
+        log.append(txn_batch(1, 0, 3, 1), 1, 0).await.unwrap(); // 8
+        let refused = log
+            .append(
+                BytesMut::from(&strata_wire::batch::marker(1, 0, true, 0, 0)[..]),
+                1,
+                0,
+            )
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(LogError::CorruptBatch {
+                    source: BatchError::ControlBatch,
+                    ..
+                })
+            ),
+            "a producer's marker: {refused:?}"
+        );
+        let abort = append_marker(&mut log, 1, 0, false).await.unwrap(); // 9
+        assert_eq!((abort, lso(&log)), (9, 5), "producer 3's is next");
+        append_marker(&mut log, 3, 0, true).await.unwrap(); // 10
+        assert_eq!(lso(&log), 11);
+        let aborted = AbortedTxn {
+            producer_id: 1,
+            first_offset: 2,
+            last_offset: 9,
+        };
+        assert_eq!(log.producers().transactions().aborted(), [aborted]);
+        // Producer 1 goes on at its epoch after the abort, its sequences continuing.
+        log.append(txn_batch(1, 0, 4, 1), 1, 0).await.unwrap(); // 11
+        // The coordinator fences it (a timeout): the abort comes at epoch 1.
+        append_marker(&mut log, 1, 1, false).await.unwrap(); // 12
+        let fenced = log.append(txn_batch(1, 0, 5, 1), 1, 0).await;
+        assert!(
+            matches!(
+                fenced,
+                Err(LogError::Producer(ProducerError::ProducerFenced { .. }))
+            ),
+            "{fenced:?}"
+        );
+        let stale = append_marker(&mut log, 1, 0, true).await;
+        assert!(
+            matches!(
+                stale,
+                Err(LogError::Producer(ProducerError::ProducerFenced { .. }))
+            ),
+            "{stale:?}"
+        );
+        // The new epoch's sequences start at 0.
+        log.append(txn_batch(1, 1, 0, 2), 1, 0).await.unwrap(); // 13..=14
+        assert_eq!(lso(&log), 13);
+        assert!(log.segment_count() > 2, "segments rolled");
+        let expected = log.producers().clone();
+        assert_eq!(expected.transactions().aborted().len(), 2);
+
+        // A follower copying the log ends with the same state.
+        let mut follower = open(&storage, &PathBuf::from("/data/follower"), &config).await;
+        let mut next = 0;
+        while next < log.log_end_offset() {
+            let bytes = log.read(next, 256, u64::MAX).await.unwrap();
+            next = follower
+                .append_replicated(bytes, 0)
+                .await
+                .unwrap()
+                .last_offset
+                + 1;
+        }
+        assert_eq!(follower.producers(), &expected, "on a follower");
+
+        // Close (snapshot), crash (snapshot and scan), no snapshot (whole scan).
+        log.close(0).await.unwrap();
+        let log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(log.producers(), &expected, "from the snapshot");
+        drop(log);
+        storage.crash();
+        let log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(log.producers(), &expected, "after a crash");
+        drop(log);
+        storage.set_contents(&snapshot_path, Vec::new());
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        assert_eq!(log.producers(), &expected, "from the log alone");
+
+        // A cut below producer 3's commit reopens its transaction.
+        log.truncate_to(10, 0).await.unwrap();
+        assert_eq!(lso(&log), 5);
+        assert!(log.producers().transactions().open().contains_key(&3));
+        // Records deleted below the abort's marker: it is forgotten.
+        log.delete_records_before(10, 0).await.unwrap();
+        assert_eq!(log.producers().transactions().aborted(), []);
+    });
 }

@@ -764,3 +764,50 @@ fn a_delete_horizon_is_set_once_and_record_timestamps_stay_exact() {
         Err(BatchError::ReservedBitsSet)
     );
 }
+
+/// A marker reads back as Kafka's control record, its header says commit or abort, and a
+/// producer may neither send one nor a transactional batch without its producer fields.
+#[test]
+fn markers_are_control_records_that_producers_cannot_send() {
+    use strata_wire::batch::{attributes, check, marker, read_marker};
+    for commit in [true, false] {
+        let bytes = marker(7, 3, commit, 12, 1_000);
+        let batch = Batch::validate(bytes.clone()).unwrap();
+        let header = batch.header();
+        assert!(header.is_transactional() && header.is_control());
+        assert_eq!(header.marker_commits(), commit);
+        assert_eq!((header.producer_id, header.producer_epoch), (7, 3));
+        let record = batch.records().next().unwrap();
+        assert_eq!(record.key.unwrap(), [0, 0, 0, u8::from(commit)]);
+        assert_eq!(
+            read_marker(record.key.unwrap(), record.value),
+            Some((commit, 12))
+        );
+        assert_eq!(check(&bytes), Err(BatchError::ControlBatch));
+    }
+    assert_eq!(
+        read_marker(&[0, 1, 0, 1], &[0, 0, 0, 0, 0, 1]),
+        None,
+        "a newer version"
+    );
+    let mut builder = BatchBuilder::with_capacity(256);
+    builder.set_attributes(attributes::TRANSACTIONAL);
+    builder.push(1, None, b"v");
+    assert_eq!(
+        check(&builder.finish()),
+        Err(BatchError::TransactionalWithoutProducer)
+    );
+    builder.set_attributes(attributes::TRANSACTIONAL);
+    builder.set_producer(7, 3, 0);
+    builder.push(1, None, b"v");
+    assert!(check(&builder.finish()).unwrap().is_transactional());
+    // COMMIT without CONTROL, and CONTROL without TRANSACTIONAL, are not headers at all.
+    for bits in [attributes::COMMIT, attributes::CONTROL] {
+        builder.set_attributes(bits);
+        builder.push(1, None, b"v");
+        assert_eq!(
+            BatchHeader::parse(&builder.finish()),
+            Err(BatchError::ReservedBitsSet)
+        );
+    }
+}

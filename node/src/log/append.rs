@@ -28,6 +28,15 @@ pub struct AppendInfo {
     pub duplicate: bool,
 }
 
+/// Who wrote a request's batches: a client, whose batches get every check, or the partition's
+/// leader writing the markers a transaction coordinator decided (control batches, which no
+/// client may send).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendSource {
+    Producer,
+    Markers,
+}
+
 /// How [`PartitionLog::stamp_request`] left a request.
 pub(super) enum Stamped {
     /// Stamped and to be written; the log end after it.
@@ -122,7 +131,12 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<AppendInfo, LogError> {
         self.check_writable()?;
         self.headers.clear();
-        let stamped = self.stamp_request(&mut batches, leader_epoch, self.log_end_offset())?;
+        let stamped = self.stamp_request(
+            &mut batches,
+            leader_epoch,
+            AppendSource::Producer,
+            self.log_end_offset(),
+        )?;
         if let Stamped::Duplicate(info) = stamped {
             return Ok(info);
         }
@@ -141,6 +155,19 @@ impl<S: Storage> PartitionLog<S> {
         requests: Vec<(BytesMut, u32)>,
         now_ms: i64,
     ) -> Vec<Result<AppendInfo, LogError>> {
+        let requests = requests
+            .into_iter()
+            .map(|(batches, leader_epoch)| (batches, leader_epoch, AppendSource::Producer))
+            .collect();
+        self.append_group_from(requests, now_ms).await
+    }
+
+    /// [`Self::append_group`] of requests from producers and from coordinators' markers.
+    pub async fn append_group_from(
+        &mut self,
+        requests: Vec<(BytesMut, u32, AppendSource)>,
+        now_ms: i64,
+    ) -> Vec<Result<AppendInfo, LogError>> {
         let mut results: Vec<Option<Result<AppendInfo, LogError>>> =
             (0..requests.len()).map(|_| None).collect();
         if let Err(error) = self.check_writable() {
@@ -153,9 +180,9 @@ impl<S: Storage> PartitionLog<S> {
         let mut next_offset = group_start;
         // Retries of batches written by this very group: answered only if the write succeeds.
         let mut duplicates_in_group = Vec::new();
-        for (at, (mut batches, leader_epoch)) in requests.into_iter().enumerate() {
+        for (at, (mut batches, leader_epoch, source)) in requests.into_iter().enumerate() {
             let first_header = self.headers.len();
-            match self.stamp_request(&mut batches, leader_epoch, next_offset) {
+            match self.stamp_request(&mut batches, leader_epoch, source, next_offset) {
                 Ok(Stamped::Next(next)) => {
                     next_offset = next;
                     buffers.push(batches.freeze());
@@ -209,6 +236,7 @@ impl<S: Storage> PartitionLog<S> {
         &mut self,
         batches: &mut BytesMut,
         leader_epoch: u32,
+        source: AppendSource,
         mut next_offset: u64,
     ) -> Result<Stamped, LogError> {
         if let Some(latest) = self.epochs.latest_epoch()
@@ -224,10 +252,12 @@ impl<S: Storage> PartitionLog<S> {
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len() - first_header;
-            let checked = if self.config.cleanup.compact {
-                batch::check_keyed(&batches[at..])
-            } else {
-                batch::check(&batches[at..])
+            let checked = match source {
+                AppendSource::Markers => check_marker(&batches[at..]),
+                AppendSource::Producer if self.config.cleanup.compact => {
+                    batch::check_keyed(&batches[at..])
+                }
+                AppendSource::Producer => batch::check(&batches[at..]),
             };
             let mut header = checked.map_err(|source| LogError::CorruptBatch { index, source })?;
             let batch_len = header.batch_len as usize;
@@ -248,9 +278,32 @@ impl<S: Storage> PartitionLog<S> {
                 },
             });
         }
+        if source == AppendSource::Markers {
+            return self.check_markers(first_header, next_offset);
+        }
         if idempotent {
             return self.check_producer(first_header, next_offset);
         }
+        Ok(Stamped::Next(next_offset))
+    }
+
+    /// A marker request holds one marker, of a producer epoch no newer marker or batch has
+    /// fenced (a coordinator that lost its id to a newer one must not close the newer one's
+    /// transaction). Applied, as a producer's batch is, before the write.
+    fn check_markers(
+        &mut self,
+        first_header: usize,
+        next_offset: u64,
+    ) -> Result<Stamped, LogError> {
+        let [header] = self.headers[first_header..] else {
+            return Err(LogError::InvalidProducerBatch(format!(
+                "a marker request holds one marker; this one holds {} batches",
+                self.headers.len() - first_header
+            )));
+        };
+        self.producers
+            .check_marker(header.producer_id, header.producer_epoch)?;
+        self.producers.apply(&header);
         Ok(Stamped::Next(next_offset))
     }
 
@@ -410,9 +463,7 @@ impl<S: Storage> PartitionLog<S> {
         // The leader checked them; a follower records them as they are, so that it holds the
         // leader's producer state if it becomes leader.
         for header in &self.headers {
-            if header.is_idempotent() {
-                self.producers.apply(header);
-            }
+            self.producers.apply(header);
         }
         Ok(())
     }
@@ -622,4 +673,17 @@ impl<S: Storage> PartitionLog<S> {
         tracing::debug!(dir = %self.dir.display(), "rolled to segment {base}");
         Ok(())
     }
+}
+
+/// The checks for a marker the leader built itself: whole and undamaged, a control batch of a
+/// producer.
+fn check_marker(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = batch::check_integrity(bytes)?;
+    if !header.is_control() || header.producer_id < 0 || header.producer_epoch < 0 {
+        return Err(BatchError::InconsistentRecord {
+            index: 0,
+            what: "a marker is a control batch of a producer",
+        });
+    }
+    Ok(header)
 }

@@ -182,6 +182,7 @@ impl<S: Storage> PartitionLog<S> {
             self.remove_segment_files(base).await?;
         }
         self.tail_cache.drop_below(offset);
+        self.producers.forget_transactions_below(offset);
         if self.epochs.trim_before(offset) {
             self.persist_epochs().await?;
         }
@@ -234,6 +235,8 @@ impl<S: Storage> PartitionLog<S> {
             tracing::info!(dir = %self.dir.display(), "retention deleted segment {base}");
         }
         self.tail_cache.drop_below(self.log_start_offset());
+        self.producers
+            .forget_transactions_below(self.log_start_offset());
         Ok(report)
     }
 

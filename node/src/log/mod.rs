@@ -56,7 +56,7 @@ use segment::{Segment, file_name};
 use tail_cache::{TailCache, TailCaches};
 
 use self::append::Buffers;
-pub use self::append::{AppendInfo, PlacedBatches};
+pub use self::append::{AppendInfo, AppendSource, PlacedBatches};
 pub use self::checkpoints::{
     EPOCH_FILE_NAME, HIGH_WATERMARK_FILE_NAME, PRODUCER_SNAPSHOT_FILE_NAME,
 };

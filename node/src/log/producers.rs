@@ -10,12 +10,20 @@
 //! Sequences count records: a batch with base sequence `s` and `n` records covers
 //! `s ..= s + n - 1`, and the next batch must start at `s + n`, wrapping from `i32::MAX` to 0.
 //!
-//! Invariants: every entry holds 1..=[`RETAINED_BATCHES`] batches, oldest first, all of the
-//! entry's epoch; a snapshot decodes to exactly what was encoded or to an error, never a panic.
+//! Transactions are part of a producer's state (as in Kafka's): each producer's open
+//! transaction on the partition and the aborted ones, in [`PartitionTxns`], fed the same
+//! headers. A transaction marker (a control batch) closes its producer's transaction; at a
+//! newer epoch it fences the older one, whose sequences then start afresh.
+//!
+//! Invariants: every entry holds up to [`RETAINED_BATCHES`] batches, oldest first, all of the
+//! entry's epoch (none after a marker bumped the epoch); a producer with an open transaction
+//! never expires; a snapshot decodes to exactly what was encoded or to an error, never a panic.
 
 use std::collections::BTreeMap;
 
 use strata_wire::batch::BatchHeader;
+
+use super::transactions::{AbortedTxn, OpenTxn, PartitionTxns, TxnBatch};
 
 /// Batches remembered per producer: Kafka lets a producer have five requests in flight, so a
 /// retry can only repeat one of the last five.
@@ -39,7 +47,8 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Max timestamp of the last batch applied; expiry compares it with `now_ms`.
     pub last_timestamp_ms: i64,
-    /// Oldest first; `batches[..len]` are live. A fixed array: applying allocates nothing.
+    /// Oldest first; `batches[..len]` are live (none after a marker bumped the epoch). A fixed
+    /// array: applying allocates nothing.
     batches: [BatchMetadata; RETAINED_BATCHES],
     len: u8,
 }
@@ -67,13 +76,24 @@ impl ProducerEntry {
         }
     }
 
-    /// The retained batches, oldest first (never empty).
+    /// The retained batches, oldest first.
     pub fn batches(&self) -> &[BatchMetadata] {
         &self.batches[..usize::from(self.len)]
     }
 
-    pub fn last(&self) -> &BatchMetadata {
-        self.batches().last().expect("an entry holds a batch")
+    /// The last batch written at the entry's epoch, if any.
+    pub fn last(&self) -> Option<&BatchMetadata> {
+        self.batches().last()
+    }
+
+    /// An entry with no batch yet: a marker gave the producer this epoch.
+    fn fenced_at(epoch: i16, timestamp_ms: i64) -> ProducerEntry {
+        ProducerEntry {
+            epoch,
+            last_timestamp_ms: timestamp_ms,
+            batches: [BatchMetadata::default(); RETAINED_BATCHES],
+            len: 0,
+        }
     }
 
     fn push(&mut self, batch: BatchMetadata) {
@@ -144,10 +164,12 @@ pub struct ProducerSnapshot {
     pub states: ProducerStates,
 }
 
-/// Producer id → state. A `BTreeMap` so snapshots are deterministic.
+/// Producer id → state, and the partition's transactions. A `BTreeMap` so snapshots are
+/// deterministic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerStates {
     producers: BTreeMap<i64, ProducerEntry>,
+    transactions: PartitionTxns,
 }
 
 /// `seq + delta` in the sequence space `0..=i32::MAX`, wrapping to 0 as Kafka's
@@ -162,13 +184,18 @@ fn last_sequence(header: &BatchHeader) -> i32 {
 }
 
 const MAGIC: &[u8; 8] = b"STRATAP1";
-const VERSION: u16 = 1;
+/// 2 added the transactions after the producers (version 1 snapshots are still read).
+const VERSION: u16 = 2;
 /// magic, version u16, reserved u16, offset u64, count u32.
 const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 4;
 /// producer_id i64, epoch i16, batch count u8, reserved u8, last timestamp i64.
 const ENTRY_LEN: usize = 8 + 2 + 1 + 1 + 8;
 /// first_seq i32, last_seq i32, base_offset u64, last_offset u64.
 const BATCH_LEN: usize = 4 + 4 + 8 + 8;
+/// producer_id i64, first_offset u64, epoch i16, reserved u16, started_ms i64.
+const OPEN_TXN_LEN: usize = 8 + 8 + 2 + 2 + 8;
+/// producer_id i64, first_offset u64, last_offset u64.
+const ABORTED_TXN_LEN: usize = 8 + 8 + 8;
 const CRC_LEN: usize = 4;
 
 impl ProducerStates {
@@ -189,8 +216,18 @@ impl ProducerStates {
     pub fn last_offsets(&self) -> std::collections::HashMap<i64, u64> {
         self.producers
             .iter()
-            .map(|(producer_id, entry)| (*producer_id, entry.last().last_offset))
+            .filter_map(|(producer_id, entry)| Some((*producer_id, entry.last()?.last_offset)))
             .collect()
+    }
+
+    /// The partition's open and aborted transactions.
+    pub fn transactions(&self) -> &PartitionTxns {
+        &self.transactions
+    }
+
+    /// Forgets aborted transactions wholly below `log_start` (their records are gone).
+    pub fn forget_transactions_below(&mut self, log_start: u64) {
+        self.transactions.forget_below(log_start);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -202,7 +239,11 @@ impl ProducerStates {
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, ProducerError> {
         debug_assert!(header.is_idempotent());
         let producer_id = header.producer_id;
-        let Some(entry) = self.producers.get(&producer_id) else {
+        let Some(entry) = self
+            .producers
+            .get(&producer_id)
+            .filter(|entry| entry.last().is_some() || header.producer_epoch != entry.epoch)
+        else {
             // A producer's first batch starts at 0. Accepting any sequence here would let a
             // later batch that overtook the first (another connection, a retry) start the
             // state, and the first could then never land. A producer idle past its expiry
@@ -246,7 +287,10 @@ impl ProducerStates {
                 last_offset: original.last_offset,
             });
         }
-        let expected = sequence_add(entry.last().last_seq, 1);
+        let last = entry
+            .last()
+            .expect("an entry at the batch's epoch without batches is new");
+        let expected = sequence_add(last.last_seq, 1);
         if first_seq == expected {
             Ok(SequenceCheck::Append)
         } else {
@@ -258,11 +302,74 @@ impl ProducerStates {
         }
     }
 
-    /// Records a batch that is (about to be) in the log, with its stamped offsets. Checks
-    /// nothing: the log is the truth, and a follower or a rebuild scan must end in the state
-    /// the leader had. A batch of a different epoch than the entry's starts the entry afresh.
+    /// Whether a marker for `producer_id` at `epoch` may be written (as its leader): not at an
+    /// epoch older than the producer's, which a newer coordinator decision has fenced.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), ProducerError> {
+        match self.producers.get(&producer_id) {
+            Some(entry) if epoch < entry.epoch => Err(ProducerError::ProducerFenced {
+                producer_id,
+                epoch,
+                current_epoch: entry.epoch,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a batch that is (about to be) in the log, with its stamped offsets: an
+    /// idempotent producer's (transactional or not) or a marker. Checks nothing: the log is
+    /// the truth, and a follower or a rebuild scan must end in the state the leader had. A
+    /// batch of a different epoch than the entry's starts the entry afresh.
     pub fn apply(&mut self, header: &BatchHeader) {
-        debug_assert!(header.is_idempotent());
+        if header.is_control() {
+            self.apply_marker(header);
+            return;
+        }
+        if !header.is_idempotent() {
+            return;
+        }
+        if header.is_transactional() {
+            let records = TxnBatch::Records {
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                base_offset: header.base_offset,
+                timestamp_ms: header.first_timestamp_ms,
+            };
+            if let Err(error) = self.transactions.handle_batch(records) {
+                // The leader fenced such a batch; a replica records what its log holds.
+                tracing::warn!(offset = header.base_offset, "{error}");
+            }
+        }
+        self.apply_records(header);
+    }
+
+    /// A marker closes its producer's open transaction; at a newer epoch it fences the older
+    /// (the retained batches go: the new epoch's sequences start at 0).
+    fn apply_marker(&mut self, header: &BatchHeader) {
+        let marker = TxnBatch::Marker {
+            producer_id: header.producer_id,
+            epoch: header.producer_epoch,
+            commit: header.marker_commits(),
+            offset: header.base_offset,
+        };
+        if let Err(error) = self.transactions.handle_batch(marker) {
+            tracing::warn!(offset = header.base_offset, "{error}");
+        }
+        let (epoch, timestamp_ms) = (header.producer_epoch, header.max_timestamp_ms);
+        match self.producers.get_mut(&header.producer_id) {
+            Some(entry) if epoch > entry.epoch => {
+                *entry = ProducerEntry::fenced_at(epoch, timestamp_ms);
+            }
+            Some(entry) => entry.last_timestamp_ms = entry.last_timestamp_ms.max(timestamp_ms),
+            None => {
+                self.producers.insert(
+                    header.producer_id,
+                    ProducerEntry::fenced_at(epoch, timestamp_ms),
+                );
+            }
+        }
+    }
+
+    fn apply_records(&mut self, header: &BatchHeader) {
         let batch = BatchMetadata {
             first_seq: header.base_sequence,
             last_seq: last_sequence(header),
@@ -289,8 +396,10 @@ impl ProducerStates {
     /// `now_ms`. Returns how many went.
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, entry| {
+        let open = self.transactions.open();
+        self.producers.retain(|producer_id, entry| {
             now_ms.saturating_sub(entry.last_timestamp_ms) < PRODUCER_EXPIRATION_MS
+                || open.contains_key(producer_id)
         });
         before - self.producers.len()
     }
@@ -304,6 +413,10 @@ impl ProducerStates {
                 .values()
                 .map(|entry| ENTRY_LEN + entry.batches().len() * BATCH_LEN)
                 .sum::<usize>()
+            + 4
+            + self.transactions.open().len() * OPEN_TXN_LEN
+            + 4
+            + self.transactions.aborted().len() * ABORTED_TXN_LEN
             + CRC_LEN;
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(MAGIC);
@@ -323,6 +436,22 @@ impl ProducerStates {
                 bytes.extend_from_slice(&batch.base_offset.to_le_bytes());
                 bytes.extend_from_slice(&batch.last_offset.to_le_bytes());
             }
+        }
+        let open = self.transactions.open();
+        bytes.extend_from_slice(&(open.len() as u32).to_le_bytes());
+        for (producer_id, txn) in open {
+            bytes.extend_from_slice(&producer_id.to_le_bytes());
+            bytes.extend_from_slice(&txn.first_offset.to_le_bytes());
+            bytes.extend_from_slice(&txn.epoch.to_le_bytes());
+            bytes.extend_from_slice(&0u16.to_le_bytes());
+            bytes.extend_from_slice(&txn.started_ms.to_le_bytes());
+        }
+        let aborted = self.transactions.aborted();
+        bytes.extend_from_slice(&(aborted.len() as u32).to_le_bytes());
+        for txn in aborted {
+            bytes.extend_from_slice(&txn.producer_id.to_le_bytes());
+            bytes.extend_from_slice(&txn.first_offset.to_le_bytes());
+            bytes.extend_from_slice(&txn.last_offset.to_le_bytes());
         }
         let crc = strata_wire::crc32c(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
@@ -344,7 +473,7 @@ impl ProducerStates {
         }
         let mut reader = Reader { bytes: body, at: 8 };
         let version = u16::from_le_bytes(reader.take()?);
-        if version != VERSION {
+        if version != 1 && version != VERSION {
             return Err(SnapshotError::UnsupportedVersion(version));
         }
         if u16::from_le_bytes(reader.take()?) != 0 {
@@ -362,7 +491,7 @@ impl ProducerStates {
             if previous_id.is_some_and(|previous| producer_id <= previous) {
                 return Err(SnapshotError::Invalid("producer ids out of order"));
             }
-            if len == 0 || usize::from(len) > RETAINED_BATCHES || reserved != 0 {
+            if (version == 1 && len == 0) || usize::from(len) > RETAINED_BATCHES || reserved != 0 {
                 return Err(SnapshotError::Invalid("bad batch count"));
             }
             previous_id = Some(producer_id);
@@ -388,14 +517,60 @@ impl ProducerStates {
                 },
             );
         }
+        let transactions = if version == 1 {
+            PartitionTxns::default()
+        } else {
+            decode_transactions(&mut reader, offset)?
+        };
         if reader.at != body.len() {
             return Err(SnapshotError::TrailingBytes(body.len() - reader.at));
         }
         Ok(ProducerSnapshot {
             offset,
-            states: ProducerStates { producers },
+            states: ProducerStates {
+                producers,
+                transactions,
+            },
         })
     }
+}
+
+/// The transactions section of a snapshot for the log below `offset`.
+fn decode_transactions(reader: &mut Reader, offset: u64) -> Result<PartitionTxns, SnapshotError> {
+    let count = u32::from_le_bytes(reader.take()?);
+    let mut open = Vec::new();
+    for _ in 0..count {
+        let producer_id = i64::from_le_bytes(reader.take()?);
+        let first_offset = u64::from_le_bytes(reader.take()?);
+        let epoch = i16::from_le_bytes(reader.take()?);
+        if u16::from_le_bytes(reader.take()?) != 0 {
+            return Err(SnapshotError::Invalid("reserved bits set"));
+        }
+        let started_ms = i64::from_le_bytes(reader.take()?);
+        if first_offset >= offset {
+            return Err(SnapshotError::Invalid("open transaction offsets"));
+        }
+        let txn = OpenTxn {
+            first_offset,
+            epoch,
+            started_ms,
+        };
+        open.push((producer_id, txn));
+    }
+    let count = u32::from_le_bytes(reader.take()?);
+    let mut aborted = Vec::new();
+    for _ in 0..count {
+        let txn = AbortedTxn {
+            producer_id: i64::from_le_bytes(reader.take()?),
+            first_offset: u64::from_le_bytes(reader.take()?),
+            last_offset: u64::from_le_bytes(reader.take()?),
+        };
+        if txn.last_offset >= offset {
+            return Err(SnapshotError::Invalid("aborted transaction offsets"));
+        }
+        aborted.push(txn);
+    }
+    PartitionTxns::restore(open, aborted).ok_or(SnapshotError::Invalid("transactions"))
 }
 
 /// Reads fixed-size fields in order, failing (never panicking) when the bytes run out.
@@ -642,7 +817,7 @@ mod tests {
         let entry = states.get(1).unwrap();
         assert_eq!((entry.epoch, entry.batches().len()), (1, 1));
         assert_eq!(
-            *entry.last(),
+            *entry.last().unwrap(),
             BatchMetadata {
                 first_seq: 0,
                 last_seq: 0,
@@ -667,9 +842,27 @@ mod tests {
         }
     }
 
+    /// [`states`], and producer 10's transaction open at 350, producer 11's aborted at 370.
+    fn states_with_transactions() -> ProducerStates {
+        use strata_wire::batch::attributes::{CONTROL, TRANSACTIONAL};
+        let mut states = states();
+        let mut open = header(10, 1, 0, 2, 350, 3_500);
+        open.attributes = TRANSACTIONAL;
+        states.apply(&open);
+        let mut aborted = header(11, 0, 0, 1, 360, 3_600);
+        aborted.attributes = TRANSACTIONAL;
+        states.apply(&aborted);
+        let mut marker = header(11, 0, -1, 1, 370, 3_700);
+        marker.attributes = TRANSACTIONAL | CONTROL;
+        states.apply(&marker);
+        assert_eq!(states.transactions().open().len(), 1);
+        assert_eq!(states.transactions().aborted().len(), 1);
+        states
+    }
+
     #[test]
     fn snapshot_round_trip() {
-        let states = states();
+        let states = states_with_transactions();
         let bytes = states.encode(400);
         let snapshot = ProducerStates::decode(&bytes).unwrap();
         assert_eq!(snapshot.offset, 400);
@@ -686,7 +879,7 @@ mod tests {
 
     #[test]
     fn damaged_snapshots_are_errors_not_panics() {
-        let bytes = states().encode(400);
+        let bytes = states_with_transactions().encode(400);
         for at in 0..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x04;

@@ -529,12 +529,9 @@ impl<S: Storage> PartitionLog<S> {
                 (ProducerStates::default(), log_start)
             }
         };
-        self.scan_headers(from, |header| {
-            if header.is_idempotent() {
-                producers.apply(header);
-            }
-        })
-        .await?;
+        self.scan_headers(from, |header| producers.apply(header))
+            .await?;
+        producers.forget_transactions_below(log_start);
         producers.expire(now_ms);
         self.producers = producers;
         Ok(())

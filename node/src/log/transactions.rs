@@ -68,7 +68,7 @@ pub enum TxnBatchError {
 }
 
 /// A partition's open and aborted transactions.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PartitionTxns {
     open: BTreeMap<i64, OpenTxn>,
     /// The open transactions by first offset: (first offset, producer id).
@@ -87,6 +87,30 @@ impl PartitionTxns {
             txns.handle_batch(batch)?;
         }
         Ok(txns)
+    }
+
+    /// The state a snapshot held, or `None` if it breaks an invariant (two open transactions
+    /// of one producer, aborted ones out of order or with their range reversed).
+    pub fn restore(open: Vec<(i64, OpenTxn)>, aborted: Vec<AbortedTxn>) -> Option<PartitionTxns> {
+        let mut txns = PartitionTxns::default();
+        for (producer_id, txn) in open {
+            if txns.open.insert(producer_id, txn).is_some() {
+                return None;
+            }
+            txns.by_first.insert((txn.first_offset, producer_id));
+        }
+        let ordered = aborted
+            .windows(2)
+            .all(|pair| pair[0].last_offset <= pair[1].last_offset);
+        if !ordered
+            || txns.by_first.len() != txns.open.len()
+            || aborted.iter().any(|txn| txn.first_offset > txn.last_offset)
+        {
+            return None;
+        }
+        txns.aborted = aborted;
+        txns.assert_invariants();
+        Some(txns)
     }
 
     /// One batch appended (or replayed). Records of a producer without an open transaction
@@ -172,6 +196,11 @@ impl PartitionTxns {
         self.aborted[start..]
             .iter()
             .filter(move |txn| txn.first_offset < to)
+    }
+
+    /// The aborted transactions still in the log, in marker order.
+    pub fn aborted(&self) -> &[AbortedTxn] {
+        &self.aborted
     }
 
     /// The open transactions, by producer id.

@@ -23,9 +23,10 @@ use std::rc::Rc;
 use super::cleaner::{CleanOutcome, OffsetMap, clean};
 use super::group_commit::{GroupCommit, SyncStart};
 use super::shared_sync::SharedSync;
+use super::transactions::{AbortedTxn, OpenTxn};
 use super::{
-    AppendInfo, CompactionStatus, FlushOutcome, FlushPolicy, LogConfig, LogError, PartitionLog,
-    PlacedBatches, PlannedRead, PlannedSend, RetentionReport, Served, SwapReport,
+    AppendInfo, AppendSource, CompactionStatus, FlushOutcome, FlushPolicy, LogConfig, LogError,
+    PartitionLog, PlacedBatches, PlannedRead, PlannedSend, RetentionReport, Served, SwapReport,
 };
 use crate::clock::Clock;
 use crate::io::Storage;
@@ -39,6 +40,7 @@ enum Command {
     Append {
         batches: BytesMut,
         leader_epoch: u32,
+        source: AppendSource,
         reply: oneshot::Sender<Result<AppendInfo, LogError>>,
     },
     /// Batches a leader stamped (the follower path), appended verbatim.
@@ -97,6 +99,12 @@ enum Command {
     },
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
+    },
+    /// The aborted transactions with records in `[from, to)` (a `read_committed` fetch).
+    AbortedTxns {
+        from: u64,
+        to: u64,
+        reply: oneshot::Sender<Vec<AbortedTxn>>,
     },
     /// Plans a clean of a compacted log and runs it beside the log's other work.
     Clean {
@@ -160,6 +168,8 @@ pub struct LogSummary {
     pub epochs: crate::replication::EpochCache,
     /// Each idempotent producer's id, epoch, last sequence and last timestamp.
     pub producers: Vec<ProducerSummary>,
+    /// The open transactions, by producer id.
+    pub open_transactions: std::collections::BTreeMap<i64, OpenTxn>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +195,17 @@ pub struct LogOffsets {
     pub durable: u64,
     /// The first offset the cleaner has not cleaned (the log start where it never has).
     pub clean: u64,
+    /// The first record of the first transaction still open (the log end with none open):
+    /// the last stable offset is this or the high watermark, whichever is lower.
+    pub first_unstable: u64,
+}
+
+impl LogOffsets {
+    /// Where `read_committed` reads stop: below every open transaction, and the high
+    /// watermark.
+    pub fn last_stable(&self, high_watermark: u64) -> u64 {
+        self.first_unstable.min(high_watermark)
+    }
 }
 
 /// Cheap handle to a log task; clone it for each producer.
@@ -238,6 +259,23 @@ impl LogHandle {
         self.ask(|reply| Command::Append {
             batches,
             leader_epoch,
+            source: AppendSource::Producer,
+            reply,
+        })
+        .await?
+    }
+
+    /// Appends a transaction marker ([`strata_wire::batch::marker`]) as the partition's leader,
+    /// grouped with producers' appends; refused if its producer epoch is fenced.
+    pub async fn append_marker(
+        &self,
+        marker: BytesMut,
+        leader_epoch: u32,
+    ) -> Result<AppendInfo, LogError> {
+        self.ask(|reply| Command::Append {
+            batches: marker,
+            leader_epoch,
+            source: AppendSource::Markers,
             reply,
         })
         .await?
@@ -338,6 +376,16 @@ impl LogHandle {
             reply,
         })
         .await?
+    }
+
+    /// The aborted transactions with records in `[from, to)`, for a `read_committed` fetch.
+    pub async fn aborted_transactions(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<AbortedTxn>, LogError> {
+        self.ask(|reply| Command::AbortedTxns { from, to, reply })
+            .await
     }
 
     /// See [`PartitionLog::enforce_retention`].
@@ -663,7 +711,7 @@ struct LogTask<S: Storage> {
     in_flight: SyncInFlight,
     parked_reads: Vec<ParkedRead>,
     /// A group's appends and their replies, reused from group to group.
-    appends: Vec<(BytesMut, u32)>,
+    appends: Vec<(BytesMut, u32, AppendSource)>,
     append_replies: Vec<AppendReply>,
     /// A group's other commands, likewise.
     others: Vec<Command>,
@@ -762,9 +810,10 @@ impl<S: Storage> LogTask<S> {
                 Command::Append {
                     batches,
                     leader_epoch,
+                    source,
                     reply,
                 } => {
-                    self.appends.push((batches, leader_epoch));
+                    self.appends.push((batches, leader_epoch, source));
                     self.append_replies.push(reply);
                 }
                 other => others.push(other),
@@ -772,7 +821,10 @@ impl<S: Storage> LogTask<S> {
         }
         if !self.appends.is_empty() {
             let appends = std::mem::take(&mut self.appends);
-            let results = self.log.append_group(appends, self.clock.wall_ms()).await;
+            let results = self
+                .log
+                .append_group_from(appends, self.clock.wall_ms())
+                .await;
             // Taken out and put back, so its capacity is kept from group to group.
             let mut replies = std::mem::take(&mut self.append_replies);
             for (reply, result) in replies.drain(..).zip(results) {
@@ -985,6 +1037,10 @@ impl<S: Storage> LogTask<S> {
                 self.finish().await;
                 let _ = reply.send(self.log.delete_records_before(offset, now_ms).await);
             }
+            Command::AbortedTxns { from, to, reply } => {
+                let txns = log.producers().transactions();
+                let _ = reply.send(txns.aborted_between(from, to).copied().collect());
+            }
             Command::OffsetOfMaxTimestamp { reply } => {
                 let _ = reply.send(log.offset_of_max_timestamp().await);
             }
@@ -1016,7 +1072,7 @@ fn summary_of<S: Storage>(log: &PartitionLog<S>) -> LogSummary {
         .map(|(producer_id, entry)| ProducerSummary {
             producer_id,
             epoch: entry.epoch,
-            last_sequence: entry.last().last_seq,
+            last_sequence: entry.last().map_or(-1, |batch| batch.last_seq),
             last_timestamp_ms: entry.last_timestamp_ms,
         })
         .collect();
@@ -1025,15 +1081,18 @@ fn summary_of<S: Storage>(log: &PartitionLog<S>) -> LogSummary {
         size_bytes: log.size_bytes(),
         epochs: log.epochs().clone(),
         producers,
+        open_transactions: log.producers().transactions().open().clone(),
     }
 }
 
 fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {
+    let log_end = log.log_end_offset();
     LogOffsets {
         clean: log.clean_offset(),
         log_start: log.log_start_offset(),
-        log_end: log.log_end_offset(),
+        log_end,
         durable: log.durable_offset(),
+        first_unstable: log.producers().transactions().last_stable_offset(log_end),
     }
 }
 

@@ -373,3 +373,45 @@ impl BatchBuilder {
         start
     }
 }
+
+/// A transaction marker: the control batch a partition leader writes when the coordinator has
+/// decided a transaction, for `producer_id` at `producer_epoch`. Its one record is Kafka's
+/// control record, so a Kafka consumer reads it as one: the key is the control type (version 0,
+/// then 0 for an abort or 1 for a commit, big-endian `int16`s) and the value is the end-marker
+/// (version 0, then the coordinator's epoch as an `int32`). The header's
+/// [`layout::attributes::COMMIT`] says the same for readers of headers alone.
+pub fn marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
+) -> Bytes {
+    let mut builder = BatchBuilder::with_capacity(256);
+    builder.set_producer(producer_id, producer_epoch, layout::NO_SEQUENCE);
+    let mut bits = attributes::TRANSACTIONAL | attributes::CONTROL;
+    if commit {
+        bits |= attributes::COMMIT;
+    }
+    builder.set_attributes(bits);
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&i16::from(commit).to_be_bytes());
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+    builder.push(timestamp_ms, Some(&key), &value);
+    builder.into_batch()
+}
+
+/// What a marker's control record says, read back from its key and value (`None`: not a
+/// control record of a version this build knows).
+pub fn read_marker(key: &[u8], value: &[u8]) -> Option<(bool, i32)> {
+    let ([0, 0, 0, kind], [0, 0, epoch @ ..]) = (key, value) else {
+        return None;
+    };
+    let commit = match kind {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    Some((commit, i32::from_be_bytes(epoch.try_into().ok()?)))
+}

@@ -11,7 +11,7 @@
 //! | 20 |  4   | body_len              | exact length of the rkyv archive (its root sits at the end)   |
 //! | 24 |  1   | version               | [`FORMAT_VERSION`]                                            |
 //! | 25 |  1   | reserved              | zero                                                          |
-//! | 26 |  2   | attributes            | bits 0-2 codec, bit 4 transactional, bit 5 control, 6 compacted |
+//! | 26 |  2   | attributes            | 0-2 codec, 4 transactional, 5 control, 6 compacted, 7 horizon, 8 commit |
 //! | 28 |  4   | offset_count          | offsets spanned: last offset - base offset + 1                |
 //! | 32 |  8   | first_timestamp_ms    | timestamp of the first record written; records store deltas   |
 //! | 40 |  8   | max_timestamp_ms      | largest record timestamp written (time index, retention)      |
@@ -118,8 +118,13 @@ pub mod attributes {
     /// may remove the batch's tombstones (Kafka's delete horizon, KIP-534), and the records'
     /// timestamp deltas are relative to it.
     pub const DELETE_HORIZON: u16 = 1 << 7;
+    /// On a control batch only: the transaction marker commits (clear: it aborts). Kafka keeps
+    /// the marker's type in its control record's key; a copy in the header lets followers and
+    /// recovery, which read headers only, track transactions without reading bodies.
+    pub const COMMIT: u16 = 1 << 8;
     /// Bits this version knows; any other bit set is an error, so a newer writer cannot be misread.
-    pub const KNOWN: u16 = CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED | DELETE_HORIZON;
+    pub const KNOWN: u16 =
+        CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED | DELETE_HORIZON | COMMIT;
 }
 
 /// Rounds `len` up to the next multiple of [`BATCH_ALIGN`].
@@ -184,6 +189,8 @@ impl BatchHeader {
         }
         if header.attributes & !attributes::KNOWN != 0
             || (header.attributes & attributes::DELETE_HORIZON != 0 && !header.is_compacted())
+            || (header.attributes & attributes::COMMIT != 0 && !header.is_control())
+            || (header.is_control() && !header.is_transactional())
         {
             return Err(BatchError::ReservedBitsSet);
         }
@@ -238,6 +245,22 @@ impl BatchHeader {
 
     pub fn is_idempotent(&self) -> bool {
         self.producer_id != NO_PRODUCER_ID
+    }
+
+    /// Part of a transaction: records, or (with [`Self::is_control`]) its marker.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & attributes::TRANSACTIONAL != 0
+    }
+
+    /// A transaction marker, written by the broker (one control record: Kafka's commit or
+    /// abort), never handed to applications.
+    pub fn is_control(&self) -> bool {
+        self.attributes & attributes::CONTROL != 0
+    }
+
+    /// Whether a marker ([`Self::is_control`]) commits its transaction; `false` for an abort.
+    pub fn marker_commits(&self) -> bool {
+        self.attributes & attributes::COMMIT != 0
     }
 }
 

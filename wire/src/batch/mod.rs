@@ -18,7 +18,7 @@ mod compression;
 mod layout;
 
 pub use body::{ArchivedBody, HeaderEntry, NULL_LEN, RecordEntry};
-pub use builder::BatchBuilder;
+pub use builder::{BatchBuilder, marker, read_marker};
 pub use layout::{
     BATCH_ALIGN, BATCH_LEN_MAX, BatchHeader, Codec, FORMAT_VERSION, HEADER_LEN, NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID, NO_SEQUENCE, OFFSET_MAX, attributes, padded_len, stamp,
@@ -52,6 +52,12 @@ pub enum BatchError {
     /// spans.
     #[error("a compacted batch is written by the log cleaner, never produced")]
     Compacted,
+    /// Only brokers write transaction markers (control batches).
+    #[error("a control batch is written by the broker, never produced")]
+    ControlBatch,
+    /// A transactional batch names the producer whose transaction it belongs to.
+    #[error("a transactional batch needs a producer id, epoch and sequence")]
+    TransactionalWithoutProducer,
     /// A compacted topic keys every record: compaction keeps each key's last one. Every
     /// keyless record is named (a Kafka client fails those and not the rest, KIP-467).
     #[error("records {indices:?} have no key, and a compacted topic keeps records by key")]
@@ -205,6 +211,12 @@ fn check_produced(bytes: &[u8], require_keys: bool) -> Result<BatchHeader, Batch
     let (header, _) = check_keeping_archive(bytes, require_keys)?;
     if header.is_compacted() {
         return Err(BatchError::Compacted);
+    }
+    if header.is_control() {
+        return Err(BatchError::ControlBatch);
+    }
+    if header.is_transactional() && !header.is_idempotent() {
+        return Err(BatchError::TransactionalWithoutProducer);
     }
     Ok(header)
 }
