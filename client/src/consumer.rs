@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use strata_wire::batch::{Batch, BatchError, Record, split_batches};
 use strata_wire::protocol::{
-    EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic, LATEST_TIMESTAMP,
+    Appended, EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic, LATEST_TIMESTAMP,
     Records, Request, Response,
 };
 
@@ -436,6 +436,7 @@ impl Consumer {
             min_bytes: self.config.min_bytes,
             max_bytes: self.config.max_bytes,
             topics,
+            read_committed: Appended(false),
         });
         let client = self.client.clone();
         let to = address.clone();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_wire::protocol::{
-    BrokerMetadata, ConfigEntry, CreateTopicRequest, DeleteTopicRequest, ErrorCode,
+    Appended, BrokerMetadata, ConfigEntry, CreateTopicRequest, DeleteTopicRequest, ErrorCode,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, MetadataResponse,
     Request, Response, TopicMetadata,
 };
@@ -564,6 +564,7 @@ impl Client {
                     timestamp,
                 }],
             }],
+            read_committed: Appended(false),
         });
         let Response::ListOffsets(response) = self.request(&address, request).await? else {
             return Err(ClientError::Protocol(

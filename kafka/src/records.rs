@@ -29,8 +29,6 @@ pub enum RecordsError {
     Empty,
     #[error("control batches are written by brokers, not producers")]
     ControlBatch,
-    #[error("transactional batches are not supported (no transaction coordinator)")]
-    Transactional,
     #[error("record {index} has offset delta {found}: a produced batch's deltas run 0, 1, 2, …")]
     OffsetGap { index: usize, found: i64 },
     #[error("the batch inflates to {bytes} bytes, over the limit of {limit}")]
@@ -163,9 +161,6 @@ fn strata_batch(
     if attributes & (1 << 5) != 0 {
         return Err(RecordsError::ControlBatch);
     }
-    if attributes & (1 << 4) != 0 {
-        return Err(RecordsError::Transactional);
-    }
     let compression = match attributes & 0b111 {
         0 => Compression::None,
         1 => Compression::Gzip,
@@ -200,6 +195,10 @@ fn strata_batch(
     }));
     if producer_id >= 0 {
         builder.set_producer(producer_id, producer_epoch, base_sequence);
+    }
+    if attributes & (1 << 4) != 0 {
+        // The log checks a transactional batch names its producer.
+        builder.set_attributes(attributes::TRANSACTIONAL);
     }
     let mut fields = Fields { bytes: &records };
     let mut headers: Vec<(&[u8], Option<&[u8]>)> = Vec::new();

@@ -6,7 +6,9 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -243,7 +245,6 @@ pub fn records_error(error: &RecordsError) -> i16 {
     match error {
         RecordsError::TooLarge { .. } => errors::MESSAGE_TOO_LARGE,
         RecordsError::ControlBatch => errors::INVALID_RECORD,
-        RecordsError::Transactional => errors::UNSUPPORTED_FOR_MESSAGE_FORMAT,
         RecordsError::Stored(_) => errors::KAFKA_STORAGE_ERROR,
         RecordsError::Malformed(_) | RecordsError::Empty | RecordsError::OffsetGap { .. } => {
             errors::CORRUPT_MESSAGE
@@ -369,6 +370,7 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
             min_bytes: request.min_bytes.max(0) as u32,
             max_bytes: request.max_bytes.max(0) as u32,
             topics,
+            read_committed: native::Appended(request.isolation_level == 1),
         },
         refused,
     })
@@ -376,10 +378,23 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
 
 /// The native answer with each partition's batches as Kafka record batches. The records must
 /// be in memory (`Records::Shared` or `Mutable`): the listener reads file ranges first.
+/// A `read_committed` fetch's partitions get their last stable offset and the aborted
+/// transactions the client drops records of.
 pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> FetchResponse {
+    let mut stability: std::collections::HashMap<(String, u32), native::PartitionStability> = native
+        .stability
+        .0
+        .into_iter()
+        .map(|stable| ((stable.topic.clone(), stable.partition), stable))
+        .collect();
     let answered = native.topics.into_iter().flat_map(|topic| {
         let name = topic.name;
-        topic.partitions.into_iter().map(move |partition| {
+        let stability = topic
+            .partitions
+            .iter()
+            .map(|partition| stability.remove(&(name.clone(), partition.partition)))
+            .collect::<Vec<_>>();
+        topic.partitions.into_iter().zip(stability).map(move |(partition, stable)| {
             let mut error = kafka_error(partition.error);
             let mut records = BytesMut::new();
             if error == errors::NONE
@@ -388,13 +403,25 @@ pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> F
                 error = records_error(&failed);
                 records.clear();
             }
-            (
-                name.clone(),
-                fetched(partition.partition as i32, error, records.freeze())
-                    .with_high_watermark(partition.high_watermark as i64)
-                    .with_last_stable_offset(partition.high_watermark as i64)
-                    .with_log_start_offset(partition.log_start_offset as i64),
-            )
+            let mut answer = fetched(partition.partition as i32, error, records.freeze())
+                .with_high_watermark(partition.high_watermark as i64)
+                .with_last_stable_offset(partition.high_watermark as i64)
+                .with_log_start_offset(partition.log_start_offset as i64);
+            if let Some(stable) = stable {
+                answer.last_stable_offset = stable.last_stable_offset as i64;
+                answer.aborted_transactions = Some(
+                    stable
+                        .aborted
+                        .into_iter()
+                        .map(|txn| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(txn.producer_id))
+                                .with_first_offset(txn.first_offset as i64)
+                        })
+                        .collect(),
+                );
+            }
+            (name.clone(), answer)
         })
     });
     let refused = refused.into_iter().map(|refused| {
@@ -466,7 +493,10 @@ pub fn list_offsets_request(request: &ListOffsetsRequest) -> ListOffsets {
         }
     }
     ListOffsets {
-        native: native::ListOffsetsRequest { topics },
+        native: native::ListOffsetsRequest {
+            topics,
+            read_committed: native::Appended(request.isolation_level == 1),
+        },
         refused,
     }
 }

@@ -181,10 +181,11 @@ fn bad_batches_are_refused_with_their_reason() {
             record
         })
         .collect();
-    assert!(matches!(
-        to_strata(kafka_batch(&transactional, Compression::None), LIMIT, None),
-        Err(RecordsError::Transactional)
-    ));
+    // A transactional batch keeps its bit, and comes back out with it.
+    let stored = to_strata(kafka_batch(&transactional, Compression::None), LIMIT, None).unwrap();
+    let header = strata_wire::batch::check(&stored).unwrap();
+    assert!(header.is_transactional() && !header.is_control());
+    assert_eq!((header.producer_id, header.producer_epoch), (1, 0));
     let control: Vec<_> = sample()
         .into_iter()
         .map(|mut record| {

@@ -13,7 +13,7 @@ use strata_auth::scram::{ScramCredential, ScramMechanism};
 use strata_coordinator::security::UserRecord;
 use strata_coordinator::{BrokerInfo, PartitionChange, PartitionState, TopicState};
 use strata_wire::protocol::{
-    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
+    AbortedTransaction, AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
     CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
     DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode, FetchPartition,
     FetchPartitionResponse, ProducePartitionResponse, ReassignPartitionRequest,
@@ -43,6 +43,7 @@ pub enum ShardMessage {
         partition: FetchPartition,
         deadline: Option<Instant>,
         delivery: Delivery,
+        read_committed: bool,
         reply: oneshot::Sender<Fetched>,
     },
     /// The cluster changed: open and close partitions to match, then reply.
@@ -193,6 +194,9 @@ impl From<ProducePartitionResponse> for PartitionProduced {
 pub struct Fetched {
     pub(super) response: FetchPartitionResponse,
     pub(super) served: Option<ServedRecords>,
+    /// A `read_committed` read: the last stable offset and the aborted transactions among
+    /// the records answered.
+    pub(super) stability: Option<(u64, Vec<AbortedTransaction>)>,
 }
 
 /// Records a partition's fetch read: how many, the newest one's timestamp, and when the read
@@ -208,6 +212,7 @@ impl From<FetchPartitionResponse> for Fetched {
         Fetched {
             response,
             served: None,
+            stability: None,
         }
     }
 }

@@ -326,6 +326,10 @@ messages! {
         pub min_bytes: u32,
         pub max_bytes: u32,
         pub topics: Vec<FetchTopic>,
+        /// Kafka's `read_committed`: read only to the last stable offset (below every open
+        /// transaction), and hear of the aborted transactions in the records answered, whose
+        /// records the client drops. Otherwise (`read_uncommitted`) to the high watermark.
+        pub read_committed: Appended<bool>,
     }
 
     pub struct FetchPartitionResponse {
@@ -344,8 +348,28 @@ messages! {
         pub partitions: Vec<FetchPartitionResponse>,
     }
 
+    /// A transaction aborted in a partition's log: its producer's records from `first_offset`
+    /// up to the producer's abort marker are to be dropped by a `read_committed` reader.
+    #[derive(PartialEq, Default)]
+    pub struct AbortedTransaction {
+        pub producer_id: i64,
+        pub first_offset: u64,
+    }
+
+    /// What a `read_committed` fetch of a partition adds: where stable records end, and the
+    /// aborted transactions among the records answered.
+    #[derive(PartialEq, Default)]
+    pub struct PartitionStability {
+        pub topic: String,
+        pub partition: u32,
+        pub last_stable_offset: u64,
+        pub aborted: Vec<AbortedTransaction>,
+    }
+
     pub struct FetchResponse {
         pub topics: Vec<FetchTopicResponse>,
+        /// Each partition of a `read_committed` fetch answered without error.
+        pub stability: Appended<Vec<PartitionStability>>,
     }
 
     pub struct ListOffsetsPartition {
@@ -361,6 +385,9 @@ messages! {
 
     pub struct ListOffsetsRequest {
         pub topics: Vec<ListOffsetsTopic>,
+        /// The latest offset is the last stable one (below every open transaction), not the
+        /// high watermark.
+        pub read_committed: Appended<bool>,
     }
 
     pub struct ListOffsetsPartitionResponse {

@@ -252,7 +252,10 @@ async fn serve_under_quotas(
         if !wait.is_zero() {
             charge.hold(QuotaKey::ConsumerByteRate, wait, now);
             tokio::time::sleep(wait).await;
-            let empty = strata_wire::protocol::FetchResponse { topics: Vec::new() };
+            let empty = strata_wire::protocol::FetchResponse {
+                topics: Vec::new(),
+                stability: Default::default(),
+            };
             return Some(Ok(Response::Fetch(empty)));
         }
         if let Some(most) = charge.max_answer_bytes(QuotaKey::ConsumerByteRate) {

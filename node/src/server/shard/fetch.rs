@@ -1,13 +1,13 @@
-//! Fetch: reads up to the high watermark from this shard's partitions (others' forwarded),
-//! long polls until there is data or the wait is over, and the answer cut to the request's
-//! byte limit. The shard counts the records it serves.
+//! Fetch: reads up to the high watermark (`read_committed`: the last stable offset) from this
+//! shard's partitions (others' forwarded), long polls until there is data or the wait is over,
+//! and the answer cut to the request's byte limit. The shard counts the records it serves.
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use strata_wire::protocol::{
-    Elsewhere, ErrorCode, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
-    FetchTopicResponse, Records,
+    AbortedTransaction, Appended, Elsewhere, ErrorCode, FetchPartition, FetchPartitionResponse,
+    FetchRequest, FetchResponse, FetchTopicResponse, PartitionStability, Records,
 };
 use tokio::sync::oneshot;
 
@@ -57,13 +57,23 @@ impl Shard {
         let mut left = max_bytes as usize;
         let mut first = true;
         let mut topics = Vec::with_capacity(slots.len());
+        let mut stability = Vec::new();
         for (name, fetched) in slots {
             let mut partitions = Vec::with_capacity(fetched.len());
             for Fetched {
                 mut response,
                 served,
+                stability: stable,
             } in fetched
             {
+                if let Some((last_stable_offset, aborted)) = stable {
+                    stability.push(PartitionStability {
+                        topic: name.clone(),
+                        partition: response.partition,
+                        last_stable_offset,
+                        aborted,
+                    });
+                }
                 let len = response.records.len();
                 if len > 0 && !first && len > left {
                     response.records = Records::empty();
@@ -78,7 +88,10 @@ impl Shard {
             }
             topics.push(FetchTopicResponse { name, partitions });
         }
-        FetchResponse { topics }
+        FetchResponse {
+            topics,
+            stability: Appended(stability),
+        }
     }
 
     pub(super) fn count_served(&self, topic: &str, bytes: usize, served: &ServedRecords) {
@@ -104,6 +117,7 @@ impl Shard {
     ) -> Vec<(String, Vec<Fetched>)> {
         let mut slots: Vec<(String, Vec<Fetched>)> = Vec::new();
         let mut work = Vec::new();
+        let read_committed = request.read_committed.0;
         for topic in &request.topics {
             let mut partitions = Vec::new();
             for partition in &topic.partitions {
@@ -120,7 +134,7 @@ impl Shard {
                     (
                         at,
                         shard
-                            .fetch_partition(name, partition, deadline, delivery)
+                            .fetch_partition(name, partition, deadline, delivery, read_committed)
                             .await,
                     )
                 }));
@@ -153,6 +167,7 @@ impl Shard {
         partition: FetchPartition,
         deadline: Option<Instant>,
         delivery: Delivery,
+        read_committed: bool,
     ) -> Fetched {
         let index = partition.partition;
         match self.route(&topic, index) {
@@ -162,7 +177,7 @@ impl Shard {
             }
             .into(),
             Ok(owner) if owner == self.context.index => {
-                self.fetch_local(&topic, partition, deadline, delivery)
+                self.fetch_local(&topic, partition, deadline, delivery, read_committed)
                     .await
             }
             Ok(owner) => {
@@ -172,6 +187,7 @@ impl Shard {
                     partition,
                     deadline,
                     delivery,
+                    read_committed,
                     reply,
                 };
                 if !self.forward(owner, message) {
@@ -201,109 +217,147 @@ impl Shard {
         ))
     }
 
-    /// Consumers see only committed records: below the high watermark. A fetch at the high
-    /// watermark long-polls until it moves.
+    /// Consumers see only committed records: below the high watermark (`read_committed`: below
+    /// the last stable offset too). A fetch at that end long-polls until it moves.
     pub(super) async fn fetch_local(
         &self,
         topic: &str,
         partition: FetchPartition,
         deadline: Option<Instant>,
         delivery: Delivery,
+        read_committed: bool,
     ) -> Fetched {
         let index = partition.partition;
         let started = Instant::now();
-        let Some((log, mut high_watermark, committed)) = self.leader_view(topic, index) else {
-            let error = self.not_serving(topic, index);
-            return FetchPartitionResponse {
-                leader_hint: self.leader_hint(topic, index, error),
-                ..fetch_error(index, error, 0, 0)
-            }
-            .into();
-        };
-        let Ok(offsets) = log.offsets().await else {
-            return fetch_error(index, ErrorCode::StorageError, 0, 0).into();
-        };
         let offset = partition.fetch_offset;
-        if offset < offsets.log_start || offset > offsets.log_end {
-            return fetch_error(
-                index,
-                ErrorCode::OffsetOutOfRange,
-                high_watermark,
-                offsets.log_start,
-            )
-            .into();
-        }
-        if let Some(deadline) = deadline {
-            // Single-threaded: nothing can advance the high watermark between the check and
-            // the wait's registration, so no wake-up is missed.
-            while offset >= high_watermark {
-                let wait = tokio::time::timeout_at(deadline.into(), committed.notified());
-                if wait.await.is_err() {
-                    break;
+        let (log, readable) = loop {
+            let Some((log, high_watermark, committed)) = self.leader_view(topic, index) else {
+                let error = self.not_serving(topic, index);
+                return FetchPartitionResponse {
+                    leader_hint: self.leader_hint(topic, index, error),
+                    ..fetch_error(index, error, 0, 0)
                 }
-                match self.leader_view(topic, index) {
-                    Some((_, now, _)) => high_watermark = now,
-                    None => {
-                        return fetch_error(index, ErrorCode::NotLeader, 0, 0).into();
+                .into();
+            };
+            // Registered before the log is asked: an advance while it answers still wakes us.
+            let advanced = committed.notified();
+            tokio::pin!(advanced);
+            advanced.as_mut().enable();
+            let Ok(offsets) = log.offsets().await else {
+                return fetch_error(index, ErrorCode::StorageError, 0, 0).into();
+            };
+            let high_watermark = self
+                .leader_view(topic, index)
+                .map_or(high_watermark, |(_, now, _)| now);
+            let readable = Readable {
+                high_watermark,
+                end: if read_committed {
+                    offsets.last_stable(high_watermark)
+                } else {
+                    high_watermark
+                },
+                log_start: offsets.log_start,
+            };
+            if offset < offsets.log_start || offset > offsets.log_end {
+                return fetch_error(
+                    index,
+                    ErrorCode::OffsetOutOfRange,
+                    high_watermark,
+                    offsets.log_start,
+                )
+                .into();
+            }
+            match deadline {
+                Some(deadline) if offset >= readable.end => {
+                    if tokio::time::timeout_at(deadline.into(), advanced).await.is_err() {
+                        break (log, readable);
                     }
                 }
+                _ => break (log, readable),
             }
-        }
-        if offset >= high_watermark {
-            return fetch_error(index, ErrorCode::None, high_watermark, offsets.log_start).into();
+        };
+        let stability = |readable: &Readable, aborted| read_committed.then_some((readable.end, aborted));
+        if offset >= readable.end {
+            return Fetched {
+                stability: stability(&readable, Vec::new()),
+                ..fetch_error(index, ErrorCode::None, readable.high_watermark, readable.log_start).into()
+            };
         }
         let max_bytes = partition.max_bytes as usize;
         let read = match delivery {
-            Delivery::FileRanges => {
-                log.read_for_sending(offset, max_bytes, high_watermark)
-                    .await
-            }
+            Delivery::FileRanges => log.read_for_sending(offset, max_bytes, readable.end).await,
             Delivery::Bytes => log
-                .read(offset, max_bytes, high_watermark)
+                .read(offset, max_bytes, readable.end)
                 .await
                 .map(Served::Bytes),
         };
-        match read {
-            Ok(served) => {
-                let (records, newest_ms, bytes) = match served {
-                    Served::Bytes(bytes) => {
-                        let (records, newest_ms) = records_in(&bytes);
-                        (records, newest_ms, Records::Shared(bytes))
-                    }
-                    Served::Region(region) => (
-                        region.records,
-                        region.newest_ms,
-                        Records::Elsewhere(Elsewhere {
-                            len: u32::try_from(region.len).expect("fetches below 4 GiB"),
-                            source: std::sync::Arc::new(region),
-                        }),
-                    ),
-                };
-                Fetched {
-                    response: FetchPartitionResponse {
-                        partition: index,
-                        error: ErrorCode::None,
-                        high_watermark,
-                        log_start_offset: offsets.log_start,
-                        leader_hint: -1,
-                        records: bytes,
-                    },
-                    served: Some(ServedRecords {
-                        records,
-                        newest_ms,
-                        started,
-                    }),
+        let aborted = if read_committed && read.is_ok() {
+            match log.aborted_transactions(offset, readable.end).await {
+                Ok(aborted) => aborted
+                    .into_iter()
+                    .map(|txn| AbortedTransaction {
+                        producer_id: txn.producer_id,
+                        first_offset: txn.first_offset,
+                    })
+                    .collect(),
+                Err(error) => {
+                    return fetch_error(index, log_error_code(&error), readable.high_watermark, readable.log_start).into();
                 }
             }
-            Err(error) => fetch_error(
-                index,
-                log_error_code(&error),
-                high_watermark,
-                offsets.log_start,
-            )
-            .into(),
+        } else {
+            Vec::new()
+        };
+        let served = match read {
+            Ok(served) => served,
+            Err(error) => {
+                return fetch_error(
+                    index,
+                    log_error_code(&error),
+                    readable.high_watermark,
+                    readable.log_start,
+                )
+                .into();
+            }
+        };
+        let (records, newest_ms, bytes) = match served {
+            Served::Bytes(bytes) => {
+                let (records, newest_ms) = records_in(&bytes);
+                (records, newest_ms, Records::Shared(bytes))
+            }
+            Served::Region(region) => (
+                region.records,
+                region.newest_ms,
+                Records::Elsewhere(Elsewhere {
+                    len: u32::try_from(region.len).expect("fetches below 4 GiB"),
+                    source: std::sync::Arc::new(region),
+                }),
+            ),
+        };
+        Fetched {
+            response: FetchPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                high_watermark: readable.high_watermark,
+                log_start_offset: readable.log_start,
+                leader_hint: -1,
+                records: bytes,
+            },
+            served: Some(ServedRecords {
+                records,
+                newest_ms,
+                started,
+            }),
+            stability: stability(&readable, aborted),
         }
     }
+}
+
+/// How far a fetch may read a partition, as it stood when the fetch looked.
+struct Readable {
+    high_watermark: u64,
+    /// The high watermark, or for `read_committed` the last stable offset.
+    end: u64,
+    log_start: u64,
 }
 
 /// Records in whole stored batches and the newest record's timestamp, from their headers (for

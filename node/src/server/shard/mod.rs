@@ -212,12 +212,13 @@ pub fn run(
                     partition,
                     deadline,
                     delivery,
+                    read_committed,
                     reply,
                 } => {
                     let shard = shard.clone();
                     tokio::task::spawn_local(async move {
                         let response = shard
-                            .fetch_local(&topic, partition, deadline, delivery)
+                            .fetch_local(&topic, partition, deadline, delivery, read_committed)
                             .await;
                         let _ = reply.send(response);
                     });

@@ -20,6 +20,7 @@ impl Shard {
         request: ListOffsetsRequest,
     ) -> ListOffsetsResponse {
         let mut topics = Vec::new();
+        let read_committed = request.read_committed.0;
         for topic in request.topics {
             let mut partitions = Vec::new();
             for partition in topic.partitions {
@@ -27,12 +28,15 @@ impl Shard {
                 let response = match self.route(&topic.name, index) {
                     Err(error) => list_error(index, error),
                     Ok(owner) if owner == self.context.index => {
-                        self.list_offset_local(&topic.name, partition).await
+                        self.list_offset_local(&topic.name, partition, read_committed)
+                            .await
                     }
                     Ok(owner) => {
                         let name = topic.name.clone();
                         self.run_on(owner, move |shard| async move {
-                            shard.list_offset_local(&name, partition).await
+                            shard
+                                .list_offset_local(&name, partition, read_committed)
+                                .await
                         })
                         .await
                         .unwrap_or_else(|| list_error(index, ErrorCode::NotReady))
@@ -62,6 +66,7 @@ impl Shard {
         &self,
         topic: &str,
         partition: ListOffsetsPartition,
+        read_committed: bool,
     ) -> ListOffsetsPartitionResponse {
         let index = partition.partition;
         let Some((log, high_watermark, _)) = self.leader_view(topic, index) else {
@@ -78,7 +83,11 @@ impl Shard {
                 .offsets()
                 .await
                 .map(|offsets| Some((offsets.log_start, -1))),
-            // The end a consumer can read to: the high watermark (Kafka's read_uncommitted).
+            // The end a consumer can read to: the last stable offset for read_committed.
+            LATEST_TIMESTAMP if read_committed => log
+                .offsets()
+                .await
+                .map(|offsets| Some((offsets.last_stable(high_watermark), -1))),
             LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
             LATEST_TIERED_TIMESTAMP => Ok(None),
             // Among committed records only, as for a time.

@@ -798,7 +798,10 @@ async fn fetch(
     );
     // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
     let native = if fetch.native.topics.is_empty() {
-        strata_wire::protocol::FetchResponse { topics: Vec::new() }
+        strata_wire::protocol::FetchResponse {
+            topics: Vec::new(),
+            stability: Default::default(),
+        }
     } else {
         shard.fetch(fetch.native, Delivery::Bytes).await
     };
