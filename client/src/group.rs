@@ -43,6 +43,7 @@ impl Client {
     pub async fn find_coordinator(&self, group: &str) -> Result<String, ClientError> {
         let request = Request::FindCoordinator(FindCoordinatorRequest {
             group: group.to_string(),
+            transaction: Default::default(),
         });
         let Response::FindCoordinator(response) = self.any_broker(request).await? else {
             return Err(ClientError::Protocol(
@@ -156,6 +157,7 @@ impl Client {
         let request = Request::OffsetFetch(OffsetFetchRequest {
             group: group.to_string(),
             topics: None,
+            require_stable: Default::default(),
         });
         match self
             .group_request(group, request, |r| match r {

@@ -478,6 +478,7 @@ impl Client {
         let request = Request::InitProducerId(strata_wire::protocol::InitProducerIdRequest {
             producer_id,
             producer_epoch,
+            transactional: Appended(None),
         });
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         loop {

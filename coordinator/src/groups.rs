@@ -52,6 +52,10 @@ pub struct GroupRecord {
     /// coordinator stores it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_since_ms: Option<i64>,
+    /// Offsets that open transactions commit (Kafka's TxnOffsetCommit), by producer id: the
+    /// group's committed offsets once the transaction commits, dropped if it aborts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_txn_offsets: BTreeMap<i64, GroupOffsets>,
 }
 
 impl GroupRecord {
@@ -61,6 +65,7 @@ impl GroupRecord {
             generation,
             membership: None,
             empty_since_ms: None,
+            pending_txn_offsets: BTreeMap::new(),
         }
     }
 }

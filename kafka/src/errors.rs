@@ -41,6 +41,12 @@ pub const DUPLICATE_RESOURCE: i16 = 92;
 pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_TXN_STATE: i16 = 48;
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+pub const PRODUCER_FENCED: i16 = 90;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const NON_EMPTY_GROUP: i16 = 68;
@@ -116,6 +122,13 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
         ErrorCode::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
+        ErrorCode::ConcurrentTransactions => CONCURRENT_TRANSACTIONS,
+        ErrorCode::ProducerFenced => PRODUCER_FENCED,
+        ErrorCode::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode::InvalidTxnState => INVALID_TXN_STATE,
+        ErrorCode::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
+        ErrorCode::UnstableOffsetCommit => UNSTABLE_OFFSET_COMMIT,
+        ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     }
 }
 
@@ -144,6 +157,8 @@ mod tests {
             OFFSET_NOT_AVAILABLE,
             PREFERRED_LEADER_NOT_AVAILABLE,
             ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            CONCURRENT_TRANSACTIONS,
+            UNSTABLE_OFFSET_COMMIT,
         ];
         for value in 0..=u16::MAX {
             let Some(code) = ErrorCode::from_u16(value) else {

@@ -7,7 +7,8 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterClientQuotasRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterClientQuotasRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, EndTxnRequest, TxnOffsetCommitRequest,
     AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
@@ -32,7 +33,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 43] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 47] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -76,6 +77,12 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 43] = [
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transactions as KIP-98 has them: AddPartitionsToTxn 4 and later are the brokers' own
+    // (KIP-890 verification), the fourth versions of the others add KIP-890's errors.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// What every request carries ahead of its body.
@@ -148,6 +155,10 @@ pub enum KafkaRequest {
     AlterClientQuotas(AlterClientQuotasRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
 }
 
 /// Why a request was not decoded.
@@ -242,6 +253,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::AlterClientQuotas => decoded!(AlterClientQuotas),
         ApiKey::ConsumerGroupHeartbeat => decoded!(ConsumerGroupHeartbeat),
         ApiKey::ConsumerGroupDescribe => decoded!(ConsumerGroupDescribe),
+        ApiKey::AddPartitionsToTxn => decoded!(AddPartitionsToTxn),
+        ApiKey::AddOffsetsToTxn => decoded!(AddOffsetsToTxn),
+        ApiKey::EndTxn => decoded!(EndTxn),
+        ApiKey::TxnOffsetCommit => decoded!(TxnOffsetCommit),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {
@@ -306,6 +321,10 @@ macro_rules! throttled {
 }
 
 throttled!(
+    AddPartitionsToTxnResponse,
+    AddOffsetsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
     ProduceResponse,
     FetchResponse,
     ListOffsetsResponse,

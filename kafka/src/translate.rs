@@ -552,22 +552,23 @@ pub fn list_offsets_response(
     )
 }
 
-/// An idempotent producer's id (Kafka's `enable.idempotence`). Transactional ids are refused
-/// with INVALID_REQUEST: there is no transaction coordinator.
+/// An idempotent producer's id (Kafka's `enable.idempotence`), or a transactional one's (its
+/// `transactional.id` and `transaction.timeout.ms`), answered by the id's coordinator.
 pub fn init_producer_id_request(
     request: &InitProducerIdRequest,
 ) -> Result<native::InitProducerIdRequest, i16> {
-    if request
+    let transactional = request
         .transactional_id
         .as_ref()
-        .is_some_and(|id| !id.0.is_empty())
-    {
-        // As FindCoordinator answers for a transactional id: refused for good, not retried.
-        return Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-    }
+        .filter(|id| !id.0.is_empty())
+        .map(|id| native::TransactionalInit {
+            transactional_id: id.0.to_string(),
+            timeout_ms: request.transaction_timeout_ms.max(0) as u32,
+        });
     Ok(native::InitProducerIdRequest {
         producer_id: request.producer_id.0,
         producer_epoch: request.producer_epoch,
+        transactional: native::Appended(transactional),
     })
 }
 

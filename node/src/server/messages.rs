@@ -18,6 +18,7 @@ use strata_wire::protocol::{
     DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode, FetchPartition,
     FetchPartitionResponse, ProducePartitionResponse, ReassignPartitionRequest,
     ReassignPartitionResponse, ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use tokio::sync::oneshot;
 
@@ -45,6 +46,12 @@ pub enum ShardMessage {
         delivery: Delivery,
         read_committed: bool,
         reply: oneshot::Sender<Fetched>,
+    },
+    /// A transaction coordinator's decided markers (and group offsets to settle), from this
+    /// broker's group thread: written here and sent on to the brokers that lead the others.
+    WriteTxnMarkers {
+        request: WriteTxnMarkersRequest,
+        reply: oneshot::Sender<WriteTxnMarkersResponse>,
     },
     /// The cluster changed: open and close partitions to match, then reply.
     ClusterChanged {
@@ -310,6 +317,21 @@ pub enum GroupMessage {
     Kafka {
         request: KafkaGroupRequest,
         reply: oneshot::Sender<KafkaGroupAnswer>,
+    },
+    /// A decided transaction's offsets for `group` (which this broker coordinates): made the
+    /// group's committed offsets (`commit`) or dropped.
+    SettleTxnOffsets {
+        group: String,
+        producer_id: i64,
+        commit: bool,
+        reply: oneshot::Sender<ErrorCode>,
+    },
+    /// What became of a transaction's marker writes (the group thread's own tasks report).
+    MarkersWritten {
+        transactional_id: String,
+        producer_id: i64,
+        epoch: i16,
+        written: bool,
     },
 }
 

@@ -248,7 +248,15 @@ impl Node {
         let (control, view) =
             control::start(config.clone(), mailboxes.clone(), views, control_receiver)?;
         let (groups_mailbox, groups_receiver) = mpsc::unbounded_channel();
-        let groups = groups::start(config.clone(), view_receiver, groups_receiver)?;
+        let groups = groups::start(
+            config.clone(),
+            view_receiver,
+            groups::GroupThreadMail {
+                mailbox: groups_receiver,
+                own: groups_mailbox.downgrade(),
+                shards: mailboxes.clone(),
+            },
+        )?;
 
         let mut shards = Vec::new();
         let mut ready = Vec::new();

@@ -262,6 +262,54 @@ impl QuicPeer {
         }
     }
 
+    /// Sends a broker-to-broker request other than a follower fetch (a transaction's
+    /// markers) on a new stream and reads its answer, whole.
+    pub async fn call(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        request: Request,
+    ) -> Result<Response, QuicError> {
+        let api = request.api_key();
+        let connection = self.connection(addr, host).await?;
+        let stream_error = |reason: String| QuicError::Stream { addr, reason };
+        let result = async {
+            let (mut send, mut receive) = connection
+                .open_bi()
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            let mut chunks = request.encode(0);
+            send.write_all_chunks(&mut chunks)
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            send.finish()
+                .map_err(|error| stream_error(error.to_string()))?;
+            read_frame(&mut receive, RESPONSE_BYTES_MAX)
+                .await
+                .map_err(stream_error)
+        }
+        .await;
+        let frame = match result {
+            Ok(frame) => frame,
+            Err(error) => {
+                self.connections.borrow_mut().remove(&addr);
+                return Err(error);
+            }
+        };
+        match Response::decode(api, frame) {
+            Ok((_, Ok(response))) if response.api_key() == api => Ok(response),
+            Ok((_, Ok(other))) => Err(QuicError::Malformed {
+                addr,
+                reason: format!("{:?} answer", other.api_key()),
+            }),
+            Ok((_, Err(code))) => Err(QuicError::Refused { addr, code }),
+            Err(error) => Err(QuicError::Malformed {
+                addr,
+                reason: error.to_string(),
+            }),
+        }
+    }
+
     pub fn close(&self) {
         self.endpoint.close(0u32.into(), b"shutting down");
     }

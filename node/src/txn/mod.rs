@@ -230,6 +230,19 @@ impl TxnCoordinator {
         self.assert_invariants();
     }
 
+    /// Forgets `transactional_id` (its coordination moved to another broker, or its store
+    /// write was fenced): its markers are not written here any more.
+    pub fn forget(&mut self, transactional_id: &str) {
+        self.txns.remove(transactional_id);
+        self.markers
+            .retain(|markers| markers.transactional_id != transactional_id);
+    }
+
+    /// Whether `transactional_id` is loaded here.
+    pub fn knows(&self, transactional_id: &str) -> bool {
+        self.txns.contains_key(transactional_id)
+    }
+
     /// The stored record of `transactional_id`.
     pub fn record(&self, transactional_id: &str) -> Option<&TxnRecord> {
         self.txns.get(transactional_id)?.stored.as_ref()

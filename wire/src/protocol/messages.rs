@@ -465,9 +465,19 @@ messages! {
 
     /// `producer_id` -1: a new producer. Otherwise the producer's current id and epoch: the
     /// answer is the same id at the next epoch, which fences the older instance.
+    /// A transactional producer's id and how long its transactions may stay open.
+    #[derive(PartialEq, Default)]
+    pub struct TransactionalInit {
+        pub transactional_id: String,
+        pub timeout_ms: u32,
+    }
+
     pub struct InitProducerIdRequest {
         pub producer_id: i64,
         pub producer_epoch: i16,
+        /// A transactional producer: the id's coordinator answers, fencing earlier producers
+        /// of the id (and aborting their open transaction).
+        pub transactional: Appended<Option<TransactionalInit>>,
     }
 
     pub struct InitProducerIdResponse {
@@ -477,7 +487,10 @@ messages! {
     }
 
     pub struct FindCoordinatorRequest {
+        /// The group, or with `transaction` set the transactional id.
         pub group: String,
+        /// The coordinator of a transactional id (Kafka's key type 1), not of a group.
+        pub transaction: Appended<bool>,
     }
 
     pub struct FindCoordinatorResponse {
@@ -571,6 +584,10 @@ messages! {
         pub group: String,
         /// `None`: every partition the group has committed.
         pub topics: Option<Vec<TopicPartitions>>,
+        /// Refuse (UNSTABLE_OFFSET_COMMIT, retriable) while an open transaction commits
+        /// offsets of the partitions asked for: a `read_committed` consumer must not start
+        /// from an offset about to move (KIP-447).
+        pub require_stable: Appended<bool>,
     }
 
     pub struct CommittedOffset {
@@ -938,6 +955,72 @@ messages! {
     pub struct AlterBrokerConfigsResponse {
         pub error: ErrorCode,
         pub message: String,
+    }
+
+    /// A transactional producer as the coordinator knows it.
+    pub struct TxnProducer {
+        pub transactional_id: String,
+        pub producer_id: i64,
+        pub producer_epoch: i16,
+    }
+
+    pub struct AddPartitionsToTxnRequest {
+        pub producer: TxnProducer,
+        pub topics: Vec<TopicPartitions>,
+    }
+
+    pub struct AddOffsetsToTxnRequest {
+        pub producer: TxnProducer,
+        pub group: String,
+    }
+
+    pub struct EndTxnRequest {
+        pub producer: TxnProducer,
+        pub commit: bool,
+    }
+
+    /// Offsets the transaction commits for `group`, sent to the group's coordinator once the
+    /// group was added to the transaction (AddOffsetsToTxn).
+    pub struct TxnOffsetCommitRequest {
+        pub producer: TxnProducer,
+        pub group: String,
+        pub member_id: String,
+        pub generation: i32,
+        pub topics: Vec<OffsetCommitTopic>,
+    }
+
+    /// The answer to the transaction APIs: the whole request succeeded or failed.
+    pub struct TxnResponse {
+        pub error: ErrorCode,
+    }
+
+    /// A decided transaction's marker, for each partition named (their leader is the broker
+    /// asked).
+    pub struct WriteTxnMarkersRequest {
+        pub producer_id: i64,
+        pub producer_epoch: i16,
+        pub commit: bool,
+        pub coordinator_epoch: i32,
+        pub topics: Vec<TopicPartitions>,
+        /// Groups whose offsets the transaction commits (their coordinator is the broker
+        /// asked).
+        pub groups: Vec<String>,
+    }
+
+    pub struct MarkerWritten {
+        pub topic: String,
+        pub partition: u32,
+        pub error: ErrorCode,
+    }
+
+    pub struct GroupSettled {
+        pub group: String,
+        pub error: ErrorCode,
+    }
+
+    pub struct WriteTxnMarkersResponse {
+        pub partitions: Vec<MarkerWritten>,
+        pub groups: Vec<GroupSettled>,
     }
 
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes

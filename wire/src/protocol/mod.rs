@@ -85,10 +85,21 @@ pub enum ApiKey {
     DescribeBrokerConfigs = 33,
     /// Sets or removes broker settings while the cluster runs (`strata cluster config set`).
     AlterBrokerConfigs = 34,
+    /// Adds partitions to a producer's open transaction (opening it).
+    AddPartitionsToTxn = 35,
+    /// Adds a group's offsets to a producer's open transaction (opening it).
+    AddOffsetsToTxn = 36,
+    /// Commits or aborts a producer's open transaction.
+    EndTxn = 37,
+    /// Offsets committed as part of a transaction: visible once it commits.
+    TxnOffsetCommit = 38,
+    /// Transaction coordinator to partition leader, between brokers (not a client api): write
+    /// a decided transaction's markers.
+    WriteTxnMarkers = 39,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 35] = [
+    pub const ALL: [ApiKey; 40] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -124,6 +135,11 @@ impl ApiKey {
         ApiKey::AlterQuotas,
         ApiKey::DescribeBrokerConfigs,
         ApiKey::AlterBrokerConfigs,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::TxnOffsetCommit,
+        ApiKey::WriteTxnMarkers,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -266,6 +282,21 @@ error_codes! {
     /// An offset delete of a topic a member of the group still subscribes to (Kafka's
     /// GROUP_SUBSCRIBED_TO_TOPIC).
     GroupSubscribedToTopic = 46, retriable = false;
+    /// A change of the transactional id is being stored, or its markers written: retry.
+    ConcurrentTransactions = 47, retriable = true;
+    /// A newer producer with the same transactional id took it over (Kafka's
+    /// PRODUCER_FENCED).
+    ProducerFenced = 48, retriable = false;
+    /// The producer id is not the transactional id's.
+    InvalidProducerIdMapping = 49, retriable = false;
+    /// The request does not fit the transaction's state (EndTxn with nothing open, ...).
+    InvalidTxnState = 50, retriable = false;
+    /// A transaction timeout of zero or above the broker's `transaction.max.timeout.ms`.
+    InvalidTransactionTimeout = 51, retriable = false;
+    /// Offsets a transaction commits are pending for a partition asked with `require_stable`.
+    UnstableOffsetCommit = 52, retriable = true;
+    /// The client may not use the transactional id (no Write ACL on it).
+    TransactionalIdAuthorizationFailed = 53, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -472,4 +503,9 @@ requests! {
     AlterQuotas(AlterQuotasRequest, AlterQuotasResponse),
     DescribeBrokerConfigs(DescribeBrokerConfigsRequest, DescribeBrokerConfigsResponse),
     AlterBrokerConfigs(AlterBrokerConfigsRequest, AlterBrokerConfigsResponse),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest, TxnResponse),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest, TxnResponse),
+    EndTxn(EndTxnRequest, TxnResponse),
+    TxnOffsetCommit(TxnOffsetCommitRequest, TxnResponse),
+    WriteTxnMarkers(WriteTxnMarkersRequest, WriteTxnMarkersResponse),
 }

@@ -76,6 +76,8 @@ pub(super) struct Coordinated {
     /// Since when the group has had no members, as that record holds (wall clock, ms).
     pub(super) empty_since_ms: Option<i64>,
     pub(super) offsets: GroupOffsets,
+    /// Offsets open transactions commit, by producer id, as that record holds them.
+    pub(super) pending_txn_offsets: std::collections::BTreeMap<i64, GroupOffsets>,
 }
 
 impl Coordinated {
@@ -253,12 +255,18 @@ impl<S: GroupStore> GroupManager<S> {
                     .and_then(|record| record.empty_since_ms)
                     .unwrap_or_else(|| self.config.clock.wall_ms())
             });
+            let pending_txn_offsets = loaded
+                .record
+                .as_ref()
+                .map(|record| record.pending_txn_offsets.clone())
+                .unwrap_or_default();
             let record = GroupRecord {
                 generation,
                 membership: stored_membership
                     .as_ref()
                     .and_then(|snapshot| membership_record(group, snapshot)),
                 empty_since_ms,
+                pending_txn_offsets: pending_txn_offsets.clone(),
             };
             let fence = match self
                 .store
@@ -279,6 +287,7 @@ impl<S: GroupStore> GroupManager<S> {
                     stored_membership,
                     empty_since_ms,
                     offsets: loaded.offsets,
+                    pending_txn_offsets,
                 },
             );
         }
@@ -303,6 +312,17 @@ impl<S: GroupStore> GroupManager<S> {
         if generation == coordinated.stored_generation && membership_unchanged {
             return Ok(());
         }
+        self.write_group_record(group).await
+    }
+
+    /// Stores the group's record as it stands (generation, membership, pending transactional
+    /// offsets), fenced on the revision this broker wrote last.
+    pub(super) async fn write_group_record(&mut self, group: &str) -> Result<(), ErrorCode> {
+        let Some(coordinated) = self.groups.get_mut(group) else {
+            return Err(ErrorCode::NotCoordinator);
+        };
+        let generation = coordinated.core.generation();
+        let membership = coordinated.core.snapshot();
         let empty_since_ms = coordinated.core.has_no_members().then(|| {
             coordinated
                 .empty_since_ms
@@ -314,6 +334,7 @@ impl<S: GroupStore> GroupManager<S> {
                 .as_ref()
                 .and_then(|membership| membership_record(group, membership)),
             empty_since_ms,
+            pending_txn_offsets: coordinated.pending_txn_offsets.clone(),
         };
         match self
             .store
@@ -360,17 +381,27 @@ impl<S: GroupStore> GroupManager<S> {
                 request.producer_epoch + 1,
             );
         }
-        if self.producer_ids.is_empty() {
-            match self.store.allocate_producer_ids(PRODUCER_ID_BLOCK).await {
-                Ok(first) => self.producer_ids = first..first + PRODUCER_ID_BLOCK,
-                Err(error) => {
-                    tracing::warn!("allocating producer ids: {error}");
-                    return answer(ErrorCode::CoordinatorNotAvailable, -1, -1);
-                }
-            }
+        if self.producer_ids.is_empty()
+            && let Err(error) = self.refill_producer_ids().await
+        {
+            return answer(error, -1, -1);
         }
         let id = self.producer_ids.next().expect("a non-empty block");
         answer(ErrorCode::None, id, 0)
+    }
+
+    /// Takes a block of producer ids from the shared counter.
+    pub(super) async fn refill_producer_ids(&mut self) -> Result<(), ErrorCode> {
+        match self.store.allocate_producer_ids(PRODUCER_ID_BLOCK).await {
+            Ok(first) => {
+                self.producer_ids = first..first + PRODUCER_ID_BLOCK;
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!("allocating producer ids: {error}");
+                Err(ErrorCode::CoordinatorNotAvailable)
+            }
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 //! - [`offsets`]: commits written together, fetches, expiry.
 //! - [`admin`]: list, describe, delete.
 //! - [`lag`]: consumer lag, measured and rendered as metrics.
+//! - [`transactions`]: the transaction coordinator (KIP-98) and transactional offsets.
 
 mod admin;
 mod classic;
@@ -35,6 +36,7 @@ mod lag;
 mod manager;
 mod native;
 mod offsets;
+mod transactions;
 mod wire;
 
 use std::collections::HashMap;
@@ -48,7 +50,7 @@ use strata_wire::protocol::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::NodeConfig;
-use super::messages::{ClusterView, GroupMessage, KafkaGroupAnswer};
+use super::messages::{ClusterView, GroupMessage, KafkaGroupAnswer, ShardMessage};
 use crate::group::PartitionCounts;
 
 use self::lag::{LAG_REFRESH, Lag};
@@ -69,6 +71,10 @@ pub fn is_group_request(request: &Request) -> bool {
             | Request::DescribeGroup(_)
             | Request::DeleteGroup(_)
             | Request::DeleteOffsets(_)
+            | Request::AddPartitionsToTxn(_)
+            | Request::AddOffsetsToTxn(_)
+            | Request::EndTxn(_)
+            | Request::TxnOffsetCommit(_)
     )
 }
 
@@ -84,10 +90,19 @@ pub fn coordinator_of(group: &str, brokers: &[i32]) -> Option<i32> {
     Some(ids[strata_wire::crc32c(group.as_bytes()) as usize % ids.len()])
 }
 
+/// The group thread's connections: its mailbox, a weak sender to it (for its own tasks' reports;
+/// weak, so the thread still ends when the shards' senders go), and the shards' mailboxes
+/// (for transaction markers).
+pub struct GroupThreadMail {
+    pub mailbox: mpsc::UnboundedReceiver<GroupMessage>,
+    pub own: mpsc::WeakUnboundedSender<GroupMessage>,
+    pub shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+}
+
 pub fn start(
     config: Arc<NodeConfig>,
     views: watch::Receiver<ClusterView>,
-    mailbox: mpsc::UnboundedReceiver<GroupMessage>,
+    mail: GroupThreadMail,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("strata-groups".into())
@@ -100,7 +115,7 @@ pub fn start(
             runtime.block_on(async move {
                 match &config.etcd {
                     None => match LocalGroupStore::open(config.data_dir.join("__cluster")) {
-                        Ok(store) => serve(config.clone(), store, views, mailbox).await,
+                        Ok(store) => serve(config.clone(), store, views, mail).await,
                         Err(error) => tracing::error!("no group coordination: {error}"),
                     },
                     Some(endpoints) => {
@@ -114,7 +129,7 @@ pub fn start(
                                 }
                             }
                         };
-                        serve(config.clone(), store, views, mailbox).await;
+                        serve(config.clone(), store, views, mail).await;
                     }
                 }
             });
@@ -140,14 +155,26 @@ struct GroupManager<S> {
     kafka_waiters: HashMap<(String, String), (bool, oneshot::Sender<KafkaGroupAnswer>)>,
     /// KIP-848 members subscribed by regular expression, by (group, member).
     consumer_patterns: HashMap<(String, String), consumer::Pattern>,
+    /// The transactional ids this broker coordinates.
+    txns: transactions::Transactions,
+    /// Transactions this broker aborted because they outlived their timeout.
+    txn_aborts_by_timeout: u64,
+    /// The shards' mailboxes, and this thread's own (weak).
+    shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+    own_mailbox: mpsc::WeakUnboundedSender<GroupMessage>,
 }
 
 async fn serve<S: GroupStore>(
     config: Arc<NodeConfig>,
     store: S,
     mut views: watch::Receiver<ClusterView>,
-    mut mailbox: mpsc::UnboundedReceiver<GroupMessage>,
+    mail: GroupThreadMail,
 ) {
+    let GroupThreadMail {
+        mut mailbox,
+        own,
+        shards,
+    } = mail;
     let view = views.borrow_and_update().clone();
     let clock = config.clock;
     let mut manager = GroupManager {
@@ -163,7 +190,13 @@ async fn serve<S: GroupStore>(
         lags: Arc::default(),
         kafka_waiters: HashMap::new(),
         consumer_patterns: HashMap::new(),
+        txns: Default::default(),
+        txn_aborts_by_timeout: 0,
+        shards,
+        own_mailbox: own,
     };
+    // What a former coordinator of this broker's transactional ids decided is finished here.
+    manager.take_over_txns().await;
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut lag_ticks = tokio::time::interval(LAG_REFRESH);
@@ -208,6 +241,13 @@ async fn serve<S: GroupStore>(
                             manager.flush_commits(&mut pending).await;
                             manager.handle_kafka(request, reply).await;
                         }
+                        GroupMessage::SettleTxnOffsets { group, producer_id, commit, reply } => {
+                            manager.flush_commits(&mut pending).await;
+                            let _ = reply.send(manager.settle_txn_offsets(&group, producer_id, commit).await);
+                        }
+                        GroupMessage::MarkersWritten { transactional_id, producer_id, epoch, written } => {
+                            manager.markers_written(transactional_id, producer_id, epoch, written).await;
+                        }
                     }
                 }
                 manager.flush_commits(&mut pending).await;
@@ -223,8 +263,12 @@ async fn serve<S: GroupStore>(
                 }
                 let view = views.borrow_and_update().clone();
                 manager.view_changed(view).await;
+                manager.take_over_txns().await;
             }
-            _ = ticks.tick() => manager.tick().await,
+            _ = ticks.tick() => {
+                manager.tick().await;
+                manager.txn_timeouts().await;
+            }
             _ = expiry_ticks.tick() => manager.expire_offsets().await,
         }
     }
@@ -247,8 +291,22 @@ impl<S: GroupStore> GroupManager<S> {
 
     async fn handle(&mut self, request: Request) -> Response {
         match request {
-            Request::InitProducerId(request) => {
-                Response::InitProducerId(self.init_producer_id(request).await)
+            Request::InitProducerId(request) => match request.transactional.0 {
+                Some(init) => Response::InitProducerId(
+                    self.init_transactional((request.producer_id, request.producer_epoch), init)
+                        .await,
+                ),
+                None => Response::InitProducerId(self.init_producer_id(request).await),
+            },
+            Request::AddPartitionsToTxn(request) => {
+                Response::AddPartitionsToTxn(self.add_partitions_to_txn(request).await)
+            }
+            Request::AddOffsetsToTxn(request) => {
+                Response::AddOffsetsToTxn(self.add_offsets_to_txn(request).await)
+            }
+            Request::EndTxn(request) => Response::EndTxn(self.end_txn(request).await),
+            Request::TxnOffsetCommit(request) => {
+                Response::TxnOffsetCommit(self.txn_offset_commit(request).await)
             }
             Request::FindCoordinator(request) => {
                 Response::FindCoordinator(self.find_coordinator(request))

@@ -248,6 +248,14 @@ impl<S: GroupStore> GroupManager<S> {
         &mut self,
         request: OffsetFetchRequest,
     ) -> OffsetFetchResponse {
+        if request.require_stable.0
+            && self.txn_offsets_pending(&request.group, request.topics.as_deref())
+        {
+            return OffsetFetchResponse {
+                error: ErrorCode::UnstableOffsetCommit,
+                offsets: Vec::new(),
+            };
+        }
         let offsets = match self.offsets_of(&request.group).await {
             Ok((offsets, _)) => offsets,
             Err(error) => {

@@ -44,6 +44,10 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         (!client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME))
             .then_some(ErrorCode::ClusterAuthorizationFailed)
     };
+    let transactional_id = |operation, id: &str| {
+        (!client.may(shard, operation, ResourceType::TransactionalId, id))
+            .then_some(ErrorCode::TransactionalIdAuthorizationFailed)
+    };
     match request {
         // Open to all: version discovery, and the answers filtered by what the client may see.
         Request::ApiVersions(_)
@@ -77,11 +81,34 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         }
         Request::ReassignPartition(_) | Request::ElectLeaders(_) => cluster(Operation::Alter),
         // Between brokers only (QUIC); a client sending one acts for the cluster.
-        Request::ReplicaFetch(_) => cluster(Operation::ClusterAction),
-        Request::InitProducerId(_) => {
-            (!client.may_write_idempotently(shard)).then_some(ErrorCode::ClusterAuthorizationFailed)
+        Request::ReplicaFetch(_) | Request::WriteTxnMarkers(_) => cluster(Operation::ClusterAction),
+        Request::InitProducerId(init) => match &init.transactional.0 {
+            Some(txn) => transactional_id(Operation::Write, &txn.transactional_id),
+            None => (!client.may_write_idempotently(shard))
+                .then_some(ErrorCode::ClusterAuthorizationFailed),
+        },
+        Request::FindCoordinator(find) if find.transaction.0 => {
+            transactional_id(Operation::Describe, &find.group)
         }
         Request::FindCoordinator(find) => group(Operation::Describe, &find.group),
+        Request::AddPartitionsToTxn(add) => {
+            transactional_id(Operation::Write, &add.producer.transactional_id).or_else(|| {
+                add.topics
+                    .iter()
+                    .find_map(|t| topic(Operation::Write, &t.topic))
+            })
+        }
+        Request::AddOffsetsToTxn(add) => {
+            transactional_id(Operation::Write, &add.producer.transactional_id)
+                .or_else(|| group(Operation::Read, &add.group))
+        }
+        Request::EndTxn(end) => transactional_id(Operation::Write, &end.producer.transactional_id),
+        Request::TxnOffsetCommit(commit) => group(Operation::Read, &commit.group).or_else(|| {
+            commit
+                .topics
+                .iter()
+                .find_map(|t| topic(Operation::Read, &t.name))
+        }),
         Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),
         Request::DeleteGroup(delete) => group(Operation::Delete, &delete.group),
         Request::DeleteOffsets(delete) => group(Operation::Delete, &delete.group).or_else(|| {

@@ -56,6 +56,10 @@ async fn answer(
         Request::ReplicaFetch(request) => {
             Response::ReplicaFetch(shard.replica_fetch(request).await)
         }
+        // A peer coordinating a transaction: this broker writes only what it leads.
+        Request::WriteTxnMarkers(request) => {
+            Response::WriteTxnMarkers(shard.write_txn_markers(request, false).await)
+        }
         other => {
             tracing::warn!(%peer, api = ?other.api_key(), "closing replication stream: not a replication request");
             let _ = send.reset(1u32.into());

@@ -6,6 +6,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod replica;
+mod transactions;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -196,9 +197,21 @@ pub fn run(
                     let shard = shard.clone();
                     tokio::task::spawn_local(async move {
                         let response = shard
-                            .produce_local(&topic, partition, records, acks, timeout_ms)
+                            .produce_local(
+                                &topic,
+                                partition,
+                                records,
+                                (acks, timeout_ms),
+                                crate::log::AppendSource::Producer,
+                            )
                             .await;
                         let _ = reply.send(response);
+                    });
+                }
+                ShardMessage::WriteTxnMarkers { request, reply } => {
+                    let shard = shard.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(shard.write_txn_markers(request, true).await);
                     });
                 }
                 ShardMessage::ReplicaFetch { request, reply } => {
@@ -788,6 +801,9 @@ impl Shard {
             | Request::AlterBrokerConfigs(_) => return Some(Err(ErrorCode::InvalidRequest)),
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
+            }
+            Request::WriteTxnMarkers(request) => {
+                Response::WriteTxnMarkers(self.write_txn_markers(request, false).await)
             }
             group_request => unreachable!(
                 "{:?} went to the group thread above",

@@ -13,7 +13,7 @@ use strata_wire::protocol::{
 use tokio::sync::oneshot;
 
 use super::replica::Role;
-use crate::log::LogError;
+use crate::log::{AppendSource, LogError};
 use crate::server::messages::{PartitionProduced, ShardMessage};
 
 use super::replica;
@@ -41,7 +41,13 @@ impl Shard {
                         .into(),
                         Ok(owner) if owner == shard.context.index => {
                             shard
-                                .produce_local(&name, index, records, acks, timeout_ms)
+                                .produce_local(
+                                    &name,
+                                    index,
+                                    records,
+                                    (acks, timeout_ms),
+                                    AppendSource::Producer,
+                                )
                                 .await
                         }
                         Ok(owner) => {
@@ -80,13 +86,14 @@ impl Shard {
     /// Appends to a partition this shard leads and answers per `acks`: with 1 (or 0) once the
     /// append is as durable as the flush policy says, with `all` once the high watermark
     /// passes it (every in-sync replica has it) and the ISR is at least `min.insync.replicas`.
+    /// `source`: a producer's records, or a transaction marker this broker built.
     pub(super) async fn produce_local(
         &self,
         topic: &str,
         partition: u32,
         records: BytesMut,
-        acks: i8,
-        timeout_ms: u32,
+        (acks, timeout_ms): (i8, u32),
+        source: AppendSource,
     ) -> PartitionProduced {
         let key = (topic.to_string(), partition);
         let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
@@ -112,7 +119,11 @@ impl Shard {
             }
         }
         let started = Instant::now();
-        let info = match log.append(records, leader_epoch).await {
+        let appended = match source {
+            AppendSource::Producer => log.append(records, leader_epoch).await,
+            AppendSource::Markers => log.append_marker(records, leader_epoch).await,
+        };
+        let info = match appended {
             Ok(info) => info,
             Err(error) => {
                 self.metrics.produce_failed(topic);

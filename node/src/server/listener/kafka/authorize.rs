@@ -42,6 +42,11 @@ pub(super) fn group(shard: &Shard, client: &Client, operation: Operation, name: 
     client.may(shard, operation, ResourceType::Group, name)
 }
 
+/// Whether `client` may do `operation` on the transactional id `id`.
+pub(super) fn transactional_id(shard: &Shard, client: &Client, operation: Operation, id: &str) -> bool {
+    client.may(shard, operation, ResourceType::TransactionalId, id)
+}
+
 /// Whether `client` may do `operation` on the cluster.
 pub(super) fn cluster(shard: &Shard, client: &Client, operation: Operation) -> bool {
     client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME)

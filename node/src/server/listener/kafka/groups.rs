@@ -36,15 +36,9 @@ use crate::server::messages::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, K
 use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
 
-/// FindCoordinator's key type for consumer groups (1 is transactions, which Strata has not).
+/// FindCoordinator's key types: a consumer group's, a transactional id's.
 const KEY_TYPE_GROUP: i8 = 0;
-
-/// Why a transaction coordinator is refused. The error is TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-/// a client retries every other answer until its timeout (librdkafka any but the authorization
-/// errors, the Java client any retriable one), while this one fails `init_transactions` at once,
-/// and it is true here: no transactional id may be used on this broker.
-const NO_TRANSACTIONS: &str =
-    "transactions are not supported by this broker: no transactional id may be used";
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 fn classic_kafka_error(error: ClassicError) -> i16 {
     match error {
@@ -94,16 +88,20 @@ pub(super) async fn find_coordinator(
     };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
-        let found = if request.key_type != KEY_TYPE_GROUP {
+        let transaction = request.key_type == KEY_TYPE_TRANSACTION;
+        let found = if request.key_type != KEY_TYPE_GROUP && !transaction {
+            Err(errors::INVALID_REQUEST)
+        } else if transaction && !authorize::transactional_id(shard, client, Operation::Describe, &key)
+        {
             Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        } else if !authorize::group(shard, client, Operation::Describe, &key) {
+        } else if !transaction && !authorize::group(shard, client, Operation::Describe, &key) {
             Err(errors::GROUP_AUTHORIZATION_FAILED)
         } else {
-            match native(
-                shard,
-                Request::FindCoordinator(native::FindCoordinatorRequest { group: key.clone() }),
-            )
-            .await
+            let find = native::FindCoordinatorRequest {
+                group: key.clone(),
+                transaction: native::Appended(transaction),
+            };
+            match native(shard, Request::FindCoordinator(find)).await
             {
                 Ok(Response::FindCoordinator(found)) if found.error == ErrorCode::None => {
                     let view = shard.view.borrow();
@@ -133,10 +131,6 @@ pub(super) async fn find_coordinator(
             Err(error) => Coordinator::default()
                 .with_key(text(&key))
                 .with_error_code(error)
-                .with_error_message(
-                    (error == errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                        .then(|| text(NO_TRANSACTIONS)),
-                )
                 .with_node_id(BrokerId(-1))
                 .with_port(-1),
         });
@@ -451,12 +445,40 @@ pub(super) async fn fetch_offsets(
                 })
                 .collect()
         }),
+        require_stable: native::Appended(request.require_stable),
     };
     let (error, offsets) = match native(shard, Request::OffsetFetch(fetch)).await {
         Ok(Response::OffsetFetch(fetched)) => (kafka_error(fetched.error), fetched.offsets),
         Ok(_) => (errors::UNKNOWN_SERVER_ERROR, Vec::new()),
         Err(code) => (kafka_error(code), Vec::new()),
     };
+    if error == errors::UNSTABLE_OFFSET_COMMIT
+        && let Some(asked) = &request.topics
+    {
+        // Kafka's clients retry this per partition, not as the whole answer's error.
+        return OffsetFetchResponse::default().with_topics(
+            asked
+                .iter()
+                .map(|topic| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic.name.clone())
+                        .with_partitions(
+                            topic
+                                .partition_indexes
+                                .iter()
+                                .map(|&partition| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(partition)
+                                        .with_committed_offset(-1)
+                                        .with_committed_leader_epoch(-1)
+                                        .with_error_code(error)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    }
     let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
     for committed in offsets {
         // A topic the client may not Describe is not shown, its offsets included.

@@ -41,6 +41,7 @@ mod groups;
 mod partition_admin;
 mod quotas;
 mod security_admin;
+mod transactions;
 
 use super::quota;
 use super::sasl::{self, SaslSession};
@@ -387,6 +388,21 @@ async fn serve_request(
         KafkaRequest::Produce(request) => produce(shard, client, header, request).await,
         KafkaRequest::Fetch(request) => fetch(shard, client, charge, header, request).await,
         KafkaRequest::ListOffsets(request) => list_offsets(shard, client, header, request).await,
+        KafkaRequest::AddPartitionsToTxn(request) => encoded(
+            &header,
+            transactions::add_partitions_to_txn(shard, client, request).await,
+        ),
+        KafkaRequest::AddOffsetsToTxn(request) => encoded(
+            &header,
+            transactions::add_offsets_to_txn(shard, client, request).await,
+        ),
+        KafkaRequest::EndTxn(request) => {
+            encoded(&header, transactions::end_txn(shard, client, request).await)
+        }
+        KafkaRequest::TxnOffsetCommit(request) => encoded(
+            &header,
+            transactions::txn_offset_commit(shard, client, request).await,
+        ),
         KafkaRequest::InitProducerId(request) => {
             init_producer_id(shard, client, header, request).await
         }
@@ -529,7 +545,17 @@ async fn init_producer_id(
 ) -> Outcome {
     let answered = match translate::init_producer_id_request(&request) {
         Err(error) => Err(error),
-        Ok(_) if !client.may_write_idempotently(shard) => Err(errors::CLUSTER_AUTHORIZATION_FAILED),
+        Ok(request) if request.transactional.0.as_ref().is_some_and(|txn| {
+            !authorize::transactional_id(shard, client, Operation::Write, &txn.transactional_id)
+        }) =>
+        {
+            Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        }
+        Ok(request)
+            if request.transactional.0.is_none() && !client.may_write_idempotently(shard) =>
+        {
+            Err(errors::CLUSTER_AUTHORIZATION_FAILED)
+        }
         Ok(request) => match native(shard, Request::InitProducerId(request)).await {
             Ok(Response::InitProducerId(native)) => Ok(native),
             Err(code) => Err(errors::kafka_error(code)),

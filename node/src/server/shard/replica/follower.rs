@@ -21,15 +21,25 @@ use super::{FETCH_AHEAD_BYTES_MIN, REPLICA_FETCH_BYTES_MAX, replica_fetch_wait_m
 
 impl Shard {
     /// Where the leader's owning shard takes replication fetches for this partition.
-    pub(super) fn replication_target(
+    pub(in crate::server::shard) fn replication_target(
         &self,
         leader: i32,
         topic: &str,
         partition: u32,
     ) -> Option<(SocketAddr, String)> {
+        self.replication_address(leader, |shards| shard_of(topic, partition, shards))
+    }
+
+    /// The replication (QUIC) address of shard `pick(its shard count)` of broker `broker_id`,
+    /// and the name it presents.
+    pub(in crate::server::shard) fn replication_address(
+        &self,
+        broker_id: i32,
+        pick: impl FnOnce(usize) -> usize,
+    ) -> Option<(SocketAddr, String)> {
         let view = self.view.borrow();
-        let broker = view.brokers.iter().find(|broker| broker.id == leader)?;
-        let shard = shard_of(topic, partition, broker.replication_ports.len().max(1));
+        let broker = view.brokers.iter().find(|broker| broker.id == broker_id)?;
+        let shard = pick(broker.replication_ports.len().max(1));
         let port = *broker.replication_ports.get(shard)?;
         // The broker's identity (TLS server name) is its advertised host wherever it replicates.
         let host = broker.replication_host.as_deref().unwrap_or(&broker.host);

@@ -1,0 +1,254 @@
+//! Kafka's transaction APIs on the Kafka listener (KIP-98): AddPartitionsToTxn,
+//! AddOffsetsToTxn, EndTxn and TxnOffsetCommit, each checked against the client's ACLs as
+//! Kafka checks it and run as the native request of the same name by the group thread, where
+//! the transaction coordinator is (`server/groups/transactions.rs`).
+
+use std::rc::Rc;
+
+use strata_auth::acl::Operation;
+use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use strata_kafka::kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use strata_kafka::kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+};
+use strata_wire::protocol::{self as native, Request, Response};
+
+use super::{authorize, native};
+use crate::server::listener::Client;
+use crate::server::shard::Shard;
+
+/// Kafka's OPERATION_NOT_ATTEMPTED: the partitions of a request refused for others' sake.
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+
+fn txn_producer(transactional_id: &str, producer_id: i64, producer_epoch: i16) -> native::TxnProducer {
+    native::TxnProducer {
+        transactional_id: transactional_id.to_string(),
+        producer_id,
+        producer_epoch,
+    }
+}
+
+/// The error of a transaction request run by the group thread.
+async fn run(shard: &Rc<Shard>, request: Request) -> i16 {
+    match native(shard, request).await {
+        Ok(
+            Response::AddPartitionsToTxn(answer)
+            | Response::AddOffsetsToTxn(answer)
+            | Response::EndTxn(answer)
+            | Response::TxnOffsetCommit(answer),
+        ) => kafka_error(answer.error),
+        Ok(other) => {
+            tracing::warn!(api = ?other.api_key(), "a transaction request got another answer");
+            errors::UNKNOWN_SERVER_ERROR
+        }
+        Err(code) => kafka_error(code),
+    }
+}
+
+/// AddPartitionsToTxn (versions 0-3, one transaction): Write on the transactional id and on
+/// each topic; every partition gets the request's one outcome.
+pub(super) async fn add_partitions_to_txn(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let id = request.v3_and_below_transactional_id.0.to_string();
+    let denied_topic =
+        |name: &str| !authorize::topic(shard, client, Operation::Write, name);
+    let topic_errors: Vec<Option<i16>> = if !authorize::transactional_id(
+        shard,
+        client,
+        Operation::Write,
+        &id,
+    ) {
+        vec![Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED); request.v3_and_below_topics.len()]
+    } else if request
+        .v3_and_below_topics
+        .iter()
+        .any(|topic| denied_topic(&topic.name.0))
+    {
+        request
+            .v3_and_below_topics
+            .iter()
+            .map(|topic| {
+                Some(if denied_topic(&topic.name.0) {
+                    errors::TOPIC_AUTHORIZATION_FAILED
+                } else {
+                    OPERATION_NOT_ATTEMPTED
+                })
+            })
+            .collect()
+    } else {
+        vec![None; request.v3_and_below_topics.len()]
+    };
+    let error = if topic_errors.iter().all(Option::is_none) {
+        let add = native::AddPartitionsToTxnRequest {
+            producer: txn_producer(
+                &id,
+                request.v3_and_below_producer_id.0,
+                request.v3_and_below_producer_epoch,
+            ),
+            topics: request
+                .v3_and_below_topics
+                .iter()
+                .map(|topic| native::TopicPartitions {
+                    topic: topic.name.0.to_string(),
+                    partitions: topic
+                        .partitions
+                        .iter()
+                        .filter_map(|&partition| u32::try_from(partition).ok())
+                        .collect(),
+                })
+                .collect(),
+        };
+        run(shard, Request::AddPartitionsToTxn(add)).await
+    } else {
+        errors::NONE
+    };
+    let results = request
+        .v3_and_below_topics
+        .iter()
+        .zip(topic_errors)
+        .map(|(topic, refused)| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_results_by_partition(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|&partition| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(partition)
+                                .with_partition_error_code(refused.unwrap_or(error))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+}
+
+/// AddOffsetsToTxn: Write on the transactional id, Read on the group.
+pub(super) async fn add_offsets_to_txn(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: AddOffsetsToTxnRequest,
+) -> AddOffsetsToTxnResponse {
+    let id = request.transactional_id.0.to_string();
+    let error = if !authorize::transactional_id(shard, client, Operation::Write, &id) {
+        errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    } else if !authorize::group(shard, client, Operation::Read, &request.group_id.0) {
+        errors::GROUP_AUTHORIZATION_FAILED
+    } else {
+        let add = native::AddOffsetsToTxnRequest {
+            producer: txn_producer(&id, request.producer_id.0, request.producer_epoch),
+            group: request.group_id.0.to_string(),
+        };
+        run(shard, Request::AddOffsetsToTxn(add)).await
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(error)
+}
+
+/// EndTxn: Write on the transactional id.
+pub(super) async fn end_txn(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: EndTxnRequest,
+) -> EndTxnResponse {
+    let id = request.transactional_id.0.to_string();
+    let error = if !authorize::transactional_id(shard, client, Operation::Write, &id) {
+        errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    } else {
+        let end = native::EndTxnRequest {
+            producer: txn_producer(&id, request.producer_id.0, request.producer_epoch),
+            commit: request.committed,
+        };
+        run(shard, Request::EndTxn(end)).await
+    };
+    EndTxnResponse::default().with_error_code(error)
+}
+
+/// TxnOffsetCommit: Read on the group and on each topic, as an offset commit; every partition
+/// gets the request's one outcome.
+pub(super) async fn txn_offset_commit(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let group = request.group_id.0.to_string();
+    let denied_topic = |name: &str| !authorize::topic(shard, client, Operation::Read, name);
+    let refused = if !authorize::group(shard, client, Operation::Read, &group) {
+        Some(errors::GROUP_AUTHORIZATION_FAILED)
+    } else if request.topics.iter().any(|topic| denied_topic(&topic.name.0)) {
+        Some(errors::TOPIC_AUTHORIZATION_FAILED)
+    } else {
+        None
+    };
+    let error = match refused {
+        Some(error) => error,
+        None => {
+            let commit = native::TxnOffsetCommitRequest {
+                producer: txn_producer(
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                ),
+                group,
+                member_id: request.member_id.to_string(),
+                generation: request.generation_id,
+                topics: request
+                    .topics
+                    .iter()
+                    .map(|topic| native::OffsetCommitTopic {
+                        name: topic.name.0.to_string(),
+                        partitions: topic
+                            .partitions
+                            .iter()
+                            .filter_map(|partition| {
+                                Some(native::OffsetCommitPartition {
+                                    partition: u32::try_from(partition.partition_index).ok()?,
+                                    offset: u64::try_from(partition.committed_offset).ok()?,
+                                    metadata: partition
+                                        .committed_metadata
+                                        .as_ref()
+                                        .map(ToString::to_string)
+                                        .unwrap_or_default(),
+                                })
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            run(shard, Request::TxnOffsetCommit(commit)).await
+        }
+    };
+    TxnOffsetCommitResponse::default().with_topics(
+        request
+            .topics
+            .iter()
+            .map(|topic| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(
+                        topic
+                            .partitions
+                            .iter()
+                            .map(|partition| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(partition.partition_index)
+                                    .with_error_code(error)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}
+
