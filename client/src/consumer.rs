@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use strata_wire::batch::{Batch, BatchError, Record, split_batches};
 use strata_wire::protocol::{
-    Appended, EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic, LATEST_TIMESTAMP,
-    Records, Request, Response,
+    Appended, EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic,
+    LATEST_TIMESTAMP, Records, Request, Response,
 };
 
 use crate::{Client, ClientError};

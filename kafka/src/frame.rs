@@ -8,19 +8,19 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterClientQuotasRequest,
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, EndTxnRequest, TxnOffsetCommitRequest,
-    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
-    ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
-    ElectLeadersRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
+    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
+    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
+    DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
+    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
+    EndTxnRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
     OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
     ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-    SyncGroupRequest,
+    SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 

@@ -381,12 +381,13 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
 /// A `read_committed` fetch's partitions get their last stable offset and the aborted
 /// transactions the client drops records of.
 pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> FetchResponse {
-    let mut stability: std::collections::HashMap<(String, u32), native::PartitionStability> = native
-        .stability
-        .0
-        .into_iter()
-        .map(|stable| ((stable.topic.clone(), stable.partition), stable))
-        .collect();
+    let mut stability: std::collections::HashMap<(String, u32), native::PartitionStability> =
+        native
+            .stability
+            .0
+            .into_iter()
+            .map(|stable| ((stable.topic.clone(), stable.partition), stable))
+            .collect();
     let answered = native.topics.into_iter().flat_map(|topic| {
         let name = topic.name;
         let stability = topic
@@ -394,35 +395,39 @@ pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> F
             .iter()
             .map(|partition| stability.remove(&(name.clone(), partition.partition)))
             .collect::<Vec<_>>();
-        topic.partitions.into_iter().zip(stability).map(move |(partition, stable)| {
-            let mut error = kafka_error(partition.error);
-            let mut records = BytesMut::new();
-            if error == errors::NONE
-                && let Err(failed) = records::to_kafka(partition.records.freeze(), &mut records)
-            {
-                error = records_error(&failed);
-                records.clear();
-            }
-            let mut answer = fetched(partition.partition as i32, error, records.freeze())
-                .with_high_watermark(partition.high_watermark as i64)
-                .with_last_stable_offset(partition.high_watermark as i64)
-                .with_log_start_offset(partition.log_start_offset as i64);
-            if let Some(stable) = stable {
-                answer.last_stable_offset = stable.last_stable_offset as i64;
-                answer.aborted_transactions = Some(
-                    stable
-                        .aborted
-                        .into_iter()
-                        .map(|txn| {
-                            AbortedTransaction::default()
-                                .with_producer_id(ProducerId(txn.producer_id))
-                                .with_first_offset(txn.first_offset as i64)
-                        })
-                        .collect(),
-                );
-            }
-            (name.clone(), answer)
-        })
+        topic
+            .partitions
+            .into_iter()
+            .zip(stability)
+            .map(move |(partition, stable)| {
+                let mut error = kafka_error(partition.error);
+                let mut records = BytesMut::new();
+                if error == errors::NONE
+                    && let Err(failed) = records::to_kafka(partition.records.freeze(), &mut records)
+                {
+                    error = records_error(&failed);
+                    records.clear();
+                }
+                let mut answer = fetched(partition.partition as i32, error, records.freeze())
+                    .with_high_watermark(partition.high_watermark as i64)
+                    .with_last_stable_offset(partition.high_watermark as i64)
+                    .with_log_start_offset(partition.log_start_offset as i64);
+                if let Some(stable) = stable {
+                    answer.last_stable_offset = stable.last_stable_offset as i64;
+                    answer.aborted_transactions = Some(
+                        stable
+                            .aborted
+                            .into_iter()
+                            .map(|txn| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(txn.producer_id))
+                                    .with_first_offset(txn.first_offset as i64)
+                            })
+                            .collect(),
+                    );
+                }
+                (name.clone(), answer)
+            })
     });
     let refused = refused.into_iter().map(|refused| {
         (

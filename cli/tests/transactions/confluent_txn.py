@@ -9,7 +9,9 @@ Modes:
   open        init_transactions, write ARGS[0] records in a transaction and never end it
               (the process is killed, or exits without a word to the broker).
   fence       two producers with one transactional id: the older is fenced.
-  consume     read_committed (ARGS[0] = committed|uncommitted) everything up to the end.
+  consume     read (ARGS[0] = committed|uncommitted) everything up to the end.
+  ends        each partition's end as read_committed (the LSO) and read_uncommitted (the high
+              watermark) consumers are told it.
 """
 
 import json
@@ -83,17 +85,11 @@ def offsets(isolation, partitions=(0, 1)):
     return ends
 
 
-def lso_and_hw(partitions=(0, 1)):
-    """read_committed's end (the LSO) and read_uncommitted's (the high watermark)."""
-    reader = consumer("read_committed")
-    result = {}
-    for p in partitions:
-        tp = TopicPartition(TOPIC, p, -1)
-        committed_end = reader.offsets_for_times([tp], timeout=10)
-        low, high = reader.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)
-        result[p] = high
-    reader.close()
-    return result
+def ends():
+    return {
+        "committed": offsets("read_committed"),
+        "uncommitted": offsets("read_uncommitted"),
+    }
 
 
 def basic():
@@ -115,7 +111,7 @@ def basic():
     txn.flush()
     out["while_open_committed"] = read_all("read_committed")
     out["while_open_uncommitted"] = read_all("read_uncommitted")
-    out["while_open_hw"] = offsets("read_uncommitted")
+    out["while_open_ends"] = ends()
     txn.commit_transaction(30)
     out["after_committed"] = read_all("read_committed")
     out["after_uncommitted"] = read_all("read_uncommitted")
@@ -160,6 +156,7 @@ MODES = {
     "open": open_txn,
     "fence": fence,
     "consume": lambda: read_all("read_" + ARGS[0]),
+    "ends": lambda: ends(),
 }
 
 print(json.dumps(MODES[MODE]()))

@@ -104,10 +104,10 @@ impl<S: GroupStore> GroupManager<S> {
         let now_ms = self.txn_now_ms();
         let mut ids = std::mem::take(&mut self.producer_ids);
         let mut allocate = || ids.next().unwrap_or(-1);
-        let step = self
-            .txns
-            .core
-            .handle_init(&id, init.timeout_ms, expected, now_ms, &mut allocate);
+        let step =
+            self.txns
+                .core
+                .handle_init(&id, init.timeout_ms, expected, now_ms, &mut allocate);
         self.producer_ids = ids;
         match self.run_txn_step(&id, step).await {
             Ok(Stored::ProducerId { producer_id, epoch }) if producer_id >= 0 => {
@@ -166,10 +166,13 @@ impl<S: GroupStore> GroupManager<S> {
             Err(error) => error,
             Ok(()) => {
                 let now_ms = self.txn_now_ms();
-                let step =
-                    self.txns
-                        .core
-                        .handle_add(&id, producer_of(producer), partitions, group, now_ms);
+                let step = self.txns.core.handle_add(
+                    &id,
+                    producer_of(producer),
+                    partitions,
+                    group,
+                    now_ms,
+                );
                 self.run_txn_step(&id, step)
                     .await
                     .err()
@@ -223,10 +226,17 @@ impl<S: GroupStore> GroupManager<S> {
             .map_err(|error| store_error(&error))?;
         if let Some(value) = value {
             let record: TxnRecord = serde_json::from_value(value).map_err(|error| {
-                tracing::error!(transactional_id = id, "stored transaction unreadable: {error}");
+                tracing::error!(
+                    transactional_id = id,
+                    "stored transaction unreadable: {error}"
+                );
                 ErrorCode::Internal
             })?;
-            tracing::info!(transactional_id = id, state = record.state.name(), "coordinating the transactional id");
+            tracing::info!(
+                transactional_id = id,
+                state = record.state.name(),
+                "coordinating the transactional id"
+            );
             self.txns.core.load([record]);
         }
         self.txns.revisions.insert(id.to_string(), revision);
@@ -236,7 +246,10 @@ impl<S: GroupStore> GroupManager<S> {
 
     fn forget_txn(&mut self, id: &str) {
         if self.txns.revisions.remove(id).is_some() {
-            tracing::info!(transactional_id = id, "no longer coordinating the transactional id");
+            tracing::info!(
+                transactional_id = id,
+                "no longer coordinating the transactional id"
+            );
         }
         self.txns.core.forget(id);
     }
@@ -271,7 +284,10 @@ impl<S: GroupStore> GroupManager<S> {
                 Ok(())
             }
             Ok(None) => {
-                tracing::warn!(transactional_id = id, "another broker took the transactional id over");
+                tracing::warn!(
+                    transactional_id = id,
+                    "another broker took the transactional id over"
+                );
                 Err(ErrorCode::NotCoordinator)
             }
             Err(error) => {
@@ -355,7 +371,10 @@ impl<S: GroupStore> GroupManager<S> {
     }
 
     /// TxnOffsetCommit: the offsets wait in the group's record until the transaction ends.
-    pub(super) async fn txn_offset_commit(&mut self, request: TxnOffsetCommitRequest) -> TxnResponse {
+    pub(super) async fn txn_offset_commit(
+        &mut self,
+        request: TxnOffsetCommitRequest,
+    ) -> TxnResponse {
         let committed_ms = self.config.clock.wall_ms();
         let coordinated = match self.claim(&request.group).await {
             Ok(coordinated) => coordinated,
@@ -440,18 +459,25 @@ impl<S: GroupStore> GroupManager<S> {
 
     /// Whether an open transaction's offsets are pending for one of `topics` of `group`
     /// (an OffsetFetch with `require_stable` is answered UNSTABLE_OFFSET_COMMIT then).
-    pub(super) fn txn_offsets_pending(&self, group: &str, topics: Option<&[TopicPartitions]>) -> bool {
+    pub(super) fn txn_offsets_pending(
+        &self,
+        group: &str,
+        topics: Option<&[TopicPartitions]>,
+    ) -> bool {
         let Some(coordinated) = self.groups.get(group) else {
             return false;
         };
-        coordinated.pending_txn_offsets.values().any(|offsets| match topics {
-            None => !offsets.is_empty(),
-            Some(topics) => topics.iter().any(|asked| {
-                offsets.get(&asked.topic).is_some_and(|partitions| {
-                    asked.partitions.iter().any(|p| partitions.contains_key(p))
-                })
-            }),
-        })
+        coordinated
+            .pending_txn_offsets
+            .values()
+            .any(|offsets| match topics {
+                None => !offsets.is_empty(),
+                Some(topics) => topics.iter().any(|asked| {
+                    offsets.get(&asked.topic).is_some_and(|partitions| {
+                        asked.partitions.iter().any(|p| partitions.contains_key(p))
+                    })
+                }),
+            })
     }
 }
 
@@ -490,7 +516,9 @@ async fn write_markers(
                     .partitions
                     .iter()
                     .filter(|written| written.error != ErrorCode::None)
-                    .map(|written| format!("{}-{}: {}", written.topic, written.partition, written.error))
+                    .map(|written| {
+                        format!("{}-{}: {}", written.topic, written.partition, written.error)
+                    })
                     .chain(
                         response
                             .groups

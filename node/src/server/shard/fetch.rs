@@ -269,18 +269,28 @@ impl Shard {
             }
             match deadline {
                 Some(deadline) if offset >= readable.end => {
-                    if tokio::time::timeout_at(deadline.into(), advanced).await.is_err() {
+                    if tokio::time::timeout_at(deadline.into(), advanced)
+                        .await
+                        .is_err()
+                    {
                         break (log, readable);
                     }
                 }
                 _ => break (log, readable),
             }
         };
-        let stability = |readable: &Readable, aborted| read_committed.then_some((readable.end, aborted));
+        let stability =
+            |readable: &Readable, aborted| read_committed.then_some((readable.end, aborted));
         if offset >= readable.end {
             return Fetched {
                 stability: stability(&readable, Vec::new()),
-                ..fetch_error(index, ErrorCode::None, readable.high_watermark, readable.log_start).into()
+                ..fetch_error(
+                    index,
+                    ErrorCode::None,
+                    readable.high_watermark,
+                    readable.log_start,
+                )
+                .into()
             };
         }
         let max_bytes = partition.max_bytes as usize;
@@ -301,7 +311,13 @@ impl Shard {
                     })
                     .collect(),
                 Err(error) => {
-                    return fetch_error(index, log_error_code(&error), readable.high_watermark, readable.log_start).into();
+                    return fetch_error(
+                        index,
+                        log_error_code(&error),
+                        readable.high_watermark,
+                        readable.log_start,
+                    )
+                    .into();
                 }
             }
         } else {

@@ -185,7 +185,10 @@ impl Shard {
         request: WriteTxnMarkersRequest,
     ) -> Option<WriteTxnMarkersResponse> {
         let quic = self.quic.as_ref()?;
-        match quic.call(addr, host, Request::WriteTxnMarkers(request)).await {
+        match quic
+            .call(addr, host, Request::WriteTxnMarkers(request))
+            .await
+        {
             Ok(Response::WriteTxnMarkers(answer)) => Some(answer),
             Ok(_) => None,
             Err(error) => {

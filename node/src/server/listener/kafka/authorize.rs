@@ -43,7 +43,12 @@ pub(super) fn group(shard: &Shard, client: &Client, operation: Operation, name: 
 }
 
 /// Whether `client` may do `operation` on the transactional id `id`.
-pub(super) fn transactional_id(shard: &Shard, client: &Client, operation: Operation, id: &str) -> bool {
+pub(super) fn transactional_id(
+    shard: &Shard,
+    client: &Client,
+    operation: Operation,
+    id: &str,
+) -> bool {
     client.may(shard, operation, ResourceType::TransactionalId, id)
 }
 

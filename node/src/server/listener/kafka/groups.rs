@@ -91,7 +91,8 @@ pub(super) async fn find_coordinator(
         let transaction = request.key_type == KEY_TYPE_TRANSACTION;
         let found = if request.key_type != KEY_TYPE_GROUP && !transaction {
             Err(errors::INVALID_REQUEST)
-        } else if transaction && !authorize::transactional_id(shard, client, Operation::Describe, &key)
+        } else if transaction
+            && !authorize::transactional_id(shard, client, Operation::Describe, &key)
         {
             Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         } else if !transaction && !authorize::group(shard, client, Operation::Describe, &key) {
@@ -101,8 +102,7 @@ pub(super) async fn find_coordinator(
                 group: key.clone(),
                 transaction: native::Appended(transaction),
             };
-            match native(shard, Request::FindCoordinator(find)).await
-            {
+            match native(shard, Request::FindCoordinator(find)).await {
                 Ok(Response::FindCoordinator(found)) if found.error == ErrorCode::None => {
                     let view = shard.view.borrow();
                     view.brokers

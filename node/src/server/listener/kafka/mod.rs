@@ -545,9 +545,10 @@ async fn init_producer_id(
 ) -> Outcome {
     let answered = match translate::init_producer_id_request(&request) {
         Err(error) => Err(error),
-        Ok(request) if request.transactional.0.as_ref().is_some_and(|txn| {
-            !authorize::transactional_id(shard, client, Operation::Write, &txn.transactional_id)
-        }) =>
+        Ok(request)
+            if request.transactional.0.as_ref().is_some_and(|txn| {
+                !authorize::transactional_id(shard, client, Operation::Write, &txn.transactional_id)
+            }) =>
         {
             Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         }

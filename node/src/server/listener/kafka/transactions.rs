@@ -27,7 +27,11 @@ use crate::server::shard::Shard;
 /// Kafka's OPERATION_NOT_ATTEMPTED: the partitions of a request refused for others' sake.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
 
-fn txn_producer(transactional_id: &str, producer_id: i64, producer_epoch: i16) -> native::TxnProducer {
+fn txn_producer(
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> native::TxnProducer {
     native::TxnProducer {
         transactional_id: transactional_id.to_string(),
         producer_id,
@@ -60,34 +64,32 @@ pub(super) async fn add_partitions_to_txn(
     request: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
     let id = request.v3_and_below_transactional_id.0.to_string();
-    let denied_topic =
-        |name: &str| !authorize::topic(shard, client, Operation::Write, name);
-    let topic_errors: Vec<Option<i16>> = if !authorize::transactional_id(
-        shard,
-        client,
-        Operation::Write,
-        &id,
-    ) {
-        vec![Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED); request.v3_and_below_topics.len()]
-    } else if request
-        .v3_and_below_topics
-        .iter()
-        .any(|topic| denied_topic(&topic.name.0))
-    {
-        request
+    let denied_topic = |name: &str| !authorize::topic(shard, client, Operation::Write, name);
+    let topic_errors: Vec<Option<i16>> =
+        if !authorize::transactional_id(shard, client, Operation::Write, &id) {
+            vec![
+                Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+                request.v3_and_below_topics.len()
+            ]
+        } else if request
             .v3_and_below_topics
             .iter()
-            .map(|topic| {
-                Some(if denied_topic(&topic.name.0) {
-                    errors::TOPIC_AUTHORIZATION_FAILED
-                } else {
-                    OPERATION_NOT_ATTEMPTED
+            .any(|topic| denied_topic(&topic.name.0))
+        {
+            request
+                .v3_and_below_topics
+                .iter()
+                .map(|topic| {
+                    Some(if denied_topic(&topic.name.0) {
+                        errors::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        OPERATION_NOT_ATTEMPTED
+                    })
                 })
-            })
-            .collect()
-    } else {
-        vec![None; request.v3_and_below_topics.len()]
-    };
+                .collect()
+        } else {
+            vec![None; request.v3_and_below_topics.len()]
+        };
     let error = if topic_errors.iter().all(Option::is_none) {
         let add = native::AddPartitionsToTxnRequest {
             producer: txn_producer(
@@ -186,7 +188,11 @@ pub(super) async fn txn_offset_commit(
     let denied_topic = |name: &str| !authorize::topic(shard, client, Operation::Read, name);
     let refused = if !authorize::group(shard, client, Operation::Read, &group) {
         Some(errors::GROUP_AUTHORIZATION_FAILED)
-    } else if request.topics.iter().any(|topic| denied_topic(&topic.name.0)) {
+    } else if request
+        .topics
+        .iter()
+        .any(|topic| denied_topic(&topic.name.0))
+    {
         Some(errors::TOPIC_AUTHORIZATION_FAILED)
     } else {
         None
@@ -251,4 +257,3 @@ pub(super) async fn txn_offset_commit(
             .collect(),
     )
 }
-
