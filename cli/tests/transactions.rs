@@ -145,3 +145,318 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     let read = confluent("consume", &kafka, "stuck", &["committed"]);
     assert_eq!(read, json!({"0": [], "1": []}));
 }
+
+/// `transactions/eos.py ROLE BOOTSTRAP ARGS` as a child process.
+fn eos(role: &str, bootstrap: &str, args: &[&str]) -> std::process::Child {
+    let path = format!("{}/tests/transactions/eos.py", env!("CARGO_MANIFEST_DIR"));
+    Command::new("python3")
+        .arg(path)
+        .args([role, bootstrap])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with confluent-kafka")
+}
+
+/// A finished `eos.py` child's JSON.
+fn eos_output(child: std::process::Child, role: &str) -> Value {
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{role}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{role} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// Exactly-once consume-transform-produce under faults, checked as Jepsen checks it. Three
+/// brokers on etcd; a feeder writes keyed records to `eos-in` while a confluent-kafka
+/// application reads it (read_committed, a consumer group), writes each record transformed to
+/// the same partition of `eos-out` and commits its offsets in the same transaction. For the
+/// run (`STRATA_EOS_SECONDS`, default 60), the test kills -9 at random the application (it is
+/// started again, fencing its previous self) or a broker (the leader of some partitions, and
+/// now and then the transaction or group coordinator; started again two seconds later). At
+/// the end:
+/// - every input record is in the output exactly once, each partition's output in its
+///   input's order (so each key's order is kept);
+/// - a read_committed reader that ran throughout saw, per partition, a prefix of the final
+///   output: it never saw a record that was later absent (no aborted or lost reads).
+#[test]
+fn exactly_once_pipelines_survive_killed_apps_leaders_and_coordinators() {
+    use rand::{Rng, SeedableRng};
+    use strata_coordinator::testing::EtcdServer;
+    let seconds: u64 = std::env::var("STRATA_EOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let seed: u64 = std::env::var("STRATA_EOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("fault schedule seed {seed} (STRATA_EOS_SEED replays it)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let kafka = format!("127.0.0.1:{}", free_base_port(0));
+            let id = (i + 1).to_string();
+            let mut args = support::etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--kafka-listen", &kafka]);
+            (TestNode::start_with(dir.path(), 1, &args), kafka)
+        })
+        .collect();
+    let bootstrap = brokers
+        .iter()
+        .map(|(_, kafka)| kafka.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    for topic in ["eos-in", "eos-out"] {
+        brokers[0].0.cli(
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "3",
+                "--replication-factor",
+                "3",
+            ],
+            None,
+        );
+    }
+    let rate = 40;
+    let count = (seconds * 3 / 4) * rate;
+    let feeder = eos(
+        "feed",
+        &bootstrap,
+        &["eos-in", &count.to_string(), &rate.to_string()],
+    );
+    let watched = dirs[0].path().join("watched.json");
+    let watcher = eos(
+        "watch",
+        &bootstrap,
+        &[
+            "eos-out",
+            &(seconds + 90).to_string(),
+            watched.to_str().unwrap(),
+        ],
+    );
+    let app_args = ["eos-in", "eos-out", "eos-app", "eos-txn", "8"];
+    let mut app = eos("app", &bootstrap, &app_args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    let mut faults = Vec::new();
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(rng.random_range(2000..4500)));
+        if app.try_wait().unwrap().is_some() || rng.random_bool(0.4) {
+            let _ = app.kill();
+            let _ = app.wait();
+            faults.push("app".to_string());
+            app = eos("app", &bootstrap, &app_args);
+        } else {
+            let victim = rng.random_range(0..3);
+            faults.push(format!("broker {}", victim + 1));
+            brokers[victim].0.kill();
+            std::thread::sleep(Duration::from_secs(2));
+            brokers[victim].0.respawn();
+        }
+    }
+    eprintln!("faults: {faults:?}");
+    let fed = eos_output(feeder, "feed");
+    assert_eq!(fed["acked"], json!(count), "{fed}");
+    // The application runs until it finds nothing new; once more if that was early.
+    let _ = app.kill();
+    let _ = app.wait();
+    let dump = |topic: &str, isolation: &str| {
+        let child = eos("dump", &bootstrap, &[topic, isolation]);
+        eos_output(child, "dump")
+    };
+    let input = dump("eos-in", "read_uncommitted");
+    let mut output = json!({});
+    for _ in 0..5 {
+        eos_output(eos("app", &bootstrap, &app_args), "app");
+        output = dump("eos-out", "read_committed");
+        let total = |records: &Value| -> usize {
+            records
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|p| p.as_array().unwrap().len())
+                .sum()
+        };
+        if total(&output) >= total(&input) {
+            break;
+        }
+    }
+    let mut watcher = watcher;
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    let seen: Value = serde_json::from_slice(&std::fs::read(&watched).unwrap()).unwrap();
+    let mut records = 0;
+    for partition in ["0", "1", "2"] {
+        let expected: Vec<Value> = input[partition]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|record| json!([record[0], format!("T:{}", record[1].as_str().unwrap())]))
+            .collect();
+        records += expected.len();
+        let produced = output[partition].as_array().unwrap();
+        assert_eq!(
+            produced.len(),
+            expected.len(),
+            "partition {partition}: every input record once in the output (faults {faults:?})"
+        );
+        assert_eq!(produced, &expected, "partition {partition}: in input order");
+        let seen = seen[partition].as_array().unwrap();
+        let values: Vec<&Value> = produced.iter().map(|record| &record[1]).collect();
+        assert!(
+            seen.len() <= values.len() && seen.iter().zip(&values).all(|(a, b)| a == *b),
+            "partition {partition}: the read_committed reader saw what the output does not hold \
+             (an aborted or lost read); faults {faults:?}"
+        );
+    }
+    assert_eq!(records as u64, count);
+}
+
+/// Every value of `topic` read from the start by a consumer of `isolation`, until a poll
+/// brings nothing for a second.
+async fn read_native(
+    client: &std::sync::Arc<strata_client::Client>,
+    topic: &str,
+    isolation: strata_client::IsolationLevel,
+) -> Vec<String> {
+    use strata_client::{Consumer, ConsumerConfig, SeekTo};
+    let config = ConsumerConfig {
+        isolation,
+        max_wait: Duration::from_millis(200),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(client.clone(), config);
+    consumer
+        .assign(topic, &[], SeekTo::Beginning)
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    let mut idle = 0;
+    while idle < 5 {
+        let batches = consumer.poll().await.unwrap();
+        if batches.is_empty() {
+            idle += 1;
+        }
+        for batch in batches {
+            idle = 0;
+            values.extend(
+                batch
+                    .records()
+                    .map(|record| String::from_utf8(record.value.to_vec()).unwrap()),
+            );
+        }
+    }
+    values.sort();
+    values
+}
+
+/// The Rust client's transactions on Strata's own protocol: an aborted transaction and a
+/// committed one with a group's offsets; a read_committed consumer sees the committed records
+/// only, a read_uncommitted one both (never a marker); the offsets become the group's at the
+/// commit, not before; a second producer with the same id fences the first.
+#[test]
+fn the_rust_client_commits_aborts_and_is_fenced() {
+    use strata_client::{
+        Client, ClientConfig, IsolationLevel, Producer, ProducerConfig, ProducerRecord,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(dir.path(), 2);
+    node.cli(
+        &["topic", "create", "native-txn", "--partitions", "2"],
+        None,
+    );
+    support::runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let config = ProducerConfig {
+            transactional_id: Some("native".into()),
+            ..ProducerConfig::default()
+        };
+        let producer = Producer::new(client.clone(), config.clone());
+        let record = |value: &str, partition: u32| {
+            let mut record = ProducerRecord::new("native-txn", None, value.to_string());
+            record.partition = Some(partition);
+            record
+        };
+        assert!(producer.begin().is_err(), "init_transactions comes first");
+        producer.init_transactions().await.unwrap();
+        producer.begin().unwrap();
+        for i in 0..4 {
+            producer
+                .send(record(&format!("aborted-{i}"), i % 2))
+                .await
+                .unwrap();
+        }
+        producer.abort().await.unwrap();
+        producer.begin().unwrap();
+        for i in 0..4 {
+            producer
+                .send(record(&format!("committed-{i}"), i % 2))
+                .await
+                .unwrap();
+        }
+        producer
+            .send_offsets("native-app", &[("native-txn".into(), 0, 42)])
+            .await
+            .unwrap();
+        let before = client.committed_offsets("native-app").await.unwrap();
+        assert!(
+            before.iter().all(|c| c.offset != 42),
+            "pending until the commit: {before:?}"
+        );
+        producer.commit().await.unwrap();
+        // The commit is answered once decided; the offsets settle with the markers after it.
+        let settled = async {
+            loop {
+                let after = client.committed_offsets("native-app").await.unwrap();
+                if after
+                    .iter()
+                    .any(|c| c.topic == "native-txn" && c.partition == 0 && c.offset == 42)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), settled)
+            .await
+            .expect("the committed transaction's offsets become the group's");
+        let committed = read_native(&client, "native-txn", IsolationLevel::ReadCommitted).await;
+        assert_eq!(
+            committed,
+            ["committed-0", "committed-1", "committed-2", "committed-3"]
+        );
+        let everything = read_native(&client, "native-txn", IsolationLevel::ReadUncommitted).await;
+        assert_eq!(everything.len(), 8, "{everything:?}");
+        // A second producer of the id fences the first.
+        producer.begin().unwrap();
+        producer.send(record("zombie", 0)).await.unwrap();
+        producer.flush().await.unwrap();
+        let newer = Producer::new(client.clone(), config);
+        newer.init_transactions().await.unwrap();
+        let refused = producer.commit().await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(strata_client::ErrorCode::ProducerFenced),
+            "{refused}"
+        );
+        let committed = read_native(&client, "native-txn", IsolationLevel::ReadCommitted).await;
+        assert!(!committed.contains(&"zombie".to_string()), "{committed:?}");
+    });
+}

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use strata_wire::batch::{Batch, BatchError, Record, split_batches};
 use strata_wire::protocol::{
-    Appended, EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest, FetchTopic,
-    LATEST_TIMESTAMP, Records, Request, Response,
+    AbortedTransaction, Appended, EARLIEST_TIMESTAMP, ErrorCode, FetchPartition, FetchRequest,
+    FetchTopic, LATEST_TIMESTAMP, Records, Request, Response,
 };
 
 use crate::{Client, ClientError};
@@ -27,6 +27,19 @@ pub struct ConsumerConfig {
     /// retrying (a broker down or no longer the leader), so a caller polling in a loop does not
     /// hammer it (Kafka's `retry.backoff.ms`).
     pub retry_backoff: Duration,
+    /// What transactional records `poll` returns (Kafka's `isolation.level`).
+    pub isolation: IsolationLevel,
+}
+
+/// Which records of transactions a consumer reads. Transaction markers are never returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Everything up to the high watermark, records of open and aborted transactions too.
+    #[default]
+    ReadUncommitted,
+    /// Only up to the last stable offset (below every open transaction), without the records
+    /// of aborted transactions.
+    ReadCommitted,
 }
 
 impl Default for ConsumerConfig {
@@ -38,7 +51,46 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 1 << 20,
             auto_offset_reset: Some(OffsetReset::Latest),
             retry_backoff: Duration::from_millis(100),
+            isolation: IsolationLevel::ReadUncommitted,
         }
+    }
+}
+
+/// Which batches of one partition's answer a consumer returns: never a marker, and for
+/// `read_committed` none of an aborted transaction's (Kafka's consumer does the same with the
+/// aborted transactions its fetch answer lists). Fed the batches in offset order.
+struct Visible {
+    /// Aborted transactions by first offset, those not yet reached.
+    aborted: std::collections::VecDeque<AbortedTransaction>,
+    /// Producers whose aborted transaction the batches are inside.
+    aborting: std::collections::HashSet<i64>,
+}
+
+impl Visible {
+    fn new(mut aborted: Vec<AbortedTransaction>) -> Visible {
+        aborted.sort_by_key(|txn| txn.first_offset);
+        Visible {
+            aborted: aborted.into(),
+            aborting: Default::default(),
+        }
+    }
+
+    fn keeps(&mut self, header: &strata_wire::BatchHeader) -> bool {
+        while self
+            .aborted
+            .front()
+            .is_some_and(|txn| txn.first_offset <= header.last_offset())
+        {
+            let txn = self.aborted.pop_front().expect("checked");
+            self.aborting.insert(txn.producer_id);
+        }
+        if header.is_control() {
+            if !header.marker_commits() {
+                self.aborting.remove(&header.producer_id);
+            }
+            return false;
+        }
+        !(header.is_transactional() && self.aborting.contains(&header.producer_id))
     }
 }
 
@@ -436,7 +488,7 @@ impl Consumer {
             min_bytes: self.config.min_bytes,
             max_bytes: self.config.max_bytes,
             topics,
-            read_committed: Appended(false),
+            read_committed: Appended(self.config.isolation == IsolationLevel::ReadCommitted),
         });
         let client = self.client.clone();
         let to = address.clone();
@@ -476,9 +528,20 @@ impl Consumer {
             }
             Err(error) => return Err(error),
         };
+        let mut stability: HashMap<(String, u32), Vec<AbortedTransaction>> = response
+            .stability
+            .0
+            .into_iter()
+            .map(|stable| ((stable.topic, stable.partition), stable.aborted))
+            .collect();
         for topic in response.topics {
             for partition in topic.partitions {
                 let batches = checked.next().expect("a checked entry per partition");
+                let mut visible = Visible::new(
+                    stability
+                        .remove(&(topic.name.clone(), partition.partition))
+                        .unwrap_or_default(),
+                );
                 let key = (topic.name.clone(), partition.partition);
                 if partition.error == ErrorCode::OffsetOutOfRange
                     && let Some(reset) = self.config.auto_offset_reset
@@ -526,6 +589,9 @@ impl Consumer {
                     }
                     let from_offset = *position;
                     *position = batch.last_offset() + 1;
+                    if !visible.keeps(batch.header()) {
+                        continue;
+                    }
                     consumed.push(ConsumedBatch {
                         topic: topic.name.clone(),
                         partition: partition.partition,

@@ -41,9 +41,19 @@ fn coordinator_error(code: ErrorCode) -> bool {
 impl Client {
     /// The `host:port` of the broker coordinating `group`.
     pub async fn find_coordinator(&self, group: &str) -> Result<String, ClientError> {
+        self.find_coordinator_of(group, false).await
+    }
+
+    /// The `host:port` of the broker coordinating `key`: a group, or with `transaction` a
+    /// transactional id.
+    pub async fn find_coordinator_of(
+        &self,
+        key: &str,
+        transaction: bool,
+    ) -> Result<String, ClientError> {
         let request = Request::FindCoordinator(FindCoordinatorRequest {
-            group: group.to_string(),
-            transaction: Default::default(),
+            group: key.to_string(),
+            transaction: strata_wire::protocol::Appended(transaction),
         });
         let Response::FindCoordinator(response) = self.any_broker(request).await? else {
             return Err(ClientError::Protocol(
@@ -64,7 +74,25 @@ impl Client {
         request: Request,
         code: fn(&Response) -> ErrorCode,
     ) -> Result<Response, ClientError> {
+        self.coordinator_request(group, false, request, code).await
+    }
+
+    /// [`Client::group_request`] for a group (`transaction` false) or a transactional id.
+    pub(crate) async fn coordinator_request(
+        &self,
+        key: &str,
+        transaction: bool,
+        request: Request,
+        code: fn(&Response) -> ErrorCode,
+    ) -> Result<Response, ClientError> {
         let deadline = Instant::now() + self.config().request_timeout;
+        // Groups and transactional ids may share names, not coordinators' cache entries.
+        let cache_key = if transaction {
+            format!("\0txn\0{key}")
+        } else {
+            key.to_string()
+        };
+        let group = cache_key.as_str();
         loop {
             let attempt = async {
                 let cached = self
@@ -76,7 +104,7 @@ impl Client {
                 let address = match cached {
                     Some(address) => address,
                     None => {
-                        let address = self.find_coordinator(group).await?;
+                        let address = self.find_coordinator_of(key, transaction).await?;
                         self.coordinators
                             .lock()
                             .expect("coordinators")

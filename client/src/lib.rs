@@ -24,9 +24,10 @@ mod producer;
 mod security;
 mod tcp;
 mod timer;
+mod transactions;
 
 pub use connection::{Connection, write_all_chunks};
-pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, OffsetReset, SeekTo};
+pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, IsolationLevel, OffsetReset, SeekTo};
 pub use frames::FrameReader;
 pub use group::{Delivery, GroupConfig, GroupConsumer, RebalanceEvent, TopicPartition};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};

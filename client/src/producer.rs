@@ -21,6 +21,7 @@ use strata_wire::protocol::{
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::transactions::Transaction;
 use crate::{Client, ClientError, now_ms};
 
 #[derive(Debug, Clone)]
@@ -50,6 +51,12 @@ pub struct ProducerConfig {
     /// wire and on disk for the CPU of compressing here and decompressing in the broker's check
     /// and in consumers.
     pub compression: Codec,
+    /// Kafka's `transactional.id`: the producer writes in transactions
+    /// ([`Producer::init_transactions`], [`Producer::begin`], [`Producer::commit`]), and a
+    /// newer producer with the same id fences this one. Implies `idempotent`.
+    pub transactional_id: Option<String>,
+    /// How long a transaction may stay open before the coordinator aborts it.
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -65,6 +72,8 @@ impl Default for ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             buffer_bytes: 64 << 20,
             compression: Codec::None,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -252,6 +261,8 @@ struct Inner {
     requests: Arc<RequestBatchers>,
     /// Bytes of the batches finished so far, as sent (after compression).
     batch_bytes: Arc<AtomicU64>,
+    /// A transactional producer's transaction.
+    transaction: Option<Arc<Transaction>>,
 }
 
 /// What a partition's sender task needs: not the producer itself, so dropping every producer
@@ -269,6 +280,7 @@ struct SenderContext {
     linger_wake: Arc<Notify>,
     /// The producer's [`Inner::batch_bytes`].
     batch_bytes: Arc<AtomicU64>,
+    transaction: Option<Arc<Transaction>>,
 }
 
 /// One partition batch waiting for a produce request to its leader.
@@ -461,6 +473,11 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(client: Arc<Client>, mut config: ProducerConfig) -> Producer {
+        let transaction = config
+            .transactional_id
+            .clone()
+            .map(|id| Arc::new(Transaction::new(id, config.transaction_timeout)));
+        config.idempotent |= transaction.is_some();
         if config.idempotent {
             // Only what every in-sync replica has can be deduplicated after a failover.
             config.acks = ACKS_ALL;
@@ -478,6 +495,7 @@ impl Producer {
             idempotence: Arc::default(),
             requests: Arc::default(),
             batch_bytes: Arc::default(),
+            transaction,
         });
         tokio::spawn(linger(
             Arc::downgrade(&inner),
@@ -493,7 +511,9 @@ impl Producer {
     /// a partition.
     pub async fn send(&self, record: ProducerRecord) -> Result<RecordFuture, ClientError> {
         let inner = &self.inner;
-        if inner.config.idempotent {
+        if let Some(transaction) = &inner.transaction {
+            transaction.check_open()?;
+        } else if inner.config.idempotent {
             inner.idempotence.ensure(&inner.client).await?;
         }
         let count = match inner.client.cached_partition_count(&record.topic) {
@@ -567,7 +587,9 @@ impl Producer {
         records: &[(Option<&[u8]>, &[u8])],
     ) -> Result<Vec<RecordFuture>, ClientError> {
         let inner = &self.inner;
-        if inner.config.idempotent {
+        if let Some(transaction) = &inner.transaction {
+            transaction.check_open()?;
+        } else if inner.config.idempotent {
             inner.idempotence.ensure(&inner.client).await?;
         }
         let metadata = inner.client.metadata_for(topic).await?;
@@ -634,6 +656,62 @@ impl Producer {
     /// disk: after compression, with batch headers and entries (retries count once).
     pub fn batch_bytes(&self) -> u64 {
         self.inner.batch_bytes.load(Ordering::Relaxed)
+    }
+
+    /// A transactional producer's id and epoch from its transactional id's coordinator, every
+    /// earlier producer of the id fenced (and its open transaction aborted). Call once, before
+    /// the first transaction.
+    pub async fn init_transactions(&self) -> Result<(), ClientError> {
+        let transaction = self.transaction()?;
+        let identity = transaction.init(&self.inner.client).await?;
+        *self
+            .inner
+            .idempotence
+            .identity
+            .lock()
+            .expect("producer identity") = Some(identity);
+        Ok(())
+    }
+
+    /// Opens a transaction: records sent until [`Producer::commit`] or [`Producer::abort`]
+    /// belong to it.
+    pub fn begin(&self) -> Result<(), ClientError> {
+        self.transaction()?.begin()
+    }
+
+    /// Makes `offsets` (topic, partition, next offset to consume) `group`'s committed offsets
+    /// when the open transaction commits: a consume-transform-produce loop's exactly-once step.
+    pub async fn send_offsets(
+        &self,
+        group: &str,
+        offsets: &[(String, u32, u64)],
+    ) -> Result<(), ClientError> {
+        self.transaction()?
+            .send_offsets(&self.inner.client, group, offsets)
+            .await
+    }
+
+    /// Waits for every record of the open transaction, then commits it: consumers reading
+    /// committed records see them all, and its offsets become the group's.
+    pub async fn commit(&self) -> Result<(), ClientError> {
+        let transaction = self.transaction()?;
+        self.flush().await?;
+        transaction.end(&self.inner.client, true).await
+    }
+
+    /// Aborts the open transaction: its records are never read committed.
+    pub async fn abort(&self) -> Result<(), ClientError> {
+        let transaction = self.transaction()?;
+        self.flush().await?;
+        transaction.end(&self.inner.client, false).await
+    }
+
+    fn transaction(&self) -> Result<Arc<Transaction>, ClientError> {
+        self.inner.transaction.clone().ok_or_else(|| {
+            ClientError::InvalidArgument(
+                "not a transactional producer (no transactional_id)".into(),
+            )
+        })
     }
 
     /// Sends every open batch now and waits until everything sent before is answered.
@@ -716,6 +794,11 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
         accumulator
             .builder
             .set_producer(producer_id, producer_epoch, state.next_sequence);
+        if inner.transaction.is_some() {
+            accumulator
+                .builder
+                .set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
+        }
         // Sequences wrap to 0 after i32::MAX, as Kafka's do.
         state.next_sequence = ((i64::from(state.next_sequence) + i64::from(records))
             % (i64::from(i32::MAX) + 1)) as i32;
@@ -739,6 +822,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             waiting: state.waiting.clone(),
             linger_wake: inner.taken.clone(),
             batch_bytes: inner.batch_bytes.clone(),
+            transaction: inner.transaction.clone(),
         };
         tokio::spawn(send_partition(context, topic.clone(), partition, receiver));
         sender
@@ -863,7 +947,16 @@ async fn send_partition(
                     let Sealed { builder, reply, bytes, epoch } = sealed;
                     let batch = builder.into_batch();
                     inner.batch_bytes.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    let written = dispatch(&inner, &topic, partition, batch.clone()).await;
+                    let added = match &inner.transaction {
+                        Some(transaction) => {
+                            transaction.ensure_added(&inner.client, &topic, partition).await
+                        }
+                        None => Ok(()),
+                    };
+                    let written = match added {
+                        Ok(()) => dispatch(&inner, &topic, partition, batch.clone()).await,
+                        Err(error) => Err(error),
+                    };
                     let context = inner.clone();
                     let topic = topic.clone();
                     in_flight.push_back(async move {
@@ -880,7 +973,10 @@ async fn send_partition(
                         // A batch that failed for good leaves a hole in its partition's
                         // sequence: move to the next epoch. Unless a newer instance fenced
                         // this one: that stays an error.
-                        if let (Err(error), Some(epoch)) = (&result, epoch)
+                        if let (Err(error), Some(transaction)) = (&result, &context.transaction) {
+                            // Only the coordinator gives a transactional producer an epoch.
+                            transaction.batch_failed(error);
+                        } else if let (Err(error), Some(epoch)) = (&result, epoch)
                             && error.code() != Some(ErrorCode::InvalidProducerEpoch)
                         {
                             context.idempotence.next_epoch(&context.client, epoch).await;

@@ -170,7 +170,8 @@ fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
 }
 
 /// Each partition's idempotent producers as its leader's log keeps them: id, epoch, last
-/// sequence and last timestamp (no transactions, so no coordinator epoch or open one).
+/// sequence, last timestamp and the first offset of its open transaction (no coordinator
+/// epoch: markers carry none that partitions check).
 pub(super) async fn describe_producers(
     shard: &Rc<Shard>,
     client: &Client,
@@ -216,7 +217,12 @@ pub(super) async fn describe_producers(
                         .with_last_sequence(producer.last_sequence)
                         .with_last_timestamp(producer.last_timestamp_ms)
                         .with_coordinator_epoch(-1)
-                        .with_current_txn_start_offset(-1)
+                        .with_current_txn_start_offset(
+                            summary
+                                .open_transactions
+                                .get(&producer.producer_id)
+                                .map_or(-1, |open| open.first_offset as i64),
+                        )
                 })
                 .collect();
             partitions.push(refused(errors::NONE).with_active_producers(producers));
