@@ -11,7 +11,9 @@ Roles:
                               GROUP), writes each record's value prefixed "T:" under its key to
                               the same partition of OUT and commits the consumed offsets in the
                               same transaction (transactional.id TXN_ID); exits 0 once nothing
-                              new came for IDLE_S seconds.
+                              new came for IDLE_S seconds. One transaction in ten is
+                              aborted on purpose once its records are written (and its
+                              input read again), so aborted records are always in OUT.
   watch OUT SECONDS PATH      a read_committed reader of every partition of OUT from the start,
                               for SECONDS; writes what it saw, in order, to PATH as JSON
                               ({partition: [values]}), rewritten every second.
@@ -20,6 +22,7 @@ Roles:
 
 import json
 import os
+import random
 import sys
 import time
 import uuid
@@ -106,19 +109,28 @@ def app():
         positions = consumer.position(consumer.assignment())
         producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
         try:
+            if random.random() < 0.1:
+                producer.flush(60)
+                producer.abort_transaction(60)
+                rewind(consumer)
+                continue
             producer.commit_transaction(60)
         except KafkaException as error:
             if error.args[0].txn_requires_abort():
                 producer.abort_transaction(60)
-                # Back to the committed offsets: what this transaction read is read again.
-                for tp in consumer.assignment():
-                    committed = consumer.committed([tp], 30)[0]
-                    consumer.seek(TopicPartition(tp.topic, tp.partition, max(committed.offset, 0)))
+                rewind(consumer)
                 continue
             raise
         transactions += 1
     consumer.close()
     return {"transactions": transactions}
+
+
+def rewind(consumer):
+    """Back to the committed offsets: what an aborted transaction read is read again."""
+    for tp in consumer.assignment():
+        committed = consumer.committed([tp], 30)[0]
+        consumer.seek(TopicPartition(tp.topic, tp.partition, max(committed.offset, 0)))
 
 
 def watch():
