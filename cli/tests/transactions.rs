@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{TestNode, free_base_port, wait_for_at_most};
+use support::{TestNode, free_base_port, metric_total, wait_for_at_most};
 
 /// `transactions/confluent_txn.py MODE BOOTSTRAP TOPIC ARGS`: its JSON.
 fn confluent(mode: &str, bootstrap: &str, topic: &str, args: &[&str]) -> Value {
@@ -115,16 +115,26 @@ fn a_newer_producer_fences_the_older_and_aborts_its_transaction() {
 /// A producer that opens a transaction and goes away: the LSO stays at its first record
 /// (read_committed consumers wait there) until the transaction's timeout, when the
 /// coordinator aborts it and the LSO moves to the high watermark; its records are never read
-/// committed. The same holds across a restart of the node in the middle.
+/// committed. The same holds across a restart of the node in the middle. `/metrics` shows the
+/// open transactions and the oldest one's age while it is open, and the abort after.
 #[test]
 fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut node, kafka) = node_with_kafka(dir.path());
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let mut node = TestNode::start_with(
+        dir.path(),
+        2,
+        &["--kafka-listen", &kafka, "--admin", &admin_address],
+    );
     node.cli(&["topic", "create", "stuck", "--partitions", "2"], None);
     confluent("open", &kafka, "stuck", &["6", "txn-stuck", "4000"]);
     let ends = confluent("ends", &kafka, "stuck", &[]);
     assert_eq!(ends["committed"], json!({"0": 0, "1": 0}), "{ends}");
     assert_eq!(ends["uncommitted"], json!({"0": 3, "1": 3}), "{ends}");
+    assert_eq!(metric_total(admin, "strata_open_transactions"), 2.0);
+    assert!(metric_total(admin, "strata_oldest_open_transaction_seconds") > 0.0);
     // The coordinator's record and the partitions' open transactions survive a restart.
     node.restart();
     let ends = confluent("ends", &kafka, "stuck", &[]);
@@ -144,6 +154,11 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     );
     let read = confluent("consume", &kafka, "stuck", &["committed"]);
     assert_eq!(read, json!({"0": [], "1": []}));
+    assert_eq!(metric_total(admin, "strata_open_transactions"), 0.0);
+    assert_eq!(
+        metric_total(admin, "strata_transactions_aborted_by_timeout_total"),
+        1.0
+    );
 }
 
 /// `transactions/eos.py ROLE BOOTSTRAP ARGS` as a child process.

@@ -208,12 +208,45 @@ impl LogOffsets {
     }
 }
 
+/// What the log task publishes after each command, for its shard to read without asking.
+#[derive(Debug, Default)]
+struct Published {
+    /// [`PartitionLog::direct_phase`].
+    direct_phase: Cell<Option<usize>>,
+    transactions: Cell<OpenTransactions>,
+}
+
+impl Published {
+    fn of<S: Storage>(log: &PartitionLog<S>) -> Published {
+        let published = Published::default();
+        published.update(log);
+        published
+    }
+
+    fn update<S: Storage>(&self, log: &PartitionLog<S>) {
+        self.direct_phase.set(log.direct_phase());
+        let transactions = log.producers().transactions();
+        self.transactions.set(OpenTransactions {
+            count: transactions.open().len(),
+            oldest_started_ms: transactions.oldest_open().map(|(_, open)| open.started_ms),
+        });
+    }
+}
+
+/// A partition's open transactions, for metrics: how many, and when the oldest began (a
+/// stuck one holds every `read_committed` consumer of the partition back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenTransactions {
+    pub count: usize,
+    pub oldest_started_ms: Option<i64>,
+}
+
 /// Cheap handle to a log task; clone it for each producer.
 #[derive(Clone)]
 pub struct LogHandle {
     commands: mpsc::UnboundedSender<Command>,
-    /// [`PartitionLog::direct_phase`] as of the log task's last command.
-    direct_phase: Rc<Cell<Option<usize>>>,
+    /// What the log task published after its last command.
+    published: Rc<Published>,
 }
 
 /// Replicated batches as the follower received them: anywhere, or in place for a direct write.
@@ -294,7 +327,12 @@ impl LogHandle {
     /// Where the next replicated batches should start within a block to be written direct
     /// without a copy ([`PartitionLog::direct_phase`]), as of the log task's last command.
     pub fn direct_phase(&self) -> Option<usize> {
-        self.direct_phase.get()
+        self.published.direct_phase.get()
+    }
+
+    /// The partition's open transactions, as of the log task's last command.
+    pub fn open_transactions(&self) -> OpenTransactions {
+        self.published.transactions.get()
     }
 
     pub async fn replica_info(&self) -> Result<ReplicaInfo, LogError> {
@@ -515,18 +553,18 @@ pub fn spawn_tuned<S: Storage>(
         "a group must be able to hold an append"
     );
     let (commands, receiver) = mpsc::unbounded_channel();
-    let direct_phase = Rc::new(Cell::new(log.direct_phase()));
+    let published = Rc::new(Published::of(&log));
     tokio::task::spawn_local(run(
         log,
         receiver,
         commands.downgrade(),
         clock,
         tuning,
-        direct_phase.clone(),
+        published.clone(),
     ));
     LogHandle {
         commands,
-        direct_phase,
+        published,
     }
 }
 
@@ -598,7 +636,7 @@ async fn run<S: Storage>(
     own_commands: mpsc::WeakUnboundedSender<Command>,
     clock: Clock,
     tuning: WriterTuning,
-    direct_phase: Rc<Cell<Option<usize>>>,
+    published: Rc<Published>,
 ) {
     // Only for a log on the filesystem the rounds sync.
     let shared_sync = tuning
@@ -612,7 +650,7 @@ async fn run<S: Storage>(
         clock,
         tuning,
         shared_sync,
-        direct_phase,
+        published,
         in_flight: None,
         parked_reads: Vec::new(),
         appends: Vec::with_capacity(64),
@@ -622,7 +660,7 @@ async fn run<S: Storage>(
     let mut group = Vec::with_capacity(64);
     loop {
         // Appends, rolls and truncations all move it; reading it is a few loads.
-        task.direct_phase.set(task.log.direct_phase());
+        task.published.update(&task.log);
         let now = task.clock.now();
         task.poll_sync(now);
         let idle_flush_wait = task.poll_timeout(now);
@@ -707,7 +745,7 @@ struct LogTask<S: Storage> {
     tuning: WriterTuning,
     /// The shard's `syncfs` rounds, if they cover this log.
     shared_sync: Option<Rc<SharedSync>>,
-    direct_phase: Rc<Cell<Option<usize>>>,
+    published: Rc<Published>,
     in_flight: SyncInFlight,
     parked_reads: Vec<ParkedRead>,
     /// A group's appends and their replies, reused from group to group.
@@ -917,7 +955,7 @@ impl<S: Storage> LogTask<S> {
                         log.append_replicated_placed(placed, now_ms).await
                     }
                 };
-                self.direct_phase.set(log.direct_phase());
+                self.published.direct_phase.set(log.direct_phase());
                 self.on_written(reply, appended);
             }
             Command::Summary { reply } => {

@@ -112,6 +112,8 @@ pub struct Snapshot {
     /// Each follower of each partition this shard leads: records it is behind the leader's
     /// log end, as of its last fetch (followers not heard from yet are left out).
     pub replica_lags: Vec<ReplicaLag>,
+    /// Each partition this shard leads with transactions open.
+    pub open_transactions: Vec<PartitionTransactions>,
     /// The log cleaner's work on this shard.
     pub cleaner: CleanerTotals,
     /// Each compacted replica on this shard, as of the cleaner's last look at it.
@@ -158,6 +160,16 @@ pub struct ReplicaLag {
     pub records: u64,
 }
 
+/// A partition's open transactions: how many, and how long the oldest has been open (its
+/// first record's timestamp against the scrape's clock): the last stable offset waits for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionTransactions {
+    pub topic: String,
+    pub partition: u32,
+    pub open: usize,
+    pub oldest_age_seconds: f64,
+}
+
 impl Default for Snapshot {
     fn default() -> Self {
         let histogram = latency_histogram;
@@ -190,6 +202,7 @@ impl Default for Snapshot {
             authentications: 0,
             authentication_failures: 0,
             replica_lags: Vec::new(),
+            open_transactions: Vec::new(),
             cleaner: CleanerTotals::default(),
             compaction: BTreeMap::new(),
             quota_throttles: BTreeMap::new(),
@@ -764,6 +777,31 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             out,
             "strata_replica_lag_records{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\",replica=\"{}\"}} {}",
             lag.topic, lag.partition, lag.replica, lag.records
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_open_transactions Transactions open on each partition this node leads (partitions with none are left out).\n# TYPE strata_open_transactions gauge"
+    );
+    let open = snapshots
+        .iter()
+        .flat_map(|snapshot| &snapshot.open_transactions);
+    for txns in open.clone() {
+        let _ = writeln!(
+            out,
+            "strata_open_transactions{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {}",
+            txns.topic, txns.partition, txns.open
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_oldest_open_transaction_seconds How long the oldest open transaction of each partition this node leads has been open: read_committed consumers wait at its first record.\n# TYPE strata_oldest_open_transaction_seconds gauge"
+    );
+    for txns in open {
+        let _ = writeln!(
+            out,
+            "strata_oldest_open_transaction_seconds{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {:.3}",
+            txns.topic, txns.partition, txns.oldest_age_seconds
         );
     }
     render_labelled(&mut out, node_id, snapshots);

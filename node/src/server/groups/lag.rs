@@ -110,6 +110,25 @@ impl<S: GroupStore> GroupManager<S> {
                 self.groups[*name].core.generation()
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP strata_transactions_aborted_by_timeout_total Transactions this broker's coordinator aborted because they outlived their transaction.timeout.ms.\n# TYPE strata_transactions_aborted_by_timeout_total counter\nstrata_transactions_aborted_by_timeout_total{{node=\"{node}\"}} {}",
+            self.txn_aborts_by_timeout
+        );
+        let _ = writeln!(
+            out,
+            "# HELP strata_transactional_ids Transactional ids this broker coordinates, by the state of their transaction.\n# TYPE strata_transactional_ids gauge"
+        );
+        let mut states: std::collections::BTreeMap<&str, u64> = Default::default();
+        for record in self.txns.core.records() {
+            *states.entry(record.state.name()).or_default() += 1;
+        }
+        for (state, count) in states {
+            let _ = writeln!(
+                out,
+                "strata_transactional_ids{{node=\"{node}\",state=\"{state}\"}} {count}"
+            );
+        }
         let lags = self.lags.lock().expect("lags");
         let _ = writeln!(
             out,

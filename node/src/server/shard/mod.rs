@@ -353,6 +353,7 @@ impl Shard {
             self.writer_tuning.shared_sync.as_deref(),
         );
         snapshot.replica_lags = self.replica_lags();
+        snapshot.open_transactions = self.open_transactions();
         snapshot.tail_cache_bytes = self.tail_caches.len() as u64;
         snapshot.reads = self.tail_caches.read_totals();
         snapshot
@@ -379,6 +380,28 @@ impl Shard {
             }
         }
         (led, under_replicated)
+    }
+
+    /// The open transactions of each partition this shard leads (for metrics).
+    fn open_transactions(&self) -> Vec<metrics::PartitionTransactions> {
+        let now_ms = self.clock().wall_ms();
+        let partitions = self.partitions.borrow();
+        let mut open: Vec<_> = partitions
+            .iter()
+            .filter(|(_, replica)| matches!(replica.role, Role::Leader(_)))
+            .filter_map(|((topic, partition), replica)| {
+                let txns = replica.log.open_transactions();
+                let oldest = txns.oldest_started_ms?;
+                Some(metrics::PartitionTransactions {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    open: txns.count,
+                    oldest_age_seconds: now_ms.saturating_sub(oldest).max(0) as f64 / 1000.0,
+                })
+            })
+            .collect();
+        open.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        open
     }
 
     /// How far each follower of each partition this shard leads is behind (for metrics).
