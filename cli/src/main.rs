@@ -24,6 +24,7 @@ mod reference;
 mod security_cmd;
 mod serve;
 mod tune_cmd;
+mod txn_cmd;
 mod units;
 
 use std::path::PathBuf;
@@ -100,6 +101,13 @@ enum Command {
         connection: Connection,
         #[command(subcommand)]
         command: quota_cmd::QuotaCommand,
+    },
+    /// Transactions: the transactional ids coordinators hold, and one id's transaction.
+    Txn {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: txn_cmd::TxnCommand,
     },
     /// Cluster-wide information.
     Cluster {
@@ -383,6 +391,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => client_cmd::runtime()?.block_on(quota_cmd::quota(connection, command)),
+        Command::Txn {
+            connection,
+            command,
+        } => client_cmd::runtime()?.block_on(txn_cmd::txn(connection, command)),
         Command::Bench { connection, args } => {
             client_cmd::runtime()?.block_on(bench_cmd::bench(connection, args))
         }
@@ -390,69 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             duration,
             out,
-        } => {
-            // A progress line on a terminal (`\r`-rewritten), nothing otherwise.
-            let show_progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let on_progress = |done: f64, phase: Option<&str>| {
-                if !show_progress {
-                    return;
-                }
-                let bar = strata_bench::progress_bar(done, 30);
-                match phase {
-                    Some(name) => eprint!("\r{bar} {name:<40}"),
-                    None => eprintln!("\r{bar} done{:<40}", ""),
-                }
-                let _ = std::io::Write::flush(&mut std::io::stderr());
-            };
-            let properties = strata_node::iotune::measure(&data_dir, duration, &on_progress)
-                .map_err(|error| anyhow::anyhow!("measuring {}: {error}", data_dir.display()))?;
-            let out = out.unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
-            strata_node::iotune::write(&properties, &out)
-                .map_err(|error| anyhow::anyhow!("writing {}: {error}", out.display()))?;
-            let (measured, chosen) = (&properties.measured, &properties.chosen);
-            let by_key = |map: &std::collections::BTreeMap<String, f64>,
-                          unit: fn(u64) -> String| {
-                let mut points: Vec<(u64, f64)> = map
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.parse().ok()?, *v)))
-                    .collect();
-                points.sort_unstable_by_key(|(k, _)| *k);
-                points
-                    .iter()
-                    .map(|(k, v)| format!("{}: {v:.0}", unit(*k)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            outln!(
-                "direct IO: {}\nwrite MB/s by size: {}\nbuffered write MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
-                measured.direct_io,
-                by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
-                    "{} KiB",
-                    bytes >> 10
-                )),
-                by_key(&measured.buffered_write_mb_per_s_by_size, |bytes| format!(
-                    "{} KiB",
-                    bytes >> 10
-                )),
-                by_key(&measured.write_mb_per_s_by_queue_depth, |depth| depth
-                    .to_string()),
-                by_key(&measured.synced_mb_per_s_by_files, |files| files
-                    .to_string()),
-                measured.fdatasync_us_p50,
-                measured.fdatasync_us_p99,
-                measured.fdatasync_us_max,
-                measured.fdatasync_count,
-                measured.read_mb_per_s
-            );
-            outln!(
-                "chosen: write {} B, {} writes in flight, group-commit window {} µs\nwrote {}",
-                chosen.write_bytes,
-                chosen.writes_in_flight,
-                chosen.group_commit_window_us,
-                out.display()
-            );
-            Ok(())
-        }
+        } => iotune(data_dir, duration, out),
         Command::Tune { command } => tune_cmd::run(command),
         Command::Log { command } => match command {
             LogCommand::Dump { dir, records } => io::run_on(&Backend::detect(), |storage| {
@@ -498,4 +448,72 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
     }
+}
+
+/// `strata iotune`: measures the disk under `data_dir` and writes the io-properties file.
+fn iotune(
+    data_dir: PathBuf,
+    duration: std::time::Duration,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    // A progress line on a terminal (`\r`-rewritten), nothing otherwise.
+    let show_progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let on_progress = |done: f64, phase: Option<&str>| {
+        if !show_progress {
+            return;
+        }
+        let bar = strata_bench::progress_bar(done, 30);
+        match phase {
+            Some(name) => eprint!("\r{bar} {name:<40}"),
+            None => eprintln!("\r{bar} done{:<40}", ""),
+        }
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+    };
+    let properties = strata_node::iotune::measure(&data_dir, duration, &on_progress)
+        .map_err(|error| anyhow::anyhow!("measuring {}: {error}", data_dir.display()))?;
+    let out = out.unwrap_or_else(|| data_dir.join(strata_node::iotune::IO_PROPERTIES_FILE));
+    strata_node::iotune::write(&properties, &out)
+        .map_err(|error| anyhow::anyhow!("writing {}: {error}", out.display()))?;
+    let (measured, chosen) = (&properties.measured, &properties.chosen);
+    let by_key = |map: &std::collections::BTreeMap<String, f64>, unit: fn(u64) -> String| {
+        let mut points: Vec<(u64, f64)> = map
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, *v)))
+            .collect();
+        points.sort_unstable_by_key(|(k, _)| *k);
+        points
+            .iter()
+            .map(|(k, v)| format!("{}: {v:.0}", unit(*k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    outln!(
+        "direct IO: {}\nwrite MB/s by size: {}\nbuffered write MB/s by size: {}\nwrite MB/s by writes in flight: {}\nsynced-write MB/s by files at once: {}\nfdatasync µs: p50 {} p99 {} max {} ({} syncs)\nread MB/s: {:.0}",
+        measured.direct_io,
+        by_key(&measured.write_mb_per_s_by_size, |bytes| format!(
+            "{} KiB",
+            bytes >> 10
+        )),
+        by_key(&measured.buffered_write_mb_per_s_by_size, |bytes| format!(
+            "{} KiB",
+            bytes >> 10
+        )),
+        by_key(&measured.write_mb_per_s_by_queue_depth, |depth| depth
+            .to_string()),
+        by_key(&measured.synced_mb_per_s_by_files, |files| files
+            .to_string()),
+        measured.fdatasync_us_p50,
+        measured.fdatasync_us_p99,
+        measured.fdatasync_us_max,
+        measured.fdatasync_count,
+        measured.read_mb_per_s
+    );
+    outln!(
+        "chosen: write {} B, {} writes in flight, group-commit window {} µs\nwrote {}",
+        chosen.write_bytes,
+        chosen.writes_in_flight,
+        chosen.group_commit_window_us,
+        out.display()
+    );
+    Ok(())
 }

@@ -86,29 +86,6 @@ fn produce_to_partition_0(java: &Java, bootstrap: &str, topic: &str, count: u64)
     assert_eq!(produced["acked"], count, "{produced}");
 }
 
-/// One Kafka request of `api` at `version` to `broker`, and its decoded answer.
-fn raw_request<Req, Resp>(
-    broker: &str,
-    api: strata_kafka::kafka_protocol::messages::ApiKey,
-    version: i16,
-    request: &Req,
-) -> Resp
-where
-    Req: strata_kafka::kafka_protocol::protocol::Encodable,
-    Resp: strata_kafka::kafka_protocol::protocol::Decodable,
-{
-    use std::io::Write;
-    use strata_kafka::kafka_protocol::messages::ResponseHeader;
-    use strata_kafka::kafka_protocol::protocol::Decodable;
-    let mut stream = std::net::TcpStream::connect(broker).unwrap();
-    stream
-        .write_all(&support::request_frame(api, version, 1, request))
-        .unwrap();
-    let mut answer = support::read_frame(&mut stream).expect("an answer");
-    ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
-    Resp::decode(&mut answer, version).unwrap()
-}
-
 /// OffsetForLeaderEpoch v4 for partition 0 of `elect` at `leader` (a Kafka address):
 /// (error code, leader epoch, end offset).
 fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, i64) {
@@ -132,7 +109,7 @@ fn epoch_end(leader: &str, epoch: i32, current_leader_epoch: i32) -> (i16, i32, 
                 ]),
         ]);
     let response: OffsetForLeaderEpochResponse =
-        raw_request(leader, ApiKey::OffsetForLeaderEpoch, 4, &request);
+        support::raw_request(leader, ApiKey::OffsetForLeaderEpoch, 4, &request);
     let partition = &response.topics[0].partitions[0];
     (
         partition.error_code,
@@ -163,7 +140,8 @@ fn latest_offset(leader: &str, current_leader_epoch: i32) -> (i16, i64) {
                         .with_timestamp(-1),
                 ]),
         ]);
-    let response: ListOffsetsResponse = raw_request(leader, ApiKey::ListOffsets, 7, &request);
+    let response: ListOffsetsResponse =
+        support::raw_request(leader, ApiKey::ListOffsets, 7, &request);
     let partition = &response.topics[0].partitions[0];
     (partition.error_code, partition.offset)
 }
@@ -1212,7 +1190,7 @@ fn kip848_groups_split_topics_and_rebalance_without_stopping_their_members() {
         "uniform: two each: {described}"
     );
     // One protocol at a time: a classic member is refused while the group has members.
-    let join: strata_kafka::kafka_protocol::messages::JoinGroupResponse = raw_request(
+    let join: strata_kafka::kafka_protocol::messages::JoinGroupResponse = support::raw_request(
         &kafka,
         strata_kafka::kafka_protocol::messages::ApiKey::JoinGroup,
         5,

@@ -479,6 +479,7 @@ fn a_fetch_answer_is_held_to_its_max_bytes() {
                         })
                         .collect(),
                 }],
+                read_committed: Default::default(),
             })
         };
         // Per partition: bytes of records answered, and the high watermark.

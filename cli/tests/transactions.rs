@@ -135,6 +135,30 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     assert_eq!(ends["uncommitted"], json!({"0": 3, "1": 3}), "{ends}");
     assert_eq!(metric_total(admin, "strata_open_transactions"), 2.0);
     assert!(metric_total(admin, "strata_oldest_open_transaction_seconds") > 0.0);
+    // The operators' view: `strata txn`, and Kafka's ListTransactions / DescribeTransactions.
+    let listed: Value =
+        serde_json::from_str(&node.cli(&["txn", "list", "--format", "json"], None)).unwrap();
+    assert_eq!(
+        listed["transactions"][0]["transactional_id"], "txn-stuck",
+        "{listed}"
+    );
+    assert_eq!(listed["transactions"][0]["state"], "Ongoing");
+    let described: Value = serde_json::from_str(
+        &node.cli(&["txn", "describe", "txn-stuck", "--format", "json"], None),
+    )
+    .unwrap();
+    assert_eq!(
+        described["partitions"],
+        json!(["stuck-0", "stuck-1"]),
+        "{described}"
+    );
+    assert_eq!(described["timeout_ms"], 4000);
+    let (kafka_listed, kafka_described) = kafka_list_and_describe(&kafka, "txn-stuck");
+    assert_eq!(
+        kafka_listed,
+        vec![("txn-stuck".to_string(), "Ongoing".to_string())]
+    );
+    assert_eq!(kafka_described, ("Ongoing".to_string(), 2));
     // The coordinator's record and the partitions' open transactions survive a restart.
     node.restart();
     let ends = confluent("ends", &kafka, "stuck", &[]);
@@ -159,6 +183,42 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         metric_total(admin, "strata_transactions_aborted_by_timeout_total"),
         1.0
     );
+    let (_, described) = kafka_list_and_describe(&kafka, "txn-stuck");
+    assert_eq!(described, ("CompleteAbort".to_string(), 0));
+}
+
+/// Kafka's ListTransactions (every id with its state) and DescribeTransactions of `id` (its
+/// state and how many partitions its transaction holds), sent raw to `kafka`.
+fn kafka_list_and_describe(kafka: &str, id: &str) -> (Vec<(String, String)>, (String, usize)) {
+    use strata_kafka::kafka_protocol::messages::{
+        ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
+        ListTransactionsResponse, TransactionalId,
+    };
+    use strata_kafka::kafka_protocol::protocol::StrBytes;
+    let listed: ListTransactionsResponse = support::raw_request(
+        kafka,
+        ApiKey::ListTransactions,
+        0,
+        &ListTransactionsRequest::default(),
+    );
+    let listed = listed
+        .transaction_states
+        .iter()
+        .map(|t| {
+            (
+                t.transactional_id.0.to_string(),
+                t.transaction_state.to_string(),
+            )
+        })
+        .collect();
+    let request = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(id.to_string()))]);
+    let described: DescribeTransactionsResponse =
+        support::raw_request(kafka, ApiKey::DescribeTransactions, 0, &request);
+    let state = &described.transaction_states[0];
+    assert_eq!(state.error_code, 0);
+    let partitions = state.topics.iter().map(|t| t.partitions.len()).sum();
+    (listed, (state.transaction_state.to_string(), partitions))
 }
 
 /// `transactions/eos.py ROLE BOOTSTRAP ARGS` as a child process.

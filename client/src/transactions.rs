@@ -246,3 +246,65 @@ impl Transaction {
         Ok(())
     }
 }
+
+impl Client {
+    /// Every transactional id the cluster's coordinators hold (each broker answers for those
+    /// it coordinates), sorted by id.
+    pub async fn list_transactions(
+        &self,
+    ) -> Result<Vec<strata_wire::protocol::ListedTransaction>, ClientError> {
+        let metadata = self.refresh_metadata().await?;
+        let mut listed = Vec::new();
+        for broker in metadata.brokers.values() {
+            let address = format!("{}:{}", broker.host, broker.port);
+            let request =
+                Request::ListTransactions(strata_wire::protocol::ListTransactionsRequest {
+                    states: Vec::new(),
+                    producer_ids: Vec::new(),
+                });
+            match self.request(&address, request).await? {
+                Response::ListTransactions(answer) if answer.error == ErrorCode::None => {
+                    listed.extend(answer.transactions);
+                }
+                Response::ListTransactions(answer) => {
+                    return Err(ClientError::Broker(answer.error));
+                }
+                _ => {
+                    return Err(ClientError::Protocol(
+                        "ListTransactions answered otherwise".into(),
+                    ));
+                }
+            }
+        }
+        listed.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        Ok(listed)
+    }
+
+    /// A transactional id as its coordinator holds it.
+    pub async fn describe_transaction(
+        &self,
+        transactional_id: &str,
+    ) -> Result<strata_wire::protocol::TransactionDescription, ClientError> {
+        let request =
+            Request::DescribeTransactions(strata_wire::protocol::DescribeTransactionsRequest {
+                transactional_ids: vec![transactional_id.to_string()],
+            });
+        let answer = self
+            .coordinator_request(transactional_id, true, request, |response| match response {
+                Response::DescribeTransactions(answer) => answer
+                    .transactions
+                    .first()
+                    .map_or(ErrorCode::InvalidRequest, |t| t.error),
+                _ => ErrorCode::InvalidRequest,
+            })
+            .await?;
+        match answer {
+            Response::DescribeTransactions(mut answer) if !answer.transactions.is_empty() => {
+                Ok(answer.transactions.remove(0))
+            }
+            _ => Err(ClientError::Protocol(
+                "DescribeTransactions answered otherwise".into(),
+            )),
+        }
+    }
+}

@@ -14,13 +14,14 @@ use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
     DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
-    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
-    EndTxnRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-    SyncGroupRequest, TxnOffsetCommitRequest,
+    DescribeTopicPartitionsRequest, DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest, ElectLeadersRequest, EndTxnRequest, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, ListPartitionReassignmentsRequest, ListTransactionsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -33,7 +34,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 47] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 49] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -83,6 +84,9 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 47] = [
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    // 1 filters by how long transactions have run, 2 by a pattern of ids: not kept.
+    (ApiKey::ListTransactions, 0, 0),
 ];
 
 /// What every request carries ahead of its body.
@@ -159,6 +163,8 @@ pub enum KafkaRequest {
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
     EndTxn(EndTxnRequest),
     TxnOffsetCommit(TxnOffsetCommitRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
 }
 
 /// Why a request was not decoded.
@@ -257,6 +263,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::AddOffsetsToTxn => decoded!(AddOffsetsToTxn),
         ApiKey::EndTxn => decoded!(EndTxn),
         ApiKey::TxnOffsetCommit => decoded!(TxnOffsetCommit),
+        ApiKey::DescribeTransactions => decoded!(DescribeTransactions),
+        ApiKey::ListTransactions => decoded!(ListTransactions),
         _ => unreachable!("served() admits only the APIs above"),
     };
     Ok(Decoded {
@@ -321,6 +329,8 @@ macro_rules! throttled {
 }
 
 throttled!(
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
     AddPartitionsToTxnResponse,
     AddOffsetsToTxnResponse,
     EndTxnResponse,

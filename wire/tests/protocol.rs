@@ -17,6 +17,14 @@ fn body_of(chunks: Vec<Bytes>) -> BytesMut {
     body
 }
 
+fn txn_producer() -> TxnProducer {
+    TxnProducer {
+        transactional_id: "tx".into(),
+        producer_id: 7,
+        producer_epoch: 2,
+    }
+}
+
 fn a_batch(values: &[&str]) -> Bytes {
     let mut builder = BatchBuilder::default();
     for value in values {
@@ -112,6 +120,7 @@ fn every_request_round_trips() {
                     max_bytes: 4096,
                 }],
             }],
+            read_committed: Appended(true),
         }),
         Request::ListOffsets(ListOffsetsRequest {
             topics: vec![ListOffsetsTopic {
@@ -121,12 +130,20 @@ fn every_request_round_trips() {
                     timestamp: EARLIEST_TIMESTAMP,
                 }],
             }],
+            read_committed: Appended(true),
         }),
         Request::InitProducerId(InitProducerIdRequest {
             producer_id: 7,
             producer_epoch: 3,
+            transactional: Appended(Some(TransactionalInit {
+                transactional_id: "tx".into(),
+                timeout_ms: 60_000,
+            })),
         }),
-        Request::FindCoordinator(FindCoordinatorRequest { group: "g".into() }),
+        Request::FindCoordinator(FindCoordinatorRequest {
+            group: "g".into(),
+            transaction: Appended(true),
+        }),
         Request::JoinGroup(JoinGroupRequest {
             group: "g".into(),
             member_id: String::new(),
@@ -166,6 +183,7 @@ fn every_request_round_trips() {
         Request::OffsetFetch(OffsetFetchRequest {
             group: "g".into(),
             topics: None,
+            require_stable: Appended(true),
         }),
         Request::ListGroups(ListGroupsRequest {}),
         Request::DescribeGroup(DescribeGroupRequest { group: "g".into() }),
@@ -290,6 +308,53 @@ fn every_request_round_trips() {
             partition: 0,
             replicas: vec![1, 2, 3],
         }),
+        Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+            producer: txn_producer(),
+            topics: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0, 2],
+            }],
+        }),
+        Request::AddOffsetsToTxn(AddOffsetsToTxnRequest {
+            producer: txn_producer(),
+            group: "g".into(),
+        }),
+        Request::EndTxn(EndTxnRequest {
+            producer: txn_producer(),
+            commit: true,
+        }),
+        Request::TxnOffsetCommit(TxnOffsetCommitRequest {
+            producer: txn_producer(),
+            group: "g".into(),
+            member_id: "m-1".into(),
+            generation: 3,
+            topics: vec![OffsetCommitTopic {
+                name: "a".into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 1,
+                    offset: 7,
+                    metadata: String::new(),
+                }],
+            }],
+        }),
+        Request::WriteTxnMarkers(WriteTxnMarkersRequest {
+            producer_id: 7,
+            producer_epoch: 2,
+            commit: false,
+            coordinator_epoch: 0,
+            topics: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![1],
+            }],
+            groups: vec!["g".into()],
+        }),
+        Request::DescribeTransactions(DescribeTransactionsRequest {
+            transactional_ids: vec!["tx".into()],
+        }),
+        Request::ListTransactions(ListTransactionsRequest {
+            states: vec!["Ongoing".into()],
+            producer_ids: vec![7],
+        }),
     ];
     assert_eq!(
         requests
@@ -330,6 +395,15 @@ fn fetch_response_round_trips_and_keeps_records_zero_copy_on_encode() {
                 records: Records::from(stored.clone()),
             }],
         }],
+        stability: Appended(vec![PartitionStability {
+            topic: "t".into(),
+            partition: 0,
+            last_stable_offset: 1,
+            aborted: vec![AbortedTransaction {
+                producer_id: 7,
+                first_offset: 0,
+            }],
+        }]),
     });
     let chunks = response.encode(9);
     assert!(
@@ -367,6 +441,7 @@ fn records_from_elsewhere_frame_exactly_as_records_held_in_memory() {
                 name: "t".into(),
                 partitions: vec![partition(0, a), partition(1, b), partition(2, c)],
             }],
+            stability: Appended::default(),
         })
     };
     let elsewhere = |bytes: &Bytes| {

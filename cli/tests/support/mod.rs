@@ -582,3 +582,26 @@ pub fn read_frame(stream: &mut std::net::TcpStream) -> Option<bytes::Bytes> {
     stream.read_exact(&mut content).ok()?;
     Some(bytes::Bytes::from(content))
 }
+
+/// One Kafka request of `api` at `version` to `broker`, and its decoded answer.
+pub fn raw_request<Req, Resp>(
+    broker: &str,
+    api: strata_kafka::kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &Req,
+) -> Resp
+where
+    Req: strata_kafka::kafka_protocol::protocol::Encodable,
+    Resp: strata_kafka::kafka_protocol::protocol::Decodable,
+{
+    use std::io::Write;
+    use strata_kafka::kafka_protocol::messages::ResponseHeader;
+    use strata_kafka::kafka_protocol::protocol::Decodable;
+    let mut stream = std::net::TcpStream::connect(broker).unwrap();
+    stream
+        .write_all(&request_frame(api, version, 1, request))
+        .unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer");
+    ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
+    Resp::decode(&mut answer, version).unwrap()
+}

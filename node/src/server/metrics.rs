@@ -768,42 +768,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP strata_replica_lag_records Records a follower is behind the leader's log end, per follower of each partition this node leads (as of its last fetch).\n# TYPE strata_replica_lag_records gauge"
-    );
-    for lag in snapshots.iter().flat_map(|snapshot| &snapshot.replica_lags) {
-        let _ = writeln!(
-            out,
-            "strata_replica_lag_records{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\",replica=\"{}\"}} {}",
-            lag.topic, lag.partition, lag.replica, lag.records
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_open_transactions Transactions open on each partition this node leads (partitions with none are left out).\n# TYPE strata_open_transactions gauge"
-    );
-    let open = snapshots
-        .iter()
-        .flat_map(|snapshot| &snapshot.open_transactions);
-    for txns in open.clone() {
-        let _ = writeln!(
-            out,
-            "strata_open_transactions{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {}",
-            txns.topic, txns.partition, txns.open
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP strata_oldest_open_transaction_seconds How long the oldest open transaction of each partition this node leads has been open: read_committed consumers wait at its first record.\n# TYPE strata_oldest_open_transaction_seconds gauge"
-    );
-    for txns in open {
-        let _ = writeln!(
-            out,
-            "strata_oldest_open_transaction_seconds{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {:.3}",
-            txns.topic, txns.partition, txns.oldest_age_seconds
-        );
-    }
+    render_partition_gauges(&mut out, node_id, snapshots);
     render_labelled(&mut out, node_id, snapshots);
     for (name, help, pick) in [
         (
@@ -864,4 +829,45 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         let _ = writeln!(out, "{name}_count{{node=\"{node_id}\"}} {}", merged.len());
     }
     out
+}
+
+/// Per partition this node leads: each follower's lag, the open transactions and the oldest
+/// one's age.
+fn render_partition_gauges(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    let _ = writeln!(
+        out,
+        "# HELP strata_replica_lag_records Records a follower is behind the leader's log end, per follower of each partition this node leads (as of its last fetch).\n# TYPE strata_replica_lag_records gauge"
+    );
+    for lag in snapshots.iter().flat_map(|snapshot| &snapshot.replica_lags) {
+        let _ = writeln!(
+            out,
+            "strata_replica_lag_records{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\",replica=\"{}\"}} {}",
+            lag.topic, lag.partition, lag.replica, lag.records
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_open_transactions Transactions open on each partition this node leads (partitions with none are left out).\n# TYPE strata_open_transactions gauge"
+    );
+    let open = snapshots
+        .iter()
+        .flat_map(|snapshot| &snapshot.open_transactions);
+    for txns in open.clone() {
+        let _ = writeln!(
+            out,
+            "strata_open_transactions{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {}",
+            txns.topic, txns.partition, txns.open
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP strata_oldest_open_transaction_seconds How long the oldest open transaction of each partition this node leads has been open: read_committed consumers wait at its first record.\n# TYPE strata_oldest_open_transaction_seconds gauge"
+    );
+    for txns in open {
+        let _ = writeln!(
+            out,
+            "strata_oldest_open_transaction_seconds{{node=\"{node_id}\",topic=\"{}\",partition=\"{}\"}} {:.3}",
+            txns.topic, txns.partition, txns.oldest_age_seconds
+        );
+    }
 }

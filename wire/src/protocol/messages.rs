@@ -1023,6 +1023,48 @@ messages! {
         pub groups: Vec<GroupSettled>,
     }
 
+    pub struct DescribeTransactionsRequest {
+        pub transactional_ids: Vec<String>,
+    }
+
+    /// A transactional id as its coordinator keeps it.
+    pub struct TransactionDescription {
+        pub transactional_id: String,
+        pub error: ErrorCode,
+        /// Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+        /// CompleteAbort.
+        pub state: String,
+        pub producer_id: i64,
+        pub producer_epoch: i16,
+        pub timeout_ms: u32,
+        /// When the open transaction began (ms since the epoch; -1 with none open).
+        pub started_ms: i64,
+        /// The open transaction's partitions and the groups whose offsets it commits.
+        pub partitions: Vec<TopicPartitions>,
+        pub groups: Vec<String>,
+    }
+
+    pub struct DescribeTransactionsResponse {
+        pub transactions: Vec<TransactionDescription>,
+    }
+
+    /// Filters (empty: all): states by name, producer ids.
+    pub struct ListTransactionsRequest {
+        pub states: Vec<String>,
+        pub producer_ids: Vec<i64>,
+    }
+
+    pub struct ListedTransaction {
+        pub transactional_id: String,
+        pub producer_id: i64,
+        pub state: String,
+    }
+
+    pub struct ListTransactionsResponse {
+        pub error: ErrorCode,
+        pub transactions: Vec<ListedTransaction>,
+    }
+
     /// Changes `topic`'s config overrides in one step: `set` adds or replaces, `delete` goes
     /// back to the default. Validated as a whole; nothing changes if any of it is invalid.
     pub struct AlterTopicConfigRequest {

@@ -96,10 +96,14 @@ pub enum ApiKey {
     /// Transaction coordinator to partition leader, between brokers (not a client api): write
     /// a decided transaction's markers.
     WriteTxnMarkers = 39,
+    /// The state of transactional ids this broker coordinates (`strata txn describe`).
+    DescribeTransactions = 40,
+    /// The transactional ids this broker coordinates (`strata txn list`: every broker).
+    ListTransactions = 41,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 40] = [
+    pub const ALL: [ApiKey; 42] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -140,6 +144,8 @@ impl ApiKey {
         ApiKey::EndTxn,
         ApiKey::TxnOffsetCommit,
         ApiKey::WriteTxnMarkers,
+        ApiKey::DescribeTransactions,
+        ApiKey::ListTransactions,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -297,6 +303,8 @@ error_codes! {
     UnstableOffsetCommit = 52, retriable = true;
     /// The client may not use the transactional id (no Write ACL on it).
     TransactionalIdAuthorizationFailed = 53, retriable = false;
+    /// No transaction coordinator knows the transactional id.
+    TransactionalIdNotFound = 54, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -508,4 +516,6 @@ requests! {
     EndTxn(EndTxnRequest, TxnResponse),
     TxnOffsetCommit(TxnOffsetCommitRequest, TxnResponse),
     WriteTxnMarkers(WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    DescribeTransactions(DescribeTransactionsRequest, DescribeTransactionsResponse),
+    ListTransactions(ListTransactionsRequest, ListTransactionsResponse),
 }

@@ -75,6 +75,8 @@ pub fn is_group_request(request: &Request) -> bool {
             | Request::AddOffsetsToTxn(_)
             | Request::EndTxn(_)
             | Request::TxnOffsetCommit(_)
+            | Request::DescribeTransactions(_)
+            | Request::ListTransactions(_)
     )
 }
 
@@ -307,6 +309,12 @@ impl<S: GroupStore> GroupManager<S> {
             Request::EndTxn(request) => Response::EndTxn(self.end_txn(request).await),
             Request::TxnOffsetCommit(request) => {
                 Response::TxnOffsetCommit(self.txn_offset_commit(request).await)
+            }
+            Request::DescribeTransactions(request) => {
+                Response::DescribeTransactions(self.describe_transactions(request).await)
+            }
+            Request::ListTransactions(request) => {
+                Response::ListTransactions(self.list_transactions(&request))
             }
             Request::FindCoordinator(request) => {
                 Response::FindCoordinator(self.find_coordinator(request))

@@ -21,9 +21,11 @@ use std::time::Duration;
 use strata_coordinator::GroupStore;
 use strata_coordinator::groups::{Revision, StoredOffset};
 use strata_wire::protocol::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, ErrorCode,
-    InitProducerIdResponse, TopicPartitions, TransactionalInit, TxnOffsetCommitRequest,
-    TxnProducer, TxnResponse, WriteTxnMarkersRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, EndTxnRequest, ErrorCode, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ListedTransaction, TopicPartitions,
+    TransactionDescription, TransactionalInit, TxnOffsetCommitRequest, TxnProducer, TxnResponse,
+    WriteTxnMarkersRequest,
 };
 use tokio::sync::oneshot;
 
@@ -370,6 +372,70 @@ impl<S: GroupStore> GroupManager<S> {
         }
     }
 
+    /// The ids asked for, as this broker coordinates them.
+    pub(super) async fn describe_transactions(
+        &mut self,
+        request: DescribeTransactionsRequest,
+    ) -> DescribeTransactionsResponse {
+        let mut transactions = Vec::with_capacity(request.transactional_ids.len());
+        for id in request.transactional_ids {
+            let found = match self.load_txn(&id).await {
+                Err(error) => Err(error),
+                Ok(()) => self
+                    .txns
+                    .core
+                    .record(&id)
+                    .cloned()
+                    .ok_or(ErrorCode::TransactionalIdNotFound),
+            };
+            transactions.push(match found {
+                Ok(record) => describe(record),
+                Err(error) => TransactionDescription {
+                    transactional_id: id,
+                    error,
+                    state: String::new(),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timeout_ms: 0,
+                    started_ms: -1,
+                    partitions: Vec::new(),
+                    groups: Vec::new(),
+                },
+            });
+        }
+        DescribeTransactionsResponse { transactions }
+    }
+
+    /// The ids this broker coordinates, filtered by state and producer id (empty: all).
+    pub(super) fn list_transactions(
+        &self,
+        request: &ListTransactionsRequest,
+    ) -> ListTransactionsResponse {
+        let transactions = self
+            .txns
+            .core
+            .records()
+            .filter(|record| {
+                (request.states.is_empty()
+                    || request
+                        .states
+                        .iter()
+                        .any(|state| state == record.state.name()))
+                    && (request.producer_ids.is_empty()
+                        || request.producer_ids.contains(&record.producer_id))
+            })
+            .map(|record| ListedTransaction {
+                transactional_id: record.transactional_id.clone(),
+                producer_id: record.producer_id,
+                state: record.state.name().to_string(),
+            })
+            .collect();
+        ListTransactionsResponse {
+            error: ErrorCode::None,
+            transactions,
+        }
+    }
+
     /// TxnOffsetCommit: the offsets wait in the group's record until the transaction ends.
     pub(super) async fn txn_offset_commit(
         &mut self,
@@ -478,6 +544,35 @@ impl<S: GroupStore> GroupManager<S> {
                     })
                 }),
             })
+    }
+}
+
+/// A stored record as DescribeTransactions answers it.
+fn describe(record: TxnRecord) -> TransactionDescription {
+    let mut partitions: Vec<TopicPartitions> = Vec::new();
+    for tp in record.partitions {
+        match partitions.last_mut().filter(|last| last.topic == tp.topic) {
+            Some(last) => last.partitions.push(tp.partition),
+            None => partitions.push(TopicPartitions {
+                topic: tp.topic,
+                partitions: vec![tp.partition],
+            }),
+        }
+    }
+    TransactionDescription {
+        transactional_id: record.transactional_id,
+        error: ErrorCode::None,
+        state: record.state.name().to_string(),
+        producer_id: record.producer_id,
+        producer_epoch: record.epoch,
+        timeout_ms: record.timeout_ms,
+        started_ms: if record.state.is_open() {
+            record.started_ms as i64
+        } else {
+            -1
+        },
+        partitions,
+        groups: record.groups.into_iter().collect(),
     }
 }
 

@@ -53,6 +53,8 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         Request::ApiVersions(_)
         | Request::Metadata(_)
         | Request::ListGroups(_)
+        | Request::ListTransactions(_)
+        | Request::DescribeTransactions(_)
         | Request::Authenticate(_) => None,
         Request::Produce(produce) => produce
             .topics
@@ -164,6 +166,36 @@ pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Respo
             groups
                 .groups
                 .retain(|g| client.may(shard, Operation::Describe, ResourceType::Group, &g.group))
+        }
+        Response::ListTransactions(listed) => listed.transactions.retain(|t| {
+            client.may(
+                shard,
+                Operation::Describe,
+                ResourceType::TransactionalId,
+                &t.transactional_id,
+            )
+        }),
+        Response::DescribeTransactions(described) => {
+            for transaction in &mut described.transactions {
+                if !client.may(
+                    shard,
+                    Operation::Describe,
+                    ResourceType::TransactionalId,
+                    &transaction.transactional_id,
+                ) {
+                    *transaction = strata_wire::protocol::TransactionDescription {
+                        transactional_id: std::mem::take(&mut transaction.transactional_id),
+                        error: ErrorCode::TransactionalIdAuthorizationFailed,
+                        state: String::new(),
+                        producer_id: -1,
+                        producer_epoch: -1,
+                        timeout_ms: 0,
+                        started_ms: -1,
+                        partitions: Vec::new(),
+                        groups: Vec::new(),
+                    };
+                }
+            }
         }
         _ => {}
     }

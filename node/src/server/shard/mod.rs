@@ -185,57 +185,14 @@ pub fn run(
         let replication = shard.start_ticks();
         let _ = ready.send(Ok(()));
         while let Some(message) = mailbox.recv().await {
+            let Some(message) = serve_peer_request(&shard, message) else {
+                continue;
+            };
             match message {
-                ShardMessage::Produce {
-                    topic,
-                    partition,
-                    records,
-                    acks,
-                    timeout_ms,
-                    reply,
-                } => {
-                    let shard = shard.clone();
-                    tokio::task::spawn_local(async move {
-                        let response = shard
-                            .produce_local(
-                                &topic,
-                                partition,
-                                records,
-                                (acks, timeout_ms),
-                                crate::log::AppendSource::Producer,
-                            )
-                            .await;
-                        let _ = reply.send(response);
-                    });
-                }
-                ShardMessage::WriteTxnMarkers { request, reply } => {
-                    let shard = shard.clone();
-                    tokio::task::spawn_local(async move {
-                        let _ = reply.send(shard.write_txn_markers(request, true).await);
-                    });
-                }
-                ShardMessage::ReplicaFetch { request, reply } => {
-                    let shard = shard.clone();
-                    tokio::task::spawn_local(async move {
-                        let _ = reply.send(shard.replica_fetch_local(request).await);
-                    });
-                }
-                ShardMessage::Fetch {
-                    topic,
-                    partition,
-                    deadline,
-                    delivery,
-                    read_committed,
-                    reply,
-                } => {
-                    let shard = shard.clone();
-                    tokio::task::spawn_local(async move {
-                        let response = shard
-                            .fetch_local(&topic, partition, deadline, delivery, read_committed)
-                            .await;
-                        let _ = reply.send(response);
-                    });
-                }
+                ShardMessage::Produce { .. }
+                | ShardMessage::ReplicaFetch { .. }
+                | ShardMessage::Fetch { .. }
+                | ShardMessage::WriteTxnMarkers { .. } => unreachable!("served above"),
                 ShardMessage::ClusterChanged { view, reply } => {
                     if let Err(error) = shard.apply_view(view).await {
                         tracing::error!(shard = shard.context.index, "applying topics: {error}");
@@ -845,4 +802,63 @@ impl Shard {
         let _ = self.context.control.send(message(reply));
         answer.await.ok()
     }
+}
+
+/// Serves another shard's (or the group thread's) request on a task of its own; any other
+/// message comes back for the mailbox loop.
+fn serve_peer_request(shard: &Rc<Shard>, message: ShardMessage) -> Option<ShardMessage> {
+    match message {
+        ShardMessage::Produce {
+            topic,
+            partition,
+            records,
+            acks,
+            timeout_ms,
+            reply,
+        } => {
+            let shard = shard.clone();
+            tokio::task::spawn_local(async move {
+                let response = shard
+                    .produce_local(
+                        &topic,
+                        partition,
+                        records,
+                        (acks, timeout_ms),
+                        crate::log::AppendSource::Producer,
+                    )
+                    .await;
+                let _ = reply.send(response);
+            });
+        }
+        ShardMessage::WriteTxnMarkers { request, reply } => {
+            let shard = shard.clone();
+            tokio::task::spawn_local(async move {
+                let _ = reply.send(shard.write_txn_markers(request, true).await);
+            });
+        }
+        ShardMessage::ReplicaFetch { request, reply } => {
+            let shard = shard.clone();
+            tokio::task::spawn_local(async move {
+                let _ = reply.send(shard.replica_fetch_local(request).await);
+            });
+        }
+        ShardMessage::Fetch {
+            topic,
+            partition,
+            deadline,
+            delivery,
+            read_committed,
+            reply,
+        } => {
+            let shard = shard.clone();
+            tokio::task::spawn_local(async move {
+                let response = shard
+                    .fetch_local(&topic, partition, deadline, delivery, read_committed)
+                    .await;
+                let _ = reply.send(response);
+            });
+        }
+        other => return Some(other),
+    }
+    None
 }

@@ -388,21 +388,14 @@ async fn serve_request(
         KafkaRequest::Produce(request) => produce(shard, client, header, request).await,
         KafkaRequest::Fetch(request) => fetch(shard, client, charge, header, request).await,
         KafkaRequest::ListOffsets(request) => list_offsets(shard, client, header, request).await,
-        KafkaRequest::AddPartitionsToTxn(request) => encoded(
-            &header,
-            transactions::add_partitions_to_txn(shard, client, request).await,
-        ),
-        KafkaRequest::AddOffsetsToTxn(request) => encoded(
-            &header,
-            transactions::add_offsets_to_txn(shard, client, request).await,
-        ),
-        KafkaRequest::EndTxn(request) => {
-            encoded(&header, transactions::end_txn(shard, client, request).await)
+        request @ (KafkaRequest::AddPartitionsToTxn(_)
+        | KafkaRequest::AddOffsetsToTxn(_)
+        | KafkaRequest::EndTxn(_)
+        | KafkaRequest::TxnOffsetCommit(_)
+        | KafkaRequest::DescribeTransactions(_)
+        | KafkaRequest::ListTransactions(_)) => {
+            respond_transactions(shard, client, header, request).await
         }
-        KafkaRequest::TxnOffsetCommit(request) => encoded(
-            &header,
-            transactions::txn_offset_commit(shard, client, request).await,
-        ),
         KafkaRequest::InitProducerId(request) => {
             init_producer_id(shard, client, header, request).await
         }
@@ -495,27 +488,12 @@ async fn serve_request(
             &header,
             admin::incremental_alter_configs(shard, client, request).await,
         ),
-        KafkaRequest::CreateAcls(request) => encoded(
-            &header,
-            security_admin::create_acls(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeAcls(request) => encoded(
-            &header,
-            security_admin::describe_acls(shard, client, request),
-        ),
-        KafkaRequest::DeleteAcls(request) => encoded(
-            &header,
-            security_admin::delete_acls(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeUserScramCredentials(request) => encoded(
-            &header,
-            security_admin::describe_user_scram_credentials(shard, client, request),
-        ),
-        KafkaRequest::AlterUserScramCredentials(request) => encoded(
-            &header,
-            security_admin::alter_user_scram_credentials(shard, client, request).await,
-        ),
-        request @ (KafkaRequest::DescribeCluster(_)
+        request @ (KafkaRequest::CreateAcls(_)
+        | KafkaRequest::DescribeAcls(_)
+        | KafkaRequest::DeleteAcls(_)
+        | KafkaRequest::DescribeUserScramCredentials(_)
+        | KafkaRequest::AlterUserScramCredentials(_)
+        | KafkaRequest::DescribeCluster(_)
         | KafkaRequest::DescribeTopicPartitions(_)
         | KafkaRequest::ListPartitionReassignments(_)
         | KafkaRequest::AlterPartitionReassignments(_)
@@ -529,7 +507,6 @@ async fn serve_request(
         | KafkaRequest::AlterClientQuotas(_)) => {
             respond_cluster_admin(shard, client, header, request).await
         }
-
         KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }
@@ -569,8 +546,43 @@ async fn init_producer_id(
     encoded(&header, translate::init_producer_id_response(answered))
 }
 
-/// The cluster and partition administration APIs (`cluster_admin`, `partition_admin`,
-/// `quotas`).
+/// The transaction APIs (`transactions`).
+async fn respond_transactions(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::AddPartitionsToTxn(request) => encoded(
+            &header,
+            transactions::add_partitions_to_txn(shard, client, request).await,
+        ),
+        KafkaRequest::AddOffsetsToTxn(request) => encoded(
+            &header,
+            transactions::add_offsets_to_txn(shard, client, request).await,
+        ),
+        KafkaRequest::EndTxn(request) => {
+            encoded(&header, transactions::end_txn(shard, client, request).await)
+        }
+        KafkaRequest::TxnOffsetCommit(request) => encoded(
+            &header,
+            transactions::txn_offset_commit(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeTransactions(request) => encoded(
+            &header,
+            transactions::describe_transactions(shard, client, request).await,
+        ),
+        KafkaRequest::ListTransactions(request) => encoded(
+            &header,
+            transactions::list_transactions(shard, client, request).await,
+        ),
+        _ => unreachable!("only the transaction APIs come here"),
+    }
+}
+
+/// The cluster, partition and security administration APIs (`cluster_admin`,
+/// `partition_admin`, `quotas`, `security_admin`).
 async fn respond_cluster_admin(
     shard: &Rc<Shard>,
     client: &Client,
@@ -578,6 +590,26 @@ async fn respond_cluster_admin(
     request: KafkaRequest,
 ) -> Outcome {
     match request {
+        KafkaRequest::CreateAcls(request) => encoded(
+            &header,
+            security_admin::create_acls(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeAcls(request) => encoded(
+            &header,
+            security_admin::describe_acls(shard, client, request),
+        ),
+        KafkaRequest::DeleteAcls(request) => encoded(
+            &header,
+            security_admin::delete_acls(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeUserScramCredentials(request) => encoded(
+            &header,
+            security_admin::describe_user_scram_credentials(shard, client, request),
+        ),
+        KafkaRequest::AlterUserScramCredentials(request) => encoded(
+            &header,
+            security_admin::alter_user_scram_credentials(shard, client, request).await,
+        ),
         KafkaRequest::DescribeCluster(request) => encoded(
             &header,
             cluster_admin::describe_cluster(shard, client, request),

@@ -1,5 +1,6 @@
 //! Kafka's transaction APIs on the Kafka listener (KIP-98): AddPartitionsToTxn,
-//! AddOffsetsToTxn, EndTxn and TxnOffsetCommit, each checked against the client's ACLs as
+//! AddOffsetsToTxn, EndTxn and TxnOffsetCommit, and the operators' DescribeTransactions and
+//! ListTransactions (KIP-664), each checked against the client's ACLs as
 //! Kafka checks it and run as the native request of the same name by the group thread, where
 //! the transaction coordinator is (`server/groups/transactions.rs`).
 
@@ -15,9 +16,11 @@ use strata_kafka::kafka_protocol::messages::txn_offset_commit_response::{
 };
 use strata_kafka::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use strata_kafka::text;
 use strata_wire::protocol::{self as native, Request, Response};
 
 use super::{authorize, native};
@@ -256,4 +259,138 @@ pub(super) async fn txn_offset_commit(
             })
             .collect(),
     )
+}
+
+/// The states Kafka's ListTransactions filters by.
+const STATES: [&str; 6] = [
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+];
+
+/// DescribeTransactions, sent to each id's coordinator: the ids the client may Describe.
+pub(super) async fn describe_transactions(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    use strata_kafka::kafka_protocol::messages::describe_transactions_response::{
+        TopicData, TransactionState,
+    };
+    let ids: Vec<String> = request
+        .transactional_ids
+        .iter()
+        .map(|id| id.0.to_string())
+        .collect();
+    let allowed: Vec<String> = ids
+        .iter()
+        .filter(|id| authorize::transactional_id(shard, client, Operation::Describe, id))
+        .cloned()
+        .collect();
+    let described = match native(
+        shard,
+        Request::DescribeTransactions(native::DescribeTransactionsRequest {
+            transactional_ids: allowed,
+        }),
+    )
+    .await
+    {
+        Ok(Response::DescribeTransactions(described)) => Ok(described.transactions),
+        Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
+        Err(code) => Err(kafka_error(code)),
+    };
+    let states = ids
+        .into_iter()
+        .map(|id| {
+            let refused = |error: i16| {
+                TransactionState::default()
+                    .with_transactional_id(TransactionalId(text(&id)))
+                    .with_error_code(error)
+                    .with_transaction_state(text(""))
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
+                    .with_transaction_start_time_ms(-1)
+            };
+            if !authorize::transactional_id(shard, client, Operation::Describe, &id) {
+                return refused(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+            }
+            let found = match &described {
+                Err(error) => return refused(*error),
+                Ok(described) => described.iter().find(|t| t.transactional_id == id),
+            };
+            let Some(found) = found.filter(|t| t.error == native::ErrorCode::None) else {
+                return refused(
+                    found.map_or(errors::UNKNOWN_SERVER_ERROR, |t| kafka_error(t.error)),
+                );
+            };
+            refused(errors::NONE)
+                .with_transaction_state(text(&found.state))
+                .with_transaction_timeout_ms(i32::try_from(found.timeout_ms).unwrap_or(i32::MAX))
+                .with_transaction_start_time_ms(found.started_ms)
+                .with_producer_id(ProducerId(found.producer_id))
+                .with_producer_epoch(found.producer_epoch)
+                .with_topics(
+                    found
+                        .partitions
+                        .iter()
+                        .map(|topic| {
+                            TopicData::default()
+                                .with_topic(TopicName(text(&topic.topic)))
+                                .with_partitions(
+                                    topic.partitions.iter().map(|&p| p as i32).collect(),
+                                )
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+/// ListTransactions, sent to every broker: the ids this one coordinates that the client may
+/// Describe, by state and producer id.
+pub(super) async fn list_transactions(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    use strata_kafka::kafka_protocol::messages::list_transactions_response::TransactionState;
+    let asked: Vec<String> = request
+        .state_filters
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let unknown: Vec<_> = asked
+        .iter()
+        .filter(|state| !STATES.contains(&state.as_str()))
+        .map(|state| text(state))
+        .collect();
+    let list = native::ListTransactionsRequest {
+        states: asked,
+        producer_ids: request.producer_id_filters.iter().map(|id| id.0).collect(),
+    };
+    let (error, listed) = match native(shard, Request::ListTransactions(list)).await {
+        Ok(Response::ListTransactions(listed)) => (kafka_error(listed.error), listed.transactions),
+        Ok(_) => (errors::UNKNOWN_SERVER_ERROR, Vec::new()),
+        Err(code) => (kafka_error(code), Vec::new()),
+    };
+    let states = listed
+        .into_iter()
+        .filter(|t| {
+            authorize::transactional_id(shard, client, Operation::Describe, &t.transactional_id)
+        })
+        .map(|t| {
+            TransactionState::default()
+                .with_transactional_id(TransactionalId(text(&t.transactional_id)))
+                .with_producer_id(ProducerId(t.producer_id))
+                .with_transaction_state(text(&t.state))
+        })
+        .collect();
+    ListTransactionsResponse::default()
+        .with_error_code(error)
+        .with_unknown_state_filters(unknown)
+        .with_transaction_states(states)
 }
