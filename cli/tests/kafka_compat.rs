@@ -162,20 +162,6 @@ fn any_non_empty_group_id_forms_a_group_that_commits_and_resumes() {
     }
 }
 
-/// Until transactions exist, a transactional producer's `init_transactions` is refused at once
-/// with a fatal error, instead of retrying COORDINATOR_NOT_AVAILABLE until its timeout.
-#[test]
-fn a_transactional_producer_is_refused_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_node, kafka, _) = kafka_node(dir.path(), &[]);
-    let seen = confluent("transactions", &kafka, &[]);
-    assert_eq!(
-        seen["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-        "{seen}"
-    );
-    assert_eq!(seen["fatal"], true);
-}
-
 /// IncrementalAlterConfigs' APPEND and SUBTRACT on a list setting, Kafka's refusal of them on
 /// any other, Kafka's `compression.type` and `message.format.version` kept and described,
 /// and `validate_only` checking creates and alters without applying them.

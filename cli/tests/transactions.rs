@@ -250,16 +250,71 @@ fn eos_output(child: std::process::Child, role: &str) -> Value {
     })
 }
 
+/// One exactly-once application of the fault test: its client, output topic, group,
+/// transactional id and the prefix it puts on each value.
+struct Pipeline {
+    client: &'static str,
+    out: &'static str,
+    group: &'static str,
+    txn_id: &'static str,
+    prefix: &'static str,
+}
+
+const PIPELINES: [Pipeline; 2] = [
+    Pipeline {
+        client: "confluent-kafka",
+        out: "eos-out",
+        group: "eos-app",
+        txn_id: "eos-txn",
+        prefix: "T:",
+    },
+    Pipeline {
+        client: "java",
+        out: "eos-out-java",
+        group: "eos-java",
+        txn_id: "eos-java-txn",
+        prefix: "J:",
+    },
+];
+
+impl Pipeline {
+    /// The application, reading `eos-in`, until it finds nothing new for `idle_s` seconds.
+    fn start(&self, bootstrap: &str, java_classpath: &str, idle_s: &str) -> std::process::Child {
+        let args = ["eos-in", self.out, self.group, self.txn_id, idle_s];
+        if self.client == "java" {
+            Command::new("java")
+                .args(["-cp", java_classpath, "EosApp", bootstrap])
+                .args(args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("java (Debian's default-jdk-headless)")
+        } else {
+            eos("app", bootstrap, &args)
+        }
+    }
+}
+
+/// Records in a dumped topic.
+fn total(records: &Value) -> usize {
+    records
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|p| p.as_array().unwrap().len())
+        .sum()
+}
+
 /// Exactly-once consume-transform-produce under faults, checked as Jepsen checks it. Three
-/// brokers on etcd; a feeder writes keyed records to `eos-in` while a confluent-kafka
-/// application reads it (read_committed, a consumer group), writes each record transformed to
-/// the same partition of `eos-out` and commits its offsets in the same transaction. For the
-/// run (`STRATA_EOS_SECONDS`, default 60), the test kills -9 at random the application (it is
-/// started again, fencing its previous self) or a broker (the leader of some partitions, and
-/// now and then the transaction or group coordinator; started again two seconds later). At
-/// the end:
-/// - every input record is in the output exactly once, each partition's output in its
-///   input's order (so each key's order is kept);
+/// brokers on etcd; a feeder writes keyed records to `eos-in` while two applications, one on
+/// confluent-kafka and one on the Java client, each read it (read_committed, a consumer group
+/// of its own), write each record transformed to the same partition of their output topic
+/// and commit their offsets in the same transaction. For the run (`STRATA_EOS_SECONDS`,
+/// default 60), the test kills -9 at random an application (it is started again, fencing its
+/// previous self) or a broker (the leader of some partitions, and now and then a transaction
+/// or group coordinator; started again two seconds later). At the end, for each application:
+/// - every input record is in its output exactly once, each partition's output in its input's
+///   order (so each key's order is kept);
 /// - a read_committed reader that ran throughout saw, per partition, a prefix of the final
 ///   output: it never saw a record that was later absent (no aborted or lost reads).
 #[test]
@@ -276,6 +331,12 @@ fn exactly_once_pipelines_survive_killed_apps_leaders_and_coordinators() {
         .unwrap_or_else(rand::random);
     eprintln!("fault schedule seed {seed} (STRATA_EOS_SEED replays it)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let classes = tempfile::tempdir().unwrap();
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/transactions/EosApp.java"
+    );
+    let classpath = support::java_classpath(source, classes.path());
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut brokers: Vec<(TestNode, String)> = dirs
@@ -294,17 +355,10 @@ fn exactly_once_pipelines_survive_killed_apps_leaders_and_coordinators() {
         .map(|(_, kafka)| kafka.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    for topic in ["eos-in", "eos-out"] {
+    for topic in ["eos-in", PIPELINES[0].out, PIPELINES[1].out] {
+        let create = ["topic", "create", topic, "--partitions", "3"];
         brokers[0].0.cli(
-            &[
-                "topic",
-                "create",
-                topic,
-                "--partitions",
-                "3",
-                "--replication-factor",
-                "3",
-            ],
+            &[&create[..], &["--replication-factor", "3"]].concat(),
             None,
         );
     }
@@ -315,27 +369,29 @@ fn exactly_once_pipelines_survive_killed_apps_leaders_and_coordinators() {
         &bootstrap,
         &["eos-in", &count.to_string(), &rate.to_string()],
     );
-    let watched = dirs[0].path().join("watched.json");
-    let watcher = eos(
-        "watch",
-        &bootstrap,
-        &[
-            "eos-out",
-            &(seconds + 90).to_string(),
-            watched.to_str().unwrap(),
-        ],
-    );
-    let app_args = ["eos-in", "eos-out", "eos-app", "eos-txn", "8"];
-    let mut app = eos("app", &bootstrap, &app_args);
+    let watching = (seconds + 120).to_string();
+    let watchers: Vec<_> = PIPELINES
+        .iter()
+        .map(|pipeline| {
+            let path = dirs[0].path().join(format!("{}.json", pipeline.out));
+            let args = [pipeline.out, watching.as_str(), path.to_str().unwrap()];
+            (eos("watch", &bootstrap, &args), path)
+        })
+        .collect();
+    let mut apps: Vec<_> = PIPELINES
+        .iter()
+        .map(|pipeline| pipeline.start(&bootstrap, &classpath, "8"))
+        .collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
     let mut faults = Vec::new();
     while std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(rng.random_range(2000..4500)));
-        if app.try_wait().unwrap().is_some() || rng.random_bool(0.4) {
-            let _ = app.kill();
-            let _ = app.wait();
-            faults.push("app".to_string());
-            app = eos("app", &bootstrap, &app_args);
+        let app = rng.random_range(0..2);
+        if apps[app].try_wait().unwrap().is_some() || rng.random_bool(0.4) {
+            let _ = apps[app].kill();
+            let _ = apps[app].wait();
+            faults.push(format!("{} app", PIPELINES[app].client));
+            apps[app] = PIPELINES[app].start(&bootstrap, &classpath, "8");
         } else {
             let victim = rng.random_range(0..3);
             faults.push(format!("broker {}", victim + 1));
@@ -347,59 +403,72 @@ fn exactly_once_pipelines_survive_killed_apps_leaders_and_coordinators() {
     eprintln!("faults: {faults:?}");
     let fed = eos_output(feeder, "feed");
     assert_eq!(fed["acked"], json!(count), "{fed}");
-    // The application runs until it finds nothing new; once more if that was early.
-    let _ = app.kill();
-    let _ = app.wait();
+    for app in &mut apps {
+        let _ = app.kill();
+        let _ = app.wait();
+    }
     let dump = |topic: &str, isolation: &str| {
         let child = eos("dump", &bootstrap, &[topic, isolation]);
         eos_output(child, "dump")
     };
     let input = dump("eos-in", "read_uncommitted");
-    let mut output = json!({});
-    for _ in 0..5 {
-        eos_output(eos("app", &bootstrap, &app_args), "app");
-        output = dump("eos-out", "read_committed");
-        let total = |records: &Value| -> usize {
-            records
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|p| p.as_array().unwrap().len())
-                .sum()
-        };
-        if total(&output) >= total(&input) {
-            break;
+    assert_eq!(total(&input) as u64, count);
+    for (pipeline, (mut watcher, watched)) in PIPELINES.iter().zip(watchers) {
+        // The application runs until it finds nothing new; once more if that was early.
+        let mut output = json!({});
+        for _ in 0..5 {
+            eos_output(pipeline.start(&bootstrap, &classpath, "8"), pipeline.client);
+            output = dump(pipeline.out, "read_committed");
+            if total(&output) >= total(&input) {
+                break;
+            }
         }
+        let _ = watcher.kill();
+        let _ = watcher.wait();
+        let seen: Value = serde_json::from_slice(&std::fs::read(&watched).unwrap()).unwrap();
+        check_exactly_once(pipeline, &input, &output, &seen, &faults);
     }
-    let mut watcher = watcher;
-    let _ = watcher.kill();
-    let _ = watcher.wait();
-    let seen: Value = serde_json::from_slice(&std::fs::read(&watched).unwrap()).unwrap();
-    let mut records = 0;
+}
+
+/// The fault test's checks of one application's output against the input, and of what its
+/// read_committed watcher saw against the output.
+fn check_exactly_once(
+    pipeline: &Pipeline,
+    input: &Value,
+    output: &Value,
+    seen: &Value,
+    faults: &[String],
+) {
+    let client = pipeline.client;
     for partition in ["0", "1", "2"] {
         let expected: Vec<Value> = input[partition]
             .as_array()
             .unwrap()
             .iter()
-            .map(|record| json!([record[0], format!("T:{}", record[1].as_str().unwrap())]))
+            .map(|record| {
+                let value = format!("{}{}", pipeline.prefix, record[1].as_str().unwrap());
+                json!([record[0], value])
+            })
             .collect();
-        records += expected.len();
         let produced = output[partition].as_array().unwrap();
         assert_eq!(
             produced.len(),
             expected.len(),
-            "partition {partition}: every input record once in the output (faults {faults:?})"
+            "{client}, partition {partition}: every input record once in the output \
+             (faults {faults:?})"
         );
-        assert_eq!(produced, &expected, "partition {partition}: in input order");
+        assert_eq!(
+            produced, &expected,
+            "{client}, partition {partition}: in input order"
+        );
         let seen = seen[partition].as_array().unwrap();
         let values: Vec<&Value> = produced.iter().map(|record| &record[1]).collect();
         assert!(
             seen.len() <= values.len() && seen.iter().zip(&values).all(|(a, b)| a == *b),
-            "partition {partition}: the read_committed reader saw what the output does not hold \
-             (an aborted or lost read); faults {faults:?}"
+            "{client}, partition {partition}: the read_committed reader saw what the output \
+             does not hold (an aborted or lost read); faults {faults:?}"
         );
     }
-    assert_eq!(records as u64, count);
 }
 
 /// Every value of `topic` read from the start by a consumer of `isolation`, until a poll
@@ -534,4 +603,86 @@ fn the_rust_client_commits_aborts_and_is_fenced() {
         let committed = read_native(&client, "native-txn", IsolationLevel::ReadCommitted).await;
         assert!(!committed.contains(&"zombie".to_string()), "{committed:?}");
     });
+}
+
+/// kafkajs's `producer.transaction()`: one transaction aborted, one committed with a group's
+/// offsets (`sendOffsets`); a read_committed kafkajs consumer reads only the committed records,
+/// a read_uncommitted one reads both, and the group's offsets are the committed transaction's.
+#[test]
+fn kafkajs_transactions_commit_and_abort() {
+    let modules = std::env::var("STRATA_KAFKAJS_DIR")
+        .unwrap_or_else(|_| "/var/tmp/strata-kafkajs".to_string());
+    let modules = std::path::Path::new(&modules).join("node_modules");
+    assert!(
+        modules.join("kafkajs").exists(),
+        "kafkajs is not installed in {}: scripts/test.sh installs it (STRATA_KAFKAJS_DIR)",
+        modules.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "jstxn", "--partitions", "2"], None);
+    let script = r#"
+const { Kafka, logLevel } = require('kafkajs')
+const kafka = new Kafka({ clientId: 'strata-txn', brokers: [process.env.STRATA_KAFKA], logLevel: logLevel.ERROR })
+async function read(readUncommitted, expected) {
+  const consumer = kafka.consumer({ groupId: `reader-${readUncommitted}-${Date.now()}`, readUncommitted })
+  await consumer.connect()
+  await consumer.subscribe({ topic: 'jstxn', fromBeginning: true })
+  const seen = []
+  await new Promise((resolve) => {
+    const done = setTimeout(resolve, 8000)
+    consumer.run({ eachMessage: async ({ message }) => {
+      seen.push(message.value.toString())
+      if (seen.length === expected) { clearTimeout(done); setTimeout(resolve, 1000) }
+    } })
+  })
+  await consumer.disconnect()
+  return seen.sort()
+}
+async function main() {
+  const producer = kafka.producer({ transactionalId: 'js-txn', maxInFlightRequests: 1, idempotent: true })
+  await producer.connect()
+  const aborted = await producer.transaction()
+  await aborted.send({ topic: 'jstxn', messages: [0, 1, 2, 3].map((i) => ({ value: `aborted-${i}`, partition: i % 2 })) })
+  await aborted.abort()
+  const committed = await producer.transaction()
+  await committed.send({ topic: 'jstxn', messages: [0, 1, 2, 3].map((i) => ({ value: `committed-${i}`, partition: i % 2 })) })
+  await committed.sendOffsets({ consumerGroupId: 'js-app', topics: [{ topic: 'jstxn', partitions: [{ partition: 0, offset: '7' }] }] })
+  await committed.commit()
+  await producer.disconnect()
+  const readCommitted = await read(false, 4)
+  const readUncommitted = await read(true, 8)
+  const admin = kafka.admin()
+  await admin.connect()
+  let offsets = []
+  for (let i = 0; i < 50; i++) {
+    offsets = await admin.fetchOffsets({ groupId: 'js-app', topics: ['jstxn'] })
+    if (offsets[0].partitions.some((p) => p.offset === '7')) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await admin.disconnect()
+  console.log(JSON.stringify({ readCommitted, readUncommitted,
+    offsets: offsets[0].partitions.map((p) => [p.partition, p.offset]).sort() }))
+}
+main().catch((error) => { console.error(error); process.exit(1) })
+"#;
+    let output = Command::new("node")
+        .args(["-e", script])
+        .env("STRATA_KAFKA", &kafka)
+        .env("NODE_PATH", &modules)
+        .env("KAFKAJS_NO_PARTITIONER_WARNING", "1")
+        .output()
+        .expect("node (scripts/test.sh installs it)");
+    assert!(
+        output.status.success(),
+        "kafkajs: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let committed: Vec<String> = (0..4).map(|i| format!("committed-{i}")).collect();
+    assert_eq!(seen["readCommitted"], json!(committed), "{seen}");
+    let mut everything: Vec<String> = (0..4).map(|i| format!("aborted-{i}")).collect();
+    everything.extend(committed);
+    assert_eq!(seen["readUncommitted"], json!(everything), "{seen}");
+    assert_eq!(seen["offsets"], json!([[0, "7"], [1, "-1"]]), "{seen}");
 }

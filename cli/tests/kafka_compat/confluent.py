@@ -192,17 +192,6 @@ def group_ids(bootstrap, topic, *groups):
     return result
 
 
-def transactions(bootstrap):
-    """A transactional producer's init_transactions: refused at once, not timed out."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"})
-    try:
-        producer.init_transactions(60)
-        return {"error": None}
-    except KafkaException as error:
-        kafka_error = error.args[0]
-        return {"error": kafka_error.name(), "fatal": kafka_error.fatal()}
-
-
 def configs(bootstrap):
     """IncrementalAlterConfigs APPEND / SUBTRACT, Kafka's settings, validate_only."""
     client = admin(bootstrap)
@@ -434,7 +423,6 @@ SCENARIOS = {
     "commit_unknown": commit_unknown,
     "null_headers": null_headers,
     "group_ids": group_ids,
-    "transactions": transactions,
     "configs": configs,
     "compressed": compressed,
     "assigned": assigned,
