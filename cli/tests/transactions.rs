@@ -11,6 +11,17 @@ use support::{TestNode, free_base_port, metric_total, wait_for_at_most};
 
 /// `transactions/confluent_txn.py MODE BOOTSTRAP TOPIC ARGS`: its JSON.
 fn confluent(mode: &str, bootstrap: &str, topic: &str, args: &[&str]) -> Value {
+    confluent_with(mode, bootstrap, topic, args, &[])
+}
+
+/// [`confluent`] with environment variables (`STRATA_SASL`: "user:password").
+fn confluent_with(
+    mode: &str,
+    bootstrap: &str,
+    topic: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Value {
     let path = format!(
         "{}/tests/transactions/confluent_txn.py",
         env!("CARGO_MANIFEST_DIR")
@@ -19,6 +30,7 @@ fn confluent(mode: &str, bootstrap: &str, topic: &str, args: &[&str]) -> Value {
         .arg(path)
         .args([mode, bootstrap, topic])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("python3 with confluent-kafka (scripts/test.sh installs it)");
     assert!(
@@ -685,4 +697,65 @@ main().catch((error) => { console.error(error); process.exit(1) })
     everything.extend(committed);
     assert_eq!(seen["readUncommitted"], json!(everything), "{seen}");
     assert_eq!(seen["offsets"], json!([[0, "7"], [1, "-1"]]), "{seen}");
+}
+
+/// Kafka's ACLs on transactions, with `--authorizer acl`: a SCRAM user needs Write on its
+/// transactional id to initialise (TRANSACTIONAL_ID_AUTHORIZATION_FAILED before), Read on the
+/// group and on the topic to send its offsets (GROUP_AUTHORIZATION_FAILED, then
+/// TOPIC_AUTHORIZATION_FAILED before), and then commits; the operators' view lists the id.
+#[test]
+fn transactions_need_their_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let listener = format!("sasl_plaintext://{kafka}");
+    let node = TestNode::start_with_env(
+        dir.path(),
+        1,
+        &[
+            "--kafka-listen",
+            &listener,
+            "--authorizer",
+            "acl",
+            // The plaintext native port stays a local admin port for the test's CLI.
+            "--super-users",
+            "User:admin;User:ANONYMOUS",
+        ],
+        &[("STRATA_BOOTSTRAP_USER", "admin:admin-password")],
+    );
+    node.cli(&["topic", "create", "paid"], None);
+    node.cli(
+        &["user", "create", "alice", "--password-stdin"],
+        Some(b"alice-password\n"),
+    );
+    let allow = |args: &[&str]| {
+        let principal = ["acl", "add", "--principal", "User:alice", "--operation"];
+        node.cli(&[&principal[..], args].concat(), None);
+    };
+    allow(&["write", "--topic", "paid"]);
+    let alice = [("STRATA_SASL", "alice:alice-password")];
+    let attempt = || confluent_with("secured", &kafka, "paid", &["alice-1", "alice-app"], &alice);
+    let seen = attempt();
+    assert_eq!(
+        seen,
+        json!({"init": "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"})
+    );
+    allow(&["write", "--transactional-id", "alice-", "--prefixed"]);
+    allow(&["describe", "--transactional-id", "alice-", "--prefixed"]);
+    let seen = attempt();
+    assert_eq!(
+        seen,
+        json!({"init": null, "offsets": "GROUP_AUTHORIZATION_FAILED"})
+    );
+    allow(&["read", "--group", "alice-app"]);
+    // Committing offsets of a topic needs Read on it, as a plain commit does.
+    let seen = attempt();
+    assert_eq!(
+        seen,
+        json!({"init": null, "offsets": "TOPIC_AUTHORIZATION_FAILED"})
+    );
+    allow(&["read", "--topic", "paid"]);
+    let seen = attempt();
+    assert_eq!(seen, json!({"init": null, "offsets": null, "commit": null}));
+    let listed = node.cli(&["txn", "list"], None);
+    assert!(listed.contains("alice-1"), "{listed}");
 }

@@ -12,9 +12,13 @@ Modes:
   consume     read (ARGS[0] = committed|uncommitted) everything up to the end.
   ends        each partition's end as read_committed (the LSO) and read_uncommitted (the high
               watermark) consumers are told it.
+  secured     as SCRAM user STRATA_SASL ("user:password", over SASL_PLAINTEXT): init_transactions
+              with id ARGS[0], a record to partition 0, offsets sent for group ARGS[1], commit;
+              each step's error name (null: done), stopping at the first refusal.
 """
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -25,8 +29,22 @@ MODE, BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2], sys.argv[3]
 ARGS = sys.argv[4:]
 
 
+def sasl():
+    """SCRAM settings from STRATA_SASL, when the test set it."""
+    if "STRATA_SASL" not in os.environ:
+        return {}
+    user, password = os.environ["STRATA_SASL"].split(":", 1)
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def producer(txn_id, **extra):
     config = {
+        **sasl(),
         "bootstrap.servers": BOOTSTRAP,
         "transactional.id": txn_id,
         "transaction.timeout.ms": 60000,
@@ -151,7 +169,36 @@ def fence():
     return out
 
 
+def secured():
+    txn_id, group = ARGS[0], ARGS[1]
+    steps = {}
+    txn = producer(txn_id)
+    try:
+        txn.init_transactions(20)
+        steps["init"] = None
+    except KafkaException as error:
+        steps["init"] = error.args[0].name()
+        return steps
+    txn.begin_transaction()
+    txn.produce(TOPIC, value=b"paid", partition=0)
+    metadata = Consumer({**sasl(), "bootstrap.servers": BOOTSTRAP, "group.id": group}).consumer_group_metadata()
+    try:
+        txn.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 1)], metadata, 20)
+        steps["offsets"] = None
+    except KafkaException as error:
+        steps["offsets"] = error.args[0].name()
+        txn.abort_transaction(20)
+        return steps
+    try:
+        txn.commit_transaction(20)
+        steps["commit"] = None
+    except KafkaException as error:
+        steps["commit"] = error.args[0].name()
+    return steps
+
+
 MODES = {
+    "secured": secured,
     "basic": basic,
     "open": open_txn,
     "fence": fence,
