@@ -1197,14 +1197,7 @@ fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
 /// commits its admin client reads back.
 #[test]
 fn kafkajs_produces_idempotently_and_consumes_in_a_group() {
-    let modules = std::env::var("STRATA_KAFKAJS_DIR")
-        .unwrap_or_else(|_| "/var/tmp/strata-kafkajs".to_string());
-    let modules = std::path::Path::new(&modules).join("node_modules");
-    assert!(
-        modules.join("kafkajs").exists(),
-        "kafkajs is not installed in {}: scripts/test.sh installs it (STRATA_KAFKAJS_DIR)",
-        modules.display()
-    );
+    let modules = support::kafkajs_modules();
     let dir = tempfile::tempdir().unwrap();
     let (node, kafka) = kafka_node(dir.path(), 2, &[]);
     let script = r#"

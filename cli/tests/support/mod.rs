@@ -605,3 +605,16 @@ where
     ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
     Resp::decode(&mut answer, version).unwrap()
 }
+
+/// Where scripts/test.sh installed kafkajs (`STRATA_KAFKAJS_DIR`): its `node_modules`.
+pub fn kafkajs_modules() -> PathBuf {
+    let modules = std::env::var("STRATA_KAFKAJS_DIR")
+        .unwrap_or_else(|_| "/var/tmp/strata-kafkajs".to_string());
+    let modules = Path::new(&modules).join("node_modules");
+    assert!(
+        modules.join("kafkajs").exists(),
+        "kafkajs is not installed in {}: scripts/test.sh installs it (STRATA_KAFKAJS_DIR)",
+        modules.display()
+    );
+    modules
+}

@@ -221,32 +221,12 @@ impl QuicPeer {
         request: ReplicaFetchRequest,
         records_phase: Option<usize>,
     ) -> Result<ReplicaFetchAnswer, QuicError> {
-        let connection = self.connection(addr, host).await?;
-        let stream_error = |reason: String| QuicError::Stream { addr, reason };
-        let result = async {
-            let (mut send, mut receive) = connection
-                .open_bi()
-                .await
-                .map_err(|error| stream_error(error.to_string()))?;
-            let mut chunks = Request::ReplicaFetch(request).encode(0);
-            send.write_all_chunks(&mut chunks)
-                .await
-                .map_err(|error| stream_error(error.to_string()))?;
-            send.finish()
-                .map_err(|error| stream_error(error.to_string()))?;
-            read_replica_answer(&mut receive, RESPONSE_BYTES_MAX, records_phase)
-                .await
-                .map_err(stream_error)
-        }
-        .await;
-        let answer = match result {
-            Ok(answer) => answer,
-            Err(error) => {
-                // The next call reconnects.
-                self.connections.borrow_mut().remove(&addr);
-                return Err(error);
-            }
-        };
+        let chunks = Request::ReplicaFetch(request).encode(0);
+        let answer = self
+            .exchange(addr, host, chunks, async |receive| {
+                read_replica_answer(receive, RESPONSE_BYTES_MAX, records_phase).await
+            })
+            .await?;
         let malformed = |reason: String| QuicError::Malformed { addr, reason };
         let (decoded, placed) = match answer {
             RawAnswer::Frame(frame) => (Response::decode(ApiKey::ReplicaFetch, frame), None),
@@ -271,31 +251,11 @@ impl QuicPeer {
         request: Request,
     ) -> Result<Response, QuicError> {
         let api = request.api_key();
-        let connection = self.connection(addr, host).await?;
-        let stream_error = |reason: String| QuicError::Stream { addr, reason };
-        let result = async {
-            let (mut send, mut receive) = connection
-                .open_bi()
-                .await
-                .map_err(|error| stream_error(error.to_string()))?;
-            let mut chunks = request.encode(0);
-            send.write_all_chunks(&mut chunks)
-                .await
-                .map_err(|error| stream_error(error.to_string()))?;
-            send.finish()
-                .map_err(|error| stream_error(error.to_string()))?;
-            read_frame(&mut receive, RESPONSE_BYTES_MAX)
-                .await
-                .map_err(stream_error)
-        }
-        .await;
-        let frame = match result {
-            Ok(frame) => frame,
-            Err(error) => {
-                self.connections.borrow_mut().remove(&addr);
-                return Err(error);
-            }
-        };
+        let frame = self
+            .exchange(addr, host, request.encode(0), async |receive| {
+                read_frame(receive, RESPONSE_BYTES_MAX).await
+            })
+            .await?;
         match Response::decode(api, frame) {
             Ok((_, Ok(response))) if response.api_key() == api => Ok(response),
             Ok((_, Ok(other))) => Err(QuicError::Malformed {
@@ -308,6 +268,37 @@ impl QuicPeer {
                 reason: error.to_string(),
             }),
         }
+    }
+
+    /// One request on a new stream of the peer's connection: `chunks` sent, the stream
+    /// finished, the answer read by `read`. A failure drops the connection (the next call
+    /// reconnects).
+    async fn exchange<T>(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        mut chunks: Vec<Bytes>,
+        read: impl AsyncFnOnce(&mut quinn::RecvStream) -> Result<T, String>,
+    ) -> Result<T, QuicError> {
+        let connection = self.connection(addr, host).await?;
+        let stream_error = |reason: String| QuicError::Stream { addr, reason };
+        let result = async {
+            let (mut send, mut receive) = connection
+                .open_bi()
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            send.write_all_chunks(&mut chunks)
+                .await
+                .map_err(|error| stream_error(error.to_string()))?;
+            send.finish()
+                .map_err(|error| stream_error(error.to_string()))?;
+            read(&mut receive).await.map_err(stream_error)
+        }
+        .await;
+        if result.is_err() {
+            self.connections.borrow_mut().remove(&addr);
+        }
+        result
     }
 
     pub fn close(&self) {

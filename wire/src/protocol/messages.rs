@@ -116,6 +116,23 @@ impl<T: Wire> Wire for Option<T> {
     }
 }
 
+impl TransactionDescription {
+    /// The answer for an id that is not described (`error` says why).
+    pub fn refused(transactional_id: String, error: ErrorCode) -> TransactionDescription {
+        TransactionDescription {
+            transactional_id,
+            error,
+            state: String::new(),
+            producer_id: -1,
+            producer_epoch: -1,
+            timeout_ms: 0,
+            started_ms: -1,
+            partitions: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+}
+
 /// A field appended to a message after the message was first released: encoded only when it
 /// holds something other than its default, and read only when bytes remain. A peer built
 /// before the field existed exchanges the same bytes as before for every message that leaves it

@@ -390,17 +390,7 @@ impl<S: GroupStore> GroupManager<S> {
             };
             transactions.push(match found {
                 Ok(record) => describe(record),
-                Err(error) => TransactionDescription {
-                    transactional_id: id,
-                    error,
-                    state: String::new(),
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    timeout_ms: 0,
-                    started_ms: -1,
-                    partitions: Vec::new(),
-                    groups: Vec::new(),
-                },
+                Err(error) => TransactionDescription::refused(id, error),
             });
         }
         DescribeTransactionsResponse { transactions }

@@ -183,17 +183,10 @@ pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Respo
                     ResourceType::TransactionalId,
                     &transaction.transactional_id,
                 ) {
-                    *transaction = strata_wire::protocol::TransactionDescription {
-                        transactional_id: std::mem::take(&mut transaction.transactional_id),
-                        error: ErrorCode::TransactionalIdAuthorizationFailed,
-                        state: String::new(),
-                        producer_id: -1,
-                        producer_epoch: -1,
-                        timeout_ms: 0,
-                        started_ms: -1,
-                        partitions: Vec::new(),
-                        groups: Vec::new(),
-                    };
+                    *transaction = strata_wire::protocol::TransactionDescription::refused(
+                        std::mem::take(&mut transaction.transactional_id),
+                        ErrorCode::TransactionalIdAuthorizationFailed,
+                    );
                 }
             }
         }

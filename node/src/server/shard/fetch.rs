@@ -301,7 +301,15 @@ impl Shard {
                 .await
                 .map(Served::Bytes),
         };
-        let aborted = if read_committed && read.is_ok() {
+        let failed = |error: crate::log::LogError| -> Fetched {
+            let code = log_error_code(&error);
+            fetch_error(index, code, readable.high_watermark, readable.log_start).into()
+        };
+        let served = match read {
+            Ok(served) => served,
+            Err(error) => return failed(error),
+        };
+        let aborted = if read_committed {
             match log.aborted_transactions(offset, readable.end).await {
                 Ok(aborted) => aborted
                     .into_iter()
@@ -310,30 +318,10 @@ impl Shard {
                         first_offset: txn.first_offset,
                     })
                     .collect(),
-                Err(error) => {
-                    return fetch_error(
-                        index,
-                        log_error_code(&error),
-                        readable.high_watermark,
-                        readable.log_start,
-                    )
-                    .into();
-                }
+                Err(error) => return failed(error),
             }
         } else {
             Vec::new()
-        };
-        let served = match read {
-            Ok(served) => served,
-            Err(error) => {
-                return fetch_error(
-                    index,
-                    log_error_code(&error),
-                    readable.high_watermark,
-                    readable.log_start,
-                )
-                .into();
-            }
         };
         let (records, newest_ms, bytes) = match served {
             Served::Bytes(bytes) => {
