@@ -305,10 +305,7 @@ impl<S: GroupStore> GroupManager<S> {
             let Some(shard) = self.shards.first().cloned() else {
                 return;
             };
-            let Some(mailbox) = self.own_mailbox.upgrade() else {
-                return;
-            };
-            tokio::spawn(write_markers(markers, shard, mailbox));
+            tokio::spawn(write_markers(markers, shard, self.own_mailbox.clone()));
         }
     }
 
@@ -567,11 +564,13 @@ fn describe(record: TxnRecord) -> TransactionDescription {
 }
 
 /// Writes one decision's markers through a shard and reports the outcome to the group
-/// thread; a failure is reported after a pause, so that the retry is not immediate.
+/// thread; a failure is reported after a pause, so that the retry is not immediate. Holds the
+/// group thread's mailbox weakly, and reports nothing once the shards are gone: a stopping
+/// broker leaves the markers to the next coordinator instead of retrying them for ever.
 async fn write_markers(
     markers: WriteMarkers,
     shard: tokio::sync::mpsc::UnboundedSender<ShardMessage>,
-    groups: tokio::sync::mpsc::UnboundedSender<GroupMessage>,
+    groups: tokio::sync::mpsc::WeakUnboundedSender<GroupMessage>,
 ) {
     let mut by_topic: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
     for partition in &markers.partitions {
@@ -592,36 +591,42 @@ async fn write_markers(
         groups: markers.groups.iter().cloned().collect(),
     };
     let (reply, answer) = oneshot::channel();
-    let written = shard
+    if shard
         .send(ShardMessage::WriteTxnMarkers { request, reply })
-        .is_ok()
-        && match answer.await {
-            Ok(response) => {
-                let failed: BTreeSet<String> = response
-                    .partitions
-                    .iter()
-                    .filter(|written| written.error != ErrorCode::None)
-                    .map(|written| {
-                        format!("{}-{}: {}", written.topic, written.partition, written.error)
-                    })
-                    .chain(
-                        response
-                            .groups
-                            .iter()
-                            .filter(|settled| settled.error != ErrorCode::None)
-                            .map(|settled| format!("group {}: {}", settled.group, settled.error)),
-                    )
-                    .collect();
-                if !failed.is_empty() {
-                    tracing::debug!(transactional_id = %markers.transactional_id, ?failed, "transaction markers to write again");
-                }
-                failed.is_empty()
+        .is_err()
+    {
+        return;
+    }
+    let written = match answer.await {
+        Ok(response) => {
+            let failed: BTreeSet<String> = response
+                .partitions
+                .iter()
+                .filter(|written| written.error != ErrorCode::None)
+                .map(|written| {
+                    format!("{}-{}: {}", written.topic, written.partition, written.error)
+                })
+                .chain(
+                    response
+                        .groups
+                        .iter()
+                        .filter(|settled| settled.error != ErrorCode::None)
+                        .map(|settled| format!("group {}: {}", settled.group, settled.error)),
+                )
+                .collect();
+            if !failed.is_empty() {
+                tracing::debug!(transactional_id = %markers.transactional_id, ?failed, "transaction markers to write again");
             }
-            Err(_) => false,
-        };
+            failed.is_empty()
+        }
+        Err(_) => false,
+    };
     if !written {
         tokio::time::sleep(MARKER_RETRY).await;
     }
+    let Some(groups) = groups.upgrade() else {
+        return;
+    };
     let _ = groups.send(GroupMessage::MarkersWritten {
         transactional_id: markers.transactional_id,
         producer_id: markers.producer_id,
