@@ -239,14 +239,21 @@ def move(bootstrap, topic):
         after = described_partition(admin, topic)
         confluent_admin = AdminClient({"bootstrap.servers": bootstrap})
         elected = ck_elect_leaders(confluent_admin, topic, 0)
-        wait_until(lambda: described_partition(admin, topic)["leader"] == reversed_replicas[0],
-                   "the preferred replica to lead")
+        # kafka-python asks any broker, and each broker's view of the leader moves on its own:
+        # the election is seen once three reads in a row agree.
+        seen = []
+
+        def settled():
+            seen.append(described_partition(admin, topic)["leader"])
+            return seen[-3:] == [reversed_replicas[0]] * 3
+
+        wait_until(settled, "the preferred replica to lead")
         return {
             "before": before,
             "reassigned": reassigned,
             "after": after,
             "elected": elected,
-            "leader": described_partition(admin, topic)["leader"],
+            "leader": seen[-1],
         }
     finally:
         admin.close()
