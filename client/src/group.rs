@@ -38,6 +38,26 @@ fn coordinator_error(code: ErrorCode) -> bool {
     )
 }
 
+/// Offsets (the next offset to consume per partition) as a commit request carries them.
+pub(crate) fn offset_topics(offsets: &BTreeMap<TopicPartition, u64>) -> Vec<OffsetCommitTopic> {
+    let mut topics: Vec<OffsetCommitTopic> = Vec::new();
+    for ((topic, partition), offset) in offsets {
+        let entry = OffsetCommitPartition {
+            partition: *partition,
+            offset: *offset,
+            metadata: String::new(),
+        };
+        match topics.last_mut().filter(|t| &t.name == topic) {
+            Some(last) => last.partitions.push(entry),
+            None => topics.push(OffsetCommitTopic {
+                name: topic.clone(),
+                partitions: vec![entry],
+            }),
+        }
+    }
+    topics
+}
+
 impl Client {
     /// The `host:port` of the broker coordinating `group`.
     pub async fn find_coordinator(&self, group: &str) -> Result<String, ClientError> {
@@ -148,21 +168,7 @@ impl Client {
         generation: i32,
         offsets: &BTreeMap<TopicPartition, u64>,
     ) -> Result<(), ClientError> {
-        let mut topics: Vec<OffsetCommitTopic> = Vec::new();
-        for ((topic, partition), offset) in offsets {
-            let entry = OffsetCommitPartition {
-                partition: *partition,
-                offset: *offset,
-                metadata: String::new(),
-            };
-            match topics.last_mut().filter(|t| &t.name == topic) {
-                Some(last) => last.partitions.push(entry),
-                None => topics.push(OffsetCommitTopic {
-                    name: topic.clone(),
-                    partitions: vec![entry],
-                }),
-            }
-        }
+        let topics = offset_topics(offsets);
         let request = Request::OffsetCommit(OffsetCommitRequest {
             group: group.to_string(),
             member_id: member_id.to_string(),

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use strata_wire::protocol::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, Appended, EndTxnRequest, ErrorCode,
-    InitProducerIdRequest, OffsetCommitPartition, OffsetCommitTopic, Request, Response,
-    TopicPartitions, TransactionalInit, TxnOffsetCommitRequest, TxnProducer,
+    InitProducerIdRequest, Request, Response, TopicPartitions, TransactionalInit,
+    TxnOffsetCommitRequest, TxnProducer,
 };
 
 use crate::{Client, ClientError};
@@ -195,21 +195,11 @@ impl Transaction {
             group: group.to_string(),
         });
         self.ask(client, add).await?;
-        let mut topics: Vec<OffsetCommitTopic> = Vec::new();
-        for (topic, partition, offset) in offsets {
-            let entry = OffsetCommitPartition {
-                partition: *partition,
-                offset: *offset,
-                metadata: String::new(),
-            };
-            match topics.iter_mut().find(|t| &t.name == topic) {
-                Some(existing) => existing.partitions.push(entry),
-                None => topics.push(OffsetCommitTopic {
-                    name: topic.clone(),
-                    partitions: vec![entry],
-                }),
-            }
-        }
+        let offsets = offsets
+            .iter()
+            .map(|(topic, partition, offset)| ((topic.clone(), *partition), *offset))
+            .collect();
+        let topics = crate::group::offset_topics(&offsets);
         let commit = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
             producer,
             group: group.to_string(),

@@ -30,7 +30,7 @@ use strata_wire::protocol::{
 use tokio::sync::oneshot;
 
 use super::GroupManager;
-use super::wire::store_error;
+use super::wire::{from_wire, store_error, to_wire};
 use crate::group::TopicPartition;
 use crate::server::messages::{GroupMessage, ShardMessage};
 use crate::txn::{Producer, Step, Stored, TxnCoordinator, TxnError, TxnRecord, WriteMarkers};
@@ -130,16 +130,7 @@ impl<S: GroupStore> GroupManager<S> {
         &mut self,
         request: AddPartitionsToTxnRequest,
     ) -> TxnResponse {
-        let partitions: Vec<TopicPartition> = request
-            .topics
-            .iter()
-            .flat_map(|topic| {
-                topic.partitions.iter().map(|&partition| TopicPartition {
-                    topic: topic.topic.clone(),
-                    partition,
-                })
-            })
-            .collect();
+        let partitions = from_wire(request.topics);
         if let Some(unknown) = partitions.iter().find(|tp| !self.partition_exists(tp)) {
             tracing::debug!(topic = %unknown.topic, partition = unknown.partition, "adding an unknown partition to a transaction");
             return TxnResponse {
@@ -163,40 +154,33 @@ impl<S: GroupStore> GroupManager<S> {
         partitions: &[TopicPartition],
         group: Option<&str>,
     ) -> TxnResponse {
-        let id = producer.transactional_id.clone();
-        let error = match self.load_txn(&id).await {
-            Err(error) => error,
-            Ok(()) => {
-                let now_ms = self.txn_now_ms();
-                let step = self.txns.core.handle_add(
-                    &id,
-                    producer_of(producer),
-                    partitions,
-                    group,
-                    now_ms,
-                );
-                self.run_txn_step(&id, step)
-                    .await
-                    .err()
-                    .unwrap_or(ErrorCode::None)
-            }
-        };
-        TxnResponse { error }
+        let asker = producer_of(producer);
+        self.txn_request(&producer.transactional_id, |core, id, now_ms| {
+            core.handle_add(id, asker, partitions, group, now_ms)
+        })
+        .await
     }
 
     pub(super) async fn end_txn(&mut self, request: EndTxnRequest) -> TxnResponse {
-        let id = request.producer.transactional_id.clone();
-        let error = match self.load_txn(&id).await {
+        let asker = producer_of(&request.producer);
+        self.txn_request(&request.producer.transactional_id, |core, id, now_ms| {
+            core.handle_end(id, asker, request.commit, now_ms)
+        })
+        .await
+    }
+
+    /// A request of an id's current producer: the id loaded, `step` taken, its change stored.
+    async fn txn_request(
+        &mut self,
+        id: &str,
+        step: impl FnOnce(&mut TxnCoordinator, &str, u64) -> Result<Step<Stored>, TxnError>,
+    ) -> TxnResponse {
+        let error = match self.load_txn(id).await {
             Err(error) => error,
             Ok(()) => {
                 let now_ms = self.txn_now_ms();
-                let step = self.txns.core.handle_end(
-                    &id,
-                    producer_of(&request.producer),
-                    request.commit,
-                    now_ms,
-                );
-                self.run_txn_step(&id, step)
+                let step = step(&mut self.txns.core, id, now_ms);
+                self.run_txn_step(id, step)
                     .await
                     .err()
                     .unwrap_or(ErrorCode::None)
@@ -536,16 +520,7 @@ impl<S: GroupStore> GroupManager<S> {
 
 /// A stored record as DescribeTransactions answers it.
 fn describe(record: TxnRecord) -> TransactionDescription {
-    let mut partitions: Vec<TopicPartitions> = Vec::new();
-    for tp in record.partitions {
-        match partitions.last_mut().filter(|last| last.topic == tp.topic) {
-            Some(last) => last.partitions.push(tp.partition),
-            None => partitions.push(TopicPartitions {
-                topic: tp.topic,
-                partitions: vec![tp.partition],
-            }),
-        }
-    }
+    let partitions: Vec<TopicPartition> = record.partitions.into_iter().collect();
     TransactionDescription {
         transactional_id: record.transactional_id,
         error: ErrorCode::None,
@@ -558,7 +533,7 @@ fn describe(record: TxnRecord) -> TransactionDescription {
         } else {
             -1
         },
-        partitions,
+        partitions: to_wire(&partitions),
         groups: record.groups.into_iter().collect(),
     }
 }
