@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::BytesMut;
-use common::block_on;
+use common::{append_marker, block_on};
 use strata_node::io::Storage;
 use strata_node::io::sim::SimStorage;
 use strata_node::log::cleaner::{OffsetMap, clean};
@@ -689,5 +689,226 @@ fn compact_delete_still_expires_old_segments_and_compact_alone_does_not() {
             assert_eq!(report.deleted_segments > 0, expires, "{policy:?}");
             assert_eq!(log.log_start_offset() > 0, expires, "{policy:?}");
         }
+    });
+}
+
+/// A batch of one transaction: `records` (key, value) of `producer_id` at `sequence`.
+fn txn_batch(producer_id: i64, sequence: i32, records: &[(&[u8], &str)], now_ms: i64) -> BytesMut {
+    let mut builder = BatchBuilder::default();
+    builder.set_producer(producer_id, 0, sequence);
+    builder.set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
+    for (key, value) in records {
+        builder.push(now_ms, Some(key), value.as_bytes());
+    }
+    BytesMut::from(&builder.finish()[..])
+}
+
+/// A batch as a reader sees it after a clean: its producer, whether a marker, its records.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenBatch {
+    producer_id: i64,
+    marker: bool,
+    records: Vec<(u64, Vec<u8>, Vec<u8>)>,
+}
+
+async fn batches<S: Storage>(log: &mut PartitionLog<S>) -> Vec<SeenBatch> {
+    let mut seen = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let bytes = log.read(offset, 1 << 20, u64::MAX).await.unwrap();
+        for batch in split_batches(bytes) {
+            let batch = batch.unwrap();
+            if batch.last_offset() < offset {
+                continue;
+            }
+            offset = batch.last_offset() + 1;
+            seen.push(SeenBatch {
+                producer_id: batch.header().producer_id,
+                marker: batch.header().is_control(),
+                records: batch
+                    .records()
+                    .map(|record| {
+                        (
+                            record.offset,
+                            record.key.unwrap().to_vec(),
+                            record.value.to_vec(),
+                        )
+                    })
+                    .collect(),
+            });
+        }
+    }
+    seen
+}
+
+fn markers_of(seen: &[SeenBatch], producer_id: i64) -> usize {
+    seen.iter()
+        .filter(|batch| batch.marker && batch.producer_id == producer_id)
+        .count()
+}
+
+/// Enough plain records to close the segments before them.
+async fn roll<S: Storage>(log: &mut PartitionLog<S>, now_ms: i64) {
+    for round in 0..40 {
+        let value = format!("filler-{round}");
+        let batch = keyed_batch(
+            &[("filler", Some(&value)), ("filler", Some(&value))],
+            now_ms,
+        );
+        log.append(batch, 1, now_ms).await.unwrap();
+    }
+}
+
+/// Transactions through the cleaner, as Kafka's cleaner treats them: an aborted transaction's
+/// records go; committed ones are compacted like any; a marker stays while a batch of its
+/// transaction does, then `delete.retention.ms` more, then goes; markers never take part in
+/// the key map (a record whose key is a marker's bytes removes nothing); and nothing at or past
+/// an open transaction is cleaned. After it all, the log replayed without its producer snapshot
+/// has no transaction open.
+#[test]
+fn a_clean_drops_aborted_transactions_and_then_markers_with_nothing_left() {
+    block_on(async {
+        let storage = SimStorage::new(8);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let now = 10_000;
+        // A commit marker's key: version 0, type 1.
+        let marker_key: &[u8] = &[0, 0, 0, 1];
+        // Producer 1: a transaction aborted, then one committed.
+        log.append(txn_batch(1, 0, &[(b"a", "aborted-a")], now), 1, now)
+            .await
+            .unwrap();
+        log.append(txn_batch(1, 1, &[(b"b", "aborted-b")], now), 1, now)
+            .await
+            .unwrap();
+        append_marker(&mut log, 1, 0, false).await.unwrap();
+        log.append(txn_batch(1, 2, &[(b"z", "committed-z")], now), 1, now)
+            .await
+            .unwrap();
+        append_marker(&mut log, 1, 0, true).await.unwrap();
+        // Producer 2: committed, its record the last of its key.
+        log.append(txn_batch(2, 0, &[(b"c", "committed-c")], now), 1, now)
+            .await
+            .unwrap();
+        append_marker(&mut log, 2, 0, true).await.unwrap();
+        // A plain record keyed like a commit marker, before the markers below.
+        let mut builder = BatchBuilder::default();
+        builder.push(now, Some(marker_key), b"looks like a marker");
+        log.append(BytesMut::from(&builder.finish()[..]), 1, now)
+            .await
+            .unwrap();
+        // Producer 3: committed, then superseded by a plain write; then one more committed.
+        log.append(txn_batch(3, 0, &[(b"d", "committed-d")], now), 1, now)
+            .await
+            .unwrap();
+        append_marker(&mut log, 3, 0, true).await.unwrap();
+        log.append(txn_batch(3, 1, &[(b"f", "committed-f")], now), 1, now)
+            .await
+            .unwrap();
+        append_marker(&mut log, 3, 0, true).await.unwrap();
+        let plain = keyed_batch(&[("d", Some("plain-d")), ("a", Some("plain-a"))], now);
+        log.append(plain, 1, now).await.unwrap();
+        roll(&mut log, now).await;
+
+        let report = clean_once(&mut log, now, 1 << 20).await.unwrap();
+        assert_eq!(report.stats.aborted_removed, 2, "{report:?}");
+        let seen = batches(&mut log).await;
+        let values: Vec<&[u8]> = seen
+            .iter()
+            .filter(|batch| !batch.marker)
+            .flat_map(|batch| batch.records.iter().map(|(_, _, value)| &value[..]))
+            .collect();
+        for gone in [&b"aborted-a"[..], b"aborted-b", b"committed-d"] {
+            assert!(
+                !values.contains(&gone),
+                "{:?} stayed",
+                String::from_utf8_lossy(gone)
+            );
+        }
+        for kept in [
+            &b"committed-z"[..],
+            b"committed-c",
+            b"committed-f",
+            b"plain-d",
+        ] {
+            assert!(
+                values.contains(&kept),
+                "{:?} went",
+                String::from_utf8_lossy(kept)
+            );
+        }
+        assert!(values.contains(&&b"looks like a marker"[..]));
+        // Every marker stays this time: those whose transaction still holds a record, and those
+        // of emptied transactions until their delete horizon.
+        assert_eq!(
+            (
+                markers_of(&seen, 1),
+                markers_of(&seen, 2),
+                markers_of(&seen, 3)
+            ),
+            (2, 1, 2),
+            "{seen:?}"
+        );
+
+        // Past the horizon, the markers of the emptied transactions go: producer 1's abort
+        // (its records are gone) and producer 3's first commit (its record was superseded).
+        let later = now + DELETE_RETENTION_MS + 1;
+        let report = clean_once(&mut log, later, 1 << 20).await.unwrap();
+        assert_eq!(report.stats.markers_removed, 2, "{report:?}");
+        let seen = batches(&mut log).await;
+        assert_eq!(
+            (
+                markers_of(&seen, 1),
+                markers_of(&seen, 2),
+                markers_of(&seen, 3)
+            ),
+            (1, 1, 1),
+            "{seen:?}"
+        );
+
+        // Producer 4 opens a transaction and leaves it open; its key is written again after.
+        let open_at = log.log_end_offset();
+        log.append(txn_batch(4, 0, &[(b"e", "open-e")], later), 1, later)
+            .await
+            .unwrap();
+        roll(&mut log, later).await;
+        log.append(keyed_batch(&[("e", Some("plain-e"))], later), 1, later)
+            .await
+            .unwrap();
+        roll(&mut log, later).await;
+        clean_once(&mut log, later, 1 << 20).await;
+        assert!(
+            log.clean_offset() <= open_at,
+            "nothing past the LSO is cleaned"
+        );
+        let open_values = |seen: &[SeenBatch]| {
+            seen.iter()
+                .filter(|batch| {
+                    batch.producer_id == 4 && !batch.marker && !batch.records.is_empty()
+                })
+                .count()
+        };
+        assert_eq!(open_values(&batches(&mut log).await), 1);
+        // Committed, it is compacted like any.
+        append_marker(&mut log, 4, 0, true).await.unwrap();
+        roll(&mut log, later).await;
+        clean_once(&mut log, later, 1 << 20).await.unwrap();
+        assert!(log.clean_offset() > open_at);
+        assert_eq!(open_values(&batches(&mut log).await), 0);
+
+        // The log alone (no producer snapshot) replays to no open transaction.
+        let end = log.log_end_offset();
+        log.close(later).await.unwrap();
+        storage
+            .remove_file(&Path::new(DIR).join(strata_node::log::PRODUCER_SNAPSHOT_FILE_NAME))
+            .await
+            .unwrap();
+        let (log, _) = PartitionLog::open(storage.clone(), DIR, config(), later)
+            .await
+            .unwrap();
+        let transactions = log.producers().transactions();
+        assert!(transactions.open().is_empty(), "{:?}", transactions.open());
+        assert_eq!(transactions.last_stable_offset(end), end);
     });
 }

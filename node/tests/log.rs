@@ -2479,25 +2479,6 @@ fn txn_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Bytes
     BytesMut::from(&builder.finish()[..])
 }
 
-/// Appends a marker as the leader does; returns its offset.
-async fn append_marker<S: Storage>(
-    log: &mut PartitionLog<S>,
-    producer_id: i64,
-    epoch: i16,
-    commit: bool,
-) -> Result<u64, LogError> {
-    let marker = strata_wire::batch::marker(producer_id, epoch, commit, 0, 0);
-    let request = (
-        BytesMut::from(&marker[..]),
-        1,
-        strata_node::log::AppendSource::Markers,
-    );
-    let [result] = &log.append_group_from(vec![request], 0).await[..] else {
-        unreachable!("one request, one result")
-    };
-    result.clone().map(|info| info.base_offset)
-}
-
 /// The partition's transactions as its log records them: the LSO waits below the first open
 /// one; markers close them (an abort is kept for `read_committed` fetches); a marker at a newer
 /// epoch fences the older producer, and one at an older epoch is refused; producers may not

@@ -34,6 +34,7 @@ use super::index::SegmentIndex;
 use super::recovery::RecoveryReport;
 use super::recovery_point::Trust;
 use super::segment::{Segment, file_name, parse_base_offset, read_whole};
+use super::transactions::AbortedTxn;
 use crate::io::Storage;
 
 /// The cleaner's checkpoint inside the partition folder: the first offset not yet cleaned.
@@ -71,6 +72,8 @@ pub struct CleanPlan<S: Storage> {
     pub index_interval_bytes: u32,
     pub delete_retention_ms: i64,
     pub producer_last_offsets: HashMap<i64, u64>,
+    /// The log's aborted transactions, in marker order.
+    pub aborted: Vec<AbortedTxn>,
     pub now_ms: i64,
 }
 
@@ -272,9 +275,14 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Where a clean would end: the first offset of the active segment, of the first segment
     /// with a record younger than `min.compaction.lag.ms`, or of the first segment not wholly
-    /// below `below_offset` (the high watermark), whichever comes first; and the index of the
-    /// first segment past it.
+    /// below `below_offset` (the high watermark) and the last stable offset, whichever comes
+    /// first; and the index of the first segment past it. Below the LSO every transaction is
+    /// decided, so the cleaner knows which records are aborted.
     fn cleanable_end(&self, now_ms: i64, below_offset: u64) -> (u64, usize) {
+        let below_offset = self
+            .producers
+            .transactions()
+            .last_stable_offset(below_offset);
         let lag_ms = self.config.compaction.min_lag_ms;
         let closed = self.segments.len() - 1;
         let end = self.segments[..closed]
@@ -287,10 +295,10 @@ impl<S: Storage> PartitionLog<S> {
         (self.segments[end].base_offset, end)
     }
 
-    /// Whether a tombstone kept by an earlier clean of this process may go now (a clean is
-    /// then due even with nothing new to clean, as under Kafka's KIP-534).
-    fn tombstones_due(&self, now_ms: i64) -> bool {
-        self.tombstone_horizon_ms
+    /// Whether a tombstone or marker kept by an earlier clean of this process may go now (a
+    /// clean is then due even with nothing new to clean, as under Kafka's KIP-534).
+    fn deletes_due(&self, now_ms: i64) -> bool {
+        self.delete_horizon_ms
             .is_some_and(|horizon| horizon <= now_ms)
     }
 
@@ -347,7 +355,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn plan_clean(&self, now_ms: i64, below_offset: u64) -> Option<CleanPlan<S>> {
         let status = self.compaction_status(now_ms, below_offset);
         let (cleanable_end, end) = self.cleanable_end(now_ms, below_offset);
-        let nothing_new = cleanable_end <= status.clean_offset && !self.tombstones_due(now_ms);
+        let nothing_new = cleanable_end <= status.clean_offset && !self.deletes_due(now_ms);
         if status.uncleanable.is_some() || end == 0 || nothing_new {
             return None;
         }
@@ -357,7 +365,7 @@ impl<S: Storage> PartitionLog<S> {
         let overdue = self.segments[..end].iter().any(|segment| {
             segment.next_offset > status.clean_offset
                 && segment.max_timestamp_ms < now_ms.saturating_sub(compaction.max_lag_ms)
-        }) || self.tombstones_due(now_ms);
+        }) || self.deletes_due(now_ms);
         if status.dirty_ratio < compaction.min_cleanable_dirty_ratio && !overdue {
             return None;
         }
@@ -379,6 +387,7 @@ impl<S: Storage> PartitionLog<S> {
             index_interval_bytes: self.config.index_interval_bytes,
             delete_retention_ms: compaction.delete_retention_ms,
             producer_last_offsets: self.producers.last_offsets(),
+            aborted: self.producers.transactions().aborted().to_vec(),
             now_ms,
         })
     }
@@ -456,7 +465,7 @@ impl<S: Storage> PartitionLog<S> {
             report.replaced += count;
         }
         self.clean_offset = outcome.clean_offset;
-        self.tombstone_horizon_ms = outcome.tombstone_horizon_ms;
+        self.delete_horizon_ms = outcome.delete_horizon_ms;
         self.checkpoint_clean_offset().await;
         Ok(report)
     }

@@ -115,9 +115,9 @@ pub struct PartitionLog<S: Storage> {
     /// [`CLEANER_CHECKPOINT_FILE_NAME`]; read through [`PartitionLog::clean_offset`], which
     /// keeps it within the log.
     clean_offset: u64,
-    /// When the earliest tombstone the last clean kept may go (known after a clean of this
-    /// process; see `compaction::tombstones_due`).
-    tombstone_horizon_ms: Option<i64>,
+    /// When the earliest tombstone or emptied transaction's marker the last clean kept may go
+    /// (known after a clean of this process; see `compaction::deletes_due`).
+    delete_horizon_ms: Option<i64>,
 }
 
 /// How many closed segments' indexes stay loaded.

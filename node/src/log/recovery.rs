@@ -149,7 +149,7 @@ impl<S: Storage> PartitionLog<S> {
             own_appends: LargeAppends::default(),
             replicated_appends: LargeAppends::default(),
             clean_offset,
-            tombstone_horizon_ms: None,
+            delete_horizon_ms: None,
         };
         let mut report = RecoveryReport::default();
         let mut validated_any = log.recover_segments(&bases, now_ms, &mut report).await?;

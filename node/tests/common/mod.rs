@@ -76,3 +76,22 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .expect("runtime");
     tokio::task::LocalSet::new().block_on(&runtime, future)
 }
+
+/// Appends a marker as the leader does; returns its offset.
+pub async fn append_marker<S: strata_node::io::Storage>(
+    log: &mut strata_node::log::PartitionLog<S>,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+) -> Result<u64, strata_node::log::LogError> {
+    let marker = strata_wire::batch::marker(producer_id, epoch, commit, 0, 0);
+    let request = (
+        BytesMut::from(&marker[..]),
+        1,
+        strata_node::log::AppendSource::Markers,
+    );
+    let [result] = &log.append_group_from(vec![request], 0).await[..] else {
+        unreachable!("one request, one result")
+    };
+    result.clone().map(|info| info.base_offset)
+}

@@ -8,7 +8,8 @@
 //! 2. **rewrite**: read every closed segment from the log start up to where the map stops, in
 //!    groups whose sizes add up to at most `segment.bytes` (so small cleaned segments merge),
 //!    and write each group as one cleaned segment keeping, of each key, the record the map
-//!    names, and tombstones until their delete horizon ([`rewrite`]).
+//!    names, and tombstones until their delete horizon ([`rewrite`]); aborted transactions'
+//!    records go, and markers once their transaction holds nothing ([`transactions`]).
 //! 3. **swap**: the log swaps the cleaned segments in ([`crate::log::compaction`]).
 //!
 //! The map and the rewrite read segment files through handles the plan holds and write new
@@ -20,7 +21,9 @@
 mod offset_map;
 mod rewrite;
 mod run;
+mod transactions;
 
 pub use offset_map::{ENTRY_BYTES, OffsetMap};
 pub use rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
 pub use run::{CleanOutcome, CleanedFiles, clean};
+pub use transactions::{AbortedRanges, OngoingTxns};

@@ -2,11 +2,13 @@
 //! key map and the time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_wire::batch::{Batch, BatchBuilder, BatchHeader, FORMAT_VERSION, HEADER_LEN};
 
 use super::offset_map::OffsetMap;
+use super::transactions::{AbortedRanges, OngoingTxns};
 use crate::log::index::{IndexCadence, SegmentIndex};
 
 /// What decides a record's fate in one clean.
@@ -21,6 +23,8 @@ pub struct Rules {
     /// Each idempotent producer's last batch (its last offset): kept, emptied if need be, so the
     /// producer's sequence survives the clean (Kafka keeps it the same way).
     pub producer_last_offsets: HashMap<i64, u64>,
+    /// The log's aborted transactions: their records go.
+    pub aborted: Arc<AbortedRanges>,
 }
 
 /// What a clean did, for the logs and `/metrics`.
@@ -34,6 +38,10 @@ pub struct CleanStats {
     /// Records without a key (written before the topic was compacted): Kafka's cleaner drops
     /// them too.
     pub keyless_removed: u64,
+    /// Records of aborted transactions.
+    pub aborted_removed: u64,
+    /// Markers whose transaction held nothing any more, past their delete horizon.
+    pub markers_removed: u64,
 }
 
 impl CleanStats {
@@ -44,19 +52,26 @@ impl CleanStats {
         self.records_removed += other.records_removed;
         self.tombstones_removed += other.tombstones_removed;
         self.keyless_removed += other.keyless_removed;
+        self.aborted_removed += other.aborted_removed;
+        self.markers_removed += other.markers_removed;
     }
 }
 
 impl Rules {
-    /// Whether the record at `offset` stays: the last of its key (as far as the map saw), and,
-    /// a tombstone, not past its batch's delete horizon.
+    /// Whether the record at `offset` stays: not in an aborted transaction (`aborted`), the
+    /// last of its key (as far as the map saw), and, a tombstone, not past its batch's delete
+    /// horizon.
     fn keeps(
         &self,
+        aborted: bool,
         key: Option<&[u8]>,
         is_tombstone: bool,
         offset: u64,
         horizon: Option<i64>,
     ) -> Fate {
+        if aborted {
+            return Fate::RemoveAborted;
+        }
         if offset >= self.map_end {
             return Fate::Keep;
         }
@@ -78,6 +93,7 @@ enum Fate {
     Remove,
     RemoveTombstone,
     RemoveKeyless,
+    RemoveAborted,
 }
 
 /// Builds one cleaned segment from the batches of the source segments it replaces, in order:
@@ -97,12 +113,17 @@ pub struct SegmentWriter {
     builder: BatchBuilder,
     /// Whether anything differs from the sources.
     changed: bool,
-    /// The earliest delete horizon of a batch that kept a tombstone.
-    tombstone_horizon_ms: Option<i64>,
+    /// The earliest delete horizon of a batch kept for a while: one holding a tombstone, or
+    /// the marker of a transaction that holds nothing any more.
+    delete_horizon_ms: Option<i64>,
+    /// Transactions read up to here whose marker comes later (from the segments before too).
+    ongoing: OngoingTxns,
 }
 
 impl SegmentWriter {
-    pub fn new(base_offset: u64, index_interval_bytes: u32) -> SegmentWriter {
+    /// A cleaned segment starting at `base_offset`, after a part of the log whose unfinished
+    /// transactions are `ongoing`.
+    pub fn new(base_offset: u64, index_interval_bytes: u32, ongoing: OngoingTxns) -> SegmentWriter {
         SegmentWriter {
             base_offset,
             next_offset: base_offset,
@@ -113,7 +134,8 @@ impl SegmentWriter {
             gap: None,
             builder: BatchBuilder::with_capacity(64 << 10),
             changed: false,
-            tombstone_horizon_ms: None,
+            delete_horizon_ms: None,
+            ongoing,
         }
     }
 
@@ -126,7 +148,15 @@ impl SegmentWriter {
             "source batches tile the offsets"
         );
         stats.bytes_read += u64::from(header.batch_len);
+        if header.is_control() {
+            self.push_marker(batch, &header, rules, stats);
+            return;
+        }
         let horizon = header.delete_horizon_ms();
+        let aborted = header.is_transactional()
+            && rules
+                .aborted
+                .contains(header.producer_id, header.base_offset);
         let mut kept = 0u32;
         let mut tombstone_kept = false;
         let records = batch.record_count();
@@ -134,6 +164,7 @@ impl SegmentWriter {
         // First pass: decide, without building anything (most batches of a clean part keep all).
         for record in batch.records() {
             match rules.keeps(
+                aborted,
                 record.key,
                 record.nullable_value().is_none(),
                 record.offset,
@@ -152,25 +183,30 @@ impl SegmentWriter {
                     stats.records_removed += 1;
                     stats.keyless_removed += 1;
                 }
+                Fate::RemoveAborted => {
+                    stats.records_removed += 1;
+                    stats.aborted_removed += 1;
+                }
             }
         }
         let needs_horizon = tombstone_kept && horizon.is_none();
         let new_horizon =
             needs_horizon.then(|| rules.now_ms.saturating_add(rules.delete_retention_ms));
         if tombstone_kept && let Some(batch_horizon) = horizon.or(new_horizon) {
-            self.tombstone_horizon_ms = Some(
-                self.tombstone_horizon_ms
-                    .map_or(batch_horizon, |earliest| earliest.min(batch_horizon)),
-            );
+            self.note_horizon(batch_horizon);
+        }
+        let producer_keeps = header.is_idempotent()
+            && rules.producer_last_offsets.get(&header.producer_id) == Some(&header.last_offset());
+        let stays = kept > 0 || producer_keeps;
+        if header.is_transactional() {
+            self.ongoing.on_batch(header.producer_id, stays);
         }
         if kept == records && !needs_horizon {
             self.emit(batch.as_bytes().clone(), &header);
             return;
         }
         self.changed = true;
-        let producer_keeps = header.is_idempotent()
-            && rules.producer_last_offsets.get(&header.producer_id) == Some(&header.last_offset());
-        if kept == 0 && !producer_keeps {
+        if !stays {
             self.extend_gap(&header);
             return;
         }
@@ -178,6 +214,7 @@ impl SegmentWriter {
         for record in batch.records() {
             if matches!(
                 rules.keeps(
+                    aborted,
                     record.key,
                     record.nullable_value().is_none(),
                     record.offset,
@@ -193,13 +230,62 @@ impl SegmentWriter {
         self.emit(bytes, &rewritten);
     }
 
+    /// A marker: kept while a batch of its transaction stays; once none does, kept until its
+    /// delete horizon (set by the first clean that finds it so), then removed.
+    fn push_marker(
+        &mut self,
+        batch: &Batch,
+        header: &BatchHeader,
+        rules: &Rules,
+        stats: &mut CleanStats,
+    ) {
+        stats.records_read += u64::from(batch.record_count());
+        if self.ongoing.on_marker(header.producer_id) {
+            self.emit(batch.as_bytes().clone(), header);
+            return;
+        }
+        match header.delete_horizon_ms() {
+            Some(horizon) if horizon <= rules.now_ms => {
+                stats.records_removed += u64::from(batch.record_count());
+                stats.markers_removed += 1;
+                self.changed = true;
+                self.extend_gap(header);
+            }
+            Some(horizon) => {
+                self.note_horizon(horizon);
+                self.emit(batch.as_bytes().clone(), header);
+            }
+            None => {
+                let horizon = rules.now_ms.saturating_add(rules.delete_retention_ms);
+                self.note_horizon(horizon);
+                self.changed = true;
+                self.builder.start_compacted(header, Some(horizon));
+                for record in batch.records() {
+                    self.builder.push_kept(&record);
+                }
+                let bytes = self.builder.finish_compacted();
+                let rewritten =
+                    BatchHeader::parse(&bytes).expect("the builder writes valid batches");
+                self.emit(bytes, &rewritten);
+            }
+        }
+    }
+
+    fn note_horizon(&mut self, horizon_ms: i64) {
+        self.delete_horizon_ms = Some(
+            self.delete_horizon_ms
+                .map_or(horizon_ms, |earliest| earliest.min(horizon_ms)),
+        );
+    }
+
     /// Cleaned batches ready to be written, in order, since the last call.
     pub fn take_pending(&mut self) -> Vec<Bytes> {
         std::mem::take(&mut self.pending)
     }
 
-    /// Ends the segment: returns the last batches to write and what the segment holds.
-    pub fn finish(mut self) -> (Vec<Bytes>, CleanedSegment) {
+    /// Ends the segment: returns the last batches to write, what the segment holds, and the
+    /// transactions still waiting for their marker (for the next segment's writer).
+    pub fn finish(mut self) -> (Vec<Bytes>, CleanedSegment, OngoingTxns) {
         self.flush_gap();
         let pending = std::mem::take(&mut self.pending);
         (
@@ -210,8 +296,9 @@ impl SegmentWriter {
                 size: self.size,
                 index: self.index,
                 changed: self.changed,
-                tombstone_horizon_ms: self.tombstone_horizon_ms,
+                delete_horizon_ms: self.delete_horizon_ms,
             },
+            self.ongoing,
         )
     }
 
@@ -286,6 +373,7 @@ pub struct CleanedSegment {
     pub index: SegmentIndex,
     /// False when it holds exactly the batches of its sources.
     pub changed: bool,
-    /// When its earliest tombstone may go (`None`: it keeps none).
-    pub tombstone_horizon_ms: Option<i64>,
+    /// When its earliest tombstone or emptied transaction's marker may go (`None`: it keeps
+    /// none).
+    pub delete_horizon_ms: Option<i64>,
 }

@@ -9,6 +9,7 @@ use strata_wire::batch::{Batch, BatchHeader, HEADER_LEN};
 
 use super::offset_map::OffsetMap;
 use super::rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
+use super::transactions::{AbortedRanges, OngoingTxns};
 use crate::io::{ReadBuf, Storage, StorageFile};
 use crate::log::LogError;
 use crate::log::compaction::{CleanPlan, SourceSegment, SourceSummary, cleaned_path};
@@ -23,9 +24,10 @@ pub struct CleanOutcome {
     /// The first offset the next clean treats as dirty.
     pub clean_offset: u64,
     pub stats: CleanStats,
-    /// When the earliest tombstone the cleaned part keeps may go (`None`: it keeps none), so
-    /// the log asks for a clean then even if nothing new is dirty.
-    pub tombstone_horizon_ms: Option<i64>,
+    /// When the earliest tombstone or emptied transaction's marker the cleaned part keeps may
+    /// go (`None`: it keeps none), so the log asks for a clean then even if nothing new is
+    /// dirty.
+    pub delete_horizon_ms: Option<i64>,
 }
 
 /// One cleaned segment's files (`<base>.*.cleaned`, synced) and the segments it replaces.
@@ -55,7 +57,8 @@ pub async fn clean<S: Storage>(
 ) -> (OffsetMap, Result<CleanOutcome, LogError>) {
     map.clear();
     let mut stats = CleanStats::default();
-    let (map, map_end) = build_map(&plan, map, throttle, &mut stats).await;
+    let aborted = Arc::new(AbortedRanges::new(&plan.aborted));
+    let (map, map_end) = build_map(&plan, map, &aborted, throttle, &mut stats).await;
     let map_end = match map_end {
         Ok(end) => end,
         Err(error) => return (map, Err(error)),
@@ -67,21 +70,15 @@ pub async fn clean<S: Storage>(
         now_ms: plan.now_ms,
         delete_retention_ms: plan.delete_retention_ms,
         producer_last_offsets: plan.producer_last_offsets.clone(),
+        aborted,
     });
-    let mut tombstone_horizon_ms = None;
-    let result = rewrite_all(
-        &plan,
-        &rules,
-        throttle,
-        &mut stats,
-        &mut tombstone_horizon_ms,
-    )
-    .await;
+    let mut delete_horizon_ms = None;
+    let result = rewrite_all(&plan, &rules, throttle, &mut stats, &mut delete_horizon_ms).await;
     let outcome = result.map(|segments| CleanOutcome {
         segments,
         clean_offset: map_end,
         stats,
-        tombstone_horizon_ms,
+        delete_horizon_ms,
     });
     let rules = Arc::into_inner(rules).expect("no chunk's work outlives the clean");
     (rules.map, outcome)
@@ -106,6 +103,7 @@ fn batches_of(chunk: Bytes) -> impl Iterator<Item = Result<Batch, strata_wire::b
 async fn build_map<S: Storage>(
     plan: &CleanPlan<S>,
     mut map: OffsetMap,
+    aborted: &Arc<AbortedRanges>,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
 ) -> (OffsetMap, Result<u64, LogError>) {
@@ -123,8 +121,9 @@ async fn build_map<S: Storage>(
                 Err(error) => return (map, Err(error)),
             };
             stats.bytes_read += chunk.len() as u64;
+            let aborted = aborted.clone();
             let (returned, filled) = off_the_shard(move || {
-                let filled = map_chunk(&mut map, chunk, first_dirty, cleanable_end);
+                let filled = map_chunk(&mut map, chunk, &aborted, first_dirty, cleanable_end);
                 (map, filled)
             })
             .await;
@@ -139,17 +138,24 @@ async fn build_map<S: Storage>(
     (map, Ok(cleanable_end))
 }
 
-/// Puts a chunk's keys in `[first_dirty, cleanable_end)` into the map; `Some(offset)`: the
-/// record at `offset` did not fit, and the map stops there.
+/// Puts a chunk's keys in `[first_dirty, cleanable_end)` into the map, but for markers' (a
+/// marker's key is its type, not a key of the topic's) and aborted transactions' (their records
+/// go whatever comes after them); `Some(offset)`: the record at `offset` did not fit, and the
+/// map stops there.
 fn map_chunk(
     map: &mut OffsetMap,
     chunk: Bytes,
+    aborted: &AbortedRanges,
     first_dirty: u64,
     cleanable_end: u64,
 ) -> Result<Option<u64>, strata_wire::batch::BatchError> {
     for batch in batches_of(chunk) {
         let batch = batch?;
-        if batch.last_offset() < first_dirty {
+        let header = batch.header();
+        let skipped = header.is_control()
+            || (header.is_transactional()
+                && aborted.contains(header.producer_id, header.base_offset));
+        if batch.last_offset() < first_dirty || skipped {
             continue;
         }
         for record in batch.records() {
@@ -172,7 +178,7 @@ async fn rewrite_all<S: Storage>(
     rules: &Arc<Rules>,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
-    tombstone_horizon_ms: &mut Option<i64>,
+    delete_horizon_ms: &mut Option<i64>,
 ) -> Result<Vec<CleanedFiles>, LogError> {
     let sources: Vec<&SourceSegment<S::File>> = plan
         .sources
@@ -180,8 +186,18 @@ async fn rewrite_all<S: Storage>(
         .filter(|source| source.base_offset < rules.map_end)
         .collect();
     let mut written = Vec::new();
+    let mut ongoing = OngoingTxns::default();
     for group in groups(&sources, plan.segment_bytes) {
-        match rewrite_group(plan, group, rules, throttle, stats, tombstone_horizon_ms).await {
+        let rewritten = rewrite_group(
+            plan,
+            group,
+            rules,
+            throttle,
+            stats,
+            (delete_horizon_ms, &mut ongoing),
+        )
+        .await;
+        match rewritten {
             Ok(Some(files)) => written.push(files),
             Ok(None) => {}
             Err(error) => {
@@ -230,15 +246,18 @@ async fn remove_cleaned<S: Storage>(plan: &CleanPlan<S>, base: u64) {
     }
 }
 
-/// Writes one group's cleaned segment; `None` when it would be one source unchanged.
+/// Writes one group's cleaned segment; `None` when it would be one source unchanged. `carried`:
+/// the earliest delete horizon kept so far, and the transactions read but not yet ended, both
+/// carried from group to group.
 async fn rewrite_group<S: Storage>(
     plan: &CleanPlan<S>,
     group: &[&SourceSegment<S::File>],
     rules: &Arc<Rules>,
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
-    tombstone_horizon_ms: &mut Option<i64>,
+    carried: (&mut Option<i64>, &mut OngoingTxns),
 ) -> Result<Option<CleanedFiles>, LogError> {
+    let (delete_horizon_ms, ongoing) = carried;
     let base = group[0].base_offset;
     let open = |extension: &'static str| {
         let path = cleaned_path(&plan.dir, base, extension);
@@ -258,7 +277,7 @@ async fn rewrite_group<S: Storage>(
         }
     };
     let log = open("log").await.map_err(io_error("create"))?;
-    let mut writer = SegmentWriter::new(base, plan.index_interval_bytes);
+    let mut writer = SegmentWriter::new(base, plan.index_interval_bytes, std::mem::take(ongoing));
     let mut position = 0u64;
     for source in group {
         let mut reader = SegmentReader::new(source);
@@ -282,15 +301,16 @@ async fn rewrite_group<S: Storage>(
                 .map_err(io_error("write"))?;
         }
     }
-    let (last, mut segment) = writer.finish();
+    let (last, mut segment, still_ongoing) = writer.finish();
+    *ongoing = still_ongoing;
     let size = write(&log, last, position, throttle)
         .await
         .map_err(io_error("write"))?;
     debug_assert_eq!(size, segment.size);
     stats.bytes_written += size;
-    if let Some(horizon) = segment.tombstone_horizon_ms {
-        *tombstone_horizon_ms =
-            Some(tombstone_horizon_ms.map_or(horizon, |earliest| earliest.min(horizon)));
+    if let Some(horizon) = segment.delete_horizon_ms {
+        *delete_horizon_ms =
+            Some(delete_horizon_ms.map_or(horizon, |earliest| earliest.min(horizon)));
     }
     if !segment.changed && group.len() == 1 {
         drop(log);
