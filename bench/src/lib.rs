@@ -26,8 +26,8 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use strata_client::{
-    Client, ClientConfig, Codec, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, OffsetReset,
-    Producer, ProducerConfig, ProducerRecord, SeekTo,
+    Client, ClientConfig, Codec, Consumer, ConsumerConfig, GroupConfig, GroupConsumer,
+    IsolationLevel, OffsetReset, Producer, ProducerConfig, ProducerRecord, SeekTo,
 };
 
 use pacing::{PreciseTimer, Schedule, on_own_runtime, on_pacing_thread};
@@ -92,6 +92,12 @@ pub struct BenchConfig {
     pub batch_records: Option<usize>,
     /// Producers are idempotent (producer id + sequences; implies acks=all).
     pub idempotent: bool,
+    /// Producers write in transactions (implies idempotent), each committed once it holds
+    /// this many records or is this old.
+    pub transactions: Option<TxnSpan>,
+    /// Consumers read committed records only: up to the last stable offset, without aborted
+    /// transactions' records (Kafka's `isolation.level=read_committed`).
+    pub read_committed: bool,
     /// How producers compress batch bodies.
     pub compression: Codec,
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
@@ -130,8 +136,27 @@ impl Default for BenchConfig {
             pinned: false,
             batch_records: None,
             idempotent: false,
+            transactions: None,
+            read_committed: false,
             compression: Codec::None,
             group: None,
+        }
+    }
+}
+
+/// When a transactional producer commits: after `records` records or `age`, whichever first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TxnSpan {
+    pub records: Option<u64>,
+    pub age: Duration,
+}
+
+impl Default for TxnSpan {
+    /// 100 ms transactions, as a stream processor's commit interval.
+    fn default() -> Self {
+        TxnSpan {
+            records: None,
+            age: Duration::from_millis(100),
         }
     }
 }
@@ -206,6 +231,9 @@ pub struct Report {
     /// Per batch (pinned presets): from the batch's first record's send time to its last ack,
     /// as iggy-bench reports it.
     pub batch_latency_us: Option<Percentiles>,
+    /// Transactional producers: each commit, from the `EndTxn` request (the transaction's
+    /// records all acknowledged) to its answer. `count` is the transactions committed.
+    pub commit_latency_us: Option<Percentiles>,
     pub e2e_latency_us: Option<Percentiles>,
     /// Records measured in each second of the run (produced and consumed).
     pub timeline: Vec<TimelinePoint>,
@@ -310,9 +338,50 @@ pub struct IntervalHistograms {
 pub struct Histograms {
     pub ack: Histogram<u64>,
     pub batch: Histogram<u64>,
+    pub commit: Histogram<u64>,
     pub e2e: Histogram<u64>,
     /// Per second of the run, as the progress ticker cut them.
     pub intervals: Vec<IntervalHistograms>,
+}
+
+impl Histograms {
+    fn empty() -> Histograms {
+        Histograms {
+            ack: histogram(),
+            batch: histogram(),
+            commit: histogram(),
+            e2e: histogram(),
+            intervals: Vec::new(),
+        }
+    }
+}
+
+/// What one producer measured: per record, per batch (pinned presets), per commit
+/// (transactional producers), and the bytes acknowledged.
+struct ProducerMeasures {
+    records: Histogram<u64>,
+    batches: Histogram<u64>,
+    commits: Histogram<u64>,
+    bytes: u64,
+}
+
+impl ProducerMeasures {
+    fn new() -> ProducerMeasures {
+        ProducerMeasures {
+            records: histogram(),
+            batches: histogram(),
+            commits: histogram(),
+            bytes: 0,
+        }
+    }
+
+    fn add(&mut self, other: &ProducerMeasures) -> anyhow::Result<()> {
+        self.records.add(&other.records)?;
+        self.batches.add(&other.batches)?;
+        self.commits.add(&other.commits)?;
+        self.bytes += other.bytes;
+        Ok(())
+    }
 }
 
 /// Latency since the last progress tick, one histogram per producer or consumer task (its own
@@ -395,6 +464,10 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         config.duration.is_some() || config.records.is_some(),
         "give --duration or --records"
     );
+    anyhow::ensure!(
+        config.transactions.is_none() || !config.pinned,
+        "the pinned presets do not write transactions"
+    );
     if config.null_sink {
         return null_sink(config).await;
     }
@@ -436,12 +509,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     // Producers stop at the deadline; consumers only once they have caught up.
     let stop = Arc::new(AtomicBool::new(false));
     let stop_consumers = Arc::new(AtomicBool::new(false));
-    let mut histograms = Histograms {
-        ack: histogram(),
-        batch: histogram(),
-        e2e: histogram(),
-        intervals: Vec::new(),
-    };
+    let mut histograms = Histograms::empty();
     let (ack_intervals, e2e_intervals) =
         (IntervalRecorders::default(), IntervalRecorders::default());
     let intervals: Arc<std::sync::Mutex<Vec<IntervalHistograms>>> = Arc::default();
@@ -563,6 +631,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             let consumer_config = ConsumerConfig {
                 max_wait: Duration::from_millis(100),
                 partition_max_bytes: config.partition_fetch_bytes,
+                isolation: if config.read_committed {
+                    IsolationLevel::ReadCommitted
+                } else {
+                    IsolationLevel::ReadUncommitted
+                },
                 ..ConsumerConfig::default()
             };
             let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
@@ -635,7 +708,10 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 linger: config.linger,
                 max_in_flight: config.max_in_flight,
                 batch_records: config.batch_records,
-                idempotent: config.idempotent,
+                idempotent: config.idempotent || config.transactions.is_some(),
+                transactional_id: config
+                    .transactions
+                    .map(|_| format!("strata-bench-{}-{index}", std::process::id())),
                 compression: config.compression,
                 ..ProducerConfig::default()
             };
@@ -690,12 +766,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             });
             producer_tasks.push(
                 async move {
-                    let mut merged = (histogram(), histogram(), 0u64);
+                    let mut merged = ProducerMeasures::new();
                     for outcome in outcomes.await? {
-                        let (records, batches, bytes) = outcome?;
-                        merged.0.add(&records)?;
-                        merged.1.add(&batches)?;
-                        merged.2 += bytes;
+                        merged.add(&outcome?)?;
                     }
                     Ok(Ok(merged))
                 }
@@ -723,10 +796,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             stop.store(true, Ordering::Relaxed);
         }
         for task in producer_tasks {
-            let (histogram, batches, bytes) = task.await??;
-            ack.add(&histogram)?;
-            histograms.batch.add(&batches)?;
-            produced_bytes += bytes;
+            let measures = task.await??;
+            ack.add(&measures.records)?;
+            histograms.batch.add(&measures.batches)?;
+            histograms.commit.add(&measures.commits)?;
+            produced_bytes += measures.bytes;
         }
         if config.workload == Workload::E2e {
             // Let consumers see what was produced (bounded wait).
@@ -777,6 +851,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         memory_stall_ms: stalled_since(memory_stalls_started),
         batch_latency_us: (config.pinned && config.workload == Workload::Produce)
             .then(|| Percentiles::of(&histograms.batch)),
+        commit_latency_us: (config.transactions.is_some() && config.workload != Workload::Consume)
+            .then(|| Percentiles::of(&histograms.commit)),
         ack_latency_us: (config.workload != Workload::Consume)
             .then(|| Percentiles::of(&histograms.ack)),
         e2e_latency_us: (config.workload != Workload::Produce)
@@ -801,8 +877,8 @@ struct ProducerTask {
     measure_from: Instant,
 }
 
-/// What one producer's loop returns: per-record and per-batch latency, bytes acknowledged.
-type ProducerOutcome = anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)>;
+/// What one producer's loop returns.
+type ProducerOutcome = anyhow::Result<ProducerMeasures>;
 
 /// One producer, as fast as acknowledgements allow (no rate), until stopped or its quota is
 /// sent. Paced producers run in [`produce_paced`] instead.
@@ -914,6 +990,70 @@ struct RecordSender {
     epoch: (Instant, u64),
     /// Where `finish` adds what this producer sent.
     sent_bytes: Arc<SentBytes>,
+    /// A transactional producer's open transaction.
+    transaction: Option<TxnProgress>,
+}
+
+/// A transactional producer's progress through its current transaction, and its commits'
+/// latency.
+struct TxnProgress {
+    span: TxnSpan,
+    initialized: bool,
+    /// When the open transaction began; `None` between transactions.
+    opened: Option<Instant>,
+    records: u64,
+    commits: Histogram<u64>,
+    measure_from: Instant,
+}
+
+impl TxnProgress {
+    /// Opens a transaction if none is (initializing the producer's transactional id first).
+    async fn open(&mut self, producer: &Producer) -> anyhow::Result<()> {
+        if self.opened.is_some() {
+            return Ok(());
+        }
+        if !self.initialized {
+            producer
+                .init_transactions()
+                .await
+                .context("initializing the transactional producer")?;
+            self.initialized = true;
+        }
+        producer.begin()?;
+        self.opened = Some(Instant::now());
+        self.records = 0;
+        Ok(())
+    }
+
+    /// One more record sent in the open transaction; commits it if it is full or old enough.
+    async fn sent(&mut self, producer: &Producer) -> anyhow::Result<()> {
+        self.records += 1;
+        let opened = self
+            .opened
+            .expect("records are sent in an open transaction");
+        let full = self.span.records.is_some_and(|limit| self.records >= limit);
+        if full || opened.elapsed() >= self.span.age {
+            self.commit(producer).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction, if one is: waits for its records' acknowledgements, then
+    /// times the commit alone.
+    async fn commit(&mut self, producer: &Producer) -> anyhow::Result<()> {
+        if self.opened.take().is_none() {
+            return Ok(());
+        }
+        producer.flush().await?;
+        let asked = Instant::now();
+        producer.commit().await.context("committing")?;
+        if asked >= self.measure_from {
+            let _ = self
+                .commits
+                .record(asked.elapsed().as_micros().max(1) as u64);
+        }
+        Ok(())
+    }
 }
 
 impl RecordSender {
@@ -934,20 +1074,26 @@ impl RecordSender {
         } = tally;
         let (pending, acks) = tokio::sync::mpsc::unbounded_channel();
         let collector = tokio::spawn(async move {
-            let mut histogram = histogram();
-            let batches = self::histogram();
-            let mut bytes = 0u64;
+            let mut measures = ProducerMeasures::new();
             let mut acks = AcksInFlight::new(acks);
             while let Some((intended, size)) = acks.next().await? {
                 if intended >= measure_from {
                     let latency = intended.elapsed().as_micros().max(1) as u64;
-                    let _ = histogram.record(latency);
+                    let _ = measures.records.record(latency);
                     let _ = interval.lock().expect("interval recorder").record(latency);
-                    bytes += size as u64;
+                    measures.bytes += size as u64;
                     produced.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Ok::<_, anyhow::Error>((histogram, batches, bytes))
+            Ok::<_, anyhow::Error>(measures)
+        });
+        let transaction = config.transactions.map(|span| TxnProgress {
+            span,
+            initialized: false,
+            opened: None,
+            records: 0,
+            commits: histogram(),
+            measure_from,
         });
         RecordSender {
             topic: config.topic.as_str().into(),
@@ -964,6 +1110,7 @@ impl RecordSender {
             collector,
             epoch: (Instant::now(), now_us()),
             sent_bytes,
+            transaction,
         }
     }
 
@@ -976,6 +1123,12 @@ impl RecordSender {
     /// Sends the next record, intended for `intended`. A failure ends this producer
     /// ([`RecordSender::done`]) and is reported by `finish`.
     async fn send(&mut self, intended: Instant) {
+        if let Some(transaction) = &mut self.transaction
+            && let Err(error) = transaction.open(&self.producer).await
+        {
+            self.failure = Some(error);
+            return;
+        }
         // The intended time in wall-clock µs leads the value (consumers measure end-to-end
         // latency from it) and is the record's timestamp.
         let (epoch, epoch_wall_us) = self.epoch;
@@ -1015,12 +1168,27 @@ impl RecordSender {
             return;
         }
         self.sent += 1;
+        if let Some(transaction) = &mut self.transaction
+            && let Err(error) = transaction.sent(&self.producer).await
+        {
+            self.failure = Some(error);
+        }
     }
 
-    /// Waits for every ack sent and returns the measurements, or why the producer failed.
-    async fn finish(self) -> ProducerOutcome {
+    /// Commits an open transaction, waits for every ack sent and returns the measurements, or
+    /// why the producer failed.
+    async fn finish(mut self) -> ProducerOutcome {
+        if let Some(transaction) = &mut self.transaction
+            && self.failure.is_none()
+            && let Err(error) = transaction.commit(&self.producer).await
+        {
+            self.failure = Some(error);
+        }
         drop(self.pending);
-        let measured = self.collector.await?;
+        let mut measured = self.collector.await?;
+        if let (Ok(measures), Some(transaction)) = (&mut measured, &self.transaction) {
+            measures.commits.add(&transaction.commits)?;
+        }
         self.sent_bytes
             .add(self.sent * self.config.record_size as u64, &self.producer);
         match self.failure {
@@ -1191,10 +1359,7 @@ where
 /// once the previous batch is acknowledged (closed loop). A batch's latency runs from its
 /// intended send time to its acknowledgement, and every record in it counts that latency.
 /// The values live in one buffer filled once; each batch rewrites only their timestamps.
-async fn produce_pinned(
-    task: ProducerTask,
-    per_batch: usize,
-) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64)> {
+async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome {
     let (config, quota, measure_from) = (&task.config, task.quota, task.measure_from);
     let Tally {
         produced,
@@ -1207,7 +1372,12 @@ async fn produce_pinned(
         .rate
         .map(|rate| rate / config.producers.max(1) as f64);
     let mut keys = KeyChooser::new(config.key_distribution, config.keys, task.index);
-    let (mut records, mut batches, mut bytes) = (histogram(), histogram(), 0u64);
+    let ProducerMeasures {
+        mut records,
+        mut batches,
+        mut bytes,
+        commits,
+    } = ProducerMeasures::new();
     let record_size = config.record_size.max(1);
     let mut values: Vec<u8> = Vec::with_capacity(per_batch * record_size);
     for record in 0..per_batch as u64 {
@@ -1257,7 +1427,12 @@ async fn produce_pinned(
         }
     }
     sent_bytes.add(sent * record_size as u64, &task.producer);
-    Ok((records, batches, bytes))
+    Ok(ProducerMeasures {
+        records,
+        batches,
+        commits,
+        bytes,
+    })
 }
 
 /// The words record values are made of: text with the redundancy of logs or JSON, so that a
@@ -1454,19 +1629,12 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         memory_stall_ms: stalled_since(memory_stalls_started),
         ack_latency_us: None,
         batch_latency_us: None,
+        commit_latency_us: None,
         e2e_latency_us: None,
         timeline: Vec::new(),
         host,
     };
-    Ok((
-        report,
-        Histograms {
-            ack: histogram(),
-            batch: histogram(),
-            e2e: histogram(),
-            intervals: Vec::new(),
-        },
-    ))
+    Ok((report, Histograms::empty()))
 }
 
 /// An SVG a person can look at: the latency percentile distribution (ack, per batch, end to
@@ -1650,6 +1818,7 @@ pub fn summary(report: &Report) -> String {
     for (name, percentiles) in [
         ("ack latency", &report.ack_latency_us),
         ("batch latency", &report.batch_latency_us),
+        ("commit latency", &report.commit_latency_us),
         ("end-to-end latency", &report.e2e_latency_us),
     ] {
         if let Some(p) = percentiles {

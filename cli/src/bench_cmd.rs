@@ -127,6 +127,22 @@ pub struct BenchArgs {
     /// Idempotent producers (producer ids and sequences; implies acks=all).
     #[arg(long)]
     idempotent: bool,
+    /// Transactional producers (implies --idempotent): each writes in transactions committed
+    /// every --txn-interval or --txn-records records, whichever comes first; the report adds
+    /// the commit latency.
+    #[arg(long)]
+    transactional: bool,
+    /// With --transactional: records per transaction at most (default: no limit).
+    #[arg(long, requires = "transactional")]
+    txn_records: Option<u64>,
+    /// With --transactional: how long a transaction stays open at most (as --duration).
+    /// Default 100ms.
+    #[arg(long, value_parser = crate::units::parse_duration, requires = "transactional")]
+    txn_interval: Option<Duration>,
+    /// What consumers read: read_uncommitted (the default: up to the high watermark) or
+    /// read_committed (up to the last stable offset, without aborted transactions' records).
+    #[arg(long, value_parser = parse_isolation)]
+    isolation: Option<bool>,
     /// Compress batch bodies: none, lz4 or zstd. Record values are word text about as
     /// compressible as logs or JSON. Default none.
     #[arg(long, value_parser = crate::client_cmd::parse_codec)]
@@ -167,6 +183,11 @@ struct WorkloadFile {
     duration: Option<f64>,
     records: Option<u64>,
     idempotent: Option<bool>,
+    transactional: Option<bool>,
+    txn_records: Option<u64>,
+    /// Seconds.
+    txn_interval: Option<f64>,
+    isolation: Option<String>,
     compression: Option<String>,
     group: Option<String>,
     warmup: Option<f64>,
@@ -319,6 +340,21 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
+        transactions: (args.transactional || file.transactional.unwrap_or(false)).then(|| {
+            strata_bench::TxnSpan {
+                records: args.txn_records.or(file.txn_records),
+                age: args
+                    .txn_interval
+                    .or(file.txn_interval.map(Duration::from_secs_f64))
+                    .unwrap_or(strata_bench::TxnSpan::default().age),
+            }
+        }),
+        read_committed: match (args.isolation, file.isolation.as_deref()) {
+            (Some(committed), _) => committed,
+            (None, Some(text)) => parse_isolation(text)
+                .map_err(|why| anyhow::anyhow!("isolation in the workload file: {why}"))?,
+            (None, None) => false,
+        },
         compression: match (args.compression, file.compression.as_deref()) {
             (Some(codec), _) => codec,
             (None, Some(name)) => crate::client_cmd::parse_codec(name)
@@ -343,6 +379,17 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     }
     outln!("{}", strata_bench::summary(&report));
     Ok(())
+}
+
+/// `read_committed` (true) or `read_uncommitted` (false), as Kafka's `isolation.level`.
+fn parse_isolation(text: &str) -> Result<bool, String> {
+    match text.replace('-', "_").as_str() {
+        "read_committed" => Ok(true),
+        "read_uncommitted" => Ok(false),
+        _ => Err(format!(
+            "{text:?}: expected read_committed or read_uncommitted"
+        )),
+    }
 }
 
 /// Two reports side by side: each number of A, of B, and B / A.
@@ -388,7 +435,12 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
             right["host"][key].as_f64(),
         ));
     }
-    for histogram in ["ack_latency_us", "batch_latency_us", "e2e_latency_us"] {
+    for histogram in [
+        "ack_latency_us",
+        "batch_latency_us",
+        "commit_latency_us",
+        "e2e_latency_us",
+    ] {
         for percentile in ["p50", "p90", "p99", "p999", "p9999", "max"] {
             rows.push((
                 format!("{histogram}.{percentile}"),

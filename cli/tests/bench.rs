@@ -392,3 +392,69 @@ fn pinned_presets_mirror_iggy_bench() {
     );
     assert_eq!(consumed["records"], 4000);
 }
+
+/// `--transactional`: each producer commits every `--txn-records` records and once more at
+/// its end; the report counts and times the commits; a `read_committed` consume run reads
+/// every record (the markers moved the LSO past them), and the coordinator lists each
+/// producer's transactional id as committed.
+#[test]
+fn transactional_runs_commit_their_records_and_time_each_commit() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    let produced = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "txn",
+            "--partitions",
+            "2",
+            "--producers",
+            "2",
+            "--records",
+            "5000",
+            "--transactional",
+            "--txn-records",
+            "1000",
+            "--txn-interval",
+            "1h",
+        ],
+    );
+    assert_eq!(produced["records"], 5000);
+    assert_eq!(
+        produced["commit_latency_us"]["count"], 6,
+        "2 producers x (1000, 1000, 500)"
+    );
+    assert_monotonic(&produced["commit_latency_us"]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&node.cli(&["txn", "list", "--format", "json"], None)).unwrap();
+    let states: Vec<&str> = listed["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|txn| {
+            txn["transactional_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("strata-bench-")
+        })
+        .map(|txn| txn["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["CompleteCommit", "CompleteCommit"], "{listed}");
+    let consumed = report(
+        &node,
+        &[
+            "bench",
+            "consume",
+            "--topic",
+            "txn",
+            "--records",
+            "5000",
+            "--isolation",
+            "read_committed",
+        ],
+    );
+    assert_eq!(consumed["records"], 5000);
+    assert!(consumed["commit_latency_us"].is_null());
+}
