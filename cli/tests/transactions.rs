@@ -528,94 +528,139 @@ async fn read_native(
 /// commit, not before; a second producer with the same id fences the first.
 #[test]
 fn the_rust_client_commits_aborts_and_is_fenced() {
-    use strata_client::{
-        Client, ClientConfig, IsolationLevel, Producer, ProducerConfig, ProducerRecord,
-    };
     let dir = tempfile::tempdir().unwrap();
     let node = TestNode::start(dir.path(), 2);
     node.cli(
         &["topic", "create", "native-txn", "--partitions", "2"],
         None,
     );
-    support::runtime().block_on(async {
-        let client = Client::connect(ClientConfig::new(node.bootstrap()))
-            .await
-            .unwrap();
-        let config = ProducerConfig {
-            transactional_id: Some("native".into()),
-            ..ProducerConfig::default()
-        };
-        let producer = Producer::new(client.clone(), config.clone());
-        let record = |value: &str, partition: u32| {
-            let mut record = ProducerRecord::new("native-txn", None, value.to_string());
-            record.partition = Some(partition);
-            record
-        };
-        assert!(producer.begin().is_err(), "init_transactions comes first");
-        producer.init_transactions().await.unwrap();
-        producer.begin().unwrap();
-        for i in 0..4 {
-            producer
-                .send(record(&format!("aborted-{i}"), i % 2))
-                .await
-                .unwrap();
-        }
-        producer.abort().await.unwrap();
-        producer.begin().unwrap();
-        for i in 0..4 {
-            producer
-                .send(record(&format!("committed-{i}"), i % 2))
-                .await
-                .unwrap();
-        }
+    support::runtime().block_on(native_commit_abort_fence(&node.bootstrap(), "native-txn"));
+}
+
+/// [`the_rust_client_commits_aborts_and_is_fenced`] on three brokers and etcd: the partitions'
+/// leaders, the transaction's coordinator and the group's are spread over the brokers, so
+/// markers and settled offsets go between them over QUIC.
+#[test]
+fn the_rust_client_commits_aborts_and_is_fenced_on_three_brokers() {
+    use strata_coordinator::testing::EtcdServer;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let brokers: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            TestNode::start_with(dir.path(), 1, &support::etcd_args(&etcd, &(i + 1).to_string()))
+        })
+        .collect();
+    brokers[0].cli(
+        &[
+            "topic",
+            "create",
+            "native-txn",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let described = brokers[0].cli(&["topic", "describe", "native-txn", "--format", "json"], None);
+    let described: Value = serde_json::from_str(&described).unwrap();
+    let leaders: std::collections::BTreeSet<u64> = described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|partition| partition["leader"].as_u64().unwrap())
+        .collect();
+    assert_eq!(leaders.len(), 2, "the two partitions lead on two brokers: {described}");
+    support::runtime().block_on(native_commit_abort_fence(&brokers[2].bootstrap(), "native-txn"));
+}
+
+/// An aborted transaction over two partitions of `topic` and a committed one with a group's
+/// offsets; a read_committed consumer sees the committed records only, a read_uncommitted one
+/// both (never a marker); the offsets become the group's at the commit, not before; a second
+/// producer with the same id fences the first.
+async fn native_commit_abort_fence(bootstrap: &str, topic: &str) {
+    use strata_client::{
+        Client, ClientConfig, IsolationLevel, Producer, ProducerConfig, ProducerRecord,
+    };
+    let client = Client::connect(ClientConfig::new(bootstrap))
+        .await
+        .unwrap();
+    let config = ProducerConfig {
+        transactional_id: Some("native".into()),
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client.clone(), config.clone());
+    let record = |value: &str, partition: u32| {
+        let mut record = ProducerRecord::new(topic, None, value.to_string());
+        record.partition = Some(partition);
+        record
+    };
+    assert!(producer.begin().is_err(), "init_transactions comes first");
+    producer.init_transactions().await.unwrap();
+    producer.begin().unwrap();
+    for i in 0..4 {
         producer
-            .send_offsets("native-app", &[("native-txn".into(), 0, 42)])
+            .send(record(&format!("aborted-{i}"), i % 2))
             .await
             .unwrap();
-        let before = client.committed_offsets("native-app").await.unwrap();
-        assert!(
-            before.iter().all(|c| c.offset != 42),
-            "pending until the commit: {before:?}"
-        );
-        producer.commit().await.unwrap();
-        // The commit is answered once decided; the offsets settle with the markers after it.
-        let settled = async {
-            loop {
-                let after = client.committed_offsets("native-app").await.unwrap();
-                if after
-                    .iter()
-                    .any(|c| c.topic == "native-txn" && c.partition == 0 && c.offset == 42)
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), settled)
+    }
+    producer.abort().await.unwrap();
+    producer.begin().unwrap();
+    for i in 0..4 {
+        producer
+            .send(record(&format!("committed-{i}"), i % 2))
             .await
-            .expect("the committed transaction's offsets become the group's");
-        let committed = read_native(&client, "native-txn", IsolationLevel::ReadCommitted).await;
-        assert_eq!(
-            committed,
-            ["committed-0", "committed-1", "committed-2", "committed-3"]
-        );
-        let everything = read_native(&client, "native-txn", IsolationLevel::ReadUncommitted).await;
-        assert_eq!(everything.len(), 8, "{everything:?}");
-        // A second producer of the id fences the first.
-        producer.begin().unwrap();
-        producer.send(record("zombie", 0)).await.unwrap();
-        producer.flush().await.unwrap();
-        let newer = Producer::new(client.clone(), config);
-        newer.init_transactions().await.unwrap();
-        let refused = producer.commit().await.unwrap_err();
-        assert_eq!(
-            refused.code(),
-            Some(strata_client::ErrorCode::ProducerFenced),
-            "{refused}"
-        );
-        let committed = read_native(&client, "native-txn", IsolationLevel::ReadCommitted).await;
-        assert!(!committed.contains(&"zombie".to_string()), "{committed:?}");
-    });
+            .unwrap();
+    }
+    producer
+        .send_offsets("native-app", &[(topic.into(), 0, 42)])
+        .await
+        .unwrap();
+    let before = client.committed_offsets("native-app").await.unwrap();
+    assert!(
+        before.iter().all(|c| c.offset != 42),
+        "pending until the commit: {before:?}"
+    );
+    producer.commit().await.unwrap();
+    // The commit is answered once decided; the offsets settle with the markers after it.
+    let settled = async {
+        loop {
+            let after = client.committed_offsets("native-app").await.unwrap();
+            if after
+                .iter()
+                .any(|c| c.topic == topic && c.partition == 0 && c.offset == 42)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), settled)
+        .await
+        .expect("the committed transaction's offsets become the group's");
+    let committed = read_native(&client, topic, IsolationLevel::ReadCommitted).await;
+    assert_eq!(
+        committed,
+        ["committed-0", "committed-1", "committed-2", "committed-3"]
+    );
+    let everything = read_native(&client, topic, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(everything.len(), 8, "{everything:?}");
+    // A second producer of the id fences the first.
+    producer.begin().unwrap();
+    producer.send(record("zombie", 0)).await.unwrap();
+    producer.flush().await.unwrap();
+    let newer = Producer::new(client.clone(), config);
+    newer.init_transactions().await.unwrap();
+    let refused = producer.commit().await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(strata_client::ErrorCode::ProducerFenced),
+        "{refused}"
+    );
+    let committed = read_native(&client, topic, IsolationLevel::ReadCommitted).await;
+    assert!(!committed.contains(&"zombie".to_string()), "{committed:?}");
 }
 
 /// kafkajs's `producer.transaction()`: one transaction aborted, one committed with a group's
@@ -750,6 +795,133 @@ fn transactions_need_their_acls() {
     allow(&["read", "--topic", "paid"]);
     let seen = attempt();
     assert_eq!(seen, json!({"init": null, "offsets": null, "commit": null}));
+    let listed = node.cli(&["txn", "list"], None);
+    assert!(listed.contains("alice-1"), "{listed}");
+}
+
+/// The same ACLs on Strata's own protocol, through the Rust client as a SCRAM user on a
+/// `sasl_plaintext` native listener: InitProducerId needs Write on the transactional id,
+/// AddOffsetsToTxn Read on the group, TxnOffsetCommit Write on the id (checked first, as Kafka
+/// does) and Read on the group and the topic; with all of them the transaction commits.
+#[test]
+fn native_transactions_need_their_acls() {
+    use strata_client::{
+        Client, ClientConfig, ErrorCode, Producer, ProducerConfig, ProducerRecord,
+        SaslCredentials, Security,
+    };
+    use strata_wire::protocol::{
+        OffsetCommitPartition, OffsetCommitTopic, Request, Response, TxnOffsetCommitRequest,
+        TxnProducer,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let secured = format!("127.0.0.1:{}", free_base_port(1));
+    let node = TestNode::start_listening(
+        dir.path(),
+        1,
+        &format!("plaintext,sasl_plaintext://{secured}"),
+        &[
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin;User:ANONYMOUS",
+        ],
+        &[("STRATA_BOOTSTRAP_USER", "admin:admin-password")],
+    );
+    node.cli(&["topic", "create", "paid"], None);
+    node.cli(
+        &["user", "create", "alice", "--password-stdin"],
+        Some(b"alice-password\n"),
+    );
+    let allow = |args: &[&str]| {
+        let principal = ["acl", "add", "--principal", "User:alice", "--operation"];
+        node.cli(&[&principal[..], args].concat(), None);
+    };
+    allow(&["write", "--topic", "paid"]);
+    support::runtime().block_on(async {
+        let alice = Client::connect(ClientConfig {
+            security: Security {
+                tls: None,
+                sasl: Some(SaslCredentials {
+                    mechanism: "SCRAM-SHA-512".into(),
+                    user: "alice".into(),
+                    password: "alice-password".into(),
+                }),
+            },
+            ..ClientConfig::new(&secured)
+        })
+        .await
+        .unwrap();
+        let producer = Producer::new(
+            alice.clone(),
+            ProducerConfig {
+                transactional_id: Some("alice-1".into()),
+                ..ProducerConfig::default()
+            },
+        );
+        let code = |result: Result<(), strata_client::ClientError>| result.unwrap_err().code();
+        assert_eq!(
+            code(producer.init_transactions().await),
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
+        );
+        allow(&["write", "--transactional-id", "alice-", "--prefixed"]);
+        allow(&["describe", "--transactional-id", "alice-", "--prefixed"]);
+        producer.init_transactions().await.unwrap();
+        let offsets = [("paid".to_string(), 0, 1)];
+        let attempt = || async {
+            producer.begin().unwrap();
+            producer
+                .send(ProducerRecord::new("paid", None, "paid-for".to_string()))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            let sent = producer.send_offsets("alice-app", &offsets).await;
+            if sent.is_err() {
+                producer.abort().await.unwrap();
+            }
+            sent
+        };
+        assert_eq!(
+            code(attempt().await),
+            Some(ErrorCode::GroupAuthorizationFailed)
+        );
+        allow(&["read", "--group", "alice-app"]);
+        assert_eq!(
+            code(attempt().await),
+            Some(ErrorCode::TopicAuthorizationFailed)
+        );
+        allow(&["read", "--topic", "paid"]);
+        attempt().await.unwrap();
+        producer.commit().await.unwrap();
+        // TxnOffsetCommit for an id alice may not write is refused before anything else.
+        let request = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
+            producer: TxnProducer {
+                transactional_id: "bob-1".into(),
+                producer_id: 0,
+                producer_epoch: 0,
+            },
+            group: "alice-app".into(),
+            member_id: String::new(),
+            generation: -1,
+            topics: vec![OffsetCommitTopic {
+                name: "paid".into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 0,
+                    offset: 1,
+                    metadata: String::new(),
+                }],
+            }],
+        });
+        let answer = alice.request(&secured, request).await.unwrap();
+        assert!(
+            matches!(
+                answer,
+                Response::TxnOffsetCommit(ref txn)
+                    if txn.error == ErrorCode::TransactionalIdAuthorizationFailed
+            ),
+            "{answer:?}"
+        );
+    });
     let listed = node.cli(&["txn", "list"], None);
     assert!(listed.contains("alice-1"), "{listed}");
 }

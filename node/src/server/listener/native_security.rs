@@ -105,12 +105,17 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
                 .or_else(|| group(Operation::Read, &add.group))
         }
         Request::EndTxn(end) => transactional_id(Operation::Write, &end.producer.transactional_id),
-        Request::TxnOffsetCommit(commit) => group(Operation::Read, &commit.group).or_else(|| {
-            commit
-                .topics
-                .iter()
-                .find_map(|t| topic(Operation::Read, &t.name))
-        }),
+        // As Kafka: Write on the transactional id, then Read on the group and its topics.
+        Request::TxnOffsetCommit(commit) => {
+            transactional_id(Operation::Write, &commit.producer.transactional_id)
+                .or_else(|| group(Operation::Read, &commit.group))
+                .or_else(|| {
+                    commit
+                        .topics
+                        .iter()
+                        .find_map(|t| topic(Operation::Read, &t.name))
+                })
+        }
         Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),
         Request::DeleteGroup(delete) => group(Operation::Delete, &delete.group),
         Request::DeleteOffsets(delete) => group(Operation::Delete, &delete.group).or_else(|| {

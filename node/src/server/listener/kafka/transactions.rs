@@ -180,8 +180,8 @@ pub(super) async fn end_txn(
     EndTxnResponse::default().with_error_code(error)
 }
 
-/// TxnOffsetCommit: Read on the group and on each topic, as an offset commit; every partition
-/// gets the request's one outcome.
+/// TxnOffsetCommit: Write on the transactional id, then Read on the group and on each topic, as
+/// an offset commit (Kafka's order); every partition gets the request's one outcome.
 pub(super) async fn txn_offset_commit(
     shard: &Rc<Shard>,
     client: &Client,
@@ -189,7 +189,10 @@ pub(super) async fn txn_offset_commit(
 ) -> TxnOffsetCommitResponse {
     let group = request.group_id.0.to_string();
     let denied_topic = |name: &str| !authorize::topic(shard, client, Operation::Read, name);
-    let refused = if !authorize::group(shard, client, Operation::Read, &group) {
+    let id = &request.transactional_id.0;
+    let refused = if !authorize::transactional_id(shard, client, Operation::Write, id) {
+        Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else if !authorize::group(shard, client, Operation::Read, &group) {
         Some(errors::GROUP_AUTHORIZATION_FAILED)
     } else if request
         .topics
