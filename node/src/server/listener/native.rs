@@ -220,8 +220,14 @@ impl Protocol for Native {
         let mut answer = serve_under_quotas(&shard, &client, request).await;
         if let Some(Ok(response)) = &mut answer {
             native_security::filter_answer(&shard, &client, response);
-            if let Response::Metadata(metadata) = response {
-                same_listener_ports(&shard, &client, metadata);
+            match response {
+                Response::Metadata(metadata) => same_listener_ports(&shard, &client, metadata),
+                Response::FindCoordinator(found) => {
+                    if let Some(listener) = same_listener(&shard, &client, found.node_id) {
+                        found.port = listener.port;
+                    }
+                }
+                _ => {}
             }
         }
         match answer {
@@ -305,17 +311,26 @@ fn same_listener_ports(
     client: &Client,
     metadata: &mut strata_wire::protocol::MetadataResponse,
 ) {
-    let name = client.listener.protocol.name();
-    let view = shard.view.borrow();
     for broker in &mut metadata.brokers {
-        let listener = view
-            .brokers
-            .iter()
-            .find(|known| known.id == broker.node_id)
-            .and_then(|known| known.native_listeners.iter().find(|l| l.name == name));
-        if let Some(listener) = listener {
+        if let Some(listener) = same_listener(shard, client, broker.node_id) {
             broker.port = listener.port;
-            broker.shard_ports = listener.shard_ports.clone();
+            broker.shard_ports = listener.shard_ports;
         }
     }
+}
+
+/// Broker `node_id`'s native listener of the kind `client` came through, when it has more than
+/// its first: where Metadata and FindCoordinator answers send the client.
+fn same_listener(
+    shard: &Shard,
+    client: &Client,
+    node_id: i32,
+) -> Option<strata_coordinator::AdvertisedNativeListener> {
+    let name = client.listener.protocol.name();
+    let view = shard.view.borrow();
+    view.brokers
+        .iter()
+        .find(|known| known.id == node_id)
+        .and_then(|known| known.native_listeners.iter().find(|l| l.name == name))
+        .cloned()
 }
