@@ -162,6 +162,37 @@ impl Default for TxnSpan {
 }
 
 impl BenchConfig {
+    /// Producer `index`'s settings.
+    fn producer_config(&self, index: usize) -> ProducerConfig {
+        ProducerConfig {
+            acks: self.acks,
+            batch_bytes: self.batch_bytes,
+            linger: self.linger,
+            max_in_flight: self.max_in_flight,
+            batch_records: self.batch_records,
+            idempotent: self.idempotent || self.transactions.is_some(),
+            transactional_id: self
+                .transactions
+                .map(|_| format!("strata-bench-{}-{index}", std::process::id())),
+            compression: self.compression,
+            ..ProducerConfig::default()
+        }
+    }
+
+    /// Each consumer's settings.
+    fn consumer_config(&self) -> ConsumerConfig {
+        ConsumerConfig {
+            max_wait: Duration::from_millis(100),
+            partition_max_bytes: self.partition_fetch_bytes,
+            isolation: if self.read_committed {
+                IsolationLevel::ReadCommitted
+            } else {
+                IsolationLevel::ReadUncommitted
+            },
+            ..ConsumerConfig::default()
+        }
+    }
+
     /// How the bench's clients connect.
     fn client_config(&self) -> ClientConfig {
         ClientConfig {
@@ -628,16 +659,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             }
         };
         for index in 0..consumers {
-            let consumer_config = ConsumerConfig {
-                max_wait: Duration::from_millis(100),
-                partition_max_bytes: config.partition_fetch_bytes,
-                isolation: if config.read_committed {
-                    IsolationLevel::ReadCommitted
-                } else {
-                    IsolationLevel::ReadUncommitted
-                },
-                ..ConsumerConfig::default()
-            };
+            let consumer_config = config.consumer_config();
             let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
             let interval = e2e_intervals.recorder();
             if let Some(group) = &config.group {
@@ -702,19 +724,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             );
         let mut paced: Vec<Vec<PacedProducer>> = (0..paced_threads).map(|_| Vec::new()).collect();
         for index in 0..producers {
-            let producer_config = ProducerConfig {
-                acks: config.acks,
-                batch_bytes: config.batch_bytes,
-                linger: config.linger,
-                max_in_flight: config.max_in_flight,
-                batch_records: config.batch_records,
-                idempotent: config.idempotent || config.transactions.is_some(),
-                transactional_id: config
-                    .transactions
-                    .map(|_| format!("strata-bench-{}-{index}", std::process::id())),
-                compression: config.compression,
-                ..ProducerConfig::default()
-            };
+            let producer_config = config.producer_config(index);
             let config = config.clone();
             let (stop, produced, sent) = (stop.clone(), produced.clone(), sent_bytes.clone());
             let interval = ack_intervals.recorder();

@@ -232,30 +232,14 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     if let Some(preset) = args.preset {
         preset_defaults(&mut file, preset, &args);
     }
-    let workload = match (args.workload, file.workload.as_deref()) {
-        (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,
-        (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Workload::Consume,
-        (Some(WorkloadArg::E2e), _) | (None, Some("e2e")) => Workload::E2e,
-        (None, Some(other)) => {
-            anyhow::bail!("workload {other:?}: expected produce, consume or e2e")
-        }
-        // A usage error, as clap reports its own: usage on stderr, exit status 2.
-        (None, None) => {
-            let mut strata = <crate::Cli as clap::CommandFactory>::command();
-            strata.build();
-            strata
-                .find_subcommand_mut("bench")
-                .expect("the bench subcommand")
-                .error(
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    "name a workload (produce, consume, e2e) or give --workload FILE",
-                )
-                .exit()
-        }
-    };
+    let workload = workload_of(&args, &file)?;
     let defaults = BenchConfig::default();
     let records = args.records.or(file.records);
     let client = connection.client_config()?;
+    let (transactions, read_committed) = (
+        transactions_of(&args, &file),
+        read_committed_of(&args, &file)?,
+    );
     let config = BenchConfig {
         workload,
         bootstrap: client.bootstrap.join(","),
@@ -340,21 +324,8 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
-        transactions: (args.transactional || file.transactional.unwrap_or(false)).then(|| {
-            strata_bench::TxnSpan {
-                records: args.txn_records.or(file.txn_records),
-                age: args
-                    .txn_interval
-                    .or(file.txn_interval.map(Duration::from_secs_f64))
-                    .unwrap_or(strata_bench::TxnSpan::default().age),
-            }
-        }),
-        read_committed: match (args.isolation, file.isolation.as_deref()) {
-            (Some(committed), _) => committed,
-            (None, Some(text)) => parse_isolation(text)
-                .map_err(|why| anyhow::anyhow!("isolation in the workload file: {why}"))?,
-            (None, None) => false,
-        },
+        transactions,
+        read_committed,
         compression: match (args.compression, file.compression.as_deref()) {
             (Some(codec), _) => codec,
             (None, Some(name)) => crate::client_cmd::parse_codec(name)
@@ -379,6 +350,52 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     }
     outln!("{}", strata_bench::summary(&report));
     Ok(())
+}
+
+/// The workload to run: the positional argument, else the workload file's.
+fn workload_of(args: &BenchArgs, file: &WorkloadFile) -> anyhow::Result<Workload> {
+    Ok(match (args.workload, file.workload.as_deref()) {
+        (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,
+        (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Workload::Consume,
+        (Some(WorkloadArg::E2e), _) | (None, Some("e2e")) => Workload::E2e,
+        (None, Some(other)) => {
+            anyhow::bail!("workload {other:?}: expected produce, consume or e2e")
+        }
+        // A usage error, as clap reports its own: usage on stderr, exit status 2.
+        (None, None) => {
+            let mut strata = <crate::Cli as clap::CommandFactory>::command();
+            strata.build();
+            strata
+                .find_subcommand_mut("bench")
+                .expect("the bench subcommand")
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "name a workload (produce, consume, e2e) or give --workload FILE",
+                )
+                .exit()
+        }
+    })
+}
+
+/// The transactional producers' span, from the flags or the workload file.
+fn transactions_of(args: &BenchArgs, file: &WorkloadFile) -> Option<strata_bench::TxnSpan> {
+    (args.transactional || file.transactional.unwrap_or(false)).then(|| strata_bench::TxnSpan {
+        records: args.txn_records.or(file.txn_records),
+        age: args
+            .txn_interval
+            .or(file.txn_interval.map(Duration::from_secs_f64))
+            .unwrap_or(strata_bench::TxnSpan::default().age),
+    })
+}
+
+/// Whether consumers read committed records only, from the flag or the workload file.
+fn read_committed_of(args: &BenchArgs, file: &WorkloadFile) -> anyhow::Result<bool> {
+    Ok(match (args.isolation, file.isolation.as_deref()) {
+        (Some(committed), _) => committed,
+        (None, Some(text)) => parse_isolation(text)
+            .map_err(|why| anyhow::anyhow!("isolation in the workload file: {why}"))?,
+        (None, None) => false,
+    })
 }
 
 /// `read_committed` (true) or `read_uncommitted` (false), as Kafka's `isolation.level`.

@@ -12,6 +12,8 @@ Modes:
   consume     read (ARGS[0] = committed|uncommitted) everything up to the end.
   ends        each partition's end as read_committed (the LSO) and read_uncommitted (the high
               watermark) consumers are told it.
+  compacted   to partition 0 of a compacted topic: keys a and b in an aborted transaction, a and
+              c in a committed one, then c again from a plain producer.
   secured     as SCRAM user STRATA_SASL ("user:password", over SASL_PLAINTEXT): init_transactions
               with id ARGS[0], a record to partition 0, offsets sent for group ARGS[1], commit;
               each step's error name (null: done), stopping at the first refusal.
@@ -197,7 +199,26 @@ def secured():
     return steps
 
 
+def compacted():
+    txn = producer("txn-compacted")
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for key in ("a", "b"):
+        txn.produce(TOPIC, key=key, value=f"aborted-{key}", partition=0)
+    txn.flush()
+    txn.abort_transaction(30)
+    txn.begin_transaction()
+    for key in ("a", "c"):
+        txn.produce(TOPIC, key=key, value=f"committed-{key}", partition=0)
+    txn.commit_transaction(30)
+    plain = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 5})
+    plain.produce(TOPIC, key="c", value="plain-c", partition=0)
+    plain.flush(30)
+    return {}
+
+
 MODES = {
+    "compacted": compacted,
     "secured": secured,
     "basic": basic,
     "open": open_txn,

@@ -467,6 +467,16 @@ impl<S: Storage> PartitionLog<S> {
         self.clean_offset = outcome.clean_offset;
         self.delete_horizon_ms = outcome.delete_horizon_ms;
         self.checkpoint_clean_offset().await;
+        if !outcome.emptied_aborts.is_empty() {
+            // Their markers may go once no snapshot lists them (see `cleaner::transactions`).
+            self.producers.forget_emptied_aborts(
+                outcome
+                    .emptied_aborts
+                    .iter()
+                    .map(|emptied| (emptied.producer_id, emptied.marker_offset)),
+            );
+            self.snapshot_producers(now_ms).await;
+        }
         Ok(report)
     }
 

@@ -225,6 +225,11 @@ impl ProducerStates {
         &self.transactions
     }
 
+    /// Forgets the aborted transactions compaction emptied: (producer id, marker offset) pairs.
+    pub fn forget_emptied_aborts(&mut self, emptied: impl IntoIterator<Item = (i64, u64)>) {
+        self.transactions.forget_aborted(emptied);
+    }
+
     /// Forgets aborted transactions wholly below `log_start` (their records are gone).
     pub fn forget_transactions_below(&mut self, log_start: u64) {
         self.transactions.forget_below(log_start);

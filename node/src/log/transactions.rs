@@ -214,6 +214,15 @@ impl PartitionTxns {
         Some((*producer_id, self.open[producer_id]))
     }
 
+    /// Forgets the aborted transactions of `producer_id` whose marker is at `marker_offset`,
+    /// for each pair (compaction removed their records).
+    pub fn forget_aborted(&mut self, emptied: impl IntoIterator<Item = (i64, u64)>) {
+        let emptied: BTreeSet<(i64, u64)> = emptied.into_iter().collect();
+        self.aborted
+            .retain(|txn| !emptied.contains(&(txn.producer_id, txn.last_offset)));
+        self.assert_invariants();
+    }
+
     /// Forgets aborted transactions wholly below `log_start` (retention deleted their records).
     pub fn forget_below(&mut self, log_start: u64) {
         let gone = self

@@ -26,4 +26,4 @@ mod transactions;
 pub use offset_map::{ENTRY_BYTES, OffsetMap};
 pub use rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
 pub use run::{CleanOutcome, CleanedFiles, clean};
-pub use transactions::{AbortedRanges, OngoingTxns};
+pub use transactions::{AbortedRanges, EmptiedAbort, OngoingTxns};

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use strata_wire::batch::{Batch, BatchBuilder, BatchHeader, FORMAT_VERSION, HEADER_LEN};
 
 use super::offset_map::OffsetMap;
-use super::transactions::{AbortedRanges, OngoingTxns};
+use super::transactions::{AbortedRanges, EmptiedAbort, OngoingTxns};
 use crate::log::index::{IndexCadence, SegmentIndex};
 
 /// What decides a record's fate in one clean.
@@ -231,7 +231,8 @@ impl SegmentWriter {
     }
 
     /// A marker: kept while a batch of its transaction stays; once none does, kept until its
-    /// delete horizon (set by the first clean that finds it so), then removed.
+    /// delete horizon (set by the first clean that finds it so), then removed; an abort marker
+    /// also while the partition lists its transaction (see [`super::transactions`]).
     fn push_marker(
         &mut self,
         batch: &Batch,
@@ -244,8 +245,18 @@ impl SegmentWriter {
             self.emit(batch.as_bytes().clone(), header);
             return;
         }
+        let listed = !header.marker_commits()
+            && rules
+                .aborted
+                .lists_marker(header.producer_id, header.base_offset);
+        if listed {
+            self.ongoing.on_emptied_abort(EmptiedAbort {
+                producer_id: header.producer_id,
+                marker_offset: header.base_offset,
+            });
+        }
         match header.delete_horizon_ms() {
-            Some(horizon) if horizon <= rules.now_ms => {
+            Some(horizon) if horizon <= rules.now_ms && !listed => {
                 stats.records_removed += u64::from(batch.record_count());
                 stats.markers_removed += 1;
                 self.changed = true;
@@ -283,8 +294,8 @@ impl SegmentWriter {
         std::mem::take(&mut self.pending)
     }
 
-    /// Ends the segment: returns the last batches to write, what the segment holds, and the
-    /// transactions still waiting for their marker (for the next segment's writer).
+    /// Ends the segment: returns the last batches to write, what the segment holds, and what it
+    /// learnt of transactions (for the next segment's writer).
     pub fn finish(mut self) -> (Vec<Bytes>, CleanedSegment, OngoingTxns) {
         self.flush_gap();
         let pending = std::mem::take(&mut self.pending);

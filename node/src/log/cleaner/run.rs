@@ -9,7 +9,7 @@ use strata_wire::batch::{Batch, BatchHeader, HEADER_LEN};
 
 use super::offset_map::OffsetMap;
 use super::rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
-use super::transactions::{AbortedRanges, OngoingTxns};
+use super::transactions::{AbortedRanges, EmptiedAbort, OngoingTxns};
 use crate::io::{ReadBuf, Storage, StorageFile};
 use crate::log::LogError;
 use crate::log::compaction::{CleanPlan, SourceSegment, SourceSummary, cleaned_path};
@@ -28,6 +28,9 @@ pub struct CleanOutcome {
     /// go (`None`: it keeps none), so the log asks for a clean then even if nothing new is
     /// dirty.
     pub delete_horizon_ms: Option<i64>,
+    /// Aborted transactions the partition lists that hold nothing any more: it forgets them
+    /// once the clean is swapped in.
+    pub emptied_aborts: Vec<EmptiedAbort>,
 }
 
 /// One cleaned segment's files (`<base>.*.cleaned`, synced) and the segments it replaces.
@@ -74,11 +77,12 @@ pub async fn clean<S: Storage>(
     });
     let mut delete_horizon_ms = None;
     let result = rewrite_all(&plan, &rules, throttle, &mut stats, &mut delete_horizon_ms).await;
-    let outcome = result.map(|segments| CleanOutcome {
+    let outcome = result.map(|(segments, txns)| CleanOutcome {
         segments,
         clean_offset: map_end,
         stats,
         delete_horizon_ms,
+        emptied_aborts: txns.into_emptied_aborts(),
     });
     let rules = Arc::into_inner(rules).expect("no chunk's work outlives the clean");
     (rules.map, outcome)
@@ -179,7 +183,7 @@ async fn rewrite_all<S: Storage>(
     throttle: &mut Option<RecoveryThrottle>,
     stats: &mut CleanStats,
     delete_horizon_ms: &mut Option<i64>,
-) -> Result<Vec<CleanedFiles>, LogError> {
+) -> Result<(Vec<CleanedFiles>, OngoingTxns), LogError> {
     let sources: Vec<&SourceSegment<S::File>> = plan
         .sources
         .iter()
@@ -210,7 +214,7 @@ async fn rewrite_all<S: Storage>(
             }
         }
     }
-    Ok(written)
+    Ok((written, ongoing))
 }
 
 /// Consecutive sources whose sizes add up to at most `segment_bytes` (at least one each), and

@@ -5,6 +5,13 @@
 //! transaction and hold the LSO back for ever), then `delete.retention.ms` more, so a consumer
 //! part way through still sees it, then goes.
 //!
+//! An aborted transaction that holds no batch any more leaves the partition's aborted list (a
+//! `read_committed` fetch would otherwise name it, and a Kafka client, seeing that producer's
+//! next batch without the abort marker that ends the aborted range, would drop it). Its abort
+//! marker is removed only by a later clean that no longer finds it listed: the list leaves with
+//! the producer snapshot written after the clean that emptied it, so a listed transaction always
+//! has its marker in the log, even after a crash brought an older snapshot back.
+//!
 //! A clean covers only what lies below the last stable offset (see
 //! [`crate::log::PartitionLog::plan_clean`]): every transaction with records there is decided.
 
@@ -36,6 +43,14 @@ impl AbortedRanges {
         AbortedRanges(ranges)
     }
 
+    /// Whether the abort marker of `producer_id` at `offset` ends a transaction the partition
+    /// still lists as aborted.
+    pub fn lists_marker(&self, producer_id: i64, offset: u64) -> bool {
+        self.0
+            .get(&producer_id)
+            .is_some_and(|ranges| ranges.iter().any(|(_, last)| *last == offset))
+    }
+
     /// Whether the transactional batch of `producer_id` at `offset` belongs to an aborted
     /// transaction.
     pub fn contains(&self, producer_id: i64, offset: u64) -> bool {
@@ -47,23 +62,45 @@ impl AbortedRanges {
     }
 }
 
-/// The transactions a clean's rewrite is part way through, carried from one cleaned segment to
-/// the next: for each producer whose transaction's records have been read but not its marker
-/// yet, whether any of its batches stays in the cleaned log.
+/// What a clean's rewrite learns of transactions, carried from one cleaned segment to the next:
+/// for each producer whose transaction's records have been read but not its marker yet, whether
+/// any of its batches stays in the cleaned log; and the listed aborted transactions found to
+/// hold no batch any more.
 #[derive(Debug, Default)]
-pub struct OngoingTxns(HashMap<i64, bool>);
+pub struct OngoingTxns {
+    ongoing: HashMap<i64, bool>,
+    emptied_aborts: Vec<EmptiedAbort>,
+}
+
+/// An aborted transaction with nothing left in the log but its marker: its producer, and its
+/// marker's offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmptiedAbort {
+    pub producer_id: i64,
+    pub marker_offset: u64,
+}
 
 impl OngoingTxns {
     /// A transactional batch of `producer_id` was read; `stays` when the cleaned log keeps it
     /// (whole, compacted, or emptied to hold the producer's sequence).
     pub fn on_batch(&mut self, producer_id: i64, stays: bool) {
-        *self.0.entry(producer_id).or_default() |= stays;
+        *self.ongoing.entry(producer_id).or_default() |= stays;
     }
 
     /// The marker of `producer_id`'s transaction was read: whether a batch of that transaction
     /// stays (the marker must too).
     pub fn on_marker(&mut self, producer_id: i64) -> bool {
-        self.0.remove(&producer_id).unwrap_or(false)
+        self.ongoing.remove(&producer_id).unwrap_or(false)
+    }
+
+    /// A listed aborted transaction holds nothing any more: the partition may forget it.
+    pub fn on_emptied_abort(&mut self, emptied: EmptiedAbort) {
+        self.emptied_aborts.push(emptied);
+    }
+
+    /// The listed aborted transactions found empty, in log order.
+    pub fn into_emptied_aborts(self) -> Vec<EmptiedAbort> {
+        self.emptied_aborts
     }
 }
 
