@@ -10,47 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use strata_coordinator::testing::EtcdServer;
-use support::{TestNode, etcd_args, free_base_port, log_segments, wait_for_at_most};
-
-/// `AdminSurface.java` compiled once per test into its own directory.
-struct Java {
-    classpath: String,
-    _classes: tempfile::TempDir,
-}
-
-impl Java {
-    fn compile() -> Java {
-        let classes = tempfile::tempdir().unwrap();
-        let source = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/kafka_admin/AdminSurface.java"
-        );
-        Java {
-            classpath: support::java_classpath(source, classes.path()),
-            _classes: classes,
-        }
-    }
-
-    /// Runs one step against `bootstrap`: its JSON line.
-    fn step(&self, bootstrap: &str, args: &[&str]) -> Value {
-        let output = Command::new("java")
-            .args(["-cp", &self.classpath, "AdminSurface", bootstrap])
-            .args(args)
-            .output()
-            .expect("java (Debian's default-jdk-headless)");
-        assert!(
-            output.status.success(),
-            "AdminSurface {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-            panic!(
-                "AdminSurface {args:?} printed no JSON ({error}): {}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        })
-    }
-}
+use support::{AdminSurface, TestNode, etcd_args, free_base_port, log_segments, wait_for_at_most};
 
 /// Broker `id` on `etcd` with a Kafka listener: (node, its Kafka address).
 fn broker(etcd: &EtcdServer, dir: &Path, id: &str, extra: &[&str]) -> (TestNode, String) {
@@ -172,7 +132,7 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
         .collect();
     let all: Vec<String> = brokers.iter().map(|(_, kafka)| kafka.clone()).collect();
     let bootstrap = all.join(",");
-    let java = Java::compile();
+    let java = AdminSurface::compile();
 
     let cluster = java.step(&bootstrap, &["describe-cluster"]);
     assert_eq!(cluster["cluster_id"], "itest", "{cluster}");
@@ -412,7 +372,7 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     let dir = tempfile::tempdir().unwrap();
     let kafka = format!("127.0.0.1:{}", free_base_port(0));
     let node = TestNode::start_with(dir.path(), 2, &["--kafka-listen", &kafka]);
-    let java = Java::compile();
+    let java = AdminSurface::compile();
 
     let cluster = java.step(&kafka, &["describe-cluster"]);
     assert_eq!(cluster["nodes"].as_array().unwrap().len(), 1, "{cluster}");
@@ -751,7 +711,7 @@ fn the_java_client_produces_with_every_codec_and_a_group_survives_a_killed_membe
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let (_brokers, bootstrap) = three_brokers(&etcd, &dirs);
-    let java = Java::compile();
+    let java = AdminSurface::compile();
     java.step(&bootstrap, &["create-topic", "codecs", "6", "3"]);
     described(&java, &bootstrap, "codecs", 5);
     let mut produced = 0;
@@ -849,7 +809,7 @@ fn broker_settings_change_live_for_every_broker_or_for_one() {
     let etcd = EtcdServer::start();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let (brokers, bootstrap) = three_brokers(&etcd, &dirs);
-    let java = Java::compile();
+    let java = AdminSurface::compile();
     java.step(&bootstrap, &["create-topic", "plain", "1", "3"]);
     java.step(
         &bootstrap,
@@ -1138,7 +1098,7 @@ fn kip848_groups_split_topics_and_rebalance_without_stopping_their_members() {
             "6000",
         ],
     );
-    let java = Java::compile();
+    let java = AdminSurface::compile();
     java.step(&kafka, &["create-topic", "split", "6", "1"]);
     let produced = java.step(&kafka, &["produce", "split", "600", "none"]);
     assert_eq!(produced["acked"], 600, "{produced}");

@@ -141,14 +141,16 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         &["--kafka-listen", &kafka, "--admin", &admin_address],
     );
     node.cli(&["topic", "create", "stuck", "--partitions", "2"], None);
+    let java = support::AdminSurface::compile();
     // Long enough for the checks below on a loaded machine; the wait for the abort is as long.
-    confluent("open", &kafka, "stuck", &["6", "txn-stuck", "12000"]);
+    confluent("open", &kafka, "stuck", &["6", "txn-stuck", "20000"]);
     let ends = confluent("ends", &kafka, "stuck", &[]);
     assert_eq!(ends["committed"], json!({"0": 0, "1": 0}), "{ends}");
     assert_eq!(ends["uncommitted"], json!({"0": 3, "1": 3}), "{ends}");
     assert_eq!(metric_total(admin, "strata_open_transactions"), 2.0);
     assert!(metric_total(admin, "strata_oldest_open_transaction_seconds") > 0.0);
-    // The operators' view: `strata txn`, and Kafka's ListTransactions / DescribeTransactions.
+    // The operators' view: `strata txn`, and the Java client's Admin (`kafka-transactions.sh
+    // list | describe | describe-producers`).
     let listed: Value =
         serde_json::from_str(&node.cli(&["txn", "list", "--format", "json"], None)).unwrap();
     assert_eq!(
@@ -165,13 +167,28 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         json!(["stuck-0", "stuck-1"]),
         "{described}"
     );
-    assert_eq!(described["timeout_ms"], 12000);
-    let (kafka_listed, kafka_described) = kafka_list_and_describe(&kafka, "txn-stuck");
+    assert_eq!(described["timeout_ms"], 20000);
+    let listed = java.step(&kafka, &["list-transactions"]);
+    let producer_id = listed["transactions"][0]["producer_id"].clone();
     assert_eq!(
-        kafka_listed,
-        vec![("txn-stuck".to_string(), "Ongoing".to_string())]
+        listed,
+        json!({"transactions": [
+            {"transactional_id": "txn-stuck", "producer_id": producer_id, "state": "Ongoing"}
+        ]})
     );
-    assert_eq!(kafka_described, ("Ongoing".to_string(), 2));
+    let described = java.step(&kafka, &["describe-transactions", "txn-stuck"]);
+    assert_eq!(
+        described,
+        json!({"txn-stuck": {
+            "state": "Ongoing", "producer_id": producer_id, "producer_epoch": 0,
+            "timeout_ms": 20000, "started": true, "partitions": ["stuck-0", "stuck-1"]
+        }})
+    );
+    let producers = java.step(&kafka, &["describe-producers", "stuck", "1"]);
+    assert_eq!(
+        producers["producers"][0]["current_txn_start_offset"], 0,
+        "{producers}"
+    );
     // The coordinator's record and the partitions' open transactions survive a restart.
     node.restart();
     let ends = confluent("ends", &kafka, "stuck", &[]);
@@ -196,42 +213,18 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         metric_total(admin, "strata_transactions_aborted_by_timeout_total"),
         1.0
     );
-    let (_, described) = kafka_list_and_describe(&kafka, "txn-stuck");
-    assert_eq!(described, ("CompleteAbort".to_string(), 0));
-}
-
-/// Kafka's ListTransactions (every id with its state) and DescribeTransactions of `id` (its
-/// state and how many partitions its transaction holds), sent raw to `kafka`.
-fn kafka_list_and_describe(kafka: &str, id: &str) -> (Vec<(String, String)>, (String, usize)) {
-    use strata_kafka::kafka_protocol::messages::{
-        ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
-        ListTransactionsResponse, TransactionalId,
-    };
-    use strata_kafka::kafka_protocol::protocol::StrBytes;
-    let listed: ListTransactionsResponse = support::raw_request(
-        kafka,
-        ApiKey::ListTransactions,
-        0,
-        &ListTransactionsRequest::default(),
+    let described = java.step(&kafka, &["describe-transactions", "txn-stuck"]);
+    assert_eq!(
+        described["txn-stuck"]["state"], "CompleteAbort",
+        "{described}"
     );
-    let listed = listed
-        .transaction_states
-        .iter()
-        .map(|t| {
-            (
-                t.transactional_id.0.to_string(),
-                t.transaction_state.to_string(),
-            )
-        })
-        .collect();
-    let request = DescribeTransactionsRequest::default()
-        .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(id.to_string()))]);
-    let described: DescribeTransactionsResponse =
-        support::raw_request(kafka, ApiKey::DescribeTransactions, 0, &request);
-    let state = &described.transaction_states[0];
-    assert_eq!(state.error_code, 0);
-    let partitions = state.topics.iter().map(|t| t.partitions.len()).sum();
-    (listed, (state.transaction_state.to_string(), partitions))
+    assert_eq!(described["txn-stuck"]["partitions"], json!([]));
+    let producers = java.step(&kafka, &["describe-producers", "stuck", "1"]);
+    assert_eq!(
+        producers["producers"][0]["current_txn_start_offset"],
+        Value::Null,
+        "{producers}"
+    );
 }
 
 /// `transactions/eos.py ROLE BOOTSTRAP ARGS` as a child process.

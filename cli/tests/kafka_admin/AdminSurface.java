@@ -45,6 +45,8 @@ import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -75,6 +77,7 @@ public class AdminSurface {
           reassign TOPIC PARTITION REPLICA,REPLICA...|cancel | list-reassignments
           list-offsets TOPIC PARTITION earliest|latest|max-timestamp|earliest-local|latest-tiered|TIMESTAMP_MS
           describe-producers TOPIC PARTITION | describe-quotas
+          list-transactions | describe-transactions ID...
           alter-quota user|client-id|user+client-id NAME|default [CLIENT|default] KEY=VALUE|KEY=--delete...
           produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false] [partition=N]
           consume-assign TOPIC PARTITION FROM_OFFSET COUNT | consume-beginning TOPIC PARTITION COUNT
@@ -171,6 +174,8 @@ public class AdminSurface {
             case "list-reassignments" -> listReassignments(admin);
             case "list-offsets" -> listOffsets(admin, a);
             case "describe-producers" -> describeProducers(admin, a);
+            case "list-transactions" -> listTransactions(admin);
+            case "describe-transactions" -> describeTransactions(admin, a);
             case "describe-quotas" -> describeQuotas(admin);
             case "alter-quota" -> alterQuota(admin, a);
             default -> throw new IllegalArgumentException("unknown step " + step + "\n" + USAGE);
@@ -408,9 +413,42 @@ public class AdminSurface {
                 "producer_id", Long.toString(producer.producerId()),
                 "epoch", Integer.toString(producer.producerEpoch()),
                 "last_sequence", Integer.toString(producer.lastSequence()),
-                "last_timestamp", Long.toString(producer.lastTimestamp())));
+                "last_timestamp", Long.toString(producer.lastTimestamp()),
+                "current_txn_start_offset", producer.currentTransactionStartOffset().isPresent()
+                    ? Long.toString(producer.currentTransactionStartOffset().getAsLong()) : "null"));
         }
         return object("producers", array(producers));
+    }
+
+    /** What `kafka-transactions.sh list` shows. */
+    private static String listTransactions(Admin admin) throws Exception {
+        List<String> listed = new ArrayList<>();
+        for (TransactionListing listing : admin.listTransactions().all().get().stream()
+                .sorted(Comparator.comparing(TransactionListing::transactionalId)).toList()) {
+            listed.add(object(
+                "transactional_id", quote(listing.transactionalId()),
+                "producer_id", Long.toString(listing.producerId()),
+                "state", quote(listing.state().toString())));
+        }
+        return object("transactions", array(listed));
+    }
+
+    /** What `kafka-transactions.sh describe` shows, per id. */
+    private static String describeTransactions(Admin admin, List<String> ids) throws Exception {
+        Map<String, TransactionDescription> described = admin.describeTransactions(ids).all().get();
+        Map<String, String> fields = new TreeMap<>();
+        for (var entry : described.entrySet()) {
+            TransactionDescription description = entry.getValue();
+            fields.put(entry.getKey(), object(
+                "state", quote(description.state().toString()),
+                "producer_id", Long.toString(description.producerId()),
+                "producer_epoch", Integer.toString(description.producerEpoch()),
+                "timeout_ms", Long.toString(description.transactionTimeoutMs()),
+                "started", Boolean.toString(description.transactionStartTimeMs().isPresent()),
+                "partitions", strings(description.topicPartitions().stream()
+                    .sorted(BY_TOPIC_PARTITION).map(TopicPartition::toString).toList())));
+        }
+        return object(new LinkedHashMap<>(fields));
     }
 
     private static String describeQuotas(Admin admin) throws Exception {

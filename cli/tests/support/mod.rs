@@ -618,3 +618,44 @@ pub fn kafkajs_modules() -> PathBuf {
     );
     modules
 }
+
+/// `kafka_admin/AdminSurface.java` (the Java client's Admin API and more, one step per run,
+/// each printing one JSON line), compiled once per test into its own directory.
+pub struct AdminSurface {
+    classpath: String,
+    _classes: tempfile::TempDir,
+}
+
+impl AdminSurface {
+    pub fn compile() -> AdminSurface {
+        let classes = tempfile::tempdir().unwrap();
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/kafka_admin/AdminSurface.java"
+        );
+        AdminSurface {
+            classpath: java_classpath(source, classes.path()),
+            _classes: classes,
+        }
+    }
+
+    /// Runs one step against `bootstrap`: its JSON line.
+    pub fn step(&self, bootstrap: &str, args: &[&str]) -> serde_json::Value {
+        let output = Command::new("java")
+            .args(["-cp", &self.classpath, "AdminSurface", bootstrap])
+            .args(args)
+            .output()
+            .expect("java (Debian's default-jdk-headless)");
+        assert!(
+            output.status.success(),
+            "AdminSurface {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!(
+                "AdminSurface {args:?} printed no JSON ({error}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+}
