@@ -37,7 +37,7 @@ fn three_brokers(
 }
 
 /// `count` records produced to partition 0 of `topic`.
-fn produce_to_partition_0(java: &Java, bootstrap: &str, topic: &str, count: u64) {
+fn produce_to_partition_0(java: &AdminSurface, bootstrap: &str, topic: &str, count: u64) {
     let count_text = count.to_string();
     let produced = java.step(
         bootstrap,
@@ -108,7 +108,7 @@ fn latest_offset(leader: &str, current_leader_epoch: i32) -> (i16, i64) {
 
 /// The replicas, ISR and leader of `topic`'s partition `partition` as AdminClient describes it
 /// (waiting for a new topic to reach the broker answering).
-fn described(java: &Java, bootstrap: &str, topic: &str, partition: usize) -> Value {
+fn described(java: &AdminSurface, bootstrap: &str, topic: &str, partition: usize) -> Value {
     let mut described = Value::Null;
     wait_for_at_most("the topic described", Duration::from_secs(10), || {
         let topics = java.step(bootstrap, &["describe-topics", topic]);
@@ -521,7 +521,7 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
 /// DescribeClientQuotas and AlterClientQuotas through the Java AdminClient: quotas of every
 /// entity shape set, read back (also by `strata quota list`, over the native protocol),
 /// changed key by key and removed; invalid ones refused.
-fn check_client_quotas(java: &Java, node: &TestNode, kafka: &str) {
+fn check_client_quotas(java: &AdminSurface, node: &TestNode, kafka: &str) {
     let quotas = java.step(kafka, &["describe-quotas"]);
     assert_eq!(quotas["quotas"], json!([]), "{quotas}");
     for alteration in [

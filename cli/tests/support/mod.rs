@@ -622,7 +622,7 @@ pub fn kafkajs_modules() -> PathBuf {
 /// `kafka_admin/AdminSurface.java` (the Java client's Admin API and more, one step per run,
 /// each printing one JSON line), compiled once per test into its own directory.
 pub struct AdminSurface {
-    classpath: String,
+    pub classpath: String,
     _classes: tempfile::TempDir,
 }
 
