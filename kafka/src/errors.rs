@@ -48,6 +48,7 @@ pub const CONCURRENT_TRANSACTIONS: i16 = 51;
 pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 pub const PRODUCER_FENCED: i16 = 90;
 pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const NON_EMPTY_GROUP: i16 = 68;
@@ -131,6 +132,7 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::UnstableOffsetCommit => UNSTABLE_OFFSET_COMMIT,
         ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode::TransactionalIdNotFound => TRANSACTIONAL_ID_NOT_FOUND,
+        ErrorCode::TransactionCoordinatorFenced => TRANSACTION_COORDINATOR_FENCED,
     }
 }
 

@@ -371,7 +371,12 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
     out.put_i64(max_timestamp);
     out.put_i64(header.producer_id);
     out.put_i16(header.producer_epoch);
-    out.put_i32(header.base_sequence);
+    // A marker's header keeps its coordinator epoch there; Kafka's control batches have none.
+    out.put_i32(if header.is_control() {
+        strata_wire::batch::NO_SEQUENCE
+    } else {
+        header.base_sequence
+    });
     out.put_i32(batch.record_count() as i32);
     debug_assert_eq!(out.len() - start, KAFKA_BATCH_HEADER_LEN);
     let mut lossy_key = String::new();

@@ -2559,6 +2559,26 @@ fn transactions_follow_the_log_through_restarts_followers_and_truncation() {
         // The new epoch's sequences start at 0.
         log.append(txn_batch(1, 1, 0, 2), 1, 0).await.unwrap(); // 13..=14
         assert_eq!(lso(&log), 13);
+        // Producer 3's next transaction ends with a marker of a coordinator that took its id
+        // over (coordinator epoch 5): a late marker of the coordinator before is refused.
+        log.append(txn_batch(3, 0, 2, 1), 1, 0).await.unwrap(); // 15
+        append_marker_from(&mut log, (3, 0), true, 5).await.unwrap(); // 16
+        let stale = append_marker_from(&mut log, (3, 0), false, 4).await;
+        assert!(
+            matches!(
+                stale,
+                Err(LogError::Producer(ProducerError::CoordinatorFenced {
+                    producer_id: 3,
+                    coordinator_epoch: 4,
+                    current: 5
+                }))
+            ),
+            "{stale:?}"
+        );
+        // The same coordinator again is taken (with nothing open it changes nothing).
+        append_marker_from(&mut log, (3, 0), false, 5)
+            .await
+            .unwrap(); // 17
         assert!(log.segment_count() > 2, "segments rolled");
         let expected = log.producers().clone();
         assert_eq!(expected.transactions().aborted().len(), 2);

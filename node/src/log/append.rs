@@ -301,8 +301,11 @@ impl<S: Storage> PartitionLog<S> {
                 self.headers.len() - first_header
             )));
         };
-        self.producers
-            .check_marker(header.producer_id, header.producer_epoch)?;
+        self.producers.check_marker(
+            header.producer_id,
+            header.producer_epoch,
+            header.marker_coordinator_epoch(),
+        )?;
         self.producers.apply(&header);
         Ok(Stamped::Next(next_offset))
     }

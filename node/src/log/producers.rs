@@ -51,7 +51,14 @@ pub struct ProducerEntry {
     /// array: applying allocates nothing.
     batches: [BatchMetadata; RETAINED_BATCHES],
     len: u8,
+    /// The newest coordinator epoch of the producer's markers here
+    /// ([`NO_COORDINATOR_EPOCH`] before any): a marker from an older coordinator is refused.
+    pub coordinator_epoch: i32,
 }
+
+/// A producer entry's coordinator epoch before any marker (and a marker's, written before
+/// markers carried one).
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
 
 /// Equal when the epoch, timestamp and live batches are; slots past `len` do not count.
 impl PartialEq for ProducerEntry {
@@ -59,6 +66,7 @@ impl PartialEq for ProducerEntry {
         self.epoch == other.epoch
             && self.last_timestamp_ms == other.last_timestamp_ms
             && self.batches() == other.batches()
+            && self.coordinator_epoch == other.coordinator_epoch
     }
 }
 
@@ -73,6 +81,7 @@ impl ProducerEntry {
             last_timestamp_ms: timestamp_ms,
             batches,
             len: 1,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
         }
     }
 
@@ -93,6 +102,7 @@ impl ProducerEntry {
             last_timestamp_ms: timestamp_ms,
             batches: [BatchMetadata::default(); RETAINED_BATCHES],
             len: 0,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
         }
     }
 
@@ -134,6 +144,16 @@ pub enum ProducerError {
         producer_id: i64,
         epoch: i16,
         current_epoch: i16,
+    },
+    /// A marker from a coordinator older than one whose marker the producer has here: the
+    /// transactional id moved to a newer coordinator since.
+    #[error(
+        "producer {producer_id}: a marker of coordinator epoch {coordinator_epoch} after one of {current}"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
     },
 }
 
@@ -184,12 +204,14 @@ fn last_sequence(header: &BatchHeader) -> i32 {
 }
 
 const MAGIC: &[u8; 8] = b"STRATAP1";
-/// 2 added the transactions after the producers (version 1 snapshots are still read).
-const VERSION: u16 = 2;
+/// 2 added the transactions after the producers, 3 each producer's coordinator epoch (versions
+/// 1 and 2 are still read).
+const VERSION: u16 = 3;
 /// magic, version u16, reserved u16, offset u64, count u32.
 const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 4;
-/// producer_id i64, epoch i16, batch count u8, reserved u8, last timestamp i64.
-const ENTRY_LEN: usize = 8 + 2 + 1 + 1 + 8;
+/// producer_id i64, epoch i16, batch count u8, reserved u8, last timestamp i64, coordinator
+/// epoch i32 (from version 3).
+const ENTRY_LEN: usize = 8 + 2 + 1 + 1 + 8 + 4;
 /// first_seq i32, last_seq i32, base_offset u64, last_offset u64.
 const BATCH_LEN: usize = 4 + 4 + 8 + 8;
 /// producer_id i64, first_offset u64, epoch i16, reserved u16, started_ms i64.
@@ -307,15 +329,30 @@ impl ProducerStates {
         }
     }
 
-    /// Whether a marker for `producer_id` at `epoch` may be written (as its leader): not at an
-    /// epoch older than the producer's, which a newer coordinator decision has fenced.
-    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), ProducerError> {
+    /// Whether a marker for `producer_id` at `epoch` from a coordinator at `coordinator_epoch`
+    /// may be written (as its leader): not at an epoch older than the producer's, which a newer
+    /// coordinator decision has fenced, and not from a coordinator older than one whose marker
+    /// is here (a late marker of a coordinator that lost the id must not end the transaction
+    /// its successor let begin since).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), ProducerError> {
         match self.producers.get(&producer_id) {
             Some(entry) if epoch < entry.epoch => Err(ProducerError::ProducerFenced {
                 producer_id,
                 epoch,
                 current_epoch: entry.epoch,
             }),
+            Some(entry) if coordinator_epoch < entry.coordinator_epoch => {
+                Err(ProducerError::CoordinatorFenced {
+                    producer_id,
+                    coordinator_epoch,
+                    current: entry.coordinator_epoch,
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -360,18 +397,19 @@ impl ProducerStates {
             tracing::warn!(offset = header.base_offset, "{error}");
         }
         let (epoch, timestamp_ms) = (header.producer_epoch, header.max_timestamp_ms);
-        match self.producers.get_mut(&header.producer_id) {
-            Some(entry) if epoch > entry.epoch => {
-                *entry = ProducerEntry::fenced_at(epoch, timestamp_ms);
-            }
-            Some(entry) => entry.last_timestamp_ms = entry.last_timestamp_ms.max(timestamp_ms),
-            None => {
-                self.producers.insert(
-                    header.producer_id,
-                    ProducerEntry::fenced_at(epoch, timestamp_ms),
-                );
-            }
+        let entry = self
+            .producers
+            .entry(header.producer_id)
+            .or_insert_with(|| ProducerEntry::fenced_at(epoch, timestamp_ms));
+        if epoch > entry.epoch {
+            let coordinator_epoch = entry.coordinator_epoch;
+            *entry = ProducerEntry::fenced_at(epoch, timestamp_ms);
+            entry.coordinator_epoch = coordinator_epoch;
         }
+        entry.last_timestamp_ms = entry.last_timestamp_ms.max(timestamp_ms);
+        entry.coordinator_epoch = entry
+            .coordinator_epoch
+            .max(header.marker_coordinator_epoch());
     }
 
     fn apply_records(&mut self, header: &BatchHeader) {
@@ -387,7 +425,11 @@ impl ProducerStates {
                 entry.push(batch);
                 entry.last_timestamp_ms = timestamp_ms;
             }
-            Some(entry) => *entry = ProducerEntry::new(epoch, batch, timestamp_ms),
+            Some(entry) => {
+                let coordinator_epoch = entry.coordinator_epoch;
+                *entry = ProducerEntry::new(epoch, batch, timestamp_ms);
+                entry.coordinator_epoch = coordinator_epoch;
+            }
             None => {
                 self.producers.insert(
                     header.producer_id,
@@ -435,6 +477,7 @@ impl ProducerStates {
             bytes.push(entry.len);
             bytes.push(0);
             bytes.extend_from_slice(&entry.last_timestamp_ms.to_le_bytes());
+            bytes.extend_from_slice(&entry.coordinator_epoch.to_le_bytes());
             for batch in entry.batches() {
                 bytes.extend_from_slice(&batch.first_seq.to_le_bytes());
                 bytes.extend_from_slice(&batch.last_seq.to_le_bytes());
@@ -478,7 +521,7 @@ impl ProducerStates {
         }
         let mut reader = Reader { bytes: body, at: 8 };
         let version = u16::from_le_bytes(reader.take()?);
-        if version != 1 && version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(SnapshotError::UnsupportedVersion(version));
         }
         if u16::from_le_bytes(reader.take()?) != 0 {
@@ -493,6 +536,11 @@ impl ProducerStates {
             let epoch = i16::from_le_bytes(reader.take()?);
             let [len, reserved] = reader.take::<2>()?;
             let last_timestamp_ms = i64::from_le_bytes(reader.take()?);
+            let coordinator_epoch = if version >= 3 {
+                i32::from_le_bytes(reader.take()?)
+            } else {
+                NO_COORDINATOR_EPOCH
+            };
             if previous_id.is_some_and(|previous| producer_id <= previous) {
                 return Err(SnapshotError::Invalid("producer ids out of order"));
             }
@@ -519,6 +567,7 @@ impl ProducerStates {
                     last_timestamp_ms,
                     batches,
                     len,
+                    coordinator_epoch,
                 },
             );
         }

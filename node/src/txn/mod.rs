@@ -112,6 +112,30 @@ pub struct TxnRecord {
     pub started_ms: u64,
     /// When the record last changed (wall-clock ms).
     pub updated_ms: u64,
+    /// Raised by each coordinator that takes the id over ([`TxnRecord::taken_over`]); its
+    /// markers carry it, and a partition refuses a marker older than one it has for the
+    /// producer (Kafka's coordinator epoch). Records stored before it existed read as 0.
+    #[serde(default)]
+    pub coordinator_epoch: i32,
+}
+
+impl TxnRecord {
+    /// The record as a coordinator that has just loaded it coordinates it: at the next
+    /// coordinator epoch, so a late marker of the coordinator before is refused where this
+    /// one's has landed. The raised epoch must be stored before a marker carries it: at once
+    /// for a decided transaction (whose markers the new coordinator writes as it loads it),
+    /// else with the record's next change (markers only ever follow a stored decision).
+    pub fn taken_over(self) -> TxnRecord {
+        TxnRecord {
+            coordinator_epoch: self.coordinator_epoch.saturating_add(1),
+            ..self
+        }
+    }
+
+    /// A commit or abort is decided and its markers not all written.
+    pub fn is_decided(&self) -> bool {
+        matches!(self.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+    }
 }
 
 /// Why a request is refused (each is Kafka's error of the same name).
@@ -155,6 +179,8 @@ pub struct WriteMarkers {
     pub commit: bool,
     pub partitions: BTreeSet<TopicPartition>,
     pub groups: BTreeSet<String>,
+    /// The deciding coordinator's epoch ([`TxnRecord::coordinator_epoch`]).
+    pub coordinator_epoch: i32,
 }
 
 /// What a stored change means for the request that asked for it.
@@ -210,10 +236,7 @@ impl TxnCoordinator {
     /// restarted): every decided transaction's markers are written again.
     pub fn load(&mut self, records: impl IntoIterator<Item = TxnRecord>) {
         for record in records {
-            let decided = matches!(
-                record.state,
-                TxnState::PrepareCommit | TxnState::PrepareAbort
-            );
+            let decided = record.is_decided();
             let id = record.transactional_id.clone();
             if decided {
                 self.markers.push(markers_of(&record));
@@ -283,6 +306,7 @@ impl TxnCoordinator {
                 groups: BTreeSet::new(),
                 started_ms: 0,
                 updated_ms: now_ms,
+                coordinator_epoch: 0,
             };
             let answer = Stored::ProducerId {
                 producer_id: record.producer_id,
@@ -343,6 +367,7 @@ impl TxnCoordinator {
                 started_ms: 0,
                 updated_ms: now_ms,
                 transactional_id: current.transactional_id.clone(),
+                coordinator_epoch: current.coordinator_epoch,
             };
             let answer = Stored::ProducerId { producer_id, epoch };
             (next, answer)
@@ -636,5 +661,6 @@ fn markers_of(record: &TxnRecord) -> WriteMarkers {
         commit: record.state == TxnState::PrepareCommit,
         partitions: record.partitions.clone(),
         groups: record.groups.clone(),
+        coordinator_epoch: record.coordinator_epoch,
     }
 }

@@ -85,6 +85,7 @@ fn a_transaction_commits_in_stored_steps_and_its_markers_complete_it() {
             commit: true,
             partitions: [tp("out", 0), tp("out", 1)].into(),
             groups: ["readers".to_string()].into(),
+            coordinator_epoch: 0,
         }]
     );
     // While the markers are written, a retry of the decision waits, and nothing else goes in.
@@ -239,26 +240,36 @@ fn a_coordinator_that_takes_over_writes_the_markers_its_predecessor_decided() {
         groups: Default::default(),
         started_ms: 5,
         updated_ms: 6,
+        coordinator_epoch: 2,
     };
     let mut coordinator = TxnCoordinator::new(MAX_TIMEOUT_MS);
-    coordinator.load([
-        record("committing", TxnState::PrepareCommit),
-        record("aborting", TxnState::PrepareAbort),
-        record("open", TxnState::Ongoing),
-        record("done", TxnState::CompleteCommit),
-    ]);
-    let markers: BTreeMap<String, bool> = coordinator
+    coordinator.load(
+        [
+            record("committing", TxnState::PrepareCommit),
+            record("aborting", TxnState::PrepareAbort),
+            record("open", TxnState::Ongoing),
+            record("done", TxnState::CompleteCommit),
+        ]
+        .map(TxnRecord::taken_over),
+    );
+    let markers: BTreeMap<String, (bool, i32)> = coordinator
         .take_markers()
         .into_iter()
-        .map(|markers| (markers.transactional_id, markers.commit))
+        .map(|markers| {
+            (
+                markers.transactional_id,
+                (markers.commit, markers.coordinator_epoch),
+            )
+        })
         .collect();
     assert_eq!(
         markers,
         [
-            ("aborting".to_string(), false),
-            ("committing".to_string(), true)
+            ("aborting".to_string(), (false, 3)),
+            ("committing".to_string(), (true, 3))
         ]
-        .into()
+        .into(),
+        "the markers carry the coordinator epoch of the one that took over"
     );
     // A failed write is written again.
     coordinator.handle_markers_failed("committing");
@@ -354,6 +365,7 @@ fn an_exhausted_epoch_takes_a_new_producer_id() {
         groups: Default::default(),
         started_ms: 0,
         updated_ms: 0,
+        coordinator_epoch: 0,
     }]);
     let mut allocate = || 4;
     let step = coordinator
@@ -373,6 +385,9 @@ fn an_exhausted_epoch_takes_a_new_producer_id() {
 struct Written {
     /// Partition → markers in the order written: (producer id, epoch, commit).
     markers: BTreeMap<TopicPartition, Vec<(i64, i16, bool)>>,
+    /// (Partition, producer id) → the coordinator epoch of its newest marker there, and the
+    /// generation of the coordinator that wrote it.
+    coordinator_epochs: BTreeMap<(TopicPartition, i64), (i32, u64)>,
 }
 
 /// Producers, a coordinator that restarts from its store, a store that sometimes refuses,
@@ -408,7 +423,11 @@ struct Sim {
     clients: Vec<Client>,
     /// (producer id, epoch, partitions) of each commit a client was told was decided.
     told_committed: Vec<(i64, i16, BTreeSet<TopicPartition>)>,
-    markers_in_flight: Vec<WriteMarkers>,
+    /// Markers handed out and not yet landed, with the generation of the coordinator that
+    /// handed them out: a coordinator that moved away may still land its own late.
+    markers_in_flight: Vec<(u64, WriteMarkers)>,
+    /// How many coordinators have taken over.
+    generation: u64,
     stored_epochs: BTreeMap<String, (i64, i16)>,
     /// Each transaction's decision as stored: (id, producer id, epoch, start) → commit.
     decisions: BTreeMap<(String, i64, i16, u64), bool>,
@@ -432,6 +451,7 @@ fn simulate(seed: u64) {
             .collect(),
         told_committed: Vec::new(),
         markers_in_flight: Vec::new(),
+        generation: 0,
         stored_epochs: BTreeMap::new(),
         decisions: BTreeMap::new(),
     };
@@ -446,12 +466,10 @@ fn simulate(seed: u64) {
                     sim.store_step(record);
                 }
             }
-            // The coordinator moves: a new one loads the store; what was in flight is lost.
-            _ => {
-                sim.coordinator = TxnCoordinator::new(MAX_TIMEOUT_MS);
-                sim.coordinator.load(sim.store.values().cloned());
-                sim.markers_in_flight.clear();
-            }
+            // The coordinator moves: a new one loads the store, as the broker does (a decided
+            // transaction's raised coordinator epoch stored first); the old one's markers in
+            // flight may still land.
+            _ => sim.take_over(),
         }
         sim.check_stored();
     }
@@ -459,6 +477,22 @@ fn simulate(seed: u64) {
 }
 
 impl Sim {
+    fn take_over(&mut self) {
+        self.generation += 1;
+        self.coordinator = TxnCoordinator::new(MAX_TIMEOUT_MS);
+        let taken: Vec<TxnRecord> = self
+            .store
+            .values()
+            .cloned()
+            .map(TxnRecord::taken_over)
+            .collect();
+        for record in taken.iter().filter(|record| record.is_decided()) {
+            self.store
+                .insert(record.transactional_id.clone(), record.clone());
+        }
+        self.coordinator.load(taken);
+    }
+
     /// Stores a staged record, or refuses it as a lost claim would, and answers.
     fn store_step(&mut self, record: TxnRecord) -> Option<Stored> {
         let id = record.transactional_id.clone();
@@ -540,33 +574,68 @@ impl Sim {
         }
     }
 
-    /// One decided transaction's markers are written (or fail), in any order.
+    /// One decided transaction's markers are written (or fail), in any order; those of a
+    /// coordinator that moved away land too, and tell nobody.
     fn markers_land(&mut self) {
-        self.markers_in_flight
-            .extend(self.coordinator.take_markers());
+        let generation = self.generation;
+        self.markers_in_flight.extend(
+            self.coordinator
+                .take_markers()
+                .into_iter()
+                .map(|markers| (generation, markers)),
+        );
         if self.markers_in_flight.is_empty() {
             return;
         }
         let at = self.rng.random_range(0..self.markers_in_flight.len());
-        let markers = self.markers_in_flight.swap_remove(at);
+        let (from, markers) = self.markers_in_flight.swap_remove(at);
         if self.rng.random_bool(0.2) {
-            self.coordinator
-                .handle_markers_failed(&markers.transactional_id);
+            if from == self.generation {
+                self.coordinator
+                    .handle_markers_failed(&markers.transactional_id);
+            }
             return;
         }
-        if let Some(record) = self.write(&markers) {
+        if let Some(record) = self.write(from, &markers) {
             self.store_step(record);
         }
     }
 
-    /// Writes `markers` to their partitions and tells the coordinator: the completion to store.
-    fn write(&mut self, markers: &WriteMarkers) -> Option<TxnRecord> {
+    /// Writes `markers` of the coordinator of generation `from` to their partitions, each
+    /// refusing a marker older than its newest for the producer (as `check_marker` does), and
+    /// tells the coordinator if it is still the current one: the completion to store. A
+    /// refused marker of the current coordinator, or a late one of an earlier coordinator
+    /// landing after its successor's, fails the run.
+    fn write(&mut self, from: u64, markers: &WriteMarkers) -> Option<TxnRecord> {
+        let seed = self.seed;
+        let current = from == self.generation;
         for partition in &markers.partitions {
+            let newest = self
+                .written
+                .coordinator_epochs
+                .entry((partition.clone(), markers.producer_id))
+                .or_insert((i32::MIN, 0));
+            if markers.coordinator_epoch < newest.0 {
+                assert!(
+                    !current,
+                    "seed {seed}: the current coordinator's marker was refused"
+                );
+                continue;
+            }
+            assert!(
+                from >= newest.1,
+                "seed {seed}: a marker of coordinator {from} landed on {partition:?} after one of coordinator {}",
+                newest.1
+            );
+            *newest = (markers.coordinator_epoch, from);
             self.written
                 .markers
                 .entry(partition.clone())
                 .or_default()
                 .push((markers.producer_id, markers.epoch, markers.commit));
+        }
+        if !current {
+            return None;
         }
         self.coordinator.handle_markers_written(
             &markers.transactional_id,
@@ -613,12 +682,17 @@ impl Sim {
     fn drain_and_check(mut self) {
         let seed = self.seed;
         for _ in 0..100 {
-            self.markers_in_flight
-                .extend(self.coordinator.take_markers());
-            let Some(markers) = self.markers_in_flight.pop() else {
+            let generation = self.generation;
+            self.markers_in_flight.extend(
+                self.coordinator
+                    .take_markers()
+                    .into_iter()
+                    .map(|markers| (generation, markers)),
+            );
+            let Some((from, markers)) = self.markers_in_flight.pop() else {
                 break;
             };
-            if let Some(record) = self.write(&markers) {
+            if let Some(record) = self.write(from, &markers) {
                 let id = record.transactional_id.clone();
                 self.store.insert(id.clone(), record);
                 self.coordinator.handle_stored(&id, true);

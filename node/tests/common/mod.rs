@@ -84,7 +84,17 @@ pub async fn append_marker<S: strata_node::io::Storage>(
     epoch: i16,
     commit: bool,
 ) -> Result<u64, strata_node::log::LogError> {
-    let marker = strata_wire::batch::marker(producer_id, epoch, commit, 0, 0);
+    append_marker_from(log, (producer_id, epoch), commit, 0).await
+}
+
+/// [`append_marker`] from a coordinator at `coordinator_epoch`.
+pub async fn append_marker_from<S: strata_node::io::Storage>(
+    log: &mut strata_node::log::PartitionLog<S>,
+    (producer_id, epoch): (i64, i16),
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<u64, strata_node::log::LogError> {
+    let marker = strata_wire::batch::marker(producer_id, epoch, commit, coordinator_epoch, 0);
     let request = (
         BytesMut::from(&marker[..]),
         1,

@@ -379,7 +379,9 @@ impl BatchBuilder {
 /// control record, so a Kafka consumer reads it as one: the key is the control type (version 0,
 /// then 0 for an abort or 1 for a commit, big-endian `int16`s) and the value is the end-marker
 /// (version 0, then the coordinator's epoch as an `int32`). The header's
-/// [`layout::attributes::COMMIT`] says the same for readers of headers alone.
+/// [`layout::attributes::COMMIT`] and its base sequence field
+/// ([`layout::BatchHeader::marker_coordinator_epoch`]) say the same for readers of headers
+/// alone.
 pub fn marker(
     producer_id: i64,
     producer_epoch: i16,
@@ -388,7 +390,7 @@ pub fn marker(
     timestamp_ms: i64,
 ) -> Bytes {
     let mut builder = BatchBuilder::with_capacity(256);
-    builder.set_producer(producer_id, producer_epoch, layout::NO_SEQUENCE);
+    builder.set_producer(producer_id, producer_epoch, coordinator_epoch);
     let mut bits = attributes::TRANSACTIONAL | attributes::CONTROL;
     if commit {
         bits |= attributes::COMMIT;

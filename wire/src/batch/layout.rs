@@ -258,6 +258,14 @@ impl BatchHeader {
         self.attributes & attributes::CONTROL != 0
     }
 
+    /// A marker's ([`Self::is_control`]) coordinator epoch: a marker has no sequence, and its
+    /// header carries the epoch where other batches carry their base sequence, so a replay of
+    /// headers alone knows it (its control record's value holds it too, for Kafka clients).
+    pub fn marker_coordinator_epoch(&self) -> i32 {
+        debug_assert!(self.is_control());
+        self.base_sequence
+    }
+
     /// Whether a marker ([`Self::is_control`]) commits its transaction; `false` for an abort.
     pub fn marker_commits(&self) -> bool {
         self.attributes & attributes::COMMIT != 0

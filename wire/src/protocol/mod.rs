@@ -305,6 +305,10 @@ error_codes! {
     TransactionalIdAuthorizationFailed = 53, retriable = false;
     /// No transaction coordinator knows the transactional id.
     TransactionalIdNotFound = 54, retriable = false;
+    /// A marker from a coordinator older than one whose marker the partition has taken for
+    /// the producer: the transactional id moved since (Kafka's
+    /// TRANSACTION_COORDINATOR_FENCED).
+    TransactionCoordinatorFenced = 55, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

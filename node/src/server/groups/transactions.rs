@@ -205,22 +205,33 @@ impl<S: GroupStore> GroupManager<S> {
         if self.txns.revisions.contains_key(id) {
             return Ok(());
         }
-        let (value, revision) = self
+        let (value, mut revision) = self
             .store
             .load_txn(id)
             .await
             .map_err(|error| store_error(&error))?;
         if let Some(value) = value {
-            let record: TxnRecord = serde_json::from_value(value).map_err(|error| {
+            let stored: TxnRecord = serde_json::from_value(value).map_err(|error| {
                 tracing::error!(
                     transactional_id = id,
                     "stored transaction unreadable: {error}"
                 );
                 ErrorCode::Internal
             })?;
+            let record = stored.taken_over();
+            if record.is_decided() {
+                // Its markers go out at once, with the raised coordinator epoch: stored first.
+                let value = serde_json::to_value(&record).expect("a transaction record serializes");
+                revision = match self.store.store_txn(id, revision, &value).await {
+                    Ok(Some(revision)) => revision,
+                    Ok(None) => return Err(ErrorCode::NotCoordinator),
+                    Err(error) => return Err(store_error(&error)),
+                };
+            }
             tracing::info!(
                 transactional_id = id,
                 state = record.state.name(),
+                coordinator_epoch = record.coordinator_epoch,
                 "coordinating the transactional id"
             );
             self.txns.core.load([record]);
@@ -558,7 +569,7 @@ async fn write_markers(
         producer_id: markers.producer_id,
         producer_epoch: markers.epoch,
         commit: markers.commit,
-        coordinator_epoch: 0,
+        coordinator_epoch: markers.coordinator_epoch,
         topics: by_topic
             .into_iter()
             .map(|(topic, partitions)| TopicPartitions { topic, partitions })

@@ -294,6 +294,9 @@ fn log_error_code(error: &LogError) -> ErrorCode {
             ErrorCode::OutOfOrderSequence
         }
         LogError::Producer(ProducerError::ProducerFenced { .. }) => ErrorCode::InvalidProducerEpoch,
+        LogError::Producer(ProducerError::CoordinatorFenced { .. }) => {
+            ErrorCode::TransactionCoordinatorFenced
+        }
     }
 }
 
