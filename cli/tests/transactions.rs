@@ -743,24 +743,15 @@ main().catch((error) => { console.error(error); process.exit(1) })
     assert_eq!(seen["offsets"], json!([[0, "7"], [1, "-1"]]), "{seen}");
 }
 
-/// Kafka's ACLs on transactions, with `--authorizer acl`: a SCRAM user needs Write on its
-/// transactional id to initialise (TRANSACTIONAL_ID_AUTHORIZATION_FAILED before), Read on the
-/// group and on the topic to send its offsets (GROUP_AUTHORIZATION_FAILED, then
-/// TOPIC_AUTHORIZATION_FAILED before), and then commits; the operators' view lists the id.
-#[test]
-fn transactions_need_their_acls() {
-    let dir = tempfile::tempdir().unwrap();
-    let kafka = format!("127.0.0.1:{}", free_base_port(0));
-    let listener = format!("sasl_plaintext://{kafka}");
-    let node = TestNode::start_with_env(
-        dir.path(),
-        1,
+/// A node with `--authorizer acl` started by `start` (given those flags and the environment
+/// for its bootstrap user; the plaintext native port stays a local admin port, its anonymous
+/// clients super users, for the test's CLI), with the SCRAM user alice allowed to write the
+/// topic `paid`.
+fn alices_node(start: impl FnOnce(&[&str], &[(&str, &str)]) -> TestNode) -> TestNode {
+    let node = start(
         &[
-            "--kafka-listen",
-            &listener,
             "--authorizer",
             "acl",
-            // The plaintext native port stays a local admin port for the test's CLI.
             "--super-users",
             "User:admin;User:ANONYMOUS",
         ],
@@ -771,11 +762,30 @@ fn transactions_need_their_acls() {
         &["user", "create", "alice", "--password-stdin"],
         Some(b"alice-password\n"),
     );
-    let allow = |args: &[&str]| {
-        let principal = ["acl", "add", "--principal", "User:alice", "--operation"];
-        node.cli(&[&principal[..], args].concat(), None);
-    };
-    allow(&["write", "--topic", "paid"]);
+    allow_alice(&node, &["write", "--topic", "paid"]);
+    node
+}
+
+/// `strata acl add` for alice: OPERATION and the resource flags.
+fn allow_alice(node: &TestNode, args: &[&str]) {
+    let principal = ["acl", "add", "--principal", "User:alice", "--operation"];
+    node.cli(&[&principal[..], args].concat(), None);
+}
+
+/// Kafka's ACLs on transactions, with `--authorizer acl`: a SCRAM user needs Write on its
+/// transactional id to initialise (TRANSACTIONAL_ID_AUTHORIZATION_FAILED before), Read on the
+/// group and on the topic to send its offsets (GROUP_AUTHORIZATION_FAILED, then
+/// TOPIC_AUTHORIZATION_FAILED before), and then commits; the operators' view lists the id.
+#[test]
+fn transactions_need_their_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let listener = format!("sasl_plaintext://{kafka}");
+    let node = alices_node(|security, env| {
+        let args = [&["--kafka-listen", &listener][..], security].concat();
+        TestNode::start_with_env(dir.path(), 1, &args, env)
+    });
+    let allow = |args: &[&str]| allow_alice(&node, args);
     let alice = [("STRATA_SASL", "alice:alice-password")];
     let attempt = || confluent_with("secured", &kafka, "paid", &["alice-1", "alice-app"], &alice);
     let seen = attempt();
@@ -819,30 +829,12 @@ fn native_transactions_need_their_acls() {
     };
     let dir = tempfile::tempdir().unwrap();
     let secured = format!("127.0.0.1:{}", free_base_port(1));
-    let node = TestNode::start_listening(
-        dir.path(),
-        1,
-        &format!("plaintext,sasl_plaintext://{secured}"),
-        &[
-            "--sasl-mechanisms",
-            "SCRAM-SHA-512",
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:admin;User:ANONYMOUS",
-        ],
-        &[("STRATA_BOOTSTRAP_USER", "admin:admin-password")],
-    );
-    node.cli(&["topic", "create", "paid"], None);
-    node.cli(
-        &["user", "create", "alice", "--password-stdin"],
-        Some(b"alice-password\n"),
-    );
-    let allow = |args: &[&str]| {
-        let principal = ["acl", "add", "--principal", "User:alice", "--operation"];
-        node.cli(&[&principal[..], args].concat(), None);
-    };
-    allow(&["write", "--topic", "paid"]);
+    let node = alices_node(|security, env| {
+        let listeners = format!("plaintext,sasl_plaintext://{secured}");
+        let args = [&["--sasl-mechanisms", "SCRAM-SHA-512"][..], security].concat();
+        TestNode::start_listening(dir.path(), 1, &listeners, &args, env)
+    });
+    let allow = |args: &[&str]| allow_alice(&node, args);
     support::runtime().block_on(async {
         let alice = Client::connect(ClientConfig {
             security: Security {

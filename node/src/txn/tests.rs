@@ -574,9 +574,8 @@ impl Sim {
         }
     }
 
-    /// One decided transaction's markers are written (or fail), in any order; those of a
-    /// coordinator that moved away land too, and tell nobody.
-    fn markers_land(&mut self) {
+    /// The current coordinator's markers due, in flight from now on.
+    fn hand_out_markers(&mut self) {
         let generation = self.generation;
         self.markers_in_flight.extend(
             self.coordinator
@@ -584,6 +583,12 @@ impl Sim {
                 .into_iter()
                 .map(|markers| (generation, markers)),
         );
+    }
+
+    /// One decided transaction's markers are written (or fail), in any order; those of a
+    /// coordinator that moved away land too, and tell nobody.
+    fn markers_land(&mut self) {
+        self.hand_out_markers();
         if self.markers_in_flight.is_empty() {
             return;
         }
@@ -682,13 +687,7 @@ impl Sim {
     fn drain_and_check(mut self) {
         let seed = self.seed;
         for _ in 0..100 {
-            let generation = self.generation;
-            self.markers_in_flight.extend(
-                self.coordinator
-                    .take_markers()
-                    .into_iter()
-                    .map(|markers| (generation, markers)),
-            );
+            self.hand_out_markers();
             let Some((from, markers)) = self.markers_in_flight.pop() else {
                 break;
             };
