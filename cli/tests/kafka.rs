@@ -186,10 +186,17 @@ fn kcat_compresses_with_every_codec() {
         let dump = String::from_utf8_lossy(&dump.stdout);
         let batches: Vec<&str> = dump.lines().filter(|l| l.starts_with("batch ")).collect();
         assert!(!batches.is_empty(), "{dump}");
+        // librdkafka sends a batch uncompressed when compressing would not shrink it (a lone
+        // record that linger sent by itself, on a loaded machine): the batches of several
+        // records are what must keep the codec.
+        let several = batches.iter().filter(|batch| !batch.contains(" records=1 "));
+        let (mut count, mut kept) = (0, 0);
+        for batch in several {
+            count += 1;
+            kept += usize::from(batch.ends_with(&format!("codec={stored}")));
+        }
         assert!(
-            batches
-                .iter()
-                .all(|batch| batch.ends_with(&format!("codec={stored}"))),
+            count > 0 && kept == count,
             "kcat -z {codec} stored as: {dump}"
         );
         let read = kcat(&kafka, &["-C", "-t", &topic, "-e", "-q"], None);
