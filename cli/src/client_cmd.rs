@@ -916,11 +916,13 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                     .ok()
                     .flatten();
                 let lag = end.map(|end| (end as i64 - committed.offset).max(0));
+                let lag_seconds = lag_seconds(&client, committed, lag).await;
                 offsets.push(json!({
                     "topic": committed.topic,
                     "partition": committed.partition,
                     "committed": committed.offset,
                     "lag": lag,
+                    "lag_seconds": lag_seconds,
                 }));
             }
             let members: Vec<_> = described
@@ -986,17 +988,42 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                 }
                 for offset in &offsets {
                     outln!(
-                        "  {}-{} committed {} lag {}",
+                        "  {}-{} committed {} lag {} ({} s)",
                         offset["topic"].as_str().unwrap_or_default(),
                         offset["partition"],
                         offset["committed"],
-                        offset["lag"]
+                        offset["lag"],
+                        offset["lag_seconds"]
                     );
                 }
             }
         }
     }
     Ok(())
+}
+
+/// The age in seconds of the oldest record a group has not consumed (the one at its committed
+/// offset): 0 when caught up, `None` when the leader cannot be asked.
+async fn lag_seconds(
+    client: &strata_client::Client,
+    committed: &strata_wire::protocol::CommittedOffset,
+    lag: Option<i64>,
+) -> Option<f64> {
+    match lag? {
+        0 => Some(0.0),
+        _ => {
+            let offset = u64::try_from(committed.offset).ok()?;
+            let timestamp_ms = client
+                .record_timestamp_at(&committed.topic, committed.partition, offset)
+                .await
+                .ok()??;
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_millis() as i64;
+            Some((now_ms - timestamp_ms).max(0) as f64 / 1000.0)
+        }
+    }
 }
 
 #[derive(Subcommand)]

@@ -189,7 +189,9 @@ fn kcat_compresses_with_every_codec() {
         // librdkafka sends a batch uncompressed when compressing would not shrink it (a lone
         // record that linger sent by itself, on a loaded machine): the batches of several
         // records are what must keep the codec.
-        let several = batches.iter().filter(|batch| !batch.contains(" records=1 "));
+        let several = batches
+            .iter()
+            .filter(|batch| !batch.contains(" records=1 "));
         let (mut count, mut kept) = (0, 0);
         for batch in several {
             count += 1;
@@ -1494,4 +1496,106 @@ fn kafka_clients_create_topics_on_first_use_only_when_allowed() {
         "kcat reports the records it could not deliver"
     );
     assert!(node.cli(&["topic", "list"], None).trim().is_empty());
+}
+
+/// Lag in seconds: a native group and a Kafka group (committed by kcat) that stopped
+/// consuming while a producer writes a record a second show, on `/metrics` and in `strata
+/// group describe`, the age of the oldest record they have not consumed (within 2 s), and 0
+/// once caught up.
+#[test]
+fn lag_in_seconds_is_the_age_of_the_oldest_record_a_group_has_not_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let (node, kafka) = kafka_node(dir.path(), 1, &["--admin", &admin_address]);
+    node.cli(&["topic", "create", "lagging", "--partitions", "1"], None);
+    node.cli(&["produce", "lagging"], Some(b"0\n1\n2\n3\n4\n"));
+    node.cli(
+        &[
+            "consume",
+            "lagging",
+            "--group",
+            "behind",
+            "--from-beginning",
+            "--max-messages",
+            "5",
+        ],
+        None,
+    );
+    kcat(
+        &kafka,
+        &[
+            "-G",
+            "kbehind",
+            "-o",
+            "beginning",
+            "-c",
+            "5",
+            "-q",
+            "lagging",
+        ],
+        None,
+    );
+    // One record a second for LAG_SECONDS; the first of them is the oldest neither group read.
+    const LAG_SECONDS: u64 = 30;
+    let first_unread = std::time::Instant::now();
+    for i in 0..LAG_SECONDS {
+        node.cli(
+            &["produce", "lagging"],
+            Some(format!("late-{i}\n").as_bytes()),
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let lag_seconds = |group: &str| -> f64 {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .find(|line| {
+                line.starts_with("strata_group_lag_seconds{")
+                    && line.contains(&format!("group=\"{group}\""))
+            })
+            .and_then(|line| line.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // The broker measures every few seconds; the age it shows is taken as it answers.
+    support::wait_for_at_most("both groups' lag measured", Duration::from_secs(15), || {
+        !lag_seconds("behind").is_nan() && !lag_seconds("kbehind").is_nan()
+    });
+    for group in ["behind", "kbehind"] {
+        let expected = first_unread.elapsed().as_secs_f64();
+        let shown = lag_seconds(group);
+        assert!(
+            (shown - expected).abs() <= 2.0 && shown >= LAG_SECONDS as f64 - 2.0,
+            "{group}: {shown} s on /metrics, {expected:.1} s expected"
+        );
+        let described: serde_json::Value = serde_json::from_str(
+            &node.cli(&["group", "describe", group, "--format", "json"], None),
+        )
+        .unwrap();
+        let expected = first_unread.elapsed().as_secs_f64();
+        let shown = described["offsets"][0]["lag_seconds"].as_f64().unwrap();
+        assert!(
+            (shown - expected).abs() <= 2.0,
+            "{group}: {shown} s in group describe, {expected:.1} s expected: {described}"
+        );
+        assert_eq!(described["offsets"][0]["lag"], LAG_SECONDS, "{described}");
+    }
+    // Caught up: no record left unread, no lag.
+    node.cli(
+        &[
+            "consume",
+            "lagging",
+            "--group",
+            "behind",
+            "--max-messages",
+            "30",
+        ],
+        None,
+    );
+    support::wait_for_at_most("the caught-up group's lag", Duration::from_secs(15), || {
+        lag_seconds("behind") == 0.0
+    });
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["group", "describe", "behind", "--format", "json"], None))
+            .unwrap();
+    assert_eq!(described["offsets"][0]["lag_seconds"], 0.0, "{described}");
 }

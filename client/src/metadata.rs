@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use strata_wire::protocol::{
     Appended, BrokerMetadata, ConfigEntry, CreateTopicRequest, DeleteTopicRequest, ErrorCode,
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, MetadataResponse,
-    Request, Response, TopicMetadata,
+    FetchPartition, FetchRequest, FetchTopic, ListOffsetsPartition, ListOffsetsRequest,
+    ListOffsetsTopic, MetadataRequest, MetadataResponse, Request, Response, TopicMetadata,
 };
 
 use crate::{ClientError, Connection};
@@ -575,6 +575,56 @@ impl Client {
         let first = response.topics.first().and_then(|t| t.partitions.first());
         let answer = only_partition(first, topic, partition, |p| p.error)?;
         Ok(u64::try_from(answer.offset).ok())
+    }
+
+    /// The timestamp of the first record at or after `offset` (the record there, unless
+    /// compaction removed it), read from the partition's leader; `None` when there is none
+    /// below the high watermark. What a consumer lag in seconds is measured from.
+    pub async fn record_timestamp_at(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<Option<i64>, ClientError> {
+        let metadata = self.metadata_for(topic).await?;
+        let address = metadata.leader_address(topic, partition, self.config.shard_aware)?;
+        // One batch is enough: the broker answers the batch holding `offset` whole, however
+        // small `max_bytes` is.
+        let request = Request::Fetch(FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 1,
+            topics: vec![FetchTopic {
+                name: topic.to_string(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    max_bytes: 1,
+                }],
+            }],
+            read_committed: Appended(false),
+        });
+        let Response::Fetch(mut response) = self.request(&address, request).await? else {
+            return Err(ClientError::Protocol(
+                "fetch answered with another api".into(),
+            ));
+        };
+        let first = response
+            .topics
+            .first_mut()
+            .and_then(|t| t.partitions.first_mut());
+        let answer = only_partition(first.as_deref(), topic, partition, |p| p.error)?;
+        let records = answer.records.clone().freeze();
+        for batch in strata_wire::batch::split_batches(records) {
+            let batch = batch.map_err(|error| ClientError::Protocol(error.to_string()))?;
+            if batch.header().is_control() {
+                continue;
+            }
+            if let Some(record) = batch.records().find(|record| record.offset >= offset) {
+                return Ok(Some(record.timestamp_ms));
+            }
+        }
+        Ok(None)
     }
 }
 
