@@ -98,6 +98,9 @@ pub struct BenchConfig {
     /// Consumers read committed records only: up to the last stable offset, without aborted
     /// transactions' records (Kafka's `isolation.level=read_committed`).
     pub read_committed: bool,
+    /// The brokers' admin endpoints (`HOST:PORT`): their `process_cpu_seconds_total` is read
+    /// as the measured run starts and ends, for the brokers' CPU per GB moved.
+    pub broker_admins: Vec<String>,
     /// How producers compress batch bodies.
     pub compression: Codec,
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
@@ -138,6 +141,7 @@ impl Default for BenchConfig {
             idempotent: false,
             transactions: None,
             read_committed: false,
+            broker_admins: Vec::new(),
             compression: Codec::None,
             group: None,
         }
@@ -252,6 +256,11 @@ pub struct Report {
     /// CPU the bench process itself used over the run, in % of one core (user + system), so a
     /// reader can tell whether the tool or the broker was the limit.
     pub bench_cpu_percent: f64,
+    /// CPU seconds the brokers (`--broker-admin`) used over the measured run, and per GB of
+    /// record bytes measured: what a broker costs, steadier than throughput on a noisy host.
+    /// Absent without `--broker-admin`, or when a broker could not be read.
+    pub broker_cpu_seconds: Option<f64>,
+    pub broker_cpu_s_per_gb: Option<f64>,
     /// Time during the run in which some task on the host stalled waiting for memory (the
     /// kernel's pressure stall information, `/proc/pressure/memory`), in ms; `None` where the
     /// kernel keeps none. Page-cache reclaim under a broker shows here: a produce run that grew
@@ -537,6 +546,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     let cpu_started = cpu_seconds();
     let memory_stalls_started = memory_stalls_us();
     let measure_from = started + config.warmup;
+    let broker_cpu = BrokerCpu::start(&config.broker_admins, measure_from);
     // Producers stop at the deadline; consumers only once they have caught up.
     let stop = Arc::new(AtomicBool::new(false));
     let stop_consumers = Arc::new(AtomicBool::new(false));
@@ -822,6 +832,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         }
     }
     let measured = Instant::now().saturating_duration_since(measure_from);
+    let broker_cpu_seconds = broker_cpu.finish().await;
     stop.store(true, Ordering::Relaxed);
     stop_consumers.store(true, Ordering::Relaxed);
     let mut consumed_bytes = 0u64;
@@ -858,6 +869,10 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         target_rate: config.rate,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started)
             / started.elapsed().as_secs_f64().max(1e-9),
+        broker_cpu_seconds,
+        broker_cpu_s_per_gb: broker_cpu_seconds
+            .filter(|_| bytes > 0)
+            .map(|cpu| cpu / (bytes as f64 / 1e9)),
         memory_stall_ms: stalled_since(memory_stalls_started),
         batch_latency_us: (config.pinned && config.workload == Workload::Produce)
             .then(|| Percentiles::of(&histograms.batch)),
@@ -1636,6 +1651,8 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         mb_per_s: bytes as f64 / seconds / 1e6,
         target_rate: None,
         bench_cpu_percent: 100.0 * (cpu_seconds() - cpu_started) / seconds,
+        broker_cpu_seconds: None,
+        broker_cpu_s_per_gb: None,
         memory_stall_ms: stalled_since(memory_stalls_started),
         ack_latency_us: None,
         batch_latency_us: None,
@@ -1799,18 +1816,68 @@ fn stalled_since(started_us: Option<u64>) -> Option<f64> {
     Some(now.saturating_sub(started) as f64 / 1000.0)
 }
 
+/// The brokers' CPU over the measured run: read from their `/metrics` as it starts (a task
+/// that waits for the warmup to end) and as it ends.
+struct BrokerCpu {
+    admins: Vec<String>,
+    started: Option<tokio::task::JoinHandle<Option<f64>>>,
+}
+
+impl BrokerCpu {
+    fn start(admins: &[String], at: Instant) -> BrokerCpu {
+        let started = (!admins.is_empty()).then(|| {
+            let admins = admins.to_vec();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                brokers_cpu_seconds(&admins).await
+            })
+        });
+        BrokerCpu {
+            admins: admins.to_vec(),
+            started,
+        }
+    }
+
+    /// CPU seconds since the start; `None` without brokers to ask or when one did not answer.
+    async fn finish(self) -> Option<f64> {
+        let started = self.started?.await.ok()??;
+        let ended = brokers_cpu_seconds(&self.admins).await?;
+        Some((ended - started).max(0.0))
+    }
+}
+
+/// The `process_cpu_seconds_total` of the brokers at `admins`, summed; `None` when one cannot
+/// be read.
+async fn brokers_cpu_seconds(admins: &[String]) -> Option<f64> {
+    let mut total = 0.0;
+    for admin in admins {
+        total += broker_cpu_seconds(admin).await?;
+    }
+    Some(total)
+}
+
+async fn broker_cpu_seconds(admin: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limit = Duration::from_secs(5);
+    let connect = tokio::net::TcpStream::connect(admin);
+    let mut stream = tokio::time::timeout(limit, connect).await.ok()?.ok()?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    tokio::time::timeout(limit, stream.read_to_string(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    answer
+        .lines()
+        .filter(|line| line.starts_with("process_cpu_seconds_total"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+}
+
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return 0.0;
-        }
-        usage.assume_init()
-    };
-    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    strata_tuning::process_cpu_seconds()
 }
 
 /// The human summary.
@@ -1837,6 +1904,11 @@ pub fn summary(report: &Report) -> String {
                 p.p50, p.p90, p.p99, p.p999, p.p9999, p.max
             ));
         }
+    }
+    if let (Some(cpu), Some(per_gb)) = (report.broker_cpu_seconds, report.broker_cpu_s_per_gb) {
+        text.push_str(&format!(
+            "\n  brokers' CPU: {cpu:.2} s = {per_gb:.3} CPU s per GB"
+        ));
     }
     text.push_str(&format!("\n  host at the start: {}", report.host));
     if let Some(stalled) = report.memory_stall_ms {

@@ -139,6 +139,11 @@ pub struct BenchArgs {
     /// Default 100ms.
     #[arg(long, value_parser = crate::units::parse_duration, requires = "transactional")]
     txn_interval: Option<Duration>,
+    /// A broker's admin endpoint (HOST:PORT, as its --admin); repeat, or separate with commas,
+    /// for every broker of the cluster. Their CPU over the measured run goes into the report,
+    /// per GB moved (default: none, and no broker CPU in the report).
+    #[arg(long = "broker-admin", value_name = "HOST:PORT", value_delimiter = ',')]
+    broker_admin: Vec<String>,
     /// What consumers read: read_uncommitted (the default: up to the high watermark) or
     /// read_committed (up to the last stable offset, without aborted transactions' records).
     #[arg(long, value_parser = parse_isolation)]
@@ -188,6 +193,8 @@ struct WorkloadFile {
     /// Seconds.
     txn_interval: Option<f64>,
     isolation: Option<String>,
+    #[serde(default)]
+    broker_admin: Vec<String>,
     compression: Option<String>,
     group: Option<String>,
     warmup: Option<f64>,
@@ -326,6 +333,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
         transactions,
         read_committed,
+        broker_admins: if args.broker_admin.is_empty() {
+            file.broker_admin
+        } else {
+            args.broker_admin
+        },
         compression: match (args.compression, file.compression.as_deref()) {
             (Some(codec), _) => codec,
             (None, Some(name)) => crate::client_cmd::parse_codec(name)
@@ -436,6 +448,8 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
         "sent_batch_bytes",
         "compression_ratio",
         "bench_cpu_percent",
+        "broker_cpu_seconds",
+        "broker_cpu_s_per_gb",
     ] {
         rows.push((key.into(), left[key].as_f64(), right[key].as_f64()));
     }

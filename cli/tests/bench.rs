@@ -458,3 +458,49 @@ fn transactional_runs_commit_their_records_and_time_each_commit() {
     assert_eq!(consumed["records"], 5000);
     assert!(consumed["commit_latency_us"].is_null());
 }
+
+/// `--broker-admin`: the broker's CPU over the measured run, read from its
+/// `process_cpu_seconds_total`, and per GB of records; absent without the flag.
+#[test]
+fn the_report_has_the_brokers_cpu_per_gb_when_it_can_read_their_metrics() {
+    let temp = tempfile::tempdir().unwrap();
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 1);
+    let admin = format!("127.0.0.1:{admin}");
+    let produced = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "cpu",
+            "--records",
+            "50000",
+            "--broker-admin",
+            &admin,
+        ],
+    );
+    let cpu = produced["broker_cpu_seconds"].as_f64().unwrap();
+    let per_gb = produced["broker_cpu_s_per_gb"].as_f64().unwrap();
+    assert!(cpu > 0.0, "the broker worked: {produced}");
+    let gb = produced["bytes"].as_f64().unwrap() / 1e9;
+    assert!((per_gb - cpu / gb).abs() < 1e-6, "{produced}");
+    let consumed = report(
+        &node,
+        &[
+            "bench",
+            "consume",
+            "--topic",
+            "cpu",
+            "--records",
+            "50000",
+            "--broker-admin",
+            &admin,
+        ],
+    );
+    assert!(consumed["broker_cpu_s_per_gb"].as_f64().unwrap() > 0.0);
+    let without = report(
+        &node,
+        &["bench", "produce", "--topic", "cpu", "--records", "100"],
+    );
+    assert!(without["broker_cpu_seconds"].is_null(), "{without}");
+}

@@ -863,6 +863,21 @@ pub fn guest_halt_poll_ns(host: &Host) -> Result<HaltPolling, String> {
         .map_err(|_| format!("unparsable {GUEST_HALT_POLL_NS_PATH}"))
 }
 
+/// CPU seconds (user and system) this process has used: the broker's cost per GB moved, and
+/// the bench tool's own use.
+pub fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        usage.assume_init()
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 /// Microseconds since boot in which some task stalled waiting for memory: the `some total=` of
 /// the kernel's pressure stall information (`/proc/pressure/memory`); `None` where the kernel
 /// keeps none. Page-cache reclaim under a broker shows here, where the broker's own timings do

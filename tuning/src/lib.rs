@@ -18,7 +18,10 @@ pub mod parse;
 pub use apply::{
     ApplyError, Outcome, SYSCTL_TEMPLATE_PATH, SYSTEMD_TEMPLATE_PATH, apply, plan, report,
 };
-pub use check::{HaltPolling, STRATA_TCP_CONGESTION, check, guest_halt_poll_ns, memory_stalls_us};
+pub use check::{
+    HaltPolling, STRATA_TCP_CONGESTION, check, guest_halt_poll_ns, memory_stalls_us,
+    process_cpu_seconds,
+};
 pub use host::{DataDevice, DevId, Host};
 
 use serde::Serialize;

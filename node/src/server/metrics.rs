@@ -681,6 +681,11 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
         uptime.as_secs_f64()
     );
+    let _ = writeln!(
+        out,
+        "# HELP process_cpu_seconds_total CPU (user and system) the broker process has used: per GB moved, what a broker costs.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total{{node=\"{node_id}\"}} {}",
+        strata_tuning::process_cpu_seconds()
+    );
     // Read on the admin thread at scrape time, never on a shard.
     if let Some(stalled_us) = strata_tuning::memory_stalls_us(&strata_tuning::Host::live()) {
         let _ = writeln!(
