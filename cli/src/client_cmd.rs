@@ -520,6 +520,11 @@ pub struct ProduceArgs {
     /// Print `PARTITION OFFSET` per acknowledged record, in input order.
     #[arg(long)]
     print_offsets: bool,
+    /// A conditional append: every line read goes to --partition as one batch, written only if
+    /// the partition's log ends at this offset; otherwise nothing is written and the command
+    /// fails, naming where the log ends (default: unconditional).
+    #[arg(long, value_name = "OFFSET", requires = "partition")]
+    expect_offset: Option<u64>,
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
     #[arg(long, default_value_t = 256 * 1024)]
@@ -555,6 +560,9 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
     );
     // Acks are awaited in input order by one task, printed as they arrive.
     let (pending, mut ordered) = tokio::sync::mpsc::channel::<strata_client::RecordFuture>(65_536);
+    if let (Some(expected), Some(partition)) = (args.expect_offset, args.partition) {
+        return produce_if(&producer, &args, partition, expected).await;
+    }
     let print_offsets = args.print_offsets;
     let printer = tokio::spawn(async move {
         let mut stdout = std::io::stdout();
@@ -625,6 +633,57 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
     match read_error {
         Some(error) => bail!("reading stdin: {error}"),
         None => Ok(()),
+    }
+}
+
+/// `produce --expect-offset`: stdin's lines as one conditional append.
+async fn produce_if(
+    producer: &Producer,
+    args: &ProduceArgs,
+    partition: u32,
+    expected: u64,
+) -> anyhow::Result<()> {
+    let mut input = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut input)
+        .await
+        .map_err(|error| anyhow::anyhow!("reading stdin: {error}"))?;
+    let mut separator = [0u8; 4];
+    let separator: Option<&[u8]> = args
+        .key_separator
+        .map(|c| c.encode_utf8(&mut separator).as_bytes());
+    let lines = input.strip_suffix(b"\n").unwrap_or(&input);
+    if lines.is_empty() {
+        bail!("no records on stdin: a conditional append needs at least one");
+    }
+    let records: Vec<(Option<&[u8]>, &[u8])> = lines
+        .split(|byte| *byte == b'\n')
+        .map(|line| {
+            match separator.and_then(|sep| line.windows(sep.len()).position(|w| w == sep)) {
+                Some(at) => (
+                    Some(&line[..at]),
+                    &line[at + separator.map_or(0, <[u8]>::len)..],
+                ),
+                None => (None, line),
+            }
+        })
+        .collect();
+    match producer
+        .send_if(&args.topic, partition, expected, &records)
+        .await
+    {
+        Ok(base) => {
+            if args.print_offsets {
+                for at in 0..records.len() as u64 {
+                    outln!("{partition} {}", base + at);
+                }
+            }
+            Ok(())
+        }
+        Err(strata_client::ClientError::LogEndMismatch { log_end, .. }) => bail!(
+            "{}-{partition} ends at {log_end}, not at {expected}: nothing written",
+            args.topic
+        ),
+        Err(error) => Err(error.into()),
     }
 }
 

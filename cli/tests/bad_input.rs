@@ -88,6 +88,7 @@ fn produce_to_both_partitions(
                 },
             ],
         }],
+        expected_offsets: Default::default(),
     });
     send_chunks(stream, produce.encode(correlation_id));
     let (_, result) = read_response(stream, ApiKey::Produce).unwrap();

@@ -51,6 +51,7 @@ async fn produce(client: &Client, topic: &str, partition: u32, records: Bytes) -
                 records: Records::Shared(records),
             }],
         }],
+        expected_offsets: Default::default(),
     });
     let Response::Produce(response) = client.request(&address, request).await.unwrap() else {
         panic!("not a produce response");

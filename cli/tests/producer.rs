@@ -43,6 +43,39 @@ async fn records_and_batches(
     (records, batches)
 }
 
+/// Reads `partition` of `topic` from the beginning until at least `expected` records came.
+async fn read_all(
+    client: &std::sync::Arc<Client>,
+    (topic, partition): (&str, u32),
+    expected: usize,
+) -> Vec<Read> {
+    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+    consumer
+        .assign(topic, &[partition], SeekTo::Beginning)
+        .await
+        .unwrap();
+    let mut read: Vec<Read> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while read.len() < expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "read {}",
+            read.len()
+        );
+        for batch in consumer.poll().await.unwrap() {
+            for record in batch.records() {
+                read.push(Read {
+                    offset: record.offset,
+                    key: record.key.map(<[u8]>::to_vec),
+                    value: record.value.to_vec(),
+                    timestamp_ms: record.timestamp_ms,
+                });
+            }
+        }
+    }
+    read
+}
+
 /// A record as read back, owned.
 struct Read {
     offset: u64,
@@ -176,30 +209,7 @@ fn a_batch_handed_over_at_once_lands_in_order_across_producer_batches() {
                 .is_err()
         );
 
-        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
-        consumer
-            .assign("many", &[1], SeekTo::Beginning)
-            .await
-            .unwrap();
-        let mut read: Vec<Read> = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while read.len() < 501 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "read {}",
-                read.len()
-            );
-            for batch in consumer.poll().await.unwrap() {
-                for record in batch.records() {
-                    read.push(Read {
-                        offset: record.offset,
-                        key: record.key.map(<[u8]>::to_vec),
-                        value: record.value.to_vec(),
-                        timestamp_ms: record.timestamp_ms,
-                    });
-                }
-            }
-        }
+        let read = read_all(&client, ("many", 1), 501).await;
         assert_eq!(read[0].value, b"first");
         for (i, record) in read[1..].iter().enumerate() {
             assert_eq!(record.offset, i as u64 + 1);
@@ -429,4 +439,122 @@ fn compressed_batches_are_stored_smaller_and_read_back_exactly() {
     );
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not a codec"));
+}
+
+/// Two writers share a partition as one log with conditional appends (`Producer::send_if`):
+/// each round both append at the end they know, exactly one wins, the other learns the new
+/// end and nothing of it is written; over a thousand rounds the log holds exactly the winners,
+/// in order, without gaps or doubles. Idempotent writers and acks=all, as event sourcing
+/// would run them.
+#[test]
+fn racing_conditional_appends_let_exactly_one_writer_win_each_round() {
+    const ROUNDS: u64 = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(dir.path(), 2);
+    node.cli(&["topic", "create", "ledger", "--partitions", "1"], None);
+    runtime().block_on(async {
+        let config = ProducerConfig {
+            idempotent: true,
+            acks: strata_wire::protocol::ACKS_ALL,
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        };
+        let (client, first) = connect(&node, config.clone()).await;
+        let (_, second) = connect(&node, config).await;
+        let mut winners = Vec::new();
+        for round in 0..ROUNDS {
+            // Each round's winner appends at the end the last round left.
+            let end = round;
+            let values = [format!("a-{round}"), format!("b-{round}")];
+            let records = values.each_ref().map(|value| [(None, value.as_bytes())]);
+            let (a, b) = tokio::join!(
+                first.send_if("ledger", 0, end, &records[0]),
+                second.send_if("ledger", 0, end, &records[1]),
+            );
+            let (won, lost) = match (a, b) {
+                (Ok(offset), Err(lost)) => ((offset, &values[0]), lost),
+                (Err(lost), Ok(offset)) => ((offset, &values[1]), lost),
+                other => panic!("round {round}: not exactly one winner: {other:?}"),
+            };
+            assert_eq!(
+                won.0, end,
+                "round {round}: the winner appended at the expected end"
+            );
+            match lost {
+                strata_client::ClientError::LogEndMismatch { log_end, .. } => {
+                    assert_eq!(
+                        log_end,
+                        end + 1,
+                        "round {round}: the loser learns the new end"
+                    )
+                }
+                other => panic!("round {round}: the loser got {other}"),
+            }
+            winners.push(won.1.clone());
+        }
+        let read = read_all(&client, ("ledger", 0), ROUNDS as usize).await;
+        let offsets: Vec<u64> = read.iter().map(|record| record.offset).collect();
+        assert_eq!(
+            offsets,
+            (0..ROUNDS).collect::<Vec<_>>(),
+            "no gaps, no doubles"
+        );
+        let values: Vec<String> = read
+            .iter()
+            .map(|record| String::from_utf8(record.value.clone()).unwrap())
+            .collect();
+        assert_eq!(values, winners);
+    });
+}
+
+/// `strata produce --expect-offset`: stdin's lines are one conditional append to
+/// `--partition`; where the log does not end there, nothing is written and the command fails
+/// naming the log end.
+#[test]
+fn the_cli_appends_only_where_the_log_ends_as_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(dir.path(), 1);
+    node.cli(&["topic", "create", "cas", "--partitions", "2"], None);
+    let append = |expected: &str, input: &[u8]| {
+        node.cli_output(
+            &[
+                "produce",
+                "cas",
+                "--partition",
+                "1",
+                "--expect-offset",
+                expected,
+                "--print-offsets",
+            ],
+            Some(input),
+        )
+    };
+    let written = append("0", b"a\nb\n");
+    assert!(written.status.success());
+    assert_eq!(String::from_utf8_lossy(&written.stdout), "1 0\n1 1\n");
+    let refused = append("1", b"c\n");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("cas-1 ends at 2, not at 1: nothing written"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&append("2", b"c\n").stdout),
+        "1 2\n"
+    );
+    let read = node.cli(
+        &[
+            "consume",
+            "cas",
+            "--partition",
+            "1",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+        ],
+        None,
+    );
+    assert_eq!(read, "a\nb\nc\n");
 }

@@ -66,6 +66,14 @@ pub enum ClientError {
         partition: u32,
         code: ErrorCode,
     },
+    /// A conditional append ([`Producer::send_if`]) found the partition ending elsewhere:
+    /// another writer got there first. Nothing was written; `log_end` is where it ends.
+    #[error("{topic}-{partition}: the log ends at {log_end}, not where expected")]
+    LogEndMismatch {
+        topic: String,
+        partition: u32,
+        log_end: u64,
+    },
     #[error("unknown topic {0}")]
     UnknownTopic(String),
     #[error("topic {topic} has no partition {partition}")]
@@ -97,6 +105,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker(code) | ClientError::Partition { code, .. } => Some(*code),
+            ClientError::LogEndMismatch { .. } => Some(ErrorCode::LogEndMismatch),
             _ => None,
         }
     }

@@ -15,8 +15,8 @@ use futures_util::future::Shared;
 use rustc_hash::FxHashMap;
 use strata_wire::batch::{BatchBuilder, Codec};
 use strata_wire::protocol::{
-    ACKS_ALL, ACKS_NONE, ErrorCode, ProducePartition, ProduceRequest, ProduceTopic, Records,
-    Request, Response,
+    ACKS_ALL, ACKS_NONE, Appended, ErrorCode, NO_EXPECTED_OFFSET, ProducePartition, ProduceRequest,
+    ProduceTopic, Records, Request, Response,
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -153,6 +153,8 @@ struct Accumulator {
     outcome: BatchOutcome,
     reply: oneshot::Sender<Result<i64, ClientError>>,
     bytes: usize,
+    /// A conditional append's offset ([`Producer::send_if`]): its batch holds its records only.
+    expected_offset: Option<u64>,
 }
 
 /// A sealed batch on its way.
@@ -165,6 +167,7 @@ struct Sealed {
     bytes: usize,
     /// The producer epoch it was numbered under (idempotent producers).
     epoch: Option<i16>,
+    expected_offset: Option<u64>,
 }
 
 /// An idempotent producer's identity, shared by its sealing and its partition senders.
@@ -288,6 +291,7 @@ struct Outgoing {
     topic: Arc<str>,
     partition: u32,
     batch: Bytes,
+    expected_offset: Option<u64>,
     reply: oneshot::Sender<Result<i64, ClientError>>,
 }
 
@@ -358,34 +362,8 @@ async fn coalesce(
                 Err(_) => break,
             }
         }
-        // One ProducePartition per entry, grouped by topic in order of first appearance; the
-        // answer lists them in the same order, so `slots` says whose answer comes when.
-        let mut topics: Vec<ProduceTopic> = Vec::new();
-        let mut slots: Vec<Vec<usize>> = Vec::new();
-        for (index, entry) in entries.iter().enumerate() {
-            let partition = ProducePartition {
-                partition: entry.partition,
-                records: Records::Shared(entry.batch.clone()),
-            };
-            match topics.iter().position(|t| *t.name == *entry.topic) {
-                Some(at) => {
-                    topics[at].partitions.push(partition);
-                    slots[at].push(index);
-                }
-                None => {
-                    topics.push(ProduceTopic {
-                        name: entry.topic.to_string(),
-                        partitions: vec![partition],
-                    });
-                    slots.push(vec![index]);
-                }
-            }
-        }
-        let request = Request::Produce(ProduceRequest {
-            acks,
-            timeout_ms: client.config().request_timeout.as_millis() as u32,
-            topics,
-        });
+        let timeout_ms = client.config().request_timeout.as_millis() as u32;
+        let (request, slots) = produce_request(&entries, acks, timeout_ms);
         let fail = |entries: Vec<Outgoing>, error: ClientError| {
             for entry in entries {
                 let _ = entry.reply.send(Err(error.clone()));
@@ -447,6 +425,12 @@ async fn coalesce(
                     {
                         if answer.error == ErrorCode::None {
                             Ok(answer.base_offset as i64)
+                        } else if answer.error == ErrorCode::LogEndMismatch {
+                            Err(ClientError::LogEndMismatch {
+                                topic: entry.topic.to_string(),
+                                partition: entry.partition,
+                                log_end: answer.base_offset,
+                            })
                         } else {
                             Err(ClientError::Partition {
                                 topic: entry.topic.to_string(),
@@ -463,6 +447,56 @@ async fn coalesce(
             }
         });
     }
+}
+
+/// One request for `entries`: a ProducePartition per entry, grouped by topic in order of first
+/// appearance, and for each topic the entries whose answers come in that order.
+fn produce_request(entries: &[Outgoing], acks: i8, timeout_ms: u32) -> (Request, Vec<Vec<usize>>) {
+    // One ProducePartition per entry, grouped by topic in order of first appearance; the
+    // answer lists them in the same order, so `slots` says whose answer comes when.
+    let mut topics: Vec<ProduceTopic> = Vec::new();
+    let mut slots: Vec<Vec<usize>> = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let partition = ProducePartition {
+            partition: entry.partition,
+            records: Records::Shared(entry.batch.clone()),
+        };
+        match topics.iter().position(|t| *t.name == *entry.topic) {
+            Some(at) => {
+                topics[at].partitions.push(partition);
+                slots[at].push(index);
+            }
+            None => {
+                topics.push(ProduceTopic {
+                    name: entry.topic.to_string(),
+                    partitions: vec![partition],
+                });
+                slots.push(vec![index]);
+            }
+        }
+    }
+    // Conditional appends' offsets, in the order the partitions go (topic by topic).
+    let conditional = entries.iter().any(|entry| entry.expected_offset.is_some());
+    let expected_offsets = if conditional {
+        slots
+            .iter()
+            .flatten()
+            .map(|&index| {
+                entries[index]
+                    .expected_offset
+                    .map_or(NO_EXPECTED_OFFSET, |offset| offset as i64)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let request = Request::Produce(ProduceRequest {
+        acks,
+        timeout_ms,
+        topics,
+        expected_offsets: Appended(expected_offsets),
+    });
+    (request, slots)
 }
 
 /// Cheap to clone; every clone feeds the same batches.
@@ -639,6 +673,69 @@ impl Producer {
         Ok(futures)
     }
 
+    /// A conditional append: `records` go to `partition` of `topic` only if its log ends at
+    /// `expected_offset` when they arrive (optimistic concurrency: several writers can share
+    /// a partition as one log, each appending only where it read up to). Resolves to the first
+    /// record's offset, or [`ClientError::LogEndMismatch`] with the log end when another writer
+    /// got there first (nothing written). The records travel as one batch of their own, after
+    /// the records sent to the partition before them; an idempotent producer's retry of an
+    /// append that was written is answered with its offsets, not as a mismatch.
+    pub async fn send_if(
+        &self,
+        topic: &str,
+        partition: u32,
+        expected_offset: u64,
+        records: &[(Option<&[u8]>, &[u8])],
+    ) -> Result<u64, ClientError> {
+        if records.is_empty() {
+            return Err(ClientError::InvalidArgument(
+                "a conditional append needs at least one record".into(),
+            ));
+        }
+        let inner = &self.inner;
+        if inner.config.acks == ACKS_NONE {
+            return Err(ClientError::InvalidArgument(
+                "a conditional append needs acknowledgements (acks 1 or all)".into(),
+            ));
+        }
+        if let Some(transaction) = &inner.transaction {
+            transaction.check_open()?;
+        } else if inner.config.idempotent {
+            inner.idempotence.ensure(&inner.client).await?;
+        }
+        let metadata = inner.client.metadata_for(topic).await?;
+        if partition >= metadata.partition_count(topic)? {
+            return Err(ClientError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            });
+        }
+        let reserved: usize = records
+            .iter()
+            .map(|(key, value)| record_bytes(*key, value))
+            .sum::<usize>()
+            .min(inner.config.buffer_bytes);
+        self.reserve(reserved).await?;
+        let timestamp_ms = now_ms();
+        let topic: Arc<str> = topic.into();
+        let outcome = {
+            let mut partitions = inner.partitions.lock().expect("producer state");
+            let state = partitions.entry((topic.clone(), partition)).or_default();
+            // The records before these go first, in a batch of their own.
+            seal(inner, &topic, partition, state);
+            let accumulator = open_accumulator(inner, state);
+            for (key, value) in records {
+                accumulator.builder.push(timestamp_ms, *key, value);
+            }
+            accumulator.bytes = reserved;
+            accumulator.expected_offset = Some(expected_offset);
+            let outcome = accumulator.outcome.clone();
+            seal(inner, &topic, partition, state);
+            outcome
+        };
+        outcome.await.map(|base_offset| base_offset as u64)
+    }
+
     /// Waits for `bytes` of buffer space (backpressure); they come back when their batch is
     /// answered.
     async fn reserve(&self, bytes: usize) -> Result<(), ClientError> {
@@ -755,6 +852,7 @@ fn open_accumulator<'a>(inner: &Inner, state: &'a mut PartitionState) -> &'a mut
             outcome,
             reply,
             bytes: 0,
+            expected_offset: None,
         }
     })
 }
@@ -808,6 +906,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
         reply: accumulator.reply,
         bytes: accumulator.bytes,
         epoch: identity.map(|(_, epoch)| epoch),
+        expected_offset: accumulator.expected_offset,
     };
     state.last_sealed = Some(accumulator.outcome);
     state.waiting.fetch_add(1, Ordering::AcqRel);
@@ -944,7 +1043,13 @@ async fn send_partition(
                         // The partition's open batch may be past its linger: seal it now.
                         inner.linger_wake.notify_one();
                     }
-                    let Sealed { builder, reply, bytes, epoch } = sealed;
+                    let Sealed {
+                        builder,
+                        reply,
+                        bytes,
+                        epoch,
+                        expected_offset,
+                    } = sealed;
                     let batch = builder.into_batch();
                     inner.batch_bytes.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     let added = match &inner.transaction {
@@ -954,7 +1059,10 @@ async fn send_partition(
                         None => Ok(()),
                     };
                     let written = match added {
-                        Ok(()) => dispatch(&inner, &topic, partition, batch.clone()).await,
+                        Ok(()) => {
+                            let batch = (batch.clone(), expected_offset);
+                            dispatch(&inner, &topic, partition, batch).await
+                        }
                         Err(error) => Err(error),
                     };
                     let context = inner.clone();
@@ -966,6 +1074,7 @@ async fn send_partition(
                         };
                         let result = match first {
                             Err(error) if retriable(&context, &error) => {
+                                let batch = (batch, expected_offset);
                                 send_with_retries(&context, &topic, partition, batch, error).await
                             }
                             result => result,
@@ -1009,7 +1118,7 @@ async fn send_with_retries(
     inner: &SenderContext,
     topic: &str,
     partition: u32,
-    batch: Bytes,
+    batch: (Bytes, Option<u64>),
     mut error: ClientError,
 ) -> Result<i64, ClientError> {
     let mut attempt = 0;
@@ -1051,11 +1160,12 @@ impl Dispatched {
 }
 
 /// Queues one partition batch for a produce request to the partition's leader.
+/// `batch`: the batch and, for a conditional append, its expected offset.
 async fn dispatch(
     inner: &SenderContext,
     topic: &str,
     partition: u32,
-    batch: Bytes,
+    (batch, expected_offset): (Bytes, Option<u64>),
 ) -> Result<Dispatched, ClientError> {
     let client = &inner.client;
     let metadata = client.metadata_for(topic).await?;
@@ -1068,6 +1178,7 @@ async fn dispatch(
             topic: topic.into(),
             partition,
             batch,
+            expected_offset,
             reply,
         },
     );

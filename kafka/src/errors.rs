@@ -133,6 +133,8 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode::TransactionalIdNotFound => TRANSACTIONAL_ID_NOT_FOUND,
         ErrorCode::TransactionCoordinatorFenced => TRANSACTION_COORDINATOR_FENCED,
+        // Kafka has no conditional appends: the nearest refusal of a batch as it stands.
+        ErrorCode::LogEndMismatch => INVALID_RECORD,
     }
 }
 

@@ -235,6 +235,7 @@ pub fn produce_request(
             acks: acks.unwrap_or(native::ACKS_LEADER),
             timeout_ms: request.timeout_ms.max(0) as u32,
             topics,
+            expected_offsets: native::Appended(Vec::new()),
         },
         refused,
     }

@@ -2619,3 +2619,76 @@ fn transactions_follow_the_log_through_restarts_followers_and_truncation() {
         assert_eq!(log.producers().transactions().aborted(), []);
     });
 }
+
+/// Conditional appends: a request is written only where the log ends as it expects, judged in
+/// turn within a group (two writers expecting the same end: the first wins, the second learns
+/// the new end, nothing of it written); an idempotent retry of one that was written is
+/// answered as the duplicate it is, though the log has moved on.
+#[test]
+fn a_conditional_append_is_written_only_where_the_log_ends_as_expected() {
+    use strata_node::log::AppendSource;
+    block_on(async {
+        let storage = SimStorage::new(211);
+        let config = small_config(4096, FlushPolicy::Never);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let at = |expected: u64, batch: BytesMut| (batch, 0, AppendSource::ProducerAt(expected));
+        let results = log
+            .append_group_from(
+                vec![
+                    at(0, batch_of(1, 2, 10, 0)),
+                    at(0, batch_of(2, 1, 10, 0)),
+                    at(2, batch_of(3, 1, 10, 0)),
+                ],
+                0,
+            )
+            .await;
+        assert_eq!(results[0].as_ref().unwrap().base_offset, 0);
+        assert!(
+            matches!(
+                results[1],
+                Err(LogError::LogEndMismatch {
+                    expected: 0,
+                    log_end: 2
+                })
+            ),
+            "{:?}",
+            results[1]
+        );
+        assert_eq!(results[2].as_ref().unwrap().base_offset, 2);
+        assert_eq!(log.log_end_offset(), 3, "the refused request wrote nothing");
+        let values: Vec<Vec<u8>> = records_in(log.read(0, 1 << 20, u64::MAX).await.unwrap())
+            .into_iter()
+            .map(|record| record.value)
+            .collect();
+        assert_eq!(
+            values,
+            [&b"1:0:xxxxxx"[..], b"1:1:xxxxxx", b"3:0:xxxxxx"].map(<[u8]>::to_vec)
+        );
+
+        // An idempotent producer's conditional append, then its retry after the log moved on.
+        let won = log
+            .append_group_from(vec![at(3, producer_batch(9, 0, 0, 2, 0))], 0)
+            .await;
+        assert_eq!(won[0].as_ref().unwrap().base_offset, 3);
+        log.append(batch_of(4, 1, 10, 0), 0, 0).await.unwrap();
+        let retried = log
+            .append_group_from(vec![at(3, producer_batch(9, 0, 0, 2, 0))], 0)
+            .await;
+        let retried = retried[0].as_ref().unwrap();
+        assert!(retried.duplicate, "{retried:?}");
+        assert_eq!((retried.base_offset, retried.last_offset), (3, 4));
+        // Its next batch, expecting a stale end, is refused and leaves the producer's sequence
+        // where it was.
+        let stale = log
+            .append_group_from(vec![at(3, producer_batch(9, 0, 2, 1, 0))], 0)
+            .await;
+        assert!(matches!(
+            stale[0],
+            Err(LogError::LogEndMismatch { log_end: 6, .. })
+        ));
+        let next = log
+            .append_group_from(vec![at(6, producer_batch(9, 0, 2, 1, 0))], 0)
+            .await;
+        assert_eq!(next[0].as_ref().unwrap().base_offset, 6);
+    });
+}

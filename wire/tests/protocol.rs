@@ -50,6 +50,7 @@ fn produce(records: Bytes) -> Request {
                 },
             ],
         }],
+        expected_offsets: Appended(vec![NO_EXPECTED_OFFSET, 7]),
     })
 }
 

@@ -34,6 +34,11 @@ pub struct AppendInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendSource {
     Producer,
+    /// A producer's conditional append: written only if the log ends at this offset when its
+    /// turn comes (after the requests grouped before it), else refused whole
+    /// ([`LogError::LogEndMismatch`]). An idempotent retry of one already written is answered
+    /// as the duplicate it is, whatever the log end is now.
+    ProducerAt(u64),
     Markers,
 }
 
@@ -248,16 +253,21 @@ impl<S: Storage> PartitionLog<S> {
             });
         }
         let first_header = self.headers.len();
+        let start = next_offset;
         let mut idempotent = false;
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len() - first_header;
             let checked = match source {
                 AppendSource::Markers => check_marker(&batches[at..]),
-                AppendSource::Producer if self.config.cleanup.compact => {
+                AppendSource::Producer | AppendSource::ProducerAt(_)
+                    if self.config.cleanup.compact =>
+                {
                     batch::check_keyed(&batches[at..])
                 }
-                AppendSource::Producer => batch::check(&batches[at..]),
+                AppendSource::Producer | AppendSource::ProducerAt(_) => {
+                    batch::check(&batches[at..])
+                }
             };
             let mut header = checked.map_err(|source| LogError::CorruptBatch { index, source })?;
             let batch_len = header.batch_len as usize;
@@ -281,10 +291,35 @@ impl<S: Storage> PartitionLog<S> {
         if source == AppendSource::Markers {
             return self.check_markers(first_header, next_offset);
         }
+        let expected = match source {
+            AppendSource::ProducerAt(expected) => Some(expected),
+            _ => None,
+        };
         if idempotent {
-            return self.check_producer(first_header, next_offset);
+            return self.check_producer(first_header, (start, next_offset), expected);
         }
+        self.check_log_end(first_header, start, expected)?;
         Ok(Stamped::Next(next_offset))
+    }
+
+    /// A conditional request's condition: the log ends (this request starts) where expected.
+    /// Its headers go when it does not.
+    fn check_log_end(
+        &mut self,
+        first_header: usize,
+        start: u64,
+        expected: Option<u64>,
+    ) -> Result<(), LogError> {
+        match expected {
+            Some(expected) if expected != start => {
+                self.headers.truncate(first_header);
+                Err(LogError::LogEndMismatch {
+                    expected,
+                    log_end: start,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A marker request holds one marker, of a producer epoch no newer marker or batch has
@@ -317,7 +352,8 @@ impl<S: Storage> PartitionLog<S> {
     pub(super) fn check_producer(
         &mut self,
         first_header: usize,
-        next_offset: u64,
+        (start, next_offset): (u64, u64),
+        expected: Option<u64>,
     ) -> Result<Stamped, LogError> {
         let headers = &self.headers[first_header..];
         if headers.len() != 1 {
@@ -335,6 +371,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         match self.producers.check(&header)? {
             SequenceCheck::Append => {
+                self.check_log_end(first_header, start, expected)?;
                 self.producers.apply(&header);
                 Ok(Stamped::Next(next_offset))
             }

@@ -44,6 +44,10 @@ pub enum LogError {
     /// producer id, epoch or sequence. Nothing of it was written.
     #[error("invalid idempotent produce: {0}")]
     InvalidProducerBatch(String),
+    /// A conditional append ([`crate::log::AppendSource::ProducerAt`]) found the log ending
+    /// elsewhere than expected: another writer got there first. Nothing was written.
+    #[error("the log ends at {log_end}, not at the expected {expected}")]
+    LogEndMismatch { expected: u64, log_end: u64 },
     /// An idempotent batch breaks its producer's sequence or comes from a fenced epoch
     /// (see [`ProducerError`]). Nothing was written.
     #[error(transparent)]

@@ -301,6 +301,24 @@ impl LogHandle {
         .await?
     }
 
+    /// A conditional append: as [`Self::append`], but written only if the log ends at
+    /// `expected_end` when its turn comes ([`LogError::LogEndMismatch`] otherwise, with
+    /// nothing written).
+    pub async fn append_at(
+        &self,
+        batches: BytesMut,
+        leader_epoch: u32,
+        expected_end: u64,
+    ) -> Result<AppendInfo, LogError> {
+        self.ask(|reply| Command::Append {
+            batches,
+            leader_epoch,
+            source: AppendSource::ProducerAt(expected_end),
+            reply,
+        })
+        .await?
+    }
+
     /// Appends a transaction marker ([`strata_wire::batch::marker`]) as the partition's leader,
     /// grouped with producers' appends; refused if its producer epoch is fenced.
     pub async fn append_marker(

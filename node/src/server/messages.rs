@@ -33,6 +33,8 @@ pub enum ShardMessage {
         records: BytesMut,
         acks: i8,
         timeout_ms: u32,
+        /// A producer's records, conditional or not (never markers).
+        source: crate::log::AppendSource,
         reply: oneshot::Sender<PartitionProduced>,
     },
     ReplicaFetch {

@@ -133,6 +133,9 @@ impl TransactionDescription {
     }
 }
 
+/// In [`ProduceRequest::expected_offsets`]: this partition's records are not conditional.
+pub const NO_EXPECTED_OFFSET: i64 = -1;
+
 /// A field appended to a message after the message was first released: encoded only when it
 /// holds something other than its default, and read only when bytes remain. A peer built
 /// before the field existed exchanges the same bytes as before for every message that leaves it
@@ -293,11 +296,18 @@ messages! {
         pub acks: i8,
         pub timeout_ms: u32,
         pub topics: Vec<ProduceTopic>,
+        /// Conditional appends: per partition of `topics`, in order (topic by topic, each
+        /// topic's partitions in order), the offset its records must start at, or
+        /// [`NO_EXPECTED_OFFSET`]; empty when none is conditional. A partition whose log does
+        /// not end there is answered [`ErrorCode::LogEndMismatch`], with nothing written.
+        pub expected_offsets: Appended<Vec<i64>>,
     }
 
     pub struct ProducePartitionResponse {
         pub partition: u32,
         pub error: ErrorCode,
+        /// The first record's offset; with [`ErrorCode::LogEndMismatch`], the partition's log
+        /// end (where the records would have gone).
         pub base_offset: u64,
         pub log_start_offset: u64,
         /// With NOT_LEADER: the node this broker believes leads the partition (-1: none known).

@@ -309,6 +309,10 @@ error_codes! {
     /// the producer: the transactional id moved since (Kafka's
     /// TRANSACTION_COORDINATOR_FENCED).
     TransactionCoordinatorFenced = 55, retriable = false;
+    /// A conditional append's partition does not end at the offset the producer expected
+    /// (another writer got there first): nothing was written; the answer's base offset is the
+    /// log end.
+    LogEndMismatch = 56, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -297,6 +297,7 @@ fn log_error_code(error: &LogError) -> ErrorCode {
         LogError::Producer(ProducerError::CoordinatorFenced { .. }) => {
             ErrorCode::TransactionCoordinatorFenced
         }
+        LogError::LogEndMismatch { .. } => ErrorCode::LogEndMismatch,
     }
 }
 
@@ -817,18 +818,13 @@ fn serve_peer_request(shard: &Rc<Shard>, message: ShardMessage) -> Option<ShardM
             records,
             acks,
             timeout_ms,
+            source,
             reply,
         } => {
             let shard = shard.clone();
             tokio::task::spawn_local(async move {
                 let response = shard
-                    .produce_local(
-                        &topic,
-                        partition,
-                        records,
-                        (acks, timeout_ms),
-                        crate::log::AppendSource::Producer,
-                    )
+                    .produce_local(&topic, partition, records, (acks, timeout_ms), source)
                     .await;
                 let _ = reply.send(response);
             });

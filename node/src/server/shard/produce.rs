@@ -25,51 +25,66 @@ impl Shard {
         let timeout_ms = request.timeout_ms;
         let mut topics = Vec::with_capacity(request.topics.len());
         let mut record_errors = Vec::new();
+        // Conditional appends: one expected offset per partition, in request order.
+        let mut expected = request.expected_offsets.0.into_iter();
         for topic in request.topics {
             let name = topic.name;
-            let work = topic.partitions.into_iter().map(|partition| {
-                let shard = self.clone();
-                let name = name.clone();
-                async move {
-                    let index = partition.partition;
-                    let records = partition.records.into_mut();
-                    match shard.route(&name, index) {
-                        Err(error) => ProducePartitionResponse {
-                            leader_hint: shard.leader_hint(&name, index, error),
-                            ..produce_error(index, error)
-                        }
-                        .into(),
-                        Ok(owner) if owner == shard.context.index => {
-                            shard
-                                .produce_local(
-                                    &name,
-                                    index,
-                                    records,
-                                    (acks, timeout_ms),
-                                    AppendSource::Producer,
-                                )
-                                .await
-                        }
-                        Ok(owner) => {
-                            let (reply, answer) = oneshot::channel();
-                            let message = ShardMessage::Produce {
-                                topic: name,
-                                partition: index,
-                                records,
-                                acks,
-                                timeout_ms,
-                                reply,
-                            };
-                            if !shard.forward(owner, message) {
-                                return produce_error(index, ErrorCode::NotReady).into();
+            let sources: Vec<AppendSource> = topic
+                .partitions
+                .iter()
+                .map(|_| match expected.next().map(u64::try_from) {
+                    Some(Ok(offset)) => AppendSource::ProducerAt(offset),
+                    _ => AppendSource::Producer,
+                })
+                .collect();
+            let work = topic
+                .partitions
+                .into_iter()
+                .zip(sources)
+                .map(|(partition, source)| {
+                    let shard = self.clone();
+                    let name = name.clone();
+                    async move {
+                        let index = partition.partition;
+                        let records = partition.records.into_mut();
+                        match shard.route(&name, index) {
+                            Err(error) => ProducePartitionResponse {
+                                leader_hint: shard.leader_hint(&name, index, error),
+                                ..produce_error(index, error)
                             }
-                            answer.await.unwrap_or_else(|_| {
-                                produce_error(index, ErrorCode::NotReady).into()
-                            })
+                            .into(),
+                            Ok(owner) if owner == shard.context.index => {
+                                shard
+                                    .produce_local(
+                                        &name,
+                                        index,
+                                        records,
+                                        (acks, timeout_ms),
+                                        source,
+                                    )
+                                    .await
+                            }
+                            Ok(owner) => {
+                                let (reply, answer) = oneshot::channel();
+                                let message = ShardMessage::Produce {
+                                    topic: name,
+                                    partition: index,
+                                    records,
+                                    acks,
+                                    timeout_ms,
+                                    source,
+                                    reply,
+                                };
+                                if !shard.forward(owner, message) {
+                                    return produce_error(index, ErrorCode::NotReady).into();
+                                }
+                                answer.await.unwrap_or_else(|_| {
+                                    produce_error(index, ErrorCode::NotReady).into()
+                                })
+                            }
                         }
                     }
-                }
-            });
+                });
             let mut partitions = Vec::new();
             for produced in futures_util::future::join_all(work).await {
                 partitions.push(produced.response);
@@ -121,6 +136,9 @@ impl Shard {
         let started = Instant::now();
         let appended = match source {
             AppendSource::Producer => log.append(records, leader_epoch).await,
+            AppendSource::ProducerAt(expected) => {
+                log.append_at(records, leader_epoch, expected).await
+            }
             AppendSource::Markers => log.append_marker(records, leader_epoch).await,
         };
         let info = match appended {
@@ -133,6 +151,7 @@ impl Shard {
                         | LogError::StaleEpoch { .. }
                         | LogError::InvalidProducerBatch(_)
                         | LogError::Producer(_)
+                        | LogError::LogEndMismatch { .. }
                 ) {
                     tracing::warn!(%topic, partition, "produce failed: {error}");
                 } else {
@@ -151,8 +170,13 @@ impl Shard {
                     }),
                     _ => None,
                 };
+                let mut response = produce_error(partition, log_error_code(&error));
+                if let LogError::LogEndMismatch { log_end, .. } = error {
+                    // Where the records would have gone: the writer that lost learns it here.
+                    response.base_offset = log_end;
+                }
                 return PartitionProduced {
-                    response: produce_error(partition, log_error_code(&error)),
+                    response,
                     record_errors,
                 };
             }
