@@ -1599,3 +1599,46 @@ fn lag_in_seconds_is_the_age_of_the_oldest_record_a_group_has_not_consumed() {
             .unwrap();
     assert_eq!(described["offsets"][0]["lag_seconds"], 0.0, "{described}");
 }
+
+/// A Kafka producer's conditional append: the `strata.expected.offset` header on the first
+/// record (kcat `-H`) makes the partition's records written only at that offset; elsewhere
+/// kcat's delivery fails (INVALID_RECORD, the log end in the error message) and nothing is
+/// written.
+#[test]
+fn a_kafka_producer_appends_conditionally_with_a_record_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &[]);
+    node.cli(&["topic", "create", "kcas", "--partitions", "1"], None);
+    let append = |expected: &str, value: &str| {
+        let header = format!("strata.expected.offset={expected}");
+        let mut child = Command::new("kcat")
+            .args(["-b", &kafka, "-P", "-t", "kcas", "-p", "0", "-H", &header])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{value}\n").as_bytes())
+            .unwrap();
+        wait_with_timeout(child, Duration::from_secs(60))
+    };
+    assert!(append("0", "first").status.success());
+    let refused = append("0", "second");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("failed to validate record"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(append("1", "third").status.success());
+    let read = kcat(
+        &kafka,
+        &["-C", "-t", "kcas", "-e", "-q", "-f", "%o %s\n"],
+        None,
+    );
+    assert_eq!(read, "0 first\n1 third\n");
+}

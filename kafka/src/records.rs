@@ -44,28 +44,45 @@ pub enum RecordsError {
 /// allows, kept). Each batch gets `codec`, or, with `None`, the codec nearest its own (the
 /// topic's `compression.type`: `None` is `producer`).
 pub fn to_strata(
-    mut kafka: Bytes,
+    kafka: Bytes,
     limit: usize,
     codec: Option<Codec>,
 ) -> Result<BytesMut, RecordsError> {
+    to_strata_conditional(kafka, limit, codec).map(|(batches, _)| batches)
+}
+
+/// The record header a Kafka producer sets on the first record of a partition's records to
+/// make them a conditional append: its value is the offset (decimal ASCII) that record must
+/// get, else nothing is written (the header stays on the record).
+pub const EXPECTED_OFFSET_HEADER: &str = "strata.expected.offset";
+
+/// [`to_strata`], and the offset the first record's [`EXPECTED_OFFSET_HEADER`] names, if any
+/// (read as the record is translated: no second pass over the batch).
+pub fn to_strata_conditional(
+    mut kafka: Bytes,
+    limit: usize,
+    codec: Option<Codec>,
+) -> Result<(BytesMut, Option<u64>), RecordsError> {
     if kafka.is_empty() {
         return Err(RecordsError::Empty);
     }
-    let mut batches = Vec::new();
+    let mut expected = None;
+    let mut batches = vec![strata_batch(&mut kafka, limit, codec, Some(&mut expected))?];
     while !kafka.is_empty() {
-        batches.push(strata_batch(&mut kafka, limit, codec)?);
+        batches.push(strata_batch(&mut kafka, limit, codec, None)?);
     }
     if let [batch] = &mut batches[..] {
         // The builder's buffer is the batch's only owner: taken back without a copy.
-        return Ok(std::mem::take(batch)
+        let batch = std::mem::take(batch)
             .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..])));
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        return Ok((batch, expected));
     }
     let mut out = BytesMut::with_capacity(batches.iter().map(Bytes::len).sum());
     for batch in &batches {
         out.extend_from_slice(batch);
     }
-    Ok(out)
+    Ok((out, expected))
 }
 
 /// Reads big-endian fields and Kafka's zigzag varints off a slice; running out is malformed.
@@ -128,10 +145,13 @@ fn be_i64(bytes: &[u8], at: usize) -> i64 {
 }
 
 /// Takes one Kafka record batch (v2) off the front of `kafka` and builds its Strata batch.
+/// `expected`: for the request's first batch, where the first record's
+/// [`EXPECTED_OFFSET_HEADER`] goes (a conditional append), if it has one.
 fn strata_batch(
     kafka: &mut Bytes,
     limit: usize,
     codec: Option<Codec>,
+    mut expected: Option<&mut Option<u64>>,
 ) -> Result<Bytes, RecordsError> {
     const LENGTH_END: usize = 12;
     if kafka.len() < KAFKA_BATCH_HEADER_LEN {
@@ -228,6 +248,14 @@ fn strata_batch(
         }
         if count < 0 || !record.bytes.is_empty() {
             return Err(malformed("a record's length does not match its fields"));
+        }
+        if index == 0
+            && let Some(slot) = expected.take()
+        {
+            *slot = headers
+                .iter()
+                .find(|(key, _)| *key == EXPECTED_OFFSET_HEADER.as_bytes())
+                .and_then(|(_, value)| std::str::from_utf8((*value)?).ok()?.parse().ok());
         }
         builder.push_nullable(timestamp, key, value, headers.iter().copied());
     }

@@ -198,6 +198,7 @@ pub fn produce_request(
     };
     let mut refused = Vec::new();
     let mut topics = Vec::new();
+    let mut expected_offsets = Vec::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
         let codec = codec_of(&name);
@@ -208,8 +209,11 @@ pub fn produce_request(
                 (_, None, _) => INVALID_REQUIRED_ACKS,
                 (_, _, None) => errors::CORRUPT_MESSAGE,
                 (Ok(index), Some(_), Some(records)) => {
-                    match records::to_strata(records, limit, codec) {
-                        Ok(batches) => {
+                    match records::to_strata_conditional(records, limit, codec) {
+                        Ok((batches, expected)) => {
+                            expected_offsets.push(
+                                expected.map_or(native::NO_EXPECTED_OFFSET, |offset| offset as i64),
+                            );
                             partitions.push(native::ProducePartition {
                                 partition: index,
                                 records: native::Records::Mutable(batches),
@@ -235,7 +239,16 @@ pub fn produce_request(
             acks: acks.unwrap_or(native::ACKS_LEADER),
             timeout_ms: request.timeout_ms.max(0) as u32,
             topics,
-            expected_offsets: native::Appended(Vec::new()),
+            expected_offsets: native::Appended(
+                if expected_offsets
+                    .iter()
+                    .any(|offset| *offset != native::NO_EXPECTED_OFFSET)
+                {
+                    expected_offsets
+                } else {
+                    Vec::new()
+                },
+            ),
         },
         refused,
     }
@@ -283,7 +296,17 @@ pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) 
                         partition.log_start_offset as i64
                     })
                     .with_record_errors(why.map_or_else(Vec::new, batch_index_errors))
-                    .with_error_message(why.map(|why| crate::text(&why.message))),
+                    .with_error_message(match (why, partition.error) {
+                        (Some(why), _) => Some(crate::text(&why.message)),
+                        // A conditional append refused: where the log ends, for the writer
+                        // to read.
+                        (None, native::ErrorCode::LogEndMismatch) => Some(crate::text(&format!(
+                            "log end {}: not the {} expected",
+                            partition.base_offset,
+                            records::EXPECTED_OFFSET_HEADER
+                        ))),
+                        (None, _) => None,
+                    }),
             )
         })
     });
