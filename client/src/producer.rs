@@ -621,18 +621,7 @@ impl Producer {
         records: &[(Option<&[u8]>, &[u8])],
     ) -> Result<Vec<RecordFuture>, ClientError> {
         let inner = &self.inner;
-        if let Some(transaction) = &inner.transaction {
-            transaction.check_open()?;
-        } else if inner.config.idempotent {
-            inner.idempotence.ensure(&inner.client).await?;
-        }
-        let metadata = inner.client.metadata_for(topic).await?;
-        if partition >= metadata.partition_count(topic)? {
-            return Err(ClientError::UnknownPartition {
-                topic: topic.to_string(),
-                partition,
-            });
-        }
+        self.ready_for(topic, partition).await?;
         let total: usize = records
             .iter()
             .map(|(key, value)| record_bytes(*key, value))
@@ -673,6 +662,25 @@ impl Producer {
         Ok(futures)
     }
 
+    /// Ready to send to `partition` of `topic`: a transaction open (or the idempotent
+    /// producer's id known), and the partition one the topic has.
+    async fn ready_for(&self, topic: &str, partition: u32) -> Result<(), ClientError> {
+        let inner = &self.inner;
+        if let Some(transaction) = &inner.transaction {
+            transaction.check_open()?;
+        } else if inner.config.idempotent {
+            inner.idempotence.ensure(&inner.client).await?;
+        }
+        let metadata = inner.client.metadata_for(topic).await?;
+        if partition >= metadata.partition_count(topic)? {
+            return Err(ClientError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            });
+        }
+        Ok(())
+    }
+
     /// A conditional append: `records` go to `partition` of `topic` only if its log ends at
     /// `expected_offset` when they arrive (optimistic concurrency: several writers can share
     /// a partition as one log, each appending only where it read up to). Resolves to the first
@@ -698,18 +706,7 @@ impl Producer {
                 "a conditional append needs acknowledgements (acks 1 or all)".into(),
             ));
         }
-        if let Some(transaction) = &inner.transaction {
-            transaction.check_open()?;
-        } else if inner.config.idempotent {
-            inner.idempotence.ensure(&inner.client).await?;
-        }
-        let metadata = inner.client.metadata_for(topic).await?;
-        if partition >= metadata.partition_count(topic)? {
-            return Err(ClientError::UnknownPartition {
-                topic: topic.to_string(),
-                partition,
-            });
-        }
+        self.ready_for(topic, partition).await?;
         let reserved: usize = records
             .iter()
             .map(|(key, value)| record_bytes(*key, value))
