@@ -29,62 +29,48 @@ impl Shard {
         let mut expected = request.expected_offsets.0.into_iter();
         for topic in request.topics {
             let name = topic.name;
-            let sources: Vec<AppendSource> = topic
-                .partitions
-                .iter()
-                .map(|_| match expected.next().map(u64::try_from) {
+            let work = topic.partitions.into_iter().map(|partition| {
+                let source = match expected.next().map(u64::try_from) {
                     Some(Ok(offset)) => AppendSource::ProducerAt(offset),
                     _ => AppendSource::Producer,
-                })
-                .collect();
-            let work = topic
-                .partitions
-                .into_iter()
-                .zip(sources)
-                .map(|(partition, source)| {
-                    let shard = self.clone();
-                    let name = name.clone();
-                    async move {
-                        let index = partition.partition;
-                        let records = partition.records.into_mut();
-                        match shard.route(&name, index) {
-                            Err(error) => ProducePartitionResponse {
-                                leader_hint: shard.leader_hint(&name, index, error),
-                                ..produce_error(index, error)
+                };
+                let shard = self.clone();
+                let name = name.clone();
+                async move {
+                    let index = partition.partition;
+                    let records = partition.records.into_mut();
+                    match shard.route(&name, index) {
+                        Err(error) => ProducePartitionResponse {
+                            leader_hint: shard.leader_hint(&name, index, error),
+                            ..produce_error(index, error)
+                        }
+                        .into(),
+                        Ok(owner) if owner == shard.context.index => {
+                            shard
+                                .produce_local(&name, index, records, (acks, timeout_ms), source)
+                                .await
+                        }
+                        Ok(owner) => {
+                            let (reply, answer) = oneshot::channel();
+                            let message = ShardMessage::Produce {
+                                topic: name,
+                                partition: index,
+                                records,
+                                acks,
+                                timeout_ms,
+                                source,
+                                reply,
+                            };
+                            if !shard.forward(owner, message) {
+                                return produce_error(index, ErrorCode::NotReady).into();
                             }
-                            .into(),
-                            Ok(owner) if owner == shard.context.index => {
-                                shard
-                                    .produce_local(
-                                        &name,
-                                        index,
-                                        records,
-                                        (acks, timeout_ms),
-                                        source,
-                                    )
-                                    .await
-                            }
-                            Ok(owner) => {
-                                let (reply, answer) = oneshot::channel();
-                                let message = ShardMessage::Produce {
-                                    topic: name,
-                                    partition: index,
-                                    records,
-                                    acks,
-                                    timeout_ms,
-                                    source,
-                                    reply,
-                                };
-                                if !shard.forward(owner, message) {
-                                    return produce_error(index, ErrorCode::NotReady).into();
-                                }
-                                answer.await.unwrap_or_else(|_| {
-                                    produce_error(index, ErrorCode::NotReady).into()
-                                })
-                            }
+                            answer.await.unwrap_or_else(|_| {
+                                produce_error(index, ErrorCode::NotReady).into()
+                            })
                         }
                     }
-                });
+                }
+            });
             let mut partitions = Vec::new();
             for produced in futures_util::future::join_all(work).await {
                 partitions.push(produced.response);
