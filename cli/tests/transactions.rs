@@ -143,7 +143,7 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     node.cli(&["topic", "create", "stuck", "--partitions", "2"], None);
     let java = support::AdminSurface::compile();
     // Long enough for the checks below on a loaded machine; the wait for the abort is as long.
-    confluent("open", &kafka, "stuck", &["6", "txn-stuck", "20000"]);
+    confluent("open", &kafka, "stuck", &["6", "txn-stuck", "30000"]);
     let ends = confluent("ends", &kafka, "stuck", &[]);
     assert_eq!(ends["committed"], json!({"0": 0, "1": 0}), "{ends}");
     assert_eq!(ends["uncommitted"], json!({"0": 3, "1": 3}), "{ends}");
@@ -167,7 +167,7 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         json!(["stuck-0", "stuck-1"]),
         "{described}"
     );
-    assert_eq!(described["timeout_ms"], 20000);
+    assert_eq!(described["timeout_ms"], 30000);
     let listed = java.step(&kafka, &["list-transactions"]);
     let producer_id = listed["transactions"][0]["producer_id"].clone();
     assert_eq!(
@@ -181,7 +181,7 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
         described,
         json!({"txn-stuck": {
             "state": "Ongoing", "producer_id": producer_id, "producer_epoch": 0,
-            "timeout_ms": 20000, "started": true, "partitions": ["stuck-0", "stuck-1"]
+            "timeout_ms": 30000, "started": true, "partitions": ["stuck-0", "stuck-1"]
         }})
     );
     let producers = java.step(&kafka, &["describe-producers", "stuck", "1"]);
@@ -199,7 +199,7 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
     );
     wait_for_at_most(
         "the timeout to abort the transaction",
-        Duration::from_secs(45),
+        Duration::from_secs(60),
         || {
             let ends = confluent("ends", &kafka, "stuck", &[]);
             // Three records and the abort marker on each partition.

@@ -46,13 +46,21 @@ pub(super) struct Transactions {
     pub(super) core: TxnCoordinator,
     /// The store revision of each loaded id's record, as this broker read or wrote it last.
     revisions: HashMap<String, Revision>,
+    /// When the last take-over could not load every id it coordinates (the store did not
+    /// answer): it is tried again from then on, so a decision's markers never wait for a
+    /// client or a change of brokers.
+    take_over_failed_at_ms: Option<u64>,
 }
+
+/// How long after a take-over that could not load every id it is tried again.
+const TAKE_OVER_RETRY_MS: u64 = 1_000;
 
 impl Default for Transactions {
     fn default() -> Transactions {
         Transactions {
             core: TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS),
             revisions: HashMap::new(),
+            take_over_failed_at_ms: None,
         }
     }
 }
@@ -330,9 +338,17 @@ impl<S: GroupStore> GroupManager<S> {
         }
     }
 
-    /// Aborts the open transactions past their timeout.
+    /// Aborts the open transactions past their timeout, and tries again a take-over that could
+    /// not load every id.
     pub(super) async fn txn_timeouts(&mut self) {
         let now_ms = self.txn_now_ms();
+        if self
+            .txns
+            .take_over_failed_at_ms
+            .is_some_and(|failed_at| now_ms.saturating_sub(failed_at) >= TAKE_OVER_RETRY_MS)
+        {
+            self.take_over_txns().await;
+        }
         for record in self.txns.core.poll_timeouts(now_ms) {
             let id = record.transactional_id.clone();
             tracing::info!(transactional_id = %id, producer_id = record.producer_id, "transaction timed out: aborting it");
@@ -344,13 +360,16 @@ impl<S: GroupStore> GroupManager<S> {
     /// Takes over every stored transactional id that hashes to this broker and forgets those
     /// that no longer do (the broker set changed, or this broker started).
     pub(super) async fn take_over_txns(&mut self) {
+        let failed_at = Some(self.txn_now_ms());
         let ids = match self.store.list_txns().await {
             Ok(ids) => ids,
             Err(error) => {
                 tracing::warn!("listing transactional ids: {error}");
+                self.txns.take_over_failed_at_ms = failed_at;
                 return;
             }
         };
+        self.txns.take_over_failed_at_ms = None;
         let loaded: Vec<String> = self.txns.revisions.keys().cloned().collect();
         for id in loaded {
             if !self.is_coordinator(&id) {
@@ -359,7 +378,10 @@ impl<S: GroupStore> GroupManager<S> {
         }
         for id in ids {
             if self.is_coordinator(&id) {
-                let _ = self.load_txn(&id).await;
+                match self.load_txn(&id).await {
+                    Ok(()) | Err(ErrorCode::NotCoordinator) => {}
+                    Err(_) => self.txns.take_over_failed_at_ms = failed_at,
+                }
             }
         }
     }
