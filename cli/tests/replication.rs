@@ -281,6 +281,38 @@ struct History {
     consumed: std::collections::BTreeMap<(u32, u64), String>,
 }
 
+/// Kills -9 the leader of each of `topic`'s `partitions` in turn, `kills` times: each time
+/// waits for a new leader, restarts the victim and waits for every partition's full ISR.
+fn kill_leaders(nodes: &mut [TestNode], (topic, partitions): (&str, usize), kills: usize) {
+    let mut killed = 0;
+    while killed < kills {
+        let partition = killed % partitions;
+        let observer = nodes.iter().position(|node| node.is_running()).unwrap();
+        let leader = describe(&nodes[observer], topic)["partitions"][partition]["leader"]
+            .as_i64()
+            .unwrap();
+        if leader < 1 {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        let victim = leader as usize - 1;
+        std::thread::sleep(Duration::from_millis(700));
+        nodes[victim].kill();
+        killed += 1;
+        let observer = (victim + 1) % 3;
+        wait_for_at_most("a new leader", Duration::from_secs(15), || {
+            let now = describe(&nodes[observer], topic)["partitions"][partition]["leader"]
+                .as_i64()
+                .unwrap();
+            now > 0 && now != leader
+        });
+        nodes[victim].respawn();
+        wait_for_at_most("the full ISR back", Duration::from_secs(30), || {
+            (0..partitions).all(|p| isr(&nodes[observer], topic, p).len() == 3)
+        });
+    }
+}
+
 /// RF 3, acks=all, min ISR 2: a producer writes sequence-numbered records while the leader of
 /// each partition in turn is killed -9 and restarted (12 kills). Afterwards every acknowledged
 /// record is present exactly once, in order, at the offset it was acknowledged with; nothing a
@@ -396,33 +428,7 @@ fn acknowledged_writes_survive_leader_kills() {
         })
     };
 
-    let mut kills = 0;
-    while kills < KILLS {
-        let partition = kills % PARTITIONS as usize;
-        let observer = nodes.iter().position(|node| node.is_running()).unwrap();
-        let leader = describe(&nodes[observer], "chaos")["partitions"][partition]["leader"]
-            .as_i64()
-            .unwrap();
-        if leader < 1 {
-            std::thread::sleep(Duration::from_millis(200));
-            continue;
-        }
-        let victim = leader as usize - 1;
-        std::thread::sleep(Duration::from_millis(700));
-        nodes[victim].kill();
-        kills += 1;
-        let observer = (victim + 1) % 3;
-        wait_for_at_most("a new leader", Duration::from_secs(15), || {
-            let now = describe(&nodes[observer], "chaos")["partitions"][partition]["leader"]
-                .as_i64()
-                .unwrap();
-            now > 0 && now != leader
-        });
-        nodes[victim].respawn();
-        wait_for_at_most("the full ISR back", Duration::from_secs(30), || {
-            (0..PARTITIONS as usize).all(|p| isr(&nodes[observer], "chaos", p).len() == 3)
-        });
-    }
+    kill_leaders(&mut nodes, ("chaos", PARTITIONS as usize), KILLS);
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     runtime.block_on(load).unwrap();
@@ -1234,30 +1240,7 @@ fn conditional_appends_hold_their_offsets_through_leader_kills() {
         })
         .collect();
 
-    for _ in 0..KILLS {
-        let observer = nodes.iter().position(|node| node.is_running()).unwrap();
-        let leader = describe(&nodes[observer], "cas")["partitions"][0]["leader"]
-            .as_i64()
-            .unwrap();
-        if leader < 1 {
-            std::thread::sleep(Duration::from_millis(200));
-            continue;
-        }
-        let victim = leader as usize - 1;
-        std::thread::sleep(Duration::from_millis(700));
-        nodes[victim].kill();
-        let observer = (victim + 1) % 3;
-        wait_for_at_most("a new leader", Duration::from_secs(15), || {
-            let now = describe(&nodes[observer], "cas")["partitions"][0]["leader"]
-                .as_i64()
-                .unwrap();
-            now > 0 && now != leader
-        });
-        nodes[victim].respawn();
-        wait_for_at_most("the full ISR back", Duration::from_secs(30), || {
-            isr(&nodes[observer], "cas", 0).len() == 3
-        });
-    }
+    kill_leaders(&mut nodes, ("cas", 1), KILLS);
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for writer in writers {
