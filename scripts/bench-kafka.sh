@@ -9,12 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
-if [ -n "${STRATA_BIN:-}" ]; then
-    strata=$STRATA_BIN
-else
-    cargo build --release -q -p strata-cli --bin strata
-    strata="$CARGO_TARGET_DIR/release/strata"
-fi
+strata=$(strata_release_binary)
 command -v kcat >/dev/null || { echo "kcat is needed (apt-get install kcat)" >&2; exit 1; }
 records="${RECORDS:-1000000}"
 rounds="${ROUNDS:-3}"

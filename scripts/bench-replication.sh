@@ -21,12 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
-if [ -n "${STRATA_BIN:-}" ]; then
-    strata=$STRATA_BIN
-else
-    cargo build --release -q
-    strata="$CARGO_TARGET_DIR/release/strata"
-fi
+strata=$(strata_release_binary)
 only=" ${ONLY:-rf1 rf3-acks1 rf3-acksall rf3-acksall-half rf1-half follower recovery} "
 wanted() { [[ "$only" == *" $1 "* ]]; }
 root=$(mktemp -d "${BENCH_ROOT:-/var/tmp}/strata-repl-bench.XXXXXX")

@@ -11,12 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
-if [ -n "${STRATA_BIN:-}" ]; then
-    strata=$STRATA_BIN
-else
-    cargo build --release -q -p strata-cli --bin strata
-    strata="$CARGO_TARGET_DIR/release/strata"
-fi
+strata=$(strata_release_binary)
 rounds="${ROUNDS:-3}"
 duration="${DURATION:-5}"
 interval="${TXN_INTERVAL:-100ms}"

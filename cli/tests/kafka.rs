@@ -26,8 +26,20 @@ use support::{
     stored_records, wait_for, wait_for_at_most,
 };
 
-/// kcat, librdkafka's command-line client (Debian's `kcat`, which `scripts/test.sh` installs).
+/// kcat, librdkafka's command-line client (Debian's `kcat`, which `scripts/test.sh` installs):
+/// its output, once it succeeded.
 fn kcat(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
+    let output = kcat_output(broker, args, stdin);
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// [`kcat`]'s run, whatever its outcome.
+fn kcat_output(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
     let mut child = Command::new("kcat")
         .arg("-b")
         .arg(broker)
@@ -42,13 +54,7 @@ fn kcat(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
         input.write_all(stdin).unwrap();
     }
     drop(input);
-    let output = wait_with_timeout(child, Duration::from_secs(60));
-    assert!(
-        output.status.success(),
-        "kcat {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+    wait_with_timeout(child, Duration::from_secs(60))
 }
 
 /// Waits for `child` while draining its output (a consumer's output outgrows a pipe), killing
@@ -1611,20 +1617,8 @@ fn a_kafka_producer_appends_conditionally_with_a_record_header() {
     node.cli(&["topic", "create", "kcas", "--partitions", "1"], None);
     let append = |expected: &str, value: &str| {
         let header = format!("strata.expected.offset={expected}");
-        let mut child = Command::new("kcat")
-            .args(["-b", &kafka, "-P", "-t", "kcas", "-p", "0", "-H", &header])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{value}\n").as_bytes())
-            .unwrap();
-        wait_with_timeout(child, Duration::from_secs(60))
+        let args = ["-P", "-t", "kcas", "-p", "0", "-H", &header];
+        kcat_output(&kafka, &args, Some(format!("{value}\n").as_bytes()))
     };
     assert!(append("0", "first").status.success());
     let refused = append("0", "second");

@@ -588,18 +588,19 @@ impl Client {
     ) -> Result<Option<i64>, ClientError> {
         let metadata = self.metadata_for(topic).await?;
         let address = metadata.leader_address(topic, partition, self.config.shard_aware)?;
-        // One batch is enough: the broker answers the batch holding `offset` whole, however
-        // small `max_bytes` is.
+        // The batch holding `offset` comes whole however small the limit; a little more lets
+        // a marker (which holds no record of the topic's) be stepped over.
+        const READ_BYTES: u32 = 64 << 10;
         let request = Request::Fetch(FetchRequest {
             max_wait_ms: 0,
             min_bytes: 0,
-            max_bytes: 1,
+            max_bytes: READ_BYTES,
             topics: vec![FetchTopic {
                 name: topic.to_string(),
                 partitions: vec![FetchPartition {
                     partition,
                     fetch_offset: offset,
-                    max_bytes: 1,
+                    max_bytes: READ_BYTES,
                 }],
             }],
             read_committed: Appended(false),

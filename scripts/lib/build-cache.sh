@@ -15,3 +15,13 @@ if [ "$(cat "$strata_checkout_marker" 2>/dev/null)" != "$PWD" ]; then
         -p strata-bench -p strata-tuning -p strata-kafka -p strata-auth
     echo "$PWD" > "$strata_checkout_marker"
 fi
+
+# The release `strata` to benchmark: $STRATA_BIN when set (to compare builds), else built here.
+strata_release_binary() {
+    if [ -n "${STRATA_BIN:-}" ]; then
+        echo "$STRATA_BIN"
+        return
+    fi
+    cargo build --release -q -p strata-cli --bin strata >&2
+    echo "$CARGO_TARGET_DIR/release/strata"
+}
