@@ -26,8 +26,9 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use strata_client::{
-    Client, ClientConfig, Codec, Consumer, ConsumerConfig, GroupConfig, GroupConsumer,
-    IsolationLevel, OffsetReset, Producer, ProducerConfig, ProducerRecord, SeekTo,
+    AckDurability, Client, ClientConfig, Codec, Consumer, ConsumerConfig, GroupConfig,
+    GroupConsumer, IsolationLevel, OffsetReset, Producer, ProducerConfig, ProducerRecord,
+    RecordMetadata, SeekTo,
 };
 
 use pacing::{PreciseTimer, Schedule, on_own_runtime, on_pacing_thread};
@@ -92,6 +93,9 @@ pub struct BenchConfig {
     pub batch_records: Option<usize>,
     /// Producers are idempotent (producer id + sequences; implies acks=all).
     pub idempotent: bool,
+    /// Producers ask the leader to sync each batch before acknowledging it, whatever the
+    /// topic's flush policy.
+    pub sync_before_ack: bool,
     /// Producers write in transactions (implies idempotent), each committed once it holds
     /// this many records or is this old.
     pub transactions: Option<TxnSpan>,
@@ -139,6 +143,7 @@ impl Default for BenchConfig {
             pinned: false,
             batch_records: None,
             idempotent: false,
+            sync_before_ack: false,
             transactions: None,
             read_committed: false,
             broker_admins: Vec::new(),
@@ -179,6 +184,7 @@ impl BenchConfig {
                 .transactions
                 .map(|_| format!("strata-bench-{}-{index}", std::process::id())),
             compression: self.compression,
+            sync_before_ack: self.sync_before_ack,
             ..ProducerConfig::default()
         }
     }
@@ -268,6 +274,9 @@ pub struct Report {
     /// stalled none (docs/performance.md).
     pub memory_stall_ms: Option<f64>,
     pub ack_latency_us: Option<Percentiles>,
+    /// The measured records by how durable their acknowledgements said they were (empty with
+    /// `acks=0` and without producers).
+    pub ack_durability: Vec<DurabilityShare>,
     /// Per batch (pinned presets): from the batch's first record's send time to its last ack,
     /// as iggy-bench reports it.
     pub batch_latency_us: Option<Percentiles>,
@@ -403,6 +412,7 @@ struct ProducerMeasures {
     batches: Histogram<u64>,
     commits: Histogram<u64>,
     bytes: u64,
+    durability: DurabilityTally,
 }
 
 impl ProducerMeasures {
@@ -412,6 +422,7 @@ impl ProducerMeasures {
             batches: histogram(),
             commits: histogram(),
             bytes: 0,
+            durability: DurabilityTally::default(),
         }
     }
 
@@ -420,7 +431,83 @@ impl ProducerMeasures {
         self.batches.add(&other.batches)?;
         self.commits.add(&other.commits)?;
         self.bytes += other.bytes;
+        self.durability.add(&other.durability);
         Ok(())
+    }
+}
+
+/// Measured records by the durability their acknowledgement reported: (in-sync replicas
+/// holding them, of those synced) → records. A handful of entries: a linear scan beats a map.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct DurabilityTally(Vec<((u16, u16), u64)>);
+
+impl DurabilityTally {
+    fn count(&mut self, durability: Option<AckDurability>, records: u64) {
+        let Some(durability) = durability else {
+            return;
+        };
+        let level = (durability.replicas, durability.synced_replicas);
+        match self.0.iter_mut().find(|(at, _)| *at == level) {
+            Some((_, count)) => *count += records,
+            None => self.0.push((level, records)),
+        }
+    }
+
+    fn add(&mut self, other: &DurabilityTally) {
+        for &((replicas, synced_replicas), records) in &other.0 {
+            let durability = AckDurability {
+                replicas,
+                synced_replicas,
+                ..AckDurability::default()
+            };
+            self.count(Some(durability), records);
+        }
+    }
+
+    /// The report's view: each level's records and share, most replicas and syncs first.
+    fn shares(&self) -> Vec<DurabilityShare> {
+        let total: u64 = self.0.iter().map(|(_, records)| records).sum();
+        let mut shares: Vec<DurabilityShare> = self
+            .0
+            .iter()
+            .map(|&((replicas, synced_replicas), records)| DurabilityShare {
+                replicas,
+                synced_replicas,
+                records,
+                share: records as f64 / total.max(1) as f64,
+            })
+            .collect();
+        shares.sort_by_key(|s| std::cmp::Reverse((s.replicas, s.synced_replicas)));
+        shares
+    }
+}
+
+/// How many of the measured records were acknowledged at one durability.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DurabilityShare {
+    /// In-sync replicas holding the records when acknowledged, the leader included.
+    pub replicas: u16,
+    /// Of those, how many had synced them to disk.
+    pub synced_replicas: u16,
+    pub records: u64,
+    /// Of the records measured, 0 to 1.
+    pub share: f64,
+}
+
+/// What an acknowledgement says of durability, where it says anything.
+trait AckReport {
+    fn durability(&self) -> Option<AckDurability>;
+}
+
+impl AckReport for RecordMetadata {
+    fn durability(&self) -> Option<AckDurability> {
+        self.durability
+    }
+}
+
+impl AckReport for () {
+    fn durability(&self) -> Option<AckDurability> {
+        None
     }
 }
 
@@ -803,6 +890,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         .map(|duration| started + config.warmup + duration);
     let mut ack = histogram();
     let mut produced_bytes = 0u64;
+    let mut durability = DurabilityTally::default();
     if producer_tasks.is_empty() {
         let target = config.records.unwrap_or(u64::MAX);
         while consumed.load(Ordering::Relaxed) < target
@@ -820,6 +908,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             ack.add(&measures.records)?;
             histograms.batch.add(&measures.batches)?;
             histograms.commit.add(&measures.commits)?;
+            durability.add(&measures.durability);
             produced_bytes += measures.bytes;
         }
         if config.workload == Workload::E2e {
@@ -880,6 +969,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             .then(|| Percentiles::of(&histograms.commit)),
         ack_latency_us: (config.workload != Workload::Consume)
             .then(|| Percentiles::of(&histograms.ack)),
+        ack_durability: durability.shares(),
         e2e_latency_us: (config.workload != Workload::Produce)
             .then(|| Percentiles::of(&histograms.e2e)),
         timeline: timeline.lock().expect("timeline").clone(),
@@ -1101,10 +1191,11 @@ impl RecordSender {
         let collector = tokio::spawn(async move {
             let mut measures = ProducerMeasures::new();
             let mut acks = AcksInFlight::new(acks);
-            while let Some((intended, size)) = acks.next().await? {
+            while let Some((intended, size, durability)) = acks.next().await? {
                 if intended >= measure_from {
                     let latency = intended.elapsed().as_micros().max(1) as u64;
                     let _ = measures.records.record(latency);
+                    measures.durability.count(durability, 1);
                     let _ = interval.lock().expect("interval recorder").record(latency);
                     measures.bytes += size as u64;
                     produced.fetch_add(1, Ordering::Relaxed);
@@ -1249,8 +1340,12 @@ struct AcksInFlight<A> {
     awaited: Vec<bool>,
     oldest: futures_util::stream::FuturesUnordered<OldestAck<A>>,
     /// Acknowledged, not yet yielded.
-    done: std::collections::VecDeque<anyhow::Result<(Instant, usize)>>,
+    done: std::collections::VecDeque<anyhow::Result<Acknowledged>>,
 }
+
+/// A record acknowledged: when it was meant to be sent, its size, and how durable its
+/// acknowledgement said it was.
+type Acknowledged = (Instant, usize, Option<AckDurability>);
 
 /// A partition's oldest unacknowledged record; resolves to the record and its ack's outcome.
 struct OldestAck<A> {
@@ -1288,6 +1383,7 @@ impl<A> PendingAck<A> {
 impl<A, T, E> AcksInFlight<A>
 where
     A: Future<Output = Result<T, E>> + Unpin,
+    T: AckReport,
     E: Into<anyhow::Error>,
 {
     fn new(incoming: tokio::sync::mpsc::UnboundedReceiver<PendingAck<A>>) -> AcksInFlight<A> {
@@ -1301,16 +1397,16 @@ where
         }
     }
 
-    /// The next acknowledged record's intended time and size; `None` once the sender is gone
-    /// and every record is acknowledged; a failed ack's error.
-    async fn next(&mut self) -> anyhow::Result<Option<(Instant, usize)>> {
+    /// The next acknowledged record; `None` once the sender is gone and every record is
+    /// acknowledged; a failed ack's error.
+    async fn next(&mut self) -> anyhow::Result<Option<Acknowledged>> {
         std::future::poll_fn(|context| self.poll_next(context)).await
     }
 
     fn poll_next(
         &mut self,
         context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<anyhow::Result<Option<(Instant, usize)>>> {
+    ) -> std::task::Poll<anyhow::Result<Option<Acknowledged>>> {
         use futures_util::StreamExt;
         use std::task::Poll;
         while self.incoming_open {
@@ -1325,7 +1421,7 @@ where
                 Poll::Ready(Some((acked, result))) => {
                     self.done.push_back(
                         result
-                            .map(|_| (acked.intended, acked.size))
+                            .map(|ack| (acked.intended, acked.size, ack.durability()))
                             .map_err(Into::into),
                     );
                     self.take_done_behind(acked.partition as usize);
@@ -1364,7 +1460,7 @@ where
             match pending.ack.poll_unpin(&mut glance) {
                 std::task::Poll::Ready(result) => self.done.push_back(
                     result
-                        .map(|_| (pending.intended, pending.size))
+                        .map(|ack| (pending.intended, pending.size, ack.durability()))
                         .map_err(Into::into),
                 ),
                 std::task::Poll::Pending => {
@@ -1402,6 +1498,7 @@ async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome
         mut batches,
         mut bytes,
         commits,
+        durability: mut measured_durability,
     } = ProducerMeasures::new();
     let record_size = config.record_size.max(1);
     let mut values: Vec<u8> = Vec::with_capacity(per_batch * record_size);
@@ -1435,11 +1532,14 @@ async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome
             .producer
             .send_batch(&topic, partition, None, &batch)
             .await?;
+        let mut durability = None;
         for ack in acks {
-            ack.await?;
+            // The batch's last part was acknowledged last: its durability stands for all.
+            durability = ack.await?.durability;
         }
         sent += count as u64;
         if intended >= measure_from {
+            measured_durability.count(durability, count as u64);
             let latency = intended.elapsed().as_micros().max(1) as u64;
             let _ = batches.record(latency);
             let _ = records.record_n(latency, count as u64);
@@ -1457,6 +1557,7 @@ async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome
         batches,
         commits,
         bytes,
+        durability: measured_durability,
     })
 }
 
@@ -1655,6 +1756,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         broker_cpu_s_per_gb: None,
         memory_stall_ms: stalled_since(memory_stalls_started),
         ack_latency_us: None,
+        ack_durability: Vec::new(),
         batch_latency_us: None,
         commit_latency_us: None,
         e2e_latency_us: None,
@@ -1905,6 +2007,21 @@ pub fn summary(report: &Report) -> String {
             ));
         }
     }
+    if !report.ack_durability.is_empty() {
+        let levels: Vec<String> = report
+            .ack_durability
+            .iter()
+            .map(|level| {
+                format!(
+                    "{:.1}% on {} replica(s), {} synced",
+                    level.share * 100.0,
+                    level.replicas,
+                    level.synced_replicas
+                )
+            })
+            .collect();
+        text.push_str(&format!("\n  acknowledged: {}", levels.join("; ")));
+    }
     if let (Some(cpu), Some(per_gb)) = (report.broker_cpu_seconds, report.broker_cpu_s_per_gb) {
         text.push_str(&format!(
             "\n  brokers' CPU: {cpu:.2} s = {per_gb:.3} CPU s per GB"
@@ -2058,7 +2175,7 @@ mod tests {
 
         // Partition 3's record is acknowledged first and comes first, though sent later.
         replies[1].take().unwrap().send(()).unwrap();
-        let (_, size) = acks.next().await.unwrap().unwrap();
+        let (_, size, _) = acks.next().await.unwrap().unwrap();
         assert_eq!(size, 1);
         // Record 2 is done before record 0 of its partition: it waits for record 0.
         replies[2].take().unwrap().send(()).unwrap();

@@ -127,6 +127,10 @@ pub struct BenchArgs {
     /// Idempotent producers (producer ids and sequences; implies acks=all).
     #[arg(long)]
     idempotent: bool,
+    /// `synced`: producers ask the leader to sync each batch before acknowledging it,
+    /// whatever the topic's flush policy; `policy`: as the flush policy says.
+    #[arg(long, value_enum)]
+    durability: Option<crate::client_cmd::DurabilityArg>,
     /// Transactional producers (implies --idempotent): each writes in transactions committed
     /// every --txn-interval or --txn-records records, whichever comes first; the report adds
     /// the commit latency.
@@ -188,6 +192,8 @@ struct WorkloadFile {
     duration: Option<f64>,
     records: Option<u64>,
     idempotent: Option<bool>,
+    /// `policy` or `synced`.
+    durability: Option<String>,
     transactional: Option<bool>,
     txn_records: Option<u64>,
     /// Seconds.
@@ -331,6 +337,12 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
+        sync_before_ack: match (args.durability, file.durability.as_deref()) {
+            (Some(durability), _) => durability == crate::client_cmd::DurabilityArg::Synced,
+            (None, None | Some("policy")) => false,
+            (None, Some("synced")) => true,
+            (None, Some(other)) => anyhow::bail!("durability {other:?}: expected policy or synced"),
+        },
         transactions,
         read_committed,
         broker_admins: if args.broker_admin.is_empty() {

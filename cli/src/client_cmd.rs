@@ -517,9 +517,18 @@ pub struct ProduceArgs {
     /// Exactly-once producing: retried batches are never written twice (implies --acks all).
     #[arg(long)]
     idempotent: bool,
-    /// Print `PARTITION OFFSET` per acknowledged record, in input order.
+    /// Print `PARTITION OFFSET` per acknowledged record, in input order; with `--format json`,
+    /// one object per record that also says how durable it was when acknowledged.
     #[arg(long)]
     print_offsets: bool,
+    /// How --print-offsets prints.
+    #[arg(long, value_enum, default_value_t = Format::Text, requires = "print_offsets")]
+    format: Format,
+    /// What the leader makes of the records before acknowledging them: `policy`, as durable as
+    /// the topic's flush policy makes them; `synced`, synced to its disk first (sharing the
+    /// sync with other appends), whatever the flush policy.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Policy)]
+    durability: DurabilityArg,
     /// A conditional append: every line read goes to --partition as one batch, written only if
     /// the partition's log ends at this offset; otherwise nothing is written and the command
     /// fails, naming where the log ends (default: unconditional).
@@ -532,6 +541,29 @@ pub struct ProduceArgs {
     /// Compress batch bodies: none, lz4 or zstd (Kafka's compression.type).
     #[arg(long, default_value = "none", value_parser = parse_codec)]
     compression: strata_client::Codec,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DurabilityArg {
+    Policy,
+    Synced,
+}
+
+/// A produced record as `produce --print-offsets --format json` prints it.
+fn acknowledged_json(metadata: &strata_client::RecordMetadata) -> serde_json::Value {
+    let durability = metadata.durability.map(|d| {
+        serde_json::json!({
+            "replicas": d.replicas,
+            "synced_replicas": d.synced_replicas,
+            "leader_synced": d.leader_synced,
+            "leader_synced_offset": d.leader_synced_offset,
+        })
+    });
+    serde_json::json!({
+        "partition": metadata.partition,
+        "offset": metadata.offset,
+        "durability": durability,
+    })
 }
 
 /// A codec by its `compression.type` name.
@@ -555,6 +587,7 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
             batch_bytes: args.batch_bytes,
             idempotent: args.idempotent,
             compression: args.compression,
+            sync_before_ack: args.durability == DurabilityArg::Synced,
             ..ProducerConfig::default()
         },
     );
@@ -563,13 +596,16 @@ pub async fn produce(connection: Connection, args: ProduceArgs) -> anyhow::Resul
     if let (Some(expected), Some(partition)) = (args.expect_offset, args.partition) {
         return produce_if(&producer, &args, partition, expected).await;
     }
-    let print_offsets = args.print_offsets;
+    let (print_offsets, format) = (args.print_offsets, args.format);
     let printer = tokio::spawn(async move {
         let mut stdout = std::io::stdout();
         let mut failures = 0u64;
         let mut first_error = None;
         while let Some(ack) = ordered.recv().await {
             match ack.await {
+                Ok(metadata) if print_offsets && format == Format::Json => {
+                    writeln!(stdout, "{}", acknowledged_json(&metadata))?;
+                }
                 Ok(metadata) => {
                     if print_offsets {
                         writeln!(stdout, "{} {}", metadata.partition, metadata.offset)?;
@@ -671,10 +707,17 @@ async fn produce_if(
         .send_if(&args.topic, partition, expected, &records)
         .await
     {
-        Ok(base) => {
+        Ok(first) => {
             if args.print_offsets {
-                for at in 0..records.len() as u64 {
-                    outln!("{partition} {}", base + at);
+                for at in 0..records.len() as i64 {
+                    let landed = strata_client::RecordMetadata {
+                        offset: first.offset + at,
+                        ..first
+                    };
+                    match args.format {
+                        Format::Json => outln!("{}", acknowledged_json(&landed)),
+                        Format::Text => outln!("{partition} {}", landed.offset),
+                    }
                 }
             }
             Ok(())

@@ -89,6 +89,7 @@ fn produce_to_both_partitions(
             ],
         }],
         expected_offsets: Default::default(),
+        durability: Default::default(),
     });
     send_chunks(stream, produce.encode(correlation_id));
     let (_, result) = read_response(stream, ApiKey::Produce).unwrap();
@@ -280,7 +281,7 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
         let frame: Vec<u8> = metadata.encode(1).concat();
         assert!(exchange(frame).await.is_err());
         // Well-formed fetches get typed refusals: (log end, correlation id) → error.
-        let refusal = |log_end: u64, correlation_id: u32| {
+        let refusal = |(log_end, synced): (u64, u64), correlation_id: u32| {
             let fetch = Request::ReplicaFetch(strata_wire::protocol::ReplicaFetchRequest {
                 replica_id: 42,
                 topic: "quic-bad".into(),
@@ -291,6 +292,7 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
                 log_end,
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
+                synced_offset: strata_wire::protocol::Appended(synced),
             });
             let answer = exchange(fetch.encode(correlation_id).concat());
             async move {
@@ -305,9 +307,11 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
             }
         };
         // From a broker that is not a replica.
-        assert_eq!(refusal(0, 2).await, ErrorCode::NotReplica);
-        // From a follower claiming to hold more than it fetched: nothing counted.
-        assert_eq!(refusal(5, 3).await, ErrorCode::InvalidRequest);
+        assert_eq!(refusal((0, 0), 2).await, ErrorCode::NotReplica);
+        // From a follower claiming to hold more than it fetched, or to have synced more than
+        // it holds: nothing counted.
+        assert_eq!(refusal((5, 0), 3).await, ErrorCode::InvalidRequest);
+        assert_eq!(refusal((0, 3), 4).await, ErrorCode::InvalidRequest);
     });
     // And the node still serves clients.
     let printed = node.cli(

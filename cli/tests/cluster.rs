@@ -109,6 +109,7 @@ fn two_nodes_on_etcd_share_topics_and_route_to_leaders() {
                 }],
             }],
             expected_offsets: Default::default(),
+            durability: Default::default(),
         });
         let address: std::net::SocketAddr = two.bootstrap().parse().unwrap();
         let connection = strata_client::Connection::connect(address, None)

@@ -52,6 +52,7 @@ async fn produce(client: &Client, topic: &str, partition: u32, records: Bytes) -
             }],
         }],
         expected_offsets: Default::default(),
+        durability: Default::default(),
     });
     let Response::Produce(response) = client.request(&address, request).await.unwrap() else {
         panic!("not a produce response");

@@ -1636,3 +1636,109 @@ fn a_kafka_producer_appends_conditionally_with_a_record_header() {
     );
     assert_eq!(read, "0 first\n1 third\n");
 }
+
+/// Durability in every acknowledgement, on one node with `flush=interval`: a plain ack says
+/// the records are in the leader's page cache only, and a later ack shows the interval's sync
+/// covering them; a `--durability synced` produce's ack says synced, and its records are there
+/// after a kill -9 taken right after it. Kafka producers get Kafka's usual answer; their acks
+/// are counted in `/metrics` by durability, as the native ones are.
+#[test]
+fn acks_say_how_durable_their_records_were() {
+    const INTERVAL_MS: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let (mut node, kafka) = kafka_node(dir.path(), 1, &["--admin", &admin_address]);
+    let interval = format!("flush.interval.ms={INTERVAL_MS}");
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "durable",
+            "--partitions",
+            "1",
+            "--config",
+            "flush=interval",
+            "--config",
+            &interval,
+        ],
+        None,
+    );
+    let produce = |args: &[&str], value: &str| -> serde_json::Value {
+        let mut all = vec!["produce", "durable", "--print-offsets", "--format", "json"];
+        all.extend_from_slice(args);
+        let printed = node.cli(&all, Some(format!("{value}\n").as_bytes()));
+        serde_json::from_str(printed.trim()).unwrap_or_else(|_| panic!("{printed}"))
+    };
+    let first = produce(&[], "first");
+    let written = std::time::Instant::now();
+    assert_eq!(first["offset"], 0, "{first}");
+    let durability = &first["durability"];
+    assert_eq!(durability["replicas"], 1, "{first}");
+    assert_eq!(durability["synced_replicas"], 0, "{first}");
+    assert_eq!(durability["leader_synced"], false, "{first}");
+    assert_eq!(durability["leader_synced_offset"], 0, "{first}");
+    // Until the interval passes, acks still find the first record unsynced.
+    let second = produce(&[], "second");
+    if written.elapsed() < Duration::from_millis(INTERVAL_MS) {
+        assert_eq!(second["durability"]["leader_synced_offset"], 0, "{second}");
+    }
+    std::thread::sleep(Duration::from_millis(INTERVAL_MS + 1_500));
+    let third = produce(&[], "third");
+    assert_eq!(third["durability"]["leader_synced"], false, "{third}");
+    assert!(
+        third["durability"]["leader_synced_offset"]
+            .as_u64()
+            .unwrap()
+            >= 2,
+        "the interval's sync covers the first two records: {third}"
+    );
+    // Asked synced: synced before the ack, however far the interval is.
+    let synced = produce(&["--durability", "synced"], "synced");
+    assert_eq!(synced["offset"], 3, "{synced}");
+    assert_eq!(synced["durability"]["leader_synced"], true, "{synced}");
+    assert_eq!(synced["durability"]["synced_replicas"], 1, "{synced}");
+    assert!(
+        synced["durability"]["leader_synced_offset"]
+            .as_u64()
+            .unwrap()
+            >= 4,
+        "{synced}"
+    );
+    // A Kafka producer's acks count in /metrics (kcat's answer is Kafka's own).
+    kcat(
+        &kafka,
+        &["-P", "-t", "durable", "-p", "0"],
+        Some(b"from-kafka\n"),
+    );
+    let acks = |synced: &str| -> f64 {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .filter(|line| {
+                line.starts_with("strata_produce_acks_total{")
+                    && line.contains("topic=\"durable\"")
+                    && line.contains("replicas=\"1\"")
+                    && line.contains(&format!("synced_replicas=\"{synced}\""))
+            })
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(acks("1"), 1.0, "the one synced produce");
+    assert_eq!(acks("0"), 4.0, "three plain native produces and kcat's");
+    // Kill -9 right after a synced ack: its records are there after the restart.
+    let last = produce(&["--durability", "synced"], "last");
+    assert_eq!(last["durability"]["leader_synced"], true, "{last}");
+    node.kill();
+    node.respawn();
+    let read = node.cli(
+        &[
+            "consume",
+            "durable",
+            "--from-beginning",
+            "--max-messages",
+            "6",
+        ],
+        None,
+    );
+    assert_eq!(read, "first\nsecond\nthird\nsynced\nfrom-kafka\nlast\n");
+}

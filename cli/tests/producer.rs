@@ -472,8 +472,8 @@ fn racing_conditional_appends_let_exactly_one_writer_win_each_round() {
                 second.send_if("ledger", 0, end, &records[1]),
             );
             let (won, lost) = match (a, b) {
-                (Ok(offset), Err(lost)) => ((offset, &values[0]), lost),
-                (Err(lost), Ok(offset)) => ((offset, &values[1]), lost),
+                (Ok(landed), Err(lost)) => ((landed.offset as u64, &values[0]), lost),
+                (Err(lost), Ok(landed)) => ((landed.offset as u64, &values[1]), lost),
                 other => panic!("round {round}: not exactly one winner: {other:?}"),
             };
             assert_eq!(

@@ -1216,7 +1216,8 @@ fn conditional_appends_hold_their_offsets_through_leader_kills() {
                         .send_if("cas", 0, end, &[(None, value.as_bytes())])
                         .await
                     {
-                        Ok(offset) => {
+                        Ok(landed) => {
+                            let offset = landed.offset as u64;
                             assert_eq!(offset, end, "{value} won somewhere else");
                             wins.lock().unwrap().push((value, offset));
                             end += 1;

@@ -36,7 +36,7 @@ pub use producer::{
 };
 pub use security::{SaslCredentials, Security, tls_config};
 pub use strata_wire::batch::Codec;
-pub use strata_wire::protocol::ErrorCode;
+pub use strata_wire::protocol::{AckDurability, ErrorCode};
 pub use tcp::{
     DEFAULT_TCP_CONGESTION, HOST_TCP_CONGESTION, apply_tcp_congestion, parse_tcp_congestion,
     tcp_congestion,

@@ -15,8 +15,9 @@ use futures_util::future::Shared;
 use rustc_hash::FxHashMap;
 use strata_wire::batch::{BatchBuilder, Codec};
 use strata_wire::protocol::{
-    ACKS_ALL, ACKS_NONE, Appended, ErrorCode, NO_EXPECTED_OFFSET, ProducePartition, ProduceRequest,
-    ProduceTopic, Records, Request, Response,
+    ACKS_ALL, ACKS_NONE, AckDurability, Appended, DURABILITY_REPORTED, DURABILITY_SYNCED,
+    ErrorCode, NO_EXPECTED_OFFSET, ProducePartition, ProduceRequest, ProduceTopic, Records,
+    Request, Response,
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -57,6 +58,10 @@ pub struct ProducerConfig {
     pub transactional_id: Option<String>,
     /// How long a transaction may stay open before the coordinator aborts it.
     pub transaction_timeout: Duration,
+    /// The leader syncs each batch to disk before acknowledging it, whatever the topic's flush
+    /// policy (the sync is shared with the other appends waiting for one). Off: batches are as
+    /// durable as the topic's flush policy makes them.
+    pub sync_before_ack: bool,
 }
 
 impl Default for ProducerConfig {
@@ -74,6 +79,7 @@ impl Default for ProducerConfig {
             compression: Codec::None,
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
+            sync_before_ack: false,
         }
     }
 }
@@ -106,10 +112,22 @@ impl ProducerRecord {
 pub struct RecordMetadata {
     pub partition: u32,
     pub offset: i64,
+    /// How far the record had got when it was acknowledged: on how many in-sync replicas, and
+    /// synced on how many. `None` with `acks=0`, and from a broker that does not report it.
+    pub durability: Option<AckDurability>,
 }
 
+/// A batch's answer: its base offset (-1 with `acks=0`) and the durability the broker reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Acked {
+    base_offset: i64,
+    durability: Option<AckDurability>,
+}
+
+type BatchResult = Result<Acked, ClientError>;
+
 /// A batch's outcome, shared by the futures of all its records: the base offset, or why not.
-type BatchOutcome = Shared<futures_util::future::BoxFuture<'static, Result<i64, ClientError>>>;
+type BatchOutcome = Shared<futures_util::future::BoxFuture<'static, BatchResult>>;
 
 /// Resolves when the record's batch is acknowledged.
 pub struct RecordFuture {
@@ -134,13 +152,14 @@ impl Future for RecordFuture {
     ) -> std::task::Poll<Self::Output> {
         let (partition, index) = (self.partition, self.index);
         self.outcome.poll_unpin(context).map(|result| {
-            result.map(|base_offset| RecordMetadata {
+            result.map(|acked| RecordMetadata {
                 partition,
-                offset: if base_offset < 0 {
+                offset: if acked.base_offset < 0 {
                     -1
                 } else {
-                    base_offset + i64::from(index)
+                    acked.base_offset + i64::from(index)
                 },
+                durability: acked.durability,
             })
         })
     }
@@ -151,7 +170,7 @@ struct Accumulator {
     builder: BatchBuilder,
     opened: Instant,
     outcome: BatchOutcome,
-    reply: oneshot::Sender<Result<i64, ClientError>>,
+    reply: oneshot::Sender<BatchResult>,
     bytes: usize,
     /// A conditional append's offset ([`Producer::send_if`]): its batch holds its records only.
     expected_offset: Option<u64>,
@@ -162,7 +181,7 @@ struct Sealed {
     /// The records, not yet finished: the partition's sender finishes the batch (entries, CRC,
     /// compression) outside the producer's lock, so sends to other partitions do not wait for it.
     builder: BatchBuilder,
-    reply: oneshot::Sender<Result<i64, ClientError>>,
+    reply: oneshot::Sender<BatchResult>,
     /// Buffer space to give back once answered.
     bytes: usize,
     /// The producer epoch it was numbered under (idempotent producers).
@@ -292,7 +311,7 @@ struct Outgoing {
     partition: u32,
     batch: Bytes,
     expected_offset: Option<u64>,
-    reply: oneshot::Sender<Result<i64, ClientError>>,
+    reply: oneshot::Sender<BatchResult>,
 }
 
 /// Per destination (a leader's shard port), a task that puts every partition batch waiting for
@@ -313,9 +332,14 @@ impl RequestBatchers {
         let mut by_address = self.by_address.lock().expect("request batchers");
         let sender = by_address.entry(address.to_string()).or_insert_with(|| {
             let (sender, receiver) = mpsc::unbounded_channel();
+            let durability = if context.config.sync_before_ack {
+                DURABILITY_SYNCED
+            } else {
+                DURABILITY_REPORTED
+            };
             tokio::spawn(coalesce(
                 context.client.clone(),
-                context.config.acks,
+                (context.config.acks, durability),
                 address.to_string(),
                 receiver,
             ));
@@ -331,9 +355,10 @@ impl RequestBatchers {
 
 /// The request task of one destination: takes everything waiting, sends it as one request,
 /// and hands each partition its own answer.
+/// `durability`: what every request asks of it ([`ProduceRequest::durability`]).
 async fn coalesce(
     client: Arc<Client>,
-    acks: i8,
+    (acks, durability): (i8, u8),
     address: String,
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) {
@@ -363,7 +388,7 @@ async fn coalesce(
             }
         }
         let timeout_ms = client.config().request_timeout.as_millis() as u32;
-        let (request, slots) = produce_request(&entries, acks, timeout_ms);
+        let (request, slots) = produce_request(&entries, (acks, durability), timeout_ms);
         let fail = |entries: Vec<Outgoing>, error: ClientError| {
             for entry in entries {
                 let _ = entry.reply.send(Err(error.clone()));
@@ -379,7 +404,10 @@ async fn coalesce(
         if acks == ACKS_NONE {
             match connection.send_without_response(request).await {
                 Ok(()) => entries.into_iter().for_each(|entry| {
-                    let _ = entry.reply.send(Ok(-1));
+                    let _ = entry.reply.send(Ok(Acked {
+                        base_offset: -1,
+                        durability: None,
+                    }));
                 }),
                 Err(error) => fail(entries, error),
             }
@@ -416,15 +444,22 @@ async fn coalesce(
                 let name = topic.name;
                 topic.partitions.into_iter().map(move |p| (name.clone(), p))
             });
+            // One per partition answered, in the same order (none from a broker that does not
+            // report durability).
+            let mut durabilities = response.durability.0.into_iter();
             let mut replies: Vec<Option<Outgoing>> = entries.into_iter().map(Some).collect();
             for index in slots.into_iter().flatten() {
                 let entry = replies[index].take().expect("each entry once");
+                let durability = durabilities.next();
                 let result = match answers.next() {
                     Some((name, answer))
                         if *name == *entry.topic && answer.partition == entry.partition =>
                     {
                         if answer.error == ErrorCode::None {
-                            Ok(answer.base_offset as i64)
+                            Ok(Acked {
+                                base_offset: answer.base_offset as i64,
+                                durability,
+                            })
                         } else if answer.error == ErrorCode::LogEndMismatch {
                             Err(ClientError::LogEndMismatch {
                                 topic: entry.topic.to_string(),
@@ -451,7 +486,11 @@ async fn coalesce(
 
 /// One request for `entries`: a ProducePartition per entry, grouped by topic in order of first
 /// appearance, and for each topic the entries whose answers come in that order.
-fn produce_request(entries: &[Outgoing], acks: i8, timeout_ms: u32) -> (Request, Vec<Vec<usize>>) {
+fn produce_request(
+    entries: &[Outgoing],
+    (acks, durability): (i8, u8),
+    timeout_ms: u32,
+) -> (Request, Vec<Vec<usize>>) {
     // One ProducePartition per entry, grouped by topic in order of first appearance; the
     // answer lists them in the same order, so `slots` says whose answer comes when.
     let mut topics: Vec<ProduceTopic> = Vec::new();
@@ -495,6 +534,7 @@ fn produce_request(entries: &[Outgoing], acks: i8, timeout_ms: u32) -> (Request,
         timeout_ms,
         topics,
         expected_offsets: Appended(expected_offsets),
+        durability: Appended(durability),
     });
     (request, slots)
 }
@@ -683,8 +723,9 @@ impl Producer {
 
     /// A conditional append: `records` go to `partition` of `topic` only if its log ends at
     /// `expected_offset` when they arrive (optimistic concurrency: several writers can share
-    /// a partition as one log, each appending only where it read up to). Resolves to the first
-    /// record's offset, or [`ClientError::LogEndMismatch`] with the log end when another writer
+    /// a partition as one log, each appending only where it read up to). Resolves to where the
+    /// first record landed (and how durable it was), or [`ClientError::LogEndMismatch`] with
+    /// the log end when another writer
     /// got there first (nothing written). The records travel as one batch of their own, after
     /// the records sent to the partition before them; an idempotent producer's retry of an
     /// append that was written is answered with its offsets, not as a mismatch.
@@ -694,7 +735,7 @@ impl Producer {
         partition: u32,
         expected_offset: u64,
         records: &[(Option<&[u8]>, &[u8])],
-    ) -> Result<u64, ClientError> {
+    ) -> Result<RecordMetadata, ClientError> {
         if records.is_empty() {
             return Err(ClientError::InvalidArgument(
                 "a conditional append needs at least one record".into(),
@@ -730,7 +771,11 @@ impl Producer {
             seal(inner, &topic, partition, state);
             outcome
         };
-        outcome.await.map(|base_offset| base_offset as u64)
+        outcome.await.map(|acked| RecordMetadata {
+            partition,
+            offset: acked.base_offset,
+            durability: acked.durability,
+        })
     }
 
     /// Waits for `bytes` of buffer space (backpressure); they come back when their batch is
@@ -1117,7 +1162,7 @@ async fn send_with_retries(
     partition: u32,
     batch: (Bytes, Option<u64>),
     mut error: ClientError,
-) -> Result<i64, ClientError> {
+) -> BatchResult {
     let mut attempt = 0;
     loop {
         if !retriable(inner, &error) {
@@ -1144,11 +1189,11 @@ async fn send_with_retries(
 }
 
 /// A batch handed to its destination's request task; its answer still to come.
-struct Dispatched(oneshot::Receiver<Result<i64, ClientError>>);
+struct Dispatched(oneshot::Receiver<BatchResult>);
 
 impl Dispatched {
-    /// The batch's base offset (-1 with acks=0), or why not.
-    async fn outcome(self) -> Result<i64, ClientError> {
+    /// The batch's answer, or why not.
+    async fn outcome(self) -> BatchResult {
         // The request task answers every entry (with a timeout error at worst).
         self.0
             .await

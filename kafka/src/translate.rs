@@ -249,6 +249,8 @@ pub fn produce_request(
                     Vec::new()
                 },
             ),
+            // Kafka's answer has no place for it; the broker counts it in its metrics.
+            durability: native::Appended(native::DURABILITY_UNREPORTED),
         },
         refused,
     }

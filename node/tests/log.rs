@@ -15,9 +15,10 @@ use strata_node::io::uring::UringStorage;
 use strata_node::io::{Backend, Storage};
 use strata_node::log::shared_sync::SharedSync;
 use strata_node::log::tail_cache::TailCaches;
+use strata_node::log::writer::AnswerWhen;
 use strata_node::log::{
-    AppendInfo, DirectWrites, FlushPolicy, LogConfig, LogError, PREALLOCATE_AHEAD_MIN_BYTES,
-    PartitionLog, PlacedBatches, REGION_MIN_BYTES, Served, writer,
+    AppendInfo, AppendSource, DirectWrites, FlushPolicy, LogConfig, LogError,
+    PREALLOCATE_AHEAD_MIN_BYTES, PartitionLog, PlacedBatches, REGION_MIN_BYTES, Served, writer,
 };
 use strata_wire::AlignedVec;
 
@@ -1253,6 +1254,60 @@ fn interval_and_never_policies() {
         let bytes = handle.read(0, 1 << 20, u64::MAX).await.unwrap();
         assert_eq!(records_in(bytes).len(), 15);
     });
+}
+
+/// An append asked to be synced is answered only once a sync covers it, whatever the flush
+/// policy: its answer finds the log's synced offset past it, and power loss right after keeps
+/// it (and what was written before it). One answered by the policy is not synced.
+#[test]
+fn an_append_asked_synced_is_answered_after_a_sync_and_survives_power_loss() {
+    let policies = [
+        FlushPolicy::Never,
+        FlushPolicy::Interval {
+            interval_ms: 3_600_000,
+        },
+    ];
+    for seed in 0..40u64 {
+        block_on(async {
+            let storage = SimStorage::new(seed);
+            let config = small_config(1 << 20, policies[seed as usize % 2]);
+            let handle = writer::spawn(
+                open(&storage, &sim_dir(), &config).await,
+                Clock::with_wall_ms(|| 0),
+            );
+            let plain = handle.append(batch_of(0, 3, 10, 0), 0).await.unwrap();
+            assert!(
+                handle.synced_offset() <= plain.last_offset,
+                "seed {seed}: the flush policy synced"
+            );
+            let syncs = storage.sync_count();
+            let synced = handle
+                .append_from(
+                    batch_of(1, 2, 10, 0),
+                    0,
+                    AppendSource::Producer,
+                    AnswerWhen::Synced,
+                )
+                .await
+                .unwrap();
+            assert!(storage.sync_count() > syncs, "seed {seed}: no sync ran");
+            assert_eq!(
+                handle.synced_offset(),
+                synced.last_offset + 1,
+                "seed {seed}: answered before its sync"
+            );
+            // Written after, not synced: the crash may take it.
+            handle.append(batch_of(2, 4, 10, 0), 0).await.unwrap();
+            storage.crash();
+            // The old task is left as it is (a crash closes nothing).
+            let log = open(&storage, &sim_dir(), &config).await;
+            assert!(
+                log.log_end_offset() > synced.last_offset,
+                "seed {seed}: lost a synced append"
+            );
+            drop(handle);
+        });
+    }
 }
 
 /// A read that waits for the disk does not hold up the partition's appends: they are answered

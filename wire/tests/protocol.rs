@@ -51,6 +51,7 @@ fn produce(records: Bytes) -> Request {
             ],
         }],
         expected_offsets: Appended(vec![NO_EXPECTED_OFFSET, 7]),
+        durability: Appended(DURABILITY_SYNCED),
     })
 }
 
@@ -212,6 +213,13 @@ fn every_request_round_trips() {
             partitions: Appended(vec![0, 3]),
             unclean: Appended(true),
         }),
+        // An appended field at its default before one that is not: written all the same, so
+        // the later one is read where it belongs.
+        Request::ElectLeaders(ElectLeadersRequest {
+            topic: "t".into(),
+            partitions: Appended(vec![]),
+            unclean: Appended(true),
+        }),
         Request::DeleteGroup(DeleteGroupRequest { group: "g".into() }),
         Request::DeleteRecords(DeleteRecordsRequest {
             topics: vec![DeleteRecordsTopic {
@@ -303,6 +311,7 @@ fn every_request_round_trips() {
             log_end: 8,
             max_bytes: 1 << 20,
             max_wait_ms: 500,
+            synced_offset: Appended(6),
         }),
         Request::ReassignPartition(ReassignPartitionRequest {
             topic: "t".into(),
@@ -695,4 +704,53 @@ fn election_results_round_trip_and_are_optional() {
     };
     assert!(decoded.results.0.is_empty());
     assert_eq!(decoded.moved, 1);
+}
+
+/// A produce answer's durability follows its record errors, written or not; an answer without
+/// it (what a client that did not ask gets) is the same bytes as before durability existed.
+#[test]
+fn produce_durability_round_trips_after_empty_record_errors() {
+    let durability = AckDurability {
+        replicas: 3,
+        synced_replicas: 1,
+        leader_synced: true,
+        leader_synced_offset: 42,
+    };
+    let response = |durability: Vec<AckDurability>| {
+        Response::Produce(ProduceResponse {
+            topics: vec![ProduceTopicResponse {
+                name: "t".into(),
+                partitions: vec![ProducePartitionResponse {
+                    partition: 0,
+                    error: ErrorCode::None,
+                    base_offset: 41,
+                    log_start_offset: 0,
+                    leader_hint: -1,
+                }],
+            }],
+            record_errors: Appended(vec![]),
+            durability: Appended(durability),
+        })
+    };
+    let (_, decoded) = Response::decode(
+        ApiKey::Produce,
+        body_of(response(vec![durability]).encode(1)),
+    )
+    .unwrap();
+    let Ok(Response::Produce(decoded)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert!(decoded.record_errors.0.is_empty());
+    assert_eq!(decoded.durability.0, vec![durability]);
+    // Unreported: the appended fields are left off entirely.
+    let with = body_of(response(vec![durability]).encode(2)).len();
+    let without = body_of(response(vec![]).encode(2)).len();
+    let record_errors_len = 4;
+    assert!(with > without + record_errors_len, "{with} vs {without}");
+    let (_, decoded) =
+        Response::decode(ApiKey::Produce, body_of(response(vec![]).encode(2))).unwrap();
+    let Ok(Response::Produce(decoded)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert!(decoded.durability.0.is_empty());
 }

@@ -91,6 +91,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
             indices: vec![0, 10],
             message: "records [0, 10] have no key".into(),
         }]),
+        durability: Default::default(),
     };
     let response = produce_response(answered, translated.refused);
     assert_eq!(response.responses.len(), 1, "one entry per topic");
@@ -720,6 +721,7 @@ fn translated_responses_encode_at_every_served_version() {
                 }],
             }],
             record_errors: Default::default(),
+            durability: Default::default(),
         },
         vec![],
     );

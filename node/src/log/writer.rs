@@ -41,6 +41,7 @@ enum Command {
         batches: BytesMut,
         leader_epoch: u32,
         source: AppendSource,
+        answer: AnswerWhen,
         reply: oneshot::Sender<Result<AppendInfo, LogError>>,
     },
     /// Batches a leader stamped (the follower path), appended verbatim.
@@ -213,6 +214,8 @@ impl LogOffsets {
 struct Published {
     /// [`PartitionLog::direct_phase`].
     direct_phase: Cell<Option<usize>>,
+    /// [`PartitionLog::durable_offset`].
+    durable: Cell<u64>,
     transactions: Cell<OpenTransactions>,
 }
 
@@ -225,6 +228,7 @@ impl Published {
 
     fn update<S: Storage>(&self, log: &PartitionLog<S>) {
         self.direct_phase.set(log.direct_phase());
+        self.durable.set(log.durable_offset());
         let transactions = log.producers().transactions();
         self.transactions.set(OpenTransactions {
             count: transactions.open().len(),
@@ -242,6 +246,16 @@ pub struct OpenTransactions {
     pub oldest_started_ms: Option<i64>,
     /// Aborted transactions the log still holds records of.
     pub aborted: usize,
+}
+
+/// When an append is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerWhen {
+    /// Once it is as durable as the log's flush policy promises (written, with `interval` or
+    /// `never`; synced, with `always`).
+    FlushPolicy,
+    /// Once a sync covers it, whatever the flush policy: it joins the next group-commit sync.
+    Synced,
 }
 
 /// Cheap handle to a log task; clone it for each producer.
@@ -292,13 +306,13 @@ impl LogHandle {
         batches: BytesMut,
         leader_epoch: u32,
     ) -> Result<AppendInfo, LogError> {
-        self.ask(|reply| Command::Append {
+        self.append_from(
             batches,
             leader_epoch,
-            source: AppendSource::Producer,
-            reply,
-        })
-        .await?
+            AppendSource::Producer,
+            AnswerWhen::FlushPolicy,
+        )
+        .await
     }
 
     /// A conditional append: as [`Self::append`], but written only if the log ends at
@@ -310,13 +324,9 @@ impl LogHandle {
         leader_epoch: u32,
         expected_end: u64,
     ) -> Result<AppendInfo, LogError> {
-        self.ask(|reply| Command::Append {
-            batches,
-            leader_epoch,
-            source: AppendSource::ProducerAt(expected_end),
-            reply,
-        })
-        .await?
+        let source = AppendSource::ProducerAt(expected_end);
+        self.append_from(batches, leader_epoch, source, AnswerWhen::FlushPolicy)
+            .await
     }
 
     /// Appends a transaction marker ([`strata_wire::batch::marker`]) as the partition's leader,
@@ -326,10 +336,25 @@ impl LogHandle {
         marker: BytesMut,
         leader_epoch: u32,
     ) -> Result<AppendInfo, LogError> {
+        let source = AppendSource::Markers;
+        self.append_from(marker, leader_epoch, source, AnswerWhen::FlushPolicy)
+            .await
+    }
+
+    /// Appends `source`'s batches, grouped with the other appends, and resolves when `answer`
+    /// says.
+    pub async fn append_from(
+        &self,
+        batches: BytesMut,
+        leader_epoch: u32,
+        source: AppendSource,
+        answer: AnswerWhen,
+    ) -> Result<AppendInfo, LogError> {
         self.ask(|reply| Command::Append {
-            batches: marker,
+            batches,
             leader_epoch,
-            source: AppendSource::Markers,
+            source,
+            answer,
             reply,
         })
         .await?
@@ -352,6 +377,12 @@ impl LogHandle {
     }
 
     /// The partition's open transactions, as of the log task's last command.
+    /// Everything below this offset is synced to disk, as of the log task's last command or
+    /// sync.
+    pub fn synced_offset(&self) -> u64 {
+        self.published.durable.get()
+    }
+
     pub fn open_transactions(&self) -> OpenTransactions {
         self.published.transactions.get()
     }
@@ -775,7 +806,7 @@ struct LogTask<S: Storage> {
     parked_reads: Vec<ParkedRead>,
     /// A group's appends and their replies, reused from group to group.
     appends: Vec<(BytesMut, u32, AppendSource)>,
-    append_replies: Vec<AppendReply>,
+    append_replies: Vec<(AppendReply, AnswerWhen)>,
     /// A group's other commands, likewise.
     others: Vec<Command>,
 }
@@ -826,6 +857,8 @@ impl<S: Storage> LogTask<S> {
         let waiters = self.commit.on_synced();
         tracing::debug!(appends = waiters.len(), "sync done");
         let result = self.log.complete_flush(outcome, self.clock.wall_ms()).await;
+        // Before the answers: whoever reads the synced offset after one sees the sync.
+        self.published.update(&self.log);
         answer_synced(result, waiters);
     }
 
@@ -844,7 +877,11 @@ impl<S: Storage> LogTask<S> {
     }
 
     /// An append is written: answered now, or when a sync covers it.
-    fn on_written(&mut self, reply: AppendReply, written: Result<AppendInfo, LogError>) {
+    fn on_written(
+        &mut self,
+        (reply, answer): (AppendReply, AnswerWhen),
+        written: Result<AppendInfo, LogError>,
+    ) {
         match written {
             // A retry whose original is already durable. One that is not waits for a sync
             // like any append: `GroupCommit` starts one whenever appends wait, even if this
@@ -852,7 +889,10 @@ impl<S: Storage> LogTask<S> {
             Ok(info) if info.duplicate && info.last_offset < self.log.durable_offset() => {
                 let _ = reply.send(Ok(info));
             }
-            Ok(info) if self.log.config().flush == FlushPolicy::Always => {
+            Ok(info)
+                if self.log.config().flush == FlushPolicy::Always
+                    || answer == AnswerWhen::Synced =>
+            {
                 self.commit.on_appended((reply, info), self.clock.now());
             }
             result => {
@@ -874,10 +914,11 @@ impl<S: Storage> LogTask<S> {
                     batches,
                     leader_epoch,
                     source,
+                    answer,
                     reply,
                 } => {
                     self.appends.push((batches, leader_epoch, source));
-                    self.append_replies.push(reply);
+                    self.append_replies.push((reply, answer));
                 }
                 other => others.push(other),
             }
@@ -981,7 +1022,7 @@ impl<S: Storage> LogTask<S> {
                     }
                 };
                 self.published.direct_phase.set(log.direct_phase());
-                self.on_written(reply, appended);
+                self.on_written((reply, AnswerWhen::FlushPolicy), appended);
             }
             Command::Summary { reply } => {
                 let _ = reply.send(summary_of(log));

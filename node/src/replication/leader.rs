@@ -24,6 +24,8 @@ struct Progress {
     replica: i32,
     /// The follower's log end offset (its last fetch offset); unknown until it fetches.
     log_end: Option<u64>,
+    /// Everything below it is synced on the follower's disk, as of its last fetch.
+    synced: u64,
     last_fetch_ms: i64,
     /// The leader's log end at the follower's previous fetch.
     leader_end_at_last_fetch: u64,
@@ -125,6 +127,7 @@ impl<W> Leader<W> {
             .map(|&replica| Progress {
                 replica,
                 log_end: None,
+                synced: 0,
                 last_fetch_ms: now_ms,
                 leader_end_at_last_fetch: log_end,
                 // A new leader gives every follower a full lag period to show up.
@@ -357,6 +360,35 @@ impl<W> Leader<W> {
         })
     }
 
+    /// A follower's fetch also said what it has synced to disk (after [`Leader::handle_fetch`]
+    /// accepted the fetch): counted in [`Leader::durability`].
+    pub fn handle_synced(&mut self, replica: i32, synced_offset: u64) {
+        if let Some(progress) = self.followers.iter_mut().find(|p| p.replica == replica) {
+            // Never more than it holds: a report is only as good as the fetch it came with.
+            progress.synced = synced_offset.min(progress.log_end.unwrap_or(0));
+        }
+    }
+
+    /// How far the records below `end` have got: the in-sync replicas holding them (the
+    /// leader included) and how many of those have synced them (the leader when
+    /// `leader_synced`). Followers count as of their last fetch.
+    pub fn durability(&self, end: u64, leader_synced: bool) -> (u16, u16) {
+        let mut replicas = 1;
+        let mut synced = u16::from(leader_synced);
+        for follower in &self.followers {
+            if !self.isr.contains(&follower.replica) {
+                continue;
+            }
+            if follower.log_end.is_some_and(|log_end| log_end >= end) {
+                replicas += 1;
+                if follower.synced >= end {
+                    synced += 1;
+                }
+            }
+        }
+        (replicas, synced)
+    }
+
     /// Time passes: proposes removing followers that have not caught up within the lag time.
     pub fn handle_tick(&mut self, now_ms: i64) -> Option<IsrProposal> {
         if self.isr_change_in_flight.is_some() {
@@ -437,6 +469,7 @@ impl<W> Leader<W> {
                 self.followers.push(Progress {
                     replica: *replica,
                     log_end: None,
+                    synced: 0,
                     last_fetch_ms: now_ms,
                     leader_end_at_last_fetch: self.log_end,
                     last_caught_up_ms: now_ms,
@@ -549,6 +582,45 @@ mod tests {
         leader.handle_fetch(3, 3, 3, 10).unwrap();
         assert_eq!(leader.high_watermark(), 10);
         assert_eq!(leader.poll_acks().collect::<Vec<_>>(), vec![(7, Ok(()))]);
+    }
+
+    /// Durability counts the in-sync replicas holding the records and those that synced them,
+    /// never a follower's sync beyond what it holds, and never a replica out of the ISR.
+    #[test]
+    fn durability_counts_in_sync_holders_and_their_syncs() {
+        let mut leader = leader();
+        leader.handle_appended(10);
+        assert_eq!(
+            leader.durability(10, false),
+            (1, 0),
+            "only the leader's page cache"
+        );
+        assert_eq!(leader.durability(10, true), (1, 1));
+        leader.handle_fetch(1, 2, 3, 10).unwrap();
+        leader.handle_synced(2, 4);
+        leader.handle_fetch(1, 3, 3, 8).unwrap();
+        // A report of more synced than held counts only what is held.
+        leader.handle_synced(3, 9);
+        assert_eq!(
+            leader.durability(10, true),
+            (2, 1),
+            "replica 2 holds 10 but synced 4"
+        );
+        assert_eq!(
+            leader.durability(8, true),
+            (3, 2),
+            "replica 3 synced what it holds, 8"
+        );
+        leader.handle_synced(2, 10);
+        assert_eq!(leader.durability(10, false), (2, 1));
+        // A replica out of the ISR holds the records, but does not count.
+        let shrink = IsrProposal {
+            isr: vec![1, 2],
+            partition_epoch: 10,
+        };
+        leader.isr_change_in_flight = Some(shrink.clone());
+        leader.handle_isr_committed(&shrink, 11);
+        assert_eq!(leader.durability(8, true), (2, 2));
     }
 
     /// A new leader knows the high watermark a fetch late: the previous leader may have

@@ -13,10 +13,10 @@ use strata_auth::scram::{ScramCredential, ScramMechanism};
 use strata_coordinator::security::UserRecord;
 use strata_coordinator::{BrokerInfo, PartitionChange, PartitionState, TopicState};
 use strata_wire::protocol::{
-    AbortedTransaction, AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest,
-    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
-    DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode, FetchPartition,
-    FetchPartitionResponse, ProducePartitionResponse, ReassignPartitionRequest,
+    AbortedTransaction, AckDurability, AlterTopicConfigRequest, AlterTopicConfigResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse,
+    DeleteTopicRequest, DeleteTopicResponse, ElectLeadersRequest, ElectLeadersResponse, ErrorCode,
+    FetchPartition, FetchPartitionResponse, ProducePartitionResponse, ReassignPartitionRequest,
     ReassignPartitionResponse, ReplicaFetchRequest, ReplicaFetchResponse, Request, Response,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
@@ -31,8 +31,7 @@ pub enum ShardMessage {
         topic: String,
         partition: u32,
         records: BytesMut,
-        acks: i8,
-        timeout_ms: u32,
+        terms: AckTerms,
         /// A producer's records, conditional or not (never markers).
         source: crate::log::AppendSource,
         reply: oneshot::Sender<PartitionProduced>,
@@ -184,9 +183,20 @@ impl SecurityView {
 }
 
 /// One partition's produce answer, and the records its batch was refused for (KIP-467).
+/// When a partition's produce is answered: the request's acks level and timeout, and whether
+/// its records are synced first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckTerms {
+    pub acks: i8,
+    pub timeout_ms: u32,
+    pub answer: crate::log::writer::AnswerWhen,
+}
+
 pub struct PartitionProduced {
     pub response: ProducePartitionResponse,
     pub record_errors: Option<strata_wire::protocol::RecordErrors>,
+    /// How far the records had got when answered (all zeros when refused).
+    pub durability: AckDurability,
 }
 
 impl From<ProducePartitionResponse> for PartitionProduced {
@@ -194,6 +204,7 @@ impl From<ProducePartitionResponse> for PartitionProduced {
         PartitionProduced {
             response,
             record_errors: None,
+            durability: AckDurability::default(),
         }
     }
 }

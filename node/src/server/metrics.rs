@@ -24,6 +24,9 @@ pub struct TopicCounters {
     pub bytes_replicated: u64,
     /// ISR shrinks and expansions of partitions this node leads.
     pub isr_changes: u64,
+    /// Partitions' produce acknowledgements by how far their records had got: (in-sync
+    /// replicas holding them, of those synced) → acknowledgements.
+    pub acks_by_durability: BTreeMap<(u16, u16), u64>,
 }
 
 /// One shard's metrics; only that shard's thread touches it.
@@ -217,6 +220,14 @@ impl ShardMetrics {
         counters.records_in += records;
         counters.bytes_in += bytes;
         let _ = inner.produce_latency_us.record(latency_us.max(1));
+    }
+
+    /// A partition's records were acknowledged, as durable as `durability` says.
+    pub fn acknowledged(&self, topic: &str, durability: &strata_wire::protocol::AckDurability) {
+        let mut inner = self.inner.borrow_mut();
+        let counters = topic_counters(&mut inner.topics, topic);
+        let level = (durability.replicas, durability.synced_replicas);
+        *counters.acks_by_durability.entry(level).or_default() += 1;
     }
 
     pub fn produce_failed(&self, topic: &str) {
@@ -564,6 +575,27 @@ fn per_shard_series() -> [ShardSeries; 23] {
     ]
 }
 
+/// `strata_produce_acks_total`: each topic's acknowledgements by durability.
+fn render_acks_by_durability(
+    out: &mut String,
+    node_id: i32,
+    topics: &BTreeMap<&str, TopicCounters>,
+) {
+    let name = "strata_produce_acks_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Partitions' produce acknowledgements (both protocols), by how far their records had got when answered: on how many in-sync replicas, the leader included, and synced to disk on how many.\n# TYPE {name} counter"
+    );
+    for (topic, counters) in topics {
+        for ((replicas, synced), acks) in &counters.acks_by_durability {
+            let _ = writeln!(
+                out,
+                "{name}{{node=\"{node_id}\",topic=\"{topic}\",replicas=\"{replicas}\",synced_replicas=\"{synced}\"}} {acks}"
+            );
+        }
+    }
+}
+
 /// Prometheus text exposition of every shard's snapshot (per-shard series carry `shard`).
 /// Each compacted replica's dirty ratio and clean offset, and the ones the cleaner cannot clean
 /// (with why, as a label).
@@ -705,6 +737,9 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             total.produce_errors += counters.produce_errors;
             total.bytes_replicated += counters.bytes_replicated;
             total.isr_changes += counters.isr_changes;
+            for (level, acks) in &counters.acks_by_durability {
+                *total.acks_by_durability.entry(*level).or_default() += acks;
+            }
         }
     }
     let counter =
@@ -760,6 +795,7 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
         "ISR shrinks and expansions of partitions this node leads.",
         &|c| c.isr_changes,
     );
+    render_acks_by_durability(&mut out, node_id, &topics);
 
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).

@@ -9,6 +9,16 @@ pub trait Wire: Sized {
     const MIN_LEN: usize;
     fn encode(self, encoder: &mut Encoder);
     fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError>;
+    /// Whether the value may be left off the wire when nothing is written after it: only an
+    /// [`Appended`] field at its default.
+    fn omissible(&self) -> bool {
+        false
+    }
+    /// Encodes the value even where [`Wire::encode`] would leave it off (an [`Appended`] field
+    /// that a later appended field follows).
+    fn encode_in_full(self, encoder: &mut Encoder) {
+        self.encode(encoder);
+    }
 }
 
 macro_rules! primitive {
@@ -136,18 +146,28 @@ impl TransactionDescription {
 /// In [`ProduceRequest::expected_offsets`]: this partition's records are not conditional.
 pub const NO_EXPECTED_OFFSET: i64 = -1;
 
-/// A field appended to a message after the message was first released: encoded only when it
-/// holds something other than its default, and read only when bytes remain. A peer built
-/// before the field existed exchanges the same bytes as before for every message that leaves it
-/// at its default, and refuses (trailing bytes) one that does not, which it could not honour.
-/// Only a message's last fields may be appended ones.
+/// [`ProduceRequest::durability`] values. Unreported: the answer says nothing of durability
+/// (what a client built before durability was reported sends).
+pub const DURABILITY_UNREPORTED: u8 = 0;
+/// The answer reports each partition's [`AckDurability`]; the records are as durable as the
+/// topic's flush policy makes them.
+pub const DURABILITY_REPORTED: u8 = 1;
+/// As reported, and the leader syncs the records to disk before answering (joining the
+/// partition's next group-commit sync), whatever the topic's flush policy.
+pub const DURABILITY_SYNCED: u8 = 2;
+
+/// A field appended to a message after the message was first released: encoded only when it,
+/// or an appended field after it, holds something other than its default, and read only when
+/// bytes remain. A peer built before the field existed exchanges the same bytes as before for
+/// every message that leaves it at its default, and refuses (trailing bytes) one that does not,
+/// which it could not honour. Only a message's last fields may be appended ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Appended<T>(pub T);
 
 impl<T: Wire + Default + PartialEq> Wire for Appended<T> {
     const MIN_LEN: usize = 0;
     fn encode(self, encoder: &mut Encoder) {
-        if self.0 != T::default() {
+        if !self.omissible() {
             self.0.encode(encoder);
         }
     }
@@ -156,6 +176,12 @@ impl<T: Wire + Default + PartialEq> Wire for Appended<T> {
             return Ok(Appended(T::default()));
         }
         T::decode(decoder).map(Appended)
+    }
+    fn omissible(&self) -> bool {
+        self.0 == T::default()
+    }
+    fn encode_in_full(self, encoder: &mut Encoder) {
+        self.0.encode(encoder);
     }
 }
 
@@ -169,9 +195,20 @@ macro_rules! messages {
 
         impl Wire for $name {
             const MIN_LEN: usize = 0 $(+ <$ty as Wire>::MIN_LEN)*;
-            #[allow(unused_variables, reason = "messages without fields")]
+            #[allow(unused_variables, unused_assignments, unused_mut, reason = "messages without fields")]
             fn encode(self, encoder: &mut Encoder) {
-                $(self.$field.encode(encoder);)*
+                // Fields are written up to the last one that cannot be left off: an appended
+                // field at its default goes on the wire when a later appended field does, so
+                // each is read where it belongs.
+                let written: &[bool] = &[$(!Wire::omissible(&self.$field)),*];
+                let count = written.iter().rposition(|&w| w).map_or(0, |last| last + 1);
+                let mut at = 0;
+                $(
+                    if at < count {
+                        Wire::encode_in_full(self.$field, encoder);
+                    }
+                    at += 1;
+                )*
             }
             #[allow(unused_variables, reason = "messages without fields")]
             fn decode(decoder: &mut Decoder) -> Result<Self, DecodeError> {
@@ -301,6 +338,9 @@ messages! {
         /// [`NO_EXPECTED_OFFSET`]; empty when none is conditional. A partition whose log does
         /// not end there is answered [`ErrorCode::LogEndMismatch`], with nothing written.
         pub expected_offsets: Appended<Vec<i64>>,
+        /// [`DURABILITY_UNREPORTED`], [`DURABILITY_REPORTED`] or [`DURABILITY_SYNCED`]; any
+        /// other value is refused as [`ErrorCode::InvalidRequest`] for every partition.
+        pub durability: Appended<u8>,
     }
 
     pub struct ProducePartitionResponse {
@@ -330,10 +370,28 @@ messages! {
         pub message: String,
     }
 
+    /// How far a partition's acknowledged records had got when the answer was sent. Counts are
+    /// lower bounds: replicas report their progress on their next fetch.
+    #[derive(PartialEq, Eq, Default, Copy)]
+    pub struct AckDurability {
+        /// In-sync replicas holding the records, the leader included (1: the leader's page
+        /// cache only).
+        pub replicas: u16,
+        /// Of those, how many had synced them to disk, the leader included.
+        pub synced_replicas: u16,
+        /// Whether the leader had synced them.
+        pub leader_synced: bool,
+        /// The leader had synced every record below this offset.
+        pub leader_synced_offset: u64,
+    }
+
     pub struct ProduceResponse {
         pub topics: Vec<ProduceTopicResponse>,
         /// The partitions refused for some of their records, and which.
         pub record_errors: Appended<Vec<RecordErrors>>,
+        /// With a reported durability: one per partition answered, in answer order (topic by
+        /// topic); a refused partition's is all zeros.
+        pub durability: Appended<Vec<AckDurability>>,
     }
 
     pub struct FetchPartition {
@@ -452,6 +510,9 @@ messages! {
         pub max_bytes: u32,
         /// Long-poll when the follower is caught up.
         pub max_wait_ms: u32,
+        /// Everything below it is synced to the follower's disk (never above `log_end`): the
+        /// leader counts it in the durability its acknowledgements report.
+        pub synced_offset: Appended<u64>,
     }
 
     /// Where the follower's log left the leader's: truncate, then fetch again.

@@ -816,15 +816,14 @@ fn serve_peer_request(shard: &Rc<Shard>, message: ShardMessage) -> Option<ShardM
             topic,
             partition,
             records,
-            acks,
-            timeout_ms,
+            terms,
             source,
             reply,
         } => {
             let shard = shard.clone();
             tokio::task::spawn_local(async move {
                 let response = shard
-                    .produce_local(&topic, partition, records, (acks, timeout_ms), source)
+                    .produce_local(&topic, partition, records, terms, source)
                     .await;
                 let _ = reply.send(response);
             });

@@ -7,24 +7,36 @@ use std::time::Instant;
 use bytes::BytesMut;
 use strata_wire::batch::BatchError;
 use strata_wire::protocol::{
-    ACKS_ALL, Appended, ErrorCode, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ACKS_ALL, AckDurability, Appended, DURABILITY_REPORTED, DURABILITY_SYNCED,
+    DURABILITY_UNREPORTED, ErrorCode, ProducePartitionResponse, ProduceRequest, ProduceResponse,
     ProduceTopicResponse, RecordErrors,
 };
 use tokio::sync::oneshot;
 
 use super::replica::Role;
+use crate::log::writer::AnswerWhen;
 use crate::log::{AppendSource, LogError};
-use crate::server::messages::{PartitionProduced, ShardMessage};
+use crate::server::messages::{AckTerms, PartitionProduced, ShardMessage};
 
 use super::replica;
 use super::{Shard, log_error_code};
 
 impl Shard {
     pub(super) async fn produce(self: &Rc<Self>, request: ProduceRequest) -> ProduceResponse {
-        let acks = request.acks;
-        let timeout_ms = request.timeout_ms;
+        let reported = request.durability.0;
+        let answer = match reported {
+            DURABILITY_UNREPORTED | DURABILITY_REPORTED => AnswerWhen::FlushPolicy,
+            DURABILITY_SYNCED => AnswerWhen::Synced,
+            _ => return refuse_produce(request, ErrorCode::InvalidRequest),
+        };
+        let terms = AckTerms {
+            acks: request.acks,
+            timeout_ms: request.timeout_ms,
+            answer,
+        };
         let mut topics = Vec::with_capacity(request.topics.len());
         let mut record_errors = Vec::new();
+        let mut durability = Vec::new();
         // Conditional appends: one expected offset per partition, in request order.
         let mut expected = request.expected_offsets.0.into_iter();
         for topic in request.topics {
@@ -47,7 +59,7 @@ impl Shard {
                         .into(),
                         Ok(owner) if owner == shard.context.index => {
                             shard
-                                .produce_local(&name, index, records, (acks, timeout_ms), source)
+                                .produce_local(&name, index, records, terms, source)
                                 .await
                         }
                         Ok(owner) => {
@@ -56,8 +68,7 @@ impl Shard {
                                 topic: name,
                                 partition: index,
                                 records,
-                                acks,
-                                timeout_ms,
+                                terms,
                                 source,
                                 reply,
                             };
@@ -75,27 +86,35 @@ impl Shard {
             for produced in futures_util::future::join_all(work).await {
                 partitions.push(produced.response);
                 record_errors.extend(produced.record_errors);
+                if reported != DURABILITY_UNREPORTED {
+                    durability.push(produced.durability);
+                }
             }
             topics.push(ProduceTopicResponse { name, partitions });
         }
         ProduceResponse {
             topics,
             record_errors: Appended(record_errors),
+            durability: Appended(durability),
         }
     }
 
     /// Appends to a partition this shard leads and answers per `acks`: with 1 (or 0) once the
-    /// append is as durable as the flush policy says, with `all` once the high watermark
-    /// passes it (every in-sync replica has it) and the ISR is at least `min.insync.replicas`.
+    /// append is as durable as the flush policy says (or synced, when the terms ask), with
+    /// `all` once the high watermark passes it (every in-sync replica has it) and the ISR is at
+    /// least `min.insync.replicas`. The answer says how far the records had got.
     /// `source`: a producer's records, or a transaction marker this broker built.
     pub(super) async fn produce_local(
         &self,
         topic: &str,
         partition: u32,
         records: BytesMut,
-        (acks, timeout_ms): (i8, u32),
+        terms: AckTerms,
         source: AppendSource,
     ) -> PartitionProduced {
+        let AckTerms {
+            acks, timeout_ms, ..
+        } = terms;
         let key = (topic.to_string(), partition);
         let Some((log, leader_epoch, max_message_bytes)) = self.leader_log(topic, partition) else {
             let error = self.not_serving(topic, partition);
@@ -120,13 +139,9 @@ impl Shard {
             }
         }
         let started = Instant::now();
-        let appended = match source {
-            AppendSource::Producer => log.append(records, leader_epoch).await,
-            AppendSource::ProducerAt(expected) => {
-                log.append_at(records, leader_epoch, expected).await
-            }
-            AppendSource::Markers => log.append_marker(records, leader_epoch).await,
-        };
+        let appended = log
+            .append_from(records, leader_epoch, source, terms.answer)
+            .await;
         let info = match appended {
             Ok(info) => info,
             Err(error) => {
@@ -164,6 +179,7 @@ impl Shard {
                 return PartitionProduced {
                     response,
                     record_errors,
+                    durability: AckDurability::default(),
                 };
             }
         };
@@ -211,14 +227,37 @@ impl Shard {
             info.bytes,
             started.elapsed().as_micros() as u64,
         );
-        ProducePartitionResponse {
-            partition,
-            error: ErrorCode::None,
-            base_offset: info.base_offset,
-            log_start_offset: 0,
-            leader_hint: -1,
+        let durability = self.durability_of(&key, info.last_offset + 1, log.synced_offset());
+        self.metrics.acknowledged(topic, &durability);
+        PartitionProduced {
+            response: ProducePartitionResponse {
+                partition,
+                error: ErrorCode::None,
+                base_offset: info.base_offset,
+                log_start_offset: 0,
+                leader_hint: -1,
+            },
+            record_errors: None,
+            durability,
         }
-        .into()
+    }
+
+    /// How far the records below `end` of a partition this shard leads have got, now: the
+    /// leader's `synced_offset`, and the in-sync replicas holding and syncing them.
+    fn durability_of(&self, key: &(String, u32), end: u64, synced_offset: u64) -> AckDurability {
+        let leader_synced = synced_offset >= end;
+        let partitions = self.partitions.borrow();
+        let (replicas, synced_replicas) = match partitions.get(key).map(|p| &p.role) {
+            Some(Role::Leader(leader)) => leader.durability(end, leader_synced),
+            // Leadership moved after an acks=1 append: only this copy is known.
+            _ => (1, u16::from(leader_synced)),
+        };
+        AckDurability {
+            replicas,
+            synced_replicas,
+            leader_synced,
+            leader_synced_offset: synced_offset,
+        }
     }
 }
 
@@ -256,6 +295,27 @@ pub(super) fn produce_response_lost() -> bool {
             tracing::warn!("fault injection: dropping the answer to produce #{nth}");
             true
         }
+    }
+}
+
+/// Every partition of `request` refused with `error`, nothing written.
+fn refuse_produce(request: ProduceRequest, error: ErrorCode) -> ProduceResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| ProduceTopicResponse {
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|p| produce_error(p.partition, error))
+                .collect(),
+            name: topic.name,
+        })
+        .collect();
+    ProduceResponse {
+        topics,
+        record_errors: Appended(Vec::new()),
+        durability: Appended(Vec::new()),
     }
 }
 

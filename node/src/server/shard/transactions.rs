@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 
 use super::Shard;
 use crate::log::AppendSource;
+use crate::log::writer::AnswerWhen;
 use crate::server::groups::coordinator_of;
-use crate::server::messages::GroupMessage;
+use crate::server::messages::{AckTerms, GroupMessage};
 
 /// How long a marker may wait for the in-sync replicas before the coordinator hears it
 /// failed (and writes it again).
@@ -126,7 +127,11 @@ impl Shard {
                 topic,
                 partition,
                 BytesMut::from(&batch[..]),
-                (ACKS_ALL, MARKER_TIMEOUT_MS),
+                AckTerms {
+                    acks: ACKS_ALL,
+                    timeout_ms: MARKER_TIMEOUT_MS,
+                    answer: AnswerWhen::FlushPolicy,
+                },
                 AppendSource::Markers,
             )
             .await;

@@ -802,6 +802,7 @@ async fn produce(
         Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
             topics: Vec::new(),
             record_errors: Default::default(),
+            durability: Default::default(),
         }))
     } else {
         native(shard, Request::Produce(produce.native)).await

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use strata_wire::batch::BatchHeader;
-use strata_wire::protocol::{ErrorCode, Records, ReplicaFetchRequest};
+use strata_wire::protocol::{Appended, ErrorCode, Records, ReplicaFetchRequest};
 
 use crate::io::DIRECT_BLOCK;
 use crate::log::LogError;
@@ -61,7 +61,7 @@ impl Shard {
         (addr, host): (SocketAddr, String),
         log: &LogHandle,
     ) -> FetchAhead {
-        let request = self.follower_fetch(key, epoch, next, Some(next_epoch), log_end);
+        let request = self.follower_fetch(key, epoch, next, Some(next_epoch), (log_end, log));
         // Where these records will leave the log's last block (a roll in between only costs
         // that answer's placement: it is copied instead).
         let phase = log
@@ -114,7 +114,7 @@ impl Shard {
                     Some(mut ahead) => (ahead.started, ahead.answer().await),
                     None => {
                         let request =
-                            self.follower_fetch(&key, epoch, log_end, last_epoch, log_end);
+                            self.follower_fetch(&key, epoch, log_end, last_epoch, (log_end, &log));
                         let started = Instant::now();
                         let Some(quic) = self.quic.as_ref() else {
                             return;
@@ -235,7 +235,7 @@ impl Shard {
         epoch: u32,
         fetch_offset: u64,
         last_fetched_epoch: Option<u32>,
-        log_end: u64,
+        (log_end, log): (u64, &LogHandle),
     ) -> ReplicaFetchRequest {
         debug_assert!(log_end <= fetch_offset);
         ReplicaFetchRequest {
@@ -248,6 +248,9 @@ impl Shard {
             log_end,
             max_bytes: REPLICA_FETCH_BYTES_MAX,
             max_wait_ms: replica_fetch_wait_ms(self.context.config.replica_lag_time_max_ms),
+            // What the log has synced, as of its last command; never above what is reported
+            // held (a truncation may have moved the log end below it since).
+            synced_offset: Appended(log.synced_offset().min(log_end)),
         }
     }
 }

@@ -50,8 +50,7 @@ impl Shard {
     ) -> ReplicaFetchResponse {
         let key = (request.topic.clone(), request.partition);
         let started = Instant::now();
-        if request.log_end > request.fetch_offset {
-            // A follower cannot hold what it has not fetched.
+        if !reports_what_it_can(&request) {
             return replica_fetch_error(ErrorCode::InvalidRequest, 0, 0);
         }
         let last_fetched_epoch = u32::try_from(request.last_fetched_epoch).ok();
@@ -139,6 +138,7 @@ impl Shard {
                 Ok(progress) => progress.propose_isr,
                 Err(error) => return replica_fetch_error(fetch_error_code(error), before, 0),
             };
+            leader.handle_synced(request.replica_id, request.synced_offset.0);
             partition.settle(before);
             proposal
         };
@@ -353,6 +353,11 @@ pub(super) fn fetch_error_code(error: ReplicaFetchError) -> ErrorCode {
         ReplicaFetchError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
         ReplicaFetchError::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
     }
+}
+
+/// A follower cannot hold what it has not fetched, nor sync what it does not hold.
+fn reports_what_it_can(request: &ReplicaFetchRequest) -> bool {
+    request.log_end <= request.fetch_offset && request.synced_offset.0 <= request.log_end
 }
 
 pub(super) fn replica_fetch_error(
