@@ -128,7 +128,8 @@ pub struct BenchArgs {
     #[arg(long)]
     idempotent: bool,
     /// `synced`: producers ask the leader to sync each batch before acknowledging it,
-    /// whatever the topic's flush policy; `policy`: as the flush policy says.
+    /// whatever the topic's flush policy; `policy`: as the flush policy says (default, or the
+    /// workload file's `durability`).
     #[arg(long, value_enum)]
     durability: Option<crate::client_cmd::DurabilityArg>,
     /// Transactional producers (implies --idempotent): each writes in transactions committed

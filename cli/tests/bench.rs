@@ -46,6 +46,11 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         "the bench reports its own CPU use: {cpu}"
     );
     assert_eq!(support::stored_records(&node, "b1"), 20000);
+    // Every measured record's acknowledgement said how durable it was: on this one replica.
+    let levels = produced["ack_durability"].as_array().unwrap();
+    let acknowledged: u64 = levels.iter().map(|l| l["records"].as_u64().unwrap()).sum();
+    assert_eq!(acknowledged, 20000, "{levels:?}");
+    assert!(levels.iter().all(|l| l["replicas"] == 1), "{levels:?}");
 
     // Compressed: the same count stored, in less than half the bytes (the values are word
     // text, not one repeated byte that any codec shrinks a hundredfold).
@@ -357,7 +362,14 @@ fn pinned_presets_mirror_iggy_bench() {
             "segment.bytes=1048576",
             "--topic-config",
             "direct.writes=always",
+            "--durability",
+            "synced",
         ],
+    );
+    // Asked synced, every batch was synced on the leader before its ack.
+    assert_eq!(
+        produced["ack_durability"],
+        serde_json::json!([{"replicas": 1, "synced_replicas": 1, "records": 4000, "share": 1.0}])
     );
     for partition in 0..2 {
         let segments = support::log_segments(&temp.path().join(format!("pinned-{partition}")));

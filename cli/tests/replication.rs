@@ -143,7 +143,8 @@ fn three_replicas_hold_identical_logs() {
 }
 
 /// A follower paused past the lag time leaves the ISR; acks=all goes on with two of three;
-/// after SIGCONT it catches up and rejoins. Under-replication shows in describe and metrics.
+/// after SIGCONT it catches up and rejoins. Under-replication shows in describe and metrics,
+/// and each acknowledgement says how many in-sync replicas held its records: three, then two.
 #[test]
 fn a_paused_follower_leaves_the_isr_and_rejoins() {
     let etcd = EtcdServer::start();
@@ -190,14 +191,35 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
         .as_i64()
         .unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
-    let produce = |line: &str| {
-        nodes[0].cli(
-            &["produce", "lag", "--acks", "all"],
+    // What each acknowledgement said of the record's durability.
+    let produce_with = |line: &str, durability: &str| -> serde_json::Value {
+        let printed = nodes[0].cli(
+            &[
+                "produce",
+                "lag",
+                "--acks",
+                "all",
+                "--durability",
+                durability,
+                "--print-offsets",
+                "--format",
+                "json",
+            ],
             Some(format!("{line}\n").as_bytes()),
         );
+        let acked: serde_json::Value = serde_json::from_str(printed.trim()).unwrap();
+        acked["durability"].clone()
     };
-    produce("before");
+    let produce = |line: &str| produce_with(line, "policy");
+    let before = produce("before");
     wait_for("a full ISR", || isr(&nodes[0], "lag", 0).len() == 3);
+    assert_eq!(before["replicas"], 3, "{before}");
+    // Synced on the leader before the answer; the followers' syncs count as they report them.
+    let synced = produce_with("synced", "synced");
+    assert_eq!(synced["replicas"], 3, "{synced}");
+    assert_eq!(synced["leader_synced"], true, "{synced}");
+    let synced_replicas = synced["synced_replicas"].as_u64().unwrap();
+    assert!((1..=3).contains(&synced_replicas), "{synced}");
 
     nodes[follower as usize - 1].signal(libc::SIGSTOP);
     let paused_at = std::time::Instant::now();
@@ -220,7 +242,8 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
         );
     }
     for i in 0..20 {
-        produce(&format!("during-{i}"));
+        let durability = produce(&format!("during-{i}"));
+        assert_eq!(durability["replicas"], 2, "during-{i}: {durability}");
     }
     // Pause the other follower too: one in-sync replica is below min.insync.replicas = 2, so
     // acks=all is refused (NOT_ENOUGH_REPLICAS) and nothing of it is written.
@@ -247,14 +270,14 @@ fn a_paused_follower_leaves_the_isr_and_rejoins() {
     );
     assert_eq!(
         describe(&nodes[0], "lag")["partitions"][0]["high_watermark"],
-        21,
+        22,
         "the refused record was not written"
     );
     let consumed = nodes[0].cli(
-        &["consume", "lag", "--from-beginning", "--max-messages", "21"],
+        &["consume", "lag", "--from-beginning", "--max-messages", "22"],
         None,
     );
-    assert_eq!(consumed.lines().count(), 21);
+    assert_eq!(consumed.lines().count(), 22);
     if leader == 1 {
         // Two shrinks, then one or two expansions (the followers may rejoin in one change);
         // cluster views that merely repeat a change (the leader's own, echoed) count nothing.
