@@ -504,6 +504,26 @@ fn racing_conditional_appends_let_exactly_one_writer_win_each_round() {
             .map(|record| String::from_utf8(record.value.clone()).unwrap())
             .collect();
         assert_eq!(values, winners);
+        // A lost append wrote nothing and its sequences were given back: neither writer ever
+        // needed a new epoch, however often it lost.
+        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+        consumer
+            .assign("ledger", &[0], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut epochs = std::collections::BTreeSet::new();
+        let mut seen = 0;
+        while seen < ROUNDS {
+            for batch in consumer.poll().await.unwrap() {
+                epochs.insert(batch.batch.header().producer_epoch);
+                seen += batch.records().count() as u64;
+            }
+        }
+        assert_eq!(
+            epochs,
+            [0].into(),
+            "producer epochs of the winners' batches"
+        );
     });
 }
 

@@ -184,9 +184,73 @@ struct Sealed {
     reply: oneshot::Sender<BatchResult>,
     /// Buffer space to give back once answered.
     bytes: usize,
-    /// The producer epoch it was numbered under (idempotent producers).
-    epoch: Option<i16>,
+    /// Its sequences (idempotent producers).
+    numbered: Option<Numbered>,
     expected_offset: Option<u64>,
+}
+
+/// The sequences a batch was numbered with: `records` of them from `base`, under `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Numbered {
+    epoch: i16,
+    base: i32,
+    records: i32,
+}
+
+/// A partition's next sequence and the epoch it counts in (idempotent producers), packed in
+/// one word: batches are numbered under the producer's lock as they are sealed, and the
+/// partition's sender may give a refused batch's sequences back
+/// ([`SequenceCursor::give_back`]) without it.
+#[derive(Debug, Clone, Default)]
+struct SequenceCursor(Arc<AtomicU64>);
+
+impl SequenceCursor {
+    fn pack(epoch: i16, next: i32) -> u64 {
+        (u64::from(epoch as u16) << 32) | u64::from(next as u32)
+    }
+
+    fn unpack(word: u64) -> (i16, i32) {
+        ((word >> 32) as u16 as i16, word as u32 as i32)
+    }
+
+    /// Sequences wrap to 0 after `i32::MAX`, as Kafka's do.
+    fn after(base: i32, records: i32) -> i32 {
+        ((i64::from(base) + i64::from(records)) % (i64::from(i32::MAX) + 1)) as i32
+    }
+
+    /// Numbers a batch of `records` under `epoch` (a new epoch starts the partition at 0).
+    fn number(&self, epoch: i16, records: i32) -> Numbered {
+        let mut current = self.0.load(Ordering::Acquire);
+        loop {
+            let (at_epoch, next) = Self::unpack(current);
+            let base = if at_epoch == epoch { next } else { 0 };
+            let numbered = Self::pack(epoch, Self::after(base, records));
+            match self
+                .0
+                .compare_exchange(current, numbered, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Numbered {
+                        epoch,
+                        base,
+                        records,
+                    };
+                }
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Gives back the sequences of a batch the broker refused without writing anything, if no
+    /// batch was numbered after it: the partition's next batch takes them, and the sequence
+    /// has no hole. Whether it did.
+    fn give_back(&self, batch: Numbered) -> bool {
+        let numbered_last = Self::pack(batch.epoch, Self::after(batch.base, batch.records));
+        let before = Self::pack(batch.epoch, batch.base);
+        self.0
+            .compare_exchange(numbered_last, before, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// An idempotent producer's identity, shared by its sealing and its partition senders.
@@ -248,8 +312,7 @@ impl Idempotence {
 struct PartitionState {
     /// The sequence number of the next batch's first record (idempotent producers), and the
     /// epoch it counts in: a new epoch starts every partition at 0.
-    next_sequence: i32,
-    sequence_epoch: i16,
+    sequence: SequenceCursor,
     open: Option<Accumulator>,
     sender: Option<mpsc::UnboundedSender<Sealed>>,
     /// Sealed batches the sender task has not taken yet (it has `max_in_flight` requests out).
@@ -298,6 +361,8 @@ struct SenderContext {
     idempotence: Arc<Idempotence>,
     /// The partition's [`PartitionState::waiting`].
     waiting: Arc<AtomicUsize>,
+    /// The partition's [`PartitionState::sequence`].
+    sequence: SequenceCursor,
     /// Wakes the linger task (the sender took the last waiting batch).
     linger_wake: Arc<Notify>,
     /// The producer's [`Inner::batch_bytes`].
@@ -924,30 +989,27 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
     let Some(mut accumulator) = state.open.take() else {
         return;
     };
-    let identity = inner.idempotence.current();
-    if let Some((producer_id, producer_epoch)) = identity {
-        if state.sequence_epoch != producer_epoch {
-            state.sequence_epoch = producer_epoch;
-            state.next_sequence = 0;
-        }
-        let records = accumulator.builder.record_count() as i32;
-        accumulator
-            .builder
-            .set_producer(producer_id, producer_epoch, state.next_sequence);
-        if inner.transaction.is_some() {
+    let numbered = inner
+        .idempotence
+        .current()
+        .map(|(producer_id, producer_epoch)| {
+            let records = accumulator.builder.record_count() as i32;
+            let numbered = state.sequence.number(producer_epoch, records);
             accumulator
                 .builder
-                .set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
-        }
-        // Sequences wrap to 0 after i32::MAX, as Kafka's do.
-        state.next_sequence = ((i64::from(state.next_sequence) + i64::from(records))
-            % (i64::from(i32::MAX) + 1)) as i32;
-    }
+                .set_producer(producer_id, producer_epoch, numbered.base);
+            if inner.transaction.is_some() {
+                accumulator
+                    .builder
+                    .set_attributes(strata_wire::batch::attributes::TRANSACTIONAL);
+            }
+            numbered
+        });
     let sealed = Sealed {
         builder: accumulator.builder,
         reply: accumulator.reply,
         bytes: accumulator.bytes,
-        epoch: identity.map(|(_, epoch)| epoch),
+        numbered,
         expected_offset: accumulator.expected_offset,
     };
     state.last_sealed = Some(accumulator.outcome);
@@ -961,6 +1023,7 @@ fn seal(inner: &Arc<Inner>, topic: &Arc<str>, partition: u32, state: &mut Partit
             requests: inner.requests.clone(),
             idempotence: inner.idempotence.clone(),
             waiting: state.waiting.clone(),
+            sequence: state.sequence.clone(),
             linger_wake: inner.taken.clone(),
             batch_bytes: inner.batch_bytes.clone(),
             transaction: inner.transaction.clone(),
@@ -1089,7 +1152,7 @@ async fn send_partition(
                         builder,
                         reply,
                         bytes,
-                        epoch,
+                        numbered,
                         expected_offset,
                     } = sealed;
                     let batch = builder.into_batch();
@@ -1123,14 +1186,22 @@ async fn send_partition(
                         };
                         // A batch that failed for good leaves a hole in its partition's
                         // sequence: move to the next epoch. Unless a newer instance fenced
-                        // this one: that stays an error.
+                        // this one: that stays an error. A conditional append refused for
+                        // its offset wrote nothing: where no batch was numbered after it, its
+                        // sequences are given back and the epoch stays (writers that lose
+                        // often would otherwise take a new epoch per loss).
                         if let (Err(error), Some(transaction)) = (&result, &context.transaction) {
                             // Only the coordinator gives a transactional producer an epoch.
                             transaction.batch_failed(error);
-                        } else if let (Err(error), Some(epoch)) = (&result, epoch)
+                        } else if let (Err(error), Some(numbered)) = (&result, numbered)
                             && error.code() != Some(ErrorCode::InvalidProducerEpoch)
+                            && !(matches!(error, ClientError::LogEndMismatch { .. })
+                                && context.sequence.give_back(numbered))
                         {
-                            context.idempotence.next_epoch(&context.client, epoch).await;
+                            context
+                                .idempotence
+                                .next_epoch(&context.client, numbered.epoch)
+                                .await;
                         }
                         (result, reply, bytes)
                     });
@@ -1230,6 +1301,37 @@ async fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequences_count_per_epoch_wrap_and_are_given_back_only_by_the_last_batch() {
+        let cursor = SequenceCursor::default();
+        let first = cursor.number(0, 10);
+        let second = cursor.number(0, 5);
+        assert_eq!((first.base, second.base), (0, 10));
+        assert!(!cursor.give_back(first), "a batch was numbered after it");
+        assert!(cursor.give_back(second));
+        assert_eq!(
+            cursor.number(0, 1).base,
+            10,
+            "the given-back sequences are reused"
+        );
+        // A new epoch starts at 0; a batch of the old epoch gives nothing back.
+        let renumbered = cursor.number(1, 3);
+        assert_eq!(renumbered.base, 0);
+        assert!(!cursor.give_back(second));
+        assert_eq!(cursor.number(1, 1).base, 3);
+        // Sequences wrap after i32::MAX, and give back across the wrap.
+        let cursor = SequenceCursor::default();
+        cursor.number(7, i32::MAX - 1);
+        let wrapping = cursor.number(7, 4);
+        assert_eq!(wrapping.base, i32::MAX - 1);
+        assert_eq!(cursor.number(7, 1).base, 2);
+        let cursor = SequenceCursor::default();
+        cursor.number(-1, i32::MAX - 1);
+        let wrapping = cursor.number(-1, 4);
+        assert!(cursor.give_back(wrapping));
+        assert_eq!(cursor.number(-1, 1).base, i32::MAX - 1);
+    }
 
     #[test]
     fn keyless_records_stick_to_a_partition_for_a_batch_then_move_on() {
