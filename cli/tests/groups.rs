@@ -947,6 +947,8 @@ fn a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_
     assert_eq!(partitions_of(&after, "b"), before, "b kept its partitions");
 }
 
+/// Three brokers: the broker coordinating a group dies mid-stream, another takes the group
+/// over with its members; then its lag in seconds is measured across brokers.
 #[test]
 fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
     let etcd = EtcdServer::start();
@@ -967,7 +969,7 @@ fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
     let bootstrap: Vec<String> = nodes.iter().map(TestNode::bootstrap).collect();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     const RECORDS: u64 = 3000;
-    runtime().block_on(async {
+    let killed = runtime().block_on(async {
         let client = Client::connect(ClientConfig::new(bootstrap.join(",")))
             .await
             .unwrap();
@@ -1053,7 +1055,53 @@ fn the_group_moves_to_another_coordinator_when_its_broker_dies() {
         for member in members {
             member.close().await.unwrap();
         }
+        killed
     });
+    // Lag in seconds across brokers: with the group's offsets at the end, a record written a
+    // minute ago (by its timestamp) is partition 0's oldest unread one, and the coordinator
+    // reads its age from whichever broker leads the partition.
+    let live = &nodes[(killed + 1) % nodes.len()];
+    live.cli(
+        &[
+            "group",
+            "reset-offsets",
+            "movers",
+            "--topic",
+            "moving",
+            "--to-latest",
+            "--execute",
+        ],
+        None,
+    );
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(live.bootstrap()))
+            .await
+            .unwrap();
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut late = ProducerRecord::new("moving", None, "late");
+        late.partition = Some(0);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        late.timestamp_ms = Some(now_ms - 60_000);
+        producer.send(late).await.unwrap().await.unwrap();
+    });
+    let lag_seconds = |partition: u64| {
+        described(live, "movers")["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["topic"] == "moving" && o["partition"] == partition)
+            .and_then(|o| o["lag_seconds"].as_f64())
+    };
+    wait_for_at_most(
+        "a minute of lag on partition 0",
+        Duration::from_secs(30),
+        || lag_seconds(0).is_some_and(|lag| lag >= 58.0),
+    );
+    assert!(lag_seconds(0).unwrap() < 120.0);
+    assert_eq!(lag_seconds(1), Some(0.0), "partition 1 is read to its end");
 }
 
 #[test]
