@@ -13,6 +13,7 @@
 //! `e2e_latency_us` with `p50`, `p90`, `p99`, `p999`, `p9999`, `max`; added since:
 //! `compression`, `sent_batch_bytes`, `compression_ratio`, `host`.
 
+mod kafka;
 pub mod pacing;
 
 use std::sync::Arc;
@@ -110,6 +111,18 @@ pub struct BenchConfig {
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
     /// the partitions among themselves.
     pub group: Option<String>,
+    /// What the bench's clients speak: Strata's protocol (its own client) or Kafka's
+    /// (librdkafka), against any Kafka-compatible broker.
+    pub protocol: Protocol,
+}
+
+/// A bench's clients' protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    #[default]
+    Native,
+    Kafka,
 }
 
 impl Default for BenchConfig {
@@ -149,6 +162,7 @@ impl Default for BenchConfig {
             broker_admins: Vec::new(),
             compression: Codec::None,
             group: None,
+            protocol: Protocol::Native,
         }
     }
 }
@@ -245,6 +259,9 @@ pub struct Report {
     /// The producers' codec (`none`, `lz4`, `zstd`); `bytes` and `mb_per_s` count record
     /// bytes before compression.
     pub compression: &'static str,
+    /// The client that produced and consumed, and its protocol: Strata's own client, or
+    /// librdkafka (`--protocol kafka`) with its version.
+    pub client: String,
     /// Bytes of the batches producers sent (warmup included), as they went on the wire and to
     /// disk: after compression, with batch headers and record entries. 0 without producers.
     pub sent_batch_bytes: u64,
@@ -537,10 +554,9 @@ struct SentBytes {
 }
 
 impl SentBytes {
-    fn add(&self, records: u64, producer: &Producer) {
+    fn add(&self, records: u64, batch_bytes: u64) {
         self.records.fetch_add(records, Ordering::Relaxed);
-        self.batches
-            .fetch_add(producer.batch_bytes(), Ordering::Relaxed);
+        self.batches.fetch_add(batch_bytes, Ordering::Relaxed);
     }
 }
 
@@ -598,6 +614,22 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     if config.null_sink {
         return null_sink(config).await;
     }
+    let (client, partitions) = match config.protocol {
+        Protocol::Native => {
+            let (client, partitions) = native_topic(config).await?;
+            (Some(client), partitions)
+        }
+        Protocol::Kafka => {
+            kafka::check(config)?;
+            (None, kafka::ensure_topic(config).await?)
+        }
+    };
+    run_measured(config, (client, partitions)).await
+}
+
+/// A native client, and the topic's partition count once it exists (created if a produce run
+/// needs it).
+async fn native_topic(config: &BenchConfig) -> anyhow::Result<(Arc<Client>, u32)> {
     let client = Client::connect(config.client_config())
         .await
         .with_context(|| format!("connecting to {}", config.bootstrap))?;
@@ -628,6 +660,18 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             return Err(error).with_context(|| format!("looking up topic {}", config.topic));
         }
     }
+    let partitions = client
+        .metadata_for(&config.topic)
+        .await?
+        .partition_count(&config.topic)?;
+    Ok((client, partitions))
+}
+
+/// The run, measured: see [`run`].
+async fn run_measured(
+    config: &BenchConfig,
+    (client, partitions): (Option<Arc<Client>>, u32),
+) -> anyhow::Result<(Report, Histograms)> {
     let host = HostState::now();
     let started = Instant::now();
     let cpu_started = cpu_seconds();
@@ -720,90 +764,13 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         })
     });
 
-    let mut consumer_tasks = Vec::new();
-    if config.workload != Workload::Produce {
-        let start = if config.workload == Workload::Consume {
-            SeekTo::Beginning
-        } else {
-            SeekTo::End
-        };
-        let partitions = client
-            .metadata_for(&config.topic)
-            .await?
-            .partition_count(&config.topic)?;
-        let consumers = config.consumers.max(1);
-        // What each consumer task does with a fetched batch: end-to-end latency from the send
-        // timestamp at the head of each value, bytes, and the shared record count.
-        let count = move |batch: &strata_client::ConsumedBatch,
-                          e2e: &mut Histogram<u64>,
-                          interval: &std::sync::Mutex<Histogram<u64>>,
-                          bytes: &mut u64,
-                          consumed: &AtomicU64| {
-            let seen = now_us();
-            if Instant::now() < measure_from {
-                return;
-            }
-            let mut interval = interval.lock().expect("interval recorder");
-            for record in batch.records() {
-                if let Some(sent) = record.value.get(..8) {
-                    let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
-                    let latency = seen.saturating_sub(sent).max(1);
-                    let _ = e2e.record(latency);
-                    let _ = interval.record(latency);
-                }
-                *bytes += record.value.len() as u64;
-                consumed.fetch_add(1, Ordering::Relaxed);
-            }
-        };
-        for index in 0..consumers {
-            let consumer_config = config.consumer_config();
-            let (stop, consumed) = (stop_consumers.clone(), consumed.clone());
-            let interval = e2e_intervals.recorder();
-            if let Some(group) = &config.group {
-                let mut group_config = GroupConfig::new(group.clone());
-                group_config.client_id = format!("strata-bench-{index}");
-                group_config.consumer = consumer_config;
-                group_config.auto_offset_reset = match start {
-                    SeekTo::Beginning => OffsetReset::Earliest,
-                    _ => OffsetReset::Latest,
-                };
-                let mut member = GroupConsumer::subscribe(
-                    client.clone(),
-                    vec![config.topic.clone()],
-                    group_config,
-                )
-                .await?;
-                consumer_tasks.push(tokio::spawn(async move {
-                    let (mut e2e, mut bytes) = (histogram(), 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        for batch in member.poll().await? {
-                            count(&batch, &mut e2e, &interval, &mut bytes, &consumed);
-                        }
-                    }
-                    member.close().await?;
-                    Ok::<_, anyhow::Error>((e2e, bytes))
-                }));
-                continue;
-            }
-            let mine: Vec<u32> = (0..partitions)
-                .filter(|p| *p as usize % consumers == index)
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let mut consumer = Consumer::new(client.clone(), consumer_config);
-            consumer.assign(&config.topic, &mine, start).await?;
-            consumer_tasks.push(tokio::spawn(async move {
-                let (mut e2e, mut bytes) = (histogram(), 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    for batch in consumer.poll().await? {
-                        count(&batch, &mut e2e, &interval, &mut bytes, &consumed);
-                    }
-                }
-                Ok::<_, anyhow::Error>((e2e, bytes))
-            }));
-        }
-    }
+    let consumer_tasks = start_consumers(
+        config,
+        (client.as_ref(), partitions),
+        measure_from,
+        (&e2e_intervals, &consumed, &stop_consumers),
+    )
+    .await?;
 
     let mut producer_tasks = Vec::new();
     if config.workload != Workload::Consume {
@@ -820,6 +787,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 ),
             );
         let mut paced: Vec<Vec<PacedProducer>> = (0..paced_threads).map(|_| Vec::new()).collect();
+        let run_config = config;
         for index in 0..producers {
             let producer_config = config.producer_config(index);
             let config = config.clone();
@@ -829,7 +797,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
                 total / producers as u64 + u64::from((index as u64) < total % producers as u64)
             });
             let (rate, pinned) = (config.rate, config.pinned);
-            let make_task = move |producer: Producer| ProducerTask {
+            let make_task = move |producer: BenchProducer| ProducerTask {
                 producer,
                 config,
                 index: index as u64,
@@ -844,12 +812,21 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             };
             if rate.is_some() && !pinned {
                 paced[index % paced_threads].push(PacedProducer {
+                    index,
                     producer_config,
                     make_task: Box::new(make_task),
                 });
                 continue;
             }
-            let task = make_task(Producer::new(client.clone(), producer_config));
+            let producer = match &client {
+                Some(client) => {
+                    BenchProducer::Native(Producer::new(client.clone(), producer_config))
+                }
+                None => {
+                    BenchProducer::Kafka(kafka::KafkaProducer::new(run_config, index, partitions)?)
+                }
+            };
+            let task = make_task(producer);
             if rate.is_some() {
                 // A pinned producer waits once per batch: a pacing thread of its own is cheap.
                 producer_tasks.push(
@@ -867,9 +844,12 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             if group.is_empty() {
                 continue;
             }
-            let client_config = config.client_config();
+            let connect = match config.protocol {
+                Protocol::Native => Connect::Native(config.client_config()),
+                Protocol::Kafka => Connect::Kafka(Box::new(config.clone()), partitions),
+            };
             let outcomes = on_own_runtime(&format!("bench-producers-{thread}"), move || {
-                produce_paced_on_this_thread(client_config, group)
+                produce_paced_on_this_thread(connect, group)
             });
             producer_tasks.push(
                 async move {
@@ -926,9 +906,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     stop_consumers.store(true, Ordering::Relaxed);
     let mut consumed_bytes = 0u64;
     for task in consumer_tasks {
-        let (histogram, bytes) = task.await??;
-        histograms.e2e.add(&histogram)?;
-        consumed_bytes += bytes;
+        let counter = task.await??;
+        histograms.e2e.add(&counter.e2e)?;
+        consumed_bytes += counter.bytes;
     }
     histograms.ack = ack;
     if let Some(progress) = progress {
@@ -945,6 +925,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
         workload: config.workload,
         topic: config.topic.clone(),
         compression: config.compression.name(),
+        client: client_name(config.protocol),
         sent_batch_bytes: sent_bytes.batches.load(Ordering::Relaxed),
         compression_ratio: ratio(
             sent_bytes.records.load(Ordering::Relaxed),
@@ -978,9 +959,140 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     Ok((report, histograms))
 }
 
+/// What a consumer task counts: end-to-end latency from the send time at the head of each value
+/// (records measured only from `measure_from`), bytes, and the run's shared record count.
+pub(crate) struct RecordCounter {
+    measure_from: Instant,
+    e2e: Histogram<u64>,
+    interval: IntervalRecorder,
+    bytes: u64,
+    consumed: Arc<AtomicU64>,
+}
+
+impl RecordCounter {
+    /// Values read together (a batch, or one message).
+    pub(crate) fn count<'a>(&mut self, values: impl Iterator<Item = &'a [u8]>) {
+        let seen = now_us();
+        if Instant::now() < self.measure_from {
+            return;
+        }
+        let mut interval = self.interval.lock().expect("interval recorder");
+        for value in values {
+            if let Some(sent) = value.get(..8) {
+                let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
+                let latency = seen.saturating_sub(sent).max(1);
+                let _ = self.e2e.record(latency);
+                let _ = interval.record(latency);
+            }
+            self.bytes += value.len() as u64;
+            self.consumed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+type ConsumerTask = tokio::task::JoinHandle<anyhow::Result<RecordCounter>>;
+
+/// The run's consumers, reading until `stop`: in the bench's group, or splitting the topic's
+/// `partitions` among themselves, from the beginning (consume) or the end (e2e). `client`: the
+/// native client, `None` over Kafka's protocol.
+async fn start_consumers(
+    config: &BenchConfig,
+    (client, partitions): (Option<&Arc<Client>>, u32),
+    measure_from: Instant,
+    (intervals, consumed, stop): (&IntervalRecorders, &Arc<AtomicU64>, &Arc<AtomicBool>),
+) -> anyhow::Result<Vec<ConsumerTask>> {
+    let mut tasks = Vec::new();
+    if config.workload == Workload::Produce {
+        return Ok(tasks);
+    }
+    let from_beginning = config.workload == Workload::Consume;
+    let consumers = config.consumers.max(1);
+    for index in 0..consumers {
+        let counter = RecordCounter {
+            measure_from,
+            e2e: histogram(),
+            interval: intervals.recorder(),
+            bytes: 0,
+            consumed: consumed.clone(),
+        };
+        let stop = stop.clone();
+        let mine: Vec<u32> = (0..partitions)
+            .filter(|p| *p as usize % consumers == index)
+            .collect();
+        if mine.is_empty() && config.group.is_none() {
+            continue;
+        }
+        let Some(client) = client else {
+            let config = config.clone();
+            let start = if from_beginning {
+                rdkafka::Offset::Beginning
+            } else {
+                rdkafka::Offset::End
+            };
+            tasks.push(tokio::spawn(async move {
+                kafka::consume(&config, mine, start, stop, counter).await
+            }));
+            continue;
+        };
+        tasks.push(
+            native_consumer(config, client, (index, mine), from_beginning, stop, counter).await?,
+        );
+    }
+    Ok(tasks)
+}
+
+/// One native consumer task: a member of the bench's group, or a reader of `partitions`.
+async fn native_consumer(
+    config: &BenchConfig,
+    client: &Arc<Client>,
+    (index, partitions): (usize, Vec<u32>),
+    from_beginning: bool,
+    stop: Arc<AtomicBool>,
+    mut counter: RecordCounter,
+) -> anyhow::Result<ConsumerTask> {
+    let consumer_config = config.consumer_config();
+    if let Some(group) = &config.group {
+        let mut group_config = GroupConfig::new(group.clone());
+        group_config.client_id = format!("strata-bench-{index}");
+        group_config.consumer = consumer_config;
+        group_config.auto_offset_reset = if from_beginning {
+            OffsetReset::Earliest
+        } else {
+            OffsetReset::Latest
+        };
+        let mut member =
+            GroupConsumer::subscribe(client.clone(), vec![config.topic.clone()], group_config)
+                .await?;
+        return Ok(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for batch in member.poll().await? {
+                    counter.count(batch.records().map(|record| record.value));
+                }
+            }
+            member.close().await?;
+            Ok(counter)
+        }));
+    }
+    let start = if from_beginning {
+        SeekTo::Beginning
+    } else {
+        SeekTo::End
+    };
+    let mut consumer = Consumer::new(client.clone(), consumer_config);
+    consumer.assign(&config.topic, &partitions, start).await?;
+    Ok(tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            for batch in consumer.poll().await? {
+                counter.count(batch.records().map(|record| record.value));
+            }
+        }
+        Ok(counter)
+    }))
+}
+
 /// What one producer task works with.
 struct ProducerTask {
-    producer: Producer,
+    producer: BenchProducer,
     config: BenchConfig,
     /// This producer's number (its partition in the pinned presets, its key seed).
     index: u64,
@@ -1020,25 +1132,144 @@ const PACED_RECORDS_PER_THREAD: f64 = 200_000.0;
 /// A paced producer before it starts: its client and producer are made on the thread that
 /// will run it.
 struct PacedProducer {
+    index: usize,
     producer_config: ProducerConfig,
-    make_task: Box<dyn FnOnce(Producer) -> ProducerTask + Send>,
+    make_task: Box<dyn FnOnce(BenchProducer) -> ProducerTask + Send>,
 }
 
-/// Connects a client of this thread's own, starts `group`'s producers on it and runs them
-/// paced (see [`on_own_runtime`]).
+/// How a thread of paced producers makes them: native ones share a client of the thread's
+/// own; over Kafka each is a librdkafka producer (on a topic of this many partitions).
+enum Connect {
+    Native(ClientConfig),
+    Kafka(Box<BenchConfig>, u32),
+}
+
+/// Makes `group`'s producers on this thread and runs them paced (see [`on_own_runtime`]).
 async fn produce_paced_on_this_thread(
-    client_config: ClientConfig,
+    connect: Connect,
     group: Vec<PacedProducer>,
 ) -> Vec<ProducerOutcome> {
-    let client = match Client::connect(client_config).await {
-        Ok(client) => client,
-        Err(error) => return vec![Err(anyhow::Error::from(error).context("connecting"))],
-    };
-    let tasks = group
-        .into_iter()
-        .map(|paced| (paced.make_task)(Producer::new(client.clone(), paced.producer_config)))
-        .collect();
+    let mut tasks = Vec::with_capacity(group.len());
+    match connect {
+        Connect::Native(client_config) => {
+            let client = match Client::connect(client_config).await {
+                Ok(client) => client,
+                Err(error) => return vec![Err(anyhow::Error::from(error).context("connecting"))],
+            };
+            for paced in group {
+                let producer = Producer::new(client.clone(), paced.producer_config);
+                tasks.push((paced.make_task)(BenchProducer::Native(producer)));
+            }
+        }
+        Connect::Kafka(config, partitions) => {
+            for paced in group {
+                match kafka::KafkaProducer::new(&config, paced.index, partitions) {
+                    Ok(producer) => tasks.push((paced.make_task)(BenchProducer::Kafka(producer))),
+                    Err(error) => return vec![Err(error)],
+                }
+            }
+        }
+    }
     produce_paced(tasks).await
+}
+
+/// A bench producer: Strata's client, or librdkafka over Kafka's protocol.
+enum BenchProducer {
+    Native(Producer),
+    Kafka(kafka::KafkaProducer),
+}
+
+/// A record's acknowledgement, from either producer.
+enum BenchAck {
+    Native(strata_client::RecordFuture),
+    Kafka(kafka::KafkaAck),
+}
+
+impl Future for BenchAck {
+    type Output = anyhow::Result<RecordMetadata>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            BenchAck::Native(ack) => ack.poll_unpin(context).map_err(Into::into),
+            BenchAck::Kafka(ack) => ack.poll_unpin(context),
+        }
+    }
+}
+
+impl BenchProducer {
+    /// Strata's own producer, for what only it does (transactions).
+    fn native(&self) -> anyhow::Result<&Producer> {
+        match self {
+            BenchProducer::Native(producer) => Ok(producer),
+            BenchProducer::Kafka(_) => {
+                anyhow::bail!("only the native producer writes transactions")
+            }
+        }
+    }
+
+    /// Hands `record` to the client: its partition, and its acknowledgement to come.
+    async fn send(&self, record: ProducerRecord) -> anyhow::Result<(u32, BenchAck)> {
+        match self {
+            BenchProducer::Native(producer) => {
+                let ack = producer.send(record).await?;
+                Ok((ack.partition(), BenchAck::Native(ack)))
+            }
+            BenchProducer::Kafka(producer) => {
+                let timestamp_ms = record
+                    .timestamp_ms
+                    .unwrap_or_else(|| (now_us() / 1000) as i64);
+                let (partition, ack) = producer
+                    .send(
+                        &record.topic,
+                        (record.partition, record.key.as_deref()),
+                        &record.value,
+                        timestamp_ms,
+                    )
+                    .await?;
+                Ok((partition, BenchAck::Kafka(ack)))
+            }
+        }
+    }
+
+    /// Many records to one partition (the pinned presets); the acknowledgements that, all
+    /// resolved, say every record was acknowledged.
+    async fn send_batch(
+        &self,
+        topic: &Arc<str>,
+        partition: u32,
+        records: &[(Option<&[u8]>, &[u8])],
+    ) -> anyhow::Result<Vec<BenchAck>> {
+        match self {
+            BenchProducer::Native(producer) => Ok(producer
+                .send_batch(topic, partition, None, records)
+                .await?
+                .into_iter()
+                .map(BenchAck::Native)
+                .collect()),
+            BenchProducer::Kafka(producer) => {
+                let timestamp_ms = (now_us() / 1000) as i64;
+                let mut acks = Vec::with_capacity(records.len());
+                for (key, value) in records {
+                    let (_, ack) = producer
+                        .send(topic, (Some(partition), *key), value, timestamp_ms)
+                        .await?;
+                    acks.push(BenchAck::Kafka(ack));
+                }
+                Ok(acks)
+            }
+        }
+    }
+
+    /// Bytes of the batches sent so far, after compression; 0 where the client does not say.
+    fn batch_bytes(&self) -> u64 {
+        match self {
+            BenchProducer::Native(producer) => producer.batch_bytes(),
+            BenchProducer::Kafka(_) => 0,
+        }
+    }
 }
 
 /// This thread's paced producers, each open loop at its share of the rate. The thread wakes
@@ -1086,7 +1317,7 @@ async fn produce_paced(tasks: Vec<ProducerTask>) -> Vec<ProducerOutcome> {
 /// One producer's record loop: builds each record (with its intended send time leading the
 /// value), hands it to the client, and passes the ack to a collector task that records latency.
 struct RecordSender {
-    producer: Producer,
+    producer: BenchProducer,
     config: BenchConfig,
     index: u64,
     quota: Option<u64>,
@@ -1098,7 +1329,7 @@ struct RecordSender {
     /// Why this producer stopped early: a send failed, or the collector stopped because an
     /// ack did (then `finish` returns the collector's error instead).
     failure: Option<anyhow::Error>,
-    pending: tokio::sync::mpsc::UnboundedSender<PendingAck<strata_client::RecordFuture>>,
+    pending: tokio::sync::mpsc::UnboundedSender<PendingAck<BenchAck>>,
     collector: tokio::task::JoinHandle<ProducerOutcome>,
     /// One reading of both clocks, to turn an intended `Instant` into wall-clock time by
     /// arithmetic: reading the clocks per record took about 6% of the bench's samples.
@@ -1123,7 +1354,8 @@ struct TxnProgress {
 
 impl TxnProgress {
     /// Opens a transaction if none is (initializing the producer's transactional id first).
-    async fn open(&mut self, producer: &Producer) -> anyhow::Result<()> {
+    async fn open(&mut self, producer: &BenchProducer) -> anyhow::Result<()> {
+        let producer = producer.native()?;
         if self.opened.is_some() {
             return Ok(());
         }
@@ -1141,7 +1373,7 @@ impl TxnProgress {
     }
 
     /// One more record sent in the open transaction; commits it if it is full or old enough.
-    async fn sent(&mut self, producer: &Producer) -> anyhow::Result<()> {
+    async fn sent(&mut self, producer: &BenchProducer) -> anyhow::Result<()> {
         self.records += 1;
         let opened = self
             .opened
@@ -1155,7 +1387,8 @@ impl TxnProgress {
 
     /// Commits the open transaction, if one is: waits for its records' acknowledgements, then
     /// times the commit alone.
-    async fn commit(&mut self, producer: &Producer) -> anyhow::Result<()> {
+    async fn commit(&mut self, producer: &BenchProducer) -> anyhow::Result<()> {
+        let producer = producer.native()?;
         if self.opened.take().is_none() {
             return Ok(());
         }
@@ -1263,10 +1496,10 @@ impl RecordSender {
         if self.config.pinned {
             record.partition = Some(self.index as u32);
         }
-        let ack = match self.producer.send(record).await {
-            Ok(ack) => ack,
+        let (partition, ack) = match self.producer.send(record).await {
+            Ok(sent) => sent,
             Err(error) => {
-                self.failure = Some(error.into());
+                self.failure = Some(error);
                 return;
             }
         };
@@ -1275,7 +1508,7 @@ impl RecordSender {
             .send(PendingAck {
                 intended,
                 size: self.config.record_size,
-                partition: ack.partition(),
+                partition,
                 ack,
             })
             .is_err()
@@ -1305,8 +1538,10 @@ impl RecordSender {
         if let (Ok(measures), Some(transaction)) = (&mut measured, &self.transaction) {
             measures.commits.add(&transaction.commits)?;
         }
-        self.sent_bytes
-            .add(self.sent * self.config.record_size as u64, &self.producer);
+        self.sent_bytes.add(
+            self.sent * self.config.record_size as u64,
+            self.producer.batch_bytes(),
+        );
         match self.failure {
             // The collector's own error says which ack failed; prefer it.
             Some(failure) => Err(measured.err().unwrap_or(failure)),
@@ -1528,10 +1763,7 @@ async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome
             .map(Option::as_deref)
             .zip(values.chunks(record_size))
             .collect();
-        let acks = task
-            .producer
-            .send_batch(&topic, partition, None, &batch)
-            .await?;
+        let acks = task.producer.send_batch(&topic, partition, &batch).await?;
         let mut durability = None;
         for ack in acks {
             // The batch's last part was acknowledged last: its durability stands for all.
@@ -1551,7 +1783,7 @@ async fn produce_pinned(task: ProducerTask, per_batch: usize) -> ProducerOutcome
             produced.fetch_add(count as u64, Ordering::Relaxed);
         }
     }
-    sent_bytes.add(sent * record_size as u64, &task.producer);
+    sent_bytes.add(sent * record_size as u64, task.producer.batch_bytes());
     Ok(ProducerMeasures {
         records,
         batches,
@@ -1743,6 +1975,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         workload: Workload::Produce,
         topic: "(null sink)".into(),
         compression: config.compression.name(),
+        client: client_name(config.protocol),
         sent_batch_bytes: batch_bytes,
         compression_ratio: ratio(bytes, batch_bytes),
         records,
@@ -1980,6 +2213,14 @@ async fn broker_cpu_seconds(admin: &str) -> Option<f64> {
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     strata_tuning::process_cpu_seconds()
+}
+
+/// The client a run's report names.
+fn client_name(protocol: Protocol) -> String {
+    match protocol {
+        Protocol::Native => format!("strata-client {} (native)", env!("CARGO_PKG_VERSION")),
+        Protocol::Kafka => kafka::client_name(),
+    }
 }
 
 /// The human summary.

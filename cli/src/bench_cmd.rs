@@ -161,6 +161,44 @@ pub struct BenchArgs {
     /// the partitions among themselves (default: no group).
     #[arg(long)]
     group: Option<String>,
+    /// What the bench's clients speak: `native`, Strata's protocol through its own client; or
+    /// `kafka`, Kafka's protocol through librdkafka, against any Kafka-compatible broker
+    /// (--bootstrap is then a Kafka listener). Default native.
+    #[arg(long, value_enum)]
+    protocol: Option<ProtocolArg>,
+}
+
+/// The protocol from the flag, else the workload file, else native.
+fn protocol_of(
+    flag: Option<ProtocolArg>,
+    file: Option<&str>,
+) -> anyhow::Result<strata_bench::Protocol> {
+    Ok(match (flag, file) {
+        (Some(ProtocolArg::Kafka), _) | (None, Some("kafka")) => strata_bench::Protocol::Kafka,
+        (Some(ProtocolArg::Native), _) | (None, None | Some("native")) => {
+            strata_bench::Protocol::Native
+        }
+        (None, Some(other)) => anyhow::bail!("protocol {other:?}: expected native or kafka"),
+    })
+}
+
+/// Whether producers ask for a sync before each ack: the flag, else the workload file.
+fn synced_of(
+    flag: Option<crate::client_cmd::DurabilityArg>,
+    file: Option<&str>,
+) -> anyhow::Result<bool> {
+    Ok(match (flag, file) {
+        (Some(durability), _) => durability == crate::client_cmd::DurabilityArg::Synced,
+        (None, None | Some("policy")) => false,
+        (None, Some("synced")) => true,
+        (None, Some(other)) => anyhow::bail!("durability {other:?}: expected policy or synced"),
+    })
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ProtocolArg {
+    Native,
+    Kafka,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -204,6 +242,8 @@ struct WorkloadFile {
     broker_admin: Vec<String>,
     compression: Option<String>,
     group: Option<String>,
+    /// `native` or `kafka`.
+    protocol: Option<String>,
     warmup: Option<f64>,
     key_distribution: Option<String>,
     keys: Option<u64>,
@@ -338,12 +378,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         pinned: args.preset == Some(Preset::PinnedProducer),
         batch_records: (args.preset == Some(Preset::PinnedProducer)).then_some(1000),
         idempotent: args.idempotent || file.idempotent.unwrap_or(false),
-        sync_before_ack: match (args.durability, file.durability.as_deref()) {
-            (Some(durability), _) => durability == crate::client_cmd::DurabilityArg::Synced,
-            (None, None | Some("policy")) => false,
-            (None, Some("synced")) => true,
-            (None, Some(other)) => anyhow::bail!("durability {other:?}: expected policy or synced"),
-        },
+        sync_before_ack: synced_of(args.durability, file.durability.as_deref())?,
         transactions,
         read_committed,
         broker_admins: if args.broker_admin.is_empty() {
@@ -358,6 +393,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             (None, None) => strata_client::Codec::None,
         },
         group: args.group.or(file.group),
+        protocol: protocol_of(args.protocol, file.protocol.as_deref())?,
     };
     let (report, histograms) = strata_bench::run(&config).await?;
     // The files first: a reader that closed stdout early must not cost the report.

@@ -516,3 +516,112 @@ fn the_report_has_the_brokers_cpu_per_gb_when_it_can_read_their_metrics() {
     );
     assert!(without["broker_cpu_seconds"].is_null(), "{without}");
 }
+
+/// `--protocol kafka`: the same workloads through librdkafka against the Kafka listener. Every
+/// record produced is stored (the listener's own count), a consume run reads them all, the
+/// pinned presets keep their shape, and the report names the client.
+#[test]
+fn the_kafka_protocol_bench_runs_the_same_workloads_through_librdkafka() {
+    let temp = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", support::free_base_port(0));
+    let node = TestNode::start_with(temp.path(), 2, &["--kafka-listen", &kafka]);
+    let produced = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--protocol",
+            "kafka",
+            "--bootstrap",
+            &kafka,
+            "--topic",
+            "kb",
+            "--partitions",
+            "3",
+            "--producers",
+            "2",
+            "--records",
+            "30000",
+        ],
+    );
+    let client = produced["client"].as_str().unwrap();
+    assert!(client.starts_with("librdkafka 2."), "{client}");
+    assert_eq!(produced["records"], 30000);
+    assert_monotonic(&produced["ack_latency_us"]);
+    assert_eq!(support::stored_records(&node, "kb"), 30000);
+    // Records without keys spread over the partitions a batch's worth at a time.
+    let described = support::describe(&node, "kb");
+    for partition in described["partitions"].as_array().unwrap() {
+        assert!(
+            partition["high_watermark"].as_u64().unwrap() > 0,
+            "{described}"
+        );
+    }
+    let consumed = report(
+        &node,
+        &[
+            "bench",
+            "consume",
+            "--protocol",
+            "kafka",
+            "--bootstrap",
+            &kafka,
+            "--topic",
+            "kb",
+            "--consumers",
+            "2",
+            "--records",
+            "30000",
+        ],
+    );
+    assert_eq!(consumed["records"], 30000);
+    assert_eq!(consumed["bytes"], 30000 * 1024);
+    assert_monotonic(&consumed["e2e_latency_us"]);
+    // The pinned preset: producer i writes partition i, batch by batch.
+    let pinned = report(
+        &node,
+        &[
+            "bench",
+            "--protocol",
+            "kafka",
+            "--bootstrap",
+            &kafka,
+            "--preset",
+            "pinned-producer",
+            "--producers",
+            "2",
+            "--total-bytes",
+            "4096000",
+        ],
+    );
+    assert_eq!(pinned["records"], 4000);
+    assert_eq!(pinned["batch_latency_us"]["count"], 4);
+    let described = support::describe(&node, "pinned");
+    for partition in described["partitions"].as_array().unwrap() {
+        assert_eq!(partition["high_watermark"], 2000, "{described}");
+    }
+    // What Kafka's protocol cannot carry is refused up front.
+    let refused = node.cli_output(
+        &[
+            "bench",
+            "produce",
+            "--protocol",
+            "kafka",
+            "--bootstrap",
+            &kafka,
+            "--topic",
+            "kb",
+            "--records",
+            "10",
+            "--durability",
+            "synced",
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--durability synced"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Strata beside its peers, in one sitting: each comparison runs its two sides alternately
+# (A B A B ..., ROUNDS rounds, default 3), a fresh broker and data dir per run, `sync` between
+# runs, the broker's CPU time read from /proc/PID/stat. Prints every run and one table of B/A
+# ratios (median and range) for docs/performance.md.
+#
+#   scripts/bench-peers.sh [ROUNDS]
+#
+# Comparisons (PEERS picks among them, default all three):
+#   iggy    A: iggy-server with iggy-bench pinned-producer, then pinned-consumer (2 actors,
+#              1 KiB messages, 1,000 per batch; ../shared/peers/iggy, 0.9-edge)
+#           B: Strata with `strata bench --preset pinned-producer`, then pinned-consumer
+#   kafka   A: Strata's native protocol (`strata bench produce`, then consume)
+#           B: Strata's Kafka listener on the same kind of node, through
+#              `strata bench --protocol kafka` (librdkafka)
+#   tansu   A: Tansu 0.6 (memory storage: nothing reaches a disk) through
+#              `strata bench --protocol kafka`
+#           B: Strata's Kafka listener through the same bench
+#
+# BENCH_BYTES (default 2000000000) is what each pinned run moves; RECORDS (default 1000000,
+# 1 KiB each) what each Kafka-protocol run does. STRATA_BIN=path uses that binary instead of
+# building. Tansu is installed with `cargo install` under /var/tmp/strata-peers the first time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/build-cache.sh
+source scripts/lib/bench-node.sh
+strata=$(strata_release_binary)
+rounds="${1:-3}"
+peers="${PEERS:-iggy kafka tansu}"
+bytes="${BENCH_BYTES:-2000000000}"
+records="${RECORDS:-1000000}"
+peers_dir="${PEERS_DIR:-/var/tmp/strata-peers}"
+iggy_dir="$(cd .. && pwd)/shared/peers/iggy"
+work="$(mktemp -d /var/tmp/strata-bench-peers.XXXXXX)"
+results="$work/results"
+mkdir -p "$results"
+node_pid=""
+trap 'stop_node; rm -rf "$work"' EXIT
+
+wait_for_port() {
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+# A fresh data dir, the page cache's dirty pages written out, a moment's rest: the same state
+# for each side of each round.
+fresh() {
+    rm -rf "$work/data" "$work/iggy" && mkdir -p "$work/data"
+    sync
+    sleep 1
+}
+
+# Records a run's broker CPU: label, then the command.
+measured() {
+    local label="$1"; shift
+    local before after
+    before="$(cpu_seconds "$node_pid")"
+    "$@" >"$results/$label.out" 2>&1 || { cat "$results/$label.out" >&2; return 1; }
+    after="$(cpu_seconds "$node_pid")"
+    echo "$before $after" >"$results/$label.cpu"
+}
+
+strata_node() {
+    fresh
+    "$strata" serve --shards 2 --data-dir "$work/data" --listen 127.0.0.1:17900 \
+        --admin 127.0.0.1:17980 --kafka-listen 127.0.0.1:17992 >"$work/node.log" 2>&1 &
+    node_pid=$!
+    wait_for_port 17900
+    wait_for_port 17992
+}
+
+# --- iggy against Strata's pinned presets -------------------------------------------------
+iggy_side() {
+    local round="$1"
+    fresh
+    mkdir -p "$work/iggy" && cp "$iggy_dir/config.toml" "$work/iggy/"
+    (cd "$work/iggy" && IGGY_SYSTEM_PATH="$work/iggy/data" exec "$iggy_dir/iggy-server" \
+        --fresh --with-default-root-credentials >"$work/iggy.log" 2>&1) &
+    node_pid=$!
+    wait_for_port 8090
+    sleep 1
+    for workload in producer consumer; do
+        mkdir -p "$results/iggy-A-$round-$workload"
+        measured "iggy-A-$round-$workload" "$iggy_dir/iggy-bench" -m 1024 -P 1000 -T "$bytes" \
+            "pinned-$workload" "--${workload}s" 2 tcp output -o "$results/iggy-A-$round-$workload"
+    done
+    stop_node
+}
+
+strata_pinned_side() {
+    local round="$1"
+    strata_node
+    for workload in producer consumer; do
+        measured "iggy-B-$round-$workload" "$strata" bench --bootstrap 127.0.0.1:17900 \
+            --preset "pinned-$workload" "--${workload}s" 2 --total-bytes "$bytes" \
+            --json "$results/iggy-B-$round-$workload.json"
+    done
+    stop_node
+}
+
+# --- the Kafka protocol: native against the listener, Tansu against the listener ---------
+kafka_protocol_runs() { # label, bootstrap, protocol
+    local label="$1" bootstrap="$2" protocol="$3" topic="t$RANDOM"
+    measured "$label-producer" "$strata" bench produce --protocol "$protocol" \
+        --bootstrap "$bootstrap" --topic "$topic" --partitions 2 --producers 2 \
+        --records "$records" --record-size 1024 --json "$results/$label-producer.json"
+    measured "$label-consumer" "$strata" bench consume --protocol "$protocol" \
+        --bootstrap "$bootstrap" --topic "$topic" --consumers 2 --records "$records" \
+        --json "$results/$label-consumer.json"
+}
+
+tansu_binary() {
+    if [ ! -x "$peers_dir/tansu/bin/tansu" ]; then
+        echo "== installing Tansu 0.6 into $peers_dir/tansu (once)" >&2
+        cargo install --quiet --locked tansu --version 0.6.0 --root "$peers_dir/tansu" >&2
+    fi
+    echo "$peers_dir/tansu/bin/tansu"
+}
+
+tansu_side() {
+    local round="$1" tansu
+    tansu="$(tansu_binary)"
+    fresh
+    "$tansu" broker --storage-engine memory://tansu/ \
+        --kafka-listener-url tcp://127.0.0.1:17993 \
+        --kafka-advertised-listener-url tcp://127.0.0.1:17993 \
+        --prometheus-listener-url tcp://127.0.0.1:17994 >"$work/tansu.log" 2>&1 &
+    node_pid=$!
+    wait_for_port 17993
+    kafka_protocol_runs "tansu-A-$round" 127.0.0.1:17993 kafka
+    stop_node
+}
+
+for round in $(seq "$rounds"); do
+    for peer in $peers; do
+        case "$peer" in
+        iggy)
+            iggy_side "$round"
+            strata_pinned_side "$round"
+            ;;
+        kafka)
+            strata_node
+            kafka_protocol_runs "kafka-A-$round" 127.0.0.1:17900 native
+            stop_node
+            strata_node
+            kafka_protocol_runs "kafka-B-$round" 127.0.0.1:17992 kafka
+            stop_node
+            ;;
+        tansu)
+            tansu_side "$round"
+            strata_node
+            kafka_protocol_runs "tansu-B-$round" 127.0.0.1:17992 kafka
+            stop_node
+            ;;
+        *) echo "unknown peer $peer (iggy, kafka, tansu)" >&2; exit 2 ;;
+        esac
+    done
+done
+
+python3 scripts/lib/peers-table.py "$results" "$rounds" $peers
