@@ -293,6 +293,7 @@ fn bad_input_on_the_replication_port_closes_that_stream_only() {
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
                 synced_offset: strata_wire::protocol::Appended(synced),
+                log_start: strata_wire::protocol::Appended(0),
             });
             let answer = exchange(fetch.encode(correlation_id).concat());
             async move {

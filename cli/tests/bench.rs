@@ -525,25 +525,30 @@ fn the_kafka_protocol_bench_runs_the_same_workloads_through_librdkafka() {
     let temp = tempfile::tempdir().unwrap();
     let kafka = format!("127.0.0.1:{}", support::free_base_port(0));
     let node = TestNode::start_with(temp.path(), 2, &["--kafka-listen", &kafka]);
-    let produced = report(
-        &node,
-        &[
-            "bench",
-            "produce",
-            "--protocol",
-            "kafka",
-            "--bootstrap",
-            &kafka,
-            "--topic",
-            "kb",
-            "--partitions",
-            "3",
-            "--producers",
-            "2",
-            "--records",
-            "30000",
-        ],
-    );
+    // `strata bench ARGS` over Kafka's protocol, to the listener.
+    let over_kafka = |args: &[&'static str]| -> Vec<String> {
+        let mut all: Vec<String> = ["bench", "--protocol", "kafka", "--bootstrap", &kafka]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        all.extend(args.iter().map(ToString::to_string));
+        all
+    };
+    let run = |args: &[&'static str]| {
+        let all = over_kafka(args);
+        report(&node, &all.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let produced = run(&[
+        "produce",
+        "--topic",
+        "kb",
+        "--partitions",
+        "3",
+        "--producers",
+        "2",
+        "--records",
+        "30000",
+    ]);
     let client = produced["client"].as_str().unwrap();
     assert!(client.starts_with("librdkafka 2."), "{client}");
     assert_eq!(produced["records"], 30000);
@@ -557,43 +562,27 @@ fn the_kafka_protocol_bench_runs_the_same_workloads_through_librdkafka() {
             "{described}"
         );
     }
-    let consumed = report(
-        &node,
-        &[
-            "bench",
-            "consume",
-            "--protocol",
-            "kafka",
-            "--bootstrap",
-            &kafka,
-            "--topic",
-            "kb",
-            "--consumers",
-            "2",
-            "--records",
-            "30000",
-        ],
-    );
+    let consumed = run(&[
+        "consume",
+        "--topic",
+        "kb",
+        "--consumers",
+        "2",
+        "--records",
+        "30000",
+    ]);
     assert_eq!(consumed["records"], 30000);
     assert_eq!(consumed["bytes"], 30000 * 1024);
     assert_monotonic(&consumed["e2e_latency_us"]);
     // The pinned preset: producer i writes partition i, batch by batch.
-    let pinned = report(
-        &node,
-        &[
-            "bench",
-            "--protocol",
-            "kafka",
-            "--bootstrap",
-            &kafka,
-            "--preset",
-            "pinned-producer",
-            "--producers",
-            "2",
-            "--total-bytes",
-            "4096000",
-        ],
-    );
+    let pinned = run(&[
+        "--preset",
+        "pinned-producer",
+        "--producers",
+        "2",
+        "--total-bytes",
+        "4096000",
+    ]);
     assert_eq!(pinned["records"], 4000);
     assert_eq!(pinned["batch_latency_us"]["count"], 4);
     let described = support::describe(&node, "pinned");
@@ -601,21 +590,17 @@ fn the_kafka_protocol_bench_runs_the_same_workloads_through_librdkafka() {
         assert_eq!(partition["high_watermark"], 2000, "{described}");
     }
     // What Kafka's protocol cannot carry is refused up front.
+    let refused = over_kafka(&[
+        "produce",
+        "--topic",
+        "kb",
+        "--records",
+        "10",
+        "--durability",
+        "synced",
+    ]);
     let refused = node.cli_output(
-        &[
-            "bench",
-            "produce",
-            "--protocol",
-            "kafka",
-            "--bootstrap",
-            &kafka,
-            "--topic",
-            "kb",
-            "--records",
-            "10",
-            "--durability",
-            "synced",
-        ],
+        &refused.iter().map(String::as_str).collect::<Vec<_>>(),
         None,
     );
     assert!(!refused.status.success());

@@ -312,6 +312,7 @@ fn every_request_round_trips() {
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             synced_offset: Appended(6),
+            log_start: Appended(2),
         }),
         Request::ReassignPartition(ReassignPartitionRequest {
             topic: "t".into(),

@@ -216,6 +216,8 @@ struct Published {
     direct_phase: Cell<Option<usize>>,
     /// [`PartitionLog::durable_offset`].
     durable: Cell<u64>,
+    /// [`PartitionLog::log_start_offset`].
+    log_start: Cell<u64>,
     transactions: Cell<OpenTransactions>,
 }
 
@@ -229,6 +231,7 @@ impl Published {
     fn update<S: Storage>(&self, log: &PartitionLog<S>) {
         self.direct_phase.set(log.direct_phase());
         self.durable.set(log.durable_offset());
+        self.log_start.set(log.log_start_offset());
         let transactions = log.producers().transactions();
         self.transactions.set(OpenTransactions {
             count: transactions.open().len(),
@@ -381,6 +384,11 @@ impl LogHandle {
     /// sync.
     pub fn synced_offset(&self) -> u64 {
         self.published.durable.get()
+    }
+
+    /// The log's first offset, as of the log task's last command.
+    pub fn log_start_offset(&self) -> u64 {
+        self.published.log_start.get()
     }
 
     pub fn open_transactions(&self) -> OpenTransactions {
@@ -1140,6 +1148,13 @@ impl<S: Storage> LogTask<S> {
             Command::DeleteRecordsBefore { offset, reply } => {
                 self.finish().await;
                 let _ = reply.send(self.log.delete_records_before(offset, now_ms).await);
+                // Followers waiting at the end hear of the new log start now, not at their
+                // wait's end: DeleteRecords is answered once they have moved theirs.
+                for read in std::mem::take(&mut self.parked_reads) {
+                    if !read.reply.is_closed() {
+                        read.answer(&mut self.log).await;
+                    }
+                }
             }
             Command::AbortedTxns { from, to, reply } => {
                 let txns = log.producers().transactions();

@@ -26,6 +26,8 @@ struct Progress {
     log_end: Option<u64>,
     /// Everything below it is synced on the follower's disk, as of its last fetch.
     synced: u64,
+    /// The follower's log start, as of its last fetch.
+    log_start: u64,
     last_fetch_ms: i64,
     /// The leader's log end at the follower's previous fetch.
     leader_end_at_last_fetch: u64,
@@ -128,6 +130,7 @@ impl<W> Leader<W> {
                 replica,
                 log_end: None,
                 synced: 0,
+                log_start: 0,
                 last_fetch_ms: now_ms,
                 leader_end_at_last_fetch: log_end,
                 // A new leader gives every follower a full lag period to show up.
@@ -360,13 +363,25 @@ impl<W> Leader<W> {
         })
     }
 
-    /// A follower's fetch also said what it has synced to disk (after [`Leader::handle_fetch`]
-    /// accepted the fetch): counted in [`Leader::durability`].
-    pub fn handle_synced(&mut self, replica: i32, synced_offset: u64) {
+    /// A follower's fetch also said what it has synced to disk and where its log starts
+    /// (after [`Leader::handle_fetch`] accepted the fetch): counted in [`Leader::durability`]
+    /// and [`Leader::in_sync_log_start`].
+    pub fn handle_reported(&mut self, replica: i32, synced_offset: u64, log_start: u64) {
         if let Some(progress) = self.followers.iter_mut().find(|p| p.replica == replica) {
             // Never more than it holds: a report is only as good as the fetch it came with.
             progress.synced = synced_offset.min(progress.log_end.unwrap_or(0));
+            progress.log_start = log_start;
         }
+    }
+
+    /// The lowest log start among the in-sync replicas, the leader's being `leader_start`
+    /// (Kafka's low watermark): DeleteRecords is done once it reaches the offset asked.
+    pub fn in_sync_log_start(&self, leader_start: u64) -> u64 {
+        self.followers
+            .iter()
+            .filter(|p| self.isr.contains(&p.replica))
+            .map(|p| p.log_start)
+            .fold(leader_start, u64::min)
     }
 
     /// How far the records below `end` have got: the in-sync replicas holding them (the
@@ -470,6 +485,7 @@ impl<W> Leader<W> {
                     replica: *replica,
                     log_end: None,
                     synced: 0,
+                    log_start: 0,
                     last_fetch_ms: now_ms,
                     leader_end_at_last_fetch: self.log_end,
                     last_caught_up_ms: now_ms,
@@ -597,10 +613,10 @@ mod tests {
         );
         assert_eq!(leader.durability(10, true), (1, 1));
         leader.handle_fetch(1, 2, 3, 10).unwrap();
-        leader.handle_synced(2, 4);
+        leader.handle_reported(2, 4, 0);
         leader.handle_fetch(1, 3, 3, 8).unwrap();
         // A report of more synced than held counts only what is held.
-        leader.handle_synced(3, 9);
+        leader.handle_reported(3, 9, 0);
         assert_eq!(
             leader.durability(10, true),
             (2, 1),
@@ -611,7 +627,7 @@ mod tests {
             (3, 2),
             "replica 3 synced what it holds, 8"
         );
-        leader.handle_synced(2, 10);
+        leader.handle_reported(2, 10, 0);
         assert_eq!(leader.durability(10, false), (2, 1));
         // A replica out of the ISR holds the records, but does not count.
         let shrink = IsrProposal {
@@ -621,6 +637,34 @@ mod tests {
         leader.isr_change_in_flight = Some(shrink.clone());
         leader.handle_isr_committed(&shrink, 11);
         assert_eq!(leader.durability(8, true), (2, 2));
+    }
+
+    /// The low watermark is the lowest log start among the in-sync replicas: a follower out of
+    /// the ISR does not hold DeleteRecords back.
+    #[test]
+    fn the_in_sync_log_start_is_the_lowest_among_the_isr() {
+        let mut leader = leader();
+        leader.handle_appended(200);
+        assert_eq!(leader.in_sync_log_start(150), 0, "followers not heard from");
+        leader.handle_fetch(1, 2, 3, 200).unwrap();
+        leader.handle_reported(2, 0, 150);
+        leader.handle_fetch(1, 3, 3, 200).unwrap();
+        leader.handle_reported(3, 0, 100);
+        assert_eq!(leader.in_sync_log_start(150), 100);
+        leader.handle_reported(3, 0, 160);
+        assert_eq!(
+            leader.in_sync_log_start(150),
+            150,
+            "the leader's own counts"
+        );
+        leader.handle_reported(3, 0, 20);
+        let shrink = IsrProposal {
+            isr: vec![1, 2],
+            partition_epoch: 10,
+        };
+        leader.isr_change_in_flight = Some(shrink.clone());
+        leader.handle_isr_committed(&shrink, 11);
+        assert_eq!(leader.in_sync_log_start(150), 150);
     }
 
     /// A new leader knows the high watermark a fetch late: the previous leader may have

@@ -513,6 +513,9 @@ messages! {
         /// Everything below it is synced to the follower's disk (never above `log_end`): the
         /// leader counts it in the durability its acknowledgements report.
         pub synced_offset: Appended<u64>,
+        /// The follower's log start (never above `log_end`): DeleteRecords is answered once
+        /// every in-sync replica's has reached the offset asked.
+        pub log_start: Appended<u64>,
     }
 
     /// Where the follower's log left the leader's: truncate, then fetch again.

@@ -100,8 +100,9 @@ impl Shard {
 
     /// Kafka's DeleteRecords on the partitions this node leads: each log start moves up to the
     /// offset asked (-1: the high watermark; past it, OffsetOutOfRange) and the answer is the
-    /// new log start once it is durable on the leader; followers move theirs on their next
-    /// fetch, which carries it.
+    /// new log start once every in-sync replica's is there (Kafka's low watermark): followers
+    /// move theirs on the fetch that carries it and report it on the next, so a leader lost
+    /// after the answer leaves no replica that serves the deleted records.
     pub(crate) async fn delete_records(
         self: &Rc<Self>,
         request: DeleteRecordsRequest,
@@ -162,9 +163,39 @@ impl Shard {
                 _ => return Err(ErrorCode::OffsetOutOfRange),
             },
         };
-        log.delete_records_before(offset)
+        let log_start = log
+            .delete_records_before(offset)
             .await
-            .map_err(|error| super::log_error_code(&error))
+            .map_err(|error| super::log_error_code(&error))?;
+        self.wait_for_in_sync_log_start(topic, partition, log_start)
+            .await?;
+        Ok(log_start)
+    }
+
+    /// Until every in-sync follower of a partition this node leads reports its log start at
+    /// `log_start` or beyond; a follower that does not leaves the ISR after the lag time.
+    async fn wait_for_in_sync_log_start(
+        &self,
+        topic: &str,
+        partition: u32,
+        log_start: u64,
+    ) -> Result<(), ErrorCode> {
+        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+        let key = (topic.to_string(), partition);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let low_watermark = match self.partitions.borrow().get(&key).map(|p| &p.role) {
+                Some(Role::Leader(leader)) => leader.in_sync_log_start(log_start),
+                _ => return Err(ErrorCode::NotLeader),
+            };
+            if low_watermark >= log_start {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ErrorCode::RequestTimedOut);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     /// Every replica this node holds, led or followed, with its size on disk.

@@ -251,6 +251,7 @@ impl Shard {
             // What the log has synced, as of its last command; never above what is reported
             // held (a truncation may have moved the log end below it since).
             synced_offset: Appended(log.synced_offset().min(log_end)),
+            log_start: Appended(log.log_start_offset().min(log_end)),
         }
     }
 }

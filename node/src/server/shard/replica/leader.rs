@@ -138,7 +138,11 @@ impl Shard {
                 Ok(progress) => progress.propose_isr,
                 Err(error) => return replica_fetch_error(fetch_error_code(error), before, 0),
             };
-            leader.handle_synced(request.replica_id, request.synced_offset.0);
+            leader.handle_reported(
+                request.replica_id,
+                request.synced_offset.0,
+                request.log_start.0,
+            );
             partition.settle(before);
             proposal
         };
@@ -357,7 +361,9 @@ pub(super) fn fetch_error_code(error: ReplicaFetchError) -> ErrorCode {
 
 /// A follower cannot hold what it has not fetched, nor sync what it does not hold.
 fn reports_what_it_can(request: &ReplicaFetchRequest) -> bool {
-    request.log_end <= request.fetch_offset && request.synced_offset.0 <= request.log_end
+    request.log_end <= request.fetch_offset
+        && request.synced_offset.0 <= request.log_end
+        && request.log_start.0 <= request.log_end
 }
 
 pub(super) fn replica_fetch_error(
