@@ -85,7 +85,7 @@ iggy_side() {
     sleep 1
     for workload in producer consumer; do
         mkdir -p "$results/iggy-A-$round-$workload"
-        measured "iggy-A-$round-$workload" "$iggy_dir/iggy-bench" -m 1024 -P 1000 -T "$bytes" \
+        measured "iggy-A-$round-$workload" "$iggy_dir/iggy-bench" -m 1024 -P 1000 -T "$((bytes / 1000000))MB" \
             "pinned-$workload" "--${workload}s" 2 tcp output -o "$results/iggy-A-$round-$workload"
     done
     stop_node

@@ -9,8 +9,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use strata_client::{Codec, RecordMetadata, partition_for_key};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{BenchConfig, RecordCounter};
 
@@ -136,6 +137,11 @@ fn partition_count(
 /// One bench producer over Kafka's protocol.
 pub struct KafkaProducer {
     producer: FutureProducer,
+    /// Bytes handed to librdkafka and not yet acknowledged, bounded as the native producer
+    /// bounds them (`buffer_bytes`): a send waits for room, so an unpaced producer cannot
+    /// queue far ahead of the broker, and the tasks collecting acknowledgements get to run.
+    buffer: Arc<Semaphore>,
+    buffer_bytes: usize,
     partitions: u32,
     /// Records without a key or partition: the partition they go to now, and the bytes sent
     /// there since it was chosen.
@@ -178,6 +184,8 @@ impl KafkaProducer {
         let producer = kafka.create().context("starting the Kafka producer")?;
         Ok(KafkaProducer {
             producer,
+            buffer: Arc::new(Semaphore::new(producer_config.buffer_bytes)),
+            buffer_bytes: producer_config.buffer_bytes,
             partitions: partitions.max(1),
             sticky: Mutex::new((index as u32 % partitions.max(1), 0)),
             batch_bytes: config.batch_bytes.max(1),
@@ -212,6 +220,13 @@ impl KafkaProducer {
         timestamp_ms: i64,
     ) -> anyhow::Result<(u32, KafkaAck)> {
         let partition = self.partition_for(partition, key, value.len());
+        let room = value.len().clamp(1, self.buffer_bytes) as u32;
+        let room = self
+            .buffer
+            .clone()
+            .acquire_many_owned(room)
+            .await
+            .context("the producer's buffer closed")?;
         let mut record = FutureRecord::<[u8], [u8]>::to(topic)
             .payload(value)
             .partition(partition as i32)
@@ -221,7 +236,7 @@ impl KafkaProducer {
         }
         loop {
             match self.producer.send_result(record) {
-                Ok(delivery) => return Ok((partition, KafkaAck(delivery))),
+                Ok(delivery) => return Ok((partition, KafkaAck(delivery, Some(room)))),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     self.queue_full.fetch_add(1, Ordering::Relaxed);
                     record = back;
@@ -233,14 +248,17 @@ impl KafkaProducer {
     }
 }
 
-/// A record's acknowledgement from librdkafka's delivery report.
-pub struct KafkaAck(DeliveryFuture);
+/// A record's acknowledgement from librdkafka's delivery report, holding the record's room in
+/// its producer's buffer until then.
+pub struct KafkaAck(DeliveryFuture, Option<OwnedSemaphorePermit>);
 
 impl Future for KafkaAck {
     type Output = anyhow::Result<RecordMetadata>;
 
     fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
-        self.0.poll_unpin(context).map(|delivered| match delivered {
+        let delivered = std::task::ready!(self.0.poll_unpin(context));
+        self.1 = None;
+        Poll::Ready(match delivered {
             Ok(Ok(delivery)) => Ok(RecordMetadata {
                 partition: delivery.partition as u32,
                 offset: delivery.offset,

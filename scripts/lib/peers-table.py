@@ -9,7 +9,6 @@ Each run left LABEL.cpu (the broker's CPU seconds before and after) and either L
 import glob
 import json
 import os
-import re
 import statistics
 import sys
 
@@ -35,39 +34,16 @@ def strata_run(label):
     return {"mb_s": report["mb_per_s"], "bytes": report["bytes"], "p99_ms": p99 and p99 / 1000}
 
 
-def find_number(data, names):
-    """The first number under any of `names`, anywhere in a JSON document."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if key in names and isinstance(value, (int, float)):
-                return float(value)
-        for value in data.values():
-            found = find_number(value, names)
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for value in data:
-            found = find_number(value, names)
-            if found is not None:
-                return found
-    return None
-
-
 def iggy_run(label):
-    """iggy-bench's summary: its JSON report where it wrote one, else its printed summary."""
-    for path in glob.glob(f"{results}/{label}/**/*.json", recursive=True):
-        data = json.load(open(path))
-        mb_s = find_number(data, {"total_throughput_megabytes_per_second",
-                                  "throughput_megabytes_per_second"})
-        total = find_number(data, {"total_bytes", "total_user_data_bytes"})
-        p99 = find_number(data, {"average_p99_latency_ms", "p99_latency_ms"})
-        if mb_s is not None:
-            return {"mb_s": mb_s, "bytes": total, "p99_ms": p99}
-    text = open(f"{results}/{label}.out").read()
-    mb_s = re.search(r"Total throughput: ([\d.]+) MB/s", text)
-    p99 = re.search(r"p99: ([\d.]+) ms", text)
-    return {"mb_s": float(mb_s.group(1)) if mb_s else float("nan"), "bytes": None,
-            "p99_ms": float(p99.group(1)) if p99 else None}
+    """iggy-bench's report.json (its `output` directory): the actors' summary, and the bytes
+    from its parameters (MB = 10^6 bytes, as Strata's)."""
+    path = glob.glob(f"{results}/{label}/*/report.json")[0]
+    report = json.load(open(path))
+    summary = report["group_metrics"][0]["summary"]
+    params = report["params"]
+    moved = params["message_batches"] * params["messages_per_batch"] * params["message_size"]
+    return {"mb_s": summary["total_throughput_megabytes_per_second"], "bytes": moved,
+            "p99_ms": summary["average_p99_latency_ms"] if label.endswith("producer") else None}
 
 
 def run(peer, side, round, workload):
