@@ -17,6 +17,9 @@
 #              `strata bench --protocol kafka`
 #           B: Strata's Kafka listener through the same bench
 #
+# STRATA_PINNED_ARGS adds flags to Strata's pinned producer (say `--topic-config
+# direct.writes=never`, to write through the page cache as Iggy does, where the default `auto`
+# writes large appends past it at the disk's speed).
 # BENCH_BYTES (default 2000000000) is what each pinned run moves; RECORDS (default 1000000,
 # 1 KiB each) what each Kafka-protocol run does. STRATA_BIN=path uses that binary instead of
 # building. Tansu is installed with `cargo install` under /var/tmp/strata-peers the first time.
@@ -94,10 +97,13 @@ iggy_side() {
 strata_pinned_side() {
     local round="$1"
     strata_node
+    local -a extra=()
     for workload in producer consumer; do
+        [ "$workload" = producer ] && read -r -a extra <<<"${STRATA_PINNED_ARGS:-}"
+        [ "$workload" = consumer ] && extra=()
         measured "iggy-B-$round-$workload" "$strata" bench --bootstrap 127.0.0.1:17900 \
             --preset "pinned-$workload" "--${workload}s" 2 --total-bytes "$bytes" \
-            --json "$results/iggy-B-$round-$workload.json"
+            "${extra[@]}" --json "$results/iggy-B-$round-$workload.json"
     done
     stop_node
 }
