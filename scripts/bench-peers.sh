@@ -122,7 +122,9 @@ kafka_protocol_runs() { # label, bootstrap, protocol
 tansu_binary() {
     if [ ! -x "$peers_dir/tansu/bin/tansu" ]; then
         echo "== installing Tansu 0.6 into $peers_dir/tansu (once)" >&2
-        cargo install --quiet --locked tansu --version 0.6.0 --root "$peers_dir/tansu" >&2
+        # The memory storage engine is behind the `dynostore` feature.
+        cargo install --quiet --locked tansu --version 0.6.0 --features dynostore \
+            --root "$peers_dir/tansu" --target-dir "$peers_dir/tansu-target" >&2
     fi
     echo "$peers_dir/tansu/bin/tansu"
 }
@@ -133,8 +135,7 @@ tansu_side() {
     fresh
     "$tansu" broker --storage-engine memory://tansu/ \
         --kafka-listener-url tcp://127.0.0.1:17993 \
-        --kafka-advertised-listener-url tcp://127.0.0.1:17993 \
-        --prometheus-listener-url tcp://127.0.0.1:17994 >"$work/tansu.log" 2>&1 &
+        --kafka-advertised-listener-url tcp://127.0.0.1:17993 >"$work/tansu.log" 2>&1 &
     node_pid=$!
     wait_for_port 17993
     kafka_protocol_runs "tansu-A-$round" 127.0.0.1:17993 kafka
