@@ -40,7 +40,7 @@ fn kcat(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
 
 /// [`kcat`]'s run, whatever its outcome.
 fn kcat_output(broker: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
-    let mut child = Command::new("kcat")
+    let mut child = support::kcat_command()
         .arg("-b")
         .arg(broker)
         .args(args)
@@ -860,7 +860,7 @@ fn kcat_consumer_groups_split_partitions_commit_and_resume() {
 
     // Two members at once: each gets its share, then they leave.
     let member = || {
-        Command::new("kcat")
+        support::kcat_command()
             .args(["-b", &kafka, "-G", "pair", "-q", "-f", "%s\n", "events"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -1122,7 +1122,7 @@ fn a_kafka_consumer_group_survives_the_loss_of_its_coordinator() {
 
     // "orders" hashes to broker 3 among brokers 1-3 (crc32c mod 3).
     let consumed = dirs[0].path().join("consumed.txt");
-    let mut member = Command::new("kcat")
+    let mut member = support::kcat_command()
         .args([
             "-b",
             &kafka,
@@ -1297,7 +1297,7 @@ fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance()
     let (node, kafka) = kafka_node(dir.path(), 2, &[]);
     node.cli(&["topic", "create", "static", "--partitions", "4"], None);
     let member = |instance: &str| {
-        Command::new("kcat")
+        support::kcat_command()
             .args([
                 "-b",
                 &kafka,
@@ -1480,7 +1480,7 @@ fn kafka_clients_create_topics_on_first_use_only_when_allowed() {
 
     let dir = tempfile::tempdir().unwrap();
     let (node, kafka) = kafka_node(dir.path(), 1, &[]);
-    let mut producer = Command::new("kcat")
+    let mut producer = support::kcat_command()
         .args([
             "-b",
             &kafka,

@@ -325,7 +325,7 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
     assert_eq!(forgotten.len(), 90, "{seen}");
     assert!(forgotten.iter().all(|r| !r[2].is_null()), "{seen}");
     // kcat (librdkafka 2.0.2) reads the same, gaps and all.
-    let output = Command::new("kcat")
+    let output = support::kcat_command()
         .args([
             "-b",
             &kafka,
@@ -359,7 +359,7 @@ fn a_compacted_topic_keeps_each_keys_last_record_and_drops_tombstones_after_thei
         .collect();
     assert_eq!(lines, expected);
     // A fetch at an offset the cleaner removed answers from the next record left.
-    let output = Command::new("kcat")
+    let output = support::kcat_command()
         .args([
             "-b",
             &kafka,
@@ -410,7 +410,7 @@ fn records_kcat_produces_into_a_compacted_topic_are_compacted_the_same() {
         .flat_map(|version| (0..20).map(move |key| format!("key{key}:v{version}-{key}\n")))
         .collect();
     input.push_str("key0:\nkey1:\nkey2:\n");
-    let mut kcat = Command::new("kcat")
+    let mut kcat = support::kcat_command()
         .args([
             "-b",
             &kafka,

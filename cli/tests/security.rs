@@ -198,7 +198,7 @@ fn kcat_round_trip(
     security: &serde_json::Value,
 ) -> Result<Vec<String>, String> {
     let settings = kcat_settings(security);
-    let mut producer = Command::new("kcat")
+    let mut producer = support::kcat_command()
         .args([
             "-b",
             bootstrap,
@@ -224,7 +224,7 @@ fn kcat_round_trip(
     if !produced.status.success() || complaint.contains("ERROR") {
         return Err(complaint);
     }
-    let consumed = Command::new("kcat")
+    let consumed = support::kcat_command()
         .args([
             "-b",
             bootstrap,

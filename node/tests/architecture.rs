@@ -131,11 +131,6 @@ fn the_replication_and_group_cores_are_sans_io() {
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("node/src/server/metrics.rs", "render", 166),
     ("node/src/server/shard/replica/follower.rs", "follow", 151),
-    (
-        "node/src/server/shard/replica/leader.rs",
-        "replica_fetch_local",
-        160,
-    ),
     ("node/src/server/shard/mod.rs", "run", 186),
     ("bench/src/lib.rs", "run_measured", 290),
     ("tuning/src/check.rs", "block_device", 232),

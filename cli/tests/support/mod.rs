@@ -327,6 +327,16 @@ impl Drop for TestNode {
     }
 }
 
+/// A `kcat` command, run against Debian's librdkafka. Test binaries run with the build's
+/// library directories on `LD_LIBRARY_PATH`, among them the bench's own librdkafka (built
+/// without zlib, OpenSSL or SASL for `strata bench --protocol kafka`), which kcat would load
+/// instead of the system's.
+pub fn kcat_command() -> Command {
+    let mut kcat = Command::new("kcat");
+    kcat.env_remove("LD_LIBRARY_PATH");
+    kcat
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

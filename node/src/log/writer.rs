@@ -1150,11 +1150,7 @@ impl<S: Storage> LogTask<S> {
                 let _ = reply.send(self.log.delete_records_before(offset, now_ms).await);
                 // Followers waiting at the end hear of the new log start now, not at their
                 // wait's end: DeleteRecords is answered once they have moved theirs.
-                for read in std::mem::take(&mut self.parked_reads) {
-                    if !read.reply.is_closed() {
-                        read.answer(&mut self.log).await;
-                    }
-                }
+                self.answer_every_parked_read().await;
             }
             Command::AbortedTxns { from, to, reply } => {
                 let txns = log.producers().transactions();
@@ -1167,6 +1163,15 @@ impl<S: Storage> LogTask<S> {
     }
 
     /// Answers the follower reads the appends satisfied; forgets withdrawn ones.
+    /// Answers every parked read, whatever it waits for (the log's offsets moved).
+    async fn answer_every_parked_read(&mut self) {
+        for read in std::mem::take(&mut self.parked_reads) {
+            if !read.reply.is_closed() {
+                read.answer(&mut self.log).await;
+            }
+        }
+    }
+
     async fn answer_parked_reads(&mut self) {
         let log_end = self.log.log_end_offset();
         self.parked_reads.retain(|read| !read.reply.is_closed());

@@ -148,22 +148,7 @@ impl Shard {
         };
         // Outside the borrow: proposing reads the partition too.
         if let Some(proposal) = proposal {
-            // Only registered brokers join the ISR: a node whose lease lapsed is out of the
-            // cluster (the controller would remove it again, and again).
-            let live = self
-                .view
-                .borrow()
-                .brokers
-                .iter()
-                .any(|broker| broker.id == request.replica_id);
-            if live {
-                self.propose_isr(&key, proposal);
-            } else {
-                let mut partitions = self.partitions.borrow_mut();
-                if let Some(Role::Leader(leader)) = partitions.get_mut(&key).map(|p| &mut p.role) {
-                    leader.handle_isr_refused(&proposal);
-                }
-            }
+            self.propose_expansion(&key, proposal, request.replica_id);
         }
         let checked_us = started.elapsed().as_micros();
         let (offset, mut max_bytes) = (request.fetch_offset, request.max_bytes as usize);
@@ -356,6 +341,33 @@ pub(super) fn fetch_error_code(error: ReplicaFetchError) -> ErrorCode {
         ReplicaFetchError::NotAReplica(_) => ErrorCode::NotReplica,
         ReplicaFetchError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
         ReplicaFetchError::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
+    }
+}
+
+impl Shard {
+    /// A follower's fetch would have it join the ISR: proposed if it is a registered broker
+    /// (a node whose lease lapsed is out of the cluster, and the controller would remove it
+    /// again, and again), else withdrawn.
+    fn propose_expansion(
+        self: &Rc<Self>,
+        key: &(String, u32),
+        proposal: IsrProposal,
+        replica: i32,
+    ) {
+        let live = self
+            .view
+            .borrow()
+            .brokers
+            .iter()
+            .any(|broker| broker.id == replica);
+        if live {
+            self.propose_isr(key, proposal);
+        } else {
+            let mut partitions = self.partitions.borrow_mut();
+            if let Some(Role::Leader(leader)) = partitions.get_mut(key).map(|p| &mut p.role) {
+                leader.handle_isr_refused(&proposal);
+            }
+        }
     }
 }
 
