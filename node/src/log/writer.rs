@@ -318,34 +318,11 @@ impl LogHandle {
         .await
     }
 
-    /// A conditional append: as [`Self::append`], but written only if the log ends at
-    /// `expected_end` when its turn comes ([`LogError::LogEndMismatch`] otherwise, with
-    /// nothing written).
-    pub async fn append_at(
-        &self,
-        batches: BytesMut,
-        leader_epoch: u32,
-        expected_end: u64,
-    ) -> Result<AppendInfo, LogError> {
-        let source = AppendSource::ProducerAt(expected_end);
-        self.append_from(batches, leader_epoch, source, AnswerWhen::FlushPolicy)
-            .await
-    }
-
-    /// Appends a transaction marker ([`strata_wire::batch::marker`]) as the partition's leader,
-    /// grouped with producers' appends; refused if its producer epoch is fenced.
-    pub async fn append_marker(
-        &self,
-        marker: BytesMut,
-        leader_epoch: u32,
-    ) -> Result<AppendInfo, LogError> {
-        let source = AppendSource::Markers;
-        self.append_from(marker, leader_epoch, source, AnswerWhen::FlushPolicy)
-            .await
-    }
-
     /// Appends `source`'s batches, grouped with the other appends, and resolves when `answer`
-    /// says.
+    /// says: a producer's records; a conditional append, written only if the log ends at its
+    /// expected offset when its turn comes ([`LogError::LogEndMismatch`] otherwise, nothing
+    /// written); or a transaction marker ([`strata_wire::batch::marker`]) this broker built
+    /// as the partition's leader, refused if its producer epoch is fenced.
     pub async fn append_from(
         &self,
         batches: BytesMut,

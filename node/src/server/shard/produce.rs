@@ -228,7 +228,10 @@ impl Shard {
             started.elapsed().as_micros() as u64,
         );
         let durability = self.durability_of(&key, info.last_offset + 1, log.synced_offset());
-        self.metrics.acknowledged(topic, &durability);
+        if source != AppendSource::Markers {
+            // Producers' acknowledgements only: a coordinator's markers are not one.
+            self.metrics.acknowledged(topic, &durability);
+        }
         PartitionProduced {
             response: ProducePartitionResponse {
                 partition,
