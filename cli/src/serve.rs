@@ -257,11 +257,10 @@ struct FileConfig {
     quota_window_size_seconds: Option<u64>,
 }
 
-/// Open files each partition replica keeps: the active segment's log (twice: buffered and
-/// `O_DIRECT`), its offset and time indexes, and two checkpoints written often (recovery
-/// point, high watermark). The leader-epoch checkpoint and the producer snapshot are opened
-/// for each write.
-const FILES_PER_PARTITION: u64 = 6;
+/// Open files each partition replica keeps: its active segment's log, twice (buffered, and
+/// `O_DIRECT` unless `direct.writes=never`), and as many for each closed segment. Index files
+/// and checkpoints are opened for each use.
+const FILES_PER_PARTITION: u64 = 2;
 
 /// Raises this process's soft limit on open files to its hard limit, as the JVM does for Kafka:
 /// Debian's default soft limit of 1,024 left a broker fewer than 130 partitions, and a topic

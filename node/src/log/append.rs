@@ -693,8 +693,9 @@ impl<S: Storage> PartitionLog<S> {
     /// Starts a new active segment at the log end.
     pub(super) async fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
         let base = self.log_end_offset();
+        let (storage, dir) = (self.storage.clone(), self.dir.clone());
         let previous = self.active_mut();
-        if let Err(error) = previous.persist_index().await {
+        if let Err(error) = previous.persist_index(&storage, &dir).await {
             tracing::warn!(
                 "writing index of segment {} failed: {error}",
                 previous.base_offset

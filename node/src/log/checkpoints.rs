@@ -49,9 +49,22 @@ impl<S: Storage> PartitionLog<S> {
         }
         self.high_watermark_checkpoint = high_watermark;
         let bytes = Bytes::copy_from_slice(&encode_high_watermark(high_watermark));
-        if let Err(error) = self.high_watermark_file.write_all_at(bytes, 0).await {
+        let path = self.dir.join(HIGH_WATERMARK_FILE_NAME);
+        if let Err(error) = self.write_small_file(&path, bytes).await {
             tracing::warn!(dir = %self.dir.display(), "writing the high watermark failed: {error}");
         }
+    }
+
+    /// Writes `bytes` over the start of a fixed-size checkpoint of the partition's folder (the
+    /// recovery point, the high watermark), not synced. Opened for the write only: a partition
+    /// holds no descriptor for its checkpoints (see [`super::segment::open_index_files`]); the
+    /// open costs little beside the sync that precedes a recovery point's write.
+    async fn write_small_file(&self, path: &Path, bytes: Bytes) -> io::Result<()> {
+        self.storage
+            .open(path, true)
+            .await?
+            .write_all_at(bytes, 0)
+            .await
     }
 
     /// Replaces the contents of a small file of the partition's folder (the epoch checkpoint,
@@ -141,7 +154,8 @@ impl<S: Storage> PartitionLog<S> {
     pub(super) async fn write_recovery_point(&mut self, point: RecoveryPoint) {
         self.recovery_point = Some(point);
         let bytes = Bytes::copy_from_slice(&point.encode());
-        if let Err(error) = self.recovery_file.write_all_at(bytes, 0).await {
+        let path = self.dir.join(super::recovery_point::FILE_NAME);
+        if let Err(error) = self.write_small_file(&path, bytes).await {
             tracing::warn!(dir = %self.dir.display(), "writing the recovery point failed: {error}");
         }
     }

@@ -121,7 +121,7 @@ impl<S: Storage> PartitionLog<S> {
             self.write_recovery_point(outcome.point).await;
         }
         for segment in &mut self.segments {
-            if let Err(error) = segment.persist_index().await {
+            if let Err(error) = segment.persist_index(&self.storage, &self.dir).await {
                 // The index is a cache: losing it costs a rebuild on the next open, not data.
                 tracing::warn!(dir = %self.dir.display(), "writing index of segment {} failed: {error}", segment.base_offset);
             }

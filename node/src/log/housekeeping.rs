@@ -4,7 +4,6 @@
 use super::IndexCache;
 use super::PartitionLog;
 use super::error::LogError;
-use super::index;
 use std::io;
 use std::sync::Arc;
 
@@ -90,6 +89,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let interval_bytes = self.config.index_interval_bytes;
         let path = self.segment_path(self.active().base_offset, "log");
+        let (storage, dir) = (self.storage.clone(), self.dir.clone());
         let active = self.active_mut();
         let from = active
             .index
@@ -109,17 +109,9 @@ impl<S: Storage> PartitionLog<S> {
             "written batches walk cleanly: {:?}",
             end.damage
         );
-        let persisted = active.index.persisted() as u64;
         let results = [
             active.log.truncate(end.valid_len).await,
-            active
-                .offset_index
-                .truncate(persisted * index::OFFSET_ENTRY_LEN as u64)
-                .await,
-            active
-                .time_index
-                .truncate(persisted * index::TIME_ENTRY_LEN as u64)
-                .await,
+            active.truncate_index(&storage, &dir).await,
             active.log.sync_data().await,
         ];
         for result in results {

@@ -85,12 +85,10 @@ pub struct PartitionLog<S: Storage> {
     /// Reused per append so validating a request allocates nothing after warm-up.
     headers: Vec<BatchHeader>,
     index_cache: IndexCache,
-    recovery_file: S::File,
     recovery_point: Option<RecoveryPoint>,
     /// Where each leader epoch begins; persisted in [`EPOCH_FILE_NAME`] before any batch of a
     /// new epoch is written, so every batch on disk has its epoch in the file.
     epochs: EpochCache,
-    high_watermark_file: S::File,
     high_watermark_checkpoint: u64,
     /// Records below this were deleted on request (Kafka's DeleteRecords) though their segment
     /// may remain: the log starts at the larger of this and the first segment's base.

@@ -86,6 +86,9 @@ impl<S: Storage> PartitionLog<S> {
             .collect();
         bases.sort_unstable();
 
+        // The checkpoints are read here and written when they move, each write opening its file:
+        // a partition holds no descriptor for them. Created here, before the folder's sync that
+        // a new partition's first segment makes, so that their writes need no folder sync.
         let recovery_path = dir.join(recovery_point::FILE_NAME);
         let recovery_file = storage
             .open(&recovery_path, true)
@@ -95,6 +98,7 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .ok()
             .and_then(|bytes| RecoveryPoint::decode(bytes.as_slice()));
+        drop(recovery_file);
         // The epoch checkpoint and the producer snapshot are written rarely (a new epoch, a
         // roll): they are opened when used, not held (a broker's descriptors go to segments).
         // Both are created here, before the folder's sync that a new partition's first segment
@@ -126,15 +130,14 @@ impl<S: Storage> PartitionLog<S> {
             .ok()
             .and_then(|bytes| decode_high_watermark(bytes.as_slice()))
             .unwrap_or(0);
+        drop(high_watermark_file);
         let epochs_trusted = epochs.is_some();
         let mut log = PartitionLog {
             producers: ProducerStates::default(),
             producer_snapshot_offset_max: 0,
             epochs: epochs.unwrap_or_default(),
-            high_watermark_file,
             high_watermark_checkpoint,
             deleted_before: 0,
-            recovery_file,
             recovery_point,
             storage,
             dir: Rc::from(dir),
@@ -239,7 +242,8 @@ impl<S: Storage> PartitionLog<S> {
         Ok(validated_any)
     }
 
-    /// Opens (creating where missing) a segment's log, offset index and time index files.
+    /// Opens (creating where missing) a segment's log, offset index and time index files: the
+    /// log to keep, the index files for the caller's use (see [`super::segment::open_index_files`]).
     pub(super) async fn open_segment_files(
         &self,
         base_offset: u64,
@@ -297,7 +301,7 @@ impl<S: Storage> PartitionLog<S> {
             now_ms,
             SegmentIndex::default(),
             self.config.index_interval_bytes,
-            (log, offset_index, time_index),
+            log,
         );
         segment.reserved_to = reserved_to;
         Ok(segment)
@@ -346,13 +350,7 @@ impl<S: Storage> PartitionLog<S> {
         let loaded_entries = index.entries().len();
         let from = index.last().copied();
         let interval_bytes = self.config.index_interval_bytes;
-        let mut segment = Segment::new(
-            base_offset,
-            now_ms,
-            index,
-            interval_bytes,
-            (log, offset_index, time_index),
-        );
+        let mut segment = Segment::new(base_offset, now_ms, index, interval_bytes, log);
         // A segment wholly before the recovery point was durable: walking the headers after its
         // last index entry is enough. Anything after the point, or a segment that does not walk
         // cleanly, is validated batch by batch.
@@ -390,18 +388,16 @@ impl<S: Storage> PartitionLog<S> {
         }
         // Index files: cut to the entries that were kept, then append the rebuilt ones.
         let persisted = segment.index.persisted() as u64;
-        segment
-            .offset_index
+        offset_index
             .truncate(persisted * index::OFFSET_ENTRY_LEN as u64)
             .await
             .map_err(io_error("truncate index"))?;
-        segment
-            .time_index
+        time_index
             .truncate(persisted * index::TIME_ENTRY_LEN as u64)
             .await
             .map_err(io_error("truncate index"))?;
         segment
-            .persist_index()
+            .persist_index_to(&(offset_index, time_index))
             .await
             .map_err(io_error("write index"))?;
         Ok((segment, damaged))
@@ -410,7 +406,8 @@ impl<S: Storage> PartitionLog<S> {
     /// Reads segment `at`'s index back from its files.
     pub(super) async fn load_index_of(&self, at: usize) -> Result<SegmentIndex, LogError> {
         let segment = &self.segments[at];
-        segment.load_index().await.map_err(|source| LogError::Io {
+        let loaded = segment.load_index(&self.storage, &self.dir).await;
+        loaded.map_err(|source| LogError::Io {
             what: "read index",
             path: self.segment_path(segment.base_offset, "index"),
             source: Arc::new(source),

@@ -10,7 +10,7 @@ use strata_wire::batch::{self, BatchHeader, HEADER_LEN};
 
 use super::Buffers;
 use super::index::{IndexCadence, IndexEntry, OFFSET_ENTRY_LEN, SegmentIndex, TIME_ENTRY_LEN};
-use crate::io::{DIRECT_BLOCK, DirectReadBuf, ReadBuf, StorageFile};
+use crate::io::{DIRECT_BLOCK, DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 /// How much a recovery or lookup scan reads per IO.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
@@ -61,10 +61,29 @@ pub(crate) struct Segment<F> {
     pub reserved_to: u64,
     pub index: SegmentIndex,
     pub cadence: IndexCadence,
-    /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on.
+    /// Shared with in-flight [`super::FlushJob`]s, which sync it while the log moves on. The
+    /// index files are not held: each use opens them (see [`open_index_files`]).
     pub log: Rc<F>,
-    pub offset_index: F,
-    pub time_index: F,
+}
+
+/// Opens (creating where missing) the offset and time index files of the segment at
+/// `base_offset` in `dir`, for one use. They are written at flushes and read on an index-cache
+/// miss only, so a segment holds no descriptor for them: a broker's descriptors go to log
+/// files, and an idle partition holds its active segment's log alone (its other files are
+/// opened when written too), where holding them cost five descriptors a partition.
+pub(crate) async fn open_index_files<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base_offset: u64,
+) -> io::Result<(S::File, S::File)> {
+    Ok((
+        storage
+            .open(&dir.join(file_name(base_offset, "index")), true)
+            .await?,
+        storage
+            .open(&dir.join(file_name(base_offset, "timeindex")), true)
+            .await?,
+    ))
 }
 
 /// Reads `[position, position + len)` of a segment's log file holding `size` bytes of data,
@@ -123,7 +142,7 @@ impl<F: StorageFile> Segment<F> {
         now_ms: i64,
         index: SegmentIndex,
         index_interval_bytes: u32,
-        (log, offset_index, time_index): (Rc<F>, F, F),
+        log: Rc<F>,
     ) -> Segment<F> {
         Segment {
             base_offset,
@@ -139,8 +158,6 @@ impl<F: StorageFile> Segment<F> {
             index,
             cadence: IndexCadence::new(index_interval_bytes),
             log,
-            offset_index,
-            time_index,
         }
     }
 
@@ -299,9 +316,25 @@ impl<F: StorageFile> Segment<F> {
         Ok(())
     }
 
-    /// Appends index entries not yet in the index files. Not synced: the files are a cache that
-    /// recovery checks against the log.
-    pub async fn persist_index(&mut self) -> io::Result<()> {
+    /// Appends index entries not yet in the index files of this segment (in `dir`). Not synced:
+    /// the files are a cache that recovery checks against the log.
+    pub async fn persist_index<S: Storage<File = F>>(
+        &mut self,
+        storage: &S,
+        dir: &Path,
+    ) -> io::Result<()> {
+        if self.index.persisted() == self.index.entries().len() {
+            return Ok(());
+        }
+        let files = open_index_files(storage, dir, self.base_offset).await?;
+        self.persist_index_to(&files).await
+    }
+
+    /// [`Segment::persist_index`] into index files already open.
+    pub async fn persist_index_to(
+        &mut self,
+        (offset_index, time_index): &(F, F),
+    ) -> io::Result<()> {
         let (mut offsets, mut times) = (Vec::new(), Vec::new());
         let first = self.index.take_unpersisted(&mut offsets, &mut times);
         if offsets.is_empty() {
@@ -309,18 +342,36 @@ impl<F: StorageFile> Segment<F> {
         }
         let offsets_at = (first * OFFSET_ENTRY_LEN) as u64;
         let times_at = (first * TIME_ENTRY_LEN) as u64;
-        self.offset_index
+        offset_index
             .write_all_at(Bytes::from(offsets), offsets_at)
             .await?;
-        self.time_index
-            .write_all_at(Bytes::from(times), times_at)
-            .await
+        time_index.write_all_at(Bytes::from(times), times_at).await
+    }
+
+    /// Cuts the index files to the entries persisted (after the log was cut below entries
+    /// written past the new end).
+    pub async fn truncate_index<S: Storage<File = F>>(
+        &self,
+        storage: &S,
+        dir: &Path,
+    ) -> io::Result<()> {
+        let persisted = self.index.persisted() as u64;
+        let (offset_index, time_index) = open_index_files(storage, dir, self.base_offset).await?;
+        offset_index
+            .truncate(persisted * OFFSET_ENTRY_LEN as u64)
+            .await?;
+        time_index.truncate(persisted * TIME_ENTRY_LEN as u64).await
     }
 
     /// Reads the index files back (a closed segment's index is not kept in memory).
-    pub async fn load_index(&self) -> io::Result<SegmentIndex> {
-        let offsets = read_whole(&self.offset_index).await?;
-        let times = read_whole(&self.time_index).await?;
+    pub async fn load_index<S: Storage<File = F>>(
+        &self,
+        storage: &S,
+        dir: &Path,
+    ) -> io::Result<SegmentIndex> {
+        let (offset_index, time_index) = open_index_files(storage, dir, self.base_offset).await?;
+        let offsets = read_whole(&offset_index).await?;
+        let times = read_whole(&time_index).await?;
         Ok(SegmentIndex::decode(
             offsets.as_slice(),
             times.as_slice(),
