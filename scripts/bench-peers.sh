@@ -40,15 +40,6 @@ mkdir -p "$results"
 node_pid=""
 trap 'stop_node; rm -rf "$work"' EXIT
 
-wait_for_port() {
-    for _ in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on port $1" >&2
-    return 1
-}
-
 # A fresh data dir, the page cache's dirty pages written out, a moment's rest: the same state
 # for each side of each round.
 fresh() {

@@ -23,10 +23,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-use strata_client::{Codec, RecordMetadata, partition_for_key};
+use strata_client::{Codec, RecordMetadata};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{BenchConfig, RecordCounter};
+use crate::{BenchConfig, PartitionChooser, RecordCounter};
 
 /// The client the report names.
 pub fn client_name() -> String {
@@ -142,11 +142,8 @@ pub struct KafkaProducer {
     /// queue far ahead of the broker, and the tasks collecting acknowledgements get to run.
     buffer: Arc<Semaphore>,
     buffer_bytes: usize,
-    partitions: u32,
-    /// Records without a key or partition: the partition they go to now, and the bytes sent
-    /// there since it was chosen.
-    sticky: Mutex<(u32, usize)>,
-    batch_bytes: usize,
+    /// Where records without a partition go.
+    chooser: Mutex<PartitionChooser>,
     /// Sends refused for a full local queue, each retried after a pause.
     queue_full: AtomicU64,
 }
@@ -186,9 +183,7 @@ impl KafkaProducer {
             producer,
             buffer: Arc::new(Semaphore::new(producer_config.buffer_bytes)),
             buffer_bytes: producer_config.buffer_bytes,
-            partitions: partitions.max(1),
-            sticky: Mutex::new((index as u32 % partitions.max(1), 0)),
-            batch_bytes: config.batch_bytes.max(1),
+            chooser: Mutex::new(PartitionChooser::new(partitions, config.batch_bytes, index)),
             queue_full: AtomicU64::new(0),
         })
     }
@@ -198,16 +193,10 @@ impl KafkaProducer {
         if let Some(partition) = partition {
             return partition;
         }
-        if let Some(key) = key {
-            return partition_for_key(key, self.partitions);
-        }
-        let mut sticky = self.sticky.lock().expect("sticky partition");
-        let chosen = sticky.0;
-        sticky.1 += bytes;
-        if sticky.1 >= self.batch_bytes {
-            *sticky = ((chosen + 1) % self.partitions, 0);
-        }
-        chosen
+        self.chooser
+            .lock()
+            .expect("partition chooser")
+            .next(key, bytes)
     }
 
     /// Hands a record to librdkafka; the ack resolves when the broker answered it. Waits only

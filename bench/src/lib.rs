@@ -15,6 +15,7 @@
 
 mod kafka;
 pub mod pacing;
+pub mod scale;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,12 +62,18 @@ pub struct BenchConfig {
     pub security: strata_client::Security,
     pub topic: String,
     pub partitions: u32,
+    /// Producers write to the topic's first this many partitions only (default: all of them):
+    /// a load across some partitions of a topic of many.
+    pub spread: Option<u32>,
     pub replication_factor: u16,
     pub min_insync: Option<u16>,
     /// Topic settings (Kafka-style keys) when the bench creates the topic.
     pub topic_config: Vec<(String, String)>,
     pub producers: usize,
     pub consumers: usize,
+    /// Each producer and consumer connects on its own, as separate processes would (default:
+    /// the bench's native producers and consumers share one connection per broker).
+    pub own_connections: bool,
     pub record_size: usize,
     pub batch_bytes: usize,
     pub linger: Duration,
@@ -134,11 +141,13 @@ impl Default for BenchConfig {
             security: strata_client::Security::default(),
             topic: "strata-bench".into(),
             partitions: 4,
+            spread: None,
             replication_factor: 1,
             min_insync: None,
             topic_config: Vec::new(),
             producers: 2,
             consumers: 1,
+            own_connections: false,
             record_size: 1024,
             batch_bytes: 1 << 20,
             linger: Duration::from_millis(2),
@@ -290,6 +299,10 @@ pub struct Report {
     /// the page cache into full memory stalled 215 ms where the same run with free memory
     /// stalled none (docs/performance.md).
     pub memory_stall_ms: Option<f64>,
+    /// Consume and e2e runs: from the run's start until every consumer had its first record
+    /// (a group's members joined, were assigned partitions and fetched). Absent when one never
+    /// got a record (more group members than partitions), and without consumers.
+    pub consumers_ready_s: Option<f64>,
     pub ack_latency_us: Option<Percentiles>,
     /// The measured records by how durable their acknowledgements said they were (empty with
     /// `acks=0` and without producers).
@@ -597,6 +610,42 @@ fn now_us() -> u64 {
         .map_or(0, |elapsed| elapsed.as_micros() as u64)
 }
 
+/// Where a record goes when the bench picks partitions itself (over Kafka's protocol, or with
+/// `spread`): its key's partition by Strata's hash, else one partition a batch's worth of bytes
+/// at a time, as the native client's sticky partitioner does.
+pub(crate) struct PartitionChooser {
+    partitions: u32,
+    batch_bytes: usize,
+    sticky: u32,
+    filled: usize,
+}
+
+impl PartitionChooser {
+    /// Over partitions `0..partitions`; producer `index` starts at its own partition.
+    pub(crate) fn new(partitions: u32, batch_bytes: usize, index: usize) -> PartitionChooser {
+        let partitions = partitions.max(1);
+        PartitionChooser {
+            partitions,
+            batch_bytes: batch_bytes.max(1),
+            sticky: (index % partitions as usize) as u32,
+            filled: 0,
+        }
+    }
+
+    /// The partition of a record of `bytes` with `key`.
+    pub(crate) fn next(&mut self, key: Option<&[u8]>, bytes: usize) -> u32 {
+        if let Some(key) = key {
+            return strata_client::partition_for_key(key, self.partitions);
+        }
+        let chosen = self.sticky;
+        self.filled += bytes;
+        if self.filled >= self.batch_bytes {
+            (self.sticky, self.filled) = ((chosen + 1) % self.partitions, 0);
+        }
+        chosen
+    }
+}
+
 /// Runs the workload against the cluster at `config.bootstrap`.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     anyhow::ensure!(
@@ -624,6 +673,12 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
             (None, kafka::ensure_topic(config).await?)
         }
     };
+    if let Some(spread) = config.spread {
+        anyhow::ensure!(
+            (1..=partitions).contains(&spread),
+            "--spread {spread}: the topic has {partitions} partitions"
+        );
+    }
     run_measured(config, (client, partitions)).await
 }
 
@@ -819,9 +874,10 @@ async fn run_measured(
                 continue;
             }
             let producer = match &client {
-                Some(client) => {
-                    BenchProducer::Native(Producer::new(client.clone(), producer_config))
-                }
+                Some(client) => BenchProducer::Native(Producer::new(
+                    client_for(run_config, client).await?,
+                    producer_config,
+                )),
                 None => {
                     BenchProducer::Kafka(kafka::KafkaProducer::new(run_config, index, partitions)?)
                 }
@@ -845,7 +901,7 @@ async fn run_measured(
                 continue;
             }
             let connect = match config.protocol {
-                Protocol::Native => Connect::Native(config.client_config()),
+                Protocol::Native => Connect::Native(config.client_config(), config.own_connections),
                 Protocol::Kafka => Connect::Kafka(Box::new(config.clone()), partitions),
             };
             let outcomes = on_own_runtime(&format!("bench-producers-{thread}"), move || {
@@ -904,12 +960,8 @@ async fn run_measured(
     let broker_cpu_seconds = broker_cpu.finish().await;
     stop.store(true, Ordering::Relaxed);
     stop_consumers.store(true, Ordering::Relaxed);
-    let mut consumed_bytes = 0u64;
-    for task in consumer_tasks {
-        let counter = task.await??;
-        histograms.e2e.add(&counter.e2e)?;
-        consumed_bytes += counter.bytes;
-    }
+    let (consumed_bytes, all_reading) =
+        finish_consumers(consumer_tasks, &mut histograms.e2e, started).await?;
     histograms.ack = ack;
     if let Some(progress) = progress {
         run_over.notify_one();
@@ -944,6 +996,7 @@ async fn run_measured(
             .filter(|_| bytes > 0)
             .map(|cpu| cpu / (bytes as f64 / 1e9)),
         memory_stall_ms: stalled_since(memory_stalls_started),
+        consumers_ready_s: all_reading.map(|at| at.duration_since(started).as_secs_f64()),
         batch_latency_us: (config.pinned && config.workload == Workload::Produce)
             .then(|| Percentiles::of(&histograms.batch)),
         commit_latency_us: (config.transactions.is_some() && config.workload != Workload::Consume)
@@ -967,12 +1020,18 @@ pub(crate) struct RecordCounter {
     interval: IntervalRecorder,
     bytes: u64,
     consumed: Arc<AtomicU64>,
+    /// When this consumer received its first record (warmup or not).
+    first_record: Option<Instant>,
 }
 
 impl RecordCounter {
     /// Values read together (a batch, or one message).
     pub(crate) fn count<'a>(&mut self, values: impl Iterator<Item = &'a [u8]>) {
         let seen = now_us();
+        let mut values = values.peekable();
+        if self.first_record.is_none() && values.peek().is_some() {
+            self.first_record = Some(Instant::now());
+        }
         if Instant::now() < self.measure_from {
             return;
         }
@@ -991,6 +1050,27 @@ impl RecordCounter {
 }
 
 type ConsumerTask = tokio::task::JoinHandle<anyhow::Result<RecordCounter>>;
+
+/// Waits for the (stopped) consumers: their latencies go into `e2e`; returns the bytes they
+/// read, and when the last of them had its first record (`None` when one had none, or there
+/// were none; never before `started`).
+async fn finish_consumers(
+    tasks: Vec<ConsumerTask>,
+    e2e: &mut Histogram<u64>,
+    started: Instant,
+) -> anyhow::Result<(u64, Option<Instant>)> {
+    let mut bytes = 0u64;
+    let mut all_reading = (!tasks.is_empty()).then_some(started);
+    for task in tasks {
+        let counter = task.await??;
+        e2e.add(&counter.e2e)?;
+        bytes += counter.bytes;
+        all_reading = all_reading
+            .zip(counter.first_record)
+            .map(|(last, first)| last.max(first));
+    }
+    Ok((bytes, all_reading))
+}
 
 /// The run's consumers, reading until `stop`: in the bench's group, or splitting the topic's
 /// `partitions` among themselves, from the beginning (consume) or the end (e2e). `client`: the
@@ -1014,6 +1094,7 @@ async fn start_consumers(
             interval: intervals.recorder(),
             bytes: 0,
             consumed: consumed.clone(),
+            first_record: None,
         };
         let stop = stop.clone();
         let mine: Vec<u32> = (0..partitions)
@@ -1041,7 +1122,19 @@ async fn start_consumers(
     Ok(tasks)
 }
 
+/// The client a native producer or consumer uses: the run's `shared` one, or with
+/// `own_connections` a client of its own.
+async fn client_for(config: &BenchConfig, shared: &Arc<Client>) -> anyhow::Result<Arc<Client>> {
+    Ok(if config.own_connections {
+        Client::connect(config.client_config()).await?
+    } else {
+        shared.clone()
+    })
+}
+
 /// One native consumer task: a member of the bench's group, or a reader of `partitions`.
+/// Members join inside their tasks, all at once, as a fleet of consumers starting together
+/// would (joined one after another, each join would rebalance those before it).
 async fn native_consumer(
     config: &BenchConfig,
     client: &Arc<Client>,
@@ -1051,6 +1144,7 @@ async fn native_consumer(
     mut counter: RecordCounter,
 ) -> anyhow::Result<ConsumerTask> {
     let consumer_config = config.consumer_config();
+    let client = client_for(config, client).await?;
     if let Some(group) = &config.group {
         let mut group_config = GroupConfig::new(group.clone());
         group_config.client_id = format!("strata-bench-{index}");
@@ -1060,10 +1154,9 @@ async fn native_consumer(
         } else {
             OffsetReset::Latest
         };
-        let mut member =
-            GroupConsumer::subscribe(client.clone(), vec![config.topic.clone()], group_config)
-                .await?;
+        let topics = vec![config.topic.clone()];
         return Ok(tokio::spawn(async move {
+            let mut member = GroupConsumer::subscribe(client, topics, group_config).await?;
             while !stop.load(Ordering::Relaxed) {
                 for batch in member.poll().await? {
                     counter.count(batch.records().map(|record| record.value));
@@ -1078,7 +1171,7 @@ async fn native_consumer(
     } else {
         SeekTo::End
     };
-    let mut consumer = Consumer::new(client.clone(), consumer_config);
+    let mut consumer = Consumer::new(client, consumer_config);
     consumer.assign(&config.topic, &partitions, start).await?;
     Ok(tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
@@ -1138,9 +1231,10 @@ struct PacedProducer {
 }
 
 /// How a thread of paced producers makes them: native ones share a client of the thread's
-/// own; over Kafka each is a librdkafka producer (on a topic of this many partitions).
+/// own (or each has its own with `own_connections`, the flag); over Kafka each is a librdkafka
+/// producer (on a topic of this many partitions).
 enum Connect {
-    Native(ClientConfig),
+    Native(ClientConfig, bool),
     Kafka(Box<BenchConfig>, u32),
 }
 
@@ -1151,13 +1245,19 @@ async fn produce_paced_on_this_thread(
 ) -> Vec<ProducerOutcome> {
     let mut tasks = Vec::with_capacity(group.len());
     match connect {
-        Connect::Native(client_config) => {
-            let client = match Client::connect(client_config).await {
-                Ok(client) => client,
-                Err(error) => return vec![Err(anyhow::Error::from(error).context("connecting"))],
-            };
+        Connect::Native(client_config, own_connections) => {
+            let mut shared = None;
             for paced in group {
-                let producer = Producer::new(client.clone(), paced.producer_config);
+                let client = match &shared {
+                    Some(client) if !own_connections => Arc::clone(client),
+                    _ => match Client::connect(client_config.clone()).await {
+                        Ok(client) => shared.insert(client).clone(),
+                        Err(error) => {
+                            return vec![Err(anyhow::Error::from(error).context("connecting"))];
+                        }
+                    },
+                };
+                let producer = Producer::new(client, paced.producer_config);
                 tasks.push((paced.make_task)(BenchProducer::Native(producer)));
             }
         }
@@ -1324,6 +1424,8 @@ struct RecordSender {
     stop: Arc<AtomicBool>,
     topic: Arc<str>,
     keys: KeyChooser,
+    /// With `spread`: where records go, the bench choosing among the first partitions.
+    spread: Option<PartitionChooser>,
     value: BytesMut,
     sent: u64,
     /// Why this producer stopped early: a send failed, or the collector stopped because an
@@ -1447,6 +1549,10 @@ impl RecordSender {
         RecordSender {
             topic: config.topic.as_str().into(),
             keys: KeyChooser::new(config.key_distribution, config.keys, index),
+            spread: config
+                .spread
+                .filter(|_| !config.pinned)
+                .map(|spread| PartitionChooser::new(spread, config.batch_bytes, index as usize)),
             value: BytesMut::with_capacity(config.record_size),
             producer,
             config,
@@ -1495,6 +1601,8 @@ impl RecordSender {
         record.timestamp_ms = Some((intended_us / 1000) as i64);
         if self.config.pinned {
             record.partition = Some(self.index as u32);
+        } else if let Some(spread) = &mut self.spread {
+            record.partition = Some(spread.next(record.key.as_deref(), record.value.len()));
         }
         let (partition, ack) = match self.producer.send(record).await {
             Ok(sent) => sent,
@@ -1988,6 +2096,7 @@ async fn null_sink(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)>
         broker_cpu_seconds: None,
         broker_cpu_s_per_gb: None,
         memory_stall_ms: stalled_since(memory_stalls_started),
+        consumers_ready_s: None,
         ack_latency_us: None,
         ack_durability: Vec::new(),
         batch_latency_us: None,
@@ -2192,22 +2301,25 @@ async fn brokers_cpu_seconds(admins: &[String]) -> Option<f64> {
 }
 
 async fn broker_cpu_seconds(admin: &str) -> Option<f64> {
+    let metrics = scrape_metrics(admin).await.ok()?;
+    Some(scale::ProcessFigures::parse(&metrics)?.cpu_seconds)
+}
+
+/// The `/metrics` page of the broker whose admin endpoint is `admin`.
+pub(crate) async fn scrape_metrics(admin: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let limit = Duration::from_secs(5);
     let connect = tokio::net::TcpStream::connect(admin);
-    let mut stream = tokio::time::timeout(limit, connect).await.ok()?.ok()?;
+    let mut stream = tokio::time::timeout(limit, connect)
+        .await
+        .context("connecting timed out")??;
     let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
+    stream.write_all(request.as_bytes()).await?;
     let mut answer = String::new();
     tokio::time::timeout(limit, stream.read_to_string(&mut answer))
         .await
-        .ok()?
-        .ok()?;
-    answer
-        .lines()
-        .filter(|line| line.starts_with("process_cpu_seconds_total"))
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .reduce(|a, b| a + b)
+        .context("reading timed out")??;
+    Ok(answer)
 }
 
 /// CPU seconds (user + system) this process has used.
@@ -2266,6 +2378,11 @@ pub fn summary(report: &Report) -> String {
     if let (Some(cpu), Some(per_gb)) = (report.broker_cpu_seconds, report.broker_cpu_s_per_gb) {
         text.push_str(&format!(
             "\n  brokers' CPU: {cpu:.2} s = {per_gb:.3} CPU s per GB"
+        ));
+    }
+    if let Some(ready) = report.consumers_ready_s {
+        text.push_str(&format!(
+            "\n  every consumer had its first record {ready:.2} s after the start"
         ));
     }
     text.push_str(&format!("\n  host at the start: {}", report.host));

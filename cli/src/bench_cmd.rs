@@ -1,4 +1,4 @@
-//! `strata bench produce|consume|e2e`.
+//! `strata bench produce|consume|e2e|idle|ready`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +14,21 @@ pub enum WorkloadArg {
     Produce,
     Consume,
     E2e,
+    /// Create a topic of --partitions (unless it exists), let the brokers settle for
+    /// --warmup, then watch them at rest for --duration: their CPU, their resident memory per
+    /// partition, their open files (needs --broker-admin).
+    Idle,
+    /// Probe a starting cluster from now until it names --topic and until every partition of
+    /// the topic answers from its leader (gives up after --duration, default 10 minutes).
+    Ready,
+}
+
+/// What `strata bench` runs: a load, or one of the scale probes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Load(Workload),
+    Idle,
+    Ready,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,12 +69,21 @@ pub struct BenchArgs {
     /// Settings not given take the topic defaults.
     #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = super::client_cmd::parse_key_value)]
     topic_config: Vec<(String, String)>,
+    /// Producers write to the topic's first N partitions only, as the sticky partitioner (or
+    /// their keys' hash) spreads them over those (default: all partitions).
+    #[arg(long, value_name = "N")]
+    spread: Option<u32>,
     /// Default 2.
     #[arg(long)]
     producers: Option<usize>,
     /// Default 1.
     #[arg(long)]
     consumers: Option<usize>,
+    /// Each producer and consumer connects on its own, as separate processes would (default:
+    /// native producers and consumers share one connection per broker; over Kafka's protocol
+    /// each always has its own).
+    #[arg(long)]
+    own_connections: bool,
     /// Default 1024.
     #[arg(long)]
     record_size: Option<usize>,
@@ -214,12 +238,14 @@ struct WorkloadFile {
     workload: Option<String>,
     topic: Option<String>,
     partitions: Option<u32>,
+    spread: Option<u32>,
     replication_factor: Option<u16>,
     min_insync: Option<u16>,
     #[serde(default)]
     topic_config: std::collections::BTreeMap<String, String>,
     producers: Option<usize>,
     consumers: Option<usize>,
+    own_connections: Option<bool>,
     record_size: Option<usize>,
     batch_size: Option<usize>,
     linger_ms: Option<u64>,
@@ -286,7 +312,11 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     if let Some(preset) = args.preset {
         preset_defaults(&mut file, preset, &args);
     }
-    let workload = workload_of(&args, &file)?;
+    let job = job_of(&args, &file)?;
+    let workload = match job {
+        Job::Load(workload) => workload,
+        Job::Idle | Job::Ready => Workload::Produce,
+    };
     let defaults = BenchConfig::default();
     let records = args.records.or(file.records);
     let client = connection.client_config()?;
@@ -303,6 +333,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .partitions
             .or(file.partitions)
             .unwrap_or(defaults.partitions),
+        spread: args.spread.or(file.spread),
         replication_factor: args
             .replication_factor
             .or(file.replication_factor)
@@ -324,6 +355,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .consumers
             .or(file.consumers)
             .unwrap_or(defaults.consumers),
+        own_connections: args.own_connections || file.own_connections.unwrap_or(false),
         record_size: args
             .record_size
             .or(file.record_size)
@@ -357,7 +389,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         duration: args
             .duration
             .or(file.duration.map(Duration::from_secs_f64))
-            .or(if records.is_none() {
+            .or(if records.is_none() && job != Job::Ready {
                 defaults.duration
             } else {
                 None
@@ -395,12 +427,12 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         group: args.group.or(file.group),
         protocol: protocol_of(args.protocol, file.protocol.as_deref())?,
     };
+    if job != Job::Load(workload) {
+        return scale(job, &config, args.json.as_deref()).await;
+    }
     let (report, histograms) = strata_bench::run(&config).await?;
     // The files first: a reader that closed stdout early must not cost the report.
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &report)?;
     if let Some(path) = &args.plot {
         std::fs::write(path, strata_bench::plot_svg(&report, &histograms))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -413,14 +445,46 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     Ok(())
 }
 
-/// The workload to run: the positional argument, else the workload file's.
-fn workload_of(args: &BenchArgs, file: &WorkloadFile) -> anyhow::Result<Workload> {
+/// Runs one of the scale probes and prints (and writes) its report.
+async fn scale(
+    job: Job,
+    config: &BenchConfig,
+    json: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if job == Job::Idle {
+        let report = strata_bench::scale::idle(config).await?;
+        write_json(json, &report)?;
+        outln!("{}", strata_bench::scale::idle_summary(&report));
+    } else {
+        let report = strata_bench::scale::ready(config).await?;
+        write_json(json, &report)?;
+        outln!("{}", strata_bench::scale::ready_summary(&report));
+    }
+    Ok(())
+}
+
+/// A report as JSON at `path`, when one is asked for.
+fn write_json(
+    path: Option<&std::path::Path>,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let json = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// What to run: the positional argument, else the workload file's.
+fn job_of(args: &BenchArgs, file: &WorkloadFile) -> anyhow::Result<Job> {
     Ok(match (args.workload, file.workload.as_deref()) {
-        (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Workload::Produce,
-        (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Workload::Consume,
-        (Some(WorkloadArg::E2e), _) | (None, Some("e2e")) => Workload::E2e,
+        (Some(WorkloadArg::Produce), _) | (None, Some("produce")) => Job::Load(Workload::Produce),
+        (Some(WorkloadArg::Consume), _) | (None, Some("consume")) => Job::Load(Workload::Consume),
+        (Some(WorkloadArg::E2e), _) | (None, Some("e2e")) => Job::Load(Workload::E2e),
+        (Some(WorkloadArg::Idle), _) | (None, Some("idle")) => Job::Idle,
+        (Some(WorkloadArg::Ready), _) | (None, Some("ready")) => Job::Ready,
         (None, Some(other)) => {
-            anyhow::bail!("workload {other:?}: expected produce, consume or e2e")
+            anyhow::bail!("workload {other:?}: expected produce, consume, e2e, idle or ready")
         }
         // A usage error, as clap reports its own: usage on stderr, exit status 2.
         (None, None) => {
@@ -431,7 +495,7 @@ fn workload_of(args: &BenchArgs, file: &WorkloadFile) -> anyhow::Result<Workload
                 .expect("the bench subcommand")
                 .error(
                     clap::error::ErrorKind::MissingRequiredArgument,
-                    "name a workload (produce, consume, e2e) or give --workload FILE",
+                    "name a workload (produce, consume, e2e, idle, ready) or give --workload FILE",
                 )
                 .exit()
         }

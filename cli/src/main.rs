@@ -67,7 +67,8 @@ enum Command {
         #[command(flatten)]
         args: client_cmd::ConsumeArgs,
     },
-    /// Load a cluster and measure throughput and latency (HDR histograms, open loop).
+    /// Load a cluster and measure throughput and latency (HDR histograms, open loop), or what
+    /// many partitions cost it at rest and how soon it serves after a restart.
     Bench {
         #[command(flatten)]
         connection: Connection,

@@ -610,3 +610,205 @@ fn the_kafka_protocol_bench_runs_the_same_workloads_through_librdkafka() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// `--spread N`: producers write to the topic's first N partitions only (larger than the topic
+/// is refused); `--own-connections`: each producer connects on its own, as separate processes
+/// would, where by default they share the bench's connections.
+#[test]
+fn spread_and_own_connections_shape_the_load() {
+    let temp = tempfile::tempdir().unwrap();
+    let (node, admin) = TestNode::start_with_admin(temp.path(), 2);
+    let produced = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "wide",
+            "--partitions",
+            "8",
+            "--spread",
+            "3",
+            "--key-distribution",
+            "uniform",
+            "--records",
+            "3000",
+        ],
+    );
+    assert_eq!(produced["records"], 3000);
+    let partitions = support::describe(&node, "wide")["partitions"].clone();
+    let stored: Vec<(u64, u64)> = partitions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_u64().unwrap(),
+                p["high_watermark"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(stored.len(), 8);
+    assert_eq!(stored.iter().map(|(_, n)| n).sum::<u64>(), 3000);
+    for (partition, records) in &stored {
+        assert_eq!(*partition < 3, *records > 0, "{stored:?}");
+    }
+    let refused = node.cli_output(
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "wide",
+            "--spread",
+            "9",
+            "--records",
+            "10",
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--spread 9"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let accepted = || support::metric_total(admin, "strata_native_connections_accepted_total");
+    let producers = ["--topic", "wide", "--producers", "6", "--records", "600"];
+    let before = accepted();
+    report(&node, &[&["bench", "produce"][..], &producers].concat());
+    let shared = accepted() - before;
+    let before = accepted();
+    report(
+        &node,
+        &[&["bench", "produce", "--own-connections"][..], &producers].concat(),
+    );
+    let own = accepted() - before;
+    assert!(
+        own >= shared + 6.0,
+        "six producers on their own connections: {own} accepted, {shared} when shared"
+    );
+    assert_eq!(support::stored_records(&node, "wide"), 3000 + 1200);
+}
+
+/// 20 consumers of one group joining at once, each on its own connection, while records keep
+/// coming to every partition: every member gets a partition and reads from it, and the report
+/// says when the last one had its first record.
+#[test]
+fn a_group_joining_at_once_reports_when_every_member_reads() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = TestNode::start(temp.path(), 2);
+    let fleet = |group: &str, consumers: &str| {
+        report(
+            &node,
+            &[
+                "bench",
+                "e2e",
+                "--topic",
+                "members",
+                "--partitions",
+                "20",
+                "--key-distribution",
+                "uniform",
+                "--rate",
+                "2000",
+                "--duration",
+                "6s",
+                "--group",
+                group,
+                "--consumers",
+                consumers,
+                "--own-connections",
+            ],
+        )
+    };
+    let joined = fleet("fleet", "20");
+    assert!(joined["records"].as_u64().unwrap() > 5000, "{joined}");
+    let ready = joined["consumers_ready_s"].as_f64().unwrap();
+    assert!(ready > 0.0 && ready < 6.0, "{joined}");
+    // More members than partitions: some never read, and the report says nothing then.
+    let crowded = fleet("crowd", "24");
+    assert!(crowded["consumers_ready_s"].is_null(), "{crowded}");
+}
+
+/// `bench idle`: a topic's partitions created and watched at rest, the broker's CPU, memory and
+/// open files read from its metrics. `bench ready`: started before the node, it waits for it,
+/// then for every partition to answer.
+#[test]
+fn scale_workloads_watch_a_node_at_rest_and_while_it_starts() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut node, admin) = TestNode::start_with_admin(temp.path(), 2);
+    let admin = format!("127.0.0.1:{admin}");
+    let idle = [
+        "bench",
+        "idle",
+        "--topic",
+        "many",
+        "--partitions",
+        "60",
+        "--duration",
+        "2s",
+        "--broker-admin",
+        &admin,
+    ];
+    let created = report(&node, &idle);
+    assert_eq!(created["partitions"], 60);
+    assert_eq!(created["created"], true);
+    assert!(created["create_s"].as_f64().unwrap() > 0.0, "{created}");
+    let cpu = created["broker_cpu_percent"].as_f64().unwrap();
+    assert!((0.0..200.0).contains(&cpu), "{created}");
+    assert!(created["idle_s"].as_f64().unwrap() >= 2.0, "{created}");
+    assert!(
+        created["resident_bytes_per_partition"].is_number(),
+        "{created}"
+    );
+    // Each partition holds its active segment's log open (twice where the file system takes
+    // O_DIRECT), and nothing else: index files and checkpoints are opened when written.
+    let open_files = created["broker_open_fds"].as_u64().unwrap();
+    assert!(
+        (60..=60 * 2 + 100).contains(&open_files),
+        "60 partitions: {created}"
+    );
+    // On a topic that exists: nothing created, nothing to divide the memory by.
+    let again = report(&node, &idle);
+    assert_eq!(again["created"], false);
+    assert!(again["create_s"].is_null() && again["resident_bytes_per_partition"].is_null());
+    let refused = node.cli_output(&["bench", "idle", "--topic", "x"], None);
+    assert!(!refused.status.success(), "idle needs --broker-admin");
+
+    node.stop();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ready.json");
+    let mut probe = support::strata()
+        .args([
+            "bench",
+            "ready",
+            "--bootstrap",
+            &node.bootstrap(),
+            "--topic",
+            "many",
+        ])
+        .args(["--duration", "60s", "--json", json.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    node.respawn();
+    assert!(probe.wait().unwrap().success());
+    let ready: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(ready["partitions"], 60);
+    let (serving, recovered) = (
+        ready["serving_s"].as_f64().unwrap(),
+        ready["recovered_s"].as_f64().unwrap(),
+    );
+    assert!(serving >= 0.7, "the probe waited for the node: {ready}");
+    assert!(recovered >= serving, "{ready}");
+    assert!(ready["probes"].as_u64().unwrap() > 60, "{ready}");
+    // Nobody there: the probe gives up after its --duration, with an error.
+    node.stop();
+    let lonely = node.cli_output(
+        &["bench", "ready", "--topic", "many", "--duration", "500ms"],
+        None,
+    );
+    assert!(!lonely.status.success());
+}

@@ -13,3 +13,13 @@ stop_node() {
 cpu_seconds() {
     awk -v ticks="$(getconf CLK_TCK)" '{ print ($14 + $15) / ticks }' "/proc/$1/stat"
 }
+
+# Waits (up to 10 s) until something listens on 127.0.0.1:PORT.
+wait_for_port() {
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}

@@ -878,6 +878,31 @@ pub fn process_cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// Bytes of this process's memory resident now (`VmRSS` of `/proc/self/status`): with the
+/// partition count, what each partition costs. `None` where the kernel does not say.
+pub fn process_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    resident_bytes_of(&status)
+}
+
+fn resident_bytes_of(status: &str) -> Option<u64> {
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// File descriptors this process holds open (entries of `/proc/self/fd`): segments, sockets,
+/// the io_uring. `None` where it cannot be read.
+pub fn process_open_fds() -> Option<u64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
+}
+
 /// Microseconds since boot in which some task stalled waiting for memory: the `some total=` of
 /// the kernel's pressure stall information (`/proc/pressure/memory`); `None` where the kernel
 /// keeps none. Page-cache reclaim under a broker shows here, where the broker's own timings do
@@ -946,5 +971,19 @@ fn free_page_reporting(host: &Host) -> Finding {
             Status::Warn,
         )
         .manual("turn free page reporting off on the VM's balloon device (QEMU: -device virtio-balloon,free-page-reporting=off) or give the broker a VM without a balloon")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resident_bytes_come_from_vmrss() {
+        let status = "Name:\tstrata\nVmPeak:\t  900 kB\nVmRSS:\t   12345 kB\nThreads:\t4\n";
+        assert_eq!(resident_bytes_of(status), Some(12345 * 1024));
+        assert_eq!(resident_bytes_of("Name:\tkthread\n"), None);
+        assert!(process_resident_bytes().unwrap() > 0);
+        assert!(process_open_fds().unwrap() >= 3);
     }
 }

@@ -20,7 +20,7 @@ pub use apply::{
 };
 pub use check::{
     HaltPolling, STRATA_TCP_CONGESTION, check, guest_halt_poll_ns, memory_stalls_us,
-    process_cpu_seconds,
+    process_cpu_seconds, process_open_fds, process_resident_bytes,
 };
 pub use host::{DataDevice, DevId, Host};
 

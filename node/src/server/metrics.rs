@@ -106,6 +106,9 @@ pub struct Snapshot {
     pub kafka_requests: u64,
     pub kafka_connections: u64,
     pub kafka_requests_with_trailing_bytes: u64,
+    /// Native clients' connections open now on this shard, and accepted since the start.
+    pub native_connections: u64,
+    pub native_connections_accepted: u64,
     /// Kafka requests of an API or version not served, by API key.
     pub kafka_unsupported: BTreeMap<i16, u64>,
     /// SASL exchanges on this shard's listeners (both protocols) that authenticated, and that
@@ -201,6 +204,8 @@ impl Default for Snapshot {
             kafka_requests: 0,
             kafka_connections: 0,
             kafka_requests_with_trailing_bytes: 0,
+            native_connections: 0,
+            native_connections_accepted: 0,
             kafka_unsupported: BTreeMap::new(),
             authentications: 0,
             authentication_failures: 0,
@@ -334,6 +339,15 @@ impl ShardMetrics {
         inner.kafka_connections = inner.kafka_connections.saturating_add_signed(delta);
     }
 
+    /// A native connection opened (`+1`) or closed (`-1`).
+    pub fn native_connections(&self, delta: i64) {
+        let mut inner = self.inner.borrow_mut();
+        inner.native_connections = inner.native_connections.saturating_add_signed(delta);
+        if delta > 0 {
+            inner.native_connections_accepted += delta as u64;
+        }
+    }
+
     /// One clean swapped in (or discarded), and how long it took.
     pub fn cleaned(&self, stats: &crate::log::cleaner::CleanStats, took: std::time::Duration) {
         let cleaner = &mut self.inner.borrow_mut().cleaner;
@@ -395,6 +409,30 @@ type ShardSeries = (
     fn(&Snapshot) -> f64,
 );
 
+/// Clients' connections, per shard like [`per_shard_series`].
+fn connection_series() -> [ShardSeries; 3] {
+    [
+        (
+            "strata_native_connections",
+            "gauge",
+            "Native clients' connections open now (a shard-aware client holds one per shard it uses, besides its bootstrap one).",
+            |s| s.native_connections as f64,
+        ),
+        (
+            "strata_native_connections_accepted_total",
+            "counter",
+            "Native clients' connections accepted since the node started.",
+            |s| s.native_connections_accepted as f64,
+        ),
+        (
+            "strata_kafka_connections",
+            "gauge",
+            "Kafka clients' connections open now.",
+            |s| s.kafka_connections as f64,
+        ),
+    ]
+}
+
 /// The log cleaner's series, per shard like [`per_shard_series`].
 fn cleaner_series() -> [ShardSeries; 5] {
     [
@@ -432,7 +470,7 @@ fn cleaner_series() -> [ShardSeries; 5] {
 }
 
 /// The series every shard reports, summed or per shard by `render`.
-fn per_shard_series() -> [ShardSeries; 23] {
+fn per_shard_series() -> [ShardSeries; 22] {
     [
         (
             "strata_cross_shard_hops_total",
@@ -445,12 +483,6 @@ fn per_shard_series() -> [ShardSeries; 23] {
             "counter",
             "Requests taken on the Kafka listener (--kafka-listen).",
             |s| s.kafka_requests as f64,
-        ),
-        (
-            "strata_kafka_connections",
-            "gauge",
-            "Kafka clients' connections open now.",
-            |s| s.kafka_connections as f64,
         ),
         (
             "strata_kafka_requests_with_trailing_bytes_total",
@@ -706,18 +738,25 @@ fn render_kafka_unsupported(out: &mut String, node_id: i32, snapshots: &[Snapsho
     }
 }
 
-pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
-        uptime.as_secs_f64()
-    );
+/// The broker process's own series: CPU, memory, descriptors, and the host's memory stalls.
+fn render_process(out: &mut String, node_id: i32) {
     let _ = writeln!(
         out,
         "# HELP process_cpu_seconds_total CPU (user and system) the broker process has used: per GB moved, what a broker costs.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total{{node=\"{node_id}\"}} {}",
         strata_tuning::process_cpu_seconds()
     );
+    if let Some(bytes) = strata_tuning::process_resident_bytes() {
+        let _ = writeln!(
+            out,
+            "# HELP process_resident_memory_bytes Memory of the broker process resident in RAM (the page cache it fills is not counted).\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes{{node=\"{node_id}\"}} {bytes}"
+        );
+    }
+    if let Some(fds) = strata_tuning::process_open_fds() {
+        let _ = writeln!(
+            out,
+            "# HELP process_open_fds File descriptors the broker process holds: segment files, sockets, its io_uring.\n# TYPE process_open_fds gauge\nprocess_open_fds{{node=\"{node_id}\"}} {fds}"
+        );
+    }
     // Read on the admin thread at scrape time, never on a shard.
     if let Some(stalled_us) = strata_tuning::memory_stalls_us(&strata_tuning::Host::live()) {
         let _ = writeln!(
@@ -726,6 +765,16 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
             stalled_us as f64 / 1e6
         );
     }
+}
+
+pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP strata_uptime_seconds Time since the node started.\n# TYPE strata_uptime_seconds gauge\nstrata_uptime_seconds{{node=\"{node_id}\"}} {}",
+        uptime.as_secs_f64()
+    );
+    render_process(&mut out, node_id);
     let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
     for snapshot in snapshots {
         for (topic, counters) in &snapshot.topics {
@@ -799,7 +848,11 @@ pub fn render(node_id: i32, uptime: std::time::Duration, snapshots: &[Snapshot])
 
     // Per-shard numbers: (name, type, help, value).
     // As f64: a duration in seconds sits among the counts (which print as integers).
-    for (name, kind, help, pick) in per_shard_series().into_iter().chain(cleaner_series()) {
+    let series = per_shard_series()
+        .into_iter()
+        .chain(connection_series())
+        .chain(cleaner_series());
+    for (name, kind, help, pick) in series {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (shard, snapshot) in snapshots.iter().enumerate() {
             let _ = writeln!(

@@ -78,7 +78,9 @@ impl Protocol for Native {
     const HEAD_LEN: usize = REQUEST_HEADER_LEN;
     const MIN_FRAME_LEN: usize = REQUEST_HEADER_LEN;
 
-    fn count_connection(_shard: &Shard, _delta: i64) {}
+    fn count_connection(shard: &Shard, delta: i64) {
+        shard.metrics.native_connections(delta);
+    }
 
     fn refuse_frame(len: usize, max: usize, head: Option<&[u8]>) -> (Option<Outcome>, String) {
         let code = if len > max {
