@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Strata at scale on one node (two shards), each scenario on a fresh data dir:
 #
-#   idle      a topic of 1 partition, then one of PARTITIONS (10,000) partitions, each watched
-#             at rest for IDLE_SECONDS (60): the broker's CPU, its resident memory per partition,
-#             its open files (`strata bench idle`)
+#   idle      a topic of 1 partition, then one of PARTITIONS (10,000) partitions (topic
+#             settings IDLE_TOPIC_CONFIG, default direct.writes=never), each watched at rest for
+#             IDLE_SECONDS (60): the broker's CPU, its resident memory per partition, its open
+#             files (`strata bench idle`)
 #   spread    produce with uniform keys across SPREAD (1,000) of those partitions against
 #             across 8, alternately, ROUNDS rounds (`strata bench produce --spread`)
 #   producers PRODUCERS (100) producers on connections of their own against 2, alternately
 #             (`--own-connections`)
 #   group     CONSUMERS (500) consumers of one group, one connection each, joining at once
-#             on a topic of as many partitions while producers write 100 records/s to each
-#             partition: the time until every one has its first record (`strata bench e2e
+#             on a topic of as many partitions while producers write GROUP_RATE records/s
+#             (default 10 a partition): the time until every one has its first record (`strata bench e2e
 #             --group`, the report's consumers_ready_s)
 #   restart   a node holding RESTART_PARTITIONS (1,000) partitions and RESTART_BYTES (50 GB)
 #             stopped cleanly, then killed with SIGKILL during a produce, each time started
 #             again with `strata bench ready` probing: the time until it serves, and until
 #             every partition answers from its leader. The page cache is dropped before each
-#             start where this process may (root), so the start reads from the disk.
+#             start where this process may (root), so the start reads from the disk. Mind the
+#             disk: the data dir takes RESTART_BYTES and more.
 #
 #   scripts/bench-scale.sh [SCENARIO ...]    (default: all five, in that order)
 #
@@ -82,8 +84,12 @@ for scenario in $scenarios; do
         fresh_node
         bench idle-1 idle --topic one --partitions 1 --warmup 10s \
             --duration "${idle_seconds}s" --broker-admin "$admin"
+        # Through the page cache (IDLE_TOPIC_CONFIG): with direct writes on, each partition
+        # holds its log open twice (buffered and O_DIRECT), and 10,000 partitions need a
+        # descriptor limit above 20,000.
         bench "idle-$partitions" idle --topic many --partitions "$partitions" --warmup 10s \
-            --duration "${idle_seconds}s" --broker-admin "$admin"
+            --duration "${idle_seconds}s" --broker-admin "$admin" \
+            --topic-config "${IDLE_TOPIC_CONFIG:-direct.writes=never}"
         ;;
     spread)
         # On the idle scenario's topic when it ran, else on a fresh one of as many partitions.
@@ -110,7 +116,7 @@ for scenario in $scenarios; do
         fresh_node
         for round in $(seq "$rounds"); do
             bench "group-$consumers-$round" e2e --topic members --partitions "$consumers" \
-                --key-distribution uniform --keys 100000 --rate "$((consumers * 100))" \
+                --key-distribution uniform --keys 100000 --rate "${GROUP_RATE:-$((consumers * 10))}" \
                 --duration 30s --group "join-$round" --consumers "$consumers" \
                 --own-connections --broker-admin "$admin"
         done
@@ -118,7 +124,10 @@ for scenario in $scenarios; do
     restart)
         fresh_node
         record_size=65536
+        # Without blocks reserved ahead of appends (RESTART_TOPIC_CONFIG): reserved, each
+        # partition's active segment takes up to a reservation step more disk than its data.
         bench restart-fill produce --topic stored --partitions "$restart_partitions" \
+            --topic-config "${RESTART_TOPIC_CONFIG:-preallocate=false}" \
             --record-size "$record_size" --batch-size 1MiB \
             --records "$((restart_bytes / record_size))" --broker-admin "$admin"
         du -sh "$work/data" | tee "$out/restart-size.txt"
