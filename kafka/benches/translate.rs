@@ -15,7 +15,7 @@ use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use strata_kafka::records::{to_kafka, to_strata};
+use strata_kafka::records::{to_strata, translate_to_kafka};
 use strata_wire::Batch;
 
 const RECORDS: usize = 1_000;
@@ -100,7 +100,7 @@ fn main() {
     }
     let fetched = rate(record_bytes, || {
         let mut out = BytesMut::with_capacity(stored.len() + 4096);
-        to_kafka(stored.clone(), &mut out).expect("translates");
+        translate_to_kafka(stored.clone(), &mut out).expect("translates");
         assert!(!out.is_empty());
     });
     println!("fetch: Strata batch → Kafka batch                        {fetched:>8.0} MB/s");

@@ -11,7 +11,8 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::Decompressor;
 use kafka_protocol::records::Compression;
-use strata_wire::batch::{Codec, attributes, split_batches};
+use strata_wire::batch::kafka::{self, KafkaCodec};
+use strata_wire::batch::{BatchFormat, Codec, attributes, split_batches};
 use strata_wire::{Batch, BatchBuilder, BatchError};
 
 /// Record batch format version Kafka calls magic 2, the only one Produce v3+ carries.
@@ -350,11 +351,114 @@ fn snappy_inflated_len(input: &[u8]) -> Result<usize, RecordsError> {
 
 /// Appends Strata batches (a fetch's answer, whole batches back to back) to `out` as Kafka
 /// record batches, one per Strata batch, offsets, epochs and producer fields unchanged.
-pub fn to_kafka(stored: Bytes, out: &mut BytesMut) -> Result<(), RecordsError> {
+/// Every batch is translated, whatever its format: [`to_kafka`] serves Kafka ones as stored.
+pub fn translate_to_kafka(stored: Bytes, out: &mut BytesMut) -> Result<(), RecordsError> {
     for batch in split_batches(stored) {
         encode_kafka_batch(&batch?, out);
     }
     Ok(())
+}
+
+/// Stored batches (a fetch's answer, whole batches back to back) as a Kafka consumer reads
+/// them: Kafka batches byte for byte, compression kept; Strata batches (a native producer's,
+/// a transaction's markers) translated, each into one Kafka batch. When every batch is a Kafka
+/// one, the answer is `stored` itself: no copy, no decode.
+pub fn to_kafka(stored: Bytes) -> Result<Bytes, RecordsError> {
+    let mut at = 0;
+    let mut all_kafka = true;
+    while at < stored.len() {
+        let header = strata_wire::BatchHeader::parse(&stored[at..])?;
+        all_kafka &= header.format == BatchFormat::Kafka;
+        at += header.batch_len as usize;
+    }
+    if all_kafka {
+        return Ok(stored);
+    }
+    let mut out = BytesMut::with_capacity(stored.len());
+    let mut rest = stored;
+    while !rest.is_empty() {
+        let header = strata_wire::BatchHeader::parse(&rest)?;
+        let batch = rest.split_to((header.batch_len as usize).min(rest.len()));
+        match header.format {
+            BatchFormat::Kafka => out.extend_from_slice(&batch),
+            BatchFormat::Strata => encode_kafka_batch(&Batch::validate(batch)?, &mut out),
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// A partition's produced Kafka batches as the log stores them: as sent, or, where the topic's
+/// `compression.type` names another codec (`codec`), recompressed with it, as Kafka's broker
+/// does. Refuses what is not Kafka batches of magic 2; the log checks each batch whole.
+pub fn to_store(kafka: Bytes, codec: Option<KafkaCodec>) -> Result<BytesMut, RecordsError> {
+    if kafka.is_empty() {
+        return Err(RecordsError::Empty);
+    }
+    let mut at = 0;
+    let mut recompress = false;
+    while at < kafka.len() {
+        let rest = &kafka[at..];
+        if rest.len() < KAFKA_BATCH_HEADER_LEN {
+            return Err(malformed("a batch is cut short"));
+        }
+        if !kafka::is_kafka(rest) {
+            return Err(RecordsError::Malformed(format!(
+                "message sets v{} are unsupported",
+                rest[16] as i8
+            )));
+        }
+        let header = strata_wire::BatchHeader::parse(rest).map_err(|error| match error {
+            BatchError::ControlBatch => RecordsError::ControlBatch,
+            error => RecordsError::Malformed(error.to_string()),
+        })?;
+        if header.batch_len as usize > rest.len() {
+            return Err(malformed("a batch length past the records sent"));
+        }
+        recompress |= codec.is_some_and(|codec| Ok(codec) != header.kafka_codec());
+        at += header.batch_len as usize;
+    }
+    let Some(codec) = codec.filter(|_| recompress) else {
+        return Ok(BytesMut::from(&kafka[..]));
+    };
+    let mut out = BytesMut::with_capacity(kafka.len());
+    let mut rest = kafka;
+    while !rest.is_empty() {
+        let header = strata_wire::BatchHeader::parse(&rest)?;
+        let sent = rest.split_to(header.batch_len as usize);
+        if header.kafka_codec() == Ok(codec) {
+            out.extend_from_slice(&sent);
+            continue;
+        }
+        let batch =
+            Batch::validate(sent).map_err(|error| RecordsError::Malformed(error.to_string()))?;
+        out.extend_from_slice(&kafka::write_batch(
+            &kafka::KafkaBatchFields {
+                base_offset: header.base_offset,
+                leader_epoch: header.leader_epoch,
+                codec,
+                transactional: header.is_transactional(),
+                last_offset_delta: header.offset_count - 1,
+                base_timestamp_ms: header.first_timestamp_ms,
+                max_timestamp_ms: header.max_timestamp_ms,
+                producer_id: header.producer_id,
+                producer_epoch: header.producer_epoch,
+                base_sequence: header.base_sequence,
+                delete_horizon: false,
+            },
+            batch.records().map(|record| {
+                (
+                    kafka::RecordToWrite {
+                        offset_delta: (record.offset - header.base_offset) as u32,
+                        timestamp_ms: record.timestamp_ms,
+                        key: record.key,
+                        value: record.nullable_value(),
+                    },
+                    record.nullable_headers(),
+                )
+            }),
+        ));
+    }
+    Ok(out)
 }
 
 /// Bytes of a record batch v2 header before its records (base offset through record count).

@@ -4,7 +4,7 @@
 //! an offset below zero) never reach the broker: they are answered from a [`Refused`] list
 //! merged into the response, next to what the broker answered for the rest.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
@@ -29,6 +29,7 @@ use strata_wire::protocol as native;
 use crate::errors::{self, kafka_error};
 use crate::frame::SUPPORTED;
 use crate::records::{self, RecordsError};
+use strata_wire::batch::kafka::KafkaCodec;
 
 /// Kafka's INVALID_REQUIRED_ACKS: acks other than 0, 1 and -1.
 const INVALID_REQUIRED_ACKS: i16 = 21;
@@ -182,13 +183,14 @@ pub struct Produce {
     pub refused: Vec<Refused>,
 }
 
-/// Translates a produce request: each partition's Kafka batches become Strata batches (whose
-/// records may inflate to at most `limit` bytes), stored with the codec `codec_of` gives the
-/// topic (its `compression.type`; `None`: each batch's own).
+/// Translates a produce request: each partition's Kafka batches go to the log as sent (it
+/// checks them whole), recompressed only where `codec_of` gives the topic a codec of its own
+/// (its `compression.type`; `None`: each batch's own). A Kafka producer's conditional append
+/// (its first record's `strata.expected.offset` header) is read by the log as it checks the
+/// records.
 pub fn produce_request(
     request: ProduceRequest,
-    limit: usize,
-    codec_of: impl Fn(&str) -> Option<strata_wire::batch::Codec>,
+    codec_of: impl Fn(&str) -> Option<KafkaCodec>,
 ) -> Produce {
     let acks = match request.acks {
         0 => Some(native::ACKS_NONE),
@@ -198,7 +200,6 @@ pub fn produce_request(
     };
     let mut refused = Vec::new();
     let mut topics = Vec::new();
-    let mut expected_offsets = Vec::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
         let codec = codec_of(&name);
@@ -208,21 +209,16 @@ pub fn produce_request(
                 (Err(_), _, _) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                 (_, None, _) => INVALID_REQUIRED_ACKS,
                 (_, _, None) => errors::CORRUPT_MESSAGE,
-                (Ok(index), Some(_), Some(records)) => {
-                    match records::to_strata_conditional(records, limit, codec) {
-                        Ok((batches, expected)) => {
-                            expected_offsets.push(
-                                expected.map_or(native::NO_EXPECTED_OFFSET, |offset| offset as i64),
-                            );
-                            partitions.push(native::ProducePartition {
-                                partition: index,
-                                records: native::Records::Mutable(batches),
-                            });
-                            continue;
-                        }
-                        Err(error) => records_error(&error),
+                (Ok(index), Some(_), Some(records)) => match records::to_store(records, codec) {
+                    Ok(batches) => {
+                        partitions.push(native::ProducePartition {
+                            partition: index,
+                            records: native::Records::Mutable(batches),
+                        });
+                        continue;
                     }
-                }
+                    Err(error) => records_error(&error),
+                },
             };
             refused.push(Refused {
                 topic: name.clone(),
@@ -239,16 +235,7 @@ pub fn produce_request(
             acks: acks.unwrap_or(native::ACKS_LEADER),
             timeout_ms: request.timeout_ms.max(0) as u32,
             topics,
-            expected_offsets: native::Appended(
-                if expected_offsets
-                    .iter()
-                    .any(|offset| *offset != native::NO_EXPECTED_OFFSET)
-                {
-                    expected_offsets
-                } else {
-                    Vec::new()
-                },
-            ),
+            expected_offsets: native::Appended(Vec::new()),
             // Kafka's answer has no place for it; the broker counts it in its metrics.
             durability: native::Appended(native::DURABILITY_UNREPORTED),
         },
@@ -427,14 +414,14 @@ pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> F
             .zip(stability)
             .map(move |(partition, stable)| {
                 let mut error = kafka_error(partition.error);
-                let mut records = BytesMut::new();
-                if error == errors::NONE
-                    && let Err(failed) = records::to_kafka(partition.records.freeze(), &mut records)
-                {
-                    error = records_error(&failed);
-                    records.clear();
+                let mut records = Bytes::new();
+                if error == errors::NONE {
+                    match records::to_kafka(partition.records.freeze()) {
+                        Ok(kafka) => records = kafka,
+                        Err(failed) => error = records_error(&failed),
+                    }
                 }
-                let mut answer = fetched(partition.partition as i32, error, records.freeze())
+                let mut answer = fetched(partition.partition as i32, error, records)
                     .with_high_watermark(partition.high_watermark as i64)
                     .with_last_stable_offset(partition.high_watermark as i64)
                     .with_log_start_offset(partition.log_start_offset as i64);

@@ -4,7 +4,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record as KafkaRecord, RecordBatchDecoder};
 use strata_wire::batch::{Codec, split_batches, stamp};
 
-use super::{RecordsError, to_kafka, to_strata};
+use super::{RecordsError, to_strata, translate_to_kafka};
 
 const LIMIT: usize = 1 << 20;
 
@@ -73,7 +73,7 @@ fn kafka_batches_become_strata_batches_and_back_in_every_codec() {
         assert_eq!(batches[0].record_count(), 3);
 
         let mut fetched = BytesMut::new();
-        to_kafka(stored.freeze(), &mut fetched).unwrap();
+        translate_to_kafka(stored.freeze(), &mut fetched).unwrap();
         let sets = RecordBatchDecoder::decode_all(&mut fetched.freeze()).unwrap();
         assert_eq!(sets.len(), 1);
         let got = &sets[0].records;
@@ -115,7 +115,7 @@ fn idempotent_producer_fields_survive_the_round_trip() {
     );
     stamp(&mut stored, 5, 1);
     let mut fetched = BytesMut::new();
-    to_kafka(stored.freeze(), &mut fetched).unwrap();
+    translate_to_kafka(stored.freeze(), &mut fetched).unwrap();
     let info = RecordBatchDecoder::decode_batch_info(&mut fetched.freeze()).unwrap();
     assert_eq!(info.len(), 1);
     assert_eq!(
@@ -145,7 +145,7 @@ fn several_batches_stay_several() {
         .collect();
     assert_eq!(counts, [3, 1]);
     let mut fetched = BytesMut::new();
-    to_kafka(stored.freeze(), &mut fetched).unwrap();
+    translate_to_kafka(stored.freeze(), &mut fetched).unwrap();
     let offsets: Vec<Vec<i64>> = RecordBatchDecoder::decode_all(&mut fetched.freeze())
         .unwrap()
         .iter()
@@ -265,7 +265,7 @@ mod direct_encoding {
     use strata_wire::batch::attributes;
 
     use super::*;
-    use crate::records::to_kafka;
+    use crate::records::translate_to_kafka;
 
     /// `kafka-protocol`'s encoder fed the batch's records: the reference `to_kafka` must match.
     fn reference(stored: &Bytes) -> BytesMut {
@@ -439,7 +439,7 @@ mod direct_encoding {
             }
             let stored = stored.freeze();
             let mut direct = BytesMut::new();
-            to_kafka(stored.clone(), &mut direct).unwrap();
+            translate_to_kafka(stored.clone(), &mut direct).unwrap();
             prop_assert_eq!(&direct[..], &reference(&stored)[..]);
         }
     }
@@ -459,7 +459,7 @@ fn repeated_header_keys_are_all_kept() {
     let mut stored = BytesMut::from(&builder.into_batch()[..]);
     stamp(&mut stored, 0, 0);
     let mut out = BytesMut::new();
-    to_kafka(stored.freeze(), &mut out).unwrap();
+    translate_to_kafka(stored.freeze(), &mut out).unwrap();
     // Decoded by hand: kafka-protocol's records keep headers in a map and would merge them.
     let record = &out[61..];
     let tail = &record[record.len() - 13..];
@@ -490,7 +490,7 @@ fn header_keys_that_are_not_utf8_go_out_replaced() {
     let mut stored = BytesMut::from(&builder.into_batch()[..]);
     stamp(&mut stored, 0, 0);
     let mut out = BytesMut::new();
-    to_kafka(stored.freeze(), &mut out).unwrap();
+    translate_to_kafka(stored.freeze(), &mut out).unwrap();
     let sets = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
     let key = sets[0].records[0]
         .headers
@@ -525,7 +525,7 @@ fn compacted_batches_keep_their_offsets_and_last_offset_delta() {
         compacted.extend_from_slice(&builder.finish_compacted());
     }
     let mut fetched = BytesMut::new();
-    to_kafka(compacted.freeze(), &mut fetched).unwrap();
+    translate_to_kafka(compacted.freeze(), &mut fetched).unwrap();
     let fetched = fetched.freeze();
     // Header fields straight from the bytes: lastOffsetDelta at 23, recordCount at 57.
     let be_i32 = |at: usize| i32::from_be_bytes(fetched[at..at + 4].try_into().unwrap());

@@ -44,7 +44,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
                     partition(2, Some(Bytes::from_static(b"garbage bytes, not a batch"))),
                 ]),
         ]);
-    let translated = produce_request(request, 1 << 20, |_| None);
+    let translated = produce_request(request, |_| None);
     assert_eq!(translated.native.acks, native::ACKS_ALL);
     assert_eq!(translated.native.timeout_ms, 1500);
     assert_eq!(translated.native.topics.len(), 1);
@@ -129,7 +129,6 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
                 .with_name(name("orders"))
                 .with_partition_data(vec![partition(0, Some(kafka_records()))]),
         ]),
-        1 << 20,
         |_| None,
     );
     assert!(bad_acks.native.topics.is_empty());
@@ -549,7 +548,7 @@ mod mangled {
                 ..
             }) = decode_request(frame)
             {
-                let translated = produce_request(produce, 1 << 20, |_| None);
+                let translated = produce_request(produce, |_| None);
                 let _ = translated.native.topics.len();
             }
         }

@@ -9,7 +9,7 @@ use super::config::WRITEBACK_CHUNK_BYTES;
 use super::error::LogError;
 
 use bytes::{Bytes, BytesMut};
-use strata_wire::batch::{self, BatchError, BatchHeader};
+use strata_wire::batch::{self, BatchError, BatchFormat, BatchHeader};
 
 use super::index::SegmentIndex;
 use super::producers::SequenceCheck;
@@ -255,23 +255,33 @@ impl<S: Storage> PartitionLog<S> {
         let first_header = self.headers.len();
         let start = next_offset;
         let mut idempotent = false;
+        // A Kafka producer's conditional append: its first record's header names the offset.
+        let mut kafka_expected = None;
         let mut at = 0;
         while at < batches.len() {
             let index = self.headers.len() - first_header;
             let checked = match source {
                 AppendSource::Markers => check_marker(&batches[at..]),
-                AppendSource::Producer | AppendSource::ProducerAt(_)
-                    if self.config.cleanup.compact =>
-                {
-                    batch::check_keyed(&batches[at..])
-                }
                 AppendSource::Producer | AppendSource::ProducerAt(_) => {
-                    batch::check(&batches[at..])
+                    batch::check_produced_batch(&batches[at..], self.config.cleanup.compact).map(
+                        |produced| {
+                            if index == 0 {
+                                kafka_expected = produced.expected_offset;
+                            }
+                            produced.header
+                        },
+                    )
                 }
             };
             let mut header = checked.map_err(|source| LogError::CorruptBatch { index, source })?;
             let batch_len = header.batch_len as usize;
-            batch::stamp(&mut batches[at..at + batch_len], next_offset, leader_epoch);
+            let batch = &mut batches[at..at + batch_len];
+            batch::stamp(batch, next_offset, leader_epoch);
+            if header.format == BatchFormat::Kafka {
+                // The records' max timestamp where the producer's header disagreed, as Kafka's
+                // broker sets it (the CRC recomputed only then).
+                batch::set_kafka_timestamps(batch, header.max_timestamp_ms, false);
+            }
             header.base_offset = next_offset;
             header.leader_epoch = leader_epoch;
             next_offset = header.next_offset();
@@ -293,7 +303,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let expected = match source {
             AppendSource::ProducerAt(expected) => Some(expected),
-            _ => None,
+            _ => kafka_expected,
         };
         if idempotent {
             return self.check_producer(first_header, (start, next_offset), expected);

@@ -659,6 +659,7 @@ mod tests {
         timestamp_ms: i64,
     ) -> BatchHeader {
         BatchHeader {
+            format: strata_wire::batch::BatchFormat::Strata,
             base_offset,
             leader_epoch: 0,
             crc: 0,

@@ -426,13 +426,16 @@ impl<F: StorageFile> Segment<F> {
                         damage: None,
                     });
                 }
-                if rest.len() < HEADER_LEN && position + (at + rest.len()) as u64 == file_len {
+                if rest.len() < batch::BATCH_LEN_MIN
+                    && position + (at + rest.len()) as u64 == file_len
+                {
                     break Some(format!(
                         "{} trailing bytes are not a whole header",
                         rest.len()
                     ));
                 }
-                if rest.len() < HEADER_LEN {
+                // A header of either format fits in HEADER_LEN bytes.
+                if rest.len() < HEADER_LEN && position + (at + rest.len()) as u64 != file_len {
                     break None;
                 }
                 let header = match BatchHeader::parse(rest) {

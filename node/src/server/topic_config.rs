@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use strata_wire::batch::Codec;
+use strata_wire::batch::kafka::KafkaCodec;
 
 use crate::log::{CleanupPolicy, DirectWrites, FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 
@@ -45,14 +45,15 @@ pub const COMPRESSION_TYPES: &[&str] =
 
 /// The codec a Kafka batch is stored with under `compression.type`, a value of
 /// [`COMPRESSION_TYPES`] (`None` for any other): `Some(None)` keeps the batch's own
-/// (`producer`). Strata's batches have LZ4 and zstd: snappy is stored as LZ4 and gzip as zstd,
-/// as a Kafka producer's snappy and gzip batches are.
-pub fn kafka_compression_codec(compression_type: &str) -> Option<Option<Codec>> {
+/// (`producer`); any other recompresses a batch sent with another codec, as Kafka's broker does.
+pub fn kafka_compression_codec(compression_type: &str) -> Option<Option<KafkaCodec>> {
     match compression_type {
         "producer" => Some(None),
-        "uncompressed" => Some(Some(Codec::None)),
-        "lz4" | "snappy" => Some(Some(Codec::Lz4)),
-        "zstd" | "gzip" => Some(Some(Codec::Zstd)),
+        "uncompressed" => Some(Some(KafkaCodec::None)),
+        "lz4" => Some(Some(KafkaCodec::Lz4)),
+        "snappy" => Some(Some(KafkaCodec::Snappy)),
+        "zstd" => Some(Some(KafkaCodec::Zstd)),
+        "gzip" => Some(Some(KafkaCodec::Gzip)),
         _ => None,
     }
 }
@@ -426,11 +427,17 @@ mod tests {
             assert!(kafka_compression_codec(value).is_some());
         }
         assert_eq!(kafka_compression_codec("producer"), Some(None));
-        assert_eq!(kafka_compression_codec("gzip"), Some(Some(Codec::Zstd)));
-        assert_eq!(kafka_compression_codec("snappy"), Some(Some(Codec::Lz4)));
+        assert_eq!(
+            kafka_compression_codec("gzip"),
+            Some(Some(KafkaCodec::Gzip))
+        );
+        assert_eq!(
+            kafka_compression_codec("snappy"),
+            Some(Some(KafkaCodec::Snappy))
+        );
         assert_eq!(
             kafka_compression_codec("uncompressed"),
-            Some(Some(Codec::None))
+            Some(Some(KafkaCodec::None))
         );
         assert_eq!(kafka_compression_codec("brotli"), None);
         assert!(

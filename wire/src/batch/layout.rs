@@ -34,6 +34,9 @@ use super::BatchError;
 
 /// Length of the fixed header that precedes every body.
 pub const HEADER_LEN: usize = 64;
+/// The fewest bytes a batch of either format can take (a Kafka header with no records): a
+/// reader that holds fewer has no whole batch.
+pub const BATCH_LEN_MIN: usize = super::kafka::HEADER_LEN;
 /// Every batch starts (in memory and in a segment file) at a multiple of this, so the rkyv body,
 /// whose widest field is an `i64`, can be accessed in place.
 pub const BATCH_ALIGN: usize = 8;
@@ -122,6 +125,9 @@ pub mod attributes {
     /// the marker's type in its control record's key; a copy in the header lets followers and
     /// recovery, which read headers only, track transactions without reading bodies.
     pub const COMMIT: u16 = 1 << 8;
+    /// On a Kafka batch only: Kafka's `LogAppendTime` timestamp type (its attribute bit 3);
+    /// never valid on a Strata batch.
+    pub const KAFKA_LOG_APPEND_TIME: u16 = 1 << 3;
     /// Bits this version knows; any other bit set is an error, so a newer writer cannot be misread.
     pub const KNOWN: u16 =
         CODEC_MASK | TRANSACTIONAL | CONTROL | COMPACTED | DELETE_HORIZON | COMMIT;
@@ -132,10 +138,25 @@ pub const fn padded_len(len: usize) -> usize {
     (len + BATCH_ALIGN - 1) & !(BATCH_ALIGN - 1)
 }
 
-/// A parsed copy of a batch header. Parsing checks the fields that decide how many bytes the batch
-/// spans, so a caller can skip to the next batch without trusting garbage.
+/// Which format a stored batch is in: Strata's own, or Kafka's record batch v2 as a Kafka
+/// producer sent it ([`super::kafka`]). Told apart by byte 16 ([`super::kafka::is_kafka`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchFormat {
+    #[default]
+    Strata,
+    Kafka,
+}
+
+/// A parsed copy of a batch header, of either format. Parsing checks the fields that decide how
+/// many bytes the batch spans, so a caller can skip to the next batch without trusting garbage.
+///
+/// A Kafka batch's fields are read into the same meanings: `batch_len` is its whole length,
+/// `body_len` its records' (compressed) length, `version` its magic, `offset_count` its last
+/// offset delta + 1, `first_timestamp_ms` its base timestamp, and `attributes` Strata's bits
+/// (the codec bits keep Kafka's numbering: [`BatchHeader::kafka_codec`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
+    pub format: BatchFormat,
     pub base_offset: u64,
     pub leader_epoch: u32,
     pub crc: u32,
@@ -154,9 +175,13 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
-    /// Parses the header at the start of `bytes`. Checks version, reserved bits and that the
-    /// lengths agree with each other; does not check the CRC or that `bytes` holds the whole batch.
+    /// Parses the header at the start of `bytes`, of either format. Checks version, reserved
+    /// bits and that the lengths agree with each other; does not check the CRC or that `bytes`
+    /// holds the whole batch.
     pub fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+        if super::kafka::is_kafka(bytes) {
+            return super::kafka::parse(bytes);
+        }
         if bytes.len() < HEADER_LEN {
             return Err(BatchError::TooShort {
                 needed: HEADER_LEN,
@@ -164,6 +189,7 @@ impl BatchHeader {
             });
         }
         let header = BatchHeader {
+            format: BatchFormat::Strata,
             base_offset: read_u64(bytes, AT_BASE_OFFSET),
             leader_epoch: read_u32(bytes, AT_LEADER_EPOCH),
             crc: read_u32(bytes, AT_CRC),
@@ -234,13 +260,44 @@ impl BatchHeader {
         (self.attributes & attributes::DELETE_HORIZON != 0).then_some(self.first_timestamp_ms)
     }
 
+    /// A Strata batch's codec; a Kafka batch has Kafka's ([`Self::kafka_codec`]).
     pub fn codec(&self) -> Result<Codec, BatchError> {
+        if self.format == BatchFormat::Kafka {
+            return Err(BatchError::UnsupportedCodec(
+                (self.attributes & attributes::CODEC_MASK) as u8,
+            ));
+        }
         match self.attributes & attributes::CODEC_MASK {
             0 => Ok(Codec::None),
             1 => Ok(Codec::Lz4),
             2 => Ok(Codec::Zstd),
             other => Err(BatchError::UnsupportedCodec(other as u8)),
         }
+    }
+
+    /// A Kafka batch's codec; a Strata batch has Strata's ([`Self::codec`]).
+    pub fn kafka_codec(&self) -> Result<super::kafka::KafkaCodec, BatchError> {
+        if self.format != BatchFormat::Kafka {
+            return Err(BatchError::UnsupportedCodec(
+                (self.attributes & attributes::CODEC_MASK) as u8,
+            ));
+        }
+        super::kafka::KafkaCodec::from_bits(self.attributes)
+    }
+
+    /// The codec's name, as Kafka's `compression.type` names it, whatever the format.
+    pub fn codec_name(&self) -> &'static str {
+        match self.format {
+            BatchFormat::Strata => self.codec().map_or("unknown", Codec::name),
+            BatchFormat::Kafka => self
+                .kafka_codec()
+                .map_or("unknown", super::kafka::KafkaCodec::name),
+        }
+    }
+
+    /// A Kafka batch whose timestamps the broker set (`LogAppendTime`).
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & attributes::KAFKA_LOG_APPEND_TIME != 0
     }
 
     pub fn is_idempotent(&self) -> bool {
@@ -272,10 +329,14 @@ impl BatchHeader {
     }
 }
 
-/// Writes the fields the leader owns. They sit outside the CRC, so a stamped batch stays valid.
+/// Writes the fields the leader owns, in the batch's own format. They sit outside the CRC (in
+/// both formats), so a stamped batch stays valid.
 ///
 /// Panics if `batch` is shorter than a header: callers stamp batches they have validated.
 pub fn stamp(batch: &mut [u8], base_offset: u64, leader_epoch: u32) {
+    if super::kafka::is_kafka(batch) {
+        return super::kafka::stamp(batch, base_offset, leader_epoch);
+    }
     assert!(batch.len() >= HEADER_LEN, "stamp needs a whole header");
     batch[AT_BASE_OFFSET..AT_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
     batch[AT_LEADER_EPOCH..AT_LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_le_bytes());

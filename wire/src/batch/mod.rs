@@ -15,13 +15,15 @@
 mod body;
 mod builder;
 mod compression;
+pub mod kafka;
 mod layout;
 
 pub use body::{ArchivedBody, HeaderEntry, NULL_LEN, RecordEntry};
 pub use builder::{BatchBuilder, marker, read_marker};
 pub use layout::{
-    BATCH_ALIGN, BATCH_LEN_MAX, BatchHeader, Codec, FORMAT_VERSION, HEADER_LEN, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID, NO_SEQUENCE, OFFSET_MAX, attributes, padded_len, stamp,
+    BATCH_ALIGN, BATCH_LEN_MAX, BATCH_LEN_MIN, BatchFormat, BatchHeader, Codec, FORMAT_VERSION,
+    HEADER_LEN, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, OFFSET_MAX, attributes, padded_len,
+    stamp,
 };
 
 use bytes::Bytes;
@@ -71,6 +73,9 @@ pub enum BatchError {
     /// A compressed body does not decompress to the archive its prefix declares.
     #[error("compressed body: {0}")]
     BadCompression(&'static str),
+    /// A Kafka batch's records inflate past what the broker decompresses to check them.
+    #[error("the records inflate past {limit} bytes")]
+    Inflates { limit: usize },
     /// rkyv's structural check failed. Carries no detail: rkyv's messages quote memory
     /// addresses, which must not reach clients and would make errors unrepeatable.
     #[error("malformed body: the archive's structure check failed")]
@@ -89,8 +94,11 @@ pub struct Batch {
     bytes: Bytes,
     header: BatchHeader,
     /// A compressed batch's archive, decompressed once by `validate` (aligned for rkyv); its
-    /// records borrow from here instead of from `bytes`.
+    /// records borrow from here instead of from `bytes`. A Kafka batch's records (a slice of
+    /// `bytes` when uncompressed).
     archive: Option<Bytes>,
+    /// A Kafka batch's records count.
+    kafka_count: u32,
 }
 
 impl std::fmt::Debug for Batch {
@@ -111,6 +119,9 @@ impl Batch {
     /// A compressed batch is decompressed here, once, into memory of its own; iteration then
     /// borrows from that.
     pub fn validate(bytes: Bytes) -> Result<Batch, BatchError> {
+        if kafka::is_kafka(&bytes) {
+            return validate_kafka(bytes);
+        }
         let bytes = aligned(bytes);
         let (header, archive) = check_keeping_archive(&bytes, false)?;
         let bytes = bytes.slice(..header.batch_len as usize);
@@ -118,6 +129,7 @@ impl Batch {
             bytes,
             header,
             archive: archive.map(Bytes::from_owner),
+            kafka_count: 0,
         })
     }
 
@@ -145,10 +157,20 @@ impl Batch {
     /// The records the batch holds: [`BatchHeader::offset_count`] unless compaction removed
     /// some.
     pub fn record_count(&self) -> u32 {
-        self.body().records.len() as u32
+        match self.header.format {
+            BatchFormat::Strata => self.body().records.len() as u32,
+            BatchFormat::Kafka => self.kafka_count,
+        }
     }
 
-    /// The codec the body is stored with (validated: never an unknown one).
+    /// Which format the batch is in.
+    pub fn format(&self) -> BatchFormat {
+        self.header.format
+    }
+
+    /// The codec a Strata batch's body is stored with (validated: never an unknown one).
+    ///
+    /// Panics for a Kafka batch, whose codec is [`BatchHeader::kafka_codec`].
     pub fn codec(&self) -> Codec {
         self.header
             .codec()
@@ -157,12 +179,23 @@ impl Batch {
 
     /// The records, in offset order, borrowed from the batch.
     pub fn records(&self) -> Records<'_> {
+        if self.header.format == BatchFormat::Kafka {
+            return Records {
+                inner: RecordsInner::Kafka {
+                    rest: self.archive.as_deref().unwrap_or_default(),
+                    header: &self.header,
+                    left: self.kafka_count,
+                },
+            };
+        }
         let body = self.body();
         Records {
-            body,
-            payload: body.payload.as_slice(),
-            header: &self.header,
-            next: 0,
+            inner: RecordsInner::Strata {
+                body,
+                payload: body.payload.as_slice(),
+                header: &self.header,
+                next: 0,
+            },
         }
     }
 
@@ -207,7 +240,58 @@ pub fn check_keyed(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     check_produced(bytes, true)
 }
 
+/// What checking a produced batch found beyond its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    /// The header; a Kafka batch's `max_timestamp_ms` is its records' (Kafka's broker sets
+    /// that in place when a producer's header disagrees: [`set_kafka_timestamps`]).
+    pub header: BatchHeader,
+    /// A Kafka batch's first record's [`kafka::EXPECTED_OFFSET_HEADER`], read as the records
+    /// are checked: the conditional append Kafka producers ask for.
+    pub expected_offset: Option<u64>,
+}
+
+/// [`check`] (with `require_keys`, [`check_keyed`]), for either format, with what the check of a
+/// Kafka batch's records found. A Kafka batch gets the checks Kafka's broker makes: the CRC,
+/// then every record's framing (decompressed once into memory of its own), dense offset
+/// deltas, the records count.
+pub fn check_produced_batch(bytes: &[u8], require_keys: bool) -> Result<Produced, BatchError> {
+    if !kafka::is_kafka(bytes) {
+        return check_produced(bytes, require_keys).map(|header| Produced {
+            header,
+            expected_offset: None,
+        });
+    }
+    let mut header = check_integrity(bytes)?;
+    if header.is_control() {
+        return Err(BatchError::ControlBatch);
+    }
+    if header.is_transactional() && !header.is_idempotent() {
+        return Err(BatchError::TransactionalWithoutProducer);
+    }
+    if header.delete_horizon_ms().is_some() || header.is_log_append_time() {
+        // Only the broker sets these.
+        return Err(BatchError::ReservedBitsSet);
+    }
+    let walked = kafka::check_produced(bytes, &header, require_keys)?;
+    header.max_timestamp_ms = walked.max_timestamp_ms;
+    Ok(Produced {
+        header,
+        expected_offset: walked.expected_offset,
+    })
+}
+
+/// Sets a Kafka batch's max timestamp, with `log_append_time` its timestamp type too, and
+/// recomputes its CRC if either changes (Kafka's `LogAppendTime`, and a producer's max
+/// timestamp that disagreed with its records). A whole batch, checked.
+pub fn set_kafka_timestamps(batch: &mut [u8], max_timestamp_ms: i64, log_append_time: bool) {
+    kafka::set_max_timestamp(batch, max_timestamp_ms, log_append_time);
+}
+
 fn check_produced(bytes: &[u8], require_keys: bool) -> Result<BatchHeader, BatchError> {
+    if kafka::is_kafka(bytes) {
+        return check_produced_batch(bytes, require_keys).map(|produced| produced.header);
+    }
     let (header, _) = check_keeping_archive(bytes, require_keys)?;
     if header.is_compacted() {
         return Err(BatchError::Compacted);
@@ -232,6 +316,16 @@ pub fn check_integrity(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
             needed: batch_len,
             available: bytes.len(),
         });
+    }
+    if header.format == BatchFormat::Kafka {
+        let actual = kafka::crc_of(&bytes[..batch_len]);
+        if actual != header.crc {
+            return Err(BatchError::CrcMismatch {
+                expected: header.crc,
+                actual,
+            });
+        }
+        return Ok(header);
     }
     let body_end = HEADER_LEN + header.body_len as usize;
     let actual = crate::crc32c(&bytes[layout::CRC_START..body_end]);
@@ -271,6 +365,49 @@ fn check_keeping_archive(
         check_body(&copy)?;
     }
     Ok((header, None))
+}
+
+/// [`Batch::validate`] for a Kafka batch: its CRC, then its records (decompressed once): their
+/// framing, offset deltas increasing within the batch (dense unless a cleaner removed some),
+/// and their count.
+fn validate_kafka(bytes: Bytes) -> Result<Batch, BatchError> {
+    let header = check_integrity(&bytes)?;
+    let bytes = bytes.slice(..header.batch_len as usize);
+    let records = match header.kafka_codec()? {
+        kafka::KafkaCodec::None => bytes.slice(kafka::HEADER_LEN..),
+        codec => kafka::decompress(codec, &bytes[kafka::HEADER_LEN..], kafka::INFLATED_LEN_MAX)?,
+    };
+    let count = u32::try_from(kafka::records_count(&bytes))
+        .ok()
+        .filter(|count| *count <= header.offset_count && *count as usize <= records.len())
+        .ok_or(BatchError::InconsistentRecord {
+            index: 0,
+            what: "records count disagrees with the header",
+        })?;
+    let mut rest = &records[..];
+    let mut next_delta = 0u32;
+    for index in 0..count {
+        let record = kafka::next_record(&mut rest, &header, index)?;
+        if record.offset_delta < next_delta {
+            return Err(BatchError::InconsistentRecord {
+                index,
+                what: "offset deltas go back",
+            });
+        }
+        next_delta = record.offset_delta + 1;
+    }
+    if !rest.is_empty() {
+        return Err(BatchError::InconsistentRecord {
+            index: count,
+            what: "bytes past the last record",
+        });
+    }
+    Ok(Batch {
+        bytes,
+        header,
+        archive: Some(records),
+        kafka_count: count,
+    })
 }
 
 /// Copies `bytes` into aligned memory if it does not start at a [`BATCH_ALIGN`] boundary.
@@ -395,11 +532,59 @@ pub struct Record<'a> {
     /// Empty for a null value too; [`Record::nullable_value`] tells them apart.
     pub value: &'a [u8],
     value_is_null: bool,
-    headers: &'a [ArchivedHeaderEntry],
-    payload: &'a [u8],
+    headers: RecordHeaders<'a>,
 }
 
 use body::ArchivedHeaderEntry;
+
+/// Where a record's headers are: entries into a Strata batch's payload, or a Kafka record's
+/// header bytes.
+#[derive(Debug, Clone, Copy)]
+enum RecordHeaders<'a> {
+    Strata {
+        entries: &'a [ArchivedHeaderEntry],
+        payload: &'a [u8],
+    },
+    Kafka(kafka::KafkaHeaders<'a>),
+}
+
+/// A record's headers as (key, value) byte slices, `None` for a null value.
+pub struct Headers<'a> {
+    inner: RecordHeaders<'a>,
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            RecordHeaders::Strata { entries, payload } => {
+                let (entry, rest) = entries.split_first()?;
+                *entries = rest;
+                let value_len = entry.value_len.to_native();
+                Some((
+                    slice(
+                        payload,
+                        entry.key_start.to_native(),
+                        entry.key_len.to_native(),
+                    ),
+                    (value_len != NULL_LEN)
+                        .then(|| slice(payload, entry.value_start.to_native(), value_len)),
+                ))
+            }
+            RecordHeaders::Kafka(headers) => headers.next(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.inner {
+            RecordHeaders::Strata { entries, .. } => (entries.len(), Some(entries.len())),
+            RecordHeaders::Kafka(headers) => headers.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for Headers<'_> {}
 
 impl<'a> Record<'a> {
     /// The value, `None` for a null one (Kafka's tombstone).
@@ -415,68 +600,107 @@ impl<'a> Record<'a> {
     }
 
     /// The record's headers as (key, value) byte slices, `None` for a null value.
-    pub fn nullable_headers(
-        &self,
-    ) -> impl ExactSizeIterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
-        let payload = self.payload;
-        self.headers.iter().map(move |entry| {
-            let value_len = entry.value_len.to_native();
-            (
-                slice(
-                    payload,
-                    entry.key_start.to_native(),
-                    entry.key_len.to_native(),
-                ),
-                (value_len != NULL_LEN)
-                    .then(|| slice(payload, entry.value_start.to_native(), value_len)),
-            )
-        })
+    pub fn nullable_headers(&self) -> Headers<'a> {
+        Headers {
+            inner: self.headers,
+        }
     }
 }
 
 /// Iterator over a validated batch's records.
 pub struct Records<'a> {
-    body: &'a ArchivedBody,
-    payload: &'a [u8],
-    header: &'a BatchHeader,
-    next: usize,
+    inner: RecordsInner<'a>,
+}
+
+enum RecordsInner<'a> {
+    Strata {
+        body: &'a ArchivedBody,
+        payload: &'a [u8],
+        header: &'a BatchHeader,
+        next: usize,
+    },
+    Kafka {
+        rest: &'a [u8],
+        header: &'a BatchHeader,
+        left: u32,
+    },
 }
 
 impl<'a> Iterator for Records<'a> {
     type Item = Record<'a>;
 
     fn next(&mut self) -> Option<Record<'a>> {
-        let entry = self.body.records.as_slice().get(self.next)?;
-        self.next += 1;
-        let key_len = entry.key_len.to_native();
-        let key = (key_len != NULL_LEN)
-            .then(|| slice(self.payload, entry.key_start.to_native(), key_len));
-        let value_len = entry.value_len.to_native();
-        let value_is_null = value_len == NULL_LEN;
-        let headers_start = entry.headers_start.to_native() as usize;
-        let headers_end = headers_start + entry.headers_count.to_native() as usize;
-        Some(Record {
-            offset: self.header.base_offset + u64::from(entry.offset_delta.to_native()),
-            timestamp_ms: self.header.first_timestamp_ms + entry.timestamp_delta_ms.to_native(),
-            key,
-            value: if value_is_null {
-                &[]
-            } else {
-                slice(self.payload, entry.value_start.to_native(), value_len)
-            },
-            value_is_null,
-            headers: &self.body.headers.as_slice()[headers_start..headers_end],
-            payload: self.payload,
-        })
+        match &mut self.inner {
+            RecordsInner::Strata {
+                body,
+                payload,
+                header,
+                next,
+            } => strata_record(body, payload, header, next),
+            RecordsInner::Kafka { rest, header, left } => {
+                if *left == 0 {
+                    return None;
+                }
+                *left -= 1;
+                // Checked whole by `validate`: an error cannot happen, and would end the
+                // iteration rather than panic.
+                let record = kafka::next_record(rest, header, 0).ok()?;
+                Some(Record {
+                    offset: header.base_offset + u64::from(record.offset_delta),
+                    timestamp_ms: record.timestamp_ms,
+                    key: record.key,
+                    value: record.value.unwrap_or_default(),
+                    value_is_null: record.value.is_none(),
+                    headers: RecordHeaders::Kafka(record.headers),
+                })
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.body.records.len() - self.next;
+        let left = match &self.inner {
+            RecordsInner::Strata { body, next, .. } => body.records.len() - next,
+            RecordsInner::Kafka { left, .. } => *left as usize,
+        };
         (left, Some(left))
     }
 }
 
 impl ExactSizeIterator for Records<'_> {}
+
+fn strata_record<'a>(
+    body: &'a ArchivedBody,
+    payload: &'a [u8],
+    header: &BatchHeader,
+    next: &mut usize,
+) -> Option<Record<'a>> {
+    {
+        let entry = body.records.as_slice().get(*next)?;
+        *next += 1;
+        let key_len = entry.key_len.to_native();
+        let key =
+            (key_len != NULL_LEN).then(|| slice(payload, entry.key_start.to_native(), key_len));
+        let value_len = entry.value_len.to_native();
+        let value_is_null = value_len == NULL_LEN;
+        let headers_start = entry.headers_start.to_native() as usize;
+        let headers_end = headers_start + entry.headers_count.to_native() as usize;
+        Some(Record {
+            offset: header.base_offset + u64::from(entry.offset_delta.to_native()),
+            timestamp_ms: header.first_timestamp_ms + entry.timestamp_delta_ms.to_native(),
+            key,
+            value: if value_is_null {
+                &[]
+            } else {
+                slice(payload, entry.value_start.to_native(), value_len)
+            },
+            value_is_null,
+            headers: RecordHeaders::Strata {
+                entries: &body.headers.as_slice()[headers_start..headers_end],
+                payload,
+            },
+        })
+    }
+}
 
 /// Ranges were checked by `validate`, so slicing cannot go out of bounds here.
 fn slice(payload: &[u8], start: u32, len: u32) -> &[u8] {

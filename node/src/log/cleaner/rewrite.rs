@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_wire::batch::{Batch, BatchBuilder, BatchHeader, FORMAT_VERSION, HEADER_LEN};
+use strata_wire::batch::{
+    Batch, BatchBuilder, BatchFormat, BatchHeader, FORMAT_VERSION, HEADER_LEN, kafka,
+};
 
 use super::offset_map::OffsetMap;
 use super::transactions::{AbortedRanges, EmptiedAbort, OngoingTxns};
@@ -210,9 +212,8 @@ impl SegmentWriter {
             self.extend_gap(&header);
             return;
         }
-        self.builder.start_compacted(&header, new_horizon);
-        for record in batch.records() {
-            if matches!(
+        let kept = batch.records().filter(|record| {
+            matches!(
                 rules.keeps(
                     aborted,
                     record.key,
@@ -221,12 +222,19 @@ impl SegmentWriter {
                     horizon
                 ),
                 Fate::Keep
-            ) {
-                self.builder.push_kept(&record);
+            )
+        });
+        let bytes = match header.format {
+            BatchFormat::Kafka => kafka::compacted(&header, new_horizon, kept),
+            BatchFormat::Strata => {
+                self.builder.start_compacted(&header, new_horizon);
+                for record in kept {
+                    self.builder.push_kept(&record);
+                }
+                self.builder.finish_compacted()
             }
-        }
-        let bytes = self.builder.finish_compacted();
-        let rewritten = BatchHeader::parse(&bytes).expect("the builder writes valid batches");
+        };
+        let rewritten = BatchHeader::parse(&bytes).expect("the builders write valid batches");
         self.emit(bytes, &rewritten);
     }
 
@@ -349,6 +357,9 @@ impl SegmentWriter {
             self.flush_gap();
         }
         self.gap = Some(BatchHeader {
+            // A run of Kafka batches becomes an empty Kafka batch, which Kafka's consumers
+            // read as stored.
+            format: header.format,
             base_offset: header.base_offset,
             leader_epoch: header.leader_epoch,
             crc: 0,
@@ -369,8 +380,13 @@ impl SegmentWriter {
         let Some(gap) = self.gap.take() else {
             return;
         };
-        self.builder.start_compacted(&gap, None);
-        let bytes = self.builder.finish_compacted();
+        let bytes = match gap.format {
+            BatchFormat::Kafka => kafka::compacted(&gap, None, std::iter::empty()),
+            BatchFormat::Strata => {
+                self.builder.start_compacted(&gap, None);
+                self.builder.finish_compacted()
+            }
+        };
         let header = BatchHeader::parse(&bytes).expect("the builder writes valid batches");
         self.append(bytes, &header);
     }

@@ -778,7 +778,7 @@ async fn produce(
     let acks = request.acks;
     let produce = {
         let view = shard.view.borrow();
-        translate::produce_request(request, shard.context.config.max_frame_bytes, |topic| {
+        translate::produce_request(request, |topic| {
             // The topic's own, else the broker's default set live.
             let compression_type = view
                 .topics
