@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use strata_node::clock::Clock;
 use strata_node::io::AnyStorage;
 use strata_node::log::{LogConfig, PartitionLog, writer};
-use strata_wire::batch::{BatchBuilder, split_batches};
+use strata_wire::batch::{BatchBuilder, BatchFormat, split_batches};
 
 pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> anyhow::Result<()> {
     if !dir.is_dir() {
@@ -36,7 +36,7 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
             let header = batch.header();
             writeln!(
                 stdout,
-                "batch base={} last={} offsets={} records={} bytes={} epoch={} max_ts={} producer={} codec={}",
+                "batch base={} last={} offsets={} records={} bytes={} epoch={} max_ts={} producer={} format={} codec={}",
                 header.base_offset,
                 header.last_offset(),
                 header.offset_count,
@@ -45,7 +45,11 @@ pub async fn dump(storage: AnyStorage, dir: PathBuf, print_records: bool) -> any
                 header.leader_epoch,
                 header.max_timestamp_ms,
                 header.producer_id,
-                batch.codec()
+                match header.format {
+                    BatchFormat::Strata => "strata",
+                    BatchFormat::Kafka => "kafka",
+                },
+                header.codec_name()
             )?;
             if print_records {
                 for record in batch.records() {

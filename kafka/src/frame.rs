@@ -24,6 +24,7 @@ use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
+use strata_wire::protocol::FrameParts;
 
 /// Kafka's frame size prefix.
 pub const SIZE_LEN: usize = 4;
@@ -391,6 +392,23 @@ impl Throttled for kafka_protocol::messages::SaslAuthenticateResponse {
 /// [`encode_response`] would do). The same bytes as [`encode_response`] (a test holds it to
 /// that at every served version).
 pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<Bytes> {
+    encode_fetch_parts(header, response, Vec::new()).chunks
+}
+
+/// Records a fetch answer carries from elsewhere (a segment file's range, sent with
+/// `sendfile`): the partition (topic, index) they answer, and their source.
+pub type RecordsElsewhere = Vec<(String, i32, strata_wire::protocol::Elsewhere)>;
+
+/// [`encode_fetch_response`], with the records of the partitions `elsewhere` names written
+/// from their source: their length goes in the frame, an empty chunk where their bytes go,
+/// and the source beside the chunks (the records the response itself holds for those
+/// partitions are ignored).
+pub fn encode_fetch_parts(
+    header: &Header,
+    response: &FetchResponse,
+    mut elsewhere: RecordsElsewhere,
+) -> FrameParts {
+    let mut sources = Vec::with_capacity(elsewhere.len());
     let version = header.api_version;
     debug_assert!(served(ApiKey::Fetch, version));
     let flexible = version >= 12;
@@ -417,6 +435,12 @@ pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<B
         head.put_slice(name);
         put_len(&mut head, flexible, topic.partitions.len());
         for partition in &topic.partitions {
+            let from_elsewhere = elsewhere
+                .iter()
+                .position(|(topic, index, _)| {
+                    topic.as_bytes() == name && *index == partition.partition_index
+                })
+                .map(|at| elsewhere.swap_remove(at).2);
             head.put_i32(partition.partition_index);
             head.put_i16(partition.error_code);
             head.put_i64(partition.high_watermark);
@@ -441,18 +465,29 @@ pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<B
             if version >= 11 {
                 head.put_i32(partition.preferred_read_replica.0);
             }
-            match &partition.records {
-                None if flexible => put_uvarint(&mut head, 0),
-                None => head.put_i32(-1),
-                Some(records) => {
-                    if flexible {
-                        put_uvarint(&mut head, records.len() as u32 + 1);
-                    } else {
-                        head.put_i32(records.len() as i32);
-                    }
-                    if !records.is_empty() {
-                        chunks.push(std::mem::take(&mut head).freeze());
-                        chunks.push(records.clone());
+            if let Some(source) = from_elsewhere {
+                if flexible {
+                    put_uvarint(&mut head, source.len + 1);
+                } else {
+                    head.put_i32(source.len as i32);
+                }
+                chunks.push(std::mem::take(&mut head).freeze());
+                chunks.push(Bytes::new());
+                sources.push(source);
+            } else {
+                match &partition.records {
+                    None if flexible => put_uvarint(&mut head, 0),
+                    None => head.put_i32(-1),
+                    Some(records) => {
+                        if flexible {
+                            put_uvarint(&mut head, records.len() as u32 + 1);
+                        } else {
+                            head.put_i32(records.len() as i32);
+                        }
+                        if !records.is_empty() {
+                            chunks.push(std::mem::take(&mut head).freeze());
+                            chunks.push(records.clone());
+                        }
                     }
                 }
             }
@@ -467,10 +502,28 @@ pub fn encode_fetch_response(header: &Header, response: &FetchResponse) -> Vec<B
     if flexible {
         put_uvarint(&mut head, 0); // the response's tagged fields
     }
-    chunks.push(head.freeze());
-    let size: usize = chunks.iter().map(Bytes::len).sum();
+    if !head.is_empty() {
+        chunks.push(head.freeze());
+    }
+    // Empty chunks stand for records elsewhere, and only for them.
+    debug_assert_eq!(
+        chunks[1..].iter().filter(|chunk| chunk.is_empty()).count(),
+        sources.len()
+    );
+    debug_assert!(
+        elsewhere.is_empty(),
+        "records elsewhere for a partition not answered"
+    );
+    let size: usize = chunks.iter().map(Bytes::len).sum::<usize>()
+        + sources
+            .iter()
+            .map(|source| source.len as usize)
+            .sum::<usize>();
     chunks[0] = Bytes::copy_from_slice(&(size as i32).to_be_bytes());
-    chunks
+    FrameParts {
+        chunks,
+        elsewhere: sources,
+    }
 }
 
 /// An array's length: `u32` varint of length + 1 in flexible versions, `i32` before.

@@ -393,7 +393,27 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
 /// be in memory (`Records::Shared` or `Mutable`): the listener reads file ranges first.
 /// A `read_committed` fetch's partitions get their last stable offset and the aborted
 /// transactions the client drops records of.
-pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> FetchResponse {
+///
+/// Records elsewhere (a file range of Kafka batches only, sent with `sendfile`) stay there:
+/// they come back beside the response, to be written where their partition's records go
+/// ([`crate::frame::encode_fetch_parts`]).
+pub fn fetch_response(
+    mut native: native::FetchResponse,
+    refused: Vec<Refused>,
+) -> (FetchResponse, crate::frame::RecordsElsewhere) {
+    let mut elsewhere = Vec::new();
+    for topic in &mut native.topics {
+        for partition in &mut topic.partitions {
+            if let native::Records::Elsewhere(source) = &partition.records {
+                elsewhere.push((
+                    topic.name.clone(),
+                    partition.partition as i32,
+                    source.clone(),
+                ));
+                partition.records = native::Records::empty();
+            }
+        }
+    }
     let mut stability: std::collections::HashMap<(String, u32), native::PartitionStability> =
         native
             .stability
@@ -448,7 +468,7 @@ pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> F
             fetched(refused.partition, refused.error, Bytes::new()),
         )
     });
-    FetchResponse::default().with_responses(
+    let response = FetchResponse::default().with_responses(
         by_topic(answered.chain(refused))
             .into_iter()
             .map(|(name, partitions)| {
@@ -457,7 +477,8 @@ pub fn fetch_response(native: native::FetchResponse, refused: Vec<Refused>) -> F
                     .with_partitions(partitions)
             })
             .collect(),
-    )
+    );
+    (response, elsewhere)
 }
 
 fn fetched(partition: i32, error: i16, records: Bytes) -> PartitionData {

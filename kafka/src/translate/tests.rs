@@ -651,6 +651,46 @@ mod fetch_chunks {
             let whole = encode_response(&header, &response).unwrap();
             let chunks: Vec<u8> = encode_fetch_response(&header, &response).concat();
             prop_assert_eq!(&chunks[..], &whole[..]);
+
+            // The same records from elsewhere (as a file range sent with sendfile): each
+            // empty chunk, filled with its source's bytes, gives the same frame.
+            let key = |topic: &FetchableTopicResponse, partition: &PartitionData| {
+                (topic.topic.0.to_string(), partition.partition_index)
+            };
+            let mut seen = std::collections::HashMap::new();
+            for topic in &response.responses {
+                for partition in &topic.partitions {
+                    *seen.entry(key(topic, partition)).or_insert(0) += 1;
+                }
+            }
+            let mut elsewhere = Vec::new();
+            for topic in &response.responses {
+                for partition in &topic.partitions {
+                    if let Some(records) = &partition.records
+                        && !records.is_empty()
+                        && seen[&key(topic, partition)] == 1
+                    {
+                        let (name, index) = key(topic, partition);
+                        elsewhere.push((name, index, native::Elsewhere {
+                            len: records.len() as u32,
+                            source: std::sync::Arc::new(records.clone()),
+                        }));
+                    }
+                }
+            }
+            let parts = crate::frame::encode_fetch_parts(&header, &response, elsewhere);
+            let mut sources = parts.elsewhere.iter();
+            let mut filled = Vec::new();
+            for chunk in &parts.chunks {
+                if chunk.is_empty() {
+                    let source = sources.next().expect("a source for each empty chunk");
+                    filled.extend_from_slice(source.source.downcast_ref::<Bytes>().unwrap());
+                } else {
+                    filled.extend_from_slice(chunk);
+                }
+            }
+            prop_assert!(sources.next().is_none());
+            prop_assert_eq!(&filled[..], &whole[..]);
         }
     }
 }

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_wire::batch::{self, Batch, BatchHeader};
+use strata_wire::batch::{self, Batch, BatchFormat, BatchHeader};
 
 use super::index::SegmentIndex;
 use super::segment::{SCAN_CHUNK_BYTES, file_name};
@@ -46,6 +46,8 @@ pub struct FileRegion {
     /// Records in the range, and the newest timestamp among them.
     pub records: u64,
     pub newest_ms: Option<i64>,
+    /// Every batch in the range is a Kafka batch: a Kafka consumer takes the range as it is.
+    pub kafka_only: bool,
 }
 
 /// A read for sending planned by [`PartitionLog::plan_read_for_sending`]: one of three outcomes.
@@ -239,6 +241,7 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(None);
         }
         let (mut first, mut records, mut newest_ms) = (None::<u64>, 0u64, None::<i64>);
+        let mut kafka_only = true;
         for walked in 0..REGION_HEADERS_MAX {
             if position >= segment.size {
                 break;
@@ -279,6 +282,7 @@ impl<S: Storage> PartitionLog<S> {
             first.get_or_insert(position);
             records += u64::from(header.offset_count);
             newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
+            kafka_only &= header.format == BatchFormat::Kafka;
             position += batch_len;
         }
         let Some(first) = first else {
@@ -297,6 +301,7 @@ impl<S: Storage> PartitionLog<S> {
             len: len as usize,
             records,
             newest_ms,
+            kafka_only,
         }))
     }
 

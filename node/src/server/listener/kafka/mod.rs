@@ -856,23 +856,30 @@ async fn fetch(
         &mut fetch.native.topics,
         &mut fetch.refused,
     );
-    // Kafka's batches are re-encoded from the stored ones: the records come as bytes.
+    // Kafka batches go out as stored: from the page cache with `sendfile` where the
+    // connection allows it, else as bytes; a range holding Strata batches is read and those
+    // are translated.
     let native = if fetch.native.topics.is_empty() {
         strata_wire::protocol::FetchResponse {
             topics: Vec::new(),
             stability: Default::default(),
         }
+    } else if client.takes_file_ranges() {
+        let mut native = shard.fetch(fetch.native, Delivery::FileRanges).await;
+        read_regions_to_translate(&mut native);
+        native
     } else {
         shard.fetch(fetch.native, Delivery::Bytes).await
     };
-    // Chunked: the records go out as the buffers they were translated into.
-    let mut response = translate::fetch_response(native, fetch.refused);
+    // Chunked: the records go out as the buffers they were stored or translated in.
+    let (mut response, elsewhere) = translate::fetch_response(native, fetch.refused);
     if charge.governs(QuotaKey::ConsumerByteRate).is_some() {
         let bytes: usize = response
             .responses
             .iter()
             .flat_map(|topic| &topic.partitions)
             .filter_map(|partition| partition.records.as_ref().map(|records| records.len()))
+            .chain(elsewhere.iter().map(|(_, _, source)| source.len as usize))
             .sum();
         let now = shard.context.config.clock.now();
         let wait = charge.record(QuotaKey::ConsumerByteRate, bytes as f64, now);
@@ -880,7 +887,48 @@ async fn fetch(
         header.throttle_ms = header.throttle_ms.max(millis(wait));
     }
     response.throttle_time_ms = header.throttle_ms;
-    answer(frame::encode_fetch_response(&header, &response))
+    Outcome::Answer(frame::encode_fetch_parts(&header, &response, elsewhere))
+}
+
+/// Reads into memory the file ranges of a fetch's answer that hold a Strata batch (a native
+/// producer's, a transaction marker): those are translated for a Kafka consumer. The ranges
+/// are in the page cache (`read_for_sending` gives no other), so this is a copy, not a wait
+/// on the disk. A range that cannot be read answers its partition with a storage error.
+fn read_regions_to_translate(native: &mut strata_wire::protocol::FetchResponse) {
+    use std::os::unix::fs::FileExt;
+    for partition in native
+        .topics
+        .iter_mut()
+        .flat_map(|topic| &mut topic.partitions)
+    {
+        let strata_wire::protocol::Records::Elsewhere(source) = &partition.records else {
+            continue;
+        };
+        let region = source
+            .source
+            .downcast_ref::<crate::log::FileRegion>()
+            .expect("a shard's fetch answers with file regions only");
+        if region.kafka_only {
+            continue;
+        }
+        let read = region
+            .file
+            .try_clone()
+            .map(std::fs::File::from)
+            .and_then(|file| {
+                let mut bytes = vec![0; region.len];
+                file.read_exact_at(&mut bytes, region.position)?;
+                Ok(bytes)
+            });
+        partition.records = match read {
+            Ok(bytes) => strata_wire::protocol::Records::Shared(bytes.into()),
+            Err(error) => {
+                tracing::warn!("reading a fetched range to translate it failed: {error}");
+                partition.error = strata_wire::protocol::ErrorCode::StorageError;
+                strata_wire::protocol::Records::empty()
+            }
+        };
+    }
 }
 
 /// ListOffsets, of the topics the client may Describe.
