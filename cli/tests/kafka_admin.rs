@@ -197,8 +197,10 @@ fn the_java_admin_client_reassigns_partitions_and_elects_leaders_on_three_broker
     let partition = described(&java, &bootstrap, "moves", 0);
     let from: Vec<i64> = serde_json::from_value(partition["replicas"].clone()).unwrap();
     let spare = (1..=3).find(|id| !from.contains(id)).unwrap();
-    let produced = java.step(&bootstrap, &["produce", "moves", "3000", "none"]);
-    assert_eq!(produced["acked"], 3000, "{produced}");
+    // Kafka batches are stored as the producer sent them, compact: enough records that the
+    // catch-up outlasts one throttled answer (64 KiB) by many seconds at 4,000 bytes/s.
+    let produced = java.step(&bootstrap, &["produce", "moves", "10000", "none"]);
+    assert_eq!(produced["acked"], 10000, "{produced}");
     let target = format!("{},{spare}", from[1]);
     let started = java.step(&bootstrap, &["reassign", "moves", "0", &target]);
     assert_eq!(started, json!({"reassigned": true}));
