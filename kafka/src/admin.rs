@@ -95,9 +95,7 @@ const CLEANUP_DELETE: &str = "delete";
 /// every internal topic, so CreateTopics must take them: they are accepted (when valid, as
 /// Kafka checks them) and dropped, and DescribeConfigs shows them at these values.
 const WHAT_STRATA_DOES: &[(&str, &str)] = &[
-    // Strata keeps the producer's timestamps; LogAppendTime is refused.
-    ("message.timestamp.type", "CreateTime"),
-    // Strata has one batch format and never converts it down.
+    // Kafka 4 reads and writes record batches of magic 2 only: nothing is converted down.
     ("message.downconversion.enable", "true"),
     // Segments are unlinked once no reader holds them: there is no delay to set.
     ("file.delete.delay.ms", "60000"),
@@ -111,15 +109,6 @@ const WHAT_STRATA_DOES: &[(&str, &str)] = &[
 /// Strata does.
 fn does_already(key: &str, value: &str) -> Result<(), Refusal> {
     let valid = match key {
-        "message.timestamp.type" => {
-            if value == "LogAppendTime" {
-                return Err(refuse(
-                    errors::INVALID_CONFIG,
-                    "message.timestamp.type: only CreateTime (the producer's timestamps) is served",
-                ));
-            }
-            value == "CreateTime"
-        }
         "message.downconversion.enable" => value == "true" || value == "false",
         "segment.index.bytes" => value.parse::<i32>().is_ok_and(|bytes| bytes >= 4),
         _ => value.parse::<i64>().is_ok_and(|ms| ms >= 0),
@@ -967,8 +956,15 @@ mod tests {
             "delete"
         );
         // What Kafka Streams sets on its internal topics, and the rest of what changes nothing.
+        // LogAppendTime is served: the setting is the broker's to check.
+        assert_eq!(
+            strata_config("message.timestamp.type", "LogAppendTime")
+                .unwrap()
+                .unwrap()
+                .value,
+            "LogAppendTime"
+        );
         for (key, value) in [
-            ("message.timestamp.type", "CreateTime"),
             ("message.downconversion.enable", "false"),
             ("file.delete.delay.ms", "0"),
             ("segment.index.bytes", "1048576"),
@@ -980,8 +976,6 @@ mod tests {
             );
         }
         for (key, value) in [
-            ("message.timestamp.type", "LogAppendTime"),
-            ("message.timestamp.type", "Whenever"),
             ("message.downconversion.enable", "maybe"),
             ("file.delete.delay.ms", "-5"),
             ("segment.index.bytes", "2"),
@@ -1051,7 +1045,6 @@ mod tests {
         assert_eq!(
             names,
             [
-                "message.timestamp.type",
                 "message.downconversion.enable",
                 "file.delete.delay.ms",
                 "segment.index.bytes",

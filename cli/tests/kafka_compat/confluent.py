@@ -413,7 +413,144 @@ def read(bootstrap, topic):
     return read_keyed(bootstrap, topic)
 
 
+def broker_bytes(stats, field):
+    """A client's bytes to or from its brokers (librdkafka's statistics), bootstrap included."""
+    return sum(broker[field] for broker in stats["brokers"].values())
+
+
+def log_line(i):
+    """A record as a service's log has them: text that compresses as logs do."""
+    return (
+        f"2026-03-01T12:{i % 60:02d}:{i % 59:02d}Z INFO GET /api/v1/items?id={i} status=200 "
+        f"duration_ms={i % 97} region=eu-west-1 user_agent=\"Mozilla/5.0 (X11; Linux x86_64)\""
+    ).encode()
+
+
+def codecs(bootstrap, count):
+    """For each codec: a topic, `count` log lines produced with it and read back from the
+    start; the producer's bytes sent and the consumer's bytes received (client statistics)."""
+    count = int(count)
+    results = {}
+    client = admin(bootstrap)
+    names = [f"as-sent-{codec}" for codec in ("none", "gzip", "snappy", "lz4", "zstd")]
+    for future in client.create_topics([NewTopic(name, 1, 1) for name in names]).values():
+        future.result(TIMEOUT_S)
+    for name in names:
+        codec = name.removeprefix("as-sent-")
+        stats = {}
+        producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "compression.type": codec,
+            "linger.ms": 100,
+            "batch.size": 1_000_000,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda text: stats.update(producer=json.loads(text)),
+        })
+        sent = [log_line(i) for i in range(count)]
+        for i, value in enumerate(sent):
+            producer.produce(name, key=str(i % 100).encode(), value=value, partition=0)
+            if i % 1000 == 0:
+                producer.poll(0)
+        assert producer.flush(TIMEOUT_S) == 0
+        # Statistics once every request has its answer.
+        stats.clear()
+        while "producer" not in stats:
+            producer.poll(0.1)
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{name}",
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda text: stats.update(consumer=json.loads(text)),
+        })
+        consumer.assign([TopicPartition(name, 0, 0)])
+        got = [message.value() for message in consume(consumer, count)]
+        stats.pop("consumer", None)
+        while "consumer" not in stats:
+            consumer.poll(0.1)
+        consumer.close()
+        results[codec] = {
+            "same": got == sent,
+            "got": len(got),
+            "sent_bytes": broker_bytes(stats["producer"], "txbytes"),
+            "received_bytes": broker_bytes(stats["consumer"], "rxbytes"),
+        }
+    return results
+
+
+def log_append_time(bootstrap, topic):
+    """Records produced with an old timestamp to a topic that sets LogAppendTime: what a
+    consumer reads as their timestamps, and the wall clock around the produce."""
+    client = admin(bootstrap)
+    topic_config = {"message.timestamp.type": "LogAppendTime"}
+    client.create_topics([NewTopic(topic, 1, 1, config=topic_config)])[topic].result(TIMEOUT_S)
+    before_ms = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "zstd"})
+    for i in range(20):
+        producer.produce(topic, value=f"record {i}".encode(), timestamp=1_000 + i)
+    assert producer.flush(TIMEOUT_S) == 0
+    after_ms = int(time.time() * 1000)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "check.crcs": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = [
+        [message.timestamp()[0] == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, message.timestamp()[1]]
+        for message in consume(consumer, 20)
+    ]
+    consumer.close()
+    return {"before_ms": before_ms, "after_ms": after_ms, "read": read}
+
+
+def odd_records():
+    """Keys, values and headers as Kafka allows them: null keys, null and empty values,
+    repeated header keys, null header values."""
+    return [
+        (None, b"no key", None),
+        (b"k1", None, None),
+        (b"k2", b"", [("h", b"1"), ("h", None), ("h", b"")]),
+        (None, None, [("only", None)]),
+        (b"k3", b"v3", [("trace", b"abc"), ("span", b"def")]),
+    ]
+
+
+def write_odd(bootstrap, topic, codec):
+    """`odd_records`, produced with `codec`."""
+    produce(bootstrap, topic, odd_records(), **{"compression.type": codec})
+    return {"produced": len(odd_records())}
+
+
+def encoded(value):
+    return None if value is None else value.decode()
+
+
+def read_all(bootstrap, topic, count, isolation="read_uncommitted"):
+    """The first `count` records of partition 0, each as offset, key, value and headers (None
+    for a null), in the isolation level asked for."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"read-all-{topic}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "check.crcs": True,
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = [
+        [
+            message.offset(),
+            encoded(message.key()),
+            encoded(message.value()),
+            [[key, encoded(value)] for key, value in (message.headers() or [])],
+        ]
+        for message in consume(consumer, int(count))
+    ]
+    consumer.close()
+    return {"read": read}
+
+
 SCENARIOS = {
+    "codecs": codecs,
+    "log_append_time": log_append_time,
+    "write_odd": write_odd,
+    "read_all": read_all,
     "compacted": compacted,
     "read": read,
     "create_compacted": create_compacted,

@@ -141,6 +141,7 @@ impl<S: Storage> PartitionLog<S> {
             leader_epoch,
             AppendSource::Producer,
             self.log_end_offset(),
+            now_ms,
         )?;
         if let Stamped::Duplicate(info) = stamped {
             return Ok(info);
@@ -187,7 +188,7 @@ impl<S: Storage> PartitionLog<S> {
         let mut duplicates_in_group = Vec::new();
         for (at, (mut batches, leader_epoch, source)) in requests.into_iter().enumerate() {
             let first_header = self.headers.len();
-            match self.stamp_request(&mut batches, leader_epoch, source, next_offset) {
+            match self.stamp_request(&mut batches, leader_epoch, source, next_offset, now_ms) {
                 Ok(Stamped::Next(next)) => {
                     next_offset = next;
                     buffers.push(batches.freeze());
@@ -243,6 +244,7 @@ impl<S: Storage> PartitionLog<S> {
         leader_epoch: u32,
         source: AppendSource,
         mut next_offset: u64,
+        now_ms: i64,
     ) -> Result<Stamped, LogError> {
         if let Some(latest) = self.epochs.latest_epoch()
             && leader_epoch < latest
@@ -277,10 +279,16 @@ impl<S: Storage> PartitionLog<S> {
             let batch_len = header.batch_len as usize;
             let batch = &mut batches[at..at + batch_len];
             batch::stamp(batch, next_offset, leader_epoch);
-            if header.format == BatchFormat::Kafka {
-                // The records' max timestamp where the producer's header disagreed, as Kafka's
-                // broker sets it (the CRC recomputed only then).
-                batch::set_kafka_timestamps(batch, header.max_timestamp_ms, false);
+            if header.format == BatchFormat::Kafka && source != AppendSource::Markers {
+                // As Kafka's broker does: under LogAppendTime the broker's time, else the
+                // records' max timestamp where the producer's header disagreed (the CRC
+                // recomputed only when either changes a field).
+                let log_append_time = self.config.log_append_time;
+                if log_append_time {
+                    header.max_timestamp_ms = now_ms;
+                    header.attributes |= batch::attributes::KAFKA_LOG_APPEND_TIME;
+                }
+                batch::set_kafka_timestamps(batch, header.max_timestamp_ms, log_append_time);
             }
             header.base_offset = next_offset;
             header.leader_epoch = leader_epoch;

@@ -41,6 +41,10 @@ pub struct LogConfig {
     pub cleanup: CleanupPolicy,
     /// When and how a compacted log is cleaned.
     pub compaction: CompactionConfig,
+    /// Kafka's `message.timestamp.type=LogAppendTime`: a Kafka batch's timestamps become the
+    /// broker's time as it is appended (its max timestamp and attribute set, its CRC
+    /// recomputed). Strata's own batches, which have no such attribute, keep their producer's.
+    pub log_append_time: bool,
 }
 
 /// Kafka's `cleanup.policy`: `delete`, `compact` or `compact,delete`.
@@ -209,6 +213,7 @@ impl Default for LogConfig {
             direct_write_min_bytes: DIRECT_WRITE_MIN_BYTES,
             cleanup: CleanupPolicy::DELETE,
             compaction: CompactionConfig::default(),
+            log_append_time: false,
         }
     }
 }

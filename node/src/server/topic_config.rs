@@ -95,6 +95,7 @@ pub const KEYS: &[&str] = &[
     "unclean.leader.election",
     "replica.recovery.bytes.per.sec",
     "compression.type",
+    "message.timestamp.type",
     "message.format.version",
     "cleanup.policy",
     "delete.retention.ms",
@@ -196,6 +197,13 @@ impl TopicConfig {
                         .iter()
                         .find(|known| **known == value.as_str())
                         .ok_or_else(|| bad(&COMPRESSION_TYPES.join(", ")))?;
+                }
+                "message.timestamp.type" => {
+                    config.log.log_append_time = match value.as_str() {
+                        "CreateTime" => false,
+                        "LogAppendTime" => true,
+                        _ => return Err(bad("CreateTime or LogAppendTime")),
+                    };
                 }
                 "message.format.version" => {
                     if !is_kafka_version(value) {
@@ -317,6 +325,15 @@ impl TopicConfig {
                 limit(self.recovery_bytes_per_sec.map(|n| n as i64)),
             ),
             ("compression.type", self.compression_type.to_string()),
+            (
+                "message.timestamp.type",
+                if log.log_append_time {
+                    "LogAppendTime"
+                } else {
+                    "CreateTime"
+                }
+                .to_string(),
+            ),
             (
                 "message.format.version",
                 self.message_format_version.clone(),
