@@ -14,7 +14,7 @@ use strata_node::log::cleaner::{OffsetMap, clean};
 use strata_node::log::{
     CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, PartitionLog, SwapReport,
 };
-use strata_wire::batch::{BatchBuilder, split_batches};
+use strata_wire::batch::{BatchBuilder, kafka, split_batches};
 
 const DIR: &str = "/data/topic-0";
 const DELETE_RETENTION_MS: i64 = 1_000;
@@ -34,7 +34,18 @@ fn config() -> LogConfig {
 /// A keyed record as read back: offset, key, value (`None`: a tombstone).
 type Read = (u64, Vec<u8>, Option<Vec<u8>>);
 
+/// One batch of keyed records (a `None` value is a tombstone). About half the batches (by
+/// their content, so a test writes the same log every time) are Kafka batches as a Kafka
+/// producer sends them, zstd-compressed: the cleaner meets both formats, and must leave each a
+/// valid batch of its own format.
 fn keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut {
+    let content: usize = records
+        .iter()
+        .map(|(key, value)| key.bytes().map(usize::from).sum::<usize>() + value.map_or(1, str::len))
+        .sum();
+    if content % 2 == 1 {
+        return kafka_keyed_batch(records, timestamp_ms);
+    }
     let mut builder = BatchBuilder::default();
     for (key, value) in records {
         builder.push_nullable(
@@ -45,6 +56,37 @@ fn keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut 
         );
     }
     BytesMut::from(&builder.finish()[..])
+}
+
+fn kafka_keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut {
+    let fields = kafka::KafkaBatchFields {
+        base_offset: 0,
+        leader_epoch: u32::MAX,
+        codec: kafka::KafkaCodec::Zstd,
+        transactional: false,
+        last_offset_delta: records.len() as u32 - 1,
+        base_timestamp_ms: timestamp_ms,
+        max_timestamp_ms: timestamp_ms,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        delete_horizon: false,
+    };
+    let batch = kafka::write_batch(
+        &fields,
+        records.iter().enumerate().map(|(i, (key, value))| {
+            (
+                kafka::RecordToWrite {
+                    offset_delta: i as u32,
+                    timestamp_ms,
+                    key: Some(key.as_bytes()),
+                    value: value.map(str::as_bytes),
+                },
+                std::iter::empty(),
+            )
+        }),
+    );
+    BytesMut::from(&batch[..])
 }
 
 /// Every record from the log start, checking that batches tile the offsets and that records'
@@ -184,7 +226,12 @@ fn a_clean_keeps_each_keys_last_record_at_its_offset_and_tombstones_until_their_
 
         // Past the delete horizon, the next clean removes the tombstones (and their keys).
         let later = now + DELETE_RETENTION_MS + 1;
-        for round in 0..40 {
+        // Enough of another key to close three more segments, whatever the batches' formats.
+        let segments = log.segment_count();
+        for round in 0.. {
+            if log.segment_count() >= segments + 3 {
+                break;
+            }
             let value = format!("more-{round}");
             let batch = keyed_batch(&[("other", Some(&value)), ("other", Some(&value))], later);
             log.append(batch, 0, later).await.unwrap();
@@ -935,5 +982,56 @@ fn a_clean_drops_aborted_transactions_and_then_markers_with_nothing_left() {
         let transactions = log.producers().transactions();
         assert!(transactions.open().is_empty(), "{:?}", transactions.open());
         assert_eq!(transactions.last_stable_offset(end), end);
+    });
+}
+
+/// A clean rewrites a Kafka batch as Kafka's cleaner does: still a Kafka batch, its codec
+/// kept (zstd here), its CRC valid, fewer records over the same offsets; an emptied run is an
+/// empty Kafka batch. Strata's batches stay Strata's.
+#[test]
+fn cleaned_kafka_batches_stay_kafka_batches_with_their_codec() {
+    use strata_wire::batch::BatchFormat;
+    use strata_wire::batch::kafka::KafkaCodec;
+    block_on(async {
+        let storage = SimStorage::new(7);
+        let (mut log, _) = PartitionLog::open(storage.clone(), DIR, config(), 0)
+            .await
+            .unwrap();
+        let now = 1_000_000;
+        let written = fill(&mut log, now).await;
+        clean_once(&mut log, now, 1 << 20)
+            .await
+            .expect("a clean is due");
+        assert_eq!(
+            last_writes(&read_all(&mut log).await),
+            last_writes(&written)
+        );
+        let (mut kafka_compacted, mut strata) = (0, 0);
+        let mut offset = log.log_start_offset();
+        while offset < log.log_end_offset() {
+            let bytes = log.read(offset, 1 << 20, u64::MAX).await.unwrap();
+            for batch in split_batches(bytes) {
+                let batch = batch.unwrap();
+                let header = *batch.header();
+                strata_wire::batch::check_integrity(batch.as_bytes()).unwrap();
+                match header.format {
+                    BatchFormat::Kafka => {
+                        let codec = header.kafka_codec().unwrap();
+                        if batch.record_count() == 0 {
+                            assert_eq!(codec, KafkaCodec::None, "an empty batch is bare");
+                        } else {
+                            assert_eq!(codec, KafkaCodec::Zstd);
+                        }
+                        kafka_compacted += usize::from(header.is_compacted());
+                    }
+                    BatchFormat::Strata => strata += 1,
+                }
+                offset = batch.last_offset() + 1;
+            }
+        }
+        assert!(
+            kafka_compacted > 0 && strata > 0,
+            "{kafka_compacted} {strata}"
+        );
     });
 }

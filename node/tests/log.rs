@@ -1117,6 +1117,46 @@ fn torn_and_corrupt_tails_are_cut_on_recovery() {
     }
 }
 
+/// A Kafka batch (zstd, as a Kafka producer sends it) torn at any length is cut on recovery,
+/// and the batches of both formats before it read back whole; a flipped byte under its CRC
+/// cuts it too.
+#[test]
+fn a_kafka_batch_torn_anywhere_is_cut_and_what_came_before_reads_back() {
+    block_on(async {
+        let storage = SimStorage::new(21);
+        let config = small_config(1 << 20, FlushPolicy::Always);
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let written = append_many(&mut log, 9, 60, 0).await;
+        let mut all = written.clone();
+        let last = kafka_batch_of(100, 4, 60, 0, strata_wire::batch::kafka::KafkaCodec::Zstd);
+        let last_len = last.len();
+        append_recorded(&mut log, last, 3, &mut all).await;
+        log.flush(0).await.unwrap();
+        drop(log);
+        let segment = sim_dir().join("00000000000000000000.log");
+        let full = storage.contents(&segment).unwrap();
+        let mut damaged: Vec<(String, Vec<u8>)> = (1..last_len)
+            .map(|cut| (format!("cut {cut}"), full[..full.len() - cut].to_vec()))
+            .collect();
+        let mut flipped = full.clone();
+        let at = full.len() - last_len / 2;
+        flipped[at] ^= 0x10;
+        damaged.push(("flipped".into(), flipped));
+        for (what, bytes) in damaged {
+            storage.set_contents(&segment, bytes);
+            let (mut log, report) =
+                PartitionLog::open(storage.clone(), sim_dir(), config.clone(), 0)
+                    .await
+                    .unwrap();
+            assert_eq!(log.log_end_offset(), written.len() as u64, "{what}");
+            assert!(report.truncated_bytes > 0, "{what}");
+            assert_eq!(read_all(&mut log, 0, 700).await, written, "{what}");
+        }
+        storage.set_contents(&segment, full);
+        reopens_whole(&storage, config, &all).await;
+    });
+}
+
 /// The crash model: power loss keeps synced data and a random prefix (or, for a disk that
 /// reorders writes, a random subset) of what followed, torn.
 /// Every batch acknowledged after a sync must survive; nothing torn may be readable.

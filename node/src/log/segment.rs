@@ -419,6 +419,12 @@ impl<F: StorageFile> Segment<F> {
                         damage: None,
                     });
                 }
+                // The last block's bytes not all in this chunk: read on, so a direct write's
+                // padding is seen whole (and not taken for a bad header).
+                let to_end = file_len - (position + at as u64);
+                if to_end < DIRECT_BLOCK as u64 && rest.len() < to_end as usize {
+                    break None;
+                }
                 if is_direct_padding(rest, position + chunk.len() as u64, file_len) {
                     return Ok(ScanEnd {
                         valid_len: position + at as u64,

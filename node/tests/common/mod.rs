@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 use strata_node::log::{DirectWrites, FlushPolicy, LogConfig};
+use strata_wire::batch::kafka::{self, KafkaCodec};
 use strata_wire::batch::{BatchBuilder, split_batches};
 
 /// A record as the tests model it.
@@ -13,8 +14,14 @@ pub struct Rec {
     pub value: Vec<u8>,
 }
 
-/// One batch of `count` records whose values name `tag` and their index.
+/// One batch of `count` records whose values name `tag` and their index. Every third batch
+/// (`tag % 3 == 1`) is an (uncompressed) Kafka batch as a Kafka producer sends it: the log
+/// holds both formats back to back, and a Strata batch after a Kafka one may start anywhere
+/// in a segment.
 pub fn batch_of(tag: u64, count: usize, value_len: usize, timestamp_ms: i64) -> BytesMut {
+    if tag % 3 == 1 {
+        return kafka_batch_of(tag, count, value_len, timestamp_ms, KafkaCodec::None);
+    }
     let mut builder = BatchBuilder::with_capacity(count * (value_len + 64) + 256);
     for i in 0..count {
         let mut value = format!("{tag}:{i}:").into_bytes();
@@ -23,6 +30,52 @@ pub fn batch_of(tag: u64, count: usize, value_len: usize, timestamp_ms: i64) -> 
         builder.push(timestamp_ms + i as i64, Some(key.as_bytes()), &value);
     }
     BytesMut::from(&builder.finish()[..])
+}
+
+/// [`batch_of`]'s records as one Kafka batch (magic 2) compressed with `codec`, as a Kafka
+/// producer sends it (base offset 0, leader epoch -1).
+pub fn kafka_batch_of(
+    tag: u64,
+    count: usize,
+    value_len: usize,
+    timestamp_ms: i64,
+    codec: KafkaCodec,
+) -> BytesMut {
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..count)
+        .map(|i| {
+            let mut value = format!("{tag}:{i}:").into_bytes();
+            value.resize(value_len.max(value.len()), b'x');
+            (format!("k{}", i % 7).into_bytes(), value)
+        })
+        .collect();
+    let fields = kafka::KafkaBatchFields {
+        base_offset: 0,
+        leader_epoch: u32::MAX,
+        codec,
+        transactional: false,
+        last_offset_delta: count as u32 - 1,
+        base_timestamp_ms: timestamp_ms,
+        max_timestamp_ms: timestamp_ms + count as i64 - 1,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        delete_horizon: false,
+    };
+    let batch = kafka::write_batch(
+        &fields,
+        records.iter().enumerate().map(|(i, (key, value))| {
+            (
+                kafka::RecordToWrite {
+                    offset_delta: i as u32,
+                    timestamp_ms: timestamp_ms + i as i64,
+                    key: Some(&key[..]),
+                    value: Some(&value[..]),
+                },
+                std::iter::empty(),
+            )
+        }),
+    );
+    BytesMut::from(&batch[..])
 }
 
 /// Builds a batch from explicit records (offsets ignored: the log assigns them).

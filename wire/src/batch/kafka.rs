@@ -186,6 +186,11 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         return Err(BatchError::NoRecords);
     }
     let offset_count = last_offset_delta as u32 + 1;
+    // Kafka has no attribute for it: a batch holding fewer records than the offsets it spans
+    // is one a cleaner rewrote (a producer's is dense), and reads as Strata's compacted ones.
+    if u32::try_from(records_count(bytes)).is_ok_and(|count| count < offset_count) {
+        normalized |= attributes::COMPACTED;
+    }
     if base_offset > OFFSET_MAX - u64::from(offset_count) {
         return Err(BatchError::OffsetOverflow(base_offset));
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use strata_wire::batch::{Batch, BatchHeader, HEADER_LEN};
+use strata_wire::batch::{Batch, BatchError, BatchHeader};
 
 use super::offset_map::OffsetMap;
 use super::rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
@@ -418,9 +418,14 @@ impl<'a, F: StorageFile> SegmentReader<'a, F> {
                 ));
             }
             let mut at = 0;
-            while bytes.len() - at >= HEADER_LEN {
-                let header = BatchHeader::parse(&bytes[at..])
-                    .map_err(|error| corrupt(dir, source.base_offset, error))?;
+            while at < bytes.len() {
+                // A header cut by the chunk's end (either format's: a Kafka batch may be
+                // shorter than Strata's header) is read whole with the next chunk.
+                let header = match BatchHeader::parse(&bytes[at..]) {
+                    Ok(header) => header,
+                    Err(BatchError::TooShort { .. }) => break,
+                    Err(error) => return Err(corrupt(dir, source.base_offset, error)),
+                };
                 let len = header.batch_len as usize;
                 if len > bytes.len() - at {
                     break;
