@@ -1299,3 +1299,144 @@ fn conditional_appends_hold_their_offsets_through_leader_kills() {
     );
     assert!(wins.len() > 100, "the writers made progress");
 }
+
+/// RF 3, Kafka batches: a Kafka producer (librdkafka, zstd, idempotent, acks=all) writes
+/// while the leader of each partition in turn is killed -9 and restarted. Every acknowledged
+/// record is read back once, at its offset, and the three replicas of each partition end
+/// byte-identical: followers copied the Kafka batches as the leader stored them.
+#[test]
+fn kafka_batches_stay_byte_identical_across_replicas_through_leader_kills() {
+    const PARTITIONS: usize = 2;
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let kafka_ports: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", support::free_base_port(0)))
+        .collect();
+    let mut nodes: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let mut args = etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--kafka-listen", &kafka_ports[i]]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    wait_for_brokers(&nodes);
+    create_topic(
+        &nodes,
+        "kafka-copies",
+        &[
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "3",
+            "--min-insync",
+            "2",
+        ],
+    );
+    let stop_file = dirs[0].path().join("stop-producing");
+    let producer = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/kafka_compat/confluent.py"
+        ))
+        .args(["produce_until", &kafka_ports.join(","), "kafka-copies"])
+        .arg(&stop_file)
+        .arg("zstd")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("python3 with confluent-kafka (scripts/test.sh installs it)");
+    wait_for("records on every partition", || {
+        (0..PARTITIONS).all(|partition| {
+            describe(&nodes[0], "kafka-copies")["partitions"][partition]["high_watermark"]
+                .as_i64()
+                .is_some_and(|high| high > 100)
+        })
+    });
+    kill_leaders(&mut nodes, ("kafka-copies", PARTITIONS), 4);
+    std::fs::write(&stop_file, b"").unwrap();
+    let output = producer.wait_with_output().unwrap();
+    assert!(output.status.success(), "the producer failed");
+    let produced: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let acked = produced["acked"].as_array().unwrap();
+    assert!(acked.len() > 1000, "{} acknowledged", acked.len());
+    // The leaders' logs no longer grow: every replica holds as many batch bytes as the
+    // others before the logs are compared.
+    let batch_bytes = |log: &[u8]| {
+        let mut at = 0;
+        while let Ok(header) = strata_wire::BatchHeader::parse(&log[at..]) {
+            if at + header.batch_len as usize > log.len() {
+                break;
+            }
+            at += header.batch_len as usize;
+        }
+        at
+    };
+    wait_for_at_most("every replica caught up", Duration::from_secs(30), || {
+        (0..PARTITIONS as u32).all(|partition| {
+            let held: Vec<usize> = dirs
+                .iter()
+                .map(|dir| batch_bytes(&segment(dir.path(), "kafka-copies", partition)))
+                .collect();
+            held.iter().all(|bytes| *bytes == held[0])
+        })
+    });
+    let read = nodes[1].cli(
+        &[
+            "consume",
+            "kafka-copies",
+            "--from-beginning",
+            "--format",
+            "json",
+            "--max-messages",
+            &acked.len().to_string(),
+        ],
+        None,
+    );
+    let stored: std::collections::BTreeMap<(u64, u64), String> = read
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                (
+                    record["partition"].as_u64().unwrap(),
+                    record["offset"].as_u64().unwrap(),
+                ),
+                record["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for record in acked {
+        let at = (record[0].as_u64().unwrap(), record[1].as_u64().unwrap());
+        assert_eq!(
+            stored.get(&at).map(String::as_str),
+            record[2].as_str(),
+            "{at:?}"
+        );
+    }
+    let values: std::collections::BTreeSet<&String> = stored.values().collect();
+    assert_eq!(values.len(), stored.len(), "a record stored twice");
+    for node in &mut nodes {
+        node.stop();
+    }
+    for partition in 0..PARTITIONS as u32 {
+        let logs: Vec<Vec<u8>> = dirs
+            .iter()
+            .map(|dir| segment(dir.path(), "kafka-copies", partition))
+            .collect();
+        assert!(
+            logs.iter().all(|log| *log == logs[0]),
+            "partition {partition} differs across replicas"
+        );
+        let batches: Vec<strata_wire::Batch> =
+            strata_wire::batch::split_batches(bytes::Bytes::from(logs[0].clone()))
+                .collect::<Result<_, _>>()
+                .unwrap();
+        assert!(
+            batches.iter().any(|batch| batch.header().kafka_codec()
+                == Ok(strata_wire::batch::kafka::KafkaCodec::Zstd))
+        );
+    }
+}

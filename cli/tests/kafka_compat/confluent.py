@@ -546,7 +546,40 @@ def read_all(bootstrap, topic, count, isolation="read_uncommitted"):
     return {"read": read}
 
 
+def produce_until(bootstrap, topic, stop_file, codec):
+    """Produces numbered records (acks=all, idempotent, `codec`) to the topic's partitions
+    until `stop_file` exists, riding out leader changes; then the (partition, offset, value)
+    of every acknowledged record, and how many failed."""
+    import os
+
+    acked, failed = [], []
+
+    def report(err, msg):
+        if err is None:
+            acked.append([msg.partition(), msg.offset(), msg.value().decode()])
+        else:
+            failed.append(error_name(err))
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "compression.type": codec,
+        "linger.ms": 20,
+        "message.timeout.ms": 60000,
+    })
+    sent = 0
+    while not os.path.exists(stop_file):
+        for _ in range(50):
+            producer.produce(topic, key=str(sent % 31).encode(), value=f"record-{sent}".encode(), on_delivery=report)
+            sent += 1
+        producer.poll(0.02)
+    assert producer.flush(90) == 0
+    return {"sent": sent, "acked": acked, "failed": failed}
+
+
 SCENARIOS = {
+    "produce_until": produce_until,
     "codecs": codecs,
     "log_append_time": log_append_time,
     "write_odd": write_odd,
