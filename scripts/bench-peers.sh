@@ -16,6 +16,12 @@
 #   tansu   A: Tansu 0.6 (memory storage: nothing reaches a disk) through
 #              `strata bench --protocol kafka`
 #           B: Strata's Kafka listener through the same bench
+#   rdkafka A: Strata's native protocol (`strata bench produce`, then consume: 2 partitions,
+#              1 KiB records, linger 5 ms, 1 MB batches, acks=1), uncompressed and zstd
+#           B: Strata's Kafka listener through librdkafka's own load tool,
+#              `rdkafka_performance` (built once from ../shared/peers' librdkafka source under
+#              PEERS_DIR), in the same shape; its consumer reads both partitions from the start.
+#              One comparison per codec in KAFKA_CODECS (default "none zstd").
 #
 # STRATA_PINNED_ARGS adds flags to Strata's pinned producer (say `--topic-config
 # direct.writes=never`, to write through the page cache as Iggy does, where the default `auto`
@@ -29,7 +35,8 @@ source scripts/lib/build-cache.sh
 source scripts/lib/bench-node.sh
 strata=$(strata_release_binary)
 rounds="${1:-3}"
-peers="${PEERS:-iggy kafka tansu}"
+peers="${PEERS:-iggy kafka tansu rdkafka}"
+kafka_codecs="${KAFKA_CODECS:-none zstd}"
 bytes="${BENCH_BYTES:-2000000000}"
 records="${RECORDS:-1000000}"
 peers_dir="${PEERS_DIR:-/var/tmp/strata-peers}"
@@ -133,6 +140,45 @@ tansu_side() {
     stop_node
 }
 
+# --- librdkafka's rdkafka_performance against the native protocol, per codec ------------
+rdkafka_performance_binary() {
+    local source="$peers_dir/librdkafka"
+    if [ ! -x "$source/examples/rdkafka_performance" ]; then
+        echo "== building rdkafka_performance into $source (once)" >&2
+        source scripts/lib/debian-packages.sh
+        install_debian_packages build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev >&2
+        mkdir -p "$peers_dir"
+        tar -xzf "$(cd .. && pwd)/shared/peers/librdkafka-2.15-src.tar.gz" -C "$peers_dir"
+        (cd "$source" && ./configure --disable-gssapi && make -j2 libs \
+            && make -C examples rdkafka_performance) >&2
+    fi
+    echo "$source/examples/rdkafka_performance"
+}
+
+rdkafka_runs() { # label, codec
+    local label="$1" codec="$2" topic="r$RANDOM" tool
+    tool="$(rdkafka_performance_binary)"
+    "$strata" topic create "$topic" --partitions 2 --bootstrap 127.0.0.1:17900 >/dev/null
+    measured "$label-producer" "$tool" -P -t "$topic" -b 127.0.0.1:17992 -s 1024 -c "$records" \
+        -a 1 -z "$codec" -m "$log_line" -X linger.ms=5 -X batch.size=1000000 -q
+    measured "$label-consumer" "$tool" -C -t "$topic" -p 0 -p 1 -o beginning \
+        -b 127.0.0.1:17992 -c "$records" -q
+}
+
+native_runs() { # label, codec
+    local label="$1" codec="$2" topic="n$RANDOM"
+    measured "$label-producer" "$strata" bench produce --bootstrap 127.0.0.1:17900 \
+        --topic "$topic" --partitions 2 --producers 2 --records "$records" --record-size 1024 \
+        --linger-ms 5 --batch-size 1MB --acks 1 --compression "$codec" \
+        --json "$results/$label-producer.json"
+    measured "$label-consumer" "$strata" bench consume --bootstrap 127.0.0.1:17900 \
+        --topic "$topic" --consumers 2 --records "$records" \
+        --json "$results/$label-consumer.json"
+}
+
+# rdkafka_performance repeats one pattern to fill a record: a service's log line.
+log_line='2026-03-01T12:00:00Z INFO http GET /api/v1/items?id=48213 status=200 duration_ms=17 region=eu-west-1 user_agent="Mozilla/5.0 (X11; Linux x86_64)" trace=9f8e7d6c5b4a '
+
 for round in $(seq "$rounds"); do
     for peer in $peers; do
         case "$peer" in
@@ -154,9 +200,27 @@ for round in $(seq "$rounds"); do
             kafka_protocol_runs "tansu-B-$round" 127.0.0.1:17992 kafka
             stop_node
             ;;
-        *) echo "unknown peer $peer (iggy, kafka, tansu)" >&2; exit 2 ;;
+        rdkafka)
+            for codec in $kafka_codecs; do
+                strata_node
+                native_runs "rdkafka-$codec-A-$round" "$codec"
+                stop_node
+                strata_node
+                rdkafka_runs "rdkafka-$codec-B-$round" "$codec"
+                stop_node
+            done
+            ;;
+        *) echo "unknown peer $peer (iggy, kafka, tansu, rdkafka)" >&2; exit 2 ;;
         esac
     done
 done
 
-python3 scripts/lib/peers-table.py "$results" "$rounds" $peers
+table_peers=""
+for peer in $peers; do
+    if [ "$peer" = rdkafka ]; then
+        for codec in $kafka_codecs; do table_peers="$table_peers rdkafka-$codec"; done
+    else
+        table_peers="$table_peers $peer"
+    fi
+done
+python3 scripts/lib/peers-table.py "$results" "$rounds" $table_peers

@@ -246,12 +246,9 @@ pub fn produce_request(
 /// The Kafka error for a produced batch that could not be translated.
 pub fn records_error(error: &RecordsError) -> i16 {
     match error {
-        RecordsError::TooLarge { .. } => errors::MESSAGE_TOO_LARGE,
         RecordsError::ControlBatch => errors::INVALID_RECORD,
         RecordsError::Stored(_) => errors::KAFKA_STORAGE_ERROR,
-        RecordsError::Malformed(_) | RecordsError::Empty | RecordsError::OffsetGap { .. } => {
-            errors::CORRUPT_MESSAGE
-        }
+        RecordsError::Malformed(_) | RecordsError::Empty => errors::CORRUPT_MESSAGE,
     }
 }
 

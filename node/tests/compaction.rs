@@ -59,34 +59,12 @@ fn keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut 
 }
 
 fn kafka_keyed_batch(records: &[(&str, Option<&str>)], timestamp_ms: i64) -> BytesMut {
-    let fields = kafka::KafkaBatchFields {
-        base_offset: 0,
-        leader_epoch: u32::MAX,
-        codec: kafka::KafkaCodec::Zstd,
-        transactional: false,
-        last_offset_delta: records.len() as u32 - 1,
-        base_timestamp_ms: timestamp_ms,
-        max_timestamp_ms: timestamp_ms,
-        producer_id: -1,
-        producer_epoch: -1,
-        base_sequence: -1,
-        delete_horizon: false,
-    };
-    let batch = kafka::write_batch(
-        &fields,
-        records.iter().enumerate().map(|(i, (key, value))| {
-            (
-                kafka::RecordToWrite {
-                    offset_delta: i as u32,
-                    timestamp_ms,
-                    key: Some(key.as_bytes()),
-                    value: value.map(str::as_bytes),
-                },
-                std::iter::empty(),
-            )
-        }),
-    );
-    BytesMut::from(&batch[..])
+    common::kafka_batch(
+        records
+            .iter()
+            .map(|(key, value)| (Some(key.as_bytes()), value.map(str::as_bytes), timestamp_ms)),
+        kafka::KafkaCodec::Zstd,
+    )
 }
 
 /// Every record from the log start, checking that batches tile the offsets and that records'

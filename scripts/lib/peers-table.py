@@ -3,7 +3,8 @@
 Usage: peers-table.py RESULTS ROUNDS PEER...
 
 Each run left LABEL.cpu (the broker's CPU seconds before and after) and either LABEL.json
-(`strata bench --json`) or, for iggy-bench, LABEL/ (its `output` directory) and LABEL.out.
+(`strata bench --json`), for iggy-bench LABEL/ (its `output` directory) and LABEL.out, or for
+rdkafka_performance LABEL.out (its summary line).
 """
 
 import glob
@@ -18,6 +19,8 @@ SIDES = {
     "iggy": ("Iggy 0.9-edge", "Strata native, pinned presets"),
     "kafka": ("Strata native", "Strata Kafka listener (librdkafka)"),
     "tansu": ("Tansu 0.6, memory storage (librdkafka)", "Strata Kafka listener (librdkafka)"),
+    "rdkafka-none": ("Strata native", "Strata Kafka listener (rdkafka_performance)"),
+    "rdkafka-zstd": ("Strata native, zstd", "Strata Kafka listener (rdkafka_performance), zstd"),
 }
 
 
@@ -46,9 +49,25 @@ def iggy_run(label):
             "p99_ms": summary["average_p99_latency_ms"] if label.endswith("producer") else None}
 
 
+def rdkafka_performance_run(label):
+    """rdkafka_performance's summary: `% N messages (B bytes) consumed in T ms: ... (X MB/s)`
+    or `% N messages produced (B bytes), ... in T ms: ... and X MB/s`."""
+    import re
+    text = open(f"{results}/{label}.out").read()
+    line = [line for line in text.splitlines() if " messages " in line and " in " in line][-1]
+    moved = int(re.search(r"\((\d+) bytes\)", line).group(1))
+    elapsed_ms = int(re.search(r" in (\d+)ms", line).group(1))
+    return {"mb_s": moved / 1e6 / (elapsed_ms / 1e3), "bytes": moved, "p99_ms": None}
+
+
 def run(peer, side, round, workload):
     label = f"{peer}-{side}-{round}-{workload}"
-    figures = iggy_run(label) if (peer, side) == ("iggy", "A") else strata_run(label)
+    if (peer, side) == ("iggy", "A"):
+        figures = iggy_run(label)
+    elif peer.startswith("rdkafka") and side == "B":
+        figures = rdkafka_performance_run(label)
+    else:
+        figures = strata_run(label)
     moved = figures["bytes"] or float(os.environ.get("BENCH_BYTES", "2000000000"))
     figures["cpu_s_gb"] = cpu_seconds(label) / (moved / 1e9)
     return figures

@@ -480,7 +480,7 @@ mod mangled {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::records::to_strata;
+    use crate::records::to_store;
 
     /// A valid request of each served API at each served version (empty bodies as the schema's
     /// defaults encode them), and a produce carrying a real batch.
@@ -553,7 +553,8 @@ mod mangled {
             }
         }
 
-        /// Batches with any byte changed or cut short: translation returns an error or a batch.
+        /// Batches with any byte changed or cut short: taking them for the log, and the log's
+        /// check, return an error or a batch.
         #[test]
         fn mangled_batches_are_refused_or_translated_never_fatal(
             edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
@@ -565,7 +566,11 @@ mod mangled {
                 batch[at] ^= byte;
             }
             let keep = cut.index(batch.len() + 1);
-            let _ = to_strata(batch.freeze().slice(..keep), 1 << 20, None);
+            let batch = batch.freeze().slice(..keep);
+            let _ = strata_wire::batch::check_produced_batch(&batch, true);
+            if let Ok(stored) = to_store(batch, Some(strata_wire::batch::kafka::KafkaCodec::Zstd)) {
+                let _ = strata_wire::batch::check_produced_batch(&stored, false);
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ pub fn batch_of(tag: u64, count: usize, value_len: usize, timestamp_ms: i64) -> 
 }
 
 /// [`batch_of`]'s records as one Kafka batch (magic 2) compressed with `codec`, as a Kafka
-/// producer sends it (base offset 0, leader epoch -1).
+/// producer sends it.
 pub fn kafka_batch_of(
     tag: u64,
     count: usize,
@@ -41,21 +41,43 @@ pub fn kafka_batch_of(
     timestamp_ms: i64,
     codec: KafkaCodec,
 ) -> BytesMut {
-    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..count)
+    let records: Vec<(Vec<u8>, Vec<u8>, i64)> = (0..count)
         .map(|i| {
             let mut value = format!("{tag}:{i}:").into_bytes();
             value.resize(value_len.max(value.len()), b'x');
-            (format!("k{}", i % 7).into_bytes(), value)
+            (
+                format!("k{}", i % 7).into_bytes(),
+                value,
+                timestamp_ms + i as i64,
+            )
         })
         .collect();
+    kafka_batch(
+        records
+            .iter()
+            .map(|(key, value, timestamp)| (Some(&key[..]), Some(&value[..]), *timestamp)),
+        codec,
+    )
+}
+
+/// One Kafka batch (magic 2) of (key, value, timestamp) records compressed with `codec`, as a
+/// Kafka producer sends it (base offset 0, leader epoch -1, no producer).
+pub fn kafka_batch<'a>(
+    records: impl ExactSizeIterator<Item = (Option<&'a [u8]>, Option<&'a [u8]>, i64)> + Clone,
+    codec: KafkaCodec,
+) -> BytesMut {
+    let timestamps = records.clone().map(|(_, _, timestamp)| timestamp);
     let fields = kafka::KafkaBatchFields {
         base_offset: 0,
         leader_epoch: u32::MAX,
         codec,
         transactional: false,
-        last_offset_delta: count as u32 - 1,
-        base_timestamp_ms: timestamp_ms,
-        max_timestamp_ms: timestamp_ms + count as i64 - 1,
+        last_offset_delta: records.len() as u32 - 1,
+        base_timestamp_ms: records
+            .clone()
+            .next()
+            .map_or(0, |(_, _, timestamp)| timestamp),
+        max_timestamp_ms: timestamps.max().unwrap_or(0),
         producer_id: -1,
         producer_epoch: -1,
         base_sequence: -1,
@@ -63,13 +85,13 @@ pub fn kafka_batch_of(
     };
     let batch = kafka::write_batch(
         &fields,
-        records.iter().enumerate().map(|(i, (key, value))| {
+        records.enumerate().map(|(i, (key, value, timestamp_ms))| {
             (
                 kafka::RecordToWrite {
                     offset_delta: i as u32,
-                    timestamp_ms: timestamp_ms + i as i64,
-                    key: Some(&key[..]),
-                    value: Some(&value[..]),
+                    timestamp_ms,
+                    key,
+                    value,
                 },
                 std::iter::empty(),
             )
