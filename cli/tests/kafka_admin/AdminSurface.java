@@ -120,6 +120,8 @@ public class AdminSurface {
         switch (step) {
             case "produce":
                 return produce(bootstrap, a);
+            case "round-trip":
+                return roundTrip(bootstrap, a.get(0), Integer.parseInt(a.get(1)), a.get(2));
             case "consume-assign":
                 return consume(bootstrap, a.get(0), Integer.parseInt(a.get(1)),
                     Optional.of(Long.parseLong(a.get(2))), Integer.parseInt(a.get(3)));
@@ -541,6 +543,68 @@ public class AdminSurface {
         ranges.forEach((partition, range) ->
             offsets.put(partition.toString(), numbers(List.of(range[0], range[1]))));
         return object("acked", Integer.toString(sends.size()), "offsets", object(offsets));
+    }
+
+    /** A client's metric of the group and name given, as a number (0 when it has none). */
+    private static double metric(Map<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> metrics,
+            String group, String name) {
+        return metrics.entrySet().stream()
+            .filter(entry -> entry.getKey().group().equals(group) && entry.getKey().name().equals(name))
+            .mapToDouble(entry -> ((Number) entry.getValue().metricValue()).doubleValue())
+            .sum();
+    }
+
+    /**
+     * COUNT log lines produced to partition 0 of TOPIC with CODEC, then read back from its start
+     * without a group: whether they came back the same, and the bytes the producer sent and the
+     * consumer received (the clients' own network metrics).
+     */
+    private static String roundTrip(String bootstrap, String topic, int count, String codec) throws Exception {
+        Properties config = new Properties();
+        config.put("bootstrap.servers", bootstrap);
+        config.put("compression.type", codec);
+        config.put("linger.ms", "50");
+        config.put("batch.size", "1000000");
+        List<String> sent = new ArrayList<>();
+        double sentBytes;
+        try (var producer = new Closing<>(
+                new KafkaProducer<>(config, new StringSerializer(), new StringSerializer()),
+                client -> client.close(CLOSE_TIMEOUT))) {
+            List<Future<RecordMetadata>> sends = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                String line = "2026-03-01T12:00:" + (i % 60) + "Z INFO GET /api/v1/items?id=" + i
+                    + " status=200 duration_ms=" + (i % 97) + " region=eu-west-1";
+                sent.add(line);
+                sends.add(producer.client().send(new ProducerRecord<>(topic, 0, "k" + (i % 100), line)));
+            }
+            producer.client().flush();
+            for (Future<RecordMetadata> send : sends) {
+                send.get();
+            }
+            sentBytes = metric(producer.client().metrics(), "producer-metrics", "outgoing-byte-total");
+        }
+        List<String> got = new ArrayList<>();
+        double receivedBytes;
+        TopicPartition assigned = new TopicPartition(topic, 0);
+        try (var consumer = new Closing<>(
+                new KafkaConsumer<>(clientConfig(bootstrap), new StringDeserializer(), new StringDeserializer()),
+                client -> client.close(CloseOptions.timeout(CLOSE_TIMEOUT)))) {
+            KafkaConsumer<String, String> client = consumer.client();
+            client.assign(List.of(assigned));
+            client.seekToBeginning(List.of(assigned));
+            long deadline = System.nanoTime() + CONSUME_DEADLINE.toNanos();
+            while (got.size() < count && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> record : client.poll(POLL)) {
+                    got.add(record.value());
+                }
+            }
+            receivedBytes = metric(client.metrics(), "consumer-metrics", "incoming-byte-total");
+        }
+        return object(
+            "same", Boolean.toString(got.equals(sent)),
+            "got", Integer.toString(got.size()),
+            "sent_bytes", Long.toString((long) sentBytes),
+            "received_bytes", Long.toString((long) receivedBytes));
     }
 
     /** Reads COUNT records of one partition without a group, from FROM or the log start. */
