@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strata_wire::protocol::FrameParts;
 
 /// Kafka's frame size prefix.
@@ -114,12 +114,72 @@ pub struct Decoded {
     pub trailing_bytes: usize,
 }
 
+/// A Produce request with its partitions' records detached from the frame: one buffer per
+/// partition, in the request's order (`None` where a partition has no records), each the only
+/// owner of its bytes, so the log stamps offsets into them in place with no copy. The
+/// request's own `records` fields are emptied.
+#[derive(Debug)]
+pub struct Produced {
+    pub request: ProduceRequest,
+    pub records: Vec<Option<BytesMut>>,
+}
+
+impl Produced {
+    /// The record bytes the request carries: what its byte-rate quota counts, whatever
+    /// becomes of them (counted as the request is read).
+    pub fn records_len(&self) -> usize {
+        self.records.iter().flatten().map(BytesMut::len).sum()
+    }
+
+    /// Detaches `request`'s records from `whole`, the frame they were decoded from: where
+    /// nothing else holds the frame, it becomes mutable again and is split among the
+    /// partitions without a copy; otherwise each partition's records are copied out.
+    fn detach(mut request: ProduceRequest, whole: Bytes) -> Produced {
+        let start = whole.as_ptr() as usize;
+        let mut ranges = Vec::new();
+        for topic in &mut request.topic_data {
+            // The names are slices of the frame too: owned, they let it go.
+            topic.name.0 = StrBytes::from_string(topic.name.0.to_string());
+            for partition in &mut topic.partition_data {
+                ranges.push(partition.records.take().map(|records| {
+                    let at = records.as_ptr() as usize - start;
+                    debug_assert!(at + records.len() <= whole.len());
+                    (at, records.len())
+                }));
+            }
+        }
+        if let Some(id) = &mut request.transactional_id {
+            id.0 = StrBytes::from_string(id.0.to_string());
+        }
+        let records = match whole.try_into_mut() {
+            Ok(mut frame) => {
+                // Records lie in the frame in the order they were decoded, apart.
+                let mut consumed = 0;
+                ranges
+                    .into_iter()
+                    .map(|range| {
+                        let (at, len) = range?;
+                        let _ = frame.split_to(at - consumed);
+                        consumed = at + len;
+                        Some(frame.split_to(len))
+                    })
+                    .collect()
+            }
+            Err(shared) => ranges
+                .into_iter()
+                .map(|range| range.map(|(at, len)| BytesMut::from(&shared[at..at + len])))
+                .collect(),
+        };
+        Produced { request, records }
+    }
+}
+
 /// A decoded request of a served API.
 #[derive(Debug)]
 pub enum KafkaRequest {
     ApiVersions(ApiVersionsRequest),
     Metadata(MetadataRequest),
-    Produce(ProduceRequest),
+    Produce(Produced),
     Fetch(FetchRequest),
     ListOffsets(ListOffsetsRequest),
     InitProducerId(InitProducerIdRequest),
@@ -187,6 +247,24 @@ pub enum Rejected {
 /// Decodes one request frame's content (after its size prefix). A frame that ends before its
 /// request does, or whose fields do not decode, is refused; bytes after a whole request are
 /// not (see [`Decoded::trailing_bytes`]).
+/// The rejection of a frame whose header prefix names an API or version not served (what
+/// [`decode_request`] would answer), without decoding it: the caller keeps the frame for the
+/// refusal, and passes it on otherwise as its only holder.
+pub fn unsupported(frame: &[u8]) -> Option<Rejected> {
+    let mut prefix = frame.get(..HEADER_PREFIX_LEN)?;
+    let (api_key, api_version, correlation_id) =
+        (prefix.get_i16(), prefix.get_i16(), prefix.get_i32());
+    let served = ApiKey::try_from(api_key).is_ok_and(|api| served(api, api_version));
+    (!served).then_some(Rejected::Unsupported {
+        api_key,
+        api_version,
+        correlation_id,
+    })
+}
+
+/// Decodes a request frame (its size prefix removed). The frame is best passed as the only
+/// holder of its bytes: a Produce request's records are then detached from it without a copy
+/// ([`Produced`]).
 pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
     if frame.len() < HEADER_PREFIX_LEN {
         return Err(Rejected::Malformed(format!(
@@ -209,6 +287,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         return Err(unsupported);
     };
     let malformed = |error| Rejected::Malformed(format!("{api:?} v{api_version}: {error:#}"));
+    // The whole frame, where a produce's records are detached from once decoded.
+    let whole = frame.clone();
     let request_header = RequestHeader::decode(&mut frame, api.request_header_version(api_version))
         .map_err(malformed)?;
     macro_rules! decoded {
@@ -219,7 +299,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
     let request = match api {
         ApiKey::ApiVersions => decoded!(ApiVersions),
         ApiKey::Metadata => decoded!(Metadata),
-        ApiKey::Produce => decoded!(Produce),
+        ApiKey::Produce => KafkaRequest::Produce(Produced {
+            request: Decodable::decode(&mut frame, api_version).map_err(malformed)?,
+            records: Vec::new(),
+        }),
         ApiKey::Fetch => decoded!(Fetch),
         ApiKey::ListOffsets => decoded!(ListOffsets),
         ApiKey::InitProducerId => decoded!(InitProducerId),
@@ -268,8 +351,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::ListTransactions => decoded!(ListTransactions),
         _ => unreachable!("served() admits only the APIs above"),
     };
-    Ok(Decoded {
-        header: Header {
+    // The header taken whole: what it holds of the frame goes with it.
+    let header = {
+        let request_header = request_header;
+        Header {
             api_key: api,
             api_version,
             correlation_id,
@@ -278,9 +363,21 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
             throttle_ms: 0,
-        },
+        }
+    };
+    let trailing_bytes = frame.remaining();
+    // Nothing of the frame is held past here but the request's slices of it.
+    drop(frame);
+    let request = match request {
+        KafkaRequest::Produce(produced) => {
+            KafkaRequest::Produce(Produced::detach(produced.request, whole))
+        }
+        request => request,
+    };
+    Ok(Decoded {
+        header,
         request,
-        trailing_bytes: frame.remaining(),
+        trailing_bytes,
     })
 }
 

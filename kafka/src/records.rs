@@ -71,10 +71,11 @@ pub fn to_kafka(stored: Bytes) -> Result<Bytes, RecordsError> {
     Ok(out.freeze())
 }
 
-/// A partition's produced Kafka batches as the log stores them: as sent, or, where the topic's
-/// `compression.type` names another codec (`codec`), recompressed with it, as Kafka's broker
-/// does. Refuses what is not Kafka batches of magic 2; the log checks each batch whole.
-pub fn to_store(kafka: Bytes, codec: Option<KafkaCodec>) -> Result<BytesMut, RecordsError> {
+/// A partition's produced Kafka batches as the log stores them: as sent (the same buffer, no
+/// copy), or, where the topic's `compression.type` names another codec (`codec`), recompressed
+/// with it, as Kafka's broker does. Refuses what is not Kafka batches of magic 2; the log
+/// checks each batch whole.
+pub fn to_store(kafka: BytesMut, codec: Option<KafkaCodec>) -> Result<BytesMut, RecordsError> {
     if kafka.is_empty() {
         return Err(RecordsError::Empty);
     }
@@ -102,10 +103,10 @@ pub fn to_store(kafka: Bytes, codec: Option<KafkaCodec>) -> Result<BytesMut, Rec
         at += header.batch_len as usize;
     }
     let Some(codec) = codec.filter(|_| recompress) else {
-        return Ok(BytesMut::from(&kafka[..]));
+        return Ok(kafka);
     };
     let mut out = BytesMut::with_capacity(kafka.len());
-    let mut rest = kafka;
+    let mut rest = kafka.freeze();
     while !rest.is_empty() {
         let header = strata_wire::BatchHeader::parse(&rest)?;
         let sent = rest.split_to(header.batch_len as usize);

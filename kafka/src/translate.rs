@@ -21,7 +21,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{
     ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest,
     InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+    MetadataResponse, ProduceResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol as native;
@@ -189,9 +189,11 @@ pub struct Produce {
 /// (its first record's `strata.expected.offset` header) is read by the log as it checks the
 /// records.
 pub fn produce_request(
-    request: ProduceRequest,
+    produced: crate::frame::Produced,
     codec_of: impl Fn(&str) -> Option<KafkaCodec>,
 ) -> Produce {
+    let crate::frame::Produced { request, records } = produced;
+    let mut records = records.into_iter();
     let acks = match request.acks {
         0 => Some(native::ACKS_NONE),
         1 => Some(native::ACKS_LEADER),
@@ -205,7 +207,8 @@ pub fn produce_request(
         let codec = codec_of(&name);
         let mut partitions = Vec::new();
         for partition in topic.partition_data {
-            let error = match (u32::try_from(partition.index), acks, partition.records) {
+            let sent = records.next().flatten();
+            let error = match (u32::try_from(partition.index), acks, sent) {
                 (Err(_), _, _) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                 (_, None, _) => INVALID_REQUIRED_ACKS,
                 (_, _, None) => errors::CORRUPT_MESSAGE,

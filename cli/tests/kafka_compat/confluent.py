@@ -250,6 +250,7 @@ def configs(bootstrap):
     result["validate_create_bad"] = create("dry-run-bad", True, **{"retention.ms": "soon"})
     result["validate_create_existing"] = create("configured", True)
     result["create_log_append_time"] = create("appended", False, **{"message.timestamp.type": "LogAppendTime"})
+    result["create_bad_timestamp_type"] = create("bad-time", False, **{"message.timestamp.type": "Whenever"})
     result["topics"] = sorted(client.list_topics(timeout=TIMEOUT_S).topics)
     return result
 

@@ -77,8 +77,8 @@ fn a_topics_compression_type_recompresses_batches_sent_with_another_codec() {
     ] {
         let sent = sample();
         let kafka = kafka_batch(&sent, sent_with);
-        assert_eq!(to_store(kafka.clone(), None).unwrap(), kafka);
-        let stored = to_store(kafka, Some(stored_as)).unwrap();
+        assert_eq!(to_store(BytesMut::from(&kafka[..]), None).unwrap(), kafka);
+        let stored = to_store(BytesMut::from(&kafka[..]), Some(stored_as)).unwrap();
         let checked = strata_wire::batch::check_produced_batch(&stored, false).unwrap();
         assert_eq!(checked.header.kafka_codec(), Ok(stored_as), "{sent_with:?}");
         let batch = split_batches(stored.freeze()).next().unwrap().unwrap();
@@ -96,7 +96,7 @@ fn kafka_batches_are_stored_as_sent_and_served_as_stored_in_every_codec() {
     for (compression, codec) in KAFKA_CODECS {
         let sent = sample();
         let kafka = kafka_batch(&sent, compression);
-        let mut stored = to_store(kafka.clone(), None).unwrap();
+        let mut stored = to_store(BytesMut::from(&kafka[..]), None).unwrap();
         let checked = strata_wire::batch::check_produced_batch(&stored, false).unwrap();
         assert_eq!(checked.header.kafka_codec(), Ok(codec));
         stamp(&mut stored, 100, 7);
@@ -218,17 +218,17 @@ fn several_batches_stay_several() {
 #[test]
 fn bad_batches_are_refused_with_their_reason() {
     assert!(matches!(
-        to_store(Bytes::from_static(&[0; 10]), None),
+        to_store(BytesMut::from(&[0u8; 10][..]), None),
         Err(RecordsError::Malformed(_))
     ));
     assert!(matches!(
-        to_store(Bytes::new(), None),
+        to_store(BytesMut::new(), None),
         Err(RecordsError::Empty)
     ));
     let mut old_magic = BytesMut::from(&kafka_batch(&sample(), Compression::None)[..]);
     old_magic[16] = 1;
     assert!(matches!(
-        to_store(old_magic.freeze(), None),
+        to_store(old_magic, None),
         Err(RecordsError::Malformed(reason)) if reason.contains("v1")
     ));
     let control: Vec<_> = sample()
@@ -242,7 +242,10 @@ fn bad_batches_are_refused_with_their_reason() {
         })
         .collect();
     assert!(matches!(
-        to_store(kafka_batch(&control, Compression::None), None),
+        to_store(
+            BytesMut::from(&kafka_batch(&control, Compression::None)[..]),
+            None
+        ),
         Err(RecordsError::ControlBatch)
     ));
     let mut corrupt = BytesMut::from(&kafka_batch(&sample(), Compression::None)[..]);

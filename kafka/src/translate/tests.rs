@@ -44,7 +44,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
                     partition(2, Some(Bytes::from_static(b"garbage bytes, not a batch"))),
                 ]),
         ]);
-    let translated = produce_request(request, |_| None);
+    let translated = produce_request(produced(request), |_| None);
     assert_eq!(translated.native.acks, native::ACKS_ALL);
     assert_eq!(translated.native.timeout_ms, 1500);
     assert_eq!(translated.native.topics.len(), 1);
@@ -124,11 +124,11 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
     assert_eq!(partitions[0].error_message, None);
 
     let bad_acks = produce_request(
-        ProduceRequest::default().with_acks(2).with_topic_data(vec![
+        produced(ProduceRequest::default().with_acks(2).with_topic_data(vec![
             TopicProduceData::default()
                 .with_name(name("orders"))
                 .with_partition_data(vec![partition(0, Some(kafka_records()))]),
-        ]),
+        ])),
         |_| None,
     );
     assert!(bad_acks.native.topics.is_empty());
@@ -236,6 +236,73 @@ fn frame<R: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &R)
     out.freeze()
 }
 
+/// `request` as the listener has it: encoded in a frame (Produce v9) and decoded, its records
+/// detached from the frame.
+fn produced(request: ProduceRequest) -> crate::frame::Produced {
+    match decode_request(frame(ApiKey::Produce, 9, 1, &request))
+        .unwrap()
+        .request
+    {
+        KafkaRequest::Produce(produced) => produced,
+        other => panic!("decoded as {other:?}"),
+    }
+}
+
+/// A produce's records come out of the frame they were decoded from, each partition's its
+/// own, and in place: no copy where nothing else holds the frame, a copy where something does.
+#[test]
+fn a_produces_records_are_detached_from_its_frame_in_place() {
+    let partition = |index: i32, records: Bytes| {
+        PartitionProduceData::default()
+            .with_index(index)
+            .with_records(Some(records))
+    };
+    let request = ProduceRequest::default().with_acks(1).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(name("orders"))
+            .with_partition_data(vec![
+                partition(0, kafka_records()),
+                partition(1, Bytes::from_static(b"second partition's bytes")),
+            ]),
+    ]);
+    let whole = frame(ApiKey::Produce, 9, 1, &request);
+    let (start, end) = (
+        whole.as_ptr() as usize,
+        whole.as_ptr() as usize + whole.len(),
+    );
+    let KafkaRequest::Produce(detached) = decode_request(whole).unwrap().request else {
+        panic!("a produce")
+    };
+    assert_eq!(detached.records.len(), 2);
+    assert_eq!(
+        &detached.records[0].as_ref().unwrap()[..],
+        &kafka_records()[..]
+    );
+    assert_eq!(
+        &detached.records[1].as_ref().unwrap()[..],
+        b"second partition's bytes"
+    );
+    for records in detached.records.iter().flatten() {
+        let at = records.as_ptr() as usize;
+        assert!((start..end).contains(&at), "copied out of the frame");
+    }
+    assert_eq!(detached.request.topic_data[0].name.0.as_str(), "orders");
+    assert!(
+        detached.request.topic_data[0]
+            .partition_data
+            .iter()
+            .all(|partition| partition.records.is_none())
+    );
+    // A frame someone else holds too is left alone: its records are copied.
+    let whole = frame(ApiKey::Produce, 9, 1, &request);
+    let KafkaRequest::Produce(copied) = decode_request(whole.clone()).unwrap().request else {
+        panic!("a produce")
+    };
+    let at = copied.records[0].as_ref().unwrap().as_ptr() as usize;
+    assert!(!(whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len()).contains(&at));
+    assert_eq!(copied.records_len(), detached.records_len());
+}
+
 /// Requests decode at every served version (flexible or not), others are refused with what
 /// is needed to answer or log them; responses carry the header their version calls for.
 #[test]
@@ -252,7 +319,7 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
         let request = ProduceRequest::default().with_acks(1);
         let decoded = decode_request(frame(ApiKey::Produce, version, 1, &request)).unwrap();
         assert!(
-            matches!(decoded.request, KafkaRequest::Produce(p) if p.acks == 1),
+            matches!(decoded.request, KafkaRequest::Produce(p) if p.request.acks == 1),
             "v{version}"
         );
     }
@@ -568,7 +635,7 @@ mod mangled {
             let keep = cut.index(batch.len() + 1);
             let batch = batch.freeze().slice(..keep);
             let _ = strata_wire::batch::check_produced_batch(&batch, true);
-            if let Ok(stored) = to_store(batch, Some(strata_wire::batch::kafka::KafkaCodec::Zstd)) {
+            if let Ok(stored) = to_store(BytesMut::from(&batch[..]), Some(strata_wire::batch::kafka::KafkaCodec::Zstd)) {
                 let _ = strata_wire::batch::check_produced_batch(&stored, false);
             }
         }

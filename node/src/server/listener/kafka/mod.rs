@@ -107,7 +107,13 @@ impl Protocol for Kafka {
         }
         shard.metrics.kafka_request();
         let body = body.freeze();
-        match frame::decode_request(body.clone()) {
+        // The frame goes to the decoder as its only holder (a produce's records are detached
+        // from it in place), but for a refusal, which reads it.
+        let (decoded, body) = match frame::unsupported(&body) {
+            Some(rejected) => (Err(rejected), body),
+            None => (frame::decode_request(body), Bytes::new()),
+        };
+        match decoded {
             Ok(decoded) => {
                 if decoded.trailing_bytes > 0 {
                     shard.metrics.kafka_request_with_trailing_bytes();
@@ -126,7 +132,7 @@ impl Protocol for Kafka {
                 }
                 let mut header = decoded.header;
                 if let KafkaRequest::Produce(produce) = &decoded.request {
-                    let bytes = produced_bytes(produce);
+                    let bytes = produce.records_len();
                     let wait = quota::charge_produce(shard, client, &header.client_id, bytes);
                     header.throttle_ms = millis(wait);
                 }
@@ -756,26 +762,15 @@ pub(super) fn kafka_topic_id(topic: &strata_coordinator::TopicState) -> uuid::Uu
     uuid::Uuid::from_bytes(topic.topic_id().0)
 }
 
-/// The record bytes of a produce request: what its byte-rate quota counts, whatever becomes
-/// of them (counted as the request is read, see `quota::charge_produce`).
-fn produced_bytes(request: &strata_kafka::kafka_protocol::messages::ProduceRequest) -> usize {
-    request
-        .topic_data
-        .iter()
-        .flat_map(|topic| &topic.partition_data)
-        .filter_map(|partition| partition.records.as_ref().map(|records| records.len()))
-        .sum()
-}
-
 /// Produce, to the topics the client may Write. Written whatever the client's quota: its wait
 /// was counted as the request was read and is reported in the answer.
 async fn produce(
     shard: &Rc<Shard>,
     client: &Client,
     header: Header,
-    request: strata_kafka::kafka_protocol::messages::ProduceRequest,
+    request: frame::Produced,
 ) -> Outcome {
-    let acks = request.acks;
+    let acks = request.request.acks;
     let produce = {
         let view = shard.view.borrow();
         translate::produce_request(request, |topic| {
