@@ -20,7 +20,7 @@ SIDES = {
     "kafka": ("Strata native", "Strata Kafka listener (librdkafka)"),
     "tansu": ("Tansu 0.6, memory storage (librdkafka)", "Strata Kafka listener (librdkafka)"),
     "rdkafka-none": ("Strata native", "Strata Kafka listener (rdkafka_performance)"),
-    "rdkafka-zstd": ("Strata native, zstd", "Strata Kafka listener (rdkafka_performance), zstd"),
+    "rdkafka-zstd": ("Strata native, zstd", "Strata Kafka listener (librdkafka), zstd"),
 }
 
 
@@ -64,7 +64,7 @@ def run(peer, side, round, workload):
     label = f"{peer}-{side}-{round}-{workload}"
     if (peer, side) == ("iggy", "A"):
         figures = iggy_run(label)
-    elif peer.startswith("rdkafka") and side == "B":
+    elif peer == "rdkafka-none" and side == "B":
         figures = rdkafka_performance_run(label)
     else:
         figures = strata_run(label)

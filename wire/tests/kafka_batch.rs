@@ -366,3 +366,29 @@ fn the_decoder_survives_random_and_mutated_kafka_input() {
         "the mutator never kept a batch valid: it tests nothing"
     );
 }
+
+/// zstd streams as Kafka's clients write them: librdkafka's declare their size (one call into
+/// exactly that much memory), a streaming compressor's (the Java client's) do not, and a
+/// stream may hold several frames; each inflates to the same records.
+#[test]
+fn zstd_records_inflate_with_or_without_a_declared_size_and_across_frames() {
+    let records: Vec<u8> = (0..20_000u32).flat_map(|i| (i % 97).to_be_bytes()).collect();
+    let declared = zstd::bulk::compress(&records, 3).unwrap();
+    let streamed = zstd::stream::encode_all(&records[..], 3).unwrap();
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&streamed).ok().flatten(),
+        None,
+        "a streamed frame states no size"
+    );
+    let mut two_frames = zstd::bulk::compress(&records[..40_000], 3).unwrap();
+    two_frames.extend_from_slice(&zstd::bulk::compress(&records[40_000..], 3).unwrap());
+    for (what, stream) in [
+        ("declared", declared),
+        ("streamed", streamed),
+        ("two frames", two_frames),
+    ] {
+        let inflated = kafka::decompress(KafkaCodec::Zstd, &stream, kafka::INFLATED_LEN_MAX)
+            .unwrap_or_else(|error| panic!("{what}: {error}"));
+        assert_eq!(&inflated[..], &records[..], "{what}");
+    }
+}

@@ -176,6 +176,30 @@ pub(crate) fn decompress(codec: Codec, body: &[u8]) -> Result<AlignedVec<16>, Ba
     Ok(archive)
 }
 
+/// A zstd stream that declares its content size (a one-shot or pledged compression: what
+/// librdkafka writes), at most `limit`, inflated in one call into memory of exactly that size
+/// through this thread's reused context. `None` where the stream declares no size, or holds
+/// more than its first frame declares: the caller streams it then.
+pub(crate) fn zstd_declared(input: &[u8], limit: usize) -> Option<Result<Vec<u8>, BatchError>> {
+    let declared = zstd::zstd_safe::get_frame_content_size(input).ok()??;
+    if declared > limit as u64 {
+        return Some(Err(BatchError::Inflates { limit }));
+    }
+    ZSTD_DECOMPRESSOR.with_borrow_mut(|decompressor| {
+        let decompressor = match decompressor {
+            Some(decompressor) => decompressor,
+            None => decompressor.insert(zstd::bulk::Decompressor::new().ok()?),
+        };
+        let mut out = Vec::with_capacity(declared as usize);
+        match decompressor.decompress_to_buffer(input, &mut out) {
+            Ok(written) if written as u64 == declared => Some(Ok(out)),
+            // More frames than the first declares (or a corrupt one): streamed instead, which
+            // tells the two apart.
+            _ => None,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -499,7 +499,10 @@ pub fn decompress(codec: KafkaCodec, input: &[u8], limit: usize) -> Result<Bytes
     match codec {
         KafkaCodec::None => return Ok(Bytes::copy_from_slice(input)),
         KafkaCodec::Gzip => capped(&mut flate2::read::GzDecoder::new(input))?,
-        KafkaCodec::Zstd => capped(&mut zstd::stream::read::Decoder::new(input).map_err(corrupt)?)?,
+        KafkaCodec::Zstd => match super::compression::zstd_declared(input, limit) {
+            Some(inflated) => return inflated.map(Bytes::from),
+            None => capped(&mut zstd::stream::read::Decoder::new(input).map_err(corrupt)?)?,
+        },
         KafkaCodec::Lz4 => capped(&mut lz4_flex::frame::FrameDecoder::new(input))?,
         KafkaCodec::Snappy => {
             inflated = snappy_decompress(input, limit)?;
