@@ -192,7 +192,10 @@ fn kafka_admin_tools_alter_list_settings_and_dry_run_changes() {
     assert_eq!(seen["described"]["cleanup.policy"], "compact,delete");
     assert_eq!(seen["described"]["message.timestamp.type"], "CreateTime");
     assert_eq!(seen["create_log_append_time"], null, "{seen}");
-    assert_eq!(seen["create_bad_timestamp_type"], "INVALID_CONFIG", "{seen}");
+    assert_eq!(
+        seen["create_bad_timestamp_type"], "INVALID_CONFIG",
+        "{seen}"
+    );
     assert_eq!(seen["validate_create"], null, "{seen}");
     assert_eq!(seen["validate_create_bad"], "INVALID_CONFIG", "{seen}");
     assert_eq!(

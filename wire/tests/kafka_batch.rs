@@ -372,11 +372,15 @@ fn the_decoder_survives_random_and_mutated_kafka_input() {
 /// stream may hold several frames; each inflates to the same records.
 #[test]
 fn zstd_records_inflate_with_or_without_a_declared_size_and_across_frames() {
-    let records: Vec<u8> = (0..20_000u32).flat_map(|i| (i % 97).to_be_bytes()).collect();
+    let records: Vec<u8> = (0..20_000u32)
+        .flat_map(|i| (i % 97).to_be_bytes())
+        .collect();
     let declared = zstd::bulk::compress(&records, 3).unwrap();
     let streamed = zstd::stream::encode_all(&records[..], 3).unwrap();
     assert_eq!(
-        zstd::zstd_safe::get_frame_content_size(&streamed).ok().flatten(),
+        zstd::zstd_safe::get_frame_content_size(&streamed)
+            .ok()
+            .flatten(),
         None,
         "a streamed frame states no size"
     );

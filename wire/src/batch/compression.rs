@@ -176,25 +176,35 @@ pub(crate) fn decompress(codec: Codec, body: &[u8]) -> Result<AlignedVec<16>, Ba
     Ok(archive)
 }
 
-/// A zstd stream that declares its content size (a one-shot or pledged compression: what
-/// librdkafka writes), at most `limit`, inflated in one call into memory of exactly that size
-/// through this thread's reused context. `None` where the stream declares no size, or holds
-/// more than its first frame declares: the caller streams it then.
-pub(crate) fn zstd_declared(input: &[u8], limit: usize) -> Option<Result<Vec<u8>, BatchError>> {
-    let declared = zstd::zstd_safe::get_frame_content_size(input).ok()??;
-    if declared > limit as u64 {
+/// A zstd stream of at most `limit` bytes inflated in one call, through this thread's reused
+/// context, into memory reserved (not zeroed) for its declared size, or where it declares none
+/// (a streaming compressor's: librdkafka's, the Java client's) for the bound its blocks allow.
+/// `None` where a stream it cannot inflate so (its bound past `limit`, or a corrupt one) is for
+/// the caller to stream, which caps the output and tells damage apart.
+pub(crate) fn zstd_one_shot(input: &[u8], limit: usize) -> Option<Result<Vec<u8>, BatchError>> {
+    let declared = zstd::zstd_safe::get_frame_content_size(input)
+        .ok()
+        .flatten();
+    if declared.is_some_and(|declared| declared > limit as u64) {
         return Some(Err(BatchError::Inflates { limit }));
     }
+    let capacity = match declared {
+        Some(declared) => declared,
+        None => zstd::zstd_safe::decompress_bound(input)
+            .ok()
+            .filter(|bound| *bound <= limit as u64)?,
+    };
     ZSTD_DECOMPRESSOR.with_borrow_mut(|decompressor| {
         let decompressor = match decompressor {
             Some(decompressor) => decompressor,
             None => decompressor.insert(zstd::bulk::Decompressor::new().ok()?),
         };
-        let mut out = Vec::with_capacity(declared as usize);
+        let mut out = Vec::with_capacity(capacity as usize);
         match decompressor.decompress_to_buffer(input, &mut out) {
-            Ok(written) if written as u64 == declared => Some(Ok(out)),
-            // More frames than the first declares (or a corrupt one): streamed instead, which
-            // tells the two apart.
+            Ok(written) if declared.is_none_or(|declared| written as u64 == declared) => {
+                Some(Ok(out))
+            }
+            // More frames than the first declares, or a corrupt stream: streamed instead.
             _ => None,
         }
     })

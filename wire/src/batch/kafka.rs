@@ -499,7 +499,7 @@ pub fn decompress(codec: KafkaCodec, input: &[u8], limit: usize) -> Result<Bytes
     match codec {
         KafkaCodec::None => return Ok(Bytes::copy_from_slice(input)),
         KafkaCodec::Gzip => capped(&mut flate2::read::GzDecoder::new(input))?,
-        KafkaCodec::Zstd => match super::compression::zstd_declared(input, limit) {
+        KafkaCodec::Zstd => match super::compression::zstd_one_shot(input, limit) {
             Some(inflated) => return inflated.map(Bytes::from),
             None => capped(&mut zstd::stream::read::Decoder::new(input).map_err(corrupt)?)?,
         },
