@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use strata_client::{Client, ClientConfig, Consumer, ConsumerConfig, IsolationLevel, SeekTo};
 use support::{TestNode, free_base_port, metric_total, wait_for_at_most};
 
 /// `transactions/confluent_txn.py MODE BOOTSTRAP TOPIC ARGS`: its JSON.
@@ -107,7 +108,59 @@ fn read_committed_consumers_see_committed_transactions_only() {
             seen["while_open_ends"]["uncommitted"][&key],
             json!(lso + open(p).len() as i64)
         );
+        // The same partitions through Strata's own consumer, which reads the Kafka producer's
+        // batches itself and the markers as it reads its own: the same records, either way.
+        assert_eq!(
+            native_values(&node, "txn", p as u32, IsolationLevel::ReadCommitted),
+            [committed(p), open(p)].concat()
+        );
+        assert_eq!(
+            native_values(&node, "txn", p as u32, IsolationLevel::ReadUncommitted),
+            everything
+        );
     }
+}
+
+/// The values of a partition's records from its start to its high watermark, as Strata's own
+/// consumer reads them at `isolation` (markers never among them).
+fn native_values(
+    node: &TestNode,
+    topic: &str,
+    partition: u32,
+    isolation: IsolationLevel,
+) -> Vec<String> {
+    let end = support::describe(node, topic)["partitions"][partition as usize]["high_watermark"]
+        .as_u64()
+        .unwrap();
+    support::runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let mut consumer = Consumer::new(
+            client,
+            ConsumerConfig {
+                isolation,
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign(topic, &[partition], SeekTo::Beginning)
+            .await
+            .unwrap();
+        let mut values = Vec::new();
+        // Read to the high watermark: the last records may be a marker, which no poll returns.
+        while consumer
+            .position(topic, partition)
+            .is_none_or(|at| at < end)
+        {
+            for batch in consumer.poll().await.unwrap() {
+                for record in batch.records() {
+                    values.push(String::from_utf8(record.value.to_vec()).unwrap());
+                }
+            }
+        }
+        values
+    })
 }
 
 /// Two producers with one transactional id: the newer one's InitProducerId fences the older
