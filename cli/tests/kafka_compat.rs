@@ -577,7 +577,8 @@ fn kafka_consumers_receive_batches_compressed_as_their_producers_sent_them() {
 
 /// `message.timestamp.type=LogAppendTime` through CreateTopics: records produced with
 /// timestamps of 1970 read back with the broker's time, as log-append times, from batches
-/// whose CRC the consumer checks (the broker recomputed it).
+/// whose CRC the consumer checks (the broker recomputed it); the produce answers report that
+/// time to the producer.
 #[test]
 fn log_append_time_stamps_the_brokers_time_into_kafka_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -589,7 +590,10 @@ fn log_append_time_stamps_the_brokers_time_into_kafka_batches() {
     );
     let read = seen["read"].as_array().unwrap();
     assert_eq!(read.len(), 20, "{seen}");
-    for record in read {
+    // Read back, and as the produce answers reported them to the producer.
+    let reported = seen["reported"].as_array().unwrap();
+    assert_eq!(reported.len(), 20, "{seen}");
+    for record in read.iter().chain(reported) {
         assert_eq!(record[0], true, "not a log-append time: {seen}");
         let timestamp = record[1].as_i64().unwrap();
         assert!((before..=after).contains(&timestamp), "{seen}");

@@ -260,6 +260,8 @@ pub fn records_error(error: &RecordsError) -> i16 {
 /// not the rest.
 pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) -> ProduceResponse {
     let record_errors = native.record_errors.0;
+    // One per partition answered, in answer order, or none at all.
+    let log_append_times = &std::cell::RefCell::new(native.log_append_times.0.into_iter());
     let answered = native.topics.into_iter().flat_map(|topic| {
         let name = topic.name;
         let record_errors = &record_errors;
@@ -278,7 +280,7 @@ pub fn produce_response(native: native::ProduceResponse, refused: Vec<Refused>) 
                     } else {
                         partition.base_offset as i64
                     })
-                    .with_log_append_time_ms(-1)
+                    .with_log_append_time_ms(log_append_times.borrow_mut().next().unwrap_or(-1))
                     .with_log_start_offset(if failed {
                         -1
                     } else {

@@ -731,6 +731,7 @@ fn produce_durability_round_trips_after_empty_record_errors() {
             }],
             record_errors: Appended(vec![]),
             durability: Appended(durability),
+            log_append_times: Appended(vec![1_700_000_000_123]),
         })
     };
     let (_, decoded) = Response::decode(

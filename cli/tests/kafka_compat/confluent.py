@@ -488,8 +488,16 @@ def log_append_time(bootstrap, topic):
     client.create_topics([NewTopic(topic, 1, 1, config=topic_config)])[topic].result(TIMEOUT_S)
     before_ms = int(time.time() * 1000)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "zstd"})
+    reported = []
     for i in range(20):
-        producer.produce(topic, value=f"record {i}".encode(), timestamp=1_000 + i)
+        producer.produce(
+            topic,
+            value=f"record {i}".encode(),
+            timestamp=1_000 + i,
+            on_delivery=lambda err, msg: reported.append(
+                [msg.timestamp()[0] == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, msg.timestamp()[1]]
+            ),
+        )
     assert producer.flush(TIMEOUT_S) == 0
     after_ms = int(time.time() * 1000)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "check.crcs": True})
@@ -499,7 +507,7 @@ def log_append_time(bootstrap, topic):
         for message in consume(consumer, 20)
     ]
     consumer.close()
-    return {"before_ms": before_ms, "after_ms": after_ms, "read": read}
+    return {"before_ms": before_ms, "after_ms": after_ms, "read": read, "reported": reported}
 
 
 def odd_records():

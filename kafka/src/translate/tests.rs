@@ -92,6 +92,7 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
             message: "records [0, 10] have no key".into(),
         }]),
         durability: Default::default(),
+        log_append_times: native::Appended(vec![1_700_000_000_123, -1]),
     };
     let response = produce_response(answered, translated.refused);
     assert_eq!(response.responses.len(), 1, "one entry per topic");
@@ -122,6 +123,9 @@ fn produce_refuses_bad_partitions_on_sight_and_answers_them_beside_the_rest() {
     );
     assert!(partitions[0].record_errors.is_empty());
     assert_eq!(partitions[0].error_message, None);
+    // LogAppendTime: the broker's time for the partition stamped, -1 for the others.
+    let times: Vec<i64> = partitions.iter().map(|p| p.log_append_time_ms).collect();
+    assert_eq!(times, [1_700_000_000_123, -1, -1, -1]);
 
     let bad_acks = produce_request(
         produced(ProduceRequest::default().with_acks(2).with_topic_data(vec![
@@ -833,6 +837,7 @@ fn translated_responses_encode_at_every_served_version() {
             }],
             record_errors: Default::default(),
             durability: Default::default(),
+            log_append_times: Default::default(),
         },
         vec![],
     );

@@ -26,6 +26,9 @@ pub struct AppendInfo {
     /// The request was a retry of an idempotent batch the log already holds: nothing was
     /// written, and the offsets are the original batch's (`bytes` is 0).
     pub duplicate: bool,
+    /// The broker's time the log stamped into the request's Kafka batches, under
+    /// `message.timestamp.type=LogAppendTime` (Kafka's produce answer reports it).
+    pub log_append_time_ms: Option<i64>,
 }
 
 /// Who wrote a request's batches: a client, whose batches get every check, or the partition's
@@ -65,6 +68,7 @@ impl AppendInfo {
                 .unwrap_or(i64::MIN),
             bytes: headers.iter().map(|h| u64::from(h.batch_len)).sum(),
             duplicate: false,
+            log_append_time_ms: first.is_log_append_time().then_some(first.max_timestamp_ms),
         }
     }
 }
@@ -404,6 +408,7 @@ impl<S: Storage> PartitionLog<S> {
                     max_timestamp_ms: header.max_timestamp_ms,
                     bytes: 0,
                     duplicate: true,
+                    log_append_time_ms: None,
                 }))
             }
         }

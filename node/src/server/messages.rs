@@ -197,6 +197,8 @@ pub struct PartitionProduced {
     pub record_errors: Option<strata_wire::protocol::RecordErrors>,
     /// How far the records had got when answered (all zeros when refused).
     pub durability: AckDurability,
+    /// The broker's time stamped into the records (LogAppendTime), -1 if none was.
+    pub log_append_time_ms: i64,
 }
 
 impl From<ProducePartitionResponse> for PartitionProduced {
@@ -205,6 +207,7 @@ impl From<ProducePartitionResponse> for PartitionProduced {
             response,
             record_errors: None,
             durability: AckDurability::default(),
+            log_append_time_ms: -1,
         }
     }
 }

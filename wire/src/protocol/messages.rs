@@ -392,6 +392,10 @@ messages! {
         /// With a reported durability: one per partition answered, in answer order (topic by
         /// topic); a refused partition's is all zeros.
         pub durability: Appended<Vec<AckDurability>>,
+        /// Where a partition's topic stamps the broker's time into Kafka batches
+        /// (`message.timestamp.type=LogAppendTime`): one per partition answered, in answer
+        /// order, that time, -1 for the others; empty when no answered partition's is stamped.
+        pub log_append_times: Appended<Vec<i64>>,
     }
 
     pub struct FetchPartition {

@@ -37,6 +37,7 @@ impl Shard {
         let mut topics = Vec::with_capacity(request.topics.len());
         let mut record_errors = Vec::new();
         let mut durability = Vec::new();
+        let mut log_append_times = Vec::new();
         // Conditional appends: one expected offset per partition, in request order.
         let mut expected = request.expected_offsets.0.into_iter();
         for topic in request.topics {
@@ -89,13 +90,18 @@ impl Shard {
                 if reported != DURABILITY_UNREPORTED {
                     durability.push(produced.durability);
                 }
+                log_append_times.push(produced.log_append_time_ms);
             }
             topics.push(ProduceTopicResponse { name, partitions });
+        }
+        if log_append_times.iter().all(|time| *time < 0) {
+            log_append_times.clear();
         }
         ProduceResponse {
             topics,
             record_errors: Appended(record_errors),
             durability: Appended(durability),
+            log_append_times: Appended(log_append_times),
         }
     }
 
@@ -180,6 +186,7 @@ impl Shard {
                     response,
                     record_errors,
                     durability: AckDurability::default(),
+                    log_append_time_ms: -1,
                 };
             }
         };
@@ -242,6 +249,7 @@ impl Shard {
             },
             record_errors: None,
             durability,
+            log_append_time_ms: info.log_append_time_ms.unwrap_or(-1),
         }
     }
 
@@ -319,6 +327,7 @@ fn refuse_produce(request: ProduceRequest, error: ErrorCode) -> ProduceResponse 
         topics,
         record_errors: Appended(Vec::new()),
         durability: Appended(Vec::new()),
+        log_append_times: Appended(Vec::new()),
     }
 }
 

@@ -798,6 +798,7 @@ async fn produce(
             topics: Vec::new(),
             record_errors: Default::default(),
             durability: Default::default(),
+            log_append_times: Default::default(),
         }))
     } else {
         native(shard, Request::Produce(produce.native)).await
