@@ -137,23 +137,46 @@ impl Produced {
     fn detach(mut request: ProduceRequest, whole: Bytes) -> Produced {
         let start = whole.as_ptr() as usize;
         let mut ranges = Vec::new();
+        let mut sent = Vec::new();
+        // Records lie in the frame in decoding order, apart: where one does not (a decoder
+        // that copied), every partition's records are copied out, never split at a guess.
+        let (mut end, mut in_place) = (0, true);
         for topic in &mut request.topic_data {
             // The names are slices of the frame too: owned, they let it go.
             topic.name.0 = StrBytes::from_string(topic.name.0.to_string());
             for partition in &mut topic.partition_data {
-                ranges.push(partition.records.take().map(|records| {
-                    let at = records.as_ptr() as usize - start;
-                    debug_assert!(at + records.len() <= whole.len());
-                    (at, records.len())
-                }));
+                let records = partition.records.take();
+                let range = records.as_ref().map(|records| {
+                    (
+                        (records.as_ptr() as usize).wrapping_sub(start),
+                        records.len(),
+                    )
+                });
+                if let Some((at, len)) = range {
+                    in_place &= at >= end && at.saturating_add(len) <= whole.len();
+                    end = at.saturating_add(len);
+                }
+                ranges.push(range);
+                sent.push(records);
             }
         }
         if let Some(id) = &mut request.transactional_id {
             id.0 = StrBytes::from_string(id.0.to_string());
         }
+        let copied = |sent: Vec<Option<Bytes>>| {
+            sent.into_iter()
+                .map(|records| records.map(|records| BytesMut::from(&records[..])))
+                .collect()
+        };
+        if !in_place {
+            return Produced {
+                request,
+                records: copied(sent),
+            };
+        }
+        drop(sent);
         let records = match whole.try_into_mut() {
             Ok(mut frame) => {
-                // Records lie in the frame in the order they were decoded, apart.
                 let mut consumed = 0;
                 ranges
                     .into_iter()
