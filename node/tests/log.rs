@@ -1157,6 +1157,60 @@ fn a_kafka_batch_torn_anywhere_is_cut_and_what_came_before_reads_back() {
     });
 }
 
+/// A direct write's padding that recovery's scan meets at the end of one of its read chunks (the chunk holds the data's end but not the file's) is padding, not damage: the scan
+/// reads on to the end of the last block. Batches of one size are laid out so that a chunk,
+/// stepping from batch start to batch start, ends inside the last block's zeros; the index is
+/// lost, so the scan runs from the segment's start.
+#[test]
+fn padding_split_by_a_scan_chunk_is_not_taken_for_damage() {
+    const CHUNK: u64 = strata_node::log::SCAN_CHUNK_BYTES as u64;
+    block_on(async {
+        let storage = SimStorage::new(5);
+        let config = LogConfig {
+            direct_writes: DirectWrites::Always,
+            ..small_config(64 << 20, FlushPolicy::Never)
+        };
+        let batch = |value_len: usize| {
+            let mut builder = strata_wire::BatchBuilder::default();
+            builder.push(0, None, &vec![b'v'; value_len]);
+            BytesMut::from(&builder.finish()[..])
+        };
+        let block = DIRECT_BLOCK as u64;
+        // A batch size and count whose end leaves a chunk ending inside the padding: the scan
+        // steps by as many whole batches as a chunk holds.
+        let splits = |len: u64, count: u64| {
+            let per_chunk = CHUNK / len * len;
+            let data_end = count * len;
+            let file_end = data_end.next_multiple_of(block);
+            let last_chunk_start = (data_end - 1) / per_chunk * per_chunk;
+            !data_end.is_multiple_of(block)
+                && last_chunk_start + CHUNK > data_end
+                && last_chunk_start + CHUNK < file_end
+        };
+        let (value_len, count) = (100..4000)
+            .find_map(|value_len| {
+                let len = batch(value_len).len() as u64;
+                (1..4000u64)
+                    .find(|count| splits(len, *count))
+                    .map(|count| (value_len, count))
+            })
+            .expect("a layout that splits the padding");
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let mut written = Vec::new();
+        for _ in 0..count {
+            append_recorded(&mut log, batch(value_len), 1, &mut written).await;
+        }
+        drop(log); // no close: the padding of the last direct write stays
+        storage.set_contents(&sim_dir().join("00000000000000000000.index"), Vec::new());
+        let (mut log, report) = PartitionLog::open(storage.clone(), sim_dir(), config, 0)
+            .await
+            .unwrap();
+        assert_eq!(report.truncated_bytes, 0, "padding is not damage");
+        assert_eq!(log.log_end_offset(), count);
+        assert_eq!(read_all(&mut log, 0, 1 << 20).await, written);
+    });
+}
+
 /// The crash model: power loss keeps synced data and a random prefix (or, for a disk that
 /// reorders writes, a random subset) of what followed, torn.
 /// Every batch acknowledged after a sync must survive; nothing torn may be readable.

@@ -70,6 +70,7 @@ pub use self::flush::{FlushJob, FlushOutcome};
 pub use self::housekeeping::RetentionReport;
 pub use self::read::{FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, Served};
 pub use self::recovery::RecoveryReport;
+pub use self::segment::SCAN_CHUNK_BYTES;
 
 pub struct PartitionLog<S: Storage> {
     storage: S,

@@ -13,7 +13,7 @@ use super::index::{IndexCadence, IndexEntry, OFFSET_ENTRY_LEN, SegmentIndex, TIM
 use crate::io::{DIRECT_BLOCK, DirectReadBuf, ReadBuf, Storage, StorageFile};
 
 /// How much a recovery or lookup scan reads per IO.
-pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+pub const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 /// Smallest read of a file written direct that goes past the page cache when its pages are not
 /// cached: the kernel's default readahead window. A read this large gains nothing from
