@@ -16,7 +16,7 @@ use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use strata_kafka::records::translate_to_kafka;
+use strata_kafka::records::to_kafka;
 use strata_wire::{Batch, BatchBuilder};
 
 const RECORDS: usize = 1_000;
@@ -109,8 +109,7 @@ fn main() {
         );
     }
     let fetched = rate(record_bytes, || {
-        let mut out = BytesMut::with_capacity(stored.len() + 4096);
-        translate_to_kafka(stored.clone(), &mut out).expect("translates");
+        let out = to_kafka(stored.clone()).expect("translates");
         assert!(!out.is_empty());
     });
     println!("fetch: Strata batch → Kafka batch                        {fetched:>8.0} MB/s");

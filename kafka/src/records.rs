@@ -7,11 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 use strata_wire::batch::kafka::{self, KafkaCodec};
-use strata_wire::batch::{BatchFormat, attributes, split_batches};
+use strata_wire::batch::{BatchFormat, attributes};
 use strata_wire::{Batch, BatchError};
-
-/// Record batch format version Kafka calls magic 2, the only one Produce v3+ carries.
-const MAGIC: i8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordsError {
@@ -31,16 +28,6 @@ pub use strata_wire::batch::kafka::EXPECTED_OFFSET_HEADER;
 
 fn malformed(what: &str) -> RecordsError {
     RecordsError::Malformed(what.to_string())
-}
-
-/// Appends Strata batches (a fetch's answer, whole batches back to back) to `out` as Kafka
-/// record batches, one per Strata batch, offsets, epochs and producer fields unchanged.
-/// Every batch is translated, whatever its format: [`to_kafka`] serves Kafka ones as stored.
-pub fn translate_to_kafka(stored: Bytes, out: &mut BytesMut) -> Result<(), RecordsError> {
-    for batch in split_batches(stored) {
-        encode_kafka_batch(&batch?, out);
-    }
-    Ok(())
 }
 
 /// Stored batches (a fetch's answer, whole batches back to back) as a Kafka consumer reads
@@ -83,7 +70,7 @@ pub fn to_store(kafka: BytesMut, codec: Option<KafkaCodec>) -> Result<BytesMut, 
     let mut recompress = false;
     while at < kafka.len() {
         let rest = &kafka[at..];
-        if rest.len() < KAFKA_BATCH_HEADER_LEN {
+        if rest.len() < kafka::HEADER_LEN {
             return Err(malformed("a batch is cut short"));
         }
         if !kafka::is_kafka(rest) {
@@ -116,41 +103,10 @@ pub fn to_store(kafka: BytesMut, codec: Option<KafkaCodec>) -> Result<BytesMut, 
         }
         let batch =
             Batch::validate(sent).map_err(|error| RecordsError::Malformed(error.to_string()))?;
-        out.extend_from_slice(&kafka::write_batch(
-            &kafka::KafkaBatchFields {
-                base_offset: header.base_offset,
-                leader_epoch: header.leader_epoch,
-                codec,
-                transactional: header.is_transactional(),
-                last_offset_delta: header.offset_count - 1,
-                base_timestamp_ms: header.first_timestamp_ms,
-                max_timestamp_ms: header.max_timestamp_ms,
-                producer_id: header.producer_id,
-                producer_epoch: header.producer_epoch,
-                base_sequence: header.base_sequence,
-                delete_horizon: false,
-            },
-            batch.records().map(|record| {
-                (
-                    kafka::RecordToWrite {
-                        offset_delta: (record.offset - header.base_offset) as u32,
-                        timestamp_ms: record.timestamp_ms,
-                        key: record.key,
-                        value: record.nullable_value(),
-                    },
-                    record.nullable_headers(),
-                )
-            }),
-        ));
+        out.extend_from_slice(&kafka::rewritten(&header, codec, None, batch.records()));
     }
     Ok(out)
 }
-
-/// Bytes of a record batch v2 header before its records (base offset through record count).
-const KAFKA_BATCH_HEADER_LEN: usize = 61;
-/// Where the CRC-covered part starts (the attributes), and where the CRC itself sits.
-const KAFKA_CRC_START: usize = 21;
-const KAFKA_AT_CRC: usize = 17;
 
 /// Writes one Strata batch as a Kafka record batch (magic 2, uncompressed), straight from the
 /// batch's records: no per-record allocation. Byte for byte what `kafka-protocol`'s encoder
@@ -179,7 +135,7 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
     out.put_i64(header.base_offset as i64);
     out.put_i32(0); // the batch length, filled in below
     out.put_i32(header.leader_epoch as i32);
-    out.put_i8(MAGIC);
+    out.put_u8(kafka::MAGIC);
     out.put_u32(0); // the CRC, filled in below
     out.put_i16(attributes);
     // Kafka's lastOffsetDelta, kept by compaction as Kafka keeps it.
@@ -195,7 +151,7 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
         header.base_sequence
     });
     out.put_i32(batch.record_count() as i32);
-    debug_assert_eq!(out.len() - start, KAFKA_BATCH_HEADER_LEN);
+    debug_assert_eq!(out.len() - start, kafka::HEADER_LEN);
     let mut lossy_key = String::new();
     for record in batch.records() {
         let timestamp_delta = record.timestamp_ms - base_timestamp;
@@ -245,8 +201,8 @@ fn encode_kafka_batch(batch: &Batch, out: &mut BytesMut) {
     }
     let batch_len = (out.len() - start - 12) as i32;
     out[start + 8..start + 12].copy_from_slice(&batch_len.to_be_bytes());
-    let crc = strata_wire::crc32c(&out[start + KAFKA_CRC_START..]);
-    out[start + KAFKA_AT_CRC..start + KAFKA_CRC_START].copy_from_slice(&crc.to_be_bytes());
+    let crc = strata_wire::crc32c(&out[start + kafka::CRC_START..]);
+    out[start + kafka::AT_CRC..start + kafka::CRC_START].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// A header key as the UTF-8 Kafka's clients read it; a native producer may have written any

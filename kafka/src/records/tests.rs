@@ -6,7 +6,7 @@ use strata_wire::batch::kafka::KafkaCodec;
 use strata_wire::batch::{split_batches, stamp};
 use strata_wire::{Batch, BatchBuilder, BatchError};
 
-use super::{RecordsError, to_kafka, to_store, translate_to_kafka};
+use super::{RecordsError, to_kafka, to_store};
 
 /// A test record with a header of its own.
 fn record(offset: i64, key: Option<&'static [u8]>, value: &'static [u8]) -> KafkaRecord {
@@ -180,9 +180,8 @@ fn idempotent_producer_fields_are_read_from_kafkas_header() {
     );
     let mut stored = as_strata(kafka);
     stamp(&mut stored, 5, 1);
-    let mut fetched = BytesMut::new();
-    translate_to_kafka(stored.freeze(), &mut fetched).unwrap();
-    let info = RecordBatchDecoder::decode_batch_info(&mut fetched.freeze()).unwrap();
+    let fetched = to_kafka(stored.freeze()).unwrap();
+    let info = RecordBatchDecoder::decode_batch_info(&mut fetched.clone()).unwrap();
     assert_eq!(info.len(), 1);
     assert_eq!(
         (
@@ -203,9 +202,8 @@ fn several_batches_stay_several() {
     stored.extend_from_slice(&as_strata(kafka_batch(&sample()[..1], Compression::Lz4)));
     stamp(&mut stored[..first_len], 0, 0);
     stamp(&mut stored[first_len..], 3, 0);
-    let mut fetched = BytesMut::new();
-    translate_to_kafka(stored.freeze(), &mut fetched).unwrap();
-    let offsets: Vec<Vec<i64>> = RecordBatchDecoder::decode_all(&mut fetched.freeze())
+    let fetched = to_kafka(stored.freeze()).unwrap();
+    let offsets: Vec<Vec<i64>> = RecordBatchDecoder::decode_all(&mut fetched.clone())
         .unwrap()
         .iter()
         .map(|set| set.records.iter().map(|record| record.offset).collect())
@@ -295,7 +293,7 @@ mod direct_encoding {
     use strata_wire::batch::attributes;
 
     use super::*;
-    use crate::records::translate_to_kafka;
+    use crate::records::to_kafka;
 
     /// `kafka-protocol`'s encoder fed the batch's records: the reference `to_kafka` must match.
     fn reference(stored: &Bytes) -> BytesMut {
@@ -469,8 +467,7 @@ mod direct_encoding {
                 stored.extend_from_slice(&batch);
             }
             let stored = stored.freeze();
-            let mut direct = BytesMut::new();
-            translate_to_kafka(stored.clone(), &mut direct).unwrap();
+            let direct = to_kafka(stored.clone()).unwrap();
             prop_assert_eq!(&direct[..], &reference(&stored)[..]);
         }
     }
@@ -489,8 +486,7 @@ fn repeated_header_keys_are_all_kept() {
     );
     let mut stored = BytesMut::from(&builder.into_batch()[..]);
     stamp(&mut stored, 0, 0);
-    let mut out = BytesMut::new();
-    translate_to_kafka(stored.freeze(), &mut out).unwrap();
+    let out = to_kafka(stored.freeze()).unwrap();
     // Decoded by hand: kafka-protocol's records keep headers in a map and would merge them.
     let record = &out[61..];
     let tail = &record[record.len() - 13..];
@@ -501,7 +497,7 @@ fn repeated_header_keys_are_all_kept() {
         ]
     );
     // That Kafka batch, read back: both headers arrive.
-    let batch = Batch::validate(out.freeze()).unwrap();
+    let batch = Batch::validate(out).unwrap();
     let record = batch.records().next().unwrap();
     let headers: Vec<(&[u8], &[u8])> = record.headers().collect();
     assert_eq!(
@@ -518,9 +514,8 @@ fn header_keys_that_are_not_utf8_go_out_replaced() {
     builder.push_with_headers(1, None, b"v", [(&[0xff, b'k'][..], &b"x"[..])]);
     let mut stored = BytesMut::from(&builder.into_batch()[..]);
     stamp(&mut stored, 0, 0);
-    let mut out = BytesMut::new();
-    translate_to_kafka(stored.freeze(), &mut out).unwrap();
-    let sets = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
+    let out = to_kafka(stored.freeze()).unwrap();
+    let sets = RecordBatchDecoder::decode_all(&mut out.clone()).unwrap();
     let key = sets[0].records[0]
         .headers
         .keys()
@@ -553,9 +548,7 @@ fn compacted_batches_keep_their_offsets_and_last_offset_delta() {
         }
         compacted.extend_from_slice(&builder.finish_compacted());
     }
-    let mut fetched = BytesMut::new();
-    translate_to_kafka(compacted.freeze(), &mut fetched).unwrap();
-    let fetched = fetched.freeze();
+    let fetched = to_kafka(compacted.freeze()).unwrap();
     // Header fields straight from the bytes: lastOffsetDelta at 23, recordCount at 57.
     let be_i32 = |at: usize| i32::from_be_bytes(fetched[at..at + 4].try_into().unwrap());
     let first_len = 12 + be_i32(8) as usize;

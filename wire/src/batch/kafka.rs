@@ -36,8 +36,8 @@
 
 use bytes::Bytes;
 
+use super::BatchError;
 use super::layout::{BATCH_LEN_MAX, BatchFormat, BatchHeader, OFFSET_MAX, attributes};
-use super::{BatchError, Codec};
 
 /// Kafka's record batch format version: the only one Kafka 4 reads and writes.
 pub const MAGIC: u8 = 2;
@@ -53,9 +53,9 @@ pub(crate) const AT_LENGTH: usize = 8;
 const LENGTH_END: usize = 12;
 pub(crate) const AT_LEADER_EPOCH: usize = 12;
 pub(crate) const AT_MAGIC: usize = 16;
-pub(crate) const AT_CRC: usize = 17;
+pub const AT_CRC: usize = 17;
 /// The CRC covers everything from the attributes to the end of the batch.
-pub(crate) const CRC_START: usize = 21;
+pub const CRC_START: usize = 21;
 pub(crate) const AT_ATTRIBUTES: usize = 21;
 const AT_LAST_OFFSET_DELTA: usize = 23;
 const AT_BASE_TIMESTAMP: usize = 27;
@@ -111,16 +111,6 @@ impl KafkaCodec {
             KafkaCodec::Snappy => "snappy",
             KafkaCodec::Lz4 => "lz4",
             KafkaCodec::Zstd => "zstd",
-        }
-    }
-
-    /// The codec of Strata's own format nearest to this one (used where a Kafka batch's
-    /// records become a Strata batch).
-    pub fn nearest_strata(self) -> Codec {
-        match self {
-            KafkaCodec::None => Codec::None,
-            KafkaCodec::Lz4 | KafkaCodec::Snappy => Codec::Lz4,
-            KafkaCodec::Zstd | KafkaCodec::Gzip => Codec::Zstd,
         }
     }
 }
@@ -707,11 +697,25 @@ pub fn compacted<'a>(
     delete_horizon_ms: Option<i64>,
     kept: impl IntoIterator<Item = super::Record<'a>>,
 ) -> Bytes {
+    let codec = original.kafka_codec().unwrap_or(KafkaCodec::None);
+    rewritten(original, codec, delete_horizon_ms, kept)
+}
+
+/// The Kafka batch that replaces `original` holding `records` (of `original`, at their own
+/// offsets and timestamps) compressed with `codec`: `original`'s offsets, epoch, producer
+/// fields and transaction bit kept, its CRC computed. What a clean ([`compacted`]) and a
+/// topic's own `compression.type` (Kafka's recompression) write.
+pub fn rewritten<'a>(
+    original: &BatchHeader,
+    codec: KafkaCodec,
+    delete_horizon_ms: Option<i64>,
+    records: impl IntoIterator<Item = super::Record<'a>>,
+) -> Bytes {
     let horizon = original.delete_horizon_ms().or(delete_horizon_ms);
     let fields = KafkaBatchFields {
         base_offset: original.base_offset,
         leader_epoch: original.leader_epoch,
-        codec: original.kafka_codec().unwrap_or(KafkaCodec::None),
+        codec,
         transactional: original.is_transactional(),
         last_offset_delta: original.offset_count - 1,
         base_timestamp_ms: horizon.unwrap_or(original.first_timestamp_ms),
@@ -721,7 +725,7 @@ pub fn compacted<'a>(
         base_sequence: original.base_sequence,
         delete_horizon: horizon.is_some(),
     };
-    let kept = kept.into_iter().map(|record| {
+    let records = records.into_iter().map(|record| {
         debug_assert!((original.base_offset..=original.last_offset()).contains(&record.offset));
         (
             RecordToWrite {
@@ -733,5 +737,5 @@ pub fn compacted<'a>(
             record.nullable_headers(),
         )
     });
-    Bytes::from(write_batch(&fields, kept))
+    Bytes::from(write_batch(&fields, records))
 }

@@ -232,12 +232,12 @@ impl Batch {
 /// body is decompressed to be checked (as Kafka's broker does), so no consumer is ever handed a
 /// batch it cannot read. A compacted batch is refused: only the log cleaner writes those.
 pub fn check(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    check_produced(bytes, false)
+    check_produced_batch(bytes, false).map(|produced| produced.header)
 }
 
 /// [`check`] for a compacted topic's produce: every record must have a key.
 pub fn check_keyed(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    check_produced(bytes, true)
+    check_produced_batch(bytes, true).map(|produced| produced.header)
 }
 
 /// What checking a produced batch found beyond its header.
@@ -254,45 +254,29 @@ pub struct Produced {
 /// [`check`] (with `require_keys`, [`check_keyed`]), for either format, with what the check of a
 /// Kafka batch's records found. A Kafka batch gets the checks Kafka's broker makes: the CRC,
 /// then every record's framing (decompressed once into memory of its own), dense offset
-/// deltas, the records count.
+/// deltas, the records count. Either format: no compacted, control or transactional batch
+/// without a producer (the cleaner and the broker write those, and the log needs the
+/// producer).
 pub fn check_produced_batch(bytes: &[u8], require_keys: bool) -> Result<Produced, BatchError> {
-    if !kafka::is_kafka(bytes) {
-        return check_produced(bytes, require_keys).map(|header| Produced {
+    let produced = if kafka::is_kafka(bytes) {
+        let mut header = check_integrity(bytes)?;
+        if header.delete_horizon_ms().is_some() || header.is_log_append_time() {
+            // Only the broker sets these.
+            return Err(BatchError::ReservedBitsSet);
+        }
+        let walked = kafka::check_produced(bytes, &header, require_keys)?;
+        header.max_timestamp_ms = walked.max_timestamp_ms;
+        Produced {
             header,
+            expected_offset: walked.expected_offset,
+        }
+    } else {
+        Produced {
+            header: check_keeping_archive(bytes, require_keys)?.0,
             expected_offset: None,
-        });
-    }
-    let mut header = check_integrity(bytes)?;
-    if header.is_control() {
-        return Err(BatchError::ControlBatch);
-    }
-    if header.is_transactional() && !header.is_idempotent() {
-        return Err(BatchError::TransactionalWithoutProducer);
-    }
-    if header.delete_horizon_ms().is_some() || header.is_log_append_time() {
-        // Only the broker sets these.
-        return Err(BatchError::ReservedBitsSet);
-    }
-    let walked = kafka::check_produced(bytes, &header, require_keys)?;
-    header.max_timestamp_ms = walked.max_timestamp_ms;
-    Ok(Produced {
-        header,
-        expected_offset: walked.expected_offset,
-    })
-}
-
-/// Sets a Kafka batch's max timestamp, with `log_append_time` its timestamp type too, and
-/// recomputes its CRC if either changes (Kafka's `LogAppendTime`, and a producer's max
-/// timestamp that disagreed with its records). A whole batch, checked.
-pub fn set_kafka_timestamps(batch: &mut [u8], max_timestamp_ms: i64, log_append_time: bool) {
-    kafka::set_max_timestamp(batch, max_timestamp_ms, log_append_time);
-}
-
-fn check_produced(bytes: &[u8], require_keys: bool) -> Result<BatchHeader, BatchError> {
-    if kafka::is_kafka(bytes) {
-        return check_produced_batch(bytes, require_keys).map(|produced| produced.header);
-    }
-    let (header, _) = check_keeping_archive(bytes, require_keys)?;
+        }
+    };
+    let header = &produced.header;
     if header.is_compacted() {
         return Err(BatchError::Compacted);
     }
@@ -302,7 +286,14 @@ fn check_produced(bytes: &[u8], require_keys: bool) -> Result<BatchHeader, Batch
     if header.is_transactional() && !header.is_idempotent() {
         return Err(BatchError::TransactionalWithoutProducer);
     }
-    Ok(header)
+    Ok(produced)
+}
+
+/// Sets a Kafka batch's max timestamp, with `log_append_time` its timestamp type too, and
+/// recomputes its CRC if either changes (Kafka's `LogAppendTime`, and a producer's max
+/// timestamp that disagreed with its records). A whole batch, checked.
+pub fn set_kafka_timestamps(batch: &mut [u8], max_timestamp_ms: i64, log_append_time: bool) {
+    kafka::set_max_timestamp(batch, max_timestamp_ms, log_append_time);
 }
 
 /// The checks for a batch that a leader already checked whole (a follower's append): header
