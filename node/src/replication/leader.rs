@@ -45,6 +45,65 @@ pub enum ReplicaFetchError {
     /// The follower knows a newer epoch than this leader: this leader is stale.
     #[error("the follower's leader epoch {follower} is newer than {leader}")]
     UnknownLeaderEpoch { follower: u32, leader: u32 },
+    /// The fetch reports progress it cannot have: a log end past what it fetches, or a synced
+    /// offset or log start past its log end.
+    #[error("the follower reports progress past what it fetched")]
+    ImpossibleProgress,
+}
+
+/// A follower's fetch, as the leader's decisions need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerFetch {
+    pub replica: i32,
+    pub leader_epoch: u32,
+    pub fetch_offset: u64,
+    pub last_fetched_epoch: Option<u32>,
+    /// The follower's log holds everything below it (its progress).
+    pub log_end: u64,
+    /// What the follower has synced, and where its log starts.
+    pub synced: u64,
+    pub log_start: u64,
+}
+
+impl FollowerFetch {
+    /// A follower cannot hold what it has not fetched, nor sync what it does not hold.
+    fn reports_what_it_can(&self) -> bool {
+        self.log_end <= self.fetch_offset
+            && self.synced <= self.log_end
+            && self.log_start <= self.log_end
+    }
+}
+
+/// How a follower's fetch is answered, before the log is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlannedFetch {
+    /// The follower's log may have left this one: ask the log ([`crate::replication::diverging`]
+    /// over its epoch cache), then call [`Leader::handle_divergence_checked`].
+    CheckDivergence,
+    Serve(Serve),
+}
+
+/// How a follower's fetch is answered once the log was checked for a divergence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckedFetch {
+    /// Answer with where the logs part; the follower truncates there.
+    Diverging(super::Divergence),
+    /// The fetch offset is outside the leader's log.
+    OutOfRange,
+    Serve(Serve),
+}
+
+/// A fetch to serve from the log: the follower's progress is counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serve {
+    pub high_watermark: u64,
+    /// An ISR expansion to write through the coordinator (then call `handle_isr_committed`).
+    pub propose_isr: Option<IsrProposal>,
+    /// The follower is outside the ISR: its answer is held to the catch-up throttles.
+    pub catching_up: bool,
+    /// How long the records it newly holds took to reach it (see
+    /// [`Leader::time_follower_progress`]).
+    pub latency_us: Option<u64>,
 }
 
 /// Why an `acks=all` produce is refused or failed.
@@ -360,6 +419,68 @@ impl<W> Leader<W> {
         Ok(FetchProgress {
             high_watermark: self.high_watermark,
             propose_isr,
+        })
+    }
+
+    /// A follower's fetch arrives at `now_ms` (`now_us` on the clock appends are timed by):
+    /// refused, served at once (the steady state, which skips the divergence check: a trip
+    /// through the busy log task, and counts the follower's progress at once, which answers
+    /// `acks=all`), or checked against the log first.
+    pub fn plan_fetch(
+        &mut self,
+        now_ms: i64,
+        now_us: u64,
+        fetch: &FollowerFetch,
+    ) -> Result<PlannedFetch, ReplicaFetchError> {
+        if !fetch.reports_what_it_can() {
+            return Err(ReplicaFetchError::ImpossibleProgress);
+        }
+        self.validate_fetch(fetch.replica, fetch.leader_epoch)?;
+        if !self.cannot_diverge(fetch.fetch_offset, fetch.last_fetched_epoch) {
+            return Ok(PlannedFetch::CheckDivergence);
+        }
+        self.count_fetch(now_ms, now_us, fetch)
+            .map(PlannedFetch::Serve)
+    }
+
+    /// The log answered [`PlannedFetch::CheckDivergence`]: where the follower's log leaves this
+    /// one (`divergence`), and the log's start and end as of the check. The leadership may have
+    /// moved on meanwhile, so the fetch is validated again.
+    pub fn handle_divergence_checked(
+        &mut self,
+        now_ms: i64,
+        now_us: u64,
+        fetch: &FollowerFetch,
+        divergence: Option<super::Divergence>,
+        (log_start, log_end): (u64, u64),
+    ) -> Result<CheckedFetch, ReplicaFetchError> {
+        self.validate_fetch(fetch.replica, fetch.leader_epoch)?;
+        if let Some(divergence) = divergence {
+            return Ok(CheckedFetch::Diverging(divergence));
+        }
+        if fetch.fetch_offset < log_start || fetch.fetch_offset > log_end {
+            return Ok(CheckedFetch::OutOfRange);
+        }
+        self.count_fetch(now_ms, now_us, fetch)
+            .map(CheckedFetch::Serve)
+    }
+
+    /// The follower's log holds everything below its log end: its progress is counted.
+    fn count_fetch(
+        &mut self,
+        now_ms: i64,
+        now_us: u64,
+        fetch: &FollowerFetch,
+    ) -> Result<Serve, ReplicaFetchError> {
+        let latency_us = self.time_follower_progress(fetch.replica, fetch.log_end, now_us);
+        let progress =
+            self.handle_fetch(now_ms, fetch.replica, fetch.leader_epoch, fetch.log_end)?;
+        self.handle_reported(fetch.replica, fetch.synced, fetch.log_start);
+        Ok(Serve {
+            high_watermark: progress.high_watermark,
+            catching_up: !self.isr.contains(&fetch.replica),
+            propose_isr: progress.propose_isr,
+            latency_us,
         })
     }
 

@@ -26,12 +26,20 @@
 
 mod append_times;
 mod epochs;
+mod follower;
 mod leader;
 mod throttle;
 
 pub use append_times::{APPEND_TIMES_MAX, AppendTimes};
 pub use epochs::{EpochCache, EpochEntry};
-pub use leader::{AckError, FetchProgress, IsrProposal, Leader, LeaderConfig, ReplicaFetchError};
+pub use follower::{
+    Appended, FetchAnswer, FetchId, FetchPlan, Follower, FollowerAction, FollowerConfig,
+    LogPosition, StopReason,
+};
+pub use leader::{
+    AckError, CheckedFetch, FetchProgress, FollowerFetch, IsrProposal, Leader, LeaderConfig,
+    PlannedFetch, ReplicaFetchError, Serve,
+};
 pub use throttle::RecoveryThrottle;
 
 /// Where a follower's log leaves the leader's, if it does.

@@ -21,12 +21,12 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use strata_wire::AlignedVec;
 use strata_wire::protocol::{
-    ApiKey, ErrorCode, FRAME_PREFIX_LEN, ReplicaFetchRequest, ReplicaFetchResponse, Request,
-    Response,
+    ApiKey, ErrorCode, FRAME_PREFIX_LEN, ReplicaFetchRequest, Request, Response,
 };
 
 use crate::io::DIRECT_BLOCK;
 use crate::log::PlacedBatches;
+use crate::replicator::ReplicaFetchAnswer;
 
 /// ALPN of the broker-to-broker protocol.
 const ALPN: &[u8] = b"strata-replication/0";
@@ -57,6 +57,9 @@ pub enum QuicError {
     Malformed { addr: SocketAddr, reason: String },
     #[error("{addr} refused the request: {code}")]
     Refused { addr: SocketAddr, code: ErrorCode },
+    /// The broker cannot be reached: its address is not known, or this node has no endpoint.
+    #[error("no route to broker {broker}: {reason}")]
+    NoRoute { broker: i32, reason: String },
 }
 
 /// The shard's endpoint: accepts peers' streams and opens its own.
@@ -324,13 +327,6 @@ pub async fn write_response(send: &mut quinn::SendStream, mut chunks: Vec<Bytes>
     if send.write_all_chunks(&mut chunks).await.is_ok() {
         let _ = send.finish();
     }
-}
-
-/// A follower fetch's answer: the leader's response and, when they were read into place, its
-/// records (the response's own `records` are then empty).
-pub struct ReplicaFetchAnswer {
-    pub response: ReplicaFetchResponse,
-    pub placed: Option<PlacedBatches>,
 }
 
 /// A ReplicaFetch answer as read: a whole frame to decode, or its decoded head and its records

@@ -1,8 +1,9 @@
-//! The shard's side of replication: each replica partition's role, the follower's fetch loop
-//! over QUIC, the leader's answer to follower fetches, `acks=all`, ISR changes and ticks.
+//! The shard's side of replication: each replica partition's role, `acks=all`, ISR changes and
+//! ticks, and the shard as the host of replication's drivers (`crate::replicator`): QUIC for a
+//! follower's fetches, the partitions' map for the leader's answers.
 //!
-//! The decisions are the sans-IO core's (`crate::replication`); this module moves bytes and
-//! messages: QUIC streams, log commands, coordinator writes through the control thread.
+//! The decisions are the sans-IO core's (`crate::replication`); the drivers carry them out;
+//! this module moves messages: coordinator writes through the control thread, role changes.
 //! Everything here runs on the partition's owning shard; a partition's state is borrowed only
 //! between awaits.
 
@@ -23,18 +24,13 @@ use super::Shard;
 use crate::log::cleaner::OffsetMap;
 use crate::log::writer::{CleanerResources, LogHandle};
 use crate::replication::{AckError, Leader, LeaderConfig, RecoveryThrottle};
+use crate::replicator::{FollowedPartition, follow};
 use crate::server::broker_config::CLEANER_IO_RATE;
 use crate::server::metrics::PartitionCompaction;
 
 /// Answered when the high watermark passes an `acks=all` produce.
 pub(in crate::server) type AckWaiter = oneshot::Sender<Result<(), AckError>>;
 
-/// The most a follower asks for in one fetch.
-const REPLICA_FETCH_BYTES_MAX: u32 = 8 << 20;
-/// A follower fetches ahead only after answers this large: it is catching up a backlog. Below
-/// it, the next fetch follows the write, so the leader learns of the write at once (the
-/// `acks=all` path).
-const FETCH_AHEAD_BYTES_MIN: u64 = REPLICA_FETCH_BYTES_MAX as u64 / 2;
 /// How long a caught-up follower's fetch waits at the leader for new records: a quarter of the
 /// lag time, at least half a second. Each partition's follower fetches on its own, so an idle
 /// partition costs a round trip per wait on both brokers: at 500 ms, a three-broker cluster
@@ -262,12 +258,20 @@ impl Shard {
             partition.committed.notify_waiters();
         } else {
             let high_watermark = Rc::new(Cell::new(high_watermark));
-            let task = tokio::task::spawn_local(self.clone().follow(
-                key.clone(),
-                state.leader,
-                state.leader_epoch,
+            let followed = FollowedPartition {
+                topic: key.0.clone(),
+                partition: key.1,
+                replica_id: node_id,
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+                max_wait_ms: replica_fetch_wait_ms(self.context.config.replica_lag_time_max_ms),
+            };
+            let task = tokio::task::spawn_local(follow(
+                self.clone(),
+                followed,
                 log.clone(),
                 high_watermark.clone(),
+                self.clock(),
             ));
             tracing::info!(
                 topic = %key.0,
