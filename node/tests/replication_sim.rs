@@ -1,233 +1,95 @@
-//! Deterministic simulation of one partition replicated on three brokers.
+//! Deterministic simulation of one partition replicated on three brokers, running the broker's
+//! own replication code on virtual time.
 //!
-//! The replication core (`strata_node::replication`: leader state, divergence, epochs) and the
-//! controller's pure failover (`strata_coordinator::placement::failover`) run unchanged on
-//! virtual time. Around them the simulator models what the real adapters do: logs that lose
-//! unsynced records on a crash, a network that drops, delays and reorders messages, a linearizable
-//! store with fenced ISR writes (etcd), a controller that fails leadership over when a broker's
-//! lease lapses, and network partitions that cut a broker off from everyone (so a stale leader
-//! keeps believing it leads).
+//! Each simulated broker runs what a broker runs for a partition:
+//! - the real log task (`log::writer`) over [`SimStorage`], with `flush=always`: a crash keeps
+//!   what was synced and a random prefix of the rest, its last write torn, and the broker
+//!   restarts through the log's real recovery (torn tails truncated, the epoch cache and the
+//!   high-watermark checkpoint read back);
+//! - the real [`Leader`] and [`replication::Follower`] state machines, driven by the real drivers:
+//!   [`replicator::follow`] for a follower and [`replicator::serve_fetch`] for a leader answering
+//!   one (the broker is their [`LeaderHost`], as the shard is in production);
+//! - role changes, produces, ticks and high-watermark checkpoints as the shard does them.
 //!
-//! After every step it checks:
-//! - records below any replica's high watermark form one history (the "committed" map never
-//!   disagrees with itself), so no consumer ever sees a record that later vanishes;
-//! - the leader the store names, once it acts as leader, holds every committed record, so no
-//!   acknowledged record is lost;
-//! - a leader's high watermark never goes backwards, and once settled (at its epoch's start)
-//!   it is past every record ever committed, so ends told to readers never go back across
-//!   leaders;
-//! - a follower never truncates below its high watermark.
+//! The simulator keeps the rest of the world: an in-memory network that delays, drops and
+//! reorders messages and cuts a broker off (so a stale leader keeps believing it leads); a
+//! linearizable store with fenced ISR writes (etcd); a controller that fails leadership over when
+//! a broker's lease lapses (`placement::failover`, the controller's own choice). Time is tokio's
+//! paused clock: it moves only when every task waits, so a run is a function of its seed.
+//!
+//! Checked while it runs, by reading every replica's log as a consumer would (up to its high
+//! watermark):
+//! - no offset holds two values: what any replica shows below its high watermark never differs
+//!   from what any other showed there, so no reader sees a record that later changes;
+//! - no acknowledged `acks=all` record is lost: it is what every replica shows at its offset;
+//! - a replica's high watermark never goes back while it lives (a follower never truncates
+//!   below it), and the leader the store names, once settled, is past every committed record
+//!   and holds each of them.
 //!
 //! At the end it heals everything and checks that the replicas converge: all in the ISR, logs
-//! identical, every acknowledged record present everywhere.
+//! identical, every acknowledged record present.
 //!
-//! `STRATA_SIM_SEEDS=N` runs N seeds (default 2000); `STRATA_SIM_SEED=S` runs one, printing
-//! its trace with `STRATA_SIM_TRACE=1`. A failure prints the seed.
+//! `STRATA_SIM_SEEDS=N` runs N seeds (default 300); `STRATA_SIM_SEED=S` runs one, printing its
+//! trace with `STRATA_SIM_TRACE=1`. A failure prints the seed and the command that replays it.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use strata_coordinator::PartitionState;
 use strata_coordinator::placement::{self, NO_LEADER};
-use strata_node::replication::{
-    self, AckError, Divergence, EpochCache, IsrProposal, Leader, LeaderConfig, ReplicaFetchError,
+use strata_node::clock::Clock;
+use strata_node::io::sim::SimStorage;
+use strata_node::log::writer::{self, LogHandle};
+use strata_node::log::{DirectWrites, FlushPolicy, LogConfig, PartitionLog};
+use strata_node::replication::{AckError, IsrProposal, Leader, LeaderConfig};
+use strata_node::replicator::{
+    self, FollowedPartition, LeaderHost, PartitionRole, ReplicaFetchAnswer, ReplicaNetwork,
 };
+use strata_wire::batch::{BatchBuilder, split_batches};
+use strata_wire::protocol::{ReplicaFetchRequest, ReplicaFetchResponse};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::{JoinHandle, LocalSet};
 
 const IDS: [i32; 3] = [1, 2, 3];
-const STEPS_MS: i64 = 3_000;
+const TOPIC: &str = "sim";
+const RUN_MS: u64 = 3_000;
+const SETTLE_MS: u64 = 4_000;
 const CONFIG: LeaderConfig = LeaderConfig {
     lag_time_max_ms: 300,
     min_insync_replicas: 2,
 };
-const FETCH_MAX_ENTRIES: usize = 64;
+/// How long a caught-up follower's fetch waits at the leader.
+const FETCH_WAIT_MS: u32 = 40;
+/// A fetch whose request or answer the network lost fails after this long (QUIC's idle
+/// timeout, scaled to the simulation).
+const FETCH_TIMEOUT: Duration = Duration::from_millis(120);
+const TICK: Duration = Duration::from_millis(10);
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    epoch: u32,
-    value: u64,
-}
-
-#[derive(Debug, Clone)]
-enum Message {
-    Fetch {
-        from: i32,
-        epoch: u32,
-        fetch_offset: u64,
-        last_epoch: Option<u32>,
-        /// What the follower has synced: its progress (at or below `fetch_offset`).
-        log_end: u64,
-        sequence: u64,
-    },
-    FetchAnswer {
-        epoch: u32,
-        sequence: u64,
-        answer: Answer,
-    },
-}
-
-#[derive(Debug, Clone)]
-enum Answer {
-    Records {
-        first_offset: u64,
-        entries: Vec<Entry>,
-        high_watermark: u64,
-        leader_log_end: u64,
-    },
-    Diverging(Divergence),
-    Refused,
-}
-
-#[derive(Debug)]
-enum Event {
-    Deliver {
-        to: i32,
-        from: i32,
-        message: Message,
-    },
-    FlushDone {
-        replica: i32,
-        life: u64,
-        upto: usize,
-    },
-    FetchTimeout {
-        replica: i32,
-        life: u64,
-        sequence: u64,
-    },
-    IsrWritten {
-        replica: i32,
-        life: u64,
-        epoch: u32,
-        proposal: IsrProposal,
-    },
-    Restart {
-        replica: i32,
-    },
-    /// A restarted broker that the store still names as leader asks for a new epoch.
-    Reelect {
-        replica: i32,
-        partition_epoch: u64,
-    },
-    Heal {
-        replica: i32,
-    },
-    LeaseLapsed {
-        replica: i32,
-        life: u64,
-        cut: u64,
-    },
-    Controller,
-}
-
-struct Scheduled {
-    at: i64,
-    sequence: u64,
-    event: Event,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.sequence) == (other.at, other.sequence)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // A min-heap on (time, sequence); the sequence is random, so ties reorder.
-        (other.at, other.sequence).cmp(&(self.at, self.sequence))
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        segment_ms: None,
+        index_interval_bytes: 256,
+        flush: FlushPolicy::Always,
+        preallocate: false,
+        direct_writes: DirectWrites::Replicated,
+        direct_write_min_bytes: 0,
+        ..LogConfig::default()
     }
 }
 
-enum Role {
-    Down,
-    Idle,
-    Leader(Box<Leader<u64>>),
-    Follower { leader: i32, waiting: Option<u64> },
+fn dir(id: i32) -> std::path::PathBuf {
+    Path::new("/broker").join(id.to_string()).join("sim-0")
 }
 
-struct Replica {
-    id: i32,
-    /// Bumped by every crash: events of an earlier life are ignored.
-    life: u64,
-    /// Bumped by every network cut: lease lapses of an earlier cut are ignored.
-    cut: u64,
-    cut_off: bool,
-    log: Vec<Entry>,
-    durable: usize,
-    flushing: bool,
-    epochs: EpochCache,
-    high_watermark: u64,
-    high_watermark_checkpoint: u64,
-    /// Started and not yet told about a leadership of this life.
-    fresh: bool,
-    /// Entries below this were checked against the committed history.
-    checked: usize,
-    /// The partition state this replica last learned (its epoch fences stale updates).
-    known: Option<PartitionState>,
-    role: Role,
-}
-
-impl Replica {
-    fn log_end(&self) -> u64 {
-        self.log.len() as u64
-    }
-
-    fn append(&mut self, first_offset: u64, entries: &[Entry]) {
-        assert_eq!(
-            first_offset,
-            self.log_end(),
-            "replica {} appends out of place",
-            self.id
-        );
-        for entry in entries {
-            self.epochs.assign(entry.epoch, self.log_end());
-            self.log.push(*entry);
-        }
-    }
-
-    fn truncate(&mut self, offset: u64) {
-        assert!(
-            offset >= self.high_watermark,
-            "replica {} truncates to {offset}, below its high watermark {}",
-            self.id,
-            self.high_watermark
-        );
-        self.log.truncate(offset as usize);
-        self.durable = self.durable.min(self.log.len());
-        self.epochs.truncate_from(offset);
-    }
-}
-
-struct Sim {
-    rng: StdRng,
-    now: i64,
-    events: BinaryHeap<Scheduled>,
-    replicas: Vec<Replica>,
-    /// The store (etcd): linearizable, fenced writes.
-    state: PartitionState,
-    live: BTreeSet<i32>,
-    /// Every record ever below some high watermark, by offset.
-    committed: Vec<Entry>,
-    /// How far the current leadership term's log was checked against `committed`.
-    leader_verified: Option<((i32, u64, u32), usize)>,
-    acknowledged: BTreeMap<u64, u64>,
-    acks_to_check: Vec<(u64, u64)>,
-    /// Each leadership term's last high watermark: (replica, life, epoch) → offset.
-    leader_high_watermarks: BTreeMap<(i32, u64, u32), u64>,
-    next_value: u64,
-    next_sequence: u64,
-    faults: bool,
-    trace: bool,
-    counts: Counts,
-}
-
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Counts {
     produced: u64,
     acknowledged: u64,
@@ -236,899 +98,1103 @@ struct Counts {
     cuts: u64,
     elections: u64,
     truncations: u64,
+    recovered_bytes_truncated: u64,
 }
 
-impl Sim {
-    fn new(seed: u64, trace: bool) -> Sim {
-        let replicas = IDS
-            .iter()
-            .map(|&id| Replica {
-                id,
-                life: 0,
-                cut: 0,
-                cut_off: false,
-                log: Vec::new(),
-                durable: 0,
-                flushing: false,
-                epochs: EpochCache::default(),
-                high_watermark: 0,
-                high_watermark_checkpoint: 0,
-                checked: 0,
-                fresh: true,
-                known: None,
-                role: Role::Idle,
-            })
-            .collect();
-        let mut sim = Sim {
-            rng: StdRng::seed_from_u64(seed),
-            now: 0,
-            events: BinaryHeap::new(),
-            replicas,
-            state: PartitionState {
-                partition: 0,
-                replicas: IDS.to_vec(),
-                leader: 1,
-                leader_epoch: 1,
-                isr: IDS.to_vec(),
-                partition_epoch: 1,
-                target_replicas: None,
-                reassigning_from: None,
-            },
-            live: IDS.iter().copied().collect(),
-            committed: Vec::new(),
-            leader_verified: None,
-            acknowledged: BTreeMap::new(),
-            acks_to_check: Vec::new(),
-            leader_high_watermarks: BTreeMap::new(),
-            next_value: 1,
-            next_sequence: 0,
-            faults: true,
-            trace,
-            counts: Counts::default(),
-        };
-        for id in IDS {
-            sim.publish_to(id);
-        }
-        sim
-    }
+/// What the checks have learned so far.
+#[derive(Default)]
+struct History {
+    /// Every record ever shown below some replica's high watermark, by offset (its value).
+    committed: Vec<u64>,
+    /// Acknowledged `acks=all` records: offset → value.
+    acknowledged: BTreeMap<u64, u64>,
+    /// The highest high watermark each (broker, life) showed.
+    high_watermarks: BTreeMap<(i32, u64), u64>,
+    /// How far each (broker, life) was read and checked.
+    read: BTreeMap<(i32, u64), u64>,
+    /// How far the current leadership term's log was checked against `committed`.
+    leader_verified: Option<((i32, u64, u32), u64)>,
+}
 
-    fn log(&self, what: impl FnOnce() -> String) {
+/// One broker id's lasting state across its lives: its disk and its network.
+struct Slot {
+    storage: SimStorage,
+    life: u64,
+    cut_off: bool,
+    cut: u64,
+    /// A life is starting (recovering its log).
+    starting: bool,
+    /// The running life, if any; its task holds every task of that life.
+    running: Option<(Rc<Broker>, JoinHandle<()>)>,
+}
+
+struct World {
+    rng: RefCell<StdRng>,
+    trace: bool,
+    clock: Clock,
+    /// The store (etcd): linearizable, fenced writes.
+    state: RefCell<PartitionState>,
+    /// Brokers whose lease holds.
+    live: RefCell<BTreeSet<i32>>,
+    slots: RefCell<BTreeMap<i32, Slot>>,
+    faults: Cell<bool>,
+    history: RefCell<History>,
+    counts: RefCell<Counts>,
+    controller: Notify,
+    next_value: Cell<u64>,
+}
+
+impl World {
+    fn trace(&self, what: impl FnOnce() -> String) {
         if self.trace {
-            eprintln!("{:>5} {}", self.now, what());
+            eprintln!(
+                "{:>6} {}",
+                self.clock.monotonic_ms() - START.with(Cell::get),
+                what()
+            );
         }
     }
 
-    fn replica(&mut self, id: i32) -> &mut Replica {
-        &mut self.replicas[(id - 1) as usize]
+    fn random_ms(&self, range: std::ops::RangeInclusive<u64>) -> Duration {
+        Duration::from_millis(self.rng.borrow_mut().random_range(range))
     }
 
-    fn schedule(&mut self, delay_ms: i64, event: Event) {
-        let sequence = self.rng.random();
-        self.events.push(Scheduled {
-            at: self.now + delay_ms,
-            sequence,
-            event,
-        });
+    fn chance(&self, probability: f64) -> bool {
+        self.rng.borrow_mut().random_bool(probability)
     }
 
-    /// A network send: dropped when either end is cut off or by chance, else delayed.
-    fn send(&mut self, from: i32, to: i32, message: Message) {
-        if self.replica(from).cut_off || self.replica(to).cut_off {
-            return;
+    fn reachable(&self, id: i32) -> bool {
+        self.slots
+            .borrow()
+            .get(&id)
+            .is_some_and(|slot| !slot.cut_off && slot.running.is_some())
+    }
+
+    fn broker(&self, id: i32) -> Option<Rc<Broker>> {
+        let slots = self.slots.borrow();
+        let slot = slots.get(&id)?;
+        slot.running.as_ref().map(|(broker, _)| broker.clone())
+    }
+
+    /// A message from `from` to `to` crosses the network: `false` when it is lost.
+    async fn transmit(&self, from: i32, to: i32) -> bool {
+        let faults = self.faults.get();
+        if !self.reachable(from) || !self.reachable(to) || faults && self.chance(0.05) {
+            return false;
         }
-        if self.faults && self.rng.random_bool(0.05) {
-            return;
-        }
-        let delay = self.rng.random_range(1..=if self.faults { 12 } else { 3 });
-        self.schedule(delay, Event::Deliver { to, from, message });
+        let delay = self.random_ms(1..=if faults { 12 } else { 3 });
+        self.clock.sleep(delay).await;
+        self.reachable(from) && self.reachable(to)
     }
 
-    /// The watch: a replica that can reach the store learns its state.
-    fn publish_to(&mut self, id: i32) {
-        if self.replica(id).cut_off || matches!(self.replica(id).role, Role::Down) {
-            return;
-        }
-        let state = self.state.clone();
-        self.learn(id, state);
-    }
-
-    fn publish(&mut self) {
+    /// The watch: every broker that can reach the store learns its state.
+    fn publish(&self) {
+        let state = self.state.borrow().clone();
         for id in IDS {
-            self.publish_to(id);
-        }
-    }
-
-    fn learn(&mut self, id: i32, state: PartitionState) {
-        let now = self.now;
-        let replica = self.replica(id);
-        if let Some(known) = &replica.known
-            && known.partition_epoch >= state.partition_epoch
-        {
-            return;
-        }
-        if replica.fresh && state.leader == id {
-            // Just started, and named leader at an epoch of an earlier life: its log may have
-            // lost unsynced records that followers hold under that same epoch. It must not lead
-            // at that epoch; it asks for the next one (as the real broker does at startup).
-            let partition_epoch = state.partition_epoch;
-            self.schedule(
-                2,
-                Event::Reelect {
-                    replica: id,
-                    partition_epoch,
-                },
-            );
-            return;
-        }
-        replica.fresh = false;
-        let same_leadership = replica
-            .known
-            .as_ref()
-            .is_some_and(|k| k.leader_epoch == state.leader_epoch && k.leader == state.leader);
-        replica.known = Some(state.clone());
-        if same_leadership {
-            if let Role::Leader(leader) = &mut replica.role {
-                leader.handle_state(
-                    state.replicas.clone(),
-                    state.isr.clone(),
-                    state.partition_epoch,
-                    now,
-                );
+            if self.reachable(id)
+                && let Some(broker) = self.broker(id)
+            {
+                broker.learn(state.clone());
             }
-            self.collect_acks(id);
-            return;
         }
-        if let Role::Leader(leader) = &mut replica.role {
-            leader.resign();
+    }
+}
+
+thread_local! {
+    /// The virtual time a run started at, for traces.
+    static START: Cell<i64> = const { Cell::new(0) };
+}
+
+/// The network as a follower sees it.
+struct SimNetwork {
+    world: Rc<World>,
+    from: i32,
+}
+
+#[derive(Debug)]
+struct Lost;
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the network lost the fetch")
+    }
+}
+
+impl ReplicaNetwork for SimNetwork {
+    type Error = Lost;
+
+    async fn replica_fetch(
+        &self,
+        leader: i32,
+        request: ReplicaFetchRequest,
+        _records_phase: Option<usize>,
+    ) -> Result<ReplicaFetchAnswer, Lost> {
+        let world = &self.world;
+        let lost = async {
+            world.clock.sleep(FETCH_TIMEOUT).await;
+            Err(Lost)
+        };
+        if !world.transmit(self.from, leader).await {
+            return lost.await;
         }
-        self.collect_acks(id);
-        let replica = self.replica(id);
-        if state.leader == id {
-            let leader = Leader::new(
-                id,
-                state.leader_epoch,
-                state.partition_epoch,
-                state.replicas.clone(),
-                state.isr.clone(),
-                replica.durable as u64,
-                replica.high_watermark,
-                CONFIG,
-                now,
-            );
-            replica.high_watermark = leader.high_watermark();
-            replica.role = Role::Leader(Box::new(leader));
-            self.counts.elections += 1;
-            self.log(|| format!("{id} leads epoch {}", state.leader_epoch));
-            self.collect_acks(id);
-        } else if state.leader == NO_LEADER {
-            replica.role = Role::Idle;
-        } else {
-            replica.role = Role::Follower {
-                leader: state.leader,
-                waiting: None,
-            };
-            self.fetch(id);
+        let Some(broker) = world.broker(leader) else {
+            return lost.await;
+        };
+        let (reply, answer) = oneshot::channel();
+        if broker
+            .inbox
+            .send(Inbound::Fetch { request, reply })
+            .is_err()
+        {
+            return lost.await;
+        }
+        let wait = FETCH_TIMEOUT + Duration::from_millis(u64::from(FETCH_WAIT_MS));
+        let Some(Ok(response)) = world.clock.timeout(wait, answer).await else {
+            // The leader died with the request, or took too long.
+            return Err(Lost);
+        };
+        if !world.transmit(leader, self.from).await {
+            return lost.await;
+        }
+        if response.diverging.is_some() {
+            world.counts.borrow_mut().truncations += 1;
+        }
+        Ok(ReplicaFetchAnswer {
+            response,
+            placed: None,
+        })
+    }
+}
+
+enum Inbound {
+    Fetch {
+        request: ReplicaFetchRequest,
+        reply: oneshot::Sender<ReplicaFetchResponse>,
+    },
+    Learn(PartitionState),
+    Produce(u64),
+}
+
+enum Role {
+    Idle,
+    Leader(Box<Leader<(u64, u64)>>),
+    Follower {
+        task: JoinHandle<()>,
+        high_watermark: Rc<Cell<u64>>,
+    },
+}
+
+/// One life of a broker: what it holds in memory between a start and a crash.
+struct Broker {
+    /// Itself, for the tasks it starts.
+    this: std::rc::Weak<Broker>,
+    id: i32,
+    life: u64,
+    world: Rc<World>,
+    log: LogHandle,
+    inbox: mpsc::UnboundedSender<Inbound>,
+    known: RefCell<Option<PartitionState>>,
+    role: RefCell<Role>,
+    /// Started, and not yet told about a leadership of this life.
+    fresh: Cell<bool>,
+    high_watermark_checkpointed: Cell<u64>,
+}
+
+impl Broker {
+    fn high_watermark(&self) -> u64 {
+        match &*self.role.borrow() {
+            Role::Leader(leader) => leader.high_watermark(),
+            Role::Follower { high_watermark, .. } => high_watermark.get(),
+            Role::Idle => self.high_watermark_checkpointed.get(),
         }
     }
 
-    fn fetch(&mut self, id: i32) {
-        self.next_sequence += 1;
-        let sequence = self.next_sequence;
-        let replica = self.replica(id);
-        let Role::Follower { leader, waiting } = &mut replica.role else {
-            return;
-        };
-        let leader = *leader;
-        *waiting = Some(sequence);
-        let message = Message::Fetch {
-            from: id,
-            epoch: replica
-                .known
-                .as_ref()
-                .expect("a follower knows")
-                .leader_epoch,
-            fetch_offset: replica.log_end(),
-            last_epoch: replica.epochs.latest_epoch(),
-            log_end: replica.durable as u64,
-            sequence,
-        };
-        let life = replica.life;
-        self.send(id, leader, message);
-        self.schedule(
-            60,
-            Event::FetchTimeout {
-                replica: id,
-                life,
-                sequence,
-            },
-        );
+    fn learn(&self, state: PartitionState) {
+        let _ = self.inbox.send(Inbound::Learn(state));
     }
 
-    /// Starts a sync of everything written, if none runs.
-    fn flush(&mut self, id: i32) {
-        let delay = self.rng.random_range(1..=8);
-        let replica = self.replica(id);
-        if replica.flushing || replica.durable == replica.log.len() {
-            return;
-        }
-        replica.flushing = true;
-        let event = Event::FlushDone {
-            replica: id,
-            life: replica.life,
-            upto: replica.log.len(),
-        };
-        self.schedule(delay, event);
-    }
-
-    fn collect_acks(&mut self, id: i32) {
-        let Role::Leader(leader) = &mut self.replica(id).role else {
-            return;
-        };
-        let answered: Vec<_> = leader.poll_acks().collect();
-        for (value, result) in answered {
+    /// Hands out what the leader answered: acknowledged produces go to the history.
+    fn settle(&self, leader: &mut Leader<(u64, u64)>) {
+        let mut history = self.world.history.borrow_mut();
+        let mut counts = self.world.counts.borrow_mut();
+        for ((offset, value), result) in leader.poll_acks() {
             match result {
                 Ok(()) => {
-                    let offset = self
-                        .replica(id)
-                        .log
-                        .iter()
-                        .position(|e| e.value == value)
-                        .expect("an acknowledged record is in its leader's log")
-                        as u64;
-                    self.acknowledged.insert(offset, value);
-                    self.acks_to_check.push((offset, value));
-                    self.counts.acknowledged += 1;
+                    let before = history.acknowledged.insert(offset, value);
+                    assert!(
+                        before.is_none_or(|before| before == value),
+                        "offset {offset} acknowledged for {before:?} and for {value}"
+                    );
+                    counts.acknowledged += 1;
                 }
                 Err(AckError::NotLeader | AckError::NotEnoughReplicasAfterAppend { .. }) => {
-                    self.counts.refused += 1;
+                    counts.refused += 1;
                 }
                 Err(AckError::NotEnoughReplicas { .. }) => unreachable!("checked before append"),
             }
         }
     }
 
-    fn produce(&mut self) {
-        // The client sends to whoever it believes leads: sometimes a stale leader.
-        let target = if self.rng.random_bool(0.8) {
-            self.state.leader
-        } else {
-            IDS[self.rng.random_range(0..IDS.len())]
-        };
-        if target == NO_LEADER {
-            return;
-        }
-        let value = self.next_value;
-        let replica = self.replica(target);
-        let Role::Leader(leader) = &mut replica.role else {
-            return;
-        };
-        if leader.check_acks_all().is_err() {
-            self.counts.refused += 1;
-            return;
-        }
-        let epoch = leader.epoch();
-        let offset = replica.log_end();
-        replica.append(offset, &[Entry { epoch, value }]);
-        let Role::Leader(leader) = &mut replica.role else {
-            unreachable!()
-        };
-        leader.wait_for_commit(offset, value);
-        self.next_value += 1;
-        self.counts.produced += 1;
-        self.flush(target);
-    }
-
-    fn handle(&mut self, event: Event) {
-        match event {
-            Event::Deliver { to, from, message } => {
-                if self.replica(to).cut_off || matches!(self.replica(to).role, Role::Down) {
-                    return;
-                }
-                self.deliver(to, from, message);
+    /// Ends this broker's role: waiting produces fail, the follower loop stops.
+    fn stop_role(&self) {
+        match std::mem::replace(&mut *self.role.borrow_mut(), Role::Idle) {
+            Role::Leader(mut leader) => {
+                self.high_watermark_checkpointed
+                    .set(leader.high_watermark());
+                leader.resign();
+                self.settle(&mut leader);
             }
-            Event::FlushDone {
-                replica: id,
-                life,
-                upto,
+            Role::Follower {
+                task,
+                high_watermark,
             } => {
-                let replica = self.replica(id);
-                if replica.life != life {
-                    return;
-                }
-                replica.flushing = false;
-                // A truncation may have cut below what this sync covered.
-                replica.durable = replica.durable.max(upto.min(replica.log.len()));
-                let durable = replica.durable as u64;
-                match &mut replica.role {
-                    Role::Leader(leader) => {
-                        if durable > leader.log_end() {
-                            leader.handle_appended(durable);
-                        }
-                        replica.high_watermark = leader.high_watermark();
-                        self.collect_acks(id);
-                    }
-                    Role::Follower { waiting: None, .. } => self.fetch(id),
-                    _ => {}
-                }
-                self.flush(id);
+                task.abort();
+                self.high_watermark_checkpointed.set(high_watermark.get());
             }
-            Event::FetchTimeout {
-                replica: id,
-                life,
-                sequence,
-            } => {
-                let replica = self.replica(id);
-                if replica.life == life
-                    && let Role::Follower { waiting, .. } = &replica.role
-                    && *waiting == Some(sequence)
-                {
-                    self.fetch(id);
-                }
-            }
-            Event::IsrWritten {
-                replica: id,
-                life,
-                epoch,
-                proposal,
-            } => {
-                let stored = !self.replica(id).cut_off
-                    && self.state.leader == id
-                    && self.state.leader_epoch == epoch
-                    && self.state.partition_epoch == proposal.partition_epoch;
-                if stored {
-                    self.state.isr = proposal.isr.clone();
-                    self.state.partition_epoch += 1;
-                    self.log(|| format!("{id} stored ISR {:?}", proposal.isr));
-                }
-                let partition_epoch = self.state.partition_epoch;
-                let state_now = self.state.clone();
-                let replica = self.replica(id);
-                if replica.life == life
-                    && let Role::Leader(leader) = &mut replica.role
-                    && leader.epoch() == epoch
-                {
-                    if stored {
-                        leader.handle_isr_committed(&proposal, partition_epoch);
-                        replica.known = Some(state_now.clone());
-                    } else {
-                        leader.handle_isr_refused(&proposal);
-                    }
-                    let replica = self.replica(id);
-                    if let Role::Leader(leader) = &replica.role {
-                        replica.high_watermark = leader.high_watermark();
-                    }
-                    self.collect_acks(id);
-                }
-                if stored {
-                    self.publish();
-                }
-            }
-            Event::Restart { replica: id } => {
-                if self.live.contains(&id) {
-                    // As the real broker does, wait for the old registration to lapse.
-                    self.schedule(20, Event::Restart { replica: id });
-                    return;
-                }
-                let replica = self.replica(id);
-                if !matches!(replica.role, Role::Down) {
-                    return;
-                }
-                replica.role = Role::Idle;
-                replica.known = None;
-                replica.fresh = true;
-                self.live.insert(id);
-                self.log(|| format!("{id} restarts"));
-                self.schedule(5, Event::Controller);
-                self.publish_to(id);
-            }
-            Event::Reelect {
-                replica: id,
-                partition_epoch,
-            } => {
-                self.replica(id).fresh = false;
-                if !self.replica(id).cut_off
-                    && self.state.leader == id
-                    && self.state.partition_epoch == partition_epoch
-                {
-                    self.state.leader_epoch += 1;
-                    self.state.partition_epoch += 1;
-                    self.log(|| format!("{id} takes epoch {}", self.state.leader_epoch));
-                }
-                self.publish_to(id);
-            }
-            Event::Heal { replica: id } => {
-                let replica = self.replica(id);
-                replica.cut_off = false;
-                if !matches!(replica.role, Role::Down) {
-                    self.live.insert(id);
-                }
-                self.log(|| format!("{id} reconnects"));
-                self.schedule(5, Event::Controller);
-                self.publish_to(id);
-                if let Role::Follower { waiting: None, .. } = self.replica(id).role {
-                    self.fetch(id);
-                }
-            }
-            Event::LeaseLapsed {
-                replica: id,
-                life,
-                cut,
-            } => {
-                let replica = self.replica(id);
-                let lapsed = replica.cut_off && replica.cut == cut
-                    || matches!(replica.role, Role::Down) && replica.life == life;
-                if lapsed {
-                    self.live.remove(&id);
-                    self.log(|| format!("{id}'s lease lapsed"));
-                    self.schedule(1, Event::Controller);
-                }
-            }
-            Event::Controller => {
-                if let Some(change) =
-                    placement::failover(std::slice::from_ref(&self.state), &self.live, false).pop()
-                {
-                    self.log(|| format!("controller: {change:?}"));
-                    self.state = change;
-                    self.publish();
-                }
-            }
-        }
-    }
-
-    fn deliver(&mut self, to: i32, from: i32, message: Message) {
-        match message {
-            Message::Fetch {
-                from: follower,
-                epoch,
-                fetch_offset,
-                last_epoch,
-                log_end,
-                sequence,
-            } => {
-                assert!(log_end <= fetch_offset, "progress past the fetch position");
-                let now = self.now;
-                let replica = self.replica(to);
-                let Role::Leader(leader) = &mut replica.role else {
-                    let answer = Message::FetchAnswer {
-                        epoch,
-                        sequence,
-                        answer: Answer::Refused,
-                    };
-                    self.send(to, from, answer);
-                    return;
-                };
-                let answer = match leader.validate_fetch(follower, epoch) {
-                    Err(
-                        ReplicaFetchError::FencedLeaderEpoch { .. }
-                        | ReplicaFetchError::UnknownLeaderEpoch { .. },
-                    ) => Answer::Refused,
-                    Err(ReplicaFetchError::NotAReplica(_)) => unreachable!("three fixed replicas"),
-                    // As the broker does: the steady state skips the check.
-                    Ok(()) => match (!leader.cannot_diverge(fetch_offset, last_epoch))
-                        .then(|| {
-                            replication::diverging(
-                                &replica.epochs,
-                                replica.log.len() as u64,
-                                fetch_offset,
-                                last_epoch,
-                            )
-                        })
-                        .flatten()
-                    {
-                        Some(divergence) => Answer::Diverging(divergence),
-                        None => {
-                            let progress = leader
-                                .handle_fetch(now, follower, epoch, log_end)
-                                .expect("validated");
-                            replica.high_watermark = progress.high_watermark;
-                            let start = fetch_offset as usize;
-                            let end = (start + FETCH_MAX_ENTRIES).min(replica.log.len());
-                            let entries = replica.log[start.min(end)..end].to_vec();
-                            let leader_log_end = replica.log.len() as u64;
-                            if let Some(proposal) = progress.propose_isr {
-                                self.propose_isr(to, proposal);
-                            }
-                            self.collect_acks(to);
-                            Answer::Records {
-                                first_offset: fetch_offset,
-                                entries,
-                                high_watermark: progress.high_watermark,
-                                leader_log_end,
-                            }
-                        }
-                    },
-                };
-                let message = Message::FetchAnswer {
-                    epoch,
-                    sequence,
-                    answer,
-                };
-                self.send(to, from, message);
-            }
-            Message::FetchAnswer {
-                epoch,
-                sequence,
-                answer,
-            } => {
-                let replica = self.replica(to);
-                let Role::Follower { leader, waiting } = &mut replica.role else {
-                    return;
-                };
-                let current_epoch = replica.known.as_ref().map(|k| k.leader_epoch);
-                if *leader != from || *waiting != Some(sequence) || current_epoch != Some(epoch) {
-                    return;
-                }
-                *waiting = None;
-                match answer {
-                    Answer::Refused => {
-                        // Learn the state from the store (as the real node's watch would), retry.
-                        let life = replica.life;
-                        self.publish_to(to);
-                        self.next_sequence += 1;
-                        let sequence = self.next_sequence;
-                        if let Role::Follower { waiting, .. } = &mut self.replica(to).role {
-                            *waiting = Some(sequence);
-                        }
-                        self.schedule(
-                            10,
-                            Event::FetchTimeout {
-                                replica: to,
-                                life,
-                                sequence,
-                            },
-                        );
-                    }
-                    Answer::Diverging(divergence) => {
-                        let cut = replication::truncation_offset(
-                            &replica.epochs,
-                            replica.log_end(),
-                            divergence,
-                        );
-                        let truncated = cut < replica.log_end();
-                        replica.truncate(cut);
-                        self.counts.truncations += u64::from(truncated);
-                        self.log(|| format!("{to} truncates to {cut} ({divergence:?})"));
-                        self.fetch(to);
-                    }
-                    Answer::Records {
-                        first_offset,
-                        entries,
-                        high_watermark,
-                        leader_log_end,
-                    } => {
-                        if first_offset != replica.log_end() {
-                            // An answer to a fetch from before a truncation.
-                            self.fetch(to);
-                            return;
-                        }
-                        replica.append(first_offset, &entries);
-                        let visible = high_watermark.min(replica.durable as u64);
-                        replica.high_watermark = replica.high_watermark.max(visible);
-                        if entries.is_empty() || replica.durable == replica.log.len() {
-                            let life = replica.life;
-                            let sequence = self.next_sequence + 1;
-                            self.next_sequence = sequence;
-                            if let Role::Follower { waiting, .. } = &mut self.replica(to).role {
-                                *waiting = Some(sequence);
-                            }
-                            // Long-poll: ask again shortly.
-                            self.schedule(
-                                5,
-                                Event::FetchTimeout {
-                                    replica: to,
-                                    life,
-                                    sequence,
-                                },
-                            );
-                        } else {
-                            // The next fetch goes out once these are synced (FlushDone), or
-                            // at once when the leader has more (as the broker fetches ahead
-                            // while it writes): it reports only what is synced.
-                            let ahead = leader_log_end > replica.log_end();
-                            self.flush(to);
-                            if ahead && self.rng.random_bool(0.5) {
-                                self.fetch(to);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn propose_isr(&mut self, id: i32, proposal: IsrProposal) {
-        let delay = self.rng.random_range(1..=20);
-        let replica = self.replica(id);
-        let Role::Leader(leader) = &replica.role else {
-            return;
-        };
-        let event = Event::IsrWritten {
-            replica: id,
-            life: replica.life,
-            epoch: leader.epoch(),
-            proposal,
-        };
-        self.schedule(delay, event);
-    }
-
-    fn tick_leaders(&mut self) {
-        for id in IDS {
-            let now = self.now;
-            if let Role::Leader(leader) = &mut self.replica(id).role
-                && let Some(proposal) = leader.handle_tick(now)
-            {
-                self.propose_isr(id, proposal);
-            }
-        }
-    }
-
-    fn crash(&mut self, id: i32) {
-        let keep_unsynced = self.rng.random_range(0..=3);
-        let heal_delay = self.rng.random_range(50..=400);
-        let replica = self.replica(id);
-        if matches!(replica.role, Role::Down) {
-            return;
-        }
-        if let Role::Leader(leader) = &mut replica.role {
-            leader.resign();
-            let _ = leader.poll_acks().count();
-        }
-        replica.life += 1;
-        replica.role = Role::Down;
-        replica.flushing = false;
-        // Unsynced records are lost, except perhaps a few that reached the disk anyway.
-        let survive = (replica.durable + keep_unsynced).min(replica.log.len());
-        replica.log.truncate(survive);
-        replica.durable = survive;
-        // Recovery rebuilds the epoch cache from what survived.
-        replica.epochs = EpochCache::default();
-        for (offset, entry) in replica.log.iter().enumerate() {
-            replica.epochs.assign(entry.epoch, offset as u64);
-        }
-        replica.high_watermark = replica.high_watermark_checkpoint.min(replica.log_end());
-        let life = replica.life;
-        let cut = replica.cut;
-        self.counts.crashes += 1;
-        self.log(|| format!("{id} crashes, keeps {survive} records"));
-        let lapse = self.rng.random_range(20..=80);
-        self.schedule(
-            lapse,
-            Event::LeaseLapsed {
-                replica: id,
-                life,
-                cut,
-            },
-        );
-        self.schedule(heal_delay, Event::Restart { replica: id });
-    }
-
-    fn cut_off(&mut self, id: i32) {
-        let heal_delay = self.rng.random_range(100..=600);
-        let lapse = self.rng.random_range(20..=80);
-        let replica = self.replica(id);
-        if replica.cut_off || matches!(replica.role, Role::Down) {
-            return;
-        }
-        replica.cut_off = true;
-        replica.cut += 1;
-        let cut = replica.cut;
-        let life = replica.life;
-        self.counts.cuts += 1;
-        self.log(|| format!("{id} is cut off"));
-        self.schedule(
-            lapse,
-            Event::LeaseLapsed {
-                replica: id,
-                life,
-                cut,
-            },
-        );
-        self.schedule(heal_delay, Event::Heal { replica: id });
-    }
-
-    /// One millisecond: faults (while `self.faults`), a produce now and then (while `produce`),
-    /// ticks, the periodic re-read, and every event due.
-    fn step(&mut self, produce: bool) {
-        if self.faults {
-            if self.rng.random_bool(0.0015) {
-                let id = IDS[self.rng.random_range(0..IDS.len())];
-                self.crash(id);
-            }
-            if self.rng.random_bool(0.0007) {
-                let id = IDS[self.rng.random_range(0..IDS.len())];
-                self.cut_off(id);
-            }
-        }
-        if produce && self.rng.random_bool(0.3) {
-            self.produce();
-        }
-        if self.now % 10 == 0 {
-            self.tick_leaders();
-            for replica in &mut self.replicas {
-                replica.high_watermark_checkpoint = replica.high_watermark;
-            }
-        }
-        if self.now % 100 == 0 {
-            // The periodic re-read that backs up the watch.
-            self.publish();
-            self.schedule(0, Event::Controller);
-            if !produce {
-                // Settling: restart fetch loops whose last answer was lost for good.
-                for id in IDS {
-                    if let Role::Follower { waiting: None, .. } = self.replica(id).role {
-                        self.fetch(id);
-                    }
-                }
-            }
-        }
-        while let Some(next) = self.events.peek() {
-            if next.at > self.now {
-                break;
-            }
-            let next = self.events.pop().expect("peeked");
-            self.handle(next.event);
-            self.check();
-        }
-        self.check();
-        self.now += 1;
-    }
-
-    fn check(&mut self) {
-        for replica in &mut self.replicas {
-            if let Role::Leader(leader) = &replica.role {
-                replica.high_watermark = leader.high_watermark();
-                let term = (replica.id, replica.life, leader.epoch());
-                let seen = self.leader_high_watermarks.entry(term).or_insert(0);
-                assert!(
-                    leader.high_watermark() >= *seen,
-                    "leader {} went back from {seen} to {}",
-                    replica.id,
-                    leader.high_watermark()
-                );
-                *seen = leader.high_watermark();
-            }
-        }
-        for replica in &mut self.replicas {
-            let visible = replica.high_watermark.min(replica.log_end()) as usize;
-            // Entries below a replica's high watermark never change (truncation stays above it,
-            // a crash only shortens the log), so each is checked once.
-            replica.checked = replica.checked.min(replica.log.len());
-            for offset in replica.checked..visible {
-                let entry = replica.log[offset];
-                match self.committed.get(offset) {
-                    Some(seen) => assert_eq!(
-                        *seen, entry,
-                        "replica {} holds a different committed record at {offset}",
-                        replica.id
-                    ),
-                    None => {
-                        assert_eq!(offset, self.committed.len(), "committed has no holes");
-                        self.committed.push(entry);
-                    }
-                }
-            }
-            replica.checked = replica.checked.max(visible);
-        }
-        for (offset, value) in self.acks_to_check.drain(..) {
-            assert_eq!(
-                self.committed.get(offset as usize).map(|e| e.value),
-                Some(value),
-                "acknowledged record {value} at {offset} is not committed"
-            );
-        }
-        // The leader the store names holds every committed record once it leads: no
-        // acknowledged record (and none a consumer saw) is lost.
-        let leader = self.state.leader;
-        if leader != NO_LEADER {
-            let replica = &self.replicas[(leader - 1) as usize];
-            if let Role::Leader(state) = &replica.role
-                && state.epoch() == self.state.leader_epoch
-            {
-                let term = (leader, replica.life, state.epoch());
-                let from = match self.leader_verified {
-                    Some((verified_term, upto)) if verified_term == term => upto,
-                    _ => 0,
-                };
-                for offset in from..self.committed.len() {
-                    assert_eq!(
-                        replica.log.get(offset),
-                        Some(&self.committed[offset]),
-                        "leader {leader} (epoch {}) lost committed record at {offset}",
-                        state.epoch()
-                    );
-                }
-                self.leader_verified = Some((term, self.committed.len()));
-                // Once settled, the end it tells readers is past every record any replica ever
-                // counted committed: offsets a reader is told never go backwards across leaders.
-                if state.high_watermark_settled() {
-                    assert!(
-                        state.high_watermark() >= self.committed.len() as u64,
-                        "leader {leader} (epoch {}) settled at {}, behind {} committed",
-                        state.epoch(),
-                        state.high_watermark(),
-                        self.committed.len()
-                    );
-                }
-            }
-        }
-    }
-
-    /// Ends all faults and runs until the cluster settles.
-    fn heal_and_settle(&mut self) {
-        self.faults = false;
-        for id in IDS {
-            let replica = self.replica(id);
-            if replica.cut_off {
-                replica.cut_off = false;
-                self.live.insert(id);
-            }
-            if matches!(self.replica(id).role, Role::Down) {
-                self.replica(id).role = Role::Idle;
-                self.replica(id).known = None;
-                self.replica(id).fresh = true;
-                self.live.insert(id);
-            }
-        }
-        self.schedule(0, Event::Controller);
-        for _ in 0..2_000 {
-            self.step(false);
-        }
-    }
-
-    fn check_settled(&self) {
-        assert_eq!(self.state.isr, IDS.to_vec(), "the ISR is whole again");
-        let leader = &self.replicas[(self.state.leader - 1) as usize];
-        let Role::Leader(state) = &leader.role else {
-            panic!("the leader {} does not lead", leader.id);
-        };
-        assert_eq!(
-            state.high_watermark(),
-            leader.log_end(),
-            "everything is committed"
-        );
-        for replica in &self.replicas {
-            assert_eq!(replica.log, leader.log, "replica {} converged", replica.id);
-        }
-        for (offset, value) in &self.acknowledged {
-            assert_eq!(leader.log[*offset as usize].value, *value);
+            Role::Idle => {}
         }
     }
 }
 
-fn run(seed: u64, trace: bool) -> Counts {
-    let mut sim = Sim::new(seed, trace);
-    while sim.now < STEPS_MS {
-        sim.step(true);
+/// The broker's main loop: its inbox, as a shard's.
+async fn run_broker(broker: Rc<Broker>, mut inbox: mpsc::UnboundedReceiver<Inbound>) {
+    tokio::task::spawn_local(ticks(broker.clone()));
+    while let Some(message) = inbox.recv().await {
+        match message {
+            Inbound::Fetch { request, reply } => {
+                let broker = broker.clone();
+                tokio::task::spawn_local(async move {
+                    let _ = reply.send(replicator::serve_fetch(&*broker, request).await);
+                });
+            }
+            Inbound::Learn(state) => assume_role(&broker, state),
+            Inbound::Produce(value) => {
+                tokio::task::spawn_local(produce(broker.clone(), value));
+            }
+        }
     }
-    sim.heal_and_settle();
-    sim.check_settled();
-    sim.counts
+}
+
+/// What `Shard::assume_role` does for one partition.
+fn assume_role(broker: &Rc<Broker>, state: PartitionState) {
+    let world = &broker.world;
+    let id = broker.id;
+    let known = broker.known.borrow().clone();
+    if known
+        .as_ref()
+        .is_some_and(|known| known.partition_epoch >= state.partition_epoch)
+    {
+        return;
+    }
+    if broker.fresh.get() && state.leader == id {
+        // Just started, and named leader at an epoch of an earlier life: its log may have
+        // lost unsynced records that followers hold under that same epoch. It must not lead
+        // at that epoch; it asks for the next one (as the broker does at startup).
+        let world = world.clone();
+        tokio::task::spawn_local(async move {
+            world.clock.sleep(Duration::from_millis(2)).await;
+            let mut store = world.state.borrow_mut();
+            if world.reachable(id)
+                && store.leader == id
+                && store.partition_epoch == state.partition_epoch
+            {
+                store.leader_epoch += 1;
+                store.partition_epoch += 1;
+                let epoch = store.leader_epoch;
+                drop(store);
+                world.trace(|| format!("{id} takes epoch {epoch}"));
+                world.publish();
+            }
+        });
+        broker.fresh.set(false);
+        return;
+    }
+    broker.fresh.set(false);
+    let same_leadership = known.as_ref().is_some_and(|known| {
+        known.leader == state.leader && known.leader_epoch == state.leader_epoch
+    });
+    *broker.known.borrow_mut() = Some(state.clone());
+    {
+        let mut role = broker.role.borrow_mut();
+        match &mut *role {
+            Role::Leader(leader) if same_leadership && state.leader == id => {
+                leader.handle_state(
+                    state.replicas.clone(),
+                    state.isr.clone(),
+                    state.partition_epoch,
+                    world.clock.monotonic_ms(),
+                );
+                broker.settle(leader);
+                return;
+            }
+            Role::Follower { .. } if same_leadership => return,
+            Role::Idle if same_leadership && state.leader == NO_LEADER => return,
+            _ => {}
+        }
+    }
+    broker.stop_role();
+    if state.leader == NO_LEADER {
+        return;
+    }
+    let broker = broker.clone();
+    tokio::task::spawn_local(async move {
+        let Ok(info) = broker.log.replica_info().await else {
+            return;
+        };
+        let world = broker.world.clone();
+        if broker.known.borrow().as_ref() != Some(&state)
+            || !matches!(*broker.role.borrow(), Role::Idle)
+        {
+            // A newer state arrived while the log answered; it set the role.
+            return;
+        }
+        let high_watermark = broker
+            .high_watermark_checkpointed
+            .get()
+            .max(info.high_watermark_checkpoint)
+            .min(info.offsets.log_end);
+        if state.leader == broker.id {
+            // flush=always: what the log holds durably; the rest is synced just below.
+            let log_end = info.offsets.durable;
+            if log_end < info.offsets.log_end {
+                let broker = broker.clone();
+                let epoch = state.leader_epoch;
+                tokio::task::spawn_local(async move {
+                    let Ok(durable) = broker.log.sync().await else {
+                        return;
+                    };
+                    broker.with_leader(TOPIC, 0, epoch, |leader| {
+                        leader.handle_appended(leader.log_end().max(durable));
+                    });
+                });
+            }
+            let leader = Leader::new(
+                broker.id,
+                state.leader_epoch,
+                state.partition_epoch,
+                state.replicas.clone(),
+                state.isr.clone(),
+                log_end,
+                high_watermark,
+                CONFIG,
+                world.clock.monotonic_ms(),
+            );
+            world.counts.borrow_mut().elections += 1;
+            world.trace(|| {
+                format!(
+                    "{} leads epoch {} from {log_end} (high watermark {})",
+                    broker.id,
+                    state.leader_epoch,
+                    leader.high_watermark()
+                )
+            });
+            *broker.role.borrow_mut() = Role::Leader(Box::new(leader));
+        } else {
+            let high_watermark = Rc::new(Cell::new(high_watermark));
+            let network = Rc::new(SimNetwork {
+                world: world.clone(),
+                from: broker.id,
+            });
+            let followed = FollowedPartition {
+                topic: TOPIC.to_string(),
+                partition: 0,
+                replica_id: broker.id,
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+                max_wait_ms: FETCH_WAIT_MS,
+            };
+            let task = tokio::task::spawn_local(replicator::follow(
+                network,
+                followed,
+                broker.log.clone(),
+                high_watermark.clone(),
+                world.clock,
+            ));
+            world.trace(|| {
+                format!(
+                    "{} follows {} at epoch {} from {}",
+                    broker.id, state.leader, state.leader_epoch, info.offsets.log_end
+                )
+            });
+            *broker.role.borrow_mut() = Role::Follower {
+                task,
+                high_watermark,
+            };
+        }
+    });
+}
+
+impl LeaderHost for Broker {
+    type Waiter = (u64, u64);
+
+    fn clock(&self) -> Clock {
+        self.world.clock
+    }
+
+    fn role(&self, _topic: &str, _partition: u32) -> PartitionRole {
+        match &*self.role.borrow() {
+            Role::Leader(_) => PartitionRole::Leading {
+                log: self.log.clone(),
+                recovery_bytes_per_sec: None,
+            },
+            _ => PartitionRole::NotLeading {
+                leader_epoch: self
+                    .known
+                    .borrow()
+                    .as_ref()
+                    .map_or(0, |known| known.leader_epoch),
+            },
+        }
+    }
+
+    fn with_leader<T>(
+        &self,
+        _topic: &str,
+        _partition: u32,
+        epoch: u32,
+        change: impl FnOnce(&mut Leader<(u64, u64)>) -> T,
+    ) -> Option<T> {
+        let mut role = self.role.borrow_mut();
+        let Role::Leader(leader) = &mut *role else {
+            return None;
+        };
+        if leader.epoch() != epoch {
+            return None;
+        }
+        let outcome = change(leader);
+        self.settle(leader);
+        Some(outcome)
+    }
+
+    fn propose_isr(&self, _topic: &str, _partition: u32, proposal: IsrProposal, _replica: i32) {
+        if let Some(broker) = self.this.upgrade() {
+            propose_isr(broker, proposal);
+        }
+    }
+}
+
+/// Writes an ISR change through the store (fenced by the partition epoch), then tells the
+/// leader the outcome, as `Shard::propose_isr` does.
+fn propose_isr(broker: Rc<Broker>, proposal: IsrProposal) {
+    tokio::task::spawn_local(async move {
+        let world = broker.world.clone();
+        let Some(epoch) = (match &*broker.role.borrow() {
+            Role::Leader(leader) => Some(leader.epoch()),
+            _ => None,
+        }) else {
+            return;
+        };
+        world.clock.sleep(world.random_ms(1..=20)).await;
+        let stored = {
+            let mut store = world.state.borrow_mut();
+            let stored = world.reachable(broker.id)
+                && store.leader == broker.id
+                && store.leader_epoch == epoch
+                && store.partition_epoch == proposal.partition_epoch;
+            if stored {
+                store.isr = proposal.isr.clone();
+                store.partition_epoch += 1;
+            }
+            stored.then(|| store.clone())
+        };
+        if let Some(state) = &stored {
+            world.trace(|| format!("{} stored ISR {:?}", broker.id, state.isr));
+        }
+        broker.with_leader(TOPIC, 0, epoch, |leader| match &stored {
+            Some(state) => leader.handle_isr_committed(&proposal, state.partition_epoch),
+            None => leader.handle_isr_refused(&proposal),
+        });
+        if let Some(state) = stored {
+            let mut known = broker.known.borrow_mut();
+            if known
+                .as_ref()
+                .is_some_and(|known| known.partition_epoch < state.partition_epoch)
+            {
+                *known = Some(state);
+            }
+            drop(known);
+            world.publish();
+        }
+    });
+}
+
+/// An `acks=all` produce of one record, as the shard's produce path does it.
+async fn produce(broker: Rc<Broker>, value: u64) {
+    let world = broker.world.clone();
+    let epoch = match &*broker.role.borrow() {
+        Role::Leader(leader) => {
+            if leader.check_acks_all().is_err() {
+                world.counts.borrow_mut().refused += 1;
+                return;
+            }
+            leader.epoch()
+        }
+        _ => return,
+    };
+    world.counts.borrow_mut().produced += 1;
+    let mut builder = BatchBuilder::default();
+    builder.push(world.clock.wall_ms(), None, &value.to_be_bytes());
+    let batch = BytesMut::from(&builder.finish()[..]);
+    let Ok(info) = broker.log.append(batch, epoch).await else {
+        return;
+    };
+    let at_us = world.clock.monotonic_us();
+    let waiting = broker.with_leader(TOPIC, 0, epoch, |leader| {
+        leader.handle_appended(leader.log_end().max(info.last_offset + 1));
+        leader.record_append_time(info.last_offset + 1, at_us);
+        leader.wait_for_commit(info.last_offset, (info.last_offset, value));
+    });
+    if waiting.is_none() {
+        world.counts.borrow_mut().refused += 1;
+    }
+}
+
+/// The shard's replication clock: lagging followers leave the ISR, high watermarks are
+/// checkpointed.
+async fn ticks(broker: Rc<Broker>) {
+    let world = broker.world.clone();
+    let mut checkpointed_at = world.clock.now();
+    loop {
+        world.clock.sleep(TICK).await;
+        let proposal = match &mut *broker.role.borrow_mut() {
+            Role::Leader(leader) => leader.handle_tick(world.clock.monotonic_ms()),
+            _ => None,
+        };
+        if let Some(proposal) = proposal {
+            propose_isr(broker.clone(), proposal);
+        }
+        let high_watermark = broker.high_watermark();
+        if high_watermark != broker.high_watermark_checkpointed.get()
+            && world.clock.now().duration_since(checkpointed_at) >= CHECKPOINT_EVERY
+        {
+            broker.log.checkpoint_high_watermark(high_watermark);
+            broker.high_watermark_checkpointed.set(high_watermark);
+            checkpointed_at = world.clock.now();
+        }
+    }
+}
+
+/// Starts a life of broker `id`: its log recovered from its disk, its tasks in a set of their
+/// own that a crash drops whole.
+async fn start(world: &Rc<World>, id: i32) {
+    let (storage, life) = {
+        let mut slots = world.slots.borrow_mut();
+        let slot = slots.get_mut(&id).expect("a slot per broker");
+        if slot.running.is_some() || slot.starting {
+            return;
+        }
+        slot.starting = true;
+        slot.life += 1;
+        (slot.storage.clone(), slot.life)
+    };
+    let (log, report) = PartitionLog::open(storage, dir(id), log_config(), world.clock.wall_ms())
+        .await
+        .unwrap_or_else(|error| panic!("broker {id} cannot recover its log: {error}"));
+    world.counts.borrow_mut().recovered_bytes_truncated += report.truncated_bytes;
+    let tasks = LocalSet::new();
+    let (inbox, receiver) = mpsc::unbounded_channel();
+    let log = tasks
+        .run_until(async { writer::spawn(log, world.clock) })
+        .await;
+    let broker = Rc::new_cyclic(|this| Broker {
+        this: this.clone(),
+        id,
+        life,
+        world: world.clone(),
+        log,
+        inbox,
+        known: RefCell::new(None),
+        role: RefCell::new(Role::Idle),
+        fresh: Cell::new(true),
+        high_watermark_checkpointed: Cell::new(0),
+    });
+    tasks.spawn_local(run_broker(broker.clone(), receiver));
+    let task = tokio::task::spawn_local(tasks);
+    if let Some(slot) = world.slots.borrow_mut().get_mut(&id) {
+        slot.starting = false;
+        slot.running = Some((broker.clone(), task));
+    }
+    world.live.borrow_mut().insert(id);
+    world.trace(|| format!("{id} starts (life {life})"));
+    if world.reachable(id) {
+        broker.learn(world.state.borrow().clone());
+    }
+}
+
+/// Power loss: every task of the broker's life stops where it is, the disk keeps what it
+/// synced and a torn part of the rest. Its lease lapses a little later.
+fn crash(world: &Rc<World>, id: i32) {
+    let running = {
+        let mut slots = world.slots.borrow_mut();
+        let slot = slots.get_mut(&id).expect("a slot");
+        let running = slot.running.take();
+        if running.is_some() {
+            slot.storage.crash();
+        }
+        running
+    };
+    let Some((broker, task)) = running else {
+        return;
+    };
+    task.abort();
+    broker.stop_role();
+    world.counts.borrow_mut().crashes += 1;
+    world.trace(|| format!("{id} crashes"));
+    let life = broker.life;
+    drop(broker);
+    let world = world.clone();
+    tokio::task::spawn_local(async move {
+        world.clock.sleep(world.random_ms(20..=80)).await;
+        let same_life = world.slots.borrow()[&id].life == life;
+        if same_life && world.slots.borrow()[&id].running.is_none() {
+            world.live.borrow_mut().remove(&id);
+            world.trace(|| format!("{id}'s lease lapsed"));
+            world.controller.notify_one();
+        }
+        world.clock.sleep(world.random_ms(50..=400)).await;
+        // As the broker does, it registers again only once its old registration lapsed.
+        while world.live.borrow().contains(&id) {
+            world.clock.sleep(Duration::from_millis(20)).await;
+        }
+        if world.slots.borrow()[&id].running.is_none() {
+            start(&world, id).await;
+            world.controller.notify_one();
+        }
+    });
+}
+
+/// A network partition around one broker: it neither reaches nor is reached, the store
+/// included. Its lease lapses; it heals later.
+fn cut_off(world: &Rc<World>, id: i32) {
+    let cut = {
+        let mut slots = world.slots.borrow_mut();
+        let slot = slots.get_mut(&id).expect("a slot");
+        if slot.cut_off || slot.running.is_none() {
+            return;
+        }
+        slot.cut_off = true;
+        slot.cut += 1;
+        slot.cut
+    };
+    world.counts.borrow_mut().cuts += 1;
+    world.trace(|| format!("{id} is cut off"));
+    let world = world.clone();
+    tokio::task::spawn_local(async move {
+        world.clock.sleep(world.random_ms(20..=80)).await;
+        if world.slots.borrow()[&id].cut == cut && world.slots.borrow()[&id].cut_off {
+            world.live.borrow_mut().remove(&id);
+            world.trace(|| format!("{id}'s lease lapsed"));
+            world.controller.notify_one();
+        }
+        world.clock.sleep(world.random_ms(100..=600)).await;
+        heal(&world, id, cut);
+    });
+}
+
+fn heal(world: &Rc<World>, id: i32, cut: u64) {
+    let running = {
+        let mut slots = world.slots.borrow_mut();
+        let slot = slots.get_mut(&id).expect("a slot");
+        if slot.cut != cut || !slot.cut_off {
+            return;
+        }
+        slot.cut_off = false;
+        slot.running.is_some()
+    };
+    if running {
+        world.live.borrow_mut().insert(id);
+    }
+    world.trace(|| format!("{id} reconnects"));
+    world.controller.notify_one();
+    if let Some(broker) = world.broker(id) {
+        broker.learn(world.state.borrow().clone());
+    }
+}
+
+/// The controller: fails leadership over when a broker's lease lapses (woken by changes,
+/// and re-reading periodically as the real one's watch is backed up).
+async fn controller(world: Rc<World>) {
+    loop {
+        let _ = world
+            .clock
+            .timeout(Duration::from_millis(100), world.controller.notified())
+            .await;
+        let change = {
+            let state = world.state.borrow();
+            placement::failover(std::slice::from_ref(&*state), &world.live.borrow(), false).pop()
+        };
+        if let Some(change) = change {
+            world.trace(|| format!("controller: {change:?}"));
+            *world.state.borrow_mut() = change;
+        }
+        world.publish();
+    }
+}
+
+/// Faults while they are on, and produces: an `acks=all` client sending to whoever it
+/// believes leads (sometimes a stale leader).
+async fn chaos_and_clients(world: Rc<World>, until_ms: i64) {
+    while world.clock.monotonic_ms() < until_ms {
+        world.clock.sleep(Duration::from_millis(1)).await;
+        if world.faults.get() {
+            if world.chance(0.0015) {
+                let id = IDS[world.rng.borrow_mut().random_range(0..IDS.len())];
+                crash(&world, id);
+            }
+            if world.chance(0.0007) {
+                let id = IDS[world.rng.borrow_mut().random_range(0..IDS.len())];
+                cut_off(&world, id);
+            }
+        }
+        if world.chance(0.3) {
+            let target = if world.chance(0.8) {
+                world.state.borrow().leader
+            } else {
+                IDS[world.rng.borrow_mut().random_range(0..IDS.len())]
+            };
+            if target != NO_LEADER
+                && world.reachable(target)
+                && let Some(broker) = world.broker(target)
+            {
+                let value = world.next_value.get();
+                world.next_value.set(value + 1);
+                let _ = broker.inbox.send(Inbound::Produce(value));
+            }
+        }
+    }
+}
+
+/// The values of the records of `bytes` (whole batches), from offset `from`.
+fn values(bytes: Bytes, from: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for batch in split_batches(bytes) {
+        let batch = batch.expect("the log serves whole, valid batches");
+        for record in batch.records() {
+            if record.offset >= from {
+                let value = u64::from_be_bytes(record.value.try_into().expect("8-byte values"));
+                out.push((record.offset, value));
+            }
+        }
+    }
+    out
+}
+
+/// Reads `log` in `[from, to)` as a consumer would; `None` if the broker died meanwhile.
+async fn read_range(log: &LogHandle, from: u64, to: u64) -> Option<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < to {
+        let bytes = log.read(at, 64 << 10, to).await.ok()?;
+        let read = values(bytes, at);
+        let Some(&(last, _)) = read.last() else {
+            break;
+        };
+        out.extend(read.into_iter().filter(|(offset, _)| *offset < to));
+        at = last + 1;
+    }
+    Some(out)
+}
+
+/// One pass of the checks over every running broker.
+async fn check(world: &Rc<World>) {
+    for id in IDS {
+        let Some(broker) = world.broker(id) else {
+            continue;
+        };
+        let key = (id, broker.life);
+        let high_watermark = broker.high_watermark();
+        {
+            let mut history = world.history.borrow_mut();
+            let seen = history.high_watermarks.entry(key).or_insert(0);
+            assert!(
+                high_watermark >= *seen,
+                "broker {id} (life {}) went back from high watermark {seen} to {high_watermark}",
+                broker.life
+            );
+            *seen = high_watermark;
+        }
+        let from = world.history.borrow().read.get(&key).copied().unwrap_or(0);
+        if from >= high_watermark {
+            continue;
+        }
+        let Some(read) = read_range(&broker.log, from, high_watermark).await else {
+            continue;
+        };
+        let mut history = world.history.borrow_mut();
+        let mut expected = from;
+        for (offset, value) in read {
+            assert_eq!(
+                offset, expected,
+                "broker {id} shows a gap below {high_watermark}"
+            );
+            expected += 1;
+            match history.committed.get(offset as usize) {
+                Some(&seen) => assert_eq!(
+                    seen, value,
+                    "broker {id} shows {value} at {offset}, where {seen} was shown before"
+                ),
+                None => {
+                    assert_eq!(offset as usize, history.committed.len());
+                    history.committed.push(value);
+                }
+            }
+            if let Some(&acknowledged) = history.acknowledged.get(&offset) {
+                assert_eq!(
+                    acknowledged, value,
+                    "broker {id} shows {value} at {offset}, acknowledged as {acknowledged}"
+                );
+            }
+        }
+        history.read.insert(key, expected);
+    }
+    // The leader the store names holds every committed record once it leads and has settled.
+    let state = world.state.borrow().clone();
+    if state.leader == NO_LEADER {
+        return;
+    }
+    let Some(broker) = world.broker(state.leader) else {
+        return;
+    };
+    let (epoch, settled, high_watermark) = match &*broker.role.borrow() {
+        Role::Leader(leader) if leader.epoch() == state.leader_epoch => (
+            leader.epoch(),
+            leader.high_watermark_settled(),
+            leader.high_watermark(),
+        ),
+        _ => return,
+    };
+    let committed = world.history.borrow().committed.len() as u64;
+    if settled {
+        assert!(
+            high_watermark >= committed,
+            "leader {} (epoch {epoch}) settled at {high_watermark}, behind {committed} committed",
+            broker.id
+        );
+    }
+    let term = (broker.id, broker.life, epoch);
+    let from = match world.history.borrow().leader_verified {
+        Some((verified, upto)) if verified == term => upto,
+        _ => 0,
+    };
+    if from >= committed {
+        return;
+    }
+    let Some(held) = read_range(&broker.log, from, committed).await else {
+        return;
+    };
+    let history = world.history.borrow();
+    for offset in from..committed {
+        let value = held
+            .iter()
+            .find(|(at, _)| *at == offset)
+            .map(|(_, value)| *value);
+        assert_eq!(
+            value,
+            Some(history.committed[offset as usize]),
+            "leader {} (epoch {epoch}) lost committed record at {offset}",
+            broker.id
+        );
+    }
+    drop(history);
+    world.history.borrow_mut().leader_verified = Some((term, committed));
+}
+
+/// Whether the cluster converged: one leader at the store's epoch with every replica in the
+/// ISR, everything committed, every log the same.
+async fn converged(world: &Rc<World>) -> Option<Vec<(u64, u64)>> {
+    let state = world.state.borrow().clone();
+    if state.isr != IDS.to_vec() || state.leader == NO_LEADER {
+        return None;
+    }
+    let leader = world.broker(state.leader)?;
+    let (high_watermark, log_end) = match &*leader.role.borrow() {
+        Role::Leader(l) if l.epoch() == state.leader_epoch => (l.high_watermark(), l.log_end()),
+        _ => return None,
+    };
+    if high_watermark != log_end {
+        return None;
+    }
+    let expected = read_range(&leader.log, 0, u64::MAX).await?;
+    if expected.len() as u64 != log_end {
+        return None;
+    }
+    for id in IDS {
+        let broker = world.broker(id)?;
+        if broker.high_watermark() != log_end
+            || read_range(&broker.log, 0, u64::MAX).await? != expected
+        {
+            return None;
+        }
+    }
+    Some(expected)
+}
+
+async fn simulate(world: Rc<World>) {
+    // A paused runtime's timers fire on a grid of whole milliseconds from when it was built;
+    // its clock starts a little off it. The first sleep lands on the grid, so every later time
+    // is a whole number of milliseconds from the start, the same on every run.
+    world.clock.sleep(Duration::from_millis(1)).await;
+    START.with(|start| start.set(world.clock.monotonic_ms()));
+    for id in IDS {
+        start(&world, id).await;
+    }
+    tokio::task::spawn_local(controller(world.clone()));
+    let until = world.clock.monotonic_ms() + RUN_MS as i64;
+    let chaos = tokio::task::spawn_local(chaos_and_clients(world.clone(), until));
+    while !chaos.is_finished() {
+        world.clock.sleep(Duration::from_millis(20)).await;
+        check(&world).await;
+    }
+    // Heal everything and let the cluster settle.
+    world.faults.set(false);
+    for id in IDS {
+        let cut = world.slots.borrow()[&id].cut;
+        heal(&world, id, cut);
+        if world.slots.borrow()[&id].running.is_none() {
+            while world.live.borrow().contains(&id) {
+                world.clock.sleep(Duration::from_millis(20)).await;
+            }
+            if world.slots.borrow()[&id].running.is_none() {
+                start(&world, id).await;
+            }
+        }
+    }
+    world.controller.notify_one();
+    let deadline = world.clock.monotonic_ms() + SETTLE_MS as i64;
+    let settled = loop {
+        world.clock.sleep(Duration::from_millis(50)).await;
+        check(&world).await;
+        if let Some(log) = converged(&world).await {
+            break log;
+        }
+        assert!(
+            world.clock.monotonic_ms() < deadline,
+            "the cluster did not converge within {SETTLE_MS} ms of healing: store {:?}",
+            world.state.borrow()
+        );
+    };
+    check(&world).await;
+    let history = world.history.borrow();
+    for (&offset, &value) in &history.acknowledged {
+        assert_eq!(
+            settled.get(offset as usize),
+            Some(&(offset, value)),
+            "acknowledged record {value} at {offset} is not in the converged log"
+        );
+    }
+}
+
+struct Outcome {
+    counts: Counts,
+    /// Every replica's final log, the same on each.
+    log: Vec<u64>,
+}
+
+fn run(seed: u64, trace: bool) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let world = Rc::new(World {
+        rng: RefCell::new(StdRng::seed_from_u64(seed)),
+        trace,
+        clock: Clock::VIRTUAL,
+        state: RefCell::new(PartitionState {
+            partition: 0,
+            replicas: IDS.to_vec(),
+            leader: 1,
+            leader_epoch: 1,
+            isr: IDS.to_vec(),
+            partition_epoch: 1,
+            target_replicas: None,
+            reassigning_from: None,
+        }),
+        live: RefCell::new(BTreeSet::new()),
+        slots: RefCell::new(
+            IDS.iter()
+                .map(|&id| {
+                    let storage = SimStorage::new(seed.wrapping_mul(31).wrapping_add(id as u64));
+                    // A sync takes a few milliseconds: a crash finds writes unsynced.
+                    storage.set_sync_latency(200..=4_000);
+                    let slot = Slot {
+                        storage,
+                        life: 0,
+                        cut_off: false,
+                        cut: 0,
+                        starting: false,
+                        running: None,
+                    };
+                    (id, slot)
+                })
+                .collect(),
+        ),
+        faults: Cell::new(true),
+        history: RefCell::new(History::default()),
+        counts: RefCell::new(Counts::default()),
+        controller: Notify::new(),
+        next_value: Cell::new(1),
+    });
+    let tasks = LocalSet::new();
+    tasks.block_on(&runtime, simulate(world.clone()));
+    let log = world.history.borrow().committed.clone();
+    let counts = world.counts.borrow().clone();
+    // The brokers hold the world: drop them (their tasks first) so nothing outlives the run.
+    for slot in world.slots.borrow_mut().values_mut() {
+        if let Some((_, task)) = slot.running.take() {
+            task.abort();
+        }
+    }
+    drop(tasks);
+    drop(runtime);
+    Outcome { counts, log }
+}
+
+/// Runs a seed on a thread of its own: a panic, or a run that stops moving (virtual time
+/// moves only when every task waits, so a task that never waits holds the run at one
+/// instant), is that seed's failure.
+fn run_watched(seed: u64) -> Result<Outcome, Box<dyn std::any::Any + Send>> {
+    const REAL_TIME_MAX: Duration = Duration::from_secs(120);
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = std::panic::catch_unwind(|| run(seed, false));
+        let _ = done.send(outcome.map(|outcome| (outcome.counts, outcome.log)));
+    });
+    match outcome.recv_timeout(REAL_TIME_MAX) {
+        Ok(outcome) => outcome.map(|(counts, log)| Outcome { counts, log }),
+        Err(_) => Err(Box::new(format!(
+            "seed {seed} did not finish within {REAL_TIME_MAX:?}: a task never waits"
+        ))),
+    }
+}
+
+fn seed_from_env() -> Option<u64> {
+    let seed = std::env::var("STRATA_SIM_SEED").ok()?;
+    Some(seed.parse().expect("STRATA_SIM_SEED is a number"))
 }
 
 #[test]
 fn replication_survives_crashes_partitions_and_a_lossy_network() {
-    if let Ok(seed) = std::env::var("STRATA_SIM_SEED") {
-        let seed: u64 = seed.parse().expect("STRATA_SIM_SEED is a number");
-        let counts = run(seed, std::env::var_os("STRATA_SIM_TRACE").is_some());
-        eprintln!("seed {seed}: {counts:?}");
+    if let Some(seed) = seed_from_env() {
+        let outcome = run(seed, std::env::var_os("STRATA_SIM_TRACE").is_some());
+        eprintln!("seed {seed}: {:?}", outcome.counts);
         return;
     }
     let seeds: u64 = std::env::var("STRATA_SIM_SEEDS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(2_000);
+        .unwrap_or(300);
     let base: u64 = rand::rng().random();
     let mut total = Counts::default();
     for index in 0..seeds {
         let seed = base.wrapping_add(index);
-        let outcome = std::panic::catch_unwind(|| run(seed, false));
-        let counts = match outcome {
-            Ok(counts) => counts,
+        let counts = match run_watched(seed) {
+            Ok(outcome) => outcome.counts,
             Err(panic) => {
                 eprintln!(
-                    "replication simulation failed with seed {seed}; reproduce with \
+                    "replication simulation failed with seed {seed}; replay it with \
                      STRATA_SIM_SEED={seed} STRATA_SIM_TRACE=1 cargo nextest run -p strata-node \
-                     --test replication_sim"
+                     --test replication_sim --no-capture"
                 );
                 std::panic::resume_unwind(panic);
             }
@@ -1140,12 +1206,31 @@ fn replication_survives_crashes_partitions_and_a_lossy_network() {
         total.cuts += counts.cuts;
         total.elections += counts.elections;
         total.truncations += counts.truncations;
+        total.recovered_bytes_truncated += counts.recovered_bytes_truncated;
     }
     eprintln!("{seeds} seeds from {base}: {total:?}");
     assert!(
         total.acknowledged > seeds * 200,
         "the simulation makes progress: {total:?}"
     );
-    assert!(total.truncations > 0, "divergence is exercised: {total:?}");
     assert!(total.crashes > seeds, "crashes are exercised: {total:?}");
+    assert!(
+        total.recovered_bytes_truncated > 0,
+        "recovery meets torn tails: {total:?}"
+    );
+}
+
+/// A seed is a replay: the same seed gives the same run, event for event (the same counts and
+/// the same log), so a failing seed reproduces.
+#[test]
+fn a_seed_replays_exactly() {
+    let seed = seed_from_env().unwrap_or(7);
+    let trace = std::env::var_os("STRATA_SIM_TRACE").is_some();
+    let first = run(seed, trace);
+    if trace {
+        eprintln!("---- again");
+    }
+    let second = run(seed, trace);
+    assert_eq!(first.counts, second.counts);
+    assert_eq!(first.log, second.log);
 }

@@ -65,6 +65,10 @@ struct Inode {
     data: Vec<u8>,
     durable: Vec<u8>,
     unsynced: Vec<Op>,
+    /// Operations ever applied to the file, and how many of the first of them `durable` holds
+    /// (`unsynced` is the rest): a sync that took time covers what was written when it began.
+    ops_applied: u64,
+    ops_durable: u64,
     /// Blocks are reserved up to here (`allocate` keeps the length, as `FALLOC_FL_KEEP_SIZE`).
     reserved: u64,
     reservations: u64,
@@ -85,6 +89,18 @@ pub struct Reservation {
 }
 
 impl Inode {
+    fn push_unsynced(&mut self, op: Op) {
+        self.unsynced.push(op);
+        self.ops_applied += 1;
+    }
+
+    /// Everything applied is durable, as `data` says.
+    fn settle(&mut self) {
+        self.durable = self.data.clone();
+        self.unsynced.clear();
+        self.ops_durable = self.ops_applied;
+    }
+
     fn apply(data: &mut Vec<u8>, op: &Op) {
         match op {
             Op::Write { pos, bytes } => {
@@ -100,7 +116,7 @@ impl Inode {
 }
 
 struct SimFs {
-    inodes: HashMap<u64, Inode>,
+    inodes: BTreeMap<u64, Inode>,
     names: BTreeMap<PathBuf, u64>,
     /// The names as of the last `sync_dir`, and the changes since, in order.
     durable_names: BTreeMap<PathBuf, u64>,
@@ -126,6 +142,10 @@ struct SimFs {
     /// While set, reads wait (a slow disk), until `release_reads` notifies them.
     reads_held: bool,
     reads_released: Rc<tokio::sync::Notify>,
+    /// How long a sync takes, if it takes time (see [`SimStorage::set_sync_latency`]).
+    sync_latency_us: Option<std::ops::RangeInclusive<u64>>,
+    /// Crashes so far: a sync that began before one fails.
+    power_cycles: u64,
 }
 
 /// A simulated file system. Clones share it.
@@ -144,7 +164,7 @@ impl SimStorage {
     pub fn new(seed: u64) -> SimStorage {
         SimStorage {
             fs: Rc::new(RefCell::new(SimFs {
-                inodes: HashMap::new(),
+                inodes: BTreeMap::new(),
                 names: BTreeMap::new(),
                 durable_names: BTreeMap::new(),
                 unsynced_names: Vec::new(),
@@ -161,6 +181,8 @@ impl SimStorage {
                 refuse_direct: false,
                 reads_held: false,
                 reads_released: Rc::new(tokio::sync::Notify::new()),
+                sync_latency_us: None,
+                power_cycles: 0,
             })),
         }
     }
@@ -226,9 +248,8 @@ impl SimStorage {
                 for op in &survivors {
                     Inode::apply(&mut data, op);
                 }
-                inode.durable = data.clone();
                 inode.data = data;
-                inode.unsynced.clear();
+                inode.settle();
                 continue;
             }
             let kept = rng.random_range(0..=inode.unsynced.len());
@@ -245,12 +266,19 @@ impl SimStorage {
                 };
                 Inode::apply(&mut data, &torn);
             }
-            inode.durable = data.clone();
             inode.data = data;
-            inode.unsynced.clear();
+            inode.settle();
         }
         fs.faults.clear();
         fs.stop_after = None;
+        fs.power_cycles += 1;
+    }
+
+    /// From now on each `sync_data` takes a time in `micros` (on the runtime's clock, virtual
+    /// in a paused runtime) and makes durable what was written when it began: a crash while
+    /// it runs finds the writes of that window unsynced.
+    pub fn set_sync_latency(&self, micros: std::ops::RangeInclusive<u64>) {
+        self.fs.borrow_mut().sync_latency_us = Some(micros);
     }
 
     /// Number of successful `sync_data` calls so far (group commit tests count them).
@@ -329,9 +357,8 @@ impl SimStorage {
         let mut fs = self.fs.borrow_mut();
         let inode = *fs.names.get(path).expect("file exists");
         let inode = fs.inodes.get_mut(&inode).expect("inode exists");
-        inode.durable = data.clone();
         inode.data = data;
-        inode.unsynced.clear();
+        inode.settle();
     }
 }
 
@@ -420,7 +447,7 @@ impl StorageFile for SimFile {
             };
             let inode = fs.inode(self.inode);
             Inode::apply(&mut inode.data, &op);
-            inode.unsynced.push(op);
+            inode.push_unsynced(op);
             return Err(error);
         }
         let end = pos + bytes.len() as u64;
@@ -430,7 +457,7 @@ impl StorageFile for SimFile {
             inode.unreserved_appends += 1;
         }
         Inode::apply(&mut inode.data, &op);
-        inode.unsynced.push(op);
+        inode.push_unsynced(op);
         Ok(())
     }
 
@@ -472,13 +499,37 @@ impl StorageFile for SimFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
+        let (latency, began) = {
+            let mut fs = self.fs.borrow_mut();
+            fs.change()?;
+            fs.check_fault(FaultOp::Sync)?;
+            let Some(range) = fs.sync_latency_us.clone() else {
+                fs.syncs += 1;
+                fs.inode(self.inode).settle();
+                return Ok(());
+            };
+            let latency = fs.rng.random_range(range);
+            let power_cycles = fs.power_cycles;
+            let inode = fs.inode(self.inode);
+            (
+                latency,
+                (inode.data.clone(), inode.ops_applied, power_cycles),
+            )
+        };
+        tokio::time::sleep(std::time::Duration::from_micros(latency)).await;
+        let (data, ops, power_cycles) = began;
         let mut fs = self.fs.borrow_mut();
-        fs.change()?;
-        fs.check_fault(FaultOp::Sync)?;
+        if fs.power_cycles != power_cycles {
+            return Err(io::Error::other("the power failed during the sync"));
+        }
         fs.syncs += 1;
         let inode = fs.inode(self.inode);
-        inode.durable = inode.data.clone();
-        inode.unsynced.clear();
+        if ops > inode.ops_durable {
+            // A sync that began later may have finished first: only ever more is durable.
+            inode.unsynced.drain(..(ops - inode.ops_durable) as usize);
+            inode.durable = data;
+            inode.ops_durable = ops;
+        }
         Ok(())
     }
 
@@ -488,7 +539,7 @@ impl StorageFile for SimFile {
         let op = Op::Truncate { len };
         let inode = fs.inode(self.inode);
         Inode::apply(&mut inode.data, &op);
-        inode.unsynced.push(op);
+        inode.push_unsynced(op);
         // As ext4 does, truncation frees the blocks past the new end, reserved ones too.
         inode.reserved = inode.reserved.min(len);
         Ok(())

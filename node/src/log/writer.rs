@@ -705,7 +705,11 @@ async fn run<S: Storage>(
         let now = task.clock.now();
         task.poll_sync(now);
         let idle_flush_wait = task.poll_timeout(now);
+        // Biased, in this order: a finished sync answers its waiters before new commands are
+        // taken, and the same events are handled in the same order on every run (the
+        // replication simulator replays a seed exactly).
         tokio::select! {
+            biased;
             outcome = async {
                 match task.in_flight.as_mut() {
                     Some(sync) => sync.as_mut().await,
