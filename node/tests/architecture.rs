@@ -125,19 +125,31 @@ fn the_replication_and_group_cores_are_sans_io() {
     }
 }
 
+/// Replication's drivers run in the broker over QUIC and in the simulator over an in-memory
+/// network: they name no shard, no server module and no transport, only what they are given.
+#[test]
+fn the_replication_drivers_know_no_server_and_no_transport() {
+    let drivers = sources_under("node/src/replicator");
+    assert!(drivers.len() >= 3, "the drivers are found");
+    for (path, text) in &drivers {
+        for forbidden in ["crate::server", "quinn", "Shard", "etcd", "std::net"] {
+            assert!(!text.contains(forbidden), "{path} mentions {forbidden}");
+        }
+    }
+}
+
 /// The functions longer than [`FUNCTION_LINES_MAX`] today, with their length: none may grow,
-/// and none may join them. A function that gets under the limit leaves the list (the test says
-/// so), so the list only shrinks.
+/// and none may join them. A function that shrinks is ratcheted to its new length, and one that
+/// gets under the limit leaves the list (the test says so for both), so the list only shrinks.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("node/src/server/metrics.rs", "render", 157),
-    ("node/src/server/shard/replica/follower.rs", "follow", 151),
-    ("node/src/server/shard/mod.rs", "run", 186),
+    ("node/src/server/shard/mod.rs", "run", 154),
     ("bench/src/lib.rs", "run_measured", 288),
     ("tuning/src/check.rs", "block_device", 232),
     (
         "kafka/src/translate/tests.rs",
         "translated_responses_encode_at_every_served_version",
-        206,
+        198,
     ),
 ];
 
@@ -225,6 +237,10 @@ fn no_function_grows_past_150_lines() {
             )),
             Some((_, _, allowed)) if lines > allowed => problems.push(format!(
                 "{path}: fn {name} grew to {lines} lines (allowed {allowed}, over the limit): split it"
+            )),
+            Some((_, _, allowed)) if lines < allowed => problems.push(format!(
+                "{path}: fn {name} shrank to {lines} lines: ratchet its LONG_FUNCTIONS entry \
+                 from {allowed} to {lines}"
             )),
             Some(_) => {}
         }

@@ -60,144 +60,179 @@ pub async fn follow<N: ReplicaNetwork>(
     high_watermark: Rc<Cell<u64>>,
     clock: Clock,
 ) {
-    let FollowedPartition {
-        ref topic,
-        partition: index,
-        leader,
-        ..
-    } = partition;
-    let mut follower: Follower<ReplicatedBatches> = Follower::new(CONFIG, high_watermark.get());
-    let mut in_flight: VecDeque<(FetchId, Instant, InFlight<N::Error>)> = VecDeque::new();
-    // When the answer being appended was asked for.
-    let mut appending_since = clock.now();
+    let mut driver = Driver {
+        follower: Follower::new(CONFIG, high_watermark.get()),
+        in_flight: VecDeque::new(),
+        appending_since: clock.now(),
+        network,
+        partition,
+        log,
+        clock,
+    };
     loop {
-        while let Some(action) = follower.poll_action() {
-            match action {
-                FollowerAction::ReadLog => {
-                    let position = match log.replica_info().await {
-                        Ok(info) => Some(LogPosition {
-                            log_start: info.offsets.log_start,
-                            log_end: info.offsets.log_end,
-                            latest_epoch: info.latest_epoch,
-                        }),
-                        Err(error) => {
-                            tracing::error!(%topic, partition = index, "reading the log: {error}");
-                            None
-                        }
-                    };
-                    follower.handle_log_read(clock.monotonic_ms(), position);
-                }
-                FollowerAction::AbandonFetches => {
-                    for (_, _, fetch) in in_flight.drain(..) {
-                        if let InFlight::Sent(task) = fetch {
-                            task.abort();
-                        }
-                    }
-                }
-                FollowerAction::Fetch(plan) => {
-                    let request = fetch_request(&partition, &plan, &log);
-                    // Where these records will leave the log's last block (a roll in between
-                    // only costs that answer's placement: it is copied instead).
-                    let phase = log
-                        .direct_phase()
-                        .map(|phase| (phase + plan.after_bytes as usize) % DIRECT_BLOCK);
-                    let fetch = if plan.after_bytes == 0 {
-                        InFlight::Deferred(request, phase)
-                    } else {
-                        let network = network.clone();
-                        InFlight::Sent(tokio::task::spawn_local(async move {
-                            network.replica_fetch(leader, request, phase).await
-                        }))
-                    };
-                    in_flight.push_back((plan.id, clock.now(), fetch));
-                }
-                FollowerAction::Append { records, bytes } => {
-                    let outcome = match log.append_replicated(records).await {
-                        Ok(appended) => {
-                            let elapsed_us = clock.now().duration_since(appending_since);
-                            network.replicated(topic, bytes, elapsed_us.as_micros() as u64);
-                            Appended::Ends(appended.last_offset + 1)
-                        }
-                        Err(LogError::NotContiguous { .. }) => Appended::NotContiguous,
-                        Err(error) => {
-                            tracing::error!(%topic, partition = index, "append failed: {error}");
-                            Appended::Failed
-                        }
-                    };
-                    follower.handle_appended(clock.monotonic_ms(), outcome);
-                }
-                FollowerAction::Truncate(divergence) => {
-                    let end = truncate(&log, &partition, follower.log_end(), divergence).await;
-                    follower.handle_truncated(clock.monotonic_ms(), end);
-                }
-                FollowerAction::RestartAt(offset) => {
-                    tracing::warn!(%topic, partition = index, from = follower.log_end(), to = offset,
-                        "the leader no longer holds our log end: starting over at its log start");
-                    let done = match log.restart_at(offset).await {
-                        Ok(_) => true,
-                        Err(error) => {
-                            tracing::error!(%topic, partition = index, "starting over: {error}");
-                            false
-                        }
-                    };
-                    follower.handle_restarted(clock.monotonic_ms(), done);
-                }
-                FollowerAction::MoveLogStart(offset) => {
-                    let start = match log.delete_records_before(offset).await {
-                        Ok(start) => Some(start),
-                        Err(error) => {
-                            tracing::error!(%topic, partition = index, "moving the log start: {error}");
-                            None
-                        }
-                    };
-                    follower.handle_log_start_moved(clock.monotonic_ms(), start);
-                }
-                FollowerAction::Stop(reason) => {
-                    tracing::error!(%topic, partition = index, ?reason, "follower stops");
-                    high_watermark.set(follower.high_watermark());
-                    return;
-                }
+        while let Some(action) = driver.follower.poll_action() {
+            let stopped = driver.carry_out(action).await;
+            high_watermark.set(driver.follower.high_watermark());
+            if stopped {
+                return;
             }
-            high_watermark.set(follower.high_watermark());
         }
-        // Nothing to do but wait: for the answer the follower awaits, or for its timeout.
-        match in_flight.front() {
-            Some((id, _, _)) if follower.awaits(*id) => {
-                let (id, sent, fetch) = in_flight.pop_front().expect("looked at");
-                let result = match fetch {
-                    InFlight::Deferred(request, phase) => {
-                        network.replica_fetch(leader, request, phase).await
-                    }
-                    InFlight::Sent(task) => match task.await {
-                        Ok(result) => result,
-                        // The fetch's task panicked (abandoned fetches left the queue).
-                        Err(_) => {
-                            follower.handle_fetch_failed(clock.monotonic_ms(), id);
-                            continue;
-                        }
-                    },
-                };
-                let now = clock.monotonic_ms();
-                match result {
-                    Ok(answer) => {
-                        appending_since = sent;
-                        follower.handle_fetch_answer(now, id, fetch_answer(answer));
-                    }
+        driver.wait().await;
+    }
+}
+
+/// What the follower's loop holds between its actions.
+struct Driver<N: ReplicaNetwork> {
+    follower: Follower<ReplicatedBatches>,
+    /// Fetches sent or to send, oldest first, with when each was planned.
+    in_flight: VecDeque<(FetchId, Instant, InFlight<N::Error>)>,
+    /// When the answer being appended was asked for.
+    appending_since: Instant,
+    network: Rc<N>,
+    partition: FollowedPartition,
+    log: LogHandle,
+    clock: Clock,
+}
+
+impl<N: ReplicaNetwork> Driver<N> {
+    fn now_ms(&self) -> i64 {
+        self.clock.monotonic_ms()
+    }
+
+    /// Carries out one action and hands its outcome back; `true` once the follower stopped.
+    async fn carry_out(&mut self, action: FollowerAction<ReplicatedBatches>) -> bool {
+        let (log, topic, index) = (&self.log, &self.partition.topic, self.partition.partition);
+        match action {
+            FollowerAction::ReadLog => {
+                let position = match log.replica_info().await {
+                    Ok(info) => Some(LogPosition {
+                        log_start: info.offsets.log_start,
+                        log_end: info.offsets.log_end,
+                        latest_epoch: info.latest_epoch,
+                    }),
                     Err(error) => {
-                        if follower.failures().is_multiple_of(20) {
-                            tracing::warn!(%topic, partition = index, leader, "replication fetch failed: {error}");
-                        }
-                        follower.handle_fetch_failed(now, id);
+                        tracing::error!(%topic, partition = index, "reading the log: {error}");
+                        None
+                    }
+                };
+                self.follower.handle_log_read(self.now_ms(), position);
+            }
+            FollowerAction::AbandonFetches => {
+                for (_, _, fetch) in self.in_flight.drain(..) {
+                    if let InFlight::Sent(task) = fetch {
+                        task.abort();
                     }
                 }
             }
-            _ => {
-                let Some(deadline) = follower.poll_timeout() else {
-                    unreachable!("a follower that is not stopped waits for a fetch or a time")
+            FollowerAction::Fetch(plan) => self.send(plan),
+            FollowerAction::Append { records, bytes } => {
+                let outcome = match log.append_replicated(records).await {
+                    Ok(appended) => {
+                        let elapsed = self.clock.now().duration_since(self.appending_since);
+                        let elapsed_us = elapsed.as_micros() as u64;
+                        self.network.replicated(topic, bytes, elapsed_us);
+                        Appended::Ends(appended.last_offset + 1)
+                    }
+                    Err(LogError::NotContiguous { .. }) => Appended::NotContiguous,
+                    Err(error) => {
+                        tracing::error!(%topic, partition = index, "append failed: {error}");
+                        Appended::Failed
+                    }
                 };
-                let wait = deadline.saturating_sub(clock.monotonic_ms()).max(0) as u64;
-                clock.sleep(Duration::from_millis(wait)).await;
-                follower.handle_timeout(clock.monotonic_ms());
+                self.follower.handle_appended(self.now_ms(), outcome);
+            }
+            FollowerAction::Truncate(divergence) => {
+                let end = truncate(log, &self.partition, self.follower.log_end(), divergence).await;
+                self.follower.handle_truncated(self.now_ms(), end);
+            }
+            FollowerAction::RestartAt(offset) => {
+                tracing::warn!(%topic, partition = index, from = self.follower.log_end(), to = offset,
+                    "the leader no longer holds our log end: starting over at its log start");
+                let done = log
+                    .restart_at(offset)
+                    .await
+                    .inspect_err(|error| {
+                        tracing::error!(%topic, partition = index, "starting over: {error}");
+                    })
+                    .is_ok();
+                self.follower.handle_restarted(self.now_ms(), done);
+            }
+            FollowerAction::MoveLogStart(offset) => {
+                let start = log
+                    .delete_records_before(offset)
+                    .await
+                    .inspect_err(|error| {
+                        tracing::error!(%topic, partition = index, "moving the log start: {error}");
+                    })
+                    .ok();
+                self.follower.handle_log_start_moved(self.now_ms(), start);
+            }
+            FollowerAction::Stop(reason) => {
+                tracing::error!(%topic, partition = index, ?reason, "follower stops");
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Plans a fetch: the next fetch after an append is sent when the loop waits for it; a
+    /// fetch ahead of an append goes out at once, from a task of its own.
+    fn send(&mut self, plan: FetchPlan) {
+        let request = fetch_request(&self.partition, &plan, &self.log);
+        // Where these records will leave the log's last block (a roll in between only costs
+        // that answer's placement: it is copied instead).
+        let phase = self
+            .log
+            .direct_phase()
+            .map(|phase| (phase + plan.after_bytes as usize) % DIRECT_BLOCK);
+        let fetch = if plan.after_bytes == 0 {
+            InFlight::Deferred(request, phase)
+        } else {
+            let (network, leader) = (self.network.clone(), self.partition.leader);
+            InFlight::Sent(tokio::task::spawn_local(async move {
+                network.replica_fetch(leader, request, phase).await
+            }))
+        };
+        self.in_flight.push_back((plan.id, self.clock.now(), fetch));
+    }
+
+    /// Nothing to do but wait: for the answer the follower awaits, or for its timeout.
+    async fn wait(&mut self) {
+        let awaited =
+            matches!(self.in_flight.front(), Some((id, _, _)) if self.follower.awaits(*id));
+        if !awaited {
+            let Some(deadline) = self.follower.poll_timeout() else {
+                unreachable!("a follower that is not stopped waits for a fetch or a time")
+            };
+            let wait = deadline.saturating_sub(self.now_ms()).max(0) as u64;
+            self.clock.sleep(Duration::from_millis(wait)).await;
+            self.follower.handle_timeout(self.now_ms());
+            return;
+        }
+        let (id, sent, fetch) = self.in_flight.pop_front().expect("looked at");
+        let leader = self.partition.leader;
+        let result = match fetch {
+            InFlight::Deferred(request, phase) => {
+                self.network.replica_fetch(leader, request, phase).await
+            }
+            InFlight::Sent(task) => match task.await {
+                Ok(result) => result,
+                // The fetch's task panicked (abandoned fetches left the queue).
+                Err(_) => return self.follower.handle_fetch_failed(self.now_ms(), id),
+            },
+        };
+        match result {
+            Ok(answer) => {
+                self.appending_since = sent;
+                let answer = fetch_answer(answer);
+                self.follower.handle_fetch_answer(self.now_ms(), id, answer);
+            }
+            Err(error) => {
+                if self.follower.failures().is_multiple_of(20) {
+                    let (topic, index) = (&self.partition.topic, self.partition.partition);
+                    tracing::warn!(%topic, partition = index, leader, "replication fetch failed: {error}");
+                }
+                self.follower.handle_fetch_failed(self.now_ms(), id);
             }
         }
     }

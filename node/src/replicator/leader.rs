@@ -74,7 +74,6 @@ pub async fn serve_fetch<H: LeaderHost>(
     request: ReplicaFetchRequest,
 ) -> ReplicaFetchResponse {
     let (topic, partition, epoch) = (&request.topic, request.partition, request.leader_epoch);
-    let clock = host.clock();
     let (log, topic_recovery_rate) = match host.role(topic, partition) {
         PartitionRole::Unknown => return replica_fetch_error(ErrorCode::UnknownPartition, 0, 0),
         PartitionRole::NotLeading { leader_epoch } => {
@@ -99,98 +98,36 @@ pub async fn serve_fetch<H: LeaderHost>(
         synced: request.synced_offset.0,
         log_start: request.log_start.0,
     };
-    let high_watermark =
-        |host: &H| host.with_leader(topic, partition, epoch, |l| l.high_watermark());
-    let plan = host.with_leader(topic, partition, epoch, |leader| {
-        leader.plan_fetch(clock.monotonic_ms(), clock.monotonic_us(), &fetch)
-    });
-    let serve = match plan {
-        None => return replica_fetch_error(ErrorCode::NotLeader, 0, 0),
-        Some(Err(error)) => {
-            let high_watermark = high_watermark(host).unwrap_or(0);
-            return replica_fetch_error(fetch_error_code(error), high_watermark, 0);
-        }
-        Some(Ok(PlannedFetch::Serve(serve))) => serve,
-        Some(Ok(PlannedFetch::CheckDivergence)) => {
-            let Ok((divergence, offsets)) = log
-                .diverging(fetch.fetch_offset, fetch.last_fetched_epoch)
-                .await
-            else {
-                return replica_fetch_error(ErrorCode::StorageError, 0, 0);
-            };
-            let checked = host.with_leader(topic, partition, epoch, |leader| {
-                let bounds = (offsets.log_start, offsets.log_end);
-                let (now_ms, now_us) = (clock.monotonic_ms(), clock.monotonic_us());
-                leader.handle_divergence_checked(now_ms, now_us, &fetch, divergence, bounds)
-            });
-            let high_watermark = high_watermark(host).unwrap_or(0);
-            match checked {
-                None => return replica_fetch_error(ErrorCode::NotLeader, 0, 0),
-                Some(Err(error)) => {
-                    return replica_fetch_error(fetch_error_code(error), high_watermark, 0);
-                }
-                Some(Ok(CheckedFetch::Diverging(Divergence { epoch, end_offset }))) => {
-                    return ReplicaFetchResponse {
-                        diverging: Some(DivergingEpoch {
-                            epoch: epoch.map_or(-1, i64::from),
-                            end_offset,
-                        }),
-                        ..replica_fetch_error(ErrorCode::None, high_watermark, offsets.log_start)
-                    };
-                }
-                Some(Ok(CheckedFetch::OutOfRange)) => {
-                    return replica_fetch_error(
-                        ErrorCode::OffsetOutOfRange,
-                        high_watermark,
-                        offsets.log_start,
-                    );
-                }
-                Some(Ok(CheckedFetch::Serve(serve))) => serve,
-            }
-        }
+    let serve = match decide(host, (topic, partition), &log, &fetch).await {
+        Ok(serve) => serve,
+        Err(refusal) => return refusal,
     };
-    let Serve {
-        propose_isr,
-        catching_up,
-        latency_us,
-        ..
-    } = serve;
-    if let Some(latency_us) = latency_us {
+    if let Some(latency_us) = serve.latency_us {
         host.replication_reached(latency_us);
     }
-    if let Some(proposal) = propose_isr {
+    if let Some(proposal) = serve.propose_isr {
         host.propose_isr(topic, partition, proposal, fetch.replica);
     }
     let mut max_bytes = request.max_bytes as usize;
     let mut throttled = false;
-    if catching_up && let Some(most) = host.hold_catch_up(topic, topic_recovery_rate).await {
+    if serve.catching_up
+        && let Some(most) = host.hold_catch_up(topic, topic_recovery_rate).await
+    {
         max_bytes = max_bytes.min(usize::try_from(most).unwrap_or(usize::MAX));
         throttled = true;
     }
-    // One trip to the log task: it reads as soon as records exist past the fetch offset (at
-    // once if they do), or, once the wait is over, reads what is there (nothing).
-    let offset = fetch.fetch_offset;
-    let read = if request.max_wait_ms > 0 {
-        let wait = Duration::from_millis(u64::from(request.max_wait_ms));
-        match clock
-            .timeout(wait, log.read_for_follower(offset, max_bytes, true))
-            .await
-        {
-            Some(read) => read,
-            None => log.read_for_follower(offset, max_bytes, false).await,
-        }
-    } else {
-        log.read_for_follower(offset, max_bytes, false).await
-    };
-    let (records, offsets) = match read {
-        Ok(read) => read,
-        Err(LogError::OffsetOutOfRange { log_start, .. }) => {
-            return replica_fetch_error(ErrorCode::OffsetOutOfRange, 0, log_start);
-        }
-        Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
-    };
+    let wait = Duration::from_millis(u64::from(request.max_wait_ms));
+    let (records, offsets) =
+        match read(&host.clock(), &log, fetch.fetch_offset, max_bytes, wait).await {
+            Ok(read) => read,
+            Err(LogError::OffsetOutOfRange { log_start, .. }) => {
+                return replica_fetch_error(ErrorCode::OffsetOutOfRange, 0, log_start);
+            }
+            Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
+        };
     // Read after the wait: the leadership may have ended meanwhile.
-    let Some(high_watermark) = high_watermark(host) else {
+    let Some(high_watermark) = host.with_leader(topic, partition, epoch, |l| l.high_watermark())
+    else {
         return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
     };
     if throttled {
@@ -204,6 +141,89 @@ pub async fn serve_fetch<H: LeaderHost>(
         log_end_offset: offsets.log_end,
         diverging: None,
         records: Records::Shared(records),
+    }
+}
+
+/// The leader's decision on a fetch, with the log's divergence check where it needs one:
+/// serve it (its progress counted), or the answer that refuses it.
+async fn decide<H: LeaderHost>(
+    host: &H,
+    (topic, partition): (&str, u32),
+    log: &LogHandle,
+    fetch: &FollowerFetch,
+) -> Result<Serve, ReplicaFetchResponse> {
+    let clock = host.clock();
+    let epoch = fetch.leader_epoch;
+    let high_watermark = || {
+        host.with_leader(topic, partition, epoch, |l| l.high_watermark())
+            .unwrap_or(0)
+    };
+    let refused = |error| {
+        Err(replica_fetch_error(
+            fetch_error_code(error),
+            high_watermark(),
+            0,
+        ))
+    };
+    let plan = host.with_leader(topic, partition, epoch, |leader| {
+        leader.plan_fetch(clock.monotonic_ms(), clock.monotonic_us(), fetch)
+    });
+    match plan {
+        None => return Err(replica_fetch_error(ErrorCode::NotLeader, 0, 0)),
+        Some(Err(error)) => return refused(error),
+        Some(Ok(PlannedFetch::Serve(serve))) => return Ok(serve),
+        Some(Ok(PlannedFetch::CheckDivergence)) => {}
+    }
+    let Ok((divergence, offsets)) = log
+        .diverging(fetch.fetch_offset, fetch.last_fetched_epoch)
+        .await
+    else {
+        return Err(replica_fetch_error(ErrorCode::StorageError, 0, 0));
+    };
+    let checked = host.with_leader(topic, partition, epoch, |leader| {
+        let bounds = (offsets.log_start, offsets.log_end);
+        let (now_ms, now_us) = (clock.monotonic_ms(), clock.monotonic_us());
+        leader.handle_divergence_checked(now_ms, now_us, fetch, divergence, bounds)
+    });
+    match checked {
+        None => Err(replica_fetch_error(ErrorCode::NotLeader, 0, 0)),
+        Some(Err(error)) => refused(error),
+        Some(Ok(CheckedFetch::Serve(serve))) => Ok(serve),
+        Some(Ok(CheckedFetch::Diverging(Divergence { epoch, end_offset }))) => {
+            Err(ReplicaFetchResponse {
+                diverging: Some(DivergingEpoch {
+                    epoch: epoch.map_or(-1, i64::from),
+                    end_offset,
+                }),
+                ..replica_fetch_error(ErrorCode::None, high_watermark(), offsets.log_start)
+            })
+        }
+        Some(Ok(CheckedFetch::OutOfRange)) => Err(replica_fetch_error(
+            ErrorCode::OffsetOutOfRange,
+            high_watermark(),
+            offsets.log_start,
+        )),
+    }
+}
+
+/// One trip to the log task: it reads as soon as records exist past `offset` (at once if they
+/// do), or, once `wait` is over, reads what is there (nothing).
+async fn read(
+    clock: &Clock,
+    log: &LogHandle,
+    offset: u64,
+    max_bytes: usize,
+    wait: Duration,
+) -> Result<(bytes::Bytes, crate::log::writer::LogOffsets), LogError> {
+    if wait.is_zero() {
+        return log.read_for_follower(offset, max_bytes, false).await;
+    }
+    match clock
+        .timeout(wait, log.read_for_follower(offset, max_bytes, true))
+        .await
+    {
+        Some(read) => read,
+        None => log.read_for_follower(offset, max_bytes, false).await,
     }
 }
 
