@@ -19,22 +19,20 @@
 //! `.cleaned` log file is still there) and removes every other `.cleaned` file (a clean not
 //! decided): the partition is as before the clean or as after it, never a mix.
 
-use std::collections::HashMap;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::PartitionLog;
+use super::RecoveryReport;
+use super::clean_plan::{CLEANED_SUFFIX, CleanPlan, SourceSegment, cleaned_path};
 use super::cleaner::{CleanOutcome, CleanStats};
 use super::error::LogError;
 use super::index::SegmentIndex;
-use super::recovery::RecoveryReport;
 use super::recovery_point::Trust;
 use super::segment::{Segment, file_name, parse_base_offset, read_whole};
-use super::transactions::AbortedTxn;
 use crate::io::Storage;
 
 /// The cleaner's checkpoint inside the partition folder: the first offset not yet cleaned.
@@ -44,38 +42,6 @@ pub const CLEANER_CHECKPOINT_FILE_NAME: &str = "cleaner-checkpoint";
 pub const CLEANER_SWAP_FILE_NAME: &str = "cleaner-swap";
 /// Where [`CLEANER_SWAP_FILE_NAME`] is written before it is renamed into place.
 const CLEANER_SWAP_TEMP_NAME: &str = "cleaner-swap.tmp";
-
-/// The suffix of a cleaned segment's files until they are swapped in.
-pub(crate) const CLEANED_SUFFIX: &str = "cleaned";
-
-/// A closed segment a clean reads.
-pub struct SourceSegment<F> {
-    pub base_offset: u64,
-    pub next_offset: u64,
-    pub size: u64,
-    /// The segment's log file, readable even if the log removes it meanwhile.
-    pub log: Rc<F>,
-}
-
-/// What a clean may do to a log, handed to the cleaner.
-pub struct CleanPlan<S: Storage> {
-    pub storage: S,
-    pub dir: Rc<Path>,
-    /// The closed segments from the log start up to `cleanable_end`, in order.
-    pub sources: Vec<SourceSegment<S::File>>,
-    /// Everything below this has been cleaned (the key map is built from here on).
-    pub first_dirty: u64,
-    /// Nothing at or past this is cleaned: the active segment, what is younger than
-    /// `min.compaction.lag.ms`, what is not below the high watermark.
-    pub cleanable_end: u64,
-    pub segment_bytes: u64,
-    pub index_interval_bytes: u32,
-    pub delete_retention_ms: i64,
-    pub producer_last_offsets: HashMap<i64, u64>,
-    /// The log's aborted transactions, in marker order.
-    pub aborted: Vec<AbortedTxn>,
-    pub now_ms: i64,
-}
 
 /// A compacted log's state as the cleaner sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,15 +74,6 @@ pub(super) fn encode_clean_offset(offset: u64) -> [u8; 12] {
 
 pub(super) fn decode_clean_offset(bytes: &[u8]) -> Option<u64> {
     super::checkpoints::decode_high_watermark(bytes)
-}
-
-/// The path of one of a cleaned segment's files before its swap (`extension`: log, index,
-/// timeindex).
-pub(crate) fn cleaned_path(dir: &Path, base_offset: u64, extension: &str) -> PathBuf {
-    let mut name = file_name(base_offset, extension).into_os_string();
-    name.push(".");
-    name.push(CLEANED_SUFFIX);
-    dir.join(PathBuf::from(name))
 }
 
 /// The swap file's contents: each cleaned segment's (base, end) offsets, and a CRC.
@@ -545,12 +502,4 @@ impl<S: Storage> PartitionLog<S> {
             .and_then(|bytes| decode_clean_offset(bytes.as_slice()))
             .unwrap_or(0)
     }
-}
-
-/// A source segment as the clean read it: the swap goes ahead only if the log still has it so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SourceSummary {
-    pub base_offset: u64,
-    pub next_offset: u64,
-    pub size: u64,
 }

@@ -1,5 +1,5 @@
 //! Group commit as a sans-IO state machine: which written appends wait for which sync, and when
-//! the next sync starts. The log task ([`super::writer`]) drives it and runs the syncs.
+//! the next sync starts. The log task (the `writer` module) drives it and runs the syncs.
 //!
 //! Contract:
 //! - At most one sync is in flight. The appends written while it runs form the next group, which

@@ -22,6 +22,7 @@
 mod append;
 pub mod append_path;
 mod checkpoints;
+pub mod clean_plan;
 pub mod cleaner;
 pub mod compaction;
 mod config;
@@ -60,7 +61,8 @@ pub use self::append::{AppendInfo, AppendSource, PlacedBatches};
 pub use self::checkpoints::{
     EPOCH_FILE_NAME, HIGH_WATERMARK_FILE_NAME, PRODUCER_SNAPSHOT_FILE_NAME,
 };
-pub use self::compaction::{CLEANER_CHECKPOINT_FILE_NAME, CleanPlan, CompactionStatus, SwapReport};
+pub use self::clean_plan::CleanPlan;
+pub use self::compaction::{CLEANER_CHECKPOINT_FILE_NAME, CompactionStatus, SwapReport};
 pub use self::config::{
     CleanupPolicy, CompactionConfig, DIRECT_WRITE_MIN_BYTES, DirectWrites, FlushPolicy, LogConfig,
     PREALLOCATE_AHEAD_MIN_BYTES, PREALLOCATE_STEP_BYTES, SEGMENT_BYTES_MAX,
@@ -69,8 +71,18 @@ pub use self::error::LogError;
 pub use self::flush::{FlushJob, FlushOutcome};
 pub use self::housekeeping::RetentionReport;
 pub use self::read::{FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, Served};
-pub use self::recovery::RecoveryReport;
 pub use self::segment::SCAN_CHUNK_BYTES;
+
+/// What opening found and repaired.
+#[derive(Debug, Default, Clone)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    /// Bytes cut from torn or corrupt tails.
+    pub truncated_bytes: u64,
+    /// Segments deleted because they followed a damaged one.
+    pub dropped_segments: usize,
+    pub rebuilt_index_entries: usize,
+}
 
 pub struct PartitionLog<S: Storage> {
     storage: S,

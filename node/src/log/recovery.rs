@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use strata_wire::batch::BatchHeader;
 
+use super::RecoveryReport;
 use super::append_path::LargeAppends;
 use super::index::SegmentIndex;
 use super::producers::ProducerStates;
@@ -28,17 +29,6 @@ use super::segment::{Segment, parse_base_offset, read_whole};
 use super::tail_cache::{TAIL_CACHE_BYTES, TailCache};
 use crate::io::{Storage, StorageFile};
 use crate::replication::EpochCache;
-
-/// What opening found and repaired.
-#[derive(Debug, Default, Clone)]
-pub struct RecoveryReport {
-    pub segments: usize,
-    /// Bytes cut from torn or corrupt tails.
-    pub truncated_bytes: u64,
-    /// Segments deleted because they followed a damaged one.
-    pub dropped_segments: usize,
-    pub rebuilt_index_entries: usize,
-}
 
 fn check_config(config: &LogConfig) -> Result<(), LogError> {
     if config.segment_bytes == 0 || config.segment_bytes > SEGMENT_BYTES_MAX {

@@ -62,7 +62,7 @@ pub struct SharedSync {
     next_jobs: Cell<usize>,
     /// The round that started last, until it ends: the next one waits for it.
     running: RefCell<Option<Round>>,
-    /// Device writes in flight on this shard (as [`super::writer::WriterTuning::device_writes`]).
+    /// Device writes in flight on this shard (as the log task's `WriterTuning::device_writes`).
     device_writes: Option<Arc<tokio::sync::Semaphore>>,
     /// Where each `syncfs` takes its duration (µs): the shard's fsync histogram.
     latency_us: Option<Rc<RefCell<hdrhistogram::Histogram<u64>>>>,

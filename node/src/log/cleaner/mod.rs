@@ -10,7 +10,7 @@
 //!    and write each group as one cleaned segment keeping, of each key, the record the map
 //!    names, and tombstones until their delete horizon ([`rewrite`]); aborted transactions'
 //!    records go, and markers once their transaction holds nothing ([`transactions`]).
-//! 3. **swap**: the log swaps the cleaned segments in ([`crate::log::compaction`]).
+//! 3. **swap**: the log swaps the cleaned segments in (its `compaction` module).
 //!
 //! The map and the rewrite read segment files through handles the plan holds and write new
 //! files of their own; the log's task is busy only for the plan and the swap, never for the

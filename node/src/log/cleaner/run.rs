@@ -12,7 +12,7 @@ use super::rewrite::{CleanStats, CleanedSegment, Rules, SegmentWriter};
 use super::transactions::{AbortedRanges, EmptiedAbort, OngoingTxns};
 use crate::io::{ReadBuf, Storage, StorageFile};
 use crate::log::LogError;
-use crate::log::compaction::{CleanPlan, SourceSegment, SourceSummary, cleaned_path};
+use crate::log::clean_plan::{CleanPlan, SourceSegment, SourceSummary, cleaned_path};
 use crate::replication::RecoveryThrottle;
 
 /// How much of a segment one read takes.
