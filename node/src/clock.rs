@@ -77,6 +77,20 @@ impl Clock {
     pub async fn timeout<F: Future>(&self, duration: Duration, future: F) -> Option<F::Output> {
         tokio::time::timeout(duration, future).await.ok()
     }
+
+    /// `future`'s output, or `None` once `deadline` passed first.
+    pub async fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Option<F::Output> {
+        tokio::time::timeout_at(deadline.into(), future).await.ok()
+    }
+
+    /// Ticks every `period` on the runtime's clock, the first at once. A tick that comes late
+    /// (the thread was busy) moves the next ones back rather than firing the missed ones in a
+    /// burst.
+    pub fn ticks(&self, period: Duration) -> tokio::time::Interval {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    }
 }
 
 /// Where [`Clock::monotonic_us`] counts from: the system's monotonic clock at first use (a

@@ -125,6 +125,35 @@ fn the_replication_and_group_cores_are_sans_io() {
     }
 }
 
+/// The broker reads monotonic time and sets timers through its one time source, `Clock`
+/// (the runtime's clock, which a paused runtime makes virtual): no module goes around it,
+/// except where what is measured is this process's own real work.
+#[test]
+fn time_is_read_through_the_clock() {
+    // (file, uses allowed, why)
+    const REAL_TIME: &[(&str, usize, &str)] = &[
+        ("node/src/clock.rs", usize::MAX, "the seam itself"),
+        ("node/src/iotune.rs", usize::MAX, "a disk benchmark times the disk"),
+        ("node/src/io/uring.rs", usize::MAX, "the io_uring backend times its submissions"),
+        ("node/src/io/sim.rs", 1, "a simulated sync takes the runtime's time"),
+        ("node/src/log/shared_sync.rs", 1, "a syncfs's duration on the device"),
+        ("node/src/log/writer.rs", 1, "a sync's duration on the device"),
+        ("node/src/server/listener/quota.rs", 1, "CPU time inside a request's polls"),
+    ];
+    for (path, text) in sources_under("node/src") {
+        let text = without_tests(&text);
+        let uses = text.matches("tokio::time::").count() + text.matches("Instant::now()").count();
+        let allowed = REAL_TIME
+            .iter()
+            .find(|(allowed_path, _, _)| *allowed_path == path)
+            .map_or(0, |(_, allowed, _)| *allowed);
+        assert!(
+            uses <= allowed,
+            "{path} reads the time or sets a timer around the Clock {uses} times"
+        );
+    }
+}
+
 /// Replication's drivers run in the broker over QUIC and in the simulator over an in-memory
 /// network: they name no shard, no server module and no transport, only what they are given.
 #[test]

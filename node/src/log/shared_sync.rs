@@ -31,6 +31,8 @@ use futures_util::FutureExt;
 use futures_util::future::Shared;
 use tokio::sync::oneshot;
 
+use crate::clock::Clock;
+
 /// How long a round waits for more jobs after its first: rounds of a 1 s interval then serve
 /// the partitions that came due within this window together, for a bound on data at risk that
 /// grows by as much.
@@ -149,7 +151,8 @@ impl SharedSync {
     }
 
     async fn run_round(self: Rc<Self>) {
-        tokio::time::sleep(self.gather).await;
+        // The runtime's clock, the one every timer of the broker runs on.
+        Clock::SYSTEM.sleep(self.gather).await;
         let previous = self.running.borrow().clone();
         if let Some(previous) = previous {
             let _ = previous.await;

@@ -718,7 +718,7 @@ async fn run<S: Storage>(
             } => task.on_synced(outcome).await,
             _ = async {
                 match idle_flush_wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
+                    Some(wait) => task.clock.sleep(wait).await,
                     None => std::future::pending().await,
                 }
             } => {}

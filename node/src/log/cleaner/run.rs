@@ -1,8 +1,8 @@
 //! One clean's IO: read the plan's segments, build the key map, write the cleaned segments.
 
+use crate::clock::Clock;
 use std::io;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use strata_wire::batch::{Batch, BatchError, BatchHeader};
@@ -367,11 +367,13 @@ async fn write<F: StorageFile>(
 /// Waits until the shard's cleaner IO limit lets `bytes` more go.
 async fn pace(throttle: &mut Option<RecoveryThrottle>, bytes: u64) {
     if let Some(throttle) = throttle {
-        let delay = throttle.delay(Instant::now());
+        // The runtime's clock, the one its timers run on (virtual in a paused runtime).
+        let clock = Clock::SYSTEM;
+        let delay = throttle.delay(clock.now());
         if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+            clock.sleep(delay).await;
         }
-        throttle.charge(bytes, Instant::now());
+        throttle.charge(bytes, clock.now());
     }
 }
 

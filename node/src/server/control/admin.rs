@@ -2,6 +2,7 @@
 //! grown, reconfigured and reassigned, leaderships moved back, and a leader's own partition
 //! change. Each returns the answer; the caller announces the new state before sending it.
 
+use crate::clock::Clock;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -104,7 +105,8 @@ pub(super) async fn update_partition(
     tracing::warn!(%topic, partition = expected.partition, "partition change unanswered: {error}");
     let wanted = change.apply(expected);
     for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // The runtime's clock, the one every timer of the broker runs on.
+        Clock::SYSTEM.sleep(Duration::from_millis(250)).await;
         let topics = match coordinator.topics().await {
             Ok(topics) => topics,
             Err(_) => continue,

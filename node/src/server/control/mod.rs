@@ -116,7 +116,7 @@ fn run(
                             tracing::warn!(
                                 "the coordinator is not reachable yet ({error}); retrying"
                             );
-                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            config.clock.sleep(Duration::from_millis(500)).await;
                         }
                         Err(error) => {
                             let _ = ready.send(Err(format!("opening the coordinator: {error}")));
@@ -173,7 +173,8 @@ async fn serve<C: Coordinator>(
     };
     // Other brokers change the cluster too: a watch on the cluster's keys wakes this loop on
     // every change. The tick checks the lease and the election between changes.
-    let mut ticks = tokio::time::interval(TICK);
+    let clock = control.config.clock;
+    let mut ticks = clock.ticks(TICK);
     loop {
         tokio::select! {
             message = mailbox.recv() => {
@@ -187,7 +188,7 @@ async fn serve<C: Coordinator>(
                     _ = ticks.tick() => false,
                     Some(()) = watched.recv() => {
                         // Coalesce a burst of events into one re-read.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        clock.sleep(Duration::from_millis(20)).await;
                         while watched.try_recv().is_ok() {}
                         true
                     }
@@ -437,7 +438,7 @@ async fn register(
                 tracing::info!(
                     "broker id {id} is still registered (a previous run's lease?); waiting for it to expire"
                 );
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                config.clock.sleep(Duration::from_millis(250)).await;
             }
             result => return result,
         }

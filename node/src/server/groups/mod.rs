@@ -127,7 +127,7 @@ pub fn start(
                                 Ok(store) => break store,
                                 Err(error) => {
                                     tracing::warn!("group store not reachable yet: {error}");
-                                    tokio::time::sleep(Duration::from_millis(500)).await;
+                                    config.clock.sleep(Duration::from_millis(500)).await;
                                 }
                             }
                         };
@@ -199,10 +199,9 @@ async fn serve<S: GroupStore>(
     };
     // What a former coordinator of this broker's transactional ids decided is finished here.
     manager.take_over_txns().await;
-    let mut ticks = tokio::time::interval(Duration::from_millis(100));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut lag_ticks = tokio::time::interval(LAG_REFRESH);
-    lag_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let clock = manager.config.clock;
+    let mut ticks = clock.ticks(Duration::from_millis(100));
+    let mut lag_ticks = clock.ticks(LAG_REFRESH);
     let mut lag_refresh: Option<tokio::task::JoinHandle<()>> = None;
     // Expired offsets are looked for a few times per retention, at most every minute.
     let expiry_period = manager
@@ -211,8 +210,7 @@ async fn serve<S: GroupStore>(
         .map_or(Duration::from_secs(3600), |retention| {
             (retention / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
         });
-    let mut expiry_ticks = tokio::time::interval(expiry_period);
-    expiry_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut expiry_ticks = clock.ticks(expiry_period);
     loop {
         tokio::select! {
             message = mailbox.recv() => {

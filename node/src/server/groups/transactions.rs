@@ -308,7 +308,13 @@ impl<S: GroupStore> GroupManager<S> {
             let Some(shard) = self.shards.first().cloned() else {
                 return;
             };
-            tokio::spawn(write_markers(markers, shard, self.own_mailbox.clone()));
+            let clock = self.config.clock;
+            tokio::spawn(write_markers(
+                markers,
+                shard,
+                self.own_mailbox.clone(),
+                clock,
+            ));
         }
     }
 
@@ -579,6 +585,7 @@ async fn write_markers(
     markers: WriteMarkers,
     shard: tokio::sync::mpsc::UnboundedSender<ShardMessage>,
     groups: tokio::sync::mpsc::WeakUnboundedSender<GroupMessage>,
+    clock: crate::clock::Clock,
 ) {
     let mut by_topic: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
     for partition in &markers.partitions {
@@ -630,7 +637,7 @@ async fn write_markers(
         Err(_) => false,
     };
     if !written {
-        tokio::time::sleep(MARKER_RETRY).await;
+        clock.sleep(MARKER_RETRY).await;
     }
     let Some(groups) = groups.upgrade() else {
         return;

@@ -38,7 +38,7 @@ pub fn start(
             runtime.block_on(async move {
                 let listener =
                     tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-                let started = std::time::Instant::now();
+                let started = config.clock.now();
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
@@ -230,9 +230,10 @@ async fn health(
     for (index, shard) in shards.iter().enumerate() {
         let (reply, answer) = oneshot::channel();
         let answered = if shard.send(ShardMessage::View { reply }).is_ok() {
-            tokio::time::timeout(std::time::Duration::from_secs(2), answer)
+            config
+                .clock
+                .timeout(std::time::Duration::from_secs(2), answer)
                 .await
-                .ok()
                 .and_then(Result::ok)
         } else {
             None

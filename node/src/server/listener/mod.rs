@@ -361,7 +361,8 @@ pub(super) fn accept<P: Protocol>(
                 }
                 Err(error) => {
                     tracing::warn!(shard = shard.context.index, "accept failed: {error}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    let clock = shard.context.config.clock;
+                    clock.sleep(std::time::Duration::from_millis(10)).await;
                 }
             }
         }
@@ -420,9 +421,13 @@ async fn serve<P: Protocol>(
         let (reader, writer) = stream.into_split();
         return drive::<P, _, _>(shard, endpoint, client, reader, writer).await;
     };
-    let acceptor = tls.acceptor(shard.context.config.clock.now());
-    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => {
+    let clock = shard.context.config.clock;
+    let acceptor = tls.acceptor(clock.now());
+    match clock
+        .timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+    {
+        Some(Ok(stream)) => {
             if let Some(principal) =
                 tls::certificate_principal(stream.get_ref().1.peer_certificates())
             {
@@ -431,10 +436,10 @@ async fn serve<P: Protocol>(
             let (reader, writer) = tokio::io::split(stream);
             drive::<P, _, _>(shard, endpoint, client, reader, writer).await
         }
-        Ok(Err(error)) => {
+        Some(Err(error)) => {
             tracing::warn!(%peer, protocol = P::NAME, listener = %endpoint.spec, "TLS handshake failed: {error}");
         }
-        Err(_) => {
+        None => {
             tracing::warn!(%peer, protocol = P::NAME, listener = %endpoint.spec, "TLS handshake not finished in {TLS_HANDSHAKE_TIMEOUT:?}");
         }
     }

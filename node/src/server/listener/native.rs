@@ -259,7 +259,7 @@ async fn serve_under_quotas(
         let wait = charge.throttle(QuotaKey::ConsumerByteRate, now);
         if !wait.is_zero() {
             charge.hold(QuotaKey::ConsumerByteRate, wait, now);
-            tokio::time::sleep(wait).await;
+            shard.context.config.clock.sleep(wait).await;
             let empty = strata_wire::protocol::FetchResponse {
                 topics: Vec::new(),
                 stability: Default::default(),

@@ -37,7 +37,7 @@ impl Muted {
         if let Some(until) = self.0.take() {
             let now = clock.now();
             if until > now {
-                tokio::time::sleep(until - now).await;
+                clock.sleep(until - now).await;
             }
         }
     }

@@ -313,7 +313,7 @@ pub(super) async fn step(
             endpoint
                 .auth
                 .log_failure(clock.now(), client.peer, mechanism, user.as_deref(), &why);
-            tokio::time::sleep(security.failed_authentication_delay).await;
+            clock.sleep(security.failed_authentication_delay).await;
             Step::Failed { mechanism, why }
         }
         TokenOutcome::CheckPassword { .. } => unreachable!("the password check was made above"),

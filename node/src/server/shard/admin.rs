@@ -182,7 +182,8 @@ impl Shard {
     ) -> Result<(), ErrorCode> {
         const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
         let key = (topic.to_string(), partition);
-        let deadline = std::time::Instant::now() + PATIENCE;
+        let clock = self.clock();
+        let deadline = clock.now() + PATIENCE;
         loop {
             let low_watermark = match self.partitions.borrow().get(&key).map(|p| &p.role) {
                 Some(Role::Leader(leader)) => leader.in_sync_log_start(log_start),
@@ -191,10 +192,10 @@ impl Shard {
             if low_watermark >= log_start {
                 return Ok(());
             }
-            if std::time::Instant::now() >= deadline {
+            if clock.now() >= deadline {
                 return Err(ErrorCode::RequestTimedOut);
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            clock.sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 

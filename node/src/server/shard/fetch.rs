@@ -24,7 +24,7 @@ impl Shard {
         delivery: Delivery,
     ) -> FetchResponse {
         let deadline =
-            Instant::now() + std::time::Duration::from_millis(u64::from(request.max_wait_ms));
+            self.clock().now() + std::time::Duration::from_millis(u64::from(request.max_wait_ms));
         let min_bytes = request.min_bytes as usize;
         // One pass that does not wait; if it found less than min_bytes, wait on every empty
         // partition until the first one has data or the deadline passes.
@@ -228,7 +228,7 @@ impl Shard {
         read_committed: bool,
     ) -> Fetched {
         let index = partition.partition;
-        let started = Instant::now();
+        let started = self.clock().now();
         let offset = partition.fetch_offset;
         let (log, readable) = loop {
             let Some((log, high_watermark, committed)) = self.leader_view(topic, index) else {
@@ -269,10 +269,7 @@ impl Shard {
             }
             match deadline {
                 Some(deadline) if offset >= readable.end => {
-                    if tokio::time::timeout_at(deadline.into(), advanced)
-                        .await
-                        .is_err()
-                    {
+                    if self.clock().timeout_at(deadline, advanced).await.is_none() {
                         break (log, readable);
                     }
                 }

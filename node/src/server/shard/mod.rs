@@ -148,7 +148,7 @@ pub fn run(
         let recovery_throttle =
             RefCell::new(context.config.replica_recovery_bytes_per_sec.map(|rate| {
                 let share = RecoveryThrottle::shard_share(rate, shards);
-                RecoveryThrottle::new(share, std::time::Instant::now())
+                RecoveryThrottle::new(share, context.config.clock.now())
             }));
         let tail_caches = TailCaches::new(
             usize::try_from(context.config.tail_cache_bytes / shards as u64).unwrap_or(usize::MAX),
@@ -515,7 +515,7 @@ impl Shard {
     /// Asks this shard's mailbox to open what it could not, every few seconds while there is
     /// any (cluster views come only with changes).
     pub(super) async fn retry_unopened_ticks(self: Rc<Self>) {
-        let mut interval = tokio::time::interval(UNOPENED_RETRY);
+        let mut interval = self.clock().ticks(UNOPENED_RETRY);
         interval.tick().await;
         loop {
             interval.tick().await;
@@ -541,8 +541,7 @@ impl Shard {
     /// second while they use any, so each shard holds a client to its quota for the whole
     /// broker (see [`crate::quota`]).
     pub(super) async fn quota_ticks(self: Rc<Self>) {
-        let mut interval = tokio::time::interval(QUOTA_REPORT_INTERVAL);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut interval = self.clock().ticks(QUOTA_REPORT_INTERVAL);
         loop {
             interval.tick().await;
             let reports = self

@@ -2,7 +2,6 @@
 //! owner), each answered once its acks level is met.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use strata_wire::batch::BatchError;
@@ -144,7 +143,7 @@ impl Shard {
                 return produce_error(partition, replica::ack_error_code(error)).into();
             }
         }
-        let started = Instant::now();
+        let started = self.clock().now();
         let appended = log
             .append_from(records, leader_epoch, source, terms.answer)
             .await;
@@ -218,10 +217,10 @@ impl Shard {
         };
         if let Some(answer) = committed {
             let timeout = std::time::Duration::from_millis(u64::from(timeout_ms.max(1)));
-            let outcome = match tokio::time::timeout(timeout, answer).await {
-                Ok(Ok(outcome)) => outcome.map_err(replica::ack_error_code),
-                Ok(Err(_)) => Err(ErrorCode::NotLeader),
-                Err(_) => Err(ErrorCode::RequestTimedOut),
+            let outcome = match self.clock().timeout(timeout, answer).await {
+                Some(Ok(outcome)) => outcome.map_err(replica::ack_error_code),
+                Some(Err(_)) => Err(ErrorCode::NotLeader),
+                None => Err(ErrorCode::RequestTimedOut),
             };
             if let Err(error) = outcome {
                 self.metrics.produce_failed(topic);

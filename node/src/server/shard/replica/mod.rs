@@ -313,8 +313,9 @@ impl Shard {
     /// leader never deletes what a follower in the ISR may still fetch, nor what consumers
     /// have not been allowed to see.
     pub(in crate::server) async fn retention_ticks(self: Rc<Self>) {
-        let mut interval = tokio::time::interval(self.context.config.retention_check_interval);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut interval = self
+            .clock()
+            .ticks(self.context.config.retention_check_interval);
         // The first tick is immediate; a node just started has nothing new to expire.
         interval.tick().await;
         loop {
@@ -343,8 +344,7 @@ impl Shard {
     /// One key map serves every clean of the shard: its memory is the shard's whole budget.
     pub(in crate::server) async fn cleaner_ticks(self: Rc<Self>) {
         let config = self.context.config.cleaner.clone();
-        let mut interval = tokio::time::interval(config.check_interval);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut interval = self.clock().ticks(config.check_interval);
         let shards = self.context.config.shards.max(1);
         let mut resources: Option<CleanerResources> = None;
         loop {
@@ -367,9 +367,9 @@ impl Shard {
                 RecoveryThrottle::retune(
                     &mut lent.throttle,
                     rate.map(|rate| RecoveryThrottle::shard_share(rate, shards)),
-                    std::time::Instant::now(),
+                    self.clock().now(),
                 );
-                let started = std::time::Instant::now();
+                let started = self.clock().now();
                 let answer = match log.clean(high_watermark, lent).await {
                     Ok(answer) => answer,
                     // The log task stopped (the replica was closed): its resources went with it.
@@ -415,7 +415,7 @@ impl Shard {
     /// Every shard's replication clock: lagging followers leave the ISR, high watermarks are
     /// checkpointed.
     pub(in crate::server) async fn replication_ticks(self: Rc<Self>) {
-        let mut interval = tokio::time::interval(TICK);
+        let mut interval = self.clock().ticks(TICK);
         loop {
             interval.tick().await;
             let now = self.clock().monotonic_ms();
