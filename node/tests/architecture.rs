@@ -133,12 +133,36 @@ fn time_is_read_through_the_clock() {
     // (file, uses allowed, why)
     const REAL_TIME: &[(&str, usize, &str)] = &[
         ("node/src/clock.rs", usize::MAX, "the seam itself"),
-        ("node/src/iotune.rs", usize::MAX, "a disk benchmark times the disk"),
-        ("node/src/io/uring.rs", usize::MAX, "the io_uring backend times its submissions"),
-        ("node/src/io/sim.rs", 1, "a simulated sync takes the runtime's time"),
-        ("node/src/log/shared_sync.rs", 1, "a syncfs's duration on the device"),
-        ("node/src/log/writer.rs", 1, "a sync's duration on the device"),
-        ("node/src/server/listener/quota.rs", 1, "CPU time inside a request's polls"),
+        (
+            "node/src/iotune.rs",
+            usize::MAX,
+            "a disk benchmark times the disk",
+        ),
+        (
+            "node/src/io/uring.rs",
+            usize::MAX,
+            "the io_uring backend times its submissions",
+        ),
+        (
+            "node/src/io/sim.rs",
+            1,
+            "a simulated sync takes the runtime's time",
+        ),
+        (
+            "node/src/log/shared_sync.rs",
+            1,
+            "a syncfs's duration on the device",
+        ),
+        (
+            "node/src/log/writer.rs",
+            1,
+            "a sync's duration on the device",
+        ),
+        (
+            "node/src/server/listener/quota.rs",
+            1,
+            "CPU time inside a request's polls",
+        ),
     ];
     for (path, text) in sources_under("node/src") {
         let text = without_tests(&text);

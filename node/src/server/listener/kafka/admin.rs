@@ -25,9 +25,12 @@ use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
 use strata_coordinator::broker_configs::BrokerScope;
 
+use super::encoded;
 use crate::server::broker_config::{DynamicSettings, check_topic_settings};
+use crate::server::listener::Outcome;
+use strata_kafka::frame::{Header, KafkaRequest};
 
-pub(super) async fn create_topics(
+async fn create_topics(
     shard: &Rc<Shard>,
     client: &Client,
     request: CreateTopicsRequest,
@@ -194,7 +197,7 @@ fn check_alter(
     }
 }
 
-pub(super) async fn delete_topics(
+async fn delete_topics(
     shard: &Rc<Shard>,
     client: &Client,
     version: i16,
@@ -221,7 +224,7 @@ pub(super) async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(results)
 }
 
-pub(super) async fn create_partitions(
+async fn create_partitions(
     shard: &Rc<Shard>,
     client: &Client,
     request: CreatePartitionsRequest,
@@ -250,7 +253,7 @@ pub(super) async fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
-pub(super) async fn list_groups(
+async fn list_groups(
     shard: &Rc<Shard>,
     client: &Client,
     request: ListGroupsRequest,
@@ -293,7 +296,7 @@ pub(super) async fn list_groups(
     }
 }
 
-pub(super) async fn describe_groups(
+async fn describe_groups(
     shard: &Rc<Shard>,
     client: &Client,
     request: DescribeGroupsRequest,
@@ -362,7 +365,7 @@ async fn alter(
     admin::alter_outcome(altered)
 }
 
-pub(super) async fn describe_configs(
+async fn describe_configs(
     shard: &Rc<Shard>,
     client: &Client,
     request: DescribeConfigsRequest,
@@ -503,7 +506,7 @@ async fn alter_broker_configs(
     )
 }
 
-pub(super) async fn incremental_alter_configs(
+async fn incremental_alter_configs(
     shard: &Rc<Shard>,
     client: &Client,
     request: IncrementalAlterConfigsRequest,
@@ -574,7 +577,7 @@ pub(super) async fn incremental_alter_configs(
 }
 
 /// The legacy AlterConfigs: each resource's settings replace the topic's overrides.
-pub(super) async fn alter_configs(
+async fn alter_configs(
     shard: &Rc<Shard>,
     client: &Client,
     request: AlterConfigsRequest,
@@ -636,7 +639,7 @@ pub(super) async fn alter_configs(
 
 /// Deletes groups without members, with their committed offsets (the native DeleteGroup:
 /// NON_EMPTY_GROUP while a group has members, GROUP_ID_NOT_FOUND for one never seen).
-pub(super) async fn delete_groups(
+async fn delete_groups(
     shard: &Rc<Shard>,
     client: &Client,
     request: DeleteGroupsRequest,
@@ -671,7 +674,7 @@ pub(super) async fn delete_groups(
 /// OffsetDelete: Delete on the group, Read on each topic (a topic refused is
 /// TOPIC_AUTHORIZATION_FAILED, the rest go on), then the group's coordinator forgets the
 /// offsets of partitions its members do not read.
-pub(super) async fn offset_delete(
+async fn offset_delete(
     shard: &Rc<Shard>,
     client: &Client,
     request: OffsetDeleteRequest,
@@ -740,4 +743,49 @@ pub(super) async fn offset_delete(
         }
     }
     OffsetDeleteResponse::default().with_topics(topics)
+}
+
+/// Answers a topic, config or group administration request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    let version = header.api_version;
+    match request {
+        KafkaRequest::CreateTopics(request) => {
+            encoded(&header, create_topics(shard, client, request).await)
+        }
+        KafkaRequest::DeleteTopics(request) => encoded(
+            &header,
+            delete_topics(shard, client, version, request).await,
+        ),
+        KafkaRequest::CreatePartitions(request) => {
+            encoded(&header, create_partitions(shard, client, request).await)
+        }
+        KafkaRequest::DescribeConfigs(request) => {
+            encoded(&header, describe_configs(shard, client, request).await)
+        }
+        KafkaRequest::AlterConfigs(request) => {
+            encoded(&header, alter_configs(shard, client, request).await)
+        }
+        KafkaRequest::IncrementalAlterConfigs(request) => encoded(
+            &header,
+            incremental_alter_configs(shard, client, request).await,
+        ),
+        KafkaRequest::ListGroups(request) => {
+            encoded(&header, list_groups(shard, client, request).await)
+        }
+        KafkaRequest::DescribeGroups(request) => {
+            encoded(&header, describe_groups(shard, client, request).await)
+        }
+        KafkaRequest::DeleteGroups(request) => {
+            encoded(&header, delete_groups(shard, client, request).await)
+        }
+        KafkaRequest::OffsetDelete(request) => {
+            encoded(&header, offset_delete(shard, client, request).await)
+        }
+        _ => unreachable!("only the administration APIs come here"),
+    }
 }

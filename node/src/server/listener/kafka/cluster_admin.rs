@@ -37,16 +37,19 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::text;
 use strata_wire::protocol::{self as native, Appended, ErrorCode, Request, Response};
 
+use super::encoded;
 use super::{authorize, kafka_brokers, native};
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::shard::Shard;
+use strata_kafka::frame::{Header, KafkaRequest};
 
 /// Kafka's "authorized operations not asked for".
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
 /// The brokers with a Kafka listener of the client's kind, the controller (-1 when it has
 /// none) and the cluster id.
-pub(super) fn describe_cluster(
+fn describe_cluster(
     shard: &Shard,
     client: &Client,
     request: DescribeClusterRequest,
@@ -86,7 +89,7 @@ pub(super) fn describe_cluster(
 /// Topics' partitions (all topics the client may Describe when none are named), in name and
 /// partition order, at most `response_partition_limit` of them from the request's cursor on;
 /// a cursor to the next one when some are left.
-pub(super) fn describe_topic_partitions(
+fn describe_topic_partitions(
     shard: &Shard,
     client: &Client,
     request: DescribeTopicPartitionsRequest,
@@ -192,7 +195,7 @@ pub(super) fn describe_topic_partitions(
 
 /// The reassignments under way (of the named partitions, or all): each partition's replicas,
 /// and which of them are being added and removed.
-pub(super) fn list_partition_reassignments(
+fn list_partition_reassignments(
     shard: &Shard,
     client: &Client,
     request: ListPartitionReassignmentsRequest,
@@ -246,7 +249,7 @@ pub(super) fn list_partition_reassignments(
 /// Starts (or, with no replicas, cancels) each partition's reassignment, as `strata topic
 /// reassign` does. Before version 1 and when the client does not allow it, a target of
 /// another size than the partition's replica set is refused, as Kafka refuses it.
-pub(super) async fn alter_partition_reassignments(
+async fn alter_partition_reassignments(
     shard: &Rc<Shard>,
     client: &Client,
     request: AlterPartitionReassignmentsRequest,
@@ -342,7 +345,7 @@ async fn reassign_one(
 
 /// Preferred (type 0) or unclean (type 1) elections of the named partitions, or of every
 /// partition when none are named (then only those that moved or could not are reported).
-pub(super) async fn elect_leaders(
+async fn elect_leaders(
     shard: &Rc<Shard>,
     client: &Client,
     version: i16,
@@ -423,4 +426,37 @@ pub(super) async fn elect_leaders(
             })
             .collect(),
     )
+}
+
+/// Answers a cluster administration request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::DescribeCluster(request) => {
+            encoded(&header, describe_cluster(shard, client, request))
+        }
+        KafkaRequest::DescribeTopicPartitions(request) => {
+            encoded(&header, describe_topic_partitions(shard, client, request))
+        }
+        KafkaRequest::ListPartitionReassignments(request) => encoded(
+            &header,
+            list_partition_reassignments(shard, client, request),
+        ),
+        KafkaRequest::AlterPartitionReassignments(request) => encoded(
+            &header,
+            alter_partition_reassignments(shard, client, request).await,
+        ),
+        KafkaRequest::ElectLeaders(request) => {
+            let version = header.api_version;
+            encoded(
+                &header,
+                elect_leaders(shard, client, version, request).await,
+            )
+        }
+        _ => unreachable!("only the cluster administration APIs come here"),
+    }
 }

@@ -22,13 +22,17 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::text;
 
 use super::authorize;
+use super::encoded;
 use super::groups::ask;
 use crate::group::{GroupState, TopicPartition};
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::messages::{
     ConsumerHeartbeat, ConsumerRefusal, KafkaGroupAnswer, KafkaGroupRequest,
 };
 use crate::server::shard::Shard;
+use std::rc::Rc;
+use strata_kafka::frame::{Header, KafkaRequest};
 
 /// Kafka's ConsumerGroupDescribe member type of a member speaking KIP-848's protocol.
 const CONSUMER_MEMBER: i8 = 1;
@@ -36,7 +40,7 @@ const CONSUMER_MEMBER: i8 = 1;
 /// Authorized operations not asked for (Kafka's `-2147483648`).
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
-pub(super) async fn consumer_group_heartbeat(
+async fn consumer_group_heartbeat(
     shard: &Shard,
     client: &Client,
     client_id: &str,
@@ -138,7 +142,7 @@ pub(super) async fn consumer_group_heartbeat(
     }
 }
 
-pub(super) async fn consumer_group_describe(
+async fn consumer_group_describe(
     shard: &Shard,
     client: &Client,
     request: ConsumerGroupDescribeRequest,
@@ -281,4 +285,25 @@ fn named_partitions(
         }
     }
     named
+}
+
+/// Answers a KIP-848 consumer group API request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::ConsumerGroupHeartbeat(request) => {
+            let client_id = header.client_id.clone();
+            let answer = consumer_group_heartbeat(shard, client, &client_id, request).await;
+            encoded(&header, answer)
+        }
+        KafkaRequest::ConsumerGroupDescribe(request) => encoded(
+            &header,
+            consumer_group_describe(shard, client, request).await,
+        ),
+        _ => unreachable!("only the consumer group APIs come here"),
+    }
 }

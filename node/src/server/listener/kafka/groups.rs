@@ -29,12 +29,15 @@ use strata_kafka::text;
 use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
 use tokio::sync::oneshot;
 
+use super::encoded;
 use super::{authorize, native};
 use crate::group::classic::{ClassicError, JoinRequest};
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::messages::{GroupMessage, KafkaGroupAnswer, KafkaGroupError, KafkaGroupRequest};
 use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
+use strata_kafka::frame::KafkaRequest;
 
 /// FindCoordinator's key types: a consumer group's, a transactional id's.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -71,7 +74,7 @@ pub(super) async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<Kaf
 }
 
 /// Where a group's coordinator takes Kafka clients: its broker's Kafka listener.
-pub(super) async fn find_coordinator(
+async fn find_coordinator(
     shard: &Rc<Shard>,
     client: &Client,
     header: &Header,
@@ -147,7 +150,7 @@ pub(super) async fn find_coordinator(
         .with_port(only.port)
 }
 
-pub(super) async fn join(
+async fn join(
     shard: &Rc<Shard>,
     header: &Header,
     request: JoinGroupRequest,
@@ -211,7 +214,7 @@ pub(super) async fn join(
     }
 }
 
-pub(super) async fn sync(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGroupResponse {
+async fn sync(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGroupResponse {
     let sync = KafkaGroupRequest::Sync {
         group: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
@@ -235,7 +238,7 @@ pub(super) async fn sync(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGr
     }
 }
 
-pub(super) async fn heartbeat(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {
+async fn heartbeat(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {
     let beat = KafkaGroupRequest::Heartbeat {
         group: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
@@ -250,7 +253,7 @@ pub(super) async fn heartbeat(shard: &Rc<Shard>, request: HeartbeatRequest) -> H
     HeartbeatResponse::default().with_error_code(error)
 }
 
-pub(super) async fn leave(
+async fn leave(
     shard: &Rc<Shard>,
     header: &Header,
     request: LeaveGroupRequest,
@@ -305,7 +308,7 @@ pub(super) async fn leave(
 /// UNKNOWN_TOPIC_OR_PARTITION and not committed, as Kafka's brokers answer it (retriable: a
 /// topic just created may not have reached this broker's view yet); the rest share the
 /// commit's outcome.
-pub(super) async fn commit(
+async fn commit(
     shard: &Rc<Shard>,
     client: &Client,
     request: OffsetCommitRequest,
@@ -417,7 +420,7 @@ pub(super) async fn commit(
     )
 }
 
-pub(super) async fn fetch_offsets(
+async fn fetch_offsets(
     shard: &Rc<Shard>,
     client: &Client,
     request: OffsetFetchRequest,
@@ -505,4 +508,63 @@ pub(super) async fn fetch_offsets(
     OffsetFetchResponse::default()
         .with_error_code(error)
         .with_topics(topics)
+}
+
+/// Answers a classic group API request (and FindCoordinator, which finds any coordinator).
+/// A member's requests need Read on its group.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    let may_read = |group: &str| authorize::group(shard, client, Operation::Read, group);
+    let refused = errors::GROUP_AUTHORIZATION_FAILED;
+    match request {
+        KafkaRequest::FindCoordinator(request) => encoded(
+            &header,
+            find_coordinator(shard, client, &header, request).await,
+        ),
+        KafkaRequest::JoinGroup(request) => {
+            if !may_read(&request.group_id) {
+                let response = JoinGroupResponse::default().with_generation_id(-1);
+                return encoded(&header, response.with_error_code(refused));
+            }
+            encoded(&header, join(shard, &header, request).await)
+        }
+        KafkaRequest::SyncGroup(request) => {
+            if !may_read(&request.group_id) {
+                return encoded(
+                    &header,
+                    SyncGroupResponse::default().with_error_code(refused),
+                );
+            }
+            encoded(&header, sync(shard, request).await)
+        }
+        KafkaRequest::Heartbeat(request) => {
+            if !may_read(&request.group_id) {
+                return encoded(
+                    &header,
+                    HeartbeatResponse::default().with_error_code(refused),
+                );
+            }
+            encoded(&header, heartbeat(shard, request).await)
+        }
+        KafkaRequest::LeaveGroup(request) => {
+            if !may_read(&request.group_id) {
+                return encoded(
+                    &header,
+                    LeaveGroupResponse::default().with_error_code(refused),
+                );
+            }
+            encoded(&header, leave(shard, &header, request).await)
+        }
+        KafkaRequest::OffsetCommit(request) => {
+            encoded(&header, commit(shard, client, request).await)
+        }
+        KafkaRequest::OffsetFetch(request) => {
+            encoded(&header, fetch_offsets(shard, client, request).await)
+        }
+        _ => unreachable!("only the classic group APIs come here"),
+    }
 }

@@ -1,6 +1,12 @@
 //! The Kafka listener (DESIGN §11): existing Kafka clients produce, fetch, list offsets,
-//! consume in groups (`groups.rs`) and administer topics (`admin.rs`) through Kafka's own
-//! protocol.
+//! consume in groups and administer the cluster through Kafka's own protocol.
+//!
+//! One handler per API family, each with its authorization inside (as Redpanda's
+//! `kafka/server/handlers/`): `data` (Metadata, Produce, Fetch, ListOffsets), `groups` (classic
+//! groups, offsets, FindCoordinator), `consumer_groups` (KIP-848), `transactions` (with
+//! InitProducerId), `admin` (topics, configs, groups), `cluster_admin`, `partition_admin`,
+//! `security_admin` (ACLs, SCRAM) and `quotas`. This module is the protocol around them:
+//! decoding, authentication, quotas, and the dispatch to a family (`serve_request`).
 //!
 //! Each shard accepts on the Kafka address (SO_REUSEPORT, like the shared client port). A
 //! request is decoded (`strata_kafka::frame`), translated into the native request
@@ -21,14 +27,10 @@
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use strata_auth::acl::Operation;
 use strata_coordinator::quotas::QuotaKey;
 use strata_kafka::errors;
 use strata_kafka::frame::{self, Header, KafkaRequest, Rejected};
-use strata_kafka::kafka_protocol::messages::{
-    ApiKey, FetchResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    SyncGroupResponse, TopicName,
-};
+use strata_kafka::kafka_protocol::messages::ApiKey;
 use strata_kafka::translate::{self, KafkaBroker};
 use strata_wire::protocol::{ErrorCode, Request, Response};
 use tokio::task::JoinHandle;
@@ -37,6 +39,7 @@ mod admin;
 mod authorize;
 mod cluster_admin;
 mod consumer_groups;
+mod data;
 mod groups;
 mod partition_admin;
 mod quotas;
@@ -46,7 +49,6 @@ mod transactions;
 use super::quota;
 use super::sasl::{self, SaslSession};
 use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol};
-use crate::server::messages::Delivery;
 use crate::server::shard::Shard;
 
 /// Binds each Kafka listener (every shard, SO_REUSEPORT).
@@ -377,8 +379,8 @@ fn millis(wait: std::time::Duration) -> i32 {
     i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
 }
 
-/// Runs a request through the native handler and answers it in Kafka's terms; `None` when no
-/// answer is due (acks=0).
+/// Runs a request through its API family's handler, which checks the client's authorization and
+/// answers in Kafka's terms (an `acks=0` produce gets no answer).
 async fn serve_request(
     shard: &Rc<Shard>,
     client: &Client,
@@ -386,694 +388,62 @@ async fn serve_request(
     header: Header,
     request: KafkaRequest,
 ) -> Outcome {
+    use KafkaRequest as K;
     match request {
-        KafkaRequest::ApiVersions(_) => {
-            encoded(&header, translate::api_versions_response(errors::NONE))
-        }
-        KafkaRequest::Metadata(request) => metadata(shard, client, header, request).await,
-        KafkaRequest::Produce(request) => produce(shard, client, header, request).await,
-        KafkaRequest::Fetch(request) => fetch(shard, client, charge, header, request).await,
-        KafkaRequest::ListOffsets(request) => list_offsets(shard, client, header, request).await,
-        request @ (KafkaRequest::AddPartitionsToTxn(_)
-        | KafkaRequest::AddOffsetsToTxn(_)
-        | KafkaRequest::EndTxn(_)
-        | KafkaRequest::TxnOffsetCommit(_)
-        | KafkaRequest::DescribeTransactions(_)
-        | KafkaRequest::ListTransactions(_)) => {
-            respond_transactions(shard, client, header, request).await
-        }
-        KafkaRequest::InitProducerId(request) => {
-            init_producer_id(shard, client, header, request).await
-        }
-        KafkaRequest::FindCoordinator(request) => encoded(
-            &header,
-            groups::find_coordinator(shard, client, &header, request).await,
-        ),
-        KafkaRequest::JoinGroup(request) => {
-            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
-                let refused = JoinGroupResponse::default()
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
-                    .with_generation_id(-1);
-                return encoded(&header, refused);
-            }
-            encoded(&header, groups::join(shard, &header, request).await)
-        }
-        KafkaRequest::SyncGroup(request) => {
-            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
-                let refused = SyncGroupResponse::default()
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, refused);
-            }
-            encoded(&header, groups::sync(shard, request).await)
-        }
-        KafkaRequest::Heartbeat(request) => {
-            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
-                let refused = HeartbeatResponse::default()
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, refused);
-            }
-            encoded(&header, groups::heartbeat(shard, request).await)
-        }
-        KafkaRequest::LeaveGroup(request) => {
-            if !authorize::group(shard, client, Operation::Read, &request.group_id) {
-                let refused = LeaveGroupResponse::default()
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-                return encoded(&header, refused);
-            }
-            encoded(&header, groups::leave(shard, &header, request).await)
-        }
-        KafkaRequest::OffsetCommit(request) => {
-            encoded(&header, groups::commit(shard, client, request).await)
-        }
-        KafkaRequest::ConsumerGroupHeartbeat(request) => {
-            let client_id = header.client_id.clone();
-            encoded(
-                &header,
-                consumer_groups::consumer_group_heartbeat(shard, client, &client_id, request).await,
-            )
-        }
-        KafkaRequest::ConsumerGroupDescribe(request) => encoded(
-            &header,
-            consumer_groups::consumer_group_describe(shard, client, request).await,
-        ),
-        KafkaRequest::OffsetFetch(request) => {
-            encoded(&header, groups::fetch_offsets(shard, client, request).await)
-        }
-        KafkaRequest::ListGroups(request) => {
-            encoded(&header, admin::list_groups(shard, client, request).await)
-        }
-        KafkaRequest::DeleteGroups(request) => {
-            encoded(&header, admin::delete_groups(shard, client, request).await)
-        }
-        KafkaRequest::DescribeGroups(request) => encoded(
-            &header,
-            admin::describe_groups(shard, client, request).await,
-        ),
-        KafkaRequest::CreateTopics(request) => {
-            encoded(&header, admin::create_topics(shard, client, request).await)
-        }
-        KafkaRequest::DeleteTopics(request) => {
-            let version = header.api_version;
-            encoded(
-                &header,
-                admin::delete_topics(shard, client, version, request).await,
-            )
-        }
-        KafkaRequest::CreatePartitions(request) => encoded(
-            &header,
-            admin::create_partitions(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeConfigs(request) => encoded(
-            &header,
-            admin::describe_configs(shard, client, request).await,
-        ),
-        KafkaRequest::AlterConfigs(request) => {
-            encoded(&header, admin::alter_configs(shard, client, request).await)
-        }
-        KafkaRequest::IncrementalAlterConfigs(request) => encoded(
-            &header,
-            admin::incremental_alter_configs(shard, client, request).await,
-        ),
-        request @ (KafkaRequest::CreateAcls(_)
-        | KafkaRequest::DescribeAcls(_)
-        | KafkaRequest::DeleteAcls(_)
-        | KafkaRequest::DescribeUserScramCredentials(_)
-        | KafkaRequest::AlterUserScramCredentials(_)
-        | KafkaRequest::DescribeCluster(_)
-        | KafkaRequest::DescribeTopicPartitions(_)
-        | KafkaRequest::ListPartitionReassignments(_)
-        | KafkaRequest::AlterPartitionReassignments(_)
-        | KafkaRequest::ElectLeaders(_)
-        | KafkaRequest::OffsetForLeaderEpoch(_)
-        | KafkaRequest::DescribeLogDirs(_)
-        | KafkaRequest::DescribeProducers(_)
-        | KafkaRequest::DeleteRecords(_)
-        | KafkaRequest::OffsetDelete(_)
-        | KafkaRequest::DescribeClientQuotas(_)
-        | KafkaRequest::AlterClientQuotas(_)) => {
-            respond_cluster_admin(shard, client, header, request).await
-        }
-        KafkaRequest::SaslHandshake(_) | KafkaRequest::SaslAuthenticate(_) => {
+        K::ApiVersions(_) => encoded(&header, translate::api_versions_response(errors::NONE)),
+        K::SaslHandshake(_) | K::SaslAuthenticate(_) => {
             Outcome::Close("an authentication step outside the reader".into())
         }
-    }
-}
-
-/// InitProducerId: an idempotent producer's id, for a client allowed to write idempotently.
-async fn init_producer_id(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    request: strata_kafka::kafka_protocol::messages::InitProducerIdRequest,
-) -> Outcome {
-    let answered = match translate::init_producer_id_request(&request) {
-        Err(error) => Err(error),
-        Ok(request)
-            if request.transactional.0.as_ref().is_some_and(|txn| {
-                !authorize::transactional_id(shard, client, Operation::Write, &txn.transactional_id)
-            }) =>
-        {
-            Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        request @ (K::Metadata(_) | K::Produce(_) | K::Fetch(_) | K::ListOffsets(_)) => {
+            data::serve(shard, client, charge, header, request).await
         }
-        Ok(request)
-            if request.transactional.0.is_none() && !client.may_write_idempotently(shard) =>
-        {
-            Err(errors::CLUSTER_AUTHORIZATION_FAILED)
+        request @ (K::FindCoordinator(_)
+        | K::JoinGroup(_)
+        | K::SyncGroup(_)
+        | K::Heartbeat(_)
+        | K::LeaveGroup(_)
+        | K::OffsetCommit(_)
+        | K::OffsetFetch(_)) => groups::serve(shard, client, header, request).await,
+        request @ (K::ConsumerGroupHeartbeat(_) | K::ConsumerGroupDescribe(_)) => {
+            consumer_groups::serve(shard, client, header, request).await
         }
-        Ok(request) => match native(shard, Request::InitProducerId(request)).await {
-            Ok(Response::InitProducerId(native)) => Ok(native),
-            Err(code) => Err(errors::kafka_error(code)),
-            Ok(other) => {
-                tracing::warn!(?other, "init-producer-id got another answer");
-                Err(errors::UNKNOWN_SERVER_ERROR)
-            }
-        },
-    };
-    encoded(&header, translate::init_producer_id_response(answered))
-}
-
-/// The transaction APIs (`transactions`).
-async fn respond_transactions(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    request: KafkaRequest,
-) -> Outcome {
-    match request {
-        KafkaRequest::AddPartitionsToTxn(request) => encoded(
-            &header,
-            transactions::add_partitions_to_txn(shard, client, request).await,
-        ),
-        KafkaRequest::AddOffsetsToTxn(request) => encoded(
-            &header,
-            transactions::add_offsets_to_txn(shard, client, request).await,
-        ),
-        KafkaRequest::EndTxn(request) => {
-            encoded(&header, transactions::end_txn(shard, client, request).await)
+        request @ (K::InitProducerId(_)
+        | K::AddPartitionsToTxn(_)
+        | K::AddOffsetsToTxn(_)
+        | K::EndTxn(_)
+        | K::TxnOffsetCommit(_)
+        | K::DescribeTransactions(_)
+        | K::ListTransactions(_)) => transactions::serve(shard, client, header, request).await,
+        request @ (K::CreateTopics(_)
+        | K::DeleteTopics(_)
+        | K::CreatePartitions(_)
+        | K::DescribeConfigs(_)
+        | K::AlterConfigs(_)
+        | K::IncrementalAlterConfigs(_)
+        | K::ListGroups(_)
+        | K::DescribeGroups(_)
+        | K::DeleteGroups(_)
+        | K::OffsetDelete(_)) => admin::serve(shard, client, header, request).await,
+        request @ (K::DescribeCluster(_)
+        | K::DescribeTopicPartitions(_)
+        | K::ListPartitionReassignments(_)
+        | K::AlterPartitionReassignments(_)
+        | K::ElectLeaders(_)) => cluster_admin::serve(shard, client, header, request).await,
+        request @ (K::OffsetForLeaderEpoch(_)
+        | K::DescribeLogDirs(_)
+        | K::DescribeProducers(_)
+        | K::DeleteRecords(_)) => partition_admin::serve(shard, client, header, request).await,
+        request @ (K::CreateAcls(_)
+        | K::DescribeAcls(_)
+        | K::DeleteAcls(_)
+        | K::DescribeUserScramCredentials(_)
+        | K::AlterUserScramCredentials(_)) => {
+            security_admin::serve(shard, client, header, request).await
         }
-        KafkaRequest::TxnOffsetCommit(request) => encoded(
-            &header,
-            transactions::txn_offset_commit(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeTransactions(request) => encoded(
-            &header,
-            transactions::describe_transactions(shard, client, request).await,
-        ),
-        KafkaRequest::ListTransactions(request) => encoded(
-            &header,
-            transactions::list_transactions(shard, client, request).await,
-        ),
-        _ => unreachable!("only the transaction APIs come here"),
-    }
-}
-
-/// The cluster, partition and security administration APIs (`cluster_admin`,
-/// `partition_admin`, `quotas`, `security_admin`).
-async fn respond_cluster_admin(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    request: KafkaRequest,
-) -> Outcome {
-    match request {
-        KafkaRequest::CreateAcls(request) => encoded(
-            &header,
-            security_admin::create_acls(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeAcls(request) => encoded(
-            &header,
-            security_admin::describe_acls(shard, client, request),
-        ),
-        KafkaRequest::DeleteAcls(request) => encoded(
-            &header,
-            security_admin::delete_acls(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeUserScramCredentials(request) => encoded(
-            &header,
-            security_admin::describe_user_scram_credentials(shard, client, request),
-        ),
-        KafkaRequest::AlterUserScramCredentials(request) => encoded(
-            &header,
-            security_admin::alter_user_scram_credentials(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeCluster(request) => encoded(
-            &header,
-            cluster_admin::describe_cluster(shard, client, request),
-        ),
-        KafkaRequest::DescribeTopicPartitions(request) => encoded(
-            &header,
-            cluster_admin::describe_topic_partitions(shard, client, request),
-        ),
-        KafkaRequest::ListPartitionReassignments(request) => encoded(
-            &header,
-            cluster_admin::list_partition_reassignments(shard, client, request),
-        ),
-        KafkaRequest::AlterPartitionReassignments(request) => encoded(
-            &header,
-            cluster_admin::alter_partition_reassignments(shard, client, request).await,
-        ),
-        KafkaRequest::ElectLeaders(request) => {
-            let version = header.api_version;
-            encoded(
-                &header,
-                cluster_admin::elect_leaders(shard, client, version, request).await,
-            )
-        }
-        KafkaRequest::OffsetForLeaderEpoch(request) => encoded(
-            &header,
-            partition_admin::offset_for_leader_epoch(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeLogDirs(request) => encoded(
-            &header,
-            partition_admin::describe_log_dirs(shard, client, request).await,
-        ),
-        KafkaRequest::DescribeProducers(request) => encoded(
-            &header,
-            partition_admin::describe_producers(shard, client, request).await,
-        ),
-        KafkaRequest::DeleteRecords(request) => encoded(
-            &header,
-            partition_admin::delete_records(shard, client, request).await,
-        ),
-        KafkaRequest::OffsetDelete(request) => {
-            encoded(&header, admin::offset_delete(shard, client, request).await)
-        }
-        KafkaRequest::DescribeClientQuotas(request) => encoded(
-            &header,
-            quotas::describe_client_quotas(shard, client, request),
-        ),
-        KafkaRequest::AlterClientQuotas(request) => encoded(
-            &header,
-            quotas::alter_client_quotas(shard, client, request).await,
-        ),
-        _ => unreachable!("only the cluster administration APIs come here"),
-    }
-}
-
-/// Metadata: the topics the client may Describe, created on first use where allowed.
-async fn metadata(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    mut request: strata_kafka::kafka_protocol::messages::MetadataRequest,
-) -> Outcome {
-    // Topics asked for by id (KIP-516: a KIP-848 consumer resolves its assignment so) are
-    // named from the view; an id no topic has is UNKNOWN_TOPIC_ID.
-    let mut unknown_ids = Vec::new();
-    {
-        let view = shard.view.borrow();
-        for topic in request.topics.iter_mut().flatten() {
-            if topic.name.is_some() || topic.topic_id.is_nil() {
-                continue;
-            }
-            match view
-                .topics
-                .iter()
-                .find(|known| kafka_topic_id(known) == topic.topic_id)
-            {
-                Some(known) => topic.name = Some(TopicName(strata_kafka::text(&known.name))),
-                None => unknown_ids.push(topic.topic_id),
-            }
+        request @ (K::DescribeClientQuotas(_) | K::AlterClientQuotas(_)) => {
+            quotas::serve(shard, client, header, request).await
         }
     }
-    let asked = Request::Metadata(translate::metadata_request(&request, header.api_version));
-    let listing_all = matches!(&asked, Request::Metadata(m) if m.topics.is_none());
-    let mut metadata = match native(shard, asked.clone()).await {
-        Ok(Response::Metadata(metadata)) => metadata,
-        answer => return unanswered("Metadata", answer),
-    };
-    // Kafka's auto.create.topics.enable, when the broker allows it and the client
-    // asks for it (always, before Metadata v4).
-    let wants_creation = header.api_version < 4 || request.allow_auto_topic_creation;
-    if shard.context.config.kafka_auto_create_topics && wants_creation {
-        let created = create_unknown_topics(shard, &metadata, |name| {
-            authorize::topic(shard, client, Operation::Describe, name)
-                && authorize::create_topic(shard, client, name)
-        })
-        .await;
-        if created.any {
-            metadata = match native(shard, asked).await {
-                Ok(Response::Metadata(metadata)) => metadata,
-                answer => return unanswered("Metadata", answer),
-            };
-        }
-        // A name no topic may have is INVALID_TOPIC_EXCEPTION, which clients do not
-        // retry, where a topic still to come is retried (Kafka answers both so).
-        for topic in &mut metadata.topics {
-            if created.invalid_names.contains(&topic.name) {
-                topic.error = ErrorCode::InvalidTopicName;
-            }
-        }
-    }
-    // Only the topics the client may Describe: left out of a list of all, refused
-    // where it named them.
-    metadata.topics.retain_mut(|topic| {
-        if authorize::topic(shard, client, Operation::Describe, &topic.name) {
-            return true;
-        }
-        topic.error = ErrorCode::TopicAuthorizationFailed;
-        topic.partitions.clear();
-        !listing_all
-    });
-    let mut response = translate::metadata_response(metadata, &kafka_brokers(shard, client));
-    // Topic ids (KIP-516): a KIP-848 consumer's assignment names its topics by id.
-    let view = shard.view.borrow();
-    for topic in &mut response.topics {
-        let name = topic.name.as_ref().map(|name| name.as_str());
-        if let Some(known) = view
-            .topics
-            .iter()
-            .find(|known| Some(known.name.as_str()) == name)
-        {
-            topic.topic_id = kafka_topic_id(known);
-        }
-    }
-    drop(view);
-    response.topics.extend(unknown_ids.into_iter().map(|id| {
-        strata_kafka::kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
-            .with_error_code(errors::UNKNOWN_TOPIC_ID)
-            .with_topic_id(id)
-    }));
-    encoded(&header, response)
-}
-
-/// A topic's id as Kafka's clients read it.
-pub(super) fn kafka_topic_id(topic: &strata_coordinator::TopicState) -> uuid::Uuid {
-    uuid::Uuid::from_bytes(topic.topic_id().0)
-}
-
-/// Produce, to the topics the client may Write. Written whatever the client's quota: its wait
-/// was counted as the request was read and is reported in the answer.
-async fn produce(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    request: frame::Produced,
-) -> Outcome {
-    let acks = request.request.acks;
-    let produce = {
-        let view = shard.view.borrow();
-        translate::produce_request(request, |topic| {
-            // The topic's own, else the broker's default set live.
-            let compression_type = view
-                .topics
-                .iter()
-                .find(|known| known.name == topic)?
-                .config
-                .get("compression.type")
-                .or_else(|| view.dynamic.topic_defaults().get("compression.type"))?;
-            crate::server::topic_config::kafka_compression_codec(compression_type).flatten()
-        })
-    };
-    let mut produce = produce;
-    authorize::refuse_topics(
-        shard,
-        client,
-        Operation::Write,
-        &mut produce.native.topics,
-        &mut produce.refused,
-    );
-    let answered = if produce.native.topics.is_empty() {
-        Ok(Response::Produce(strata_wire::protocol::ProduceResponse {
-            topics: Vec::new(),
-            record_errors: Default::default(),
-            durability: Default::default(),
-            log_append_times: Default::default(),
-        }))
-    } else {
-        native(shard, Request::Produce(produce.native)).await
-    };
-    if acks == 0 {
-        return Outcome::NoAnswer;
-    }
-    let native = match answered {
-        Ok(Response::Produce(native)) => native,
-        answer => return unanswered("Produce", answer),
-    };
-    encoded(
-        &header,
-        translate::produce_response(native, produce.refused),
-    )
-}
-
-/// Fetch, from the topics the client may Read.
-async fn fetch(
-    shard: &Rc<Shard>,
-    client: &Client,
-    charge: &quota::Charge<'_>,
-    mut header: Header,
-    request: strata_kafka::kafka_protocol::messages::FetchRequest,
-) -> Outcome {
-    let mut fetch = match translate::fetch_request(&request) {
-        Ok(fetch) => fetch,
-        Err(error) => {
-            let refused = FetchResponse::default().with_error_code(error);
-            return answer(frame::encode_fetch_response(&header, &refused));
-        }
-    };
-    // A consumer over its byte rate gets an empty answer, without a read, saying how long to
-    // wait (Kafka reads, then answers empty; reading what is not sent is wasted).
-    let now = shard.context.config.clock.now();
-    let wait = charge.throttle(QuotaKey::ConsumerByteRate, now);
-    if !wait.is_zero() {
-        charge.hold(QuotaKey::ConsumerByteRate, wait, now);
-        let throttled =
-            FetchResponse::default().with_throttle_time_ms(header.throttle_ms.max(millis(wait)));
-        return answer(frame::encode_fetch_response(&header, &throttled));
-    }
-    if let Some(most) = charge.max_answer_bytes(QuotaKey::ConsumerByteRate) {
-        let most = u32::try_from(most.max(1)).unwrap_or(u32::MAX);
-        fetch.native.max_bytes = fetch.native.max_bytes.min(most);
-    }
-    authorize::refuse_topics(
-        shard,
-        client,
-        Operation::Read,
-        &mut fetch.native.topics,
-        &mut fetch.refused,
-    );
-    // Kafka batches go out as stored: from the page cache with `sendfile` where the
-    // connection allows it, else as bytes; a range holding Strata batches is read and those
-    // are translated.
-    let native = if fetch.native.topics.is_empty() {
-        strata_wire::protocol::FetchResponse {
-            topics: Vec::new(),
-            stability: Default::default(),
-        }
-    } else if client.takes_file_ranges() {
-        let mut native = shard.fetch(fetch.native, Delivery::FileRanges).await;
-        read_regions_to_translate(&mut native);
-        native
-    } else {
-        shard.fetch(fetch.native, Delivery::Bytes).await
-    };
-    // Chunked: the records go out as the buffers they were stored or translated in.
-    let (mut response, elsewhere) = translate::fetch_response(native, fetch.refused);
-    if charge.governs(QuotaKey::ConsumerByteRate).is_some() {
-        let bytes: usize = response
-            .responses
-            .iter()
-            .flat_map(|topic| &topic.partitions)
-            .filter_map(|partition| partition.records.as_ref().map(|records| records.len()))
-            .chain(elsewhere.iter().map(|(_, _, source)| source.len as usize))
-            .sum();
-        let now = shard.context.config.clock.now();
-        let wait = charge.record(QuotaKey::ConsumerByteRate, bytes as f64, now);
-        charge.hold(QuotaKey::ConsumerByteRate, wait, now);
-        header.throttle_ms = header.throttle_ms.max(millis(wait));
-    }
-    response.throttle_time_ms = header.throttle_ms;
-    Outcome::Answer(frame::encode_fetch_parts(&header, &response, elsewhere))
-}
-
-/// Reads into memory the file ranges of a fetch's answer that hold a Strata batch (a native
-/// producer's, a transaction marker): those are translated for a Kafka consumer. The ranges
-/// are in the page cache (`read_for_sending` gives no other), so this is a copy, not a wait
-/// on the disk. A range that cannot be read answers its partition with a storage error.
-fn read_regions_to_translate(native: &mut strata_wire::protocol::FetchResponse) {
-    use std::os::unix::fs::FileExt;
-    for partition in native
-        .topics
-        .iter_mut()
-        .flat_map(|topic| &mut topic.partitions)
-    {
-        let strata_wire::protocol::Records::Elsewhere(source) = &partition.records else {
-            continue;
-        };
-        let region = source
-            .source
-            .downcast_ref::<crate::log::FileRegion>()
-            .expect("a shard's fetch answers with file regions only");
-        if region.kafka_only {
-            continue;
-        }
-        let read = region
-            .file
-            .try_clone()
-            .map(std::fs::File::from)
-            .and_then(|file| {
-                let mut bytes = vec![0; region.len];
-                file.read_exact_at(&mut bytes, region.position)?;
-                Ok(bytes)
-            });
-        partition.records = match read {
-            Ok(bytes) => strata_wire::protocol::Records::Shared(bytes.into()),
-            Err(error) => {
-                tracing::warn!("reading a fetched range to translate it failed: {error}");
-                partition.error = strata_wire::protocol::ErrorCode::StorageError;
-                strata_wire::protocol::Records::empty()
-            }
-        };
-    }
-}
-
-/// ListOffsets, of the topics the client may Describe.
-async fn list_offsets(
-    shard: &Rc<Shard>,
-    client: &Client,
-    header: Header,
-    request: strata_kafka::kafka_protocol::messages::ListOffsetsRequest,
-) -> Outcome {
-    let mut list = translate::list_offsets_request(&request);
-    authorize::refuse_topics(
-        shard,
-        client,
-        Operation::Describe,
-        &mut list.native.topics,
-        &mut list.refused,
-    );
-    refuse_other_leader_epochs(shard, &request, &mut list);
-    let native = if list.native.topics.is_empty() {
-        strata_wire::protocol::ListOffsetsResponse { topics: Vec::new() }
-    } else {
-        match native(shard, Request::ListOffsets(list.native)).await {
-            Ok(Response::ListOffsets(native)) => native,
-            answer => return unanswered("ListOffsets", answer),
-        }
-    };
-    // Each answered offset's leader epoch (v4+), from the leader's epoch cache: the epoch of
-    // the record there, or of the last one before it (the end of the log).
-    let mut epochs = std::collections::HashMap::new();
-    if header.api_version >= 4 {
-        for topic in &native.topics {
-            for partition in topic.partitions.iter().filter(|p| p.offset >= 0) {
-                let key = (topic.name.clone(), partition.partition);
-                if let Ok((summary, _)) = shard.leader_summary(&key.0, key.1).await {
-                    epochs.insert(key, summary.epochs);
-                }
-            }
-        }
-    }
-    let leader_epoch = |topic: &str, partition: u32, offset: i64| {
-        epochs
-            .get(&(topic.to_string(), partition))
-            .and_then(|epochs| epochs.epoch_of(offset as u64))
-            .map_or(-1, |epoch| epoch as i32)
-    };
-    encoded(
-        &header,
-        translate::list_offsets_response(native, list.refused, leader_epoch),
-    )
-}
-
-/// A ListOffsets partition whose caller names a leader epoch (v4+) other than the one this
-/// broker's view has is refused, as a fetch is: FENCED_LEADER_EPOCH when the caller's is
-/// older (its leader moved on), UNKNOWN_LEADER_EPOCH when newer (this broker has not heard yet).
-fn refuse_other_leader_epochs(
-    shard: &Shard,
-    request: &strata_kafka::kafka_protocol::messages::ListOffsetsRequest,
-    list: &mut translate::ListOffsets,
-) {
-    let view = shard.view.borrow();
-    for asked in &request.topics {
-        let Some(known) = view.topics.iter().find(|t| t.name == asked.name.0.as_str()) else {
-            continue;
-        };
-        for partition in &asked.partitions {
-            let current = partition.current_leader_epoch;
-            let Some(state) = usize::try_from(partition.partition_index)
-                .ok()
-                .and_then(|index| known.partitions.get(index))
-            else {
-                continue;
-            };
-            let error = match i64::from(current).cmp(&i64::from(state.leader_epoch)) {
-                _ if current < 0 => continue,
-                std::cmp::Ordering::Less => errors::FENCED_LEADER_EPOCH,
-                std::cmp::Ordering::Greater => errors::UNKNOWN_LEADER_EPOCH,
-                std::cmp::Ordering::Equal => continue,
-            };
-            // Only a partition still asked (not refused already, for its ACL say).
-            let Some(topic) = list.native.topics.iter_mut().find(|t| t.name == known.name) else {
-                continue;
-            };
-            let before = topic.partitions.len();
-            topic.partitions.retain(|p| p.partition != state.partition);
-            if topic.partitions.len() == before {
-                continue;
-            }
-            list.refused.push(translate::Refused {
-                topic: known.name.clone(),
-                partition: partition.partition_index,
-                error,
-            });
-        }
-    }
-    list.native
-        .topics
-        .retain(|topic| !topic.partitions.is_empty());
-}
-
-/// What creating a metadata answer's unknown topics did.
-struct Created {
-    /// Some topic was created (or appeared meanwhile).
-    any: bool,
-    /// Names refused as names: no topic can have them.
-    invalid_names: Vec<String>,
-}
-
-/// Creates the topics a metadata answer found unknown, with the broker's topic defaults.
-async fn create_unknown_topics(
-    shard: &Rc<Shard>,
-    metadata: &strata_wire::protocol::MetadataResponse,
-    allowed: impl Fn(&str) -> bool,
-) -> Created {
-    let mut created = Created {
-        any: false,
-        invalid_names: Vec::new(),
-    };
-    for topic in &metadata.topics {
-        if topic.error != ErrorCode::UnknownTopic || !allowed(&topic.name) {
-            continue;
-        }
-        let defaults = shard.kafka_topic_defaults();
-        let create = strata_wire::protocol::CreateTopicRequest {
-            name: topic.name.clone(),
-            partitions: defaults.partitions,
-            replication_factor: defaults.replication_factor,
-            configs: Vec::new(),
-            replica_assignment: Default::default(),
-        };
-        match native(shard, Request::CreateTopic(create)).await {
-            Ok(Response::CreateTopic(answer))
-                if matches!(
-                    answer.error,
-                    ErrorCode::None | ErrorCode::TopicAlreadyExists
-                ) =>
-            {
-                tracing::info!(topic = %topic.name, "created on a Kafka client's first use");
-                created.any = true;
-            }
-            Ok(Response::CreateTopic(answer)) if answer.error == ErrorCode::InvalidTopicName => {
-                tracing::debug!(topic = %topic.name, "not created on first use: {}", answer.message);
-                created.invalid_names.push(topic.name.clone());
-            }
-            answer => {
-                tracing::info!(topic = %topic.name, ?answer, "not created on first use");
-            }
-        }
-    }
-    created
 }
 
 async fn native(shard: &Rc<Shard>, request: Request) -> Result<Response, ErrorCode> {
@@ -1112,4 +482,9 @@ pub(super) fn kafka_port(broker: &strata_coordinator::BrokerInfo, client: &Clien
         .iter()
         .find(|listener| listener.name == name)
         .map(|listener| listener.port)
+}
+
+/// A topic's id as Kafka's clients read it.
+pub(super) fn kafka_topic_id(topic: &strata_coordinator::TopicState) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(topic.topic_id().0)
 }

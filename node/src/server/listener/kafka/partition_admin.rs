@@ -34,15 +34,18 @@ use strata_kafka::text;
 use strata_wire::protocol::ErrorCode;
 
 use super::authorize;
+use super::encoded;
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::shard::Shard;
+use strata_kafka::frame::{Header, KafkaRequest};
 
 /// For each partition: the largest leader epoch not above the one asked for and the offset
 /// where it ends (the log end for the latest), as the partition's leader knows them. A
 /// consumer whose position is past that end after an unclean election was truncated, and
 /// says so instead of silently resetting. The caller's `current_leader_epoch` is checked
 /// first, as a fetch's is (FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer).
-pub(super) async fn offset_for_leader_epoch(
+async fn offset_for_leader_epoch(
     shard: &Rc<Shard>,
     client: &Client,
     request: OffsetForLeaderEpochRequest,
@@ -107,7 +110,7 @@ pub(super) async fn offset_for_leader_epoch(
 /// This broker's one log directory (the data dir) with every replica it holds there (or the
 /// ones asked for), each with its log's size in bytes (its segments, as Kafka counts it) and
 /// how far it is behind its leader; the file system's total and usable bytes.
-pub(super) async fn describe_log_dirs(
+async fn describe_log_dirs(
     shard: &Rc<Shard>,
     client: &Client,
     request: DescribeLogDirsRequest,
@@ -172,7 +175,7 @@ fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
 /// Each partition's idempotent producers as its leader's log keeps them: id, epoch, last
 /// sequence, last timestamp and the first offset of its open transaction (no coordinator
 /// epoch: markers carry none that partitions check).
-pub(super) async fn describe_producers(
+async fn describe_producers(
     shard: &Rc<Shard>,
     client: &Client,
     request: DescribeProducersRequest,
@@ -238,7 +241,7 @@ pub(super) async fn describe_producers(
 
 /// Each partition's log start moved up to the offset asked (-1: the high watermark), by its
 /// leader on this broker; the answer's low watermark is the new log start.
-pub(super) async fn delete_records(
+async fn delete_records(
     shard: &Rc<Shard>,
     client: &Client,
     request: DeleteRecordsRequest,
@@ -294,4 +297,29 @@ pub(super) async fn delete_records(
         );
     }
     DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// Answers a partition administration request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::OffsetForLeaderEpoch(request) => encoded(
+            &header,
+            offset_for_leader_epoch(shard, client, request).await,
+        ),
+        KafkaRequest::DescribeLogDirs(request) => {
+            encoded(&header, describe_log_dirs(shard, client, request).await)
+        }
+        KafkaRequest::DescribeProducers(request) => {
+            encoded(&header, describe_producers(shard, client, request).await)
+        }
+        KafkaRequest::DeleteRecords(request) => {
+            encoded(&header, delete_records(shard, client, request).await)
+        }
+        _ => unreachable!("only the partition administration APIs come here"),
+    }
 }

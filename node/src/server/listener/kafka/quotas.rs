@@ -20,11 +20,14 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::text;
 
 use super::authorize;
+use super::encoded;
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::listener::quota::{self, AlterRefused};
 use crate::server::shard::Shard;
+use strata_kafka::frame::{Header, KafkaRequest};
 
-pub(super) fn describe_client_quotas(
+fn describe_client_quotas(
     shard: &Shard,
     client: &Client,
     request: DescribeClientQuotasRequest,
@@ -80,7 +83,7 @@ pub(super) fn describe_client_quotas(
     DescribeClientQuotasResponse::default().with_entries(Some(entries))
 }
 
-pub(super) async fn alter_client_quotas(
+async fn alter_client_quotas(
     shard: &Rc<Shard>,
     client: &Client,
     request: AlterClientQuotasRequest,
@@ -148,4 +151,22 @@ pub(super) async fn alter_client_quotas(
         })
         .collect();
     AlterClientQuotasResponse::default().with_entries(entries)
+}
+
+/// Answers a client quota request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::DescribeClientQuotas(request) => {
+            encoded(&header, describe_client_quotas(shard, client, request))
+        }
+        KafkaRequest::AlterClientQuotas(request) => {
+            encoded(&header, alter_client_quotas(shard, client, request).await)
+        }
+        _ => unreachable!("only the client quota APIs come here"),
+    }
 }

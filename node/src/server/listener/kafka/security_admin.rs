@@ -34,9 +34,12 @@ use strata_kafka::kafka_protocol::messages::{
 };
 use strata_kafka::text;
 
+use super::encoded;
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::messages::{CredentialChange, SettingsChange, SettingsChanged};
 use crate::server::shard::Shard;
+use strata_kafka::frame::{Header, KafkaRequest};
 
 /// Why an ACL API is refused before it runs: no authorizer (SECURITY_DISABLED, as Kafka
 /// answers), or the client may not do `operation` on the cluster.
@@ -130,7 +133,7 @@ fn filter(
     })
 }
 
-pub(super) async fn create_acls(
+async fn create_acls(
     shard: &Rc<Shard>,
     client: &Client,
     request: CreateAclsRequest,
@@ -222,7 +225,7 @@ fn by_resource<'a>(bindings: impl Iterator<Item = &'a AclBinding>) -> Vec<Descri
     resources
 }
 
-pub(super) fn describe_acls(
+fn describe_acls(
     shard: &Shard,
     client: &Client,
     request: DescribeAclsRequest,
@@ -254,7 +257,7 @@ pub(super) fn describe_acls(
     }
 }
 
-pub(super) async fn delete_acls(
+async fn delete_acls(
     shard: &Rc<Shard>,
     client: &Client,
     request: DeleteAclsRequest,
@@ -339,7 +342,7 @@ pub(super) async fn delete_acls(
     DeleteAclsResponse::default().with_filter_results(results)
 }
 
-pub(super) fn describe_user_scram_credentials(
+fn describe_user_scram_credentials(
     shard: &Shard,
     client: &Client,
     request: DescribeUserScramCredentialsRequest,
@@ -398,7 +401,7 @@ pub(super) fn describe_user_scram_credentials(
 /// A Kafka error code and its message.
 type Refusal = (i16, String);
 
-pub(super) async fn alter_user_scram_credentials(
+async fn alter_user_scram_credentials(
     shard: &Rc<Shard>,
     client: &Client,
     request: AlterUserScramCredentialsRequest,
@@ -537,4 +540,33 @@ pub(super) async fn alter_user_scram_credentials(
         })
         .collect();
     AlterUserScramCredentialsResponse::default().with_results(results)
+}
+
+/// Answers an ACL or SCRAM credential request.
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::CreateAcls(request) => {
+            encoded(&header, create_acls(shard, client, request).await)
+        }
+        KafkaRequest::DescribeAcls(request) => {
+            encoded(&header, describe_acls(shard, client, request))
+        }
+        KafkaRequest::DeleteAcls(request) => {
+            encoded(&header, delete_acls(shard, client, request).await)
+        }
+        KafkaRequest::DescribeUserScramCredentials(request) => encoded(
+            &header,
+            describe_user_scram_credentials(shard, client, request),
+        ),
+        KafkaRequest::AlterUserScramCredentials(request) => encoded(
+            &header,
+            alter_user_scram_credentials(shard, client, request).await,
+        ),
+        _ => unreachable!("only the security administration APIs come here"),
+    }
 }

@@ -23,9 +23,13 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::text;
 use strata_wire::protocol::{self as native, Request, Response};
 
+use super::encoded;
 use super::{authorize, native};
 use crate::server::listener::Client;
+use crate::server::listener::Outcome;
 use crate::server::shard::Shard;
+use strata_kafka::frame::{Header, KafkaRequest};
+use strata_kafka::translate;
 
 /// Kafka's OPERATION_NOT_ATTEMPTED: the partitions of a request refused for others' sake.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
@@ -61,7 +65,7 @@ async fn run(shard: &Rc<Shard>, request: Request) -> i16 {
 
 /// AddPartitionsToTxn (versions 0-3, one transaction): Write on the transactional id and on
 /// each topic; every partition gets the request's one outcome.
-pub(super) async fn add_partitions_to_txn(
+async fn add_partitions_to_txn(
     shard: &Rc<Shard>,
     client: &Client,
     request: AddPartitionsToTxnRequest,
@@ -141,7 +145,7 @@ pub(super) async fn add_partitions_to_txn(
 }
 
 /// AddOffsetsToTxn: Write on the transactional id, Read on the group.
-pub(super) async fn add_offsets_to_txn(
+async fn add_offsets_to_txn(
     shard: &Rc<Shard>,
     client: &Client,
     request: AddOffsetsToTxnRequest,
@@ -162,7 +166,7 @@ pub(super) async fn add_offsets_to_txn(
 }
 
 /// EndTxn: Write on the transactional id.
-pub(super) async fn end_txn(
+async fn end_txn(
     shard: &Rc<Shard>,
     client: &Client,
     request: EndTxnRequest,
@@ -182,7 +186,7 @@ pub(super) async fn end_txn(
 
 /// TxnOffsetCommit: Write on the transactional id, then Read on the group and on each topic, as
 /// an offset commit (Kafka's order); every partition gets the request's one outcome.
-pub(super) async fn txn_offset_commit(
+async fn txn_offset_commit(
     shard: &Rc<Shard>,
     client: &Client,
     request: TxnOffsetCommitRequest,
@@ -275,7 +279,7 @@ const STATES: [&str; 6] = [
 ];
 
 /// DescribeTransactions, sent to each id's coordinator: the ids the client may Describe.
-pub(super) async fn describe_transactions(
+async fn describe_transactions(
     shard: &Rc<Shard>,
     client: &Client,
     request: DescribeTransactionsRequest,
@@ -355,7 +359,7 @@ pub(super) async fn describe_transactions(
 
 /// ListTransactions, sent to every broker: the ids this one coordinates that the client may
 /// Describe, by state and producer id.
-pub(super) async fn list_transactions(
+async fn list_transactions(
     shard: &Rc<Shard>,
     client: &Client,
     request: ListTransactionsRequest,
@@ -396,4 +400,68 @@ pub(super) async fn list_transactions(
         .with_error_code(error)
         .with_unknown_state_filters(unknown)
         .with_transaction_states(states)
+}
+
+/// Answers a transaction API request (InitProducerId included: it starts one).
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::InitProducerId(request) => {
+            init_producer_id(shard, client, header, request).await
+        }
+        KafkaRequest::AddPartitionsToTxn(request) => {
+            encoded(&header, add_partitions_to_txn(shard, client, request).await)
+        }
+        KafkaRequest::AddOffsetsToTxn(request) => {
+            encoded(&header, add_offsets_to_txn(shard, client, request).await)
+        }
+        KafkaRequest::EndTxn(request) => encoded(&header, end_txn(shard, client, request).await),
+        KafkaRequest::TxnOffsetCommit(request) => {
+            encoded(&header, txn_offset_commit(shard, client, request).await)
+        }
+        KafkaRequest::DescribeTransactions(request) => {
+            encoded(&header, describe_transactions(shard, client, request).await)
+        }
+        KafkaRequest::ListTransactions(request) => {
+            encoded(&header, list_transactions(shard, client, request).await)
+        }
+        _ => unreachable!("only the transaction APIs come here"),
+    }
+}
+
+/// InitProducerId: an idempotent producer's id, for a client allowed to write idempotently.
+async fn init_producer_id(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: strata_kafka::kafka_protocol::messages::InitProducerIdRequest,
+) -> Outcome {
+    let answered = match translate::init_producer_id_request(&request) {
+        Err(error) => Err(error),
+        Ok(request)
+            if request.transactional.0.as_ref().is_some_and(|txn| {
+                !authorize::transactional_id(shard, client, Operation::Write, &txn.transactional_id)
+            }) =>
+        {
+            Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        }
+        Ok(request)
+            if request.transactional.0.is_none() && !client.may_write_idempotently(shard) =>
+        {
+            Err(errors::CLUSTER_AUTHORIZATION_FAILED)
+        }
+        Ok(request) => match native(shard, Request::InitProducerId(request)).await {
+            Ok(Response::InitProducerId(native)) => Ok(native),
+            Err(code) => Err(errors::kafka_error(code)),
+            Ok(other) => {
+                tracing::warn!(?other, "init-producer-id got another answer");
+                Err(errors::UNKNOWN_SERVER_ERROR)
+            }
+        },
+    };
+    encoded(&header, translate::init_producer_id_response(answered))
 }
