@@ -26,7 +26,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use strata_client::{Codec, RecordMetadata};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{BenchConfig, PartitionChooser, RecordCounter};
+use crate::BenchConfig;
+use crate::consume::RecordCounter;
+use crate::produce::PartitionChooser;
 
 /// The client the report names.
 pub fn client_name() -> String {

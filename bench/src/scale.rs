@@ -96,7 +96,7 @@ impl ProcessFigures {
 pub(crate) async fn brokers_figures(admins: &[String]) -> anyhow::Result<ProcessFigures> {
     let mut total: Option<ProcessFigures> = None;
     for admin in admins {
-        let metrics = crate::scrape_metrics(admin)
+        let metrics = crate::measure::scrape_metrics(admin)
             .await
             .with_context(|| format!("reading the metrics of the broker at {admin}"))?;
         let figures = ProcessFigures::parse(&metrics).with_context(|| {

@@ -197,7 +197,6 @@ fn the_replication_drivers_know_no_server_and_no_transport() {
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("node/src/server/metrics.rs", "render", 157),
     ("node/src/server/shard/mod.rs", "run", 154),
-    ("bench/src/lib.rs", "run_measured", 288),
     ("tuning/src/check.rs", "block_device", 232),
     (
         "kafka/src/translate/tests.rs",

@@ -150,11 +150,7 @@ async fn find_coordinator(
         .with_port(only.port)
 }
 
-async fn join(
-    shard: &Rc<Shard>,
-    header: &Header,
-    request: JoinGroupRequest,
-) -> JoinGroupResponse {
+async fn join(shard: &Rc<Shard>, header: &Header, request: JoinGroupRequest) -> JoinGroupResponse {
     let group = request.group_id.0.to_string();
     let session_timeout_ms = request.session_timeout_ms.max(0) as u32;
     let join = JoinRequest {

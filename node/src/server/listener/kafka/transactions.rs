@@ -166,11 +166,7 @@ async fn add_offsets_to_txn(
 }
 
 /// EndTxn: Write on the transactional id.
-async fn end_txn(
-    shard: &Rc<Shard>,
-    client: &Client,
-    request: EndTxnRequest,
-) -> EndTxnResponse {
+async fn end_txn(shard: &Rc<Shard>, client: &Client, request: EndTxnRequest) -> EndTxnResponse {
     let id = request.transactional_id.0.to_string();
     let error = if !authorize::transactional_id(shard, client, Operation::Write, &id) {
         errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
