@@ -1304,3 +1304,76 @@ fn native_listeners_side_by_side_send_clients_to_their_own_ports() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
 }
+
+/// A group's lag, in records and in seconds, on a broker whose only native listener is
+/// `sasl_ssl` with ACLs on: the coordinator asks the partitions' leaders through its own shards
+/// (and other brokers over the replication endpoint), never through a client listener that
+/// would want TLS and credentials.
+#[test]
+fn lag_in_seconds_is_measured_on_a_broker_whose_only_listener_needs_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let (cert, key, ca) = (
+        pki.path("broker.pem"),
+        pki.path("broker.key"),
+        pki.path("ca.pem"),
+    );
+    let node = TestNode::start_listening(
+        &dir.path().join("data"),
+        2,
+        "sasl_ssl",
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca,
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+        ],
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    let bootstrap = format!("sasl_ssl://{}", node.bootstrap());
+    let admin = Some(("admin", ADMIN_PASSWORD));
+    let run = |args: &[&str], stdin: &[u8]| {
+        let output = secured_strata(&bootstrap, &ca, admin, args, stdin);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    run(&["topic", "create", "aging", "--partitions", "1"], b"");
+    run(&["produce", "aging"], b"first\nsecond\nthird\n");
+    // The group reads one record and commits: two stay unread, the oldest written now.
+    run(
+        &[
+            "consume",
+            "aging",
+            "--group",
+            "readers",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+        ],
+        b"",
+    );
+    let offsets = || -> serde_json::Value {
+        let described = run(&["group", "describe", "readers", "--format", "json"], b"");
+        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+        described["offsets"][0].clone()
+    };
+    support::wait_for_at_most(
+        "the group's lag in records and a second of it in time",
+        std::time::Duration::from_secs(30),
+        || {
+            let offsets = offsets();
+            offsets["lag"] == 2 && offsets["lag_seconds"].as_f64().is_some_and(|age| age >= 1.0)
+        },
+    );
+}

@@ -4,20 +4,17 @@
 //! by correlation id, so many requests share the connection and complete in any order.
 
 use std::collections::HashMap;
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, Bytes};
 use strata_wire::protocol::{ApiKey, Request, Response};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use crate::ClientError;
-use crate::frames::FrameReader;
 use crate::security::Security;
+use strata_net::{FrameReader, write_all_chunks};
 
 type Pending = Arc<Mutex<HashMap<u32, (ApiKey, oneshot::Sender<Result<Response, ClientError>>)>>>;
 
@@ -196,32 +193,4 @@ impl Connection {
     pub fn is_closed(&self) -> bool {
         Arc::strong_count(&self.pending) == 1
     }
-}
-
-/// Writes a frame's chunks with vectored writes, handling short writes.
-pub async fn write_all_chunks<W: tokio::io::AsyncWrite + Unpin>(
-    writer: &mut W,
-    mut chunks: Vec<Bytes>,
-) -> std::io::Result<()> {
-    let mut first = 0;
-    while first < chunks.len() {
-        // writev takes at most IOV_MAX (1024) buffers; the rest go in the next round.
-        let slices: Vec<IoSlice<'_>> = chunks[first..]
-            .iter()
-            .take(1024)
-            .map(|c| IoSlice::new(c))
-            .collect();
-        let mut written = writer.write_vectored(&slices).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while first < chunks.len() && written >= chunks[first].len() {
-            written -= chunks[first].len();
-            first += 1;
-        }
-        if written > 0 {
-            chunks[first].advance(written);
-        }
-    }
-    Ok(())
 }

@@ -17,30 +17,27 @@
 
 mod connection;
 mod consumer;
-mod frames;
 mod group;
 mod metadata;
 mod producer;
 mod security;
-mod tcp;
 mod timer;
 mod transactions;
 
-pub use connection::{Connection, write_all_chunks};
+pub use connection::Connection;
 pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, IsolationLevel, OffsetReset, SeekTo};
-pub use frames::FrameReader;
 pub use group::{Delivery, GroupConfig, GroupConsumer, RebalanceEvent, TopicPartition};
 pub use metadata::{Client, ClientConfig, ClusterMetadata};
 pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,
 };
 pub use security::{SaslCredentials, Security, tls_config};
+pub use strata_net::{
+    DEFAULT_TCP_CONGESTION, FrameReader, HOST_TCP_CONGESTION, apply_tcp_congestion,
+    parse_tcp_congestion, tcp_congestion, write_all_chunks,
+};
 pub use strata_wire::batch::Codec;
 pub use strata_wire::protocol::{AckDurability, ErrorCode};
-pub use tcp::{
-    DEFAULT_TCP_CONGESTION, HOST_TCP_CONGESTION, apply_tcp_congestion, parse_tcp_congestion,
-    tcp_congestion,
-};
 pub use timer::PreciseTimer;
 
 use std::net::SocketAddr;

@@ -616,16 +616,8 @@ impl Client {
             .and_then(|t| t.partitions.first_mut());
         let answer = only_partition(first.as_deref(), topic, partition, |p| p.error)?;
         let records = answer.records.clone().freeze();
-        for batch in strata_wire::batch::split_batches(records) {
-            let batch = batch.map_err(|error| ClientError::Protocol(error.to_string()))?;
-            if batch.header().is_control() {
-                continue;
-            }
-            if let Some(record) = batch.records().find(|record| record.offset >= offset) {
-                return Ok(Some(record.timestamp_ms));
-            }
-        }
-        Ok(None)
+        strata_wire::batch::first_record_timestamp(records, offset)
+            .map_err(|error| ClientError::Protocol(error.to_string()))
     }
 }
 

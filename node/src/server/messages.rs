@@ -77,10 +77,29 @@ pub enum ShardMessage {
     View {
         reply: oneshot::Sender<ClusterView>,
     },
+    /// Where a group stands on a partition (its end, and the time of the record at the group's
+    /// committed offset), for the group thread's lag metrics.
+    GroupPosition(PositionAsked),
     /// Work another shard hands over, run on this shard's thread with this shard (the admin
     /// APIs' per-partition and per-shard reads, `shard::admin`); it answers over a channel of
     /// its own. The shard comes as `Any` so that this leaf names no shard code.
     Run(Box<dyn FnOnce(std::rc::Rc<dyn std::any::Any>) + Send>),
+}
+
+/// A group's committed offset on a partition, and where to answer where it stands.
+pub struct PositionAsked {
+    pub topic: String,
+    pub partition: u32,
+    pub committed: u64,
+    pub reply: oneshot::Sender<GroupPosition>,
+}
+
+/// A partition's end and the timestamp of the oldest record a group has not consumed (`Some(None)`
+/// when it has consumed everything), as the partition's leader said; `None` where unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPosition {
+    pub end: Option<u64>,
+    pub oldest_unconsumed_ms: Option<Option<i64>>,
 }
 
 /// How a fetch wants its records: as ranges of segment files where they are large and cached

@@ -705,6 +705,21 @@ pub fn split_batches(bytes: Bytes) -> SplitBatches {
     SplitBatches { rest: bytes }
 }
 
+/// The timestamp of the first data record at or past `offset` in `bytes` (whole batches back to
+/// back, as a fetch answers), stepping over control batches; `None` when there is none.
+pub fn first_record_timestamp(bytes: Bytes, offset: u64) -> Result<Option<i64>, BatchError> {
+    for batch in split_batches(bytes) {
+        let batch = batch?;
+        if batch.header().is_control() {
+            continue;
+        }
+        if let Some(record) = batch.records().find(|record| record.offset >= offset) {
+            return Ok(Some(record.timestamp_ms));
+        }
+    }
+    Ok(None)
+}
+
 pub struct SplitBatches {
     rest: Bytes,
 }

@@ -7,8 +7,11 @@
 use std::time::Duration;
 
 use strata_coordinator::GroupStore;
+use tokio::sync::{mpsc, oneshot};
 
 use super::GroupManager;
+use crate::server::messages::{GroupPosition, PositionAsked, ShardMessage};
+use crate::server::shard_of;
 
 /// How often the lag of coordinated groups is measured (high watermarks asked of the leaders).
 pub(super) const LAG_REFRESH: Duration = Duration::from_secs(5);
@@ -40,9 +43,34 @@ impl Lag {
     }
 }
 
+/// Asks the shard of this node that owns `topic`-`partition` where a group at `committed` stands.
+async fn position(
+    shards: &[mpsc::UnboundedSender<ShardMessage>],
+    topic: String,
+    partition: u32,
+    committed: u64,
+) -> GroupPosition {
+    let unknown = GroupPosition {
+        end: None,
+        oldest_unconsumed_ms: None,
+    };
+    let owner = shard_of(&topic, partition, shards.len());
+    let (reply, answer) = oneshot::channel();
+    let asked = ShardMessage::GroupPosition(PositionAsked {
+        topic,
+        partition,
+        committed,
+        reply,
+    });
+    if shards[owner].send(asked).is_err() {
+        return unknown;
+    }
+    answer.await.unwrap_or(unknown)
+}
+
 impl<S: GroupStore> GroupManager<S> {
-    /// Starts measuring every coordinated group's lag in the background (high watermarks from
-    /// the leaders, through this node's own client port).
+    /// Starts measuring every coordinated group's lag in the background: each partition's end
+    /// and oldest unconsumed record, asked of its leader through this node's owning shard.
     pub(super) async fn refresh_lag(&mut self) -> Option<tokio::task::JoinHandle<()>> {
         let committed: Vec<(String, String, u32, u64)> = self
             .groups
@@ -62,40 +90,14 @@ impl<S: GroupStore> GroupManager<S> {
             self.lags.lock().expect("lags").clear();
             return None;
         }
-        if self.lag_client.is_none() {
-            // This node's own client port: on its listen address, or loopback for 0.0.0.0.
-            let listen = self.config.listen;
-            let host = if listen.ip().is_unspecified() {
-                std::net::IpAddr::from([127, 0, 0, 1])
-            } else {
-                listen.ip()
-            };
-            let address = std::net::SocketAddr::new(host, listen.port()).to_string();
-            let mut config = strata_client::ClientConfig::new(address);
-            config.request_timeout = Duration::from_secs(2);
-            config.tcp_congestion = self.config.tcp_congestion.clone();
-            self.lag_client = strata_client::Client::connect(config).await.ok();
-        }
-        let client = self.lag_client.clone()?;
+        let shards = self.shards.clone();
         let lags = self.lags.clone();
         Some(tokio::spawn(async move {
             let mut measured = Vec::with_capacity(committed.len());
-            let _ = client.refresh_metadata().await;
             for (group, topic, partition, committed) in committed {
-                let end = client
-                    .list_offset(&topic, partition, strata_wire::protocol::LATEST_TIMESTAMP)
-                    .await
-                    .ok()
-                    .flatten();
-                let lag = end.map(|end| end.saturating_sub(committed));
-                let oldest_unconsumed_ms = match lag {
-                    None => None,
-                    Some(0) => Some(None),
-                    Some(_) => client
-                        .record_timestamp_at(&topic, partition, committed)
-                        .await
-                        .ok(),
-                };
+                let position = position(&shards, topic.clone(), partition, committed).await;
+                let lag = position.end.map(|end| end.saturating_sub(committed));
+                let oldest_unconsumed_ms = position.oldest_unconsumed_ms;
                 measured.push(Lag {
                     group,
                     topic,

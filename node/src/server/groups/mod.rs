@@ -151,7 +151,6 @@ struct GroupManager<S> {
     /// Producer ids this broker took from the shared counter and has not handed out.
     producer_ids: std::ops::Range<i64>,
     /// A client of this cluster, to ask leaders for high watermarks (lag); made on first use.
-    lag_client: Option<Arc<strata_client::Client>>,
     lags: Arc<std::sync::Mutex<Vec<Lag>>>,
     /// Kafka members waiting on a join (true) or a sync (false), by (group, member).
     kafka_waiters: HashMap<(String, String), (bool, oneshot::Sender<KafkaGroupAnswer>)>,
@@ -188,7 +187,6 @@ async fn serve<S: GroupStore>(
         started: clock.now(),
         members_named: 0,
         producer_ids: 0..0,
-        lag_client: None,
         lags: Arc::default(),
         kafka_waiters: HashMap::new(),
         consumer_patterns: HashMap::new(),

@@ -348,7 +348,7 @@ pub(super) fn accept<P: Protocol>(
             match listener.accept().await {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    strata_client::apply_tcp_congestion(
+                    strata_net::apply_tcp_congestion(
                         &stream,
                         shard.context.config.tcp_congestion.as_deref(),
                     );
@@ -372,7 +372,7 @@ pub(super) fn accept<P: Protocol>(
 /// The next frame's length; `None` once the connection has ended (between frames, inside a
 /// prefix, or with an error, which is logged).
 async fn next_frame_len<R: tokio::io::AsyncRead + Unpin>(
-    frames: &mut strata_client::FrameReader<R>,
+    frames: &mut strata_net::FrameReader<R>,
     peer: SocketAddr,
 ) -> Option<usize> {
     match frames.next_len().await {
@@ -457,9 +457,9 @@ async fn drive<P: Protocol, R: AsyncRead + Unpin, W: AnswerWriter>(
     let peer = client.peer;
     let mut session = SaslSession::new(endpoint.spec.protocol.uses_sasl());
     let mut frames = if P::BIG_ENDIAN {
-        strata_client::FrameReader::big_endian(reader)
+        strata_net::FrameReader::big_endian(reader)
     } else {
-        strata_client::FrameReader::new(reader)
+        strata_net::FrameReader::new(reader)
     };
     let (answers, outcomes) = mpsc::unbounded_channel::<Numbered>();
     let writing =
@@ -633,7 +633,7 @@ async fn write_frames<W: AnswerWriter>(
             chunks.push(chunk);
             continue;
         }
-        strata_client::write_all_chunks(writer, std::mem::take(&mut chunks)).await?;
+        strata_net::write_all_chunks(writer, std::mem::take(&mut chunks)).await?;
         let source = sources
             .next()
             .ok_or_else(|| std::io::Error::other("an empty chunk without records elsewhere"))?;
@@ -649,7 +649,7 @@ async fn write_frames<W: AnswerWriter>(
         })?;
         send_region(shard, socket, region).await?;
     }
-    strata_client::write_all_chunks(writer, chunks).await
+    strata_net::write_all_chunks(writer, chunks).await
 }
 
 /// Sends a segment file's range from the page cache to the socket (`sendfile`): the broker

@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 mod fetch;
+mod lag;
 mod metadata;
 mod offsets;
 mod produce;
@@ -209,14 +210,7 @@ pub fn run(
                     }
                 }
                 ShardMessage::Stats { reply } => {
-                    let mut partitions: Vec<_> =
-                        shard.partitions.borrow().keys().cloned().collect();
-                    partitions.sort();
-                    let _ = reply.send(ShardStats {
-                        shard: shard.context.index,
-                        partitions,
-                        cross_shard_hops: shard.cross_shard_hops.get(),
-                    });
+                    let _ = reply.send(shard.stats());
                 }
                 ShardMessage::Metrics { reply } => {
                     let _ = reply.send(shard.metrics_snapshot());
@@ -224,6 +218,7 @@ pub fn run(
                 ShardMessage::View { reply } => {
                     let _ = reply.send(shard.view.borrow().clone());
                 }
+                ShardMessage::GroupPosition(asked) => shard.answer_position(asked),
                 ShardMessage::Run(work) => work(shard.clone() as Rc<dyn std::any::Any>),
                 ShardMessage::Shutdown { reply } => {
                     for listener in &listeners {
@@ -621,6 +616,17 @@ impl Shard {
             if let Err(error) = state.log.close().await {
                 tracing::error!(%topic, partition, "closing log: {error}");
             }
+        }
+    }
+
+    /// What this shard owns and how often it forwarded.
+    fn stats(&self) -> ShardStats {
+        let mut partitions: Vec<_> = self.partitions.borrow().keys().cloned().collect();
+        partitions.sort();
+        ShardStats {
+            shard: self.context.index,
+            partitions,
+            cross_shard_hops: self.cross_shard_hops.get(),
         }
     }
 
