@@ -11,7 +11,7 @@ mkdir -p "$CARGO_TARGET_DIR"
 strata_checkout_marker="$CARGO_TARGET_DIR/.strata-checkout"
 if [ "$(cat "$strata_checkout_marker" 2>/dev/null)" != "$PWD" ]; then
     echo "== the build cache was built from another checkout: rebuilding the workspace crates"
-    cargo clean --quiet -p strata-wire -p strata-node -p strata-cli -p strata-coordinator -p strata-client \
+    cargo clean --quiet -p strata-wire -p strata-net -p strata-node -p strata-cli -p strata-coordinator -p strata-client \
         -p strata-bench -p strata-tuning -p strata-kafka -p strata-auth
     echo "$PWD" > "$strata_checkout_marker"
 fi
