@@ -1373,7 +1373,10 @@ fn lag_in_seconds_is_measured_on_a_broker_whose_only_listener_needs_credentials(
         std::time::Duration::from_secs(30),
         || {
             let offsets = offsets();
-            offsets["lag"] == 2 && offsets["lag_seconds"].as_f64().is_some_and(|age| age >= 1.0)
+            offsets["lag"] == 2
+                && offsets["lag_seconds"]
+                    .as_f64()
+                    .is_some_and(|age| age >= 1.0)
         },
     );
 }

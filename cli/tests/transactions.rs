@@ -510,11 +510,22 @@ fn check_exactly_once(
             })
             .collect();
         let produced = output[partition].as_array().unwrap();
+        // Where the output first leaves the input, and what it holds from there.
+        let parted = produced
+            .iter()
+            .zip(&expected)
+            .position(|(out, wanted)| out != wanted)
+            .unwrap_or(produced.len().min(expected.len()));
+        let around = |records: &[Value]| {
+            records[parted.min(records.len())..(parted + 3).min(records.len())].to_vec()
+        };
         assert_eq!(
             produced.len(),
             expected.len(),
-            "{client}, partition {partition}: every input record once in the output \
-             (faults {faults:?})"
+            "{client}, partition {partition}: every input record once in the output; they part \
+             at {parted}: output {:?}, input {:?} (faults {faults:?})",
+            around(produced),
+            around(&expected)
         );
         assert_eq!(
             produced, &expected,

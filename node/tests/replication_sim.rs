@@ -463,7 +463,7 @@ fn assume_role(broker: &Rc<Broker>, state: PartitionState) {
                     let Ok(durable) = broker.log.sync().await else {
                         return;
                     };
-                    broker.with_leader(TOPIC, 0, epoch, |leader| {
+                    broker.with_leader_at(TOPIC, 0, epoch, |leader| {
                         leader.handle_appended(leader.log_end().max(durable));
                     });
                 });
@@ -551,16 +551,12 @@ impl LeaderHost for Broker {
         &self,
         _topic: &str,
         _partition: u32,
-        epoch: u32,
         change: impl FnOnce(&mut Leader<(u64, u64)>) -> T,
     ) -> Option<T> {
         let mut role = self.role.borrow_mut();
         let Role::Leader(leader) = &mut *role else {
             return None;
         };
-        if leader.epoch() != epoch {
-            return None;
-        }
         let outcome = change(leader);
         self.settle(leader);
         Some(outcome)
@@ -600,7 +596,7 @@ fn propose_isr(broker: Rc<Broker>, proposal: IsrProposal) {
         if let Some(state) = &stored {
             world.trace(|| format!("{} stored ISR {:?}", broker.id, state.isr));
         }
-        broker.with_leader(TOPIC, 0, epoch, |leader| match &stored {
+        broker.with_leader_at(TOPIC, 0, epoch, |leader| match &stored {
             Some(state) => leader.handle_isr_committed(&proposal, state.partition_epoch),
             None => leader.handle_isr_refused(&proposal),
         });
@@ -639,7 +635,7 @@ async fn produce(broker: Rc<Broker>, value: u64) {
         return;
     };
     let at_us = world.clock.monotonic_us();
-    let waiting = broker.with_leader(TOPIC, 0, epoch, |leader| {
+    let waiting = broker.with_leader_at(TOPIC, 0, epoch, |leader| {
         leader.handle_appended(leader.log_end().max(info.last_offset + 1));
         leader.record_append_time(info.last_offset + 1, at_us);
         leader.wait_for_commit(info.last_offset, (info.last_offset, value));

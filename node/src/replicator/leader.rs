@@ -38,16 +38,29 @@ pub trait LeaderHost {
 
     fn role(&self, topic: &str, partition: u32) -> PartitionRole;
 
-    /// Runs `change` on the partition's leader state if this broker leads it at `epoch`, then
-    /// hands out what it answered (`acks=all` produces) and wakes readers if the high
-    /// watermark moved. `None` when it does not lead at that epoch.
+    /// Runs `change` on the partition's leader state if this broker leads it, then hands out
+    /// what it answered (`acks=all` produces) and wakes readers if the high watermark moved.
+    /// `None` when it does not lead.
     fn with_leader<T>(
+        &self,
+        topic: &str,
+        partition: u32,
+        change: impl FnOnce(&mut Leader<Self::Waiter>) -> T,
+    ) -> Option<T>;
+
+    /// [`LeaderHost::with_leader`] if this broker leads the partition at `epoch`.
+    fn with_leader_at<T>(
         &self,
         topic: &str,
         partition: u32,
         epoch: u32,
         change: impl FnOnce(&mut Leader<Self::Waiter>) -> T,
-    ) -> Option<T>;
+    ) -> Option<T> {
+        self.with_leader(topic, partition, |leader| {
+            (leader.epoch() == epoch).then(|| change(leader))
+        })
+        .flatten()
+    }
 
     /// Writes an ISR expansion (`replica` joins) through the coordinator, then tells the leader
     /// the outcome (`handle_isr_committed` or `handle_isr_refused`).
@@ -126,7 +139,7 @@ pub async fn serve_fetch<H: LeaderHost>(
             Err(_) => return replica_fetch_error(ErrorCode::StorageError, 0, 0),
         };
     // Read after the wait: the leadership may have ended meanwhile.
-    let Some(high_watermark) = host.with_leader(topic, partition, epoch, |l| l.high_watermark())
+    let Some(high_watermark) = host.with_leader_at(topic, partition, epoch, |l| l.high_watermark())
     else {
         return replica_fetch_error(ErrorCode::NotLeader, 0, 0);
     };
@@ -153,9 +166,8 @@ async fn decide<H: LeaderHost>(
     fetch: &FollowerFetch,
 ) -> Result<Serve, ReplicaFetchResponse> {
     let clock = host.clock();
-    let epoch = fetch.leader_epoch;
     let high_watermark = || {
-        host.with_leader(topic, partition, epoch, |l| l.high_watermark())
+        host.with_leader(topic, partition, |l| l.high_watermark())
             .unwrap_or(0)
     };
     let refused = |error| {
@@ -165,7 +177,8 @@ async fn decide<H: LeaderHost>(
             0,
         ))
     };
-    let plan = host.with_leader(topic, partition, epoch, |leader| {
+    // Any epoch: the leader's own check tells a fenced follower from a stale leader.
+    let plan = host.with_leader(topic, partition, |leader| {
         leader.plan_fetch(clock.monotonic_ms(), clock.monotonic_us(), fetch)
     });
     match plan {
@@ -180,7 +193,7 @@ async fn decide<H: LeaderHost>(
     else {
         return Err(replica_fetch_error(ErrorCode::StorageError, 0, 0));
     };
-    let checked = host.with_leader(topic, partition, epoch, |leader| {
+    let checked = host.with_leader(topic, partition, |leader| {
         let bounds = (offsets.log_start, offsets.log_end);
         let (now_ms, now_us) = (clock.monotonic_ms(), clock.monotonic_us());
         leader.handle_divergence_checked(now_ms, now_us, fetch, divergence, bounds)

@@ -238,7 +238,6 @@ impl LeaderHost for Rc<Shard> {
         &self,
         topic: &str,
         partition: u32,
-        epoch: u32,
         change: impl FnOnce(&mut Leader<AckWaiter>) -> T,
     ) -> Option<T> {
         let mut partitions = self.partitions.borrow_mut();
@@ -246,9 +245,6 @@ impl LeaderHost for Rc<Shard> {
         let Role::Leader(leader) = &mut held.role else {
             return None;
         };
-        if leader.epoch() != epoch {
-            return None;
-        }
         let before = leader.high_watermark();
         let outcome = change(leader);
         held.settle(before);
