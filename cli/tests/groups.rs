@@ -1390,3 +1390,104 @@ fn the_offsets_of_a_group_left_empty_expire_and_a_running_group_keeps_them() {
     assert_eq!(running.seen().len(), 20);
     running.stop();
 }
+
+/// The coordinator's lag metrics cover partitions other brokers lead: it asks each leader over
+/// the replication endpoint, with no client of its own.
+#[test]
+fn the_coordinator_measures_lag_on_partitions_other_brokers_lead() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let admins: Vec<u16> = (0..2).map(|_| support::free_base_port(0)).collect();
+    let nodes: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let (id, admin) = ((i + 1).to_string(), format!("127.0.0.1:{}", admins[i]));
+            let mut args = etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--admin", &admin]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    let node = &nodes[0];
+    node.cli(
+        &[
+            "topic",
+            "create",
+            "spread",
+            "--partitions",
+            "4",
+            "--replication-factor",
+            "1",
+        ],
+        None,
+    );
+    let described: serde_json::Value =
+        serde_json::from_str(&node.cli(&["topic", "describe", "spread", "--format", "json"], None))
+            .unwrap();
+    let leaders: BTreeSet<i64> = described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|partition| partition["leader"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        leaders.len(),
+        2,
+        "both brokers lead some partition: {described}"
+    );
+    let records: String = (0..40).map(|i| format!("k{i}:v{i}\n")).collect();
+    node.cli(
+        &["produce", "spread", "--key-separator", ":"],
+        Some(records.as_bytes()),
+    );
+    node.cli(
+        &[
+            "consume",
+            "spread",
+            "--group",
+            "spreaders",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+        ],
+        None,
+    );
+    node.cli(
+        &[
+            "group",
+            "reset-offsets",
+            "spreaders",
+            "--topic",
+            "spread",
+            "--to-earliest",
+            "--execute",
+        ],
+        None,
+    );
+    // On the coordinator (whichever broker it is): every partition's lag, all 40 records.
+    let measured = |admin: u16| -> BTreeMap<String, f64> {
+        let (_, text) = support::http_get(admin, "/metrics");
+        text.lines()
+            .filter(|line| {
+                line.starts_with("strata_consumer_lag{") && line.contains("group=\"spreaders\"")
+            })
+            .filter_map(|line| {
+                let partition = line.split("partition=\"").nth(1)?.split('"').next()?;
+                Some((
+                    partition.to_string(),
+                    line.rsplit_once(' ')?.1.parse().ok()?,
+                ))
+            })
+            .collect()
+    };
+    wait_for_at_most(
+        "the coordinator's lag on all four partitions",
+        Duration::from_secs(30),
+        || {
+            admins.iter().any(|&admin| {
+                let lags = measured(admin);
+                lags.len() == 4 && lags.values().sum::<f64>() == 40.0
+            })
+        },
+    );
+}
