@@ -94,6 +94,14 @@ struct Driver<N: ReplicaNetwork> {
     clock: Clock,
 }
 
+/// A fetch sent ahead is abandoned with the loop (a role change aborts it): its answer would
+/// have nowhere to go.
+impl<N: ReplicaNetwork> Drop for Driver<N> {
+    fn drop(&mut self) {
+        self.abandon_fetches();
+    }
+}
+
 impl<N: ReplicaNetwork> Driver<N> {
     fn now_ms(&self) -> i64 {
         self.clock.monotonic_ms()
@@ -117,13 +125,7 @@ impl<N: ReplicaNetwork> Driver<N> {
                 };
                 self.follower.handle_log_read(self.now_ms(), position);
             }
-            FollowerAction::AbandonFetches => {
-                for (_, _, fetch) in self.in_flight.drain(..) {
-                    if let InFlight::Sent(task) = fetch {
-                        task.abort();
-                    }
-                }
-            }
+            FollowerAction::AbandonFetches => self.abandon_fetches(),
             FollowerAction::Fetch(plan) => self.send(plan),
             FollowerAction::Append { records, bytes } => {
                 let outcome = match log.append_replicated(records).await {
@@ -173,6 +175,15 @@ impl<N: ReplicaNetwork> Driver<N> {
             }
         }
         false
+    }
+
+    /// Drops every fetch in flight; those sent ahead are aborted.
+    fn abandon_fetches(&mut self) {
+        for (_, _, fetch) in self.in_flight.drain(..) {
+            if let InFlight::Sent(task) = fetch {
+                task.abort();
+            }
+        }
     }
 
     /// Plans a fetch: the next fetch after an append is sent when the loop waits for it; a
