@@ -888,6 +888,40 @@ fn secured_strata(
     child.wait_with_output().unwrap()
 }
 
+/// A broker (2 shards) whose only native client listener is `sasl_ssl`, with ACLs on and `admin` its
+/// super user (password [`ADMIN_PASSWORD`]), its certificates made under `dir`; `extra` flags
+/// added. Returns the node and the CA's path, which clients need.
+fn natively_secured_node(dir: &Path, extra: &[&str]) -> (TestNode, String) {
+    let pki = Pki::new(dir, "ca");
+    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
+    let (cert, key, ca) = (
+        pki.path("broker.pem"),
+        pki.path("broker.key"),
+        pki.path("ca.pem"),
+    );
+    let mut args = vec![
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-ca",
+        &ca,
+        "--authorizer",
+        "acl",
+        "--super-users",
+        "User:admin",
+    ];
+    args.extend_from_slice(extra);
+    let node = TestNode::start_listening(
+        &dir.join("data"),
+        2,
+        "sasl_ssl",
+        &args,
+        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
+    );
+    (node, ca)
+}
+
 /// The native CLI against a broker whose client listener is `sasl_ssl` with ACLs on: with
 /// credentials every command works (topics, users, ACLs, produce, consume); without them, with
 /// a wrong password or without TLS, each fails with one clear line and exit 1; a user's ACLs
@@ -895,31 +929,7 @@ fn secured_strata(
 #[test]
 fn the_native_cli_needs_credentials_on_a_secured_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path(), "ca");
-    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
-    let (cert, key, ca) = (
-        pki.path("broker.pem"),
-        pki.path("broker.key"),
-        pki.path("ca.pem"),
-    );
-    let node = TestNode::start_listening(
-        &dir.path().join("data"),
-        2,
-        "sasl_ssl",
-        &[
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-ca",
-            &ca,
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:admin",
-        ],
-        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
-    );
+    let (node, ca) = natively_secured_node(dir.path(), &[]);
     let bootstrap = format!("sasl_ssl://{}", node.bootstrap());
     let run = |login: Option<(&str, &str)>, args: &[&str], stdin: &[u8]| {
         secured_strata(&bootstrap, &ca, login, args, stdin)
@@ -1312,35 +1322,9 @@ fn native_listeners_side_by_side_send_clients_to_their_own_ports() {
 #[test]
 fn lag_in_seconds_is_measured_on_a_broker_whose_only_listener_needs_credentials() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path(), "ca");
-    let bootstrap_user = format!("admin:{ADMIN_PASSWORD}");
-    let (cert, key, ca) = (
-        pki.path("broker.pem"),
-        pki.path("broker.key"),
-        pki.path("ca.pem"),
-    );
     let admin_port = free_base_port(0);
     let admin_address = format!("127.0.0.1:{admin_port}");
-    let node = TestNode::start_listening(
-        &dir.path().join("data"),
-        2,
-        "sasl_ssl",
-        &[
-            "--admin",
-            &admin_address,
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-ca",
-            &ca,
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:admin",
-        ],
-        &[("STRATA_BOOTSTRAP_USER", &bootstrap_user)],
-    );
+    let (node, ca) = natively_secured_node(dir.path(), &["--admin", &admin_address]);
     let bootstrap = format!("sasl_ssl://{}", node.bootstrap());
     let admin = Some(("admin", ADMIN_PASSWORD));
     let run = |args: &[&str], stdin: &[u8]| {

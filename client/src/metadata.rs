@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use strata_wire::protocol::{
     Appended, BrokerMetadata, ConfigEntry, CreateTopicRequest, DeleteTopicRequest, ErrorCode,
-    FetchPartition, FetchRequest, FetchTopic, ListOffsetsPartition, ListOffsetsRequest,
-    ListOffsetsTopic, MetadataRequest, MetadataResponse, Request, Response, TopicMetadata,
+    FetchRequest, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
+    MetadataResponse, Request, Response, TopicMetadata,
 };
 
 use crate::{ClientError, Connection};
@@ -588,23 +588,7 @@ impl Client {
     ) -> Result<Option<i64>, ClientError> {
         let metadata = self.metadata_for(topic).await?;
         let address = metadata.leader_address(topic, partition, self.config.shard_aware)?;
-        // The batch holding `offset` comes whole however small the limit; a little more lets
-        // a marker (which holds no record of the topic's) be stepped over.
-        const READ_BYTES: u32 = 64 << 10;
-        let request = Request::Fetch(FetchRequest {
-            max_wait_ms: 0,
-            min_bytes: 0,
-            max_bytes: READ_BYTES,
-            topics: vec![FetchTopic {
-                name: topic.to_string(),
-                partitions: vec![FetchPartition {
-                    partition,
-                    fetch_offset: offset,
-                    max_bytes: READ_BYTES,
-                }],
-            }],
-            read_committed: Appended(false),
-        });
+        let request = Request::Fetch(FetchRequest::timestamp_lookup(topic, partition, offset));
         let Response::Fetch(mut response) = self.request(&address, request).await? else {
             return Err(ClientError::Protocol(
                 "fetch answered with another api".into(),

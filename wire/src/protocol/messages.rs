@@ -143,6 +143,33 @@ impl TransactionDescription {
     }
 }
 
+impl FetchRequest {
+    /// How much a record-timestamp lookup reads: the batch holding the offset comes whole
+    /// however small the limit; a little more lets a marker (which holds no record of the
+    /// topic's) be stepped over.
+    pub const TIMESTAMP_LOOKUP_BYTES: u32 = 64 << 10;
+
+    /// A read of `topic`-`partition` at `offset` that does not wait, enough to find the
+    /// timestamp of the record there (`crate::batch::first_record_timestamp`): what a
+    /// consumer's lag in seconds is measured from.
+    pub fn timestamp_lookup(topic: &str, partition: u32, offset: u64) -> FetchRequest {
+        FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: Self::TIMESTAMP_LOOKUP_BYTES,
+            topics: vec![FetchTopic {
+                name: topic.to_string(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    max_bytes: Self::TIMESTAMP_LOOKUP_BYTES,
+                }],
+            }],
+            read_committed: Appended(false),
+        }
+    }
+}
+
 /// In [`ProduceRequest::expected_offsets`]: this partition's records are not conditional.
 pub const NO_EXPECTED_OFFSET: i64 = -1;
 

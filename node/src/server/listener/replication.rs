@@ -61,9 +61,7 @@ async fn answer(
             Response::WriteTxnMarkers(shard.write_txn_markers(request, false).await)
         }
         // A peer's group coordinator measuring lag reads partitions this broker leads.
-        Request::ListOffsets(request) => {
-            Response::ListOffsets(shard.peer_list_offsets(request).await)
-        }
+        Request::ListOffsets(request) => Response::ListOffsets(shard.list_offsets(request).await),
         Request::Fetch(request) => Response::Fetch(shard.peer_fetch(request).await),
         other => {
             tracing::warn!(%peer, api = ?other.api_key(), "closing replication stream: not a replication request");

@@ -7,18 +7,12 @@
 use std::rc::Rc;
 
 use strata_wire::protocol::{
-    Appended, ErrorCode, FetchPartition, FetchRequest, FetchResponse, FetchTopic, LATEST_TIMESTAMP,
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic, Records,
-    Request, Response,
+    Appended, ErrorCode, FetchRequest, FetchResponse, LATEST_TIMESTAMP, ListOffsetsPartition,
+    ListOffsetsRequest, ListOffsetsTopic, Records, Request, Response,
 };
 
 use super::Shard;
 use crate::server::messages::{Delivery, GroupPosition, PositionAsked};
-
-/// How much of the partition a timestamp lookup reads: the batch holding the offset comes
-/// whole however small the limit; a little more lets a marker (no record of the topic's) be
-/// stepped over.
-const READ_BYTES: u32 = 64 << 10;
 
 impl Shard {
     /// Answers the group thread's question from a task of its own.
@@ -80,20 +74,7 @@ impl Shard {
         partition: u32,
         offset: u64,
     ) -> Option<Option<i64>> {
-        let fetch = Request::Fetch(FetchRequest {
-            max_wait_ms: 0,
-            min_bytes: 0,
-            max_bytes: READ_BYTES,
-            topics: vec![FetchTopic {
-                name: topic.to_string(),
-                partitions: vec![FetchPartition {
-                    partition,
-                    fetch_offset: offset,
-                    max_bytes: READ_BYTES,
-                }],
-            }],
-            read_committed: Appended(false),
-        });
+        let fetch = Request::Fetch(FetchRequest::timestamp_lookup(topic, partition, offset));
         let Some(Response::Fetch(mut answer)) = self.ask_leader(topic, partition, fetch).await
         else {
             return None;
@@ -116,7 +97,7 @@ impl Shard {
         match self.route(topic, partition) {
             Ok(_) => match request {
                 Request::ListOffsets(request) => {
-                    Some(Response::ListOffsets(self.peer_list_offsets(request).await))
+                    Some(Response::ListOffsets(self.list_offsets(request).await))
                 }
                 Request::Fetch(request) => Some(Response::Fetch(self.peer_fetch(request).await)),
                 _ => None,
@@ -135,14 +116,6 @@ impl Shard {
             }
             Err(_) => None,
         }
-    }
-
-    /// A peer broker's question about a partition this broker leads: its end.
-    pub(in crate::server) async fn peer_list_offsets(
-        self: &Rc<Self>,
-        request: ListOffsetsRequest,
-    ) -> ListOffsetsResponse {
-        self.list_offsets(request).await
     }
 
     /// A peer broker's read of a partition this broker leads (to find a record's timestamp).

@@ -15,7 +15,7 @@ use super::replica::Role;
 use super::{Shard, log_error_code};
 
 impl Shard {
-    pub(super) async fn list_offsets(
+    pub(in crate::server) async fn list_offsets(
         self: &Rc<Self>,
         request: ListOffsetsRequest,
     ) -> ListOffsetsResponse {
