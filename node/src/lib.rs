@@ -15,4 +15,5 @@ pub mod quota;
 pub mod replication;
 pub mod replicator;
 pub mod server;
+pub mod share;
 pub mod txn;
