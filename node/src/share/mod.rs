@@ -8,5 +8,6 @@
 //!
 //! Nothing here knows of sockets, files, runtimes or the coordinator store; time is an argument.
 
+pub mod config;
 pub mod group;
 pub mod partition;
