@@ -1237,3 +1237,145 @@ fn kip848_groups_split_topics_and_rebalance_without_stopping_their_members() {
         "the regular expression took the later topic in, beside the topic named: {regex}"
     );
 }
+
+/// A group's configs as broker `kafka` describes them over DescribeConfigs (v4): name ->
+/// (value, source).
+fn group_configs_at(kafka: &str, group: &str) -> std::collections::BTreeMap<String, (String, i8)> {
+    use strata_kafka::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use strata_kafka::kafka_protocol::messages::{
+        ApiKey, DescribeConfigsRequest, DescribeConfigsResponse,
+    };
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(strata_kafka::admin::RESOURCE_GROUP)
+            .with_resource_name(strata_kafka::text(group)),
+    ]);
+    let response: DescribeConfigsResponse =
+        support::raw_request(kafka, ApiKey::DescribeConfigs, 4, &request);
+    let result = &response.results[0];
+    assert_eq!(result.error_code, 0, "{result:?}");
+    result
+        .configs
+        .iter()
+        .map(|config| {
+            let value = config.value.as_deref().unwrap_or_default().to_string();
+            (config.name.to_string(), (value, config.config_source))
+        })
+        .collect()
+}
+
+/// Group configs (KIP-848/KIP-932's GROUP config resources) on two brokers, through
+/// confluent-kafka's AdminClient (`kafka_admin/group_configs.py`): set incrementally and
+/// described back with their sources (the rest at their defaults), untouched by a
+/// validate_only change, an invalid value and an unknown name refused with INVALID_CONFIG, a
+/// config deleted back to its default; and every broker describes what was set, whichever
+/// stored it (the configs travel in the cluster view).
+#[test]
+fn group_configs_are_set_described_and_refused_through_the_kafka_admin_apis() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let brokers: Vec<(TestNode, String)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| broker(&etcd, dir.path(), &(i + 1).to_string(), &[]))
+        .collect();
+    let (first, second) = (&brokers[0].1, &brokers[1].1);
+
+    let seen = python_json("group_configs.py", &[first, "orders-share"]);
+    assert_eq!(seen["set"], json!(true), "{seen}");
+    let described = &seen["described"];
+    assert_eq!(
+        described["share.auto.offset.reset"],
+        json!({"value": "earliest", "source": "GROUP_CONFIG"}),
+        "{seen}"
+    );
+    assert_eq!(
+        described["share.record.lock.duration.ms"],
+        json!({"value": "5000", "source": "GROUP_CONFIG"})
+    );
+    assert_eq!(
+        described["share.isolation.level"],
+        json!({"value": "read_uncommitted", "source": "DEFAULT_CONFIG"})
+    );
+    assert_eq!(
+        described.as_object().unwrap().len(),
+        12,
+        "every group config: {seen}"
+    );
+    assert_eq!(seen["validated"], json!(true), "{seen}");
+    assert_eq!(
+        seen["after_validate"]["share.delivery.count.limit"],
+        json!({"value": "5", "source": "DEFAULT_CONFIG"}),
+        "validate_only stored nothing: {seen}"
+    );
+    assert_eq!(seen["bogus"]["error"], "INVALID_CONFIG", "{seen}");
+    let why = seen["bogus"]["message"].as_str().unwrap();
+    assert!(why.contains("share.isolation.level"), "{seen}");
+    assert_eq!(seen["unknown"]["error"], "INVALID_CONFIG", "{seen}");
+    let why = seen["unknown"]["message"].as_str().unwrap();
+    assert!(why.contains("share.no.such.config"), "{seen}");
+    assert_eq!(seen["deleted"], json!(true), "{seen}");
+    assert_eq!(
+        seen["after_delete"]["share.record.lock.duration.ms"],
+        json!({"value": "30000", "source": "DEFAULT_CONFIG"}),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["after_delete"]["share.auto.offset.reset"]["value"],
+        "earliest"
+    );
+
+    // Both brokers describe what is set, whichever one stored it.
+    for kafka in [first, second] {
+        wait_for_at_most(
+            "every broker to describe the group's configs",
+            Duration::from_secs(10),
+            || {
+                let configs = group_configs_at(kafka, "orders-share");
+                configs["share.auto.offset.reset"] == ("earliest".to_string(), 8)
+                    && configs["share.record.lock.duration.ms"] == ("30000".to_string(), 5)
+            },
+        );
+    }
+    // Another group has nothing set.
+    let other = group_configs_at(second, "another");
+    assert!(other.values().all(|(_, source)| *source == 5), "{other:?}");
+
+    // The legacy AlterConfigs replaces the group's configs with those it names.
+    let altered =
+        alter_group_configs_replacing(second, "orders-share", "share.delivery.count.limit", "3");
+    assert_eq!(altered, 0);
+    let configs = group_configs_at(second, "orders-share");
+    assert_eq!(configs["share.delivery.count.limit"], ("3".to_string(), 8));
+    assert_eq!(
+        configs["share.auto.offset.reset"],
+        ("latest".to_string(), 5)
+    );
+    let refused =
+        alter_group_configs_replacing(second, "orders-share", "share.delivery.count.limit", "11");
+    assert_eq!(refused, strata_kafka::errors::INVALID_CONFIG);
+}
+
+/// The legacy AlterConfigs (v1) of `group` on broker `kafka`, setting `name` to `value` alone:
+/// the resource's error code.
+fn alter_group_configs_replacing(kafka: &str, group: &str, name: &str, value: &str) -> i16 {
+    use strata_kafka::kafka_protocol::messages::alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use strata_kafka::kafka_protocol::messages::{
+        AlterConfigsRequest, AlterConfigsResponse, ApiKey,
+    };
+    let request = AlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(strata_kafka::admin::RESOURCE_GROUP)
+            .with_resource_name(strata_kafka::text(group))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(strata_kafka::text(name))
+                    .with_value(Some(strata_kafka::text(value))),
+            ]),
+    ]);
+    let response: AlterConfigsResponse =
+        support::raw_request(kafka, ApiKey::AlterConfigs, 1, &request);
+    response.responses[0].error_code
+}

@@ -72,16 +72,7 @@ pub struct BrokerConfigAlteration {
 impl BrokerConfigAlteration {
     /// What `current` becomes.
     pub fn apply(&self, current: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let mut next = if self.replace {
-            BTreeMap::new()
-        } else {
-            current.clone()
-        };
-        for name in &self.delete {
-            next.remove(name);
-        }
-        next.extend(self.set.clone());
-        next
+        altered_values(current, &self.set, &self.delete, self.replace)
     }
 
     /// A stored name is never empty, and a scope is never a negative broker id.
@@ -93,18 +84,45 @@ impl BrokerConfigAlteration {
                 "broker id {id} is negative"
             )));
         }
-        if self
-            .set
-            .keys()
-            .chain(&self.delete)
-            .any(|name| name.trim().is_empty())
-        {
-            return Err(CoordinatorError::Invalid(
-                "a broker setting's name is empty".into(),
-            ));
-        }
-        Ok(())
+        check_names(&self.set, &self.delete, "a broker setting's name is empty")
     }
+}
+
+/// What a scope's stored values `current` become under a change: with `replace`, `set` is the
+/// whole of them; otherwise `delete` removes and `set` adds or replaces. Shared by every
+/// alteration of named string values (broker settings, group configs).
+pub(crate) fn altered_values(
+    current: &BTreeMap<String, String>,
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+    replace: bool,
+) -> BTreeMap<String, String> {
+    let mut next = if replace {
+        BTreeMap::new()
+    } else {
+        current.clone()
+    };
+    for name in delete {
+        next.remove(name);
+    }
+    next.extend(
+        set.iter()
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
+    next
+}
+
+/// Refuses an alteration naming a blank setting (`empty` says which kind): a stored name is
+/// never empty.
+pub(crate) fn check_names(
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+    empty: &str,
+) -> Result<(), CoordinatorError> {
+    if set.keys().chain(delete).any(|name| name.trim().is_empty()) {
+        return Err(CoordinatorError::Invalid(empty.to_string()));
+    }
+    Ok(())
 }
 
 /// Applies `alteration` to `records`, dropping a scope left with no settings.

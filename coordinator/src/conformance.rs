@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::groups::{GroupOffsets, GroupRecord, GroupStore, LoadedGroup, StoredOffset};
+use crate::groups::{GroupOffsets, GroupRecord, GroupStore, LoadedGroup, RecordKind, StoredOffset};
 use crate::{BrokerInfo, ConfigChange, Coordinator, CoordinatorError, PartitionChange, TopicSpec};
 
 /// A broker for the checks: id `id`, ports that nothing needs to listen on.
@@ -289,48 +289,134 @@ pub async fn check_group_store(store: &impl GroupStore) {
 
     check_group_ids_are_kept_apart(store).await;
     check_txn_store(store).await;
+    check_share_state_store(store).await;
+}
+
+/// Share states are kept apart from transactions of the same id, fenced alike, and deleted.
+async fn check_share_state_store(store: &impl GroupStore) {
+    let id = "g/orders/0";
+    let first = store
+        .store_record(
+            RecordKind::ShareState,
+            id,
+            0,
+            &serde_json::json!({"start": 1}),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .load_record(RecordKind::Transaction, id)
+            .await
+            .unwrap(),
+        (None, 0)
+    );
+    assert_eq!(
+        store
+            .store_record(RecordKind::ShareState, id, 0, &serde_json::json!({}))
+            .await
+            .unwrap(),
+        None,
+        "fenced on the revision read"
+    );
+    assert_eq!(
+        store.list_records(RecordKind::ShareState).await.unwrap(),
+        vec![id.to_string()]
+    );
+    assert_eq!(
+        store.load_record(RecordKind::ShareState, id).await.unwrap(),
+        (Some(serde_json::json!({"start": 1})), first)
+    );
+    store
+        .delete_record(RecordKind::ShareState, id)
+        .await
+        .unwrap();
+    store
+        .delete_record(RecordKind::ShareState, id)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load_record(RecordKind::ShareState, id).await.unwrap(),
+        (None, 0)
+    );
 }
 
 /// Transactional ids' records: fenced on the revision read like group records, each id apart
 /// from the others (however alike), listed by id, and apart from the groups of the same name.
 async fn check_txn_store(store: &impl GroupStore) {
-    assert_eq!(store.load_txn("app").await.unwrap(), (None, 0));
+    assert_eq!(
+        store
+            .load_record(RecordKind::Transaction, "app")
+            .await
+            .unwrap(),
+        (None, 0)
+    );
     let record = |epoch: i64| serde_json::json!({"producer_id": 7, "epoch": epoch});
     let first = store
-        .store_txn("app", 0, &record(0))
+        .store_record(RecordKind::Transaction, "app", 0, &record(0))
         .await
         .unwrap()
         .expect("the first write wins");
     // A coordinator that read revision 0 is fenced once another stored.
-    assert_eq!(store.store_txn("app", 0, &record(5)).await.unwrap(), None);
+    assert_eq!(
+        store
+            .store_record(RecordKind::Transaction, "app", 0, &record(5))
+            .await
+            .unwrap(),
+        None
+    );
     let second = store
-        .store_txn("app", first, &record(1))
+        .store_record(RecordKind::Transaction, "app", first, &record(1))
         .await
         .unwrap()
         .expect("at the revision read");
     assert_eq!(
-        store.load_txn("app").await.unwrap(),
+        store
+            .load_record(RecordKind::Transaction, "app")
+            .await
+            .unwrap(),
         (Some(record(1)), second)
     );
     assert_eq!(
-        store.store_txn("app", first, &record(9)).await.unwrap(),
+        store
+            .store_record(RecordKind::Transaction, "app", first, &record(9))
+            .await
+            .unwrap(),
         None,
         "an old revision no longer writes"
     );
     for id in ["app/b", "app%2Fb"] {
-        store.store_txn(id, 0, &record(3)).await.unwrap().unwrap();
+        store
+            .store_record(RecordKind::Transaction, id, 0, &record(3))
+            .await
+            .unwrap()
+            .unwrap();
     }
     assert_eq!(
-        store.list_txns().await.unwrap(),
+        store.list_records(RecordKind::Transaction).await.unwrap(),
         ["app", "app%2Fb", "app/b"]
     );
-    assert_eq!(store.load_txn("app").await.unwrap().0, Some(record(1)));
+    assert_eq!(
+        store
+            .load_record(RecordKind::Transaction, "app")
+            .await
+            .unwrap()
+            .0,
+        Some(record(1))
+    );
     assert_eq!(
         store.load_group("app").await.unwrap(),
         LoadedGroup::default(),
         "a transactional id is not a group"
     );
-    assert!(store.load_txn("").await.is_err(), "ids are never empty");
+    assert!(
+        store
+            .load_record(RecordKind::Transaction, "")
+            .await
+            .is_err(),
+        "ids are never empty"
+    );
 }
 
 /// What every [`GroupStore`] must do with group ids that are not
@@ -522,6 +608,124 @@ pub async fn check_security_store(coordinator: &impl Coordinator) {
     assert!(coordinator.acls().await.unwrap().is_empty());
     check_quota_store(coordinator).await;
     check_broker_config_store(coordinator).await;
+    check_group_config_store(coordinator).await;
+}
+
+/// Group configs: each group's set, changed, replaced and removed on its own, listed in group
+/// order whatever its name holds, a group gone with its last config, and an invalid alteration
+/// stored nowhere.
+async fn check_group_config_store(coordinator: &impl Coordinator) {
+    use crate::group_configs::GroupConfigAlteration;
+    assert!(coordinator.group_configs().await.unwrap().is_empty());
+    let change =
+        |group: &str, set: &[(&str, &str)], delete: &[&str], replace| GroupConfigAlteration {
+            group: group.to_string(),
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            delete: delete.iter().map(|name| name.to_string()).collect(),
+            replace,
+        };
+    let stored = || async {
+        coordinator
+            .group_configs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| (record.group, record.values.into_iter().collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    // A name its etcd key escapes ("/" is no path there): as keys, "orders%2Feu" sorts
+    // before "orders.us"; as ids, after it, and group order is the ids'.
+    let odd = "orders/eu";
+    coordinator
+        .alter_group_configs(&change(
+            "orders.us",
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.record.lock.duration.ms", "5000"),
+            ],
+            &[],
+            false,
+        ))
+        .await
+        .unwrap();
+    coordinator
+        .alter_group_configs(&change(
+            odd,
+            &[("consumer.session.timeout.ms", "60000")],
+            &[],
+            false,
+        ))
+        .await
+        .unwrap();
+    coordinator
+        .alter_group_configs(&change(
+            "orders.us",
+            &[("share.isolation.level", "read_committed")],
+            &["share.auto.offset.reset"],
+            false,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored().await,
+        vec![
+            (
+                "orders.us".to_string(),
+                vec![
+                    pair("share.isolation.level", "read_committed"),
+                    pair("share.record.lock.duration.ms", "5000"),
+                ]
+            ),
+            (
+                odd.to_string(),
+                vec![pair("consumer.session.timeout.ms", "60000")]
+            ),
+        ]
+    );
+    coordinator
+        .alter_group_configs(&change(
+            "orders.us",
+            &[("share.delivery.count.limit", "3")],
+            &[],
+            true,
+        ))
+        .await
+        .unwrap();
+    for invalid in [
+        change("", &[("share.delivery.count.limit", "3")], &[], false),
+        change("orders.us", &[("", "1")], &[], false),
+        change("orders.us", &[], &[" "], false),
+    ] {
+        assert!(
+            coordinator.alter_group_configs(&invalid).await.is_err(),
+            "{invalid:?}"
+        );
+    }
+    // Deleting what a group without configs does not have stores nothing.
+    coordinator
+        .alter_group_configs(&change("idle", &[], &["share.isolation.level"], false))
+        .await
+        .unwrap();
+    coordinator
+        .alter_group_configs(&change(odd, &[], &["consumer.session.timeout.ms"], false))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored().await,
+        vec![(
+            "orders.us".to_string(),
+            vec![pair("share.delivery.count.limit", "3")]
+        )]
+    );
+    coordinator
+        .alter_group_configs(&change("orders.us", &[], &[], true))
+        .await
+        .unwrap();
+    assert!(coordinator.group_configs().await.unwrap().is_empty());
 }
 
 /// Dynamic broker settings: each scope's set, changed, replaced and removed on its own, a

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker_configs::{BrokerConfigAlteration, BrokerConfigRecord, BrokerScope};
 use crate::failover::Etcd;
+use crate::group_configs::{GroupConfigAlteration, GroupConfigRecord};
 use crate::quotas::{QuotaAlteration, QuotaEntity, QuotaRecord};
 use crate::security::{UserRecord, check_acls, check_credential, split_by_filters};
 use crate::{
@@ -588,6 +589,7 @@ impl Coordinator for EtcdCoordinator {
                 }
                 // Group, transaction and producer-id keys (groups.rs) share the prefix but are
                 // not cluster state: offset commits must not make every broker re-read it.
+                // Group configs (`group-configs/`) are: every broker's view carries them.
                 let cluster_changed = response.events().iter().any(|event| {
                     event.kv().is_some_and(|kv| {
                         let key = kv.key().strip_prefix(prefix.as_bytes()).unwrap_or(kv.key());
@@ -776,6 +778,36 @@ impl Coordinator for EtcdCoordinator {
             let values = alteration.apply(&current);
             Some((!values.is_empty()).then_some(BrokerConfigRecord {
                 scope: alteration.scope,
+                values,
+            }))
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn group_configs(&self) -> Result<Vec<GroupConfigRecord>, CoordinatorError> {
+        let mut records: Vec<GroupConfigRecord> = self.records_under("group-configs/").await?;
+        // Keys are escaped group ids (`group_key`), whose order is not the ids'.
+        records.sort_by(|a, b| a.group.cmp(&b.group));
+        Ok(records)
+    }
+
+    /// One key per group (its id escaped as its group record's key is), changed where it is
+    /// unchanged since read.
+    async fn alter_group_configs(
+        &self,
+        alteration: &GroupConfigAlteration,
+    ) -> Result<(), CoordinatorError> {
+        alteration.check()?;
+        let key = self.key(&format!(
+            "group-configs/{}",
+            crate::groups::group_key(&alteration.group)
+        ));
+        self.change_record(&key, |stored: Option<GroupConfigRecord>| {
+            let current = stored.map(|record| record.values).unwrap_or_default();
+            let values = alteration.apply(&current);
+            Some((!values.is_empty()).then(|| GroupConfigRecord {
+                group: alteration.group.clone(),
                 values,
             }))
         })

@@ -15,6 +15,8 @@
 //! offsets/<group>/<topic>    {partition: {offset, metadata}} for the whole topic (JSON)
 //! producer-ids               the next free producer id (decimal)
 //! txns/<transactional id>    a transactional id's state (JSON, the transaction coordinator's)
+//! share-states/<group>%2F<topic>%2F<partition>
+//!                            a share group's state of one partition (JSON, its leader's)
 //! ```
 //! Transactional ids are coordinated like groups (hashed onto the same brokers, by the same
 //! thread), and their records are fenced the same way: a write names the revision its writer
@@ -217,27 +219,50 @@ pub trait GroupStore {
     async fn delete_group(&self, group: &str, fence: Revision) -> Result<bool, CoordinatorError>;
     /// Takes `count` producer ids for this broker; returns the first.
     async fn allocate_producer_ids(&self, count: i64) -> Result<i64, CoordinatorError>;
-    /// A transactional id's record (opaque here: the transaction coordinator's) and its
-    /// revision (0: never stored).
-    async fn load_txn(
+    /// A record of `kind` (opaque here: its owner's) and its revision (0: never stored).
+    async fn load_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
     ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError>;
-    /// Writes a transactional id's record if the stored one is still at `expected`; `None`
-    /// when fenced.
-    async fn store_txn(
+    /// Writes a record of `kind` if the stored one is still at `expected`; `None` when fenced.
+    async fn store_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
         expected: Revision,
         record: &serde_json::Value,
     ) -> Result<Option<Revision>, CoordinatorError>;
-    /// Every stored transactional id, sorted.
-    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError>;
+    /// Every stored id of `kind`, sorted.
+    async fn list_records(&self, kind: RecordKind) -> Result<Vec<String>, CoordinatorError>;
+    /// Removes a record of `kind`, whatever its revision (its owner is done with it).
+    async fn delete_record(&self, kind: RecordKind, id: &str) -> Result<(), CoordinatorError>;
 }
 
-/// A transactional id's record as the single-node store keeps it.
+/// The opaque records the group store keeps besides groups and offsets, each fenced on its
+/// own revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A transactional id's state: the transaction coordinator's.
+    Transaction,
+    /// A share group's state of one partition (`<group>/<topic>/<partition>`): the partition
+    /// leader's.
+    ShareState,
+}
+
+impl RecordKind {
+    /// The folder (single node) or key prefix (etcd) of the kind's records.
+    fn folder(self) -> &'static str {
+        match self {
+            RecordKind::Transaction => "txns",
+            RecordKind::ShareState => "share-states",
+        }
+    }
+}
+
+/// A record of a [`RecordKind`] as the single-node store keeps it.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct LocalTxnFile {
+struct LocalRecordFile {
     record: Option<serde_json::Value>,
     revision: Revision,
 }
@@ -257,7 +282,7 @@ struct LocalGroupFile {
 impl LocalGroupStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<LocalGroupStore, CoordinatorError> {
         let dir = dir.into();
-        for folder in ["groups", "txns"] {
+        for folder in ["groups", "txns", "share-states"] {
             std::fs::create_dir_all(dir.join(folder)).map_err(|source| {
                 CoordinatorError::Storage {
                     path: dir.clone(),
@@ -391,36 +416,38 @@ impl GroupStore for LocalGroupStore {
         Ok(next)
     }
 
-    async fn load_txn(
+    async fn load_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
     ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError> {
-        validate_group_id(transactional_id)?;
-        let file: LocalTxnFile = self.read_json(self.txn_path(transactional_id))?;
+        validate_group_id(id)?;
+        let file: LocalRecordFile = self.read_json(self.record_path(kind, id))?;
         Ok((file.record, file.revision))
     }
 
-    async fn store_txn(
+    async fn store_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
         expected: Revision,
         record: &serde_json::Value,
     ) -> Result<Option<Revision>, CoordinatorError> {
-        validate_group_id(transactional_id)?;
-        let mut file: LocalTxnFile = self.read_json(self.txn_path(transactional_id))?;
+        validate_group_id(id)?;
+        let mut file: LocalRecordFile = self.read_json(self.record_path(kind, id))?;
         if file.revision != expected {
             return Ok(None);
         }
         file.record = Some(record.clone());
         file.revision += 1;
-        let bytes = serde_json::to_vec(&file).expect("a transaction record serializes");
-        let name = format!("{}.json", group_key(transactional_id));
-        write_atomically(&self.dir.join("txns"), &name, &bytes)?;
+        let bytes = serde_json::to_vec(&file).expect("a record serializes");
+        let name = format!("{}.json", group_key(id));
+        write_atomically(&self.dir.join(kind.folder()), &name, &bytes)?;
         Ok(Some(file.revision))
     }
 
-    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError> {
-        let dir = self.dir.join("txns");
+    async fn list_records(&self, kind: RecordKind) -> Result<Vec<String>, CoordinatorError> {
+        let dir = self.dir.join(kind.folder());
         let entries = std::fs::read_dir(&dir).map_err(|source| CoordinatorError::Storage {
             path: dir.clone(),
             source,
@@ -435,13 +462,23 @@ impl GroupStore for LocalGroupStore {
         ids.sort();
         Ok(ids)
     }
+
+    async fn delete_record(&self, kind: RecordKind, id: &str) -> Result<(), CoordinatorError> {
+        validate_group_id(id)?;
+        let path = self.record_path(kind, id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(CoordinatorError::Storage { path, source }),
+        }
+    }
 }
 
 impl LocalGroupStore {
-    fn txn_path(&self, transactional_id: &str) -> PathBuf {
+    fn record_path(&self, kind: RecordKind, id: &str) -> PathBuf {
         self.dir
-            .join("txns")
-            .join(format!("{}.json", group_key(transactional_id)))
+            .join(kind.folder())
+            .join(format!("{}.json", group_key(id)))
     }
 }
 
@@ -632,12 +669,13 @@ impl GroupStore for EtcdGroupStore {
         ))
     }
 
-    async fn load_txn(
+    async fn load_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
     ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError> {
-        validate_group_id(transactional_id)?;
-        let key = self.key(&format!("txns/{}", group_key(transactional_id)));
+        validate_group_id(id)?;
+        let key = self.key(&format!("{}/{}", kind.folder(), group_key(id)));
         let response = self.client.get(key, None).await.map_err(etcd_error)?;
         Ok(match response.kvs().first() {
             Some(kv) => (Some(decode(kv.key(), kv.value())?), kv.mod_revision()),
@@ -645,20 +683,21 @@ impl GroupStore for EtcdGroupStore {
         })
     }
 
-    async fn store_txn(
+    async fn store_record(
         &self,
-        transactional_id: &str,
+        kind: RecordKind,
+        id: &str,
         expected: Revision,
         record: &serde_json::Value,
     ) -> Result<Option<Revision>, CoordinatorError> {
-        validate_group_id(transactional_id)?;
-        let key = self.key(&format!("txns/{}", group_key(transactional_id)));
-        let value = serde_json::to_vec(record).expect("a transaction record serializes");
+        validate_group_id(id)?;
+        let key = self.key(&format!("{}/{}", kind.folder(), group_key(id)));
+        let value = serde_json::to_vec(record).expect("a record serializes");
         self.fenced_put(key, expected, value).await
     }
 
-    async fn list_txns(&self) -> Result<Vec<String>, CoordinatorError> {
-        let prefix = self.key("txns/");
+    async fn list_records(&self, kind: RecordKind) -> Result<Vec<String>, CoordinatorError> {
+        let prefix = self.key(&format!("{}/", kind.folder()));
         let (records, _) = get_prefix(&self.client, &prefix, LARGE_VALUES_PER_PAGE, 0).await?;
         let mut ids: Vec<String> = records
             .iter()
@@ -669,6 +708,14 @@ impl GroupStore for EtcdGroupStore {
             .collect();
         ids.sort();
         Ok(ids)
+    }
+
+    async fn delete_record(&self, kind: RecordKind, id: &str) -> Result<(), CoordinatorError> {
+        validate_group_id(id)?;
+        let key = self.key(&format!("{}/{}", kind.folder(), group_key(id)));
+        let txn = Txn::new().and_then([TxnOp::delete(key, None)]);
+        self.client.txn(txn).await.map_err(etcd_error)?;
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ pub mod broker_configs;
 pub mod conformance;
 mod etcd;
 mod failover;
+pub mod group_configs;
 pub mod groups;
 mod local;
 pub mod placement;
@@ -399,6 +400,20 @@ pub trait Coordinator {
     async fn alter_broker_configs(
         &self,
         alteration: &broker_configs::BrokerConfigAlteration,
+    ) -> Result<(), CoordinatorError>;
+
+    // Group configs: read by every broker, applied by the one coordinating the group (see
+    // [`group_configs`]).
+
+    /// Every group's configs, in group order.
+    async fn group_configs(
+        &self,
+    ) -> Result<Vec<group_configs::GroupConfigRecord>, CoordinatorError>;
+    /// Applies `alteration` to its group's configs, checked first; a group left with none is
+    /// removed.
+    async fn alter_group_configs(
+        &self,
+        alteration: &group_configs::GroupConfigAlteration,
     ) -> Result<(), CoordinatorError>;
 
     /// Stores the partitions `topic` was created with that the store does not hold yet (a

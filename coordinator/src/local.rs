@@ -36,6 +36,9 @@ struct State {
     quotas: Vec<crate::quotas::QuotaRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     broker_configs: Vec<crate::broker_configs::BrokerConfigRecord>,
+    /// Sorted by group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    group_configs: Vec<crate::group_configs::GroupConfigRecord>,
 }
 
 pub struct LocalCoordinator {
@@ -198,6 +201,23 @@ impl Coordinator for LocalCoordinator {
         alteration.check()?;
         self.update(|state| {
             crate::broker_configs::apply(&mut state.broker_configs, alteration);
+            Ok(())
+        })
+    }
+
+    async fn group_configs(
+        &self,
+    ) -> Result<Vec<crate::group_configs::GroupConfigRecord>, CoordinatorError> {
+        Ok(self.state.borrow().group_configs.clone())
+    }
+
+    async fn alter_group_configs(
+        &self,
+        alteration: &crate::group_configs::GroupConfigAlteration,
+    ) -> Result<(), CoordinatorError> {
+        alteration.check()?;
+        self.update(|state| {
+            crate::group_configs::apply(&mut state.group_configs, alteration);
             Ok(())
         })
     }

@@ -43,10 +43,12 @@ impl Default for TopicDefaults {
     }
 }
 
-/// Config resource types (DescribeConfigs, AlterConfigs): only topics have settings here.
+/// Config resource types (Kafka's ConfigResource.Type, in DescribeConfigs and AlterConfigs): a
+/// topic's settings, a broker's, and a consumer or share group's (KIP-848, KIP-932; not the
+/// ACL resource type of a group, 3).
 pub const RESOURCE_TOPIC: i8 = 2;
-/// Kafka's resource type of a broker's configs (DescribeConfigs).
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_GROUP: i8 = 32;
 /// Where a config value comes from (Kafka's ConfigSource): a topic's override, a broker
 /// setting set live for that broker or for every broker, one given at start, or the default.
 pub const SOURCE_TOPIC_OVERRIDE: i8 = 1;
@@ -54,6 +56,8 @@ pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
 pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
+/// A config set on a group (Kafka's DYNAMIC_GROUP_CONFIG).
+pub const SOURCE_DYNAMIC_GROUP: i8 = 8;
 /// IncrementalAlterConfigs operations (APPEND and SUBTRACT, for list values, are refused).
 const OPERATION_SET: i8 = 0;
 const OPERATION_DELETE: i8 = 1;
@@ -552,6 +556,100 @@ pub fn broker_alter_request(
         }
     }
     Ok(alter)
+}
+
+/// One config of a group as DescribeConfigs answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupConfigEntry<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+    /// Set on the group (DYNAMIC_GROUP_CONFIG); otherwise the default (DEFAULT_CONFIG).
+    pub set: bool,
+    /// Sent only when the request asks for documentation.
+    pub documentation: &'a str,
+}
+
+/// A group's configs as DescribeConfigs answers them (only `keys` when given): every one a
+/// group may set, each changeable, with where its value comes from.
+pub fn describe_group_configs_result<'a>(
+    group: &str,
+    entries: impl IntoIterator<Item = GroupConfigEntry<'a>>,
+    keys: Option<&[String]>,
+    include_documentation: bool,
+) -> DescribeConfigsResult {
+    let configs = entries
+        .into_iter()
+        .filter(|entry| keys.is_none_or(|keys| keys.iter().any(|key| key == entry.name)))
+        .map(|entry| {
+            DescribeConfigsResourceResult::default()
+                .with_name(text(entry.name))
+                .with_value(Some(text(entry.value)))
+                .with_read_only(false)
+                .with_config_source(if entry.set {
+                    SOURCE_DYNAMIC_GROUP
+                } else {
+                    SOURCE_DEFAULT
+                })
+                .with_documentation(include_documentation.then(|| text(entry.documentation)))
+        })
+        .collect();
+    DescribeConfigsResult::default()
+        .with_resource_type(RESOURCE_GROUP)
+        .with_resource_name(text(group))
+        .with_configs(configs)
+}
+
+/// A GROUP resource's changes: the configs to set, and those to delete.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupConfigChange {
+    pub set: Vec<(String, String)>,
+    pub delete: Vec<String>,
+}
+
+/// A GROUP resource's changes (name, operation, value) as the configs to set and delete. No
+/// group config is a list: APPEND and SUBTRACT are refused with Kafka's error. The legacy
+/// AlterConfigs sends each config as a SET.
+pub fn group_alter_request(
+    group: &str,
+    configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+) -> Result<GroupConfigChange, Refusal> {
+    if group.is_empty() {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "a group config resource needs a group name",
+        ));
+    }
+    let mut change = GroupConfigChange::default();
+    for (key, operation, value) in configs {
+        // As Kafka: one operation per config, or which one wins would be a guess.
+        if change.set.iter().any(|(set, _)| *set == key) || change.delete.contains(&key) {
+            return Err(refuse(
+                errors::INVALID_REQUEST,
+                &format!("{key} is named twice"),
+            ));
+        }
+        match (operation, value) {
+            (OPERATION_SET, Some(value)) => change.set.push((key, value)),
+            (OPERATION_DELETE, _) => change.delete.push(key),
+            (operation @ (OPERATION_APPEND | OPERATION_SUBTRACT), Some(value)) => {
+                // No group config is a list: this refuses, with Kafka's error.
+                list_operation(&key, operation, &value, None)?;
+            }
+            (OPERATION_SET | OPERATION_APPEND | OPERATION_SUBTRACT, None) => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    &format!("{key}: SET, APPEND and SUBTRACT need a value"),
+                ));
+            }
+            (operation, _) => {
+                return Err(refuse(
+                    errors::INVALID_REQUEST,
+                    &format!("{key}: unknown config operation {operation}"),
+                ));
+            }
+        }
+    }
+    Ok(change)
 }
 
 /// A topic's settings as DescribeConfigs reports them (`keys`: only those, when asked). A
@@ -1137,5 +1235,83 @@ mod tests {
         let decoded = ConsumerProtocolAssignment::decode(&mut bytes, version).unwrap();
         assert_eq!(decoded.assigned_partitions[0].partitions, [0, 2]);
         assert_eq!(described.group_state.to_string(), "Stable");
+    }
+
+    #[test]
+    fn group_configs_are_set_or_deleted_never_appended() {
+        let change = group_alter_request(
+            "g",
+            [
+                (
+                    "share.auto.offset.reset".to_string(),
+                    0,
+                    Some("earliest".into()),
+                ),
+                ("share.isolation.level".to_string(), 1, None),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            change,
+            GroupConfigChange {
+                set: vec![("share.auto.offset.reset".into(), "earliest".into())],
+                delete: vec!["share.isolation.level".into()],
+            }
+        );
+        let appended = group_alter_request("g", [("x".to_string(), 2, Some("1".into()))]);
+        assert_eq!(appended.unwrap_err().error, errors::INVALID_CONFIG);
+        let valueless = group_alter_request("g", [("x".to_string(), 0, None)]);
+        assert_eq!(valueless.unwrap_err().error, errors::INVALID_REQUEST);
+        let unnamed = group_alter_request("", [("x".to_string(), 0, Some("1".into()))]);
+        assert_eq!(unnamed.unwrap_err().error, errors::INVALID_REQUEST);
+        let twice = group_alter_request(
+            "g",
+            [
+                ("x".to_string(), 0, Some("1".into())),
+                ("x".to_string(), 1, None),
+            ],
+        );
+        assert_eq!(twice.unwrap_err().error, errors::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn group_configs_are_described_with_their_sources() {
+        let entries = [
+            GroupConfigEntry {
+                name: "share.auto.offset.reset",
+                value: "earliest",
+                set: true,
+                documentation: "where to start",
+            },
+            GroupConfigEntry {
+                name: "share.isolation.level",
+                value: "read_uncommitted",
+                set: false,
+                documentation: "what to read",
+            },
+        ];
+        let described = describe_group_configs_result("g", entries, None, false);
+        assert_eq!(described.resource_type, RESOURCE_GROUP);
+        assert_eq!(described.error_code, errors::NONE);
+        let sources: Vec<(String, i8)> = described
+            .configs
+            .iter()
+            .map(|config| (config.name.to_string(), config.config_source))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                ("share.auto.offset.reset".to_string(), SOURCE_DYNAMIC_GROUP),
+                ("share.isolation.level".to_string(), SOURCE_DEFAULT),
+            ]
+        );
+        assert!(described.configs.iter().all(|c| c.documentation.is_none()));
+        let keys = ["share.isolation.level".to_string()];
+        let one = describe_group_configs_result("g", entries, Some(&keys), true);
+        assert_eq!(one.configs.len(), 1);
+        assert_eq!(
+            one.configs[0].documentation.as_deref(),
+            Some("what to read")
+        );
     }
 }

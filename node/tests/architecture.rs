@@ -393,8 +393,8 @@ fn circles(
     groups
 }
 
-/// The server's modules import one way: `messages`, `metrics`, `quic`, `topic_config` and
-/// `broker_config` are leaves (naming only each other); `shard`, `control` and `groups` name leaves only (and `shard` the groups'
+/// The server's modules import one way: `messages`, `metrics`, `quic`, `topic_config`,
+/// `broker_config` and `group_config` are leaves (naming only each other); `shard`, `control` and `groups` name leaves only (and `shard` the groups'
 /// routing); `listener` serves the shard; `mod.rs` wires them. No two modules may reach each
 /// other through imports, so each can be read, tested and changed from below.
 #[test]
@@ -405,7 +405,13 @@ fn the_servers_modules_import_one_way() {
         found.is_empty(),
         "modules of node/src/server/ that import each other: {found:?}\nimports: {imports:#?}"
     );
-    for leaf in ["messages", "quic", "topic_config", "broker_config"] {
+    for leaf in [
+        "messages",
+        "quic",
+        "topic_config",
+        "broker_config",
+        "group_config",
+    ] {
         let named = &imports[leaf];
         assert!(
             named

@@ -18,6 +18,7 @@
 
 pub(crate) mod broker_config;
 mod control;
+pub(crate) mod group_config;
 mod groups;
 mod listener;
 mod messages;

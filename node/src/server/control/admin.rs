@@ -364,8 +364,8 @@ fn error_code(error: &CoordinatorError) -> ErrorCode {
     }
 }
 
-/// Makes a change to the cluster's settings (users, ACLs, quotas, broker settings) in the
-/// coordinator.
+/// Makes a change to the cluster's settings (users, ACLs, quotas, broker settings, group
+/// configs) in the coordinator.
 pub(super) async fn change_settings(
     coordinator: &impl Coordinator,
     change: SettingsChange,
@@ -410,6 +410,12 @@ pub(super) async fn change_settings(
         SettingsChange::AlterBrokerConfigs(alteration) => SettingsChanged::AlterBrokerConfigs(
             coordinator
                 .alter_broker_configs(&alteration)
+                .await
+                .map_err(|error| error.to_string()),
+        ),
+        SettingsChange::AlterGroupConfigs(alteration) => SettingsChanged::AlterGroupConfigs(
+            coordinator
+                .alter_group_configs(&alteration)
                 .await
                 .map_err(|error| error.to_string()),
         ),

@@ -239,6 +239,7 @@ mod tests {
             security: Default::default(),
             quotas: Default::default(),
             dynamic: Default::default(),
+            group_configs: Default::default(),
         }
     }
 

@@ -45,6 +45,14 @@ pub(super) async fn read_view(
             coordinator.broker_configs().await?,
             node_id,
         )),
+        group_configs: Arc::new(
+            coordinator
+                .group_configs()
+                .await?
+                .into_iter()
+                .map(|record| (record.group, record.values))
+                .collect(),
+        ),
     };
     Ok((view, revision))
 }
@@ -89,6 +97,7 @@ pub(super) fn out_of_the_cluster(view: &ClusterView, node_id: i32) -> Option<Clu
         security: view.security.clone(),
         quotas: view.quotas.clone(),
         dynamic: view.dynamic.clone(),
+        group_configs: view.group_configs.clone(),
     })
 }
 

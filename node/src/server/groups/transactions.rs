@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use strata_coordinator::GroupStore;
-use strata_coordinator::groups::{Revision, StoredOffset};
+use strata_coordinator::groups::{RecordKind, Revision, StoredOffset};
 use strata_wire::protocol::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
     DescribeTransactionsResponse, EndTxnRequest, ErrorCode, InitProducerIdResponse,
@@ -215,7 +215,7 @@ impl<S: GroupStore> GroupManager<S> {
         }
         let (value, mut revision) = self
             .store
-            .load_txn(id)
+            .load_record(RecordKind::Transaction, id)
             .await
             .map_err(|error| store_error(&error))?;
         if let Some(value) = value {
@@ -230,7 +230,11 @@ impl<S: GroupStore> GroupManager<S> {
             if record.is_decided() {
                 // Its markers go out at once, with the raised coordinator epoch: stored first.
                 let value = serde_json::to_value(&record).expect("a transaction record serializes");
-                revision = match self.store.store_txn(id, revision, &value).await {
+                revision = match self
+                    .store
+                    .store_record(RecordKind::Transaction, id, revision, &value)
+                    .await
+                {
                     Ok(Some(revision)) => revision,
                     Ok(None) => return Err(ErrorCode::NotCoordinator),
                     Err(error) => return Err(store_error(&error)),
@@ -283,7 +287,11 @@ impl<S: GroupStore> GroupManager<S> {
     async fn store_txn_record(&mut self, id: &str, record: &TxnRecord) -> Result<(), ErrorCode> {
         let expected = self.txns.revisions.get(id).copied().unwrap_or_default();
         let value = serde_json::to_value(record).expect("a transaction record serializes");
-        match self.store.store_txn(id, expected, &value).await {
+        match self
+            .store
+            .store_record(RecordKind::Transaction, id, expected, &value)
+            .await
+        {
             Ok(Some(revision)) => {
                 self.txns.revisions.insert(id.to_string(), revision);
                 Ok(())
@@ -367,7 +375,7 @@ impl<S: GroupStore> GroupManager<S> {
     /// that no longer do (the broker set changed, or this broker started).
     pub(super) async fn take_over_txns(&mut self) {
         let failed_at = Some(self.txn_now_ms());
-        let ids = match self.store.list_txns().await {
+        let ids = match self.store.list_records(RecordKind::Transaction).await {
             Ok(ids) => ids,
             Err(error) => {
                 tracing::warn!("listing transactional ids: {error}");

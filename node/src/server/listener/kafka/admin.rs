@@ -377,6 +377,15 @@ async fn describe_configs(
             results.push(describe_broker_configs(shard, client, resource));
             continue;
         }
+        if resource.resource_type == admin::RESOURCE_GROUP {
+            results.push(describe_group_configs(
+                shard,
+                client,
+                resource,
+                request.include_documentation,
+            ));
+            continue;
+        }
         if resource.resource_type != admin::RESOURCE_TOPIC {
             results.push(
                 DescribeConfigsResult::default()
@@ -384,7 +393,7 @@ async fn describe_configs(
                     .with_resource_name(resource.resource_name)
                     .with_error_code(errors::INVALID_REQUEST)
                     .with_error_message(Some(StrBytes::from_static_str(
-                        "only topic and broker configs are served",
+                        "only topic, broker and group configs are served",
                     ))),
             );
             continue;
@@ -459,6 +468,86 @@ fn describe_broker_configs(
         .configuration_keys
         .map(|keys| keys.iter().map(ToString::to_string).collect());
     admin::describe_broker_configs_result(&name, described, keys.as_deref())
+}
+
+/// A group's configs (DescribeConfigs on the group needed): every config a group may set,
+/// those it sets as DYNAMIC_GROUP_CONFIG, the others at their defaults.
+fn describe_group_configs(
+    shard: &Shard,
+    client: &Client,
+    resource: strata_kafka::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
+    include_documentation: bool,
+) -> DescribeConfigsResult {
+    let refused = |error, message: &'static str| {
+        DescribeConfigsResult::default()
+            .with_resource_type(resource.resource_type)
+            .with_resource_name(resource.resource_name.clone())
+            .with_error_code(error)
+            .with_error_message(Some(StrBytes::from_static_str(message)))
+    };
+    let group = resource.resource_name.to_string();
+    if !authorize::group(shard, client, Operation::DescribeConfigs, &group) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "DescribeConfigs on the group is needed",
+        );
+    }
+    if group.is_empty() {
+        return refused(
+            errors::INVALID_REQUEST,
+            "a group config resource needs a group name",
+        );
+    }
+    let described = super::super::group_configs::describe(shard, &group);
+    let entries = described.iter().map(|config| admin::GroupConfigEntry {
+        name: config.name,
+        value: &config.value,
+        set: config.set,
+        documentation: config.documentation,
+    });
+    // As Kafka reads the filter: no keys, or an empty list of them, asks for every config.
+    let keys: Option<Vec<String>> = resource
+        .configuration_keys
+        .filter(|keys| !keys.is_empty())
+        .map(|keys| keys.iter().map(ToString::to_string).collect());
+    admin::describe_group_configs_result(&group, entries, keys.as_deref(), include_documentation)
+}
+
+/// A GROUP resource's changes (AlterConfigs on the group needed), translated, checked and,
+/// unless only validated, stored; with `replace` (the legacy AlterConfigs) the configs given
+/// become the whole of the group's.
+async fn alter_group_configs(
+    shard: &Shard,
+    client: &Client,
+    group: &str,
+    configs: impl IntoIterator<Item = (String, i8, Option<String>)>,
+    replace: bool,
+    validate_only: bool,
+) -> (i16, Option<StrBytes>) {
+    let refused = |error, message: String| (error, Some(StrBytes::from_string(message)));
+    if !authorize::group(shard, client, Operation::AlterConfigs, group) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "AlterConfigs on the group is needed".into(),
+        );
+    }
+    let change = match admin::group_alter_request(group, configs) {
+        Ok(change) => change,
+        Err(refusal) => return refused(refusal.error, refusal.message),
+    };
+    let alteration = strata_coordinator::group_configs::GroupConfigAlteration {
+        group: group.to_string(),
+        set: change.set.into_iter().collect(),
+        delete: change.delete,
+        replace,
+    };
+    match super::super::group_configs::alter(shard, alteration, validate_only).await {
+        Ok(()) => (errors::NONE, None),
+        Err((error, message)) => {
+            tracing::debug!(group, "group configs refused: {message}");
+            refused(kafka_error(error), message)
+        }
+    }
 }
 
 /// The value set live of `setting` for the BROKER resource `name` ("" every broker's, else
@@ -536,6 +625,26 @@ async fn incremental_alter_configs(
             );
             continue;
         }
+        if resource.resource_type == admin::RESOURCE_GROUP {
+            let configs = resource.configs.iter().map(|config| {
+                (
+                    config.name.to_string(),
+                    config.config_operation,
+                    config.value.as_ref().map(ToString::to_string),
+                )
+            });
+            let (error, message) =
+                alter_group_configs(shard, client, &name, configs, false, request.validate_only)
+                    .await;
+            responses.push(
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(error)
+                    .with_error_message(message),
+            );
+            continue;
+        }
         // APPEND and SUBTRACT start from the topic's current value.
         let mut overrides = std::collections::BTreeMap::new();
         if resource
@@ -576,7 +685,8 @@ async fn incremental_alter_configs(
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
-/// The legacy AlterConfigs: each resource's settings replace the topic's overrides.
+/// The legacy AlterConfigs: each resource's settings replace the topic's overrides (a
+/// broker's settings set live, a group's configs).
 async fn alter_configs(
     shard: &Rc<Shard>,
     client: &Client,
@@ -596,6 +706,26 @@ async fn alter_configs(
             let translated =
                 admin::broker_alter_request(&name, configs, |_| None, true, request.validate_only);
             let (error, message) = alter_broker_configs(shard, client, &name, translated).await;
+            responses.push(
+                alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name)
+                    .with_error_code(error)
+                    .with_error_message(message),
+            );
+            continue;
+        }
+        if resource.resource_type == admin::RESOURCE_GROUP {
+            let configs = resource.configs.iter().map(|config| {
+                (
+                    config.name.to_string(),
+                    0,
+                    config.value.as_ref().map(ToString::to_string),
+                )
+            });
+            let (error, message) =
+                alter_group_configs(shard, client, &name, configs, true, request.validate_only)
+                    .await;
             responses.push(
                 alter_configs_response::AlterConfigsResourceResponse::default()
                     .with_resource_type(resource.resource_type)

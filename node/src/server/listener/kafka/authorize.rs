@@ -18,8 +18,8 @@
 //! | CreateTopics | Create on the cluster or the topic |
 //! | DeleteTopics | Delete on the topic |
 //! | CreatePartitions | Alter on the topic |
-//! | DescribeConfigs | DescribeConfigs on the topic, or the cluster for a broker |
-//! | AlterConfigs, IncrementalAlterConfigs | AlterConfigs on the topic, or the cluster |
+//! | DescribeConfigs | DescribeConfigs on the topic, the cluster for a broker, or the group |
+//! | AlterConfigs, IncrementalAlterConfigs | AlterConfigs on the topic, the cluster for a broker, or the group |
 //! | ACLs and SCRAM users | Describe / Alter on the cluster (see `security_admin`) |
 //!
 //! A node without `--authorizer` allows everything, and every check here is then a no-op.
