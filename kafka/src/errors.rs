@@ -73,6 +73,10 @@ pub const FENCED_MEMBER_EPOCH: i16 = 110;
 pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
 /// KIP-848: a subscription's regular expression does not compile.
 pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
+/// Share groups (KIP-932): an acknowledgement of a record the member does not hold.
+pub const INVALID_RECORD_STATE: i16 = 121;
+pub const SHARE_SESSION_NOT_FOUND: i16 = 122;
+pub const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 
 /// The Kafka error a Kafka client handles the way a Strata client handles `code` (retriable
 /// stays retriable: a not-ready shard is LEADER_NOT_AVAILABLE, which clients retry after a

@@ -21,7 +21,9 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, ListPartitionReassignmentsRequest, ListTransactionsRequest,
     MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
     OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, ShareAcknowledgeRequest, ShareFetchRequest,
+    ShareGroupDescribeRequest, ShareGroupHeartbeatRequest, SyncGroupRequest,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strata_wire::protocol::FrameParts;
@@ -35,7 +37,7 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 49] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 53] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -79,6 +81,12 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 49] = [
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Share groups (KIP-932) as Kafka 4.1 made them: version 0 was its early access. ShareFetch
+    // and ShareAcknowledge 2 add KIP-1222's lock renewal.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     // Transactions as KIP-98 has them: AddPartitionsToTxn 4 and later are the brokers' own
     // (KIP-890 verification), the fourth versions of the others add KIP-890's errors.
     (ApiKey::AddPartitionsToTxn, 0, 3),
@@ -243,6 +251,10 @@ pub enum KafkaRequest {
     AlterClientQuotas(AlterClientQuotasRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
+    ShareGroupHeartbeat(ShareGroupHeartbeatRequest),
+    ShareGroupDescribe(ShareGroupDescribeRequest),
+    ShareFetch(ShareFetchRequest),
+    ShareAcknowledge(ShareAcknowledgeRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
     EndTxn(EndTxnRequest),
@@ -366,6 +378,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::AlterClientQuotas => decoded!(AlterClientQuotas),
         ApiKey::ConsumerGroupHeartbeat => decoded!(ConsumerGroupHeartbeat),
         ApiKey::ConsumerGroupDescribe => decoded!(ConsumerGroupDescribe),
+        ApiKey::ShareGroupHeartbeat => decoded!(ShareGroupHeartbeat),
+        ApiKey::ShareGroupDescribe => decoded!(ShareGroupDescribe),
+        ApiKey::ShareFetch => decoded!(ShareFetch),
+        ApiKey::ShareAcknowledge => decoded!(ShareAcknowledge),
         ApiKey::AddPartitionsToTxn => decoded!(AddPartitionsToTxn),
         ApiKey::AddOffsetsToTxn => decoded!(AddOffsetsToTxn),
         ApiKey::EndTxn => decoded!(EndTxn),
@@ -497,6 +513,10 @@ throttled!(
     AlterClientQuotasResponse,
     ConsumerGroupHeartbeatResponse,
     ConsumerGroupDescribeResponse,
+    ShareGroupHeartbeatResponse,
+    ShareGroupDescribeResponse,
+    ShareFetchResponse,
+    ShareAcknowledgeResponse,
 );
 
 impl Throttled for kafka_protocol::messages::SaslHandshakeResponse {

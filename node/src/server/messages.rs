@@ -2,6 +2,7 @@
 //! thread exchange these over channels and share nothing else. A leaf: it names the other
 //! server modules' data, never their code.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -133,6 +134,9 @@ pub struct ClusterView {
     pub quotas: Arc<crate::quota::QuotaBook>,
     /// The broker settings set live that apply to this broker.
     pub dynamic: Arc<crate::server::broker_config::DynamicSettings>,
+    /// Each group's configs that are set (group -> name -> value), every one checked by
+    /// `server::group_config`; a group or a name absent has the defaults.
+    pub group_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 /// The users and ACLs as the control thread last read them, and the ACLs compiled for checks.
@@ -260,7 +264,7 @@ impl From<FetchPartitionResponse> for Fetched {
 }
 
 /// A change to what the coordinator keeps for the whole cluster besides topics (users, ACLs,
-/// client quotas, broker settings), made by the control thread.
+/// client quotas, broker settings, group configs), made by the control thread.
 pub enum SettingsChange {
     /// Set (`Some`) or delete (`None`: every mechanism's, or the one given) credentials, one
     /// answer per entry.
@@ -272,6 +276,8 @@ pub enum SettingsChange {
     AlterQuotas(Vec<strata_coordinator::quotas::QuotaAlteration>),
     /// Broker settings set live, checked against the cluster view before they come here.
     AlterBrokerConfigs(strata_coordinator::broker_configs::BrokerConfigAlteration),
+    /// A group's configs, checked against the cluster view before they come here.
+    AlterGroupConfigs(strata_coordinator::group_configs::GroupConfigAlteration),
 }
 
 /// One user's credential set or deleted.
@@ -290,10 +296,11 @@ pub enum SettingsChanged {
     DeleteAcls(Result<Vec<Vec<AclBinding>>, String>),
     AlterQuotas(Result<(), String>),
     AlterBrokerConfigs(Result<(), String>),
+    AlterGroupConfigs(Result<(), String>),
 }
 
 pub enum ControlMessage {
-    /// Users, ACLs, client quotas and broker settings.
+    /// Users, ACLs, client quotas, broker settings and group configs.
     Settings {
         change: SettingsChange,
         reply: oneshot::Sender<SettingsChanged>,
@@ -361,6 +368,9 @@ pub enum GroupMessage {
         commit: bool,
         reply: oneshot::Sender<ErrorCode>,
     },
+    /// Share groups: membership (on the coordinator), and the store of share-partition state
+    /// (for partition leaders).
+    Share(ShareGroupRequest),
     /// What became of a transaction's marker writes (the group thread's own tasks report).
     MarkersWritten {
         transactional_id: String,
@@ -368,6 +378,59 @@ pub enum GroupMessage {
         epoch: i16,
         written: bool,
     },
+}
+
+/// What the group thread does for share groups (KIP-932).
+pub enum ShareGroupRequest {
+    /// ShareGroupHeartbeat, on the group's coordinator.
+    Heartbeat {
+        group: String,
+        member: String,
+        /// 0 to join, -1 to leave, else the member's epoch.
+        member_epoch: i32,
+        /// The subscription, when the member sent it.
+        topics: Option<Vec<String>>,
+        rack: Option<String>,
+        client_id: String,
+        client_host: String,
+        reply: oneshot::Sender<Result<ShareHeartbeat, ShareRefusal>>,
+    },
+    /// ShareGroupDescribe and DescribeGroups of one share group; `None`: no share group of
+    /// that name runs here.
+    Describe {
+        group: String,
+        reply: oneshot::Sender<Result<Option<crate::share::group::ShareGroup>, ErrorCode>>,
+    },
+    /// The stored state of a share-partition (`<group>/<topic>/<partition>`) and its revision.
+    LoadState {
+        id: String,
+        reply: oneshot::Sender<Result<(Option<serde_json::Value>, i64), ErrorCode>>,
+    },
+    /// Stores a share-partition's state if still at `expected`: `Ok(None)` when fenced.
+    StoreState {
+        id: String,
+        expected: i64,
+        record: serde_json::Value,
+        reply: oneshot::Sender<Result<Option<i64>, ErrorCode>>,
+    },
+}
+
+/// A share group heartbeat's answer.
+#[derive(Debug, Clone)]
+pub struct ShareHeartbeat {
+    pub answer: crate::share::group::ShareHeartbeatAnswer,
+    pub heartbeat_interval_ms: i32,
+}
+
+/// Why a share group heartbeat was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareRefusal {
+    NotCoordinator,
+    UnknownMember,
+    FencedMemberEpoch,
+    /// The group id is a consumer group's.
+    InconsistentProtocol,
+    Invalid(String),
 }
 
 /// Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup, as the group thread takes them.

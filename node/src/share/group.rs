@@ -182,12 +182,8 @@ impl ShareGroup {
 
     /// The subscribed topics' partition counts (a topic missing: none). A change reassigns.
     pub fn set_partitions(&mut self, counts: BTreeMap<String, u32>) {
-        let relevant: BTreeMap<String, u32> = counts
-            .into_iter()
-            .filter(|(topic, _)| self.members.values().any(|m| m.topics.contains(topic)))
-            .collect();
-        if relevant != self.partitions {
-            self.partitions = relevant;
+        if counts != self.partitions {
+            self.partitions = counts;
             self.reassign();
         }
     }
@@ -273,7 +269,10 @@ mod tests {
         }
         // Heard: no assignment again until it changes.
         let epoch = group.epoch();
-        assert_eq!(group.heartbeat(beat("a", epoch), 0).unwrap().assignment, None);
+        assert_eq!(
+            group.heartbeat(beat("a", epoch), 0).unwrap().assignment,
+            None
+        );
     }
 
     #[test]

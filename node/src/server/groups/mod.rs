@@ -28,6 +28,7 @@
 //! - [`admin`]: list, describe, delete.
 //! - [`lag`]: consumer lag, measured and rendered as metrics.
 //! - [`transactions`]: the transaction coordinator (KIP-98) and transactional offsets.
+//! - [`share`]: share groups (KIP-932): membership, and the store of share-partition state.
 
 mod admin;
 mod classic;
@@ -36,6 +37,7 @@ mod lag;
 mod manager;
 mod native;
 mod offsets;
+mod share;
 mod transactions;
 mod wire;
 
@@ -154,6 +156,9 @@ struct GroupManager<S> {
     lags: Arc<std::sync::Mutex<Vec<Lag>>>,
     /// Kafka members waiting on a join (true) or a sync (false), by (group, member).
     kafka_waiters: HashMap<(String, String), (bool, oneshot::Sender<KafkaGroupAnswer>)>,
+    /// The share groups this broker coordinates (their membership is not stored: members
+    /// join again at a new coordinator, as they do when a coordinator restarts in Kafka).
+    share_groups: HashMap<String, crate::share::group::ShareGroup>,
     /// KIP-848 members subscribed by regular expression, by (group, member).
     consumer_patterns: HashMap<(String, String), consumer::Pattern>,
     /// The transactional ids this broker coordinates.
@@ -190,6 +195,7 @@ async fn serve<S: GroupStore>(
         lags: Arc::default(),
         kafka_waiters: HashMap::new(),
         consumer_patterns: HashMap::new(),
+        share_groups: HashMap::new(),
         txns: Default::default(),
         txn_aborts_by_timeout: 0,
         shards,
@@ -242,6 +248,10 @@ async fn serve<S: GroupStore>(
                         GroupMessage::SettleTxnOffsets { group, producer_id, commit, reply } => {
                             manager.flush_commits(&mut pending).await;
                             let _ = reply.send(manager.settle_txn_offsets(&group, producer_id, commit).await);
+                        }
+                        GroupMessage::Share(request) => {
+                            manager.flush_commits(&mut pending).await;
+                            manager.handle_share(request).await;
                         }
                         GroupMessage::MarkersWritten { transactional_id, producer_id, epoch, written } => {
                             manager.markers_written(transactional_id, producer_id, epoch, written).await;
@@ -360,6 +370,7 @@ impl<S: GroupStore> GroupManager<S> {
     }
 
     async fn tick(&mut self) {
+        self.expire_share_members();
         let now_ms = self.now_ms();
         let mut changed = Vec::new();
         let mut kafka = Vec::new();

@@ -25,6 +25,7 @@
 
 pub(super) mod admin;
 mod broker_configs;
+mod group_configs;
 pub(super) mod kafka;
 pub(super) mod native;
 mod native_security;

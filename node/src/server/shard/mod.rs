@@ -7,6 +7,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod replica;
+pub(crate) mod share;
 mod transactions;
 
 use std::cell::{Cell, RefCell};
@@ -62,6 +63,11 @@ pub(super) struct Shard {
     /// Replicas this shard should hold but could not open (why): clients get STORAGE_ERROR
     /// for them rather than NOT_LEADER, and the next view applied tries them again.
     unopened: RefCell<HashMap<(String, u32), String>>,
+    /// The share-partitions of the partitions this shard leads, by (group, topic, partition).
+    pub(crate) shares: share::SharePartitions,
+    /// Share sessions of Kafka clients connected to this shard, by (group, member): a client
+    /// reconnecting elsewhere hears SHARE_SESSION_NOT_FOUND and opens a new one.
+    pub(crate) share_sessions: RefCell<HashMap<(String, String), share::ShareSession>>,
     /// Requests forwarded to another shard (a metric: shard-aware clients keep it near zero).
     pub cross_shard_hops: Cell<u64>,
     pub(super) metrics: metrics::ShardMetrics,
@@ -168,6 +174,8 @@ pub fn run(
             partitions: RefCell::new(HashMap::new()),
             unopened: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),
+            shares: share::SharePartitions::default(),
+            share_sessions: RefCell::new(HashMap::new()),
             metrics,
             writer_tuning,
             quota_usage: RefCell::new(crate::quota::QuotaUsage::new(context_quota_window)),
@@ -631,7 +639,7 @@ impl Shard {
     }
 
     /// Which shard serves `partition` of `topic`, or why none does.
-    fn route(&self, topic: &str, partition: u32) -> Result<usize, ErrorCode> {
+    pub(in crate::server) fn route(&self, topic: &str, partition: u32) -> Result<usize, ErrorCode> {
         let view = self.view.borrow();
         let Some(state) = view.topics.iter().find(|t| t.name == topic) else {
             return Err(ErrorCode::UnknownTopic);

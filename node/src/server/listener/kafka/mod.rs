@@ -44,6 +44,7 @@ mod groups;
 mod partition_admin;
 mod quotas;
 mod security_admin;
+pub(crate) mod share_groups;
 mod transactions;
 
 use super::quota;
@@ -443,6 +444,10 @@ async fn serve_request(
         request @ (K::DescribeClientQuotas(_) | K::AlterClientQuotas(_)) => {
             quotas::serve(shard, client, header, request).await
         }
+        request @ (K::ShareGroupHeartbeat(_)
+        | K::ShareGroupDescribe(_)
+        | K::ShareFetch(_)
+        | K::ShareAcknowledge(_)) => share_groups::serve(shard, client, header, request).await,
     }
 }
 

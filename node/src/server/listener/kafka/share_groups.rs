@@ -1,0 +1,862 @@
+//! Share groups (KIP-932, queues for Kafka) on the Kafka listener.
+//!
+//! - ShareGroupHeartbeat and ShareGroupDescribe go to the group thread of the group's
+//!   coordinator (`server/groups/share.rs`).
+//! - ShareFetch and ShareAcknowledge run on the partitions' leaders: each partition's owning
+//!   shard acquires records from its share-partition (`server/shard/share.rs`) and stores
+//!   acknowledgements before they are answered. The share session (which partitions a
+//!   member fetches, and its epoch) is kept by the shard the member's connection landed on.
+//!
+//! ACLs as Kafka checks them: Read on the group for a heartbeat, a fetch and an
+//! acknowledgement, with Read on each topic fetched or acknowledged (Describe on each topic a
+//! heartbeat subscribes to); Describe on the group to describe it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use strata_auth::acl::Operation;
+use strata_kafka::errors::{self, kafka_error};
+use strata_kafka::frame::{Header, KafkaRequest};
+use strata_kafka::kafka_protocol::messages::share_acknowledge_response::{
+    LeaderIdAndEpoch as AckLeader, PartitionData as AckPartition, ShareAcknowledgeTopicResponse,
+};
+use strata_kafka::kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
+};
+use strata_kafka::kafka_protocol::messages::share_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member,
+    TopicPartitions as DescribedTopicPartitions,
+};
+use strata_kafka::kafka_protocol::messages::share_group_heartbeat_response::{
+    Assignment, TopicPartitions,
+};
+use strata_kafka::kafka_protocol::messages::{
+    BrokerId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
+    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+};
+use strata_kafka::text;
+use strata_wire::protocol::ErrorCode;
+use tokio::sync::oneshot;
+
+use super::{authorize, encoded, kafka_topic_id};
+use crate::server::listener::{Client, Outcome};
+use crate::server::messages::{GroupMessage, ShareGroupRequest, ShareRefusal};
+use crate::server::shard::Shard;
+use crate::server::shard::share::{ShareAcquired, ShareFailure, ShareKey, ShareSession};
+use crate::share::config::ShareGroupConfig;
+use crate::share::partition::{AckBatch, AckType};
+
+/// The records one ShareFetch acquires when the client names no limit.
+const DEFAULT_MAX_RECORDS: usize = 500;
+/// The most bytes read from one partition for one acquisition.
+const PARTITION_READ_BYTES: u32 = 8 << 20;
+
+pub(super) async fn serve(
+    shard: &Rc<Shard>,
+    client: &Client,
+    header: Header,
+    request: KafkaRequest,
+) -> Outcome {
+    match request {
+        KafkaRequest::ShareGroupHeartbeat(request) => encoded(
+            &header,
+            heartbeat(shard, client, &header.client_id, request).await,
+        ),
+        KafkaRequest::ShareGroupDescribe(request) => {
+            encoded(&header, describe(shard, client, request).await)
+        }
+        KafkaRequest::ShareFetch(request) => encoded(&header, fetch(shard, client, request).await),
+        KafkaRequest::ShareAcknowledge(request) => {
+            encoded(&header, acknowledge(shard, client, request).await)
+        }
+        _ => unreachable!("dispatched here only for share group requests"),
+    }
+}
+
+async fn ask_groups(shard: &Shard, request: ShareGroupRequest) -> bool {
+    shard
+        .context
+        .groups
+        .send(GroupMessage::Share(request))
+        .is_ok()
+}
+
+fn group_config(shard: &Shard, group: &str) -> ShareGroupConfig {
+    ShareGroupConfig::from_configs(shard.view.borrow().group_configs.get(group))
+}
+
+async fn heartbeat(
+    shard: &Shard,
+    client: &Client,
+    client_id: &str,
+    request: ShareGroupHeartbeatRequest,
+) -> ShareGroupHeartbeatResponse {
+    let refused = |code: i16, message: String| {
+        ShareGroupHeartbeatResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(text(&message)))
+    };
+    let group = request.group_id.0.to_string();
+    if group.is_empty() || request.member_id.is_empty() {
+        return refused(
+            errors::INVALID_REQUEST,
+            "the group and member ids are needed".into(),
+        );
+    }
+    if !authorize::group(shard, client, Operation::Read, &group) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            format!("Read on group {group} is needed"),
+        );
+    }
+    let topics: Option<Vec<String>> = request
+        .subscribed_topic_names
+        .as_ref()
+        .map(|names| names.iter().map(|name| name.0.to_string()).collect());
+    if let Some(topic) = topics
+        .iter()
+        .flatten()
+        .find(|topic| !authorize::topic(shard, client, Operation::Describe, topic))
+    {
+        return refused(
+            errors::TOPIC_AUTHORIZATION_FAILED,
+            format!("Describe on topic {topic} is needed"),
+        );
+    }
+    let (reply, answer) = oneshot::channel();
+    let asked = ShareGroupRequest::Heartbeat {
+        group: group.clone(),
+        member: request.member_id.to_string(),
+        member_epoch: request.member_epoch,
+        topics,
+        rack: request.rack_id.as_ref().map(|rack| rack.to_string()),
+        client_id: client_id.to_string(),
+        client_host: client.peer.ip().to_string(),
+        reply,
+    };
+    if !ask_groups(shard, asked).await {
+        return refused(errors::COORDINATOR_NOT_AVAILABLE, "shutting down".into());
+    }
+    let answered = match answer.await {
+        Ok(answered) => answered,
+        Err(_) => return refused(errors::COORDINATOR_NOT_AVAILABLE, "shutting down".into()),
+    };
+    match answered {
+        Ok(beat) => {
+            let assignment = beat.answer.assignment.map(|topics| {
+                Assignment::default().with_topic_partitions(
+                    topics
+                        .iter()
+                        .filter_map(|(topic, partitions)| {
+                            Some(
+                                TopicPartitions::default()
+                                    .with_topic_id(topic_id(shard, topic)?)
+                                    .with_partitions(
+                                        partitions.iter().map(|&p| p as i32).collect(),
+                                    ),
+                            )
+                        })
+                        .collect(),
+                )
+            });
+            ShareGroupHeartbeatResponse::default()
+                .with_member_id(Some(request.member_id.clone()))
+                .with_member_epoch(beat.answer.member_epoch)
+                .with_heartbeat_interval_ms(beat.heartbeat_interval_ms)
+                .with_assignment(assignment)
+        }
+        Err(refusal) => {
+            let (code, message) = match refusal {
+                ShareRefusal::NotCoordinator => (
+                    errors::NOT_COORDINATOR,
+                    format!("this broker does not coordinate group {group}"),
+                ),
+                ShareRefusal::UnknownMember => (
+                    errors::UNKNOWN_MEMBER_ID,
+                    "the member is not in the group".into(),
+                ),
+                ShareRefusal::FencedMemberEpoch => (
+                    errors::FENCED_MEMBER_EPOCH,
+                    "the member epoch is not the member's".into(),
+                ),
+                ShareRefusal::InconsistentProtocol => (
+                    errors::INCONSISTENT_GROUP_PROTOCOL,
+                    format!("group {group} is a consumer group"),
+                ),
+                ShareRefusal::Invalid(why) => (errors::INVALID_REQUEST, why),
+            };
+            refused(code, message)
+        }
+    }
+}
+
+async fn describe(
+    shard: &Shard,
+    client: &Client,
+    request: ShareGroupDescribeRequest,
+) -> ShareGroupDescribeResponse {
+    let mut groups = Vec::with_capacity(request.group_ids.len());
+    for group in &request.group_ids {
+        let name = group.0.to_string();
+        let described = DescribedGroup::default()
+            .with_group_id(group.clone())
+            .with_authorized_operations(i32::MIN);
+        if !authorize::group(shard, client, Operation::Describe, &name) {
+            groups.push(described.with_error_code(errors::GROUP_AUTHORIZATION_FAILED));
+            continue;
+        }
+        let (reply, answer) = oneshot::channel();
+        let asked = ShareGroupRequest::Describe {
+            group: name.clone(),
+            reply,
+        };
+        let answered = if ask_groups(shard, asked).await {
+            answer.await.unwrap_or(Err(ErrorCode::NotReady))
+        } else {
+            Err(ErrorCode::NotReady)
+        };
+        let share = match answered {
+            Ok(Some(share)) => share,
+            Ok(None) => {
+                groups.push(
+                    described
+                        .with_error_code(errors::GROUP_ID_NOT_FOUND)
+                        .with_error_message(Some(text(&format!(
+                            "no share group {name} runs here"
+                        )))),
+                );
+                continue;
+            }
+            Err(code) => {
+                groups.push(described.with_error_code(kafka_error(code)));
+                continue;
+            }
+        };
+        let members = share
+            .members()
+            .iter()
+            .map(|(id, member)| {
+                let partitions = member
+                    .assignment
+                    .iter()
+                    .filter_map(|(topic, partitions)| {
+                        Some(
+                            DescribedTopicPartitions::default()
+                                .with_topic_id(topic_id(shard, topic)?)
+                                .with_topic_name(TopicName(text(topic)))
+                                .with_partitions(partitions.iter().map(|&p| p as i32).collect()),
+                        )
+                    })
+                    .collect();
+                Member::default()
+                    .with_member_id(text(id))
+                    .with_rack_id(member.rack.as_deref().map(text))
+                    .with_member_epoch(member.epoch)
+                    .with_client_id(text(&member.client_id))
+                    .with_client_host(text(&member.client_host))
+                    .with_subscribed_topic_names(
+                        member.topics.iter().map(|t| TopicName(text(t))).collect(),
+                    )
+                    .with_assignment(
+                        DescribedAssignment::default().with_topic_partitions(partitions),
+                    )
+            })
+            .collect();
+        groups.push(
+            described
+                .with_group_state(text(if share.is_empty() { "Empty" } else { "Stable" }))
+                .with_group_epoch(share.epoch())
+                .with_assignment_epoch(share.epoch())
+                .with_assignor_name(text("simple"))
+                .with_members(members),
+        );
+    }
+    ShareGroupDescribeResponse::default().with_groups(groups)
+}
+
+/// Kafka's topic id of `topic`.
+fn topic_id(shard: &Shard, topic: &str) -> Option<uuid::Uuid> {
+    let view = shard.view.borrow();
+    let known = view.topics.iter().find(|known| known.name == topic)?;
+    Some(kafka_topic_id(known))
+}
+
+/// The topic a Kafka topic id names.
+fn topic_named(shard: &Shard, id: uuid::Uuid) -> Option<String> {
+    let view = shard.view.borrow();
+    view.topics
+        .iter()
+        .find(|known| kafka_topic_id(known) == id)
+        .map(|known| known.name.clone())
+}
+
+/// A partition's leader and its epoch, as this broker's view has them.
+fn leader_of(shard: &Shard, topic: &str, partition: u32) -> (i32, i32) {
+    let view = shard.view.borrow();
+    view.topics
+        .iter()
+        .find(|known| known.name == topic)
+        .and_then(|known| known.partitions.get(partition as usize))
+        .map_or((-1, -1), |state| (state.leader, state.leader_epoch as i32))
+}
+
+/// How a share session check went: the request may go on, or is refused with a code.
+fn check_session(
+    shard: &Shard,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    opening_allowed: bool,
+) -> Result<(), i16> {
+    let mut sessions = shard.share_sessions.borrow_mut();
+    let key = (group.to_string(), member.to_string());
+    match epoch {
+        0 if opening_allowed => {
+            sessions.insert(
+                key,
+                ShareSession {
+                    next_epoch: 1,
+                    partitions: BTreeSet::new(),
+                },
+            );
+            Ok(())
+        }
+        0 => Err(errors::INVALID_SHARE_SESSION_EPOCH),
+        -1 => sessions
+            .contains_key(&key)
+            .then_some(())
+            .ok_or(errors::SHARE_SESSION_NOT_FOUND),
+        epoch => {
+            let session = sessions
+                .get_mut(&key)
+                .ok_or(errors::SHARE_SESSION_NOT_FOUND)?;
+            if session.next_epoch != epoch {
+                return Err(errors::INVALID_SHARE_SESSION_EPOCH);
+            }
+            session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+            Ok(())
+        }
+    }
+}
+
+fn share_failure_code(failure: &ShareFailure) -> (i16, Option<String>) {
+    match failure {
+        ShareFailure::Code(code) => (kafka_error(*code), None),
+        ShareFailure::InvalidRecordState(why) => (errors::INVALID_RECORD_STATE, Some(why.clone())),
+        ShareFailure::InvalidRequest(why) => (errors::INVALID_REQUEST, Some(why.clone())),
+    }
+}
+
+/// Runs `work` on the shard owning `topic`-`partition`.
+async fn on_owner<T, F, Fut>(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    work: F,
+) -> Result<T, ShareFailure>
+where
+    T: Send + 'static,
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, ShareFailure>> + 'static,
+{
+    let owner = shard.route(topic, partition)?;
+    shard
+        .run_on(owner, work)
+        .await
+        .unwrap_or(Err(ShareFailure::Code(ErrorCode::NotReady)))
+}
+
+/// Acknowledgement batches as the core takes them; `None` for an unknown type.
+fn ack_batches<'a>(batches: impl Iterator<Item = (i64, i64, &'a [i8])>) -> Option<Vec<AckBatch>> {
+    batches
+        .map(|(first, last, types)| {
+            Some(AckBatch {
+                first: u64::try_from(first).ok()?,
+                last: u64::try_from(last).ok()?,
+                types: types
+                    .iter()
+                    .map(|&code| AckType::from_wire(code).filter(|t| *t != AckType::Renew))
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
+
+/// Applies one partition's acknowledgements on its leader: Kafka's error code and message.
+async fn acknowledge_partition(
+    shard: &Rc<Shard>,
+    client: &Client,
+    group: &str,
+    member: &str,
+    topic: &str,
+    partition: u32,
+    batches: Option<Vec<AckBatch>>,
+) -> (i16, Option<String>) {
+    let Some(batches) = batches else {
+        return (
+            errors::INVALID_REQUEST,
+            Some("an acknowledge type is not one Kafka defines".into()),
+        );
+    };
+    if !authorize::topic(shard, client, Operation::Read, topic) {
+        return (errors::TOPIC_AUTHORIZATION_FAILED, None);
+    }
+    let key: ShareKey = (group.to_string(), topic.to_string(), partition);
+    let config = group_config(shard, group);
+    let member = member.to_string();
+    let done = on_owner(shard, topic, partition, move |owner| async move {
+        owner.share_acknowledge(key, member, config, batches).await
+    })
+    .await;
+    match done {
+        Ok(()) => (errors::NONE, None),
+        Err(failure) => share_failure_code(&failure),
+    }
+}
+
+/// Releases what `member` holds on the partitions of its closed session.
+async fn release_session(
+    shard: &Rc<Shard>,
+    group: &str,
+    member: &str,
+    partitions: &[(String, u32)],
+) {
+    for (topic, partition) in partitions {
+        let key: ShareKey = (group.to_string(), topic.clone(), *partition);
+        let config = group_config(shard, group);
+        let member = member.to_string();
+        let released = on_owner(shard, topic, *partition, move |owner| async move {
+            owner.share_release(key, member, config).await
+        })
+        .await;
+        if let Err(failure) = released {
+            tracing::debug!(%group, %topic, partition, "releasing a closed session's records: {failure:?}");
+        }
+    }
+}
+
+/// What one partition's part of a ShareFetch answer holds.
+#[derive(Default)]
+struct PartitionAnswer {
+    error: i16,
+    error_message: Option<String>,
+    acknowledge_error: i16,
+    acknowledge_message: Option<String>,
+    acquired: Option<ShareAcquired>,
+    answered: bool,
+}
+
+async fn fetch(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: ShareFetchRequest,
+) -> ShareFetchResponse {
+    let refused = |code: i16, message: &str| {
+        ShareFetchResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(text(message)))
+    };
+    let (Some(group), Some(member)) = (request.group_id.as_ref(), request.member_id.as_ref())
+    else {
+        return refused(
+            errors::INVALID_REQUEST,
+            "the group and member ids are needed",
+        );
+    };
+    let (group, member) = (group.0.to_string(), member.to_string());
+    if group.is_empty() || member.is_empty() {
+        return refused(
+            errors::INVALID_REQUEST,
+            "the group and member ids are needed",
+        );
+    }
+    if !authorize::group(shard, client, Operation::Read, &group) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "Read on the group is needed",
+        );
+    }
+    let epoch = request.share_session_epoch;
+    if let Err(code) = check_session(shard, &group, &member, epoch, true) {
+        return refused(code, "the share session is not at that epoch");
+    }
+    let config = group_config(shard, &group);
+    let mut answers: BTreeMap<(String, u32), PartitionAnswer> = BTreeMap::new();
+    let mut unknown: Vec<(uuid::Uuid, i32)> = Vec::new();
+    // The request's partitions join the session; its acknowledgements are applied first.
+    for asked in &request.topics {
+        let Some(topic) = topic_named(shard, asked.topic_id) else {
+            unknown.extend(
+                asked
+                    .partitions
+                    .iter()
+                    .map(|p| (asked.topic_id, p.partition_index)),
+            );
+            continue;
+        };
+        for partition in &asked.partitions {
+            let index = partition.partition_index as u32;
+            if let Some(session) = shard
+                .share_sessions
+                .borrow_mut()
+                .get_mut(&(group.clone(), member.clone()))
+                && epoch != -1
+            {
+                session.partitions.insert((topic.clone(), index));
+            }
+            if partition.acknowledgement_batches.is_empty() {
+                continue;
+            }
+            let batches = ack_batches(partition.acknowledgement_batches.iter().map(|batch| {
+                (
+                    batch.first_offset,
+                    batch.last_offset,
+                    batch.acknowledge_types.as_slice(),
+                )
+            }));
+            let (code, message) =
+                acknowledge_partition(shard, client, &group, &member, &topic, index, batches).await;
+            let answer = answers.entry((topic.clone(), index)).or_default();
+            answer.acknowledge_error = code;
+            answer.acknowledge_message = message;
+            answer.answered = true;
+        }
+    }
+    let session_key = (group.clone(), member.clone());
+    for forgotten in &request.forgotten_topics_data {
+        let Some(topic) = topic_named(shard, forgotten.topic_id) else {
+            continue;
+        };
+        let dropped: Vec<(String, u32)> = forgotten
+            .partitions
+            .iter()
+            .map(|&p| (topic.clone(), p as u32))
+            .filter(|key| {
+                shard
+                    .share_sessions
+                    .borrow_mut()
+                    .get_mut(&session_key)
+                    .is_some_and(|session| session.partitions.remove(key))
+            })
+            .collect();
+        release_session(shard, &group, &member, &dropped).await;
+    }
+    if epoch == -1 {
+        let closed = shard.share_sessions.borrow_mut().remove(&session_key);
+        let partitions: Vec<_> = closed.into_iter().flat_map(|s| s.partitions).collect();
+        release_session(shard, &group, &member, &partitions).await;
+        return fetch_response(shard, client, &config, answers, unknown);
+    }
+    let partitions: Vec<(String, u32)> = shard
+        .share_sessions
+        .borrow()
+        .get(&session_key)
+        .map(|session| session.partitions.iter().cloned().collect())
+        .unwrap_or_default();
+    let limits = Limits {
+        max_records: usize::try_from(request.max_records)
+            .ok()
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_MAX_RECORDS),
+        max_bytes: u32::try_from(request.max_bytes)
+            .ok()
+            .filter(|&n| n > 0)
+            .map_or(PARTITION_READ_BYTES, |n| n.min(PARTITION_READ_BYTES)),
+        deadline: shard.context.config.clock.now()
+            + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)),
+    };
+    let member = Fetcher {
+        group: &group,
+        id: &member,
+        config: &config,
+    };
+    acquire(shard, client, &member, &partitions, limits, &mut answers).await;
+    fetch_response(shard, client, &config, answers, unknown)
+}
+
+/// Who is fetching, and under which group configs.
+struct Fetcher<'a> {
+    group: &'a str,
+    id: &'a str,
+    config: &'a ShareGroupConfig,
+}
+
+/// A ShareFetch's limits: records and bytes, and how long it may wait for records.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_records: usize,
+    max_bytes: u32,
+    deadline: std::time::Instant,
+}
+
+/// Acquires records of the session's `partitions` for `member`, in turn, until the fetch's
+/// record limit; with none to hand out, waits until some partition may have some, or the
+/// client's wait is over.
+async fn acquire(
+    shard: &Rc<Shard>,
+    client: &Client,
+    member: &Fetcher<'_>,
+    partitions: &[(String, u32)],
+    limits: Limits,
+    answers: &mut BTreeMap<(String, u32), PartitionAnswer>,
+) {
+    loop {
+        let mut left = limits.max_records;
+        for (topic, partition) in partitions {
+            if left == 0 {
+                break;
+            }
+            let answer = answers.entry((topic.clone(), *partition)).or_default();
+            if !authorize::topic(shard, client, Operation::Read, topic) {
+                answer.error = errors::TOPIC_AUTHORIZATION_FAILED;
+                answer.answered = true;
+                continue;
+            }
+            let key: ShareKey = (member.group.to_string(), topic.clone(), *partition);
+            let (owner_config, owner_member) = (member.config.clone(), member.id.to_string());
+            let acquired = on_owner(shard, topic, *partition, move |owner| async move {
+                owner
+                    .share_acquire(key, owner_member, owner_config, left, limits.max_bytes)
+                    .await
+            })
+            .await;
+            match acquired {
+                Ok(acquired) if !acquired.acquired.is_empty() => {
+                    let count: u64 = acquired
+                        .acquired
+                        .iter()
+                        .map(|run| run.last - run.first + 1)
+                        .sum();
+                    left = left.saturating_sub(count as usize);
+                    answer.acquired = Some(acquired);
+                    answer.answered = true;
+                }
+                Ok(_) => {}
+                Err(failure) => {
+                    let (code, message) = share_failure_code(&failure);
+                    answer.error = code;
+                    answer.error_message = message;
+                    answer.answered = true;
+                }
+            }
+        }
+        let any = answers
+            .values()
+            .any(|answer| answer.acquired.is_some() || answer.error != errors::NONE);
+        if any || partitions.is_empty() || shard.context.config.clock.now() >= limits.deadline {
+            break;
+        }
+        // Nothing to hand out yet: wait until some partition may have records, or the wait
+        // the client allowed is over.
+        let waits = partitions.iter().map(|(topic, partition)| {
+            let key: ShareKey = (member.group.to_string(), topic.clone(), *partition);
+            Box::pin(on_owner(
+                shard,
+                topic,
+                *partition,
+                move |owner| async move {
+                    owner.share_wait(key, limits.deadline).await;
+                    Ok(())
+                },
+            ))
+        });
+        let _ = futures_util::future::select_all(waits).await;
+    }
+}
+
+fn fetch_response(
+    shard: &Shard,
+    client: &Client,
+    config: &ShareGroupConfig,
+    answers: BTreeMap<(String, u32), PartitionAnswer>,
+    unknown: Vec<(uuid::Uuid, i32)>,
+) -> ShareFetchResponse {
+    let mut topics: BTreeMap<uuid::Uuid, Vec<PartitionData>> = BTreeMap::new();
+    let mut leaders = BTreeSet::new();
+    for ((topic, partition), answer) in answers {
+        if !answer.answered {
+            continue;
+        }
+        let Some(id) = topic_id(shard, &topic) else {
+            continue;
+        };
+        let (leader, mut leader_epoch) = leader_of(shard, &topic, partition);
+        if let Some(acquired) = &answer.acquired {
+            // The epoch of the leader that acquired them, which the view may not have yet.
+            leader_epoch = acquired.leader_epoch as i32;
+        }
+        leaders.insert(leader);
+        let mut error = answer.error;
+        let mut error_message = answer.error_message;
+        let (records, acquired) = match answer.acquired {
+            Some(acquired) => match strata_kafka::records::to_kafka(acquired.records) {
+                Ok(records) => (Some(records), acquired.acquired),
+                Err(failed) => {
+                    error = errors::KAFKA_STORAGE_ERROR;
+                    error_message = Some(format!("records did not translate: {failed}"));
+                    (None, Vec::new())
+                }
+            },
+            None => (None, Vec::new()),
+        };
+        topics.entry(id).or_default().push(
+            PartitionData::default()
+                .with_partition_index(partition as i32)
+                .with_error_code(error)
+                .with_error_message(error_message.as_deref().map(text))
+                .with_acknowledge_error_code(answer.acknowledge_error)
+                .with_acknowledge_error_message(answer.acknowledge_message.as_deref().map(text))
+                .with_current_leader(
+                    LeaderIdAndEpoch::default()
+                        .with_leader_id(leader)
+                        .with_leader_epoch(leader_epoch),
+                )
+                .with_records(records)
+                .with_acquired_records(
+                    acquired
+                        .iter()
+                        .map(|run| {
+                            AcquiredRecords::default()
+                                .with_first_offset(run.first as i64)
+                                .with_last_offset(run.last as i64)
+                                .with_delivery_count(run.deliveries as i16)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    for (id, partition) in unknown {
+        topics.entry(id).or_default().push(
+            PartitionData::default()
+                .with_partition_index(partition)
+                .with_error_code(errors::UNKNOWN_TOPIC_ID),
+        );
+    }
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(config.partition.lock_duration.as_millis() as i32)
+        .with_responses(
+            topics
+                .into_iter()
+                .map(|(id, partitions)| {
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+        .with_node_endpoints(endpoints(shard, client, &leaders))
+}
+
+fn endpoints(shard: &Shard, client: &Client, leaders: &BTreeSet<i32>) -> Vec<NodeEndpoint> {
+    let view = shard.view.borrow();
+    view.brokers
+        .iter()
+        .filter(|broker| leaders.contains(&broker.id))
+        .filter_map(|broker| {
+            Some(
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(broker.id))
+                    .with_host(text(&broker.host))
+                    .with_port(i32::from(super::kafka_port(broker, client)?))
+                    .with_rack(broker.rack.as_deref().map(text)),
+            )
+        })
+        .collect()
+}
+
+async fn acknowledge(
+    shard: &Rc<Shard>,
+    client: &Client,
+    request: ShareAcknowledgeRequest,
+) -> ShareAcknowledgeResponse {
+    let refused = |code: i16, message: &str| {
+        ShareAcknowledgeResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(text(message)))
+    };
+    let (Some(group), Some(member)) = (request.group_id.as_ref(), request.member_id.as_ref())
+    else {
+        return refused(
+            errors::INVALID_REQUEST,
+            "the group and member ids are needed",
+        );
+    };
+    let (group, member) = (group.0.to_string(), member.to_string());
+    if !authorize::group(shard, client, Operation::Read, &group) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "Read on the group is needed",
+        );
+    }
+    let epoch = request.share_session_epoch;
+    if let Err(code) = check_session(shard, &group, &member, epoch, false) {
+        return refused(code, "the share session is not at that epoch");
+    }
+    let mut topics = Vec::with_capacity(request.topics.len());
+    let mut leaders = BTreeSet::new();
+    for asked in &request.topics {
+        let topic = topic_named(shard, asked.topic_id);
+        let mut partitions = Vec::with_capacity(asked.partitions.len());
+        for partition in &asked.partitions {
+            let index = partition.partition_index as u32;
+            let (code, message, leader) = match &topic {
+                None => (errors::UNKNOWN_TOPIC_ID, None, (-1, -1)),
+                Some(topic) => {
+                    let batches =
+                        ack_batches(partition.acknowledgement_batches.iter().map(|batch| {
+                            (
+                                batch.first_offset,
+                                batch.last_offset,
+                                batch.acknowledge_types.as_slice(),
+                            )
+                        }));
+                    let (code, message) = acknowledge_partition(
+                        shard, client, &group, &member, topic, index, batches,
+                    )
+                    .await;
+                    (code, message, leader_of(shard, topic, index))
+                }
+            };
+            leaders.insert(leader.0);
+            partitions.push(
+                AckPartition::default()
+                    .with_partition_index(partition.partition_index)
+                    .with_error_code(code)
+                    .with_error_message(message.as_deref().map(text))
+                    .with_current_leader(
+                        AckLeader::default()
+                            .with_leader_id(leader.0)
+                            .with_leader_epoch(leader.1),
+                    ),
+            );
+        }
+        topics.push(
+            ShareAcknowledgeTopicResponse::default()
+                .with_topic_id(asked.topic_id)
+                .with_partitions(partitions),
+        );
+    }
+    if epoch == -1 {
+        let closed = shard
+            .share_sessions
+            .borrow_mut()
+            .remove(&(group.clone(), member.clone()));
+        let partitions: Vec<_> = closed.into_iter().flat_map(|s| s.partitions).collect();
+        release_session(shard, &group, &member, &partitions).await;
+    }
+    let endpoints = endpoints(shard, client, &leaders)
+        .into_iter()
+        .map(|endpoint| {
+            strata_kafka::kafka_protocol::messages::share_acknowledge_response::NodeEndpoint::default()
+                .with_node_id(endpoint.node_id)
+                .with_host(endpoint.host)
+                .with_port(endpoint.port)
+                .with_rack(endpoint.rack)
+        })
+        .collect();
+    ShareAcknowledgeResponse::default()
+        .with_responses(topics)
+        .with_node_endpoints(endpoints)
+}

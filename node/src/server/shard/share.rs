@@ -1,0 +1,628 @@
+//! Share groups on the partition leader: the shard that owns a partition holds each share
+//! group's [`SharePartition`] of it, loaded from the group store on first use and claimed
+//! there under the leader's epoch, and stores it before an acknowledgement is answered.
+//!
+//! One share-partition's operations take turns (a mutex of this shard's, never held across a
+//! long poll): an acquisition reads the log from where the window says and acquires from what
+//! it read in one step, so two members never take the same record.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_wire::batch::BatchBuilder;
+use strata_wire::protocol::{
+    ACKS_ALL, ErrorCode, FetchPartition, ProducePartition, ProduceRequest, ProduceTopic, Records,
+    Request, Response,
+};
+use tokio::sync::oneshot;
+
+use crate::server::messages::{Delivery, GroupMessage, ShareGroupRequest};
+use crate::server::shard::replica::Role;
+use crate::share::config::{AutoOffsetReset, ShareGroupConfig};
+use crate::share::partition::{
+    AckBatch, AckError, Acquired, DeadLetter, LogRecord, SharePartition, ShareSnapshot, record_key,
+};
+
+use super::Shard;
+
+/// The header a producer sets to hold a record back until a time (Unix milliseconds, as
+/// decimal text).
+pub const DELIVER_AFTER_HEADER: &str = "strata.deliver.after.ms";
+
+/// A member's share session on the shard its connection landed on: the partitions it
+/// fetches, and the epoch its next request must carry.
+#[derive(Debug, Default)]
+pub(crate) struct ShareSession {
+    pub next_epoch: i32,
+    pub partitions: std::collections::BTreeSet<(String, u32)>,
+}
+
+/// A share-partition: (group, topic, partition).
+pub(crate) type ShareKey = (String, String, u32);
+
+/// This shard's share-partitions, each behind its own turn-taking lock.
+#[derive(Default)]
+pub(crate) struct SharePartitions {
+    slots: RefCell<HashMap<ShareKey, Rc<tokio::sync::Mutex<Option<Held>>>>>,
+}
+
+/// A share-partition as its leader holds it.
+struct Held {
+    core: SharePartition,
+    /// The store revision this leader last wrote (its claim, or an acknowledgement since).
+    revision: i64,
+    leader_epoch: u32,
+}
+
+/// The share-partition record in the group store.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredShareState {
+    /// The epoch of the leader that claimed it: a leader of an older epoch may not.
+    leader_epoch: u32,
+    state: ShareSnapshot,
+}
+
+/// Why a share operation on a partition failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ShareFailure {
+    Code(ErrorCode),
+    /// Kafka's INVALID_RECORD_STATE.
+    InvalidRecordState(String),
+    /// Kafka's INVALID_REQUEST.
+    InvalidRequest(String),
+}
+
+impl From<ErrorCode> for ShareFailure {
+    fn from(code: ErrorCode) -> ShareFailure {
+        ShareFailure::Code(code)
+    }
+}
+
+/// What an acquisition hands the member.
+#[derive(Debug, Default)]
+pub(crate) struct ShareAcquired {
+    /// Whole stored batches holding the acquired records (either format).
+    pub records: Bytes,
+    pub acquired: Vec<Acquired>,
+    pub leader_epoch: u32,
+}
+
+pub(crate) fn share_state_id(group: &str, topic: &str, partition: u32) -> String {
+    format!("{group}/{topic}/{partition}")
+}
+
+impl Shard {
+    fn share_slot(&self, key: &ShareKey) -> Rc<tokio::sync::Mutex<Option<Held>>> {
+        self.shares
+            .slots
+            .borrow_mut()
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// This shard's leadership of `topic`-`partition`: its epoch.
+    fn leading(&self, topic: &str, partition: u32) -> Result<u32, ErrorCode> {
+        let partitions = self.partitions.borrow();
+        match partitions
+            .get(&(topic.to_string(), partition))
+            .map(|p| &p.role)
+        {
+            Some(Role::Leader(leader)) => Ok(leader.epoch()),
+            _ => Err(ErrorCode::NotLeader),
+        }
+    }
+
+    async fn share_store(&self, request: ShareGroupRequest) -> bool {
+        self.context
+            .groups
+            .send(GroupMessage::Share(request))
+            .is_ok()
+    }
+
+    /// Makes sure `held` is this leader's current share-partition: loaded from the store and
+    /// claimed at this leader's epoch (once per leadership).
+    async fn share_ready(
+        &self,
+        held: &mut Option<Held>,
+        key: &ShareKey,
+        config: &ShareGroupConfig,
+    ) -> Result<(), ShareFailure> {
+        let (group, topic, partition) = key;
+        let epoch = self.leading(topic, *partition)?;
+        if let Some(current) = held.as_mut()
+            && current.leader_epoch == epoch
+        {
+            current.core.set_settings(config.partition.clone());
+            return Ok(());
+        }
+        *held = None;
+        let id = share_state_id(group, topic, *partition);
+        let (reply, answer) = oneshot::channel();
+        let asked = ShareGroupRequest::LoadState {
+            id: id.clone(),
+            reply,
+        };
+        if !self.share_store(asked).await {
+            return Err(ErrorCode::NotReady.into());
+        }
+        let (stored, revision) = answer.await.map_err(|_| ErrorCode::NotReady)??;
+        let (log, _, _) = self
+            .leader_view(topic, *partition)
+            .ok_or(ErrorCode::NotLeader)?;
+        let offsets = log.offsets().await.map_err(|_| ErrorCode::StorageError)?;
+        let mut core = match stored {
+            Some(value) => {
+                let stored: StoredShareState = serde_json::from_value(value).map_err(|error| {
+                    tracing::error!(%id, "a stored share-partition does not read: {error}");
+                    ErrorCode::Internal
+                })?;
+                if stored.leader_epoch > epoch {
+                    return Err(ErrorCode::NotLeader.into());
+                }
+                SharePartition::restore(&stored.state, config.partition.clone())
+            }
+            None => {
+                let high_watermark = self
+                    .leader_view(topic, *partition)
+                    .map_or(offsets.log_start, |(_, high_watermark, _)| high_watermark);
+                let start = match config.auto_offset_reset {
+                    AutoOffsetReset::Earliest => offsets.log_start,
+                    AutoOffsetReset::Latest => high_watermark,
+                    AutoOffsetReset::ByDuration(age) => {
+                        let since = self.clock().wall_ms() - age.as_millis() as i64;
+                        log.offset_for_timestamp(since)
+                            .await
+                            .ok()
+                            .flatten()
+                            .map_or(high_watermark, |(offset, _)| offset)
+                    }
+                };
+                SharePartition::new(start, config.partition.clone())
+            }
+        };
+        core.move_start_to(offsets.log_start);
+        let claim = StoredShareState {
+            leader_epoch: epoch,
+            state: core.snapshot(),
+        };
+        let revision = self
+            .store_share(&id, revision, &claim)
+            .await?
+            .ok_or(ErrorCode::NotLeader)?;
+        core.mark_persisted();
+        *held = Some(Held {
+            core,
+            revision,
+            leader_epoch: epoch,
+        });
+        Ok(())
+    }
+
+    async fn store_share(
+        &self,
+        id: &str,
+        expected: i64,
+        state: &StoredShareState,
+    ) -> Result<Option<i64>, ShareFailure> {
+        let (reply, answer) = oneshot::channel();
+        let record = serde_json::to_value(state).expect("a share state serializes");
+        let asked = ShareGroupRequest::StoreState {
+            id: id.to_string(),
+            expected,
+            record,
+            reply,
+        };
+        if !self.share_store(asked).await {
+            return Err(ErrorCode::NotReady.into());
+        }
+        Ok(answer.await.map_err(|_| ErrorCode::NotReady)??)
+    }
+
+    /// Stores `held` if it changed. A fenced write means another leader claimed it: this one
+    /// forgets it and answers NOT_LEADER; a failed one forgets it too (what was applied in
+    /// memory and not stored is not answered as done, and the next use reloads the store).
+    async fn persist_share(
+        self: &Rc<Self>,
+        held: &mut Option<Held>,
+        key: &ShareKey,
+        config: &ShareGroupConfig,
+    ) -> Result<(), ShareFailure> {
+        let Some(current) = held.as_mut() else {
+            return Err(ErrorCode::NotLeader.into());
+        };
+        if !current.core.is_dirty() {
+            return Ok(());
+        }
+        // A dead letter is written before its archive is stored: a failure here leaves the
+        // record as the store has it, to be delivered (and dead-lettered) again.
+        let letters = current.core.take_dead_letters();
+        if let Err(failure) = self.write_dead_letters(key, config, &letters).await {
+            *held = None;
+            return Err(failure);
+        }
+        let Some(current) = held.as_mut() else {
+            return Err(ErrorCode::NotLeader.into());
+        };
+        let id = share_state_id(&key.0, &key.1, key.2);
+        let state = StoredShareState {
+            leader_epoch: current.leader_epoch,
+            state: current.core.snapshot(),
+        };
+        match self.store_share(&id, current.revision, &state).await {
+            Ok(Some(revision)) => {
+                current.revision = revision;
+                current.core.mark_persisted();
+                Ok(())
+            }
+            Ok(None) => {
+                *held = None;
+                Err(ErrorCode::NotLeader.into())
+            }
+            Err(failure) => {
+                *held = None;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Acquires records of `key`'s partition for `member` (on the shard that owns it).
+    pub(crate) async fn share_acquire(
+        self: &Rc<Self>,
+        key: ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+        max_records: usize,
+        max_bytes: u32,
+    ) -> Result<ShareAcquired, ShareFailure> {
+        let slot = self.share_slot(&key);
+        let mut held = slot.lock().await;
+        self.share_ready(&mut held, &key, &config).await?;
+        let (_, topic, partition) = &key;
+        let (log, _, _) = self
+            .leader_view(topic, *partition)
+            .ok_or(ErrorCode::NotLeader)?;
+        let log_start = log
+            .offsets()
+            .await
+            .map_err(|_| ErrorCode::StorageError)?
+            .log_start;
+        let current = held.as_mut().expect("share_ready holds it");
+        current.core.move_start_to(log_start);
+        let now = self.clock().now();
+        let Some(from) = current.core.read_from(now) else {
+            return Ok(ShareAcquired {
+                leader_epoch: current.leader_epoch,
+                ..ShareAcquired::default()
+            });
+        };
+        let fetched = self
+            .fetch_local(
+                topic,
+                FetchPartition {
+                    partition: *partition,
+                    fetch_offset: from,
+                    max_bytes,
+                },
+                None,
+                Delivery::Bytes,
+                config.read_committed,
+            )
+            .await;
+        let current = held.as_mut().ok_or(ErrorCode::NotLeader)?;
+        if fetched.response.error != ErrorCode::None {
+            return Err(fetched.response.error.into());
+        }
+        let Records::Shared(bytes) = fetched.response.records else {
+            return Err(ErrorCode::Internal.into());
+        };
+        let aborted = fetched
+            .stability
+            .map(|(_, aborted)| aborted)
+            .unwrap_or_default();
+        let wall_ms = self.clock().wall_ms();
+        let read = log_records(&bytes, &aborted, &config, now, wall_ms);
+        let acquired = current
+            .core
+            .acquire(&member, now, &read.records, max_records);
+        let records = read.holding(&bytes, &acquired);
+        let leader_epoch = current.leader_epoch;
+        if current.core.has_dead_letters() {
+            // Locks that ran out took records past their last delivery.
+            self.persist_share(&mut held, &key, &config).await?;
+        }
+        Ok(ShareAcquired {
+            records,
+            acquired,
+            leader_epoch,
+        })
+    }
+
+    /// Applies `member`'s acknowledgements to `key` and stores them before answering.
+    pub(crate) async fn share_acknowledge(
+        self: &Rc<Self>,
+        key: ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+        batches: Vec<AckBatch>,
+    ) -> Result<(), ShareFailure> {
+        let slot = self.share_slot(&key);
+        let mut held = slot.lock().await;
+        self.share_ready(&mut held, &key, &config).await?;
+        let now = self.clock().now();
+        let current = held.as_mut().expect("share_ready holds it");
+        current
+            .core
+            .acknowledge(&member, now, &batches)
+            .map_err(|error| match error {
+                AckError::NotAcquired(_) => ShareFailure::InvalidRecordState(error.to_string()),
+                AckError::Malformed(_) => ShareFailure::InvalidRequest(error.to_string()),
+            })?;
+        self.persist_share(&mut held, &key, &config).await
+    }
+
+    /// Gives back what `member` holds of `key` (it left, or closed its share session).
+    pub(crate) async fn share_release(
+        self: &Rc<Self>,
+        key: ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+    ) -> Result<(), ShareFailure> {
+        let slot = self.share_slot(&key);
+        let mut held = slot.lock().await;
+        self.share_ready(&mut held, &key, &config).await?;
+        let now = self.clock().now();
+        held.as_mut()
+            .expect("share_ready holds it")
+            .core
+            .release_member(&member, now);
+        self.persist_share(&mut held, &key, &config).await
+    }
+
+    /// Writes `letters` (records of `key`'s partition) to the group's dead-letter topic, each
+    /// with its key, value and headers, and headers naming where it came from and why.
+    async fn write_dead_letters(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        config: &ShareGroupConfig,
+        letters: &[DeadLetter],
+    ) -> Result<(), ShareFailure> {
+        let (Some(topic), false) = (config.dead_letter_topic.as_ref(), letters.is_empty()) else {
+            return Ok(());
+        };
+        let (group, source, partition) = key;
+        let partitions = {
+            let view = self.view.borrow();
+            view.topics
+                .iter()
+                .find(|known| &known.name == topic)
+                .map(|known| known.partitions.len() as u32)
+        };
+        let Some(partitions) = partitions.filter(|&count| count > 0) else {
+            tracing::warn!(
+                %group,
+                %topic,
+                "the dead-letter topic does not exist: {} records archived without a dead letter",
+                letters.len()
+            );
+            return Ok(());
+        };
+        let mut batch = BatchBuilder::with_capacity(64 << 10);
+        let mut next = 0;
+        while next < letters.len() {
+            let fetched = self
+                .fetch_local(
+                    source,
+                    FetchPartition {
+                        partition: *partition,
+                        fetch_offset: letters[next].offset,
+                        max_bytes: 1 << 20,
+                    },
+                    None,
+                    Delivery::Bytes,
+                    false,
+                )
+                .await;
+            if fetched.response.error != ErrorCode::None {
+                return Err(fetched.response.error.into());
+            }
+            let Records::Shared(bytes) = fetched.response.records else {
+                return Err(ErrorCode::Internal.into());
+            };
+            let before = next;
+            for stored in strata_wire::batch::split_batches(bytes) {
+                let Ok(stored) = stored else { break };
+                for record in stored.records() {
+                    let Some(letter) = letters.get(next) else {
+                        break;
+                    };
+                    if record.offset != letter.offset {
+                        continue;
+                    }
+                    let (offset, deliveries) =
+                        (letter.offset.to_string(), letter.deliveries.to_string());
+                    let partition_text = partition.to_string();
+                    let provenance: [(&[u8], &[u8]); 6] = [
+                        (b"strata.dlq.group", group.as_bytes()),
+                        (b"strata.dlq.topic", source.as_bytes()),
+                        (b"strata.dlq.partition", partition_text.as_bytes()),
+                        (b"strata.dlq.offset", offset.as_bytes()),
+                        (b"strata.dlq.delivery.count", deliveries.as_bytes()),
+                        (b"strata.dlq.reason", letter.reason.as_str().as_bytes()),
+                    ];
+                    batch.push_with_headers(
+                        record.timestamp_ms,
+                        record.key,
+                        record.value,
+                        record.headers().chain(provenance),
+                    );
+                    next += 1;
+                }
+            }
+            if next == before {
+                // Gone from the log (retention): nothing left to copy.
+                next += 1;
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let produce = ProduceRequest {
+            acks: ACKS_ALL,
+            timeout_ms: 30_000,
+            topics: vec![ProduceTopic {
+                name: topic.clone(),
+                partitions: vec![ProducePartition {
+                    partition: partition % partitions,
+                    records: Records::Shared(batch.finish()),
+                }],
+            }],
+            expected_offsets: Default::default(),
+            durability: Default::default(),
+        };
+        let error = match self.handle(Request::Produce(produce)).await {
+            Some(Ok(Response::Produce(answer))) => answer
+                .topics
+                .iter()
+                .flat_map(|topic| &topic.partitions)
+                .map(|partition| partition.error)
+                .find(|error| *error != ErrorCode::None),
+            Some(Ok(_)) | None => Some(ErrorCode::Internal),
+            Some(Err(error)) => Some(error),
+        };
+        match error {
+            None => Ok(()),
+            Some(error) => {
+                tracing::warn!(%group, %topic, "writing dead letters failed: {error}");
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Waits, up to `deadline`, until `key` may have records to acquire: the partition's
+    /// committed records grew past the window, or a lock or backoff ran out.
+    pub(crate) async fn share_wait(&self, key: ShareKey, deadline: Instant) {
+        let (_, topic, partition) = &key;
+        let Some((_, high_watermark, committed)) = self.leader_view(topic, *partition) else {
+            return;
+        };
+        let advanced = committed.notified();
+        tokio::pin!(advanced);
+        advanced.as_mut().enable();
+        let (end, next_change) = {
+            let slot = self.share_slot(&key);
+            let held = slot.lock().await;
+            match held.as_ref() {
+                Some(current) => (current.core.end_offset(), current.core.poll_timeout()),
+                None => return,
+            }
+        };
+        if high_watermark > end {
+            return;
+        }
+        let until = next_change.map_or(deadline, |at| at.min(deadline));
+        let _ = self.clock().timeout_at(until, advanced).await;
+    }
+}
+
+/// What a log read holds, as the share-partition acquires from it.
+struct ReadRecords {
+    records: Vec<LogRecord>,
+    /// Each batch's (first offset, last offset, byte range in the read).
+    batches: Vec<(u64, u64, std::ops::Range<usize>)>,
+}
+
+impl ReadRecords {
+    /// The part of the read from the first batch holding an acquired record to the last.
+    fn holding(&self, bytes: &Bytes, acquired: &[Acquired]) -> Bytes {
+        let holds = |first: u64, last: u64| {
+            acquired
+                .iter()
+                .any(|run| run.first <= last && first <= run.last)
+        };
+        let mut kept = self
+            .batches
+            .iter()
+            .filter(|(first, last, _)| holds(*first, *last))
+            .map(|(_, _, range)| range.clone());
+        let Some(first) = kept.next() else {
+            return Bytes::new();
+        };
+        let end = kept.next_back().map_or(first.end, |range| range.end);
+        bytes.slice(first.start..end)
+    }
+}
+
+/// The records of a read, for acquisition: each one's offset, its key (for key order), when
+/// it may be delivered (its `strata.deliver.after.ms` header), and whether it is a record to
+/// deliver at all (not a marker, not aborted under `read_committed`).
+fn log_records(
+    bytes: &Bytes,
+    aborted: &[strata_wire::protocol::AbortedTransaction],
+    config: &ShareGroupConfig,
+    now: Instant,
+    wall_ms: i64,
+) -> ReadRecords {
+    let mut records = Vec::new();
+    let mut batches = Vec::new();
+    let mut aborted: Vec<_> = aborted.iter().collect();
+    aborted.sort_by_key(|txn| std::cmp::Reverse(txn.first_offset));
+    let mut aborting: HashSet<i64> = HashSet::new();
+    let mut position = 0usize;
+    for batch in strata_wire::batch::split_batches(bytes.clone()) {
+        let Ok(batch) = batch else {
+            break;
+        };
+        let header = *batch.header();
+        let len = header.batch_len as usize;
+        batches.push((
+            batch.base_offset(),
+            batch.last_offset(),
+            position..position + len,
+        ));
+        position += len;
+        while aborted
+            .last()
+            .is_some_and(|txn| txn.first_offset <= header.base_offset)
+        {
+            aborting.insert(aborted.pop().expect("just seen").producer_id);
+        }
+        if header.is_control() {
+            aborting.remove(&header.producer_id);
+            records.extend(
+                (batch.base_offset()..=batch.last_offset()).map(|offset| LogRecord {
+                    offset,
+                    key: None,
+                    not_before: None,
+                    skip: true,
+                }),
+            );
+            continue;
+        }
+        let skip = header.is_transactional() && aborting.contains(&header.producer_id);
+        for record in batch.records() {
+            let key = if config.partition.key_ordering {
+                record.key.map(record_key)
+            } else {
+                None
+            };
+            let not_before = record
+                .headers()
+                .find(|(name, _)| *name == DELIVER_AFTER_HEADER.as_bytes())
+                .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<i64>().ok())
+                .filter(|&at| at > wall_ms)
+                .map(|at| now + Duration::from_millis((at - wall_ms) as u64));
+            records.push(LogRecord {
+                offset: record.offset,
+                key,
+                not_before,
+                skip,
+            });
+        }
+    }
+    ReadRecords { records, batches }
+}
