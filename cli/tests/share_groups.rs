@@ -738,3 +738,110 @@ fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
         "commits were confirmed before and after the kill: {transcript}"
     );
 }
+
+/// Key order (`strata.share.key.ordering=true`): eight consumers share one partition of 100
+/// keys. Each key's records are processed in offset order and never two at once (the broker
+/// hands out no record while an earlier one of its key is acquired or waiting), and the eight
+/// finish sooner than one consumer does alone: the group scales past the partition count.
+#[test]
+fn key_order_holds_each_key_to_one_record_at_a_time_and_scales_past_one_consumer() {
+    const RECORDS: usize = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "keyed", "--partitions", "1"], None);
+    let java = ShareConsumers::compile(&kafka);
+    for group in ["keyed-one", "keyed-eight"] {
+        java.configure(
+            group,
+            &[
+                "share.auto.offset.reset=earliest",
+                "share.record.lock.duration.ms=15000",
+                "strata.share.key.ordering=true",
+            ],
+        );
+    }
+    let produced = java.run(&["produce-keyed", "keyed", &RECORDS.to_string(), "100"]);
+    assert_eq!(
+        produced
+            .iter()
+            .filter(|l| l.starts_with("PRODUCED "))
+            .count(),
+        RECORDS
+    );
+    let elapsed = |lines: &[String]| -> u64 {
+        lines
+            .iter()
+            .find_map(|line| line.strip_prefix("ELAPSED-MS "))
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("no ELAPSED-MS: {}", lines.join("\n")))
+    };
+    let run = |group: &str, consumers: &str| {
+        java.run(&[
+            "keyed",
+            group,
+            "keyed",
+            consumers,
+            &RECORDS.to_string(),
+            "5",
+            STEP_SECONDS,
+        ])
+    };
+    let alone = run("keyed-one", "1");
+    let eight = run("keyed-eight", "8");
+    let transcript = eight.join("\n");
+    // (key) → [(offset, start, end)] in start order.
+    let mut starts: BTreeMap<(String, String), u128> = BTreeMap::new();
+    let mut spans: BTreeMap<String, Vec<(i64, u128, u128)>> = BTreeMap::new();
+    for line in &eight {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["START", consumer, offset, _key, nanos] => {
+                starts.insert(
+                    (consumer.to_string(), offset.to_string()),
+                    nanos.parse().unwrap(),
+                );
+            }
+            ["END", consumer, offset, key, nanos] => {
+                let start = starts[&(consumer.to_string(), offset.to_string())];
+                spans.entry(key.to_string()).or_default().push((
+                    offset.parse().unwrap(),
+                    start,
+                    nanos.parse().unwrap(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let processed: usize = spans.values().map(Vec::len).sum();
+    assert!(processed >= RECORDS, "every record processed: {transcript}");
+    assert!(spans.len() > 90, "the keys processed: {transcript}");
+    let consumers_used: std::collections::BTreeSet<&str> = eight
+        .iter()
+        .filter_map(|line| line.strip_prefix("START "))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    assert!(
+        consumers_used.len() > 1,
+        "more than one consumer worked: {transcript}"
+    );
+    for (key, mut records) in spans {
+        records.sort_by_key(|(_, start, _)| *start);
+        for pair in records.windows(2) {
+            let ((before, _, before_end), (after, after_start, _)) = (pair[0], pair[1]);
+            assert!(
+                before < after,
+                "key {key}: offset {after} processed after {before}, out of order: {transcript}"
+            );
+            assert!(
+                before_end <= after_start,
+                "key {key}: offsets {before} and {after} processed at once: {transcript}"
+            );
+        }
+    }
+    let (one, many) = (elapsed(&alone), elapsed(&eight));
+    eprintln!("{RECORDS} records of 5 ms each: one consumer {one} ms, eight {many} ms");
+    assert!(
+        many < one,
+        "eight consumers ({many} ms) finish before one alone ({one} ms)"
+    );
+}

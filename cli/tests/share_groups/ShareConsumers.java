@@ -36,6 +36,16 @@
 //   hold GROUP TOPIC TIMEOUT_S                     explicit mode: poll until records come, print
 //                                                  them and HOLDING, then sleep forever without
 //                                                  acknowledging or closing (the test kills it)
+//   produce-keyed TOPIC COUNT KEYS                 COUNT records to partition 0, value v-i with key
+//                                                  k-n, n drawn from 0..KEYS (seeded), in order
+//   keyed GROUP TOPIC CONSUMERS COUNT PROCESS_MS TIMEOUT_S
+//                                                  CONSUMERS explicit-mode consumers, a thread
+//                                                  each, at most 5 records a poll; each record
+//                                                  is processed for PROCESS_MS between a
+//                                                  `START <c> <offset> <key> <nanos>` and an
+//                                                  `END ...` line, then accepted; until COUNT
+//                                                  distinct offsets were accepted; prints
+//                                                  `ELAPSED-MS <ms>` from the first poll
 //   take GROUP TOPIC COUNT TIMEOUT_S [BATCH]       explicit mode: ACCEPT everything until COUNT
 //                                                  distinct offsets were accepted, commitSync
 //                                                  after each poll (BATCH: at most BATCH a poll,
@@ -107,6 +117,10 @@ public class ShareConsumers {
         int status = switch (args[1]) {
             case "configure" -> configure(bootstrap, a.get(0), a.subList(1, a.size()));
             case "produce" -> produce(bootstrap, a.get(0), a.subList(1, a.size()));
+            case "produce-keyed" -> produceKeyed(bootstrap, a.get(0), Integer.parseInt(a.get(1)),
+                Integer.parseInt(a.get(2)));
+            case "keyed" -> keyed(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
+                Integer.parseInt(a.get(3)), Integer.parseInt(a.get(4)), seconds(a.get(5)));
             case "implicit" -> implicit(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
                 Integer.parseInt(a.get(3)), null, seconds(a.get(4)));
             case "drain" -> implicit(bootstrap, a.get(0), a.get(1), 1, Integer.MAX_VALUE, a.get(2),
@@ -455,6 +469,88 @@ public class ShareConsumers {
         }
         print("TIMEOUT no records came");
         return 2;
+    }
+
+    /** COUNT records to partition 0 of TOPIC, value v-i and a key of KEYS drawn at random. */
+    private static int produceKeyed(String bootstrap, String topic, int count, int keys)
+            throws Exception {
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+            // Keys drawn at random (seeded): records of one key lie close together, as they
+            // do in real traffic, so consumers taking neighbouring records meet the same key.
+            java.util.Random random = new java.util.Random(42);
+            for (int i = 0; i < count; i++) {
+                String key = "k-" + random.nextInt(keys);
+                sent.add(producer.send(new ProducerRecord<>(topic, 0, key, "v-" + i)));
+            }
+            for (int i = 0; i < count; i++) {
+                RecordMetadata metadata = sent.get(i).get();
+                print("PRODUCED " + metadata.partition() + " " + metadata.offset() + " v-" + i);
+            }
+        }
+        return 0;
+    }
+
+    /**
+     * CONSUMERS explicit-mode consumers process records for PROCESS_MS each, printing when each
+     * record's processing starts and ends, until COUNT distinct offsets were accepted.
+     */
+    private static int keyed(String bootstrap, String group, String topic, int consumers,
+            int count, int processMs, long timeoutMs) throws Exception {
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        Set<Long> accepted = ConcurrentHashMap.newKeySet();
+        AtomicBoolean failed = new AtomicBoolean();
+        List<Thread> threads = new ArrayList<>();
+        long start = System.nanoTime();
+        for (int c = 0; c < consumers; c++) {
+            final int index = c;
+            Thread thread = new Thread(() -> {
+                try (KafkaShareConsumer<String, String> consumer =
+                        consumer(bootstrap, group, "explicit", group + "-" + index, 5)) {
+                    consumer.subscribe(List.of(topic));
+                    while (accepted.size() < count && !failed.get()) {
+                        if (System.currentTimeMillis() > deadline) {
+                            return;
+                        }
+                        for (ConsumerRecord<String, String> record : consumer.poll(POLL)) {
+                            print("START " + index + " " + record.offset() + " " + record.key()
+                                + " " + System.nanoTime());
+                            Thread.sleep(processMs);
+                            print("END " + index + " " + record.offset() + " " + record.key()
+                                + " " + System.nanoTime());
+                            consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                            accepted.add(record.offset());
+                        }
+                        consumer.commitAsync();
+                    }
+                    consumer.commitSync();
+                } catch (Exception error) {
+                    failed.set(true);
+                    print("ERROR " + index + " " + oneLine(error));
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        for (Thread thread : threads) {
+            thread.join();
+        }
+        if (failed.get()) {
+            return 1;
+        }
+        if (accepted.size() < count) {
+            print("TIMEOUT " + accepted.size() + " distinct offsets of " + count + " accepted");
+            return 2;
+        }
+        print("ELAPSED-MS " + (System.nanoTime() - start) / 1_000_000);
+        print("DONE " + accepted.size());
+        return 0;
     }
 
     /**
