@@ -737,6 +737,14 @@ pub struct ConsumeArgs {
     /// members and positions are committed (at-least-once unless --at-most-once).
     #[arg(long, conflicts_with_all = ["partition", "offset"])]
     group: Option<String>,
+    /// Consume as a member of this share group (a queue): each record goes to one member at a
+    /// time and is acknowledged (accepted) once printed; one left unacknowledged (the process
+    /// died) goes to another member when its lock runs out. Where the group starts on a
+    /// partition is its `share.auto.offset.reset` config (default: the end).
+    #[arg(long, conflicts_with_all = [
+        "group", "partition", "offset", "from_beginning", "at_most_once", "instance_id",
+    ])]
+    share_group: Option<String>,
     /// Only this partition (default: all).
     #[arg(long)]
     partition: Option<u32>,
@@ -774,7 +782,7 @@ pub struct ConsumeArgs {
 }
 
 /// SIGINT or SIGTERM, whichever comes first.
-async fn interrupted() {
+pub(crate) async fn interrupted() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -789,14 +797,28 @@ async fn interrupted() {
     }
 }
 
-fn print_record(
+/// What `consume` prints of a record.
+pub(crate) struct Printed<'a> {
+    pub partition: u32,
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    /// `None` for a null value.
+    pub value: Option<&'a [u8]>,
+}
+
+pub(crate) fn print_record(
     stdout: &mut impl Write,
     format: Format,
-    partition: u32,
-    record: &strata_wire::batch::Record<'_>,
+    record: Printed<'_>,
 ) -> std::io::Result<()> {
+    let partition = record.partition;
     match format {
-        Format::Text => writeln!(stdout, "{}", String::from_utf8_lossy(record.value)),
+        Format::Text => writeln!(
+            stdout,
+            "{}",
+            String::from_utf8_lossy(record.value.unwrap_or_default())
+        ),
         Format::Json => {
             let mut object = json!({
                 "partition": partition,
@@ -815,7 +837,7 @@ fn print_record(
                 },
             };
             let key = field(record.key);
-            let value = field(record.nullable_value());
+            let value = field(record.value);
             object["key"] = key;
             object["value"] = value;
             if binary {
@@ -847,7 +869,14 @@ fn print_batches(
                 }
                 break;
             }
-            print_record(&mut stdout, format, consumed.partition, &record)?;
+            let printed_record = Printed {
+                partition: consumed.partition,
+                offset: record.offset,
+                timestamp_ms: record.timestamp_ms,
+                key: record.key,
+                value: record.nullable_value(),
+            };
+            print_record(&mut stdout, format, printed_record)?;
             *printed += 1;
         }
     }
@@ -857,6 +886,10 @@ fn print_batches(
 
 pub async fn consume(connection: Connection, args: ConsumeArgs) -> anyhow::Result<()> {
     let client = connect(&connection).await?;
+    if let Some(group) = args.share_group.clone() {
+        let limit = args.max_messages.unwrap_or(u64::MAX);
+        return super::share_cmd::consume(client, group, args.topic, limit, args.format).await;
+    }
     if let Some(group) = args.group.clone() {
         return consume_in_group(client, group, args).await;
     }
@@ -946,12 +979,20 @@ pub enum GroupCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Members, assignment, committed offsets and lag.
+    /// Members, assignment, committed offsets and lag (of a share group too).
+    ///
+    /// For a share group: its members (id, client, assignment), and per partition the start
+    /// offset, the records in flight and the lag in records and in seconds (the age of the
+    /// record at the start offset).
     Describe {
         group: String,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// A group's configs (share.auto.offset.reset, share.record.lock.duration.ms, ...): each
+    /// with its value, set on the group or the default; --set and --delete change them, all or
+    /// nothing. A group need not exist to have configs.
+    Config(crate::group_config_cmd::GroupConfigArgs),
     /// Move a stopped group's committed offsets (to the earliest or latest offset, an offset,
     /// a time, or by N), as kafka-consumer-groups --reset-offsets: prints the plan, and
     /// commits it with --execute. Refused while the group has members.
@@ -1007,7 +1048,12 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
         GroupCommand::ResetOffsets(args) => {
             super::group_reset::reset_offsets(&client, args).await?
         }
+        GroupCommand::Config(args) => crate::group_config_cmd::group_config(&client, args).await?,
         GroupCommand::Describe { group, format } => {
+            // A share group answers for itself; any other name is a consumer group's.
+            if let Ok(share) = client.describe_share_group(&group).await {
+                return super::share_cmd::describe(&client, share, format).await;
+            }
             let described = client.describe_group(&group).await?;
             let mut offsets = Vec::new();
             for committed in &described.offsets {

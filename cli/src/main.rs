@@ -16,6 +16,7 @@ macro_rules! outln {
 mod bench_cmd;
 mod client_cmd;
 mod cluster_config_cmd;
+mod group_config_cmd;
 mod group_reset;
 mod log_tools;
 mod quota_cmd;
@@ -23,6 +24,7 @@ mod quota_cmd;
 mod reference;
 mod security_cmd;
 mod serve;
+mod share_cmd;
 mod tune_cmd;
 mod txn_cmd;
 mod units;

@@ -1063,6 +1063,45 @@ fn the_native_cli_needs_credentials_on_a_secured_broker() {
         ok(run(admin, &["cluster", "config", "list"], b"")).trim(),
         "log.retention.ms=60000 (every-broker live)"
     );
+    // Group configs need DescribeConfigs (to read) and AlterConfigs (to change) on the group.
+    let carol_group_config = [
+        "group",
+        "config",
+        "jobs",
+        "--set",
+        "share.auto.offset.reset=earliest",
+    ];
+    refused(
+        run(carol, &carol_group_config, b""),
+        "GroupAuthorizationFailed",
+    );
+    refused(
+        run(carol, &["group", "config", "jobs"], b""),
+        "GroupAuthorizationFailed",
+    );
+    ok(run(admin, &carol_group_config, b""));
+    ok(run(
+        admin,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:carol",
+            "--operation",
+            "DescribeConfigs",
+            "--group",
+            "jobs",
+        ],
+        b"",
+    ));
+    assert!(
+        ok(run(carol, &["group", "config", "jobs"], b""))
+            .contains("share.auto.offset.reset=earliest (set)")
+    );
+    refused(
+        run(carol, &carol_group_config, b""),
+        "GroupAuthorizationFailed",
+    );
     assert_eq!(ok(run(carol, &["topic", "list"], b"")).trim(), "ledger");
     // Removing the binding takes the right away...
     ok(run(

@@ -11,6 +11,9 @@
 //!   zero-copy records borrowed from the fetched batches.
 //! - [`GroupConsumer`]: subscribe mode in a consumer group (server-side cooperative assignment,
 //!   rebalance callbacks, auto/sync/async commits, at-least-once or at-most-once).
+//! - [`ShareConsumer`]: a member of a share group (KIP-932, queues): records handed to one
+//!   member at a time, each acknowledged (implicitly by the next poll, or explicitly), with
+//!   its delivery count.
 //!
 //! Shard-aware: requests for a partition go to the shard port that owns it, so the broker never
 //! forwards them across cores.
@@ -21,6 +24,7 @@ mod group;
 mod metadata;
 mod producer;
 mod security;
+mod share;
 mod timer;
 mod transactions;
 
@@ -32,12 +36,13 @@ pub use producer::{
     Producer, ProducerConfig, ProducerRecord, RecordFuture, RecordMetadata, partition_for_key,
 };
 pub use security::{SaslCredentials, Security, tls_config};
+pub use share::{AckMode, ShareConfig, ShareConsumer, ShareRecord};
 pub use strata_net::{
     DEFAULT_TCP_CONGESTION, FrameReader, HOST_TCP_CONGESTION, apply_tcp_congestion,
     parse_tcp_congestion, tcp_congestion, write_all_chunks,
 };
 pub use strata_wire::batch::Codec;
-pub use strata_wire::protocol::{AckDurability, ErrorCode};
+pub use strata_wire::protocol::{AckDurability, AckType, ErrorCode};
 pub use timer::PreciseTimer;
 
 use std::net::SocketAddr;

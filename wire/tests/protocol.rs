@@ -270,6 +270,25 @@ fn every_request_round_trips() {
             replace: false,
             validate_only: true,
         }),
+        Request::DescribeGroupConfigs(DescribeGroupConfigsRequest {
+            group: "orders".into(),
+        }),
+        Request::AlterGroupConfigs(AlterGroupConfigsRequest {
+            group: "orders".into(),
+            set: vec![
+                ConfigEntry {
+                    key: "share.auto.offset.reset".into(),
+                    value: "earliest".into(),
+                },
+                ConfigEntry {
+                    key: "errors.deadletterqueue.topic.name".into(),
+                    value: String::new(),
+                },
+            ],
+            delete: vec!["share.record.lock.duration.ms".into()],
+            replace: true,
+            validate_only: false,
+        }),
         Request::DeleteOffsets(DeleteOffsetsRequest {
             group: "g".into(),
             topics: vec![TopicPartitions {
@@ -366,6 +385,56 @@ fn every_request_round_trips() {
             states: vec!["Ongoing".into()],
             producer_ids: vec![7],
         }),
+        Request::ShareGroupHeartbeat(ShareGroupHeartbeatRequest {
+            group: "sg".into(),
+            member_id: "m-1".into(),
+            member_epoch: 0,
+            topics: Some(vec!["t".into()]),
+            client_id: "c".into(),
+        }),
+        Request::ShareFetch(ShareFetchRequest {
+            group: "sg".into(),
+            member_id: "m-1".into(),
+            max_wait_ms: 500,
+            max_records: 100,
+            max_bytes: 1 << 20,
+            topics: vec![ShareFetchTopic {
+                name: "t".into(),
+                partitions: vec![ShareFetchPartition {
+                    partition: 2,
+                    acquire: true,
+                    acknowledgements: vec![AcknowledgementBatch {
+                        first_offset: 3,
+                        last_offset: 5,
+                        types: vec![AckType::Accept, AckType::Gap, AckType::Renew],
+                    }],
+                }],
+            }],
+        }),
+        Request::ShareAcknowledge(ShareAcknowledgeRequest {
+            group: "sg".into(),
+            member_id: "m-1".into(),
+            topics: vec![ShareAcknowledgeTopic {
+                name: "t".into(),
+                partitions: vec![ShareAcknowledgePartition {
+                    partition: 0,
+                    acknowledgements: vec![AcknowledgementBatch {
+                        first_offset: 9,
+                        last_offset: 9,
+                        types: vec![AckType::Reject],
+                    }],
+                }],
+            }],
+            release_remaining: true,
+        }),
+        Request::DescribeShareGroup(DescribeShareGroupRequest { group: "sg".into() }),
+        Request::DescribeSharePartitions(DescribeSharePartitionsRequest {
+            group: "sg".into(),
+            topics: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0, 1],
+            }],
+        }),
     ];
     assert_eq!(
         requests
@@ -428,6 +497,90 @@ fn fetch_response_round_trips_and_keeps_records_zero_copy_on_encode() {
     };
     let records = fetch.topics[0].partitions[0].records.clone().freeze();
     assert_eq!(records, stored);
+}
+
+#[test]
+fn share_fetch_response_round_trips_with_its_records_and_acquired_runs() {
+    let stored = a_batch(&["one", "two", "three"]);
+    let response = Response::ShareFetch(ShareFetchResponse {
+        acquisition_lock_timeout_ms: 30_000,
+        topics: vec![ShareFetchTopicResponse {
+            name: "t".into(),
+            partitions: vec![
+                ShareFetchPartitionResponse {
+                    partition: 0,
+                    error: ErrorCode::None,
+                    acknowledge_error: ErrorCode::InvalidRecordState,
+                    acquired: vec![AcquiredRecords {
+                        first_offset: 1,
+                        last_offset: 2,
+                        delivery_count: 2,
+                    }],
+                    records: Records::from(stored.clone()),
+                },
+                ShareFetchPartitionResponse {
+                    partition: 1,
+                    error: ErrorCode::NotLeader,
+                    acknowledge_error: ErrorCode::None,
+                    acquired: Vec::new(),
+                    records: Records::empty(),
+                },
+            ],
+        }],
+    });
+    let chunks = response.encode(4);
+    assert!(
+        chunks.iter().any(|chunk| chunk.as_ptr() == stored.as_ptr()),
+        "the stored bytes are sent as their own chunk, not copied"
+    );
+    let (id, decoded) = Response::decode(ApiKey::ShareFetch, body_of(chunks)).unwrap();
+    assert_eq!(id, 4);
+    let Ok(Response::ShareFetch(fetch)) = decoded else {
+        panic!("not a share fetch response")
+    };
+    let partitions = &fetch.topics[0].partitions;
+    assert_eq!(partitions[0].records.clone().freeze(), stored);
+    assert_eq!(
+        partitions[0].acknowledge_error,
+        ErrorCode::InvalidRecordState
+    );
+    assert_eq!(
+        partitions[0].acquired,
+        vec![AcquiredRecords {
+            first_offset: 1,
+            last_offset: 2,
+            delivery_count: 2
+        }]
+    );
+    assert_eq!(partitions[1].error, ErrorCode::NotLeader);
+    assert!(partitions[1].records.is_empty());
+}
+
+#[test]
+fn an_unknown_acknowledge_type_is_a_typed_rejection() {
+    let request = Request::ShareAcknowledge(ShareAcknowledgeRequest {
+        group: "sg".into(),
+        member_id: "m".into(),
+        topics: vec![ShareAcknowledgeTopic {
+            name: "t".into(),
+            partitions: vec![ShareAcknowledgePartition {
+                partition: 0,
+                acknowledgements: vec![AcknowledgementBatch {
+                    first_offset: 0,
+                    last_offset: 0,
+                    types: vec![AckType::Accept],
+                }],
+            }],
+        }],
+        release_remaining: false,
+    });
+    let mut body = body_of(request.encode(1));
+    // The one type is the byte before the trailing `release_remaining`.
+    let at = body.len() - 2;
+    assert_eq!(body[at], AckType::Accept as u8);
+    body[at] = 9;
+    let rejected = Request::decode(body).unwrap_err();
+    assert_eq!(rejected.code, ErrorCode::InvalidRequest);
 }
 
 /// Records from elsewhere (a file range the broker sends with `sendfile`): the frame leaves an
@@ -517,6 +670,45 @@ fn topic_config_answers_round_trip() {
     let (id, decoded) =
         Response::decode(ApiKey::DescribeTopicConfig, body_of(response.encode(9))).unwrap();
     assert_eq!((id, format!("{:?}", decoded.unwrap())), (9, expected));
+}
+
+#[test]
+fn group_config_answers_round_trip() {
+    let described = Response::DescribeGroupConfigs(DescribeGroupConfigsResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        entries: vec![
+            GroupConfigEntry {
+                name: "share.auto.offset.reset".into(),
+                value: "earliest".into(),
+                set: true,
+            },
+            GroupConfigEntry {
+                name: "share.record.lock.duration.ms".into(),
+                value: "30000".into(),
+                set: false,
+            },
+        ],
+    });
+    let refused = Response::DescribeGroupConfigs(DescribeGroupConfigsResponse {
+        error: ErrorCode::InvalidGroupId,
+        message: "a group config needs a group name".into(),
+        entries: Vec::new(),
+    });
+    let altered = Response::AlterGroupConfigs(AlterGroupConfigsResponse {
+        error: ErrorCode::InvalidConfig,
+        message: "share.auto.offset.reset=sideways: expected earliest, latest or by_duration"
+            .into(),
+    });
+    for (id, response) in [described, refused, altered].into_iter().enumerate() {
+        let api = response.api_key();
+        let expected = format!("{response:?}");
+        let (got_id, decoded) = Response::decode(api, body_of(response.encode(id as u32))).unwrap();
+        assert_eq!(
+            (got_id, format!("{:?}", decoded.unwrap())),
+            (id as u32, expected)
+        );
+    }
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod metrics;
 pub mod quic;
 pub mod security;
 mod shard;
+mod share_fetch;
 pub mod topic_config;
 
 use std::net::SocketAddr;

@@ -1079,6 +1079,44 @@ messages! {
         pub message: String,
     }
 
+    /// Every config `group` may set (Kafka's GROUP config resource; `strata group config`),
+    /// whether or not the group exists. Any broker answers, from the cluster view.
+    pub struct DescribeGroupConfigsRequest {
+        pub group: String,
+    }
+
+    /// One config of a group: its value, set on the group (`set`) or else the default.
+    pub struct GroupConfigEntry {
+        pub name: String,
+        pub value: String,
+        pub set: bool,
+    }
+
+    pub struct DescribeGroupConfigsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+        /// Every group config, in the broker's order.
+        pub entries: Vec<GroupConfigEntry>,
+    }
+
+    /// Changes `group`'s configs: `set` adds or replaces, `delete` goes back to the default;
+    /// with `replace`, `set` becomes the whole of them. Checked as a whole (names, values,
+    /// the configs left agreeing); nothing changes if any of it is refused.
+    pub struct AlterGroupConfigsRequest {
+        pub group: String,
+        pub set: Vec<ConfigEntry>,
+        pub delete: Vec<String>,
+        pub replace: bool,
+        pub validate_only: bool,
+    }
+
+    /// `error` INVALID_CONFIG, with `message` naming what, for a change the group may not
+    /// have.
+    pub struct AlterGroupConfigsResponse {
+        pub error: ErrorCode,
+        pub message: String,
+    }
+
     /// A transactional producer as the coordinator knows it.
     pub struct TxnProducer {
         pub transactional_id: String,
@@ -1218,3 +1256,6 @@ messages! {
         pub configs: Vec<TopicConfigEntry>,
     }
 }
+
+mod share;
+pub use share::*;

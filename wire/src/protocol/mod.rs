@@ -100,10 +100,28 @@ pub enum ApiKey {
     DescribeTransactions = 40,
     /// The transactional ids this broker coordinates (`strata txn list`: every broker).
     ListTransactions = 41,
+    /// Joins, stays in or leaves a share group (KIP-932), on the group's coordinator.
+    ShareGroupHeartbeat = 42,
+    /// Acquires records of a share group's partitions, and acknowledges earlier ones, on the
+    /// partitions' leader.
+    ShareFetch = 43,
+    /// Acknowledges records a share group member acquired, on the partitions' leader.
+    ShareAcknowledge = 44,
+    /// A share group's members and the partitions it holds state for (`strata group
+    /// describe`), on the group's coordinator.
+    DescribeShareGroup = 45,
+    /// Where a share group stands on partitions (start offset, records in flight, lag), on
+    /// the partitions' leader.
+    DescribeSharePartitions = 46,
+    /// A group's configs (`share.auto.offset.reset`, ...), set or at their defaults (`strata
+    /// group config`); any broker answers.
+    DescribeGroupConfigs = 47,
+    /// Sets or removes a group's configs (`strata group config --set|--delete`).
+    AlterGroupConfigs = 48,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 42] = [
+    pub const ALL: [ApiKey; 49] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopic,
@@ -146,6 +164,13 @@ impl ApiKey {
         ApiKey::WriteTxnMarkers,
         ApiKey::DescribeTransactions,
         ApiKey::ListTransactions,
+        ApiKey::ShareGroupHeartbeat,
+        ApiKey::ShareFetch,
+        ApiKey::ShareAcknowledge,
+        ApiKey::DescribeShareGroup,
+        ApiKey::DescribeSharePartitions,
+        ApiKey::DescribeGroupConfigs,
+        ApiKey::AlterGroupConfigs,
     ];
 
     pub fn from_u16(value: u16) -> Option<ApiKey> {
@@ -313,6 +338,16 @@ error_codes! {
     /// (another writer got there first): nothing was written; the answer's base offset is the
     /// log end.
     LogEndMismatch = 56, retriable = false;
+    /// A share group member's epoch is not the one the group has for it (Kafka's
+    /// FENCED_MEMBER_EPOCH): it joins again at epoch 0, keeping its member id.
+    FencedMemberEpoch = 57, retriable = false;
+    /// The group is of another kind than the request's (a share group heartbeat to a consumer
+    /// group's id; Kafka's INCONSISTENT_GROUP_PROTOCOL).
+    InconsistentGroupProtocol = 58, retriable = false;
+    /// An acknowledgement names a record the member does not hold: never acquired by it, its
+    /// lock ran out (another member may have it), or already acknowledged (Kafka's
+    /// INVALID_RECORD_STATE). Nothing of the partition's acknowledgements was applied.
+    InvalidRecordState = 59, retriable = false;
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -526,4 +561,11 @@ requests! {
     WriteTxnMarkers(WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     DescribeTransactions(DescribeTransactionsRequest, DescribeTransactionsResponse),
     ListTransactions(ListTransactionsRequest, ListTransactionsResponse),
+    ShareGroupHeartbeat(ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse),
+    ShareFetch(ShareFetchRequest, ShareFetchResponse),
+    ShareAcknowledge(ShareAcknowledgeRequest, ShareAcknowledgeResponse),
+    DescribeShareGroup(DescribeShareGroupRequest, DescribeShareGroupResponse),
+    DescribeSharePartitions(DescribeSharePartitionsRequest, DescribeSharePartitionsResponse),
+    DescribeGroupConfigs(DescribeGroupConfigsRequest, DescribeGroupConfigsResponse),
+    AlterGroupConfigs(AlterGroupConfigsRequest, AlterGroupConfigsResponse),
 }

@@ -1,11 +1,15 @@
-//! Group configs (Kafka's GROUP config resources: DescribeConfigs, IncrementalAlterConfigs and
-//! AlterConfigs, `kafka-configs --entity-type groups`): described from the cluster view,
-//! checked here against it (`server::group_config` says which names and values a group may
-//! have), stored by the control thread in the coordinator, and carried to every broker by its
-//! view, where whichever coordinates the group reads them.
+//! Group configs on both protocols (Kafka's GROUP config resources: DescribeConfigs,
+//! IncrementalAlterConfigs and AlterConfigs, `kafka-configs --entity-type groups`; natively
+//! DescribeGroupConfigs and AlterGroupConfigs, `strata group config`): described from the
+//! cluster view, checked here against it (`server::group_config` says which names and values
+//! a group may have), stored by the control thread in the coordinator, and carried to every
+//! broker by its view, where whichever coordinates the group reads them.
 
 use strata_coordinator::group_configs::GroupConfigAlteration;
-use strata_wire::protocol::ErrorCode;
+use strata_wire::protocol::{
+    AlterGroupConfigsRequest, AlterGroupConfigsResponse, DescribeGroupConfigsRequest,
+    DescribeGroupConfigsResponse, ErrorCode, GroupConfigEntry,
+};
 
 use crate::server::group_config::{GROUP_CONFIGS, check_group_alteration};
 use crate::server::messages::{SettingsChange, SettingsChanged};
@@ -72,5 +76,76 @@ pub(super) async fn alter(
         Some(SettingsChanged::AlterGroupConfigs(Err(why))) => Err((ErrorCode::Internal, why)),
         Some(_) => Err((ErrorCode::Internal, "the change got another answer".into())),
         None => Err((ErrorCode::NotReady, "the node is stopping".into())),
+    }
+}
+
+/// The native DescribeGroupConfigs: [`describe`], refused for an unnamed group.
+pub(super) fn describe_native(
+    shard: &Shard,
+    request: &DescribeGroupConfigsRequest,
+) -> DescribeGroupConfigsResponse {
+    if request.group.is_empty() {
+        return DescribeGroupConfigsResponse {
+            error: ErrorCode::InvalidGroupId,
+            message: "a group config needs a group name".into(),
+            entries: Vec::new(),
+        };
+    }
+    let entries = describe(shard, &request.group)
+        .into_iter()
+        .map(|config| GroupConfigEntry {
+            name: config.name.to_string(),
+            value: config.value,
+            set: config.set,
+        })
+        .collect();
+    DescribeGroupConfigsResponse {
+        error: ErrorCode::None,
+        message: String::new(),
+        entries,
+    }
+}
+
+/// The native AlterGroupConfigs: refused for an unnamed group, and (INVALID_REQUEST, as
+/// Kafka's path) when it names a config twice, which would leave which change wins a guess;
+/// else [`alter`].
+pub(super) async fn alter_native(
+    shard: &Shard,
+    request: &AlterGroupConfigsRequest,
+) -> AlterGroupConfigsResponse {
+    let answer = |error, message: String| AlterGroupConfigsResponse { error, message };
+    if request.group.is_empty() {
+        return answer(
+            ErrorCode::InvalidGroupId,
+            "a group config needs a group name".into(),
+        );
+    }
+    let mut named = std::collections::BTreeSet::new();
+    let names = request
+        .set
+        .iter()
+        .map(|entry| &entry.key)
+        .chain(&request.delete);
+    for name in names {
+        if !named.insert(name) {
+            return answer(ErrorCode::InvalidRequest, format!("{name} is named twice"));
+        }
+    }
+    let alteration = GroupConfigAlteration {
+        group: request.group.clone(),
+        set: request
+            .set
+            .iter()
+            .map(|entry| (entry.key.clone(), entry.value.clone()))
+            .collect(),
+        delete: request.delete.clone(),
+        replace: request.replace,
+    };
+    match alter(shard, alteration, request.validate_only).await {
+        Ok(()) => answer(ErrorCode::None, String::new()),
+        Err((error, message)) => {
+            tracing::debug!(group = %request.group, "group configs refused: {message}");
+            answer(error, message)
+        }
     }
 }

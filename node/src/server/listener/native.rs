@@ -20,7 +20,10 @@ use strata_wire::protocol::{
 use tokio::task::JoinHandle;
 
 use super::sasl::{self, SaslSession};
-use super::{Authentication, Client, Decoded, Endpoint, Outcome, Protocol, native_security, quota};
+use super::{
+    Authentication, Client, Decoded, Endpoint, Outcome, Protocol, native_security, native_share,
+    quota,
+};
 use crate::server::messages::Delivery;
 use crate::server::security::ListenerSpec;
 use crate::server::shard::Shard;
@@ -277,6 +280,9 @@ async fn serve_under_quotas(
             Request::Fetch(fetch) if !client.takes_file_ranges() => Some(Ok(Response::Fetch(
                 shard.fetch(fetch, Delivery::Bytes).await,
             ))),
+            request if native_share::is_share_request(&request) => {
+                native_share::serve(shard, client, request).await
+            }
             request => shard.handle(request).await,
         }
     };

@@ -1,6 +1,7 @@
 //! Authorization and security administration on the native protocol: what each native API
 //! needs (the same operations Kafka's authorizer checks for its counterpart), and the users,
-//! ACL and quota requests `strata user`, `strata acl` and `strata quota` send.
+//! ACL and quota requests `strata user`, `strata acl` and `strata quota` send (with the
+//! broker settings and group configs ones, answered by `broker_configs` and `group_configs`).
 //!
 //! A native request is refused whole, with a response-level TOPIC_, GROUP_ or
 //! CLUSTER_AUTHORIZATION_FAILED, when any resource it names is not allowed (the native client
@@ -30,24 +31,47 @@ use super::Client;
 use crate::server::messages::{CredentialChange, SettingsChange, SettingsChanged};
 use crate::server::shard::Shard;
 
+/// What a client may do, as the code a request it may not send is answered with.
+struct Rights<'a> {
+    shard: &'a Shard,
+    client: &'a Client,
+}
+
+impl Rights<'_> {
+    fn check(
+        &self,
+        operation: Operation,
+        resource: ResourceType,
+        name: &str,
+        refused: ErrorCode,
+    ) -> Option<ErrorCode> {
+        (!self.client.may(self.shard, operation, resource, name)).then_some(refused)
+    }
+
+    fn topic(&self, operation: Operation, name: &str) -> Option<ErrorCode> {
+        let refused = ErrorCode::TopicAuthorizationFailed;
+        self.check(operation, ResourceType::Topic, name, refused)
+    }
+
+    fn group(&self, operation: Operation, name: &str) -> Option<ErrorCode> {
+        let refused = ErrorCode::GroupAuthorizationFailed;
+        self.check(operation, ResourceType::Group, name, refused)
+    }
+
+    fn cluster(&self, operation: Operation) -> Option<ErrorCode> {
+        let refused = ErrorCode::ClusterAuthorizationFailed;
+        self.check(operation, ResourceType::Cluster, CLUSTER_NAME, refused)
+    }
+
+    fn transactional_id(&self, operation: Operation, id: &str) -> Option<ErrorCode> {
+        let refused = ErrorCode::TransactionalIdAuthorizationFailed;
+        self.check(operation, ResourceType::TransactionalId, id, refused)
+    }
+}
+
 /// Why `client` may not send `request`, as the code to answer; `None` when it may.
 pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Option<ErrorCode> {
-    let topic = |operation, name: &str| {
-        (!client.may(shard, operation, ResourceType::Topic, name))
-            .then_some(ErrorCode::TopicAuthorizationFailed)
-    };
-    let group = |operation, name: &str| {
-        (!client.may(shard, operation, ResourceType::Group, name))
-            .then_some(ErrorCode::GroupAuthorizationFailed)
-    };
-    let cluster = |operation| {
-        (!client.may(shard, operation, ResourceType::Cluster, CLUSTER_NAME))
-            .then_some(ErrorCode::ClusterAuthorizationFailed)
-    };
-    let transactional_id = |operation, id: &str| {
-        (!client.may(shard, operation, ResourceType::TransactionalId, id))
-            .then_some(ErrorCode::TransactionalIdAuthorizationFailed)
-    };
+    let may = Rights { shard, client };
     match request {
         // Open to all: version discovery, and the answers filtered by what the client may see.
         Request::ApiVersions(_)
@@ -59,96 +83,135 @@ pub(super) fn refusal(shard: &Shard, client: &Client, request: &Request) -> Opti
         Request::Produce(produce) => produce
             .topics
             .iter()
-            .find_map(|t| topic(Operation::Write, &t.name)),
+            .find_map(|t| may.topic(Operation::Write, &t.name)),
         Request::Fetch(fetch) => fetch
             .topics
             .iter()
-            .find_map(|t| topic(Operation::Read, &t.name)),
+            .find_map(|t| may.topic(Operation::Read, &t.name)),
         Request::ListOffsets(list) => list
             .topics
             .iter()
-            .find_map(|t| topic(Operation::Describe, &t.name)),
-        Request::CreateTopic(create) => {
-            cluster(Operation::Create).and(topic(Operation::Create, &create.name))
-        }
-        Request::DeleteTopic(delete) => topic(Operation::Delete, &delete.name),
+            .find_map(|t| may.topic(Operation::Describe, &t.name)),
+        Request::CreateTopic(create) => may
+            .cluster(Operation::Create)
+            .and(may.topic(Operation::Create, &create.name)),
+        Request::DeleteTopic(delete) => may.topic(Operation::Delete, &delete.name),
         Request::DeleteRecords(delete) => delete
             .topics
             .iter()
-            .find_map(|t| topic(Operation::Delete, &t.name)),
-        Request::CreatePartitions(create) => topic(Operation::Alter, &create.topic),
-        Request::AlterTopicConfig(alter) => topic(Operation::AlterConfigs, &alter.topic),
+            .find_map(|t| may.topic(Operation::Delete, &t.name)),
+        Request::CreatePartitions(create) => may.topic(Operation::Alter, &create.topic),
+        Request::AlterTopicConfig(alter) => may.topic(Operation::AlterConfigs, &alter.topic),
         Request::DescribeTopicConfig(describe) => {
-            topic(Operation::DescribeConfigs, &describe.topic)
+            may.topic(Operation::DescribeConfigs, &describe.topic)
         }
-        Request::ReassignPartition(_) | Request::ElectLeaders(_) => cluster(Operation::Alter),
+        Request::ReassignPartition(_) | Request::ElectLeaders(_) => may.cluster(Operation::Alter),
         // Between brokers only (QUIC); a client sending one acts for the cluster.
-        Request::ReplicaFetch(_) | Request::WriteTxnMarkers(_) => cluster(Operation::ClusterAction),
+        Request::ReplicaFetch(_) | Request::WriteTxnMarkers(_) => {
+            may.cluster(Operation::ClusterAction)
+        }
         Request::InitProducerId(init) => match &init.transactional.0 {
-            Some(txn) => transactional_id(Operation::Write, &txn.transactional_id),
+            Some(txn) => may.transactional_id(Operation::Write, &txn.transactional_id),
             None => (!client.may_write_idempotently(shard))
                 .then_some(ErrorCode::ClusterAuthorizationFailed),
         },
         Request::FindCoordinator(find) if find.transaction.0 => {
-            transactional_id(Operation::Describe, &find.group)
+            may.transactional_id(Operation::Describe, &find.group)
         }
-        Request::FindCoordinator(find) => group(Operation::Describe, &find.group),
-        Request::AddPartitionsToTxn(add) => {
-            transactional_id(Operation::Write, &add.producer.transactional_id).or_else(|| {
+        Request::FindCoordinator(find) => may.group(Operation::Describe, &find.group),
+        Request::AddPartitionsToTxn(add) => may
+            .transactional_id(Operation::Write, &add.producer.transactional_id)
+            .or_else(|| {
                 add.topics
                     .iter()
-                    .find_map(|t| topic(Operation::Write, &t.topic))
+                    .find_map(|t| may.topic(Operation::Write, &t.topic))
+            }),
+        Request::AddOffsetsToTxn(add) => may
+            .transactional_id(Operation::Write, &add.producer.transactional_id)
+            .or_else(|| may.group(Operation::Read, &add.group)),
+        Request::EndTxn(end) => {
+            may.transactional_id(Operation::Write, &end.producer.transactional_id)
+        }
+        // As Kafka: Write on the transactional id, then Read on the group and its topics.
+        Request::TxnOffsetCommit(commit) => may
+            .transactional_id(Operation::Write, &commit.producer.transactional_id)
+            .or_else(|| may.group(Operation::Read, &commit.group))
+            .or_else(|| {
+                commit
+                    .topics
+                    .iter()
+                    .find_map(|t| may.topic(Operation::Read, &t.name))
+            }),
+        Request::DescribeGroup(describe) => may.group(Operation::Describe, &describe.group),
+        Request::DeleteGroup(delete) => may.group(Operation::Delete, &delete.group),
+        Request::DeleteOffsets(delete) => {
+            may.group(Operation::Delete, &delete.group).or_else(|| {
+                delete
+                    .topics
+                    .iter()
+                    .find_map(|t| may.topic(Operation::Read, &t.topic))
             })
         }
-        Request::AddOffsetsToTxn(add) => {
-            transactional_id(Operation::Write, &add.producer.transactional_id)
-                .or_else(|| group(Operation::Read, &add.group))
-        }
-        Request::EndTxn(end) => transactional_id(Operation::Write, &end.producer.transactional_id),
-        // As Kafka: Write on the transactional id, then Read on the group and its topics.
-        Request::TxnOffsetCommit(commit) => {
-            transactional_id(Operation::Write, &commit.producer.transactional_id)
-                .or_else(|| group(Operation::Read, &commit.group))
-                .or_else(|| {
-                    commit
-                        .topics
-                        .iter()
-                        .find_map(|t| topic(Operation::Read, &t.name))
-                })
-        }
-        Request::DescribeGroup(describe) => group(Operation::Describe, &describe.group),
-        Request::DeleteGroup(delete) => group(Operation::Delete, &delete.group),
-        Request::DeleteOffsets(delete) => group(Operation::Delete, &delete.group).or_else(|| {
-            delete
-                .topics
-                .iter()
-                .find_map(|t| topic(Operation::Read, &t.topic))
-        }),
-        Request::JoinGroup(join) => group(Operation::Read, &join.group),
-        Request::Heartbeat(heartbeat) => group(Operation::Read, &heartbeat.group),
-        Request::LeaveGroup(leave) => group(Operation::Read, &leave.group),
-        Request::OffsetCommit(commit) => group(Operation::Read, &commit.group).or_else(|| {
+        Request::JoinGroup(join) => may.group(Operation::Read, &join.group),
+        Request::Heartbeat(heartbeat) => may.group(Operation::Read, &heartbeat.group),
+        Request::LeaveGroup(leave) => may.group(Operation::Read, &leave.group),
+        Request::OffsetCommit(commit) => may.group(Operation::Read, &commit.group).or_else(|| {
             commit
                 .topics
                 .iter()
-                .find_map(|t| topic(Operation::Read, &t.name))
+                .find_map(|t| may.topic(Operation::Read, &t.name))
         }),
-        Request::OffsetFetch(fetch) => group(Operation::Describe, &fetch.group).or_else(|| {
+        Request::OffsetFetch(fetch) => may.group(Operation::Describe, &fetch.group).or_else(|| {
             fetch
                 .topics
                 .iter()
                 .flatten()
-                .find_map(|t| topic(Operation::Describe, &t.topic))
+                .find_map(|t| may.topic(Operation::Describe, &t.topic))
         }),
-        Request::DescribeUsers(_) | Request::DescribeAcls(_) => cluster(Operation::Describe),
+        // Share groups, as Kafka checks them: Read on the group and on each topic read or
+        // acknowledged, Describe on the topics a member subscribes to or a describe names.
+        Request::ShareGroupHeartbeat(beat) => {
+            may.group(Operation::Read, &beat.group).or_else(|| {
+                beat.topics
+                    .iter()
+                    .flatten()
+                    .find_map(|t| may.topic(Operation::Describe, t))
+            })
+        }
+        Request::ShareFetch(fetch) => may.group(Operation::Read, &fetch.group).or_else(|| {
+            fetch
+                .topics
+                .iter()
+                .find_map(|t| may.topic(Operation::Read, &t.name))
+        }),
+        Request::ShareAcknowledge(ack) => may.group(Operation::Read, &ack.group).or_else(|| {
+            ack.topics
+                .iter()
+                .find_map(|t| may.topic(Operation::Read, &t.name))
+        }),
+        Request::DescribeShareGroup(describe) => may.group(Operation::Describe, &describe.group),
+        Request::DescribeSharePartitions(describe) => {
+            may.group(Operation::Describe, &describe.group).or_else(|| {
+                describe
+                    .topics
+                    .iter()
+                    .find_map(|t| may.topic(Operation::Describe, &t.topic))
+            })
+        }
+        // As Kafka checks a GROUP config resource.
+        Request::DescribeGroupConfigs(describe) => {
+            may.group(Operation::DescribeConfigs, &describe.group)
+        }
+        Request::AlterGroupConfigs(alter) => may.group(Operation::AlterConfigs, &alter.group),
+        Request::DescribeUsers(_) | Request::DescribeAcls(_) => may.cluster(Operation::Describe),
         Request::DescribeQuotas(_) | Request::DescribeBrokerConfigs(_) => {
-            cluster(Operation::DescribeConfigs)
+            may.cluster(Operation::DescribeConfigs)
         }
         Request::AlterQuotas(_) | Request::AlterBrokerConfigs(_) => {
-            cluster(Operation::AlterConfigs)
+            may.cluster(Operation::AlterConfigs)
         }
         Request::AlterUser(_) | Request::CreateAcls(_) | Request::DeleteAcls(_) => {
-            cluster(Operation::Alter)
+            may.cluster(Operation::Alter)
         }
     }
 }
@@ -199,7 +262,8 @@ pub(super) fn filter_answer(shard: &Shard, client: &Client, response: &mut Respo
     }
 }
 
-/// Answers a users, ACL, quota or broker settings request; `None` for any other request.
+/// Answers a users, ACL, quota, broker settings or group configs request; `None` for any other
+/// request.
 pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Response> {
     Some(match request {
         Request::DescribeUsers(request) => Response::DescribeUsers(describe_users(shard, request)),
@@ -216,6 +280,12 @@ pub(super) async fn respond(shard: &Rc<Shard>, request: &Request) -> Option<Resp
         }
         Request::AlterBrokerConfigs(request) => {
             Response::AlterBrokerConfigs(super::broker_configs::alter(shard, request).await)
+        }
+        Request::DescribeGroupConfigs(request) => {
+            Response::DescribeGroupConfigs(super::group_configs::describe_native(shard, request))
+        }
+        Request::AlterGroupConfigs(request) => {
+            Response::AlterGroupConfigs(super::group_configs::alter_native(shard, request).await)
         }
         _ => return None,
     })
