@@ -31,6 +31,20 @@ fn node_with_kafka(dir: &std::path::Path) -> (TestNode, String) {
     (node, kafka)
 }
 
+/// A node with a Kafka listener and an admin endpoint on free ports: (node, "127.0.0.1:port",
+/// admin port).
+fn node_with_kafka_and_admin(dir: &std::path::Path) -> (TestNode, String, u16) {
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let admin = free_base_port(0);
+    let admin_address = format!("127.0.0.1:{admin}");
+    let node = TestNode::start_with(
+        dir,
+        2,
+        &["--kafka-listen", &kafka, "--admin", &admin_address],
+    );
+    (node, kafka, admin)
+}
+
 /// `share_groups/ShareConsumers.java`, compiled into a directory of its own, run against one
 /// bootstrap address.
 struct ShareConsumers {
@@ -564,11 +578,11 @@ fn a_record_released_at_every_delivery_is_archived_at_the_delivery_count_limit()
 /// With `errors.deadletterqueue.topic.name` set on the group, a rejected record and a record
 /// out of deliveries are written to the dead-letter topic (read back with kcat): the record's
 /// own key and value, with headers naming the group, source topic, partition and offset, its
-/// delivery count and why. Records accepted are not.
+/// delivery count and why. Records accepted are not. The leader's `/metrics` count them.
 #[test]
 fn rejected_and_exhausted_records_are_written_to_the_dead_letter_topic() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, kafka) = node_with_kafka(dir.path());
+    let (node, kafka, admin) = node_with_kafka_and_admin(dir.path());
     node.cli(&["topic", "create", "orders", "--partitions", "1"], None);
     node.cli(
         &["topic", "create", "orders-dlq", "--partitions", "1"],
@@ -640,6 +654,17 @@ fn rejected_and_exhausted_records_are_written_to_the_dead_letter_topic() {
             );
         }
     }
+    // The leader's metrics of the share-partition: every record done, two dead letters.
+    let metric = |name: &str| support::metric_total(admin, name);
+    assert_eq!(metric("strata_share_dead_letters_total"), 2.0);
+    assert_eq!(
+        metric("strata_share_start_offset"),
+        5.0,
+        "all five records done"
+    );
+    assert_eq!(metric("strata_share_lag"), 0.0);
+    assert_eq!(metric("strata_share_in_flight"), 0.0);
+    assert!(metric("strata_share_redeliveries_total") >= 2.0);
 }
 
 /// Three brokers, the partition replicated on all three; a share consumer accepts records,
@@ -843,5 +868,339 @@ fn key_order_holds_each_key_to_one_record_at_a_time_and_scales_past_one_consumer
     assert!(
         many < one,
         "eight consumers ({many} ms) finish before one alone ({one} ms)"
+    );
+}
+
+/// Strata's redelivery backoff and delivery delay, end to end: with
+/// `strata.share.redelivery.backoff.ms` at 1 s, a released record comes back no sooner than
+/// 1 s after its release; a record produced with `strata.deliver.after.ms` is not delivered
+/// before that time. (That it holds back no record after it is checked at the core, with time
+/// as an argument: here the consumer's start may come after the time.)
+#[test]
+fn released_records_wait_out_their_backoff_and_delayed_records_their_time() {
+    const BACKOFF_MS: u64 = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "paced", "--partitions", "1"], None);
+    let java = ShareConsumers::compile(&kafka);
+    java.configure(
+        "paced-group",
+        &[
+            "share.auto.offset.reset=earliest",
+            "share.record.lock.duration.ms=15000",
+            &format!("strata.share.redelivery.backoff.ms={BACKOFF_MS}"),
+        ],
+    );
+    let delayed = java.run(&["produce-delayed", "paced", "later", "5000"]);
+    let after: u64 = delayed
+        .iter()
+        .find_map(|line| line.strip_prefix("AFTER "))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap();
+    let now = java.produce("paced", &["now-a", "now-b"]);
+    let lines = java.run(&["timed", "paced-group", "paced", "3", STEP_SECONDS]);
+    let transcript = lines.join("\n");
+    // offset → [(kind, deliveries, unix ms)]
+    let mut seen: BTreeMap<i64, Vec<(String, i32, u64)>> = BTreeMap::new();
+    for line in &lines {
+        if let ["AT", kind, offset, count, at] = line.split(' ').collect::<Vec<_>>().as_slice() {
+            seen.entry(offset.parse().unwrap()).or_default().push((
+                kind.to_string(),
+                count.parse().unwrap(),
+                at.parse().unwrap(),
+            ));
+        }
+    }
+    for (offset, _) in &now {
+        let times = &seen[offset];
+        assert_eq!(times.len(), 2, "released once, accepted once: {transcript}");
+        assert_eq!((times[0].1, times[1].1), (1, 2), "{transcript}");
+        assert!(
+            times[1].2 >= times[0].2 + BACKOFF_MS,
+            "offset {offset} came back {} ms after its release, within its backoff: {transcript}",
+            times[1].2 - times[0].2
+        );
+    }
+    let later = delayed
+        .iter()
+        .find_map(|line| line.strip_prefix("PRODUCED 0 "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|offset| offset.parse::<i64>().ok())
+        .unwrap();
+    let first_delivery = seen[&later][0].2;
+    assert!(
+        first_delivery >= after,
+        "the delayed record came {} ms before its time: {transcript}",
+        after - first_delivery
+    );
+}
+
+/// The `LISTED ...` lines of a `list-groups` run: `<share|all> <group> type=<t> state=<s>`.
+fn listed_groups(java: &ShareConsumers) -> Vec<String> {
+    java.run(&["list-groups"])
+        .iter()
+        .filter_map(|line| line.strip_prefix("LISTED "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A share-partition's offsets as the Admin described them: (start, leader epoch, lag), each
+/// `-` where the broker answered none.
+type Described = BTreeMap<String, (String, String, String)>;
+
+/// `describe-offsets` of `group` (every share-partition, or `partition` of `topic`).
+fn described_offsets(java: &ShareConsumers, group: &str, named: Option<(&str, &str)>) -> Described {
+    let mut args = vec!["describe-offsets", group];
+    if let Some((topic, partition)) = named {
+        args.extend([topic, partition]);
+    }
+    let lines = java.run(&args);
+    let offsets: Described = lines
+        .iter()
+        .filter_map(|line| line.strip_prefix("OFFSET "))
+        .map(|rest| {
+            let fields: Vec<&str> = rest.split(' ').collect();
+            assert_eq!(fields.len(), 5, "an offset line: {rest}");
+            let field = |at: usize, name: &str| {
+                fields[at]
+                    .strip_prefix(name)
+                    .unwrap_or_else(|| panic!("{name} in {rest}"))
+                    .to_string()
+            };
+            (
+                fields[1].to_string(),
+                (field(2, "start="), field(3, "epoch="), field(4, "lag=")),
+            )
+        })
+        .collect();
+    assert!(
+        lines.contains(&format!("OFFSETS {}", offsets.len())),
+        "{}",
+        lines.join("\n")
+    );
+    offsets
+}
+
+/// Runs an Admin step that answers one line starting with `prefix`: that line.
+fn admin_step(java: &ShareConsumers, args: &[&str], prefix: &str) -> String {
+    let lines = java.run(args);
+    lines
+        .iter()
+        .find(|line| line.starts_with(prefix))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {prefix} line: {}", lines.join("\n")))
+}
+
+/// Share groups through the Java client's Admin (ListGroups v5, DescribeShareGroupOffsets v1,
+/// AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups): a group whose consumer
+/// accepted records and closed is listed as a share group, Empty, its start offset past what
+/// was accepted and its lag what was produced since; while a member holds records it is
+/// Stable and no offset change or delete is allowed (NON_EMPTY_GROUP); once the member is gone,
+/// the start offset is altered and a new consumer starts there; deleting the offsets makes
+/// the next consumer start afresh (the group's `share.auto.offset.reset`), and deleting the
+/// group takes it off the list.
+#[test]
+fn the_admin_lists_share_groups_and_describes_alters_and_deletes_their_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "managed", "--partitions", "1"], None);
+    let java = ShareConsumers::compile(&kafka);
+    let group = "managed-group";
+    java.configure(
+        group,
+        &[
+            "share.auto.offset.reset=earliest",
+            "share.record.lock.duration.ms=15000",
+            "share.heartbeat.interval.ms=1000",
+            "share.session.timeout.ms=5000",
+        ],
+    );
+    let first = java.produce("managed", &["a*10"]);
+    assert_eq!(first.last().map(|(offset, _)| *offset), Some(9));
+    let taken = java.run(&["take", group, "managed", "10", STEP_SECONDS]);
+    assert!(
+        taken.contains(&"CLOSED 1".to_string()),
+        "{}",
+        taken.join("\n")
+    );
+
+    let listed = listed_groups(&java);
+    for scope in ["share", "all"] {
+        let line = format!("{scope} {group} type=Share state=Empty");
+        assert!(listed.contains(&line), "{line} in {listed:?}");
+    }
+    let offsets = described_offsets(&java, group, None);
+    let (start, epoch, lag) = &offsets["managed-0"];
+    assert_eq!((start.as_str(), lag.as_str()), ("10", "0"), "{offsets:?}");
+    assert!(epoch.parse::<i32>().is_ok_and(|e| e >= 0), "{offsets:?}");
+    java.produce("managed", &["b*5"]);
+    let offsets = described_offsets(&java, group, None);
+    assert_eq!(
+        (
+            offsets["managed-0"].0.as_str(),
+            offsets["managed-0"].2.as_str()
+        ),
+        ("10", "5"),
+        "the lag counts what was produced since: {offsets:?}"
+    );
+
+    // A member holding records: the group is Stable and refuses every change.
+    let mut holder = java.spawn(&["hold", group, "managed", STEP_SECONDS]);
+    holder.wait_for("a member holding records", |lines| {
+        lines.iter().any(|line| line.starts_with("HOLDING "))
+    });
+    let listed = listed_groups(&java);
+    let stable = format!("share {group} type=Share state=Stable");
+    assert!(listed.contains(&stable), "{stable} in {listed:?}");
+    for (args, prefix) in [
+        (vec!["delete-group", group], "DELETE-GROUP-FAILED "),
+        (
+            vec!["alter-offsets", group, "managed", "0", "12"],
+            "ALTER-FAILED ",
+        ),
+        (
+            vec!["delete-offsets", group, "managed"],
+            "DELETE-OFFSETS-FAILED ",
+        ),
+    ] {
+        let line = admin_step(&java, &args, prefix);
+        assert!(
+            line.contains("GroupNotEmptyException"),
+            "refused while the group has a member: {line}"
+        );
+    }
+    holder.kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let empty = format!("share {group} type=Share state=Empty");
+    while !listed_groups(&java).contains(&empty) {
+        assert!(Instant::now() < deadline, "the killed member never expired");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Its start moved: a new consumer starts there, the records before it done.
+    let line = admin_step(
+        &java,
+        &["alter-offsets", group, "managed", "0", "12"],
+        "ALTER",
+    );
+    assert_eq!(line, format!("ALTERED {group} managed-0"));
+    let offsets = described_offsets(&java, group, None);
+    assert_eq!(
+        (
+            offsets["managed-0"].0.as_str(),
+            offsets["managed-0"].2.as_str()
+        ),
+        ("12", "3"),
+        "{offsets:?}"
+    );
+    let lines = java.run(&["take", group, "managed", "3", STEP_SECONDS]);
+    let taken: Vec<(i64, i32)> = deliveries(&lines)
+        .iter()
+        .map(|delivery| (delivery.offset, delivery.count))
+        .collect();
+    assert_eq!(
+        taken,
+        [(12, 1), (13, 1), (14, 1)],
+        "the new consumer starts at the altered offset: {}",
+        lines.join("\n")
+    );
+
+    // Its offsets deleted: gone from the list, and the next consumer starts afresh.
+    let line = admin_step(&java, &["delete-offsets", group, "managed"], "DELETE");
+    assert_eq!(line, format!("DELETED-OFFSETS {group} managed"));
+    assert!(described_offsets(&java, group, None).is_empty());
+    let named = described_offsets(&java, group, Some(("managed", "0")));
+    assert_eq!(named["managed-0"].0, "-", "no start offset: {named:?}");
+    let listed = listed_groups(&java);
+    assert!(
+        !listed
+            .iter()
+            .any(|line| line.contains(&format!(" {group} "))),
+        "{listed:?}"
+    );
+    let lines = java.run(&["take", group, "managed", "15", STEP_SECONDS]);
+    let mut taken: Vec<(i64, i32)> = deliveries(&lines)
+        .iter()
+        .map(|delivery| (delivery.offset, delivery.count))
+        .collect();
+    taken.sort_unstable();
+    assert_eq!(
+        taken,
+        (0..15).map(|offset| (offset, 1)).collect::<Vec<_>>(),
+        "after its offsets were deleted, every record from the earliest, each a first \
+         delivery: {}",
+        lines.join("\n")
+    );
+
+    // The group deleted: not listed, no offsets.
+    let line = admin_step(&java, &["delete-group", group], "DELETE");
+    assert_eq!(line, format!("DELETED-GROUP {group}"));
+    let listed = listed_groups(&java);
+    assert!(
+        !listed
+            .iter()
+            .any(|line| line.contains(&format!(" {group} "))),
+        "{listed:?}"
+    );
+    assert!(described_offsets(&java, group, None).is_empty());
+}
+
+/// FindCoordinator of a share-partition key (key type 2, `group:topicId:partition`, version 6,
+/// as Kafka's brokers send it) answers the partition's leader, which keeps the
+/// share-partition's state; version 4 cannot ask for it, and a key of another form is
+/// INVALID_REQUEST.
+#[test]
+fn find_coordinator_of_a_share_partition_key_answers_the_partitions_leader() {
+    use base64::Engine;
+    use strata_kafka::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use strata_kafka::kafka_protocol::messages::{
+        ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse,
+        TopicName,
+    };
+    use strata_kafka::kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "located", "--partitions", "2"], None);
+    let metadata: MetadataResponse = support::raw_request(
+        &kafka,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("located")))),
+        ])),
+    );
+    let topic_id = metadata.topics[0].topic_id;
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id.as_bytes());
+    let find = |version: i16, keys: &[String]| -> FindCoordinatorResponse {
+        let request = FindCoordinatorRequest::default()
+            .with_key_type(2)
+            .with_coordinator_keys(
+                keys.iter()
+                    .map(|key| StrBytes::from_string(key.clone()))
+                    .collect(),
+            );
+        support::raw_request(&kafka, ApiKey::FindCoordinator, version, &request)
+    };
+    let keys = [
+        format!("queue:{encoded}:1"),
+        format!("queue:{encoded}"),
+        "queue:not-an-id:1".to_string(),
+    ];
+    let found = find(6, &keys);
+    let answers: Vec<(String, i16, i32, i32)> = found
+        .coordinators
+        .iter()
+        .map(|c| (c.key.to_string(), c.error_code, c.node_id.0, c.port))
+        .collect();
+    let port: i32 = kafka.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(answers[0], (keys[0].clone(), 0, 1, port), "{answers:?}");
+    for (key, error, node_id, _) in &answers[1..] {
+        assert_eq!((*error, *node_id), (42, -1), "{key}: INVALID_REQUEST");
+    }
+    let old = find(4, &keys[..1]);
+    assert_eq!(
+        old.coordinators[0].error_code, 42,
+        "version 4 has no share keys"
     );
 }

@@ -336,36 +336,77 @@ pub fn create_partitions_result(
         .with_error_message(message.map(|message| text(&message)))
 }
 
-/// Groups as Kafka's ListGroups lists them, with the state each one's coordinator describes
-/// (`states`, in the order of `native.groups`; ListGroups v4 carries it). When `states_filter`
-/// names any states, only groups in one of them are listed (compared without regard to case,
-/// as Kafka does). Strata's store knows each group's generation, not its protocol: every group
-/// is listed as a consumer group.
+/// A group's type as ListGroups (v5) reports it and filters by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupType {
+    /// Run by Kafka's classic protocol (JoinGroup, SyncGroup).
+    Classic,
+    /// Server-side assignment: Strata's own groups and Kafka's KIP-848 consumers.
+    Consumer,
+    /// A share group (KIP-932).
+    Share,
+}
+
+impl GroupType {
+    /// Kafka's name for it, as ListGroups v5 answers it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::Classic => "classic",
+            GroupType::Consumer => "consumer",
+            GroupType::Share => "share",
+        }
+    }
+
+    /// The protocol type a listing carries: Kafka's `share` for share groups; `consumer` for
+    /// the others (Strata's store keeps no other protocol type).
+    fn protocol_type(self) -> &'static str {
+        match self {
+            GroupType::Share => "share",
+            GroupType::Classic | GroupType::Consumer => "consumer",
+        }
+    }
+}
+
+/// One group of a ListGroups answer: its id, its type and its state as its coordinator
+/// describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedKafkaGroup {
+    pub group: String,
+    pub group_type: GroupType,
+    pub state: String,
+}
+
+/// Groups as Kafka's ListGroups lists them, each with its state (v4) and type (v5). When
+/// `states_filter` names any states, only groups in one of them are listed; when
+/// `types_filter` names any types, only groups of one of them (both compared without regard to
+/// case, as Kafka does: Java's Admin sends `Share`, `Consumer`, `Classic`).
 pub fn list_groups_response(
-    native: native::ListGroupsResponse,
-    states: &[String],
+    error: native::ErrorCode,
+    groups: Vec<ListedKafkaGroup>,
     states_filter: &[StrBytes],
+    types_filter: &[StrBytes],
 ) -> ListGroupsResponse {
-    debug_assert_eq!(native.groups.len(), states.len());
-    let wanted = |state: &str| {
-        states_filter.is_empty()
-            || states_filter
+    let wanted = |filter: &[StrBytes], value: &str| {
+        filter.is_empty()
+            || filter
                 .iter()
-                .any(|wanted| wanted.eq_ignore_ascii_case(state))
+                .any(|wanted| wanted.trim().eq_ignore_ascii_case(value))
     };
     ListGroupsResponse::default()
-        .with_error_code(kafka_error(native.error))
+        .with_error_code(kafka_error(error))
         .with_groups(
-            native
-                .groups
+            groups
                 .into_iter()
-                .zip(states)
-                .filter(|(_, state)| wanted(state))
-                .map(|(group, state)| {
+                .filter(|listed| {
+                    wanted(states_filter, &listed.state)
+                        && wanted(types_filter, listed.group_type.name())
+                })
+                .map(|listed| {
                     ListedGroup::default()
-                        .with_group_id(GroupId(text(&group.group)))
-                        .with_protocol_type(text("consumer"))
-                        .with_group_state(text(state))
+                        .with_group_id(GroupId(text(&listed.group)))
+                        .with_protocol_type(text(listed.group_type.protocol_type()))
+                        .with_group_state(text(&listed.state))
+                        .with_group_type(text(listed.group_type.name()))
                 })
                 .collect(),
         )
@@ -392,6 +433,23 @@ pub fn described_group(native: native::DescribeGroupResponse) -> DescribedGroup 
         .with_protocol_type(text("consumer"))
         .with_protocol_data(text(&native.assignor))
         .with_members(members)
+}
+
+/// A group DescribeGroups does not describe because it is of another type (a share group), as
+/// Kafka answers it: Dead, with no members; from version 6 (KIP-1043), GROUP_ID_NOT_FOUND with
+/// a message naming why.
+pub fn other_type_of_group(group: &str, version: i16) -> DescribedGroup {
+    let described = DescribedGroup::default()
+        .with_group_id(GroupId(text(group)))
+        .with_group_state(text("Dead"));
+    if version < 6 {
+        return described;
+    }
+    described
+        .with_error_code(errors::GROUP_ID_NOT_FOUND)
+        .with_error_message(Some(text(&format!(
+            "Group {group} is not a classic group."
+        ))))
 }
 
 fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
@@ -800,41 +858,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listed_groups_carry_their_states_and_a_filter_keeps_those_named() {
-        let native = native::ListGroupsResponse {
-            error: native::ErrorCode::None,
-            groups: ["idle", "busy", "moving"]
-                .map(|group| native::ListedGroup {
-                    group: group.to_string(),
-                    generation: 1,
-                })
-                .to_vec(),
-        };
-        let states = ["Empty", "Stable", "PreparingRebalance"].map(String::from);
-        let listed = |filter: &[&str]| {
-            let filter: Vec<StrBytes> = filter.iter().map(|state| text(state)).collect();
-            list_groups_response(native.clone(), &states, &filter)
+    fn listed_groups_carry_their_states_and_types_and_filters_keep_those_named() {
+        let groups: Vec<ListedKafkaGroup> = [
+            ("idle", GroupType::Consumer, "Empty"),
+            ("busy", GroupType::Classic, "Stable"),
+            ("moving", GroupType::Classic, "PreparingRebalance"),
+            ("queue", GroupType::Share, "Stable"),
+        ]
+        .map(|(group, group_type, state)| ListedKafkaGroup {
+            group: group.to_string(),
+            group_type,
+            state: state.to_string(),
+        })
+        .to_vec();
+        let listed = |states: &[&str], types: &[&str]| {
+            let states: Vec<StrBytes> = states.iter().map(|state| text(state)).collect();
+            let types: Vec<StrBytes> = types.iter().map(|kind| text(kind)).collect();
+            list_groups_response(native::ErrorCode::None, groups.clone(), &states, &types)
                 .groups
                 .into_iter()
-                .map(|group| (group.group_id.to_string(), group.group_state.to_string()))
+                .map(|group| {
+                    (
+                        group.group_id.to_string(),
+                        group.group_state.to_string(),
+                        group.group_type.to_string(),
+                        group.protocol_type.to_string(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
+        let row = |group: &str, state: &str, kind: &str, protocol: &str| {
+            (
+                group.to_string(),
+                state.to_string(),
+                kind.to_string(),
+                protocol.to_string(),
+            )
+        };
         assert_eq!(
-            listed(&[]),
+            listed(&[], &[]),
             [
-                ("idle".to_string(), "Empty".to_string()),
-                ("busy".to_string(), "Stable".to_string()),
-                ("moving".to_string(), "PreparingRebalance".to_string()),
+                row("idle", "Empty", "consumer", "consumer"),
+                row("busy", "Stable", "classic", "consumer"),
+                row("moving", "PreparingRebalance", "classic", "consumer"),
+                row("queue", "Stable", "share", "share"),
             ]
         );
         assert_eq!(
-            listed(&["stable", "EMPTY"]),
+            listed(&["stable", "EMPTY"], &[]),
             [
-                ("idle".to_string(), "Empty".to_string()),
-                ("busy".to_string(), "Stable".to_string()),
+                row("idle", "Empty", "consumer", "consumer"),
+                row("busy", "Stable", "classic", "consumer"),
+                row("queue", "Stable", "share", "share"),
             ]
         );
-        assert!(listed(&["Dead"]).is_empty());
+        assert!(listed(&["Dead"], &[]).is_empty());
+        assert_eq!(
+            listed(&[], &["Share"]),
+            [row("queue", "Stable", "share", "share")]
+        );
+        assert_eq!(
+            listed(&["Stable"], &["Classic", "Consumer"]),
+            [row("busy", "Stable", "classic", "consumer")]
+        );
     }
 
     /// A replica assignment gives the partition count and replication factor, in partition

@@ -139,6 +139,9 @@ pub fn kafka_error(code: ErrorCode) -> i16 {
         ErrorCode::TransactionCoordinatorFenced => TRANSACTION_COORDINATOR_FENCED,
         // Kafka has no conditional appends: the nearest refusal of a batch as it stands.
         ErrorCode::LogEndMismatch => INVALID_RECORD,
+        ErrorCode::FencedMemberEpoch => FENCED_MEMBER_EPOCH,
+        ErrorCode::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode::InvalidRecordState => INVALID_RECORD_STATE,
     }
 }
 

@@ -8,19 +8,19 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterClientQuotasRequest,
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
-    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
-    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
-    DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
-    DescribeTopicPartitionsRequest, DescribeTransactionsRequest,
-    DescribeUserScramCredentialsRequest, ElectLeadersRequest, EndTxnRequest, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, ListPartitionReassignmentsRequest, ListTransactionsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterShareGroupOffsetsRequest,
+    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteShareGroupOffsetsRequest,
+    DeleteTopicsRequest, DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeShareGroupOffsetsRequest, DescribeTopicPartitionsRequest,
+    DescribeTransactionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
+    EndTxnRequest, FetchRequest, FetchResponse, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest,
+    ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, ShareAcknowledgeRequest, ShareFetchRequest,
     ShareGroupDescribeRequest, ShareGroupHeartbeatRequest, SyncGroupRequest,
     TxnOffsetCommitRequest,
@@ -37,20 +37,22 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
 /// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
 /// JoinGroup 8 bring batching and fields of newer group protocols.
-pub const SUPPORTED: [(ApiKey, i16, i16); 53] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
-    (ApiKey::FindCoordinator, 0, 4),
+    // 5 adds TRANSACTION_ABORTABLE to the errors, 6 the share-partition key type (KIP-932).
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    // 5 filters by group type (classic, consumer, share) and answers each group's.
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
@@ -87,6 +89,11 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 53] = [
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    // Their offsets (the share-partitions' start offsets): DescribeShareGroupOffsets 1 adds the
+    // lag (Kafka 4.3).
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     // Transactions as KIP-98 has them: AddPartitionsToTxn 4 and later are the brokers' own
     // (KIP-890 verification), the fourth versions of the others add KIP-890's errors.
     (ApiKey::AddPartitionsToTxn, 0, 3),
@@ -255,6 +262,9 @@ pub enum KafkaRequest {
     ShareGroupDescribe(ShareGroupDescribeRequest),
     ShareFetch(ShareFetchRequest),
     ShareAcknowledge(ShareAcknowledgeRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
     EndTxn(EndTxnRequest),
@@ -382,6 +392,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<Decoded, Rejected> {
         ApiKey::ShareGroupDescribe => decoded!(ShareGroupDescribe),
         ApiKey::ShareFetch => decoded!(ShareFetch),
         ApiKey::ShareAcknowledge => decoded!(ShareAcknowledge),
+        ApiKey::DescribeShareGroupOffsets => decoded!(DescribeShareGroupOffsets),
+        ApiKey::AlterShareGroupOffsets => decoded!(AlterShareGroupOffsets),
+        ApiKey::DeleteShareGroupOffsets => decoded!(DeleteShareGroupOffsets),
         ApiKey::AddPartitionsToTxn => decoded!(AddPartitionsToTxn),
         ApiKey::AddOffsetsToTxn => decoded!(AddOffsetsToTxn),
         ApiKey::EndTxn => decoded!(EndTxn),
@@ -517,6 +530,9 @@ throttled!(
     ShareGroupDescribeResponse,
     ShareFetchResponse,
     ShareAcknowledgeResponse,
+    DescribeShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponse,
 );
 
 impl Throttled for kafka_protocol::messages::SaslHandshakeResponse {

@@ -89,11 +89,15 @@ fn without_tests(text: &str) -> &str {
 /// simulators depend on it. Whole folders are checked, so a new file there is held to it too.
 #[test]
 fn the_replication_and_group_cores_are_sans_io() {
-    let mut checked: Vec<(String, String)> =
-        ["node/src/replication", "node/src/group", "node/src/txn"]
-            .into_iter()
-            .flat_map(sources_under)
-            .collect();
+    let mut checked: Vec<(String, String)> = [
+        "node/src/replication",
+        "node/src/group",
+        "node/src/txn",
+        "node/src/share",
+    ]
+    .into_iter()
+    .flat_map(sources_under)
+    .collect();
     for path in [
         "node/src/log/append_path.rs",
         "node/src/log/tail_cache.rs",
@@ -106,6 +110,11 @@ fn the_replication_and_group_cores_are_sans_io() {
         checked
             .iter()
             .any(|(path, _)| path.ends_with("group/classic.rs"))
+    );
+    assert!(
+        checked
+            .iter()
+            .any(|(path, _)| path.ends_with("share/partition.rs"))
     );
     for (path, text) in &checked {
         let text = without_tests(text);

@@ -46,10 +46,32 @@
 //                                                  `END ...` line, then accepted; until COUNT
 //                                                  distinct offsets were accepted; prints
 //                                                  `ELAPSED-MS <ms>` from the first poll
+//   produce-delayed TOPIC VALUE DELAY_MS           one record to partition 0 with the header
+//                                                  strata.deliver.after.ms = now + DELAY_MS;
+//                                                  prints `PRODUCED 0 <offset> <value>` and
+//                                                  `AFTER <unix ms>`
+//   timed GROUP TOPIC COUNT TIMEOUT_S              explicit mode: RELEASE each record at its
+//                                                  first delivery, ACCEPT it at its next, until
+//                                                  COUNT distinct offsets were accepted; prints
+//                                                  `AT <RELEASED|ACCEPTED> <offset> <count> <unix ms>`
 //   take GROUP TOPIC COUNT TIMEOUT_S [BATCH]       explicit mode: ACCEPT everything until COUNT
 //                                                  distinct offsets were accepted, commitSync
 //                                                  after each poll (BATCH: at most BATCH a poll,
 //                                                  100 ms apart)
+// The Admin's share group calls, each a step of its own; a refusal is printed, not fatal:
+//   list-groups                                    `LISTED <share|all> <group> type=<type>
+//                                                  state=<state>`: ListGroupsOptions.forShareGroups()
+//                                                  then every group
+//   describe-offsets GROUP [TOPIC PARTITION]       listShareGroupOffsets (every share-partition, or
+//                                                  the one named): `OFFSET <group> <topic>-<p>
+//                                                  start=<offset|-> epoch=<e|-> lag=<n|->`, then
+//                                                  `OFFSETS <count>`
+//   alter-offsets GROUP TOPIC PARTITION OFFSET     `ALTERED <group> <topic>-<p>` or `ALTER-FAILED
+//                                                  <group> <class> <message>`
+//   delete-offsets GROUP TOPIC                     `DELETED-OFFSETS <group> <topic>` or
+//                                                  `DELETE-OFFSETS-FAILED <group> <class> <message>`
+//   delete-group GROUP                             deleteShareGroups: `DELETED-GROUP <group>` or
+//                                                  `DELETE-GROUP-FAILED <group> <class> <message>`
 import java.io.PrintStream;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -119,6 +141,10 @@ public class ShareConsumers {
             case "produce" -> produce(bootstrap, a.get(0), a.subList(1, a.size()));
             case "produce-keyed" -> produceKeyed(bootstrap, a.get(0), Integer.parseInt(a.get(1)),
                 Integer.parseInt(a.get(2)));
+            case "produce-delayed" -> produceDelayed(bootstrap, a.get(0), a.get(1),
+                Long.parseLong(a.get(2)));
+            case "timed" -> timed(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
+                seconds(a.get(3)));
             case "keyed" -> keyed(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
                 Integer.parseInt(a.get(3)), Integer.parseInt(a.get(4)), seconds(a.get(5)));
             case "implicit" -> implicit(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
@@ -137,6 +163,13 @@ public class ShareConsumers {
             case "hold" -> hold(bootstrap, a.get(0), a.get(1), seconds(a.get(2)));
             case "take" -> take(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
                 seconds(a.get(3)), a.size() > 4 ? Integer.parseInt(a.get(4)) : 0);
+            case "list-groups" -> listGroups(bootstrap);
+            case "describe-offsets" -> describeOffsets(bootstrap, a.get(0),
+                a.size() > 2 ? new TopicPartition(a.get(1), Integer.parseInt(a.get(2))) : null);
+            case "alter-offsets" -> alterOffsets(bootstrap, a.get(0),
+                new TopicPartition(a.get(1), Integer.parseInt(a.get(2))), Long.parseLong(a.get(3)));
+            case "delete-offsets" -> deleteOffsets(bootstrap, a.get(0), a.get(1));
+            case "delete-group" -> deleteGroup(bootstrap, a.get(0));
             default -> {
                 System.err.println("unknown command " + args[1]);
                 yield 64;
@@ -471,6 +504,58 @@ public class ShareConsumers {
         return 2;
     }
 
+    /** One record held back DELAY_MS by Strata's delivery-delay header. */
+    private static int produceDelayed(String bootstrap, String topic, String value, long delayMs)
+            throws Exception {
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+        long after = System.currentTimeMillis() + delayMs;
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            ProducerRecord<String, String> record = new ProducerRecord<>(topic, 0, null, value);
+            record.headers().add("strata.deliver.after.ms",
+                Long.toString(after).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            RecordMetadata metadata = producer.send(record).get();
+            print("PRODUCED " + metadata.partition() + " " + metadata.offset() + " " + value);
+            print("AFTER " + after);
+        }
+        return 0;
+    }
+
+    /** Releases each record once and accepts it when it comes again, printing when. */
+    private static int timed(String bootstrap, String group, String topic, int count,
+            long timeoutMs) {
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        Set<Long> released = new java.util.HashSet<>();
+        Set<Long> accepted = new java.util.HashSet<>();
+        try (KafkaShareConsumer<String, String> consumer =
+                consumer(bootstrap, group, "explicit", group + "-timed")) {
+            consumer.subscribe(List.of(topic));
+            while (accepted.size() < count) {
+                if (System.currentTimeMillis() > deadline) {
+                    print("TIMEOUT " + accepted.size() + " distinct offsets of " + count + " accepted");
+                    return 2;
+                }
+                for (ConsumerRecord<String, String> record : consumer.poll(POLL)) {
+                    String deliveries = record.deliveryCount().map(String::valueOf).orElse("-1");
+                    boolean first = released.add(record.offset());
+                    AcknowledgeType type = first ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
+                    print("AT " + (first ? "RELEASED" : "ACCEPTED") + " " + record.offset() + " "
+                        + deliveries + " " + System.currentTimeMillis());
+                    consumer.acknowledge(record, type);
+                    if (!first) {
+                        accepted.add(record.offset());
+                    }
+                }
+                consumer.commitSync();
+            }
+        }
+        print("DONE " + accepted.size());
+        return 0;
+    }
+
     /** COUNT records to partition 0 of TOPIC, value v-i and a key of KEYS drawn at random. */
     private static int produceKeyed(String bootstrap, String topic, int count, int keys)
             throws Exception {
@@ -591,6 +676,78 @@ public class ShareConsumers {
         consumer.close(CLOSE_TIMEOUT);
         print("CLOSED 1");
         print("DONE " + accepted.size());
+        return 0;
+    }
+
+    // ---- The Admin's share group calls -----------------------------------------------------
+
+    private static void listed(String scope, Collection<GroupListing> groups) {
+        for (GroupListing listing : groups) {
+            print("LISTED " + scope + " " + listing.groupId()
+                + " type=" + listing.type().map(Object::toString).orElse("-")
+                + " state=" + listing.groupState().map(Object::toString).orElse("-"));
+        }
+    }
+
+    /** The share groups (forShareGroups), then every group, as the brokers list them. */
+    private static int listGroups(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            listed("share", admin.listGroups(ListGroupsOptions.forShareGroups()).all().get());
+            listed("all", admin.listGroups(new ListGroupsOptions()).all().get());
+        }
+        return 0;
+    }
+
+    /** The group's share-partition start offsets: every one with state, or PARTITION's. */
+    private static int describeOffsets(String bootstrap, String group, TopicPartition partition)
+            throws Exception {
+        ListShareGroupOffsetsSpec spec = new ListShareGroupOffsetsSpec();
+        if (partition != null) {
+            spec = spec.topicPartitions(List.of(partition));
+        }
+        try (Admin admin = admin(bootstrap)) {
+            Map<TopicPartition, SharePartitionOffsetInfo> offsets = admin
+                .listShareGroupOffsets(Map.of(group, spec)).partitionsToOffsetInfo(group).get();
+            for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> entry : offsets.entrySet()) {
+                SharePartitionOffsetInfo info = entry.getValue();
+                print("OFFSET " + group + " " + entry.getKey()
+                    + " start=" + (info == null ? "-" : String.valueOf(info.startOffset()))
+                    + " epoch=" + (info == null ? "-" : info.leaderEpoch().map(String::valueOf).orElse("-"))
+                    + " lag=" + (info == null ? "-" : info.lag().map(String::valueOf).orElse("-")));
+            }
+            print("OFFSETS " + offsets.size());
+        }
+        return 0;
+    }
+
+    private static int alterOffsets(String bootstrap, String group, TopicPartition partition,
+            long offset) {
+        try (Admin admin = admin(bootstrap)) {
+            admin.alterShareGroupOffsets(group, Map.of(partition, offset)).all().get();
+            print("ALTERED " + group + " " + partition);
+        } catch (Exception error) {
+            print("ALTER-FAILED " + group + " " + oneLine(error));
+        }
+        return 0;
+    }
+
+    private static int deleteOffsets(String bootstrap, String group, String topic) {
+        try (Admin admin = admin(bootstrap)) {
+            admin.deleteShareGroupOffsets(group, Set.of(topic)).all().get();
+            print("DELETED-OFFSETS " + group + " " + topic);
+        } catch (Exception error) {
+            print("DELETE-OFFSETS-FAILED " + group + " " + oneLine(error));
+        }
+        return 0;
+    }
+
+    private static int deleteGroup(String bootstrap, String group) {
+        try (Admin admin = admin(bootstrap)) {
+            admin.deleteShareGroups(List.of(group)).all().get();
+            print("DELETED-GROUP " + group);
+        } catch (Exception error) {
+            print("DELETE-GROUP-FAILED " + group + " " + oneLine(error));
+        }
         return 0;
     }
 }

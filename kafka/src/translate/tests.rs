@@ -1030,3 +1030,64 @@ fn list_offsets_takes_kafkas_specs_and_refuses_others() {
         [(5, errors::INVALID_REQUEST), (6, errors::INVALID_REQUEST)]
     );
 }
+
+/// DescribeShareGroupOffsets 1 (Kafka 4.3) carries each partition's lag after its leader
+/// epoch, and 0 does not (the vendored codec is patched for version 1); a request of either
+/// decodes, naming its groups (topics null: every share-partition).
+#[test]
+fn share_group_offsets_carry_the_lag_from_version_1() {
+    use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+    use kafka_protocol::messages::describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+        DescribeShareGroupOffsetsResponseTopic,
+    };
+    use kafka_protocol::messages::{
+        DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, GroupId,
+    };
+    let response = DescribeShareGroupOffsetsResponse::default().with_groups(vec![
+        DescribeShareGroupOffsetsResponseGroup::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_topics(vec![
+                DescribeShareGroupOffsetsResponseTopic::default()
+                    .with_topic_name(name("t"))
+                    .with_partitions(vec![
+                        DescribeShareGroupOffsetsResponsePartition::default()
+                            .with_partition_index(0)
+                            .with_start_offset(40)
+                            .with_leader_epoch(3)
+                            .with_lag(7),
+                    ]),
+            ]),
+    ]);
+    let lag_at = |version: i16| {
+        let mut body = BytesMut::new();
+        response.encode(&mut body, version).unwrap();
+        assert_eq!(body.len(), response.compute_size(version).unwrap());
+        let decoded =
+            DescribeShareGroupOffsetsResponse::decode(&mut body.freeze(), version).unwrap();
+        let partition = &decoded.groups[0].topics[0].partitions[0];
+        assert_eq!((partition.start_offset, partition.leader_epoch), (40, 3));
+        partition.lag
+    };
+    assert_eq!(lag_at(1), 7);
+    assert_eq!(lag_at(0), -1, "version 0 has no lag: unknown");
+    let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_topics(None),
+    ]);
+    for version in 0..=1 {
+        let decoded = decode_request(frame(
+            ApiKey::DescribeShareGroupOffsets,
+            version,
+            9,
+            &request,
+        ))
+        .unwrap();
+        let KafkaRequest::DescribeShareGroupOffsets(decoded) = decoded.request else {
+            panic!("v{version}: {:?}", decoded.request);
+        };
+        assert_eq!(decoded.groups[0].group_id.as_str(), "g");
+        assert!(decoded.groups[0].topics.is_none());
+    }
+}

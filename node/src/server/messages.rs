@@ -371,6 +371,8 @@ pub enum GroupMessage {
     /// Share groups: membership (on the coordinator), and the store of share-partition state
     /// (for partition leaders).
     Share(ShareGroupRequest),
+    /// Share groups as operators see them (listed, their offsets altered, deleted).
+    ShareAdmin(ShareAdminRequest),
     /// What became of a transaction's marker writes (the group thread's own tasks report).
     MarkersWritten {
         transactional_id: String,
@@ -413,6 +415,63 @@ pub enum ShareGroupRequest {
         record: serde_json::Value,
         reply: oneshot::Sender<Result<Option<i64>, ErrorCode>>,
     },
+}
+
+/// What the Kafka listener's administration of share groups asks their coordinator (the
+/// group thread of the broker coordinating the group).
+pub enum ShareAdminRequest {
+    /// ListGroups: the share groups this broker coordinates, and the groups it runs with
+    /// Kafka's classic protocol (their type).
+    List {
+        reply: oneshot::Sender<Result<GroupTypes, ErrorCode>>,
+    },
+    /// A share group as its coordinator knows it. NOT_COORDINATOR elsewhere.
+    Inspect {
+        group: String,
+        reply: oneshot::Sender<Result<ShareGroupStored, ErrorCode>>,
+    },
+    /// An operator's change to one share-partition's stored state (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets, DeleteGroups), made only while the group has no members
+    /// (NON_EMPTY_GROUP otherwise, decided in the same turn as heartbeats): `change` maps the
+    /// stored record (`None`: none stored) to the one to store in its place, fenced on the
+    /// revision read (`None`: delete it). The record's format is its leader's: the change
+    /// comes from the caller, who knows it.
+    Change {
+        group: String,
+        topic: String,
+        partition: u32,
+        change: ShareStateChange,
+        reply: oneshot::Sender<Result<(), ErrorCode>>,
+    },
+}
+
+/// A change to a stored share-partition record: the record in its place, or `None` to delete
+/// it (made again on what a leader stored meanwhile, when its write fenced the first).
+pub type ShareStateChange =
+    Box<dyn Fn(Option<serde_json::Value>) -> Option<serde_json::Value> + Send>;
+
+/// The group types a coordinator knows beyond the store's: its share groups (with their
+/// member counts) and the groups it runs with Kafka's classic protocol.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupTypes {
+    /// Share groups running here or with state stored, by name: their member counts.
+    pub share: BTreeMap<String, usize>,
+    pub classic: std::collections::BTreeSet<String>,
+}
+
+/// A share group as its coordinator knows it: members, and the share-partitions whose state
+/// is stored. A share group exists while it has either.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareGroupStored {
+    pub members: usize,
+    /// (topic, partition), sorted.
+    pub partitions: Vec<(String, u32)>,
+}
+
+impl ShareGroupStored {
+    pub fn exists(&self) -> bool {
+        self.members > 0 || !self.partitions.is_empty()
+    }
 }
 
 /// A share group heartbeat's answer.

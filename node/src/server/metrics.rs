@@ -127,6 +127,20 @@ pub struct Snapshot {
     /// Answers that told a client to wait for its quota, by quota and the (user, client id)
     /// it is counted under.
     pub quota_throttles: BTreeMap<QuotaThrottleKey, QuotaThrottled>,
+    /// Each share-partition this shard leads and has loaded.
+    pub share_partitions: Vec<SharePartitionMetrics>,
+}
+
+/// A share group's window on one partition, for `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct SharePartitionMetrics {
+    pub group: String,
+    pub topic: String,
+    pub partition: u32,
+    pub summary: crate::share::partition::ShareSummary,
+    pub counters: crate::share::partition::ShareCounters,
+    /// Records from the share-partition start offset to the high watermark.
+    pub lag: u64,
 }
 
 /// A quota (its Kafka name) and the names its usage is counted under.
@@ -214,6 +228,7 @@ impl Default for Snapshot {
             cleaner: CleanerTotals::default(),
             compaction: BTreeMap::new(),
             quota_throttles: BTreeMap::new(),
+            share_partitions: Vec::new(),
         }
     }
 }
@@ -676,8 +691,77 @@ fn render_compaction(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
 /// The series labelled by more than topic: compacted replicas, unserved Kafka APIs.
 fn render_labelled(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
     render_compaction(out, node_id, snapshots);
+    render_share_partitions(out, node_id, snapshots);
     render_kafka_unsupported(out, node_id, snapshots);
     render_quota_throttles(out, node_id, snapshots);
+}
+
+/// Share groups' windows, by group and partition (on the partition's leader).
+fn render_share_partitions(out: &mut String, node_id: i32, snapshots: &[Snapshot]) {
+    type Value = fn(&SharePartitionMetrics) -> u64;
+    let series: [(&str, &str, &str, Value); 8] = [
+        (
+            "strata_share_in_flight",
+            "gauge",
+            "Records of a share-partition's window still to deliver (available or acquired).",
+            |m| m.summary.in_flight,
+        ),
+        (
+            "strata_share_acquired",
+            "gauge",
+            "Records a share group's members hold under a lock now.",
+            |m| m.summary.acquired,
+        ),
+        (
+            "strata_share_lag",
+            "gauge",
+            "Records from a share-partition's start offset to the partition's high watermark.",
+            |m| m.lag,
+        ),
+        (
+            "strata_share_start_offset",
+            "gauge",
+            "A share-partition's start offset: every record below it is acknowledged or archived.",
+            |m| m.summary.start_offset,
+        ),
+        (
+            "strata_share_acquisitions_total",
+            "counter",
+            "Records acquired (each delivery counted) since the leader loaded the share-partition.",
+            |m| m.counters.acquired,
+        ),
+        (
+            "strata_share_redeliveries_total",
+            "counter",
+            "Deliveries past a record's first since the leader loaded the share-partition.",
+            |m| m.counters.redeliveries,
+        ),
+        (
+            "strata_share_lock_expiries_total",
+            "counter",
+            "Acquisition locks that ran out since the leader loaded the share-partition.",
+            |m| m.counters.lock_expiries,
+        ),
+        (
+            "strata_share_dead_letters_total",
+            "counter",
+            "Records rejected or out of deliveries, copied to the group's dead-letter topic, since the leader loaded the share-partition.",
+            |m| m.counters.dead_letters,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for metrics in snapshots.iter().flat_map(|s| &s.share_partitions) {
+            let _ = writeln!(
+                out,
+                "{name}{{node=\"{node_id}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+                metrics.group.replace(['"', '\\', '\n'], "_"),
+                metrics.topic,
+                metrics.partition,
+                value(metrics)
+            );
+        }
+    }
 }
 
 /// How long each quota held its clients back, by the (user, client id) counted.

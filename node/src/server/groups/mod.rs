@@ -29,6 +29,8 @@
 //! - [`lag`]: consumer lag, measured and rendered as metrics.
 //! - [`transactions`]: the transaction coordinator (KIP-98) and transactional offsets.
 //! - [`share`]: share groups (KIP-932): membership, and the store of share-partition state.
+//! - [`share_admin`]: share groups listed, inspected, and their stored state changed by
+//!   operators.
 
 mod admin;
 mod classic;
@@ -38,6 +40,7 @@ mod manager;
 mod native;
 mod offsets;
 mod share;
+mod share_admin;
 mod transactions;
 mod wire;
 
@@ -79,6 +82,7 @@ pub fn is_group_request(request: &Request) -> bool {
             | Request::TxnOffsetCommit(_)
             | Request::DescribeTransactions(_)
             | Request::ListTransactions(_)
+            | Request::DescribeShareGroup(_)
     )
 }
 
@@ -253,6 +257,10 @@ async fn serve<S: GroupStore>(
                             manager.flush_commits(&mut pending).await;
                             manager.handle_share(request).await;
                         }
+                        GroupMessage::ShareAdmin(request) => {
+                            manager.flush_commits(&mut pending).await;
+                            manager.handle_share_admin(request).await;
+                        }
                         GroupMessage::MarkersWritten { transactional_id, producer_id, epoch, written } => {
                             manager.markers_written(transactional_id, producer_id, epoch, written).await;
                         }
@@ -341,6 +349,9 @@ impl<S: GroupStore> GroupManager<S> {
             }
             Request::DeleteOffsets(request) => {
                 Response::DeleteOffsets(self.delete_offsets(request).await)
+            }
+            Request::DescribeShareGroup(request) => {
+                Response::DescribeShareGroup(self.describe_share_group(request).await)
             }
             other => unreachable!(
                 "shards forward only group requests, not {:?}",

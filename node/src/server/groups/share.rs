@@ -10,9 +10,14 @@
 //! own to replay: the new leader reads one record and claims it (a fenced write naming its
 //! leader epoch), after which the old leader's writes fail and it answers nothing more.
 
+use std::collections::BTreeMap;
+
 use strata_coordinator::GroupStore;
 use strata_coordinator::groups::RecordKind;
-use strata_wire::protocol::ErrorCode;
+use strata_wire::protocol::{
+    DescribeShareGroupRequest, DescribeShareGroupResponse, ErrorCode, ShareGroupMember,
+    TopicPartitions,
+};
 
 use crate::server::messages::{ShareGroupRequest, ShareHeartbeat, ShareRefusal};
 use crate::share::config::ShareGroupConfig;
@@ -114,6 +119,84 @@ impl<S: GroupStore> GroupManager<S> {
             answer,
             heartbeat_interval_ms: config.heartbeat_interval.as_millis() as i32,
         })
+    }
+
+    /// The native DescribeShareGroup: the members of a share group this broker coordinates,
+    /// and the partitions it holds state for (stored by their leaders) or has assigned.
+    pub(super) async fn describe_share_group(
+        &mut self,
+        request: DescribeShareGroupRequest,
+    ) -> DescribeShareGroupResponse {
+        let group = request.group;
+        let mut response = DescribeShareGroupResponse {
+            error: ErrorCode::None,
+            group: group.clone(),
+            epoch: 0,
+            state: "Empty".into(),
+            members: Vec::new(),
+            partitions: Vec::new(),
+        };
+        if !self.is_coordinator(&group) {
+            response.error = ErrorCode::NotCoordinator;
+            return response;
+        }
+        let mut partitions: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        match self.store.list_records(RecordKind::ShareState).await {
+            // Ids are `<group>/<topic>/<partition>`; a topic name holds no `/`.
+            Ok(ids) => {
+                let prefix = format!("{group}/");
+                for rest in ids.iter().filter_map(|id| id.strip_prefix(&prefix)) {
+                    if let Some((topic, partition)) = rest.split_once('/')
+                        && let Ok(partition) = partition.parse::<u32>()
+                    {
+                        partitions
+                            .entry(topic.to_string())
+                            .or_default()
+                            .push(partition);
+                    }
+                }
+            }
+            // None stored yet (the single-node store has no folder for them then).
+            Err(error) => tracing::debug!(%group, "share-partition states not listed: {error}"),
+        }
+        if let Some(share) = self.share_groups.get(&group) {
+            response.epoch = share.epoch();
+            response.state = if share.is_empty() { "Empty" } else { "Stable" }.into();
+            for (id, member) in share.members() {
+                for (topic, assigned) in &member.assignment {
+                    partitions
+                        .entry(topic.clone())
+                        .or_default()
+                        .extend(assigned.iter().copied());
+                }
+                response.members.push(ShareGroupMember {
+                    member_id: id.clone(),
+                    client_id: member.client_id.clone(),
+                    client_host: member.client_host.clone(),
+                    member_epoch: member.epoch,
+                    topics: member.topics.iter().cloned().collect(),
+                    assignment: member
+                        .assignment
+                        .iter()
+                        .map(|(topic, partitions)| TopicPartitions {
+                            topic: topic.clone(),
+                            partitions: partitions.clone(),
+                        })
+                        .collect(),
+                });
+            }
+        } else if partitions.is_empty() {
+            response.error = ErrorCode::GroupIdNotFound;
+        }
+        response.partitions = partitions
+            .into_iter()
+            .map(|(topic, mut partitions)| {
+                partitions.sort_unstable();
+                partitions.dedup();
+                TopicPartitions { topic, partitions }
+            })
+            .collect();
+        response
     }
 
     /// Drops share group members silent for longer than their group's session timeout.

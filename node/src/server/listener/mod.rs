@@ -29,6 +29,7 @@ mod group_configs;
 pub(super) mod kafka;
 pub(super) mod native;
 mod native_security;
+mod native_share;
 mod quota;
 pub(super) mod replication;
 mod sasl;

@@ -37,25 +37,7 @@ impl Shard {
         partition: u32,
         committed: u64,
     ) -> GroupPosition {
-        let latest = Request::ListOffsets(ListOffsetsRequest {
-            topics: vec![ListOffsetsTopic {
-                name: topic.clone(),
-                partitions: vec![ListOffsetsPartition {
-                    partition,
-                    timestamp: LATEST_TIMESTAMP,
-                }],
-            }],
-            read_committed: Appended(false),
-        });
-        let end = match self.ask_leader(&topic, partition, latest).await {
-            Some(Response::ListOffsets(answer)) => answer
-                .topics
-                .first()
-                .and_then(|topic| topic.partitions.first())
-                .filter(|answer| answer.error == ErrorCode::None)
-                .and_then(|answer| u64::try_from(answer.offset).ok()),
-            _ => None,
-        };
+        let end = self.partition_end(&topic, partition, false).await;
         let oldest_unconsumed_ms = match end.map(|end| end.saturating_sub(committed)) {
             None => None,
             Some(0) => Some(None),
@@ -64,6 +46,35 @@ impl Shard {
         GroupPosition {
             end,
             oldest_unconsumed_ms,
+        }
+    }
+
+    /// The end of `topic`-`partition` as its leader says: its high watermark, or its last
+    /// stable offset for `read_committed`; `None` where the leader cannot be asked.
+    pub(in crate::server) async fn partition_end(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: u32,
+        read_committed: bool,
+    ) -> Option<u64> {
+        let latest = Request::ListOffsets(ListOffsetsRequest {
+            topics: vec![ListOffsetsTopic {
+                name: topic.to_string(),
+                partitions: vec![ListOffsetsPartition {
+                    partition,
+                    timestamp: LATEST_TIMESTAMP,
+                }],
+            }],
+            read_committed: Appended(read_committed),
+        });
+        match self.ask_leader(topic, partition, latest).await {
+            Some(Response::ListOffsets(answer)) => answer
+                .topics
+                .first()
+                .and_then(|topic| topic.partitions.first())
+                .filter(|answer| answer.error == ErrorCode::None)
+                .and_then(|answer| u64::try_from(answer.offset).ok()),
+            _ => None,
         }
     }
 

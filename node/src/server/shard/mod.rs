@@ -320,6 +320,7 @@ impl Shard {
         snapshot.open_transactions = self.open_transactions();
         snapshot.tail_cache_bytes = self.tail_caches.len() as u64;
         snapshot.reads = self.tail_caches.read_totals();
+        snapshot.share_partitions = self.share_metrics();
         snapshot
     }
 
@@ -795,7 +796,13 @@ impl Shard {
             | Request::DescribeQuotas(_)
             | Request::AlterQuotas(_)
             | Request::DescribeBrokerConfigs(_)
-            | Request::AlterBrokerConfigs(_) => return Some(Err(ErrorCode::InvalidRequest)),
+            | Request::AlterBrokerConfigs(_)
+            | Request::DescribeGroupConfigs(_)
+            | Request::AlterGroupConfigs(_)
+            | Request::ShareGroupHeartbeat(_)
+            | Request::ShareFetch(_)
+            | Request::ShareAcknowledge(_)
+            | Request::DescribeSharePartitions(_) => return Some(Err(ErrorCode::InvalidRequest)),
             Request::ReplicaFetch(request) => {
                 Response::ReplicaFetch(self.replica_fetch(request).await)
             }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use strata_wire::batch::BatchBuilder;
 use strata_wire::protocol::{
     ACKS_ALL, ErrorCode, FetchPartition, ProducePartition, ProduceRequest, ProduceTopic, Records,
-    Request, Response,
+    Request, Response, SharePartitionDescription,
 };
 use tokio::sync::oneshot;
 
@@ -24,7 +24,8 @@ use crate::server::messages::{Delivery, GroupMessage, ShareGroupRequest};
 use crate::server::shard::replica::Role;
 use crate::share::config::{AutoOffsetReset, ShareGroupConfig};
 use crate::share::partition::{
-    AckBatch, AckError, Acquired, DeadLetter, LogRecord, SharePartition, ShareSnapshot, record_key,
+    AckBatch, AckError, Acquired, DeadLetter, LogRecord, ShareCounters, SharePartition,
+    ShareSnapshot, ShareSummary, record_key,
 };
 
 use super::Shard;
@@ -48,6 +49,9 @@ pub(crate) type ShareKey = (String, String, u32);
 #[derive(Default)]
 pub(crate) struct SharePartitions {
     slots: RefCell<HashMap<ShareKey, Rc<tokio::sync::Mutex<Option<Held>>>>>,
+    /// Each loaded share-partition's window and counters as of its last operation, for
+    /// metrics (read without waiting for its turn).
+    seen: RefCell<HashMap<ShareKey, (ShareSummary, ShareCounters)>>,
 }
 
 /// A share-partition as its leader holds it.
@@ -60,10 +64,10 @@ struct Held {
 
 /// The share-partition record in the group store.
 #[derive(Debug, Serialize, Deserialize)]
-struct StoredShareState {
+pub(crate) struct StoredShareState {
     /// The epoch of the leader that claimed it: a leader of an older epoch may not.
-    leader_epoch: u32,
-    state: ShareSnapshot,
+    pub(crate) leader_epoch: u32,
+    pub(crate) state: ShareSnapshot,
 }
 
 /// Why a share operation on a partition failed.
@@ -103,6 +107,40 @@ impl Shard {
             .entry(key.clone())
             .or_default()
             .clone()
+    }
+
+    /// Notes what `key`'s share-partition holds now, for metrics (or that it is gone).
+    fn note_share(&self, key: &ShareKey, held: &Option<Held>) {
+        let mut seen = self.shares.seen.borrow_mut();
+        match held {
+            Some(current) => {
+                seen.insert(
+                    key.clone(),
+                    (current.core.summary(), current.core.counters()),
+                );
+            }
+            None => {
+                seen.remove(key);
+            }
+        }
+    }
+
+    /// Every loaded share-partition this shard leads, for `/metrics`.
+    pub(super) fn share_metrics(&self) -> Vec<crate::server::metrics::SharePartitionMetrics> {
+        let seen = self.shares.seen.borrow();
+        seen.iter()
+            .filter_map(|((group, topic, partition), (summary, counters))| {
+                let (_, high_watermark, _) = self.leader_view(topic, *partition)?;
+                Some(crate::server::metrics::SharePartitionMetrics {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    summary: *summary,
+                    counters: *counters,
+                    lag: high_watermark.saturating_sub(summary.start_offset),
+                })
+            })
+            .collect()
     }
 
     /// This shard's leadership of `topic`-`partition`: its epoch.
@@ -281,8 +319,24 @@ impl Shard {
     ) -> Result<ShareAcquired, ShareFailure> {
         let slot = self.share_slot(&key);
         let mut held = slot.lock().await;
-        self.share_ready(&mut held, &key, &config).await?;
-        let (_, topic, partition) = &key;
+        let result = self
+            .acquire_held(&mut held, &key, member, config, max_records, max_bytes)
+            .await;
+        self.note_share(&key, &held);
+        result
+    }
+
+    async fn acquire_held(
+        self: &Rc<Self>,
+        held: &mut Option<Held>,
+        key: &ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+        max_records: usize,
+        max_bytes: u32,
+    ) -> Result<ShareAcquired, ShareFailure> {
+        self.share_ready(held, key, &config).await?;
+        let (_, topic, partition) = key;
         let (log, _, _) = self
             .leader_view(topic, *partition)
             .ok_or(ErrorCode::NotLeader)?;
@@ -333,7 +387,7 @@ impl Shard {
         let leader_epoch = current.leader_epoch;
         if current.core.has_dead_letters() {
             // Locks that ran out took records past their last delivery.
-            self.persist_share(&mut held, &key, &config).await?;
+            self.persist_share(held, key, &config).await?;
         }
         Ok(ShareAcquired {
             records,
@@ -352,7 +406,22 @@ impl Shard {
     ) -> Result<(), ShareFailure> {
         let slot = self.share_slot(&key);
         let mut held = slot.lock().await;
-        self.share_ready(&mut held, &key, &config).await?;
+        let result = self
+            .acknowledge_held(&mut held, &key, member, config, batches)
+            .await;
+        self.note_share(&key, &held);
+        result
+    }
+
+    async fn acknowledge_held(
+        self: &Rc<Self>,
+        held: &mut Option<Held>,
+        key: &ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+        batches: Vec<AckBatch>,
+    ) -> Result<(), ShareFailure> {
+        self.share_ready(held, key, &config).await?;
         let now = self.clock().now();
         let current = held.as_mut().expect("share_ready holds it");
         current
@@ -362,7 +431,7 @@ impl Shard {
                 AckError::NotAcquired(_) => ShareFailure::InvalidRecordState(error.to_string()),
                 AckError::Malformed(_) => ShareFailure::InvalidRequest(error.to_string()),
             })?;
-        self.persist_share(&mut held, &key, &config).await
+        self.persist_share(held, key, &config).await
     }
 
     /// Gives back what `member` holds of `key` (it left, or closed its share session).
@@ -374,13 +443,25 @@ impl Shard {
     ) -> Result<(), ShareFailure> {
         let slot = self.share_slot(&key);
         let mut held = slot.lock().await;
-        self.share_ready(&mut held, &key, &config).await?;
+        let result = self.release_held(&mut held, &key, member, config).await;
+        self.note_share(&key, &held);
+        result
+    }
+
+    async fn release_held(
+        self: &Rc<Self>,
+        held: &mut Option<Held>,
+        key: &ShareKey,
+        member: String,
+        config: ShareGroupConfig,
+    ) -> Result<(), ShareFailure> {
+        self.share_ready(held, key, &config).await?;
         let now = self.clock().now();
         held.as_mut()
             .expect("share_ready holds it")
             .core
             .release_member(&member, now);
-        self.persist_share(&mut held, &key, &config).await
+        self.persist_share(held, key, &config).await
     }
 
     /// Writes `letters` (records of `key`'s partition) to the group's dead-letter topic, each
@@ -500,6 +581,111 @@ impl Shard {
                 tracing::warn!(%group, %topic, "writing dead letters failed: {error}");
                 Err(error.into())
             }
+        }
+    }
+
+    /// Where `key`'s share group stands on the partition (on the shard that owns it), without
+    /// claiming it: the window as this leader holds it, else as stored; `GroupIdNotFound`
+    /// when the group holds no state there. Lag in seconds is measured as for consumer groups
+    /// ([`Shard::group_position`]), from the record at the start offset.
+    pub(crate) async fn share_describe(
+        self: &Rc<Self>,
+        key: ShareKey,
+        config: ShareGroupConfig,
+    ) -> Result<SharePartitionDescription, ShareFailure> {
+        let (group, topic, partition) = &key;
+        let epoch = self.leading(topic, *partition)?;
+        let slot = self.shares.slots.borrow().get(&key).cloned();
+        let mut summary = None;
+        if let Some(slot) = slot {
+            let held = slot.lock().await;
+            summary = held
+                .as_ref()
+                .filter(|current| current.leader_epoch == epoch)
+                .map(|current| current.core.summary());
+        }
+        if summary.is_none() {
+            let (reply, answer) = oneshot::channel();
+            let id = share_state_id(group, topic, *partition);
+            if !self
+                .share_store(ShareGroupRequest::LoadState { id, reply })
+                .await
+            {
+                return Err(ErrorCode::NotReady.into());
+            }
+            let (stored, _) = answer.await.map_err(|_| ErrorCode::NotReady)??;
+            let stored: StoredShareState =
+                serde_json::from_value(stored.ok_or(ErrorCode::GroupIdNotFound)?)
+                    .map_err(|_| ErrorCode::Internal)?;
+            let (log, _, _) = self
+                .leader_view(topic, *partition)
+                .ok_or(ErrorCode::NotLeader)?;
+            let log_start = log
+                .offsets()
+                .await
+                .map_err(|_| ErrorCode::StorageError)?
+                .log_start;
+            let mut core = SharePartition::restore(&stored.state, config.partition);
+            core.move_start_to(log_start);
+            summary = Some(core.summary());
+        }
+        let summary = summary.expect("held or stored");
+        let position = self
+            .group_position(topic.clone(), *partition, summary.start_offset)
+            .await;
+        let high_watermark = position.end.unwrap_or(summary.end_offset);
+        Ok(SharePartitionDescription {
+            topic: topic.clone(),
+            partition: *partition,
+            error: ErrorCode::None,
+            start_offset: summary.start_offset,
+            end_offset: summary.end_offset,
+            in_flight: summary.in_flight,
+            acquired: summary.acquired,
+            high_watermark,
+            lag: summary.in_flight + high_watermark.saturating_sub(summary.end_offset),
+            oldest_timestamp_ms: position.oldest_unconsumed_ms.flatten(),
+        })
+    }
+
+    /// Runs `change` (an operator's change to `key`'s stored state: its offsets altered or
+    /// deleted) in the share-partition's turn, and forgets what this leader holds of it: its
+    /// next use loads what the change left.
+    pub(crate) async fn share_replace<T>(
+        &self,
+        key: &ShareKey,
+        change: impl Future<Output = T>,
+    ) -> T {
+        let slot = self.share_slot(key);
+        let mut held = slot.lock().await;
+        let changed = change.await;
+        *held = None;
+        self.note_share(key, &held);
+        changed
+    }
+
+    /// Forgets what this leader holds of `key` if the store's record is no longer the one it
+    /// last wrote (an operator altered or deleted it through another broker): checked when the
+    /// partition joins a member's share session, so a new member starts where the operator set.
+    pub(crate) async fn share_check_stored(&self, key: &ShareKey) {
+        let slot = self.share_slot(key);
+        let mut held = slot.lock().await;
+        let Some(revision) = held.as_ref().map(|current| current.revision) else {
+            return;
+        };
+        let (reply, answer) = oneshot::channel();
+        let id = share_state_id(&key.0, &key.1, key.2);
+        if !self
+            .share_store(ShareGroupRequest::LoadState { id, reply })
+            .await
+        {
+            return;
+        }
+        if let Ok(Ok((_, stored))) = answer.await
+            && stored != revision
+        {
+            *held = None;
+            self.note_share(key, &held);
         }
     }
 

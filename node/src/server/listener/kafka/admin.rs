@@ -18,7 +18,7 @@ use strata_kafka::kafka_protocol::messages::{
 use strata_kafka::kafka_protocol::protocol::StrBytes;
 use strata_wire::protocol::{self as native, Request, Response};
 
-use super::{authorize, native};
+use super::{authorize, native, share_admin};
 use crate::server::groups::coordinator_of;
 use crate::server::listener::Client;
 use crate::server::shard::Shard;
@@ -253,52 +253,94 @@ async fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
+/// ListGroups: the groups this broker coordinates (admin clients ask every broker and join
+/// the lists), each with its state and type: consumer groups from the store, share groups
+/// from their coordinator's group thread (running, or with state stored).
 async fn list_groups(
     shard: &Rc<Shard>,
     client: &Client,
     request: ListGroupsRequest,
 ) -> ListGroupsResponse {
-    match native(shard, Request::ListGroups(native::ListGroupsRequest {})).await {
-        Ok(Response::ListGroups(mut groups)) => {
-            // Each Kafka broker lists the groups it coordinates, and admin clients ask every
-            // broker and join the lists: listing every group here would list each once per
-            // broker.
-            let brokers: Vec<i32> = shard.view.borrow().brokers.iter().map(|b| b.id).collect();
-            let here = shard.context.config.node_id;
-            // Without Describe on the cluster, only the groups the client may Describe.
-            let all = authorize::cluster(shard, client, Operation::Describe);
-            groups.groups.retain(|listed| {
-                coordinator_of(&listed.group, &brokers) == Some(here)
-                    && (all || authorize::group(shard, client, Operation::Describe, &listed.group))
-            });
-            // Their states, as this broker (their coordinator) describes them; a group whose
-            // description fails is listed with an empty state.
-            let mut states = Vec::with_capacity(groups.groups.len());
-            for listed in &groups.groups {
-                let describe = native::DescribeGroupRequest {
-                    group: listed.group.clone(),
-                };
-                states.push(
-                    match native(shard, Request::DescribeGroup(describe)).await {
-                        Ok(Response::DescribeGroup(described))
-                            if described.error == native::ErrorCode::None =>
-                        {
-                            described.state
-                        }
-                        _ => String::new(),
-                    },
-                );
-            }
-            admin::list_groups_response(groups, &states, &request.states_filter)
+    let mut groups = match native(shard, Request::ListGroups(native::ListGroupsRequest {})).await {
+        Ok(Response::ListGroups(groups)) => groups,
+        Ok(_) => {
+            return ListGroupsResponse::default().with_error_code(errors::UNKNOWN_SERVER_ERROR);
         }
-        Ok(_) => ListGroupsResponse::default().with_error_code(errors::UNKNOWN_SERVER_ERROR),
-        Err(code) => ListGroupsResponse::default().with_error_code(kafka_error(code)),
+        Err(code) => return ListGroupsResponse::default().with_error_code(kafka_error(code)),
+    };
+    let types = match share_admin::group_types(shard).await {
+        Ok(types) => types,
+        Err(code) => return ListGroupsResponse::default().with_error_code(kafka_error(code)),
+    };
+    let wanted = |group_type: admin::GroupType| {
+        request.types_filter.is_empty()
+            || request
+                .types_filter
+                .iter()
+                .any(|wanted| wanted.trim().eq_ignore_ascii_case(group_type.name()))
+    };
+    let brokers: Vec<i32> = shard.view.borrow().brokers.iter().map(|b| b.id).collect();
+    let here = shard.context.config.node_id;
+    // Without Describe on the cluster, only the groups the client may Describe.
+    let all = authorize::cluster(shard, client, Operation::Describe);
+    let may = |group: &str| all || authorize::group(shard, client, Operation::Describe, group);
+    let consumer_type = |group: &str| {
+        if types.classic.contains(group) {
+            admin::GroupType::Classic
+        } else {
+            admin::GroupType::Consumer
+        }
+    };
+    groups.groups.retain(|listed| {
+        coordinator_of(&listed.group, &brokers) == Some(here)
+            && !types.share.contains_key(&listed.group)
+            && wanted(consumer_type(&listed.group))
+            && may(&listed.group)
+    });
+    // Their states, as this broker (their coordinator) describes them; a group whose
+    // description fails is listed with an empty state.
+    let mut listed = Vec::with_capacity(groups.groups.len() + types.share.len());
+    for group in groups.groups {
+        let describe = native::DescribeGroupRequest {
+            group: group.group.clone(),
+        };
+        let state = match native(shard, Request::DescribeGroup(describe)).await {
+            Ok(Response::DescribeGroup(described))
+                if described.error == native::ErrorCode::None =>
+            {
+                described.state
+            }
+            _ => String::new(),
+        };
+        listed.push(admin::ListedKafkaGroup {
+            group_type: consumer_type(&group.group),
+            group: group.group,
+            state,
+        });
     }
+    if wanted(admin::GroupType::Share) {
+        for (group, members) in &types.share {
+            if may(group) {
+                listed.push(admin::ListedKafkaGroup {
+                    group: group.clone(),
+                    group_type: admin::GroupType::Share,
+                    state: if *members > 0 { "Stable" } else { "Empty" }.to_string(),
+                });
+            }
+        }
+    }
+    admin::list_groups_response(
+        groups.error,
+        listed,
+        &request.states_filter,
+        &request.types_filter,
+    )
 }
 
 async fn describe_groups(
     shard: &Rc<Shard>,
     client: &Client,
+    version: i16,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let mut groups = Vec::new();
@@ -323,6 +365,20 @@ async fn describe_groups(
                 Ok(_) | Err(_) => refused(native::ErrorCode::CoordinatorNotAvailable),
             }
         };
+        // Nothing of a consumer group by that name: a share group is described as Kafka
+        // describes a group of another type here (Dead; from v6, GROUP_ID_NOT_FOUND).
+        let unknown = described.error == native::ErrorCode::None
+            && described.generation == 0
+            && described.members.is_empty()
+            && described.offsets.is_empty();
+        if unknown
+            && share_admin::inspect(shard, &group.0)
+                .await
+                .is_ok_and(|stored| stored.exists())
+        {
+            groups.push(admin::other_type_of_group(&group.0, version));
+            continue;
+        }
         groups.push(admin::described_group(described));
     }
     DescribeGroupsResponse::default().with_groups(groups)
@@ -768,7 +824,8 @@ async fn alter_configs(
 }
 
 /// Deletes groups without members, with their committed offsets (the native DeleteGroup:
-/// NON_EMPTY_GROUP while a group has members, GROUP_ID_NOT_FOUND for one never seen).
+/// NON_EMPTY_GROUP while a group has members, GROUP_ID_NOT_FOUND for one never seen); a share
+/// group, with its stored share-partition state (`share_admin::delete_share_group`).
 async fn delete_groups(
     shard: &Rc<Shard>,
     client: &Client,
@@ -787,10 +844,13 @@ async fn delete_groups(
             );
             continue;
         }
-        let error = match native(shard, Request::DeleteGroup(delete)).await {
-            Ok(Response::DeleteGroup(deleted)) => kafka_error(deleted.error),
-            Ok(_) => errors::UNKNOWN_SERVER_ERROR,
-            Err(code) => kafka_error(code),
+        let error = match share_admin::delete_share_group(shard, &group.0).await {
+            Some(error) => error,
+            None => match native(shard, Request::DeleteGroup(delete)).await {
+                Ok(Response::DeleteGroup(deleted)) => kafka_error(deleted.error),
+                Ok(_) => errors::UNKNOWN_SERVER_ERROR,
+                Err(code) => kafka_error(code),
+            },
         };
         results.push(
             DeletableGroupResult::default()
@@ -907,9 +967,10 @@ pub(super) async fn serve(
         KafkaRequest::ListGroups(request) => {
             encoded(&header, list_groups(shard, client, request).await)
         }
-        KafkaRequest::DescribeGroups(request) => {
-            encoded(&header, describe_groups(shard, client, request).await)
-        }
+        KafkaRequest::DescribeGroups(request) => encoded(
+            &header,
+            describe_groups(shard, client, version, request).await,
+        ),
         KafkaRequest::DeleteGroups(request) => {
             encoded(&header, delete_groups(shard, client, request).await)
         }

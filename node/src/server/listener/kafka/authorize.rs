@@ -14,13 +14,20 @@
 //! | JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit | Read on the group |
 //! | OffsetCommit | Read on each topic; OffsetFetch: Describe on each topic |
 //! | ListGroups | Describe on the cluster, or lists the groups it may Describe |
-//! | DeleteGroups | Delete on the group |
+//! | DeleteGroups | Delete on the group (a share group's too) |
 //! | CreateTopics | Create on the cluster or the topic |
 //! | DeleteTopics | Delete on the topic |
 //! | CreatePartitions | Alter on the topic |
 //! | DescribeConfigs | DescribeConfigs on the topic, the cluster for a broker, or the group |
 //! | AlterConfigs, IncrementalAlterConfigs | AlterConfigs on the topic, the cluster for a broker, or the group |
 //! | ACLs and SCRAM users | Describe / Alter on the cluster (see `security_admin`) |
+//! | ShareGroupHeartbeat | Read on the group, Describe on each topic subscribed |
+//! | ShareFetch, ShareAcknowledge | Read on the group, Read on each topic |
+//! | ShareGroupDescribe | Describe on the group |
+//! | DescribeShareGroupOffsets | Describe on the group, Describe on each topic (those refused left out when all are asked for) |
+//! | AlterShareGroupOffsets | Read on the group, Read on each topic |
+//! | DeleteShareGroupOffsets | Delete on the group, Read on each topic |
+//! | FindCoordinator of a share-partition key (type 2) | ClusterAction on the cluster |
 //!
 //! A node without `--authorizer` allows everything, and every check here is then a no-op.
 

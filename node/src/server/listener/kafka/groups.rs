@@ -30,7 +30,7 @@ use strata_wire::protocol::{self as native, ErrorCode, Request, Response};
 use tokio::sync::oneshot;
 
 use super::encoded;
-use super::{authorize, native};
+use super::{authorize, native, share_admin};
 use crate::group::classic::{ClassicError, JoinRequest};
 use crate::server::listener::Client;
 use crate::server::listener::Outcome;
@@ -39,9 +39,11 @@ use crate::server::shard::Shard;
 use strata_auth::acl::Operation;
 use strata_kafka::frame::KafkaRequest;
 
-/// FindCoordinator's key types: a consumer group's, a transactional id's.
+/// FindCoordinator's key types: a consumer or share group's, a transactional id's, a
+/// share-partition's (KIP-932: the broker keeping its state).
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+const KEY_TYPE_SHARE: i8 = 2;
 
 fn classic_kafka_error(error: ClassicError) -> i16 {
     match error {
@@ -73,6 +75,22 @@ pub(super) async fn ask(shard: &Shard, request: KafkaGroupRequest) -> Option<Kaf
     answer.await.ok()
 }
 
+/// Where broker `node_id` takes Kafka clients like `client`: (id, host, port).
+fn kafka_endpoint(shard: &Shard, client: &Client, node_id: i32) -> Result<(i32, String, u16), i16> {
+    let view = shard.view.borrow();
+    view.brokers
+        .iter()
+        .find(|broker| broker.id == node_id)
+        .and_then(|broker| {
+            Some((
+                broker.id,
+                broker.host.clone(),
+                super::kafka_port(broker, client)?,
+            ))
+        })
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
+}
+
 /// Where a group's coordinator takes Kafka clients: its broker's Kafka listener.
 async fn find_coordinator(
     shard: &Rc<Shard>,
@@ -92,7 +110,10 @@ async fn find_coordinator(
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
         let transaction = request.key_type == KEY_TYPE_TRANSACTION;
-        let found = if request.key_type != KEY_TYPE_GROUP && !transaction {
+        let found = if request.key_type == KEY_TYPE_SHARE {
+            share_admin::share_coordinator(shard, client, header.api_version, &key)
+                .and_then(|leader| kafka_endpoint(shard, client, leader))
+        } else if request.key_type != KEY_TYPE_GROUP && !transaction {
             Err(errors::INVALID_REQUEST)
         } else if transaction
             && !authorize::transactional_id(shard, client, Operation::Describe, &key)
@@ -107,18 +128,7 @@ async fn find_coordinator(
             };
             match native(shard, Request::FindCoordinator(find)).await {
                 Ok(Response::FindCoordinator(found)) if found.error == ErrorCode::None => {
-                    let view = shard.view.borrow();
-                    view.brokers
-                        .iter()
-                        .find(|broker| broker.id == found.node_id)
-                        .and_then(|broker| {
-                            Some((
-                                broker.id,
-                                broker.host.clone(),
-                                super::kafka_port(broker, client)?,
-                            ))
-                        })
-                        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
+                    kafka_endpoint(shard, client, found.node_id)
                 }
                 Ok(Response::FindCoordinator(found)) => Err(kafka_error(found.error)),
                 Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),

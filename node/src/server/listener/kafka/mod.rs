@@ -5,7 +5,9 @@
 //! `kafka/server/handlers/`): `data` (Metadata, Produce, Fetch, ListOffsets), `groups` (classic
 //! groups, offsets, FindCoordinator), `consumer_groups` (KIP-848), `transactions` (with
 //! InitProducerId), `admin` (topics, configs, groups), `cluster_admin`, `partition_admin`,
-//! `security_admin` (ACLs, SCRAM) and `quotas`. This module is the protocol around them:
+//! `security_admin` (ACLs, SCRAM), `quotas`, `share_groups` (KIP-932's members: heartbeats,
+//! fetches, acknowledgements) and `share_admin` (share groups' offsets, and what the group
+//! APIs need of share groups). This module is the protocol around them:
 //! decoding, authentication, quotas, and the dispatch to a family (`serve_request`).
 //!
 //! Each shard accepts on the Kafka address (SO_REUSEPORT, like the shared client port). A
@@ -44,6 +46,7 @@ mod groups;
 mod partition_admin;
 mod quotas;
 mod security_admin;
+mod share_admin;
 pub(crate) mod share_groups;
 mod transactions;
 
@@ -448,6 +451,11 @@ async fn serve_request(
         | K::ShareGroupDescribe(_)
         | K::ShareFetch(_)
         | K::ShareAcknowledge(_)) => share_groups::serve(shard, client, header, request).await,
+        request @ (K::DescribeShareGroupOffsets(_)
+        | K::AlterShareGroupOffsets(_)
+        | K::DeleteShareGroupOffsets(_)) => {
+            share_admin::serve(shard, client, header, request).await
+        }
     }
 }
 

@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
-use std::time::Duration;
 
 use strata_auth::acl::Operation;
 use strata_kafka::errors::{self, kafka_error};
@@ -44,14 +43,10 @@ use super::{authorize, encoded, kafka_topic_id};
 use crate::server::listener::{Client, Outcome};
 use crate::server::messages::{GroupMessage, ShareGroupRequest, ShareRefusal};
 use crate::server::shard::Shard;
-use crate::server::shard::share::{ShareAcquired, ShareFailure, ShareKey, ShareSession};
+use crate::server::shard::share::{ShareAcquired, ShareFailure, ShareSession};
+use crate::server::share_fetch::{self, Fetcher, Limits, group_config};
 use crate::share::config::ShareGroupConfig;
 use crate::share::partition::{AckBatch, AckType};
-
-/// The records one ShareFetch acquires when the client names no limit.
-const DEFAULT_MAX_RECORDS: usize = 500;
-/// The most bytes read from one partition for one acquisition.
-const PARTITION_READ_BYTES: u32 = 8 << 20;
 
 pub(super) async fn serve(
     shard: &Rc<Shard>,
@@ -81,10 +76,6 @@ async fn ask_groups(shard: &Shard, request: ShareGroupRequest) -> bool {
         .groups
         .send(GroupMessage::Share(request))
         .is_ok()
-}
-
-fn group_config(shard: &Shard, group: &str) -> ShareGroupConfig {
-    ShareGroupConfig::from_configs(shard.view.borrow().group_configs.get(group))
 }
 
 async fn heartbeat(
@@ -219,6 +210,19 @@ async fn describe(
         };
         let share = match answered {
             Ok(Some(share)) => share,
+            // No members, but share-partition state stored: Empty, as ListGroups lists it.
+            Ok(None)
+                if super::share_admin::inspect(shard, &name)
+                    .await
+                    .is_ok_and(|stored| stored.exists()) =>
+            {
+                groups.push(
+                    described
+                        .with_group_state(text("Empty"))
+                        .with_assignor_name(text("simple")),
+                );
+                continue;
+            }
             Ok(None) => {
                 groups.push(
                     described
@@ -349,25 +353,6 @@ fn share_failure_code(failure: &ShareFailure) -> (i16, Option<String>) {
     }
 }
 
-/// Runs `work` on the shard owning `topic`-`partition`.
-async fn on_owner<T, F, Fut>(
-    shard: &Rc<Shard>,
-    topic: &str,
-    partition: u32,
-    work: F,
-) -> Result<T, ShareFailure>
-where
-    T: Send + 'static,
-    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, ShareFailure>> + 'static,
-{
-    let owner = shard.route(topic, partition)?;
-    shard
-        .run_on(owner, work)
-        .await
-        .unwrap_or(Err(ShareFailure::Code(ErrorCode::NotReady)))
-}
-
 /// Acknowledgement batches as the core takes them; `None` for an unknown type.
 fn ack_batches<'a>(batches: impl Iterator<Item = (i64, i64, &'a [i8])>) -> Option<Vec<AckBatch>> {
     batches
@@ -403,14 +388,7 @@ async fn acknowledge_partition(
     if !authorize::topic(shard, client, Operation::Read, topic) {
         return (errors::TOPIC_AUTHORIZATION_FAILED, None);
     }
-    let key: ShareKey = (group.to_string(), topic.to_string(), partition);
-    let config = group_config(shard, group);
-    let member = member.to_string();
-    let done = on_owner(shard, topic, partition, move |owner| async move {
-        owner.share_acknowledge(key, member, config, batches).await
-    })
-    .await;
-    match done {
+    match share_fetch::acknowledge(shard, group, member, topic, partition, batches).await {
         Ok(()) => (errors::NONE, None),
         Err(failure) => share_failure_code(&failure),
     }
@@ -423,18 +401,7 @@ async fn release_session(
     member: &str,
     partitions: &[(String, u32)],
 ) {
-    for (topic, partition) in partitions {
-        let key: ShareKey = (group.to_string(), topic.clone(), *partition);
-        let config = group_config(shard, group);
-        let member = member.to_string();
-        let released = on_owner(shard, topic, *partition, move |owner| async move {
-            owner.share_release(key, member, config).await
-        })
-        .await;
-        if let Err(failure) = released {
-            tracing::debug!(%group, %topic, partition, "releasing a closed session's records: {failure:?}");
-        }
-    }
+    share_fetch::release(shard, group, member, partitions).await;
 }
 
 /// What one partition's part of a ShareFetch answer holds.
@@ -498,13 +465,18 @@ async fn fetch(
         };
         for partition in &asked.partitions {
             let index = partition.partition_index as u32;
+            let mut joined = false;
             if let Some(session) = shard
                 .share_sessions
                 .borrow_mut()
                 .get_mut(&(group.clone(), member.clone()))
                 && epoch != -1
             {
-                session.partitions.insert((topic.clone(), index));
+                joined = session.partitions.insert((topic.clone(), index));
+            }
+            if joined {
+                // What the leader holds may predate an operator's change (`share_admin`).
+                super::share_admin::check_stored(shard, &group, &topic, index).await;
             }
             if partition.acknowledgement_batches.is_empty() {
                 continue;
@@ -555,18 +527,12 @@ async fn fetch(
         .get(&session_key)
         .map(|session| session.partitions.iter().cloned().collect())
         .unwrap_or_default();
-    let limits = Limits {
-        max_records: usize::try_from(request.max_records)
-            .ok()
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_MAX_RECORDS),
-        max_bytes: u32::try_from(request.max_bytes)
-            .ok()
-            .filter(|&n| n > 0)
-            .map_or(PARTITION_READ_BYTES, |n| n.min(PARTITION_READ_BYTES)),
-        deadline: shard.context.config.clock.now()
-            + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)),
-    };
+    let limits = Limits::new(
+        shard,
+        i64::from(request.max_records),
+        i64::from(request.max_bytes),
+        i64::from(request.max_wait_ms),
+    );
     let member = Fetcher {
         group: &group,
         id: &member,
@@ -576,24 +542,9 @@ async fn fetch(
     fetch_response(shard, client, &config, answers, unknown)
 }
 
-/// Who is fetching, and under which group configs.
-struct Fetcher<'a> {
-    group: &'a str,
-    id: &'a str,
-    config: &'a ShareGroupConfig,
-}
-
-/// A ShareFetch's limits: records and bytes, and how long it may wait for records.
-#[derive(Clone, Copy)]
-struct Limits {
-    max_records: usize,
-    max_bytes: u32,
-    deadline: std::time::Instant,
-}
-
-/// Acquires records of the session's `partitions` for `member`, in turn, until the fetch's
-/// record limit; with none to hand out, waits until some partition may have some, or the
-/// client's wait is over.
+/// Acquires records of the session's `partitions` for `member` (the loop both listeners
+/// share, `server/share_fetch.rs`); a partition the client may not Read is answered
+/// TOPIC_AUTHORIZATION_FAILED, and then the fetch does not wait.
 async fn acquire(
     shard: &Rc<Shard>,
     client: &Client,
@@ -602,67 +553,28 @@ async fn acquire(
     limits: Limits,
     answers: &mut BTreeMap<(String, u32), PartitionAnswer>,
 ) {
-    loop {
-        let mut left = limits.max_records;
-        for (topic, partition) in partitions {
-            if left == 0 {
-                break;
-            }
-            let answer = answers.entry((topic.clone(), *partition)).or_default();
-            if !authorize::topic(shard, client, Operation::Read, topic) {
-                answer.error = errors::TOPIC_AUTHORIZATION_FAILED;
-                answer.answered = true;
-                continue;
-            }
-            let key: ShareKey = (member.group.to_string(), topic.clone(), *partition);
-            let (owner_config, owner_member) = (member.config.clone(), member.id.to_string());
-            let acquired = on_owner(shard, topic, *partition, move |owner| async move {
-                owner
-                    .share_acquire(key, owner_member, owner_config, left, limits.max_bytes)
-                    .await
-            })
-            .await;
-            match acquired {
-                Ok(acquired) if !acquired.acquired.is_empty() => {
-                    let count: u64 = acquired
-                        .acquired
-                        .iter()
-                        .map(|run| run.last - run.first + 1)
-                        .sum();
-                    left = left.saturating_sub(count as usize);
-                    answer.acquired = Some(acquired);
-                    answer.answered = true;
-                }
-                Ok(_) => {}
-                Err(failure) => {
-                    let (code, message) = share_failure_code(&failure);
-                    answer.error = code;
-                    answer.error_message = message;
-                    answer.answered = true;
-                }
+    let (readable, refused): (Vec<_>, Vec<_>) = partitions
+        .iter()
+        .cloned()
+        .partition(|(topic, _)| authorize::topic(shard, client, Operation::Read, topic));
+    for key in &refused {
+        let answer = answers.entry(key.clone()).or_default();
+        answer.error = errors::TOPIC_AUTHORIZATION_FAILED;
+        answer.answered = true;
+    }
+    let acquired =
+        share_fetch::acquire(shard, member, &readable, limits, !refused.is_empty()).await;
+    for (key, acquisition) in acquired {
+        let answer = answers.entry(key).or_default();
+        match acquisition {
+            Ok(acquired) => answer.acquired = Some(acquired),
+            Err(failure) => {
+                let (code, message) = share_failure_code(&failure);
+                answer.error = code;
+                answer.error_message = message;
             }
         }
-        let any = answers
-            .values()
-            .any(|answer| answer.acquired.is_some() || answer.error != errors::NONE);
-        if any || partitions.is_empty() || shard.context.config.clock.now() >= limits.deadline {
-            break;
-        }
-        // Nothing to hand out yet: wait until some partition may have records, or the wait
-        // the client allowed is over.
-        let waits = partitions.iter().map(|(topic, partition)| {
-            let key: ShareKey = (member.group.to_string(), topic.clone(), *partition);
-            Box::pin(on_owner(
-                shard,
-                topic,
-                *partition,
-                move |owner| async move {
-                    owner.share_wait(key, limits.deadline).await;
-                    Ok(())
-                },
-            ))
-        });
-        let _ = futures_util::future::select_all(waits).await;
+        answer.answered = true;
     }
 }
 
