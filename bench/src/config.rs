@@ -89,6 +89,11 @@ pub struct BenchConfig {
     /// Consumers join this consumer group (subscribe mode, auto-commit) instead of splitting
     /// the partitions among themselves.
     pub group: Option<String>,
+    /// Consumers join this share group (KIP-932) instead: records are shared one by one, each
+    /// accepted once counted.
+    pub share_group: Option<String>,
+    /// How long a consumer spends on each record before the next (an application's work).
+    pub process_per_record: Duration,
     /// What the bench's clients speak: Strata's protocol (its own client) or Kafka's
     /// (librdkafka), against any Kafka-compatible broker.
     pub protocol: Protocol,
@@ -142,6 +147,8 @@ impl Default for BenchConfig {
             broker_admins: Vec::new(),
             compression: Codec::None,
             group: None,
+            share_group: None,
+            process_per_record: Duration::ZERO,
             protocol: Protocol::Native,
         }
     }

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use strata_client::{Client, Consumer, GroupConfig, GroupConsumer, OffsetReset, SeekTo};
+use strata_client::{
+    Client, Consumer, GroupConfig, GroupConsumer, OffsetReset, SeekTo, ShareConfig, ShareConsumer,
+};
 
 use crate::{
     config::{BenchConfig, Workload},
@@ -103,7 +105,7 @@ pub(crate) async fn start_consumers(
         let mine: Vec<u32> = (0..partitions)
             .filter(|p| *p as usize % consumers == index)
             .collect();
-        if mine.is_empty() && config.group.is_none() {
+        if mine.is_empty() && config.group.is_none() && config.share_group.is_none() {
             continue;
         }
         let Some(client) = client else {
@@ -138,6 +140,24 @@ pub(crate) async fn native_consumer(
 ) -> anyhow::Result<ConsumerTask> {
     let consumer_config = config.consumer_config();
     let client = client_for(config, client).await?;
+    let process = config.process_per_record;
+    if let Some(group) = &config.share_group {
+        let mut share_config = ShareConfig::new(group.clone());
+        share_config.client_id = format!("strata-bench-{index}");
+        let topics = vec![config.topic.clone()];
+        return Ok(tokio::spawn(async move {
+            let mut member = ShareConsumer::subscribe(client, topics, share_config).await?;
+            while !stop.load(Ordering::Relaxed) {
+                let records = member.poll().await?;
+                for record in &records {
+                    work(process).await;
+                    counter.count(std::iter::once(record.value.as_deref().unwrap_or_default()));
+                }
+            }
+            member.close().await?;
+            Ok(counter)
+        }));
+    }
     if let Some(group) = &config.group {
         let mut group_config = GroupConfig::new(group.clone());
         group_config.client_id = format!("strata-bench-{index}");
@@ -152,7 +172,10 @@ pub(crate) async fn native_consumer(
             let mut member = GroupConsumer::subscribe(client, topics, group_config).await?;
             while !stop.load(Ordering::Relaxed) {
                 for batch in member.poll().await? {
-                    counter.count(batch.records().map(|record| record.value));
+                    for record in batch.records() {
+                        work(process).await;
+                        counter.count(std::iter::once(record.value));
+                    }
                 }
             }
             member.close().await?;
@@ -169,9 +192,23 @@ pub(crate) async fn native_consumer(
     Ok(tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
             for batch in consumer.poll().await? {
-                counter.count(batch.records().map(|record| record.value));
+                if process.is_zero() {
+                    counter.count(batch.records().map(|record| record.value));
+                    continue;
+                }
+                for record in batch.records() {
+                    work(process).await;
+                    counter.count(std::iter::once(record.value));
+                }
             }
         }
         Ok(counter)
     }))
+}
+
+/// An application's work on one record: nothing, or `process` of waiting.
+async fn work(process: std::time::Duration) {
+    if !process.is_zero() {
+        tokio::time::sleep(process).await;
+    }
 }

@@ -185,11 +185,26 @@ pub struct BenchArgs {
     /// the partitions among themselves (default: no group).
     #[arg(long)]
     group: Option<String>,
+    /// Consumers join this share group (KIP-932: they share the partitions record by record,
+    /// each record accepted after it is counted) instead of splitting the partitions or
+    /// joining a consumer group. Native protocol only; Kafka's share consumer is measured
+    /// with librdkafka's `rdkafka_performance -S` (`scripts/bench-share.sh`). Default: none.
+    #[arg(long, conflicts_with = "group")]
+    share_group: Option<String>,
+    /// Each consumer spends this long on each record it receives before taking the next
+    /// (an application's processing), in milliseconds; default 0.
+    #[arg(long)]
+    process_ms: Option<f64>,
     /// What the bench's clients speak: `native`, Strata's protocol through its own client; or
     /// `kafka`, Kafka's protocol through librdkafka, against any Kafka-compatible broker
     /// (--bootstrap is then a Kafka listener). Default native.
     #[arg(long, value_enum)]
     protocol: Option<ProtocolArg>,
+}
+
+/// A duration given in (fractional) milliseconds; none or a negative one is zero.
+fn millis(ms: Option<f64>) -> Duration {
+    Duration::from_secs_f64(ms.unwrap_or(0.0).max(0.0) / 1000.0)
 }
 
 /// The protocol from the flag, else the workload file, else native.
@@ -268,6 +283,8 @@ struct WorkloadFile {
     broker_admin: Vec<String>,
     compression: Option<String>,
     group: Option<String>,
+    share_group: Option<String>,
+    process_ms: Option<f64>,
     /// `native` or `kafka`.
     protocol: Option<String>,
     warmup: Option<f64>,
@@ -426,6 +443,8 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             (None, None) => strata_client::Codec::None,
         },
         group: args.group.or(file.group),
+        share_group: args.share_group.or(file.share_group),
+        process_per_record: millis(args.process_ms.or(file.process_ms)),
         protocol: protocol_of(args.protocol, file.protocol.as_deref())?,
     };
     if !matches!(job, Job::Load(_)) {
