@@ -63,6 +63,11 @@ pub(super) struct Limits {
 }
 
 impl Limits {
+    /// When the fetch's wait for records is over.
+    pub(super) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// The limits a client asked for (zero or less: the broker's defaults; bytes per
     /// partition capped at [`PARTITION_READ_BYTES`]), its wait starting now.
     pub(super) fn new(shard: &Shard, max_records: i64, max_bytes: i64, max_wait_ms: i64) -> Limits {

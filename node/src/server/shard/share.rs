@@ -60,6 +60,8 @@ struct Held {
     /// The store revision this leader last wrote (its claim, or an acknowledgement since).
     revision: i64,
     leader_epoch: u32,
+    /// The topic's id: a topic deleted and created again under its name starts afresh.
+    topic_id: Option<String>,
 }
 
 /// The share-partition record in the group store.
@@ -68,6 +70,10 @@ pub(crate) struct StoredShareState {
     /// The epoch of the leader that claimed it: a leader of an older epoch may not.
     pub(crate) leader_epoch: u32,
     pub(crate) state: ShareSnapshot,
+    /// The id of the topic it is of (Kafka's topic id): state stored for a topic since deleted
+    /// is not that of a new topic of the same name.
+    #[serde(default)]
+    pub(crate) topic_id: Option<String>,
 }
 
 /// Why a share operation on a partition failed.
@@ -143,6 +149,13 @@ impl Shard {
             .collect()
     }
 
+    /// `topic`'s id as this shard's view has it.
+    fn topic_id_of(&self, topic: &str) -> Option<String> {
+        let view = self.view.borrow();
+        let known = view.topics.iter().find(|known| known.name == topic)?;
+        Some(uuid::Uuid::from_bytes(known.topic_id().0).to_string())
+    }
+
     /// This shard's leadership of `topic`-`partition`: its epoch.
     fn leading(&self, topic: &str, partition: u32) -> Result<u32, ErrorCode> {
         let partitions = self.partitions.borrow();
@@ -172,8 +185,10 @@ impl Shard {
     ) -> Result<(), ShareFailure> {
         let (group, topic, partition) = key;
         let epoch = self.leading(topic, *partition)?;
+        let topic_id = self.topic_id_of(topic);
         if let Some(current) = held.as_mut()
             && current.leader_epoch == epoch
+            && current.topic_id == topic_id
         {
             current.core.set_settings(config.partition.clone());
             return Ok(());
@@ -193,17 +208,28 @@ impl Shard {
             .leader_view(topic, *partition)
             .ok_or(ErrorCode::NotLeader)?;
         let offsets = log.offsets().await.map_err(|_| ErrorCode::StorageError)?;
-        let mut core = match stored {
+        let core = match stored {
             Some(value) => {
                 let stored: StoredShareState = serde_json::from_value(value).map_err(|error| {
                     tracing::error!(%id, "a stored share-partition does not read: {error}");
                     ErrorCode::Internal
                 })?;
-                if stored.leader_epoch > epoch {
+                if stored.topic_id.is_some() && stored.topic_id != topic_id {
+                    // Of a topic since deleted: this one starts afresh.
+                    None
+                } else if stored.leader_epoch > epoch {
                     return Err(ErrorCode::NotLeader.into());
+                } else {
+                    Some(SharePartition::restore(
+                        &stored.state,
+                        config.partition.clone(),
+                    ))
                 }
-                SharePartition::restore(&stored.state, config.partition.clone())
             }
+            None => None,
+        };
+        let mut core = match core {
+            Some(core) => core,
             None => {
                 let high_watermark = self
                     .leader_view(topic, *partition)
@@ -227,6 +253,7 @@ impl Shard {
         let claim = StoredShareState {
             leader_epoch: epoch,
             state: core.snapshot(),
+            topic_id: topic_id.clone(),
         };
         let revision = self
             .store_share(&id, revision, &claim)
@@ -237,6 +264,7 @@ impl Shard {
             core,
             revision,
             leader_epoch: epoch,
+            topic_id,
         });
         Ok(())
     }
@@ -290,6 +318,7 @@ impl Shard {
         let state = StoredShareState {
             leader_epoch: current.leader_epoch,
             state: current.core.snapshot(),
+            topic_id: current.topic_id.clone(),
         };
         match self.store_share(&id, current.revision, &state).await {
             Ok(Some(revision)) => {

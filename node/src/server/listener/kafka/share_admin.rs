@@ -186,15 +186,15 @@ pub(super) async fn check_stored(shard: &Rc<Shard>, group: &str, topic: &str, pa
 /// from `start` on to deliver; the stored leader epoch kept (a leader claims it again).
 fn set_start(start: u64) -> ShareStateChange {
     Box::new(move |stored: Option<serde_json::Value>| {
-        let leader_epoch = stored
-            .and_then(|value| serde_json::from_value::<StoredShareState>(value).ok())
-            .map_or(0, |stored| stored.leader_epoch);
+        let stored =
+            stored.and_then(|value| serde_json::from_value::<StoredShareState>(value).ok());
         let state = StoredShareState {
-            leader_epoch,
+            leader_epoch: stored.as_ref().map_or(0, |stored| stored.leader_epoch),
             state: ShareSnapshot {
                 start_offset: start,
                 ranges: Vec::new(),
             },
+            topic_id: stored.and_then(|stored| stored.topic_id),
         };
         Some(serde_json::to_value(state).expect("a share state serializes"))
     })

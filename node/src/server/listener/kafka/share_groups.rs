@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
+use bytes::Bytes;
+
 use strata_auth::acl::Operation;
 use strata_kafka::errors::{self, kafka_error};
 use strata_kafka::frame::{Header, KafkaRequest};
@@ -538,7 +540,18 @@ async fn fetch(
         id: &member,
         config: &config,
     };
-    acquire(shard, client, &member, &partitions, limits, &mut answers).await;
+    if request.max_bytes == 0 {
+        // A fetch that takes no bytes acquires nothing (it may still acknowledge): it waits
+        // out its time, as one finding no records would.
+        shard
+            .context
+            .config
+            .clock
+            .sleep_until(limits.deadline())
+            .await;
+    } else {
+        acquire(shard, client, &member, &partitions, limits, &mut answers).await;
+    }
     fetch_response(shard, client, &config, answers, unknown)
 }
 
@@ -602,16 +615,18 @@ fn fetch_response(
         leaders.insert(leader);
         let mut error = answer.error;
         let mut error_message = answer.error_message;
+        // Empty records, never null: librdkafka refuses a null record set in a ShareFetch
+        // answer (Java's client takes either).
         let (records, acquired) = match answer.acquired {
             Some(acquired) => match strata_kafka::records::to_kafka(acquired.records) {
-                Ok(records) => (Some(records), acquired.acquired),
+                Ok(records) => (records, acquired.acquired),
                 Err(failed) => {
                     error = errors::KAFKA_STORAGE_ERROR;
                     error_message = Some(format!("records did not translate: {failed}"));
-                    (None, Vec::new())
+                    (Bytes::new(), Vec::new())
                 }
             },
-            None => (None, Vec::new()),
+            None => (Bytes::new(), Vec::new()),
         };
         topics.entry(id).or_default().push(
             PartitionData::default()
@@ -625,7 +640,7 @@ fn fetch_response(
                         .with_leader_id(leader)
                         .with_leader_epoch(leader_epoch),
                 )
-                .with_records(records)
+                .with_records(Some(records))
                 .with_acquired_records(
                     acquired
                         .iter()
@@ -643,7 +658,8 @@ fn fetch_response(
         topics.entry(id).or_default().push(
             PartitionData::default()
                 .with_partition_index(partition)
-                .with_error_code(errors::UNKNOWN_TOPIC_ID),
+                .with_error_code(errors::UNKNOWN_TOPIC_ID)
+                .with_records(Some(Bytes::new())),
         );
     }
     ShareFetchResponse::default()
