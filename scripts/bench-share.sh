@@ -75,10 +75,12 @@ for round in $(seq 1 "$rounds"); do
         'BEGIN { printf "round %d native: consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'
     if [ -x "$rdperf" ]; then
         measure() { # -G or -S, group
-            local cpu0 cpu1
+            local cpu0 cpu1 from=()
+            # A share consumer starts where its group config says (set above); -o is refused.
+            [ "$1" = -G ] && from=(-o beginning -X auto.offset.reset=earliest)
             cpu0=$(cpu_seconds "$node_pid")
-            "$rdperf" -C "$1" "$2" -t $topic -b $kafka -c $count -o beginning -q \
-                -X auto.offset.reset=earliest >/dev/null 2>&1 || true
+            "$rdperf" "$1" "$2" -t $topic -b $kafka -c $count -q "${from[@]}" \
+                >"$root/rdperf.log" 2>&1 || { echo "rdkafka_performance $1 failed:" >&2; tail -3 "$root/rdperf.log" >&2; }
             cpu1=$(cpu_seconds "$node_pid")
             awk -v a="$cpu0" -v b="$cpu1" -v g="$bytes" 'BEGIN { printf "%.3f", (b - a) / (g / 1e9) }'
         }
