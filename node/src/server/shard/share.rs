@@ -62,6 +62,9 @@ struct Held {
     leader_epoch: u32,
     /// The topic's id: a topic deleted and created again under its name starts afresh.
     topic_id: Option<String>,
+    /// The partition's stored bytes per record, as reads found them (0: none read yet): an
+    /// acquisition reads about what it may take rather than the client's byte limit.
+    bytes_per_record: u64,
 }
 
 /// The share-partition record in the group store.
@@ -265,6 +268,7 @@ impl Shard {
             revision,
             leader_epoch: epoch,
             topic_id,
+            bytes_per_record: 0,
         });
         Ok(())
     }
@@ -383,13 +387,17 @@ impl Shard {
                 ..ShareAcquired::default()
             });
         };
+        // The records this acquisition may look at: those waiting in the window past `from`,
+        // and as many new ones as it may take.
+        let wanted = max_records as u64 + current.core.end_offset().saturating_sub(from);
+        let read_bytes = read_size(wanted, current.bytes_per_record, max_bytes);
         let fetched = self
             .fetch_local(
                 topic,
                 FetchPartition {
                     partition: *partition,
                     fetch_offset: from,
-                    max_bytes,
+                    max_bytes: read_bytes,
                 },
                 None,
                 Delivery::Bytes,
@@ -409,6 +417,12 @@ impl Shard {
             .unwrap_or_default();
         let wall_ms = self.clock().wall_ms();
         let read = log_records(&bytes, &aborted, &config, now, wall_ms);
+        if let Some(per_record) = (bytes.len() as u64).checked_div(read.records.len() as u64) {
+            current.bytes_per_record = match current.bytes_per_record {
+                0 => per_record,
+                known => (known * 3 + per_record) / 4,
+            };
+        }
         let acquired = current
             .core
             .acquire(&member, now, &read.records, max_records);
@@ -742,6 +756,20 @@ impl Shard {
         let until = next_change.map_or(deadline, |at| at.min(deadline));
         let _ = self.clock().timeout_at(until, advanced).await;
     }
+}
+
+/// How much to read for an acquisition that may look at `wanted` records: a quarter more than
+/// they take at `bytes_per_record` (unknown: 256 KiB), within 16 KiB and the client's limit. A
+/// read returns at least the first whole batch whatever its size.
+fn read_size(wanted: u64, bytes_per_record: u64, max_bytes: u32) -> u32 {
+    const FLOOR: u64 = 16 << 10;
+    let guess = match bytes_per_record {
+        0 => 256 << 10,
+        known => wanted.saturating_mul(known).saturating_mul(5) / 4 + FLOOR,
+    };
+    u32::try_from(guess.max(FLOOR))
+        .unwrap_or(u32::MAX)
+        .min(max_bytes)
 }
 
 /// What a log read holds, as the share-partition acquires from it.
