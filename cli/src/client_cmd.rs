@@ -1116,22 +1116,10 @@ pub async fn group(connection: Connection, command: GroupCommand) -> anyhow::Res
                     described.assignor
                 );
                 for member in &members {
-                    let partitions: Vec<String> = member["partitions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|p| {
-                            format!(
-                                "{}-{}",
-                                p["topic"].as_str().unwrap_or_default(),
-                                p["partition"]
-                            )
-                        })
-                        .collect();
                     outln!(
                         "  member {} [{}]",
                         member["id"].as_str().unwrap_or_default(),
-                        partitions.join(" ")
+                        member_partitions(member)
                     );
                 }
                 for offset in &offsets {
@@ -1249,4 +1237,22 @@ pub async fn cluster(connection: Connection, command: ClusterCommand) -> anyhow:
         }
     }
     Ok(())
+}
+
+/// A described member's partitions (`"partitions": [{"topic", "partition"}]`) as
+/// `topic-partition` words.
+pub(crate) fn member_partitions(member: &serde_json::Value) -> String {
+    let partitions: Vec<String> = member["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}-{}",
+                p["topic"].as_str().unwrap_or_default(),
+                p["partition"]
+            )
+        })
+        .collect();
+    partitions.join(" ")
 }

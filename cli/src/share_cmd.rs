@@ -147,24 +147,12 @@ pub async fn describe(
         share.state
     );
     for member in &members {
-        let assigned: Vec<String> = member["partitions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                format!(
-                    "{}-{}",
-                    p["topic"].as_str().unwrap_or_default(),
-                    p["partition"]
-                )
-            })
-            .collect();
         outln!(
             "  member {} client {} ({}) [{}]",
             member["id"].as_str().unwrap_or_default(),
             member["client_id"].as_str().unwrap_or_default(),
             member["client_host"].as_str().unwrap_or_default(),
-            assigned.join(" ")
+            crate::client_cmd::member_partitions(member)
         );
     }
     for p in &partitions {

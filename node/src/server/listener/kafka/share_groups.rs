@@ -417,6 +417,15 @@ struct PartitionAnswer {
     answered: bool,
 }
 
+/// A ShareFetch's or ShareAcknowledge's group and member ids, both given and not empty.
+fn group_and_member(
+    group: &Option<strata_kafka::kafka_protocol::messages::GroupId>,
+    member: &Option<strata_kafka::kafka_protocol::protocol::StrBytes>,
+) -> Option<(String, String)> {
+    let (group, member) = (group.as_ref()?.0.to_string(), member.as_ref()?.to_string());
+    (!group.is_empty() && !member.is_empty()).then_some((group, member))
+}
+
 async fn fetch(
     shard: &Rc<Shard>,
     client: &Client,
@@ -427,20 +436,12 @@ async fn fetch(
             .with_error_code(code)
             .with_error_message(Some(text(message)))
     };
-    let (Some(group), Some(member)) = (request.group_id.as_ref(), request.member_id.as_ref())
-    else {
+    let Some((group, member)) = group_and_member(&request.group_id, &request.member_id) else {
         return refused(
             errors::INVALID_REQUEST,
             "the group and member ids are needed",
         );
     };
-    let (group, member) = (group.0.to_string(), member.to_string());
-    if group.is_empty() || member.is_empty() {
-        return refused(
-            errors::INVALID_REQUEST,
-            "the group and member ids are needed",
-        );
-    }
     if !authorize::group(shard, client, Operation::Read, &group) {
         return refused(
             errors::GROUP_AUTHORIZATION_FAILED,
@@ -704,14 +705,12 @@ async fn acknowledge(
             .with_error_code(code)
             .with_error_message(Some(text(message)))
     };
-    let (Some(group), Some(member)) = (request.group_id.as_ref(), request.member_id.as_ref())
-    else {
+    let Some((group, member)) = group_and_member(&request.group_id, &request.member_id) else {
         return refused(
             errors::INVALID_REQUEST,
             "the group and member ids are needed",
         );
     };
-    let (group, member) = (group.0.to_string(), member.to_string());
     if !authorize::group(shard, client, Operation::Read, &group) {
         return refused(
             errors::GROUP_AUTHORIZATION_FAILED,
