@@ -873,8 +873,8 @@ fn key_order_holds_each_key_to_one_record_at_a_time_and_scales_past_one_consumer
 
 /// Strata's redelivery backoff and delivery delay, end to end: with
 /// `strata.share.redelivery.backoff.ms` at 1 s, a released record comes back no sooner than
-/// 1 s after its release; a record produced with `strata.deliver.after.ms` is not delivered
-/// before that time. (That it holds back no record after it is checked at the core, with time
+/// 1 s after its release; with `strata.share.delayed.delivery`, a record produced with
+/// `strata.deliver.after.ms` is not delivered before that time. (That it holds back no record after it is checked at the core, with time
 /// as an argument: here the consumer's start may come after the time.)
 #[test]
 fn released_records_wait_out_their_backoff_and_delayed_records_their_time() {
@@ -889,6 +889,7 @@ fn released_records_wait_out_their_backoff_and_delayed_records_their_time() {
             "share.auto.offset.reset=earliest",
             "share.record.lock.duration.ms=15000",
             &format!("strata.share.redelivery.backoff.ms={BACKOFF_MS}"),
+            "strata.share.delayed.delivery=true",
         ],
     );
     let delayed = java.run(&["produce-delayed", "paced", "later", "5000"]);

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::groups::{GroupOffsets, GroupRecord, GroupStore, LoadedGroup, RecordKind, StoredOffset};
+use crate::groups::{
+    Durability, GroupOffsets, GroupRecord, GroupStore, LoadedGroup, RecordKind, StoredOffset,
+};
 use crate::{BrokerInfo, ConfigChange, Coordinator, CoordinatorError, PartitionChange, TopicSpec};
 
 /// A broker for the checks: id `id`, ports that nothing needs to listen on.
@@ -301,10 +303,12 @@ async fn check_share_state_store(store: &impl GroupStore) {
             id,
             0,
             &serde_json::json!({"start": 1}),
+            Durability::Written,
         )
         .await
         .unwrap()
         .unwrap();
+    store.sync_written().await.unwrap();
     assert_eq!(
         store
             .load_record(RecordKind::Transaction, id)
@@ -314,7 +318,13 @@ async fn check_share_state_store(store: &impl GroupStore) {
     );
     assert_eq!(
         store
-            .store_record(RecordKind::ShareState, id, 0, &serde_json::json!({}))
+            .store_record(
+                RecordKind::ShareState,
+                id,
+                0,
+                &serde_json::json!({}),
+                Durability::Synced,
+            )
             .await
             .unwrap(),
         None,
@@ -354,20 +364,38 @@ async fn check_txn_store(store: &impl GroupStore) {
     );
     let record = |epoch: i64| serde_json::json!({"producer_id": 7, "epoch": epoch});
     let first = store
-        .store_record(RecordKind::Transaction, "app", 0, &record(0))
+        .store_record(
+            RecordKind::Transaction,
+            "app",
+            0,
+            &record(0),
+            Durability::Synced,
+        )
         .await
         .unwrap()
         .expect("the first write wins");
     // A coordinator that read revision 0 is fenced once another stored.
     assert_eq!(
         store
-            .store_record(RecordKind::Transaction, "app", 0, &record(5))
+            .store_record(
+                RecordKind::Transaction,
+                "app",
+                0,
+                &record(5),
+                Durability::Synced
+            )
             .await
             .unwrap(),
         None
     );
     let second = store
-        .store_record(RecordKind::Transaction, "app", first, &record(1))
+        .store_record(
+            RecordKind::Transaction,
+            "app",
+            first,
+            &record(1),
+            Durability::Synced,
+        )
         .await
         .unwrap()
         .expect("at the revision read");
@@ -380,7 +408,13 @@ async fn check_txn_store(store: &impl GroupStore) {
     );
     assert_eq!(
         store
-            .store_record(RecordKind::Transaction, "app", first, &record(9))
+            .store_record(
+                RecordKind::Transaction,
+                "app",
+                first,
+                &record(9),
+                Durability::Synced
+            )
             .await
             .unwrap(),
         None,
@@ -388,7 +422,13 @@ async fn check_txn_store(store: &impl GroupStore) {
     );
     for id in ["app/b", "app%2Fb"] {
         store
-            .store_record(RecordKind::Transaction, id, 0, &record(3))
+            .store_record(
+                RecordKind::Transaction,
+                id,
+                0,
+                &record(3),
+                Durability::Synced,
+            )
             .await
             .unwrap()
             .unwrap();

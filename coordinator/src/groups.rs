@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
@@ -35,6 +36,7 @@ use crate::CoordinatorError;
 use crate::etcd::{
     LARGE_VALUES_PER_PAGE, connect_client, connect_options, decode, etcd_error, get_prefix,
 };
+use crate::journal::RecordJournal;
 use crate::local::write_atomically;
 
 /// A store revision of a group record; 0 when the group has never been stored.
@@ -226,22 +228,39 @@ pub trait GroupStore {
         id: &str,
     ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError>;
     /// Writes a record of `kind` if the stored one is still at `expected`; `None` when fenced.
+    /// Durable as `durability` says when it returns.
     async fn store_record(
         &self,
         kind: RecordKind,
         id: &str,
         expected: Revision,
         record: &serde_json::Value,
+        durability: Durability,
     ) -> Result<Option<Revision>, CoordinatorError>;
     /// Every stored id of `kind`, sorted.
     async fn list_records(&self, kind: RecordKind) -> Result<Vec<String>, CoordinatorError>;
     /// Removes a record of `kind`, whatever its revision (its owner is done with it).
     async fn delete_record(&self, kind: RecordKind, id: &str) -> Result<(), CoordinatorError>;
+    /// Syncs to disk what was stored [`Durability::Written`] since the last call. The group
+    /// thread calls it on every tick; a store whose writes are always synced does nothing.
+    async fn sync_written(&self) -> Result<(), CoordinatorError> {
+        Ok(())
+    }
+}
+
+/// How durable a stored record is once `store_record` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On disk: it survives the loss of the machine's power.
+    Synced,
+    /// In the store: it survives the broker's crash (a kill -9); on disk by the next
+    /// [`GroupStore::sync_written`]. etcd answers only once synced, so there both are `Synced`.
+    Written,
 }
 
 /// The opaque records the group store keeps besides groups and offsets, each fenced on its
 /// own revision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordKind {
     /// A transactional id's state: the transaction coordinator's.
     Transaction,
@@ -262,14 +281,17 @@ impl RecordKind {
 
 /// A record of a [`RecordKind`] as the single-node store keeps it.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct LocalRecordFile {
-    record: Option<serde_json::Value>,
+struct LocalRecordFile<R = serde_json::Value> {
+    record: Option<R>,
     revision: Revision,
 }
 
-/// Single node: `<dir>/groups/<group>.json` and `<dir>/producer-ids`, written atomically.
+/// Single node: `<dir>/groups/<group>.json`, `<dir>/producer-ids` and a file per transaction,
+/// written atomically; share-partition states, written at every acknowledgement, appended to
+/// one journal (`<dir>/share-states.journal`).
 pub struct LocalGroupStore {
     dir: PathBuf,
+    share_states: Mutex<RecordJournal>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -282,7 +304,7 @@ struct LocalGroupFile {
 impl LocalGroupStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<LocalGroupStore, CoordinatorError> {
         let dir = dir.into();
-        for folder in ["groups", "txns", "share-states"] {
+        for folder in ["groups", "txns"] {
             std::fs::create_dir_all(dir.join(folder)).map_err(|source| {
                 CoordinatorError::Storage {
                     path: dir.clone(),
@@ -290,7 +312,11 @@ impl LocalGroupStore {
                 }
             })?;
         }
-        Ok(LocalGroupStore { dir })
+        let share_states = RecordJournal::open(&dir, "share-states.journal")?;
+        Ok(LocalGroupStore {
+            dir,
+            share_states: Mutex::new(share_states),
+        })
     }
 
     fn read_json<T: Default + for<'de> Deserialize<'de>>(
@@ -422,6 +448,9 @@ impl GroupStore for LocalGroupStore {
         id: &str,
     ) -> Result<(Option<serde_json::Value>, Revision), CoordinatorError> {
         validate_group_id(id)?;
+        if kind == RecordKind::ShareState {
+            return Ok(self.journal().load(id));
+        }
         let file: LocalRecordFile = self.read_json(self.record_path(kind, id))?;
         Ok((file.record, file.revision))
     }
@@ -432,14 +461,22 @@ impl GroupStore for LocalGroupStore {
         id: &str,
         expected: Revision,
         record: &serde_json::Value,
+        durability: Durability,
     ) -> Result<Option<Revision>, CoordinatorError> {
         validate_group_id(id)?;
-        let mut file: LocalRecordFile = self.read_json(self.record_path(kind, id))?;
+        if kind == RecordKind::ShareState {
+            let sync = durability == Durability::Synced;
+            return self.journal().store(id, expected, record, sync);
+        }
+        // Records kept in files are synced whatever the durability asked.
+        let file: LocalRecordFile = self.read_json(self.record_path(kind, id))?;
         if file.revision != expected {
             return Ok(None);
         }
-        file.record = Some(record.clone());
-        file.revision += 1;
+        let file = LocalRecordFile {
+            record: Some(record),
+            revision: file.revision + 1,
+        };
         let bytes = serde_json::to_vec(&file).expect("a record serializes");
         let name = format!("{}.json", group_key(id));
         write_atomically(&self.dir.join(kind.folder()), &name, &bytes)?;
@@ -447,6 +484,9 @@ impl GroupStore for LocalGroupStore {
     }
 
     async fn list_records(&self, kind: RecordKind) -> Result<Vec<String>, CoordinatorError> {
+        if kind == RecordKind::ShareState {
+            return Ok(self.journal().ids());
+        }
         let dir = self.dir.join(kind.folder());
         let entries = std::fs::read_dir(&dir).map_err(|source| CoordinatorError::Storage {
             path: dir.clone(),
@@ -465,6 +505,9 @@ impl GroupStore for LocalGroupStore {
 
     async fn delete_record(&self, kind: RecordKind, id: &str) -> Result<(), CoordinatorError> {
         validate_group_id(id)?;
+        if kind == RecordKind::ShareState {
+            return self.journal().delete(id);
+        }
         let path = self.record_path(kind, id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -472,9 +515,17 @@ impl GroupStore for LocalGroupStore {
             Err(source) => Err(CoordinatorError::Storage { path, source }),
         }
     }
+
+    async fn sync_written(&self) -> Result<(), CoordinatorError> {
+        self.journal().sync()
+    }
 }
 
 impl LocalGroupStore {
+    fn journal(&self) -> std::sync::MutexGuard<'_, RecordJournal> {
+        self.share_states.lock().expect("share-state journal lock")
+    }
+
     fn record_path(&self, kind: RecordKind, id: &str) -> PathBuf {
         self.dir
             .join(kind.folder())
@@ -689,6 +740,7 @@ impl GroupStore for EtcdGroupStore {
         id: &str,
         expected: Revision,
         record: &serde_json::Value,
+        _: Durability,
     ) -> Result<Option<Revision>, CoordinatorError> {
         validate_group_id(id)?;
         let key = self.key(&format!("{}/{}", kind.folder(), group_key(id)));
@@ -795,6 +847,74 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalGroupStore::open(dir.path()).unwrap();
         block_on(crate::conformance::check_group_store(&store));
+    }
+
+    #[test]
+    fn written_records_outlive_the_process_and_fence_a_store_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "g/t/0";
+        let stored = block_on(async {
+            let store = LocalGroupStore::open(dir.path()).unwrap();
+            let mut revision = 0;
+            for start in 0..3 {
+                let state = serde_json::json!({ "start": start });
+                revision = store
+                    .store_record(
+                        RecordKind::ShareState,
+                        id,
+                        revision,
+                        &state,
+                        Durability::Written,
+                    )
+                    .await
+                    .unwrap()
+                    .expect("not fenced: this store wrote the revision it checks");
+            }
+            // A crash here (no sync) keeps what was written: it is in the journal's file.
+            store.sync_written().await.unwrap();
+            revision
+        });
+        block_on(async {
+            let store = LocalGroupStore::open(dir.path()).unwrap();
+            // A store that never read the record fences on the file's revision.
+            let stale = serde_json::json!({ "start": 0 });
+            let fenced = store
+                .store_record(
+                    RecordKind::ShareState,
+                    id,
+                    stored - 1,
+                    &stale,
+                    Durability::Written,
+                )
+                .await
+                .unwrap();
+            assert_eq!(fenced, None);
+            assert_eq!(
+                store.load_record(RecordKind::ShareState, id).await.unwrap(),
+                (Some(serde_json::json!({ "start": 2 })), stored)
+            );
+            // Deleted after it was written and before the sync: the sync has nothing to keep.
+            let next = store
+                .store_record(
+                    RecordKind::ShareState,
+                    id,
+                    stored,
+                    &stale,
+                    Durability::Written,
+                )
+                .await
+                .unwrap();
+            assert!(next.is_some());
+            store
+                .delete_record(RecordKind::ShareState, id)
+                .await
+                .unwrap();
+            store.sync_written().await.unwrap();
+            assert_eq!(
+                store.load_record(RecordKind::ShareState, id).await.unwrap(),
+                (None, 0)
+            );
+        });
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod etcd;
 mod failover;
 pub mod group_configs;
 pub mod groups;
+mod journal;
 mod local;
 pub mod placement;
 pub mod quotas;
@@ -24,7 +25,7 @@ pub mod security;
 pub mod testing;
 
 pub use etcd::{DEFAULT_LEASE_TTL, EtcdCoordinator};
-pub use groups::{EtcdGroupStore, GroupStore, LocalGroupStore};
+pub use groups::{Durability, EtcdGroupStore, GroupStore, LocalGroupStore};
 pub use local::LocalCoordinator;
 
 use std::collections::BTreeMap;

@@ -21,6 +21,7 @@ pub const DEAD_LETTER_TOPIC: &str = "errors.deadletterqueue.topic.name";
 pub const SHARE_KEY_ORDERING: &str = "strata.share.key.ordering";
 pub const SHARE_REDELIVERY_BACKOFF_MS: &str = "strata.share.redelivery.backoff.ms";
 pub const SHARE_REDELIVERY_BACKOFF_MAX_MS: &str = "strata.share.redelivery.backoff.max.ms";
+pub const SHARE_DELAYED_DELIVERY: &str = "strata.share.delayed.delivery";
 
 /// Every config a group may set: (name, the default an unset one has, as Kafka documents it,
 /// what it does). DescribeConfigs on a group answers each of them.
@@ -93,6 +94,12 @@ pub const GROUP_CONFIGS: &[(&str, &str, &str)] = &[
         "60000",
         "Strata: the longest wait before a record is delivered again.",
     ),
+    (
+        SHARE_DELAYED_DELIVERY,
+        "false",
+        "Strata: a share group delivers a record with the header strata.deliver.after.ms \
+         (Unix time, ms) no sooner than that time.",
+    ),
 ];
 
 /// The limits of a session timeout or heartbeat interval, and of a record lock (ms).
@@ -122,7 +129,7 @@ fn rule(name: &str) -> Option<Rule> {
         SHARE_ISOLATION_LEVEL => Rule::OneOf(&["read_committed", "read_uncommitted"]),
         SHARE_DELIVERY_COUNT_LIMIT => Rule::Integer(DELIVERY_COUNT_LIMIT.0, DELIVERY_COUNT_LIMIT.1),
         DEAD_LETTER_TOPIC => Rule::TopicName,
-        SHARE_KEY_ORDERING => Rule::OneOf(&["true", "false"]),
+        SHARE_KEY_ORDERING | SHARE_DELAYED_DELIVERY => Rule::OneOf(&["true", "false"]),
         SHARE_REDELIVERY_BACKOFF_MS | SHARE_REDELIVERY_BACKOFF_MAX_MS => {
             Rule::Integer(REDELIVERY_BACKOFF_MS.0, REDELIVERY_BACKOFF_MS.1)
         }

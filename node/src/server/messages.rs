@@ -413,6 +413,7 @@ pub enum ShareGroupRequest {
         id: String,
         expected: i64,
         record: serde_json::Value,
+        durability: strata_coordinator::groups::Durability,
         reply: oneshot::Sender<Result<Option<i64>, ErrorCode>>,
     },
 }

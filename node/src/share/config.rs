@@ -47,6 +47,9 @@ pub struct ShareGroupConfig {
     pub session_timeout: Duration,
     /// KIP-1191's `errors.deadletterqueue.topic.name`.
     pub dead_letter_topic: Option<String>,
+    /// Strata's delayed delivery (`strata.share.delayed.delivery`): records' delivery times
+    /// are read from their headers (off, records are listed a batch at a time, unread).
+    pub delayed_delivery: bool,
 }
 
 impl Default for ShareGroupConfig {
@@ -88,6 +91,7 @@ impl ShareGroupConfig {
             heartbeat_interval: millis("share.heartbeat.interval.ms", 5_000),
             session_timeout: millis("share.session.timeout.ms", 45_000),
             dead_letter_topic,
+            delayed_delivery: get("strata.share.delayed.delivery") == Some("true"),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! One share group's view of one partition (KIP-932's share-partition), held by the partition's
 //! leader: which records are in flight, each one's state and delivery count, the acquisition
 //! locks and when they expire. Sans-IO: the host reads the log, hands over what it read
-//! ([`LogRecord`]s) and the time, persists [`SharePartition::snapshot`] when
+//! ([`LogRun`]s) and the time, persists [`SharePartition::snapshot`] when
 //! [`SharePartition::is_dirty`], and writes [`SharePartition::take_dead_letters`] out.
 //!
 //! The window: offsets from the share-partition start offset (every record below it is done:
@@ -111,16 +111,37 @@ impl Default for ShareSettings {
     }
 }
 
-/// What the host read from the log at one offset, in offset order.
+/// What the host read from the log: the records at offsets `first..=last`, alike in what
+/// acquisition looks at. One record when it looks at each (key order, delayed delivery), else
+/// a whole batch, so that the host lists batches, not records. Runs come in offset order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogRecord {
-    pub offset: u64,
+pub struct LogRun {
+    pub first: u64,
+    pub last: u64,
     /// The key's hash, for key order (`None`: no key, or key order off).
     pub key: Option<u64>,
     /// Not to be acquired before this (a record's own delivery delay).
     pub not_before: Option<Instant>,
-    /// Not a record to deliver: a transaction marker, or aborted under `read_committed`.
+    /// Not records to deliver: a transaction marker, or aborted under `read_committed`.
     pub skip: bool,
+}
+
+impl LogRun {
+    /// A run of one record.
+    pub fn record(offset: u64) -> LogRun {
+        LogRun {
+            first: offset,
+            last: offset,
+            key: None,
+            not_before: None,
+            skip: false,
+        }
+    }
+
+    /// Each offset of the run, with what the run says of it.
+    fn offsets(&self) -> impl Iterator<Item = (u64, LogRun)> + '_ {
+        (self.first..=self.last).map(|offset| (offset, *self))
+    }
 }
 
 /// A run of offsets acquired with the same delivery count (Kafka's `AcquiredRecords`).
@@ -385,21 +406,23 @@ impl SharePartition {
         (self.slots.len() < self.settings.max_in_flight).then(|| self.end_offset())
     }
 
-    /// Acquires for `member` up to `max_records` records among `read` (what the log holds from
+    /// Acquires for `member` about `max_records` records among `read` (what the log holds from
     /// the offset [`SharePartition::read_from`] gave, in offset order): available slots first
     /// met in offset order, new records past the window's end taken into it. Offsets of the
-    /// read that hold no record are archived.
+    /// read that hold no record are archived. As Kafka's, the limit ends an acquisition at a
+    /// run's end (a batch's, where runs are batches), so that no batch is sent twice for its
+    /// two halves.
     pub fn acquire(
         &mut self,
         member: &str,
         now: Instant,
-        read: &[LogRecord],
+        read: &[LogRun],
         max_records: usize,
     ) -> Vec<Acquired> {
         self.handle_timeout(now);
         let member = member_key(member);
         let mut taken: Vec<Acquired> = Vec::new();
-        let Some(first_read) = read.first().map(|record| record.offset) else {
+        let Some(first_read) = read.first().map(|run| run.first) else {
             return taken;
         };
         // Keys held by slots before the read, for key order.
@@ -413,12 +436,16 @@ impl SharePartition {
         let mut next = first_read.max(self.start);
         let mut count = 0usize;
         let window_start = self.start;
-        for record in read.iter().filter(|record| record.offset >= window_start) {
-            if count >= max_records {
+        let offsets = read
+            .iter()
+            .flat_map(LogRun::offsets)
+            .filter(|(offset, _)| *offset >= window_start);
+        for (offset, record) in offsets {
+            if count >= max_records && offset == record.first.max(window_start) {
                 break;
             }
             // Offsets between records hold none: archive them.
-            while next < record.offset {
+            while next < offset {
                 if next >= self.end_offset() {
                     if !self.has_room() {
                         break;
@@ -431,11 +458,11 @@ impl SharePartition {
                 }
                 next += 1;
             }
-            if next < record.offset {
+            if next < offset {
                 break; // the window is full
             }
-            next = record.offset + 1;
-            if record.offset >= self.end_offset() {
+            next = offset + 1;
+            if offset >= self.end_offset() {
                 if !self.has_room() {
                     break;
                 }
@@ -454,7 +481,7 @@ impl SharePartition {
             let start = self.start;
             let key_ordering = self.settings.key_ordering;
             let lock = self.settings.lock_duration;
-            let slot = &mut self.slots[(record.offset - start) as usize];
+            let slot = &mut self.slots[(offset - start) as usize];
             if record.skip && slot.state == RecordState::Available {
                 *slot = Slot::done(RecordState::Archived, slot.deliveries);
                 self.dirty = true;
@@ -475,17 +502,17 @@ impl SharePartition {
                 }
                 let deliveries = slot.deliveries;
                 match taken.last_mut() {
-                    Some(run) if run.last + 1 == record.offset && run.deliveries == deliveries => {
-                        run.last = record.offset;
+                    Some(run) if run.last + 1 == offset && run.deliveries == deliveries => {
+                        run.last = offset;
                     }
                     _ => taken.push(Acquired {
-                        first: record.offset,
-                        last: record.offset,
+                        first: offset,
+                        last: offset,
                         deliveries,
                     }),
                 }
             }
-            let slot = self.slots[(record.offset - start) as usize];
+            let slot = self.slots[(offset - start) as usize];
             hold_key(&mut pending, &slot);
         }
         self.dirty |= !taken.is_empty();
@@ -799,25 +826,16 @@ fn hold_key(pending: &mut Option<HashSet<u64>>, slot: &Slot) {
 mod tests {
     use super::*;
 
-    fn records(offsets: std::ops::Range<u64>) -> Vec<LogRecord> {
-        offsets
-            .map(|offset| LogRecord {
-                offset,
-                key: None,
-                not_before: None,
-                skip: false,
-            })
-            .collect()
+    fn records(offsets: std::ops::Range<u64>) -> Vec<LogRun> {
+        offsets.map(LogRun::record).collect()
     }
 
-    fn keyed(pairs: &[(u64, u64)]) -> Vec<LogRecord> {
+    fn keyed(pairs: &[(u64, u64)]) -> Vec<LogRun> {
         pairs
             .iter()
-            .map(|&(offset, key)| LogRecord {
-                offset,
+            .map(|&(offset, key)| LogRun {
                 key: Some(key),
-                not_before: None,
-                skip: false,
+                ..LogRun::record(offset)
             })
             .collect()
     }
@@ -839,6 +857,41 @@ mod tests {
 
     fn offsets(taken: &[Acquired]) -> Vec<u64> {
         taken.iter().flat_map(|run| run.first..=run.last).collect()
+    }
+
+    /// Runs of whole batches: `(first, last)` each.
+    fn batches(ranges: &[(u64, u64)]) -> Vec<LogRun> {
+        ranges
+            .iter()
+            .map(|&(first, last)| LogRun {
+                last,
+                ..LogRun::record(first)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_limit_ends_an_acquisition_at_a_batch_end() {
+        let now = Instant::now();
+        let mut partition = SharePartition::new(0, settings());
+        let read = batches(&[(0, 9), (10, 19), (20, 29)]);
+        // 15 records asked: the second batch is taken whole, the third left.
+        let first = partition.acquire("a", now, &read, 15);
+        assert_eq!(offsets(&first), (0..20).collect::<Vec<_>>());
+        // A read from inside a batch (its start acquired before) takes from the window's end.
+        partition
+            .acknowledge("a", now, &[ack(0, 4, AckType::Release)])
+            .unwrap();
+        assert_eq!(partition.read_from(now), Some(0));
+        let again = partition.acquire("b", now, &read, 3);
+        assert_eq!(
+            offsets(&again),
+            (0..5).collect::<Vec<_>>(),
+            "the released part, whole"
+        );
+        let rest = partition.acquire("b", now, &read[2..], 1);
+        assert_eq!(offsets(&rest), (20..30).collect::<Vec<_>>());
+        assert_eq!(partition.summary().acquired, 30);
     }
 
     #[test]

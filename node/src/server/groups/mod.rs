@@ -284,6 +284,7 @@ async fn serve<S: GroupStore>(
             _ = ticks.tick() => {
                 manager.tick().await;
                 manager.txn_timeouts().await;
+                manager.sync_written().await;
             }
             _ = expiry_ticks.tick() => manager.expire_offsets().await,
         }
@@ -377,6 +378,15 @@ impl<S: GroupStore> GroupManager<S> {
                 host: String::new(),
                 port: 0,
             },
+        }
+    }
+
+    /// Syncs the records stored as written only (share-partition states: see
+    /// `docs/internals/share-groups.md`). A failure is logged and retried on the next tick
+    /// with what is written by then.
+    async fn sync_written(&mut self) {
+        if let Err(error) = self.store.sync_written().await {
+            tracing::error!("group store: syncing written records failed: {error}");
         }
     }
 

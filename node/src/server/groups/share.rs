@@ -69,11 +69,12 @@ impl<S: GroupStore> GroupManager<S> {
                 id,
                 expected,
                 record,
+                durability,
                 reply,
             } => {
                 let stored = self
                     .store
-                    .store_record(RecordKind::ShareState, &id, expected, &record)
+                    .store_record(RecordKind::ShareState, &id, expected, &record, durability)
                     .await
                     .map_err(|error| store_error(&error));
                 let _ = reply.send(stored);

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use strata_coordinator::groups::RecordKind;
+use strata_coordinator::groups::{Durability, RecordKind};
 use strata_coordinator::{CoordinatorError, GroupStore};
 use strata_wire::protocol::ErrorCode;
 
@@ -172,7 +172,13 @@ impl<S: GroupStore> GroupManager<S> {
             };
             let stored = self
                 .store
-                .store_record(RecordKind::ShareState, &id, revision, &record)
+                .store_record(
+                    RecordKind::ShareState,
+                    &id,
+                    revision,
+                    &record,
+                    Durability::Synced,
+                )
                 .await
                 .map_err(|error| store_error(&error))?;
             if stored.is_some() {

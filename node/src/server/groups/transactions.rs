@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use strata_coordinator::GroupStore;
-use strata_coordinator::groups::{RecordKind, Revision, StoredOffset};
+use strata_coordinator::groups::{Durability, RecordKind, Revision, StoredOffset};
 use strata_wire::protocol::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
     DescribeTransactionsResponse, EndTxnRequest, ErrorCode, InitProducerIdResponse,
@@ -232,7 +232,13 @@ impl<S: GroupStore> GroupManager<S> {
                 let value = serde_json::to_value(&record).expect("a transaction record serializes");
                 revision = match self
                     .store
-                    .store_record(RecordKind::Transaction, id, revision, &value)
+                    .store_record(
+                        RecordKind::Transaction,
+                        id,
+                        revision,
+                        &value,
+                        Durability::Synced,
+                    )
                     .await
                 {
                     Ok(Some(revision)) => revision,
@@ -289,7 +295,13 @@ impl<S: GroupStore> GroupManager<S> {
         let value = serde_json::to_value(record).expect("a transaction record serializes");
         match self
             .store
-            .store_record(RecordKind::Transaction, id, expected, &value)
+            .store_record(
+                RecordKind::Transaction,
+                id,
+                expected,
+                &value,
+                Durability::Synced,
+            )
             .await
         {
             Ok(Some(revision)) => {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use strata_wire::batch::BatchBuilder;
+use strata_coordinator::groups::Durability;
+use strata_wire::batch::{Batch, BatchBuilder, BatchHeader};
 use strata_wire::protocol::{
     ACKS_ALL, ErrorCode, FetchPartition, ProducePartition, ProduceRequest, ProduceTopic, Records,
     Request, Response, SharePartitionDescription,
@@ -24,8 +25,8 @@ use crate::server::messages::{Delivery, GroupMessage, ShareGroupRequest};
 use crate::server::shard::replica::Role;
 use crate::share::config::{AutoOffsetReset, ShareGroupConfig};
 use crate::share::partition::{
-    AckBatch, AckError, Acquired, DeadLetter, LogRecord, ShareCounters, SharePartition,
-    ShareSnapshot, ShareSummary, record_key,
+    AckBatch, AckError, Acquired, DeadLetter, LogRun, ShareCounters, SharePartition, ShareSnapshot,
+    ShareSummary, record_key,
 };
 
 use super::Shard;
@@ -171,6 +172,18 @@ impl Shard {
         }
     }
 
+    /// How durable an acknowledgement of `key` is once answered: as the partition's records are
+    /// once acknowledged to their producer. Synced first under `flush=always`; otherwise
+    /// written (it survives a crash of the broker) and synced within the group thread's next
+    /// tick, sooner than the records under the default `flush=interval`.
+    fn share_durability(&self, key: &ShareKey) -> Durability {
+        let partitions = self.partitions.borrow();
+        match partitions.get(&(key.1.clone(), key.2)) {
+            Some(partition) if !partition.flush_always => Durability::Written,
+            _ => Durability::Synced,
+        }
+    }
+
     async fn share_store(&self, request: ShareGroupRequest) -> bool {
         self.context
             .groups
@@ -259,7 +272,7 @@ impl Shard {
             topic_id: topic_id.clone(),
         };
         let revision = self
-            .store_share(&id, revision, &claim)
+            .store_share(key, revision, &claim)
             .await?
             .ok_or(ErrorCode::NotLeader)?;
         core.mark_persisted();
@@ -275,16 +288,17 @@ impl Shard {
 
     async fn store_share(
         &self,
-        id: &str,
+        key: &ShareKey,
         expected: i64,
         state: &StoredShareState,
     ) -> Result<Option<i64>, ShareFailure> {
         let (reply, answer) = oneshot::channel();
         let record = serde_json::to_value(state).expect("a share state serializes");
         let asked = ShareGroupRequest::StoreState {
-            id: id.to_string(),
+            id: share_state_id(&key.0, &key.1, key.2),
             expected,
             record,
+            durability: self.share_durability(key),
             reply,
         };
         if !self.share_store(asked).await {
@@ -318,13 +332,12 @@ impl Shard {
         let Some(current) = held.as_mut() else {
             return Err(ErrorCode::NotLeader.into());
         };
-        let id = share_state_id(&key.0, &key.1, key.2);
         let state = StoredShareState {
             leader_epoch: current.leader_epoch,
             state: current.core.snapshot(),
             topic_id: current.topic_id.clone(),
         };
-        match self.store_share(&id, current.revision, &state).await {
+        match self.store_share(key, current.revision, &state).await {
             Ok(Some(revision)) => {
                 current.revision = revision;
                 current.core.mark_persisted();
@@ -417,7 +430,7 @@ impl Shard {
             .unwrap_or_default();
         let wall_ms = self.clock().wall_ms();
         let read = log_records(&bytes, &aborted, &config, now, wall_ms);
-        if let Some(per_record) = (bytes.len() as u64).checked_div(read.records.len() as u64) {
+        if let Some(per_record) = (bytes.len() as u64).checked_div(read.offsets()) {
             current.bytes_per_record = match current.bytes_per_record {
                 0 => per_record,
                 known => (known * 3 + per_record) / 4,
@@ -774,12 +787,20 @@ fn read_size(wanted: u64, bytes_per_record: u64, max_bytes: u32) -> u32 {
 
 /// What a log read holds, as the share-partition acquires from it.
 struct ReadRecords {
-    records: Vec<LogRecord>,
+    records: Vec<LogRun>,
     /// Each batch's (first offset, last offset, byte range in the read).
     batches: Vec<(u64, u64, std::ops::Range<usize>)>,
 }
 
 impl ReadRecords {
+    /// The offsets the read's whole batches span.
+    fn offsets(&self) -> u64 {
+        match (self.batches.first(), self.batches.last()) {
+            (Some((first, _, _)), Some((_, last, _))) => last - first + 1,
+            _ => 0,
+        }
+    }
+
     /// The part of the read from the first batch holding an acquired record to the last.
     fn holding(&self, bytes: &Bytes, acquired: &[Acquired]) -> Bytes {
         let holds = |first: u64, last: u64| {
@@ -800,9 +821,12 @@ impl ReadRecords {
     }
 }
 
-/// The records of a read, for acquisition: each one's offset, its key (for key order), when
-/// it may be delivered (its `strata.deliver.after.ms` header), and whether it is a record to
-/// deliver at all (not a marker, not aborted under `read_committed`).
+/// The records of a read, for acquisition, in [`LogRun`]s: a whole batch per run, from its
+/// header alone, unless acquisition looks at each record (key order, delayed delivery: its key,
+/// its `strata.deliver.after.ms` header) or the batch was compacted (offsets without a record
+/// are archived, so each record is listed). Markers, and aborted records under
+/// `read_committed`, are runs to skip. Batches are not checked here: a fetch serves them as
+/// stored, and their consumer checks them.
 fn log_records(
     bytes: &Bytes,
     aborted: &[strata_wire::protocol::AbortedTransaction],
@@ -810,62 +834,81 @@ fn log_records(
     now: Instant,
     wall_ms: i64,
 ) -> ReadRecords {
+    let per_record = config.partition.key_ordering || config.delayed_delivery;
     let mut records = Vec::new();
     let mut batches = Vec::new();
     let mut aborted: Vec<_> = aborted.iter().collect();
     aborted.sort_by_key(|txn| std::cmp::Reverse(txn.first_offset));
     let mut aborting: HashSet<i64> = HashSet::new();
     let mut position = 0usize;
-    for batch in strata_wire::batch::split_batches(bytes.clone()) {
-        let Ok(batch) = batch else {
+    while position < bytes.len() {
+        let Ok(header) = BatchHeader::parse(&bytes[position..]) else {
             break;
         };
-        let header = *batch.header();
-        let len = header.batch_len as usize;
-        batches.push((
-            batch.base_offset(),
-            batch.last_offset(),
-            position..position + len,
-        ));
-        position += len;
+        // A read ends with whole batches, or cut inside its last one.
+        let Some(end) = position
+            .checked_add(header.batch_len as usize)
+            .filter(|&end| end <= bytes.len())
+        else {
+            break;
+        };
+        let whole = LogRun {
+            last: header.last_offset(),
+            ..LogRun::record(header.base_offset)
+        };
         while aborted
             .last()
             .is_some_and(|txn| txn.first_offset <= header.base_offset)
         {
             aborting.insert(aborted.pop().expect("just seen").producer_id);
         }
-        if header.is_control() {
+        let skip = if header.is_control() {
             aborting.remove(&header.producer_id);
-            records.extend(
-                (batch.base_offset()..=batch.last_offset()).map(|offset| LogRecord {
-                    offset,
-                    key: None,
-                    not_before: None,
-                    skip: true,
-                }),
-            );
-            continue;
-        }
-        let skip = header.is_transactional() && aborting.contains(&header.producer_id);
-        for record in batch.records() {
-            let key = if config.partition.key_ordering {
-                record.key.map(record_key)
-            } else {
-                None
+            true
+        } else {
+            header.is_transactional() && aborting.contains(&header.producer_id)
+        };
+        if skip || !(per_record || header.is_compacted()) {
+            records.push(LogRun { skip, ..whole });
+        } else {
+            let Ok(batch) = Batch::validate(bytes.slice(position..end)) else {
+                break;
             };
-            let not_before = record
-                .headers()
-                .find(|(name, _)| *name == DELIVER_AFTER_HEADER.as_bytes())
-                .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<i64>().ok())
-                .filter(|&at| at > wall_ms)
-                .map(|at| now + Duration::from_millis((at - wall_ms) as u64));
-            records.push(LogRecord {
-                offset: record.offset,
-                key,
-                not_before,
-                skip,
-            });
+            for record in batch.records() {
+                let key = if config.partition.key_ordering {
+                    record.key.map(record_key)
+                } else {
+                    None
+                };
+                let not_before = if config.delayed_delivery {
+                    deliver_after(&record, now, wall_ms)
+                } else {
+                    None
+                };
+                records.push(LogRun {
+                    key,
+                    not_before,
+                    ..LogRun::record(record.offset)
+                });
+            }
         }
+        batches.push((whole.first, whole.last, position..end));
+        position = end;
     }
     ReadRecords { records, batches }
+}
+
+/// When `record` may be delivered, from its `strata.deliver.after.ms` header (Unix ms), if
+/// that is still to come.
+fn deliver_after(
+    record: &strata_wire::batch::Record<'_>,
+    now: Instant,
+    wall_ms: i64,
+) -> Option<Instant> {
+    record
+        .headers()
+        .find(|(name, _)| *name == DELIVER_AFTER_HEADER.as_bytes())
+        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<i64>().ok())
+        .filter(|&at| at > wall_ms)
+        .map(|at| now + Duration::from_millis((at - wall_ms) as u64))
 }
