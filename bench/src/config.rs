@@ -92,6 +92,8 @@ pub struct BenchConfig {
     /// Consumers join this share group (KIP-932) instead: records are shared one by one, each
     /// accepted once counted.
     pub share_group: Option<String>,
+    /// The most records a share consumer asks for in one fetch.
+    pub max_poll_records: u32,
     /// How long a consumer spends on each record before the next (an application's work).
     pub process_per_record: Duration,
     /// What the bench's clients speak: Strata's protocol (its own client) or Kafka's
@@ -148,6 +150,7 @@ impl Default for BenchConfig {
             compression: Codec::None,
             group: None,
             share_group: None,
+            max_poll_records: strata_client::ShareConfig::DEFAULT_MAX_RECORDS,
             process_per_record: Duration::ZERO,
             protocol: Protocol::Native,
         }

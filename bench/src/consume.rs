@@ -144,6 +144,7 @@ pub(crate) async fn native_consumer(
     if let Some(group) = &config.share_group {
         let mut share_config = ShareConfig::new(group.clone());
         share_config.client_id = format!("strata-bench-{index}");
+        share_config.max_records = config.max_poll_records;
         let topics = vec![config.topic.clone()];
         return Ok(tokio::spawn(async move {
             let mut member = ShareConsumer::subscribe(client, topics, share_config).await?;

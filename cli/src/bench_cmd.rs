@@ -191,6 +191,10 @@ pub struct BenchArgs {
     /// with librdkafka's `rdkafka_performance -S` (`scripts/bench-share.sh`). Default: none.
     #[arg(long, conflicts_with = "group")]
     share_group: Option<String>,
+    /// The most records a share consumer asks for in one fetch (Kafka's `max.poll.records`);
+    /// the broker rounds up to a batch end. Default 500, as Kafka's.
+    #[arg(long, requires = "share_group", value_parser = clap::value_parser!(u32).range(1..))]
+    max_poll_records: Option<u32>,
     /// Each consumer spends this long on each record it receives before taking the next
     /// (an application's processing), in milliseconds; default 0.
     #[arg(long)]
@@ -284,6 +288,7 @@ struct WorkloadFile {
     compression: Option<String>,
     group: Option<String>,
     share_group: Option<String>,
+    max_poll_records: Option<u32>,
     process_ms: Option<f64>,
     /// `native` or `kafka`.
     protocol: Option<String>,
@@ -444,6 +449,10 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         },
         group: args.group.or(file.group),
         share_group: args.share_group.or(file.share_group),
+        max_poll_records: args
+            .max_poll_records
+            .or(file.max_poll_records)
+            .unwrap_or(strata_client::ShareConfig::DEFAULT_MAX_RECORDS),
         process_per_record: millis(args.process_ms.or(file.process_ms)),
         protocol: protocol_of(args.protocol, file.protocol.as_deref())?,
     };

@@ -519,6 +519,70 @@ fn records_a_killed_consumer_held_are_delivered_again_after_their_lock() {
     }
 }
 
+/// KIP-1222's RENEW through the Java client (ShareAcknowledge v2): a consumer holding records
+/// for 5 s under a 2 s lock, renewing them every 700 ms, keeps them: a second consumer of the
+/// group polling all along never gets them, and the holder accepts each at its first delivery.
+/// Without the renewals the locks would lapse at 2 s and the second consumer take the records.
+#[test]
+fn renewed_locks_keep_records_with_their_holder_past_the_lock_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = node_with_kafka(dir.path());
+    node.cli(&["topic", "create", "renewed", "--partitions", "1"], None);
+    let java = ShareConsumers::compile(&kafka);
+    java.configure(
+        "renewed-group",
+        &[
+            "share.auto.offset.reset=earliest",
+            &format!("share.record.lock.duration.ms={LOCK_MS}"),
+        ],
+    );
+    let produced = java.produce("renewed", &["r*5"]);
+    let lines = java.run(&[
+        "renew",
+        "renewed-group",
+        "renewed",
+        "5000",
+        "700",
+        STEP_SECONDS,
+    ]);
+    let transcript = lines.join("\n");
+    assert!(lines.iter().any(|line| line == "DONE"), "{transcript}");
+    let renewals = lines
+        .iter()
+        .filter(|line| line.starts_with("RENEWED "))
+        .count();
+    assert!(renewals >= 5, "renewed every 700 ms for 5 s: {transcript}");
+    assert!(
+        !lines
+            .iter()
+            .any(|line| line.starts_with("COMMIT") && line.contains(" ERROR ")),
+        "every renewal and acceptance committed: {transcript}"
+    );
+    let seen = deliveries(&lines);
+    check_values(&seen, &produced, &transcript);
+    let held: Vec<i64> = seen
+        .iter()
+        .filter(|d| d.kind == "ACQUIRED")
+        .map(|d| d.offset)
+        .collect();
+    assert!(!held.is_empty(), "{transcript}");
+    let offsets = by_offset(&seen);
+    for offset in &held {
+        let holder: Vec<_> = seen
+            .iter()
+            .filter(|d| d.offset == *offset && d.kind == "ACCEPTED")
+            .map(|d| (d.consumer, d.count))
+            .collect();
+        assert_eq!(
+            holder,
+            vec![(0, 1)],
+            "offset {offset} accepted once, by its holder, at its first delivery \
+             ({:?}): {transcript}",
+            offsets.get(offset)
+        );
+    }
+}
+
 /// With the group's `share.delivery.count.limit` at 2, a record its consumer releases at every
 /// delivery is delivered twice and then archived: never again, while the records around it are
 /// accepted at their first delivery and a record produced after its second release is still

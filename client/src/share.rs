@@ -62,13 +62,16 @@ pub struct ShareConfig {
 }
 
 impl ShareConfig {
+    /// Records asked for per fetch unless set: Kafka's `max.poll.records` default.
+    pub const DEFAULT_MAX_RECORDS: u32 = 500;
+
     pub fn new(group: impl Into<String>) -> ShareConfig {
         ShareConfig {
             group: group.into(),
             client_id: "strata-share-consumer".into(),
             acknowledgement: AckMode::Implicit,
             max_wait: Duration::from_millis(500),
-            max_records: 500,
+            max_records: ShareConfig::DEFAULT_MAX_RECORDS,
             partition_max_bytes: 1 << 20,
         }
     }

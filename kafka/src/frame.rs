@@ -84,11 +84,12 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     // Share groups (KIP-932) as Kafka 4.1 made them: version 0 was its early access. ShareFetch
-    // and ShareAcknowledge 2 add KIP-1222's lock renewal.
+    // and ShareAcknowledge 2 (Kafka 4.2) add KIP-1222's lock renewal and KIP-1206's acquire
+    // mode.
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
-    (ApiKey::ShareFetch, 1, 1),
-    (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
     // Their offsets (the share-partitions' start offsets): DescribeShareGroupOffsets 1 adds the
     // lag (Kafka 4.3).
     (ApiKey::DescribeShareGroupOffsets, 0, 1),

@@ -54,6 +54,14 @@
 //                                                  first delivery, ACCEPT it at its next, until
 //                                                  COUNT distinct offsets were accepted; prints
 //                                                  `AT <RELEASED|ACCEPTED> <offset> <count> <unix ms>`
+//   renew GROUP TOPIC HOLD_MS RENEW_MS TIMEOUT_S   explicit mode (KIP-1222): consumer 0 polls until
+//                                                  records come (ACQUIRED lines), RENEWs them every
+//                                                  RENEW_MS (a commitSync each: `RENEWED <n>`; the
+//                                                  next poll hands them back) for HOLD_MS, then
+//                                                  ACCEPTs them (ACCEPTED lines) and
+//                                                  commits; consumer 1 polls the same group all
+//                                                  along, accepting what it gets (ACCEPTED 1 ...),
+//                                                  until 1 s after consumer 0 accepted
 //   take GROUP TOPIC COUNT TIMEOUT_S [BATCH]       explicit mode: ACCEPT everything until COUNT
 //                                                  distinct offsets were accepted, commitSync
 //                                                  after each poll (BATCH: at most BATCH a poll,
@@ -86,6 +94,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BiFunction;
 
 import org.apache.kafka.clients.admin.Admin;
@@ -161,6 +171,8 @@ public class ShareConsumers {
                         ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
             }
             case "hold" -> hold(bootstrap, a.get(0), a.get(1), seconds(a.get(2)));
+            case "renew" -> renew(bootstrap, a.get(0), a.get(1), Long.parseLong(a.get(2)),
+                Long.parseLong(a.get(3)), seconds(a.get(4)));
             case "take" -> take(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)),
                 seconds(a.get(3)), a.size() > 4 ? Integer.parseInt(a.get(4)) : 0);
             case "list-groups" -> listGroups(bootstrap);
@@ -502,6 +514,76 @@ public class ShareConsumers {
         }
         print("TIMEOUT no records came");
         return 2;
+    }
+
+    private static int renew(String bootstrap, String group, String topic, long holdMs, long renewMs,
+            long timeoutMs) throws Exception {
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        AtomicLong doneAt = new AtomicLong(Long.MAX_VALUE);
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        CountDownLatch holding = new CountDownLatch(1);
+        Thread other = new Thread(() -> {
+            try {
+                holding.await();
+                try (KafkaShareConsumer<String, String> consumer =
+                        consumer(bootstrap, group, "explicit", group + "-other")) {
+                    consumer.subscribe(List.of(topic));
+                    while (System.currentTimeMillis() < Math.min(deadline, doneAt.get() + 1000)) {
+                        for (ConsumerRecord<String, String> record : consumer.poll(POLL)) {
+                            consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                            printDelivery("ACCEPTED", 1, record);
+                        }
+                        consumer.commitSync();
+                    }
+                }
+            } catch (Throwable error) {
+                failed.set(error);
+            }
+        });
+        other.start();
+        try (KafkaShareConsumer<String, String> consumer = consumer(bootstrap, group, "explicit", group + "-holder")) {
+            consumer.subscribe(List.of(topic));
+            ConsumerRecords<String, String> records = ConsumerRecords.empty();
+            while (records.isEmpty()) {
+                if (System.currentTimeMillis() >= deadline) {
+                    print("TIMEOUT no records came");
+                    return 2;
+                }
+                records = consumer.poll(POLL);
+            }
+            for (ConsumerRecord<String, String> record : records) {
+                printDelivery("ACQUIRED", 0, record);
+            }
+            holding.countDown();
+            long until = System.currentTimeMillis() + holdMs;
+            while (System.currentTimeMillis() < until) {
+                Thread.sleep(renewMs);
+                for (ConsumerRecord<String, String> record : records) {
+                    consumer.acknowledge(record, AcknowledgeType.RENEW);
+                }
+                commit(0, consumer);
+                print("RENEWED " + records.count());
+                // Renewed records are handed back by the next poll, to be acknowledged again.
+                ConsumerRecords<String, String> back = ConsumerRecords.empty();
+                while (back.isEmpty() && System.currentTimeMillis() < deadline) {
+                    back = consumer.poll(POLL);
+                }
+                records = back;
+            }
+            for (ConsumerRecord<String, String> record : records) {
+                consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                printDelivery("ACCEPTED", 0, record);
+            }
+            commit(0, consumer);
+            doneAt.set(System.currentTimeMillis());
+        }
+        other.join();
+        if (failed.get() != null) {
+            print("ERROR 1 " + oneLine(failed.get()));
+            return 1;
+        }
+        print("DONE");
+        return 0;
     }
 
     /** One record held back DELAY_MS by Strata's delivery-delay header. */

@@ -22,6 +22,7 @@ pub const SHARE_KEY_ORDERING: &str = "strata.share.key.ordering";
 pub const SHARE_REDELIVERY_BACKOFF_MS: &str = "strata.share.redelivery.backoff.ms";
 pub const SHARE_REDELIVERY_BACKOFF_MAX_MS: &str = "strata.share.redelivery.backoff.max.ms";
 pub const SHARE_DELAYED_DELIVERY: &str = "strata.share.delayed.delivery";
+pub const SHARE_RENEW_ACKNOWLEDGE_ENABLE: &str = "share.renew.acknowledge.enable";
 
 /// Every config a group may set: (name, the default an unset one has, as Kafka documents it,
 /// what it does). DescribeConfigs on a group answers each of them.
@@ -49,6 +50,12 @@ pub const GROUP_CONFIGS: &[(&str, &str, &str)] = &[
         "5",
         "How many times a share group delivers a record before it is archived (or sent to the \
          dead-letter topic).",
+    ),
+    (
+        SHARE_RENEW_ACKNOWLEDGE_ENABLE,
+        "true",
+        "Whether a share group's members may extend the locks of records they hold with RENEW \
+         acknowledgements (KIP-1222).",
     ),
     (
         SHARE_SESSION_TIMEOUT_MS,
@@ -129,7 +136,9 @@ fn rule(name: &str) -> Option<Rule> {
         SHARE_ISOLATION_LEVEL => Rule::OneOf(&["read_committed", "read_uncommitted"]),
         SHARE_DELIVERY_COUNT_LIMIT => Rule::Integer(DELIVERY_COUNT_LIMIT.0, DELIVERY_COUNT_LIMIT.1),
         DEAD_LETTER_TOPIC => Rule::TopicName,
-        SHARE_KEY_ORDERING | SHARE_DELAYED_DELIVERY => Rule::OneOf(&["true", "false"]),
+        SHARE_KEY_ORDERING | SHARE_DELAYED_DELIVERY | SHARE_RENEW_ACKNOWLEDGE_ENABLE => {
+            Rule::OneOf(&["true", "false"])
+        }
         SHARE_REDELIVERY_BACKOFF_MS | SHARE_REDELIVERY_BACKOFF_MAX_MS => {
             Rule::Integer(REDELIVERY_BACKOFF_MS.0, REDELIVERY_BACKOFF_MS.1)
         }

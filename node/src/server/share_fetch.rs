@@ -16,7 +16,7 @@ use strata_wire::protocol::ErrorCode;
 use super::shard::Shard;
 use super::shard::share::{ShareAcquired, ShareFailure, ShareKey};
 use crate::share::config::ShareGroupConfig;
-use crate::share::partition::AckBatch;
+use crate::share::partition::{AckBatch, AcquireMode};
 
 /// The records one fetch acquires when the client names no limit.
 const DEFAULT_MAX_RECORDS: usize = 500;
@@ -58,11 +58,17 @@ pub(super) struct Fetcher<'a> {
 #[derive(Clone, Copy)]
 pub(super) struct Limits {
     max_records: usize,
+    mode: AcquireMode,
     max_bytes: u32,
     deadline: Instant,
 }
 
 impl Limits {
+    /// The limits, the record limit applied as `mode` says.
+    pub(super) fn with_mode(self, mode: AcquireMode) -> Limits {
+        Limits { mode, ..self }
+    }
+
     /// When the fetch's wait for records is over.
     pub(super) fn deadline(&self) -> Instant {
         self.deadline
@@ -76,6 +82,7 @@ impl Limits {
                 .ok()
                 .filter(|&n| n > 0)
                 .unwrap_or(DEFAULT_MAX_RECORDS),
+            mode: AcquireMode::BatchOptimized,
             max_bytes: u32::try_from(max_bytes)
                 .ok()
                 .filter(|&n| n > 0)
@@ -111,7 +118,13 @@ pub(super) async fn acquire(
             let (owner_config, owner_member) = (member.config.clone(), member.id.to_string());
             let acquired = on_owner(shard, topic, *partition, move |owner| async move {
                 owner
-                    .share_acquire(key, owner_member, owner_config, left, limits.max_bytes)
+                    .share_acquire(
+                        key,
+                        owner_member,
+                        owner_config,
+                        (left, limits.mode),
+                        limits.max_bytes,
+                    )
                     .await
             })
             .await;

@@ -50,6 +50,8 @@ pub struct ShareGroupConfig {
     /// Strata's delayed delivery (`strata.share.delayed.delivery`): records' delivery times
     /// are read from their headers (off, records are listed a batch at a time, unread).
     pub delayed_delivery: bool,
+    /// KIP-1222's `share.renew.acknowledge.enable`: members may RENEW their locks.
+    pub renew_enabled: bool,
 }
 
 impl Default for ShareGroupConfig {
@@ -92,6 +94,7 @@ impl ShareGroupConfig {
             session_timeout: millis("share.session.timeout.ms", 45_000),
             dead_letter_topic,
             delayed_delivery: get("strata.share.delayed.delivery") == Some("true"),
+            renew_enabled: get("share.renew.acknowledge.enable") != Some("false"),
         }
     }
 }

@@ -144,6 +144,17 @@ impl LogRun {
     }
 }
 
+/// How the record limit of an acquisition applies (Kafka's `ShareAcquireMode`, KIP-1206).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AcquireMode {
+    /// The limit ends an acquisition at the end of a run (a batch, where runs are batches):
+    /// no batch is sent twice for its two halves.
+    #[default]
+    BatchOptimized,
+    /// At most the limit, a batch split if need be.
+    RecordLimit,
+}
+
 /// A run of offsets acquired with the same delivery count (Kafka's `AcquiredRecords`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquired {
@@ -419,6 +430,18 @@ impl SharePartition {
         read: &[LogRun],
         max_records: usize,
     ) -> Vec<Acquired> {
+        self.acquire_with(member, now, read, max_records, AcquireMode::BatchOptimized)
+    }
+
+    /// [`SharePartition::acquire`], the limit applied as `mode` says.
+    pub fn acquire_with(
+        &mut self,
+        member: &str,
+        now: Instant,
+        read: &[LogRun],
+        max_records: usize,
+        mode: AcquireMode,
+    ) -> Vec<Acquired> {
         self.handle_timeout(now);
         let member = member_key(member);
         let mut taken: Vec<Acquired> = Vec::new();
@@ -441,7 +464,8 @@ impl SharePartition {
             .flat_map(LogRun::offsets)
             .filter(|(offset, _)| *offset >= window_start);
         for (offset, record) in offsets {
-            if count >= max_records && offset == record.first.max(window_start) {
+            let run_start = offset == record.first.max(window_start);
+            if count >= max_records && (run_start || mode == AcquireMode::RecordLimit) {
                 break;
             }
             // Offsets between records hold none: archive them.
@@ -595,7 +619,10 @@ impl SharePartition {
                 }
             }
         }
-        self.dirty = true;
+        // A renewed lock is not stored, as in Kafka: locks do not outlive their leader.
+        self.dirty |= batches
+            .iter()
+            .any(|batch| batch.types.iter().any(|kind| *kind != AckType::Renew));
         self.advance_start();
         self.assert_invariants();
         Ok(())
@@ -892,6 +919,10 @@ mod tests {
         let rest = partition.acquire("b", now, &read[2..], 1);
         assert_eq!(offsets(&rest), (20..30).collect::<Vec<_>>());
         assert_eq!(partition.summary().acquired, 30);
+        // Under a record limit, a batch is split.
+        let mut exact = SharePartition::new(0, settings());
+        let taken = exact.acquire_with("a", now, &read, 15, AcquireMode::RecordLimit);
+        assert_eq!(offsets(&taken), (0..15).collect::<Vec<_>>());
     }
 
     #[test]
@@ -1036,10 +1067,12 @@ mod tests {
         let now = Instant::now();
         let mut partition = SharePartition::new(0, settings());
         partition.acquire("a", now, &records(0..1), 100);
+        partition.mark_persisted();
         let later = now + Duration::from_secs(20);
         partition
             .acknowledge("a", later, &[ack(0, 0, AckType::Renew)])
             .unwrap();
+        assert!(!partition.is_dirty(), "a renewal is not stored");
         assert_eq!(
             partition.poll_timeout(),
             Some(later + Duration::from_secs(30))

@@ -1597,8 +1597,9 @@ impl ApiKey {
             ApiKey::DescribeTopicPartitions => VersionRange { min: 0, max: 0 },
             ApiKey::ShareGroupHeartbeat => VersionRange { min: 1, max: 1 },
             ApiKey::ShareGroupDescribe => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareFetch => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 1 },
+            // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222).
+            ApiKey::ShareFetch => VersionRange { min: 1, max: 2 },
+            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 2 },
             ApiKey::AddRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::RemoveRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },

@@ -25,8 +25,8 @@ use crate::server::messages::{Delivery, GroupMessage, ShareGroupRequest};
 use crate::server::shard::replica::Role;
 use crate::share::config::{AutoOffsetReset, ShareGroupConfig};
 use crate::share::partition::{
-    AckBatch, AckError, Acquired, DeadLetter, LogRun, ShareCounters, SharePartition, ShareSnapshot,
-    ShareSummary, record_key,
+    AckBatch, AckError, AcquireMode, Acquired, DeadLetter, LogRun, ShareCounters, SharePartition,
+    ShareSnapshot, ShareSummary, record_key,
 };
 
 use super::Shard;
@@ -360,13 +360,13 @@ impl Shard {
         key: ShareKey,
         member: String,
         config: ShareGroupConfig,
-        max_records: usize,
+        limit: (usize, AcquireMode),
         max_bytes: u32,
     ) -> Result<ShareAcquired, ShareFailure> {
         let slot = self.share_slot(&key);
         let mut held = slot.lock().await;
         let result = self
-            .acquire_held(&mut held, &key, member, config, max_records, max_bytes)
+            .acquire_held(&mut held, &key, member, config, limit, max_bytes)
             .await;
         self.note_share(&key, &held);
         result
@@ -378,7 +378,7 @@ impl Shard {
         key: &ShareKey,
         member: String,
         config: ShareGroupConfig,
-        max_records: usize,
+        (max_records, mode): (usize, AcquireMode),
         max_bytes: u32,
     ) -> Result<ShareAcquired, ShareFailure> {
         self.share_ready(held, key, &config).await?;
@@ -438,7 +438,7 @@ impl Shard {
         }
         let acquired = current
             .core
-            .acquire(&member, now, &read.records, max_records);
+            .acquire_with(&member, now, &read.records, max_records, mode);
         let records = read.holding(&bytes, &acquired);
         let leader_epoch = current.leader_epoch;
         if current.core.has_dead_letters() {

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgePartition {
@@ -69,7 +69,8 @@ impl AcknowledgePartition {
 #[cfg(feature = "client")]
 impl Encodable for AcknowledgePartition {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -109,7 +110,8 @@ impl Encodable for AcknowledgePartition {
 #[cfg(feature = "broker")]
 impl Decodable for AcknowledgePartition {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -141,11 +143,11 @@ impl Default for AcknowledgePartition {
 }
 
 impl Message for AcknowledgePartition {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgeTopic {
@@ -197,7 +199,8 @@ impl AcknowledgeTopic {
 #[cfg(feature = "client")]
 impl Encodable for AcknowledgeTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -236,7 +239,8 @@ impl Encodable for AcknowledgeTopic {
 #[cfg(feature = "broker")]
 impl Decodable for AcknowledgeTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -268,11 +272,11 @@ impl Default for AcknowledgeTopic {
 }
 
 impl Message for AcknowledgeTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgementBatch {
@@ -286,7 +290,7 @@ pub struct AcknowledgementBatch {
     /// Supported API versions: 1
     pub last_offset: i64,
 
-    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
+    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject,4:Renew (Strata: Renew from version 2).
     ///
     /// Supported API versions: 1
     pub acknowledge_types: Vec<i8>,
@@ -316,7 +320,7 @@ impl AcknowledgementBatch {
     }
     /// Sets `acknowledge_types` to the passed value.
     ///
-    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
+    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject,4:Renew (Strata: Renew from version 2).
     ///
     /// Supported API versions: 1
     pub fn with_acknowledge_types(mut self, value: Vec<i8>) -> Self {
@@ -338,7 +342,8 @@ impl AcknowledgementBatch {
 #[cfg(feature = "client")]
 impl Encodable for AcknowledgementBatch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.first_offset)?;
@@ -378,7 +383,8 @@ impl Encodable for AcknowledgementBatch {
 #[cfg(feature = "broker")]
 impl Decodable for AcknowledgementBatch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let first_offset = types::Int64.decode(buf)?;
@@ -413,11 +419,11 @@ impl Default for AcknowledgementBatch {
 }
 
 impl Message for AcknowledgementBatch {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareAcknowledgeRequest {
@@ -435,6 +441,11 @@ pub struct ShareAcknowledgeRequest {
     ///
     /// Supported API versions: 1
     pub share_session_epoch: i32,
+
+    /// Strata: whether Renew type acknowledgements are present in AcknowledgementBatches.
+    ///
+    /// Supported API versions: 2
+    pub is_renew_ack: bool,
 
     /// The topics containing records to acknowledge.
     ///
@@ -473,6 +484,15 @@ impl ShareAcknowledgeRequest {
         self.share_session_epoch = value;
         self
     }
+    /// Sets `is_renew_ack` to the passed value.
+    ///
+    /// Strata: whether Renew type acknowledgements are present in AcknowledgementBatches.
+    ///
+    /// Supported API versions: 2
+    pub fn with_is_renew_ack(mut self, value: bool) -> Self {
+        self.is_renew_ack = value;
+        self
+    }
     /// Sets `topics` to the passed value.
     ///
     /// The topics containing records to acknowledge.
@@ -497,12 +517,21 @@ impl ShareAcknowledgeRequest {
 #[cfg(feature = "client")]
 impl Encodable for ShareAcknowledgeRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.group_id)?;
         types::CompactString.encode(buf, &self.member_id)?;
         types::Int32.encode(buf, &self.share_session_epoch)?;
+        // Strata: version 2 field, not ignorable.
+        if version >= 2 {
+            types::Boolean.encode(buf, &self.is_renew_ack)?;
+        } else {
+            if self.is_renew_ack {
+                bail!("A field is set that is not available on the selected protocol version");
+            }
+        }
         types::CompactArray(types::Struct { version }).encode(buf, &self.topics)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
@@ -521,6 +550,14 @@ impl Encodable for ShareAcknowledgeRequest {
         total_size += types::CompactString.compute_size(&self.group_id)?;
         total_size += types::CompactString.compute_size(&self.member_id)?;
         total_size += types::Int32.compute_size(&self.share_session_epoch)?;
+        // Strata: version 2 field, not ignorable.
+        if version >= 2 {
+            total_size += types::Boolean.compute_size(&self.is_renew_ack)?;
+        } else {
+            if self.is_renew_ack {
+                bail!("A field is set that is not available on the selected protocol version");
+            }
+        }
         total_size += types::CompactArray(types::Struct { version }).compute_size(&self.topics)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
@@ -539,12 +576,19 @@ impl Encodable for ShareAcknowledgeRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ShareAcknowledgeRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let group_id = types::CompactString.decode(buf)?;
         let member_id = types::CompactString.decode(buf)?;
         let share_session_epoch = types::Int32.decode(buf)?;
+        // Strata: version 2 field.
+        let is_renew_ack = if version >= 2 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
         let topics = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -558,6 +602,7 @@ impl Decodable for ShareAcknowledgeRequest {
             group_id,
             member_id,
             share_session_epoch,
+            is_renew_ack,
             topics,
             unknown_tagged_fields,
         })
@@ -570,6 +615,7 @@ impl Default for ShareAcknowledgeRequest {
             group_id: None,
             member_id: Some(Default::default()),
             share_session_epoch: 0,
+            is_renew_ack: false,
             topics: Default::default(),
             unknown_tagged_fields: BTreeMap::new(),
         }
@@ -577,12 +623,98 @@ impl Default for ShareAcknowledgeRequest {
 }
 
 impl Message for ShareAcknowledgeRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for ShareAcknowledgeRequest {
     fn header_version(version: i16) -> i16 {
         2
+    }
+}
+
+// Strata: version 2 (KIP-1222) round trips and the version gate of IsRenewAck.
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod strata_tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn request() -> ShareAcknowledgeRequest {
+        ShareAcknowledgeRequest::default()
+            .with_group_id(Some(StrBytes::from_static_str("g").into()))
+            .with_member_id(Some(StrBytes::from_static_str("m")))
+            .with_share_session_epoch(4)
+            .with_topics(vec![AcknowledgeTopic::default()
+                .with_topic_id(Uuid::from_u128(7))
+                .with_partitions(vec![AcknowledgePartition::default()
+                    .with_partition_index(1)
+                    .with_acknowledgement_batches(vec![
+                        AcknowledgementBatch::default()
+                            .with_first_offset(10)
+                            .with_last_offset(12)
+                            .with_acknowledge_types(vec![1, 4, 2]),
+                    ])])])
+    }
+
+    fn round_trip(
+        value: &ShareAcknowledgeRequest,
+        version: i16,
+    ) -> Result<ShareAcknowledgeRequest> {
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, version)?;
+        assert_eq!(buf.len(), value.compute_size(version)?);
+        let mut bytes = buf.freeze();
+        let decoded = ShareAcknowledgeRequest::decode(&mut bytes, version)?;
+        assert!(bytes.is_empty());
+        Ok(decoded)
+    }
+
+    #[test]
+    fn share_acknowledge_request_v2_round_trip() {
+        let value = request().with_is_renew_ack(true);
+        assert_eq!(round_trip(&value, 2).unwrap(), value);
+        assert_eq!(round_trip(&request(), 2).unwrap(), request());
+        assert_eq!(round_trip(&request(), 1).unwrap(), request());
+    }
+
+    #[test]
+    fn share_acknowledge_request_v2_field_order() {
+        // IsRenewAck sits between ShareSessionEpoch and Topics.
+        let value = ShareAcknowledgeRequest::default()
+            .with_group_id(None)
+            .with_member_id(None)
+            .with_share_session_epoch(0x01020304)
+            .with_is_renew_ack(true);
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, 2).unwrap();
+        assert_eq!(&buf[..], &[0, 0, 1, 2, 3, 4, 1, 1, 0][..]);
+    }
+
+    #[test]
+    fn share_acknowledge_request_v1_refuses_renew_ack() {
+        let value = request().with_is_renew_ack(true);
+        let mut buf = BytesMut::new();
+        assert!(value.encode(&mut buf, 1).is_err());
+        assert!(value.compute_size(1).is_err());
+    }
+
+    #[test]
+    fn share_acknowledge_request_versions() {
+        assert_eq!(
+            ShareAcknowledgeRequest::VERSIONS,
+            VersionRange { min: 1, max: 2 }
+        );
+        assert_eq!(
+            crate::messages::ApiKey::ShareAcknowledge.valid_versions(),
+            VersionRange { min: 1, max: 2 }
+        );
+        assert_eq!(
+            crate::messages::ApiKey::ShareAcknowledge.request_header_version(2),
+            2
+        );
+        assert_eq!(
+            crate::messages::ApiKey::ShareAcknowledge.response_header_version(2),
+            1
+        );
     }
 }

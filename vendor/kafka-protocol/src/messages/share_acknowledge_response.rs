@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
@@ -69,7 +69,8 @@ impl LeaderIdAndEpoch {
 #[cfg(feature = "broker")]
 impl Encodable for LeaderIdAndEpoch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.leader_id)?;
@@ -107,7 +108,8 @@ impl Encodable for LeaderIdAndEpoch {
 #[cfg(feature = "client")]
 impl Decodable for LeaderIdAndEpoch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let leader_id = types::Int32.decode(buf)?;
@@ -139,11 +141,11 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Message for LeaderIdAndEpoch {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEndpoint {
@@ -223,7 +225,8 @@ impl NodeEndpoint {
 #[cfg(feature = "broker")]
 impl Encodable for NodeEndpoint {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.node_id)?;
@@ -265,7 +268,8 @@ impl Encodable for NodeEndpoint {
 #[cfg(feature = "client")]
 impl Decodable for NodeEndpoint {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let node_id = types::Int32.decode(buf)?;
@@ -303,11 +307,11 @@ impl Default for NodeEndpoint {
 }
 
 impl Message for NodeEndpoint {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionData {
@@ -387,7 +391,8 @@ impl PartitionData {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -429,7 +434,8 @@ impl Encodable for PartitionData {
 #[cfg(feature = "client")]
 impl Decodable for PartitionData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -467,11 +473,11 @@ impl Default for PartitionData {
 }
 
 impl Message for PartitionData {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareAcknowledgeResponse {
@@ -489,6 +495,11 @@ pub struct ShareAcknowledgeResponse {
     ///
     /// Supported API versions: 1
     pub error_message: Option<StrBytes>,
+
+    /// Strata: the time in milliseconds for which the acquired records are locked.
+    ///
+    /// Supported API versions: 2
+    pub acquisition_lock_timeout_ms: i32,
 
     /// The response topics.
     ///
@@ -532,6 +543,15 @@ impl ShareAcknowledgeResponse {
         self.error_message = value;
         self
     }
+    /// Sets `acquisition_lock_timeout_ms` to the passed value.
+    ///
+    /// Strata: the time in milliseconds for which the acquired records are locked.
+    ///
+    /// Supported API versions: 2
+    pub fn with_acquisition_lock_timeout_ms(mut self, value: i32) -> Self {
+        self.acquisition_lock_timeout_ms = value;
+        self
+    }
     /// Sets `responses` to the passed value.
     ///
     /// The response topics.
@@ -565,12 +585,17 @@ impl ShareAcknowledgeResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ShareAcknowledgeResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.throttle_time_ms)?;
         types::Int16.encode(buf, &self.error_code)?;
         types::CompactString.encode(buf, &self.error_message)?;
+        // Strata: version 2 field, ignorable.
+        if version >= 2 {
+            types::Int32.encode(buf, &self.acquisition_lock_timeout_ms)?;
+        }
         types::CompactArray(types::Struct { version }).encode(buf, &self.responses)?;
         types::CompactArray(types::Struct { version }).encode(buf, &self.node_endpoints)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
@@ -590,6 +615,10 @@ impl Encodable for ShareAcknowledgeResponse {
         total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
         total_size += types::CompactString.compute_size(&self.error_message)?;
+        // Strata: version 2 field, ignorable.
+        if version >= 2 {
+            total_size += types::Int32.compute_size(&self.acquisition_lock_timeout_ms)?;
+        }
         total_size +=
             types::CompactArray(types::Struct { version }).compute_size(&self.responses)?;
         total_size +=
@@ -611,12 +640,19 @@ impl Encodable for ShareAcknowledgeResponse {
 #[cfg(feature = "client")]
 impl Decodable for ShareAcknowledgeResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
         let error_message = types::CompactString.decode(buf)?;
+        // Strata: version 2 field.
+        let acquisition_lock_timeout_ms = if version >= 2 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let responses = types::CompactArray(types::Struct { version }).decode(buf)?;
         let node_endpoints = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
@@ -631,6 +667,7 @@ impl Decodable for ShareAcknowledgeResponse {
             throttle_time_ms,
             error_code,
             error_message,
+            acquisition_lock_timeout_ms,
             responses,
             node_endpoints,
             unknown_tagged_fields,
@@ -644,6 +681,7 @@ impl Default for ShareAcknowledgeResponse {
             throttle_time_ms: 0,
             error_code: 0,
             error_message: None,
+            acquisition_lock_timeout_ms: 0,
             responses: Default::default(),
             node_endpoints: Default::default(),
             unknown_tagged_fields: BTreeMap::new(),
@@ -652,11 +690,11 @@ impl Default for ShareAcknowledgeResponse {
 }
 
 impl Message for ShareAcknowledgeResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareAcknowledgeTopicResponse {
@@ -708,7 +746,8 @@ impl ShareAcknowledgeTopicResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ShareAcknowledgeTopicResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -747,7 +786,8 @@ impl Encodable for ShareAcknowledgeTopicResponse {
 #[cfg(feature = "client")]
 impl Decodable for ShareAcknowledgeTopicResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.3, KIP-1222) adds the acquisition lock timeout.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -779,12 +819,76 @@ impl Default for ShareAcknowledgeTopicResponse {
 }
 
 impl Message for ShareAcknowledgeTopicResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for ShareAcknowledgeResponse {
     fn header_version(version: i16) -> i16 {
         1
+    }
+}
+
+// Strata: version 2 (KIP-1222) round trips and the ignorable AcquisitionLockTimeoutMs.
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod strata_tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn response() -> ShareAcknowledgeResponse {
+        ShareAcknowledgeResponse::default()
+            .with_throttle_time_ms(1)
+            .with_error_message(Some(StrBytes::from_static_str("e")))
+            .with_responses(vec![ShareAcknowledgeTopicResponse::default()
+                .with_topic_id(Uuid::from_u128(7))
+                .with_partitions(vec![PartitionData::default()
+                    .with_partition_index(3)
+                    .with_error_code(6)
+                    .with_current_leader(
+                        LeaderIdAndEpoch::default()
+                            .with_leader_id(1)
+                            .with_leader_epoch(2),
+                    )])])
+            .with_node_endpoints(vec![NodeEndpoint::default()
+                .with_node_id(1.into())
+                .with_host(StrBytes::from_static_str("localhost"))
+                .with_port(9092)])
+    }
+
+    fn round_trip(
+        value: &ShareAcknowledgeResponse,
+        version: i16,
+    ) -> Result<ShareAcknowledgeResponse> {
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, version)?;
+        assert_eq!(buf.len(), value.compute_size(version)?);
+        let mut bytes = buf.freeze();
+        let decoded = ShareAcknowledgeResponse::decode(&mut bytes, version)?;
+        assert!(bytes.is_empty());
+        Ok(decoded)
+    }
+
+    #[test]
+    fn share_acknowledge_response_v2_round_trip() {
+        let value = response().with_acquisition_lock_timeout_ms(30_000);
+        assert_eq!(round_trip(&value, 2).unwrap(), value);
+    }
+
+    #[test]
+    fn share_acknowledge_response_v2_field_order() {
+        // AcquisitionLockTimeoutMs sits between ErrorMessage and Responses.
+        let value =
+            ShareAcknowledgeResponse::default().with_acquisition_lock_timeout_ms(0x01020304);
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, 2).unwrap();
+        assert_eq!(&buf[..], &[0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 1, 1, 0][..]);
+    }
+
+    #[test]
+    fn share_acknowledge_response_v1_drops_ignorable_lock_timeout() {
+        let value = response().with_acquisition_lock_timeout_ms(30_000);
+        let decoded = round_trip(&value, 1).unwrap();
+        assert_eq!(decoded.acquisition_lock_timeout_ms, 0);
+        assert_eq!(decoded, response());
     }
 }

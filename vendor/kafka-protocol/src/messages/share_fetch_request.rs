@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgementBatch {
@@ -31,7 +31,7 @@ pub struct AcknowledgementBatch {
     /// Supported API versions: 1
     pub last_offset: i64,
 
-    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
+    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject,4:Renew (Strata: Renew from version 2).
     ///
     /// Supported API versions: 1
     pub acknowledge_types: Vec<i8>,
@@ -61,7 +61,7 @@ impl AcknowledgementBatch {
     }
     /// Sets `acknowledge_types` to the passed value.
     ///
-    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
+    /// Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject,4:Renew (Strata: Renew from version 2).
     ///
     /// Supported API versions: 1
     pub fn with_acknowledge_types(mut self, value: Vec<i8>) -> Self {
@@ -83,7 +83,8 @@ impl AcknowledgementBatch {
 #[cfg(feature = "client")]
 impl Encodable for AcknowledgementBatch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.first_offset)?;
@@ -123,7 +124,8 @@ impl Encodable for AcknowledgementBatch {
 #[cfg(feature = "broker")]
 impl Decodable for AcknowledgementBatch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let first_offset = types::Int64.decode(buf)?;
@@ -158,11 +160,11 @@ impl Default for AcknowledgementBatch {
 }
 
 impl Message for AcknowledgementBatch {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchPartition {
@@ -228,7 +230,8 @@ impl FetchPartition {
 #[cfg(feature = "client")]
 impl Encodable for FetchPartition {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -268,7 +271,8 @@ impl Encodable for FetchPartition {
 #[cfg(feature = "broker")]
 impl Decodable for FetchPartition {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -303,11 +307,11 @@ impl Default for FetchPartition {
 }
 
 impl Message for FetchPartition {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchTopic {
@@ -359,7 +363,8 @@ impl FetchTopic {
 #[cfg(feature = "client")]
 impl Encodable for FetchTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -398,7 +403,8 @@ impl Encodable for FetchTopic {
 #[cfg(feature = "broker")]
 impl Decodable for FetchTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -430,11 +436,11 @@ impl Default for FetchTopic {
 }
 
 impl Message for FetchTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForgottenTopic {
@@ -486,7 +492,8 @@ impl ForgottenTopic {
 #[cfg(feature = "client")]
 impl Encodable for ForgottenTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -524,7 +531,8 @@ impl Encodable for ForgottenTopic {
 #[cfg(feature = "broker")]
 impl Decodable for ForgottenTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -556,11 +564,11 @@ impl Default for ForgottenTopic {
 }
 
 impl Message for ForgottenTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1
+/// Valid versions: 1-2
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareFetchRequest {
@@ -603,6 +611,16 @@ pub struct ShareFetchRequest {
     ///
     /// Supported API versions: 1
     pub batch_size: i32,
+
+    /// Strata: the acquire mode to control the fetch behavior: 0:Batch-optimized,1:Record-limit.
+    ///
+    /// Supported API versions: 2
+    pub share_acquire_mode: i8,
+
+    /// Strata: whether Renew type acknowledgements are present in AcknowledgementBatches.
+    ///
+    /// Supported API versions: 2
+    pub is_renew_ack: bool,
 
     /// The topics to fetch.
     ///
@@ -691,6 +709,24 @@ impl ShareFetchRequest {
         self.batch_size = value;
         self
     }
+    /// Sets `share_acquire_mode` to the passed value.
+    ///
+    /// Strata: the acquire mode to control the fetch behavior: 0:Batch-optimized,1:Record-limit.
+    ///
+    /// Supported API versions: 2
+    pub fn with_share_acquire_mode(mut self, value: i8) -> Self {
+        self.share_acquire_mode = value;
+        self
+    }
+    /// Sets `is_renew_ack` to the passed value.
+    ///
+    /// Strata: whether Renew type acknowledgements are present in AcknowledgementBatches.
+    ///
+    /// Supported API versions: 2
+    pub fn with_is_renew_ack(mut self, value: bool) -> Self {
+        self.is_renew_ack = value;
+        self
+    }
     /// Sets `topics` to the passed value.
     ///
     /// The topics to fetch.
@@ -724,7 +760,8 @@ impl ShareFetchRequest {
 #[cfg(feature = "client")]
 impl Encodable for ShareFetchRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.group_id)?;
@@ -735,6 +772,17 @@ impl Encodable for ShareFetchRequest {
         types::Int32.encode(buf, &self.max_bytes)?;
         types::Int32.encode(buf, &self.max_records)?;
         types::Int32.encode(buf, &self.batch_size)?;
+        // Strata: version 2 fields; ShareAcquireMode is ignorable, IsRenewAck is not.
+        if version >= 2 {
+            types::Int8.encode(buf, &self.share_acquire_mode)?;
+        }
+        if version >= 2 {
+            types::Boolean.encode(buf, &self.is_renew_ack)?;
+        } else {
+            if self.is_renew_ack {
+                bail!("A field is set that is not available on the selected protocol version");
+            }
+        }
         types::CompactArray(types::Struct { version }).encode(buf, &self.topics)?;
         types::CompactArray(types::Struct { version }).encode(buf, &self.forgotten_topics_data)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
@@ -759,6 +807,17 @@ impl Encodable for ShareFetchRequest {
         total_size += types::Int32.compute_size(&self.max_bytes)?;
         total_size += types::Int32.compute_size(&self.max_records)?;
         total_size += types::Int32.compute_size(&self.batch_size)?;
+        // Strata: version 2 fields; ShareAcquireMode is ignorable, IsRenewAck is not.
+        if version >= 2 {
+            total_size += types::Int8.compute_size(&self.share_acquire_mode)?;
+        }
+        if version >= 2 {
+            total_size += types::Boolean.compute_size(&self.is_renew_ack)?;
+        } else {
+            if self.is_renew_ack {
+                bail!("A field is set that is not available on the selected protocol version");
+            }
+        }
         total_size += types::CompactArray(types::Struct { version }).compute_size(&self.topics)?;
         total_size += types::CompactArray(types::Struct { version })
             .compute_size(&self.forgotten_topics_data)?;
@@ -779,7 +838,8 @@ impl Encodable for ShareFetchRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ShareFetchRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 1 {
+        // Strata: version 2 (Kafka 4.2/4.3, KIP-1206, KIP-1222) adds the acquire mode and renew acknowledgements.
+        if !(1..=2).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let group_id = types::CompactString.decode(buf)?;
@@ -790,6 +850,17 @@ impl Decodable for ShareFetchRequest {
         let max_bytes = types::Int32.decode(buf)?;
         let max_records = types::Int32.decode(buf)?;
         let batch_size = types::Int32.decode(buf)?;
+        // Strata: version 2 fields.
+        let share_acquire_mode = if version >= 2 {
+            types::Int8.decode(buf)?
+        } else {
+            0
+        };
+        let is_renew_ack = if version >= 2 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
         let topics = types::CompactArray(types::Struct { version }).decode(buf)?;
         let forgotten_topics_data = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
@@ -809,6 +880,8 @@ impl Decodable for ShareFetchRequest {
             max_bytes,
             max_records,
             batch_size,
+            share_acquire_mode,
+            is_renew_ack,
             topics,
             forgotten_topics_data,
             unknown_tagged_fields,
@@ -827,6 +900,8 @@ impl Default for ShareFetchRequest {
             max_bytes: 0x7fffffff,
             max_records: 0,
             batch_size: 0,
+            share_acquire_mode: 0,
+            is_renew_ack: false,
             topics: Default::default(),
             forgotten_topics_data: Default::default(),
             unknown_tagged_fields: BTreeMap::new(),
@@ -835,12 +910,116 @@ impl Default for ShareFetchRequest {
 }
 
 impl Message for ShareFetchRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 2 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for ShareFetchRequest {
     fn header_version(version: i16) -> i16 {
         2
+    }
+}
+
+// Strata: version 2 (KIP-1206, KIP-1222) round trips and the version gates of its fields.
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod strata_tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn request() -> ShareFetchRequest {
+        ShareFetchRequest::default()
+            .with_group_id(Some(StrBytes::from_static_str("g").into()))
+            .with_member_id(Some(StrBytes::from_static_str("m")))
+            .with_share_session_epoch(3)
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_records(100)
+            .with_batch_size(10)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(Uuid::from_u128(7))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition_index(2)
+                    .with_acknowledgement_batches(vec![
+                        AcknowledgementBatch::default()
+                            .with_first_offset(5)
+                            .with_last_offset(6)
+                            .with_acknowledge_types(vec![4]),
+                    ])])])
+            .with_forgotten_topics_data(vec![ForgottenTopic::default()
+                .with_topic_id(Uuid::from_u128(8))
+                .with_partitions(vec![0, 1])])
+    }
+
+    fn round_trip(value: &ShareFetchRequest, version: i16) -> Result<ShareFetchRequest> {
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, version)?;
+        assert_eq!(buf.len(), value.compute_size(version)?);
+        let mut bytes = buf.freeze();
+        let decoded = ShareFetchRequest::decode(&mut bytes, version)?;
+        assert!(bytes.is_empty());
+        Ok(decoded)
+    }
+
+    #[test]
+    fn share_fetch_request_v2_round_trip() {
+        let value = request().with_share_acquire_mode(1).with_is_renew_ack(true);
+        assert_eq!(round_trip(&value, 2).unwrap(), value);
+        assert_eq!(round_trip(&request(), 2).unwrap(), request());
+    }
+
+    #[test]
+    fn share_fetch_request_v2_field_order() {
+        // The two version 2 fields sit between BatchSize and Topics.
+        let value = ShareFetchRequest::default()
+            .with_group_id(None)
+            .with_member_id(None)
+            .with_max_bytes(0)
+            .with_batch_size(0x01020304)
+            .with_share_acquire_mode(1)
+            .with_is_renew_ack(true);
+        let mut buf = BytesMut::new();
+        value.encode(&mut buf, 2).unwrap();
+        // group_id, member_id (null), 6 x int32, then mode, renew, empty topics, empty forgotten,
+        // no tagged fields.
+        let tail = &buf[2 + 5 * 4..];
+        assert_eq!(tail, &[1, 2, 3, 4, 1, 1, 1, 1, 0][..]);
+    }
+
+    #[test]
+    fn share_fetch_request_v1_drops_ignorable_acquire_mode() {
+        let value = request().with_share_acquire_mode(1);
+        let decoded = round_trip(&value, 1).unwrap();
+        assert_eq!(decoded.share_acquire_mode, 0);
+        assert_eq!(decoded, request());
+        // Version 1 is version 2 without the two fields.
+        let v1 = value.compute_size(1).unwrap();
+        assert_eq!(value.compute_size(2).unwrap(), v1 + 2);
+    }
+
+    #[test]
+    fn share_fetch_request_v1_refuses_renew_ack() {
+        let value = request().with_is_renew_ack(true);
+        let mut buf = BytesMut::new();
+        assert!(value.encode(&mut buf, 1).is_err());
+        assert!(value.compute_size(1).is_err());
+    }
+
+    #[test]
+    fn share_fetch_request_versions() {
+        assert_eq!(ShareFetchRequest::VERSIONS, VersionRange { min: 1, max: 2 });
+        assert_eq!(
+            crate::messages::ApiKey::ShareFetch.valid_versions(),
+            VersionRange { min: 1, max: 2 }
+        );
+        assert_eq!(
+            crate::messages::ApiKey::ShareFetch.request_header_version(2),
+            2
+        );
+        assert_eq!(
+            crate::messages::ApiKey::ShareFetch.response_header_version(2),
+            1
+        );
+        let mut buf = BytesMut::new();
+        assert!(request().encode(&mut buf, 3).is_err());
     }
 }

@@ -48,7 +48,7 @@ use crate::server::shard::Shard;
 use crate::server::shard::share::{ShareAcquired, ShareFailure, ShareSession};
 use crate::server::share_fetch::{self, Fetcher, Limits, group_config};
 use crate::share::config::ShareGroupConfig;
-use crate::share::partition::{AckBatch, AckType};
+use crate::share::partition::{AckBatch, AckType, AcquireMode};
 
 pub(super) async fn serve(
     shard: &Rc<Shard>,
@@ -64,9 +64,13 @@ pub(super) async fn serve(
         KafkaRequest::ShareGroupDescribe(request) => {
             encoded(&header, describe(shard, client, request).await)
         }
-        KafkaRequest::ShareFetch(request) => encoded(&header, fetch(shard, client, request).await),
+        KafkaRequest::ShareFetch(request) => {
+            let version = header.api_version;
+            encoded(&header, fetch(shard, client, request, version).await)
+        }
         KafkaRequest::ShareAcknowledge(request) => {
-            encoded(&header, acknowledge(shard, client, request).await)
+            let version = header.api_version;
+            encoded(&header, acknowledge(shard, client, request, version).await)
         }
         _ => unreachable!("dispatched here only for share group requests"),
     }
@@ -356,19 +360,72 @@ fn share_failure_code(failure: &ShareFailure) -> (i16, Option<String>) {
 }
 
 /// Acknowledgement batches as the core takes them; `None` for an unknown type.
-fn ack_batches<'a>(batches: impl Iterator<Item = (i64, i64, &'a [i8])>) -> Option<Vec<AckBatch>> {
-    batches
+fn ack_batches<'a>(
+    batches: impl Iterator<Item = (i64, i64, &'a [i8])>,
+    renewing: Renewing,
+) -> Result<Vec<AckBatch>, (i16, String)> {
+    let malformed = || {
+        (
+            errors::INVALID_REQUEST,
+            "an acknowledge type is not one Kafka defines".to_string(),
+        )
+    };
+    let parsed: Vec<AckBatch> = batches
         .map(|(first, last, types)| {
             Some(AckBatch {
                 first: u64::try_from(first).ok()?,
                 last: u64::try_from(last).ok()?,
                 types: types
                     .iter()
-                    .map(|&code| AckType::from_wire(code).filter(|t| *t != AckType::Renew))
+                    .map(|&code| AckType::from_wire(code))
                     .collect::<Option<Vec<_>>>()?,
             })
         })
-        .collect()
+        .collect::<Option<_>>()
+        .ok_or_else(malformed)?;
+    let renews = parsed
+        .iter()
+        .any(|batch| batch.types.contains(&AckType::Renew));
+    match renewing {
+        _ if !renews => Ok(parsed),
+        Renewing::Allowed => Ok(parsed),
+        Renewing::NotAsked => Err((
+            errors::INVALID_REQUEST,
+            "a RENEW acknowledgement needs version 2 and IsRenewAck".to_string(),
+        )),
+        Renewing::Disabled => Err((
+            errors::INVALID_RECORD_STATE,
+            "renewing acquisition locks is not enabled for the group \
+             (share.renew.acknowledge.enable)"
+                .to_string(),
+        )),
+    }
+}
+
+/// The lock duration a ShareFetch or ShareAcknowledge answer tells (the one a RENEW restarts).
+fn lock_timeout_ms(config: &ShareGroupConfig) -> i32 {
+    i32::try_from(config.partition.lock_duration.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Whether a request's acknowledgements may RENEW locks (KIP-1222): at version 2, flagged
+/// `IsRenewAck`, in a group that allows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewing {
+    Allowed,
+    NotAsked,
+    Disabled,
+}
+
+impl Renewing {
+    fn of(version: i16, is_renew_ack: bool, config: &ShareGroupConfig) -> Renewing {
+        if version < 2 || !is_renew_ack {
+            Renewing::NotAsked
+        } else if !config.renew_enabled {
+            Renewing::Disabled
+        } else {
+            Renewing::Allowed
+        }
+    }
 }
 
 /// Applies one partition's acknowledgements on its leader: Kafka's error code and message.
@@ -379,13 +436,11 @@ async fn acknowledge_partition(
     member: &str,
     topic: &str,
     partition: u32,
-    batches: Option<Vec<AckBatch>>,
+    batches: Result<Vec<AckBatch>, (i16, String)>,
 ) -> (i16, Option<String>) {
-    let Some(batches) = batches else {
-        return (
-            errors::INVALID_REQUEST,
-            Some("an acknowledge type is not one Kafka defines".into()),
-        );
+    let batches = match batches {
+        Ok(batches) => batches,
+        Err((code, message)) => return (code, Some(message)),
     };
     if !authorize::topic(shard, client, Operation::Read, topic) {
         return (errors::TOPIC_AUTHORIZATION_FAILED, None);
@@ -430,6 +485,7 @@ async fn fetch(
     shard: &Rc<Shard>,
     client: &Client,
     request: ShareFetchRequest,
+    version: i16,
 ) -> ShareFetchResponse {
     let refused = |code: i16, message: &str| {
         ShareFetchResponse::default()
@@ -452,7 +508,28 @@ async fn fetch(
     if let Err(code) = check_session(shard, &group, &member, epoch, true) {
         return refused(code, "the share session is not at that epoch");
     }
+    // KIP-1222: a fetch that renews locks fetches nothing (what it would fetch could take
+    // longer than the locks it renewed), and says so with zero limits.
+    let renews = version >= 2 && request.is_renew_ack;
+    if renews
+        && (request.max_bytes != 0
+            || request.min_bytes != 0
+            || request.max_records != 0
+            || request.max_wait_ms != 0)
+    {
+        return refused(
+            errors::INVALID_REQUEST,
+            "maxBytes, minBytes, maxRecords and maxWaitMs must be 0 when isRenewAck is set",
+        );
+    }
+    // KIP-1206: whether the record limit may be passed to end at a batch's end.
+    let mode = match (version, request.share_acquire_mode) {
+        (..=1, _) | (_, 0) => AcquireMode::BatchOptimized,
+        (_, 1) => AcquireMode::RecordLimit,
+        _ => return refused(errors::INVALID_REQUEST, "unknown share acquire mode"),
+    };
     let config = group_config(shard, &group);
+    let renewing = Renewing::of(version, request.is_renew_ack, &config);
     let mut answers: BTreeMap<(String, u32), PartitionAnswer> = BTreeMap::new();
     let mut unknown: Vec<(uuid::Uuid, i32)> = Vec::new();
     // The request's partitions join the session; its acknowledgements are applied first.
@@ -484,13 +561,16 @@ async fn fetch(
             if partition.acknowledgement_batches.is_empty() {
                 continue;
             }
-            let batches = ack_batches(partition.acknowledgement_batches.iter().map(|batch| {
-                (
-                    batch.first_offset,
-                    batch.last_offset,
-                    batch.acknowledge_types.as_slice(),
-                )
-            }));
+            let batches = ack_batches(
+                partition.acknowledgement_batches.iter().map(|batch| {
+                    (
+                        batch.first_offset,
+                        batch.last_offset,
+                        batch.acknowledge_types.as_slice(),
+                    )
+                }),
+                renewing,
+            );
             let (code, message) =
                 acknowledge_partition(shard, client, &group, &member, &topic, index, batches).await;
             let answer = answers.entry((topic.clone(), index)).or_default();
@@ -530,12 +610,16 @@ async fn fetch(
         .get(&session_key)
         .map(|session| session.partitions.iter().cloned().collect())
         .unwrap_or_default();
+    if renews {
+        return fetch_response(shard, client, &config, answers, unknown);
+    }
     let limits = Limits::new(
         shard,
         i64::from(request.max_records),
         i64::from(request.max_bytes),
         i64::from(request.max_wait_ms),
-    );
+    )
+    .with_mode(mode);
     let member = Fetcher {
         group: &group,
         id: &member,
@@ -664,7 +748,7 @@ fn fetch_response(
         );
     }
     ShareFetchResponse::default()
-        .with_acquisition_lock_timeout_ms(config.partition.lock_duration.as_millis() as i32)
+        .with_acquisition_lock_timeout_ms(lock_timeout_ms(config))
         .with_responses(
             topics
                 .into_iter()
@@ -699,6 +783,7 @@ async fn acknowledge(
     shard: &Rc<Shard>,
     client: &Client,
     request: ShareAcknowledgeRequest,
+    version: i16,
 ) -> ShareAcknowledgeResponse {
     let refused = |code: i16, message: &str| {
         ShareAcknowledgeResponse::default()
@@ -721,6 +806,8 @@ async fn acknowledge(
     if let Err(code) = check_session(shard, &group, &member, epoch, false) {
         return refused(code, "the share session is not at that epoch");
     }
+    let config = group_config(shard, &group);
+    let renewing = Renewing::of(version, request.is_renew_ack, &config);
     let mut topics = Vec::with_capacity(request.topics.len());
     let mut leaders = BTreeSet::new();
     for asked in &request.topics {
@@ -731,14 +818,16 @@ async fn acknowledge(
             let (code, message, leader) = match &topic {
                 None => (errors::UNKNOWN_TOPIC_ID, None, (-1, -1)),
                 Some(topic) => {
-                    let batches =
-                        ack_batches(partition.acknowledgement_batches.iter().map(|batch| {
+                    let batches = ack_batches(
+                        partition.acknowledgement_batches.iter().map(|batch| {
                             (
                                 batch.first_offset,
                                 batch.last_offset,
                                 batch.acknowledge_types.as_slice(),
                             )
-                        }));
+                        }),
+                        renewing,
+                    );
                     let (code, message) = acknowledge_partition(
                         shard, client, &group, &member, topic, index, batches,
                     )
@@ -784,6 +873,52 @@ async fn acknowledge(
         })
         .collect();
     ShareAcknowledgeResponse::default()
+        .with_acquisition_lock_timeout_ms(lock_timeout_ms(&config))
         .with_responses(topics)
         .with_node_endpoints(endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(types: &[i8], renewing: Renewing) -> Result<Vec<AckBatch>, (i16, String)> {
+        ack_batches(
+            std::iter::once((0, types.len() as i64 - 1, types)),
+            renewing,
+        )
+    }
+
+    #[test]
+    fn renew_acknowledgements_need_version_2_the_flag_and_the_group_allowing_them() {
+        let config = ShareGroupConfig::default();
+        assert_eq!(Renewing::of(1, true, &config), Renewing::NotAsked);
+        assert_eq!(Renewing::of(2, false, &config), Renewing::NotAsked);
+        assert_eq!(Renewing::of(2, true, &config), Renewing::Allowed);
+        let disabled = ShareGroupConfig::from_configs(Some(&BTreeMap::from([(
+            "share.renew.acknowledge.enable".to_string(),
+            "false".to_string(),
+        )])));
+        assert_eq!(Renewing::of(2, true, &disabled), Renewing::Disabled);
+
+        let renew_and_accept = [4, 1];
+        assert_eq!(
+            parse(&renew_and_accept, Renewing::Allowed).unwrap()[0].types,
+            vec![AckType::Renew, AckType::Accept]
+        );
+        assert_eq!(
+            parse(&renew_and_accept, Renewing::NotAsked).unwrap_err().0,
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(
+            parse(&renew_and_accept, Renewing::Disabled).unwrap_err().0,
+            errors::INVALID_RECORD_STATE
+        );
+        // Without a renewal, the flag's absence changes nothing; an unknown type is refused.
+        assert!(parse(&[1, 2, 3, 0], Renewing::NotAsked).is_ok());
+        assert_eq!(
+            parse(&[5], Renewing::Allowed).unwrap_err().0,
+            errors::INVALID_REQUEST
+        );
+    }
 }
