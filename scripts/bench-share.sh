@@ -6,7 +6,8 @@
 #     spending PROCESS_MS (default 1) on each record. A consumer group's one member (a
 #     partition is one member's) against SHARE_CONSUMERS (default 4) share consumers.
 #  2. Broker cost: one partition of BYTES (default 500 MB) of 1 KiB records read by one
-#     consumer-group member and by one share consumer (each record accepted), the broker's CPU
+#     consumer-group member and by one share consumer (each record accepted; 1024 records a
+#     fetch, the 1 MiB a member's fetch reads), the broker's CPU
 #     seconds per GB from its /metrics; natively (`strata bench consume --group` /
 #     `--share-group`) and through Kafka's protocol with librdkafka's own load tool
 #     (`rdkafka_performance -G` / `-S`, the broker's CPU from /proc).
@@ -69,7 +70,9 @@ for round in $(seq 1 "$rounds"); do
     bench consume --topic $topic --records $count --group "cg-$round" --consumers 1
     group_cost=$(field broker_cpu_s_per_gb)
     earliest "cs-$round"
-    bench consume --topic $topic --records $count --share-group "cs-$round" --consumers 1
+    # 1024 records of 1 KiB a fetch: the 1 MiB a consumer-group member's fetch reads.
+    bench consume --topic $topic --records $count --share-group "cs-$round" --consumers 1 \
+        --max-poll-records 1024
     share_cost=$(field broker_cpu_s_per_gb)
     awk -v r="$round" -v g="$group_cost" -v s="$share_cost" \
         'BEGIN { printf "round %d native: consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'

@@ -147,8 +147,9 @@ impl LogRun {
 /// How the record limit of an acquisition applies (Kafka's `ShareAcquireMode`, KIP-1206).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AcquireMode {
-    /// The limit ends an acquisition at the end of a run (a batch, where runs are batches):
-    /// no batch is sent twice for its two halves.
+    /// The limit ends an acquisition at the end of a run (a batch, where runs are batches),
+    /// so that no batch is sent twice for its two halves, unless that would take more than
+    /// twice the limit.
     #[default]
     BatchOptimized,
     /// At most the limit, a batch split if need be.
@@ -422,7 +423,7 @@ impl SharePartition {
     /// met in offset order, new records past the window's end taken into it. Offsets of the
     /// read that hold no record are archived. As Kafka's, the limit ends an acquisition at a
     /// run's end (a batch's, where runs are batches), so that no batch is sent twice for its
-    /// two halves.
+    /// two halves; unlike Kafka's, never past twice the limit ([`AcquireMode::BatchOptimized`]).
     pub fn acquire(
         &mut self,
         member: &str,
@@ -464,8 +465,14 @@ impl SharePartition {
             .flat_map(LogRun::offsets)
             .filter(|(offset, _)| *offset >= window_start);
         for (offset, record) in offsets {
+            // A batch is finished past the limit, up to twice the limit: one large batch
+            // (a producer's whole linger) is still shared among members.
             let run_start = offset == record.first.max(window_start);
-            if count >= max_records && (run_start || mode == AcquireMode::RecordLimit) {
+            if count >= max_records
+                && (run_start
+                    || mode == AcquireMode::RecordLimit
+                    || count >= max_records.saturating_mul(2))
+            {
                 break;
             }
             // Offsets between records hold none: archive them.
@@ -916,13 +923,24 @@ mod tests {
             (0..5).collect::<Vec<_>>(),
             "the released part, whole"
         );
-        let rest = partition.acquire("b", now, &read[2..], 1);
+        let rest = partition.acquire("b", now, &read[2..], 5);
         assert_eq!(offsets(&rest), (20..30).collect::<Vec<_>>());
         assert_eq!(partition.summary().acquired, 30);
         // Under a record limit, a batch is split.
         let mut exact = SharePartition::new(0, settings());
         let taken = exact.acquire_with("a", now, &read, 15, AcquireMode::RecordLimit);
         assert_eq!(offsets(&taken), (0..15).collect::<Vec<_>>());
+        // A batch far larger than the limit is cut at twice the limit, for others to share.
+        let mut shared = SharePartition::new(0, settings());
+        let one_batch = batches(&[(0, 999)]);
+        assert_eq!(
+            offsets(&shared.acquire("a", now, &one_batch, 100)),
+            (0..200).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            offsets(&shared.acquire("b", now, &one_batch, 100)),
+            (200..400).collect::<Vec<_>>()
+        );
     }
 
     #[test]
