@@ -1297,10 +1297,16 @@ fn group_configs_are_set_described_and_refused_through_the_kafka_admin_apis() {
         described["share.isolation.level"],
         json!({"value": "read_uncommitted", "source": "DEFAULT_CONFIG"})
     );
+    // Every config of the broker's group-config table (node/src/server/group_config.rs).
     assert_eq!(
         described.as_object().unwrap().len(),
-        12,
+        14,
         "every group config: {seen}"
+    );
+    assert_eq!(
+        described["share.renew.acknowledge.enable"],
+        json!({"value": "true", "source": "DEFAULT_CONFIG"}),
+        "{seen}"
     );
     assert_eq!(seen["validated"], json!(true), "{seen}");
     assert_eq!(
