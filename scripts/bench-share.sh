@@ -7,14 +7,13 @@
 #     partition is one member's) against SHARE_CONSUMERS (default 4) share consumers.
 #  2. Broker cost: one partition of BYTES (default 500 MB) of 1 KiB records read by one
 #     consumer-group member and by one share consumer (each record accepted; 1024 records a
-#     fetch, the 1 MiB a member's fetch reads), the broker's CPU
-#     seconds per GB from its /metrics; natively (`strata bench consume --group` /
-#     `--share-group`) and through Kafka's protocol with librdkafka's own load tool
-#     (`rdkafka_performance -G` / `-S`, the broker's CPU from /proc).
+#     fetch, the 1 MiB a member's fetch reads), the broker's CPU seconds per GB from its
+#     /metrics; natively (`strata bench consume --group` / `--share-group`) and through
+#     Kafka's protocol (`--protocol kafka`: librdkafka's consumer against the bench's KIP-932
+#     share consumer, which speaks as Kafka's Java share consumer does).
 #
-# RDKAFKA_PERFORMANCE=path (default: librdkafka 2.15's, built from ../shared/peers by
-# scripts/rdkafka-suite.sh) enables the Kafka-protocol rows. STRATA_BIN=path uses that binary
-# instead of building. ROUNDS (default 3), RECORDS (default 4000, the throughput rows).
+# STRATA_BIN=path uses that binary instead of building. ROUNDS (default 3), RECORDS (default
+# 4000, the throughput rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
@@ -25,7 +24,6 @@ records="${RECORDS:-4000}"
 process_ms="${PROCESS_MS:-1}"
 share_consumers="${SHARE_CONSUMERS:-4}"
 bytes="${BYTES:-500000000}"
-rdperf="${RDKAFKA_PERFORMANCE:-/var/tmp/strata-rdkafka/2.15/librdkafka/examples/rdkafka_performance}"
 root=$(mktemp -d /var/tmp/strata-share-bench.XXXXXX)
 boot=127.0.0.1:17800
 kafka=127.0.0.1:17892
@@ -42,6 +40,11 @@ earliest() {
     "$strata" group config "$1" --set share.auto.offset.reset=earliest --bootstrap $boot >/dev/null
 }
 bench() { "$strata" bench "$@" --bootstrap $boot --broker-admin $admin --json "$root/run.json" >/dev/null; }
+# The same, a client of the node's Kafka listener.
+kafka_bench() {
+    "$strata" bench "$@" --protocol kafka --bootstrap $kafka --broker-admin $admin \
+        --json "$root/run.json" >/dev/null
+}
 field() { python3 -c "import json,sys; print(json.load(open('$root/run.json'))['$1'])"; }
 
 echo "# processing-bound: $records records of 100 B, ${process_ms} ms each"
@@ -61,7 +64,6 @@ for round in $(seq 1 "$rounds"); do
 done
 
 echo "# broker cost: $bytes bytes of 1 KiB records, one reader"
-ticks=$(getconf CLK_TCK)
 for round in $(seq 1 "$rounds"); do
     topic="c$round"
     "$strata" topic create $topic --partitions 1 --bootstrap $boot >/dev/null
@@ -76,22 +78,17 @@ for round in $(seq 1 "$rounds"); do
     share_cost=$(field broker_cpu_s_per_gb)
     awk -v r="$round" -v g="$group_cost" -v s="$share_cost" \
         'BEGIN { printf "round %d native: consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'
-    if [ -x "$rdperf" ]; then
-        measure() { # -G or -S, group
-            local cpu0 cpu1 from=()
-            # A share consumer starts where its group config says (set above); -o is refused.
-            [ "$1" = -G ] && from=(-o beginning -X auto.offset.reset=earliest)
-            cpu0=$(cpu_seconds "$node_pid")
-            "$rdperf" "$1" "$2" -t $topic -b $kafka -c $count -q "${from[@]}" \
-                >"$root/rdperf.log" 2>&1 || { echo "rdkafka_performance $1 failed:" >&2; tail -3 "$root/rdperf.log" >&2; }
-            cpu1=$(cpu_seconds "$node_pid")
-            awk -v a="$cpu0" -v b="$cpu1" -v g="$bytes" 'BEGIN { printf "%.3f", (b - a) / (g / 1e9) }'
-        }
-        kafka_group=$(measure -G "kg-$round")
-        earliest "ks-$round"
-        kafka_share=$(measure -S "ks-$round")
-        awk -v r="$round" -v g="$kafka_group" -v s="$kafka_share" \
-            'BEGIN { printf "round %d kafka:  consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'
-    fi
+    # The same through Kafka's protocol: librdkafka's consumer-group member (the rdkafka
+    # crate) against the bench's KIP-932 share consumer (what Kafka's Java share consumer
+    # sends), both reading 1 MiB a fetch.
+    kafka_bench consume --topic $topic --records $count \
+        --group "kg-$round" --consumers 1
+    kafka_group=$(field broker_cpu_s_per_gb)
+    earliest "ks-$round"
+    kafka_bench consume --topic $topic --records $count \
+        --share-group "ks-$round" --consumers 1 --max-poll-records 1024
+    kafka_share=$(field broker_cpu_s_per_gb)
+    awk -v r="$round" -v g="$kafka_group" -v s="$kafka_share" \
+        'BEGIN { printf "round %d kafka:  consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'
     "$strata" topic delete $topic --bootstrap $boot >/dev/null
 done

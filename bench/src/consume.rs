@@ -12,7 +12,7 @@ use strata_client::{
 
 use crate::{
     config::{BenchConfig, Workload},
-    kafka,
+    kafka, kafka_share,
     measure::{IntervalRecorder, IntervalRecorders, histogram, now_us},
     run::client_for,
 };
@@ -110,6 +110,12 @@ pub(crate) async fn start_consumers(
         }
         let Some(client) = client else {
             let config = config.clone();
+            if config.share_group.is_some() {
+                tasks.push(tokio::spawn(async move {
+                    kafka_share::consume(&config, index, stop, counter).await
+                }));
+                continue;
+            }
             let start = if from_beginning {
                 rdkafka::Offset::Beginning
             } else {
@@ -208,7 +214,7 @@ pub(crate) async fn native_consumer(
 }
 
 /// An application's work on one record: nothing, or `process` of waiting.
-async fn work(process: std::time::Duration) {
+pub(crate) async fn work(process: std::time::Duration) {
     if !process.is_zero() {
         tokio::time::sleep(process).await;
     }

@@ -54,7 +54,7 @@ pub fn check(config: &BenchConfig) -> anyhow::Result<()> {
 }
 
 /// `bootstrap.servers` from the bench's bootstrap list (`plaintext://` and the like dropped).
-fn bootstrap_servers(bootstrap: &str) -> String {
+pub(crate) fn bootstrap_servers(bootstrap: &str) -> String {
     bootstrap
         .split(',')
         .map(|address| address.rsplit_once("://").map_or(address, |(_, rest)| rest))

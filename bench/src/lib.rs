@@ -16,6 +16,7 @@
 mod config;
 mod consume;
 mod kafka;
+mod kafka_share;
 mod measure;
 pub mod pacing;
 mod plot;

@@ -32,11 +32,6 @@ use crate::{
 /// Runs the workload against the cluster at `config.bootstrap`.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<(Report, Histograms)> {
     anyhow::ensure!(
-        config.share_group.is_none() || config.protocol == Protocol::Native,
-        "--share-group is measured through the native protocol; for Kafka's share consumer use \
-         scripts/bench-share.sh (librdkafka's rdkafka_performance -S)"
-    );
-    anyhow::ensure!(
         config.record_size >= 8,
         "--record-size must be at least 8 bytes"
     );

@@ -187,8 +187,9 @@ pub struct BenchArgs {
     group: Option<String>,
     /// Consumers join this share group (KIP-932: they share the partitions record by record,
     /// each record accepted after it is counted) instead of splitting the partitions or
-    /// joining a consumer group. Native protocol only; Kafka's share consumer is measured
-    /// with librdkafka's `rdkafka_performance -S` (`scripts/bench-share.sh`). Default: none.
+    /// joining a consumer group. With `--protocol kafka`, through Kafka's share-group
+    /// protocol (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge), as Kafka's Java
+    /// `KafkaShareConsumer` speaks it. Default: none.
     #[arg(long, conflicts_with = "group")]
     share_group: Option<String>,
     /// The most records a share consumer asks for in one fetch (Kafka's `max.poll.records`);
