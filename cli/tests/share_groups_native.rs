@@ -386,3 +386,145 @@ fn a_released_record_comes_again_with_its_delivery_counted_and_a_rejected_one_ne
         assert!(described.members.is_empty(), "{described:?}");
     });
 }
+
+/// Share fetches of records in the page cache go out straight from the segment files
+/// (`sendfile`), as a consumer group's fetches do, on both listeners. Natively, the Rust
+/// `ShareConsumer` gets every record of 6 MB in 128 KiB batches once and whole. Through Kafka's
+/// protocol, Kafka batches (produced by librdkafka) go out as stored to `strata bench`'s
+/// KIP-932 share consumer, which checks each batch whole (its CRC) and counts every record.
+#[test]
+fn share_fetches_of_cached_segments_go_straight_from_the_page_cache() {
+    use strata_client::{Producer, ProducerConfig, ProducerRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let admin = free_base_port(0);
+    let node = TestNode::start_with(
+        dir.path(),
+        2,
+        &[
+            "--kafka-listen",
+            &kafka,
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ],
+    );
+    // The leader's appends through the page cache (see node.rs's consumer-group twin).
+    for topic in ["bulk", "kafka-bulk"] {
+        node.cli(
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "1",
+                "--config",
+                "direct.writes=replicated",
+            ],
+            None,
+        );
+    }
+    configure(&kafka, "bulk-share");
+    configure(&kafka, "kafka-bulk-share");
+    let sent_from_files = || support::metric_total(admin, "strata_fetch_sendfile_bytes_total");
+    let value_of = |offset: u64| {
+        let mut value = format!("{offset:08}").into_bytes();
+        value.resize(2000, b'a' + (offset % 26) as u8);
+        value
+    };
+    support::runtime().block_on(async {
+        let client = node.client().await;
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                batch_bytes: 128 << 10,
+                linger: Duration::from_millis(20),
+                ..ProducerConfig::default()
+            },
+        );
+        let mut acks = Vec::new();
+        for offset in 0..3000u64 {
+            let record = ProducerRecord::new("bulk", None, value_of(offset));
+            acks.push(producer.send(record).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let mut consumer = ShareConsumer::subscribe(
+            client.clone(),
+            vec!["bulk".into()],
+            ShareConfig::new("bulk-share"),
+        )
+        .await
+        .expect("joined");
+        let mut seen = vec![false; 3000];
+        let mut left = 3000;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while left > 0 {
+            assert!(Instant::now() < deadline, "{left} records never came");
+            for record in consumer.poll().await.expect("poll") {
+                let offset = record.offset;
+                assert!(!seen[offset as usize], "offset {offset} delivered twice");
+                assert_eq!(record.delivery_count, 1);
+                assert_eq!(
+                    record.value.as_deref(),
+                    Some(&value_of(offset)[..]),
+                    "{offset}"
+                );
+                seen[offset as usize] = true;
+                left -= 1;
+            }
+        }
+        consumer.close().await.expect("closed");
+    });
+    let native = sent_from_files();
+    assert!(
+        native >= 3e6,
+        "{native} bytes of 6 MB in the page cache were sent from the files"
+    );
+
+    // Kafka batches through the Kafka listener.
+    let bench = |args: &[&str]| {
+        let report = dir.path().join("report.json");
+        let mut all = vec!["bench"];
+        all.extend(args);
+        all.extend(["--protocol", "kafka", "--bootstrap", &kafka]);
+        let report_text = report.display().to_string();
+        all.extend(["--json", &report_text]);
+        node.cli(&all, None);
+        serde_json::from_str::<Value>(&std::fs::read_to_string(&report).unwrap()).unwrap()
+    };
+    let produced = bench(&[
+        "produce",
+        "--topic",
+        "kafka-bulk",
+        "--records",
+        "3000",
+        "--record-size",
+        "2000",
+        "--batch-size",
+        "128KiB",
+        "--linger-ms",
+        "20",
+    ]);
+    assert_eq!(produced["records"], 3000, "{produced}");
+    let consumed = bench(&[
+        "consume",
+        "--topic",
+        "kafka-bulk",
+        "--records",
+        "3000",
+        "--share-group",
+        "kafka-bulk-share",
+        "--consumers",
+        "1",
+    ]);
+    assert!(
+        consumed["records"].as_u64() >= Some(3000),
+        "every record read: {consumed}"
+    );
+    let through_kafka = sent_from_files() - native;
+    assert!(
+        through_kafka >= 3e6,
+        "{through_kafka} bytes of 6 MB of Kafka batches in the page cache were sent from the files"
+    );
+}

@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, ShareAcknowledgeRequest, ShareFetchRequest,
-    ShareGroupDescribeRequest, ShareGroupHeartbeatRequest, SyncGroupRequest,
+    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupHeartbeatRequest, SyncGroupRequest,
     TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -683,12 +683,116 @@ pub fn encode_fetch_parts(
     }
 }
 
+/// Records a ShareFetch answer carries from elsewhere: the partition (topic id, index) they
+/// answer, and their source.
+/// The topic id is its 16 bytes.
+pub type ShareRecordsElsewhere = Vec<([u8; 16], i32, strata_wire::protocol::Elsewhere)>;
+
+/// A ShareFetch response frame as chunks, as [`encode_fetch_parts`] makes a Fetch one: each
+/// partition's records go out as the `Bytes` they are or, for the partitions `elsewhere` names,
+/// from their source (`sendfile`), never copied into the frame. The same bytes as
+/// [`encode_response`] (a test holds it to that).
+pub fn encode_share_fetch_parts(
+    header: &Header,
+    response: &ShareFetchResponse,
+    mut elsewhere: ShareRecordsElsewhere,
+) -> Result<FrameParts, String> {
+    let version = header.api_version;
+    debug_assert!(served(ApiKey::ShareFetch, version));
+    fn failed(error: impl std::fmt::Display) -> String {
+        format!("encoding a ShareFetch answer: {error}")
+    }
+    let mut sources = Vec::with_capacity(elsewhere.len());
+    let mut chunks = vec![Bytes::new()];
+    let mut head = BytesMut::with_capacity(256);
+    head.put_i32(header.correlation_id);
+    put_uvarint(&mut head, 0); // the response header's tagged fields
+    head.put_i32(response.throttle_time_ms);
+    head.put_i16(response.error_code);
+    put_compact_string(&mut head, response.error_message.as_deref());
+    head.put_i32(response.acquisition_lock_timeout_ms);
+    put_uvarint(&mut head, response.responses.len() as u32 + 1);
+    for topic in &response.responses {
+        head.put_slice(topic.topic_id.as_bytes());
+        put_uvarint(&mut head, topic.partitions.len() as u32 + 1);
+        for partition in &topic.partitions {
+            let from_elsewhere = elsewhere
+                .iter()
+                .position(|(id, index, _)| {
+                    id == topic.topic_id.as_bytes() && *index == partition.partition_index
+                })
+                .map(|at| elsewhere.swap_remove(at).2);
+            head.put_i32(partition.partition_index);
+            head.put_i16(partition.error_code);
+            put_compact_string(&mut head, partition.error_message.as_deref());
+            head.put_i16(partition.acknowledge_error_code);
+            put_compact_string(&mut head, partition.acknowledge_error_message.as_deref());
+            partition
+                .current_leader
+                .encode(&mut head, version)
+                .map_err(failed)?;
+            match (from_elsewhere, &partition.records) {
+                (Some(source), _) => {
+                    put_uvarint(&mut head, source.len + 1);
+                    chunks.push(std::mem::take(&mut head).freeze());
+                    chunks.push(Bytes::new());
+                    sources.push(source);
+                }
+                (None, None) => put_uvarint(&mut head, 0),
+                (None, Some(records)) => {
+                    put_uvarint(&mut head, records.len() as u32 + 1);
+                    if !records.is_empty() {
+                        chunks.push(std::mem::take(&mut head).freeze());
+                        chunks.push(records.clone());
+                    }
+                }
+            }
+            put_uvarint(&mut head, partition.acquired_records.len() as u32 + 1);
+            for run in &partition.acquired_records {
+                run.encode(&mut head, version).map_err(failed)?;
+            }
+            put_uvarint(&mut head, 0); // the partition's tagged fields
+        }
+        put_uvarint(&mut head, 0); // the topic's tagged fields
+    }
+    put_uvarint(&mut head, response.node_endpoints.len() as u32 + 1);
+    for endpoint in &response.node_endpoints {
+        endpoint.encode(&mut head, version).map_err(failed)?;
+    }
+    put_uvarint(&mut head, 0); // the response's tagged fields
+    chunks.push(head.freeze());
+    if !elsewhere.is_empty() {
+        return Err("records elsewhere for a partition not answered".to_string());
+    }
+    let size: usize = chunks.iter().map(Bytes::len).sum::<usize>()
+        + sources
+            .iter()
+            .map(|source| source.len as usize)
+            .sum::<usize>();
+    chunks[0] = Bytes::copy_from_slice(&(size as i32).to_be_bytes());
+    Ok(FrameParts {
+        chunks,
+        elsewhere: sources,
+    })
+}
+
 /// An array's length: `u32` varint of length + 1 in flexible versions, `i32` before.
 fn put_len(out: &mut BytesMut, flexible: bool, len: usize) {
     if flexible {
         put_uvarint(out, len as u32 + 1);
     } else {
         out.put_i32(len as i32);
+    }
+}
+
+/// A nullable string in a flexible version: length + 1 as a varint (0: null), then its bytes.
+fn put_compact_string(out: &mut BytesMut, text: Option<&str>) {
+    match text {
+        None => put_uvarint(out, 0),
+        Some(text) => {
+            put_uvarint(out, text.len() as u32 + 1);
+            out.put_slice(text.as_bytes());
+        }
     }
 }
 

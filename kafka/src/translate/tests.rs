@@ -771,6 +771,149 @@ mod fetch_chunks {
     }
 }
 
+/// The chunked ShareFetch encoder writes exactly what kafka-protocol's encoder writes, at
+/// versions 1 and 2, with its records in place or from elsewhere.
+mod share_fetch_chunks {
+    use kafka_protocol::messages::share_fetch_response::{
+        AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
+    };
+    use kafka_protocol::messages::{BrokerId, ShareFetchResponse};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::frame::{encode_response, encode_share_fetch_parts};
+
+    fn text() -> impl Strategy<Value = Option<StrBytes>> {
+        prop::option::of("[a-z ]{0,12}".prop_map(StrBytes::from_string))
+    }
+
+    fn partition() -> impl Strategy<Value = PartitionData> {
+        (
+            (any::<i32>(), any::<i16>(), text(), any::<i16>(), text()),
+            (any::<i32>(), any::<i32>()),
+            prop::option::of(prop::collection::vec(any::<u8>(), 0..300)),
+            prop::collection::vec((any::<i64>(), any::<i64>(), any::<i16>()), 0..3),
+        )
+            .prop_map(
+                |(
+                    (index, error, message, ack_error, ack_message),
+                    (leader, epoch),
+                    records,
+                    runs,
+                )| {
+                    PartitionData::default()
+                        .with_partition_index(index)
+                        .with_error_code(error)
+                        .with_error_message(message)
+                        .with_acknowledge_error_code(ack_error)
+                        .with_acknowledge_error_message(ack_message)
+                        .with_current_leader(
+                            LeaderIdAndEpoch::default()
+                                .with_leader_id(leader)
+                                .with_leader_epoch(epoch),
+                        )
+                        .with_records(records.map(Bytes::from))
+                        .with_acquired_records(
+                            runs.into_iter()
+                                .map(|(first, last, count)| {
+                                    AcquiredRecords::default()
+                                        .with_first_offset(first)
+                                        .with_last_offset(last)
+                                        .with_delivery_count(count)
+                                })
+                                .collect(),
+                        )
+                },
+            )
+    }
+
+    fn response() -> impl Strategy<Value = ShareFetchResponse> {
+        let topic = (any::<[u8; 16]>(), prop::collection::vec(partition(), 0..4)).prop_map(
+            |(id, partitions)| {
+                ShareFetchableTopicResponse::default()
+                    .with_topic_id(uuid::Uuid::from_bytes(id))
+                    .with_partitions(partitions)
+            },
+        );
+        let endpoint = (any::<i32>(), "[a-z.]{1,12}", any::<u16>(), text()).prop_map(
+            |(id, host, port, rack)| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(i32::from(port))
+                    .with_rack(rack)
+            },
+        );
+        (
+            (any::<i32>(), any::<i16>(), text(), any::<i32>()),
+            prop::collection::vec(topic, 0..3),
+            prop::collection::vec(endpoint, 0..3),
+        )
+            .prop_map(|((throttle, error, message, lock), topics, endpoints)| {
+                ShareFetchResponse::default()
+                    .with_throttle_time_ms(throttle)
+                    .with_error_code(error)
+                    .with_error_message(message)
+                    .with_acquisition_lock_timeout_ms(lock)
+                    .with_responses(topics)
+                    .with_node_endpoints(endpoints)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn the_chunked_share_fetch_encoding_is_kafka_protocols_byte_for_byte(
+            version in 1i16..=2,
+            response in response(),
+            from_elsewhere in any::<bool>(),
+        ) {
+            let header = Header {
+                api_key: ApiKey::ShareFetch,
+                api_version: version,
+                correlation_id: 7,
+                client_id: String::new(),
+                throttle_ms: 0,
+            };
+            let whole = encode_response(&header, &response).unwrap();
+            // Records from elsewhere (a file range sent with sendfile) for partitions named
+            // once, each empty chunk filled with its source's bytes.
+            let mut seen = std::collections::HashMap::new();
+            for topic in &response.responses {
+                for partition in &topic.partitions {
+                    *seen.entry((topic.topic_id, partition.partition_index)).or_insert(0) += 1;
+                }
+            }
+            let mut elsewhere = Vec::new();
+            for topic in response.responses.iter().filter(|_| from_elsewhere) {
+                for partition in &topic.partitions {
+                    if let Some(records) = &partition.records
+                        && !records.is_empty()
+                        && seen[&(topic.topic_id, partition.partition_index)] == 1
+                    {
+                        elsewhere.push((*topic.topic_id.as_bytes(), partition.partition_index, native::Elsewhere {
+                            len: records.len() as u32,
+                            source: std::sync::Arc::new(records.clone()),
+                        }));
+                    }
+                }
+            }
+            let parts = encode_share_fetch_parts(&header, &response, elsewhere).unwrap();
+            let mut sources = parts.elsewhere.iter();
+            let mut filled = Vec::new();
+            for chunk in &parts.chunks {
+                if chunk.is_empty() {
+                    let source = sources.next().expect("a source for each empty chunk");
+                    filled.extend_from_slice(source.source.downcast_ref::<Bytes>().unwrap());
+                } else {
+                    filled.extend_from_slice(chunk);
+                }
+            }
+            prop_assert!(sources.next().is_none());
+            prop_assert_eq!(&filled[..], &whole[..]);
+        }
+    }
+}
+
 /// Every response the listener builds encodes at every version it serves: Kafka's schemas
 /// refuse a field set to something other than its default in a version without it, and such a
 /// refusal would close the client's connection.

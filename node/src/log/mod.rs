@@ -70,7 +70,9 @@ pub use self::config::{
 pub use self::error::LogError;
 pub use self::flush::{FlushJob, FlushOutcome};
 pub use self::housekeeping::RetentionReport;
-pub use self::read::{FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, Served};
+pub use self::read::{
+    FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, RegionBatch, Served,
+};
 pub use self::segment::SCAN_CHUNK_BYTES;
 
 /// What opening found and repaired.

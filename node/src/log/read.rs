@@ -48,6 +48,58 @@ pub struct FileRegion {
     pub newest_ms: Option<i64>,
     /// Every batch in the range is a Kafka batch: a Kafka consumer takes the range as it is.
     pub kafka_only: bool,
+    /// The range's batches, in order, as their headers were read to find it.
+    pub batches: Vec<RegionBatch>,
+}
+
+/// One batch of a [`FileRegion`]: its header, and where it starts in the region.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionBatch {
+    pub header: BatchHeader,
+    pub at: u64,
+}
+
+impl FileRegion {
+    /// The range's bytes, read from the page cache (where [`PartitionLog::read_for_sending`]
+    /// found every page): a copy, not a wait on the disk.
+    pub fn read_cached(&self) -> std::io::Result<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::from(self.file.try_clone()?);
+        let mut bytes = vec![0; self.len];
+        file.read_exact_at(&mut bytes, self.position)?;
+        Ok(bytes.into())
+    }
+
+    /// Narrows the region to its batches `first..=last` (indexes into
+    /// [`FileRegion::batches`]): what a share acquisition hands out of what it read.
+    pub fn narrow(&mut self, first: usize, last: usize) {
+        assert!(
+            first <= last && last < self.batches.len(),
+            "batches within the region"
+        );
+        self.batches.truncate(last + 1);
+        self.batches.drain(..first);
+        let start = self.batches[0].at;
+        let end = self
+            .batches
+            .last()
+            .map_or(start, |batch| batch.at + u64::from(batch.header.batch_len));
+        for batch in &mut self.batches {
+            batch.at -= start;
+        }
+        self.position += start;
+        self.len = (end - start) as usize;
+        self.records = self
+            .batches
+            .iter()
+            .map(|b| u64::from(b.header.offset_count))
+            .sum();
+        self.newest_ms = self.batches.iter().map(|b| b.header.max_timestamp_ms).max();
+        self.kafka_only = self
+            .batches
+            .iter()
+            .all(|b| b.header.format == BatchFormat::Kafka);
+    }
 }
 
 /// A read for sending planned by [`PartitionLog::plan_read_for_sending`]: one of three outcomes.
@@ -242,6 +294,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let (mut first, mut records, mut newest_ms) = (None::<u64>, 0u64, None::<i64>);
         let mut kafka_only = true;
+        let mut batches = Vec::new();
         for walked in 0..REGION_HEADERS_MAX {
             if position >= segment.size {
                 break;
@@ -279,7 +332,11 @@ impl<S: Storage> PartitionLog<S> {
             {
                 break;
             }
-            first.get_or_insert(position);
+            let start = *first.get_or_insert(position);
+            batches.push(RegionBatch {
+                header,
+                at: position - start,
+            });
             records += u64::from(header.offset_count);
             newest_ms = newest_ms.max(Some(header.max_timestamp_ms));
             kafka_only &= header.format == BatchFormat::Kafka;
@@ -302,6 +359,7 @@ impl<S: Storage> PartitionLog<S> {
             records,
             newest_ms,
             kafka_only,
+            batches,
         }))
     }
 

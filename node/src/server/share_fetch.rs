@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use strata_wire::protocol::ErrorCode;
 
+use super::messages::Delivery;
 use super::shard::Shard;
 use super::shard::share::{ShareAcquired, ShareFailure, ShareKey};
 use crate::share::config::ShareGroupConfig;
@@ -60,6 +61,9 @@ pub(super) struct Limits {
     max_records: usize,
     mode: AcquireMode,
     max_bytes: u32,
+    /// How the acquired batches may travel: from the segment file (`sendfile`) where the
+    /// connection takes that, else as bytes.
+    delivery: Delivery,
     deadline: Instant,
 }
 
@@ -67,6 +71,11 @@ impl Limits {
     /// The limits, the record limit applied as `mode` says.
     pub(super) fn with_mode(self, mode: AcquireMode) -> Limits {
         Limits { mode, ..self }
+    }
+
+    /// The limits, the batches travelling as `delivery` allows.
+    pub(super) fn with_delivery(self, delivery: Delivery) -> Limits {
+        Limits { delivery, ..self }
     }
 
     /// When the fetch's wait for records is over.
@@ -87,6 +96,7 @@ impl Limits {
                 .ok()
                 .filter(|&n| n > 0)
                 .map_or(PARTITION_READ_BYTES, |n| n.min(PARTITION_READ_BYTES)),
+            delivery: Delivery::Bytes,
             deadline: shard.context.config.clock.now()
                 + Duration::from_millis(u64::try_from(max_wait_ms).unwrap_or(0)),
         }
@@ -123,7 +133,7 @@ pub(super) async fn acquire(
                         owner_member,
                         owner_config,
                         (left, limits.mode),
-                        limits.max_bytes,
+                        (limits.max_bytes, limits.delivery),
                     )
                     .await
             })

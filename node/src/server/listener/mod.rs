@@ -49,6 +49,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::log::FileRegion;
+use crate::server::messages::Delivery;
 use crate::server::security::{ClientAuth, ListenerSpec, SecurityProtocol};
 use crate::server::shard::Shard;
 use sasl::SaslSession;
@@ -209,6 +210,15 @@ impl Client {
     /// Whether answers may carry records from files (`sendfile`), which TLS cannot.
     pub(super) fn takes_file_ranges(&self) -> bool {
         !self.listener.protocol.uses_tls()
+    }
+
+    /// How fetched records may travel to this client.
+    pub(super) fn delivery(&self) -> Delivery {
+        if self.takes_file_ranges() {
+            Delivery::FileRanges
+        } else {
+            Delivery::Bytes
+        }
     }
 }
 

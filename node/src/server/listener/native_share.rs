@@ -50,7 +50,9 @@ pub(super) async fn serve(
         Request::ShareGroupHeartbeat(request) => Ok(Response::ShareGroupHeartbeat(
             heartbeat(shard, client, request).await,
         )),
-        Request::ShareFetch(request) => fetch(shard, request).await.map(Response::ShareFetch),
+        Request::ShareFetch(request) => fetch(shard, client, request)
+            .await
+            .map(Response::ShareFetch),
         Request::ShareAcknowledge(request) => acknowledge(shard, request)
             .await
             .map(Response::ShareAcknowledge),
@@ -177,6 +179,7 @@ struct Named {
 
 async fn fetch(
     shard: &Rc<Shard>,
+    client: &Client,
     request: ShareFetchRequest,
 ) -> Result<ShareFetchResponse, ErrorCode> {
     if request.group.is_empty() || request.member_id.is_empty() {
@@ -214,7 +217,8 @@ async fn fetch(
         i64::from(request.max_records),
         i64::from(request.max_bytes),
         i64::from(request.max_wait_ms),
-    );
+    )
+    .with_delivery(client.delivery());
     let fetcher = Fetcher {
         group: &group,
         id: &member,
@@ -264,7 +268,7 @@ fn partition_answer(
                     delivery_count: run.deliveries,
                 })
                 .collect();
-            answer.records = Records::Shared(acquired.records);
+            answer.records = acquired.records;
         }
         Some(Err(failure)) => answer.error = failure_code(&failure),
     }

@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use strata_coordinator::groups::Durability;
 use strata_wire::batch::{Batch, BatchBuilder, BatchHeader};
 use strata_wire::protocol::{
-    ACKS_ALL, ErrorCode, FetchPartition, ProducePartition, ProduceRequest, ProduceTopic, Records,
-    Request, Response, SharePartitionDescription,
+    ACKS_ALL, Elsewhere, ErrorCode, FetchPartition, ProducePartition, ProduceRequest, ProduceTopic,
+    Records, Request, Response, SharePartitionDescription,
 };
 use tokio::sync::oneshot;
 
+use crate::log::FileRegion;
 use crate::server::messages::{Delivery, GroupMessage, ShareGroupRequest};
 use crate::server::shard::replica::Role;
 use crate::share::config::{AutoOffsetReset, ShareGroupConfig};
@@ -97,12 +98,23 @@ impl From<ErrorCode> for ShareFailure {
 }
 
 /// What an acquisition hands the member.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ShareAcquired {
-    /// Whole stored batches holding the acquired records (either format).
-    pub records: Bytes,
+    /// Whole stored batches holding the acquired records (either format): bytes, or a range
+    /// of a segment file (`Records::Elsewhere`, a [`FileRegion`]) where the fetch allowed it.
+    pub records: Records,
     pub acquired: Vec<Acquired>,
     pub leader_epoch: u32,
+}
+
+impl ShareAcquired {
+    fn none(leader_epoch: u32) -> ShareAcquired {
+        ShareAcquired {
+            records: Records::empty(),
+            acquired: Vec::new(),
+            leader_epoch,
+        }
+    }
 }
 
 pub(crate) fn share_state_id(group: &str, topic: &str, partition: u32) -> String {
@@ -361,12 +373,19 @@ impl Shard {
         member: String,
         config: ShareGroupConfig,
         limit: (usize, AcquireMode),
-        max_bytes: u32,
+        (max_bytes, delivery): (u32, Delivery),
     ) -> Result<ShareAcquired, ShareFailure> {
         let slot = self.share_slot(&key);
         let mut held = slot.lock().await;
         let result = self
-            .acquire_held(&mut held, &key, member, config, limit, max_bytes)
+            .acquire_held(
+                &mut held,
+                &key,
+                member,
+                config,
+                limit,
+                (max_bytes, delivery),
+            )
             .await;
         self.note_share(&key, &held);
         result
@@ -379,7 +398,7 @@ impl Shard {
         member: String,
         config: ShareGroupConfig,
         (max_records, mode): (usize, AcquireMode),
-        max_bytes: u32,
+        (max_bytes, delivery): (u32, Delivery),
     ) -> Result<ShareAcquired, ShareFailure> {
         self.share_ready(held, key, &config).await?;
         let (_, topic, partition) = key;
@@ -395,15 +414,21 @@ impl Shard {
         current.core.move_start_to(log_start);
         let now = self.clock().now();
         let Some(from) = current.core.read_from(now) else {
-            return Ok(ShareAcquired {
-                leader_epoch: current.leader_epoch,
-                ..ShareAcquired::default()
-            });
+            return Ok(ShareAcquired::none(current.leader_epoch));
         };
         // The records this acquisition may look at: those waiting in the window past `from`,
         // and as many new ones as it may take.
         let wanted = max_records as u64 + current.core.end_offset().saturating_sub(from);
         let read_bytes = read_size(wanted, current.bytes_per_record, max_bytes);
+        // Acquisition that looks at each record reads them into memory; otherwise the batch
+        // headers decide, and the batches go out as the fetch allows (from the file with
+        // `sendfile`, as a consumer group's fetch).
+        let per_record = config.partition.key_ordering || config.delayed_delivery;
+        let delivery = if per_record {
+            Delivery::Bytes
+        } else {
+            delivery
+        };
         let fetched = self
             .fetch_local(
                 topic,
@@ -413,7 +438,7 @@ impl Shard {
                     max_bytes: read_bytes,
                 },
                 None,
-                Delivery::Bytes,
+                delivery,
                 config.read_committed,
             )
             .await;
@@ -421,16 +446,14 @@ impl Shard {
         if fetched.response.error != ErrorCode::None {
             return Err(fetched.response.error.into());
         }
-        let Records::Shared(bytes) = fetched.response.records else {
-            return Err(ErrorCode::Internal.into());
-        };
+        let served = Served::of(fetched.response.records)?;
         let aborted = fetched
             .stability
             .map(|(_, aborted)| aborted)
             .unwrap_or_default();
         let wall_ms = self.clock().wall_ms();
-        let read = log_records(&bytes, &aborted, &config, now, wall_ms);
-        if let Some(per_record) = (bytes.len() as u64).checked_div(read.offsets()) {
+        let read = log_records(&served, &aborted, &config, now, wall_ms);
+        if let Some(per_record) = (served.len() as u64).checked_div(read.offsets()) {
             current.bytes_per_record = match current.bytes_per_record {
                 0 => per_record,
                 known => (known * 3 + per_record) / 4,
@@ -439,7 +462,7 @@ impl Shard {
         let acquired = current
             .core
             .acquire_with(&member, now, &read.records, max_records, mode);
-        let records = read.holding(&bytes, &acquired);
+        let records = read.holding(served, &acquired);
         let leader_epoch = current.leader_epoch;
         if current.core.has_dead_letters() {
             // Locks that ran out took records past their last delivery.
@@ -785,10 +808,86 @@ fn read_size(wanted: u64, bytes_per_record: u64, max_bytes: u32) -> u32 {
         .min(max_bytes)
 }
 
+/// What an acquisition's read of the log found: bytes, or a range of a segment file whose
+/// batches' headers were read (never one holding a compacted batch: those are listed record by
+/// record, so they are read).
+enum Served {
+    Bytes(Bytes),
+    Region(FileRegion),
+}
+
+impl Served {
+    fn of(records: Records) -> Result<Served, ShareFailure> {
+        match records {
+            Records::Shared(bytes) => Ok(Served::Bytes(bytes)),
+            Records::Mutable(bytes) => Ok(Served::Bytes(bytes.freeze())),
+            Records::Elsewhere(elsewhere) => {
+                let region = std::sync::Arc::downcast::<FileRegion>(elsewhere.source)
+                    .ok()
+                    .and_then(|region| std::sync::Arc::try_unwrap(region).ok())
+                    .ok_or(ErrorCode::Internal)?;
+                if region
+                    .batches
+                    .iter()
+                    .any(|batch| batch.header.is_compacted())
+                {
+                    let bytes = region.read_cached().map_err(|error| {
+                        tracing::warn!("reading a share acquisition's range failed: {error}");
+                        ErrorCode::StorageError
+                    })?;
+                    return Ok(Served::Bytes(bytes));
+                }
+                Ok(Served::Region(region))
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Served::Bytes(bytes) => bytes.len(),
+            Served::Region(region) => region.len,
+        }
+    }
+
+    /// Each whole batch read: its header and where it lies in what was read. A read of bytes
+    /// ends with whole batches, or cut inside its last one, which is left out.
+    fn batches(&self) -> Vec<(BatchHeader, std::ops::Range<usize>)> {
+        match self {
+            Served::Bytes(bytes) => {
+                let mut batches = Vec::new();
+                let mut position = 0usize;
+                while position < bytes.len() {
+                    let Ok(header) = BatchHeader::parse(&bytes[position..]) else {
+                        break;
+                    };
+                    let Some(end) = position
+                        .checked_add(header.batch_len as usize)
+                        .filter(|&end| end <= bytes.len())
+                    else {
+                        break;
+                    };
+                    batches.push((header, position..end));
+                    position = end;
+                }
+                batches
+            }
+            Served::Region(region) => region
+                .batches
+                .iter()
+                .map(|batch| {
+                    let at = batch.at as usize;
+                    (batch.header, at..at + batch.header.batch_len as usize)
+                })
+                .collect(),
+        }
+    }
+}
+
 /// What a log read holds, as the share-partition acquires from it.
 struct ReadRecords {
     records: Vec<LogRun>,
-    /// Each batch's (first offset, last offset, byte range in the read).
+    /// Each batch's (first offset, last offset, where it lies in the read), in the order of
+    /// the read's batches.
     batches: Vec<(u64, u64, std::ops::Range<usize>)>,
 }
 
@@ -802,7 +901,7 @@ impl ReadRecords {
     }
 
     /// The part of the read from the first batch holding an acquired record to the last.
-    fn holding(&self, bytes: &Bytes, acquired: &[Acquired]) -> Bytes {
+    fn holding(&self, served: Served, acquired: &[Acquired]) -> Records {
         let holds = |first: u64, last: u64| {
             acquired
                 .iter()
@@ -811,13 +910,25 @@ impl ReadRecords {
         let mut kept = self
             .batches
             .iter()
-            .filter(|(first, last, _)| holds(*first, *last))
-            .map(|(_, _, range)| range.clone());
+            .enumerate()
+            .filter(|(_, (first, last, _))| holds(*first, *last))
+            .map(|(at, _)| at);
         let Some(first) = kept.next() else {
-            return Bytes::new();
+            return Records::empty();
         };
-        let end = kept.next_back().map_or(first.end, |range| range.end);
-        bytes.slice(first.start..end)
+        let last = kept.next_back().unwrap_or(first);
+        match served {
+            Served::Bytes(bytes) => {
+                Records::Shared(bytes.slice(self.batches[first].2.start..self.batches[last].2.end))
+            }
+            Served::Region(mut region) => {
+                region.narrow(first, last);
+                Records::Elsewhere(Elsewhere {
+                    len: u32::try_from(region.len).expect("reads below 4 GiB"),
+                    source: std::sync::Arc::new(region),
+                })
+            }
+        }
     }
 }
 
@@ -828,7 +939,7 @@ impl ReadRecords {
 /// `read_committed`, are runs to skip. Batches are not checked here: a fetch serves them as
 /// stored, and their consumer checks them.
 fn log_records(
-    bytes: &Bytes,
+    served: &Served,
     aborted: &[strata_wire::protocol::AbortedTransaction],
     config: &ShareGroupConfig,
     now: Instant,
@@ -840,18 +951,7 @@ fn log_records(
     let mut aborted: Vec<_> = aborted.iter().collect();
     aborted.sort_by_key(|txn| std::cmp::Reverse(txn.first_offset));
     let mut aborting: HashSet<i64> = HashSet::new();
-    let mut position = 0usize;
-    while position < bytes.len() {
-        let Ok(header) = BatchHeader::parse(&bytes[position..]) else {
-            break;
-        };
-        // A read ends with whole batches, or cut inside its last one.
-        let Some(end) = position
-            .checked_add(header.batch_len as usize)
-            .filter(|&end| end <= bytes.len())
-        else {
-            break;
-        };
+    for (header, range) in served.batches() {
         let whole = LogRun {
             last: header.last_offset(),
             ..LogRun::record(header.base_offset)
@@ -868,32 +968,37 @@ fn log_records(
         } else {
             header.is_transactional() && aborting.contains(&header.producer_id)
         };
-        if skip || !(per_record || header.is_compacted()) {
-            records.push(LogRun { skip, ..whole });
-        } else {
-            let Ok(batch) = Batch::validate(bytes.slice(position..end)) else {
-                break;
-            };
-            for record in batch.records() {
-                let key = if config.partition.key_ordering {
-                    record.key.map(record_key)
-                } else {
-                    None
-                };
-                let not_before = if config.delayed_delivery {
-                    deliver_after(&record, now, wall_ms)
-                } else {
-                    None
-                };
-                records.push(LogRun {
-                    key,
-                    not_before,
-                    ..LogRun::record(record.offset)
-                });
+        // A region holds no compacted batch, and is never read for key order or delays
+        // (`Served::of`, `Shard::acquire_held`): its batches are whole runs.
+        let bytes = match served {
+            Served::Bytes(bytes) if !skip && (per_record || header.is_compacted()) => bytes,
+            _ => {
+                records.push(LogRun { skip, ..whole });
+                batches.push((whole.first, whole.last, range));
+                continue;
             }
+        };
+        let Ok(batch) = Batch::validate(bytes.slice(range.clone())) else {
+            break;
+        };
+        for record in batch.records() {
+            let key = if config.partition.key_ordering {
+                record.key.map(record_key)
+            } else {
+                None
+            };
+            let not_before = if config.delayed_delivery {
+                deliver_after(&record, now, wall_ms)
+            } else {
+                None
+            };
+            records.push(LogRun {
+                key,
+                not_before,
+                ..LogRun::record(record.offset)
+            });
         }
-        batches.push((whole.first, whole.last, position..end));
-        position = end;
+        batches.push((whole.first, whole.last, range));
     }
     ReadRecords { records, batches }
 }

@@ -252,7 +252,6 @@ async fn fetch(
 /// are in the page cache (`read_for_sending` gives no other), so this is a copy, not a wait
 /// on the disk. A range that cannot be read answers its partition with a storage error.
 fn read_regions_to_translate(native: &mut strata_wire::protocol::FetchResponse) {
-    use std::os::unix::fs::FileExt;
     for partition in native
         .topics
         .iter_mut()
@@ -268,17 +267,8 @@ fn read_regions_to_translate(native: &mut strata_wire::protocol::FetchResponse) 
         if region.kafka_only {
             continue;
         }
-        let read = region
-            .file
-            .try_clone()
-            .map(std::fs::File::from)
-            .and_then(|file| {
-                let mut bytes = vec![0; region.len];
-                file.read_exact_at(&mut bytes, region.position)?;
-                Ok(bytes)
-            });
-        partition.records = match read {
-            Ok(bytes) => strata_wire::protocol::Records::Shared(bytes.into()),
+        partition.records = match region.read_cached() {
+            Ok(bytes) => strata_wire::protocol::Records::Shared(bytes),
             Err(error) => {
                 tracing::warn!("reading a fetched range to translate it failed: {error}");
                 partition.error = strata_wire::protocol::ErrorCode::StorageError;

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use strata_auth::acl::Operation;
 use strata_kafka::errors::{self, kafka_error};
-use strata_kafka::frame::{Header, KafkaRequest};
+use strata_kafka::frame::{self, Header, KafkaRequest};
 use strata_kafka::kafka_protocol::messages::share_acknowledge_response::{
     LeaderIdAndEpoch as AckLeader, PartitionData as AckPartition, ShareAcknowledgeTopicResponse,
 };
@@ -38,7 +38,7 @@ use strata_kafka::kafka_protocol::messages::{
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use strata_kafka::text;
-use strata_wire::protocol::ErrorCode;
+use strata_wire::protocol::{Elsewhere, ErrorCode, Records};
 use tokio::sync::oneshot;
 
 use super::{authorize, encoded, kafka_topic_id};
@@ -66,7 +66,12 @@ pub(super) async fn serve(
         }
         KafkaRequest::ShareFetch(request) => {
             let version = header.api_version;
-            encoded(&header, fetch(shard, client, request, version).await)
+            let (mut response, elsewhere) = fetch(shard, client, request, version).await;
+            response.throttle_time_ms = header.throttle_ms;
+            match frame::encode_share_fetch_parts(&header, &response, elsewhere) {
+                Ok(parts) => Outcome::Answer(parts),
+                Err(error) => Outcome::Close(error),
+            }
         }
         KafkaRequest::ShareAcknowledge(request) => {
             let version = header.api_version;
@@ -481,16 +486,21 @@ fn group_and_member(
     (!group.is_empty() && !member.is_empty()).then_some((group, member))
 }
 
+/// A ShareFetch's answer, and the records it carries from segment files (sent with
+/// `sendfile`).
+type FetchAnswer = (ShareFetchResponse, frame::ShareRecordsElsewhere);
+
 async fn fetch(
     shard: &Rc<Shard>,
     client: &Client,
     request: ShareFetchRequest,
     version: i16,
-) -> ShareFetchResponse {
+) -> FetchAnswer {
     let refused = |code: i16, message: &str| {
-        ShareFetchResponse::default()
+        let response = ShareFetchResponse::default()
             .with_error_code(code)
-            .with_error_message(Some(text(message)))
+            .with_error_message(Some(text(message)));
+        (response, Vec::new())
     };
     let Some((group, member)) = group_and_member(&request.group_id, &request.member_id) else {
         return refused(
@@ -619,7 +629,8 @@ async fn fetch(
         i64::from(request.max_bytes),
         i64::from(request.max_wait_ms),
     )
-    .with_mode(mode);
+    .with_mode(mode)
+    .with_delivery(client.delivery());
     let member = Fetcher {
         group: &group,
         id: &member,
@@ -682,8 +693,9 @@ fn fetch_response(
     config: &ShareGroupConfig,
     answers: BTreeMap<(String, u32), PartitionAnswer>,
     unknown: Vec<(uuid::Uuid, i32)>,
-) -> ShareFetchResponse {
+) -> FetchAnswer {
     let mut topics: BTreeMap<uuid::Uuid, Vec<PartitionData>> = BTreeMap::new();
+    let mut elsewhere = Vec::new();
     let mut leaders = BTreeSet::new();
     for ((topic, partition), answer) in answers {
         if !answer.answered {
@@ -703,8 +715,12 @@ fn fetch_response(
         // Empty records, never null: librdkafka refuses a null record set in a ShareFetch
         // answer (Java's client takes either).
         let (records, acquired) = match answer.acquired {
-            Some(acquired) => match strata_kafka::records::to_kafka(acquired.records) {
-                Ok(records) => (records, acquired.acquired),
+            Some(acquired) => match records_to_kafka(acquired.records) {
+                Ok(KafkaRecords::Bytes(records)) => (records, acquired.acquired),
+                Ok(KafkaRecords::Elsewhere(source)) => {
+                    elsewhere.push((*id.as_bytes(), partition as i32, source));
+                    (Bytes::new(), acquired.acquired)
+                }
                 Err(failed) => {
                     error = errors::KAFKA_STORAGE_ERROR;
                     error_message = Some(format!("records did not translate: {failed}"));
@@ -747,7 +763,7 @@ fn fetch_response(
                 .with_records(Some(Bytes::new())),
         );
     }
-    ShareFetchResponse::default()
+    let response = ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(lock_timeout_ms(config))
         .with_responses(
             topics
@@ -759,7 +775,38 @@ fn fetch_response(
                 })
                 .collect(),
         )
-        .with_node_endpoints(endpoints(shard, client, &leaders))
+        .with_node_endpoints(endpoints(shard, client, &leaders));
+    (response, elsewhere)
+}
+
+/// Acquired batches as a Kafka consumer takes them.
+enum KafkaRecords {
+    Bytes(Bytes),
+    /// Kafka batches only, in a segment file's range: sent as they are, with `sendfile`.
+    Elsewhere(Elsewhere),
+}
+
+/// Acquired batches as a Kafka consumer reads them: Kafka batches as stored, Strata batches (a
+/// native producer's, transaction markers) translated, so read into memory first when they
+/// are in a file's range.
+fn records_to_kafka(records: Records) -> Result<KafkaRecords, String> {
+    let bytes = match records {
+        Records::Shared(bytes) => bytes,
+        Records::Mutable(bytes) => bytes.freeze(),
+        Records::Elsewhere(elsewhere) => {
+            let region = elsewhere
+                .source
+                .downcast_ref::<crate::log::FileRegion>()
+                .ok_or("records elsewhere that are not a file region")?;
+            if region.kafka_only {
+                return Ok(KafkaRecords::Elsewhere(elsewhere));
+            }
+            region.read_cached().map_err(|error| error.to_string())?
+        }
+    };
+    strata_kafka::records::to_kafka(bytes)
+        .map(KafkaRecords::Bytes)
+        .map_err(|error| error.to_string())
 }
 
 fn endpoints(shard: &Shard, client: &Client, leaders: &BTreeSet<i32>) -> Vec<NodeEndpoint> {
