@@ -321,6 +321,261 @@ fn acknowledgements(
         .collect()
 }
 
+/// What one share consumer speaks with: the bootstrap broker, the versions negotiated there,
+/// the topic's layout, its membership, and a share session per leader.
+struct ShareMember {
+    bootstrap: Connection,
+    client_id: String,
+    fetch_version: i16,
+    acknowledge_version: i16,
+    layout: TopicLayout,
+    membership: Membership,
+    sessions: HashMap<String, Session>,
+}
+
+impl ShareMember {
+    /// Connects, negotiates versions, reads the topic's layout and finds the group's
+    /// coordinator (the member joins with its first heartbeat).
+    async fn start(config: &BenchConfig, group: &str, index: usize) -> anyhow::Result<Self> {
+        let client_id = format!("strata-bench-{index}");
+        let bootstrap_address = crate::kafka::bootstrap_servers(&config.bootstrap)
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let mut bootstrap = Connection::open(&bootstrap_address, &client_id).await?;
+        let versions: ApiVersionsResponse = bootstrap
+            .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+            .await?;
+        check(versions.error_code, None, "ApiVersions")?;
+        let fetch_version = negotiated(&versions, ApiKey::ShareFetch, SHARE_FETCH_VERSIONS)?;
+        let acknowledge_version = negotiated(
+            &versions,
+            ApiKey::ShareAcknowledge,
+            SHARE_ACKNOWLEDGE_VERSIONS,
+        )?;
+        let layout = topic_layout(&mut bootstrap, &config.topic).await?;
+        let coordinator_address = coordinator(&mut bootstrap, group).await?;
+        let membership = Membership {
+            connection: Connection::open(&coordinator_address, &client_id).await?,
+            group: group.to_string(),
+            member_id: format!("{}", uuid::Uuid::new_v4()),
+            epoch: 0,
+            interval: Duration::from_secs(5),
+            next_heartbeat: Instant::now(),
+            assigned: Vec::new(),
+        };
+        Ok(ShareMember {
+            bootstrap,
+            client_id,
+            fetch_version,
+            acknowledge_version,
+            layout,
+            membership,
+            sessions: HashMap::new(),
+        })
+    }
+
+    /// Heartbeats, and puts each assigned partition in its leader's session.
+    async fn heartbeat(&mut self, topic: &str) -> anyhow::Result<()> {
+        self.membership.heartbeat(topic, self.layout.id).await?;
+        if self
+            .membership
+            .assigned
+            .iter()
+            .any(|partition| !self.layout.leaders.contains_key(partition))
+        {
+            self.layout = topic_layout(&mut self.bootstrap, topic).await?;
+        }
+        for session in self.sessions.values_mut() {
+            session.partitions.clear();
+        }
+        for partition in &self.membership.assigned {
+            let leader = self.layout.leaders[partition].clone();
+            if !self.sessions.contains_key(&leader) {
+                let session = Session {
+                    connection: Connection::open(&leader, &self.client_id).await?,
+                    epoch: 0,
+                    partitions: Vec::new(),
+                    joined: Vec::new(),
+                    acks: BTreeMap::new(),
+                };
+                self.sessions.insert(leader.clone(), session);
+            }
+            let session = self.sessions.get_mut(&leader).expect("inserted");
+            session.partitions.push(*partition);
+        }
+        Ok(())
+    }
+
+    /// The last acknowledgements, each session ended, the group left.
+    async fn close(mut self) -> anyhow::Result<()> {
+        for session in self.sessions.values_mut() {
+            let acks = std::mem::take(&mut session.acks);
+            let partitions = acks
+                .into_iter()
+                .map(|(partition, batches)| {
+                    share_acknowledge_request::AcknowledgePartition::default()
+                        .with_partition_index(partition)
+                        .with_acknowledgement_batches(
+                            batches
+                                .into_iter()
+                                .map(|batch| {
+                                    share_acknowledge_request::AcknowledgementBatch::default()
+                                        .with_first_offset(batch.first_offset)
+                                        .with_last_offset(batch.last_offset)
+                                        .with_acknowledge_types(batch.acknowledge_types)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            let request = ShareAcknowledgeRequest::default()
+                .with_group_id(Some(text(&self.membership.group).into()))
+                .with_member_id(Some(text(&self.membership.member_id)))
+                .with_share_session_epoch(CLOSE_SESSION)
+                .with_topics(vec![
+                    share_acknowledge_request::AcknowledgeTopic::default()
+                        .with_topic_id(self.layout.id)
+                        .with_partitions(partitions),
+                ]);
+            let response: ShareAcknowledgeResponse = session
+                .connection
+                .call(ApiKey::ShareAcknowledge, self.acknowledge_version, &request)
+                .await?;
+            check(
+                response.error_code,
+                response.error_message.as_ref(),
+                "closing the share session",
+            )?;
+        }
+        self.membership.leave().await
+    }
+}
+
+/// What one fetch asks for, beside its session's partitions and acknowledgements.
+struct FetchAsk<'a> {
+    group: &'a str,
+    member_id: &'a str,
+    topic_id: uuid::Uuid,
+    version: i16,
+    config: &'a BenchConfig,
+}
+
+impl Session {
+    /// One ShareFetch: this session's partitions (those no longer assigned forgotten), with
+    /// the acknowledgements of what the last fetch acquired; each record acquired is counted
+    /// (after the configured work), and its acknowledgement goes with the next.
+    async fn fetch(
+        &mut self,
+        ask: &FetchAsk<'_>,
+        counter: &mut RecordCounter,
+        (acquired, seen): (&mut Vec<(u64, u64)>, &mut Vec<u64>),
+    ) -> anyhow::Result<()> {
+        let mut partitions: Vec<i32> = self.partitions.clone();
+        partitions.extend(self.acks.keys().copied());
+        partitions.sort_unstable();
+        partitions.dedup();
+        let forgotten: Vec<i32> = self
+            .joined
+            .iter()
+            .filter(|partition| !partitions.contains(partition))
+            .copied()
+            .collect();
+        let fetched = partitions
+            .iter()
+            .map(|partition| {
+                share_fetch_request::FetchPartition::default()
+                    .with_partition_index(*partition)
+                    .with_partition_max_bytes(ask.config.partition_fetch_bytes as i32)
+                    .with_acknowledgement_batches(self.acks.remove(partition).unwrap_or_default())
+            })
+            .collect();
+        let request = ShareFetchRequest::default()
+            .with_group_id(Some(text(ask.group).into()))
+            .with_member_id(Some(text(ask.member_id)))
+            .with_share_session_epoch(self.epoch)
+            .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+            .with_min_bytes(1)
+            .with_max_bytes(FETCH_MAX_BYTES)
+            .with_max_records(ask.config.max_poll_records as i32)
+            .with_batch_size(ask.config.max_poll_records as i32)
+            .with_topics(vec![
+                share_fetch_request::FetchTopic::default()
+                    .with_topic_id(ask.topic_id)
+                    .with_partitions(fetched),
+            ])
+            .with_forgotten_topics_data(if forgotten.is_empty() {
+                Vec::new()
+            } else {
+                vec![
+                    share_fetch_request::ForgottenTopic::default()
+                        .with_topic_id(ask.topic_id)
+                        .with_partitions(forgotten),
+                ]
+            });
+        let response: ShareFetchResponse = self
+            .connection
+            .call(ApiKey::ShareFetch, ask.version, &request)
+            .await?;
+        check(
+            response.error_code,
+            response.error_message.as_ref(),
+            "ShareFetch",
+        )?;
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.joined = partitions;
+        for partition in response.responses.iter().flat_map(|t| &t.partitions) {
+            check(
+                partition.acknowledge_error_code,
+                partition.acknowledge_error_message.as_ref(),
+                "acknowledging",
+            )?;
+            check(
+                partition.error_code,
+                partition.error_message.as_ref(),
+                "ShareFetch of a partition",
+            )?;
+            acquired.clear();
+            acquired.extend(
+                partition
+                    .acquired_records
+                    .iter()
+                    .map(|run| (run.first_offset as u64, run.last_offset as u64)),
+            );
+            if acquired.is_empty() {
+                continue;
+            }
+            seen.clear();
+            let mut records = partition.records.clone().unwrap_or_default();
+            while records.has_remaining() {
+                let header =
+                    strata_wire::BatchHeader::parse(&records).context("a fetched record batch")?;
+                let length = (header.batch_len as usize).min(records.len());
+                let batch =
+                    Batch::validate(records.split_to(length)).context("a fetched record batch")?;
+                for record in batch.records() {
+                    let held = acquired
+                        .iter()
+                        .any(|(first, last)| (*first..=*last).contains(&record.offset));
+                    if !held {
+                        continue; // a record of the batch another member holds
+                    }
+                    work(ask.config.process_per_record).await;
+                    counter.count(std::iter::once(record.value));
+                    seen.push(record.offset);
+                }
+            }
+            seen.sort_unstable();
+            self.acks
+                .entry(partition.partition_index)
+                .or_default()
+                .extend(acknowledgements(acquired, seen));
+        }
+        Ok(())
+    }
+}
+
 /// Share consumer `index` of the bench's share group until `stop`: counts what it reads into
 /// `counter`, each record after `config.process_per_record` of work.
 pub async fn consume(
@@ -333,233 +588,34 @@ pub async fn consume(
         .share_group
         .clone()
         .context("a share consumer needs --share-group")?;
-    let client_id = format!("strata-bench-{index}");
-    let bootstrap_address = crate::kafka::bootstrap_servers(&config.bootstrap)
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let mut bootstrap = Connection::open(&bootstrap_address, &client_id).await?;
-    let versions: ApiVersionsResponse = bootstrap
-        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
-        .await?;
-    check(versions.error_code, None, "ApiVersions")?;
-    let fetch_version = negotiated(&versions, ApiKey::ShareFetch, SHARE_FETCH_VERSIONS)?;
-    let acknowledge_version = negotiated(
-        &versions,
-        ApiKey::ShareAcknowledge,
-        SHARE_ACKNOWLEDGE_VERSIONS,
-    )?;
-    let mut layout = topic_layout(&mut bootstrap, &config.topic).await?;
-    let coordinator_address = coordinator(&mut bootstrap, &group).await?;
-    let mut membership = Membership {
-        connection: Connection::open(&coordinator_address, &client_id).await?,
-        group: group.clone(),
-        member_id: format!("{}", uuid::Uuid::new_v4()),
-        epoch: 0,
-        interval: Duration::from_secs(5),
-        next_heartbeat: Instant::now(),
-        assigned: Vec::new(),
-    };
-    let mut sessions: HashMap<String, Session> = HashMap::new();
-    let mut seen: Vec<u64> = Vec::new();
-    let mut acquired: Vec<(u64, u64)> = Vec::new();
+    let mut member = ShareMember::start(config, &group, index).await?;
+    let mut buffers = (Vec::new(), Vec::new());
     while !stop.load(Ordering::Relaxed) {
-        if Instant::now() >= membership.next_heartbeat {
-            membership.heartbeat(&config.topic, layout.id).await?;
-            if membership
-                .assigned
-                .iter()
-                .any(|partition| !layout.leaders.contains_key(partition))
-            {
-                layout = topic_layout(&mut bootstrap, &config.topic).await?;
-            }
-            // Each assigned partition in its leader's session.
-            for session in sessions.values_mut() {
-                session.partitions.clear();
-            }
-            for partition in &membership.assigned {
-                let leader = layout.leaders[partition].clone();
-                if !sessions.contains_key(&leader) {
-                    let session = Session {
-                        connection: Connection::open(&leader, &client_id).await?,
-                        epoch: 0,
-                        partitions: Vec::new(),
-                        joined: Vec::new(),
-                        acks: BTreeMap::new(),
-                    };
-                    sessions.insert(leader.clone(), session);
-                }
-                sessions
-                    .get_mut(&leader)
-                    .expect("inserted")
-                    .partitions
-                    .push(*partition);
-            }
+        if Instant::now() >= member.membership.next_heartbeat {
+            member.heartbeat(&config.topic).await?;
         }
-        if membership.assigned.is_empty() {
-            tokio::time::sleep(membership.interval.min(Duration::from_millis(200))).await;
+        if member.membership.assigned.is_empty() {
+            let wait = member.membership.interval.min(Duration::from_millis(200));
+            tokio::time::sleep(wait).await;
             continue;
         }
-        for session in sessions.values_mut() {
+        let ask = FetchAsk {
+            group: &group,
+            member_id: &member.membership.member_id,
+            topic_id: member.layout.id,
+            version: member.fetch_version,
+            config,
+        };
+        for session in member.sessions.values_mut() {
             if session.partitions.is_empty() && session.acks.is_empty() {
                 continue;
             }
-            let partitions: Vec<i32> = {
-                let mut named: Vec<i32> = session.partitions.clone();
-                named.extend(session.acks.keys().copied());
-                named.sort_unstable();
-                named.dedup();
-                named
-            };
-            // Partitions no longer assigned leave the session (their records go back).
-            let forgotten: Vec<i32> = session
-                .joined
-                .iter()
-                .filter(|partition| !partitions.contains(partition))
-                .copied()
-                .collect();
-            let request = ShareFetchRequest::default()
-                .with_group_id(Some(text(&group).into()))
-                .with_member_id(Some(text(&membership.member_id)))
-                .with_share_session_epoch(session.epoch)
-                .with_max_wait_ms(FETCH_MAX_WAIT_MS)
-                .with_min_bytes(1)
-                .with_max_bytes(FETCH_MAX_BYTES)
-                .with_max_records(config.max_poll_records as i32)
-                .with_batch_size(config.max_poll_records as i32)
-                .with_topics(vec![
-                    share_fetch_request::FetchTopic::default()
-                        .with_topic_id(layout.id)
-                        .with_partitions(
-                            partitions
-                                .iter()
-                                .map(|partition| {
-                                    share_fetch_request::FetchPartition::default()
-                                        .with_partition_index(*partition)
-                                        .with_partition_max_bytes(
-                                            config.partition_fetch_bytes as i32,
-                                        )
-                                        .with_acknowledgement_batches(
-                                            session.acks.remove(partition).unwrap_or_default(),
-                                        )
-                                })
-                                .collect(),
-                        ),
-                ])
-                .with_forgotten_topics_data(if forgotten.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![
-                        share_fetch_request::ForgottenTopic::default()
-                            .with_topic_id(layout.id)
-                            .with_partitions(forgotten),
-                    ]
-                });
-            let response: ShareFetchResponse = session
-                .connection
-                .call(ApiKey::ShareFetch, fetch_version, &request)
+            session
+                .fetch(&ask, &mut counter, (&mut buffers.0, &mut buffers.1))
                 .await?;
-            check(
-                response.error_code,
-                response.error_message.as_ref(),
-                "ShareFetch",
-            )?;
-            session.epoch = session.epoch.wrapping_add(1).max(1);
-            session.joined = partitions;
-            for topic in &response.responses {
-                for partition in &topic.partitions {
-                    check(
-                        partition.acknowledge_error_code,
-                        partition.acknowledge_error_message.as_ref(),
-                        "acknowledging",
-                    )?;
-                    check(
-                        partition.error_code,
-                        partition.error_message.as_ref(),
-                        "ShareFetch of a partition",
-                    )?;
-                    acquired.clear();
-                    acquired.extend(
-                        partition
-                            .acquired_records
-                            .iter()
-                            .map(|run| (run.first_offset as u64, run.last_offset as u64)),
-                    );
-                    if acquired.is_empty() {
-                        continue;
-                    }
-                    seen.clear();
-                    let mut records = partition.records.clone().unwrap_or_default();
-                    while records.has_remaining() {
-                        let header = strata_wire::BatchHeader::parse(&records)
-                            .context("a fetched record batch")?;
-                        let length = (header.batch_len as usize).min(records.len());
-                        let batch = Batch::validate(records.split_to(length))
-                            .context("a fetched record batch")?;
-                        for record in batch.records() {
-                            let held = acquired
-                                .iter()
-                                .any(|(first, last)| (*first..=*last).contains(&record.offset));
-                            if !held {
-                                continue; // a record of the batch another member holds
-                            }
-                            work(config.process_per_record).await;
-                            counter.count(std::iter::once(record.value));
-                            seen.push(record.offset);
-                        }
-                    }
-                    seen.sort_unstable();
-                    session
-                        .acks
-                        .entry(partition.partition_index)
-                        .or_default()
-                        .extend(acknowledgements(&acquired, &seen));
-                }
-            }
         }
     }
-    // Close: the last acknowledgements, each session ended, the group left.
-    for session in sessions.values_mut() {
-        let acks = std::mem::take(&mut session.acks);
-        let request = ShareAcknowledgeRequest::default()
-            .with_group_id(Some(text(&group).into()))
-            .with_member_id(Some(text(&membership.member_id)))
-            .with_share_session_epoch(CLOSE_SESSION)
-            .with_topics(vec![
-                share_acknowledge_request::AcknowledgeTopic::default()
-                    .with_topic_id(layout.id)
-                    .with_partitions(
-                        acks.into_iter()
-                            .map(|(partition, batches)| {
-                                share_acknowledge_request::AcknowledgePartition::default()
-                                    .with_partition_index(partition)
-                                    .with_acknowledgement_batches(
-                                        batches
-                                            .into_iter()
-                                            .map(|batch| {
-                                                share_acknowledge_request::AcknowledgementBatch::default()
-                                                    .with_first_offset(batch.first_offset)
-                                                    .with_last_offset(batch.last_offset)
-                                                    .with_acknowledge_types(batch.acknowledge_types)
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
-            ]);
-        let response: ShareAcknowledgeResponse = session
-            .connection
-            .call(ApiKey::ShareAcknowledge, acknowledge_version, &request)
-            .await?;
-        check(
-            response.error_code,
-            response.error_message.as_ref(),
-            "closing the share session",
-        )?;
-    }
-    membership.leave().await?;
+    member.close().await?;
     Ok(counter)
 }
 

@@ -403,12 +403,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .or(file.fetch_bytes)
             .unwrap_or(defaults.partition_fetch_bytes)
             .max(1),
-        acks: match (args.acks, file.acks.as_deref()) {
-            (Some(acks), _) => acks,
-            (None, Some(text)) => crate::client_cmd::parse_acks(text)
-                .map_err(|why| anyhow::anyhow!("acks in the workload file: {why}"))?,
-            (None, None) => 1,
-        },
+        acks: acks_of(args.acks, file.acks.as_deref())?,
         rate: args.rate.or(file.rate),
         duration: args
             .duration
@@ -420,14 +415,10 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             }),
         records,
         warmup: (args.warmup).unwrap_or(Duration::from_secs_f64(file.warmup.unwrap_or(0.0))),
-        key_distribution: match (args.key_distribution, file.key_distribution.as_deref()) {
-            (Some(Keys::None), _) | (None, None | Some("none")) => KeyDistribution::None,
-            (Some(Keys::Uniform), _) | (None, Some("uniform")) => KeyDistribution::Uniform,
-            (Some(Keys::Zipf), _) | (None, Some("zipf")) => KeyDistribution::Zipf,
-            (None, Some(other)) => {
-                anyhow::bail!("key_distribution {other:?}: expected none, uniform or zipf")
-            }
-        },
+        key_distribution: key_distribution_of(
+            args.key_distribution,
+            file.key_distribution.as_deref(),
+        )?,
         keys: args.keys.or(file.keys).unwrap_or(defaults.keys),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         null_sink: args.null_sink,
@@ -442,12 +433,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         } else {
             args.broker_admin
         },
-        compression: match (args.compression, file.compression.as_deref()) {
-            (Some(codec), _) => codec,
-            (None, Some(name)) => crate::client_cmd::parse_codec(name)
-                .map_err(|why| anyhow::anyhow!("compression in the workload file: {why}"))?,
-            (None, None) => strata_client::Codec::None,
-        },
+        compression: compression_of(args.compression, file.compression.as_deref())?,
         group: args.group.or(file.group),
         share_group: args.share_group.or(file.share_group),
         max_poll_records: args
@@ -473,6 +459,41 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
     }
     outln!("{}", strata_bench::summary(&report));
     Ok(())
+}
+
+/// The acks level: the flag's, else the workload file's, else 1.
+fn acks_of(flag: Option<i8>, file: Option<&str>) -> anyhow::Result<i8> {
+    Ok(match (flag, file) {
+        (Some(acks), _) => acks,
+        (None, Some(text)) => crate::client_cmd::parse_acks(text)
+            .map_err(|why| anyhow::anyhow!("acks in the workload file: {why}"))?,
+        (None, None) => 1,
+    })
+}
+
+/// How keys are chosen: the flag's, else the workload file's, else none.
+fn key_distribution_of(flag: Option<Keys>, file: Option<&str>) -> anyhow::Result<KeyDistribution> {
+    Ok(match (flag, file) {
+        (Some(Keys::None), _) | (None, None | Some("none")) => KeyDistribution::None,
+        (Some(Keys::Uniform), _) | (None, Some("uniform")) => KeyDistribution::Uniform,
+        (Some(Keys::Zipf), _) | (None, Some("zipf")) => KeyDistribution::Zipf,
+        (None, Some(other)) => {
+            anyhow::bail!("key_distribution {other:?}: expected none, uniform or zipf")
+        }
+    })
+}
+
+/// The producers' codec: the flag's, else the workload file's, else none.
+fn compression_of(
+    flag: Option<strata_client::Codec>,
+    file: Option<&str>,
+) -> anyhow::Result<strata_client::Codec> {
+    Ok(match (flag, file) {
+        (Some(codec), _) => codec,
+        (None, Some(name)) => crate::client_cmd::parse_codec(name)
+            .map_err(|why| anyhow::anyhow!("compression in the workload file: {why}"))?,
+        (None, None) => strata_client::Codec::None,
+    })
 }
 
 /// Runs one of the scale probes and prints (and writes) its report.

@@ -60,16 +60,6 @@ pub struct RegionBatch {
 }
 
 impl FileRegion {
-    /// The range's bytes, read from the page cache (where [`PartitionLog::read_for_sending`]
-    /// found every page): a copy, not a wait on the disk.
-    pub fn read_cached(&self) -> std::io::Result<Bytes> {
-        use std::os::unix::fs::FileExt;
-        let file = std::fs::File::from(self.file.try_clone()?);
-        let mut bytes = vec![0; self.len];
-        file.read_exact_at(&mut bytes, self.position)?;
-        Ok(bytes.into())
-    }
-
     /// Narrows the region to its batches `first..=last` (indexes into
     /// [`FileRegion::batches`]): what a share acquisition hands out of what it read.
     pub fn narrow(&mut self, first: usize, last: usize) {

@@ -392,3 +392,14 @@ pub(super) fn fetch_error(
         records: Records::empty(),
     }
 }
+
+/// A file region's bytes, read from the page cache (where `read_for_sending` found every page
+/// of it): a copy, not a wait on the disk. For records a region cannot carry as it lies (Strata
+/// batches for a Kafka consumer, a compacted batch a share acquisition lists record by record).
+pub(crate) fn read_cached_region(region: &crate::log::FileRegion) -> std::io::Result<bytes::Bytes> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::from(region.file.try_clone()?);
+    let mut bytes = vec![0; region.len];
+    file.read_exact_at(&mut bytes, region.position)?;
+    Ok(bytes.into())
+}

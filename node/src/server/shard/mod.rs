@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 mod fetch;
+pub(crate) use fetch::read_cached_region;
 mod lag;
 mod metadata;
 mod offsets;

@@ -831,7 +831,7 @@ impl Served {
                     .iter()
                     .any(|batch| batch.header.is_compacted())
                 {
-                    let bytes = region.read_cached().map_err(|error| {
+                    let bytes = super::fetch::read_cached_region(&region).map_err(|error| {
                         tracing::warn!("reading a share acquisition's range failed: {error}");
                         ErrorCode::StorageError
                     })?;

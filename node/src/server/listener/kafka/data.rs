@@ -267,7 +267,7 @@ fn read_regions_to_translate(native: &mut strata_wire::protocol::FetchResponse) 
         if region.kafka_only {
             continue;
         }
-        partition.records = match region.read_cached() {
+        partition.records = match crate::server::shard::read_cached_region(region) {
             Ok(bytes) => strata_wire::protocol::Records::Shared(bytes),
             Err(error) => {
                 tracing::warn!("reading a fetched range to translate it failed: {error}");

@@ -486,6 +486,70 @@ fn group_and_member(
     (!group.is_empty() && !member.is_empty()).then_some((group, member))
 }
 
+/// A ShareFetch's partitions join the member's share session (but at the epoch that closes
+/// it), and their acknowledgements are applied: the answers so far, and the partitions of
+/// topics this broker does not know.
+async fn join_and_acknowledge(
+    shard: &Rc<Shard>,
+    client: &Client,
+    (group, member, epoch): (&String, &String, i32),
+    topics: &[strata_kafka::kafka_protocol::messages::share_fetch_request::FetchTopic],
+    renewing: Renewing,
+) -> (
+    BTreeMap<(String, u32), PartitionAnswer>,
+    Vec<(uuid::Uuid, i32)>,
+) {
+    let mut answers: BTreeMap<(String, u32), PartitionAnswer> = BTreeMap::new();
+    let mut unknown: Vec<(uuid::Uuid, i32)> = Vec::new();
+    for asked in topics {
+        let Some(topic) = topic_named(shard, asked.topic_id) else {
+            unknown.extend(
+                asked
+                    .partitions
+                    .iter()
+                    .map(|p| (asked.topic_id, p.partition_index)),
+            );
+            continue;
+        };
+        for partition in &asked.partitions {
+            let index = partition.partition_index as u32;
+            let mut joined = false;
+            if let Some(session) = shard
+                .share_sessions
+                .borrow_mut()
+                .get_mut(&(group.clone(), member.clone()))
+                && epoch != -1
+            {
+                joined = session.partitions.insert((topic.clone(), index));
+            }
+            if joined {
+                // What the leader holds may predate an operator's change (`share_admin`).
+                super::share_admin::check_stored(shard, group, &topic, index).await;
+            }
+            if partition.acknowledgement_batches.is_empty() {
+                continue;
+            }
+            let batches = ack_batches(
+                partition.acknowledgement_batches.iter().map(|batch| {
+                    (
+                        batch.first_offset,
+                        batch.last_offset,
+                        batch.acknowledge_types.as_slice(),
+                    )
+                }),
+                renewing,
+            );
+            let (code, message) =
+                acknowledge_partition(shard, client, group, member, &topic, index, batches).await;
+            let answer = answers.entry((topic.clone(), index)).or_default();
+            answer.acknowledge_error = code;
+            answer.acknowledge_message = message;
+            answer.answered = true;
+        }
+    }
+    (answers, unknown)
+}
+
 /// A ShareFetch's answer, and the records it carries from segment files (sent with
 /// `sendfile`).
 type FetchAnswer = (ShareFetchResponse, frame::ShareRecordsElsewhere);
@@ -540,55 +604,14 @@ async fn fetch(
     };
     let config = group_config(shard, &group);
     let renewing = Renewing::of(version, request.is_renew_ack, &config);
-    let mut answers: BTreeMap<(String, u32), PartitionAnswer> = BTreeMap::new();
-    let mut unknown: Vec<(uuid::Uuid, i32)> = Vec::new();
-    // The request's partitions join the session; its acknowledgements are applied first.
-    for asked in &request.topics {
-        let Some(topic) = topic_named(shard, asked.topic_id) else {
-            unknown.extend(
-                asked
-                    .partitions
-                    .iter()
-                    .map(|p| (asked.topic_id, p.partition_index)),
-            );
-            continue;
-        };
-        for partition in &asked.partitions {
-            let index = partition.partition_index as u32;
-            let mut joined = false;
-            if let Some(session) = shard
-                .share_sessions
-                .borrow_mut()
-                .get_mut(&(group.clone(), member.clone()))
-                && epoch != -1
-            {
-                joined = session.partitions.insert((topic.clone(), index));
-            }
-            if joined {
-                // What the leader holds may predate an operator's change (`share_admin`).
-                super::share_admin::check_stored(shard, &group, &topic, index).await;
-            }
-            if partition.acknowledgement_batches.is_empty() {
-                continue;
-            }
-            let batches = ack_batches(
-                partition.acknowledgement_batches.iter().map(|batch| {
-                    (
-                        batch.first_offset,
-                        batch.last_offset,
-                        batch.acknowledge_types.as_slice(),
-                    )
-                }),
-                renewing,
-            );
-            let (code, message) =
-                acknowledge_partition(shard, client, &group, &member, &topic, index, batches).await;
-            let answer = answers.entry((topic.clone(), index)).or_default();
-            answer.acknowledge_error = code;
-            answer.acknowledge_message = message;
-            answer.answered = true;
-        }
-    }
+    let (mut answers, unknown) = join_and_acknowledge(
+        shard,
+        client,
+        (&group, &member, epoch),
+        &request.topics,
+        renewing,
+    )
+    .await;
     let session_key = (group.clone(), member.clone());
     for forgotten in &request.forgotten_topics_data {
         let Some(topic) = topic_named(shard, forgotten.topic_id) else {
@@ -801,7 +824,7 @@ fn records_to_kafka(records: Records) -> Result<KafkaRecords, String> {
             if region.kafka_only {
                 return Ok(KafkaRecords::Elsewhere(elsewhere));
             }
-            region.read_cached().map_err(|error| error.to_string())?
+            crate::server::shard::read_cached_region(region).map_err(|error| error.to_string())?
         }
     };
     strata_kafka::records::to_kafka(bytes)
