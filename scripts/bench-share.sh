@@ -9,8 +9,9 @@
 #     consumer-group member and by one share consumer (each record accepted; 1024 records a
 #     fetch, the 1 MiB a member's fetch reads), the broker's CPU seconds per GB from its
 #     /metrics; natively (`strata bench consume --group` / `--share-group`) and through
-#     Kafka's protocol (`--protocol kafka`: librdkafka's consumer against the bench's KIP-932
-#     share consumer, which speaks as Kafka's Java share consumer does).
+#     Kafka's protocol (`--protocol kafka`: records a Kafka producer wrote, read by librdkafka's
+#     consumer and by the bench's KIP-932 share consumer, which speaks as Kafka's Java share
+#     consumer does).
 #
 # STRATA_BIN=path uses that binary instead of building. ROUNDS (default 3), RECORDS (default
 # 4000, the throughput rows).
@@ -78,9 +79,14 @@ for round in $(seq 1 "$rounds"); do
     share_cost=$(field broker_cpu_s_per_gb)
     awk -v r="$round" -v g="$group_cost" -v s="$share_cost" \
         'BEGIN { printf "round %d native: consumer group %5.2f CPU s/GB   share group %5.2f CPU s/GB   x%.2f\n", r, g, s, s / g }'
-    # The same through Kafka's protocol: librdkafka's consumer-group member (the rdkafka
-    # crate) against the bench's KIP-932 share consumer (what Kafka's Java share consumer
-    # sends), both reading 1 MiB a fetch.
+    "$strata" topic delete $topic --bootstrap $boot >/dev/null
+    # The same through Kafka's protocol, of records a Kafka producer wrote (stored and served
+    # as sent, nothing translated): librdkafka's consumer-group member (the rdkafka crate)
+    # against the bench's KIP-932 share consumer (what Kafka's Java share consumer sends),
+    # both reading 1 MiB a fetch.
+    topic="k$round"
+    "$strata" topic create $topic --partitions 1 --bootstrap $boot >/dev/null
+    kafka_bench produce --topic $topic --total-bytes "$bytes" --record-size 1024 --producers 1
     kafka_bench consume --topic $topic --records $count \
         --group "kg-$round" --consumers 1
     kafka_group=$(field broker_cpu_s_per_gb)
