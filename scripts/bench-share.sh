@@ -6,9 +6,9 @@
 #     spending PROCESS_MS (default 1) on each record. A consumer group's one member (a
 #     partition is one member's) against SHARE_CONSUMERS (default 4) share consumers.
 #  2. Broker cost: one partition of BYTES (default 500 MB) of 1 KiB records read by one
-#     consumer-group member and by one share consumer (each record accepted; 1024 records a
-#     fetch, the 1 MiB a member's fetch reads), the broker's CPU seconds per GB from its
-#     /metrics; natively (`strata bench consume --group` / `--share-group`) and through
+#     consumer-group member and by one share consumer (each record accepted), 1 MiB a fetch
+#     (Kafka's max.partition.fetch.bytes; 1024 records of 1 KiB), the broker's CPU seconds per
+#     GB from its /metrics; natively (`strata bench consume --group` / `--share-group`) and through
 #     Kafka's protocol (`--protocol kafka`: records a Kafka producer wrote, read by librdkafka's
 #     consumer and by the bench's KIP-932 share consumer, which speaks as Kafka's Java share
 #     consumer does).
@@ -70,10 +70,11 @@ for round in $(seq 1 "$rounds"); do
     "$strata" topic create $topic --partitions 1 --bootstrap $boot >/dev/null
     bench produce --topic $topic --total-bytes "$bytes" --record-size 1024 --producers 1
     count=$((bytes / 1024))
-    bench consume --topic $topic --records $count --group "cg-$round" --consumers 1
+    bench consume --topic $topic --records $count --group "cg-$round" --consumers 1 \
+        --fetch-bytes 1048576
     group_cost=$(field broker_cpu_s_per_gb)
     earliest "cs-$round"
-    # 1024 records of 1 KiB a fetch: the 1 MiB a consumer-group member's fetch reads.
+    # 1024 records of 1 KiB a fetch: the 1 MiB the consumer-group member's fetch reads.
     bench consume --topic $topic --records $count --share-group "cs-$round" --consumers 1 \
         --max-poll-records 1024
     share_cost=$(field broker_cpu_s_per_gb)
@@ -88,7 +89,7 @@ for round in $(seq 1 "$rounds"); do
     "$strata" topic create $topic --partitions 1 --bootstrap $boot >/dev/null
     kafka_bench produce --topic $topic --total-bytes "$bytes" --record-size 1024 --producers 1
     kafka_bench consume --topic $topic --records $count \
-        --group "kg-$round" --consumers 1
+        --group "kg-$round" --consumers 1 --fetch-bytes 1048576
     kafka_group=$(field broker_cpu_s_per_gb)
     earliest "ks-$round"
     kafka_bench consume --topic $topic --records $count \
