@@ -156,9 +156,13 @@ pub(crate) async fn native_consumer(
             let mut member = ShareConsumer::subscribe(client, topics, share_config).await?;
             while !stop.load(Ordering::Relaxed) {
                 let records = member.poll().await?;
+                if process.is_zero() {
+                    counter.count(records.iter().map(share_value));
+                    continue;
+                }
                 for record in &records {
                     work(process).await;
-                    counter.count(std::iter::once(record.value.as_deref().unwrap_or_default()));
+                    counter.count(std::iter::once(share_value(record)));
                 }
             }
             member.close().await?;
@@ -211,6 +215,11 @@ pub(crate) async fn native_consumer(
         }
         Ok(counter)
     }))
+}
+
+/// A share record's value (empty for a null one).
+fn share_value(record: &strata_client::ShareRecord) -> &[u8] {
+    record.value.as_deref().unwrap_or_default()
 }
 
 /// An application's work on one record: nothing, or `process` of waiting.

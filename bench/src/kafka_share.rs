@@ -554,14 +554,22 @@ impl Session {
                 let length = (header.batch_len as usize).min(records.len());
                 let batch =
                     Batch::validate(records.split_to(length)).context("a fetched record batch")?;
-                for record in batch.records() {
-                    let held = acquired
+                // Records of the batch another member holds are not this member's.
+                let held = |offset: u64| {
+                    acquired
                         .iter()
-                        .any(|(first, last)| (*first..=*last).contains(&record.offset));
-                    if !held {
-                        continue; // a record of the batch another member holds
-                    }
-                    work(ask.config.process_per_record).await;
+                        .any(|(first, last)| (*first..=*last).contains(&offset))
+                };
+                let process = ask.config.process_per_record;
+                if process.is_zero() {
+                    counter.count(batch.records().filter(|r| held(r.offset)).map(|record| {
+                        seen.push(record.offset);
+                        record.value
+                    }));
+                    continue;
+                }
+                for record in batch.records().filter(|r| held(r.offset)) {
+                    work(process).await;
                     counter.count(std::iter::once(record.value));
                     seen.push(record.offset);
                 }
