@@ -69,27 +69,11 @@ impl ShareConsumers {
 
     /// The program running `args`, its lines collected as it prints them.
     fn spawn(&self, args: &[&str]) -> Running {
-        let mut child = Command::new("java")
+        let mut command = Command::new("java");
+        command
             .args(["-cp", &self.classpath, "ShareConsumers", &self.bootstrap])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("java (Debian's default-jdk-headless)");
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let readers = vec![
-            collect(child.stdout.take().unwrap(), stdout.clone()),
-            collect(child.stderr.take().unwrap(), stderr.clone()),
-        ];
-        Running {
-            what: args.join(" "),
-            child: Some(child),
-            stdout,
-            stderr,
-            readers,
-        }
+            .args(args);
+        Running::spawn(command, format!("ShareConsumers {}", args.join(" ")))
     }
 
     /// Runs `args` to its end: its lines. Panics, showing them, unless it exits 0.
@@ -148,6 +132,29 @@ struct Running {
 }
 
 impl Running {
+    /// Starts `command`, collecting what it prints.
+    fn spawn(mut command: Command, what: String) -> Running {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting {what}: {error}"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), stdout.clone()),
+            collect(child.stderr.take().unwrap(), stderr.clone()),
+        ];
+        Running {
+            what,
+            child: Some(child),
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
     fn lines(&self) -> Vec<String> {
         self.stdout.lock().unwrap().clone()
     }
@@ -157,7 +164,7 @@ impl Running {
         let stderr = self.stderr.lock().unwrap();
         let tail = &stderr[stderr.len().saturating_sub(40)..];
         format!(
-            "ShareConsumers {}\n--- stdout\n{}\n--- stderr (last {} lines)\n{}",
+            "{}\n--- stdout\n{}\n--- stderr (last {} lines)\n{}",
             self.what,
             self.lines().join("\n"),
             tail.len(),
@@ -731,22 +738,18 @@ fn rejected_and_exhausted_records_are_written_to_the_dead_letter_topic() {
     assert!(metric("strata_share_redeliveries_total") >= 2.0);
 }
 
-/// Three brokers, the partition replicated on all three; a share consumer accepts records,
-/// committing after each poll, while the partition's leader is killed (SIGKILL). The new
-/// leader carries on from the stored share-partition: no record is lost (every offset is
-/// accepted), and none whose acceptance a commit confirmed is delivered again.
-#[test]
-fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
-    const RECORDS: usize = 1500;
-    let etcd = strata_coordinator::testing::EtcdServer::start();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut brokers: Vec<(TestNode, String)> = dirs
+/// Three brokers on etcd, each with a Kafka listener, and the bootstrap list of those.
+fn three_brokers(
+    etcd: &strata_coordinator::testing::EtcdServer,
+    dirs: &[tempfile::TempDir],
+) -> (Vec<(TestNode, String)>, String) {
+    let brokers: Vec<(TestNode, String)> = dirs
         .iter()
         .enumerate()
         .map(|(i, dir)| {
             let id = (i + 1).to_string();
             let kafka = format!("127.0.0.1:{}", free_base_port(0));
-            let mut args = support::etcd_args(&etcd, &id);
+            let mut args = support::etcd_args(etcd, &id);
             args.extend_from_slice(&["--kafka-listen", &kafka]);
             (TestNode::start_with(dir.path(), 1, &args), kafka)
         })
@@ -756,6 +759,18 @@ fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
         .map(|(_, kafka)| kafka.as_str())
         .collect::<Vec<_>>()
         .join(",");
+    (brokers, bootstrap)
+}
+
+/// A share consumer taking every record of "durable" (RF 3) while the partition's leader is
+/// killed: `take` starts it (a running `take` of ShareConsumers.java or librdkafka_take.py).
+/// Once it committed a few times the leader gets SIGKILL; then every produced record must
+/// have been accepted, and none delivered again after a commit confirmed its acceptance.
+fn kill_the_leader_under(take: impl FnOnce(&ShareConsumers, &str) -> Running) {
+    const RECORDS: usize = 1500;
+    let etcd = strata_coordinator::testing::EtcdServer::start();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (mut brokers, bootstrap) = three_brokers(&etcd, &dirs);
     brokers[0].0.cli(
         &[
             "topic",
@@ -778,14 +793,7 @@ fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
     );
     let produced = java.produce("durable", &[&format!("r*{RECORDS}")]);
     assert_eq!(produced.len(), RECORDS);
-    let mut consumer = java.spawn(&[
-        "take",
-        "durable-group",
-        "durable",
-        &RECORDS.to_string(),
-        STEP_SECONDS,
-        "50",
-    ]);
+    let mut consumer = take(&java, &RECORDS.to_string());
     consumer.wait_for("a few hundred records accepted and committed", |lines| {
         lines
             .iter()
@@ -826,6 +834,47 @@ fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
         confirmed.len() > 100,
         "commits were confirmed before and after the kill: {transcript}"
     );
+}
+
+/// Three brokers, the partition replicated on all three; Java's share consumer accepts
+/// records, committing after each poll, while the partition's leader is killed (SIGKILL). The
+/// new leader carries on from the stored share-partition: no record is lost (every offset is
+/// accepted), and none whose acceptance a commit confirmed is delivered again.
+#[test]
+fn a_killed_leader_loses_no_record_and_no_acknowledgement() {
+    kill_the_leader_under(|java, records| {
+        java.spawn(&[
+            "take",
+            "durable-group",
+            "durable",
+            records,
+            STEP_SECONDS,
+            "50",
+        ])
+    });
+}
+
+/// [`a_killed_leader_loses_no_record_and_no_acknowledgement`] with librdkafka's share
+/// consumer (confluent-kafka 2.16's `ShareConsumer`, librdkafka 2.16) in place of Java's.
+#[test]
+fn a_killed_leader_loses_nothing_under_librdkafkas_share_consumer() {
+    kill_the_leader_under(|java, records| {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/share_groups/librdkafka_take.py"
+        );
+        let mut command = Command::new("python3");
+        command.args([
+            script,
+            &java.bootstrap,
+            "durable-group",
+            "durable",
+            records,
+            STEP_SECONDS,
+            "50",
+        ]);
+        Running::spawn(command, "librdkafka_take.py".to_string())
+    });
 }
 
 /// Key order (`strata.share.key.ordering=true`): eight consumers share one partition of 100
