@@ -144,9 +144,9 @@ pub struct BenchArgs {
     /// Without one, the workload as the other settings give it.
     #[arg(long, value_enum)]
     preset: Option<Preset>,
-    /// With a preset: the byte budget (records = budget / record size; a unit may follow:
-    /// 2GB). Default 1 GB.
-    #[arg(long, value_parser = crate::units::parse_bytes)]
+    /// The run's bytes instead of --records: records = bytes / record size (a unit may
+    /// follow: 2GB). With a preset, default 1 GB.
+    #[arg(long, value_parser = crate::units::parse_bytes, conflicts_with = "records")]
     total_bytes: Option<u64>,
     /// Idempotent producers (producer ids and sequences; implies acks=all).
     #[arg(long)]
@@ -342,7 +342,14 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
         Job::Idle | Job::Ready => Workload::Produce,
     };
     let defaults = BenchConfig::default();
-    let records = args.records.or(file.records);
+    let record_size = args
+        .record_size
+        .or(file.record_size)
+        .unwrap_or(defaults.record_size);
+    let records = args.records.or(file.records).or_else(|| {
+        args.total_bytes
+            .map(|bytes| bytes / record_size.max(1) as u64)
+    });
     let client = connection.client_config()?;
     let (transactions, read_committed) = (
         transactions_of(&args, &file),
@@ -380,10 +387,7 @@ pub async fn bench(connection: Connection, args: BenchArgs) -> anyhow::Result<()
             .or(file.consumers)
             .unwrap_or(defaults.consumers),
         own_connections: args.own_connections || file.own_connections.unwrap_or(false),
-        record_size: args
-            .record_size
-            .or(file.record_size)
-            .unwrap_or(defaults.record_size),
+        record_size,
         batch_bytes: args
             .batch_size
             .or(file.batch_size)

@@ -46,6 +46,22 @@ fn bench_counts_match_the_broker_and_rates_are_kept() {
         "the bench reports its own CPU use: {cpu}"
     );
     assert_eq!(support::stored_records(&node, "b1"), 20000);
+    // A byte budget instead of a count: as many records of the size as fit.
+    let budget = report(
+        &node,
+        &[
+            "bench",
+            "produce",
+            "--topic",
+            "b-bytes",
+            "--total-bytes",
+            "2MB",
+            "--record-size",
+            "1000",
+        ],
+    );
+    assert_eq!(budget["records"], 2000, "{budget}");
+    assert_eq!(support::stored_records(&node, "b-bytes"), 2000);
     // Every measured record's acknowledgement said how durable it was: on this one replica.
     let levels = produced["ack_durability"].as_array().unwrap();
     let acknowledged: u64 = levels.iter().map(|l| l["records"].as_u64().unwrap()).sum();
