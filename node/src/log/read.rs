@@ -617,3 +617,73 @@ impl<S: Storage> PartitionLog<S> {
         Ok(found)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(
+        base_offset: u64,
+        offset_count: u32,
+        batch_len: u32,
+        format: BatchFormat,
+    ) -> BatchHeader {
+        BatchHeader {
+            format,
+            base_offset,
+            leader_epoch: 0,
+            crc: 0,
+            batch_len,
+            body_len: 0,
+            version: 0,
+            attributes: 0,
+            offset_count,
+            first_timestamp_ms: base_offset as i64,
+            max_timestamp_ms: base_offset as i64 + 1,
+            producer_id: -1,
+            base_sequence: -1,
+            producer_epoch: -1,
+        }
+    }
+
+    #[test]
+    fn a_narrowed_region_spans_its_batches_from_the_first_kept() {
+        use std::os::fd::AsFd;
+        let file = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
+        let batches = vec![
+            RegionBatch {
+                header: header(10, 5, 100, BatchFormat::Strata),
+                at: 0,
+            },
+            RegionBatch {
+                header: header(15, 3, 150, BatchFormat::Kafka),
+                at: 100,
+            },
+            RegionBatch {
+                header: header(18, 4, 200, BatchFormat::Kafka),
+                at: 250,
+            },
+        ];
+        let mut region = FileRegion {
+            file,
+            position: 1000,
+            len: 450,
+            records: 12,
+            newest_ms: Some(19),
+            kafka_only: false,
+            batches,
+        };
+        region.narrow(1, 2);
+        assert_eq!((region.position, region.len), (1100, 350));
+        assert_eq!(region.records, 7);
+        assert_eq!(region.newest_ms, Some(19));
+        assert!(region.kafka_only, "the Strata batch was left out");
+        let starts: Vec<u64> = region.batches.iter().map(|batch| batch.at).collect();
+        assert_eq!(starts, vec![0, 150]);
+        region.narrow(0, 0);
+        assert_eq!(
+            (region.position, region.len, region.records),
+            (1100, 150, 3)
+        );
+    }
+}
