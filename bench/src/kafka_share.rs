@@ -230,13 +230,18 @@ struct Membership {
 }
 
 impl Membership {
-    /// Heartbeats (joining at epoch 0, naming the topic); takes a new assignment in.
-    async fn heartbeat(&mut self, topic: &str, topic_id: uuid::Uuid) -> anyhow::Result<()> {
+    /// One ShareGroupHeartbeat at `epoch`, naming `topics` (the subscription, when it changes).
+    async fn send(
+        &mut self,
+        epoch: i32,
+        topics: Option<Vec<strata_kafka::kafka_protocol::messages::TopicName>>,
+        what: &str,
+    ) -> anyhow::Result<ShareGroupHeartbeatResponse> {
         let request = ShareGroupHeartbeatRequest::default()
             .with_group_id(text(&self.group).into())
             .with_member_id(text(&self.member_id))
-            .with_member_epoch(self.epoch)
-            .with_subscribed_topic_names((self.epoch == 0).then(|| vec![text(topic).into()]));
+            .with_member_epoch(epoch)
+            .with_subscribed_topic_names(topics);
         let response: ShareGroupHeartbeatResponse = self
             .connection
             .call(
@@ -245,11 +250,16 @@ impl Membership {
                 &request,
             )
             .await?;
-        check(
-            response.error_code,
-            response.error_message.as_ref(),
-            "the share group heartbeat",
-        )?;
+        check(response.error_code, response.error_message.as_ref(), what)?;
+        Ok(response)
+    }
+
+    /// Heartbeats (joining at epoch 0, naming the topic); takes a new assignment in.
+    async fn heartbeat(&mut self, topic: &str, topic_id: uuid::Uuid) -> anyhow::Result<()> {
+        let topics = (self.epoch == 0).then(|| vec![text(topic).into()]);
+        let response = self
+            .send(self.epoch, topics, "the share group heartbeat")
+            .await?;
         self.epoch = response.member_epoch;
         self.interval = Duration::from_millis(response.heartbeat_interval_ms.max(100) as u64);
         self.next_heartbeat = Instant::now() + self.interval;
@@ -266,23 +276,9 @@ impl Membership {
     }
 
     async fn leave(&mut self) -> anyhow::Result<()> {
-        let request = ShareGroupHeartbeatRequest::default()
-            .with_group_id(text(&self.group).into())
-            .with_member_id(text(&self.member_id))
-            .with_member_epoch(LEAVE_GROUP);
-        let response: ShareGroupHeartbeatResponse = self
-            .connection
-            .call(
-                ApiKey::ShareGroupHeartbeat,
-                SHARE_HEARTBEAT_VERSION,
-                &request,
-            )
-            .await?;
-        check(
-            response.error_code,
-            response.error_message.as_ref(),
-            "leaving the share group",
-        )
+        self.send(LEAVE_GROUP, None, "leaving the share group")
+            .await
+            .map(|_| ())
     }
 }
 

@@ -662,14 +662,23 @@ pub fn encode_fetch_parts(
     if !head.is_empty() {
         chunks.push(head.freeze());
     }
+    debug_assert!(
+        elsewhere.is_empty(),
+        "records elsewhere for a partition not answered"
+    );
+    finish_parts(chunks, sources)
+}
+
+/// A frame's parts once its chunks are written: the frame's size (its chunks' bytes and its
+/// records' from elsewhere) put in the first chunk, left empty for it.
+fn finish_parts(
+    mut chunks: Vec<Bytes>,
+    sources: Vec<strata_wire::protocol::Elsewhere>,
+) -> FrameParts {
     // Empty chunks stand for records elsewhere, and only for them.
     debug_assert_eq!(
         chunks[1..].iter().filter(|chunk| chunk.is_empty()).count(),
         sources.len()
-    );
-    debug_assert!(
-        elsewhere.is_empty(),
-        "records elsewhere for a partition not answered"
     );
     let size: usize = chunks.iter().map(Bytes::len).sum::<usize>()
         + sources
@@ -764,16 +773,7 @@ pub fn encode_share_fetch_parts(
     if !elsewhere.is_empty() {
         return Err("records elsewhere for a partition not answered".to_string());
     }
-    let size: usize = chunks.iter().map(Bytes::len).sum::<usize>()
-        + sources
-            .iter()
-            .map(|source| source.len as usize)
-            .sum::<usize>();
-    chunks[0] = Bytes::copy_from_slice(&(size as i32).to_be_bytes());
-    Ok(FrameParts {
-        chunks,
-        elsewhere: sources,
-    })
+    Ok(finish_parts(chunks, sources))
 }
 
 /// An array's length: `u32` varint of length + 1 in flexible versions, `i32` before.

@@ -755,20 +755,26 @@ mod fetch_chunks {
                 }
             }
             let parts = crate::frame::encode_fetch_parts(&header, &response, elsewhere);
-            let mut sources = parts.elsewhere.iter();
-            let mut filled = Vec::new();
-            for chunk in &parts.chunks {
-                if chunk.is_empty() {
-                    let source = sources.next().expect("a source for each empty chunk");
-                    filled.extend_from_slice(source.source.downcast_ref::<Bytes>().unwrap());
-                } else {
-                    filled.extend_from_slice(chunk);
-                }
-            }
-            prop_assert!(sources.next().is_none());
-            prop_assert_eq!(&filled[..], &whole[..]);
+            prop_assert_eq!(&filled(&parts)[..], &whole[..]);
         }
     }
+}
+
+/// A frame's parts as the connection writes them: each empty chunk filled with the bytes of
+/// its records from elsewhere (here `Bytes`, standing for a file range), each source used once.
+fn filled(parts: &native::FrameParts) -> Vec<u8> {
+    let mut sources = parts.elsewhere.iter();
+    let mut filled = Vec::new();
+    for chunk in &parts.chunks {
+        if chunk.is_empty() {
+            let source = sources.next().expect("a source for each empty chunk");
+            filled.extend_from_slice(source.source.downcast_ref::<Bytes>().unwrap());
+        } else {
+            filled.extend_from_slice(chunk);
+        }
+    }
+    assert!(sources.next().is_none(), "a source without its empty chunk");
+    filled
 }
 
 /// The chunked ShareFetch encoder writes exactly what kafka-protocol's encoder writes, at
@@ -898,18 +904,7 @@ mod share_fetch_chunks {
                 }
             }
             let parts = encode_share_fetch_parts(&header, &response, elsewhere).unwrap();
-            let mut sources = parts.elsewhere.iter();
-            let mut filled = Vec::new();
-            for chunk in &parts.chunks {
-                if chunk.is_empty() {
-                    let source = sources.next().expect("a source for each empty chunk");
-                    filled.extend_from_slice(source.source.downcast_ref::<Bytes>().unwrap());
-                } else {
-                    filled.extend_from_slice(chunk);
-                }
-            }
-            prop_assert!(sources.next().is_none());
-            prop_assert_eq!(&filled[..], &whole[..]);
+            prop_assert_eq!(&filled(&parts)[..], &whole[..]);
         }
     }
 }

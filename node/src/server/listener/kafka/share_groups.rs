@@ -486,6 +486,37 @@ fn group_and_member(
     (!group.is_empty() && !member.is_empty()).then_some((group, member))
 }
 
+/// Whether a ShareFetch (`opens`: it may open a session) or ShareAcknowledge may go on: its
+/// group and member ids given, Read on the group, its session at `epoch`. The ids, or why
+/// not (a code and its message).
+fn admit(
+    shard: &Shard,
+    client: &Client,
+    (group, member): (
+        &Option<strata_kafka::kafka_protocol::messages::GroupId>,
+        &Option<strata_kafka::kafka_protocol::protocol::StrBytes>,
+    ),
+    epoch: i32,
+    opens: bool,
+) -> Result<(String, String), (i16, &'static str)> {
+    let Some((group, member)) = group_and_member(group, member) else {
+        return Err((
+            errors::INVALID_REQUEST,
+            "the group and member ids are needed",
+        ));
+    };
+    if !authorize::group(shard, client, Operation::Read, &group) {
+        return Err((
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "Read on the group is needed",
+        ));
+    }
+    if let Err(code) = check_session(shard, &group, &member, epoch, opens) {
+        return Err((code, "the share session is not at that epoch"));
+    }
+    Ok((group, member))
+}
+
 /// A ShareFetch's partitions join the member's share session (but at the epoch that closes
 /// it), and their acknowledgements are applied: the answers so far, and the partitions of
 /// topics this broker does not know.
@@ -566,22 +597,12 @@ async fn fetch(
             .with_error_message(Some(text(message)));
         (response, Vec::new())
     };
-    let Some((group, member)) = group_and_member(&request.group_id, &request.member_id) else {
-        return refused(
-            errors::INVALID_REQUEST,
-            "the group and member ids are needed",
-        );
-    };
-    if !authorize::group(shard, client, Operation::Read, &group) {
-        return refused(
-            errors::GROUP_AUTHORIZATION_FAILED,
-            "Read on the group is needed",
-        );
-    }
     let epoch = request.share_session_epoch;
-    if let Err(code) = check_session(shard, &group, &member, epoch, true) {
-        return refused(code, "the share session is not at that epoch");
-    }
+    let ids = (&request.group_id, &request.member_id);
+    let (group, member) = match admit(shard, client, ids, epoch, true) {
+        Ok(admitted) => admitted,
+        Err((code, why)) => return refused(code, why),
+    };
     // KIP-1222: a fetch that renews locks fetches nothing (what it would fetch could take
     // longer than the locks it renewed), and says so with zero limits.
     let renews = version >= 2 && request.is_renew_ack;
@@ -860,22 +881,12 @@ async fn acknowledge(
             .with_error_code(code)
             .with_error_message(Some(text(message)))
     };
-    let Some((group, member)) = group_and_member(&request.group_id, &request.member_id) else {
-        return refused(
-            errors::INVALID_REQUEST,
-            "the group and member ids are needed",
-        );
-    };
-    if !authorize::group(shard, client, Operation::Read, &group) {
-        return refused(
-            errors::GROUP_AUTHORIZATION_FAILED,
-            "Read on the group is needed",
-        );
-    }
     let epoch = request.share_session_epoch;
-    if let Err(code) = check_session(shard, &group, &member, epoch, false) {
-        return refused(code, "the share session is not at that epoch");
-    }
+    let ids = (&request.group_id, &request.member_id);
+    let (group, member) = match admit(shard, client, ids, epoch, false) {
+        Ok(admitted) => admitted,
+        Err((code, why)) => return refused(code, why),
+    };
     let config = group_config(shard, &group);
     let renewing = Renewing::of(version, request.is_renew_ack, &config);
     let mut topics = Vec::with_capacity(request.topics.len());
