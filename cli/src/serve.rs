@@ -179,6 +179,22 @@ pub struct ServeArgs {
     /// (Kafka's log.retention.check.interval.ms; default 300000).
     #[arg(long, env = "STRATA_RETENTION_CHECK_INTERVAL_MS")]
     retention_check_interval_ms: Option<u64>,
+    /// The remote tier for topics with remote.storage.enable=true: s3://bucket/prefix (with
+    /// the usual AWS_* environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP=true for a plain-HTTP endpoint) or file:///path (a
+    /// folder, such as a NAS mount). Default: none.
+    #[arg(long, env = "STRATA_REMOTE_STORAGE")]
+    remote_storage: Option<String>,
+    /// Memory for chunks read from the remote tier, shared by the node's shards (default
+    /// 256MiB).
+    #[arg(long, env = "STRATA_REMOTE_CACHE_BYTES", value_parser = crate::units::parse_bytes)]
+    remote_cache_bytes: Option<u64>,
+    /// The most the node uploads to the remote tier per second (default: no limit).
+    #[arg(long, env = "STRATA_REMOTE_UPLOAD_BYTES_PER_SEC", value_parser = crate::units::parse_bytes)]
+    remote_upload_bytes_per_sec: Option<u64>,
+    /// The most the node reads from the remote tier per second (default: no limit).
+    #[arg(long, env = "STRATA_REMOTE_FETCH_BYTES_PER_SEC", value_parser = crate::units::parse_bytes)]
+    remote_fetch_bytes_per_sec: Option<u64>,
     /// Memory for each shard's log cleaner key map (24 bytes a key; at least 1MiB; default
     /// 64MiB). A compacted partition whose dirty part holds more keys is cleaned in passes.
     #[arg(long, env = "STRATA_CLEANER_MEMORY_BYTES", value_parser = crate::units::parse_bytes_usize)]
@@ -250,6 +266,10 @@ struct FileConfig {
     io_properties: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
     retention_check_interval_ms: Option<u64>,
+    remote_storage: Option<String>,
+    remote_cache_bytes: Option<u64>,
+    remote_upload_bytes_per_sec: Option<u64>,
+    remote_fetch_bytes_per_sec: Option<u64>,
     cleaner_memory_bytes: Option<usize>,
     cleaner_io_bytes_per_sec: Option<u64>,
     cleaner_backoff_ms: Option<u64>,
@@ -431,6 +451,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
+        remote_storage: args.remote_storage.or(file.remote_storage).map(|url| {
+            strata_node::server::tier::TierConfig {
+                url,
+                cache_bytes: args
+                    .remote_cache_bytes
+                    .or(file.remote_cache_bytes)
+                    .unwrap_or(256 << 20),
+                upload_bytes_per_sec: args
+                    .remote_upload_bytes_per_sec
+                    .or(file.remote_upload_bytes_per_sec),
+                fetch_bytes_per_sec: args
+                    .remote_fetch_bytes_per_sec
+                    .or(file.remote_fetch_bytes_per_sec),
+            }
+        }),
     };
     let mut tls_listeners = config.kafka.iter().chain(&native_listeners);
     anyhow::ensure!(

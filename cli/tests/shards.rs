@@ -50,6 +50,7 @@ fn each_partition_has_one_owner_and_both_ports_work() {
         tls: None,
         io_properties: None,
         clock: strata_node::clock::Clock::SYSTEM,
+        remote_storage: None,
     };
     let node = Node::start(config).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -267,6 +267,9 @@ pub enum RecordKind {
     /// A share group's state of one partition (`<group>/<topic>/<partition>`): the partition
     /// leader's.
     ShareState,
+    /// A partition's remote manifest (`<topic>/<partition>`): which of its segments the
+    /// remote tier holds; the partition leader's.
+    RemoteManifest,
 }
 
 impl RecordKind {
@@ -275,6 +278,7 @@ impl RecordKind {
         match self {
             RecordKind::Transaction => "txns",
             RecordKind::ShareState => "share-states",
+            RecordKind::RemoteManifest => "remote-manifests",
         }
     }
 }

@@ -16,4 +16,5 @@ pub mod replication;
 pub mod replicator;
 pub mod server;
 pub mod share;
+pub mod tier;
 pub mod txn;

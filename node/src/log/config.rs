@@ -24,6 +24,14 @@ pub struct LogConfig {
     pub retention_ms: Option<i64>,
     /// Delete the oldest closed segments while the log is larger than this.
     pub retention_bytes: Option<u64>,
+    /// Kafka's `remote.storage.enable`: closed segments are uploaded to the remote tier, and
+    /// the local log keeps only what `local` retention allows of what was uploaded.
+    pub remote_storage: bool,
+    /// With `remote_storage`, the local log's own limits (`local.retention.ms`,
+    /// `local.retention.bytes`; Kafka's -2, "as the whole log", resolved to `retention_*`).
+    /// Local segments go past them only once uploaded.
+    pub local_retention_ms: Option<i64>,
+    pub local_retention_bytes: Option<u64>,
     pub flush: FlushPolicy,
     /// Reserve a new segment's blocks up front (fewer extent allocations, less fragmentation).
     pub preallocate: bool,
@@ -206,6 +214,9 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             retention_ms: Some(7 * 24 * 3600 * 1000),
             retention_bytes: None,
+            remote_storage: false,
+            local_retention_ms: Some(7 * 24 * 3600 * 1000),
+            local_retention_bytes: None,
             flush: FlushPolicy::Interval { interval_ms: 1000 },
             preallocate: false,
             preallocate_step_bytes: PREALLOCATE_STEP_BYTES,

@@ -201,18 +201,31 @@ impl<S: Storage> PartitionLog<S> {
                 !segment.is_empty() && segment.max_timestamp_ms < now_ms - retention_ms
             })
         };
-        if expired(self.active(), self.config.retention_ms) {
+        // A tiered log keeps locally what its local limits say, and nothing the remote tier
+        // does not hold yet: the whole log's limits apply to the remote tier.
+        let (retention_ms, retention_bytes, below_offset) = if self.config.remote_storage {
+            (
+                self.config.local_retention_ms,
+                self.config.local_retention_bytes,
+                below_offset.min(self.remote_copied_before),
+            )
+        } else {
+            (
+                self.config.retention_ms,
+                self.config.retention_bytes,
+                below_offset,
+            )
+        };
+        if expired(self.active(), retention_ms) {
             self.check_writable()?;
             self.roll(now_ms).await?;
             self.snapshot_producers(now_ms).await;
         }
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
-            let over_size = self
-                .config
-                .retention_bytes
+            let over_size = retention_bytes
                 .is_some_and(|retention_bytes| self.size_bytes() - oldest.size >= retention_bytes);
-            if !(expired(oldest, self.config.retention_ms) || over_size)
+            if !(expired(oldest, retention_ms) || over_size)
                 || self.segments[1].base_offset > below_offset
             {
                 break;

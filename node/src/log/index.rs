@@ -101,6 +101,17 @@ impl SegmentIndex {
         self.persisted
     }
 
+    /// Every entry, encoded for both files (an uploaded segment's index objects).
+    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
+        let (mut offsets, mut times) = (Vec::new(), Vec::new());
+        let mut all = SegmentIndex {
+            entries: self.entries.clone(),
+            persisted: 0,
+        };
+        all.take_unpersisted(&mut offsets, &mut times);
+        (offsets, times)
+    }
+
     /// Encodes the entries not yet persisted, for both files, and marks them persisted.
     pub fn take_unpersisted(&mut self, offsets: &mut Vec<u8>, times: &mut Vec<u8>) -> usize {
         let start = self.persisted;

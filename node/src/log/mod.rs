@@ -38,6 +38,7 @@ pub mod recovery_point;
 mod segment;
 pub mod shared_sync;
 pub mod tail_cache;
+mod tiering;
 pub mod transactions;
 pub mod writer;
 
@@ -74,6 +75,7 @@ pub use self::read::{
     FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, RegionBatch, Served,
 };
 pub use self::segment::SCAN_CHUNK_BYTES;
+pub use self::tiering::SegmentUpload;
 
 /// What opening found and repaired.
 #[derive(Debug, Default, Clone)]
@@ -109,6 +111,9 @@ pub struct PartitionLog<S: Storage> {
     /// may remain: the log starts at the larger of this and the first segment's base.
     /// Persisted in [`LOG_START_FILE_NAME`] before the delete is acknowledged.
     deleted_before: u64,
+    /// The remote tier holds every record below this (0: nothing, or the log is not tiered, or
+    /// this replica does not lead): with `remote_storage`, local retention stops here.
+    remote_copied_before: u64,
     /// Idempotent producers' state after every batch stamped so far (applied at stamp time, so
     /// a later request of the same group sees an earlier one).
     producers: ProducerStates,

@@ -128,6 +128,7 @@ impl<S: Storage> PartitionLog<S> {
             epochs: epochs.unwrap_or_default(),
             high_watermark_checkpoint,
             deleted_before: 0,
+            remote_copied_before: 0,
             recovery_point,
             storage,
             dir: Rc::from(dir),

@@ -101,6 +101,16 @@ enum Command {
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
     },
+    /// The next closed segment for the remote tier (see [`PartitionLog::next_upload`]).
+    NextUpload {
+        from_offset: u64,
+        below_offset: u64,
+        reply: oneshot::Sender<Option<super::SegmentUpload>>,
+    },
+    /// The remote tier holds every record below `offset`.
+    RemoteCopied {
+        offset: u64,
+    },
     /// The aborted transactions with records in `[from, to)` (a `read_committed` fetch).
     AbortedTxns {
         from: u64,
@@ -465,6 +475,25 @@ impl LogHandle {
         }
         self.ask(|reply| Command::AbortedTxns { from, to, reply })
             .await
+    }
+
+    /// See [`PartitionLog::next_upload`].
+    pub async fn next_upload(
+        &self,
+        from_offset: u64,
+        below_offset: u64,
+    ) -> Result<Option<super::SegmentUpload>, LogError> {
+        self.ask(|reply| Command::NextUpload {
+            from_offset,
+            below_offset,
+            reply,
+        })
+        .await
+    }
+
+    /// See [`PartitionLog::set_remote_copied`].
+    pub fn set_remote_copied(&self, offset: u64) {
+        let _ = self.commands.send(Command::RemoteCopied { offset });
     }
 
     /// See [`PartitionLog::enforce_retention`].
@@ -1133,6 +1162,14 @@ impl<S: Storage> LogTask<S> {
                 // wait's end: DeleteRecords is answered once they have moved theirs.
                 self.answer_every_parked_read().await;
             }
+            Command::NextUpload {
+                from_offset,
+                below_offset,
+                reply,
+            } => {
+                let _ = reply.send(log.next_upload(from_offset, below_offset));
+            }
+            Command::RemoteCopied { offset } => log.set_remote_copied(offset),
             Command::AbortedTxns { from, to, reply } => {
                 let txns = log.producers().transactions();
                 let _ = reply.send(txns.aborted_between(from, to).copied().collect());

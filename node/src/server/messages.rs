@@ -373,6 +373,8 @@ pub enum GroupMessage {
     Share(ShareGroupRequest),
     /// Share groups as operators see them (listed, their offsets altered, deleted).
     ShareAdmin(ShareAdminRequest),
+    /// A partition leader's remote manifest (tiered storage), in the group store.
+    Manifest(ManifestRequest),
     /// What became of a transaction's marker writes (the group thread's own tasks report).
     MarkersWritten {
         transactional_id: String,
@@ -415,6 +417,26 @@ pub enum ShareGroupRequest {
         record: serde_json::Value,
         durability: strata_coordinator::groups::Durability,
         reply: oneshot::Sender<Result<Option<i64>, ErrorCode>>,
+    },
+}
+
+/// A remote manifest's record (`<topic>/<partition>`) in the group store: loaded, stored fenced
+/// on the revision read, or deleted with its topic.
+pub enum ManifestRequest {
+    Load {
+        id: String,
+        reply: oneshot::Sender<Result<(Option<serde_json::Value>, i64), ErrorCode>>,
+    },
+    /// `Ok(None)` when fenced (another leader stored it since).
+    Store {
+        id: String,
+        expected: i64,
+        record: serde_json::Value,
+        reply: oneshot::Sender<Result<Option<i64>, ErrorCode>>,
+    },
+    Delete {
+        id: String,
+        reply: oneshot::Sender<Result<(), ErrorCode>>,
     },
 }
 

@@ -27,6 +27,7 @@ pub mod quic;
 pub mod security;
 mod shard;
 mod share_fetch;
+pub mod tier;
 pub mod topic_config;
 
 use std::net::SocketAddr;
@@ -119,6 +120,8 @@ pub struct NodeConfig {
     pub io_properties: Option<crate::iotune::IoProperties>,
     /// Where every thread of the node reads the time.
     pub clock: crate::clock::Clock,
+    /// The remote tier (`--remote-storage`); `None`: topics cannot enable remote storage.
+    pub remote_storage: Option<tier::TierConfig>,
 }
 
 /// What each shard's log cleaner may use, and how often it looks for work.
@@ -242,6 +245,11 @@ impl Node {
             receivers.push(receiver);
         }
         let mailboxes = Arc::new(senders);
+        // Before anything else starts: a bad URL or refused credentials stop the broker here.
+        let tier = match &config.remote_storage {
+            Some(remote) => Some(tier::Tier::start(remote)?),
+            None => None,
+        };
         let (control_mailbox, control_receiver) = mpsc::unbounded_channel();
         // The control thread opens the coordinator (on its own runtime) and registers this
         // broker; the shards start from the cluster state it read. The group thread follows
@@ -272,6 +280,7 @@ impl Node {
                 control: control_mailbox.clone(),
                 groups: groups_mailbox.clone(),
                 backend: backend.clone(),
+                tier: tier.clone(),
             };
             let view = view.clone();
             shards.push(
@@ -295,6 +304,7 @@ impl Node {
                 config.clone(),
                 mailboxes.clone(),
                 groups_mailbox.clone(),
+                tier.as_ref().map(|tier| tier.metrics.clone()),
                 address,
             ) {
                 Ok(bound) => tracing::info!("admin endpoint on http://{bound}"),

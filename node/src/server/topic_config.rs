@@ -85,6 +85,9 @@ pub const KEYS: &[&str] = &[
     "segment.ms",
     "retention.ms",
     "retention.bytes",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
     "index.interval.bytes",
     "max.message.bytes",
     "preallocate",
@@ -120,6 +123,8 @@ impl TopicConfig {
         };
         let mut flush = None;
         let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
+        // Kafka's -2: as the whole log's retention.
+        let (mut local_retention_ms, mut local_retention_bytes) = (None, None);
         for (key, value) in overrides {
             let bad = |expected: &str| format!("{key}={value}: expected {expected}");
             let number = || value.parse::<i64>().map_err(|_| bad("an integer"));
@@ -148,6 +153,22 @@ impl TopicConfig {
                 "segment.ms" => config.log.segment_ms = limit()?,
                 "retention.ms" => config.log.retention_ms = limit()?,
                 "retention.bytes" => config.log.retention_bytes = limit()?.map(|n| n as u64),
+                "remote.storage.enable" => {
+                    config.log.remote_storage = value.parse().map_err(|_| bad("true or false"))?;
+                }
+                "local.retention.ms" | "local.retention.bytes" => {
+                    let local = match number()? {
+                        -2 => None,
+                        _ => Some(limit().map_err(|_| {
+                            bad("-2 (the topic's retention), -1 (no limit) or a non-negative integer")
+                        })?),
+                    };
+                    if key == "local.retention.ms" {
+                        local_retention_ms = local;
+                    } else {
+                        local_retention_bytes = local;
+                    }
+                }
                 "index.interval.bytes" => {
                     config.log.index_interval_bytes = u32::try_from(number()?)
                         .ok()
@@ -229,6 +250,7 @@ impl TopicConfig {
                 }
             }
         }
+        set_local_retention(&mut config, local_retention_ms, local_retention_bytes)?;
         let compaction = config.log.compaction;
         if compaction.min_lag_ms > compaction.max_lag_ms {
             return Err(format!(
@@ -248,6 +270,48 @@ impl TopicConfig {
         };
         Ok(config)
     }
+}
+
+/// The local tier's limits (`None`: Kafka's -2, the whole log's), checked as Kafka checks
+/// them: no larger than the whole log's, and no remote tier for a compacted topic (its
+/// cleaner rewrites closed segments, which uploaded copies would no longer match).
+fn set_local_retention(
+    config: &mut TopicConfig,
+    local_ms: Option<Option<i64>>,
+    local_bytes: Option<Option<i64>>,
+) -> Result<(), String> {
+    let log = &mut config.log;
+    log.local_retention_ms = local_ms.unwrap_or(log.retention_ms);
+    log.local_retention_bytes = local_bytes
+        .map(|bytes| bytes.map(|n| n as u64))
+        .unwrap_or(log.retention_bytes);
+    let exceeds = |local: Option<u64>, whole: Option<u64>| match (local, whole) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(local), Some(whole)) => local > whole,
+    };
+    if exceeds(
+        log.local_retention_ms.map(|n| n as u64),
+        log.retention_ms.map(|n| n as u64),
+    ) {
+        return Err(format!(
+            "local.retention.ms must be at most retention.ms ({})",
+            log.retention_ms.unwrap_or(-1)
+        ));
+    }
+    if exceeds(log.local_retention_bytes, log.retention_bytes) {
+        return Err(format!(
+            "local.retention.bytes must be at most retention.bytes ({})",
+            log.retention_bytes.map_or(-1, |n| n as i64)
+        ));
+    }
+    if log.remote_storage && log.cleanup.compact {
+        return Err(
+            "remote.storage.enable=true is refused on a compacted topic (cleanup.policy includes compact), as Kafka refuses it"
+                .to_string(),
+        );
+    }
+    Ok(())
 }
 
 /// One of Kafka's compaction settings, checked as Kafka checks it, into `config`.
@@ -302,6 +366,12 @@ impl TopicConfig {
             (
                 "retention.bytes",
                 limit(log.retention_bytes.map(|n| n as i64)),
+            ),
+            ("remote.storage.enable", log.remote_storage.to_string()),
+            ("local.retention.ms", limit(log.local_retention_ms)),
+            (
+                "local.retention.bytes",
+                limit(log.local_retention_bytes.map(|n| n as i64)),
             ),
             ("index.interval.bytes", log.index_interval_bytes.to_string()),
             ("max.message.bytes", self.max_message_bytes.to_string()),

@@ -261,6 +261,7 @@ async fn serve<S: GroupStore>(
                             manager.flush_commits(&mut pending).await;
                             manager.handle_share_admin(request).await;
                         }
+                        GroupMessage::Manifest(request) => manager.handle_manifest(request).await,
                         GroupMessage::MarkersWritten { transactional_id, producer_id, epoch, written } => {
                             manager.markers_written(transactional_id, producer_id, epoch, written).await;
                         }

@@ -13,13 +13,13 @@
 use std::collections::BTreeMap;
 
 use strata_coordinator::GroupStore;
-use strata_coordinator::groups::RecordKind;
+use strata_coordinator::groups::{Durability, RecordKind};
 use strata_wire::protocol::{
     DescribeShareGroupRequest, DescribeShareGroupResponse, ErrorCode, ShareGroupMember,
     TopicPartitions,
 };
 
-use crate::server::messages::{ShareGroupRequest, ShareHeartbeat, ShareRefusal};
+use crate::server::messages::{ManifestRequest, ShareGroupRequest, ShareHeartbeat, ShareRefusal};
 use crate::share::config::ShareGroupConfig;
 use crate::share::group::{Heartbeat, HeartbeatError};
 
@@ -78,6 +78,34 @@ impl<S: GroupStore> GroupManager<S> {
                     .await
                     .map_err(|error| store_error(&error));
                 let _ = reply.send(stored);
+            }
+        }
+    }
+
+    /// A remote manifest's record: the store holds it for partition leaders, as it holds
+    /// share-partition states.
+    pub(super) async fn handle_manifest(&mut self, request: ManifestRequest) {
+        let kind = RecordKind::RemoteManifest;
+        match request {
+            ManifestRequest::Load { id, reply } => {
+                let loaded = self.store.load_record(kind, &id).await;
+                let _ = reply.send(loaded.map_err(|error| store_error(&error)));
+            }
+            ManifestRequest::Store {
+                id,
+                expected,
+                record,
+                reply,
+            } => {
+                let stored = self
+                    .store
+                    .store_record(kind, &id, expected, &record, Durability::Synced)
+                    .await;
+                let _ = reply.send(stored.map_err(|error| store_error(&error)));
+            }
+            ManifestRequest::Delete { id, reply } => {
+                let deleted = self.store.delete_record(kind, &id).await;
+                let _ = reply.send(deleted.map_err(|error| store_error(&error)));
             }
         }
     }

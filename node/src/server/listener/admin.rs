@@ -22,6 +22,7 @@ pub fn start(
     config: Arc<NodeConfig>,
     shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
     groups: mpsc::UnboundedSender<GroupMessage>,
+    tier: Option<Arc<crate::server::tier::TierMetrics>>,
     address: SocketAddr,
 ) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(address)
@@ -44,8 +45,14 @@ pub fn start(
                         continue;
                     };
                     let (config, shards, groups) = (config.clone(), shards.clone(), groups.clone());
+                    let tier = tier.clone();
                     tokio::spawn(async move {
-                        let _ = serve(stream, &config, &shards, &groups, started).await;
+                        let mailboxes = Mailboxes {
+                            shards: &shards,
+                            groups: &groups,
+                            tier: tier.as_deref(),
+                        };
+                        let _ = serve(stream, &config, mailboxes, started).await;
                     });
                 }
             });
@@ -53,11 +60,21 @@ pub fn start(
     Ok(bound)
 }
 
+/// Who the endpoint asks for what it serves.
+struct Mailboxes<'a> {
+    shards: &'a [mpsc::UnboundedSender<ShardMessage>],
+    groups: &'a mpsc::UnboundedSender<GroupMessage>,
+    tier: Option<&'a crate::server::tier::TierMetrics>,
+}
+
 async fn serve(
     mut stream: tokio::net::TcpStream,
     config: &NodeConfig,
-    shards: &[mpsc::UnboundedSender<ShardMessage>],
-    groups: &mpsc::UnboundedSender<GroupMessage>,
+    Mailboxes {
+        shards,
+        groups,
+        tier,
+    }: Mailboxes<'_>,
     started: std::time::Instant,
 ) -> std::io::Result<()> {
     let mut request = Vec::with_capacity(1024);
@@ -88,6 +105,9 @@ async fn serve(
                 && let Ok(group_metrics) = answer.await
             {
                 body.push_str(&group_metrics);
+            }
+            if let Some(tier) = tier {
+                tier.render(&mut body);
             }
             ("200 OK", "text/plain; version=0.0.4", body)
         }

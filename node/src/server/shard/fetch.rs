@@ -256,16 +256,30 @@ impl Shard {
                 } else {
                     high_watermark
                 },
-                log_start: offsets.log_start,
+                // A tiered partition starts where its remote tier does.
+                log_start: self
+                    .remote_start(topic, index)
+                    .map_or(offsets.log_start, |remote| remote.min(offsets.log_start)),
             };
-            if offset < offsets.log_start || offset > offsets.log_end {
+            if offset < readable.log_start || offset > offsets.log_end {
                 return fetch_error(
                     index,
                     ErrorCode::OffsetOutOfRange,
                     high_watermark,
-                    offsets.log_start,
+                    readable.log_start,
                 )
                 .into();
+            }
+            if offset < offsets.log_start {
+                let remote = RemoteFetch {
+                    offset,
+                    max_bytes: partition.max_bytes,
+                    read_committed,
+                    started,
+                };
+                return self
+                    .fetch_remote(topic, index, &log, &readable, remote)
+                    .await;
             }
             match deadline {
                 Some(deadline) if offset >= readable.end => {
@@ -351,6 +365,93 @@ impl Shard {
             stability: stability(&readable, aborted),
         }
     }
+}
+
+impl Shard {
+    /// A fetch below the local log start, from the remote tier. Its aborted transactions
+    /// are those the local log still knows.
+    async fn fetch_remote(
+        &self,
+        topic: &str,
+        index: u32,
+        log: &writer::LogHandle,
+        readable: &Readable,
+        remote: RemoteFetch,
+    ) -> Fetched {
+        let RemoteFetch {
+            offset,
+            max_bytes,
+            read_committed,
+            started,
+        } = remote;
+        let read = self
+            .remote_read(topic, index, offset, readable.end, max_bytes as usize)
+            .await;
+        let bytes = match read {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(error)) => {
+                tracing::warn!(%topic, partition = index, offset, "remote read failed: {error}");
+                return fetch_error(
+                    index,
+                    ErrorCode::StorageError,
+                    readable.high_watermark,
+                    readable.log_start,
+                )
+                .into();
+            }
+            // Deleted from the remote tier since the fetch looked.
+            None => {
+                return fetch_error(
+                    index,
+                    ErrorCode::OffsetOutOfRange,
+                    readable.high_watermark,
+                    readable.log_start,
+                )
+                .into();
+            }
+        };
+        let (records, newest_ms) = records_in(&bytes);
+        let stability = if read_committed {
+            let aborted = log
+                .aborted_transactions(offset, readable.end)
+                .await
+                .unwrap_or_default();
+            let aborted = aborted
+                .into_iter()
+                .map(|txn| AbortedTransaction {
+                    producer_id: txn.producer_id,
+                    first_offset: txn.first_offset,
+                })
+                .collect();
+            Some((readable.end, aborted))
+        } else {
+            None
+        };
+        Fetched {
+            response: FetchPartitionResponse {
+                partition: index,
+                error: ErrorCode::None,
+                high_watermark: readable.high_watermark,
+                log_start_offset: readable.log_start,
+                leader_hint: -1,
+                records: Records::Shared(bytes),
+            },
+            served: Some(ServedRecords {
+                records,
+                newest_ms,
+                started,
+            }),
+            stability,
+        }
+    }
+}
+
+/// A fetch below the local log start.
+struct RemoteFetch {
+    offset: u64,
+    max_bytes: u32,
+    read_committed: bool,
+    started: Instant,
 }
 
 /// How far a fetch may read a partition, as it stood when the fetch looked.

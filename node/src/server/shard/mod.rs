@@ -9,6 +9,7 @@ mod offsets;
 mod produce;
 mod replica;
 pub(crate) mod share;
+mod tiering;
 mod transactions;
 
 use std::cell::{Cell, RefCell};
@@ -46,6 +47,8 @@ pub struct ShardContext {
     /// The group thread: consumer groups and producer ids.
     pub groups: mpsc::UnboundedSender<GroupMessage>,
     pub backend: Backend,
+    /// The remote tier, when the node has one.
+    pub tier: Option<crate::server::tier::Tier>,
 }
 
 /// The shard that owns `partition` of `topic`: partitions of one topic spread round-robin over
@@ -87,6 +90,8 @@ pub(super) struct Shard {
     writer_tuning: writer::WriterTuning,
     /// What this shard's clients and, as reported, the other shards' used of their quotas.
     pub(super) quota_usage: RefCell<crate::quota::QuotaUsage>,
+    /// The remote manifests of the tiered partitions this shard leads, once claimed.
+    pub(super) remote: RefCell<HashMap<(String, u32), tiering::RemotePartition>>,
 }
 
 /// Starts a shard's listeners once its partitions are open (given by the server, which knows
@@ -180,6 +185,7 @@ pub fn run(
             metrics,
             writer_tuning,
             quota_usage: RefCell::new(crate::quota::QuotaUsage::new(context_quota_window)),
+            remote: RefCell::new(HashMap::new()),
         });
         if let Err(error) = shard.apply_view(view).await {
             let _ = ready.send(Err(error));
@@ -437,6 +443,8 @@ impl Shard {
             });
             if still_exists {
                 tracing::info!(topic = %key.0, partition = key.1, "no longer a replica here: removing its data");
+            } else {
+                self.delete_remote_partition(&key);
             }
             let dir = config.data_dir.join(format!("{}-{}", key.0, key.1));
             if let Err(error) = self.storage.remove_dir_all(&dir).await {
@@ -494,6 +502,11 @@ impl Shard {
                         settings: settings.clone(),
                         recovery_bytes_per_sec: topic_config.recovery_bytes_per_sec,
                         compacted: topic_config.log.cleanup.compact,
+                        remote_storage: topic_config.log.remote_storage,
+                        retention: (
+                            topic_config.log.retention_ms,
+                            topic_config.log.retention_bytes,
+                        ),
                         role: Role::Idle,
                         committed: Rc::new(tokio::sync::Notify::new()),
                         high_watermark_checkpointed: high_watermark,
@@ -532,8 +545,9 @@ impl Shard {
 
     /// Starts the shard's periodic work: replication, retention, the cleaner, retries of
     /// replicas not opened, quota reports.
-    fn start_ticks(self: &Rc<Self>) -> [tokio::task::JoinHandle<()>; 5] {
+    fn start_ticks(self: &Rc<Self>) -> [tokio::task::JoinHandle<()>; 6] {
         [
+            tokio::task::spawn_local(self.clone().tiering_ticks()),
             tokio::task::spawn_local(self.clone().replication_ticks()),
             tokio::task::spawn_local(self.clone().retention_ticks()),
             tokio::task::spawn_local(self.clone().cleaner_ticks()),
@@ -608,6 +622,11 @@ impl Shard {
         tracing::info!(topic = %key.0, partition = key.1, ?settings, "applying altered topic config");
         partition.flush_always = topic_config.log.flush == crate::log::FlushPolicy::Always;
         partition.compacted = topic_config.log.cleanup.compact;
+        partition.remote_storage = topic_config.log.remote_storage;
+        partition.retention = (
+            topic_config.log.retention_ms,
+            topic_config.log.retention_bytes,
+        );
         partition.log.reconfigure(topic_config.log);
         partition.max_message_bytes = topic_config.max_message_bytes;
         partition.leader_config.min_insync_replicas = usize::from(topic_config.min_insync_replicas);

@@ -78,8 +78,15 @@ impl Shard {
             return list_error(index, ErrorCode::OffsetNotAvailable);
         }
         let found = match partition.timestamp {
-            // No tiered log: everything is local, and nothing is tiered.
-            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => log
+            // A tiered log starts in its remote tier; `earliest-local` is the local start.
+            EARLIEST_TIMESTAMP => log.offsets().await.map(|offsets| {
+                let remote = self.remote_start(topic, index);
+                Some((
+                    remote.map_or(offsets.log_start, |r| r.min(offsets.log_start)),
+                    -1,
+                ))
+            }),
+            EARLIEST_LOCAL_TIMESTAMP => log
                 .offsets()
                 .await
                 .map(|offsets| Some((offsets.log_start, -1))),
@@ -89,7 +96,10 @@ impl Shard {
                 .await
                 .map(|offsets| Some((offsets.last_stable(high_watermark), -1))),
             LATEST_TIMESTAMP => Ok(Some((high_watermark, -1))),
-            LATEST_TIERED_TIMESTAMP => Ok(None),
+            // The last record the remote tier holds.
+            LATEST_TIERED_TIMESTAMP => Ok(self
+                .remote_copied_end(topic, index)
+                .map(|end| (end - 1, -1))),
             // Among committed records only, as for a time.
             MAX_TIMESTAMP => log
                 .offset_of_max_timestamp()
@@ -101,10 +111,21 @@ impl Shard {
                 .map(|offsets| Some((offsets.clean.min(high_watermark), -1))),
             // Only committed records are found: one past the high watermark may yet be
             // truncated away.
-            timestamp => log
-                .offset_for_timestamp(timestamp)
+            timestamp => match self
+                .remote_offset_for_timestamp(topic, index, timestamp)
                 .await
-                .map(|found| found.filter(|(offset, _)| *offset < high_watermark)),
+            {
+                Some(Ok(Some(found))) => Ok(Some(found)),
+                Some(Err(error)) => {
+                    tracing::warn!(%topic, partition = index, "remote timestamp lookup failed: {error}");
+                    return list_error(index, ErrorCode::StorageError);
+                }
+                // Not in the remote tier: in the local log, if anywhere.
+                Some(Ok(None)) | None => log
+                    .offset_for_timestamp(timestamp)
+                    .await
+                    .map(|found| found.filter(|(offset, _)| *offset < high_watermark)),
+            },
         };
         match found {
             Ok(Some((offset, timestamp))) => ListOffsetsPartitionResponse {

@@ -71,6 +71,11 @@ pub(in crate::server) struct Partition {
     pub recovery_bytes_per_sec: Option<u64>,
     /// `cleanup.policy` includes `compact`: the shard's cleaner looks after it.
     pub compacted: bool,
+    /// `remote.storage.enable`: as leader, this replica uploads closed segments.
+    pub remote_storage: bool,
+    /// The whole log's retention (`retention.ms`, `retention.bytes`), which a tiered topic's
+    /// leader applies to the remote tier.
+    pub retention: (Option<i64>, Option<u64>),
     pub role: Role,
     /// Woken whenever the high watermark moves: long-polling consumers wait on it.
     pub committed: Rc<Notify>,

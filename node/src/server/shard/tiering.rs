@@ -1,0 +1,443 @@
+//! Tiered storage on the shard: each partition this shard leads with `remote.storage.enable`
+//! uploads its closed, committed segments, records them in its remote manifest (stored fenced
+//! in the group store before and after each upload), lets local retention delete what the
+//! remote tier holds, and applies the topic's whole-log retention to the remote tier. Reads
+//! below the local log start are answered from the remote tier (`remote_read`).
+//!
+//! The decisions on the manifest are `crate::tier::manifest`'s; the object store is the tier
+//! thread's (`server/tier.rs`). Followers never upload: a new leader claims the manifest at
+//! its epoch (fencing its predecessor's writes), deletes what its predecessor left unfinished,
+//! and carries on from the manifest's end.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_wire::protocol::ErrorCode;
+use tokio::sync::oneshot;
+
+use super::Shard;
+use crate::server::messages::{GroupMessage, ManifestRequest};
+use crate::server::tier::{Tier, TierError};
+use crate::tier::{ManifestError, RemoteManifest, RemoteSegment, SegmentState};
+
+/// How often leaders look for segments to upload and remote segments past retention.
+const TICK: Duration = Duration::from_millis(500);
+/// How often a leader lists its partition's folder for objects no manifest entry names.
+const ORPHAN_SWEEP_TICKS: u64 = 120;
+
+/// A led partition's remote manifest as last stored, and the epoch it was claimed at.
+pub(in crate::server) struct RemotePartition {
+    pub epoch: u32,
+    pub manifest: RemoteManifest,
+    pub revision: i64,
+    pub folder: String,
+}
+
+/// Why a pass over one partition stopped.
+#[derive(Debug, thiserror::Error)]
+enum TieringError {
+    #[error("{0}")]
+    Tier(#[from] TierError),
+    #[error("the group store: {0:?}")]
+    Store(ErrorCode),
+    #[error("another leader changed the manifest")]
+    Fenced,
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
+    #[error("{0}")]
+    Log(#[from] crate::log::LogError),
+}
+
+/// One partition as a pass sees it.
+struct Led {
+    topic: String,
+    partition: u32,
+    epoch: u32,
+    high_watermark: u64,
+    log: crate::log::writer::LogHandle,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<u64>,
+}
+
+impl Shard {
+    /// The shard's tiering loop (a no-op without a remote tier).
+    pub(in crate::server) async fn tiering_ticks(self: Rc<Self>) {
+        let Some(tier) = self.context.tier.clone() else {
+            return;
+        };
+        let mut ticks = self.clock().ticks(TICK);
+        let mut passes = 0u64;
+        loop {
+            ticks.tick().await;
+            passes += 1;
+            let led = self.tiered_leaders();
+            let still_led: Vec<_> = led.iter().map(|p| (p.topic.clone(), p.partition)).collect();
+            self.remote
+                .borrow_mut()
+                .retain(|key, _| still_led.contains(key));
+            for partition in led {
+                let sweep = passes % ORPHAN_SWEEP_TICKS == 0;
+                if let Err(error) = self.tier_partition(&tier, &partition, sweep).await {
+                    tracing::warn!(
+                        topic = %partition.topic,
+                        partition = partition.partition,
+                        "tiered storage: {error}"
+                    );
+                    if matches!(error, TieringError::Fenced | TieringError::Manifest(_)) {
+                        // Read it again on the next pass.
+                        self.remote
+                            .borrow_mut()
+                            .remove(&(partition.topic.clone(), partition.partition));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The partitions this shard leads whose topic has `remote.storage.enable`.
+    fn tiered_leaders(&self) -> Vec<Led> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.remote_storage)
+            .filter_map(|((topic, partition), p)| {
+                let high_watermark = p.leader_high_watermark()?;
+                Some(Led {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    epoch: p.state.leader_epoch,
+                    high_watermark,
+                    log: p.log.clone(),
+                    retention_ms: p.retention.0,
+                    retention_bytes: p.retention.1,
+                })
+            })
+            .collect()
+    }
+
+    /// One pass over a led partition: claim (once per epoch), upload, retention.
+    async fn tier_partition(
+        &self,
+        tier: &Tier,
+        led: &Led,
+        sweep: bool,
+    ) -> Result<(), TieringError> {
+        let key = (led.topic.clone(), led.partition);
+        let claimed = self
+            .remote
+            .borrow()
+            .get(&key)
+            .is_some_and(|remote| remote.epoch == led.epoch);
+        if !claimed {
+            self.claim_manifest(tier, led).await?;
+        } else if sweep {
+            self.sweep_orphans(tier, led).await?;
+        }
+        self.upload_next(tier, led).await?;
+        self.remote_retention(tier, led).await
+    }
+
+    /// Loads the manifest, claims it at this leader's epoch, finishes what earlier leaders
+    /// left unfinished, and sweeps the folder for orphans.
+    async fn claim_manifest(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        let id = format!("{}/{}", led.topic, led.partition);
+        let (record, revision) = self
+            .manifest_call(|reply| ManifestRequest::Load {
+                id: id.clone(),
+                reply,
+            })
+            .await?;
+        let manifest: RemoteManifest = record
+            .and_then(|value| serde_json::from_value(value).ok())
+            .unwrap_or_default();
+        let topic_id = self
+            .view
+            .borrow()
+            .topics
+            .iter()
+            .find(|topic| topic.name == led.topic)
+            .map(|topic| {
+                uuid::Uuid::from_bytes(topic.topic_id().0)
+                    .simple()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let folder = tier.partition_folder(&led.topic, &topic_id, led.partition);
+        self.remote.borrow_mut().insert(
+            (led.topic.clone(), led.partition),
+            RemotePartition {
+                epoch: led.epoch,
+                manifest,
+                revision,
+                folder,
+            },
+        );
+        self.change_manifest(led, |manifest| manifest.claim(led.epoch).map(|_| ()))
+            .await?;
+        let (abandoned, folder) = self.with_remote(led, |remote| {
+            (remote.manifest.abandoned(led.epoch), remote.folder.clone())
+        });
+        if !abandoned.is_empty() {
+            let stems = abandoned.iter().map(RemoteSegment::stem).collect();
+            tier.delete_segments(folder, stems).await?;
+            let ids: Vec<String> = abandoned.iter().map(|s| s.id.clone()).collect();
+            self.change_manifest(led, |manifest| {
+                manifest.finish_delete(led.epoch, &ids)?;
+                manifest.forget(led.epoch, &ids)
+            })
+            .await?;
+            tracing::info!(topic = %led.topic, partition = led.partition, segments = ids.len(), "tiered storage: removed what an earlier leader left unfinished");
+        }
+        self.sweep_orphans(tier, led).await?;
+        let copied = self.with_remote(led, |remote| remote.manifest.copied_end());
+        led.log.set_remote_copied(copied.unwrap_or(0));
+        Ok(())
+    }
+
+    /// Deletes objects of the partition's folder that no manifest entry names: uploads that
+    /// outlived their leader's fence.
+    async fn sweep_orphans(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        let folder = self.with_remote(led, |remote| remote.folder.clone());
+        let objects = tier.list(folder.clone()).await?;
+        let orphans: Vec<String> = self.with_remote(led, |remote| {
+            objects
+                .into_iter()
+                .filter(|name| !remote.manifest.names_object(name))
+                .collect()
+        });
+        if !orphans.is_empty() {
+            tracing::info!(topic = %led.topic, partition = led.partition, objects = orphans.len(), "tiered storage: deleting orphaned objects");
+            tier.delete_objects(folder, orphans).await?;
+        }
+        Ok(())
+    }
+
+    /// Uploads the next closed, committed segment past the manifest's end, if there is one.
+    async fn upload_next(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        let (end, folder) = self.with_remote(led, |remote| {
+            (remote.manifest.end_offset(), remote.folder.clone())
+        });
+        let Some(upload) = led.log.next_upload(end, led.high_watermark).await? else {
+            return Ok(());
+        };
+        let segment = RemoteSegment {
+            id: format!("{:032x}", rand::random::<u128>()),
+            base_offset: upload.segment_base.max(upload.skip_below),
+            next_offset: upload.next_offset,
+            size_bytes: upload.file_len,
+            max_timestamp_ms: upload.max_timestamp_ms,
+            uploader_epoch: led.epoch,
+            state: SegmentState::CopyStarted,
+        };
+        let stem = segment.stem();
+        let id = segment.id.clone();
+        self.change_manifest(led, |manifest| {
+            manifest.begin_copy(led.epoch, segment.clone())
+        })
+        .await?;
+        let uploaded = tier.upload(folder, stem, upload).await?;
+        assert_eq!(
+            uploaded.base_offset, segment.base_offset,
+            "an upload starts at the remote end or its segment's base"
+        );
+        self.change_manifest(led, |manifest| {
+            manifest.finish_copy(led.epoch, &id)?;
+            let entry = manifest
+                .segments
+                .iter_mut()
+                .find(|s| s.id == id)
+                .expect("just finished");
+            entry.size_bytes = uploaded.size_bytes;
+            Ok(())
+        })
+        .await?;
+        led.log.set_remote_copied(uploaded.next_offset);
+        tracing::debug!(topic = %led.topic, partition = led.partition, base = uploaded.base_offset, next = uploaded.next_offset, "tiered storage: segment uploaded");
+        Ok(())
+    }
+
+    /// Deletes remote segments past the topic's whole-log retention.
+    async fn remote_retention(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        let now_ms = self.clock().wall_ms();
+        let (cut, folder) = self.with_remote(led, |remote| {
+            let cut =
+                remote
+                    .manifest
+                    .retention_cut(now_ms, led.retention_ms, led.retention_bytes, 0);
+            (cut, remote.folder.clone())
+        });
+        let Some(cut) = cut else {
+            return Ok(());
+        };
+        let mut marked = Vec::new();
+        self.change_manifest(led, |manifest| {
+            marked = manifest.begin_delete(led.epoch, Some(cut))?;
+            Ok(())
+        })
+        .await?;
+        let stems = marked.iter().map(RemoteSegment::stem).collect();
+        tier.delete_segments(folder, stems).await?;
+        let ids: Vec<String> = marked.iter().map(|s| s.id.clone()).collect();
+        self.change_manifest(led, |manifest| manifest.finish_delete(led.epoch, &ids))
+            .await?;
+        tracing::info!(topic = %led.topic, partition = led.partition, segments = ids.len(), below = cut, "retention deleted remote segments");
+        Ok(())
+    }
+
+    /// A deleted topic's partition this shard led: its remote objects and manifest go (in a
+    /// task of their own; a failure leaves objects the next broker's sweep cannot see, so it
+    /// is logged as an error for the operator).
+    pub(in crate::server) fn delete_remote_partition(&self, key: &(String, u32)) {
+        let (Some(tier), Some(remote)) = (
+            self.context.tier.clone(),
+            self.remote.borrow_mut().remove(key),
+        ) else {
+            return;
+        };
+        let groups = self.context.groups.clone();
+        let id = format!("{}/{}", key.0, key.1);
+        tokio::task::spawn_local(async move {
+            let deleted = match tier.list(remote.folder.clone()).await {
+                Ok(names) => tier.delete_objects(remote.folder.clone(), names).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = deleted {
+                tracing::error!(folder = %remote.folder, "deleting a deleted topic's remote objects: {error}");
+                return;
+            }
+            let (reply, answer) = oneshot::channel();
+            let _ = groups.send(GroupMessage::Manifest(ManifestRequest::Delete {
+                id,
+                reply,
+            }));
+            let _ = answer.await;
+            tracing::info!(folder = %remote.folder, "deleted a deleted topic's remote segments");
+        });
+    }
+
+    fn with_remote<T>(&self, led: &Led, read: impl FnOnce(&RemotePartition) -> T) -> T {
+        let remote = self.remote.borrow();
+        read(
+            remote
+                .get(&(led.topic.clone(), led.partition))
+                .expect("claimed before use"),
+        )
+    }
+
+    /// Applies `change` to a copy of the manifest and stores it fenced on the revision read;
+    /// the shard's copy changes only once stored.
+    async fn change_manifest(
+        &self,
+        led: &Led,
+        mut change: impl FnMut(&mut RemoteManifest) -> Result<(), ManifestError>,
+    ) -> Result<(), TieringError> {
+        let key = (led.topic.clone(), led.partition);
+        let (mut manifest, revision) = {
+            let remote = self.remote.borrow();
+            let remote = remote.get(&key).expect("claimed before use");
+            (remote.manifest.clone(), remote.revision)
+        };
+        change(&mut manifest)?;
+        let record = serde_json::to_value(&manifest).expect("a manifest serializes");
+        let stored = self
+            .manifest_call(|reply| ManifestRequest::Store {
+                id: format!("{}/{}", led.topic, led.partition),
+                expected: revision,
+                record,
+                reply,
+            })
+            .await?;
+        let Some(revision) = stored else {
+            return Err(TieringError::Fenced);
+        };
+        if let Some(remote) = self.remote.borrow_mut().get_mut(&key) {
+            remote.manifest = manifest;
+            remote.revision = revision;
+        }
+        Ok(())
+    }
+
+    async fn manifest_call<T>(
+        &self,
+        request: impl FnOnce(oneshot::Sender<Result<T, ErrorCode>>) -> ManifestRequest,
+    ) -> Result<T, TieringError> {
+        let (reply, answer) = oneshot::channel();
+        self.context
+            .groups
+            .send(GroupMessage::Manifest(request(reply)))
+            .map_err(|_| TieringError::Store(ErrorCode::NotReady))?;
+        answer
+            .await
+            .map_err(|_| TieringError::Store(ErrorCode::NotReady))?
+            .map_err(TieringError::Store)
+    }
+
+    /// The first offset the remote tier serves for a partition this shard leads.
+    pub(in crate::server) fn remote_start(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.remote
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .and_then(|remote| remote.manifest.start_offset())
+    }
+
+    /// The offset after the last record the remote tier holds for a partition this shard leads.
+    pub(in crate::server) fn remote_copied_end(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.remote
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .and_then(|remote| remote.manifest.copied_end())
+    }
+
+    /// Whole batches from the remote segment holding `offset` (below `end_offset`, within
+    /// `max_bytes`); `None` when the remote tier holds no such segment.
+    pub(in crate::server) async fn remote_read(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        end_offset: u64,
+        max_bytes: usize,
+    ) -> Option<Result<Bytes, TierError>> {
+        let tier = self.context.tier.clone()?;
+        let (segment, folder) = {
+            let remote = self.remote.borrow();
+            let remote = remote.get(&(topic.to_string(), partition))?;
+            (remote.manifest.find(offset)?.clone(), remote.folder.clone())
+        };
+        Some(
+            tier.read(
+                folder,
+                segment.stem(),
+                segment.size_bytes,
+                segment.base_offset,
+                offset,
+                end_offset,
+                max_bytes,
+            )
+            .await,
+        )
+    }
+
+    /// The first offset at or after `timestamp_ms` in the remote tier, and its timestamp.
+    pub(in crate::server) async fn remote_offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: i64,
+    ) -> Option<Result<Option<(u64, i64)>, TierError>> {
+        let tier = self.context.tier.clone()?;
+        let (segment, folder) = {
+            let remote = self.remote.borrow();
+            let remote = remote.get(&(topic.to_string(), partition))?;
+            (
+                remote.manifest.find_by_timestamp(timestamp_ms)?.clone(),
+                remote.folder.clone(),
+            )
+        };
+        Some(
+            tier.offset_for_timestamp(folder, segment.stem(), segment.size_bytes, timestamp_ms)
+                .await,
+        )
+    }
+}

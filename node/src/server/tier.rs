@@ -1,0 +1,945 @@
+//! The remote tier's adapter: the object store (`object_store`: S3 or a folder), on a runtime
+//! of its own, so uploads, downloads and their HTTP and TLS work never run on a shard. Shards
+//! call [`Tier`]'s methods and await the answers; nothing here decides what to upload or
+//! delete (the shard's `tiering.rs` does, on the manifest).
+//!
+//! Remote reads go through a chunk cache ([`CHUNK_BYTES`] per entry, bounded by
+//! `--remote-cache-bytes`), and each read fetches the next chunk ahead of the reader.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use strata_wire::batch::BatchHeader;
+
+use crate::log::SegmentUpload;
+use crate::log::index::{IndexCadence, SegmentIndex};
+use crate::tier::RemoteLocation;
+use crate::tier::read::{CHUNK_BYTES, Walk, chunk_of, walk_batches};
+
+/// Bytes read from a segment file and sent as one part of an upload.
+const UPLOAD_PART_BYTES: usize = 8 << 20;
+/// Remote segments whose offset index stays in memory.
+const INDEXES_CACHED: usize = 1024;
+
+/// Why a remote operation failed, by the kind operators alert on.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TierError {
+    #[error("remote storage: {0}")]
+    Config(String),
+    #[error("remote store unreachable or failing: {0}")]
+    Store(Arc<object_store::Error>),
+    #[error("remote object {0} not found")]
+    NotFound(String),
+    #[error("reading a local segment for upload: {0}")]
+    Local(Arc<std::io::Error>),
+    #[error("remote segment {object} is damaged at byte {at}")]
+    Corrupt { object: String, at: u64 },
+    #[error("the remote tier stopped")]
+    Stopped,
+}
+
+impl From<object_store::Error> for TierError {
+    fn from(error: object_store::Error) -> TierError {
+        match error {
+            object_store::Error::NotFound { path, .. } => TierError::NotFound(path),
+            other => TierError::Store(Arc::new(other)),
+        }
+    }
+}
+
+/// What goes beside an uploaded segment: what serving it and recovering from it needs that
+/// the log and index objects do not hold.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    /// `(epoch, start offset)`: the epoch in force at the base and each that starts inside.
+    pub epochs: Vec<(u32, u64)>,
+    /// `(producer id, first offset, last offset)` of each aborted transaction with records in it.
+    pub aborted: Vec<(i64, u64, u64)>,
+}
+
+/// What an upload put in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uploaded {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub size_bytes: u64,
+}
+
+/// Counters of the remote tier, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct TierMetrics {
+    pub uploaded_bytes: AtomicU64,
+    pub uploaded_segments: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    pub deleted_objects: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    pub upload_errors: AtomicU64,
+    pub fetch_errors: AtomicU64,
+    pub delete_errors: AtomicU64,
+    pub list_errors: AtomicU64,
+    /// Remote chunk fetches and the microseconds they took, summed (a mean per scrape).
+    pub fetches: AtomicU64,
+    pub fetch_micros: AtomicU64,
+}
+
+impl TierMetrics {
+    /// Prometheus text for the admin endpoint.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let counters: [(&str, &str, &AtomicU64); 12] = [
+            (
+                "strata_remote_uploaded_bytes_total",
+                "Bytes uploaded to the remote tier",
+                &self.uploaded_bytes,
+            ),
+            (
+                "strata_remote_uploaded_segments_total",
+                "Segments uploaded to the remote tier",
+                &self.uploaded_segments,
+            ),
+            (
+                "strata_remote_fetched_bytes_total",
+                "Bytes read from the remote tier",
+                &self.fetched_bytes,
+            ),
+            (
+                "strata_remote_deleted_objects_total",
+                "Objects deleted from the remote tier",
+                &self.deleted_objects,
+            ),
+            (
+                "strata_remote_cache_hits_total",
+                "Remote reads served from the chunk cache",
+                &self.cache_hits,
+            ),
+            (
+                "strata_remote_cache_misses_total",
+                "Remote reads that fetched a chunk",
+                &self.cache_misses,
+            ),
+            (
+                "strata_remote_upload_errors_total",
+                "Failed uploads",
+                &self.upload_errors,
+            ),
+            (
+                "strata_remote_fetch_errors_total",
+                "Failed remote reads",
+                &self.fetch_errors,
+            ),
+            (
+                "strata_remote_delete_errors_total",
+                "Failed remote deletes",
+                &self.delete_errors,
+            ),
+            (
+                "strata_remote_list_errors_total",
+                "Failed remote listings",
+                &self.list_errors,
+            ),
+            (
+                "strata_remote_fetches_total",
+                "Chunks fetched from the remote store",
+                &self.fetches,
+            ),
+            (
+                "strata_remote_fetch_micros_total",
+                "Time spent fetching chunks, in microseconds",
+                &self.fetch_micros,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// A byte-rate limit shared by the tier's transfers of one direction.
+struct Pacer {
+    bytes_per_sec: Option<u64>,
+    next_free: Mutex<Instant>,
+}
+
+impl Pacer {
+    fn new(bytes_per_sec: Option<u64>) -> Pacer {
+        Pacer {
+            bytes_per_sec,
+            next_free: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Waits until `bytes` more fit under the rate.
+    async fn take(&self, bytes: usize) {
+        let Some(rate) = self.bytes_per_sec.filter(|rate| *rate > 0) else {
+            return;
+        };
+        let cost = Duration::from_secs_f64(bytes as f64 / rate as f64);
+        let start = {
+            let mut next_free = self.next_free.lock().expect("pacer lock");
+            let start = (*next_free).max(Instant::now());
+            *next_free = start + cost;
+            start
+        };
+        tokio::time::sleep_until(start.into()).await;
+    }
+}
+
+type ChunkKey = (String, u64);
+type ChunkFetch = Shared<BoxFuture<'static, Result<Bytes, TierError>>>;
+
+/// Remote chunks, least recently used out first, within a byte budget; and the fetches in
+/// flight, so a reader and the read-ahead before it share one GET.
+struct ChunkCache {
+    budget: u64,
+    bytes: u64,
+    tick: u64,
+    chunks: HashMap<ChunkKey, (Bytes, u64)>,
+    by_use: BTreeMap<u64, ChunkKey>,
+    in_flight: HashMap<ChunkKey, ChunkFetch>,
+    indexes: HashMap<String, (Arc<SegmentIndex>, u64)>,
+}
+
+impl ChunkCache {
+    fn get(&mut self, key: &ChunkKey) -> Option<Bytes> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (bytes, used) = self.chunks.get_mut(key)?;
+        self.by_use.remove(used);
+        *used = tick;
+        self.by_use.insert(tick, key.clone());
+        Some(bytes.clone())
+    }
+
+    fn put(&mut self, key: ChunkKey, bytes: Bytes) {
+        if bytes.len() as u64 > self.budget || self.chunks.contains_key(&key) {
+            return;
+        }
+        self.tick += 1;
+        self.bytes += bytes.len() as u64;
+        self.by_use.insert(self.tick, key.clone());
+        self.chunks.insert(key, (bytes, self.tick));
+        while self.bytes > self.budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            if let Some((bytes, _)) = self.chunks.remove(&oldest) {
+                self.bytes -= bytes.len() as u64;
+            }
+        }
+    }
+}
+
+/// The remote tier: cheap to clone, callable from any runtime.
+#[derive(Clone)]
+pub struct Tier {
+    runtime: tokio::runtime::Handle,
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    cache: Arc<Mutex<ChunkCache>>,
+    upload_pacer: Arc<Pacer>,
+    fetch_pacer: Arc<Pacer>,
+    pub metrics: Arc<TierMetrics>,
+}
+
+/// How the remote tier is set up (`strata serve --remote-*`).
+#[derive(Debug, Clone)]
+pub struct TierConfig {
+    pub url: String,
+    pub cache_bytes: u64,
+    pub upload_bytes_per_sec: Option<u64>,
+    pub fetch_bytes_per_sec: Option<u64>,
+}
+
+impl Tier {
+    /// Builds the store `config.url` names and starts the tier's runtime. A bad URL, missing
+    /// credentials, or a store that refuses them is an error here, at start-up; a store that
+    /// cannot be reached is only a warning (produce goes on, uploads wait for it).
+    pub fn start(config: &TierConfig) -> Result<Tier, TierError> {
+        let location = RemoteLocation::parse(&config.url).map_err(TierError::Config)?;
+        let store = build_store(&location)?;
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("strata-tier".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("strata-tier")
+                    .enable_all()
+                    .build()
+                    .expect("the tier's runtime starts");
+                let _ = handle_tx.send(runtime.handle().clone());
+                // The runtime lives as long as the process: its tasks are the tier's.
+                runtime.block_on(std::future::pending::<()>());
+            })
+            .map_err(|error| TierError::Local(Arc::new(error)))?;
+        let runtime = handle_rx.recv().map_err(|_| TierError::Stopped)?;
+        let tier = Tier {
+            runtime,
+            store,
+            prefix: location.prefix().to_string(),
+            cache: Arc::new(Mutex::new(ChunkCache {
+                budget: config.cache_bytes,
+                bytes: 0,
+                tick: 0,
+                chunks: HashMap::new(),
+                by_use: BTreeMap::new(),
+                in_flight: HashMap::new(),
+                indexes: HashMap::new(),
+            })),
+            upload_pacer: Arc::new(Pacer::new(config.upload_bytes_per_sec)),
+            fetch_pacer: Arc::new(Pacer::new(config.fetch_bytes_per_sec)),
+            metrics: Arc::new(TierMetrics::default()),
+        };
+        tier.probe()?;
+        Ok(tier)
+    }
+
+    /// Lists the prefix once: refused credentials stop the start, an unreachable store warns.
+    fn probe(&self) -> Result<(), TierError> {
+        let store = self.store.clone();
+        let prefix = ObjectPath::from(self.prefix.as_str());
+        let listed = self.runtime.block_on_detached(async move {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                store.list_with_delimiter(Some(&prefix)),
+            )
+            .await
+        });
+        match listed {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(
+                error @ (object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            )) => Err(TierError::Config(format!(
+                "the remote store refused this broker's credentials: {error}"
+            ))),
+            Ok(Err(error)) => {
+                tracing::warn!(
+                    "remote storage is not answering yet (uploads wait for it): {error}"
+                );
+                Ok(())
+            }
+            Err(_) => {
+                tracing::warn!("remote storage did not answer within 10 s (uploads wait for it)");
+                Ok(())
+            }
+        }
+    }
+
+    /// The folder of one partition's objects.
+    pub fn partition_folder(&self, topic: &str, topic_id: &str, partition: u32) -> String {
+        crate::tier::location::partition_folder(&self.prefix, topic, topic_id, partition)
+    }
+
+    /// Runs `work` on the tier's runtime and waits for it from the caller's.
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, TierError>> + Send + 'static,
+    ) -> Result<T, TierError> {
+        self.runtime
+            .spawn(work)
+            .await
+            .unwrap_or(Err(TierError::Stopped))
+    }
+
+    /// Uploads `upload` as the segment `stem` of `folder`: its log (streamed in parts), the
+    /// offset and time indexes built from its batches as they stream, and its [`SegmentMeta`].
+    /// The log object goes last but one and the meta last, so whatever is found of an upload
+    /// cut short is named by its manifest entry (`CopyStarted`) or is an orphan.
+    pub async fn upload(
+        &self,
+        folder: String,
+        stem: String,
+        upload: SegmentUpload,
+    ) -> Result<Uploaded, TierError> {
+        let tier = self.clone();
+        let result = self
+            .run(async move { tier.upload_on_runtime(&folder, &stem, upload).await })
+            .await;
+        match &result {
+            Ok(uploaded) => {
+                self.metrics
+                    .uploaded_bytes
+                    .fetch_add(uploaded.size_bytes, Ordering::Relaxed);
+                self.metrics
+                    .uploaded_segments
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.metrics.upload_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    async fn upload_on_runtime(
+        &self,
+        folder: &str,
+        stem: &str,
+        upload: SegmentUpload,
+    ) -> Result<Uploaded, TierError> {
+        let file = Arc::new(
+            std::fs::File::open(&upload.path).map_err(|error| TierError::Local(Arc::new(error)))?,
+        );
+        let log_path = ObjectPath::from(format!("{folder}{stem}.log"));
+        let mut writer: Option<WriteMultipart> = None;
+        let mut walker = UploadWalker::new(&upload);
+        let mut position = 0u64;
+        while position < upload.file_len {
+            let len = (upload.file_len - position).min(UPLOAD_PART_BYTES as u64) as usize;
+            let part = read_at(file.clone(), position, len).await?;
+            let keep = walker.walk(&file, position, &part)?;
+            if !keep.is_empty() {
+                self.upload_pacer.take(keep.len()).await;
+                if writer.is_none() {
+                    writer = Some(WriteMultipart::new_with_chunk_size(
+                        self.store.put_multipart(&log_path).await?,
+                        UPLOAD_PART_BYTES,
+                    ));
+                }
+                let writer = writer.as_mut().expect("set above");
+                writer.wait_for_capacity(2).await?;
+                writer.write(&part[keep]);
+            }
+            position += len as u64;
+        }
+        let Some(writer) = writer else {
+            return Err(TierError::Corrupt {
+                object: upload.path.display().to_string(),
+                at: 0,
+            });
+        };
+        writer.finish().await?;
+        let (offsets, times) = walker.index.encode();
+        self.store
+            .put(
+                &ObjectPath::from(format!("{folder}{stem}.index")),
+                PutPayload::from(offsets),
+            )
+            .await?;
+        self.store
+            .put(
+                &ObjectPath::from(format!("{folder}{stem}.timeindex")),
+                PutPayload::from(times),
+            )
+            .await?;
+        let base_offset = walker.base_offset.expect("a batch was kept");
+        let meta = SegmentMeta {
+            base_offset,
+            next_offset: upload.next_offset,
+            epochs: upload
+                .epochs
+                .iter()
+                .map(|entry| (entry.epoch, entry.start_offset))
+                .collect(),
+            aborted: upload
+                .aborted
+                .iter()
+                .map(|txn| (txn.producer_id, txn.first_offset, txn.last_offset))
+                .collect(),
+        };
+        let meta = serde_json::to_vec(&meta).expect("the meta serializes");
+        self.store
+            .put(
+                &ObjectPath::from(format!("{folder}{stem}.meta")),
+                PutPayload::from(meta),
+            )
+            .await?;
+        Ok(Uploaded {
+            base_offset,
+            next_offset: upload.next_offset,
+            size_bytes: walker.kept_bytes,
+        })
+    }
+
+    /// Whole batches of the remote segment `stem` (`size_bytes` long) from the one holding
+    /// `offset`, below `end_offset`, within `max_bytes` (the first batch whatever its size).
+    pub async fn read(
+        &self,
+        folder: String,
+        stem: String,
+        size_bytes: u64,
+        base_offset: u64,
+        offset: u64,
+        end_offset: u64,
+        max_bytes: usize,
+    ) -> Result<Bytes, TierError> {
+        let tier = self.clone();
+        let result = self
+            .run(async move {
+                let object = format!("{folder}{stem}");
+                let index = tier.index(&object, size_bytes).await?;
+                let relative = offset.saturating_sub(base_offset).min(u64::from(u32::MAX)) as u32;
+                let from = index
+                    .floor_by_offset(relative)
+                    .map_or(0, |entry| u64::from(entry.position));
+                tier.read_batches(&object, size_bytes, from, offset, end_offset, max_bytes)
+                    .await
+            })
+            .await;
+        if result.is_err() {
+            self.metrics.fetch_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// The offset of the first record at or after `timestamp_ms` in the remote segment, and its
+    /// timestamp: from the time index's floor, a walk of the batches.
+    pub async fn offset_for_timestamp(
+        &self,
+        folder: String,
+        stem: String,
+        size_bytes: u64,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, TierError> {
+        let tier = self.clone();
+        self.run(async move {
+            let object = format!("{folder}{stem}");
+            let index = tier.index(&object, size_bytes).await?;
+            let mut position = index
+                .floor_by_timestamp(timestamp_ms)
+                .map_or(0, |entry| u64::from(entry.position));
+            while position < size_bytes {
+                let chunk = tier.chunk(&object, size_bytes, chunk_of(position)).await?;
+                let within = (position - chunk_of(position) * CHUNK_BYTES) as usize;
+                let header_bytes = if chunk.len() - within >= strata_wire::batch::HEADER_LEN {
+                    chunk.slice(within..)
+                } else {
+                    tier.range(&object, position..(position + 64).min(size_bytes))
+                        .await?
+                };
+                let header = BatchHeader::parse(&header_bytes).map_err(|_| TierError::Corrupt {
+                    object: format!("{object}.log"),
+                    at: position,
+                })?;
+                if header.max_timestamp_ms >= timestamp_ms {
+                    return Ok(Some((header.base_offset, header.max_timestamp_ms)));
+                }
+                position += u64::from(header.batch_len);
+            }
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Deletes every object of the segments `stems` in `folder` (missing ones are no error).
+    pub async fn delete_segments(
+        &self,
+        folder: String,
+        stems: Vec<String>,
+    ) -> Result<(), TierError> {
+        let tier = self.clone();
+        let result = self
+            .run(async move {
+                for stem in stems {
+                    for kind in crate::tier::manifest::SEGMENT_OBJECTS {
+                        tier.delete_object(&format!("{folder}{stem}.{kind}"))
+                            .await?;
+                    }
+                    tier.forget_cached(&format!("{folder}{stem}"));
+                }
+                Ok(())
+            })
+            .await;
+        if result.is_err() {
+            self.metrics.delete_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Deletes objects by their names within `folder`.
+    pub async fn delete_objects(
+        &self,
+        folder: String,
+        names: Vec<String>,
+    ) -> Result<(), TierError> {
+        let tier = self.clone();
+        self.run(async move {
+            for name in names {
+                tier.delete_object(&format!("{folder}{name}")).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_object(&self, name: &str) -> Result<(), TierError> {
+        match self.store.delete(&ObjectPath::from(name)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                self.metrics.deleted_objects.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The names of the objects in `folder` (relative to it).
+    pub async fn list(&self, folder: String) -> Result<Vec<String>, TierError> {
+        let tier = self.clone();
+        let result = self
+            .run(async move {
+                use futures_util::StreamExt;
+                let prefix = ObjectPath::from(folder.as_str());
+                let mut listing = tier.store.list(Some(&prefix));
+                let mut names = Vec::new();
+                while let Some(meta) = listing.next().await {
+                    let meta = meta?;
+                    if let Some(name) = meta.location.filename() {
+                        names.push(name.to_string());
+                    }
+                }
+                Ok(names)
+            })
+            .await;
+        if result.is_err() {
+            self.metrics.list_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// The offset index of a remote segment, cached.
+    async fn index(&self, object: &str, size_bytes: u64) -> Result<Arc<SegmentIndex>, TierError> {
+        if let Some((index, _)) = self.cache.lock().expect("cache lock").indexes.get(object) {
+            return Ok(index.clone());
+        }
+        let offsets = self.whole(&format!("{object}.index")).await?;
+        let times = self.whole(&format!("{object}.timeindex")).await?;
+        let index = Arc::new(SegmentIndex::decode(&offsets, &times, size_bytes));
+        let mut cache = self.cache.lock().expect("cache lock");
+        cache.tick += 1;
+        let tick = cache.tick;
+        cache
+            .indexes
+            .insert(object.to_string(), (index.clone(), tick));
+        if cache.indexes.len() > INDEXES_CACHED {
+            let oldest = cache
+                .indexes
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                cache.indexes.remove(&oldest);
+            }
+        }
+        Ok(index)
+    }
+
+    fn forget_cached(&self, object: &str) {
+        let mut cache = self.cache.lock().expect("cache lock");
+        cache.indexes.remove(object);
+        let log = format!("{object}.log");
+        let keys: Vec<ChunkKey> = cache
+            .chunks
+            .keys()
+            .filter(|(name, _)| *name == log)
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some((bytes, used)) = cache.chunks.remove(&key) {
+                cache.bytes -= bytes.len() as u64;
+                cache.by_use.remove(&used);
+            }
+        }
+    }
+
+    async fn whole(&self, name: &str) -> Result<Bytes, TierError> {
+        let bytes = self
+            .store
+            .get(&ObjectPath::from(name))
+            .await?
+            .bytes()
+            .await?;
+        Ok(bytes)
+    }
+
+    async fn range(&self, object: &str, range: Range<u64>) -> Result<Bytes, TierError> {
+        let len = (range.end - range.start) as usize;
+        self.fetch_pacer.take(len).await;
+        let started = Instant::now();
+        let bytes = self
+            .store
+            .get_range(&ObjectPath::from(format!("{object}.log")), range)
+            .await?;
+        self.metrics.fetches.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .fetch_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.metrics
+            .fetched_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    /// Chunk `index` of `object`'s log: cached, joined to a fetch in flight, or fetched.
+    async fn chunk(&self, object: &str, size_bytes: u64, index: u64) -> Result<Bytes, TierError> {
+        let key = (format!("{object}.log"), index);
+        let fetch = {
+            let mut cache = self.cache.lock().expect("cache lock");
+            if let Some(bytes) = cache.get(&key) {
+                self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(bytes);
+            }
+            self.metrics.cache_misses.fetch_add(1, Ordering::Relaxed);
+            cache
+                .in_flight
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let tier = self.clone();
+                    let object = object.to_string();
+                    let key = key.clone();
+                    async move {
+                        let start = index * CHUNK_BYTES;
+                        let end = (start + CHUNK_BYTES).min(size_bytes);
+                        let fetched = tier.range(&object, start..end).await;
+                        let mut cache = tier.cache.lock().expect("cache lock");
+                        cache.in_flight.remove(&key);
+                        if let Ok(bytes) = &fetched {
+                            cache.put(key, bytes.clone());
+                        }
+                        fetched
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        fetch.await
+    }
+
+    /// Starts fetching chunk `index` unless it is cached or on its way.
+    fn read_ahead(&self, object: &str, size_bytes: u64, index: u64) {
+        if index * CHUNK_BYTES >= size_bytes {
+            return;
+        }
+        let key = (format!("{object}.log"), index);
+        {
+            let cache = self.cache.lock().expect("cache lock");
+            if cache.chunks.contains_key(&key) || cache.in_flight.contains_key(&key) {
+                return;
+            }
+        }
+        let tier = self.clone();
+        let object = object.to_string();
+        self.runtime.spawn(async move {
+            let _ = tier.chunk(&object, size_bytes, index).await;
+        });
+    }
+
+    async fn read_batches(
+        &self,
+        object: &str,
+        size_bytes: u64,
+        from: u64,
+        offset: u64,
+        end_offset: u64,
+        max_bytes: usize,
+    ) -> Result<Bytes, TierError> {
+        let first_chunk = chunk_of(from);
+        let mut buffer = self.chunk(object, size_bytes, first_chunk).await?;
+        let mut next_chunk = first_chunk + 1;
+        let buffer_start = first_chunk * CHUNK_BYTES;
+        loop {
+            let at_end = buffer_start + buffer.len() as u64 >= size_bytes;
+            let walk = walk_batches(
+                &buffer,
+                (from - buffer_start) as usize,
+                offset,
+                end_offset,
+                max_bytes,
+                at_end,
+            );
+            match walk {
+                Walk::Done { start, len } => {
+                    self.read_ahead(object, size_bytes, next_chunk);
+                    return Ok(buffer.slice(start..start + len));
+                }
+                Walk::Corrupt { at } => {
+                    return Err(TierError::Corrupt {
+                        object: format!("{object}.log"),
+                        at: buffer_start + at as u64,
+                    });
+                }
+                Walk::NeedMore => {
+                    let more = self.chunk(object, size_bytes, next_chunk).await?;
+                    next_chunk += 1;
+                    let mut joined = Vec::with_capacity(buffer.len() + more.len());
+                    joined.extend_from_slice(&buffer);
+                    joined.extend_from_slice(&more);
+                    buffer = joined.into();
+                }
+            }
+        }
+    }
+}
+
+/// Waits for a future on a runtime from a thread outside it.
+trait BlockOnDetached {
+    fn block_on_detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> T;
+}
+
+impl BlockOnDetached for tokio::runtime::Handle {
+    fn block_on_detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        rx.recv().expect("the tier's runtime runs")
+    }
+}
+
+/// Reads `len` bytes at `position` off the runtime's workers.
+async fn read_at(
+    file: Arc<std::fs::File>,
+    position: u64,
+    len: usize,
+) -> Result<Vec<u8>, TierError> {
+    tokio::task::spawn_blocking(move || {
+        let mut buffer = vec![0; len];
+        file.read_exact_at(&mut buffer, position).map(|()| buffer)
+    })
+    .await
+    .map_err(|_| TierError::Stopped)?
+    .map_err(|error| TierError::Local(Arc::new(error)))
+}
+
+/// Walks an upload's batches part by part: where the uploaded bytes start (past the batches
+/// the remote tier already holds), and the index of what is uploaded.
+struct UploadWalker {
+    skip_below: u64,
+    next_batch_at: u64,
+    /// The file position of the first uploaded batch.
+    start: Option<u64>,
+    base_offset: Option<u64>,
+    kept_bytes: u64,
+    cadence: IndexCadence,
+    index: SegmentIndex,
+    file_len: u64,
+}
+
+impl UploadWalker {
+    fn new(upload: &SegmentUpload) -> UploadWalker {
+        UploadWalker {
+            skip_below: upload.skip_below,
+            next_batch_at: 0,
+            start: None,
+            base_offset: None,
+            kept_bytes: 0,
+            cadence: IndexCadence::new(upload.index_interval_bytes),
+            index: SegmentIndex::default(),
+            file_len: upload.file_len,
+        }
+    }
+
+    /// Walks the batch headers that start in `part` (read at `position`); returns the range of
+    /// `part` to upload.
+    fn walk(
+        &mut self,
+        file: &std::fs::File,
+        position: u64,
+        part: &[u8],
+    ) -> Result<Range<usize>, TierError> {
+        let part_end = position + part.len() as u64;
+        while self.next_batch_at < part_end {
+            let at = self.next_batch_at;
+            let within = (at - position) as usize;
+            let header_len = strata_wire::batch::HEADER_LEN.min((self.file_len - at) as usize);
+            let spill;
+            let header_bytes = if within + header_len <= part.len() {
+                &part[within..]
+            } else {
+                let mut bytes = vec![0; header_len];
+                file.read_exact_at(&mut bytes, at)
+                    .map_err(|error| TierError::Local(Arc::new(error)))?;
+                spill = bytes;
+                &spill[..]
+            };
+            let header = BatchHeader::parse(header_bytes).map_err(|_| TierError::Corrupt {
+                object: "a local segment".into(),
+                at,
+            })?;
+            let next_offset = header.base_offset + u64::from(header.offset_count);
+            if next_offset > self.skip_below {
+                let start = *self.start.get_or_insert(at);
+                let base = *self.base_offset.get_or_insert(header.base_offset);
+                let relative = u32::try_from(header.base_offset - base).unwrap_or(u32::MAX);
+                if let Some(entry) = self.cadence.on_batch(
+                    relative,
+                    (at - start) as u32,
+                    header.batch_len,
+                    header.max_timestamp_ms,
+                ) {
+                    self.index.push(entry);
+                }
+            }
+            self.next_batch_at += u64::from(header.batch_len);
+        }
+        let Some(start) = self.start else {
+            return Ok(0..0);
+        };
+        let from = start.max(position);
+        if from >= part_end {
+            return Ok(0..0);
+        }
+        self.kept_bytes += part_end - from;
+        Ok((from - position) as usize..part.len())
+    }
+}
+
+fn build_store(location: &RemoteLocation) -> Result<Arc<dyn ObjectStore>, TierError> {
+    match location {
+        RemoteLocation::File { root, .. } => {
+            std::fs::create_dir_all(root).map_err(|error| {
+                TierError::Config(format!("creating {}: {error}", root.display()))
+            })?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(root)
+                .map_err(|error| TierError::Config(error.to_string()))?;
+            Ok(Arc::new(store))
+        }
+        RemoteLocation::S3 { bucket, .. } => {
+            let has = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+            let keys = has("AWS_ACCESS_KEY_ID") && has("AWS_SECRET_ACCESS_KEY");
+            let other_source = has("AWS_WEB_IDENTITY_TOKEN_FILE")
+                || has("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+                || has("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+                || std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v == "false");
+            if !keys && !other_source {
+                return Err(TierError::Config(format!(
+                    "s3://{bucket}: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                     (or AWS_WEB_IDENTITY_TOKEN_FILE, or AWS_EC2_METADATA_DISABLED=false for instance credentials)"
+                )));
+            }
+            let mut builder =
+                object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if !has("AWS_REGION") && !has("AWS_DEFAULT_REGION") {
+                builder = builder.with_region("us-east-1");
+            }
+            let store = builder
+                .build()
+                .map_err(|error| TierError::Config(format!("s3://{bucket}: {error}")))?;
+            Ok(Arc::new(store))
+        }
+    }
+}
