@@ -32,6 +32,14 @@ if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         confluent-kafka==2.16.0
 fi
+# s3s-fs: the S3-protocol server tiered storage's tests run against (over HTTP on loopback),
+# built once outside the clone.
+export STRATA_S3S_FS="${STRATA_S3S_FS:-/var/tmp/strata-tools/bin/s3s-fs}"
+if [ ! -x "$STRATA_S3S_FS" ]; then
+    echo "installing s3s-fs"
+    CARGO_TARGET_DIR=/var/tmp/strata-tools/target cargo install --quiet --locked \
+        s3s-fs@0.14.1 --features binary --root /var/tmp/strata-tools
+fi
 # kafkajs: a third Kafka client (JavaScript, on the machine's Node.js), kept outside the clone.
 export STRATA_KAFKAJS_DIR="${STRATA_KAFKAJS_DIR:-/var/tmp/strata-kafkajs}"
 if [ ! -f "$STRATA_KAFKAJS_DIR/node_modules/kafkajs/package.json" ]; then

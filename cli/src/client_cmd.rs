@@ -13,7 +13,8 @@ use strata_client::{
     ProducerConfig, ProducerRecord, SeekTo,
 };
 use strata_wire::protocol::{
-    CLEAN_OFFSET_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP,
+    CLEAN_OFFSET_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, ErrorCode,
+    LATEST_TIMESTAMP,
 };
 use tokio::io::AsyncBufReadExt;
 
@@ -429,6 +430,7 @@ async fn describe_topic(client: &Arc<Client>, name: String, format: Format) -> a
             }
         };
         let start = offset(EARLIEST_TIMESTAMP).await;
+        let local_start = offset(EARLIEST_LOCAL_TIMESTAMP).await;
         let end = offset(LATEST_TIMESTAMP).await;
         let clean = offset(CLEAN_OFFSET_TIMESTAMP).await;
         partitions.push(json!({
@@ -439,6 +441,8 @@ async fn describe_topic(client: &Arc<Client>, name: String, format: Format) -> a
             "isr": partition.isr,
             "under_replicated": partition.isr.len() < partition.replicas.len(),
             "log_start_offset": start,
+            // Tiered topics: below this, records are read from the remote tier.
+            "local_log_start_offset": local_start,
             "high_watermark": end,
             // Compacted topics: below this, each key's last record (see docs).
             "clean_offset": clean,

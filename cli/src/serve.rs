@@ -333,6 +333,7 @@ fn read_config_file(path: Option<&std::path::Path>) -> anyhow::Result<FileConfig
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     raise_open_file_limit();
     let file = read_config_file(args.config.as_deref())?;
+    let remote_storage = remote_storage(&args, &file);
     let kafka_topic_defaults = topic_defaults(&args, &file)?;
     let security = security_config(&args, &file)?;
     let checked = checked_settings(&args, &file)?;
@@ -451,21 +452,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tls,
         io_properties,
         clock: strata_node::clock::Clock::SYSTEM,
-        remote_storage: args.remote_storage.or(file.remote_storage).map(|url| {
-            strata_node::server::tier::TierConfig {
-                url,
-                cache_bytes: args
-                    .remote_cache_bytes
-                    .or(file.remote_cache_bytes)
-                    .unwrap_or(256 << 20),
-                upload_bytes_per_sec: args
-                    .remote_upload_bytes_per_sec
-                    .or(file.remote_upload_bytes_per_sec),
-                fetch_bytes_per_sec: args
-                    .remote_fetch_bytes_per_sec
-                    .or(file.remote_fetch_bytes_per_sec),
-            }
-        }),
+        remote_storage,
     };
     let mut tls_listeners = config.kafka.iter().chain(&native_listeners);
     anyhow::ensure!(
@@ -774,4 +761,28 @@ fn load_io_properties(
         ),
     }
     Ok(io_properties)
+}
+
+/// The remote tier's settings, flags over the file's; `None` without `--remote-storage`.
+fn remote_storage(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> Option<strata_node::server::tier::TierConfig> {
+    let url = args
+        .remote_storage
+        .clone()
+        .or(file.remote_storage.clone())?;
+    Some(strata_node::server::tier::TierConfig {
+        url,
+        cache_bytes: args
+            .remote_cache_bytes
+            .or(file.remote_cache_bytes)
+            .unwrap_or(256 << 20),
+        upload_bytes_per_sec: args
+            .remote_upload_bytes_per_sec
+            .or(file.remote_upload_bytes_per_sec),
+        fetch_bytes_per_sec: args
+            .remote_fetch_bytes_per_sec
+            .or(file.remote_fetch_bytes_per_sec),
+    })
 }

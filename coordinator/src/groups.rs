@@ -308,7 +308,7 @@ struct LocalGroupFile {
 impl LocalGroupStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<LocalGroupStore, CoordinatorError> {
         let dir = dir.into();
-        for folder in ["groups", "txns"] {
+        for folder in ["groups", "txns", RecordKind::RemoteManifest.folder()] {
             std::fs::create_dir_all(dir.join(folder)).map_err(|source| {
                 CoordinatorError::Storage {
                     path: dir.clone(),

@@ -36,6 +36,33 @@ use crate::replication::{self, Divergence};
 /// The most commands taken into one group; bounds the latency one group can add.
 const GROUP_COMMANDS_MAX: usize = 1024;
 
+/// What tiered storage asks of, or tells, the log.
+enum TieringCommand {
+    /// The next closed segment for the remote tier (see [`PartitionLog::next_upload`]).
+    NextUpload {
+        from_offset: u64,
+        below_offset: u64,
+        reply: oneshot::Sender<Option<super::SegmentUpload>>,
+    },
+    /// The remote tier holds every record below `offset`.
+    RemoteCopied { offset: u64 },
+}
+
+impl TieringCommand {
+    fn run<S: Storage>(self, log: &mut PartitionLog<S>) {
+        match self {
+            TieringCommand::NextUpload {
+                from_offset,
+                below_offset,
+                reply,
+            } => {
+                let _ = reply.send(log.next_upload(from_offset, below_offset));
+            }
+            TieringCommand::RemoteCopied { offset } => log.set_remote_copied(offset),
+        }
+    }
+}
+
 enum Command {
     Append {
         batches: BytesMut,
@@ -101,16 +128,8 @@ enum Command {
     Offsets {
         reply: oneshot::Sender<LogOffsets>,
     },
-    /// The next closed segment for the remote tier (see [`PartitionLog::next_upload`]).
-    NextUpload {
-        from_offset: u64,
-        below_offset: u64,
-        reply: oneshot::Sender<Option<super::SegmentUpload>>,
-    },
-    /// The remote tier holds every record below `offset`.
-    RemoteCopied {
-        offset: u64,
-    },
+    /// Tiered storage's questions and news.
+    Tiering(TieringCommand),
     /// The aborted transactions with records in `[from, to)` (a `read_committed` fetch).
     AbortedTxns {
         from: u64,
@@ -483,17 +502,21 @@ impl LogHandle {
         from_offset: u64,
         below_offset: u64,
     ) -> Result<Option<super::SegmentUpload>, LogError> {
-        self.ask(|reply| Command::NextUpload {
-            from_offset,
-            below_offset,
-            reply,
+        self.ask(|reply| {
+            Command::Tiering(TieringCommand::NextUpload {
+                from_offset,
+                below_offset,
+                reply,
+            })
         })
         .await
     }
 
     /// See [`PartitionLog::set_remote_copied`].
     pub fn set_remote_copied(&self, offset: u64) {
-        let _ = self.commands.send(Command::RemoteCopied { offset });
+        let _ = self
+            .commands
+            .send(Command::Tiering(TieringCommand::RemoteCopied { offset }));
     }
 
     /// See [`PartitionLog::enforce_retention`].
@@ -1162,14 +1185,7 @@ impl<S: Storage> LogTask<S> {
                 // wait's end: DeleteRecords is answered once they have moved theirs.
                 self.answer_every_parked_read().await;
             }
-            Command::NextUpload {
-                from_offset,
-                below_offset,
-                reply,
-            } => {
-                let _ = reply.send(log.next_upload(from_offset, below_offset));
-            }
-            Command::RemoteCopied { offset } => log.set_remote_copied(offset),
+            Command::Tiering(command) => command.run(log),
             Command::AbortedTxns { from, to, reply } => {
                 let txns = log.producers().transactions();
                 let _ = reply.send(txns.aborted_between(from, to).copied().collect());

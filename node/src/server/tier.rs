@@ -469,22 +469,21 @@ impl Tier {
         })
     }
 
-    /// Whole batches of the remote segment `stem` (`size_bytes` long) from the one holding
+    /// Whole batches of the remote `segment` from the one holding
     /// `offset`, below `end_offset`, within `max_bytes` (the first batch whatever its size).
     pub async fn read(
         &self,
         folder: String,
-        stem: String,
-        size_bytes: u64,
-        base_offset: u64,
+        segment: crate::tier::RemoteSegment,
         offset: u64,
         end_offset: u64,
         max_bytes: usize,
     ) -> Result<Bytes, TierError> {
         let tier = self.clone();
+        let (size_bytes, base_offset) = (segment.size_bytes, segment.base_offset);
         let result = self
             .run(async move {
-                let object = format!("{folder}{stem}");
+                let object = format!("{folder}{}", segment.stem());
                 let index = tier.index(&object, size_bytes).await?;
                 let relative = offset.saturating_sub(base_offset).min(u64::from(u32::MAX)) as u32;
                 let from = index

@@ -123,8 +123,8 @@ impl TopicConfig {
         };
         let mut flush = None;
         let mut flush_interval_ms = DEFAULT_FLUSH_INTERVAL_MS;
-        // Kafka's -2: as the whole log's retention.
-        let (mut local_retention_ms, mut local_retention_bytes) = (None, None);
+        // `local.retention.ms` and `.bytes` as given (`None` inside: Kafka's -2).
+        let mut locals = (None, None);
         for (key, value) in overrides {
             let bad = |expected: &str| format!("{key}={value}: expected {expected}");
             let number = || value.parse::<i64>().map_err(|_| bad("an integer"));
@@ -153,21 +153,8 @@ impl TopicConfig {
                 "segment.ms" => config.log.segment_ms = limit()?,
                 "retention.ms" => config.log.retention_ms = limit()?,
                 "retention.bytes" => config.log.retention_bytes = limit()?.map(|n| n as u64),
-                "remote.storage.enable" => {
-                    config.log.remote_storage = value.parse().map_err(|_| bad("true or false"))?;
-                }
-                "local.retention.ms" | "local.retention.bytes" => {
-                    let local = match number()? {
-                        -2 => None,
-                        _ => Some(limit().map_err(|_| {
-                            bad("-2 (the topic's retention), -1 (no limit) or a non-negative integer")
-                        })?),
-                    };
-                    if key == "local.retention.ms" {
-                        local_retention_ms = local;
-                    } else {
-                        local_retention_bytes = local;
-                    }
+                "remote.storage.enable" | "local.retention.ms" | "local.retention.bytes" => {
+                    set_tiering(&mut config, &mut locals, key, value)?;
                 }
                 "index.interval.bytes" => {
                     config.log.index_interval_bytes = u32::try_from(number()?)
@@ -250,7 +237,7 @@ impl TopicConfig {
                 }
             }
         }
-        set_local_retention(&mut config, local_retention_ms, local_retention_bytes)?;
+        set_local_retention(&mut config, locals.0, locals.1)?;
         let compaction = config.log.compaction;
         if compaction.min_lag_ms > compaction.max_lag_ms {
             return Err(format!(
@@ -270,6 +257,37 @@ impl TopicConfig {
         };
         Ok(config)
     }
+}
+
+/// A tiered storage setting, into `config` or, for the local limits (resolved once every
+/// setting is read), `locals`.
+fn set_tiering(
+    config: &mut TopicConfig,
+    locals: &mut (Option<Option<i64>>, Option<Option<i64>>),
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    let bad = |expected: &str| format!("{key}={value}: expected {expected}");
+    if key == "remote.storage.enable" {
+        config.log.remote_storage = value.parse().map_err(|_| bad("true or false"))?;
+        return Ok(());
+    }
+    let local = match value.parse::<i64>() {
+        Ok(-2) => None,
+        Ok(-1) => Some(None),
+        Ok(n) if n >= 0 => Some(Some(n)),
+        _ => {
+            return Err(bad(
+                "-2 (the topic's retention), -1 (no limit) or a non-negative integer",
+            ));
+        }
+    };
+    if key == "local.retention.ms" {
+        locals.0 = local;
+    } else {
+        locals.1 = local;
+    }
+    Ok(())
 }
 
 /// The local tier's limits (`None`: Kafka's -2, the whole log's), checked as Kafka checks

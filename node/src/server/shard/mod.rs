@@ -102,6 +102,14 @@ const QUOTA_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_mil
 
 pub type Listen = fn(&Rc<Shard>) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>;
 
+/// A shard's view before the first one arrives: no controller known.
+fn no_view_yet() -> RefCell<ClusterView> {
+    RefCell::new(ClusterView {
+        controller: -1,
+        ..ClusterView::default()
+    })
+}
+
 pub fn run(
     context: ShardContext,
     view: ClusterView,
@@ -173,10 +181,7 @@ pub fn run(
             topic_recovery_throttles: RefCell::new(HashMap::new()),
             context,
             storage,
-            view: RefCell::new(ClusterView {
-                controller: -1,
-                ..ClusterView::default()
-            }),
+            view: no_view_yet(),
             partitions: RefCell::new(HashMap::new()),
             unopened: RefCell::new(HashMap::new()),
             cross_shard_hops: Cell::new(0),

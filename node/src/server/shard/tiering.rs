@@ -77,7 +77,7 @@ impl Shard {
                 .borrow_mut()
                 .retain(|key, _| still_led.contains(key));
             for partition in led {
-                let sweep = passes % ORPHAN_SWEEP_TICKS == 0;
+                let sweep = passes.is_multiple_of(ORPHAN_SWEEP_TICKS);
                 if let Err(error) = self.tier_partition(&tier, &partition, sweep).await {
                     tracing::warn!(
                         topic = %partition.topic,
@@ -406,16 +406,8 @@ impl Shard {
             (remote.manifest.find(offset)?.clone(), remote.folder.clone())
         };
         Some(
-            tier.read(
-                folder,
-                segment.stem(),
-                segment.size_bytes,
-                segment.base_offset,
-                offset,
-                end_offset,
-                max_bytes,
-            )
-            .await,
+            tier.read(folder, segment, offset, end_offset, max_bytes)
+                .await,
         )
     }
 
