@@ -25,6 +25,11 @@ struct S3Server {
 
 impl S3Server {
     fn start(root: &Path, bucket: &str) -> S3Server {
+        S3Server::start_on(root, bucket, free_base_port(0))
+    }
+
+    /// On `port` (a restart after an outage keeps its address).
+    fn start_on(root: &Path, bucket: &str, port: u16) -> S3Server {
         std::fs::create_dir_all(root.join(bucket)).unwrap();
         let binary = std::env::var_os("STRATA_S3S_FS")
             .map(PathBuf::from)
@@ -34,7 +39,6 @@ impl S3Server {
             "{} is missing: scripts/test.sh installs s3s-fs (cargo install s3s-fs@0.14.1 --features binary)",
             binary.display()
         );
-        let port = free_base_port(0);
         let child = Command::new(binary)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args([
@@ -52,6 +56,11 @@ impl S3Server {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
         S3Server { child, port }
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -101,13 +110,18 @@ fn create_tiered_topic(node: &TestNode, topic: &str) {
 }
 
 fn produce(node: &TestNode, topic: &str, records: u64) {
+    produce_from(node, topic, 0, records);
+}
+
+/// Produces the records at offsets `from..to` (the topic holds `from` records already).
+fn produce_from(node: &TestNode, topic: &str, from: u64, to: u64) {
     runtime().block_on(async {
         let client = Client::connect(ClientConfig::new(node.bootstrap()))
             .await
             .unwrap();
         let producer = Producer::new(client, ProducerConfig::default());
         let mut acks = Vec::new();
-        for offset in 0..records {
+        for offset in from..to {
             acks.push(
                 producer
                     .send(ProducerRecord::new(topic, None, value_of(offset)))
@@ -287,6 +301,223 @@ fn a_tiered_topic_keeps_its_history_in_s3_and_serves_it_from_offset_zero() {
         expected += 1;
     }
     assert_eq!(expected, records, "kcat read every record");
+
+    // A current Kafka client: confluent-kafka (librdkafka 2.16), from the beginning.
+    let script = r#"
+import sys
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic, records, value_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tiered-reader", "enable.auto.commit": False})
+c.assign([TopicPartition(topic, 0, 0)])
+expected = 0
+idle = 0
+while expected < records and idle < 60:
+    batch = c.consume(num_messages=10000, timeout=1.0)
+    if not batch:
+        idle += 1
+        continue
+    idle = 0
+    for m in batch:
+        if m.error():
+            raise SystemExit(f"error: {m.error()}")
+        want = f"{expected:012}:".encode().ljust(value_bytes, b"v")
+        if m.offset() != expected or m.value() != want:
+            raise SystemExit(f"at {expected}: offset {m.offset()}, value {m.value()[:20]!r}")
+        expected += 1
+c.close()
+print(expected)
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, &kafka, "history"])
+        .arg(records.to_string())
+        .arg(VALUE_BYTES.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        records.to_string(),
+        "confluent-kafka read every record"
+    );
+}
+
+fn metric(admin: u16, name: &str) -> f64 {
+    support::metric_total(admin, name)
+}
+
+/// The object store goes away for a while (`STRATA_TIERED_OUTAGE_SECS`, default 30): produce
+/// goes on, the local log keeps what could not be uploaded, the metrics report the failures
+/// and the lag; once the store is back, uploads resume, local retention catches up, and
+/// everything reads back from offset 0.
+#[test]
+fn produce_goes_on_while_the_store_is_down_and_uploads_resume_after() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let mut s3 = S3Server::start(store.path(), "strata-tier");
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let admin = free_base_port(0);
+    let node = TestNode::start_with_env(
+        data.path(),
+        1,
+        &[
+            "--remote-storage",
+            "s3://strata-tier/outage",
+            "--retention-check-interval-ms",
+            "200",
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ],
+        &env,
+    );
+    create_tiered_topic(&node, "steady");
+    produce(&node, "steady", 10_000);
+    wait_for_at_most("the first uploads", Duration::from_secs(120), || {
+        metric(admin, "strata_remote_uploaded_segments_total") >= 5.0
+    });
+    s3.stop();
+    let outage = Duration::from_secs(
+        std::env::var("STRATA_TIERED_OUTAGE_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30),
+    );
+    let down_at = std::time::Instant::now();
+    // Every acknowledged: `produce` fails the test on any error.
+    produce_from(&node, "steady", 10_000, 30_000);
+    wait_for_at_most("failed uploads to show", Duration::from_secs(120), || {
+        metric(admin, "strata_remote_upload_errors_total") >= 1.0
+            && metric(admin, "strata_remote_upload_lag_bytes") > 0.0
+    });
+    assert!(
+        local_log_bytes(data.path(), "steady") > 8 << 20,
+        "the local disk holds what the store could not take"
+    );
+    if let Some(left) = outage.checked_sub(down_at.elapsed()) {
+        std::thread::sleep(left);
+    }
+    let _s3 = S3Server::start_on(store.path(), "strata-tier", s3.port);
+    wait_for_at_most(
+        "uploads to resume and the lag to clear",
+        Duration::from_secs(180),
+        || {
+            metric(admin, "strata_remote_upload_lag_bytes") == 0.0
+                && local_log_bytes(data.path(), "steady") <= 6 << 20
+        },
+    );
+    read_all_natively(&node, "steady", 30_000);
+}
+
+/// The files of the group store's remote manifests on a single node.
+fn manifests(data: &Path) -> Vec<serde_json::Value> {
+    walk(&data.join("__cluster").join("remote-manifests"))
+        .iter()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .map(|file| file["record"].clone())
+        .collect()
+}
+
+/// A kill -9 while retention deletes remote segments: after the restart, every remote object
+/// is named by the manifest (none orphaned, none half deleted), the manifest holds only
+/// readable segments, and everything from the log start on reads back.
+#[test]
+fn a_kill_during_remote_deletes_leaves_no_orphans() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let mut node = TestNode::start_with(
+        data.path(),
+        1,
+        &[
+            "--remote-storage",
+            &url,
+            "--retention-check-interval-ms",
+            "200",
+        ],
+    );
+    create_tiered_topic(&node, "trimmed");
+    let records = 30_000;
+    produce(&node, "trimmed", records);
+    let remote_logs = || {
+        walk(store.path())
+            .iter()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .count()
+    };
+    wait_for_at_most("segments to be uploaded", Duration::from_secs(120), || {
+        remote_logs() >= 20
+    });
+    let before = remote_logs();
+    // The whole log kept to 8 MB: most remote segments go.
+    node.cli(
+        &[
+            "topic",
+            "alter",
+            "trimmed",
+            "--config",
+            "retention.bytes=8388608",
+        ],
+        None,
+    );
+    wait_for_at_most("remote deletes to start", Duration::from_secs(60), || {
+        remote_logs() < before
+    });
+    node.kill();
+    node.restart();
+    wait_for_at_most(
+        "the manifest to settle with every object named",
+        Duration::from_secs(120),
+        || {
+            let manifests = manifests(data.path());
+            let Some(manifest) = manifests.first() else {
+                return false;
+            };
+            let segments = manifest["segments"].as_array().cloned().unwrap_or_default();
+            let settled = !segments.is_empty() && segments.iter().all(|s| s["state"] == "copied");
+            let ids: Vec<String> = segments
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string())
+                .collect();
+            let named = walk(store.path()).iter().all(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                ids.iter().any(|id| name.contains(&format!("-{id}.")))
+            });
+            settled && named
+        },
+    );
+    let start = log_start(&node, "trimmed");
+    assert!(start > 0, "retention moved the log start");
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let mut consumer = Consumer::new(
+            client,
+            ConsumerConfig {
+                max_wait: Duration::from_millis(100),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer
+            .assign("trimmed", &[0], SeekTo::Offset(start))
+            .await
+            .unwrap();
+        let mut next = start;
+        while next < records {
+            for batch in consumer.poll().await.unwrap() {
+                for record in batch.records() {
+                    assert_eq!(record.offset, next);
+                    assert_eq!(record.value, &value_of(next)[..]);
+                    next += 1;
+                }
+            }
+        }
+    });
 }
 
 /// A `file://` tier: the same tiering, then a kill -9 and a restart; every acknowledged

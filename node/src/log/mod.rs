@@ -75,7 +75,7 @@ pub use self::read::{
     FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, RegionBatch, Served,
 };
 pub use self::segment::SCAN_CHUNK_BYTES;
-pub use self::tiering::SegmentUpload;
+pub use self::tiering::{SegmentUpload, UploadBacklog};
 
 /// What opening found and repaired.
 #[derive(Debug, Default, Clone)]

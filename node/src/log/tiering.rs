@@ -30,7 +30,27 @@ pub struct SegmentUpload {
     pub aborted: Vec<AbortedTxn>,
 }
 
+/// The closed segments holding records at or past the remote end: what waits on the local
+/// disk for upload (the upload lag).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UploadBacklog {
+    pub segments: u64,
+    pub bytes: u64,
+}
+
 impl<S: Storage> PartitionLog<S> {
+    /// What waits for upload past `from_offset` (the remote end).
+    pub fn upload_backlog(&self, from_offset: u64) -> UploadBacklog {
+        let closed = &self.segments[..self.segments.len() - 1];
+        closed
+            .iter()
+            .filter(|segment| segment.next_offset > from_offset && !segment.is_empty())
+            .fold(UploadBacklog::default(), |backlog, segment| UploadBacklog {
+                segments: backlog.segments + 1,
+                bytes: backlog.bytes + segment.size,
+            })
+    }
+
     /// The first closed segment holding records at or past `from_offset`, if it lies wholly
     /// below `below_offset` (the high watermark: only committed records go up).
     pub fn next_upload(&self, from_offset: u64, below_offset: u64) -> Option<SegmentUpload> {

@@ -42,7 +42,7 @@ enum TieringCommand {
     NextUpload {
         from_offset: u64,
         below_offset: u64,
-        reply: oneshot::Sender<Option<super::SegmentUpload>>,
+        reply: oneshot::Sender<(Option<super::SegmentUpload>, super::UploadBacklog)>,
     },
     /// The remote tier holds every record below `offset`.
     RemoteCopied { offset: u64 },
@@ -56,7 +56,8 @@ impl TieringCommand {
                 below_offset,
                 reply,
             } => {
-                let _ = reply.send(log.next_upload(from_offset, below_offset));
+                let next = log.next_upload(from_offset, below_offset);
+                let _ = reply.send((next, log.upload_backlog(from_offset)));
             }
             TieringCommand::RemoteCopied { offset } => log.set_remote_copied(offset),
         }
@@ -496,12 +497,12 @@ impl LogHandle {
             .await
     }
 
-    /// See [`PartitionLog::next_upload`].
+    /// See [`PartitionLog::next_upload`]; with what waits for upload past `from_offset`.
     pub async fn next_upload(
         &self,
         from_offset: u64,
         below_offset: u64,
-    ) -> Result<Option<super::SegmentUpload>, LogError> {
+    ) -> Result<(Option<super::SegmentUpload>, super::UploadBacklog), LogError> {
         self.ask(|reply| {
             Command::Tiering(TieringCommand::NextUpload {
                 from_offset,

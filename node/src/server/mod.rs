@@ -247,7 +247,7 @@ impl Node {
         let mailboxes = Arc::new(senders);
         // Before anything else starts: a bad URL or refused credentials stop the broker here.
         let tier = match &config.remote_storage {
-            Some(remote) => Some(tier::Tier::start(remote)?),
+            Some(remote) => Some(tier::Tier::start(remote, config.shards)?),
             None => None,
         };
         let (control_mailbox, control_receiver) = mpsc::unbounded_channel();

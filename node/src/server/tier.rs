@@ -80,6 +80,13 @@ pub struct Uploaded {
 /// Counters of the remote tier, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct TierMetrics {
+    /// Per shard: closed segments, and their bytes, waiting for upload (each shard writes its
+    /// own slot).
+    backlog: Vec<(AtomicU64, AtomicU64)>,
+    /// Since when (wall ms) every upload has failed; 0 while they succeed.
+    failing_since_ms: AtomicU64,
+    /// When the failing uploads were last logged as an error.
+    alarmed_at_ms: AtomicU64,
     pub uploaded_bytes: AtomicU64,
     pub uploaded_segments: AtomicU64,
     pub fetched_bytes: AtomicU64,
@@ -96,9 +103,99 @@ pub struct TierMetrics {
 }
 
 impl TierMetrics {
+    fn new(shards: usize) -> TierMetrics {
+        TierMetrics {
+            backlog: (0..shards).map(|_| Default::default()).collect(),
+            ..TierMetrics::default()
+        }
+    }
+
+    pub fn set_backlog(&self, shard: usize, segments: u64, bytes: u64) {
+        if let Some((s, b)) = self.backlog.get(shard) {
+            s.store(segments, Ordering::Relaxed);
+            b.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Closed segments and bytes waiting for upload on the node.
+    pub fn backlog(&self) -> (u64, u64) {
+        self.backlog
+            .iter()
+            .fold((0, 0), |(segments, bytes), (s, b)| {
+                (
+                    segments + s.load(Ordering::Relaxed),
+                    bytes + b.load(Ordering::Relaxed),
+                )
+            })
+    }
+
+    fn upload_succeeded(&self) {
+        self.failing_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    fn upload_failed(&self, now_ms: i64) {
+        let _ = self.failing_since_ms.compare_exchange(
+            0,
+            now_ms.max(1) as u64,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How long every upload has failed, if they do.
+    pub fn uploads_failing_for(&self, now_ms: i64) -> Option<Duration> {
+        let since = self.failing_since_ms.load(Ordering::Relaxed);
+        (since > 0).then(|| Duration::from_millis((now_ms.max(0) as u64).saturating_sub(since)))
+    }
+
+    /// Whether the failing uploads are due to be logged again (at most every 30 s).
+    pub fn alarm_due(&self, now_ms: i64) -> bool {
+        let now = now_ms.max(0) as u64;
+        let last = self.alarmed_at_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= 30_000
+            && self
+                .alarmed_at_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Prometheus text for the admin endpoint.
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
+        let (segments, bytes) = self.backlog();
+        let failing = self.failing_since_ms.load(Ordering::Relaxed);
+        let failing_seconds = if failing == 0 {
+            0
+        } else {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| {
+                    (now.as_millis() as u64).saturating_sub(failing) / 1000
+                })
+        };
+        let gauges: [(&str, &str, u64); 3] = [
+            (
+                "strata_remote_upload_lag_segments",
+                "Closed segments of tiered partitions waiting for upload",
+                segments,
+            ),
+            (
+                "strata_remote_upload_lag_bytes",
+                "Bytes of closed segments waiting for upload (held on the local disk)",
+                bytes,
+            ),
+            (
+                "strata_remote_upload_failing_seconds",
+                "How long every upload has failed (0: uploads succeed)",
+                failing_seconds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
         let counters: [(&str, &str, &AtomicU64); 12] = [
             (
                 "strata_remote_uploaded_bytes_total",
@@ -213,7 +310,22 @@ struct ChunkCache {
     chunks: HashMap<ChunkKey, (Bytes, u64)>,
     by_use: BTreeMap<u64, ChunkKey>,
     in_flight: HashMap<ChunkKey, ChunkFetch>,
-    indexes: HashMap<String, (Arc<SegmentIndex>, u64)>,
+    indexes: HashMap<String, (Arc<RemoteIndex>, u64)>,
+}
+
+/// What serving a remote segment needs besides its log: its offset and time index, and its
+/// meta object (the aborted transactions `read_committed` skips).
+struct RemoteIndex {
+    index: SegmentIndex,
+    meta: SegmentMeta,
+}
+
+/// Whole batches read from the remote tier, with the aborted transactions (producer id,
+/// first offset) that have records among them.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteBatches {
+    pub bytes: Bytes,
+    pub aborted: Vec<(i64, u64)>,
 }
 
 impl ChunkCache {
@@ -271,7 +383,7 @@ impl Tier {
     /// Builds the store `config.url` names and starts the tier's runtime. A bad URL, missing
     /// credentials, or a store that refuses them is an error here, at start-up; a store that
     /// cannot be reached is only a warning (produce goes on, uploads wait for it).
-    pub fn start(config: &TierConfig) -> Result<Tier, TierError> {
+    pub fn start(config: &TierConfig, shards: usize) -> Result<Tier, TierError> {
         let location = RemoteLocation::parse(&config.url).map_err(TierError::Config)?;
         let store = build_store(&location)?;
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
@@ -305,7 +417,7 @@ impl Tier {
             })),
             upload_pacer: Arc::new(Pacer::new(config.upload_bytes_per_sec)),
             fetch_pacer: Arc::new(Pacer::new(config.fetch_bytes_per_sec)),
-            metrics: Arc::new(TierMetrics::default()),
+            metrics: Arc::new(TierMetrics::new(shards)),
         };
         tier.probe()?;
         Ok(tier)
@@ -363,11 +475,13 @@ impl Tier {
     /// offset and time indexes built from its batches as they stream, and its [`SegmentMeta`].
     /// The log object goes last but one and the meta last, so whatever is found of an upload
     /// cut short is named by its manifest entry (`CopyStarted`) or is an orphan.
+    /// `now_ms`: the wall time, for how long uploads have failed.
     pub async fn upload(
         &self,
         folder: String,
         stem: String,
         upload: SegmentUpload,
+        now_ms: i64,
     ) -> Result<Uploaded, TierError> {
         let tier = self.clone();
         let result = self
@@ -375,6 +489,7 @@ impl Tier {
             .await;
         match &result {
             Ok(uploaded) => {
+                self.metrics.upload_succeeded();
                 self.metrics
                     .uploaded_bytes
                     .fetch_add(uploaded.size_bytes, Ordering::Relaxed);
@@ -384,6 +499,7 @@ impl Tier {
             }
             Err(_) => {
                 self.metrics.upload_errors.fetch_add(1, Ordering::Relaxed);
+                self.metrics.upload_failed(now_ms);
             }
         }
         result
@@ -478,19 +594,32 @@ impl Tier {
         offset: u64,
         end_offset: u64,
         max_bytes: usize,
-    ) -> Result<Bytes, TierError> {
+    ) -> Result<RemoteBatches, TierError> {
         let tier = self.clone();
         let (size_bytes, base_offset) = (segment.size_bytes, segment.base_offset);
         let result = self
             .run(async move {
                 let object = format!("{folder}{}", segment.stem());
-                let index = tier.index(&object, size_bytes).await?;
+                let remote = tier.index(&object, size_bytes).await?;
                 let relative = offset.saturating_sub(base_offset).min(u64::from(u32::MAX)) as u32;
-                let from = index
+                let from = remote
+                    .index
                     .floor_by_offset(relative)
                     .map_or(0, |entry| u64::from(entry.position));
-                tier.read_batches(&object, size_bytes, from, offset, end_offset, max_bytes)
-                    .await
+                let bytes = tier
+                    .read_batches(&object, size_bytes, from, offset, end_offset, max_bytes)
+                    .await?;
+                let last = last_offset_in(&bytes);
+                let aborted = remote
+                    .meta
+                    .aborted
+                    .iter()
+                    .filter(|(_, first, end)| {
+                        *end >= offset && last.is_some_and(|last| *first <= last)
+                    })
+                    .map(|(producer_id, first, _)| (*producer_id, *first))
+                    .collect();
+                Ok(RemoteBatches { bytes, aborted })
             })
             .await;
         if result.is_err() {
@@ -511,8 +640,9 @@ impl Tier {
         let tier = self.clone();
         self.run(async move {
             let object = format!("{folder}{stem}");
-            let index = tier.index(&object, size_bytes).await?;
-            let mut position = index
+            let remote = tier.index(&object, size_bytes).await?;
+            let mut position = remote
+                .index
                 .floor_by_timestamp(timestamp_ms)
                 .map_or(0, |entry| u64::from(entry.position));
             while position < size_bytes {
@@ -613,14 +743,22 @@ impl Tier {
         result
     }
 
-    /// The offset index of a remote segment, cached.
-    async fn index(&self, object: &str, size_bytes: u64) -> Result<Arc<SegmentIndex>, TierError> {
+    /// The indexes and meta of a remote segment, cached.
+    async fn index(&self, object: &str, size_bytes: u64) -> Result<Arc<RemoteIndex>, TierError> {
         if let Some((index, _)) = self.cache.lock().expect("cache lock").indexes.get(object) {
             return Ok(index.clone());
         }
         let offsets = self.whole(&format!("{object}.index")).await?;
         let times = self.whole(&format!("{object}.timeindex")).await?;
-        let index = Arc::new(SegmentIndex::decode(&offsets, &times, size_bytes));
+        let meta = self.whole(&format!("{object}.meta")).await?;
+        let meta = serde_json::from_slice(&meta).map_err(|_| TierError::Corrupt {
+            object: format!("{object}.meta"),
+            at: 0,
+        })?;
+        let index = Arc::new(RemoteIndex {
+            index: SegmentIndex::decode(&offsets, &times, size_bytes),
+            meta,
+        });
         let mut cache = self.cache.lock().expect("cache lock");
         cache.tick += 1;
         let tick = cache.tick;
@@ -788,6 +926,18 @@ impl Tier {
     }
 }
 
+/// The last offset of the last whole batch in `bytes`.
+fn last_offset_in(bytes: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut last = None;
+    while let Some(rest) = bytes.get(at..).filter(|rest| !rest.is_empty()) {
+        let header = BatchHeader::parse(rest).ok()?;
+        last = Some(header.base_offset + u64::from(header.offset_count).max(1) - 1);
+        at += header.batch_len as usize;
+    }
+    last
+}
+
 /// Waits for a future on a runtime from a thread outside it.
 trait BlockOnDetached {
     fn block_on_detached<T: Send + 'static>(
@@ -930,8 +1080,15 @@ fn build_store(location: &RemoteLocation) -> Result<Arc<dyn ObjectStore>, TierEr
                      (or AWS_WEB_IDENTITY_TOKEN_FILE, or AWS_EC2_METADATA_DISABLED=false for instance credentials)"
                 )));
             }
-            let mut builder =
-                object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            // Fail within seconds, not minutes: the next pass retries, and an outage must show
+            // on the metrics while it lasts.
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(object_store::RetryConfig {
+                    backoff: Default::default(),
+                    max_retries: 3,
+                    retry_timeout: Duration::from_secs(15),
+                });
             if !has("AWS_REGION") && !has("AWS_DEFAULT_REGION") {
                 builder = builder.with_region("us-east-1");
             }

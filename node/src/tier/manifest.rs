@@ -90,6 +90,10 @@ pub struct RemoteManifest {
     pub leader_epoch: u32,
     /// Sorted by base offset; the copied ones contiguous.
     pub segments: Vec<RemoteSegment>,
+    /// Records below this were deleted on request (DeleteRecords) though their segment may
+    /// remain until retention removes it: the remote tier serves nothing below it.
+    #[serde(default)]
+    pub deleted_before: u64,
 }
 
 impl RemoteManifest {
@@ -121,7 +125,17 @@ impl RemoteManifest {
 
     /// The first offset the remote tier serves; `None` when it holds nothing readable.
     pub fn start_offset(&self) -> Option<u64> {
-        self.copied().next().map(|segment| segment.base_offset)
+        self.copied()
+            .find(|segment| segment.next_offset > self.deleted_before)
+            .map(|segment| segment.base_offset.max(self.deleted_before))
+    }
+
+    /// DeleteRecords below `offset`: the remote tier stops serving those records at once;
+    /// retention deletes the segments wholly below it.
+    pub fn delete_records_before(&mut self, epoch: u32, offset: u64) -> Result<(), ManifestError> {
+        self.check_epoch(epoch)?;
+        self.deleted_before = self.deleted_before.max(offset);
+        Ok(())
     }
 
     /// The offset after the last segment the remote tier holds or is receiving: where the next
@@ -147,14 +161,18 @@ impl RemoteManifest {
 
     /// The readable segment holding `offset`.
     pub fn find(&self, offset: u64) -> Option<&RemoteSegment> {
+        if offset < self.deleted_before {
+            return None;
+        }
         self.copied()
             .find(|segment| segment.base_offset <= offset && offset < segment.next_offset)
     }
 
     /// The first readable segment with a record at or after `timestamp_ms`.
     pub fn find_by_timestamp(&self, timestamp_ms: i64) -> Option<&RemoteSegment> {
-        self.copied()
-            .find(|segment| segment.max_timestamp_ms >= timestamp_ms)
+        self.copied().find(|segment| {
+            segment.next_offset > self.deleted_before && segment.max_timestamp_ms >= timestamp_ms
+        })
     }
 
     /// Records `segment` (fresh, [`SegmentState::CopyStarted`]) before its upload. It must
@@ -185,8 +203,15 @@ impl RemoteManifest {
             .find(|segment| segment.id == id && segment.state == SegmentState::CopyStarted)
             .ok_or_else(|| ManifestError::UnknownSegment { id: id.to_string() })?;
         segment.state = SegmentState::Copied;
-        // A gap below it (records deleted between uploads) leaves older segments unreachable
-        // in order: they stay readable by offset, and retention removes them first.
+        let base = segment.base_offset;
+        // Nothing unfinished below a finished upload: local retention trusts `copied_end`.
+        assert!(
+            !self
+                .segments
+                .iter()
+                .any(|s| s.state == SegmentState::CopyStarted && s.base_offset < base),
+            "an upload finished above one that did not"
+        );
         self.check();
         Ok(())
     }
@@ -267,7 +292,8 @@ impl RemoteManifest {
             let expired =
                 retention_ms.is_some_and(|ms| segment.max_timestamp_ms < now_ms.saturating_sub(ms));
             let over = retention_bytes.is_some_and(|bytes| total - segment.size_bytes >= bytes);
-            if !(expired || over) {
+            let deleted = segment.next_offset <= self.deleted_before;
+            if !(expired || over || deleted) {
                 break;
             }
             total -= segment.size_bytes;
@@ -383,6 +409,24 @@ mod tests {
         assert_eq!(manifest.retention_cut(0, None, Some(200), 50), Some(100));
         assert_eq!(manifest.retention_cut(0, None, Some(100), 0), Some(200));
         assert_eq!(manifest.retention_cut(0, None, Some(1000), 50), None);
+    }
+
+    #[test]
+    fn deleted_records_are_no_longer_served_and_their_segments_go() {
+        let mut manifest = RemoteManifest::default();
+        for (id, base) in [("a", 0), ("b", 100)] {
+            manifest
+                .begin_copy(0, segment(id, base, base + 100, 0))
+                .unwrap();
+            manifest.finish_copy(0, id).unwrap();
+        }
+        manifest.delete_records_before(0, 120).unwrap();
+        assert_eq!(manifest.start_offset(), Some(120));
+        assert!(manifest.find(119).is_none());
+        assert!(manifest.find(120).is_some());
+        assert_eq!(manifest.retention_cut(0, None, None, 0), Some(100));
+        manifest.delete_records_before(0, 50).unwrap();
+        assert_eq!(manifest.start_offset(), Some(120), "never goes back");
     }
 
     #[test]

@@ -163,13 +163,21 @@ impl Shard {
                 _ => return Err(ErrorCode::OffsetOutOfRange),
             },
         };
+        let tiered = self.remote_delete_records(topic, partition, offset).await?;
         let log_start = log
             .delete_records_before(offset)
             .await
             .map_err(|error| super::log_error_code(&error))?;
         self.wait_for_in_sync_log_start(topic, partition, log_start)
             .await?;
-        Ok(log_start)
+        // Below the local start, the remote tier's start answers.
+        Ok(if tiered {
+            self.remote_start(topic, partition)
+                .unwrap_or(log_start)
+                .min(log_start)
+        } else {
+            log_start
+        })
     }
 
     /// Until every in-sync follower of a partition this node leads reports its log start at

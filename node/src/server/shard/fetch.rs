@@ -277,9 +277,7 @@ impl Shard {
                     read_committed,
                     started,
                 };
-                return self
-                    .fetch_remote(topic, index, &log, &readable, remote)
-                    .await;
+                return self.fetch_remote(topic, index, &readable, remote).await;
             }
             match deadline {
                 Some(deadline) if offset >= readable.end => {
@@ -368,13 +366,11 @@ impl Shard {
 }
 
 impl Shard {
-    /// A fetch below the local log start, from the remote tier. Its aborted transactions
-    /// are those the local log still knows.
+    /// A fetch below the local log start, from the remote tier.
     async fn fetch_remote(
         &self,
         topic: &str,
         index: u32,
-        log: &writer::LogHandle,
         readable: &Readable,
         remote: RemoteFetch,
     ) -> Fetched {
@@ -387,8 +383,8 @@ impl Shard {
         let read = self
             .remote_read(topic, index, offset, readable.end, max_bytes as usize)
             .await;
-        let bytes = match read {
-            Some(Ok(bytes)) => bytes,
+        let batches = match read {
+            Some(Ok(batches)) => batches,
             Some(Err(error)) => {
                 tracing::warn!(%topic, partition = index, offset, "remote read failed: {error}");
                 return fetch_error(
@@ -410,23 +406,20 @@ impl Shard {
                 .into();
             }
         };
+        let bytes = batches.bytes;
         let (records, newest_ms) = records_in(&bytes);
-        let stability = if read_committed {
-            let aborted = log
-                .aborted_transactions(offset, readable.end)
-                .await
-                .unwrap_or_default();
-            let aborted = aborted
-                .into_iter()
-                .map(|txn| AbortedTransaction {
-                    producer_id: txn.producer_id,
-                    first_offset: txn.first_offset,
+        // The segment's own aborted transactions, uploaded beside it.
+        let stability = read_committed.then(|| {
+            let aborted = batches
+                .aborted
+                .iter()
+                .map(|&(producer_id, first_offset)| AbortedTransaction {
+                    producer_id,
+                    first_offset,
                 })
                 .collect();
-            Some((readable.end, aborted))
-        } else {
-            None
-        };
+            (readable.end, aborted)
+        });
         Fetched {
             response: FetchPartitionResponse {
                 partition: index,

@@ -12,17 +12,18 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use strata_wire::protocol::ErrorCode;
 use tokio::sync::oneshot;
 
 use super::Shard;
 use crate::server::messages::{GroupMessage, ManifestRequest};
-use crate::server::tier::{Tier, TierError};
+use crate::server::tier::{RemoteBatches, Tier, TierError};
 use crate::tier::{ManifestError, RemoteManifest, RemoteSegment, SegmentState};
 
 /// How often leaders look for segments to upload and remote segments past retention.
 const TICK: Duration = Duration::from_millis(500);
+/// How long uploads fail before the broker logs an error about it (and again as often).
+const UPLOAD_ALARM_AFTER: Duration = Duration::from_secs(30);
 /// How often a leader lists its partition's folder for objects no manifest entry names.
 const ORPHAN_SWEEP_TICKS: u64 = 120;
 
@@ -32,6 +33,8 @@ pub(in crate::server) struct RemotePartition {
     pub manifest: RemoteManifest,
     pub revision: i64,
     pub folder: String,
+    /// What waited for upload at the last pass.
+    pub backlog: crate::log::UploadBacklog,
 }
 
 /// Why a pass over one partition stopped.
@@ -92,6 +95,36 @@ impl Shard {
                     }
                 }
             }
+            self.report_backlog(&tier);
+        }
+    }
+
+    /// Publishes this shard's upload lag, and raises the alarm when uploads have failed for
+    /// a while: produce goes on, and the local disk keeps what the remote tier has not taken.
+    fn report_backlog(&self, tier: &Tier) {
+        let (segments, bytes) =
+            self.remote
+                .borrow()
+                .values()
+                .fold((0, 0), |(segments, bytes), remote| {
+                    (
+                        segments + remote.backlog.segments,
+                        bytes + remote.backlog.bytes,
+                    )
+                });
+        tier.metrics
+            .set_backlog(self.context.index, segments, bytes);
+        if let Some(failing) = tier.metrics.uploads_failing_for(self.clock().wall_ms())
+            && failing >= UPLOAD_ALARM_AFTER
+            && self.context.index == 0
+            && tier.metrics.alarm_due(self.clock().wall_ms())
+        {
+            tracing::error!(
+                failing_seconds = failing.as_secs(),
+                waiting_bytes = tier.metrics.backlog().1,
+                "remote tier: uploads have failed for {}s; produce goes on and the local disk holds every segment not uploaded (see strata_remote_upload_lag_bytes)",
+                failing.as_secs()
+            );
         }
     }
 
@@ -171,6 +204,7 @@ impl Shard {
                 manifest,
                 revision,
                 folder,
+                backlog: Default::default(),
             },
         );
         self.change_manifest(led, |manifest| manifest.claim(led.epoch).map(|_| ()))
@@ -213,12 +247,49 @@ impl Shard {
         Ok(())
     }
 
+    /// Forgets this leader's own uploads that did not finish (the store failed under them):
+    /// uploads run one at a time per partition, so none is in flight between passes. Their
+    /// objects are deleted if the store lets us, else the orphan sweep finds them. Without
+    /// this, the next upload would start past a segment that never arrived.
+    async fn forget_failed_uploads(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        let (failed, folder): (Vec<RemoteSegment>, String) = self.with_remote(led, |remote| {
+            let failed = remote
+                .manifest
+                .segments
+                .iter()
+                .filter(|segment| segment.state == SegmentState::CopyStarted)
+                .cloned()
+                .collect();
+            (failed, remote.folder.clone())
+        });
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = failed.iter().map(|segment| segment.id.clone()).collect();
+        self.change_manifest(led, |manifest| manifest.forget(led.epoch, &ids))
+            .await?;
+        let stems = failed.iter().map(RemoteSegment::stem).collect();
+        if let Err(error) = tier.delete_segments(folder, stems).await {
+            tracing::debug!(topic = %led.topic, partition = led.partition, "a failed upload's objects stay for the sweep: {error}");
+        }
+        Ok(())
+    }
+
     /// Uploads the next closed, committed segment past the manifest's end, if there is one.
     async fn upload_next(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
+        self.forget_failed_uploads(tier, led).await?;
         let (end, folder) = self.with_remote(led, |remote| {
             (remote.manifest.end_offset(), remote.folder.clone())
         });
-        let Some(upload) = led.log.next_upload(end, led.high_watermark).await? else {
+        let (next, backlog) = led.log.next_upload(end, led.high_watermark).await?;
+        if let Some(remote) = self
+            .remote
+            .borrow_mut()
+            .get_mut(&(led.topic.clone(), led.partition))
+        {
+            remote.backlog = backlog;
+        }
+        let Some(upload) = next else {
             return Ok(());
         };
         let segment = RemoteSegment {
@@ -236,7 +307,9 @@ impl Shard {
             manifest.begin_copy(led.epoch, segment.clone())
         })
         .await?;
-        let uploaded = tier.upload(folder, stem, upload).await?;
+        let uploaded = tier
+            .upload(folder, stem, upload, self.clock().wall_ms())
+            .await?;
         assert_eq!(
             uploaded.base_offset, segment.base_offset,
             "an upload starts at the remote end or its segment's base"
@@ -261,10 +334,15 @@ impl Shard {
     async fn remote_retention(&self, tier: &Tier, led: &Led) -> Result<(), TieringError> {
         let now_ms = self.clock().wall_ms();
         let (cut, folder) = self.with_remote(led, |remote| {
-            let cut =
-                remote
-                    .manifest
-                    .retention_cut(now_ms, led.retention_ms, led.retention_bytes, 0);
+            let cut = remote
+                .manifest
+                // The whole log: the remote tier and what waits locally for upload.
+                .retention_cut(
+                    now_ms,
+                    led.retention_ms,
+                    led.retention_bytes,
+                    remote.backlog.bytes,
+                );
             (cut, remote.folder.clone())
         });
         let Some(cut) = cut else {
@@ -373,6 +451,45 @@ impl Shard {
             .map_err(TieringError::Store)
     }
 
+    /// DeleteRecords below `offset` on a tiered partition this shard leads: stored in its
+    /// manifest before the answer, so the remote tier serves nothing below it from then on.
+    /// `Ok(false)`: not tiered here, nothing to do. A tiered partition whose manifest is not
+    /// claimed yet (a leader of a moment) answers retriably.
+    pub(in crate::server) async fn remote_delete_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<bool, ErrorCode> {
+        let led = self
+            .tiered_leaders()
+            .into_iter()
+            .find(|led| led.topic == topic && led.partition == partition);
+        let Some(led) = led else {
+            return Ok(false);
+        };
+        let claimed = self
+            .remote
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .is_some_and(|remote| remote.epoch == led.epoch);
+        if !claimed {
+            return Err(ErrorCode::NotReady);
+        }
+        match self
+            .change_manifest(&led, |manifest| {
+                manifest.delete_records_before(led.epoch, offset)
+            })
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(error) => {
+                tracing::warn!(%topic, partition, "deleting remote records: {error}");
+                Err(ErrorCode::NotReady)
+            }
+        }
+    }
+
     /// The first offset the remote tier serves for a partition this shard leads.
     pub(in crate::server) fn remote_start(&self, topic: &str, partition: u32) -> Option<u64> {
         self.remote
@@ -398,7 +515,7 @@ impl Shard {
         offset: u64,
         end_offset: u64,
         max_bytes: usize,
-    ) -> Option<Result<Bytes, TierError>> {
+    ) -> Option<Result<RemoteBatches, TierError>> {
         let tier = self.context.tier.clone()?;
         let (segment, folder) = {
             let remote = self.remote.borrow();
