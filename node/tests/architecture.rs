@@ -94,6 +94,7 @@ fn the_replication_and_group_cores_are_sans_io() {
         "node/src/group",
         "node/src/txn",
         "node/src/share",
+        "node/src/tier",
     ]
     .into_iter()
     .flat_map(sources_under)
