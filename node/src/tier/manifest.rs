@@ -194,14 +194,37 @@ impl RemoteManifest {
         Ok(())
     }
 
-    /// Marks an upload finished: its segment becomes readable.
-    pub fn finish_copy(&mut self, epoch: u32, id: &str) -> Result<(), ManifestError> {
+    /// Marks an upload finished: its segment becomes readable, with the base offset and size
+    /// of what was uploaded (an upload starting past the log's start may begin at the batch
+    /// holding it, below the base recorded when it began).
+    pub fn finish_copy(
+        &mut self,
+        epoch: u32,
+        id: &str,
+        uploaded: Option<(u64, u64)>,
+    ) -> Result<(), ManifestError> {
         self.check_epoch(epoch)?;
-        let segment = self
+        let at = self
             .segments
-            .iter_mut()
-            .find(|segment| segment.id == id && segment.state == SegmentState::CopyStarted)
+            .iter()
+            .position(|segment| segment.id == id && segment.state == SegmentState::CopyStarted)
             .ok_or_else(|| ManifestError::UnknownSegment { id: id.to_string() })?;
+        let floor = self.segments[..at]
+            .iter()
+            .map(|segment| segment.next_offset)
+            .max()
+            .unwrap_or(0);
+        let segment = &mut self.segments[at];
+        if let Some((base_offset, size_bytes)) = uploaded {
+            if base_offset < floor || base_offset >= segment.next_offset {
+                return Err(ManifestError::NotNext {
+                    base_offset,
+                    end: floor,
+                });
+            }
+            segment.base_offset = base_offset;
+            segment.size_bytes = size_bytes;
+        }
         segment.state = SegmentState::Copied;
         let base = segment.base_offset;
         // Nothing unfinished below a finished upload: local retention trusts `copied_end`.
@@ -345,10 +368,10 @@ mod tests {
         assert_eq!(manifest.start_offset(), None);
         assert_eq!(manifest.end_offset(), 100);
         assert!(manifest.find(5).is_none());
-        manifest.finish_copy(3, "a").unwrap();
+        manifest.finish_copy(3, "a", None).unwrap();
         assert_eq!(manifest.find(99).map(|s| s.id.as_str()), Some("a"));
         manifest.begin_copy(3, segment("b", 100, 200, 3)).unwrap();
-        manifest.finish_copy(3, "b").unwrap();
+        manifest.finish_copy(3, "b", None).unwrap();
         assert_eq!(manifest.copied_end(), Some(200));
         let marked = manifest.begin_delete(3, Some(150)).unwrap();
         assert_eq!(marked.len(), 1, "only segments wholly below the cut");
@@ -365,7 +388,7 @@ mod tests {
         manifest.begin_copy(1, segment("old", 0, 10, 1)).unwrap();
         manifest.claim(2).unwrap();
         assert!(matches!(
-            manifest.finish_copy(1, "old"),
+            manifest.finish_copy(1, "old", None),
             Err(ManifestError::Fenced { stored: 2, ours: 1 })
         ));
         assert!(manifest.claim(1).is_err());
@@ -390,6 +413,11 @@ mod tests {
         assert!(manifest.begin_copy(0, segment("b", 15, 30, 0)).is_err());
         assert!(manifest.begin_copy(0, segment("b", 20, 20, 0)).is_err());
         manifest.begin_copy(0, segment("b", 20, 30, 0)).unwrap();
+        // What was uploaded may start below the base recorded, never below the one before.
+        manifest.finish_copy(0, "a", None).unwrap();
+        assert!(manifest.finish_copy(0, "b", Some((19, 5))).is_err());
+        manifest.finish_copy(0, "b", Some((20, 5))).unwrap();
+        assert_eq!(manifest.segments[1].size_bytes, 5);
     }
 
     #[test]
@@ -399,7 +427,7 @@ mod tests {
             manifest
                 .begin_copy(0, segment(id, base, base + 100, 0))
                 .unwrap();
-            manifest.finish_copy(0, id).unwrap();
+            manifest.finish_copy(0, id, None).unwrap();
         }
         // Timestamps are the base offsets: at 250 with 100 ms, "a" (0) and "b" (100) expired.
         assert_eq!(manifest.retention_cut(250, Some(100), None, 0), Some(200));
@@ -418,7 +446,7 @@ mod tests {
             manifest
                 .begin_copy(0, segment(id, base, base + 100, 0))
                 .unwrap();
-            manifest.finish_copy(0, id).unwrap();
+            manifest.finish_copy(0, id, None).unwrap();
         }
         manifest.delete_records_before(0, 120).unwrap();
         assert_eq!(manifest.start_offset(), Some(120));

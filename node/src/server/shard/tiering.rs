@@ -294,7 +294,9 @@ impl Shard {
         };
         let segment = RemoteSegment {
             id: format!("{:032x}", rand::random::<u128>()),
-            base_offset: upload.segment_base.max(upload.skip_below),
+            // Where the remote tier ends, or the segment's base: what was uploaded may start
+            // lower (the batch holding the log's start), and is recorded when it ends.
+            base_offset: upload.segment_base.max(end),
             next_offset: upload.next_offset,
             size_bytes: upload.file_len,
             max_timestamp_ms: upload.max_timestamp_ms,
@@ -310,19 +312,9 @@ impl Shard {
         let uploaded = tier
             .upload(folder, stem, upload, self.clock().wall_ms())
             .await?;
-        assert_eq!(
-            uploaded.base_offset, segment.base_offset,
-            "an upload starts at the remote end or its segment's base"
-        );
+        let uploaded_as = Some((uploaded.base_offset, uploaded.size_bytes));
         self.change_manifest(led, |manifest| {
-            manifest.finish_copy(led.epoch, &id)?;
-            let entry = manifest
-                .segments
-                .iter_mut()
-                .find(|s| s.id == id)
-                .expect("just finished");
-            entry.size_bytes = uploaded.size_bytes;
-            Ok(())
+            manifest.finish_copy(led.epoch, &id, uploaded_as)
         })
         .await?;
         led.log.set_remote_copied(uploaded.next_offset);
