@@ -479,7 +479,7 @@ async fn describe_topic(client: &Arc<Client>, name: String, format: Format) -> a
         outln!("  config: {}", shown.join(", "));
         for p in &partitions {
             outln!(
-                "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{}{} shard {}",
+                "  partition {} leader {} epoch {} replicas {} isr {}{} offsets {}..{}{}{} shard {}",
                 p["partition"],
                 p["leader"],
                 p["leader_epoch"],
@@ -492,6 +492,14 @@ async fn describe_topic(client: &Arc<Client>, name: String, format: Format) -> a
                 },
                 p["log_start_offset"],
                 p["high_watermark"],
+                // A tiered partition: where its local log starts.
+                if p["local_log_start_offset"] != p["log_start_offset"]
+                    && !p["local_log_start_offset"].is_null()
+                {
+                    format!(" local from {}", p["local_log_start_offset"])
+                } else {
+                    String::new()
+                },
                 if compacted {
                     format!(" cleaned to {}", p["clean_offset"])
                 } else {
