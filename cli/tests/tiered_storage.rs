@@ -287,7 +287,7 @@ fn a_tiered_topic_keeps_its_history_in_s3_and_serves_it_from_offset_zero() {
             "beginning",
             "-e",
         ])
-        .args(["-f", "%o %s\n", "-X", "fetch.message.max.bytes=1048576"])
+        .args(["-f", "%o %T %s\n", "-X", "fetch.message.max.bytes=1048576"])
         .output()
         .unwrap();
     assert!(
@@ -296,18 +296,45 @@ fn a_tiered_topic_keeps_its_history_in_s3_and_serves_it_from_offset_zero() {
         String::from_utf8_lossy(&output.stderr)
     );
     let mut expected = 0u64;
+    let mut timestamps = Vec::new();
     for line in output
         .stdout
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
     {
         let text = std::str::from_utf8(line).unwrap();
-        let (offset, value) = text.split_once(' ').unwrap();
-        assert_eq!(offset.parse::<u64>().unwrap(), expected);
-        assert_eq!(value.as_bytes(), &value_of(expected)[..]);
+        let mut fields = text.splitn(3, ' ');
+        let offset: u64 = fields.next().unwrap().parse().unwrap();
+        timestamps.push(fields.next().unwrap().parse::<i64>().unwrap());
+        assert_eq!(offset, expected);
+        assert_eq!(fields.next().unwrap().as_bytes(), &value_of(expected)[..]);
         expected += 1;
     }
     assert_eq!(expected, records, "kcat read every record");
+
+    // A lookup by time lands in the remote tier: the first record at or after a remote
+    // record's timestamp (ListOffsets through the remote time index).
+    let probe = (records / 10) as usize;
+    let output = support::kcat_command()
+        .args(["-C", "-b", &kafka, "-t", "history", "-p", "0", "-c", "1"])
+        .args(["-o", &format!("s@{}", timestamps[probe]), "-f", "%o %T\n"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let (offset, timestamp) = text.trim().split_once(' ').expect("one record");
+    let first_at_that_time = timestamps
+        .iter()
+        .position(|t| *t >= timestamps[probe])
+        .unwrap();
+    assert_eq!(
+        offset.parse::<usize>().unwrap(),
+        first_at_that_time,
+        "{text}"
+    );
+    assert_eq!(
+        timestamp.parse::<i64>().unwrap(),
+        timestamps[first_at_that_time]
+    );
 
     // A current Kafka client: confluent-kafka (librdkafka 2.16), from the beginning.
     let script = r#"
@@ -656,4 +683,116 @@ fn leader_kills_during_uploads_leave_no_gap_and_no_duplicate() {
         },
     );
     read_all_natively(alive, "replicated", produced);
+}
+
+/// A remote read waiting on a store that stopped answering (SIGSTOP) holds up no other
+/// partition of its shard: a produce and a fetch of another topic answer meanwhile, and the
+/// remote read completes once the store wakes.
+#[test]
+fn a_stalled_store_stalls_no_other_partition() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start(store.path(), "strata-tier");
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let admin = free_base_port(0);
+    let node = TestNode::start_with_env(
+        data.path(),
+        1,
+        &[
+            "--remote-storage",
+            "s3://strata-tier/stalled",
+            "--retention-check-interval-ms",
+            "200",
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ],
+        &env,
+    );
+    create_tiered_topic(&node, "cold");
+    node.cli(&["topic", "create", "hot", "--partitions", "1"], None);
+    let records = 12_000;
+    produce(&node, "cold", records);
+    wait_for_at_most(
+        "cold's history to leave the local disk",
+        Duration::from_secs(120),
+        || local_log_bytes(data.path(), "cold") <= 6 << 20,
+    );
+    // SAFETY: kill(2) on the child this test started and still owns.
+    unsafe { libc::kill(s3.child.id() as i32, libc::SIGSTOP) };
+    let bootstrap = node.bootstrap();
+    let cold = std::thread::spawn(move || {
+        runtime().block_on(async {
+            let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
+            let mut consumer = Consumer::new(
+                client,
+                ConsumerConfig {
+                    max_wait: Duration::from_millis(100),
+                    ..ConsumerConfig::default()
+                },
+            );
+            consumer
+                .assign("cold", &[0], SeekTo::Offset(0))
+                .await
+                .unwrap();
+            let mut next = 0u64;
+            while next < records {
+                for batch in consumer.poll().await.unwrap_or_default() {
+                    for record in batch.records() {
+                        assert_eq!(record.offset, next);
+                        next += 1;
+                    }
+                }
+            }
+        })
+    });
+    // Once the cold reader waits on the store, the hot topic answers anyway.
+    wait_for_at_most(
+        "the remote read to wait on the store",
+        Duration::from_secs(30),
+        || metric(admin, "strata_remote_reads_in_flight") >= 1.0,
+    );
+    let (done, answered) = std::sync::mpsc::channel();
+    let hot_bootstrap = node.bootstrap();
+    std::thread::spawn(move || {
+        runtime().block_on(async {
+            let client = Client::connect(ClientConfig::new(hot_bootstrap))
+                .await
+                .unwrap();
+            let producer = Producer::new(client.clone(), ProducerConfig::default());
+            for i in 0..100u64 {
+                producer
+                    .send(ProducerRecord::new("hot", None, value_of(i)))
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+            let mut consumer = Consumer::new(client, ConsumerConfig::default());
+            consumer
+                .assign("hot", &[0], SeekTo::Offset(0))
+                .await
+                .unwrap();
+            let mut read = 0;
+            while read < 100 {
+                read += consumer
+                    .poll()
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|batch| batch.records().count())
+                    .sum::<usize>();
+            }
+        });
+        let _ = done.send(());
+    });
+    // A shard that waited on the store would wait for its request timeout (30 s) and retries.
+    let hot = answered.recv_timeout(Duration::from_secs(20));
+    // SAFETY: as above.
+    unsafe { libc::kill(s3.child.id() as i32, libc::SIGCONT) };
+    assert!(
+        hot.is_ok(),
+        "another topic's produce and fetch waited on the stalled store"
+    );
+    cold.join().unwrap();
 }

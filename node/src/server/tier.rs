@@ -87,6 +87,8 @@ pub struct TierMetrics {
     failing_since_ms: AtomicU64,
     /// When the failing uploads were last logged as an error.
     alarmed_at_ms: AtomicU64,
+    /// Remote reads waiting on the store now (fetches below the local log start).
+    pub reads_in_flight: AtomicU64,
     pub uploaded_bytes: AtomicU64,
     pub uploaded_segments: AtomicU64,
     pub fetched_bytes: AtomicU64,
@@ -173,7 +175,12 @@ impl TierMetrics {
                     (now.as_millis() as u64).saturating_sub(failing) / 1000
                 })
         };
-        let gauges: [(&str, &str, u64); 3] = [
+        let gauges: [(&str, &str, u64); 4] = [
+            (
+                "strata_remote_reads_in_flight",
+                "Fetches below the local log start waiting on the remote tier now",
+                self.reads_in_flight.load(Ordering::Relaxed),
+            ),
             (
                 "strata_remote_upload_lag_segments",
                 "Closed segments of tiered partitions waiting for upload",
@@ -597,6 +604,7 @@ impl Tier {
     ) -> Result<RemoteBatches, TierError> {
         let tier = self.clone();
         let (size_bytes, base_offset) = (segment.size_bytes, segment.base_offset);
+        self.metrics.reads_in_flight.fetch_add(1, Ordering::Relaxed);
         let result = self
             .run(async move {
                 let object = format!("{folder}{}", segment.stem());
@@ -622,6 +630,7 @@ impl Tier {
                 Ok(RemoteBatches { bytes, aborted })
             })
             .await;
+        self.metrics.reads_in_flight.fetch_sub(1, Ordering::Relaxed);
         if result.is_err() {
             self.metrics.fetch_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -659,7 +668,29 @@ impl Tier {
                     at: position,
                 })?;
                 if header.max_timestamp_ms >= timestamp_ms {
-                    return Ok(Some((header.base_offset, header.max_timestamp_ms)));
+                    // The record itself, as a local lookup finds it (Kafka's answer).
+                    let bytes = tier
+                        .read_batches(
+                            &object,
+                            size_bytes,
+                            position,
+                            header.base_offset,
+                            u64::MAX,
+                            1,
+                        )
+                        .await?;
+                    let batch = strata_wire::batch::Batch::validate(bytes).map_err(|_| {
+                        TierError::Corrupt {
+                            object: format!("{object}.log"),
+                            at: position,
+                        }
+                    })?;
+                    if let Some(record) = batch
+                        .records()
+                        .find(|record| record.timestamp_ms >= timestamp_ms)
+                    {
+                        return Ok(Some((record.offset, record.timestamp_ms)));
+                    }
                 }
                 position += u64::from(header.batch_len);
             }
