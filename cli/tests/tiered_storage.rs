@@ -796,3 +796,154 @@ fn a_stalled_store_stalls_no_other_partition() {
     );
     cold.join().unwrap();
 }
+
+/// The topic settings through Kafka's admin API (confluent-kafka's AdminClient): CreateTopics
+/// and IncrementalAlterConfigs take them under Kafka's names, DescribeConfigs shows them, a
+/// compacted topic is refused remote storage, and a broker without a remote tier refuses it.
+#[test]
+fn kafka_admin_sets_the_tiering_settings_by_kafkas_names() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let kafka = format!("127.0.0.1:{}", free_base_port(0));
+    let _node = TestNode::start_with(
+        data.path(),
+        1,
+        &["--remote-storage", &url, "--kafka-listen", &kafka],
+    );
+    let script = r#"
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic, ConfigResource, ConfigEntry, AlterConfigOpType
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+def wait(futures):
+    out = {}
+    for key, future in futures.items():
+        try:
+            out[key] = ("ok", future.result())
+        except Exception as e:
+            out[key] = ("error", str(e))
+    return out
+print(wait(admin.create_topics([
+    NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "local.retention.ms": "60000", "retention.ms": "3600000"}),
+    NewTopic("compacted", 1, 1, config={"remote.storage.enable": "true", "cleanup.policy": "compact"}),
+    NewTopic("too-local", 1, 1, config={"remote.storage.enable": "true", "local.retention.ms": "7200000", "retention.ms": "3600000"}),
+])))
+resource = ConfigResource("topic", "tiered", incremental_configs=[
+    ConfigEntry("local.retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET)])
+print(wait(admin.incremental_alter_configs([resource])))
+described = wait(admin.describe_configs([ConfigResource("topic", "tiered")]))
+configs = list(described.values())[0][1]
+for key in ["remote.storage.enable", "local.retention.ms", "local.retention.bytes", "retention.ms"]:
+    print(key, configs[key].value)
+off = ConfigResource("topic", "tiered", incremental_configs=[
+    ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)])
+print(wait(admin.incremental_alter_configs([off])))
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, &kafka])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("'tiered': ('ok'"), "{text}");
+    assert!(lines[0].contains("'compacted': ('error'"), "{text}");
+    assert!(lines[0].contains("'too-local': ('error'"), "{text}");
+    assert!(lines[1].contains("('ok'"), "{text}");
+    assert_eq!(
+        &lines[2..6],
+        [
+            "remote.storage.enable true",
+            "local.retention.ms 60000",
+            "local.retention.bytes 1048576",
+            "retention.ms 3600000"
+        ],
+        "{text}"
+    );
+    assert!(
+        lines[6].contains("('error'"),
+        "once tiered, always tiered: {text}"
+    );
+
+    // A broker without a remote tier refuses the setting.
+    let plain_data = tempfile::tempdir().unwrap();
+    let plain = TestNode::start(plain_data.path(), 1);
+    let refused = plain.cli_output(
+        &[
+            "topic",
+            "create",
+            "nowhere",
+            "--config",
+            "remote.storage.enable=true",
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--remote-storage"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+/// `--remote-upload-bytes-per-sec` and `--remote-fetch-bytes-per-sec` hold the tier's
+/// transfers to their rates: 8 MB up at 2 MiB/s take at least 3 s, 8 MB down at 4 MiB/s at
+/// least 1.5 s (lower bounds: a loaded machine only makes them longer).
+#[test]
+fn the_remote_throttles_hold_transfers_to_their_rates() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let admin = free_base_port(0);
+    let node = TestNode::start_with(
+        data.path(),
+        1,
+        &[
+            "--remote-storage",
+            &url,
+            "--retention-check-interval-ms",
+            "200",
+            "--remote-upload-bytes-per-sec",
+            "2MiB",
+            "--remote-fetch-bytes-per-sec",
+            "4MiB",
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ],
+    );
+    create_tiered_topic(&node, "paced");
+    let records = 14_000;
+    produce(&node, "paced", records);
+    let started = std::time::Instant::now();
+    wait_for_at_most("8 MB uploaded", Duration::from_secs(120), || {
+        metric(admin, "strata_remote_uploaded_bytes_total") >= 8e6
+    });
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(3), "8 MB uploaded in {took:?}");
+    wait_for_at_most("local retention", Duration::from_secs(120), || {
+        local_log_bytes(data.path(), "paced") <= 6 << 20
+    });
+    let started = std::time::Instant::now();
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(node.bootstrap()))
+            .await
+            .unwrap();
+        let mut consumer = Consumer::new(client, ConsumerConfig::default());
+        consumer
+            .assign("paced", &[0], SeekTo::Offset(0))
+            .await
+            .unwrap();
+        let mut next = 0u64;
+        while next < 8_000 {
+            for batch in consumer.poll().await.unwrap() {
+                next += batch.records().count() as u64;
+            }
+        }
+    });
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1500), "8 MB read in {took:?}");
+}

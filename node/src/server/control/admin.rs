@@ -128,9 +128,26 @@ pub(crate) fn check_partition_count(partitions: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// A topic may enable remote storage only on a broker that has a remote tier.
+fn check_remote_tier(remote_tier: bool, config: &BTreeMap<String, String>) -> Result<(), String> {
+    if !remote_tier
+        && config
+            .get("remote.storage.enable")
+            .is_some_and(|v| v == "true")
+    {
+        return Err(
+            "remote.storage.enable=true needs brokers started with --remote-storage".to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// `remote_tier`: this broker has `--remote-storage` (a tiered topic needs it, as Kafka's
+/// `remote.log.storage.system.enable`).
 pub(super) async fn create_topic(
     coordinator: &impl Coordinator,
     request: CreateTopicRequest,
+    remote_tier: bool,
 ) -> CreateTopicResponse {
     let failed = |error: ErrorCode, message: String| CreateTopicResponse { error, message };
     let overrides: BTreeMap<String, String> = request
@@ -142,7 +159,9 @@ pub(super) async fn create_topic(
         Ok(records) => records,
         Err(error) => return failed(error_code(&error), error.to_string()),
     };
-    if let Err(message) = check_topic_settings(&live_defaults, &overrides) {
+    if let Err(message) = check_topic_settings(&live_defaults, &overrides)
+        .and_then(|()| check_remote_tier(remote_tier, &overrides))
+    {
         return failed(ErrorCode::InvalidConfig, message);
     }
     if let Err(message) = check_partition_count(request.partitions) {
@@ -300,6 +319,7 @@ fn election_refused(refused: ElectionRefused) -> (ErrorCode, &'static str) {
 pub(super) async fn alter_topic_config(
     coordinator: &impl Coordinator,
     request: AlterTopicConfigRequest,
+    remote_tier: bool,
 ) -> AlterTopicConfigResponse {
     let change = ConfigChange {
         set: request
@@ -329,7 +349,29 @@ pub(super) async fn alter_topic_config(
             };
         }
     };
-    let validate = |config: &BTreeMap<String, String>| check_topic_settings(&live_defaults, config);
+    // Once tiered, a topic stays tiered (as on Kafka before 3.9): turning it off would strand
+    // its remote history, unreadable and never deleted.
+    let tiered = matches!(
+        coordinator.topics().await.ok().and_then(|topics| topics
+            .into_iter()
+            .find(|topic| topic.name == request.topic)),
+        Some(topic) if topic.config.get("remote.storage.enable").is_some_and(|v| v == "true")
+    );
+    let validate = |config: &BTreeMap<String, String>| {
+        check_topic_settings(&live_defaults, config)
+            .and_then(|()| check_remote_tier(remote_tier, config))?;
+        if tiered
+            && config
+                .get("remote.storage.enable")
+                .is_none_or(|v| v != "true")
+        {
+            return Err(
+                "remote.storage.enable cannot be turned off once on: the remote tier holds the topic's history"
+                    .to_string(),
+            );
+        }
+        Ok(())
+    };
     match coordinator
         .alter_topic_config(&request.topic, &change, &validate)
         .await

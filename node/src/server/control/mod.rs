@@ -254,7 +254,9 @@ impl<C: Coordinator> ControlThread<'_, C> {
         let coordinator = &self.coordinator;
         match message {
             ControlMessage::CreateTopic { request, reply } => {
-                let response = admin::create_topic(coordinator, request).await;
+                let response =
+                    admin::create_topic(coordinator, request, self.config.remote_storage.is_some())
+                        .await;
                 self.announce().await;
                 let _ = reply.send(response);
             }
@@ -274,7 +276,12 @@ impl<C: Coordinator> ControlThread<'_, C> {
                 let _ = reply.send(response);
             }
             ControlMessage::AlterTopicConfig { request, reply } => {
-                let response = admin::alter_topic_config(coordinator, request).await;
+                let response = admin::alter_topic_config(
+                    coordinator,
+                    request,
+                    self.config.remote_storage.is_some(),
+                )
+                .await;
                 self.announce().await;
                 let _ = reply.send(response);
             }
