@@ -4,7 +4,8 @@
 //! delete (the shard's `tiering.rs` does, on the manifest).
 //!
 //! Remote reads go through a chunk cache ([`CHUNK_BYTES`] per entry, bounded by
-//! `--remote-cache-bytes`), and each read fetches the next chunk ahead of the reader.
+//! `--remote-cache-bytes`): a read asks for every chunk it needs at once, and for as many
+//! again (at least [`READ_AHEAD_CHUNKS`]) ahead of the reader.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -28,6 +29,8 @@ use crate::tier::read::{CHUNK_BYTES, Walk, chunk_of, walk_batches};
 
 /// Bytes read from a segment file and sent as one part of an upload.
 const UPLOAD_PART_BYTES: usize = 8 << 20;
+/// Chunks fetched ahead of a remote reader, at least.
+const READ_AHEAD_CHUNKS: u64 = 4;
 /// Remote segments whose offset index stays in memory.
 const INDEXES_CACHED: usize = 1024;
 
@@ -919,9 +922,21 @@ impl Tier {
         end_offset: u64,
         max_bytes: usize,
     ) -> Result<Bytes, TierError> {
+        // Every chunk the read may need is asked for at once (they arrive side by side), and
+        // as many again ahead of the reader, whose next fetch starts where this one ends.
         let first_chunk = chunk_of(from);
-        let mut buffer = self.chunk(object, size_bytes, first_chunk).await?;
-        let mut next_chunk = first_chunk + 1;
+        let want_end = (from + max_bytes as u64).min(size_bytes.max(1) - 1);
+        let last_chunk = chunk_of(want_end).max(first_chunk);
+        let window = last_chunk - first_chunk + 1;
+        for chunk in first_chunk + 1..=last_chunk + window.max(READ_AHEAD_CHUNKS) {
+            self.read_ahead(object, size_bytes, chunk);
+        }
+        let mut chunks = Vec::with_capacity(window as usize);
+        for chunk in first_chunk..=last_chunk {
+            chunks.push(self.chunk(object, size_bytes, chunk).await?);
+        }
+        let mut buffer = join(&chunks);
+        let mut next_chunk = last_chunk + 1;
         let buffer_start = first_chunk * CHUNK_BYTES;
         loop {
             let at_end = buffer_start + buffer.len() as u64 >= size_bytes;
@@ -934,10 +949,7 @@ impl Tier {
                 at_end,
             );
             match walk {
-                Walk::Done { start, len } => {
-                    self.read_ahead(object, size_bytes, next_chunk);
-                    return Ok(buffer.slice(start..start + len));
-                }
+                Walk::Done { start, len } => return Ok(buffer.slice(start..start + len)),
                 Walk::Corrupt { at } => {
                     return Err(TierError::Corrupt {
                         object: format!("{object}.log"),
@@ -945,16 +957,26 @@ impl Tier {
                     });
                 }
                 Walk::NeedMore => {
+                    // A batch runs past the window: one chunk more.
                     let more = self.chunk(object, size_bytes, next_chunk).await?;
                     next_chunk += 1;
-                    let mut joined = Vec::with_capacity(buffer.len() + more.len());
-                    joined.extend_from_slice(&buffer);
-                    joined.extend_from_slice(&more);
-                    buffer = joined.into();
+                    buffer = join(&[buffer, more]);
                 }
             }
         }
     }
+}
+
+/// Chunks side by side as one buffer: the chunk itself when there is one (no copy).
+fn join(chunks: &[Bytes]) -> Bytes {
+    if let [one] = chunks {
+        return one.clone();
+    }
+    let mut joined = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for chunk in chunks {
+        joined.extend_from_slice(chunk);
+    }
+    joined.into()
 }
 
 /// The last offset of the last whole batch in `bytes`.
