@@ -12,7 +12,10 @@
 #     segment uploads every ~0.4 s) against the same into a topic that uploads nothing. Ack
 #     p99 of each.
 #
-# STRATA_BIN=path uses that binary instead of building. ROUNDS (default 2).
+# STRATA_BIN=path uses that binary instead of building. ROUNDS (default 2). TIER=file reads
+# and writes a file:// tier instead (Strata's side alone, without an HTTP server). SEGMENT
+# (default 16777216) is the read test's segment size: s3s-fs hashes a whole object on every
+# ranged GET, so its reads slow down as objects grow (64 MiB objects: 170 ms a GET).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
@@ -28,7 +31,11 @@ boot=127.0.0.1:17900
 admin=127.0.0.1:17980
 s3_port=17990
 
+segment="${SEGMENT:-16777216}"
+tier="${TIER:-s3}"
 mkdir -p "$root/bucket/bench"
+remote_url=s3://bench/tier
+[ "$tier" = file ] && remote_url="file://$root/bucket/bench"
 "$s3s_fs" --host 127.0.0.1 --port $s3_port --access-key bench --secret-key bench-secret \
     "$root/bucket" >"$root/s3.log" 2>&1 &
 s3_pid=$!
@@ -36,14 +43,23 @@ wait_for_port $s3_port
 AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 \
     AWS_ENDPOINT_URL=http://127.0.0.1:$s3_port AWS_ALLOW_HTTP=true \
     "$strata" serve --data-dir "$root/data" --listen $boot --admin $admin --shards 2 \
-    --overprovisioned --remote-storage s3://bench/tier --retention-check-interval-ms 500 \
+    --overprovisioned --remote-storage "$remote_url" --retention-check-interval-ms 500 \
     >"$root/node.log" 2>&1 &
 node_pid=$!
 trap 'stop_node; kill $s3_pid 2>/dev/null; rm -rf "$root"' EXIT
 wait_for_port 17900
 
 bench() { "$strata" bench "$@" --bootstrap $boot --broker-admin $admin --json "$root/run.json" >/dev/null; }
-field() { python3 -c "import json,sys; r=json.load(open('$root/run.json')); print(eval('r' + '$1'))"; }
+# A field of the last run's JSON report, by its path: field mb_per_s, field ack_latency_us p99.
+field() {
+    python3 - "$root/run.json" "$@" <<'PY'
+import json, sys
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    value = value[key]
+print(value)
+PY
+}
 metric() { curl -s "http://$admin/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 local_start() {
     "$strata" topic describe "$1" --format json --bootstrap $boot |
@@ -57,23 +73,27 @@ for round in $(seq 1 "$rounds"); do
         topic="r$round-$side"
         if [ $side = remote ]; then
             "$strata" topic create $topic --partitions 1 --bootstrap $boot \
-                --config segment.bytes=67108864 --config remote.storage.enable=true \
+                --config segment.bytes=$segment --config remote.storage.enable=true \
                 --config local.retention.bytes=0 >/dev/null
         else
             "$strata" topic create $topic --partitions 1 --bootstrap $boot \
-                --config segment.bytes=67108864 >/dev/null
+                --config segment.bytes=$segment >/dev/null
         fi
         bench produce --topic $topic --total-bytes "$bytes" --record-size 1024 --producers 1
         if [ $side = remote ]; then
-            # Uploaded and gone from the local disk: all but the active segment.
+            # Uploaded and gone from the local disk: all but the active segment. What lies below
+            # the local start is what both sides read.
+            per_segment=$((segment / 1024))
             until [ "$(metric strata_remote_upload_lag_bytes)" = "0" ] &&
-                [ "$(local_start $topic)" -gt $((count * 9 / 10)) ]; do sleep 1; done
-            sync; echo 1 >/proc/sys/vm/drop_caches 2>/dev/null || true
+                [ "$(local_start $topic)" -ge $((count - per_segment - per_segment / 10)) ]; do
+                sleep 1
+            done
+            reads=$(local_start $topic)
         fi
-        bench consume --topic $topic --records $((count * 9 / 10)) --group "g-$topic" \
+        bench consume --topic $topic --records "$reads" --group "g-$topic" \
             --consumers 1 --fetch-bytes 4194304
-        rate_mb=$(field "['mb_per_s']")
-        cost=$(field "['broker_cpu_s_per_gb']")
+        rate_mb=$(field mb_per_s)
+        cost=$(field broker_cpu_s_per_gb)
         printf "round %d %-6s %7.1f MB/s  broker %5.2f CPU s/GB\n" "$round" $side "$rate_mb" "$cost"
         "$strata" topic delete $topic --bootstrap $boot >/dev/null
     done
@@ -92,7 +112,7 @@ for round in $(seq 1 "$rounds"); do
         uploaded_before=$(metric strata_remote_uploaded_segments_total)
         bench produce --topic $topic --rate "$rate" --duration "$duration" --record-size 1024 \
             --producers 1 --acks 1 --warmup 5s
-        p99=$(field "['ack_latency_us']['p99']")
+        p99=$(field ack_latency_us p99)
         uploads=$(awk -v a="$(metric strata_remote_uploaded_segments_total)" -v b="$uploaded_before" 'BEGIN { print a - b }')
         printf "round %d %-9s ack p99 %6d us  (segments uploaded meanwhile: %d)\n" "$round" $side "$p99" "$uploads"
         "$strata" topic delete $topic --bootstrap $boot >/dev/null

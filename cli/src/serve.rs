@@ -185,8 +185,8 @@ pub struct ServeArgs {
     /// folder, such as a NAS mount). Default: none.
     #[arg(long, env = "STRATA_REMOTE_STORAGE")]
     remote_storage: Option<String>,
-    /// Memory for chunks read from the remote tier, shared by the node's shards (default
-    /// 256MiB).
+    /// Memory for chunks read from the remote tier (4 MiB each), shared by the node's shards
+    /// (default 256MiB; a reader catching up from the remote tier holds about 32 MiB ahead).
     #[arg(long, env = "STRATA_REMOTE_CACHE_BYTES", value_parser = crate::units::parse_bytes)]
     remote_cache_bytes: Option<u64>,
     /// The most the node uploads to the remote tier per second (default: no limit).

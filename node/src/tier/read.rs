@@ -4,7 +4,7 @@
 use strata_wire::batch::{BatchError, BatchHeader};
 
 /// The unit of remote reads, caching and read-ahead.
-pub const CHUNK_BYTES: u64 = 1 << 20;
+pub const CHUNK_BYTES: u64 = 4 << 20;
 
 /// The chunk holding byte `position` of an object.
 pub fn chunk_of(position: u64) -> u64 {

@@ -509,13 +509,16 @@ impl Shard {
         max_bytes: usize,
     ) -> Option<Result<RemoteBatches, TierError>> {
         let tier = self.context.tier.clone()?;
-        let (segment, folder) = {
+        let (segment, next, folder) = {
             let remote = self.remote.borrow();
             let remote = remote.get(&(topic.to_string(), partition))?;
-            (remote.manifest.find(offset)?.clone(), remote.folder.clone())
+            let segment = remote.manifest.find(offset)?.clone();
+            // The one after it, for read-ahead across the boundary.
+            let next = remote.manifest.find(segment.next_offset).cloned();
+            (segment, next, remote.folder.clone())
         };
         Some(
-            tier.read(folder, segment, offset, end_offset, max_bytes)
+            tier.read(folder, segment, next, offset, end_offset, max_bytes)
                 .await,
         )
     }
