@@ -9,13 +9,16 @@
 #     cache and its read-ahead. Beside it, the same read of a topic on the local disk.
 #  2. Produce latency while uploading: RATE records of 1 KiB a second (default 20000, open
 #     loop, acks=1) for DURATION (default 30s) into a tiered topic with 8 MiB segments (a
-#     segment uploads every ~0.4 s) against the same into a topic that uploads nothing. Ack
-#     p99 of each.
+#     segment uploads every ~0.4 s) against the same into a topic that uploads nothing and
+#     deletes its old segments at the same pace (retention.bytes). Ack p99 of each.
 #
 # STRATA_BIN=path uses that binary instead of building. ROUNDS (default 2). TIER=file reads
 # and writes a file:// tier instead (Strata's side alone, without an HTTP server). SEGMENT
 # (default 16777216) is the read test's segment size: s3s-fs hashes a whole object on every
 # ranged GET, so its reads slow down as objects grow (64 MiB objects: 170 ms a GET).
+# STORE_NICE=10 runs s3s-fs below the broker's priority: on a host of two cores the store's own
+# work (it hashes every object it receives) competes with the broker's, as a remote store's
+# would not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/build-cache.sh
@@ -36,7 +39,7 @@ tier="${TIER:-s3}"
 mkdir -p "$root/bucket/bench"
 remote_url=s3://bench/tier
 [ "$tier" = file ] && remote_url="file://$root/bucket/bench"
-"$s3s_fs" --host 127.0.0.1 --port $s3_port --access-key bench --secret-key bench-secret \
+nice -n "${STORE_NICE:-0}" "$s3s_fs" --host 127.0.0.1 --port $s3_port --access-key bench --secret-key bench-secret \
     "$root/bucket" >"$root/s3.log" 2>&1 &
 s3_pid=$!
 wait_for_port $s3_port
@@ -104,11 +107,16 @@ echo "# produce latency: $rate records/s of 1 KiB for $duration, acks=1"
 for round in $(seq 1 "$rounds"); do
     for side in uploading plain; do
         topic="p$round-$side"
-        tiered=false
-        [ $side = uploading ] && tiered=true
+        # Both delete segments at the same pace, so that uploading is the one difference:
+        # the tiered topic each one once uploaded, the plain one by its retention.bytes.
+        if [ $side = uploading ]; then
+            settings="--config remote.storage.enable=true --config local.retention.bytes=0"
+        else
+            settings="--config retention.bytes=8388608"
+        fi
+        # shellcheck disable=SC2086
         "$strata" topic create $topic --partitions 1 --bootstrap $boot \
-            --config segment.bytes=8388608 --config remote.storage.enable=$tiered \
-            --config local.retention.bytes=0 >/dev/null
+            --config segment.bytes=8388608 $settings >/dev/null
         uploaded_before=$(metric strata_remote_uploaded_segments_total)
         bench produce --topic $topic --rate "$rate" --duration "$duration" --record-size 1024 \
             --producers 1 --acks 1 --warmup 5s

@@ -84,6 +84,34 @@ impl Drop for S3Server {
     }
 }
 
+/// A node on `s3`'s bucket under `prefix`, checking retention every 200 ms, with `extra` flags.
+fn s3_node(data: &Path, s3: &S3Server, prefix: &str, extra: &[&str]) -> TestNode {
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let url = format!("s3://strata-tier/{prefix}");
+    let mut args = vec![
+        "--remote-storage",
+        &url,
+        "--retention-check-interval-ms",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    TestNode::start_with_env(data, 1, &args, &env)
+}
+
+/// A node on a `file://` tier in `store`, checking retention every 200 ms, with `extra` flags.
+fn file_node(data: &Path, store: &Path, extra: &[&str]) -> TestNode {
+    let url = format!("file://{}", store.display());
+    let mut args = vec![
+        "--remote-storage",
+        &url,
+        "--retention-check-interval-ms",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    TestNode::start_with(data, 1, &args)
+}
+
 fn value_of(offset: u64) -> Vec<u8> {
     let mut value = format!("{offset:012}:").into_bytes();
     value.resize(VALUE_BYTES, b'v');
@@ -237,22 +265,8 @@ fn a_tiered_topic_keeps_its_history_in_s3_and_serves_it_from_offset_zero() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let s3 = S3Server::start(store.path(), "strata-tier");
-    let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let kafka = format!("127.0.0.1:{}", free_base_port(0));
-    let node = TestNode::start_with_env(
-        data.path(),
-        1,
-        &[
-            "--remote-storage",
-            "s3://strata-tier/cluster-a",
-            "--retention-check-interval-ms",
-            "200",
-            "--kafka-listen",
-            &kafka,
-        ],
-        &env,
-    );
+    let node = s3_node(data.path(), &s3, "cluster-a", &["--kafka-listen", &kafka]);
     create_tiered_topic(&node, "history");
     let records = produced_records();
     produce(&node, "history", records);
@@ -392,22 +406,9 @@ fn produce_goes_on_while_the_store_is_down_and_uploads_resume_after() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let mut s3 = S3Server::start(store.path(), "strata-tier");
-    let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let admin = free_base_port(0);
-    let node = TestNode::start_with_env(
-        data.path(),
-        1,
-        &[
-            "--remote-storage",
-            "s3://strata-tier/outage",
-            "--retention-check-interval-ms",
-            "200",
-            "--admin",
-            &format!("127.0.0.1:{admin}"),
-        ],
-        &env,
-    );
+    let admin_address = format!("127.0.0.1:{admin}");
+    let node = s3_node(data.path(), &s3, "outage", &["--admin", &admin_address]);
     create_tiered_topic(&node, "steady");
     produce(&node, "steady", 10_000);
     wait_for_at_most("the first uploads", Duration::from_secs(120), || {
@@ -463,17 +464,7 @@ fn manifests(data: &Path) -> Vec<serde_json::Value> {
 fn a_kill_during_remote_deletes_leaves_no_orphans() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", store.path().display());
-    let mut node = TestNode::start_with(
-        data.path(),
-        1,
-        &[
-            "--remote-storage",
-            &url,
-            "--retention-check-interval-ms",
-            "200",
-        ],
-    );
+    let mut node = file_node(data.path(), store.path(), &[]);
     create_tiered_topic(&node, "trimmed");
     let records = 30_000;
     produce(&node, "trimmed", records);
@@ -561,17 +552,7 @@ fn a_kill_during_remote_deletes_leaves_no_orphans() {
 fn a_file_tier_survives_a_kill_and_keeps_no_orphans() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", store.path().display());
-    let mut node = TestNode::start_with(
-        data.path(),
-        1,
-        &[
-            "--remote-storage",
-            &url,
-            "--retention-check-interval-ms",
-            "200",
-        ],
-    );
+    let mut node = file_node(data.path(), store.path(), &[]);
     create_tiered_topic(&node, "kept");
     let records = 20_000;
     produce(&node, "kept", records);
@@ -693,22 +674,9 @@ fn a_stalled_store_stalls_no_other_partition() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let s3 = S3Server::start(store.path(), "strata-tier");
-    let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let admin = free_base_port(0);
-    let node = TestNode::start_with_env(
-        data.path(),
-        1,
-        &[
-            "--remote-storage",
-            "s3://strata-tier/stalled",
-            "--retention-check-interval-ms",
-            "200",
-            "--admin",
-            &format!("127.0.0.1:{admin}"),
-        ],
-        &env,
-    );
+    let admin_address = format!("127.0.0.1:{admin}");
+    let node = s3_node(data.path(), &s3, "stalled", &["--admin", &admin_address]);
     create_tiered_topic(&node, "cold");
     node.cli(&["topic", "create", "hot", "--partitions", "1"], None);
     let records = 12_000;
@@ -897,22 +865,18 @@ print(wait(admin.incremental_alter_configs([off])))
 fn the_remote_throttles_hold_transfers_to_their_rates() {
     let data = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", store.path().display());
     let admin = free_base_port(0);
-    let node = TestNode::start_with(
+    let admin_address = format!("127.0.0.1:{admin}");
+    let node = file_node(
         data.path(),
-        1,
+        store.path(),
         &[
-            "--remote-storage",
-            &url,
-            "--retention-check-interval-ms",
-            "200",
             "--remote-upload-bytes-per-sec",
             "2MiB",
             "--remote-fetch-bytes-per-sec",
             "4MiB",
             "--admin",
-            &format!("127.0.0.1:{admin}"),
+            &admin_address,
         ],
     );
     create_tiered_topic(&node, "paced");

@@ -406,6 +406,7 @@ impl Tier {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
                     .thread_name("strata-tier")
+                    .on_thread_start(yield_to_shards)
                     .enable_all()
                     .build()
                     .expect("the tier's runtime starts");
@@ -1047,6 +1048,21 @@ impl BlockOnDetached for tokio::runtime::Handle {
             let _ = tx.send(work.await);
         });
         rx.recv().expect("the tier's runtime runs")
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10): uploads and remote reads are
+/// background work, and on a host with few cores they must yield to the shards, whose produce
+/// latency they otherwise add to (measured in docs/performance.md).
+fn yield_to_shards() {
+    // SAFETY: setpriority(2) with `who` 0 changes only the calling thread's nice value on
+    // Linux (threads have their own); it touches no memory.
+    let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    if result != 0 {
+        tracing::debug!(
+            "the tier's threads keep their priority: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 

@@ -346,22 +346,16 @@ impl Shard {
                 }),
             ),
         };
-        Fetched {
-            response: FetchPartitionResponse {
-                partition: index,
-                error: ErrorCode::None,
-                high_watermark: readable.high_watermark,
-                log_start_offset: readable.log_start,
-                leader_hint: -1,
-                records: bytes,
-            },
-            served: Some(ServedRecords {
+        readable.answer(
+            index,
+            bytes,
+            ServedRecords {
                 records,
                 newest_ms,
                 started,
-            }),
-            stability: stability(&readable, aborted),
-        }
+            },
+            stability(&readable, aborted),
+        )
     }
 }
 
@@ -420,22 +414,16 @@ impl Shard {
                 .collect();
             (readable.end, aborted)
         });
-        Fetched {
-            response: FetchPartitionResponse {
-                partition: index,
-                error: ErrorCode::None,
-                high_watermark: readable.high_watermark,
-                log_start_offset: readable.log_start,
-                leader_hint: -1,
-                records: Records::Shared(bytes),
-            },
-            served: Some(ServedRecords {
+        readable.answer(
+            index,
+            Records::Shared(bytes),
+            ServedRecords {
                 records,
                 newest_ms,
                 started,
-            }),
+            },
             stability,
-        }
+        )
     }
 }
 
@@ -453,6 +441,30 @@ struct Readable {
     /// The high watermark, or for `read_committed` the last stable offset.
     end: u64,
     log_start: u64,
+}
+
+impl Readable {
+    /// A partition's answer with records.
+    fn answer(
+        &self,
+        partition: u32,
+        records: Records,
+        served: ServedRecords,
+        stability: Option<(u64, Vec<AbortedTransaction>)>,
+    ) -> Fetched {
+        Fetched {
+            response: FetchPartitionResponse {
+                partition,
+                error: ErrorCode::None,
+                high_watermark: self.high_watermark,
+                log_start_offset: self.log_start,
+                leader_hint: -1,
+                records,
+            },
+            served: Some(served),
+            stability,
+        }
+    }
 }
 
 /// Records in whole stored batches and the newest record's timestamp, from their headers (for
