@@ -605,7 +605,7 @@ impl Tier {
         &self,
         folder: String,
         segment: crate::tier::RemoteSegment,
-        next: Option<crate::tier::RemoteSegment>,
+        next: Vec<crate::tier::RemoteSegment>,
         offset: u64,
         end_offset: u64,
         max_bytes: usize,
@@ -622,7 +622,10 @@ impl Tier {
                     .index
                     .floor_by_offset(relative)
                     .map_or(0, |entry| u64::from(entry.position));
-                let ahead = next.map(|next| (format!("{folder}{}", next.stem()), next.size_bytes));
+                let ahead: Vec<(String, u64)> = next
+                    .iter()
+                    .map(|next| (format!("{folder}{}", next.stem()), next.size_bytes))
+                    .collect();
                 tier.read_ahead_past(&object, size_bytes, from, max_bytes, ahead);
                 let bytes = tier
                     .read_batches(&object, size_bytes, from, offset, end_offset, max_bytes)
@@ -902,34 +905,39 @@ impl Tier {
     }
 
     /// After a read of `max_bytes` from `from`: fetches as many bytes again (at least
-    /// [`READ_AHEAD_CHUNKS`] chunks) past it, running on into the next remote segment (`next`:
-    /// its object and size, its index and meta too), so a reader crossing segments finds them
-    /// waiting.
+    /// [`READ_AHEAD_CHUNKS`] chunks) past it, running on into the remote segments that follow
+    /// (`next`: their objects and sizes; their indexes and meta too), so a reader crossing
+    /// segments finds them waiting.
     fn read_ahead_past(
         &self,
         object: &str,
         size_bytes: u64,
         from: u64,
         max_bytes: usize,
-        next: Option<(String, u64)>,
+        next: Vec<(String, u64)>,
     ) {
         let first = chunk_of(from);
         let last = chunk_of((from + max_bytes as u64).min(size_bytes.max(1) - 1)).max(first);
-        let ahead = (last - first + 1).max(READ_AHEAD_CHUNKS);
-        let chunks_here = size_bytes.div_ceil(CHUNK_BYTES);
-        for chunk in last + 1..=last + ahead {
-            if chunk < chunks_here {
-                self.read_ahead(object, size_bytes, chunk);
-            } else if let Some((next_object, next_size)) = &next {
-                if chunk == chunks_here {
-                    let tier = self.clone();
-                    let (next_object, next_size) = (next_object.clone(), *next_size);
-                    self.runtime.spawn(async move {
-                        let _ = tier.index(&next_object, next_size).await;
-                    });
-                }
-                self.read_ahead(next_object, *next_size, chunk - chunks_here);
+        let mut wanted = (last - first + 1).max(READ_AHEAD_CHUNKS);
+        let here = size_bytes.div_ceil(CHUNK_BYTES);
+        for chunk in last + 1..here.min(last + 1 + wanted) {
+            self.read_ahead(object, size_bytes, chunk);
+            wanted -= 1;
+        }
+        for (next_object, next_size) in next {
+            if wanted == 0 {
+                break;
             }
+            let tier = self.clone();
+            let (index_object, index_size) = (next_object.clone(), next_size);
+            self.runtime.spawn(async move {
+                let _ = tier.index(&index_object, index_size).await;
+            });
+            let chunks = next_size.div_ceil(CHUNK_BYTES).min(wanted);
+            for chunk in 0..chunks {
+                self.read_ahead(&next_object, next_size, chunk);
+            }
+            wanted -= chunks;
         }
     }
 

@@ -22,6 +22,8 @@ use crate::tier::{ManifestError, RemoteManifest, RemoteSegment, SegmentState};
 
 /// How often leaders look for segments to upload and remote segments past retention.
 const TICK: Duration = Duration::from_millis(500);
+/// The remote segments after the one read that a read may fetch ahead into.
+const READ_AHEAD_SEGMENTS: usize = 8;
 /// How long uploads fail before the broker logs an error about it (and again as often).
 const UPLOAD_ALARM_AFTER: Duration = Duration::from_secs(30);
 /// How often a leader lists its partition's folder for objects no manifest entry names.
@@ -513,8 +515,15 @@ impl Shard {
             let remote = self.remote.borrow();
             let remote = remote.get(&(topic.to_string(), partition))?;
             let segment = remote.manifest.find(offset)?.clone();
-            // The one after it, for read-ahead across the boundary.
-            let next = remote.manifest.find(segment.next_offset).cloned();
+            // Those after it, for read-ahead across boundaries: as many as the read-ahead can
+            // reach (it stops at 32 MiB and more only for larger fetches).
+            let next = remote
+                .manifest
+                .copied()
+                .filter(|later| later.base_offset >= segment.next_offset)
+                .take(READ_AHEAD_SEGMENTS)
+                .cloned()
+                .collect();
             (segment, next, remote.folder.clone())
         };
         Some(
