@@ -891,3 +891,21 @@ fn the_remote_throttles_hold_transfers_to_their_rates() {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1500), "8 MB read in {took:?}");
 }
+
+/// Deleting a tiered topic deletes its remote segments and its manifest.
+#[test]
+fn deleting_a_tiered_topic_deletes_its_remote_segments() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let node = file_node(data.path(), store.path(), &[]);
+    create_tiered_topic(&node, "doomed");
+    produce(&node, "doomed", 8_000);
+    let remote_files = || walk(store.path()).len();
+    wait_for_at_most("segments to be uploaded", Duration::from_secs(60), || {
+        remote_files() >= 8
+    });
+    node.cli(&["topic", "delete", "doomed"], None);
+    wait_for_at_most("the remote segments to go", Duration::from_secs(60), || {
+        remote_files() == 0 && manifests(data.path()).is_empty()
+    });
+}

@@ -441,7 +441,7 @@ impl Tier {
     fn probe(&self) -> Result<(), TierError> {
         let store = self.store.clone();
         let prefix = ObjectPath::from(self.prefix.as_str());
-        let listed = self.runtime.block_on_detached(async move {
+        let listed = wait_on(&self.runtime, async move {
             tokio::time::timeout(
                 Duration::from_secs(10),
                 store.list_with_delimiter(Some(&prefix)),
@@ -1038,25 +1038,16 @@ fn last_offset_in(bytes: &[u8]) -> Option<u64> {
     last
 }
 
-/// Waits for a future on a runtime from a thread outside it.
-trait BlockOnDetached {
-    fn block_on_detached<T: Send + 'static>(
-        &self,
-        work: impl Future<Output = T> + Send + 'static,
-    ) -> T;
-}
-
-impl BlockOnDetached for tokio::runtime::Handle {
-    fn block_on_detached<T: Send + 'static>(
-        &self,
-        work: impl Future<Output = T> + Send + 'static,
-    ) -> T {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.spawn(async move {
-            let _ = tx.send(work.await);
-        });
-        rx.recv().expect("the tier's runtime runs")
-    }
+/// Waits, on a thread outside `runtime`, for `work` run on it.
+fn wait_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
+    work: impl Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    rx.recv().expect("the tier's runtime runs")
 }
 
 /// Lowers the calling thread's scheduling priority (nice 10): uploads and remote reads are

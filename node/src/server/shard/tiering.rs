@@ -486,8 +486,12 @@ impl Shard {
 
     /// The first offset the remote tier serves for a partition this shard leads.
     pub(in crate::server) fn remote_start(&self, topic: &str, partition: u32) -> Option<u64> {
-        self.remote
-            .borrow()
+        let remote = self.remote.borrow();
+        // Every fetch asks: a shard leading no tiered partition answers without a lookup.
+        if remote.is_empty() {
+            return None;
+        }
+        remote
             .get(&(topic.to_string(), partition))
             .and_then(|remote| remote.manifest.start_offset())
     }
