@@ -152,6 +152,49 @@ impl Default for CleanerConfig {
 }
 
 impl NodeConfig {
+    /// A node of one shard, `node_id`, keeping its data in `data_dir`, on loopback ports the
+    /// test never binds: for tests of one thread's logic.
+    #[cfg(test)]
+    pub(crate) fn for_tests(data_dir: PathBuf, node_id: i32) -> NodeConfig {
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        NodeConfig {
+            data_dir,
+            node_id,
+            cluster: "test".into(),
+            listen: loopback(1),
+            listen_protocol: security::SecurityProtocol::Plaintext,
+            more_listeners: Vec::new(),
+            advertised_host: "127.0.0.1".into(),
+            shards: 1,
+            max_frame_bytes: 64 << 20,
+            pin_cores: false,
+            tcp_congestion: None,
+            etcd: None,
+            lease_ttl: std::time::Duration::from_secs(5),
+            rack: None,
+            admin: None,
+            kafka: Vec::new(),
+            security: Default::default(),
+            kafka_auto_create_topics: false,
+            kafka_topic_defaults: Default::default(),
+            group_initial_rebalance_delay_ms: 0,
+            group_consumer_session_timeout_ms: 45_000,
+            replication: loopback(2),
+            replica_lag_time_max_ms: 10_000,
+            replica_recovery_bytes_per_sec: None,
+            tail_cache_bytes: 64 << 20,
+            leader_rebalance_interval: None,
+            offsets_retention: None,
+            retention_check_interval: std::time::Duration::from_secs(300),
+            cleaner: Default::default(),
+            quota_window: Default::default(),
+            tls: None,
+            io_properties: None,
+            clock: crate::clock::Clock::SYSTEM,
+            remote_storage: None,
+        }
+    }
+
     pub fn shard_port(&self, shard: usize) -> u16 {
         listener_shard_port(self.listen.port(), shard)
     }

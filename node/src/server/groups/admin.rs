@@ -89,7 +89,10 @@ impl<S: GroupStore> GroupManager<S> {
         }
     }
 
-    pub(super) async fn describe(&self, request: DescribeGroupRequest) -> DescribeGroupResponse {
+    pub(super) async fn describe(
+        &mut self,
+        request: DescribeGroupRequest,
+    ) -> DescribeGroupResponse {
         let mut response = DescribeGroupResponse {
             error: ErrorCode::None,
             group: request.group.clone(),
@@ -106,7 +109,7 @@ impl<S: GroupStore> GroupManager<S> {
                 return response;
             }
         };
-        response.offsets = committed(&offsets);
+        response.offsets = committed(&offsets.offsets);
         match running.map(|coordinated| &coordinated.core) {
             Some(Core::Kafka(classic)) => {
                 response.generation = classic.generation();

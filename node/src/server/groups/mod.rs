@@ -293,6 +293,43 @@ async fn serve<S: GroupStore>(
 }
 
 impl<S: GroupStore> GroupManager<S> {
+    /// A manager of node `node_id` over `store`, seeing the brokers `brokers` alive, with no
+    /// shards: for tests of the coordinator's logic.
+    #[cfg(test)]
+    fn for_tests(node_id: i32, data_dir: &std::path::Path, store: S, brokers: &[i32]) -> Self {
+        let config = NodeConfig::for_tests(data_dir.to_path_buf(), node_id);
+        let brokers = brokers
+            .iter()
+            .map(|&id| strata_coordinator::BrokerInfo {
+                id,
+                ..config.broker_info()
+            })
+            .collect();
+        let view = ClusterView {
+            brokers: Arc::new(brokers),
+            ..ClusterView::default()
+        };
+        let (own, _) = mpsc::unbounded_channel();
+        GroupManager {
+            store,
+            partitions: partition_counts(&view),
+            view,
+            groups: HashMap::new(),
+            started: config.clock.now(),
+            members_named: 0,
+            producer_ids: 0..0,
+            lags: Arc::default(),
+            kafka_waiters: HashMap::new(),
+            consumer_patterns: HashMap::new(),
+            share_groups: HashMap::new(),
+            txns: Default::default(),
+            txn_aborts_by_timeout: 0,
+            shards: Arc::default(),
+            own_mailbox: own.downgrade(),
+            config: Arc::new(config),
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         let now = self.config.clock.now();
         now.saturating_duration_since(self.started).as_millis() as u64

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use strata_coordinator::GroupStore;
-use strata_coordinator::groups::{GroupOffsets, StoredOffset, offsets_expired};
+use strata_coordinator::groups::{GroupOffsets, LoadedGroup, StoredOffset, offsets_expired};
 use strata_wire::protocol::{
     CommittedOffset, DeleteOffsetsRequest, DeleteOffsetsResponse, DeleteOffsetsTopic, ErrorCode,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    PartitionError, Response,
+    PartitionError, Response, TopicPartitions,
 };
 use tokio::sync::oneshot;
 
@@ -224,40 +224,48 @@ impl<S: GroupStore> GroupManager<S> {
         }
     }
 
+    /// The group as the store holds it (its committed offsets, and the offsets open
+    /// transactions hold pending), and the group if it runs here.
+    ///
+    /// Offsets are read from the store, never from the group running here: a broker that
+    /// missed a change of brokers (one left and came back between two views it saw) can hold
+    /// a group that another broker ran meanwhile, its offsets behind what was committed there.
+    /// The record's revision tells: another broker wrote it since this one did. The stale
+    /// group is forgotten, to be claimed afresh on its next request, as it would have been had
+    /// this broker seen the change.
     pub(super) async fn offsets_of(
-        &self,
+        &mut self,
         group: &str,
-    ) -> Result<(GroupOffsets, Option<&Coordinated>), ErrorCode> {
+    ) -> Result<(LoadedGroup, Option<&Coordinated>), ErrorCode> {
         if !self.is_coordinator(group) {
             return Err(ErrorCode::NotCoordinator);
         }
-        match self.groups.get(group) {
-            Some(coordinated) => Ok((coordinated.offsets.clone(), Some(coordinated))),
-            None => {
-                let loaded = self
-                    .store
-                    .load_group(group)
-                    .await
-                    .map_err(|e| store_error(&e))?;
-                Ok((loaded.offsets, None))
-            }
+        let loaded = self
+            .store
+            .load_group(group)
+            .await
+            .map_err(|e| store_error(&e))?;
+        if self
+            .groups
+            .get(group)
+            .is_some_and(|running| running.fence != loaded.revision)
+        {
+            tracing::info!(
+                group,
+                "another broker ran the group since this one claimed it: claiming it again"
+            );
+            self.groups.remove(group);
+            self.fail_kafka_waiters(group, ErrorCode::NotCoordinator);
         }
+        Ok((loaded, self.groups.get(group)))
     }
 
     pub(super) async fn fetch_offsets(
         &mut self,
         request: OffsetFetchRequest,
     ) -> OffsetFetchResponse {
-        if request.require_stable.0
-            && self.txn_offsets_pending(&request.group, request.topics.as_deref())
-        {
-            return OffsetFetchResponse {
-                error: ErrorCode::UnstableOffsetCommit,
-                offsets: Vec::new(),
-            };
-        }
-        let offsets = match self.offsets_of(&request.group).await {
-            Ok((offsets, _)) => offsets,
+        let loaded = match self.offsets_of(&request.group).await {
+            Ok((loaded, _)) => loaded,
             Err(error) => {
                 return OffsetFetchResponse {
                     error,
@@ -265,6 +273,16 @@ impl<S: GroupStore> GroupManager<S> {
                 };
             }
         };
+        if request.require_stable.0
+            && let Some(record) = &loaded.record
+            && txn_offsets_pending(&record.pending_txn_offsets, request.topics.as_deref())
+        {
+            return OffsetFetchResponse {
+                error: ErrorCode::UnstableOffsetCommit,
+                offsets: Vec::new(),
+            };
+        }
+        let offsets = loaded.offsets;
         let offsets = match request.topics {
             None => committed(&offsets),
             Some(topics) => from_wire(topics)
@@ -362,5 +380,132 @@ fn subscribed_topics(core: &Core) -> Subscribed {
             Subscribed::Topics(topics)
         }
         Core::Kafka(_) => Subscribed::NotAConsumerGroup,
+    }
+}
+
+/// Whether an open transaction's offsets (`pending`, by producer id) are pending for one of
+/// `topics` (all: any); an OffsetFetch with `require_stable` is answered
+/// UNSTABLE_OFFSET_COMMIT then.
+fn txn_offsets_pending(
+    pending: &BTreeMap<i64, GroupOffsets>,
+    topics: Option<&[TopicPartitions]>,
+) -> bool {
+    pending.values().any(|offsets| match topics {
+        None => !offsets.is_empty(),
+        Some(topics) => topics.iter().any(|asked| {
+            offsets.get(&asked.topic).is_some_and(|partitions| {
+                asked.partitions.iter().any(|p| partitions.contains_key(p))
+            })
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_coordinator::groups::LocalGroupStore;
+    use strata_wire::protocol::{
+        Appended, OffsetCommitPartition, OffsetCommitTopic, TxnOffsetCommitRequest, TxnProducer,
+    };
+
+    use super::*;
+
+    fn fetch(group: &str, require_stable: bool) -> OffsetFetchRequest {
+        OffsetFetchRequest {
+            group: group.into(),
+            topics: Some(vec![TopicPartitions {
+                topic: "in".into(),
+                partitions: vec![0],
+            }]),
+            require_stable: Appended(require_stable),
+        }
+    }
+
+    fn txn_commit(group: &str, offset: u64) -> TxnOffsetCommitRequest {
+        TxnOffsetCommitRequest {
+            producer: TxnProducer {
+                transactional_id: "t".into(),
+                producer_id: 7,
+                producer_epoch: 0,
+            },
+            group: group.into(),
+            member_id: String::new(),
+            generation: -1,
+            topics: vec![OffsetCommitTopic {
+                name: "in".into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 0,
+                    offset,
+                    metadata: String::new(),
+                }],
+            }],
+        }
+    }
+
+    /// Two brokers on one store, each seeing itself alone alive: how two views look to a
+    /// broker that missed the other's coming and going. What the second commits, the first
+    /// answers, although it ran the group before and never heard it move.
+    #[tokio::test]
+    async fn a_broker_that_missed_the_group_moving_answers_offsets_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = || LocalGroupStore::open(dir.path().join("__cluster")).unwrap();
+        let mut first = GroupManager::for_tests(1, dir.path(), store(), &[1]);
+        let mut second = GroupManager::for_tests(2, dir.path(), store(), &[2]);
+        first
+            .claim("g")
+            .await
+            .expect("the first broker runs the group");
+        let answer = first.fetch_offsets(fetch("g", true)).await;
+        assert_eq!(
+            (answer.error, answer.offsets[0].offset),
+            (ErrorCode::None, -1)
+        );
+
+        // The group moves to the second broker, which commits a transaction's offsets.
+        second
+            .claim("g")
+            .await
+            .expect("the second broker takes the group");
+        assert_eq!(
+            second.txn_offset_commit(txn_commit("g", 40)).await.error,
+            ErrorCode::None
+        );
+        let pending = first.fetch_offsets(fetch("g", true)).await;
+        assert_eq!(
+            pending.error,
+            ErrorCode::UnstableOffsetCommit,
+            "offsets pending in a transaction are unstable wherever the group ran"
+        );
+        assert!(
+            !first.groups.contains_key("g"),
+            "the stale group is forgotten"
+        );
+        assert_eq!(
+            second.settle_txn_offsets("g", 7, true).await,
+            ErrorCode::None
+        );
+
+        // Back at the first broker, which claims the group again on its next request.
+        let answer = first.fetch_offsets(fetch("g", true)).await;
+        assert_eq!(
+            (answer.error, answer.offsets[0].offset),
+            (ErrorCode::None, 40)
+        );
+        first
+            .claim("g")
+            .await
+            .expect("the first broker runs the group again");
+        assert_eq!(
+            first.txn_offset_commit(txn_commit("g", 55)).await.error,
+            ErrorCode::None
+        );
+        assert_eq!(
+            first.settle_txn_offsets("g", 7, true).await,
+            ErrorCode::None
+        );
+        let answer = second.fetch_offsets(fetch("g", false)).await;
+        assert_eq!(
+            (answer.error, answer.offsets[0].offset),
+            (ErrorCode::None, 55)
+        );
     }
 }

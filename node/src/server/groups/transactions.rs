@@ -552,29 +552,6 @@ impl<S: GroupStore> GroupManager<S> {
             .err()
             .unwrap_or(ErrorCode::None)
     }
-
-    /// Whether an open transaction's offsets are pending for one of `topics` of `group`
-    /// (an OffsetFetch with `require_stable` is answered UNSTABLE_OFFSET_COMMIT then).
-    pub(super) fn txn_offsets_pending(
-        &self,
-        group: &str,
-        topics: Option<&[TopicPartitions]>,
-    ) -> bool {
-        let Some(coordinated) = self.groups.get(group) else {
-            return false;
-        };
-        coordinated
-            .pending_txn_offsets
-            .values()
-            .any(|offsets| match topics {
-                None => !offsets.is_empty(),
-                Some(topics) => topics.iter().any(|asked| {
-                    offsets.get(&asked.topic).is_some_and(|partitions| {
-                        asked.partitions.iter().any(|p| partitions.contains_key(p))
-                    })
-                }),
-            })
-    }
 }
 
 /// A stored record as DescribeTransactions answers it.
