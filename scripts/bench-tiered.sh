@@ -101,7 +101,7 @@ for round in $(seq 1 "$rounds"); do
         "$strata" topic delete $topic --bootstrap $boot >/dev/null
     done
 done
-echo "remote fetches: $(metric strata_remote_fetches_total), $(metric strata_remote_fetch_micros_total) us; cache hits $(metric strata_remote_cache_hits_total), misses $(metric strata_remote_cache_misses_total)"
+echo "remote fetches: $(metric strata_remote_fetch_latency_seconds_count), $(metric strata_remote_fetch_latency_seconds_sum) s; cache hits $(metric strata_remote_cache_hits_total), misses $(metric strata_remote_cache_misses_total)"
 
 echo "# produce latency: $rate records/s of 1 KiB for $duration, acks=1"
 for round in $(seq 1 "$rounds"); do

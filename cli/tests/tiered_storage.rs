@@ -890,6 +890,16 @@ fn the_remote_throttles_hold_transfers_to_their_rates() {
     });
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1500), "8 MB read in {took:?}");
+    // Two 4 MiB chunks at least, each timed from its request to its whole answer.
+    let fetches = metric(admin, "strata_remote_fetch_latency_seconds_count");
+    assert!(fetches >= 2.0, "{fetches} remote fetches timed");
+    assert_eq!(
+        metric(
+            admin,
+            "strata_remote_fetch_latency_seconds_bucket{le=\"+Inf\"}"
+        ),
+        fetches
+    );
 }
 
 /// Deleting a tiered topic deletes its remote segments and its manifest.
@@ -908,4 +918,266 @@ fn deleting_a_tiered_topic_deletes_its_remote_segments() {
     wait_for_at_most("the remote segments to go", Duration::from_secs(60), || {
         remote_files() == 0 && manifests(data.path()).is_empty()
     });
+}
+
+/// A follower rebuilt from an empty disk starts at its leader's local log start and takes
+/// the producer state there from the remote tier (the producer snapshot uploaded with the
+/// segment ending there): an idempotent producer whose every batch lies in the remote tier
+/// goes on producing, with its next sequence, once that follower leads. Without that state
+/// the new leader would not know the producer and refuse its sequence.
+#[test]
+fn a_rebuilt_follower_takes_the_producer_state_below_its_start_from_the_remote_tier() {
+    let etcd = strata_coordinator::testing::EtcdServer::start();
+    let store = tempfile::tempdir().unwrap();
+    let tier = format!("file://{}", store.path().display());
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut brokers: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let mut args = support::etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--remote-storage", &tier]);
+            args.extend_from_slice(&["--retention-check-interval-ms", "200"]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    let topic = "idempotent-history";
+    brokers[0].cli(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "2",
+            "--config",
+            "segment.bytes=1048576",
+            "--config",
+            "remote.storage.enable=true",
+            "--config",
+            "local.retention.bytes=2097152",
+        ],
+        None,
+    );
+    let bootstrap = format!("{},{}", brokers[0].bootstrap(), brokers[1].bootstrap());
+    let runtime = runtime();
+    let idempotent = runtime.block_on(async {
+        let client = Client::connect(ClientConfig::new(&bootstrap))
+            .await
+            .unwrap();
+        Producer::new(
+            client,
+            ProducerConfig {
+                idempotent: true,
+                ..ProducerConfig::default()
+            },
+        )
+    });
+    let send_idempotent = |from: u64, to: u64| {
+        runtime.block_on(async {
+            let mut acks = Vec::new();
+            for offset in from..to {
+                let record = ProducerRecord::new(topic, None, value_of(offset));
+                acks.push(idempotent.send(record).await.unwrap());
+            }
+            idempotent.flush().await.unwrap();
+            for (offset, ack) in (from..).zip(acks) {
+                let written = ack.await.unwrap_or_else(|error| {
+                    panic!("the idempotent producer's record {offset}: {error}")
+                });
+                assert_eq!(written.offset, offset as i64);
+            }
+        })
+    };
+    // The idempotent producer's batches, then others' until its are all in the remote tier.
+    send_idempotent(0, 2_000);
+    produce_from(&brokers[0], topic, 2_000, 10_000);
+    let leader = support::leaders(&brokers[0], topic)[0];
+    let (leader, follower) = ((leader - 1) as usize, (2 - leader) as usize);
+    let local_start = || {
+        support::describe(&brokers[leader], topic)["partitions"][0]["local_log_start_offset"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_for_at_most(
+        "the idempotent producer's batches to leave the leader's disk",
+        Duration::from_secs(120),
+        || local_start() > 2_000,
+    );
+
+    // The follower loses its disk and comes back empty: it starts at the leader's local
+    // log start.
+    brokers[follower].kill();
+    std::fs::remove_dir_all(dirs[follower].path()).unwrap();
+    std::fs::create_dir(dirs[follower].path()).unwrap();
+    brokers[follower].respawn();
+    let in_sync = || {
+        support::describe(&brokers[leader], topic)["partitions"][0]["isr"]
+            .as_array()
+            .is_some_and(|isr| isr.len() == 2)
+    };
+    wait_for_at_most(
+        "the rebuilt follower in sync",
+        Duration::from_secs(120),
+        in_sync,
+    );
+    assert!(
+        topic_snapshots(dirs[follower].path(), topic) >= 1,
+        "the rebuilt follower keeps the producer state it took"
+    );
+
+    // It leads, and the producer goes on where it was.
+    brokers[leader].kill();
+    wait_for_at_most(
+        "the rebuilt follower leads",
+        Duration::from_secs(60),
+        || support::leaders(&brokers[follower], topic)[0] == follower as i64 + 1,
+    );
+    send_idempotent(10_000, 10_100);
+    read_all_natively(&brokers[follower], topic, 10_100);
+}
+
+/// Producer snapshot files in a topic's partition-0 folder under `data`.
+fn topic_snapshots(data: &Path, topic: &str) -> usize {
+    walk(&data.join(format!("{topic}-0")))
+        .iter()
+        .filter(|entry| {
+            entry.file_name() == "producer-snapshot" && entry.metadata().is_ok_and(|m| m.len() > 0)
+        })
+        .count()
+}
+
+/// DeleteRecords below the local log start, on three brokers: the log start moves into the
+/// remote tier at once, the remote segments wholly below it are deleted, and a new leader
+/// (the old one killed) starts the log there too and serves every record from it.
+#[test]
+fn delete_records_below_the_local_start_moves_the_remote_start_on_three_brokers() {
+    let etcd = strata_coordinator::testing::EtcdServer::start();
+    let store = tempfile::tempdir().unwrap();
+    let tier = format!("file://{}", store.path().display());
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut brokers: Vec<TestNode> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let mut args = support::etcd_args(&etcd, &id);
+            args.extend_from_slice(&["--remote-storage", &tier]);
+            args.extend_from_slice(&["--retention-check-interval-ms", "200"]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    let topic = "trimmed";
+    brokers[0].cli(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--config",
+            "segment.bytes=1048576",
+            "--config",
+            "remote.storage.enable=true",
+            "--config",
+            "local.retention.bytes=2097152",
+        ],
+        None,
+    );
+    let records = 10_000;
+    produce(&brokers[0], topic, records);
+    let partition = |node: &TestNode| support::describe(node, topic)["partitions"][0].clone();
+    wait_for_at_most(
+        "the leader's local log to start past 6000",
+        Duration::from_secs(120),
+        || partition(&brokers[0])["local_log_start_offset"].as_u64() > Some(6_000),
+    );
+    assert_eq!(partition(&brokers[0])["log_start_offset"], 0);
+    brokers[0].cli(
+        &[
+            "topic",
+            "delete-records",
+            topic,
+            "--partition",
+            "0",
+            "--before",
+            "3000",
+        ],
+        None,
+    );
+    assert_eq!(partition(&brokers[0])["log_start_offset"], 3_000);
+    let remote_segment_ends = || -> Vec<u64> {
+        walk(store.path())
+            .iter()
+            .filter(|entry| entry.path().extension().is_some_and(|x| x == "meta"))
+            .map(|entry| {
+                let meta: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
+                meta["next_offset"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    wait_for_at_most(
+        "the remote segments below 3000 deleted",
+        Duration::from_secs(60),
+        || remote_segment_ends().iter().all(|&end| end > 3_000),
+    );
+    assert!(
+        remote_segment_ends().iter().any(|&end| end <= 6_000),
+        "the remote tier still holds what lies between"
+    );
+
+    // Every earliest offset any leader tells, from before the kill until the new leader's
+    // manifest is claimed: always the remote start, never the new leader's local one.
+    let leader = support::leaders(&brokers[0], topic)[0] as usize - 1;
+    let survivor = (leader + 1) % 3;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let (stop, bootstrap) = (stop.clone(), brokers[survivor].bootstrap());
+        std::thread::spawn(move || earliest_offsets_told(&bootstrap, topic, &stop))
+    };
+    brokers[leader].kill();
+    wait_for_at_most("a new leader", Duration::from_secs(60), || {
+        let now = support::leaders(&brokers[survivor], topic)[0];
+        now > 0 && now as usize - 1 != leader
+    });
+    // At once: until the new leader has claimed the manifest, it does not yet know where the
+    // log starts, and says so (retriable) rather than answer from its local log alone.
+    read_natively(&brokers[survivor], topic, 3_000, records);
+    assert_eq!(partition(&brokers[survivor])["log_start_offset"], 3_000);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let told = probe.join().unwrap();
+    assert!(!told.is_empty());
+    assert!(
+        told.iter().all(|&start| start == 3_000),
+        "earliest offsets told across the failover: {told:?}"
+    );
+}
+
+/// Asks for `topic`-0's earliest offset without retrying, over and over until `stop`: the
+/// offsets told (errors, a leader moving, are skipped).
+fn earliest_offsets_told(
+    bootstrap: &str,
+    topic: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<u64> {
+    runtime().block_on(async {
+        let client = Client::connect(ClientConfig::new(bootstrap)).await.unwrap();
+        let mut told = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match client.list_offset(topic, 0, -2).await {
+                Ok(Some(start)) => told.push(start),
+                Ok(None) => {}
+                Err(_) => {
+                    let _ = client.refresh_metadata().await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        told
+    })
 }

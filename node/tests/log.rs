@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use common::*;
 use proptest::prelude::*;
 use strata_node::clock::Clock;
@@ -2082,7 +2082,7 @@ fn leader_epochs_are_recorded_truncated_and_rebuilt() {
             vec![(1, 0), (3, 4)],
             "rebuilt from the batches"
         );
-        log.restart_at(100, 0).await.unwrap();
+        log.restart_at(100, StateBelow::default(), 0).await.unwrap();
         assert_eq!(log.log_start_offset(), 100);
         assert_eq!(log.log_end_offset(), 100);
         assert!(log.epochs().entries().is_empty());
@@ -2094,8 +2094,8 @@ fn leader_epochs_are_recorded_truncated_and_rebuilt() {
 
 // ---- Idempotent producers -------------------------------------------------------------------
 
-use strata_node::log::PRODUCER_SNAPSHOT_FILE_NAME;
 use strata_node::log::producers::{PRODUCER_EXPIRATION_MS, ProducerError, ProducerStates};
+use strata_node::log::{PRODUCER_SNAPSHOT_FILE_NAME, StateBelow};
 use strata_wire::batch::BatchBuilder;
 
 /// One idempotent batch of `count` records: producer `producer_id` at `epoch`, sequences from
@@ -2427,7 +2427,7 @@ fn truncation_forgets_the_cut_batches() {
         drop(log);
         let mut log = open(&storage, &sim_dir(), &config).await;
         assert_eq!(log.producers(), &expected);
-        log.restart_at(50, 0).await.unwrap();
+        log.restart_at(50, StateBelow::default(), 0).await.unwrap();
         assert!(log.producers().is_empty());
         drop(log);
         let log = open(&storage, &sim_dir(), &config).await;
@@ -2852,5 +2852,94 @@ fn a_conditional_append_is_written_only_where_the_log_ends_as_expected() {
             .append_group_from(vec![at(6, producer_batch(9, 0, 2, 1, 0))], 0)
             .await;
         assert_eq!(next[0].as_ref().unwrap().base_offset, 6);
+    });
+}
+
+/// A tiered partition keeps the producer state at each segment's end, taken as it rolls and
+/// before the batches that made it roll count (`<offset>.snapshot`), and removes it with the
+/// segment it starts. A log started over at that offset with it and the epochs below knows
+/// the producers: a retry of their last batch is a duplicate and their next sequence goes on.
+#[test]
+fn a_tiered_log_keeps_the_producer_state_at_each_segment_end_for_a_restart_there() {
+    block_on(async {
+        let storage = SimStorage::new(107);
+        let mut config = small_config(4096, FlushPolicy::Always);
+        config.remote_storage = true;
+        let mut log = open(&storage, &sim_dir(), &config).await;
+        let appended = append_producers(&mut log, 12, 0).await;
+        let bases = log.segment_bases();
+        assert!(bases.len() >= 3, "rolled: {bases:?}");
+        let snapshot_at = |base: u64| sim_dir().join(format!("{base:020}.snapshot"));
+        for &base in &bases[1..] {
+            let bytes = storage
+                .contents(&snapshot_at(base))
+                .expect("a snapshot per roll");
+            let snapshot = ProducerStates::decode(&bytes).unwrap();
+            assert_eq!(snapshot.offset, base, "the state at the segment's base");
+            for (producer_id, entry) in snapshot.states.iter() {
+                let last = entry.last().unwrap();
+                assert!(
+                    last.last_offset < base,
+                    "producer {producer_id} counts a batch at or past {base}"
+                );
+            }
+        }
+        // Restarted at the second segment's base with what lay below it.
+        let base = bases[1];
+        let below = StateBelow {
+            producer_snapshot: storage.contents(&snapshot_at(base)).map(Bytes::from),
+            epochs: log.epochs().entries().to_vec(),
+        };
+        let expected = ProducerStates::decode(below.producer_snapshot.as_deref().unwrap())
+            .unwrap()
+            .states;
+        let other = sim_dir().join("other");
+        let mut restarted = open(&storage, &other, &config).await;
+        restarted.restart_at(base, below, 0).await.unwrap();
+        assert_eq!(restarted.producers(), &expected);
+        assert_eq!(
+            restarted
+                .epochs()
+                .entries()
+                .iter()
+                .map(|e| e.epoch)
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
+        let (producer_id, sequence, info) = appended
+            .iter()
+            .rev()
+            .find(|(_, _, info)| info.last_offset < base)
+            .copied()
+            .unwrap();
+        let count = (info.last_offset - info.base_offset + 1) as usize;
+        let retry = restarted
+            .append(producer_batch(producer_id, 0, sequence, count, 0), 1, 0)
+            .await
+            .unwrap();
+        assert!(
+            duplicate_of(info.base_offset, info.last_offset)(&retry),
+            "{retry:?}"
+        );
+        let next = producer_batch(producer_id, 0, sequence + count as i32, 1, 0);
+        let info = restarted.append(next, 1, 0).await.unwrap();
+        assert_eq!(
+            info.base_offset, base,
+            "the producer's next sequence goes on"
+        );
+
+        // A snapshot for another offset is not taken.
+        let mut restarted = open(&storage, &sim_dir().join("third"), &config).await;
+        let wrong = StateBelow {
+            producer_snapshot: storage.contents(&snapshot_at(bases[2])).map(Bytes::from),
+            epochs: Vec::new(),
+        };
+        restarted.restart_at(base, wrong, 0).await.unwrap();
+        assert!(restarted.producers().is_empty());
+
+        // Retention removes a segment's start snapshot with it.
+        log.delete_records_before(bases[2], 0).await.unwrap();
+        assert!(storage.contents(&snapshot_at(bases[1])).is_none());
+        assert!(storage.contents(&snapshot_at(bases[2])).is_some());
     });
 }

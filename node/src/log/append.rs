@@ -139,6 +139,7 @@ impl<S: Storage> PartitionLog<S> {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.check_writable()?;
+        self.roll_ahead(batches.len() as u64, now_ms).await?;
         self.headers.clear();
         let stamped = self.stamp_request(
             &mut batches,
@@ -180,7 +181,12 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Vec<Result<AppendInfo, LogError>> {
         let mut results: Vec<Option<Result<AppendInfo, LogError>>> =
             (0..requests.len()).map(|_| None).collect();
-        if let Err(error) = self.check_writable() {
+        let incoming: usize = requests.iter().map(|(batches, ..)| batches.len()).sum();
+        let ready = match self.check_writable() {
+            Ok(()) => self.roll_ahead(incoming as u64, now_ms).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = ready {
             return results.iter().map(|_| Err(error.clone())).collect();
         }
         self.headers.clear();
@@ -421,6 +427,7 @@ impl<S: Storage> PartitionLog<S> {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.take_compacted_overlap(&batches, now_ms).await?;
+        self.roll_ahead(batches.len() as u64, now_ms).await?;
         self.check_replicated(&batches)?;
         self.write_batches(Buffers::One(batches), true, now_ms)
             .await?;
@@ -434,6 +441,8 @@ impl<S: Storage> PartitionLog<S> {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.take_compacted_overlap(placed.batches(), now_ms)
+            .await?;
+        self.roll_ahead(placed.batches().len() as u64, now_ms)
             .await?;
         self.check_replicated(placed.batches())?;
         self.write_batches(Buffers::Placed(placed), true, now_ms)
@@ -711,6 +720,21 @@ impl<S: Storage> PartitionLog<S> {
             .is_some_and(|segment_ms| now_ms - active.opened_at_ms >= segment_ms);
         let offsets_overflow = incoming_last_offset - active.base_offset > u64::from(u32::MAX);
         too_big || too_old || offsets_overflow
+    }
+
+    /// Rolls before an append of `incoming_bytes` that would not fit the active segment (or
+    /// finds it too old), while the producer state still matches the log end: the snapshot
+    /// taken here is the state at the new segment's base, which a tiered partition uploads
+    /// with the segment it closes. Sized by the bytes, an upper bound of the records too.
+    /// `write_batches` rolls as well, should this not have.
+    async fn roll_ahead(&mut self, incoming_bytes: u64, now_ms: i64) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        if !self.should_roll(incoming_bytes, end + incoming_bytes, now_ms) {
+            return Ok(());
+        }
+        self.roll(now_ms).await?;
+        self.snapshot_producers(now_ms).await;
+        Ok(())
     }
 
     /// Starts a new active segment at the log end.

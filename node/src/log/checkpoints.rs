@@ -23,6 +23,9 @@ pub const LOG_START_FILE_NAME: &str = "log-start-offset";
 
 /// The idempotent-producer snapshot inside the partition folder (see [`producers`]).
 pub const PRODUCER_SNAPSHOT_FILE_NAME: &str = "producer-snapshot";
+/// The extension of a tiered partition's producer snapshot at a segment's end, named by that
+/// offset (the next segment's base): `<offset>.snapshot`.
+pub const PRODUCER_SNAPSHOT_EXTENSION: &str = "snapshot";
 
 pub(super) fn encode_high_watermark(high_watermark: u64) -> [u8; 12] {
     let mut bytes = [0u8; 12];
@@ -127,15 +130,27 @@ impl<S: Storage> PartitionLog<S> {
     pub(super) async fn snapshot_producers(&mut self, now_ms: i64) {
         self.producers.expire(now_ms);
         let offset = self.log_end_offset();
-        let bytes = self.producers.encode(offset);
+        let bytes = Bytes::from(self.producers.encode(offset));
         // Whatever happens below, the file may now claim `offset`.
         self.producer_snapshot_offset_max = self.producer_snapshot_offset_max.max(offset);
         let path = self.dir.join(PRODUCER_SNAPSHOT_FILE_NAME);
-        let written = self.rewrite_checkpoint(&path, Bytes::from(bytes)).await;
+        let written = self.rewrite_checkpoint(&path, bytes.clone()).await;
         match written {
             Ok(()) => self.producer_snapshot_offset_max = offset,
             Err(error) => {
                 tracing::warn!(dir = %self.dir.display(), "writing the producer snapshot failed: {error}");
+            }
+        }
+        // A segment just closed: a tiered partition keeps the producer state at its end, to
+        // go up to the remote tier with it (a replica that starts at a later local log start
+        // takes its producer state from there).
+        let rolled = self.segments.len() > 1
+            && self.active().is_empty()
+            && self.active().base_offset == offset;
+        if self.config.remote_storage && rolled {
+            let path = self.segment_path(offset, PRODUCER_SNAPSHOT_EXTENSION);
+            if let Err(error) = self.rewrite_checkpoint(&path, bytes).await {
+                tracing::warn!(path = %path.display(), "writing a segment's producer snapshot failed: {error}");
             }
         }
     }

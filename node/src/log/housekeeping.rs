@@ -7,11 +7,12 @@ use super::error::LogError;
 use std::io;
 use std::sync::Arc;
 
+use super::checkpoints::PRODUCER_SNAPSHOT_EXTENSION;
 use super::producers::ProducerStates;
 use super::recovery_point::RecoveryPoint;
 use super::segment::Segment;
 use crate::io::{Storage, StorageFile};
-use crate::replication::EpochCache;
+use crate::replication::{EpochCache, EpochEntry};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RetentionReport {
@@ -19,14 +20,48 @@ pub struct RetentionReport {
     pub deleted_bytes: u64,
 }
 
+/// What a log started over at an offset takes from below it, when it can be had (from the
+/// remote tier of a tiered partition): the producer state there, as a snapshot's bytes, and
+/// the leader epochs of the records just below.
+#[derive(Debug, Clone, Default)]
+pub struct StateBelow {
+    pub producer_snapshot: Option<bytes::Bytes>,
+    pub epochs: Vec<EpochEntry>,
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// Removes every batch and starts over, empty, at `offset` (a follower whose leader no
-    /// longer holds the follower's log end: retention removed it). Returns `offset`.
-    pub async fn restart_at(&mut self, offset: u64, now_ms: i64) -> Result<u64, LogError> {
+    /// longer holds the follower's log end: retention removed it, or it lies in the remote
+    /// tier). The producer state and the epochs start from `below`: those of a snapshot for
+    /// another offset, or damaged, are not taken. Returns `offset`.
+    pub async fn restart_at(
+        &mut self,
+        offset: u64,
+        below: StateBelow,
+        now_ms: i64,
+    ) -> Result<u64, LogError> {
         self.check_writable()?;
         self.tail_cache.clear();
         self.discard_producer_snapshot().await?;
         self.producers = ProducerStates::default();
+        let restored = below
+            .producer_snapshot
+            .as_deref()
+            .map(ProducerStates::decode)
+            .and_then(|decoded| {
+                decoded
+                    .inspect_err(|error| {
+                        tracing::warn!(dir = %self.dir.display(), "the producer snapshot from below the log start is not taken: {error}");
+                    })
+                    .ok()
+            });
+        match restored {
+            Some(snapshot) if snapshot.offset == offset => self.producers = snapshot.states,
+            Some(snapshot) => {
+                tracing::warn!(dir = %self.dir.display(), snapshot = snapshot.offset, offset, "the producer snapshot from below the log start is for another offset: not taken");
+            }
+            None => {}
+        }
         let log_start = offset;
         if self.deleted_before > log_start {
             self.deleted_before = log_start;
@@ -47,9 +82,13 @@ impl<S: Storage> PartitionLog<S> {
             position: 0,
         })
         .await;
-        if !self.epochs.entries().is_empty() {
-            self.epochs = EpochCache::default();
+        let epochs = epochs_below(&below.epochs, log_start);
+        if self.epochs != epochs {
+            self.epochs = epochs;
             self.persist_epochs().await?;
+        }
+        if self.producers != ProducerStates::default() {
+            self.snapshot_producers(now_ms).await;
         }
         self.high_watermark_checkpoint = self.high_watermark_checkpoint.min(log_start);
         Ok(log_start)
@@ -66,7 +105,9 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(self.log_end_offset());
         }
         if offset <= log_start {
-            return self.restart_at(log_start, now_ms).await;
+            return self
+                .restart_at(log_start, StateBelow::default(), now_ms)
+                .await;
         }
         if self.producer_snapshot_offset_max > offset {
             // Before the data: a crash after the cut must not find a snapshot of cut batches.
@@ -246,7 +287,10 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     pub(super) async fn remove_segment_files(&mut self, base_offset: u64) -> Result<(), LogError> {
-        for extension in ["log", "index", "timeindex"] {
+        // A segment's files, and the producer snapshot at its base (the end of the segment
+        // before it, which is gone or going).
+        let extensions = ["log", "index", "timeindex", PRODUCER_SNAPSHOT_EXTENSION];
+        for extension in extensions {
             let path = self.segment_path(base_offset, extension);
             match self.storage.remove_file(&path).await {
                 Ok(()) => {}
@@ -263,4 +307,23 @@ impl<S: Storage> PartitionLog<S> {
         self.sync_dir().await?;
         Ok(())
     }
+}
+
+/// The epoch cache of a log starting at `log_start` from `entries` (those of the records just
+/// below it): the one in force there and none after. Entries out of order are not taken.
+fn epochs_below(entries: &[EpochEntry], log_start: u64) -> EpochCache {
+    let ordered = entries
+        .windows(2)
+        .all(|pair| pair[0].epoch < pair[1].epoch && pair[0].start_offset <= pair[1].start_offset);
+    let mut epochs = EpochCache::default();
+    if ordered {
+        for entry in entries
+            .iter()
+            .filter(|entry| entry.start_offset < log_start)
+        {
+            epochs.assign(entry.epoch, entry.start_offset);
+        }
+        epochs.trim_before(log_start);
+    }
+    epochs
 }

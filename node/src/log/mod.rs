@@ -70,7 +70,7 @@ pub use self::config::{
 };
 pub use self::error::LogError;
 pub use self::flush::{FlushJob, FlushOutcome};
-pub use self::housekeeping::RetentionReport;
+pub use self::housekeeping::{RetentionReport, StateBelow};
 pub use self::read::{
     FileRead, FileRegion, PlannedRead, PlannedSend, REGION_MIN_BYTES, RegionBatch, Served,
 };

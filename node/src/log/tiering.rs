@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::PartitionLog;
+use super::checkpoints::PRODUCER_SNAPSHOT_EXTENSION;
 use super::transactions::AbortedTxn;
 use crate::io::Storage;
 use crate::replication::EpochEntry;
@@ -28,6 +29,9 @@ pub struct SegmentUpload {
     /// The aborted transactions with records in it (`read_committed` fetches from the remote
     /// tier skip them).
     pub aborted: Vec<AbortedTxn>,
+    /// The producer snapshot at its end (`<next_offset>.snapshot`), written when it closed;
+    /// absent for a segment closed before the topic was tiered.
+    pub producer_snapshot: PathBuf,
 }
 
 /// The closed segments holding records at or past the remote end: what waits on the local
@@ -84,6 +88,7 @@ impl<S: Storage> PartitionLog<S> {
                 .aborted_between(base, next)
                 .copied()
                 .collect(),
+            producer_snapshot: self.segment_path(next, PRODUCER_SNAPSHOT_EXTENSION),
         })
     }
 

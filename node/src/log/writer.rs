@@ -97,6 +97,7 @@ enum Command {
     },
     RestartAt {
         offset: u64,
+        below: super::StateBelow,
         reply: oneshot::Sender<Result<u64, LogError>>,
     },
     CheckpointHighWatermark {
@@ -429,10 +430,15 @@ impl LogHandle {
             .await?
     }
 
-    /// Empties the log and starts it at `offset`.
-    pub async fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
-        self.ask(|reply| Command::RestartAt { offset, reply })
-            .await?
+    /// Empties the log and starts it at `offset`, with the producer state and epochs of
+    /// `below`.
+    pub async fn restart_at(&self, offset: u64, below: super::StateBelow) -> Result<u64, LogError> {
+        self.ask(|reply| Command::RestartAt {
+            offset,
+            below,
+            reply,
+        })
+        .await?
     }
 
     /// Makes everything written so far durable; returns the durable end.
@@ -1081,13 +1087,7 @@ impl<S: Storage> LogTask<S> {
                 last_fetched_epoch,
                 reply,
             } => {
-                let divergence = replication::diverging(
-                    log.epochs(),
-                    log.log_end_offset(),
-                    fetch_offset,
-                    last_fetched_epoch,
-                );
-                let _ = reply.send((divergence, offsets_of(log)));
+                let _ = reply.send(diverging(log, fetch_offset, last_fetched_epoch));
             }
             Command::TruncateDiverged { divergence, reply } => {
                 let cut =
@@ -1096,9 +1096,13 @@ impl<S: Storage> LogTask<S> {
                 self.finish().await;
                 let _ = reply.send(self.log.truncate_to(cut, now_ms).await);
             }
-            Command::RestartAt { offset, reply } => {
+            Command::RestartAt {
+                offset,
+                below,
+                reply,
+            } => {
                 self.finish().await;
-                let _ = reply.send(self.log.restart_at(offset, now_ms).await);
+                let _ = reply.send(self.log.restart_at(offset, below, now_ms).await);
             }
             Command::CheckpointHighWatermark { high_watermark } => {
                 log.checkpoint_high_watermark(high_watermark).await;
@@ -1242,6 +1246,22 @@ fn summary_of<S: Storage>(log: &PartitionLog<S>) -> LogSummary {
         producers,
         open_transactions: log.producers().transactions().open().clone(),
     }
+}
+
+/// Where a follower fetching at `fetch_offset` after `last_fetched_epoch` diverges from `log`,
+/// and the log's offsets.
+fn diverging<S: Storage>(
+    log: &PartitionLog<S>,
+    fetch_offset: u64,
+    last_fetched_epoch: Option<u32>,
+) -> (Option<Divergence>, LogOffsets) {
+    let divergence = replication::diverging(
+        log.epochs(),
+        log.log_end_offset(),
+        fetch_offset,
+        last_fetched_epoch,
+    );
+    (divergence, offsets_of(log))
 }
 
 fn offsets_of<S: Storage>(log: &PartitionLog<S>) -> LogOffsets {

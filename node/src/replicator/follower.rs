@@ -150,8 +150,13 @@ impl<N: ReplicaNetwork> Driver<N> {
             FollowerAction::RestartAt(offset) => {
                 tracing::warn!(%topic, partition = index, from = self.follower.log_end(), to = offset,
                     "the leader no longer holds our log end: starting over at its log start");
+                let below = self
+                    .network
+                    .state_below(topic, index, offset)
+                    .await
+                    .unwrap_or_default();
                 let done = log
-                    .restart_at(offset)
+                    .restart_at(offset, below)
                     .await
                     .inspect_err(|error| {
                         tracing::error!(%topic, partition = index, "starting over: {error}");

@@ -51,4 +51,16 @@ pub trait ReplicaNetwork: 'static {
 
     /// An answer of `bytes` was appended, `elapsed_us` after its fetch was sent.
     fn replicated(&self, _topic: &str, _bytes: u64, _elapsed_us: u64) {}
+
+    /// What a follower starting over at `offset` (its leader's log start) takes from below it:
+    /// the producer state and leader epochs there, which a tiered partition's remote tier
+    /// holds beside the segment ending at `offset`. `None`: it starts with none.
+    async fn state_below(
+        &self,
+        _topic: &str,
+        _partition: u32,
+        _offset: u64,
+    ) -> Option<crate::log::StateBelow> {
+        None
+    }
 }

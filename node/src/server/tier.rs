@@ -73,6 +73,9 @@ pub struct SegmentMeta {
     pub epochs: Vec<(u32, u64)>,
     /// `(producer id, first offset, last offset)` of each aborted transaction with records in it.
     pub aborted: Vec<(i64, u64, u64)>,
+    /// Whether the producer snapshot at `next_offset` went up beside it (`.snapshot`).
+    #[serde(default)]
+    pub producer_snapshot: bool,
 }
 
 /// What an upload put in the store.
@@ -105,10 +108,19 @@ pub struct TierMetrics {
     pub fetch_errors: AtomicU64,
     pub delete_errors: AtomicU64,
     pub list_errors: AtomicU64,
-    /// Remote chunk fetches and the microseconds they took, summed (a mean per scrape).
-    pub fetches: AtomicU64,
+    /// How long remote chunk fetches took: a count per bucket of
+    /// [`FETCH_LATENCY_BUCKETS_US`] (at or below its bound, not cumulative; the last counts
+    /// those above every bound), and their sum.
+    pub fetch_latency: [AtomicU64; FETCH_LATENCY_BUCKETS_US.len() + 1],
     pub fetch_micros: AtomicU64,
 }
+
+/// The upper bounds of the remote fetch latency histogram's buckets, in microseconds: from a
+/// cache on the same host to a store across a region.
+pub const FETCH_LATENCY_BUCKETS_US: [u64; 13] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
 
 impl TierMetrics {
     fn new(shards: usize) -> TierMetrics {
@@ -167,9 +179,38 @@ impl TierMetrics {
                 .is_ok()
     }
 
+    /// Counts one remote fetch of `micros`.
+    fn fetched_in(&self, micros: u64) {
+        let bucket = FETCH_LATENCY_BUCKETS_US.partition_point(|&bound| bound < micros);
+        self.fetch_latency[bucket].fetch_add(1, Ordering::Relaxed);
+        self.fetch_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The fetch latency histogram in Prometheus' text format.
+    fn render_fetch_latency(&self, out: &mut String) {
+        use std::fmt::Write;
+        let name = "strata_remote_fetch_latency_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Remote chunk fetches, from the request to the store to its whole answer\n# TYPE {name} histogram"
+        );
+        let mut cumulative = 0;
+        for (bound, count) in FETCH_LATENCY_BUCKETS_US.iter().zip(&self.fetch_latency) {
+            cumulative += count.load(Ordering::Relaxed);
+            let le = *bound as f64 / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let above = self.fetch_latency[FETCH_LATENCY_BUCKETS_US.len()].load(Ordering::Relaxed);
+        let count = cumulative + above;
+        let sum = self.fetch_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+
     /// Prometheus text for the admin endpoint.
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
+        self.render_fetch_latency(out);
         let (segments, bytes) = self.backlog();
         let failing = self.failing_since_ms.load(Ordering::Relaxed);
         let failing_seconds = if failing == 0 {
@@ -209,7 +250,7 @@ impl TierMetrics {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 10] = [
             (
                 "strata_remote_uploaded_bytes_total",
                 "Bytes uploaded to the remote tier",
@@ -259,16 +300,6 @@ impl TierMetrics {
                 "strata_remote_list_errors_total",
                 "Failed remote listings",
                 &self.list_errors,
-            ),
-            (
-                "strata_remote_fetches_total",
-                "Chunks fetched from the remote store",
-                &self.fetches,
-            ),
-            (
-                "strata_remote_fetch_micros_total",
-                "Time spent fetching chunks, in microseconds",
-                &self.fetch_micros,
             ),
         ];
         for (name, help, value) in counters {
@@ -570,8 +601,23 @@ impl Tier {
                 PutPayload::from(times),
             )
             .await?;
+        let producer_snapshot = match std::fs::read(&upload.producer_snapshot) {
+            Ok(bytes) => Some(bytes),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => return Err(TierError::Local(Arc::new(error))),
+        };
+        let has_producer_snapshot = producer_snapshot.is_some();
+        if let Some(bytes) = producer_snapshot {
+            self.store
+                .put(
+                    &ObjectPath::from(format!("{folder}{stem}.snapshot")),
+                    PutPayload::from(bytes),
+                )
+                .await?;
+        }
         let base_offset = walker.base_offset.expect("a batch was kept");
         let meta = SegmentMeta {
+            producer_snapshot: has_producer_snapshot,
             base_offset,
             next_offset: upload.next_offset,
             epochs: upload
@@ -840,6 +886,38 @@ impl Tier {
         }
     }
 
+    /// What the remote `segment` of `folder` holds for a log that starts at its end: the
+    /// leader epochs of its records, and the producer snapshot at its end when one went up.
+    pub async fn state_after(
+        &self,
+        folder: String,
+        segment: crate::tier::RemoteSegment,
+    ) -> Result<crate::log::StateBelow, TierError> {
+        let tier = self.clone();
+        self.run(async move {
+            let object = format!("{folder}{}", segment.stem());
+            let meta = tier.index(&object, segment.size_bytes).await?.meta.clone();
+            let producer_snapshot = if meta.producer_snapshot {
+                Some(tier.whole(&format!("{object}.snapshot")).await?)
+            } else {
+                None
+            };
+            let epochs = meta
+                .epochs
+                .iter()
+                .map(|&(epoch, start_offset)| crate::replication::EpochEntry {
+                    epoch,
+                    start_offset,
+                })
+                .collect();
+            Ok(crate::log::StateBelow {
+                producer_snapshot,
+                epochs,
+            })
+        })
+        .await
+    }
+
     async fn whole(&self, name: &str) -> Result<Bytes, TierError> {
         let bytes = self
             .store
@@ -858,10 +936,8 @@ impl Tier {
             .store
             .get_range(&ObjectPath::from(format!("{object}.log")), range)
             .await?;
-        self.metrics.fetches.fetch_add(1, Ordering::Relaxed);
         self.metrics
-            .fetch_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            .fetched_in(started.elapsed().as_micros() as u64);
         self.metrics
             .fetched_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -1203,5 +1279,41 @@ fn build_store(location: &RemoteLocation) -> Result<Arc<dyn ObjectStore>, TierEr
                 .map_err(|error| TierError::Config(format!("s3://{bucket}: {error}")))?;
             Ok(Arc::new(store))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_latencies_render_as_a_cumulative_histogram() {
+        let metrics = TierMetrics::new(1);
+        for micros in [900, 1_000, 1_001, 40_000, 20_000_000] {
+            metrics.fetched_in(micros);
+        }
+        let mut out = String::new();
+        metrics.render(&mut out);
+        let value = |line: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(line)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {line} in {out}"))
+                .to_string()
+        };
+        let bucket = |le: &str| {
+            value(&format!(
+                "strata_remote_fetch_latency_seconds_bucket{{le=\"{le}\"}}"
+            ))
+        };
+        assert_eq!(bucket("0.001"), "2", "at or below the bound");
+        assert_eq!(bucket("0.0025"), "3");
+        assert_eq!(bucket("0.05"), "4");
+        assert_eq!(bucket("10"), "4");
+        assert_eq!(bucket("+Inf"), "5");
+        assert_eq!(value("strata_remote_fetch_latency_seconds_count"), "5");
+        assert_eq!(
+            value("strata_remote_fetch_latency_seconds_sum"),
+            "20.042901"
+        );
     }
 }

@@ -50,7 +50,7 @@ pub struct RemoteSegment {
 }
 
 /// The object name kinds of one uploaded segment.
-pub const SEGMENT_OBJECTS: [&str; 4] = ["log", "index", "timeindex", "meta"];
+pub const SEGMENT_OBJECTS: [&str; 5] = ["log", "index", "timeindex", "snapshot", "meta"];
 
 impl RemoteSegment {
     /// The object name stem within the partition's folder: the base offset (so names sort in

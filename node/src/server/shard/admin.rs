@@ -172,7 +172,7 @@ impl Shard {
             .await?;
         // Below the local start, the remote tier's start answers.
         Ok(if tiered {
-            self.remote_start(topic, partition)
+            self.remote_start(topic, partition)?
                 .unwrap_or(log_start)
                 .min(log_start)
         } else {

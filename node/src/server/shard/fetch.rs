@@ -249,6 +249,14 @@ impl Shard {
             let high_watermark = self
                 .leader_view(topic, index)
                 .map_or(high_watermark, |(_, now, _)| now);
+            // A tiered partition starts where its remote tier does.
+            let remote_start = match self.remote_start(topic, index) {
+                Ok(start) => start,
+                Err(error) if offset < offsets.log_start => {
+                    return fetch_error(index, error, high_watermark, offsets.log_start).into();
+                }
+                Err(_) => None,
+            };
             let readable = Readable {
                 high_watermark,
                 end: if read_committed {
@@ -256,10 +264,7 @@ impl Shard {
                 } else {
                     high_watermark
                 },
-                // A tiered partition starts where its remote tier does.
-                log_start: self
-                    .remote_start(topic, index)
-                    .map_or(offsets.log_start, |remote| remote.min(offsets.log_start)),
+                log_start: remote_start.map_or(offsets.log_start, |r| r.min(offsets.log_start)),
             };
             if offset < readable.log_start || offset > offsets.log_end {
                 return fetch_error(

@@ -79,13 +79,16 @@ impl Shard {
         }
         let found = match partition.timestamp {
             // A tiered log starts in its remote tier; `earliest-local` is the local start.
-            EARLIEST_TIMESTAMP => log.offsets().await.map(|offsets| {
-                let remote = self.remote_start(topic, index);
-                Some((
-                    remote.map_or(offsets.log_start, |r| r.min(offsets.log_start)),
-                    -1,
-                ))
-            }),
+            EARLIEST_TIMESTAMP => {
+                let remote = match self.remote_start(topic, index) {
+                    Ok(start) => start,
+                    Err(error) => return list_error(index, error),
+                };
+                log.offsets().await.map(|offsets| {
+                    let start = remote.map_or(offsets.log_start, |r| r.min(offsets.log_start));
+                    Some((start, -1))
+                })
+            }
             EARLIEST_LOCAL_TIMESTAMP => log
                 .offsets()
                 .await

@@ -186,19 +186,7 @@ impl Shard {
         let manifest: RemoteManifest = record
             .and_then(|value| serde_json::from_value(value).ok())
             .unwrap_or_default();
-        let topic_id = self
-            .view
-            .borrow()
-            .topics
-            .iter()
-            .find(|topic| topic.name == led.topic)
-            .map(|topic| {
-                uuid::Uuid::from_bytes(topic.topic_id().0)
-                    .simple()
-                    .to_string()
-            })
-            .unwrap_or_default();
-        let folder = tier.partition_folder(&led.topic, &topic_id, led.partition);
+        let folder = self.remote_folder(tier, &led.topic, led.partition);
         self.remote.borrow_mut().insert(
             (led.topic.clone(), led.partition),
             RemotePartition {
@@ -229,6 +217,57 @@ impl Shard {
         let copied = self.with_remote(led, |remote| remote.manifest.copied_end());
         led.log.set_remote_copied(copied.unwrap_or(0));
         Ok(())
+    }
+
+    /// The partition's folder in the remote tier (named by its topic's id too: a topic
+    /// deleted and made again starts in a folder of its own).
+    fn remote_folder(&self, tier: &Tier, topic: &str, partition: u32) -> String {
+        let topic_id = self
+            .view
+            .borrow()
+            .topics
+            .iter()
+            .find(|state| state.name == topic)
+            .map(|state| {
+                uuid::Uuid::from_bytes(state.topic_id().0)
+                    .simple()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        tier.partition_folder(topic, &topic_id, partition)
+    }
+
+    /// What a follower of a tiered partition starting over at `offset` (its leader's local
+    /// log start) takes from the remote segment ending there: the producer state and leader
+    /// epochs. `None` when the partition is not tiered or the remote tier holds no segment
+    /// ending at `offset`.
+    pub(in crate::server) async fn remote_state_below(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Option<crate::log::StateBelow> {
+        let tier = self.context.tier.clone()?;
+        let (record, _) = self
+            .manifest_call(|reply| ManifestRequest::Load {
+                id: format!("{topic}/{partition}"),
+                reply,
+            })
+            .await
+            .ok()?;
+        let manifest: RemoteManifest = serde_json::from_value(record?).ok()?;
+        let segment = manifest
+            .copied()
+            .find(|segment| segment.next_offset == offset)?
+            .clone();
+        let folder = self.remote_folder(&tier, topic, partition);
+        match tier.state_after(folder, segment).await {
+            Ok(below) => Some(below),
+            Err(error) => {
+                tracing::warn!(%topic, partition, offset, "the producer state below the leader's log start is not in the remote tier: {error}");
+                None
+            }
+        }
     }
 
     /// Deletes objects of the partition's folder that no manifest entry names: uploads that
@@ -484,16 +523,31 @@ impl Shard {
         }
     }
 
-    /// The first offset the remote tier serves for a partition this shard leads.
-    pub(in crate::server) fn remote_start(&self, topic: &str, partition: u32) -> Option<u64> {
-        let remote = self.remote.borrow();
-        // Every fetch asks: a shard leading no tiered partition answers without a lookup.
-        if remote.is_empty() {
-            return None;
+    /// The first offset the remote tier serves for a partition this shard leads (`None`: the
+    /// partition is not tiered, or its remote tier is empty). A tiered partition whose leader
+    /// has not claimed its manifest yet (leader of a moment) answers OFFSET_NOT_AVAILABLE,
+    /// retriable: its log start is not known until then, and a reader told the local start
+    /// would skip what the remote tier holds.
+    pub(in crate::server) fn remote_start(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, ErrorCode> {
+        // Every fetch asks: a node without a remote tier answers without a lookup.
+        if self.context.tier.is_none() {
+            return Ok(None);
         }
-        remote
-            .get(&(topic.to_string(), partition))
-            .and_then(|remote| remote.manifest.start_offset())
+        let key = (topic.to_string(), partition);
+        let epoch = match self.partitions.borrow().get(&key) {
+            Some(tiered) if tiered.remote_storage && tiered.leader_high_watermark().is_some() => {
+                tiered.state.leader_epoch
+            }
+            _ => return Ok(None),
+        };
+        match self.remote.borrow().get(&key) {
+            Some(remote) if remote.epoch == epoch => Ok(remote.manifest.start_offset()),
+            _ => Err(ErrorCode::OffsetNotAvailable),
+        }
     }
 
     /// The offset after the last record the remote tier holds for a partition this shard leads.

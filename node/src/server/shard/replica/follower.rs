@@ -73,4 +73,13 @@ impl ReplicaNetwork for Shard {
     fn replicated(&self, topic: &str, bytes: u64, elapsed_us: u64) {
         self.metrics.replicated(topic, bytes, elapsed_us);
     }
+
+    async fn state_below(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Option<crate::log::StateBelow> {
+        self.remote_state_below(topic, partition, offset).await
+    }
 }
