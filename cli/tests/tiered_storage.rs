@@ -449,6 +449,10 @@ fn produce_goes_on_while_the_store_is_down_and_uploads_resume_after() {
                 && local_log_bytes(data.path(), "steady") <= 6 << 20
         },
     );
+    // What the remote tier holds: about the 30 MB produced, but what the local disk keeps.
+    let held = metric(admin, "strata_remote_size_bytes");
+    assert!((20e6..=32e6).contains(&held), "{held} bytes held remotely");
+    assert!(metric(admin, "strata_remote_segments") >= 20.0);
     read_all_natively(&node, "steady", 30_000);
 }
 

@@ -74,7 +74,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    // 0 and 1 predate flexible versions and the client's epoch; no current client sends them.
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),

@@ -502,6 +502,21 @@ fn every_served_api_and_version_has_a_decoder() {
     }
 }
 
+/// Only versions the decoder knows are advertised: a client that picks one (librdkafka's
+/// OffsetForLeaderEpoch v0-1 once) would have its request refused and its connection closed.
+#[test]
+fn every_advertised_version_is_one_the_protocol_crate_decodes() {
+    for (api, min, max) in crate::frame::SUPPORTED {
+        let known = api.valid_versions();
+        assert!(
+            known.min <= min && max <= known.max,
+            "{api:?} advertised {min}..={max}, decoded {}..={}",
+            known.min,
+            known.max
+        );
+    }
+}
+
 /// Counts and lengths come from the peer: a request claiming more elements or bytes than it
 /// carries is malformed, without the allocation it asks for (a 14-byte Metadata request once
 /// asked for 154 GB and aborted the broker).

@@ -143,13 +143,16 @@ impl<S: Storage> PartitionLog<S> {
         }
         // A segment just closed: a tiered partition keeps the producer state at its end, to
         // go up to the remote tier with it (a replica that starts at a later local log start
-        // takes its producer state from there).
+        // takes its producer state from there). Not synced, to keep a sync off the append
+        // path at every roll: one lost to a power failure goes up as none, one torn fails its
+        // CRC where it is read, and the replica starts without that state as it would
+        // without a remote tier.
         let rolled = self.segments.len() > 1
             && self.active().is_empty()
             && self.active().base_offset == offset;
         if self.config.remote_storage && rolled {
             let path = self.segment_path(offset, PRODUCER_SNAPSHOT_EXTENSION);
-            if let Err(error) = self.rewrite_checkpoint(&path, bytes).await {
+            if let Err(error) = self.write_small_file(&path, bytes).await {
                 tracing::warn!(path = %path.display(), "writing a segment's producer snapshot failed: {error}");
             }
         }

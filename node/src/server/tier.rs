@@ -92,6 +92,9 @@ pub struct TierMetrics {
     /// Per shard: closed segments, and their bytes, waiting for upload (each shard writes its
     /// own slot).
     backlog: Vec<(AtomicU64, AtomicU64)>,
+    /// Per shard: the segments, and their bytes, the remote tier holds for the partitions the
+    /// shard leads (readable ones, as their manifests say).
+    held: Vec<(AtomicU64, AtomicU64)>,
     /// Since when (wall ms) every upload has failed; 0 while they succeed.
     failing_since_ms: AtomicU64,
     /// When the failing uploads were last logged as an error.
@@ -115,6 +118,16 @@ pub struct TierMetrics {
     pub fetch_micros: AtomicU64,
 }
 
+/// The sums of per-shard (segments, bytes) slots.
+fn sum_slots(slots: &[(AtomicU64, AtomicU64)]) -> (u64, u64) {
+    slots.iter().fold((0, 0), |(segments, bytes), (s, b)| {
+        (
+            segments + s.load(Ordering::Relaxed),
+            bytes + b.load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// The upper bounds of the remote fetch latency histogram's buckets, in microseconds: from a
 /// cache on the same host to a store across a region.
 pub const FETCH_LATENCY_BUCKETS_US: [u64; 13] = [
@@ -126,27 +139,25 @@ impl TierMetrics {
     fn new(shards: usize) -> TierMetrics {
         TierMetrics {
             backlog: (0..shards).map(|_| Default::default()).collect(),
+            held: (0..shards).map(|_| Default::default()).collect(),
             ..TierMetrics::default()
         }
     }
 
-    pub fn set_backlog(&self, shard: usize, segments: u64, bytes: u64) {
-        if let Some((s, b)) = self.backlog.get(shard) {
-            s.store(segments, Ordering::Relaxed);
-            b.store(bytes, Ordering::Relaxed);
+    /// Shard `shard`'s upload lag, and what the remote tier holds for its partitions, in
+    /// segments and bytes.
+    pub fn set_shard(&self, shard: usize, backlog: (u64, u64), held: (u64, u64)) {
+        for (slots, (segments, bytes)) in [(&self.backlog, backlog), (&self.held, held)] {
+            if let Some((s, b)) = slots.get(shard) {
+                s.store(segments, Ordering::Relaxed);
+                b.store(bytes, Ordering::Relaxed);
+            }
         }
     }
 
     /// Closed segments and bytes waiting for upload on the node.
     pub fn backlog(&self) -> (u64, u64) {
-        self.backlog
-            .iter()
-            .fold((0, 0), |(segments, bytes), (s, b)| {
-                (
-                    segments + s.load(Ordering::Relaxed),
-                    bytes + b.load(Ordering::Relaxed),
-                )
-            })
+        sum_slots(&self.backlog)
     }
 
     fn upload_succeeded(&self) {
@@ -222,7 +233,18 @@ impl TierMetrics {
                     (now.as_millis() as u64).saturating_sub(failing) / 1000
                 })
         };
-        let gauges: [(&str, &str, u64); 4] = [
+        let (held_segments, held_bytes) = sum_slots(&self.held);
+        let gauges: [(&str, &str, u64); 6] = [
+            (
+                "strata_remote_segments",
+                "Segments the remote tier holds for the partitions this node leads",
+                held_segments,
+            ),
+            (
+                "strata_remote_size_bytes",
+                "Bytes the remote tier holds for the partitions this node leads",
+                held_bytes,
+            ),
             (
                 "strata_remote_reads_in_flight",
                 "Fetches below the local log start waiting on the remote tier now",

@@ -104,18 +104,14 @@ impl Shard {
     /// Publishes this shard's upload lag, and raises the alarm when uploads have failed for
     /// a while: produce goes on, and the local disk keeps what the remote tier has not taken.
     fn report_backlog(&self, tier: &Tier) {
-        let (segments, bytes) =
-            self.remote
-                .borrow()
-                .values()
-                .fold((0, 0), |(segments, bytes), remote| {
-                    (
-                        segments + remote.backlog.segments,
-                        bytes + remote.backlog.bytes,
-                    )
-                });
-        tier.metrics
-            .set_backlog(self.context.index, segments, bytes);
+        let (mut backlog, mut held) = ((0, 0), (0, 0));
+        for remote in self.remote.borrow().values() {
+            backlog.0 += remote.backlog.segments;
+            backlog.1 += remote.backlog.bytes;
+            held.0 += remote.manifest.copied().count() as u64;
+            held.1 += remote.manifest.copied_bytes();
+        }
+        tier.metrics.set_shard(self.context.index, backlog, held);
         if let Some(failing) = tier.metrics.uploads_failing_for(self.clock().wall_ms())
             && failing >= UPLOAD_ALARM_AFTER
             && self.context.index == 0
