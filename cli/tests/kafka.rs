@@ -16,8 +16,8 @@ use strata_kafka::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
 };
 use strata_kafka::kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FetchResponse, ListGroupsRequest, ListGroupsResponse,
-    MetadataRequest, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
     UpdateFeaturesRequest, UpdateFeaturesResponse,
 };
 use strata_kafka::kafka_protocol::protocol::{Decodable, StrBytes};
@@ -692,18 +692,19 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
     assert!(hung_up(&(64i32 << 20).to_be_bytes()));
     let metadata = request_frame(ApiKey::Metadata, 9, 1, &MetadataRequest::default());
     // An API or version not served is answered UNSUPPORTED_VERSION in its own response, and
-    // the connection stays usable: a version it does not serve (Fetch 13), an API it does
+    // the connection stays usable: a version it does not serve (Metadata 13), an API it does
     // not (UpdateFeatures), Produce v2 (advertised, as Kafka 4 does, so that librdkafka
     // before 2.10 compresses with gzip and snappy; refused per partition, nothing stored).
     let mut stream = connect(&kafka);
-    let mut fetch_13 = metadata.clone();
-    fetch_13[4..6].copy_from_slice(&1i16.to_be_bytes());
-    fetch_13[6..8].copy_from_slice(&13i16.to_be_bytes());
-    stream.write_all(&fetch_13).unwrap();
-    let mut answer = read_frame(&mut stream).expect("an answer to Fetch 13");
-    ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(13)).unwrap();
+    let mut metadata_13 = metadata.clone();
+    metadata_13[6..8].copy_from_slice(&13i16.to_be_bytes());
+    stream.write_all(&metadata_13).unwrap();
+    let mut answer = read_frame(&mut stream).expect("an answer to Metadata 13");
+    ResponseHeader::decode(&mut answer, ApiKey::Metadata.response_header_version(13)).unwrap();
     assert_eq!(
-        FetchResponse::decode(&mut answer, 13).unwrap().error_code,
+        MetadataResponse::decode(&mut answer, 13)
+            .unwrap()
+            .error_code,
         35
     );
     let features = request_frame(
@@ -746,7 +747,7 @@ fn bad_kafka_input_closes_its_connection_and_the_node_keeps_serving() {
             })
             .and_then(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
     };
-    assert_eq!(refused("Fetch"), Some(1));
+    assert_eq!(refused("Metadata"), Some(1));
     assert_eq!(refused("UpdateFeatures"), Some(1));
     assert_eq!(refused("Produce"), Some(1));
     // An API whose answer has no place for the code (TxnOffsetCommit's errors are per
@@ -1399,12 +1400,14 @@ fn a_restarted_static_kcat_member_gets_its_partitions_back_without_a_rebalance()
     }
 }
 
-/// Fetch answers decode at every version served (4 to 12, flexible or not), with the records
-/// produced, as Kafka's own decoder reads them: the listener's chunked Fetch encoder (which
-/// leaves the records where they are) writes each version's fields and no others.
+/// Fetch answers decode at every version served (4 to 18, flexible or not, by topic name up
+/// to 12 and by topic id from 13), with the records produced, as Kafka's own decoder reads
+/// them: the listener's chunked Fetch encoder (which leaves the records where they are) writes
+/// each version's fields and no others. An id no topic has is answered UNKNOWN_TOPIC_ID.
 #[test]
 fn fetches_are_answered_at_every_served_version() {
     use strata_kafka::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use strata_kafka::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     use strata_kafka::kafka_protocol::messages::{FetchRequest, FetchResponse};
     use strata_kafka::kafka_protocol::records::RecordBatchDecoder;
     let dir = tempfile::tempdir().unwrap();
@@ -1412,27 +1415,41 @@ fn fetches_are_answered_at_every_served_version() {
     node.cli(&["topic", "create", "one", "--partitions", "1"], None);
     kcat(&kafka, &["-P", "-t", "one"], Some(b"a\nb\nc\n"));
     let mut stream = connect(&kafka);
-    for version in 4..=12 {
-        let request = FetchRequest::default()
+    let one = TopicName(StrBytes::from_static_str("one"));
+    let asked = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(one.clone())),
+    ]));
+    stream
+        .write_all(&request_frame(ApiKey::Metadata, 12, 1, &asked))
+        .unwrap();
+    let mut answer = read_frame(&mut stream).unwrap();
+    ResponseHeader::decode(&mut answer, ApiKey::Metadata.response_header_version(12)).unwrap();
+    let topic_id = MetadataResponse::decode(&mut answer, 12).unwrap().topics[0].topic_id;
+    assert!(!topic_id.is_nil());
+    let fetch = |version: i16, topic_id| {
+        let topic = if version >= 13 {
+            FetchTopic::default().with_topic_id(topic_id)
+        } else {
+            FetchTopic::default().with_topic(one.clone())
+        };
+        FetchRequest::default()
             .with_replica_id(strata_kafka::kafka_protocol::messages::BrokerId(-1))
             .with_max_wait_ms(0)
             .with_max_bytes(1 << 20)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_static_str("one")))
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(0)
-                            .with_fetch_offset(0)
-                            .with_partition_max_bytes(1 << 20),
-                    ]),
-            ]);
+            .with_topics(vec![topic.with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20),
+            ])])
+    };
+    let mut ask = |version: i16, request: &FetchRequest| {
         stream
             .write_all(&request_frame(
                 ApiKey::Fetch,
                 version,
                 version as i32,
-                &request,
+                request,
             ))
             .unwrap();
         let mut answer = read_frame(&mut stream)
@@ -1441,7 +1458,13 @@ fn fetches_are_answered_at_every_served_version() {
             ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(version))
                 .unwrap();
         assert_eq!(header.correlation_id, version as i32);
-        let response = FetchResponse::decode(&mut answer, version).unwrap();
+        FetchResponse::decode(&mut answer, version).unwrap()
+    };
+    for version in 4..=18 {
+        let response = ask(version, &fetch(version, topic_id));
+        if version >= 13 {
+            assert_eq!(response.responses[0].topic_id, topic_id, "v{version}");
+        }
         let partition = &response.responses[0].partitions[0];
         assert_eq!(partition.error_code, 0, "v{version}");
         assert_eq!(partition.high_watermark, 3, "v{version}");
@@ -1454,6 +1477,10 @@ fn fetches_are_answered_at_every_served_version() {
             .collect();
         assert_eq!(values, ["a", "b", "c"], "v{version}");
     }
+    let unknown = uuid::Uuid::from_u128(42);
+    let response = ask(13, &fetch(13, unknown));
+    assert_eq!(response.responses[0].topic_id, unknown);
+    assert_eq!(response.responses[0].partitions[0].error_code, 100);
 }
 
 /// `--kafka-auto-create-topics` (Kafka's auto.create.topics.enable): a Kafka producer's first

@@ -35,11 +35,13 @@ pub const SIZE_LEN: usize = 4;
 const HEADER_PREFIX_LEN: usize = 8;
 
 /// The APIs served and their version ranges. Ceilings stop before versions that need what
-/// Strata does not keep: Fetch 13 and Produce 13 address topics by id, OffsetFetch 8 and
-/// JoinGroup 8 bring batching and fields of newer group protocols.
+/// Strata does not keep: Produce 13 addresses topics by id, OffsetFetch 8 and JoinGroup 8
+/// bring batching and fields of newer group protocols.
 pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
+    // 13 asks topics by id (UNKNOWN_TOPIC_ID for an id no topic has); 15 to 18 add what only
+    // followers and KRaft voters send. 16's leader hints (KIP-951) are optional tagged fields.
+    (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
@@ -585,12 +587,15 @@ pub fn encode_fetch_parts(
     put_len(&mut head, flexible, response.responses.len());
     for topic in &response.responses {
         let name = topic.topic.0.as_bytes();
-        if flexible {
+        if version >= 13 {
+            head.put_slice(topic.topic_id.as_bytes());
+        } else if flexible {
             put_uvarint(&mut head, name.len() as u32 + 1);
+            head.put_slice(name);
         } else {
             head.put_i16(name.len() as i16);
+            head.put_slice(name);
         }
-        head.put_slice(name);
         put_len(&mut head, flexible, topic.partitions.len());
         for partition in &topic.partitions {
             let from_elsewhere = elsewhere

@@ -341,18 +341,37 @@ fn batch_index_errors(why: &native::RecordErrors) -> Vec<BatchIndexAndErrorMessa
 pub struct Fetch {
     pub native: native::FetchRequest,
     pub refused: Vec<Refused>,
+    /// Partitions asked by a topic id no topic has (Fetch 13 and later), answered
+    /// UNKNOWN_TOPIC_ID.
+    pub unknown_ids: Vec<(uuid::Uuid, Vec<i32>)>,
 }
 
 /// Translates a fetch request, or refuses it whole with a top-level Kafka error (a request
-/// naming a fetch session: this listener makes none, so every fetch is a full one).
-pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
+/// naming a fetch session: this listener makes none, so every fetch is a full one). From
+/// version 13 topics are asked by id: `topic_named` gives the name of the topic of an id.
+pub fn fetch_request(
+    request: &FetchRequest,
+    topic_named: impl Fn(uuid::Uuid) -> Option<String>,
+) -> Result<Fetch, i16> {
     if request.session_id != 0 {
         return Err(FETCH_SESSION_ID_NOT_FOUND);
     }
     let mut refused = Vec::new();
+    let mut unknown_ids = Vec::new();
     let mut topics = Vec::new();
     for topic in &request.topics {
-        let name = topic.topic.0.to_string();
+        let name = if topic.topic_id.is_nil() {
+            topic.topic.0.to_string()
+        } else {
+            match topic_named(topic.topic_id) {
+                Some(name) => name,
+                None => {
+                    let partitions = topic.partitions.iter().map(|p| p.partition).collect();
+                    unknown_ids.push((topic.topic_id, partitions));
+                    continue;
+                }
+            }
+        };
         let mut partitions = Vec::new();
         for partition in &topic.partitions {
             match (
@@ -388,6 +407,7 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
             read_committed: native::Appended(request.isolation_level == 1),
         },
         refused,
+        unknown_ids,
     })
 }
 
@@ -399,9 +419,12 @@ pub fn fetch_request(request: &FetchRequest) -> Result<Fetch, i16> {
 /// Records elsewhere (a file range of Kafka batches only, sent with `sendfile`) stay there:
 /// they come back beside the response, to be written where their partition's records go
 /// ([`crate::frame::encode_fetch_parts`]).
+/// Each topic is named and identified (`topic_id_of`): the version encoded takes one.
 pub fn fetch_response(
     mut native: native::FetchResponse,
     refused: Vec<Refused>,
+    unknown_ids: Vec<(uuid::Uuid, Vec<i32>)>,
+    topic_id_of: impl Fn(&str) -> uuid::Uuid,
 ) -> (FetchResponse, crate::frame::RecordsElsewhere) {
     let mut elsewhere = Vec::new();
     for topic in &mut native.topics {
@@ -470,14 +493,26 @@ pub fn fetch_response(
             fetched(refused.partition, refused.error, Bytes::new()),
         )
     });
+    let unknown = unknown_ids.into_iter().map(|(id, partitions)| {
+        FetchableTopicResponse::default()
+            .with_topic_id(id)
+            .with_partitions(
+                partitions
+                    .into_iter()
+                    .map(|partition| fetched(partition, errors::UNKNOWN_TOPIC_ID, Bytes::new()))
+                    .collect(),
+            )
+    });
     let response = FetchResponse::default().with_responses(
         by_topic(answered.chain(refused))
             .into_iter()
             .map(|(name, partitions)| {
                 FetchableTopicResponse::default()
+                    .with_topic_id(topic_id_of(&name))
                     .with_topic(topic_name(&name))
                     .with_partitions(partitions)
             })
+            .chain(unknown)
             .collect(),
     );
     (response, elsewhere)

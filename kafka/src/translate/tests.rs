@@ -158,10 +158,10 @@ fn fetches_naming_a_session_are_refused_and_negative_offsets_are_out_of_range() 
         .with_max_bytes(1 << 20)
         .with_topics(vec![topic]);
     assert_eq!(
-        fetch_request(&request.clone().with_session_id(7)).unwrap_err(),
+        fetch_request(&request.clone().with_session_id(7), |_| None).unwrap_err(),
         FETCH_SESSION_ID_NOT_FOUND
     );
-    let translated = fetch_request(&request).unwrap();
+    let translated = fetch_request(&request, |_| None).unwrap();
     assert_eq!(translated.native.max_wait_ms, 500);
     let partitions = &translated.native.topics[0].partitions;
     assert_eq!(partitions.len(), 1);
@@ -174,6 +174,72 @@ fn fetches_naming_a_session_are_refused_and_negative_offsets_are_out_of_range() 
         (0, 5, 1000)
     );
     assert_eq!(translated.refused[0].error, errors::OFFSET_OUT_OF_RANGE);
+}
+
+/// From Fetch 13 topics are asked by id: a known id is fetched by its topic's name, and the
+/// answer carries the id; an id no topic has is answered UNKNOWN_TOPIC_ID, by id.
+#[test]
+fn fetches_by_topic_id_resolve_known_ids_and_refuse_unknown_ones() {
+    let known = uuid::Uuid::from_u128(7);
+    let unknown = uuid::Uuid::from_u128(9);
+    let by_id = |id: uuid::Uuid| {
+        FetchTopic::default()
+            .with_topic_id(id)
+            .with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(3)
+                    .with_partition_max_bytes(1000),
+            ])
+    };
+    let request = FetchRequest::default().with_topics(vec![by_id(known), by_id(unknown)]);
+    let named = |id: uuid::Uuid| (id == known).then(|| "orders".to_string());
+    let translated = fetch_request(&request, named).unwrap();
+    assert_eq!(translated.native.topics.len(), 1);
+    assert_eq!(translated.native.topics[0].name, "orders");
+    assert_eq!(translated.unknown_ids, vec![(unknown, vec![0])]);
+
+    let answer = native::FetchResponse {
+        topics: vec![native::FetchTopicResponse {
+            name: "orders".into(),
+            partitions: vec![native::FetchPartitionResponse {
+                partition: 0,
+                error: native::ErrorCode::None,
+                high_watermark: 3,
+                log_start_offset: 0,
+                records: native::Records::empty(),
+                leader_hint: Default::default(),
+            }],
+        }],
+        stability: Default::default(),
+    };
+    let id_of = |name: &str| {
+        if name == "orders" {
+            known
+        } else {
+            uuid::Uuid::nil()
+        }
+    };
+    let (response, _) = fetch_response(answer, Vec::new(), translated.unknown_ids, id_of);
+    let header = crate::frame::Header {
+        api_key: ApiKey::Fetch,
+        api_version: 13,
+        correlation_id: 1,
+        client_id: String::new(),
+        throttle_ms: 0,
+    };
+    let mut frame = Bytes::from(crate::frame::encode_fetch_response(&header, &response).concat());
+    bytes::Buf::advance(&mut frame, 4 + 4 + 1); // size, correlation id, header tags
+    let decoded = FetchResponse::decode(&mut frame, 13).unwrap();
+    let topics: Vec<_> = decoded
+        .responses
+        .iter()
+        .map(|topic| (topic.topic_id, topic.partitions[0].error_code))
+        .collect();
+    assert_eq!(
+        topics,
+        vec![(known, 0), (unknown, errors::UNKNOWN_TOPIC_ID)]
+    );
 }
 
 /// Brokers are advertised at their Kafka listeners; a partition led by a broker without one
@@ -344,7 +410,7 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
         })
     ));
     assert!(matches!(
-        decode_request(frame(ApiKey::Fetch, 13, 9, &FetchRequest::default())),
+        decode_request(frame(ApiKey::Produce, 13, 9, &ProduceRequest::default())),
         Err(Rejected::Unsupported { .. })
     ));
     let mut trailing = BytesMut::from(
@@ -691,13 +757,17 @@ mod fetch_chunks {
     }
 
     fn response() -> impl Strategy<Value = FetchResponse> {
-        let topic = ("[a-z.]{1,20}", prop::collection::vec(partition(), 0..4)).prop_map(
-            |(name, partitions)| {
+        let topic = (
+            "[a-z.]{1,20}",
+            any::<u128>(),
+            prop::collection::vec(partition(), 0..4),
+        )
+            .prop_map(|(name, id, partitions)| {
                 FetchableTopicResponse::default()
                     .with_topic(TopicName(StrBytes::from_string(name)))
+                    .with_topic_id(uuid::Uuid::from_u128(id))
                     .with_partitions(partitions)
-            },
-        );
+            });
         (
             any::<i32>(),
             any::<i16>(),
@@ -716,7 +786,7 @@ mod fetch_chunks {
         /// every served version; it only leaves the records where they are.
         #[test]
         fn the_chunked_fetch_encoding_is_kafka_protocols_byte_for_byte(
-            version in 4i16..=12,
+            version in 4i16..=18,
             response in response(),
         ) {
             let header = Header {

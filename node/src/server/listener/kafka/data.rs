@@ -185,7 +185,15 @@ async fn fetch(
     mut header: Header,
     request: strata_kafka::kafka_protocol::messages::FetchRequest,
 ) -> Outcome {
-    let mut fetch = match translate::fetch_request(&request) {
+    let topic_named = |id| {
+        let view = shard.view.borrow();
+        let topic = view
+            .topics
+            .iter()
+            .find(|known| kafka_topic_id(known) == id)?;
+        Some(topic.name.clone())
+    };
+    let mut fetch = match translate::fetch_request(&request, topic_named) {
         Ok(fetch) => fetch,
         Err(error) => {
             let refused = FetchResponse::default().with_error_code(error);
@@ -229,7 +237,13 @@ async fn fetch(
         shard.fetch(fetch.native, Delivery::Bytes).await
     };
     // Chunked: the records go out as the buffers they were stored or translated in.
-    let (mut response, elsewhere) = translate::fetch_response(native, fetch.refused);
+    let topic_id_of = |name: &str| {
+        let view = shard.view.borrow();
+        let topic = view.topics.iter().find(|known| known.name == name);
+        topic.map_or(uuid::Uuid::nil(), kafka_topic_id)
+    };
+    let (mut response, elsewhere) =
+        translate::fetch_response(native, fetch.refused, fetch.unknown_ids, topic_id_of);
     if charge.governs(QuotaKey::ConsumerByteRate).is_some() {
         let bytes: usize = response
             .responses
