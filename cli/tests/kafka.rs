@@ -1764,3 +1764,158 @@ fn acks_say_how_durable_their_records_were() {
     );
     assert_eq!(read, "first\nsecond\nthird\nsynced\nfrom-kafka\nlast\n");
 }
+
+/// KIP-951: a broker that does not lead a partition answers a Produce (10 and later) or a
+/// Fetch (16 and later) for it NOT_LEADER_OR_FOLLOWER with the partition's current leader and
+/// epoch, and that leader's Kafka endpoint, so the client goes there at once; older versions
+/// get the error alone.
+#[test]
+fn a_broker_that_does_not_lead_names_the_leader_and_its_endpoint() {
+    use strata_kafka::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use strata_kafka::kafka_protocol::messages::{FetchRequest, FetchResponse};
+    let etcd = EtcdServer::start();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = kafka_cluster(&etcd, &dirs);
+    wait_for("two brokers", || {
+        kcat(&nodes[0].1, &["-L"], None).contains(" 2 brokers:")
+    });
+    nodes[0]
+        .0
+        .cli(&["topic", "create", "led", "--partitions", "1"], None);
+    let leader = support::leaders(&nodes[0].0, "led")[0] as i32;
+    let (other_kafka, leader_kafka) = if leader == 1 {
+        (&nodes[1].1, &nodes[0].1)
+    } else {
+        (&nodes[0].1, &nodes[1].1)
+    };
+    wait_for("the other broker to know the leader", || {
+        let (_, kafka) = &nodes[(2 - leader) as usize];
+        kcat(kafka, &["-L", "-t", "led"], None).contains(&format!("leader {leader},"))
+    });
+    let leader_port: i32 = leader_kafka.rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut stream = connect(other_kafka);
+    let led = TopicName(StrBytes::from_static_str("led"));
+    for version in [9i16, 10, 11] {
+        let produce = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(led.clone())
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(kafka_batch())),
+                    ]),
+            ]);
+        stream
+            .write_all(&request_frame(ApiKey::Produce, version, 1, &produce))
+            .unwrap();
+        let mut answer = read_frame(&mut stream).unwrap();
+        ResponseHeader::decode(
+            &mut answer,
+            ApiKey::Produce.response_header_version(version),
+        )
+        .unwrap();
+        let response = ProduceResponse::decode(&mut answer, version).unwrap();
+        let partition = &response.responses[0].partition_responses[0];
+        assert_eq!(partition.error_code, 6, "Produce v{version}");
+        if version >= 10 {
+            assert_eq!(
+                partition.current_leader.leader_id.0, leader,
+                "Produce v{version}"
+            );
+            assert!(partition.current_leader.leader_epoch >= 0);
+            let endpoints: Vec<_> = response
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            assert_eq!(endpoints, vec![(leader, leader_port)], "Produce v{version}");
+        } else {
+            assert_eq!(partition.current_leader.leader_id.0, -1);
+        }
+    }
+    for version in [15i16, 16, 18] {
+        let fetch = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(led.clone())
+                    .with_topic_id(topic_id_of(&mut stream, "led"))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(0)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        stream
+            .write_all(&request_frame(ApiKey::Fetch, version, 2, &fetch))
+            .unwrap();
+        let mut answer = read_frame(&mut stream).unwrap();
+        ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(version))
+            .unwrap();
+        let response = FetchResponse::decode(&mut answer, version).unwrap();
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(partition.error_code, 6, "Fetch v{version}");
+        if version >= 16 {
+            assert_eq!(
+                partition.current_leader.leader_id.0, leader,
+                "Fetch v{version}"
+            );
+            let endpoints: Vec<_> = response
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            assert_eq!(endpoints, vec![(leader, leader_port)], "Fetch v{version}");
+        } else {
+            assert_eq!(partition.current_leader.leader_id.0, -1);
+        }
+    }
+}
+
+/// A topic's id, from a Metadata request on `stream`.
+fn topic_id_of(stream: &mut TcpStream, topic: &str) -> uuid::Uuid {
+    use strata_kafka::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    let name = TopicName(StrBytes::from_string(topic.to_string()));
+    let asked = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(name)),
+    ]));
+    stream
+        .write_all(&request_frame(ApiKey::Metadata, 12, 3, &asked))
+        .unwrap();
+    let mut answer = read_frame(stream).unwrap();
+    ResponseHeader::decode(&mut answer, ApiKey::Metadata.response_header_version(12)).unwrap();
+    MetadataResponse::decode(&mut answer, 12).unwrap().topics[0].topic_id
+}
+
+/// One record in a Kafka record batch (magic 2), as a Kafka producer sends it.
+fn kafka_batch() -> Bytes {
+    use strata_kafka::kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(Bytes::from_static(b"hint")),
+        headers: Default::default(),
+    };
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut out, &[record], &options).unwrap();
+    out.freeze()
+}

@@ -38,7 +38,9 @@ const HEADER_PREFIX_LEN: usize = 8;
 /// Strata does not keep: Produce 13 addresses topics by id, OffsetFetch 8 and JoinGroup 8
 /// bring batching and fields of newer group protocols.
 pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
-    (ApiKey::Produce, 3, 9),
+    // 10 and 11 add KIP-951's leader hints and KIP-890's TRANSACTION_ABORTABLE; 12 is for
+    // transactions v2 (not finalized here, so no client sends it inside a transaction).
+    (ApiKey::Produce, 3, 11),
     // 13 asks topics by id (UNKNOWN_TOPIC_ID for an id no topic has); 15 to 18 add what only
     // followers and KRaft voters send. 16's leader hints (KIP-951) are optional tagged fields.
     (ApiKey::Fetch, 4, 18),
@@ -655,7 +657,13 @@ pub fn encode_fetch_parts(
                 }
             }
             if flexible {
-                put_uvarint(&mut head, 0); // the partition's tagged fields
+                // The partition's tagged fields: only its current leader is ever set (KIP-951).
+                if partition.current_leader == Default::default() {
+                    put_uvarint(&mut head, 0);
+                } else {
+                    put_uvarint(&mut head, 1);
+                    put_tagged(&mut head, 1, version, &partition.current_leader);
+                }
             }
         }
         if flexible {
@@ -663,7 +671,22 @@ pub fn encode_fetch_parts(
         }
     }
     if flexible {
-        put_uvarint(&mut head, 0); // the response's tagged fields
+        // The response's tagged fields: the endpoints of the leaders the partitions name.
+        if version >= 16 && !response.node_endpoints.is_empty() {
+            put_uvarint(&mut head, 1);
+            let mut endpoints = BytesMut::new();
+            put_uvarint(&mut endpoints, response.node_endpoints.len() as u32 + 1);
+            for endpoint in &response.node_endpoints {
+                endpoint
+                    .encode(&mut endpoints, version)
+                    .expect("a node endpoint encodes at a served version");
+            }
+            put_uvarint(&mut head, 0);
+            put_uvarint(&mut head, endpoints.len() as u32);
+            head.put_slice(&endpoints);
+        } else {
+            put_uvarint(&mut head, 0);
+        }
     }
     if !head.is_empty() {
         chunks.push(head.freeze());
@@ -800,6 +823,17 @@ fn put_compact_string(out: &mut BytesMut, text: Option<&str>) {
             out.put_slice(text.as_bytes());
         }
     }
+}
+
+/// A tagged field: its tag, its size, and `value` encoded at `version`.
+fn put_tagged<T: Encodable>(out: &mut BytesMut, tag: u32, version: i16, value: &T) {
+    let mut encoded = BytesMut::new();
+    value
+        .encode(&mut encoded, version)
+        .expect("a tagged field encodes at a served version");
+    put_uvarint(out, tag);
+    put_uvarint(out, encoded.len() as u32);
+    out.put_slice(&encoded);
 }
 
 fn put_uvarint(out: &mut BytesMut, mut value: u32) {

@@ -518,6 +518,103 @@ pub fn fetch_response(
     (response, elsewhere)
 }
 
+/// Whether a partition's error sends the client to another leader (KIP-951 answers it with
+/// that leader).
+fn leader_moved(error: i16) -> bool {
+    error == errors::NOT_LEADER_OR_FOLLOWER || error == errors::FENCED_LEADER_EPOCH
+}
+
+/// The endpoints among `brokers` of the leaders `ids`, as KIP-951 answers them.
+fn leader_endpoints(
+    brokers: &[KafkaBroker],
+    ids: &[i32],
+) -> Vec<(i32, String, i32, Option<String>)> {
+    brokers
+        .iter()
+        .filter(|broker| ids.contains(&broker.node_id))
+        .map(|broker| {
+            let port = i32::from(broker.port);
+            (
+                broker.node_id,
+                broker.host.clone(),
+                port,
+                broker.rack.clone(),
+            )
+        })
+        .collect()
+}
+
+/// KIP-951 (Fetch 16 and later): each partition answered NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH carries its current leader and epoch (`leader_of`, by topic name and
+/// partition), and the answer the endpoints of those leaders among `brokers`, so the client
+/// goes there without asking for metadata first.
+pub fn fetch_leader_hints(
+    response: &mut FetchResponse,
+    leader_of: impl Fn(&str, i32) -> Option<(i32, i32)>,
+    brokers: &[KafkaBroker],
+) {
+    use kafka_protocol::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint};
+    let mut leaders = Vec::new();
+    for topic in &mut response.responses {
+        for partition in &mut topic.partitions {
+            if !leader_moved(partition.error_code) {
+                continue;
+            }
+            if let Some((leader, epoch)) =
+                leader_of(topic.topic.as_str(), partition.partition_index)
+            {
+                partition.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
+                leaders.push(leader);
+            }
+        }
+    }
+    response.node_endpoints = leader_endpoints(brokers, &leaders)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(crate::text(&host))
+                .with_port(port)
+                .with_rack(rack.map(|rack| crate::text(&rack)))
+        })
+        .collect();
+}
+
+/// [`fetch_leader_hints`] for Produce 10 and later.
+pub fn produce_leader_hints(
+    response: &mut ProduceResponse,
+    leader_of: impl Fn(&str, i32) -> Option<(i32, i32)>,
+    brokers: &[KafkaBroker],
+) {
+    use kafka_protocol::messages::produce_response::{LeaderIdAndEpoch, NodeEndpoint};
+    let mut leaders = Vec::new();
+    for topic in &mut response.responses {
+        for partition in &mut topic.partition_responses {
+            if !leader_moved(partition.error_code) {
+                continue;
+            }
+            if let Some((leader, epoch)) = leader_of(topic.name.as_str(), partition.index) {
+                partition.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
+                leaders.push(leader);
+            }
+        }
+    }
+    response.node_endpoints = leader_endpoints(brokers, &leaders)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(crate::text(&host))
+                .with_port(port)
+                .with_rack(rack.map(|rack| crate::text(&rack)))
+        })
+        .collect();
+}
+
 fn fetched(partition: i32, error: i16, records: Bytes) -> PartitionData {
     PartitionData::default()
         .with_partition_index(partition)

@@ -728,7 +728,9 @@ mod mangled {
 }
 
 mod fetch_chunks {
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::fetch_response::{
+        FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    };
     use kafka_protocol::messages::{BrokerId, FetchResponse};
     use proptest::prelude::*;
 
@@ -743,16 +745,23 @@ mod fetch_chunks {
             any::<i64>(),
             prop::option::of(prop::collection::vec(any::<u8>(), 0..300)),
             any::<i32>(),
+            prop::option::of((any::<i32>(), any::<i32>())),
         )
-            .prop_map(|(index, error, high, start, records, replica)| {
-                PartitionData::default()
+            .prop_map(|(index, error, high, start, records, replica, leader)| {
+                let mut partition = PartitionData::default()
                     .with_partition_index(index)
                     .with_error_code(error)
                     .with_high_watermark(high)
                     .with_last_stable_offset(high)
                     .with_log_start_offset(start)
                     .with_preferred_read_replica(BrokerId(replica))
-                    .with_records(records.map(Bytes::from))
+                    .with_records(records.map(Bytes::from));
+                if let Some((id, epoch)) = leader {
+                    partition.current_leader = LeaderIdAndEpoch::default()
+                        .with_leader_id(BrokerId(id))
+                        .with_leader_epoch(epoch);
+                }
+                partition
             })
     }
 
@@ -768,16 +777,31 @@ mod fetch_chunks {
                     .with_topic_id(uuid::Uuid::from_u128(id))
                     .with_partitions(partitions)
             });
+        let endpoint = (
+            any::<i32>(),
+            "[a-z.]{1,20}",
+            any::<u16>(),
+            prop::option::of("[a-z]{1,8}"),
+        )
+            .prop_map(|(id, host, port, rack)| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(i32::from(port))
+                    .with_rack(rack.map(StrBytes::from_string))
+            });
         (
             any::<i32>(),
             any::<i16>(),
             prop::collection::vec(topic, 0..4),
+            prop::collection::vec(endpoint, 0..3),
         )
-            .prop_map(|(throttle, error, topics)| {
+            .prop_map(|(throttle, error, topics, endpoints)| {
                 FetchResponse::default()
                     .with_throttle_time_ms(throttle)
                     .with_error_code(error)
                     .with_responses(topics)
+                    .with_node_endpoints(endpoints)
             })
     }
 
@@ -801,7 +825,13 @@ mod fetch_chunks {
             if version < 7 {
                 response.error_code = 0;
             }
+            if version < 16 {
+                response.node_endpoints.clear();
+            }
             for partition in response.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                if version < 12 {
+                    partition.current_leader = Default::default();
+                }
                 if version < 5 {
                     partition.log_start_offset = -1;
                 }

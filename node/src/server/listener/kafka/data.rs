@@ -171,10 +171,21 @@ async fn produce(
         Ok(Response::Produce(native)) => native,
         answer => return unanswered("Produce", answer),
     };
-    encoded(
-        &header,
-        translate::produce_response(native, produce.refused),
-    )
+    let mut response = translate::produce_response(native, produce.refused);
+    if header.api_version >= 10 {
+        let leader_of = |topic: &str, partition: i32| leader_and_epoch(shard, topic, partition);
+        translate::produce_leader_hints(&mut response, leader_of, &kafka_brokers(shard, client));
+    }
+    encoded(&header, response)
+}
+
+/// A partition's leader and its epoch, as this broker's view has them (KIP-951's hint to a
+/// client that asked another broker).
+fn leader_and_epoch(shard: &Shard, topic: &str, partition: i32) -> Option<(i32, i32)> {
+    let view = shard.view.borrow();
+    let known = view.topics.iter().find(|known| known.name == topic)?;
+    let state = known.partitions.get(usize::try_from(partition).ok()?)?;
+    (state.leader >= 0).then_some((state.leader, state.leader_epoch as i32))
 }
 
 /// Fetch, from the topics the client may Read.
@@ -258,6 +269,10 @@ async fn fetch(
         header.throttle_ms = header.throttle_ms.max(millis(wait));
     }
     response.throttle_time_ms = header.throttle_ms;
+    if header.api_version >= 16 {
+        let leader_of = |topic: &str, partition: i32| leader_and_epoch(shard, topic, partition);
+        translate::fetch_leader_hints(&mut response, leader_of, &kafka_brokers(shard, client));
+    }
     Outcome::Answer(frame::encode_fetch_parts(&header, &response, elsewhere))
 }
 
