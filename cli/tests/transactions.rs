@@ -229,6 +229,20 @@ fn a_transaction_left_open_is_aborted_at_its_timeout_and_the_lso_moves_on() {
             {"transactional_id": "txn-stuck", "producer_id": producer_id, "state": "Ongoing"}
         ]})
     );
+    // Filtered by a pattern of ids (v2, KIP-1152) and by how long they have run (v1).
+    let only = |pattern: &str, longer_ms: &str| {
+        let listed = java.step(&kafka, &["list-transactions", pattern, longer_ms]);
+        let ids = listed["transactions"].as_array().unwrap().iter();
+        ids.map(|t| t["transactional_id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(only("txn-st.*", "0"), ["txn-stuck"]);
+    assert!(only("txn-st", "0").is_empty(), "the whole id matches");
+    assert!(only("other-.*", "0").is_empty());
+    assert!(
+        only("txn-.*", "3600000").is_empty(),
+        "it has not run an hour"
+    );
     let described = java.step(&kafka, &["describe-transactions", "txn-stuck"]);
     assert_eq!(
         described,

@@ -251,6 +251,8 @@ impl Client {
                 Request::ListTransactions(strata_wire::protocol::ListTransactionsRequest {
                     states: Vec::new(),
                     producer_ids: Vec::new(),
+                    running_longer_than_ms: Default::default(),
+                    id_pattern: Default::default(),
                 });
             match self.request(&address, request).await? {
                 Response::ListTransactions(answer) if answer.error == ErrorCode::None => {

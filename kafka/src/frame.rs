@@ -107,8 +107,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
-    // 1 filters by how long transactions have run, 2 by a pattern of ids: not kept.
-    (ApiKey::ListTransactions, 0, 0),
+    // 1 filters by how long transactions have run, 2 by a pattern of ids (KIP-1152).
+    (ApiKey::ListTransactions, 0, 2),
 ];
 
 /// What every request carries ahead of its body.

@@ -384,6 +384,8 @@ fn every_request_round_trips() {
         Request::ListTransactions(ListTransactionsRequest {
             states: vec!["Ongoing".into()],
             producer_ids: vec![7],
+            running_longer_than_ms: Appended(Some(60_000)),
+            id_pattern: Appended(Some("orders-.*".into())),
         }),
         Request::ShareGroupHeartbeat(ShareGroupHeartbeatRequest {
             group: "sg".into(),

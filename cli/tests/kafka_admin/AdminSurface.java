@@ -77,7 +77,7 @@ public class AdminSurface {
           reassign TOPIC PARTITION REPLICA,REPLICA...|cancel | list-reassignments
           list-offsets TOPIC PARTITION earliest|latest|max-timestamp|earliest-local|latest-tiered|TIMESTAMP_MS
           describe-producers TOPIC PARTITION | describe-quotas
-          list-transactions | describe-transactions ID...
+          list-transactions [PATTERN [RUNNING_LONGER_THAN_MS]] | describe-transactions ID...
           alter-quota user|client-id|user+client-id NAME|default [CLIENT|default] KEY=VALUE|KEY=--delete...
           produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false] [partition=N]
           consume-assign TOPIC PARTITION FROM_OFFSET COUNT | consume-beginning TOPIC PARTITION COUNT
@@ -176,7 +176,7 @@ public class AdminSurface {
             case "list-reassignments" -> listReassignments(admin);
             case "list-offsets" -> listOffsets(admin, a);
             case "describe-producers" -> describeProducers(admin, a);
-            case "list-transactions" -> listTransactions(admin);
+            case "list-transactions" -> listTransactions(admin, a);
             case "describe-transactions" -> describeTransactions(admin, a);
             case "describe-quotas" -> describeQuotas(admin);
             case "alter-quota" -> alterQuota(admin, a);
@@ -422,10 +422,21 @@ public class AdminSurface {
         return object("producers", array(producers));
     }
 
-    /** What `kafka-transactions.sh list` shows. */
-    private static String listTransactions(Admin admin) throws Exception {
+    /**
+     * What `kafka-transactions.sh list` shows; with arguments, only the ids matching the
+     * pattern a[0] (ListTransactions v2, KIP-1152) that have run longer than a[1] ms (v1,
+     * KIP-994).
+     */
+    private static String listTransactions(Admin admin, List<String> a) throws Exception {
+        var options = new org.apache.kafka.clients.admin.ListTransactionsOptions();
+        if (a.size() > 0) {
+            options.filterOnTransactionalIdPattern(a.get(0));
+        }
+        if (a.size() > 1) {
+            options.filterOnDuration(Long.parseLong(a.get(1)));
+        }
         List<String> listed = new ArrayList<>();
-        for (TransactionListing listing : admin.listTransactions().all().get().stream()
+        for (TransactionListing listing : admin.listTransactions(options).all().get().stream()
                 .sorted(Comparator.comparing(TransactionListing::transactionalId)).toList()) {
             listed.add(object(
                 "transactional_id", quote(listing.transactionalId()),

@@ -1208,10 +1208,15 @@ messages! {
         pub transactions: Vec<TransactionDescription>,
     }
 
-    /// Filters (empty: all): states by name, producer ids.
+    /// Filters (empty: all): states by name, producer ids; how long the transaction has run
+    /// at least (its open transaction's start to now, ms; an id with none open counts as
+    /// running since ever, as in Kafka); ids matching a regular expression (RE2 syntax,
+    /// the whole id).
     pub struct ListTransactionsRequest {
         pub states: Vec<String>,
         pub producer_ids: Vec<i64>,
+        pub running_longer_than_ms: Appended<Option<u64>>,
+        pub id_pattern: Appended<Option<String>>,
     }
 
     pub struct ListedTransaction {

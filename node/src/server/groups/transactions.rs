@@ -441,6 +441,22 @@ impl<S: GroupStore> GroupManager<S> {
         &self,
         request: &ListTransactionsRequest,
     ) -> ListTransactionsResponse {
+        // As Kafka's `Pattern.matches`: the whole id.
+        let pattern = match &request.id_pattern.0 {
+            Some(pattern) if !pattern.is_empty() => {
+                match regex_automata::meta::Regex::new(&format!("^(?:{pattern})$")) {
+                    Ok(regex) => Some(regex),
+                    Err(_) => {
+                        return ListTransactionsResponse {
+                            error: ErrorCode::InvalidRequest,
+                            transactions: Vec::new(),
+                        };
+                    }
+                }
+            }
+            _ => None,
+        };
+        let now_ms = self.txn_now_ms();
         let transactions = self
             .txns
             .core
@@ -453,6 +469,13 @@ impl<S: GroupStore> GroupManager<S> {
                         .any(|state| state == record.state.name()))
                     && (request.producer_ids.is_empty()
                         || request.producer_ids.contains(&record.producer_id))
+                    && request
+                        .running_longer_than_ms
+                        .0
+                        .is_none_or(|longer| now_ms.saturating_sub(record.started_ms) > longer)
+                    && pattern
+                        .as_ref()
+                        .is_none_or(|regex| regex.is_match(record.transactional_id.as_str()))
             })
             .map(|record| ListedTransaction {
                 transactional_id: record.transactional_id.clone(),

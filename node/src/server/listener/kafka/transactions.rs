@@ -371,9 +371,24 @@ async fn list_transactions(
         .filter(|state| !STATES.contains(&state.as_str()))
         .map(|state| text(state))
         .collect();
+    // v2's pattern is RE2 syntax, as the coordinator reads it; a bad one is the client's.
+    let id_pattern = request
+        .transactional_id_pattern
+        .as_ref()
+        .map(|pattern| pattern.to_string())
+        .filter(|pattern| !pattern.is_empty());
+    if let Some(pattern) = &id_pattern
+        && regex_automata::meta::Regex::new(&format!("^(?:{pattern})$")).is_err()
+    {
+        return ListTransactionsResponse::default()
+            .with_error_code(errors::INVALID_REGULAR_EXPRESSION);
+    }
     let list = native::ListTransactionsRequest {
         states: asked,
         producer_ids: request.producer_id_filters.iter().map(|id| id.0).collect(),
+        // v1: below 0, every transaction.
+        running_longer_than_ms: native::Appended(u64::try_from(request.duration_filter).ok()),
+        id_pattern: native::Appended(id_pattern),
     };
     let (error, listed) = match native(shard, Request::ListTransactions(list)).await {
         Ok(Response::ListTransactions(listed)) => (kafka_error(listed.error), listed.transactions),
