@@ -1919,3 +1919,54 @@ fn kafka_batch() -> Bytes {
     RecordBatchEncoder::encode(&mut out, &[record], &options).unwrap();
     out.freeze()
 }
+
+/// DescribeGroups of a group nothing is known of: Dead with no error before version 6, and
+/// GROUP_ID_NOT_FOUND from 6 (KIP-1043), as Kafka answers; a group with members is described
+/// at 6 as before.
+#[test]
+fn describe_groups_6_answers_a_group_it_does_not_know_group_id_not_found() {
+    use strata_kafka::kafka_protocol::messages::{
+        DescribeGroupsRequest, DescribeGroupsResponse, GroupId,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kafka) = kafka_node(dir.path(), 1, &[]);
+    node.cli(&["topic", "create", "grouped", "--partitions", "1"], None);
+    kcat(&kafka, &["-P", "-t", "grouped"], Some(b"a\n"));
+    // A group with a committed offset: known.
+    kcat(
+        &kafka,
+        &[
+            "-G",
+            "known",
+            "-o",
+            "beginning",
+            "-e",
+            "-X",
+            "enable.auto.commit=true",
+            "grouped",
+        ],
+        None,
+    );
+    let mut stream = connect(&kafka);
+    let mut describe = |version: i16, group: &'static str| {
+        let request = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(StrBytes::from_static_str(group))]);
+        stream
+            .write_all(&request_frame(ApiKey::DescribeGroups, version, 5, &request))
+            .unwrap();
+        let mut answer = read_frame(&mut stream).unwrap();
+        ResponseHeader::decode(
+            &mut answer,
+            ApiKey::DescribeGroups.response_header_version(version),
+        )
+        .unwrap();
+        let described = DescribeGroupsResponse::decode(&mut answer, version).unwrap();
+        let group = &described.groups[0];
+        (group.error_code, group.group_state.to_string())
+    };
+    assert_eq!(describe(5, "nobody"), (0, "Dead".to_string()));
+    assert_eq!(describe(6, "nobody"), (69, "Dead".to_string()));
+    let (error, state) = describe(6, "known");
+    assert_eq!(error, 0);
+    assert_ne!(state, "Dead");
+}

@@ -452,6 +452,20 @@ pub fn other_type_of_group(group: &str, version: i16) -> DescribedGroup {
         ))))
 }
 
+/// A group DescribeGroups finds nothing of: Dead, with no members; from version 6 (KIP-1043),
+/// GROUP_ID_NOT_FOUND too.
+pub fn missing_group(group: &str, version: i16) -> DescribedGroup {
+    let described = DescribedGroup::default()
+        .with_group_id(GroupId(text(group)))
+        .with_group_state(text("Dead"));
+    if version < 6 {
+        return described;
+    }
+    described
+        .with_error_code(errors::GROUP_ID_NOT_FOUND)
+        .with_error_message(Some(text(&format!("Group {group} not found."))))
+}
+
 fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {
     let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
         partitions

@@ -50,11 +50,14 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     (ApiKey::OffsetFetch, 1, 7),
     // 5 adds TRANSACTION_ABORTABLE to the errors, 6 the share-partition key type (KIP-932).
     (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::JoinGroup, 0, 7),
+    // JoinGroup 8 and LeaveGroup 5 carry the client's reason (KIP-800, logged), JoinGroup 9
+    // lets a static leader skip the assignment (KIP-814: never asked here).
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
+    // 6 answers a group it finds nothing of GROUP_ID_NOT_FOUND (KIP-1043).
+    (ApiKey::DescribeGroups, 0, 6),
     // 5 filters by group type (classic, consumer, share) and answers each group's.
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),

@@ -371,12 +371,13 @@ async fn describe_groups(
             && described.generation == 0
             && described.members.is_empty()
             && described.offsets.is_empty();
-        if unknown
-            && share_admin::inspect(shard, &group.0)
-                .await
-                .is_ok_and(|stored| stored.exists())
-        {
-            groups.push(admin::other_type_of_group(&group.0, version));
+        if unknown {
+            let share = share_admin::inspect(shard, &group.0).await;
+            groups.push(if share.is_ok_and(|stored| stored.exists()) {
+                admin::other_type_of_group(&group.0, version)
+            } else {
+                admin::missing_group(&group.0, version)
+            });
             continue;
         }
         groups.push(admin::described_group(described));

@@ -162,6 +162,10 @@ async fn find_coordinator(
 
 async fn join(shard: &Rc<Shard>, header: &Header, request: JoinGroupRequest) -> JoinGroupResponse {
     let group = request.group_id.0.to_string();
+    // Version 8 says why the member (re)joins (KIP-800): the operator's, in the log.
+    if let Some(reason) = request.reason.as_ref().filter(|reason| !reason.is_empty()) {
+        tracing::info!(%group, member = %request.member_id, %reason, "a member joins");
+    }
     let session_timeout_ms = request.session_timeout_ms.max(0) as u32;
     let join = JoinRequest {
         member_id: request.member_id.to_string(),
@@ -270,6 +274,12 @@ async fn leave(
         request
             .members
             .iter()
+            .inspect(|member| {
+                // Version 5 says why (KIP-800): the operator's, in the log.
+                if let Some(reason) = member.reason.as_ref().filter(|reason| !reason.is_empty()) {
+                    tracing::info!(group = %request.group_id.0, member = %member.member_id, %reason, "a member leaves");
+                }
+            })
             .map(|member| {
                 (
                     member.member_id.to_string(),
