@@ -379,6 +379,15 @@ fn the_java_admin_client_reads_offsets_log_dirs_and_producers_on_one_node() {
     let cluster = java.step(&kafka, &["describe-cluster"]);
     assert_eq!(cluster["nodes"].as_array().unwrap().len(), 1, "{cluster}");
     assert_eq!(cluster["controller"], 1);
+    // The features (ApiVersions 3 and 4, KIP-584), as `kafka-features.sh describe` shows them.
+    assert_eq!(
+        java.step(&kafka, &["describe-features"]),
+        json!({
+            "group.version": {"min": 0, "max": 1, "level": 1},
+            "share.version": {"min": 0, "max": 1, "level": 1},
+            "transaction.version": {"min": 0, "max": 0, "level": 0},
+        })
+    );
 
     java.step(&kafka, &["create-topic", "reads", "3", "1"]);
     let produced = java.step(&kafka, &["produce", "reads", "600", "lz4"]);

@@ -61,7 +61,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 56] = [
     // 5 filters by group type (classic, consumer, share) and answers each group's.
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::ApiVersions, 0, 3),
+    // 3 and 4 carry the supported and finalized features (4 allows a supported minimum of 0).
+    (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),

@@ -70,9 +70,45 @@ fn by_topic<T>(entries: impl IntoIterator<Item = (String, T)>) -> Vec<(String, V
     topics
 }
 
+/// The features a Strata broker supports and has finalized (KIP-584), by Kafka's names and
+/// levels: `group.version` 1 is KIP-848's consumer groups, `share.version` 1 KIP-932's share
+/// groups. `transaction.version` stays at 0 (KIP-890's transactions v2 are not served), so a
+/// client keeps to the first transaction protocol. Every finalized level is at its maximum:
+/// a cluster of one build has nothing to upgrade.
+pub const FEATURES: [(&str, i16, i16); 3] = [
+    ("group.version", 0, 1),
+    ("share.version", 0, 1),
+    ("transaction.version", 0, 0),
+];
+
+/// The epoch of the finalized features: they never change within a build.
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
 pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::{
+        FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    let supported = FEATURES.iter().map(|&(name, min, max)| {
+        SupportedFeatureKey::default()
+            .with_name(crate::text(name))
+            .with_min_version(min)
+            .with_max_version(max)
+    });
+    // As Kafka's brokers: a feature at level 0 is not listed as finalized.
+    let finalized = FEATURES
+        .iter()
+        .filter(|&&(_, _, max)| max > 0)
+        .map(|&(name, _, max)| {
+            FinalizedFeatureKey::default()
+                .with_name(crate::text(name))
+                .with_min_version_level(max)
+                .with_max_version_level(max)
+        });
     ApiVersionsResponse::default()
         .with_error_code(error_code)
+        .with_supported_features(supported.collect())
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(finalized.collect())
         .with_api_keys(
             SUPPORTED
                 .iter()

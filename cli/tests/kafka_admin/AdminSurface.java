@@ -78,6 +78,7 @@ public class AdminSurface {
           list-offsets TOPIC PARTITION earliest|latest|max-timestamp|earliest-local|latest-tiered|TIMESTAMP_MS
           describe-producers TOPIC PARTITION | describe-quotas
           list-transactions [PATTERN [RUNNING_LONGER_THAN_MS]] | describe-transactions ID...
+          describe-features
           alter-quota user|client-id|user+client-id NAME|default [CLIENT|default] KEY=VALUE|KEY=--delete...
           produce TOPIC COUNT none|gzip|snappy|lz4|zstd [idempotent=true|false] [partition=N]
           consume-assign TOPIC PARTITION FROM_OFFSET COUNT | consume-beginning TOPIC PARTITION COUNT
@@ -142,6 +143,7 @@ public class AdminSurface {
     private static String adminStep(Admin admin, String step, List<String> a) throws Exception {
         return switch (step) {
             case "describe-cluster" -> describeCluster(admin);
+            case "describe-features" -> describeFeatures(admin);
             case "create-topic" -> createTopic(admin, a);
             case "describe-topics" -> describeTopics(admin, a);
             case "delete-topic" -> {
@@ -185,6 +187,20 @@ public class AdminSurface {
     }
 
     // ---- admin steps -------------------------------------------------------------------------
+
+    /** What `kafka-features.sh describe` shows: each feature's supported range and level. */
+    private static String describeFeatures(Admin admin) throws Exception {
+        var metadata = admin.describeFeatures().featureMetadata().get();
+        Map<String, String> features = new TreeMap<>();
+        for (var entry : metadata.supportedFeatures().entrySet()) {
+            var finalized = metadata.finalizedFeatures().get(entry.getKey());
+            features.put(entry.getKey(), object(
+                "min", Short.toString(entry.getValue().minVersion()),
+                "max", Short.toString(entry.getValue().maxVersion()),
+                "level", finalized == null ? "0" : Short.toString(finalized.maxVersionLevel())));
+        }
+        return object(features);
+    }
 
     private static String describeCluster(Admin admin) throws Exception {
         DescribeClusterResult cluster = admin.describeCluster();

@@ -401,14 +401,37 @@ fn frames_decode_at_served_versions_and_refuse_the_rest() {
             ..
         })
     ));
+    // Version 5, past what this build knows (its body as 4's).
+    let mut newer = BytesMut::from(&frame(ApiKey::ApiVersions, 4, 9, &api_versions)[..]);
+    newer[2..4].copy_from_slice(&5i16.to_be_bytes());
     assert!(matches!(
-        decode_request(frame(ApiKey::ApiVersions, 4, 9, &api_versions)),
+        decode_request(newer.freeze()),
         Err(Rejected::Unsupported {
             api_key: 18,
-            api_version: 4,
+            api_version: 5,
             correlation_id: 9
         })
     ));
+    // 4 names the features: KIP-848's and KIP-932's groups finalized, transactions v2 not.
+    let features = api_versions_response(0);
+    let finalized: Vec<_> = features
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.max_version_level))
+        .collect();
+    assert_eq!(
+        finalized,
+        [
+            ("group.version".to_string(), 1),
+            ("share.version".to_string(), 1)
+        ]
+    );
+    assert!(
+        features
+            .supported_features
+            .iter()
+            .any(|f| f.name.as_str() == "transaction.version" && f.max_version == 0)
+    );
     assert!(matches!(
         decode_request(frame(ApiKey::Produce, 13, 9, &ProduceRequest::default())),
         Err(Rejected::Unsupported { .. })
