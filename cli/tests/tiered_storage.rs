@@ -933,38 +933,9 @@ fn deleting_a_tiered_topic_deletes_its_remote_segments() {
 fn a_rebuilt_follower_takes_the_producer_state_below_its_start_from_the_remote_tier() {
     let etcd = strata_coordinator::testing::EtcdServer::start();
     let store = tempfile::tempdir().unwrap();
-    let tier = format!("file://{}", store.path().display());
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut brokers: Vec<TestNode> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
-            let id = (i + 1).to_string();
-            let mut args = support::etcd_args(&etcd, &id);
-            args.extend_from_slice(&["--remote-storage", &tier]);
-            args.extend_from_slice(&["--retention-check-interval-ms", "200"]);
-            TestNode::start_with(dir.path(), 1, &args)
-        })
-        .collect();
+    let (dirs, mut brokers) = file_tier_cluster(&etcd, store.path(), 2);
     let topic = "idempotent-history";
-    brokers[0].cli(
-        &[
-            "topic",
-            "create",
-            topic,
-            "--partitions",
-            "1",
-            "--replication-factor",
-            "2",
-            "--config",
-            "segment.bytes=1048576",
-            "--config",
-            "remote.storage.enable=true",
-            "--config",
-            "local.retention.bytes=2097152",
-        ],
-        None,
-    );
+    create_replicated_tiered_topic(&brokers[0], topic, 2);
     let bootstrap = format!("{},{}", brokers[0].bootstrap(), brokers[1].bootstrap());
     let runtime = runtime();
     let idempotent = runtime.block_on(async {
@@ -1060,38 +1031,9 @@ fn topic_snapshots(data: &Path, topic: &str) -> usize {
 fn delete_records_below_the_local_start_moves_the_remote_start_on_three_brokers() {
     let etcd = strata_coordinator::testing::EtcdServer::start();
     let store = tempfile::tempdir().unwrap();
-    let tier = format!("file://{}", store.path().display());
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut brokers: Vec<TestNode> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
-            let id = (i + 1).to_string();
-            let mut args = support::etcd_args(&etcd, &id);
-            args.extend_from_slice(&["--remote-storage", &tier]);
-            args.extend_from_slice(&["--retention-check-interval-ms", "200"]);
-            TestNode::start_with(dir.path(), 1, &args)
-        })
-        .collect();
+    let (_dirs, mut brokers) = file_tier_cluster(&etcd, store.path(), 3);
     let topic = "trimmed";
-    brokers[0].cli(
-        &[
-            "topic",
-            "create",
-            topic,
-            "--partitions",
-            "1",
-            "--replication-factor",
-            "3",
-            "--config",
-            "segment.bytes=1048576",
-            "--config",
-            "remote.storage.enable=true",
-            "--config",
-            "local.retention.bytes=2097152",
-        ],
-        None,
-    );
+    create_replicated_tiered_topic(&brokers[0], topic, 3);
     let records = 10_000;
     produce(&brokers[0], topic, records);
     let partition = |node: &TestNode| support::describe(node, topic)["partitions"][0].clone();
@@ -1184,4 +1126,50 @@ fn earliest_offsets_told(
         }
         told
     })
+}
+
+/// Brokers 1 to `count` on `etcd`, sharing a `file://` tier in `store`, checking retention
+/// every 200 ms; and their data dirs.
+fn file_tier_cluster(
+    etcd: &strata_coordinator::testing::EtcdServer,
+    store: &Path,
+    count: usize,
+) -> (Vec<tempfile::TempDir>, Vec<TestNode>) {
+    let tier = format!("file://{}", store.display());
+    let dirs: Vec<_> = (0..count).map(|_| tempfile::tempdir().unwrap()).collect();
+    let brokers = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = (i + 1).to_string();
+            let mut args = support::etcd_args(etcd, &id);
+            args.extend_from_slice(&["--remote-storage", &tier]);
+            args.extend_from_slice(&["--retention-check-interval-ms", "200"]);
+            TestNode::start_with(dir.path(), 1, &args)
+        })
+        .collect();
+    (dirs, brokers)
+}
+
+/// A one-partition tiered topic of `replicas` replicas: 1 MiB segments, 2 MiB kept locally.
+fn create_replicated_tiered_topic(node: &TestNode, topic: &str, replicas: u32) {
+    let replicas = replicas.to_string();
+    node.cli(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            &replicas,
+            "--config",
+            "segment.bytes=1048576",
+            "--config",
+            "remote.storage.enable=true",
+            "--config",
+            "local.retention.bytes=2097152",
+        ],
+        None,
+    );
 }

@@ -439,22 +439,21 @@ pub fn described_group(native: native::DescribeGroupResponse) -> DescribedGroup 
 /// Kafka answers it: Dead, with no members; from version 6 (KIP-1043), GROUP_ID_NOT_FOUND with
 /// a message naming why.
 pub fn other_type_of_group(group: &str, version: i16) -> DescribedGroup {
-    let described = DescribedGroup::default()
-        .with_group_id(GroupId(text(group)))
-        .with_group_state(text("Dead"));
-    if version < 6 {
-        return described;
-    }
-    described
-        .with_error_code(errors::GROUP_ID_NOT_FOUND)
-        .with_error_message(Some(text(&format!(
-            "Group {group} is not a classic group."
-        ))))
+    dead_group(
+        group,
+        version,
+        &format!("Group {group} is not a classic group."),
+    )
 }
 
 /// A group DescribeGroups finds nothing of: Dead, with no members; from version 6 (KIP-1043),
 /// GROUP_ID_NOT_FOUND too.
 pub fn missing_group(group: &str, version: i16) -> DescribedGroup {
+    dead_group(group, version, &format!("Group {group} not found."))
+}
+
+/// Dead, with no members; from version 6, GROUP_ID_NOT_FOUND saying `why`.
+fn dead_group(group: &str, version: i16, why: &str) -> DescribedGroup {
     let described = DescribedGroup::default()
         .with_group_id(GroupId(text(group)))
         .with_group_state(text("Dead"));
@@ -463,7 +462,7 @@ pub fn missing_group(group: &str, version: i16) -> DescribedGroup {
     }
     described
         .with_error_code(errors::GROUP_ID_NOT_FOUND)
-        .with_error_message(Some(text(&format!("Group {group} not found."))))
+        .with_error_message(Some(text(why)))
 }
 
 fn consumer_assignment(partitions: &[native::TopicPartitions]) -> Bytes {

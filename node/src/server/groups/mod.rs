@@ -186,25 +186,7 @@ async fn serve<S: GroupStore>(
         shards,
     } = mail;
     let view = views.borrow_and_update().clone();
-    let clock = config.clock;
-    let mut manager = GroupManager {
-        config,
-        store,
-        partitions: partition_counts(&view),
-        view,
-        groups: HashMap::new(),
-        started: clock.now(),
-        members_named: 0,
-        producer_ids: 0..0,
-        lags: Arc::default(),
-        kafka_waiters: HashMap::new(),
-        consumer_patterns: HashMap::new(),
-        share_groups: HashMap::new(),
-        txns: Default::default(),
-        txn_aborts_by_timeout: 0,
-        shards,
-        own_mailbox: own,
-    };
+    let mut manager = GroupManager::new(config, store, view, shards, own);
     // What a former coordinator of this broker's transactional ids decided is finished here.
     manager.take_over_txns().await;
     let clock = manager.config.clock;
@@ -293,6 +275,34 @@ async fn serve<S: GroupStore>(
 }
 
 impl<S: GroupStore> GroupManager<S> {
+    /// A manager coordinating nothing yet.
+    fn new(
+        config: Arc<NodeConfig>,
+        store: S,
+        view: ClusterView,
+        shards: Arc<Vec<mpsc::UnboundedSender<ShardMessage>>>,
+        own_mailbox: mpsc::WeakUnboundedSender<GroupMessage>,
+    ) -> Self {
+        GroupManager {
+            store,
+            partitions: partition_counts(&view),
+            view,
+            groups: HashMap::new(),
+            started: config.clock.now(),
+            members_named: 0,
+            producer_ids: 0..0,
+            lags: Arc::default(),
+            kafka_waiters: HashMap::new(),
+            consumer_patterns: HashMap::new(),
+            share_groups: HashMap::new(),
+            txns: Default::default(),
+            txn_aborts_by_timeout: 0,
+            shards,
+            own_mailbox,
+            config,
+        }
+    }
+
     /// A manager of node `node_id` over `store`, seeing the brokers `brokers` alive, with no
     /// shards: for tests of the coordinator's logic.
     #[cfg(test)]
@@ -310,24 +320,13 @@ impl<S: GroupStore> GroupManager<S> {
             ..ClusterView::default()
         };
         let (own, _) = mpsc::unbounded_channel();
-        GroupManager {
+        GroupManager::new(
+            Arc::new(config),
             store,
-            partitions: partition_counts(&view),
             view,
-            groups: HashMap::new(),
-            started: config.clock.now(),
-            members_named: 0,
-            producer_ids: 0..0,
-            lags: Arc::default(),
-            kafka_waiters: HashMap::new(),
-            consumer_patterns: HashMap::new(),
-            share_groups: HashMap::new(),
-            txns: Default::default(),
-            txn_aborts_by_timeout: 0,
-            shards: Arc::default(),
-            own_mailbox: own.downgrade(),
-            config: Arc::new(config),
-        }
+            Arc::default(),
+            own.downgrade(),
+        )
     }
 
     fn now_ms(&self) -> u64 {
