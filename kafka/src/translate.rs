@@ -580,76 +580,56 @@ fn leader_endpoints(
         .collect()
 }
 
-/// KIP-951 (Fetch 16 and later): each partition answered NOT_LEADER_OR_FOLLOWER or
-/// FENCED_LEADER_EPOCH carries its current leader and epoch (`leader_of`, by topic name and
-/// partition), and the answer the endpoints of those leaders among `brokers`, so the client
-/// goes there without asking for metadata first.
-pub fn fetch_leader_hints(
-    response: &mut FetchResponse,
-    leader_of: impl Fn(&str, i32) -> Option<(i32, i32)>,
-    brokers: &[KafkaBroker],
-) {
-    use kafka_protocol::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint};
-    let mut leaders = Vec::new();
-    for topic in &mut response.responses {
-        for partition in &mut topic.partitions {
-            if !leader_moved(partition.error_code) {
-                continue;
+/// One leader-hints function per answer: kafka-protocol's Fetch and Produce answers have
+/// distinct types of the same shape.
+macro_rules! leader_hints {
+    ($(#[$doc:meta])* $name:ident, $response:ty, $module:ident, $partitions:ident, $topic:ident, $index:ident) => {
+        $(#[$doc])*
+        pub fn $name(
+            response: &mut $response,
+            leader_of: impl Fn(&str, i32) -> Option<(i32, i32)>,
+            brokers: &[KafkaBroker],
+        ) {
+            use kafka_protocol::messages::$module::{LeaderIdAndEpoch, NodeEndpoint};
+            let mut leaders = Vec::new();
+            for topic in &mut response.responses {
+                for partition in &mut topic.$partitions {
+                    if !leader_moved(partition.error_code) {
+                        continue;
+                    }
+                    if let Some((leader, epoch)) = leader_of(topic.$topic.as_str(), partition.$index) {
+                        partition.current_leader = LeaderIdAndEpoch::default()
+                            .with_leader_id(BrokerId(leader))
+                            .with_leader_epoch(epoch);
+                        leaders.push(leader);
+                    }
+                }
             }
-            if let Some((leader, epoch)) =
-                leader_of(topic.topic.as_str(), partition.partition_index)
-            {
-                partition.current_leader = LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(epoch);
-                leaders.push(leader);
-            }
+            response.node_endpoints = leader_endpoints(brokers, &leaders)
+                .into_iter()
+                .map(|(id, host, port, rack)| {
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(crate::text(&host))
+                        .with_port(port)
+                        .with_rack(rack.map(|rack| crate::text(&rack)))
+                })
+                .collect();
         }
-    }
-    response.node_endpoints = leader_endpoints(brokers, &leaders)
-        .into_iter()
-        .map(|(id, host, port, rack)| {
-            NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(crate::text(&host))
-                .with_port(port)
-                .with_rack(rack.map(|rack| crate::text(&rack)))
-        })
-        .collect();
+    };
 }
 
-/// [`fetch_leader_hints`] for Produce 10 and later.
-pub fn produce_leader_hints(
-    response: &mut ProduceResponse,
-    leader_of: impl Fn(&str, i32) -> Option<(i32, i32)>,
-    brokers: &[KafkaBroker],
-) {
-    use kafka_protocol::messages::produce_response::{LeaderIdAndEpoch, NodeEndpoint};
-    let mut leaders = Vec::new();
-    for topic in &mut response.responses {
-        for partition in &mut topic.partition_responses {
-            if !leader_moved(partition.error_code) {
-                continue;
-            }
-            if let Some((leader, epoch)) = leader_of(topic.name.as_str(), partition.index) {
-                partition.current_leader = LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(epoch);
-                leaders.push(leader);
-            }
-        }
-    }
-    response.node_endpoints = leader_endpoints(brokers, &leaders)
-        .into_iter()
-        .map(|(id, host, port, rack)| {
-            NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(crate::text(&host))
-                .with_port(port)
-                .with_rack(rack.map(|rack| crate::text(&rack)))
-        })
-        .collect();
-}
+leader_hints!(
+    /// KIP-951 (Fetch 16 and later): each partition answered NOT_LEADER_OR_FOLLOWER or
+    /// FENCED_LEADER_EPOCH carries its current leader and epoch (`leader_of`, by topic name and
+    /// partition), and the answer the endpoints of those leaders among `brokers`, so the client
+    /// goes there without asking for metadata first.
+    fetch_leader_hints, FetchResponse, fetch_response, partitions, topic, partition_index
+);
+leader_hints!(
+    /// [`fetch_leader_hints`] for Produce 10 and later.
+    produce_leader_hints, ProduceResponse, produce_response, partition_responses, name, index
+);
 
 fn fetched(partition: i32, error: i16, records: Bytes) -> PartitionData {
     PartitionData::default()
